@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Provision, idempotently, a Debian sid root filesystem holding the real Knot Resolver 6
+# (kresd, kres-cache-gc, upstream's Python manager with supervisord), knot-dnsutils (kdig)
+# and knot (an authoritative server for forwarding tests).
+#
+# The rootfs is cached outside the clone so CI runs and re-runs reuse it:
+#   KRES_ROOTFS (default /var/cache/knot-resolver-rs/rootfs-sid)
+# A finished rootfs carries the marker file .provisioned listing the packages; a partial one
+# (interrupted debootstrap) is removed and made again. Needs root and debootstrap, which it
+# installs through apt-get when missing. Prints the rootfs path on its last line.
+set -euo pipefail
+
+rootfs=${KRES_ROOTFS:-/var/cache/knot-resolver-rs/rootfs-sid}
+mirror=${KRES_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+packages="knot-resolver6,knot-dnsutils,python3-prometheus-client,python3-watchdog,knot"
+marker="$rootfs/.provisioned"
+
+if [[ -f "$marker" && "$(cat "$marker")" == "$packages" ]]; then
+    echo "$rootfs"
+    exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+    echo "provision-rootfs: must run as root to debootstrap $rootfs" >&2
+    exit 1
+fi
+
+if ! command -v debootstrap >/dev/null; then
+    echo "provision-rootfs: installing debootstrap" >&2
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap debian-archive-keyring >&2
+fi
+
+# Never leave mounts of an earlier broken run behind before deleting.
+for m in proc dev/pts dev sys; do
+    if mountpoint -q "$rootfs/$m" 2>/dev/null; then umount -l "$rootfs/$m"; fi
+done
+rm -rf "$rootfs"
+tmp="$rootfs.tmp.$$"
+rm -rf "$tmp"
+mkdir -p "$(dirname "$rootfs")"
+trap 'rm -rf "$tmp"' EXIT
+
+echo "provision-rootfs: debootstrap sid into $tmp (about a minute)" >&2
+keyring_args=()
+if [[ -f /usr/share/keyrings/debian-archive-keyring.gpg ]]; then
+    keyring_args=(--keyring=/usr/share/keyrings/debian-archive-keyring.gpg)
+fi
+if ! debootstrap --variant=minbase "${keyring_args[@]}" --include="$packages" sid "$tmp" "$mirror" >&2; then
+    echo "provision-rootfs: debootstrap with signature check failed; retrying without it" >&2
+    rm -rf "$tmp"
+    debootstrap --variant=minbase --no-check-gpg --include="$packages" sid "$tmp" "$mirror" >&2
+fi
+
+# The packages' postinst scripts may start nothing inside a chroot; make sure the runtime
+# directories that the upstream manager expects exist.
+mkdir -p "$tmp/run/knot-resolver" "$tmp/var/cache/knot-resolver"
+chroot "$tmp" sh -c 'chown knot-resolver:knot-resolver /run/knot-resolver /var/cache/knot-resolver 2>/dev/null || true'
+rm -rf "$tmp/var/cache/apt/archives/"*.deb
+
+echo "$packages" >"$tmp/.provisioned"
+mv "$tmp" "$rootfs"
+trap - EXIT
+echo "$rootfs"
