@@ -1,0 +1,1205 @@
+//! The life cycle of one supervised service as a pure state machine.
+//!
+//! `ServiceMachine::on(event, now, entropy)` is the only way state changes. It performs no I/O:
+//! it returns the actions (spawn, signal, wake me at) that the runner must carry out, and the
+//! runner feeds the results back as events. Time and randomness come in as arguments, so the
+//! whole policy (readiness timeouts, restart backoff, start limits, stop escalation) is tested
+//! as tables with a fake clock.
+
+use std::collections::VecDeque;
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use tokio::time::Instant;
+
+use crate::spec::{ExitStatus, Readiness, RestartPolicy, ServiceSpec};
+
+/// Where a service is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Registered, not running, not asked to run.
+    Idle,
+    /// Spawned; waiting for `READY=1` until `deadline`.
+    Starting {
+        pid: Pid,
+        since: Instant,
+        deadline: Instant,
+    },
+    /// Up and ready.
+    Running {
+        pid: Pid,
+        since: Instant,
+        ready_at: Instant,
+    },
+    /// Asked to stop; SIGKILL to the group at `kill_at` (None once it was sent).
+    Stopping {
+        pid: Pid,
+        since: Instant,
+        kill_at: Option<Instant>,
+        then: AfterStop,
+    },
+    /// Waiting to be restarted at `until`.
+    Backoff { until: Instant },
+    /// Ended and will not be restarted by policy (a finished one-shot job, for instance).
+    Exited { status: ExitStatus, at: Instant },
+    /// Given up on; only an explicit start brings it back.
+    Failed { reason: FailReason, at: Instant },
+}
+
+/// What to do once a stopping process has exited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AfterStop {
+    /// Stay down.
+    Idle,
+    /// Start again at once (a requested restart).
+    Start,
+    /// It was killed because it failed: apply the restart policy.
+    Failure(FailReason),
+}
+
+/// Why a service failed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "reason")]
+pub enum FailReason {
+    /// It exited with a status that is not a success.
+    Exited { status: ExitStatus },
+    /// `READY=1` did not arrive in time.
+    ReadinessTimeout,
+    /// The executable could not be started.
+    SpawnFailed { error: String },
+    /// Too many starts within the start-limit interval.
+    StartLimitHit,
+}
+
+impl std::fmt::Display for FailReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FailReason::Exited { status } => write!(f, "{status}"),
+            FailReason::ReadinessTimeout => write!(f, "no READY=1 within the readiness timeout"),
+            FailReason::SpawnFailed { error } => write!(f, "spawn failed: {error}"),
+            FailReason::StartLimitHit => write!(f, "start limit hit"),
+        }
+    }
+}
+
+/// Something that happened to a service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    StartRequested,
+    StopRequested,
+    RestartRequested,
+    Spawned {
+        pid: Pid,
+    },
+    SpawnFailed {
+        error: String,
+    },
+    ReadyReceived {
+        pid: Pid,
+    },
+    Exited {
+        pid: Pid,
+        status: ExitStatus,
+    },
+    /// Time has passed; the machine checks its deadlines against `now`.
+    Tick,
+}
+
+/// What the runner must do.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Spawn the process and report `Spawned` or `SpawnFailed`.
+    Spawn,
+    /// Send a signal to the process group led by `pid`.
+    Signal { pid: Pid, signal: Signal },
+    /// Deliver a `Tick` no later than this instant.
+    WakeAt(Instant),
+    /// Tell whoever waits on this service what happened.
+    Announce(Announcement),
+}
+
+/// Outcomes that callers can wait for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Announcement {
+    Ready {
+        pid: Pid,
+    },
+    /// The process ended and stays down (stopped on request, or exited under its policy).
+    Down {
+        status: Option<ExitStatus>,
+    },
+    /// The process exited or failed while starting, or died unexpectedly; a restart may follow.
+    Died {
+        reason: FailReason,
+    },
+    Failed {
+        reason: FailReason,
+    },
+}
+
+/// The state of one service plus the history its policies need.
+#[derive(Debug, Clone)]
+pub struct ServiceMachine {
+    state: State,
+    /// Consecutive failures not yet forgiven by a stable run.
+    streak: u32,
+    /// Spawn times of automatic restarts within the start-limit window.
+    restarts_in_window: VecDeque<Instant>,
+    /// When the current or last process was spawned.
+    last_spawn: Option<Instant>,
+    /// Automatic restarts since registration.
+    restarts: u32,
+    /// How the last process ended.
+    last_exit: Option<(ExitStatus, Instant)>,
+    /// Whether the pending spawn is an automatic restart (counts against the start limit).
+    pending_restart: bool,
+}
+
+impl Default for ServiceMachine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ServiceMachine {
+    pub fn new() -> Self {
+        ServiceMachine {
+            state: State::Idle,
+            streak: 0,
+            restarts_in_window: VecDeque::new(),
+            last_spawn: None,
+            restarts: 0,
+            last_exit: None,
+            pending_restart: false,
+        }
+    }
+
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// The live process, if any.
+    pub fn pid(&self) -> Option<Pid> {
+        match self.state {
+            State::Starting { pid, .. }
+            | State::Running { pid, .. }
+            | State::Stopping { pid, .. } => Some(pid),
+            _ => None,
+        }
+    }
+
+    pub fn restarts(&self) -> u32 {
+        self.restarts
+    }
+
+    pub fn last_exit(&self) -> Option<(ExitStatus, Instant)> {
+        self.last_exit
+    }
+
+    /// Apply one event. `entropy` picks the backoff jitter.
+    pub fn on(
+        &mut self,
+        spec: &ServiceSpec,
+        event: Event,
+        now: Instant,
+        entropy: u64,
+    ) -> Vec<Action> {
+        use Event as E;
+        use State as S;
+        let mut actions = Vec::new();
+        match (&self.state, event) {
+            // Starting on request. A failed service is given a clean slate.
+            (
+                S::Idle | S::Exited { .. } | S::Backoff { .. },
+                E::StartRequested | E::RestartRequested,
+            ) => {
+                self.pending_restart = false;
+                actions.push(Action::Spawn);
+            }
+            (S::Failed { .. }, E::StartRequested | E::RestartRequested) => {
+                self.streak = 0;
+                self.restarts_in_window.clear();
+                self.pending_restart = false;
+                actions.push(Action::Spawn);
+            }
+            (S::Starting { .. } | S::Running { .. }, E::StartRequested) => {}
+            (
+                S::Stopping {
+                    pid,
+                    since,
+                    kill_at,
+                    ..
+                },
+                E::StartRequested | E::RestartRequested,
+            ) => {
+                self.state = S::Stopping {
+                    pid: *pid,
+                    since: *since,
+                    kill_at: *kill_at,
+                    then: AfterStop::Start,
+                };
+            }
+            (S::Starting { pid, .. } | S::Running { pid, .. }, E::RestartRequested) => {
+                let pid = *pid;
+                self.begin_stop(spec, pid, now, AfterStop::Start, &mut actions);
+            }
+
+            (
+                S::Idle | S::Exited { .. } | S::Backoff { .. } | S::Failed { .. },
+                E::Spawned { pid },
+            ) => {
+                self.last_spawn = Some(now);
+                if self.pending_restart {
+                    self.restarts += 1;
+                    self.restarts_in_window.push_back(now);
+                    self.pending_restart = false;
+                }
+                match spec.readiness {
+                    Readiness::None => {
+                        self.state = S::Running {
+                            pid,
+                            since: now,
+                            ready_at: now,
+                        };
+                        actions.push(Action::Announce(Announcement::Ready { pid }));
+                    }
+                    Readiness::Notify { timeout } => {
+                        let deadline = now + timeout;
+                        self.state = S::Starting {
+                            pid,
+                            since: now,
+                            deadline,
+                        };
+                        actions.push(Action::WakeAt(deadline));
+                    }
+                }
+            }
+            (_, E::SpawnFailed { error }) => {
+                let reason = FailReason::SpawnFailed { error };
+                actions.push(Action::Announce(Announcement::Died {
+                    reason: reason.clone(),
+                }));
+                self.after_failure(spec, reason, false, now, entropy, &mut actions);
+            }
+
+            (S::Starting { pid, since, .. }, E::ReadyReceived { pid: sender })
+                if *pid == sender =>
+            {
+                let (pid, since) = (*pid, *since);
+                self.state = S::Running {
+                    pid,
+                    since,
+                    ready_at: now,
+                };
+                actions.push(Action::Announce(Announcement::Ready { pid }));
+            }
+            (_, E::ReadyReceived { .. }) => {}
+
+            (S::Starting { pid, deadline, .. }, E::Tick) if now >= *deadline => {
+                let pid = *pid;
+                // Like supervisord and systemd: a process that missed its readiness deadline
+                // is killed outright, then the restart policy applies.
+                actions.push(Action::Signal {
+                    pid,
+                    signal: Signal::SIGKILL,
+                });
+                self.state = S::Stopping {
+                    pid,
+                    since: now,
+                    kill_at: None,
+                    then: AfterStop::Failure(FailReason::ReadinessTimeout),
+                };
+            }
+            (
+                S::Stopping {
+                    pid,
+                    since,
+                    kill_at: Some(at),
+                    then,
+                },
+                E::Tick,
+            ) if now >= *at => {
+                let pid = *pid;
+                actions.push(Action::Signal {
+                    pid,
+                    signal: Signal::SIGKILL,
+                });
+                self.state = S::Stopping {
+                    pid,
+                    since: *since,
+                    kill_at: None,
+                    then: then.clone(),
+                };
+            }
+            (S::Backoff { until }, E::Tick) if now >= *until => {
+                self.pending_restart = true;
+                actions.push(Action::Spawn);
+            }
+            (_, E::Tick) => {}
+
+            (S::Starting { pid, .. } | S::Running { pid, .. }, E::StopRequested) => {
+                let pid = *pid;
+                self.begin_stop(spec, pid, now, AfterStop::Idle, &mut actions);
+            }
+            (
+                S::Stopping {
+                    pid,
+                    since,
+                    kill_at,
+                    ..
+                },
+                E::StopRequested,
+            ) => {
+                self.state = S::Stopping {
+                    pid: *pid,
+                    since: *since,
+                    kill_at: *kill_at,
+                    then: AfterStop::Idle,
+                };
+            }
+            (S::Backoff { .. }, E::StopRequested) => {
+                self.state = S::Idle;
+                actions.push(Action::Announce(Announcement::Down { status: None }));
+            }
+            (S::Idle | S::Exited { .. } | S::Failed { .. }, E::StopRequested) => {
+                actions.push(Action::Announce(Announcement::Down { status: None }));
+            }
+
+            (S::Stopping { pid, then, .. }, E::Exited { pid: dead, status }) if *pid == dead => {
+                let then = then.clone();
+                self.last_exit = Some((status, now));
+                match then {
+                    AfterStop::Idle => {
+                        self.state = S::Idle;
+                        actions.push(Action::Announce(Announcement::Down {
+                            status: Some(status),
+                        }));
+                    }
+                    AfterStop::Start => {
+                        self.state = S::Idle;
+                        self.pending_restart = false;
+                        actions.push(Action::Spawn);
+                    }
+                    AfterStop::Failure(reason) => {
+                        actions.push(Action::Announce(Announcement::Died {
+                            reason: reason.clone(),
+                        }));
+                        self.after_failure(spec, reason, false, now, entropy, &mut actions);
+                    }
+                }
+            }
+            (S::Starting { pid, .. } | S::Running { pid, .. }, E::Exited { pid: dead, status })
+                if *pid == dead =>
+            {
+                let was_stable = match self.state {
+                    S::Running { ready_at, .. } => {
+                        now.duration_since(ready_at) >= spec.backoff.stable_after()
+                    }
+                    _ => false,
+                };
+                self.last_exit = Some((status, now));
+                let success = spec.is_success(status);
+                let restart = match spec.restart {
+                    RestartPolicy::Always => true,
+                    RestartPolicy::OnFailure => !success,
+                    RestartPolicy::Never => false,
+                };
+                if !restart {
+                    self.state = S::Exited { status, at: now };
+                    actions.push(Action::Announce(Announcement::Down {
+                        status: Some(status),
+                    }));
+                } else {
+                    let reason = FailReason::Exited { status };
+                    actions.push(Action::Announce(Announcement::Died {
+                        reason: reason.clone(),
+                    }));
+                    self.after_failure(spec, reason, was_stable, now, entropy, &mut actions);
+                }
+            }
+            // An exit of a process we no longer track (already handled) changes nothing.
+            (_, E::Exited { .. }) => {}
+            (S::Starting { .. } | S::Running { .. } | S::Stopping { .. }, E::Spawned { .. }) => {}
+        }
+        actions
+    }
+
+    fn begin_stop(
+        &mut self,
+        spec: &ServiceSpec,
+        pid: Pid,
+        now: Instant,
+        then: AfterStop,
+        actions: &mut Vec<Action>,
+    ) {
+        let kill_at = now + spec.stop.timeout;
+        actions.push(Action::Signal {
+            pid,
+            signal: spec.stop.signal,
+        });
+        actions.push(Action::WakeAt(kill_at));
+        self.state = State::Stopping {
+            pid,
+            since: now,
+            kill_at: Some(kill_at),
+            then,
+        };
+    }
+
+    /// The process failed: restart it after a backoff, or give up.
+    fn after_failure(
+        &mut self,
+        spec: &ServiceSpec,
+        reason: FailReason,
+        was_stable: bool,
+        now: Instant,
+        entropy: u64,
+        actions: &mut Vec<Action>,
+    ) {
+        if spec.restart == RestartPolicy::Never {
+            self.state = State::Failed {
+                reason: reason.clone(),
+                at: now,
+            };
+            actions.push(Action::Announce(Announcement::Failed { reason }));
+            return;
+        }
+        if was_stable {
+            self.streak = 0;
+        }
+        self.streak = self.streak.saturating_add(1);
+        let window_start = now.checked_sub(spec.start_limit.interval);
+        while let Some(first) = self.restarts_in_window.front() {
+            if window_start.is_some_and(|start| *first <= start) {
+                self.restarts_in_window.pop_front();
+            } else {
+                break;
+            }
+        }
+        if self.restarts_in_window.len() >= spec.start_limit.burst as usize {
+            let reason = FailReason::StartLimitHit;
+            self.state = State::Failed {
+                reason: reason.clone(),
+                at: now,
+            };
+            actions.push(Action::Announce(Announcement::Failed { reason }));
+            return;
+        }
+        let mut until = now + spec.backoff.delay(self.streak, entropy);
+        if let Some(last) = self.last_spawn {
+            until = until.max(last + spec.backoff.floor());
+        }
+        self.state = State::Backoff { until };
+        if until <= now {
+            self.pending_restart = true;
+            actions.push(Action::Spawn);
+        } else {
+            actions.push(Action::WakeAt(until));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backoff::Backoff;
+    use crate::spec::StartLimit;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn spec(readiness: Readiness, restart: RestartPolicy) -> ServiceSpec {
+        let mut s = ServiceSpec::new("svc", "test", vec!["/bin/true".into()]);
+        s.readiness = readiness;
+        s.restart = restart;
+        s.backoff = Backoff::try_new(ms(100), ms(1000), ms(500), 0, ms(5000)).expect("valid");
+        s.start_limit = StartLimit {
+            burst: 3,
+            interval: ms(10_000),
+        };
+        s.stop.timeout = ms(2000);
+        s
+    }
+
+    const NOTIFY: Readiness = Readiness::Notify {
+        timeout: Duration::from_millis(3000),
+    };
+
+    struct Harness {
+        spec: ServiceSpec,
+        m: ServiceMachine,
+        t0: Instant,
+    }
+
+    impl Harness {
+        fn new(spec: ServiceSpec) -> Self {
+            Harness {
+                spec,
+                m: ServiceMachine::new(),
+                t0: Instant::now(),
+            }
+        }
+        fn at(&self, offset_ms: u64) -> Instant {
+            self.t0 + ms(offset_ms)
+        }
+        fn on(&mut self, offset_ms: u64, e: Event) -> Vec<Action> {
+            let now = self.at(offset_ms);
+            self.m.on(&self.spec, e, now, 0)
+        }
+        /// Start and spawn as pid `pid` at `t`.
+        fn spawn(&mut self, t: u64, pid: i32) -> Vec<Action> {
+            let a = self.on(t, Event::StartRequested);
+            assert_eq!(a, vec![Action::Spawn]);
+            self.on(
+                t,
+                Event::Spawned {
+                    pid: Pid::from_raw(pid),
+                },
+            )
+        }
+    }
+
+    fn pid(n: i32) -> Pid {
+        Pid::from_raw(n)
+    }
+
+    /// One row: a sequence of (time, event) and the expected actions and state after the last.
+    struct Row {
+        name: &'static str,
+        readiness: Readiness,
+        restart: RestartPolicy,
+        steps: Vec<(u64, Event)>,
+        last_actions: Vec<Action>,
+        state: fn(&Harness) -> State,
+    }
+
+    fn check(rows: Vec<Row>) {
+        for row in rows {
+            let mut h = Harness::new(spec(row.readiness, row.restart));
+            let mut last = Vec::new();
+            for (t, e) in row.steps {
+                last = h.on(t, e);
+            }
+            assert_eq!(last, row.last_actions, "actions of row `{}`", row.name);
+            assert_eq!(*h.m.state(), (row.state)(&h), "state of row `{}`", row.name);
+        }
+    }
+
+    #[test]
+    fn transitions_table() {
+        use Event as E;
+        let code = |c| ExitStatus::Code(c);
+        check(vec![
+            Row {
+                name: "start request spawns",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: vec![(0, E::StartRequested)],
+                last_actions: vec![Action::Spawn],
+                state: |_| State::Idle,
+            },
+            Row {
+                name: "notify service waits for readiness with a deadline",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: vec![(0, E::StartRequested), (0, E::Spawned { pid: pid(10) })],
+                last_actions: vec![Action::WakeAt(Instant::now())],
+                state: |h| State::Starting {
+                    pid: pid(10),
+                    since: h.at(0),
+                    deadline: h.at(3000),
+                },
+            },
+            Row {
+                name: "service without readiness is ready when spawned",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![(0, E::StartRequested), (5, E::Spawned { pid: pid(10) })],
+                last_actions: vec![Action::Announce(Announcement::Ready { pid: pid(10) })],
+                state: |h| State::Running {
+                    pid: pid(10),
+                    since: h.at(5),
+                    ready_at: h.at(5),
+                },
+            },
+            Row {
+                name: "READY=1 from the child makes it running",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (40, E::ReadyReceived { pid: pid(10) }),
+                ],
+                last_actions: vec![Action::Announce(Announcement::Ready { pid: pid(10) })],
+                state: |h| State::Running {
+                    pid: pid(10),
+                    since: h.at(0),
+                    ready_at: h.at(40),
+                },
+            },
+            Row {
+                name: "READY=1 from another pid is ignored",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (40, E::ReadyReceived { pid: pid(11) }),
+                ],
+                last_actions: vec![],
+                state: |h| State::Starting {
+                    pid: pid(10),
+                    since: h.at(0),
+                    deadline: h.at(3000),
+                },
+            },
+            Row {
+                name: "a second READY=1 changes nothing",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (40, E::ReadyReceived { pid: pid(10) }),
+                    (50, E::ReadyReceived { pid: pid(10) }),
+                ],
+                last_actions: vec![],
+                state: |h| State::Running {
+                    pid: pid(10),
+                    since: h.at(0),
+                    ready_at: h.at(40),
+                },
+            },
+            Row {
+                name: "an early tick does nothing",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (2999, E::Tick),
+                ],
+                last_actions: vec![],
+                state: |h| State::Starting {
+                    pid: pid(10),
+                    since: h.at(0),
+                    deadline: h.at(3000),
+                },
+            },
+            Row {
+                name: "readiness timeout kills the process",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (3000, E::Tick),
+                ],
+                last_actions: vec![Action::Signal {
+                    pid: pid(10),
+                    signal: Signal::SIGKILL,
+                }],
+                state: |h| State::Stopping {
+                    pid: pid(10),
+                    since: h.at(3000),
+                    kill_at: None,
+                    then: AfterStop::Failure(FailReason::ReadinessTimeout),
+                },
+            },
+            Row {
+                name: "after a readiness timeout the restart policy applies (floor from spawn)",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (3000, E::Tick),
+                    (
+                        3001,
+                        E::Exited {
+                            pid: pid(10),
+                            status: ExitStatus::Signaled {
+                                signal: 9,
+                                core_dumped: false,
+                            },
+                        },
+                    ),
+                ],
+                last_actions: vec![
+                    Action::Announce(Announcement::Died {
+                        reason: FailReason::ReadinessTimeout,
+                    }),
+                    Action::Spawn,
+                ],
+                state: |h| State::Backoff { until: h.at(3001) },
+            },
+            Row {
+                name: "stop request signals the group and arms the kill timer",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (100, E::StopRequested),
+                ],
+                last_actions: vec![
+                    Action::Signal {
+                        pid: pid(10),
+                        signal: Signal::SIGTERM,
+                    },
+                    Action::WakeAt(Instant::now()),
+                ],
+                state: |h| State::Stopping {
+                    pid: pid(10),
+                    since: h.at(100),
+                    kill_at: Some(h.at(2100)),
+                    then: AfterStop::Idle,
+                },
+            },
+            Row {
+                name: "stop timeout escalates to SIGKILL",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (100, E::StopRequested),
+                    (2100, E::Tick),
+                ],
+                last_actions: vec![Action::Signal {
+                    pid: pid(10),
+                    signal: Signal::SIGKILL,
+                }],
+                state: |h| State::Stopping {
+                    pid: pid(10),
+                    since: h.at(100),
+                    kill_at: None,
+                    then: AfterStop::Idle,
+                },
+            },
+            Row {
+                name: "a stopped process stays down and is never restarted",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (100, E::StopRequested),
+                    (
+                        150,
+                        E::Exited {
+                            pid: pid(10),
+                            status: ExitStatus::Signaled {
+                                signal: 15,
+                                core_dumped: false,
+                            },
+                        },
+                    ),
+                ],
+                last_actions: vec![Action::Announce(Announcement::Down {
+                    status: Some(ExitStatus::Signaled {
+                        signal: 15,
+                        core_dumped: false,
+                    }),
+                })],
+                state: |_| State::Idle,
+            },
+            Row {
+                name: "restart request stops then spawns again",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (100, E::RestartRequested),
+                    (
+                        150,
+                        E::Exited {
+                            pid: pid(10),
+                            status: code(0),
+                        },
+                    ),
+                ],
+                last_actions: vec![Action::Spawn],
+                state: |_| State::Idle,
+            },
+            Row {
+                name: "stop during backoff cancels the restart",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (
+                        100,
+                        E::Exited {
+                            pid: pid(10),
+                            status: code(1),
+                        },
+                    ),
+                    (200, E::StopRequested),
+                ],
+                last_actions: vec![Action::Announce(Announcement::Down { status: None })],
+                state: |_| State::Idle,
+            },
+            Row {
+                name: "crash soon after spawn waits for the floor",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (
+                        100,
+                        E::Exited {
+                            pid: pid(10),
+                            status: code(1),
+                        },
+                    ),
+                ],
+                last_actions: vec![
+                    Action::Announce(Announcement::Died {
+                        reason: FailReason::Exited { status: code(1) },
+                    }),
+                    Action::WakeAt(Instant::now()),
+                ],
+                state: |h| State::Backoff { until: h.at(500) },
+            },
+            Row {
+                name: "backoff tick spawns",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (
+                        100,
+                        E::Exited {
+                            pid: pid(10),
+                            status: code(1),
+                        },
+                    ),
+                    (500, E::Tick),
+                ],
+                last_actions: vec![Action::Spawn],
+                state: |h| State::Backoff { until: h.at(500) },
+            },
+            Row {
+                name: "death by signal is a failure and keeps its signal",
+                readiness: Readiness::None,
+                restart: RestartPolicy::OnFailure,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (
+                        9000,
+                        E::Exited {
+                            pid: pid(10),
+                            status: ExitStatus::Signaled {
+                                signal: 9,
+                                core_dumped: false,
+                            },
+                        },
+                    ),
+                ],
+                last_actions: vec![
+                    Action::Announce(Announcement::Died {
+                        reason: FailReason::Exited {
+                            status: ExitStatus::Signaled {
+                                signal: 9,
+                                core_dumped: false,
+                            },
+                        },
+                    }),
+                    Action::Spawn,
+                ],
+                state: |h| State::Backoff { until: h.at(9000) },
+            },
+            Row {
+                name: "on-failure does not restart a clean exit",
+                readiness: Readiness::None,
+                restart: RestartPolicy::OnFailure,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (
+                        100,
+                        E::Exited {
+                            pid: pid(10),
+                            status: code(0),
+                        },
+                    ),
+                ],
+                last_actions: vec![Action::Announce(Announcement::Down {
+                    status: Some(code(0)),
+                })],
+                state: |h| State::Exited {
+                    status: ExitStatus::Code(0),
+                    at: h.at(100),
+                },
+            },
+            Row {
+                name: "one-shot job ends in Exited with its status",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Never,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (
+                        100,
+                        E::Exited {
+                            pid: pid(10),
+                            status: code(3),
+                        },
+                    ),
+                ],
+                last_actions: vec![Action::Announce(Announcement::Down {
+                    status: Some(code(3)),
+                })],
+                state: |h| State::Exited {
+                    status: ExitStatus::Code(3),
+                    at: h.at(100),
+                },
+            },
+            Row {
+                name: "spawn failure of a never-restart job fails it",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Never,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (
+                        0,
+                        E::SpawnFailed {
+                            error: "ENOENT".into(),
+                        },
+                    ),
+                ],
+                last_actions: vec![
+                    Action::Announce(Announcement::Died {
+                        reason: FailReason::SpawnFailed {
+                            error: "ENOENT".into(),
+                        },
+                    }),
+                    Action::Announce(Announcement::Failed {
+                        reason: FailReason::SpawnFailed {
+                            error: "ENOENT".into(),
+                        },
+                    }),
+                ],
+                state: |h| State::Failed {
+                    reason: FailReason::SpawnFailed {
+                        error: "ENOENT".into(),
+                    },
+                    at: h.at(0),
+                },
+            },
+            Row {
+                name: "exit of an unknown pid is ignored",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (
+                        100,
+                        E::Exited {
+                            pid: pid(99),
+                            status: code(1),
+                        },
+                    ),
+                ],
+                last_actions: vec![],
+                state: |h| State::Running {
+                    pid: pid(10),
+                    since: h.at(0),
+                    ready_at: h.at(0),
+                },
+            },
+            Row {
+                name: "start while stopping restarts after the exit",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (100, E::StopRequested),
+                    (110, E::StartRequested),
+                    (
+                        150,
+                        E::Exited {
+                            pid: pid(10),
+                            status: code(0),
+                        },
+                    ),
+                ],
+                last_actions: vec![Action::Spawn],
+                state: |_| State::Idle,
+            },
+            Row {
+                name: "stop of an idle service reports it down",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![(0, E::StopRequested)],
+                last_actions: vec![Action::Announce(Announcement::Down { status: None })],
+                state: |_| State::Idle,
+            },
+        ]);
+    }
+
+    /// WakeAt instants above are placeholders; compare them separately here.
+    impl PartialEq for Action {
+        fn eq(&self, other: &Self) -> bool {
+            match (self, other) {
+                (Action::WakeAt(_), Action::WakeAt(_)) => true,
+                (Action::Spawn, Action::Spawn) => true,
+                (Action::Signal { pid: a, signal: s }, Action::Signal { pid: b, signal: t }) => {
+                    a == b && s == t
+                }
+                (Action::Announce(a), Action::Announce(b)) => a == b,
+                _ => false,
+            }
+        }
+    }
+
+    #[test]
+    fn wake_instants_are_the_deadlines() {
+        let mut h = Harness::new(spec(NOTIFY, RestartPolicy::Always));
+        let a = h.spawn(0, 10);
+        assert!(matches!(a[..], [Action::WakeAt(t)] if t == h.at(3000)));
+        h.on(10, Event::ReadyReceived { pid: pid(10) });
+        let a = h.on(20, Event::StopRequested);
+        assert!(matches!(a[..], [Action::Signal { .. }, Action::WakeAt(t)] if t == h.at(2020)));
+    }
+
+    #[test]
+    fn failure_streak_backs_off_exponentially_then_hits_the_start_limit() {
+        let mut s = spec(Readiness::None, RestartPolicy::Always);
+        s.backoff = Backoff::try_new(ms(100), ms(1000), ms(0), 0, ms(5000)).expect("valid");
+        s.start_limit = StartLimit {
+            burst: 3,
+            interval: ms(10_000),
+        };
+        let mut h = Harness::new(s);
+        h.spawn(0, 10);
+        let mut t = 10;
+        let mut delays = Vec::new();
+        for n in 0..3 {
+            let a = h.on(
+                t,
+                Event::Exited {
+                    pid: pid(10 + n),
+                    status: ExitStatus::Code(1),
+                },
+            );
+            match h.m.state() {
+                State::Backoff { until } => {
+                    delays.push(until.duration_since(h.at(t)).as_millis() as u64)
+                }
+                other => panic!("expected backoff, got {other:?}"),
+            }
+            let until = match h.m.state() {
+                State::Backoff { until } => *until,
+                _ => unreachable!(),
+            };
+            t = until.duration_since(h.t0).as_millis() as u64;
+            if !a.contains(&Action::Spawn) {
+                assert_eq!(h.on(t, Event::Tick), vec![Action::Spawn]);
+            }
+            h.on(t, Event::Spawned { pid: pid(11 + n) });
+            t += 10;
+        }
+        assert_eq!(delays, vec![0, 100, 200]);
+        assert_eq!(h.m.restarts(), 3);
+        let a = h.on(
+            t,
+            Event::Exited {
+                pid: pid(13),
+                status: ExitStatus::Code(1),
+            },
+        );
+        assert_eq!(
+            *h.m.state(),
+            State::Failed {
+                reason: FailReason::StartLimitHit,
+                at: h.at(t)
+            }
+        );
+        assert!(a.contains(&Action::Announce(Announcement::Failed {
+            reason: FailReason::StartLimitHit
+        })));
+        // An explicit start clears the failure.
+        assert_eq!(h.on(t + 1, Event::StartRequested), vec![Action::Spawn]);
+        h.on(t + 1, Event::Spawned { pid: pid(20) });
+        assert!(matches!(h.m.state(), State::Running { .. }));
+    }
+
+    #[test]
+    fn a_stable_run_forgives_the_streak_and_restarts_at_once() {
+        let mut h = Harness::new(spec(Readiness::None, RestartPolicy::Always));
+        h.spawn(0, 10);
+        h.on(
+            100,
+            Event::Exited {
+                pid: pid(10),
+                status: ExitStatus::Code(1),
+            },
+        );
+        h.on(500, Event::Tick);
+        h.on(500, Event::Spawned { pid: pid(11) });
+        // Second failure, not stable: base delay.
+        h.on(
+            600,
+            Event::Exited {
+                pid: pid(11),
+                status: ExitStatus::Code(1),
+            },
+        );
+        assert_eq!(*h.m.state(), State::Backoff { until: h.at(1000) });
+        h.on(1000, Event::Tick);
+        h.on(1000, Event::Spawned { pid: pid(12) });
+        // Ready for longer than stable_after (5 s): immediate restart.
+        let a = h.on(
+            7000,
+            Event::Exited {
+                pid: pid(12),
+                status: ExitStatus::Signaled {
+                    signal: 9,
+                    core_dumped: false,
+                },
+            },
+        );
+        assert!(a.contains(&Action::Spawn));
+        assert_eq!(*h.m.state(), State::Backoff { until: h.at(7000) });
+    }
+
+    #[test]
+    fn old_restarts_leave_the_start_limit_window() {
+        let mut s = spec(Readiness::None, RestartPolicy::Always);
+        s.start_limit = StartLimit {
+            burst: 2,
+            interval: ms(1000),
+        };
+        s.backoff = Backoff::try_new(ms(0), ms(0), ms(0), 0, ms(1_000_000)).expect("valid");
+        let mut h = Harness::new(s);
+        h.spawn(0, 1);
+        let mut p = 1;
+        // One crash every 600 ms: never more than 2 restarts within 1 s.
+        for k in 1..10u64 {
+            let a = h.on(
+                k * 600,
+                Event::Exited {
+                    pid: pid(p),
+                    status: ExitStatus::Code(1),
+                },
+            );
+            assert!(a.contains(&Action::Spawn), "crash {k} should restart");
+            p += 1;
+            h.on(k * 600, Event::Spawned { pid: pid(p) });
+        }
+        assert_eq!(h.m.restarts(), 9);
+    }
+}

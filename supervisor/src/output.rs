@@ -1,0 +1,77 @@
+//! Child output: each child's stdout and stderr are drained continuously into tracing events
+//! that carry the child's name and pid. Lines are decoded lossily and cut at a bounded length,
+//! so no child can block on a full pipe or make us allocate without limit.
+
+use std::os::fd::OwnedFd;
+
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+
+/// Longest line emitted as one event; longer ones are split.
+pub const MAX_LINE: usize = 4096;
+
+/// Which stream a line came from.
+#[derive(Debug, Clone, Copy)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    fn as_str(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+/// Drain `fd` until EOF (every writer, grandchildren included, has closed it).
+pub async fn drain(fd: OwnedFd, name: String, pid: Pid, stream: Stream) {
+    if let Err(e) = crate::os::set_nonblocking(&fd) {
+        tracing::warn!(name, pid = pid.as_raw(), error = %e, "cannot read child output");
+        return;
+    }
+    let mut rx = match pipe::Receiver::from_owned_fd(fd) {
+        Ok(rx) => rx,
+        Err(e) => {
+            tracing::warn!(name, pid = pid.as_raw(), error = %e, "cannot read child output");
+            return;
+        }
+    };
+    let mut pending: Vec<u8> = Vec::with_capacity(256);
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = match rx.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::debug!(name, pid = pid.as_raw(), error = %e, "child output closed");
+                break;
+            }
+        };
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                emit(&name, pid, stream, &pending);
+                pending.clear();
+            } else {
+                pending.push(b);
+                if pending.len() >= MAX_LINE {
+                    emit(&name, pid, stream, &pending);
+                    pending.clear();
+                }
+            }
+        }
+    }
+    if !pending.is_empty() {
+        emit(&name, pid, stream, &pending);
+    }
+}
+
+fn emit(name: &str, pid: Pid, stream: Stream, line: &[u8]) {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim_end_matches('\r');
+    tracing::info!(target: "child", name, pid = pid.as_raw(), stream = stream.as_str(), "{text}");
+}

@@ -1,0 +1,697 @@
+//! The supervisor actor: the single owner of the process table, of `waitpid` and of the
+//! notify socket. It consumes one closed event type per loop pass (a notification, a reaped
+//! child, a command, a timer), feeds the per-service state machines and carries out their
+//! actions. Others talk to it through a [`SupervisorHandle`] and read [`Snapshot`]s.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use futures_util::StreamExt;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use signal_hook::consts::SIGCHLD;
+use signal_hook_tokio::Signals;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+use crate::machine::{Action, Announcement, Event, FailReason, ServiceMachine, State};
+use crate::notify::{Notification, NotifySocket};
+use crate::os;
+use crate::output::{self, Stream};
+use crate::snapshot::{ProcessSnapshot, Snapshot};
+use crate::spec::{ExitStatus, Readiness, ServiceSpec};
+
+/// Errors returned to callers of the handle.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum SupervisorError {
+    #[error("no service named {0:?}")]
+    UnknownService(String),
+    #[error("a service named {0:?} already exists")]
+    DuplicateService(String),
+    #[error("{name} failed to start: {reason}")]
+    StartFailed { name: String, reason: FailReason },
+    #[error("{name} went down while starting")]
+    StoppedWhileStarting { name: String },
+    #[error("the supervisor is shutting down")]
+    ShuttingDown,
+    #[error("the supervisor is gone")]
+    Gone,
+}
+
+/// How the supervisor was set up.
+#[derive(Debug, Clone)]
+pub struct SupervisorOptions {
+    /// Where children send sd_notify messages (`NOTIFY_SOCKET` of notify services).
+    pub notify_socket: PathBuf,
+}
+
+enum Command {
+    Add {
+        spec: ServiceSpec,
+        fds: Vec<RawFd>,
+        reply: oneshot::Sender<Result<(), SupervisorError>>,
+    },
+    Start {
+        name: String,
+        reply: oneshot::Sender<Result<Pid, SupervisorError>>,
+    },
+    Stop {
+        name: String,
+        reply: oneshot::Sender<Result<Option<ExitStatus>, SupervisorError>>,
+    },
+    Restart {
+        name: String,
+        reply: oneshot::Sender<Result<Pid, SupervisorError>>,
+    },
+    Remove {
+        name: String,
+        reply: oneshot::Sender<Result<Option<ExitStatus>, SupervisorError>>,
+    },
+    Run {
+        spec: ServiceSpec,
+        reply: oneshot::Sender<Result<ExitStatus, SupervisorError>>,
+    },
+    Shutdown {
+        reply: oneshot::Sender<ShutdownReport>,
+    },
+    KillAll,
+}
+
+/// How a shutdown went.
+#[derive(Debug, Clone, Default)]
+pub struct ShutdownReport {
+    /// Services that had to be SIGKILLed or had failed before.
+    pub unclean: Vec<String>,
+}
+
+/// A cheap, cloneable way to command the supervisor.
+#[derive(Clone)]
+pub struct SupervisorHandle {
+    commands: mpsc::UnboundedSender<Command>,
+    snapshot: watch::Receiver<Arc<Snapshot>>,
+    notify_socket: PathBuf,
+}
+
+impl SupervisorHandle {
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, SupervisorError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(make(tx))
+            .map_err(|_| SupervisorError::Gone)?;
+        rx.await.map_err(|_| SupervisorError::Gone)
+    }
+
+    /// Register a service (not started). `fds` are descriptors the child inherits at the
+    /// same numbers; the caller keeps them open for as long as the service exists.
+    pub async fn add(&self, spec: ServiceSpec, fds: Vec<RawFd>) -> Result<(), SupervisorError> {
+        self.ask(|reply| Command::Add { spec, fds, reply }).await?
+    }
+
+    /// Start a registered service and wait until it is ready (or fails to become ready).
+    pub async fn start(&self, name: &str) -> Result<Pid, SupervisorError> {
+        let name = name.to_owned();
+        self.ask(|reply| Command::Start { name, reply }).await?
+    }
+
+    /// Stop a service and wait until its process is gone.
+    pub async fn stop(&self, name: &str) -> Result<Option<ExitStatus>, SupervisorError> {
+        let name = name.to_owned();
+        self.ask(|reply| Command::Stop { name, reply }).await?
+    }
+
+    /// Stop and start again, waiting for readiness.
+    pub async fn restart(&self, name: &str) -> Result<Pid, SupervisorError> {
+        let name = name.to_owned();
+        self.ask(|reply| Command::Restart { name, reply }).await?
+    }
+
+    /// Stop a service and forget it.
+    pub async fn remove(&self, name: &str) -> Result<Option<ExitStatus>, SupervisorError> {
+        let name = name.to_owned();
+        self.ask(|reply| Command::Remove { name, reply }).await?
+    }
+
+    /// Run a one-shot job to completion and return how it ended.
+    pub async fn run(&self, spec: ServiceSpec) -> Result<ExitStatus, SupervisorError> {
+        self.ask(|reply| Command::Run { spec, reply }).await?
+    }
+
+    /// Stop every service (in parallel, each with its own stop timeout) and end the actor.
+    pub async fn shutdown(&self) -> Result<ShutdownReport, SupervisorError> {
+        self.ask(|reply| Command::Shutdown { reply }).await
+    }
+
+    /// SIGKILL every live process group at once (a second SIGINT/SIGTERM).
+    pub fn kill_all(&self) {
+        let _ = self.commands.send(Command::KillAll);
+    }
+
+    /// The latest process table.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.borrow().clone()
+    }
+
+    /// Watch the process table change.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.snapshot.clone()
+    }
+
+    /// The socket children report readiness to.
+    pub fn notify_socket(&self) -> &std::path::Path {
+        &self.notify_socket
+    }
+}
+
+/// One registered service.
+struct Service {
+    spec: ServiceSpec,
+    machine: ServiceMachine,
+    /// Descriptors passed to the child at the same numbers.
+    fds: Vec<RawFd>,
+    /// Callers waiting for readiness.
+    ready_waiters: Vec<oneshot::Sender<Result<Pid, SupervisorError>>>,
+    /// Callers waiting for the process to be down for good.
+    down_waiters: Vec<oneshot::Sender<Result<Option<ExitStatus>, SupervisorError>>>,
+    /// One-shot callers waiting for the exit status.
+    run_waiter: Option<oneshot::Sender<Result<ExitStatus, SupervisorError>>>,
+    /// Forget the service once it is down.
+    remove_when_down: bool,
+    /// Was it SIGKILLed during shutdown.
+    killed: bool,
+    /// Wall-clock anchor of the current state, for snapshots.
+    since_wall: Option<SystemTime>,
+    ready_wall: Option<SystemTime>,
+    /// Last `STATUS=` the child sent.
+    status_text: Option<String>,
+}
+
+/// The actor. Create with [`Supervisor::start`].
+pub struct Supervisor {
+    services: BTreeMap<String, Service>,
+    notify: NotifySocket,
+    sigchld: Signals,
+    commands: mpsc::UnboundedReceiver<Command>,
+    snapshot_tx: watch::Sender<Arc<Snapshot>>,
+    timers: BinaryHeap<Reverse<Instant>>,
+    shutdown_reply: Option<oneshot::Sender<ShutdownReport>>,
+    shutting_down: bool,
+    rng: u64,
+    output_tasks: TaskTracker,
+}
+
+impl Supervisor {
+    /// Bind the notify socket, become a subreaper, install the SIGCHLD handler and spawn the
+    /// actor on the current tokio runtime. Must be called before any child is spawned.
+    pub fn start(
+        options: SupervisorOptions,
+    ) -> io::Result<(SupervisorHandle, tokio::task::JoinHandle<()>)> {
+        os::become_subreaper()?;
+        let notify = NotifySocket::bind(&options.notify_socket)?;
+        let sigchld = Signals::new([SIGCHLD])?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (snapshot_tx, snapshot_rx) = watch::channel(Arc::new(Snapshot::default()));
+        let seed = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0x9e37_79b9_7f4a_7c15)
+            ^ u64::from(std::process::id());
+        let sup = Supervisor {
+            services: BTreeMap::new(),
+            notify,
+            sigchld,
+            commands: rx,
+            snapshot_tx,
+            timers: BinaryHeap::new(),
+            shutdown_reply: None,
+            shutting_down: false,
+            rng: seed | 1,
+            output_tasks: TaskTracker::new(),
+        };
+        let join = tokio::spawn(sup.run());
+        Ok((
+            SupervisorHandle {
+                commands: tx,
+                snapshot: snapshot_rx,
+                notify_socket: options.notify_socket,
+            },
+            join,
+        ))
+    }
+
+    async fn run(mut self) {
+        loop {
+            let wake = self.timers.peek().map(|Reverse(t)| *t);
+            tokio::select! {
+                biased;
+                received = self.notify.recv() => match received {
+                    Ok(r) => self.on_datagram(r.pid, &r.payload),
+                    Err(e) => tracing::warn!(error = %e, "notify socket read failed"),
+                },
+                Some(_) = self.sigchld.next() => self.reap(),
+                command = self.commands.recv() => match command {
+                    Some(c) => self.on_command(c),
+                    None => {
+                        // Every handle is gone: nobody can command us any more; stop all.
+                        if !self.shutting_down {
+                            self.begin_shutdown();
+                        }
+                    }
+                },
+                () = sleep_until_opt(wake) => self.on_timer(),
+            }
+            self.publish();
+            if self.shutting_down && self.all_down() {
+                break;
+            }
+        }
+        self.output_tasks.close();
+        let unclean = self
+            .services
+            .iter()
+            .filter(|(_, s)| s.killed || matches!(s.machine.state(), State::Failed { .. }))
+            .map(|(n, _)| n.clone())
+            .collect();
+        if let Some(reply) = self.shutdown_reply.take() {
+            let _ = reply.send(ShutdownReport { unclean });
+        }
+    }
+
+    fn next_entropy(&mut self) -> u64 {
+        // xorshift64: jitter needs spread, not cryptographic quality.
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    fn all_down(&self) -> bool {
+        self.services.values().all(|s| {
+            s.machine.pid().is_none() && !matches!(s.machine.state(), State::Backoff { .. })
+        })
+    }
+
+    fn on_datagram(&mut self, pid: Pid, payload: &[u8]) {
+        let Some(name) = self.service_of(pid) else {
+            tracing::warn!(
+                pid = pid.as_raw(),
+                "ignoring notification from a process that is not one of our services"
+            );
+            return;
+        };
+        let note = match Notification::parse(payload) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(name, pid = pid.as_raw(), error = %e, "ignoring malformed notification");
+                return;
+            }
+        };
+        if let Some(svc) = self.services.get_mut(&name) {
+            if let Some(status) = &note.status {
+                svc.status_text = Some(status.clone());
+            }
+        }
+        if note.ready {
+            self.feed(&name, Event::ReadyReceived { pid });
+        }
+        if note.stopping {
+            tracing::debug!(name, pid = pid.as_raw(), "child announced STOPPING");
+        }
+    }
+
+    fn service_of(&self, pid: Pid) -> Option<String> {
+        self.services
+            .iter()
+            .find(|(_, s)| s.machine.pid() == Some(pid))
+            .map(|(n, _)| n.clone())
+    }
+
+    fn reap(&mut self) {
+        // Attribute any READY=1 sent just before an exit: drain notifications first.
+        loop {
+            match self.notify.try_recv() {
+                Ok(Some(r)) => self.on_datagram(r.pid, &r.payload),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "notify socket read failed");
+                    break;
+                }
+            }
+        }
+        loop {
+            match os::reap_one() {
+                Ok(Some((pid, status))) => match self.service_of(pid) {
+                    Some(name) => {
+                        // Sweep what may remain of its process group (forked helpers).
+                        let _ = os::signal_group(pid, Signal::SIGKILL);
+                        tracing::info!(name, pid = pid.as_raw(), %status, "process exited");
+                        self.feed(&name, Event::Exited { pid, status });
+                    }
+                    None => {
+                        tracing::info!(pid = pid.as_raw(), %status, "reaped an orphaned process")
+                    }
+                },
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!(error = %e, "waitpid failed");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn on_timer(&mut self) {
+        let now = Instant::now();
+        while matches!(self.timers.peek(), Some(Reverse(t)) if *t <= now) {
+            self.timers.pop();
+        }
+        let names: Vec<String> = self.services.keys().cloned().collect();
+        for name in names {
+            self.feed(&name, Event::Tick);
+        }
+    }
+
+    fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Add { spec, fds, reply } => {
+                let _ = reply.send(self.add(spec, fds));
+            }
+            Command::Start { name, reply } => {
+                if self.shutting_down {
+                    let _ = reply.send(Err(SupervisorError::ShuttingDown));
+                    return;
+                }
+                let Some(svc) = self.services.get_mut(&name) else {
+                    let _ = reply.send(Err(SupervisorError::UnknownService(name)));
+                    return;
+                };
+                if let State::Running { pid, .. } = svc.machine.state() {
+                    let _ = reply.send(Ok(*pid));
+                    return;
+                }
+                svc.ready_waiters.push(reply);
+                self.feed(&name, Event::StartRequested);
+            }
+            Command::Restart { name, reply } => {
+                if self.shutting_down {
+                    let _ = reply.send(Err(SupervisorError::ShuttingDown));
+                    return;
+                }
+                let Some(svc) = self.services.get_mut(&name) else {
+                    let _ = reply.send(Err(SupervisorError::UnknownService(name)));
+                    return;
+                };
+                svc.ready_waiters.push(reply);
+                self.feed(&name, Event::RestartRequested);
+            }
+            Command::Stop { name, reply } => self.stop(name, reply, false),
+            Command::Remove { name, reply } => self.stop(name, reply, true),
+            Command::Run { spec, reply } => {
+                if self.shutting_down {
+                    let _ = reply.send(Err(SupervisorError::ShuttingDown));
+                    return;
+                }
+                let name = spec.name.clone();
+                if let Err(e) = self.add(spec, Vec::new()) {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                if let Some(svc) = self.services.get_mut(&name) {
+                    svc.run_waiter = Some(reply);
+                    svc.remove_when_down = true;
+                }
+                self.feed(&name, Event::StartRequested);
+            }
+            Command::Shutdown { reply } => {
+                self.shutdown_reply = Some(reply);
+                if !self.shutting_down {
+                    self.begin_shutdown();
+                }
+            }
+            Command::KillAll => {
+                for (name, svc) in &mut self.services {
+                    if let Some(pid) = svc.machine.pid() {
+                        tracing::warn!(name, pid = pid.as_raw(), "killing at once");
+                        svc.killed = true;
+                        let _ = os::signal_group(pid, Signal::SIGKILL);
+                    }
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, spec: ServiceSpec, fds: Vec<RawFd>) -> Result<(), SupervisorError> {
+        if self.services.contains_key(&spec.name) {
+            return Err(SupervisorError::DuplicateService(spec.name));
+        }
+        let name = spec.name.clone();
+        self.services.insert(
+            name,
+            Service {
+                spec,
+                machine: ServiceMachine::new(),
+                fds,
+                ready_waiters: Vec::new(),
+                down_waiters: Vec::new(),
+                run_waiter: None,
+                remove_when_down: false,
+                killed: false,
+                since_wall: None,
+                ready_wall: None,
+                status_text: None,
+            },
+        );
+        Ok(())
+    }
+
+    fn stop(
+        &mut self,
+        name: String,
+        reply: oneshot::Sender<Result<Option<ExitStatus>, SupervisorError>>,
+        remove: bool,
+    ) {
+        let Some(svc) = self.services.get_mut(&name) else {
+            let _ = reply.send(Err(SupervisorError::UnknownService(name)));
+            return;
+        };
+        svc.down_waiters.push(reply);
+        svc.remove_when_down |= remove;
+        self.feed(&name, Event::StopRequested);
+    }
+
+    fn begin_shutdown(&mut self) {
+        self.shutting_down = true;
+        let names: Vec<String> = self.services.keys().cloned().collect();
+        for name in names {
+            self.feed(&name, Event::StopRequested);
+        }
+    }
+
+    /// Feed one event to one service and carry out what its machine asks for.
+    fn feed(&mut self, name: &str, event: Event) {
+        let mut queue = vec![event];
+        while let Some(event) = queue.pop() {
+            let entropy = self.next_entropy();
+            let Some(svc) = self.services.get_mut(name) else {
+                return;
+            };
+            let before = std::mem::discriminant(svc.machine.state());
+            let actions = svc.machine.on(&svc.spec, event, Instant::now(), entropy);
+            if std::mem::discriminant(svc.machine.state()) != before {
+                svc.since_wall = Some(SystemTime::now());
+                if matches!(svc.machine.state(), State::Running { .. }) {
+                    svc.ready_wall = svc.since_wall;
+                }
+            }
+            for action in actions {
+                match action {
+                    Action::Spawn => {
+                        if self.shutting_down {
+                            // No restarts once stopping: report the service down instead.
+                            queue.push(Event::StopRequested);
+                            continue;
+                        }
+                        queue.push(self.spawn(name));
+                    }
+                    Action::Signal { pid, signal } => {
+                        if let Err(e) = os::signal_group(pid, signal) {
+                            tracing::warn!(name, pid = pid.as_raw(), error = %e, "cannot signal process group");
+                        }
+                        if signal == Signal::SIGKILL {
+                            if let Some(svc) = self.services.get_mut(name) {
+                                if self.shutting_down {
+                                    svc.killed = true;
+                                }
+                            }
+                            tracing::warn!(name, pid = pid.as_raw(), "sent SIGKILL");
+                        }
+                    }
+                    Action::WakeAt(at) => self.timers.push(Reverse(at)),
+                    Action::Announce(a) => self.announce(name, a),
+                }
+            }
+        }
+        if let Some(svc) = self.services.get(name) {
+            let down = svc.machine.pid().is_none()
+                && !matches!(svc.machine.state(), State::Backoff { .. })
+                && svc.down_waiters.is_empty()
+                && svc.ready_waiters.is_empty()
+                && svc.run_waiter.is_none();
+            if svc.remove_when_down && down {
+                self.services.remove(name);
+            }
+        }
+    }
+
+    fn spawn(&mut self, name: &str) -> Event {
+        let notify_path = self.notify.path().to_owned();
+        let Some(svc) = self.services.get_mut(name) else {
+            return Event::SpawnFailed {
+                error: "service vanished".into(),
+            };
+        };
+        let mut env = svc.spec.env.clone();
+        if matches!(svc.spec.readiness, Readiness::Notify { .. }) {
+            env.retain(|(k, _)| k != "NOTIFY_SOCKET");
+            env.push((
+                OsString::from("NOTIFY_SOCKET"),
+                notify_path.into_os_string(),
+            ));
+        }
+        match os::spawn(&svc.spec.argv, &env, svc.spec.cwd.as_deref(), &svc.fds) {
+            Ok(spawned) => {
+                tracing::info!(name, pid = spawned.pid.as_raw(), "process spawned");
+                svc.status_text = None;
+                let (n1, n2) = (name.to_owned(), name.to_owned());
+                self.output_tasks.spawn(output::drain(
+                    spawned.stdout,
+                    n1,
+                    spawned.pid,
+                    Stream::Stdout,
+                ));
+                self.output_tasks.spawn(output::drain(
+                    spawned.stderr,
+                    n2,
+                    spawned.pid,
+                    Stream::Stderr,
+                ));
+                Event::Spawned { pid: spawned.pid }
+            }
+            Err(e) => {
+                tracing::error!(name, error = %e, "cannot spawn");
+                Event::SpawnFailed {
+                    error: e.to_string(),
+                }
+            }
+        }
+    }
+
+    fn announce(&mut self, name: &str, announcement: Announcement) {
+        let Some(svc) = self.services.get_mut(name) else {
+            return;
+        };
+        match announcement {
+            Announcement::Ready { pid } => {
+                tracing::info!(name, pid = pid.as_raw(), "ready");
+                for w in svc.ready_waiters.drain(..) {
+                    let _ = w.send(Ok(pid));
+                }
+            }
+            Announcement::Died { reason } => {
+                tracing::warn!(name, %reason, "process died");
+                for w in svc.ready_waiters.drain(..) {
+                    let _ = w.send(Err(SupervisorError::StartFailed {
+                        name: name.to_owned(),
+                        reason: reason.clone(),
+                    }));
+                }
+            }
+            Announcement::Failed { reason } => {
+                tracing::error!(name, %reason, "service failed");
+                for w in svc.ready_waiters.drain(..) {
+                    let _ = w.send(Err(SupervisorError::StartFailed {
+                        name: name.to_owned(),
+                        reason: reason.clone(),
+                    }));
+                }
+                for w in svc.down_waiters.drain(..) {
+                    let _ = w.send(Ok(svc.machine.last_exit().map(|(s, _)| s)));
+                }
+                if let Some(w) = svc.run_waiter.take() {
+                    let result = match svc.machine.last_exit() {
+                        Some((status, _)) if !matches!(reason, FailReason::SpawnFailed { .. }) => {
+                            Ok(status)
+                        }
+                        _ => Err(SupervisorError::StartFailed {
+                            name: name.to_owned(),
+                            reason,
+                        }),
+                    };
+                    let _ = w.send(result);
+                }
+            }
+            Announcement::Down { status } => {
+                for w in svc.ready_waiters.drain(..) {
+                    let _ = w.send(Err(SupervisorError::StoppedWhileStarting {
+                        name: name.to_owned(),
+                    }));
+                }
+                for w in svc.down_waiters.drain(..) {
+                    let _ = w.send(Ok(status));
+                }
+                if let Some(w) = svc.run_waiter.take() {
+                    let _ = w.send(status.ok_or(SupervisorError::StoppedWhileStarting {
+                        name: name.to_owned(),
+                    }));
+                }
+            }
+        }
+    }
+
+    fn publish(&mut self) {
+        let now = Instant::now();
+        let processes = self
+            .services
+            .iter()
+            .map(|(name, svc)| {
+                ProcessSnapshot::of(
+                    name,
+                    svc.spec.kind.clone(),
+                    &svc.machine,
+                    now,
+                    svc.since_wall,
+                    svc.ready_wall,
+                    svc.status_text.clone(),
+                )
+            })
+            .collect();
+        let snapshot = Arc::new(Snapshot {
+            processes,
+            shutting_down: self.shutting_down,
+        });
+        self.snapshot_tx.send_if_modified(|old| {
+            if **old == *snapshot {
+                false
+            } else {
+                *old = snapshot;
+                true
+            }
+        });
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,153 @@
+//! What a supervised process is: its command line, environment and the policies that govern
+//! its start, readiness, restarts and stop. Specs are plain data, validated once on
+//! construction, so the state machine never meets an impossible policy.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::backoff::Backoff;
+
+/// Everything needed to start, watch and stop one service.
+#[derive(Debug, Clone)]
+pub struct ServiceSpec {
+    /// Unique name, used in logs, snapshots and commands (`kresd0`, `cache-gc`).
+    pub name: String,
+    /// Free-form label that groups services for snapshots (`kresd`, `gc`, `policy-loader`).
+    pub kind: String,
+    /// Program and arguments; `argv[0]` is the executable path.
+    pub argv: Vec<OsString>,
+    /// The complete environment of the child. Nothing is inherited implicitly; the supervisor
+    /// only adds `NOTIFY_SOCKET` for services with notify readiness.
+    pub env: Vec<(OsString, OsString)>,
+    /// Working directory of the child.
+    pub cwd: Option<PathBuf>,
+    /// How the service tells us that it is ready.
+    pub readiness: Readiness,
+    /// What happens when the process exits on its own.
+    pub restart: RestartPolicy,
+    /// Delays between restarts.
+    pub backoff: Backoff,
+    /// The most starts allowed within an interval before the service is failed.
+    pub start_limit: StartLimit,
+    /// How the process is asked to stop.
+    pub stop: StopPolicy,
+    /// Exit codes that count as success (a one-shot job's expected codes).
+    pub success_codes: BTreeSet<i32>,
+}
+
+impl ServiceSpec {
+    /// A long-running service with sensible defaults: no readiness protocol, restart always,
+    /// SIGTERM then SIGKILL after 10 s.
+    pub fn new(name: impl Into<String>, kind: impl Into<String>, argv: Vec<OsString>) -> Self {
+        ServiceSpec {
+            name: name.into(),
+            kind: kind.into(),
+            argv,
+            env: Vec::new(),
+            cwd: None,
+            readiness: Readiness::None,
+            restart: RestartPolicy::Always,
+            backoff: Backoff::default(),
+            start_limit: StartLimit::default(),
+            stop: StopPolicy::default(),
+            success_codes: BTreeSet::from([0]),
+        }
+    }
+
+    /// Whether an exit status counts as a success for this service.
+    pub fn is_success(&self, status: ExitStatus) -> bool {
+        match status {
+            ExitStatus::Code(code) => self.success_codes.contains(&code),
+            ExitStatus::Signaled { .. } => false,
+        }
+    }
+}
+
+/// How a service reports readiness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    /// Ready as soon as it is spawned.
+    None,
+    /// Ready when it sends `READY=1` over sd_notify; killed if that takes longer than `timeout`.
+    Notify { timeout: Duration },
+}
+
+/// What to do when the process exits without being asked to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartPolicy {
+    /// Restart whatever the exit status.
+    Always,
+    /// Restart only when the exit status is not a success.
+    OnFailure,
+    /// Never restart: one-shot jobs and services that must stay down once they exit.
+    Never,
+}
+
+/// At most `burst` starts within `interval`; one more fails the service (like systemd's
+/// `StartLimitBurst=` / `StartLimitIntervalSec=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartLimit {
+    pub burst: u32,
+    pub interval: Duration,
+}
+
+impl Default for StartLimit {
+    fn default() -> Self {
+        StartLimit {
+            burst: 10,
+            interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// How a process is stopped: `signal` to its process group, then SIGKILL to the group after
+/// `timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopPolicy {
+    pub signal: Signal,
+    pub timeout: Duration,
+}
+
+impl Default for StopPolicy {
+    fn default() -> Self {
+        StopPolicy {
+            signal: Signal::SIGTERM,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// How a process ended. Death by signal is kept apart from exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExitStatus {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal number.
+    Signaled { signal: i32, core_dumped: bool },
+}
+
+impl std::fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExitStatus::Code(code) => write!(f, "exit code {code}"),
+            ExitStatus::Signaled {
+                signal,
+                core_dumped,
+            } => {
+                let name = Signal::try_from(*signal)
+                    .map(|s| s.as_str())
+                    .unwrap_or("unknown signal");
+                write!(f, "killed by {name} ({signal})")?;
+                if *core_dumped {
+                    write!(f, ", core dumped")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
