@@ -1,1 +1,5 @@
-fn main() {}
+//! `kresctl`: the command-line client.
+
+fn main() -> std::process::ExitCode {
+    knot_resolver::kresctl::main()
+}

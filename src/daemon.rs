@@ -1,0 +1,295 @@
+//! The `knot-resolver` daemon: the root of the process tree. It loads the configuration,
+//! takes the rundir lock, starts the supervisor and the manager, serves the API, reports to
+//! systemd, and turns signals into an orderly shutdown.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook_tokio::Signals;
+use supervisor::upward::UpwardNotifier;
+use supervisor::{Supervisor, SupervisorOptions};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, ApiState};
+use crate::config::{self, LoadedConfig};
+use crate::manager::{Executables, Manager};
+
+/// The default configuration file, as upstream.
+pub const DEFAULT_CONFIG: &str = "/etc/knot-resolver/config.yaml";
+
+/// Name of the socket kresd workers send `READY=1` to, in the rundir.
+pub const NOTIFY_SOCKET_NAME: &str = "supervisor-notify-socket";
+
+/// Name of the rundir lock file.
+pub const PID_FILE_NAME: &str = "knot-resolver.pid";
+
+/// Why the daemon could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("cannot use rundir {path}: {source}")]
+    Rundir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("another manager is running in {0} (pid {1})")]
+    Locked(PathBuf, i32),
+    #[error("cannot start: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Apply(#[from] crate::manager::ApplyError),
+}
+
+/// Parse, lock and run. Returns the process exit code.
+pub fn run(config_files: Vec<PathBuf>) -> ExitCode {
+    let files: Vec<PathBuf> = config_files
+        .into_iter()
+        .map(|p| std::path::absolute(&p).unwrap_or(p))
+        .collect();
+    let loaded = match config::load_files(&files, true) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("knot-resolver: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    init_tracing(&loaded.model.logging.level);
+    let rundir = loaded.model.rundir.clone();
+    if let Err(source) = std::env::set_current_dir(&rundir) {
+        tracing::error!(
+            "{}",
+            DaemonError::Rundir {
+                path: rundir,
+                source
+            }
+        );
+        return ExitCode::from(1);
+    }
+    let lock = match PidLock::acquire(&rundir) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(serve(loaded, files));
+    drop(lock);
+    code
+}
+
+fn init_tracing(level: &str) {
+    let level = match level {
+        "crit" | "err" => "error",
+        "warning" => "warn",
+        "notice" | "info" => "info",
+        "debug" => "debug",
+        _ => "info",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KRES_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},child=info")));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+async fn serve(loaded: LoadedConfig, _files: Vec<PathBuf>) -> ExitCode {
+    let started = std::time::Instant::now();
+    let upward = UpwardNotifier::from_env();
+    upward.status("Initializing");
+    if let Err(e) = supervisor::os::cloexec_inherited_fds(&[]) {
+        tracing::warn!("cannot mark inherited descriptors close-on-exec: {e}");
+    }
+    let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("cannot install signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let rundir = loaded.model.rundir.clone();
+    let (sup, sup_task) = match Supervisor::start(SupervisorOptions {
+        notify_socket: rundir.join(NOTIFY_SOCKET_NAME),
+    }) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("cannot start the supervisor: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let loaded = Arc::new(loaded);
+    let (config_tx, config_rx) = watch::channel(loaded.clone());
+    let mut manager = Manager::new(sup.clone(), Executables::discover(), loaded.clone());
+    let stop = CancellationToken::new();
+
+    upward.status("Starting services");
+    let mut exit = 0u8;
+    let cold = tokio::select! {
+        r = manager.cold_start() => Some(r),
+        Some(sig) = signals.next() => {
+            tracing::warn!(signal = sig, "signal received during start-up; stopping");
+            None
+        }
+    };
+    let api_task = match cold {
+        Some(Ok(())) => {
+            let state = ApiState {
+                config: config_rx,
+                supervisor: sup.clone(),
+                stop: stop.clone(),
+            };
+            let socket = loaded.model.management.unix_socket.clone();
+            let router = api::app(state);
+            let api_stop = stop.child_token();
+            let task = socket.map(|path| {
+                tokio::spawn(async move {
+                    if let Err(e) = api::serve_unix(&path, router, api_stop).await {
+                        tracing::error!("management API on {} failed: {e}", path.display());
+                    }
+                    let _ = std::fs::remove_file(&path);
+                })
+            });
+            tracing::info!(
+                "Manager fully initialized and running in {:.3} seconds",
+                started.elapsed().as_secs_f64()
+            );
+            upward.ready("Ready");
+            let watchdog = upward.spawn_watchdog();
+            loop {
+                tokio::select! {
+                    Some(sig) = signals.next() => match sig {
+                        SIGHUP => tracing::info!("SIGHUP received; reload is not implemented yet"),
+                        _ => {
+                            tracing::info!(signal = sig, "stopping on signal");
+                            break;
+                        }
+                    },
+                    () = stop.cancelled() => {
+                        tracing::info!("stopping on API request");
+                        break;
+                    }
+                }
+            }
+            if let Some(w) = watchdog {
+                w.abort();
+            }
+            task
+        }
+        Some(Err(e)) => {
+            tracing::error!("start-up failed: {e}");
+            exit = 1;
+            None
+        }
+        None => None,
+    };
+    upward.stopping("Stopping");
+    stop.cancel();
+    if let Some(task) = api_task {
+        let _ = task.await;
+    }
+    // Stop every process; a second SIGINT/SIGTERM kills them at once.
+    let shutdown = sup.shutdown();
+    tokio::pin!(shutdown);
+    let report = loop {
+        tokio::select! {
+            r = &mut shutdown => break r,
+            Some(sig) = signals.next() => {
+                if sig != SIGHUP {
+                    tracing::warn!(signal = sig, "second stop signal: killing all processes");
+                    sup.kill_all();
+                }
+            }
+        }
+    };
+    let _ = sup_task.await;
+    manager.remove_generated_files();
+    drop(config_tx);
+    match report {
+        Ok(r) if !r.unclean.is_empty() => {
+            tracing::warn!(
+                "processes that did not stop cleanly: {}",
+                r.unclean.join(", ")
+            );
+        }
+        Ok(_) => {}
+        Err(e) => tracing::error!("supervisor: {e}"),
+    }
+    tracing::info!("stopped");
+    ExitCode::from(exit)
+}
+
+/// The rundir lock: `knot-resolver.pid` created exclusively; a stale one (dead pid) is taken
+/// over once. Removed on drop.
+struct PidLock {
+    path: PathBuf,
+}
+
+impl PidLock {
+    fn acquire(rundir: &Path) -> Result<PidLock, DaemonError> {
+        use std::io::Write;
+        let path = rundir.join(PID_FILE_NAME);
+        for _ in 0..2 {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(mut f) => {
+                    writeln!(f, "{}", std::process::id())?;
+                    return Ok(PidLock { path });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    match text.trim().parse::<i32>() {
+                        Ok(pid)
+                            if pid > 0 && pid_alive(pid) && pid != std::process::id() as i32 =>
+                        {
+                            return Err(DaemonError::Locked(rundir.to_owned(), pid));
+                        }
+                        _ => {
+                            tracing::warn!("removing stale lock {}", path.display());
+                            std::fs::remove_file(&path)?;
+                        }
+                    }
+                }
+                Err(source) => {
+                    return Err(DaemonError::Rundir {
+                        path: rundir.to_owned(),
+                        source,
+                    })
+                }
+            }
+        }
+        Err(DaemonError::Locked(rundir.to_owned(), 0))
+    }
+}
+
+fn pid_alive(pid: i32) -> bool {
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(()) => true,
+        Err(nix::errno::Errno::EPERM) => true,
+        Err(_) => false,
+    }
+}
+
+impl Drop for PidLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

@@ -1,0 +1,240 @@
+//! The HTTP client of `kresctl`: finds the API socket like upstream (`--socket`, then the
+//! `management` section of `--config` or the default config file, then the default socket)
+//! and sends one request over a unix socket or TCP.
+
+use std::path::{Path, PathBuf};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+
+use crate::kresctl::DEFAULT_SOCKET;
+
+/// Where the API is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Unix(PathBuf),
+    Tcp { host: String, port: u16 },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot read {path}: {message}")]
+    Config { path: PathBuf, message: String },
+    #[error("invalid socket URL {0:?}")]
+    BadUrl(String),
+    #[error("Failed to connect to {target}: {source}\nIs the resolver running?")]
+    Connect {
+        target: String,
+        source: std::io::Error,
+    },
+    #[error("request failed: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("request failed: {0}")]
+    Request(#[from] hyper::http::Error),
+    #[error("status: {status}\nbody:\n{body}")]
+    Status { status: u16, body: String },
+    #[error("invalid JSON from the API: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Target {
+    /// Upstream's socket discovery order.
+    pub fn discover(socket: Option<&str>, config: Option<&Path>) -> Result<Target, ClientError> {
+        if let Some(s) = socket {
+            return Target::parse(s);
+        }
+        if let Some(path) = config {
+            let text = std::fs::read_to_string(path).map_err(|e| ClientError::Config {
+                path: path.to_owned(),
+                message: e.to_string(),
+            })?;
+            let doc =
+                crate::config::parse_document(&text, path).map_err(|e| ClientError::Config {
+                    path: path.to_owned(),
+                    message: e.to_string(),
+                })?;
+            if let Some(t) = Target::from_management(&doc, path) {
+                return Ok(t);
+            }
+        } else if let Ok(text) = std::fs::read_to_string(crate::daemon::DEFAULT_CONFIG) {
+            let path = Path::new(crate::daemon::DEFAULT_CONFIG);
+            if let Ok(doc) = crate::config::parse_document(&text, path) {
+                if let Some(t) = Target::from_management(&doc, path) {
+                    return Ok(t);
+                }
+            }
+        }
+        Ok(Target::Unix(PathBuf::from(DEFAULT_SOCKET)))
+    }
+
+    fn from_management(doc: &serde_json::Value, config_path: &Path) -> Option<Target> {
+        if let Some(sock) = doc
+            .pointer("/management/unix-socket")
+            .and_then(|v| v.as_str())
+        {
+            let p = PathBuf::from(sock);
+            let p = if p.is_relative() {
+                config_path.parent().map(|d| d.join(&p)).unwrap_or(p)
+            } else {
+                p
+            };
+            return Some(Target::Unix(p));
+        }
+        let iface = doc
+            .pointer("/management/interface")
+            .and_then(|v| v.as_str())?;
+        let (host, port) = iface.rsplit_once('@')?;
+        Some(Target::Tcp {
+            host: host.to_owned(),
+            port: port.parse().ok()?,
+        })
+    }
+
+    /// A path, or a URL: `http://host:port` or `http+unix://<percent-encoded path>`.
+    pub fn parse(s: &str) -> Result<Target, ClientError> {
+        if let Some(rest) = s.strip_prefix("http+unix://") {
+            let decoded = percent_decode(rest.trim_end_matches('/'));
+            return Ok(Target::Unix(PathBuf::from(decoded)));
+        }
+        if let Some(rest) = s.strip_prefix("http://") {
+            let hostport = rest.trim_end_matches('/');
+            let (host, port) = hostport
+                .rsplit_once(':')
+                .ok_or_else(|| ClientError::BadUrl(s.to_owned()))?;
+            let port = port
+                .parse()
+                .map_err(|_| ClientError::BadUrl(s.to_owned()))?;
+            return Ok(Target::Tcp {
+                host: host.trim_matches(['[', ']']).to_owned(),
+                port,
+            });
+        }
+        if s.contains("://") {
+            return Err(ClientError::BadUrl(s.to_owned()));
+        }
+        Ok(Target::Unix(PathBuf::from(s)))
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A response: status and body.
+pub struct ApiResponse {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+impl ApiResponse {
+    /// The body of a 2xx response, or the upstream-style error.
+    pub fn ok(self) -> Result<Vec<u8>, ClientError> {
+        if (200..300).contains(&self.status) {
+            Ok(self.body)
+        } else {
+            Err(ClientError::Status {
+                status: self.status,
+                body: String::from_utf8_lossy(&self.body).into_owned(),
+            })
+        }
+    }
+}
+
+pub struct ApiClient {
+    target: Target,
+}
+
+impl ApiClient {
+    pub fn new(target: Target) -> Self {
+        ApiClient { target }
+    }
+
+    /// Send one request and read the whole response.
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<ApiResponse, ClientError> {
+        let (host, io): (String, Box<dyn IoStream>) = match &self.target {
+            Target::Unix(p) => {
+                let s = tokio::net::UnixStream::connect(p).await.map_err(|source| {
+                    ClientError::Connect {
+                        target: p.display().to_string(),
+                        source,
+                    }
+                })?;
+                ("localhost".to_owned(), Box::new(s))
+            }
+            Target::Tcp { host, port } => {
+                let s = tokio::net::TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(|source| ClientError::Connect {
+                        target: format!("{host}:{port}"),
+                        source,
+                    })?;
+                (format!("{host}:{port}"), Box::new(s))
+            }
+        };
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", host)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))?;
+        let resp = sender.send_request(req).await?;
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await?.to_bytes().to_vec();
+        Ok(ApiResponse { status, body })
+    }
+}
+
+trait IoStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> IoStream for T {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_argument_forms() {
+        assert_eq!(
+            Target::parse("/run/x.sock").ok(),
+            Some(Target::Unix("/run/x.sock".into()))
+        );
+        assert_eq!(
+            Target::parse("http+unix://%2Frun%2Fx.sock").ok(),
+            Some(Target::Unix("/run/x.sock".into()))
+        );
+        assert_eq!(
+            Target::parse("http://127.0.0.1:5000").ok(),
+            Some(Target::Tcp {
+                host: "127.0.0.1".into(),
+                port: 5000
+            })
+        );
+        assert!(Target::parse("ftp://x").is_err());
+    }
+}

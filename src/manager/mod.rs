@@ -1,0 +1,276 @@
+//! The manager: turns a validated configuration into running processes. It writes the Lua
+//! files, runs the policy-loader to completion, starts the workers (a canary first, then the
+//! rest in parallel) and the cache garbage collector through the supervisor, and knows the
+//! process names, command lines and environments of Knot Resolver's programs.
+
+pub mod executables;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use supervisor::{
+    ExitStatus, Readiness, RestartPolicy, ServiceSpec, SupervisorError, SupervisorHandle,
+};
+
+use crate::config::{KresConfig, LoadedConfig};
+use crate::lua;
+pub use executables::Executables;
+
+/// How long a kresd may take between spawn and `READY=1` (upstream: 60 s).
+pub const WORKER_READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Service kinds, as shown in snapshots and `/processes`.
+pub const KIND_KRESD: &str = "kresd";
+pub const KIND_GC: &str = "gc";
+pub const KIND_POLICY_LOADER: &str = "policy-loader";
+
+/// The name of worker `id` (`kresd0`, `kresd1`, …).
+pub fn worker_name(id: u32) -> String {
+    format!("kresd{id}")
+}
+
+pub const GC_NAME: &str = "cache-gc";
+pub const POLICY_LOADER_NAME: &str = "policy-loader";
+
+/// Something went wrong while applying a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("policy-loader failed: {0}; the rules database was not updated")]
+    PolicyLoader(String),
+    #[error("worker {name} did not start: {source}")]
+    Worker {
+        name: String,
+        source: SupervisorError,
+    },
+    #[error(transparent)]
+    Supervisor(#[from] SupervisorError),
+}
+
+/// Owns the mapping from configuration to processes.
+pub struct Manager {
+    /// Where processes are started and watched.
+    supervisor: SupervisorHandle,
+    /// Paths of kresd and kres-cache-gc.
+    executables: Executables,
+    /// The environment every child starts from: ours, without what belongs to our own service
+    /// manager (`NOTIFY_SOCKET`, `WATCHDOG_*`, `LISTEN_*`).
+    base_env: Vec<(OsString, OsString)>,
+    /// The configuration currently applied.
+    current: Arc<LoadedConfig>,
+    /// Worker ids currently registered with the supervisor.
+    workers: Vec<u32>,
+}
+
+impl Manager {
+    pub fn new(
+        supervisor: SupervisorHandle,
+        executables: Executables,
+        config: Arc<LoadedConfig>,
+    ) -> Self {
+        Manager {
+            supervisor,
+            executables,
+            base_env: child_base_env(),
+            current: config,
+            workers: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &Arc<LoadedConfig> {
+        &self.current
+    }
+
+    pub fn supervisor(&self) -> &SupervisorHandle {
+        &self.supervisor
+    }
+
+    /// First start: policy-loader, canary worker, the other workers in parallel, then the
+    /// cache GC.
+    pub async fn cold_start(&mut self) -> Result<(), ApplyError> {
+        let cfg = self.current.model.clone();
+        self.run_policy_loader(&cfg).await?;
+        let count = cfg.workers;
+        self.write_worker_configs(&cfg, count)?;
+        // The canary proves the configuration before the rest are spawned.
+        self.start_worker(&cfg, 0).await?;
+        let rest = (1..count).map(|id| self.spawn_worker_task(&cfg, id));
+        let results = futures_util::future::join_all(rest).await;
+        for result in results {
+            let id = result?;
+            self.workers.push(id);
+        }
+        if cfg.cache.garbage_collector.enable {
+            self.supervisor.add(self.gc_spec(&cfg), Vec::new()).await?;
+            self.supervisor.start(GC_NAME).await?;
+        }
+        Ok(())
+    }
+
+    fn spawn_worker_task(
+        &self,
+        cfg: &KresConfig,
+        id: u32,
+    ) -> impl std::future::Future<Output = Result<u32, ApplyError>> {
+        let spec = self.worker_spec(cfg, id);
+        let sup = self.supervisor.clone();
+        async move {
+            let name = spec.name.clone();
+            sup.add(spec, Vec::new()).await?;
+            sup.start(&name)
+                .await
+                .map_err(|source| ApplyError::Worker { name, source })?;
+            Ok(id)
+        }
+    }
+
+    async fn start_worker(&mut self, cfg: &KresConfig, id: u32) -> Result<(), ApplyError> {
+        let id = self.spawn_worker_task(cfg, id).await?;
+        self.workers.push(id);
+        Ok(())
+    }
+
+    fn write_worker_configs(&self, cfg: &KresConfig, count: u32) -> Result<(), ApplyError> {
+        let text = lua::render_worker(cfg);
+        for id in 0..count {
+            write_file(&worker_config_path(&cfg.rundir, id), &text)?;
+        }
+        Ok(())
+    }
+
+    /// Run the policy-loader to completion; anything but exit code 0 is an error.
+    pub async fn run_policy_loader(&self, cfg: &KresConfig) -> Result<(), ApplyError> {
+        let path = cfg.rundir.join("policy-loader.conf");
+        write_file(&path, &lua::render_policy_loader(cfg))?;
+        let outcome = self.supervisor.run(self.policy_loader_spec(cfg)).await;
+        let _ = std::fs::remove_file(&path);
+        match outcome {
+            Ok(ExitStatus::Code(0)) => Ok(()),
+            Ok(status) => Err(ApplyError::PolicyLoader(status.to_string())),
+            Err(e) => Err(ApplyError::PolicyLoader(e.to_string())),
+        }
+    }
+
+    fn env_with(&self, extra: &[(&str, String)]) -> Vec<(OsString, OsString)> {
+        let mut env = self.base_env.clone();
+        for (k, v) in extra {
+            env.retain(|(key, _)| key != k);
+            env.push((OsString::from(k), OsString::from(v)));
+        }
+        env
+    }
+
+    pub fn worker_spec(&self, cfg: &KresConfig, id: u32) -> ServiceSpec {
+        let conf = worker_config_path(&cfg.rundir, id);
+        let mut spec = ServiceSpec::new(
+            worker_name(id),
+            KIND_KRESD,
+            vec![
+                self.executables.kresd.clone().into_os_string(),
+                "-c".into(),
+                conf.into_os_string(),
+                "-n".into(),
+            ],
+        );
+        spec.env = self.env_with(&[("SYSTEMD_INSTANCE", id.to_string())]);
+        spec.cwd = Some(cfg.rundir.clone());
+        spec.readiness = Readiness::Notify {
+            timeout: WORKER_READY_TIMEOUT,
+        };
+        spec.restart = RestartPolicy::Always;
+        spec
+    }
+
+    pub fn policy_loader_spec(&self, cfg: &KresConfig) -> ServiceSpec {
+        let mut spec = ServiceSpec::new(
+            POLICY_LOADER_NAME,
+            KIND_POLICY_LOADER,
+            vec![
+                self.executables.kresd.clone().into_os_string(),
+                "-c".into(),
+                cfg.rundir.join("policy-loader.conf").into_os_string(),
+                // `-c -`: do not load kresd's postconfig defaults.
+                "-c".into(),
+                "-".into(),
+                "-n".into(),
+            ],
+        );
+        spec.env = self.env_with(&[]);
+        spec.cwd = Some(cfg.rundir.clone());
+        spec.restart = RestartPolicy::Never;
+        spec
+    }
+
+    pub fn gc_spec(&self, cfg: &KresConfig) -> ServiceSpec {
+        let mut argv: Vec<OsString> = vec![
+            self.executables.cache_gc.clone().into_os_string(),
+            "-c".into(),
+            cfg.cache.storage.clone().into_os_string(),
+            "-d".into(),
+            "1000".into(),
+            "-u".into(),
+            "80".into(),
+            "-f".into(),
+            "10".into(),
+            "-l".into(),
+            "100".into(),
+            "-L".into(),
+            "200".into(),
+            "-t".into(),
+            "0".into(),
+            "-m".into(),
+            "0".into(),
+            "-w".into(),
+            "0".into(),
+        ];
+        if cfg.logging.level == "debug" {
+            argv.push("-v".into());
+        }
+        let mut spec = ServiceSpec::new(GC_NAME, KIND_GC, argv);
+        spec.env = self.env_with(&[]);
+        spec.cwd = Some(cfg.rundir.clone());
+        spec
+    }
+
+    /// Remove the files we generated in the rundir.
+    pub fn remove_generated_files(&self) {
+        for id in &self.workers {
+            let _ = std::fs::remove_file(worker_config_path(&self.current.model.rundir, *id));
+        }
+    }
+}
+
+pub fn worker_config_path(rundir: &Path, id: u32) -> PathBuf {
+    rundir.join(format!("kresd{id}.conf"))
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), ApplyError> {
+    let tmp = path.with_extension("conf.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|source| ApplyError::Write {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// Our environment minus what our own service manager meant for us alone.
+fn child_base_env() -> Vec<(OsString, OsString)> {
+    const PRIVATE: &[&str] = &[
+        "NOTIFY_SOCKET",
+        "WATCHDOG_USEC",
+        "WATCHDOG_PID",
+        "LISTEN_FDS",
+        "LISTEN_PID",
+        "LISTEN_FDNAMES",
+    ];
+    std::env::vars_os()
+        .filter(|(k, _)| !PRIVATE.iter().any(|p| k == p))
+        .collect()
+}
