@@ -1,1 +1,487 @@
-//! placeholder
+//! The test bed: real Knot Resolver 6 for integration tests and benchmarks.
+//!
+//! Where a `kresd` 6 is on `$PATH`, binaries run natively. Otherwise the Debian sid root
+//! filesystem from `provision-rootfs.sh` is used (provisioned on first use, cached outside the
+//! clone): each launched program runs under `unshare --mount` in a private mount namespace
+//! that mounts `/proc`, `/dev` and our build directory inside the rootfs and then `chroot`s,
+//! so nothing stays mounted when it exits. Every launched tree carries a marker environment
+//! variable, so teardown can find and kill every descendant and tests can prove none is left.
+//! Setting up the bed either works or fails loudly: tests never skip silently.
+
+pub mod dns;
+pub mod notify;
+pub mod procs;
+
+use std::ffi::{OsStr, OsString};
+use std::net::{TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Mutex, OnceLock};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+/// Environment variable carried by every process a test launches.
+pub const MARKER_VAR: &str = "KRES_TESTBED_MARKER";
+
+/// How programs are run.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// kresd 6 is installed on this machine.
+    Native,
+    /// Inside the Debian sid rootfs at this path.
+    Chroot { rootfs: PathBuf },
+}
+
+/// The test bed, set up once per test process.
+#[derive(Debug)]
+pub struct Bed {
+    pub mode: Mode,
+    /// Host directory under which test directories are made.
+    scratch_host: PathBuf,
+    /// The same directory as the launched programs see it.
+    scratch_bed: PathBuf,
+}
+
+/// A directory a test owns, seen from the host and from inside the bed.
+#[derive(Debug, Clone)]
+pub struct TestDir {
+    pub host: PathBuf,
+    pub bed: PathBuf,
+}
+
+impl TestDir {
+    /// A path below the directory: (host path, bed path).
+    pub fn join(&self, rel: &str) -> (PathBuf, PathBuf) {
+        (self.host.join(rel), self.bed.join(rel))
+    }
+
+    pub fn host(&self, rel: &str) -> PathBuf {
+        self.host.join(rel)
+    }
+
+    pub fn bed(&self, rel: &str) -> PathBuf {
+        self.bed.join(rel)
+    }
+}
+
+static BED: OnceLock<std::result::Result<Bed, String>> = OnceLock::new();
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+static PORT_LOCK: Mutex<()> = Mutex::new(());
+
+/// Path of the provisioning script in the repository.
+fn provision_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("provision-rootfs.sh")
+}
+
+impl Bed {
+    /// The bed, set up on first use. An error here fails the test.
+    pub fn get() -> Result<&'static Bed> {
+        match BED.get_or_init(|| Bed::setup().map_err(|e| format!("{e:#}"))) {
+            Ok(bed) => Ok(bed),
+            Err(e) => bail!("test bed unavailable: {e}"),
+        }
+    }
+
+    fn setup() -> Result<Bed> {
+        if native_kresd6() {
+            let scratch = std::env::temp_dir().join(format!("kr-testbed-{}", std::process::id()));
+            std::fs::create_dir_all(&scratch)?;
+            return Ok(Bed {
+                mode: Mode::Native,
+                scratch_host: scratch.clone(),
+                scratch_bed: scratch,
+            });
+        }
+        let out = Command::new("bash")
+            .arg(provision_script())
+            .stderr(Stdio::inherit())
+            .output()
+            .context("running provision-rootfs.sh")?;
+        if !out.status.success() {
+            bail!("provision-rootfs.sh failed with {}", out.status);
+        }
+        let rootfs = PathBuf::from(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .unwrap_or("")
+                .trim(),
+        );
+        if !rootfs.join("usr/sbin/kresd").exists() {
+            bail!("rootfs {} has no usr/sbin/kresd", rootfs.display());
+        }
+        let rel = PathBuf::from(format!("tmp/kr-testbed-{}", std::process::id()));
+        let scratch_host = rootfs.join(&rel);
+        std::fs::create_dir_all(&scratch_host)?;
+        std::fs::create_dir_all(rootfs.join("opt/kr-bin"))?;
+        Ok(Bed {
+            mode: Mode::Chroot { rootfs },
+            scratch_host,
+            scratch_bed: Path::new("/").join(rel),
+        })
+    }
+
+    /// A fresh directory for one test.
+    pub fn test_dir(&self, name: &str) -> Result<TestDir> {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let leaf = format!("{name}-{n}");
+        let dir = TestDir {
+            host: self.scratch_host.join(&leaf),
+            bed: self.scratch_bed.join(&leaf),
+        };
+        std::fs::create_dir_all(&dir.host)?;
+        Ok(dir)
+    }
+
+    /// The host path of a path inside the bed.
+    pub fn host_path(&self, bed_path: &Path) -> PathBuf {
+        match &self.mode {
+            Mode::Native => bed_path.to_owned(),
+            Mode::Chroot { rootfs } => rootfs.join(bed_path.strip_prefix("/").unwrap_or(bed_path)),
+        }
+    }
+
+    /// Launch `program` (a host path, e.g. `env!("CARGO_BIN_EXE_knot-resolver")`) with `args`
+    /// inside the bed. `env` is added to a minimal environment (PATH, the marker).
+    pub fn launch(
+        &self,
+        program: &Path,
+        args: &[&OsStr],
+        env: &[(&str, &OsStr)],
+    ) -> Result<Launched> {
+        self.launch_with(program, args, env, Stdio::piped())
+    }
+
+    /// Launch a program that is part of the bed itself (`/usr/sbin/kresd`, `/usr/bin/knot-resolver`).
+    pub fn launch_installed(
+        &self,
+        bed_program: &Path,
+        args: &[&OsStr],
+        env: &[(&str, &OsStr)],
+    ) -> Result<Launched> {
+        let marker = format!(
+            "kr-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        let mut cmd = match &self.mode {
+            Mode::Native => {
+                let mut c = Command::new(bed_program);
+                c.args(args);
+                c
+            }
+            Mode::Chroot { rootfs } => {
+                let mut c = Command::new("unshare");
+                c.args([
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "--",
+                    "sh",
+                    "-c",
+                    CHROOT_SCRIPT_INSTALLED,
+                    "sh",
+                ]);
+                c.arg(rootfs).arg(bed_program).args(args);
+                c
+            }
+        };
+        self.finish_launch(&mut cmd, env, marker, Stdio::piped())
+    }
+
+    fn launch_with(
+        &self,
+        program: &Path,
+        args: &[&OsStr],
+        env: &[(&str, &OsStr)],
+        stdout: Stdio,
+    ) -> Result<Launched> {
+        let marker = format!(
+            "kr-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        let mut cmd = match &self.mode {
+            Mode::Native => {
+                let mut c = Command::new(program);
+                c.args(args);
+                c
+            }
+            Mode::Chroot { rootfs } => {
+                let dir = program.parent().context("program has no directory")?;
+                let name = program.file_name().context("program has no name")?;
+                let mut c = Command::new("unshare");
+                c.args([
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "--",
+                    "sh",
+                    "-c",
+                    CHROOT_SCRIPT,
+                    "sh",
+                ]);
+                c.arg(rootfs)
+                    .arg(dir)
+                    .arg(Path::new("/opt/kr-bin").join(name))
+                    .args(args);
+                c
+            }
+        };
+        self.finish_launch(&mut cmd, env, marker, stdout)
+    }
+
+    fn finish_launch(
+        &self,
+        cmd: &mut Command,
+        env: &[(&str, &OsStr)],
+        marker: String,
+        stdout: Stdio,
+    ) -> Result<Launched> {
+        cmd.env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .env(MARKER_VAR, &marker)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(Stdio::piped());
+        if let Some(log) = std::env::var_os("KRES_LOG") {
+            cmd.env("KRES_LOG", log);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().context("spawning the launcher")?;
+        let stderr = child.stderr.take();
+        let output = Output::collect(stderr);
+        Ok(Launched {
+            child: Some(child),
+            marker,
+            output,
+        })
+    }
+
+    /// Run a program of the bed to completion (kdig, kresctl of upstream) and return stdout.
+    pub fn run_installed(&self, bed_program: &str, args: &[&str]) -> Result<std::process::Output> {
+        let mut cmd = match &self.mode {
+            Mode::Native => Command::new(bed_program),
+            Mode::Chroot { rootfs } => {
+                let mut c = Command::new("chroot");
+                c.arg(rootfs).arg(bed_program);
+                c
+            }
+        };
+        cmd.args(args)
+            .output()
+            .with_context(|| format!("running {bed_program}"))
+    }
+}
+
+/// Mounts /proc, /dev and the build directory inside the rootfs, then chroots into it.
+/// Arguments: rootfs, build dir, program inside the rootfs, its arguments.
+const CHROOT_SCRIPT: &str = r#"
+set -e
+root=$1; bindir=$2; shift 2
+mount -t proc proc "$root/proc"
+mount --rbind /dev "$root/dev"
+mount --bind "$bindir" "$root/opt/kr-bin"
+exec chroot "$root" "$@"
+"#;
+
+const CHROOT_SCRIPT_INSTALLED: &str = r#"
+set -e
+root=$1; shift
+mount -t proc proc "$root/proc"
+mount --rbind /dev "$root/dev"
+exec chroot "$root" "$@"
+"#;
+
+fn native_kresd6() -> bool {
+    if std::env::var_os("KRES_TESTBED_FORCE_ROOTFS").is_some() {
+        return false;
+    }
+    Command::new("kresd")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("version 6."))
+        .unwrap_or(false)
+}
+
+/// A free port on 127.0.0.1 for both UDP and TCP. Ports handed out by one test process are
+/// never handed out twice.
+pub fn free_port() -> Result<u16> {
+    static USED: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let _guard = PORT_LOCK
+        .lock()
+        .map_err(|_| anyhow::anyhow!("port lock poisoned"))?;
+    for _ in 0..100 {
+        let udp = UdpSocket::bind("127.0.0.1:0")?;
+        let port = udp.local_addr()?.port();
+        if TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        let mut used = USED
+            .lock()
+            .map_err(|_| anyhow::anyhow!("port list poisoned"))?;
+        if used.contains(&port) {
+            continue;
+        }
+        used.push(port);
+        return Ok(port);
+    }
+    bail!("no free port found")
+}
+
+/// The collected stderr of a launched process, for failure messages and log assertions.
+#[derive(Clone)]
+pub struct Output {
+    lines: std::sync::Arc<Mutex<Vec<String>>>,
+    tx: std::sync::Arc<Mutex<Vec<mpsc::Sender<String>>>>,
+}
+
+impl Output {
+    fn collect(stderr: Option<std::process::ChildStderr>) -> Output {
+        let out = Output {
+            lines: Default::default(),
+            tx: Default::default(),
+        };
+        if let Some(stderr) = stderr {
+            let o = out.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                let reader = std::io::BufReader::new(stderr);
+                for line in reader.split(b'\n').map_while(|l| l.ok()) {
+                    let line = String::from_utf8_lossy(&line).into_owned();
+                    if std::env::var_os("KRES_TESTBED_ECHO").is_some() {
+                        eprintln!("| {line}");
+                    }
+                    if let Ok(mut subs) = o.tx.lock() {
+                        subs.retain(|s| s.send(line.clone()).is_ok());
+                    }
+                    if let Ok(mut l) = o.lines.lock() {
+                        l.push(line);
+                    }
+                }
+            });
+        }
+        out
+    }
+
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        self.lines.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+
+    /// Wait until a line containing `needle` appears (including lines already written).
+    pub fn wait_for(&self, needle: &str, timeout: Duration) -> Result<String> {
+        let (tx, rx) = mpsc::channel();
+        {
+            let lines = self.lines.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+            if let Some(l) = lines.iter().find(|l| l.contains(needle)) {
+                return Ok(l.clone());
+            }
+            self.tx
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?
+                .push(tx);
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l.contains(needle) => return Ok(l),
+                Ok(_) => continue,
+                Err(_) => bail!(
+                    "no line containing {needle:?} within {timeout:?}; output:\n{}",
+                    self.text()
+                ),
+            }
+        }
+    }
+}
+
+/// A launched process tree. Dropping it kills every process carrying its marker.
+pub struct Launched {
+    child: Option<Child>,
+    pub marker: String,
+    pub output: Output,
+}
+
+impl Launched {
+    /// Pid of the launched program (the launcher `exec`s into it).
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    pub fn signal(&self, signal: nix::sys::signal::Signal) -> Result<()> {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), signal)?;
+        Ok(())
+    }
+
+    /// Wait for the program to exit; its exit status.
+    pub fn wait(&mut self, timeout: Duration) -> Result<std::process::ExitStatus> {
+        let mut child = self.child.take().context("already waited")?;
+        let (tx, rx) = mpsc::channel();
+        let handle = std::thread::spawn(move || {
+            let r = child.wait();
+            let _ = tx.send(());
+            (child, r)
+        });
+        match rx.recv_timeout(timeout) {
+            Ok(()) => {
+                let (_, status) = handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("waiter panicked"))?;
+                Ok(status?)
+            }
+            Err(_) => {
+                procs::kill_marked(&self.marker);
+                let _ = handle.join();
+                bail!(
+                    "did not exit within {timeout:?}; output:\n{}",
+                    self.output.text()
+                )
+            }
+        }
+    }
+
+    /// Processes of this tree still alive (not zombies), other than the launched program.
+    pub fn descendants(&self) -> Vec<procs::ProcInfo> {
+        procs::marked(&self.marker)
+            .into_iter()
+            .filter(|p| p.pid != self.pid())
+            .collect()
+    }
+
+    /// All live processes of the tree, the launched program included.
+    pub fn tree(&self) -> Vec<procs::ProcInfo> {
+        procs::marked(&self.marker)
+    }
+}
+
+impl Drop for Launched {
+    fn drop(&mut self) {
+        procs::kill_marked(&self.marker);
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Write a file, creating parent directories.
+pub fn write(path: &Path, text: &str) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// OsString helper for argument lists.
+pub fn os(s: impl AsRef<OsStr>) -> OsString {
+    s.as_ref().to_owned()
+}

@@ -1,0 +1,129 @@
+//! Shared set-up for integration tests: a resolver of ours, running on real kresd in the test
+//! bed, with its own rundir, port, API socket and a notify socket standing in for systemd.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Result;
+use testbed::notify::NotifyListener;
+use testbed::{os, Bed, Launched, TestDir};
+
+/// Generous bound for start-up on a loaded 2-core CI machine; never a performance assertion.
+pub const START_TIMEOUT: Duration = Duration::from_secs(60);
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DNS_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub const DAEMON: &str = env!("CARGO_BIN_EXE_knot-resolver");
+pub const KRESCTL: &str = env!("CARGO_BIN_EXE_kresctl");
+
+/// A resolver configuration for a test: fills in rundir, cache, listen port and API socket.
+pub struct Setup {
+    pub name: &'static str,
+    pub workers: u32,
+    /// More YAML appended to the generated top-level document.
+    pub extra: String,
+}
+
+impl Setup {
+    pub fn new(name: &'static str) -> Self {
+        Setup {
+            name,
+            workers: 1,
+            extra: String::new(),
+        }
+    }
+    pub fn workers(mut self, n: u32) -> Self {
+        self.workers = n;
+        self
+    }
+    pub fn extra(mut self, yaml: &str) -> Self {
+        self.extra.push_str(yaml);
+        self
+    }
+}
+
+/// A running resolver of ours.
+pub struct Resolver {
+    pub bed: &'static Bed,
+    pub dir: TestDir,
+    pub port: u16,
+    pub launched: Launched,
+    pub notify: NotifyListener,
+    /// Host path of the management API socket.
+    pub api: PathBuf,
+    /// Host path of the config file.
+    pub config: PathBuf,
+}
+
+pub fn config_yaml(dir: &TestDir, port: u16, s: &Setup) -> String {
+    format!(
+        "workers: {workers}\nrundir: {run}\nnetwork:\n  listen:\n    - interface: 127.0.0.1@{port}\ncache:\n  storage: {cache}\n  size-max: 10M\nmanagement:\n  unix-socket: {run}/kres-api.sock\nlogging:\n  level: notice\n{extra}",
+        workers = s.workers,
+        run = dir.bed("run").display(),
+        cache = dir.bed("cache").display(),
+        extra = s.extra,
+    )
+}
+
+/// Launch without waiting for readiness.
+pub fn launch(s: &Setup) -> Result<Resolver> {
+    let bed = Bed::get()?;
+    let dir = bed.test_dir(s.name)?;
+    std::fs::create_dir_all(dir.host("run"))?;
+    std::fs::create_dir_all(dir.host("cache"))?;
+    let port = testbed::free_port()?;
+    let config = dir.host("config.yaml");
+    testbed::write(&config, &config_yaml(&dir, port, s))?;
+    let notify = NotifyListener::bind(&dir.host("notify.sock"))?;
+    let launched = bed.launch(
+        Path::new(DAEMON),
+        &[&os("-c"), &os(dir.bed("config.yaml"))],
+        &[("NOTIFY_SOCKET", &os(dir.bed("notify.sock")))],
+    )?;
+    let api = dir.host("run/kres-api.sock");
+    Ok(Resolver {
+        bed,
+        dir,
+        port,
+        launched,
+        notify,
+        api,
+        config,
+    })
+}
+
+/// Launch and wait for `READY=1`.
+pub fn start(s: &Setup) -> Result<Resolver> {
+    let mut r = launch(s)?;
+    if let Err(e) = r.notify.wait_for("READY=1", START_TIMEOUT) {
+        anyhow::bail!("{e:#}\ndaemon output:\n{}", r.launched.output.text());
+    }
+    Ok(r)
+}
+
+impl Resolver {
+    pub fn dns(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Run our kresctl against this resolver.
+    pub fn kresctl(&self, args: &[&str]) -> Result<std::process::Output> {
+        let out = std::process::Command::new(KRESCTL)
+            .arg("-s")
+            .arg(&self.api)
+            .args(args)
+            .output()?;
+        Ok(out)
+    }
+
+    /// Processes of the tree by executable name, the daemon excluded.
+    pub fn children_named(&self, comm: &str) -> Vec<testbed::procs::ProcInfo> {
+        self.launched
+            .descendants()
+            .into_iter()
+            .filter(|p| p.comm == comm)
+            .collect()
+    }
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Run the whole test suite: formatting, lints, unit tests, and integration tests on real
+# kresd 6 (natively if installed, otherwise in the Debian sid rootfs, provisioned on first use).
+# Needs root for the rootfs (debootstrap, chroot, mount namespaces).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Reuse a cargo target directory outside the clone when one is given or cached.
+if [[ -z "${CARGO_TARGET_DIR:-}" && -d /var/cache/knot-resolver-rs ]]; then
+    export CARGO_TARGET_DIR=/var/cache/knot-resolver-rs/target
+fi
+
+echo "== provisioning the test bed"
+if ! command -v kresd >/dev/null || ! kresd --version 2>/dev/null | grep -q 'version 6\.'; then
+    bash tests/testbed/provision-rootfs.sh
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --workspace --locked
