@@ -1,0 +1,126 @@
+//! Shared pieces of the benchmarks: running our daemon or upstream's with the same
+//! configuration in the test bed, and reporting medians side by side.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use testbed::notify::NotifyListener;
+use testbed::{os, Bed, Launched, TestDir};
+
+/// Which control plane runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    Ours,
+    Upstream,
+}
+
+impl Flavor {
+    pub fn label(self) -> &'static str {
+        match self {
+            Flavor::Ours => "ours",
+            Flavor::Upstream => "upstream",
+        }
+    }
+}
+
+/// Our release binaries, next to this benchmark's own executable.
+pub fn our_binary(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe.parent().context("no directory")?;
+    let p = dir.join(name);
+    anyhow::ensure!(
+        p.exists(),
+        "{} not built; run `cargo build --release --bins` first",
+        p.display()
+    );
+    Ok(p)
+}
+
+/// A configuration with its own rundir, cache, port and API socket.
+pub fn write_config(dir: &TestDir, port: u16, workers: u32, extra: &str) -> Result<()> {
+    std::fs::create_dir_all(dir.host("run"))?;
+    std::fs::create_dir_all(dir.host("cache"))?;
+    let text = format!(
+        "workers: {workers}\nrundir: {run}\nnetwork:\n  listen:\n    - interface: 127.0.0.1@{port}\ncache:\n  storage: {cache}\n  size-max: 10M\nmanagement:\n  unix-socket: {run}/kres-api.sock\nlogging:\n  level: notice\nlocal-data:\n  records: |\n    bench.test. 300 A 192.0.2.7\n{extra}",
+        run = dir.bed("run").display(),
+        cache = dir.bed("cache").display(),
+    );
+    testbed::write(&dir.host("config.yaml"), &text)
+}
+
+/// Launch a control plane on the config in `dir`, with a notify socket of our own.
+pub fn launch(bed: &Bed, flavor: Flavor, dir: &TestDir) -> Result<(Launched, NotifyListener)> {
+    let notify = NotifyListener::bind(&dir.host("notify.sock"))?;
+    let args = [os("-c"), os(dir.bed("config.yaml"))];
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let env = [("NOTIFY_SOCKET", os(dir.bed("notify.sock")))];
+    let env: Vec<(&str, &std::ffi::OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    let launched = match flavor {
+        Flavor::Ours => bed.launch(&our_binary("knot-resolver")?, &args, &env)?,
+        Flavor::Upstream => {
+            bed.launch_installed(Path::new("/usr/bin/knot-resolver"), &args, &env)?
+        }
+    };
+    Ok((launched, notify))
+}
+
+/// Median of a sample.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// One row of a side-by-side table: name, unit, our median, upstream's median.
+pub fn print_row(name: &str, unit: &str, ours: &[f64], upstream: &[f64]) {
+    let (o, u) = (median(ours.to_vec()), median(upstream.to_vec()));
+    let ratio = if o > 0.0 { u / o } else { f64::NAN };
+    println!(
+        "{name:<40} {o:>12.1} {u:>12.1} {unit:<5} upstream/ours = {ratio:>6.1}x   (n={}, {})",
+        ours.len(),
+        upstream.len()
+    );
+}
+
+pub fn print_header() {
+    println!(
+        "{:<40} {:>12} {:>12}",
+        "metric (median)", "ours", "upstream"
+    );
+}
+
+/// Poll until `f` succeeds or `timeout` passes; returns the elapsed time since `since`.
+pub fn until<T>(
+    since: Instant,
+    timeout: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Result<(Duration, T)> {
+    loop {
+        if let Some(v) = f() {
+            return Ok((since.elapsed(), v));
+        }
+        if since.elapsed() > timeout {
+            anyhow::bail!("timed out after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Resident memory, in KiB, of the control plane: every process of the tree except kresd and
+/// kres-cache-gc.
+pub fn control_plane_rss_kib(launched: &Launched) -> u64 {
+    launched
+        .tree()
+        .iter()
+        .filter(|p| p.comm != "kresd" && p.comm != "kres-cache-gc")
+        .filter_map(|p| testbed::procs::rss_kib(p.pid))
+        .sum()
+}
