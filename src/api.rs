@@ -10,12 +10,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use supervisor::SupervisorHandle;
 
 use crate::config::LoadedConfig;
+use crate::manager::task::ManagerCommand;
 
 /// What the handlers can see and do.
 #[derive(Clone)]
@@ -26,6 +27,10 @@ pub struct ApiState {
     pub supervisor: SupervisorHandle,
     /// Cancelled by `POST /stop`: the daemon shuts down.
     pub stop: CancellationToken,
+    /// Commands to the manager task.
+    pub manager: mpsc::Sender<ManagerCommand>,
+    /// Whether `POST /debug/panic-manager` is enabled (tests of manager recovery only).
+    pub fault_injection: bool,
 }
 
 pub fn app(state: ApiState) -> Router {
@@ -36,6 +41,7 @@ pub fn app(state: ApiState) -> Router {
         .route("/stop", post(stop))
         .route("/processes", get(processes_all))
         .route("/processes/{kind}", get(processes))
+        .route("/debug/panic-manager", post(panic_manager))
         .with_state(state)
 }
 
@@ -66,6 +72,16 @@ async fn config_get(State(state): State<ApiState>, Path(pointer): Path<String>) 
 async fn stop(State(state): State<ApiState>) -> Response {
     state.stop.cancel();
     (StatusCode::OK, "Shutting down...").into_response()
+}
+
+async fn panic_manager(State(state): State<ApiState>) -> Response {
+    if !state.fault_injection {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    match state.manager.send(ManagerCommand::Panic).await {
+        Ok(()) => (StatusCode::OK, "manager panic requested").into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "manager is not running").into_response(),
+    }
 }
 
 async fn processes_all(state: State<ApiState>) -> Response {
@@ -131,18 +147,23 @@ fn json_response(status: StatusCode, value: &Value) -> Response {
     }
 }
 
-/// Serve the API on a unix socket until `shutdown` fires.
-pub async fn serve_unix(
-    path: &std::path::Path,
-    router: Router,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
+/// Bind the API's unix socket (a stale socket file is replaced). Done before READY is
+/// announced, so a client that reacts to READY can connect at once.
+pub fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    let listener = tokio::net::UnixListener::bind(path)?;
+    tokio::net::UnixListener::bind(path)
+}
+
+/// Serve the API on a bound unix socket until `shutdown` fires.
+pub async fn serve_unix(
+    listener: tokio::net::UnixListener,
+    router: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     axum::serve(listener, router)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await

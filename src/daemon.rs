@@ -9,14 +9,17 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook_tokio::Signals;
+use supervisor::task::supervise_task;
 use supervisor::upward::UpwardNotifier;
+use supervisor::Backoff;
 use supervisor::{Supervisor, SupervisorOptions};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiState};
 use crate::config::{self, LoadedConfig};
-use crate::manager::{Executables, Manager};
+use crate::manager::task::{self, ManagerContext, ManagerExit};
+use crate::manager::Executables;
 
 /// The default configuration file, as upstream.
 pub const DEFAULT_CONFIG: &str = "/etc/knot-resolver/config.yaml";
@@ -110,7 +113,7 @@ fn init_tracing(level: &str) {
 }
 
 async fn serve(loaded: LoadedConfig, _files: Vec<PathBuf>) -> ExitCode {
-    let started = std::time::Instant::now();
+    let started_at = std::time::Instant::now();
     let upward = UpwardNotifier::from_env();
     upward.status("Initializing");
     if let Err(e) = supervisor::os::cloexec_inherited_fds(&[]) {
@@ -133,73 +136,125 @@ async fn serve(loaded: LoadedConfig, _files: Vec<PathBuf>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let loaded = Arc::new(loaded);
-    let (config_tx, config_rx) = watch::channel(loaded.clone());
-    let mut manager = Manager::new(sup.clone(), Executables::discover(), loaded.clone());
+    let api_socket = loaded.model.management.unix_socket.clone();
+    let (config_tx, config_rx) = watch::channel(Arc::new(loaded));
+    let (command_tx, command_rx) = mpsc::channel(16);
+    let (started_tx, mut started_rx) = watch::channel(false);
     let stop = CancellationToken::new();
+    let ctx = ManagerContext {
+        supervisor: sup.clone(),
+        executables: Executables::discover(),
+        config: config_tx,
+        commands: Arc::new(Mutex::new(command_rx)),
+        started: started_tx,
+        upward: upward.clone(),
+        stop: stop.clone(),
+    };
+    let mut manager = tokio::spawn(supervise_task(
+        "manager",
+        Backoff::default(),
+        MANAGER_MAX_FAILURES,
+        stop.clone(),
+        move |inc| task::run(ctx.clone(), inc.number),
+    ));
 
-    upward.status("Starting services");
     let mut exit = 0u8;
-    let cold = tokio::select! {
-        r = manager.cold_start() => Some(r),
+    let mut manager_done = false;
+    let started = tokio::select! {
+        r = started_rx.wait_for(|s| *s) => match r {
+            Ok(_) => true,
+            Err(_) => {
+                // The manager dropped its side: it has ended; learn how.
+                manager_done = true;
+                exit = 1;
+                report_manager_end((&mut manager).await);
+                false
+            }
+        },
+        r = &mut manager => {
+            manager_done = true;
+            exit = 1;
+            report_manager_end(r);
+            false
+        }
         Some(sig) = signals.next() => {
             tracing::warn!(signal = sig, "signal received during start-up; stopping");
-            None
+            false
         }
     };
-    let api_task = match cold {
-        Some(Ok(())) => {
-            let state = ApiState {
-                config: config_rx,
-                supervisor: sup.clone(),
-                stop: stop.clone(),
-            };
-            let socket = loaded.model.management.unix_socket.clone();
-            let router = api::app(state);
-            let api_stop = stop.child_token();
-            let task = socket.map(|path| {
-                tokio::spawn(async move {
-                    if let Err(e) = api::serve_unix(&path, router, api_stop).await {
-                        tracing::error!("management API on {} failed: {e}", path.display());
-                    }
-                    let _ = std::fs::remove_file(&path);
-                })
-            });
+    let mut api_task = None;
+    if started {
+        let state = ApiState {
+            config: config_rx,
+            supervisor: sup.clone(),
+            stop: stop.clone(),
+            manager: command_tx,
+            fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
+        };
+        let router = api::app(state);
+        let api_stop = stop.child_token();
+        if let Some(path) = api_socket {
+            match api::bind_unix(&path) {
+                Ok(listener) => {
+                    api_task = Some(tokio::spawn(async move {
+                        if let Err(e) = api::serve_unix(listener, router, api_stop).await {
+                            tracing::error!("management API on {} failed: {e}", path.display());
+                        }
+                        let _ = std::fs::remove_file(&path);
+                    }));
+                }
+                Err(e) => {
+                    // Upstream stops the whole resolver when the API cannot listen.
+                    tracing::error!("cannot listen on {}: {e}", path.display());
+                    exit = 1;
+                    stop.cancel();
+                }
+            }
+        }
+        if !stop.is_cancelled() {
             tracing::info!(
                 "Manager fully initialized and running in {:.3} seconds",
-                started.elapsed().as_secs_f64()
+                started_at.elapsed().as_secs_f64()
             );
             upward.ready("Ready");
-            let watchdog = upward.spawn_watchdog();
-            loop {
-                tokio::select! {
-                    Some(sig) = signals.next() => match sig {
-                        SIGHUP => tracing::info!("SIGHUP received; reload is not implemented yet"),
-                        _ => {
-                            tracing::info!(signal = sig, "stopping on signal");
-                            break;
-                        }
-                    },
-                    () = stop.cancelled() => {
+        }
+        let watchdog = upward.spawn_watchdog();
+        loop {
+            tokio::select! {
+                Some(sig) = signals.next() => match sig {
+                    SIGHUP => tracing::info!("SIGHUP received; reload is not implemented yet"),
+                    _ => {
+                        tracing::info!(signal = sig, "stopping on signal");
+                        break;
+                    }
+                },
+                () = stop.cancelled() => {
+                    tracing::info!("stopping on API request");
+                    break;
+                }
+                r = &mut manager, if !manager_done => {
+                    manager_done = true;
+                    if stop.is_cancelled() {
+                        // It ended because a stop was requested (API): not a failure.
                         tracing::info!("stopping on API request");
                         break;
                     }
+                    exit = 1;
+                    report_manager_end(r);
+                    tracing::error!("the manager cannot continue; stopping the resolver");
+                    break;
                 }
             }
-            if let Some(w) = watchdog {
-                w.abort();
-            }
-            task
         }
-        Some(Err(e)) => {
-            tracing::error!("start-up failed: {e}");
-            exit = 1;
-            None
+        if let Some(w) = watchdog {
+            w.abort();
         }
-        None => None,
-    };
+    }
     upward.stopping("Stopping");
     stop.cancel();
+    if !manager_done {
+        let _ = manager.await;
+    }
     if let Some(task) = api_task {
         let _ = task.await;
     }
@@ -218,20 +273,42 @@ async fn serve(loaded: LoadedConfig, _files: Vec<PathBuf>) -> ExitCode {
         }
     };
     let _ = sup_task.await;
-    manager.remove_generated_files();
-    drop(config_tx);
+    crate::manager::remove_generated_files(&rundir);
     match report {
         Ok(r) if !r.unclean.is_empty() => {
             tracing::warn!(
                 "processes that did not stop cleanly: {}",
                 r.unclean.join(", ")
             );
+            exit = 1;
         }
         Ok(_) => {}
-        Err(e) => tracing::error!("supervisor: {e}"),
+        Err(e) => {
+            tracing::error!("supervisor: {e}");
+            exit = 1;
+        }
     }
     tracing::info!("stopped");
     ExitCode::from(exit)
+}
+
+/// Consecutive manager-task failures before the resolver gives up and stops.
+const MANAGER_MAX_FAILURES: u32 = 5;
+
+/// Set (to anything) to enable `POST /debug/panic-manager`, for tests of manager recovery.
+pub const FAULT_INJECTION_VAR: &str = "KRES_FAULT_INJECTION";
+
+fn report_manager_end(
+    r: Result<Result<Option<ManagerExit>, supervisor::task::TaskGaveUp>, tokio::task::JoinError>,
+) {
+    match r {
+        Ok(Ok(Some(ManagerExit::StartFailed(e)))) => tracing::error!("start-up failed: {e}"),
+        Ok(Ok(Some(ManagerExit::Stopped) | None)) => {
+            tracing::error!("the manager ended unexpectedly")
+        }
+        Ok(Err(e)) => tracing::error!("{e}"),
+        Err(e) => tracing::error!("manager supervision failed: {e}"),
+    }
 }
 
 /// The rundir lock: `knot-resolver.pid` created exclusively; a stale one (dead pid) is taken

@@ -4,6 +4,7 @@
 //! process names, command lines and environments of Knot Resolver's programs.
 
 pub mod executables;
+pub mod task;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -91,6 +92,47 @@ impl Manager {
         &self.supervisor
     }
 
+    /// Take over the processes a previous incarnation of the manager left running: the
+    /// supervisor kept them; we only learn which workers exist.
+    pub fn adopt(&mut self) -> usize {
+        let snapshot = self.supervisor.snapshot();
+        self.workers = snapshot
+            .processes
+            .iter()
+            .filter(|p| p.kind == KIND_KRESD)
+            .filter_map(|p| p.name.strip_prefix("kresd").and_then(|n| n.parse().ok()))
+            .collect();
+        self.workers.sort_unstable();
+        self.workers.len()
+    }
+
+    /// Make the running processes match the configuration after an adoption: start what is
+    /// missing (a worker that a previous incarnation did not get to), without touching what runs.
+    pub async fn reconcile(&mut self) -> Result<(), ApplyError> {
+        let cfg = self.current.model.clone();
+        let missing: Vec<u32> = (0..cfg.workers)
+            .filter(|id| !self.workers.contains(id))
+            .collect();
+        if !missing.is_empty() {
+            self.write_worker_configs(&cfg, cfg.workers)?;
+            for id in missing {
+                self.start_worker(&cfg, id).await?;
+            }
+        }
+        let snapshot = self.supervisor.snapshot();
+        let gc_exists = snapshot.processes.iter().any(|p| p.name == GC_NAME);
+        if cfg.cache.garbage_collector.enable && !gc_exists {
+            self.supervisor.add(self.gc_spec(&cfg), Vec::new()).await?;
+            self.supervisor.start(GC_NAME).await?;
+        }
+        Ok(())
+    }
+
+    /// Worker ids the manager knows about.
+    pub fn workers(&self) -> &[u32] {
+        &self.workers
+    }
+
     /// First start: policy-loader, canary worker, the other workers in parallel, then the
     /// cache GC.
     pub async fn cold_start(&mut self) -> Result<(), ApplyError> {
@@ -107,7 +149,7 @@ impl Manager {
             self.workers.push(id);
         }
         if cfg.cache.garbage_collector.enable {
-            self.supervisor.add(self.gc_spec(&cfg), Vec::new()).await?;
+            add_once(&self.supervisor, self.gc_spec(&cfg)).await?;
             self.supervisor.start(GC_NAME).await?;
         }
         Ok(())
@@ -237,12 +279,31 @@ impl Manager {
         spec.cwd = Some(cfg.rundir.clone());
         spec
     }
+}
 
-    /// Remove the files we generated in the rundir.
-    pub fn remove_generated_files(&self) {
-        for id in &self.workers {
-            let _ = std::fs::remove_file(worker_config_path(&self.current.model.rundir, *id));
+/// Remove the worker configurations we generated in the rundir (at shutdown).
+pub fn remove_generated_files(rundir: &Path) {
+    let Ok(entries) = std::fs::read_dir(rundir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let is_worker_conf = name
+            .strip_prefix("kresd")
+            .and_then(|rest| rest.strip_suffix(".conf"))
+            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
+        if is_worker_conf {
+            let _ = std::fs::remove_file(entry.path());
         }
+    }
+}
+
+/// Register a service unless a previous incarnation of the manager already did.
+async fn add_once(sup: &SupervisorHandle, spec: ServiceSpec) -> Result<(), SupervisorError> {
+    match sup.add(spec, Vec::new()).await {
+        Ok(()) | Err(SupervisorError::DuplicateService(_)) => Ok(()),
+        Err(e) => Err(e),
     }
 }
 

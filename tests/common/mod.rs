@@ -24,6 +24,8 @@ pub struct Setup {
     pub workers: u32,
     /// More YAML appended to the generated top-level document.
     pub extra: String,
+    /// Extra environment of the daemon.
+    pub env: Vec<(&'static str, String)>,
 }
 
 impl Setup {
@@ -32,10 +34,15 @@ impl Setup {
             name,
             workers: 1,
             extra: String::new(),
+            env: Vec::new(),
         }
     }
     pub fn workers(mut self, n: u32) -> Self {
         self.workers = n;
+        self
+    }
+    pub fn env(mut self, key: &'static str, value: &str) -> Self {
+        self.env.push((key, value.to_owned()));
         self
     }
     pub fn extra(mut self, yaml: &str) -> Self {
@@ -77,10 +84,15 @@ pub fn launch(s: &Setup) -> Result<Resolver> {
     let config = dir.host("config.yaml");
     testbed::write(&config, &config_yaml(&dir, port, s))?;
     let notify = NotifyListener::bind(&dir.host("notify.sock"))?;
+    let notify_path = os(dir.bed("notify.sock"));
+    let mut env: Vec<(&str, &std::ffi::OsStr)> = vec![("NOTIFY_SOCKET", &notify_path)];
+    let extra_env: Vec<(&str, std::ffi::OsString)> =
+        s.env.iter().map(|(k, v)| (*k, os(v))).collect();
+    env.extend(extra_env.iter().map(|(k, v)| (*k, v.as_os_str())));
     let launched = bed.launch(
         Path::new(DAEMON),
         &[&os("-c"), &os(dir.bed("config.yaml"))],
-        &[("NOTIFY_SOCKET", &os(dir.bed("notify.sock")))],
+        &env,
     )?;
     let api = dir.host("run/kres-api.sock");
     Ok(Resolver {
@@ -116,6 +128,29 @@ impl Resolver {
             .args(args)
             .output()?;
         Ok(out)
+    }
+
+    /// Raw HTTP request to the management API.
+    pub fn http(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> Result<testbed::http::HttpResponse> {
+        testbed::http::request(
+            &self.api,
+            method,
+            path,
+            &[("Content-Type", "application/json")],
+            body,
+        )
+    }
+
+    /// Pids of the live processes named `comm`, sorted.
+    pub fn pids_named(&self, comm: &str) -> Vec<i32> {
+        let mut v: Vec<i32> = self.children_named(comm).iter().map(|p| p.pid).collect();
+        v.sort_unstable();
+        v
     }
 
     /// Processes of the tree by executable name, the daemon excluded.

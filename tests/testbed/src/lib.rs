@@ -9,6 +9,7 @@
 //! Setting up the bed either works or fails loudly: tests never skip silently.
 
 pub mod dns;
+pub mod http;
 pub mod notify;
 pub mod procs;
 
@@ -341,17 +342,23 @@ pub fn free_port() -> Result<u16> {
 pub struct Output {
     lines: std::sync::Arc<Mutex<Vec<String>>>,
     tx: std::sync::Arc<Mutex<Vec<mpsc::Sender<String>>>>,
+    /// Receives once the stream reached EOF.
+    eof: std::sync::Arc<Mutex<Option<mpsc::Receiver<()>>>>,
 }
 
 impl Output {
     fn collect(stderr: Option<std::process::ChildStderr>) -> Output {
+        let (eof_tx, eof_rx) = mpsc::channel::<()>();
         let out = Output {
             lines: Default::default(),
             tx: Default::default(),
+            eof: std::sync::Arc::new(Mutex::new(Some(eof_rx))),
         };
         if let Some(stderr) = stderr {
             let o = out.clone();
             std::thread::spawn(move || {
+                // Dropped at EOF, which disconnects the receiver.
+                let _eof = eof_tx;
                 use std::io::BufRead;
                 let reader = std::io::BufReader::new(stderr);
                 for line in reader.split(b'\n').map_while(|l| l.ok()) {
@@ -369,6 +376,18 @@ impl Output {
             });
         }
         out
+    }
+
+    /// Wait until every writer closed the stream (bounded: a leaked grandchild may hold it).
+    pub fn wait_eof(&self, timeout: Duration) -> bool {
+        let rx = self.eof.lock().ok().and_then(|mut e| e.take());
+        match rx {
+            Some(rx) => matches!(
+                rx.recv_timeout(timeout),
+                Err(mpsc::RecvTimeoutError::Disconnected) | Ok(())
+            ),
+            None => true,
+        }
     }
 
     /// Everything written so far.
@@ -436,6 +455,7 @@ impl Launched {
                 let (_, status) = handle
                     .join()
                     .map_err(|_| anyhow::anyhow!("waiter panicked"))?;
+                self.output.wait_eof(Duration::from_secs(5));
                 Ok(status?)
             }
             Err(_) => {
