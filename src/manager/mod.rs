@@ -22,6 +22,20 @@ pub use executables::Executables;
 /// How long a kresd may take between spawn and `READY=1` (upstream: 60 s).
 pub const WORKER_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Restart policy of kresd workers: a worker that was ready for 5 s and then crashed is
+/// restarted at once (DNS service matters more than anything); a crash loop backs off from
+/// 250 ms to 10 s with at least 1 s between spawns.
+fn worker_backoff() -> supervisor::Backoff {
+    supervisor::Backoff::try_new(
+        Duration::from_millis(250),
+        Duration::from_secs(10),
+        Duration::from_secs(1),
+        100,
+        Duration::from_secs(5),
+    )
+    .unwrap_or_default()
+}
+
 /// Service kinds, as shown in snapshots and `/processes`.
 pub const KIND_KRESD: &str = "kresd";
 pub const KIND_GC: &str = "gc";
@@ -226,6 +240,7 @@ impl Manager {
             timeout: WORKER_READY_TIMEOUT,
         };
         spec.restart = RestartPolicy::Always;
+        spec.backoff = worker_backoff();
         spec
     }
 
