@@ -918,7 +918,9 @@ c(S, "top-level-scalar", "workers\n", I)
 c(S, "top-level-int", "42\n", I)
 c(S, "duplicate-top-level-key", "workers: 1\nworkers: 2\n", I)
 c(S, "duplicate-nested-key", "cache:\n  size-max: 100M\n  size-max: 200M\n", I)
-c(S, "duplicate-key-different-spelling", "cache:\n  size-max: 100M\n\"size-max\": 200M\n", I)
+c(S, "duplicate-key-dash-and-underscore-nested", "cache:\n  size-max: 100M\n  size_max: 200M\n", I)
+c(S, "misplaced-nested-key-at-top-level", "cache:\n  storage: /var/cache/knot-resolver\nsize-max: 200M\n", I)
+c(S, "duplicate-key-quoted-and-plain", "cache:\n  size-max: 100M\n  \"size-max\": 200M\n", I)
 c(S, "duplicate-section-via-underscore", "local-data:\n  ttl: 1s\nlocal_data:\n  ttl: 2s\n", I)
 c(S, "anchor-alias", """
 forward:
@@ -986,6 +988,134 @@ c(S, "json-with-comment", '// comment\n{"workers": 1}\n', I, ext="json")
 c(S, "json-nan", '{"views": [{"subnets": ["0.0.0.0/0"], "answer": "allow", "options": {"price-factor": NaN}}]}\n', I, ext="json")
 c(S, "json-float-int", '{"workers": 1.0}\n', I, ext="json")
 
+# ----------------------------------------------------------------- round 2: probes of quirks seen while labelling
+S = "multi"
+c(S, "top-level-unknown-key", "foo: bar", I)
+c(S, "top-level-capitalised-key", "Workers: 1", I)
+c(S, "top-level-underscore-rate-limiting", "rate_limiting:\n  enable: false", I)
+c(S, "top-level-underscore-local-data-alone", "local_data:\n  ttl: 1s", I)
+c(S, "top-level-dash-and-underscore-conflicting", "rate-limiting:\n  enable: true\n  rate-limit: 100\nrate_limiting:\n  enable: true", I)
+c(S, "two-listen-items-two-errors", "network:\n  listen:\n    - interface: 127.0.0.1@53\n      port: 53\n    - interface: 127.0.0.1\n      port: 0", I)
+c(S, "errors-in-three-list-items", "views:\n  - subnets: [bad]\n    answer: allow\n  - subnets: [10.0.0.0/8]\n    answer: nope\n  - subnets: [10.0.0.0/8]", I)
+c(S, "rules-tags-index-skips-untagged", """
+views:
+  - subnets: [10.0.0.0/8]
+    tags: [t1]
+local-data:
+  rules:
+    - name: a.example
+      address: 192.0.2.1
+    - name: b.example
+      address: 192.0.2.2
+    - name: c.example
+      address: 192.0.2.3
+      tags: [t1, zz]
+""", I)
+c(S, "rpz-second-bad-tags", """
+views:
+  - subnets: [10.0.0.0/8]
+    tags: [t1]
+local-data:
+  rpz:
+    - file: /a.rpz
+      tags: [t1]
+    - file: /b.rpz
+      tags: [t2]
+""", I)
+c(S, "tags-unused-only-in-views-no-local-data", """
+views:
+  - subnets: [10.0.0.0/8]
+    tags: [t1]
+""", V)
+S = "forward"
+t(S, "authoritative-port-53-then-custom", "- subtree: example.com\n  servers: [192.0.2.1@53, 192.0.2.2@5353]\n  options:\n    authoritative: true", V)
+t(S, "authoritative-object-port-53-then-custom-string", "- subtree: example.com\n  servers:\n    - address: 192.0.2.1@53\n    - 192.0.2.2@5353\n  options:\n    authoritative: true", V)
+t(S, "authoritative-plain-object-then-tls", "- subtree: example.com\n  servers:\n    - address: 192.0.2.1@53\n    - address: 192.0.2.2\n      transport: tls\n  options:\n    authoritative: true", V)
+t(S, "server-scoped-ipv6", "- subtree: example.com\n  servers: ['fe80::1%eth0']", V)
+t(S, "server-scoped-ipv6-port", "- subtree: example.com\n  servers: ['fe80::1%eth0@53']", V)
+t(S, "subtree-emoji-idn", "- subtree: '☃.example'\n  servers: [192.0.2.1]", V)
+t(S, "subtree-idn-uppercase", "- subtree: PŘÍKLAD.cz\n  servers: [192.0.2.1]", V)
+t(S, "subtree-dollar", "- subtree: 'exa$mple.com'\n  servers: [192.0.2.1]", V)
+t(S, "subtree-numeric-label", "- subtree: 10.in-addr.arpa\n  servers: [192.0.2.1]", V)
+t(S, "subtree-single-label-63", "- subtree: " + "a" * 63 + "\n  servers: [192.0.2.1]", V)
+t(S, "subtree-single-label-64", "- subtree: " + "a" * 64 + "\n  servers: [192.0.2.1]", I)
+t(S, "subtree-idn-label-too-long-after-punycode", "- subtree: " + "ř" * 40 + ".cz\n  servers: [192.0.2.1]", I)
+t(S, "subtree-float", "- subtree: 1.5\n  servers: [192.0.2.1]", I)
+t(S, "pin-sha256-not-tls-hostname-null", f"- subtree: '.'\n  servers:\n    - address: 192.0.2.1\n      pin-sha256: {PIN}\n      hostname: null", V)
+S = "local-data"
+t(S, "addresses-key-dash", "addresses:\n  my-host.example: 192.0.2.1", V)
+t(S, "addresses-key-underscore", "addresses:\n  my_host.example: 192.0.2.1", V)
+t(S, "addresses-keys-dash-and-underscore-collide", "addresses:\n  a-b.example: 192.0.2.1\n  a_b.example: 192.0.2.2", V)
+t(S, "addresses-bad-key-with-dashes", "addresses:\n  -bad-host.example: 192.0.2.1", I)
+t(S, "addresses-scoped-ipv6", "addresses:\n  a.example: 'fe80::1%eth0'", V)
+t(S, "rule-tags-empty", "rules:\n  - name: example.com\n    address: 192.0.2.1\n    tags: []", I)
+t(S, "rule-records-with-subtree", "rules:\n  - records: 'example.com. 300 A 192.0.2.1'\n    subtree: empty", I)
+t(S, "rule-file-with-subtree", "rules:\n  - file: /etc/hosts\n    subtree: empty", I)
+t(S, "rule-address-subtree-empty-nodata", "rules:\n  - name: example.com\n    subtree: empty\n    address: 192.0.2.1\n    nodata: false", V)
+S = "network"
+t(S, "listen-interface-any-v4", "listen:\n  - interface: 0.0.0.0", V)
+t(S, "listen-interface-any-v6", "listen:\n  - interface: '::'", V)
+t(S, "listen-interface-scoped-ipv6", "listen:\n  - interface: 'fe80::1%eth0'", V)
+t(S, "listen-interface-scoped-ipv6-port", "listen:\n  - interface: 'fe80::1%eth0@53'", V)
+t(S, "listen-interface-ifname-long", "listen:\n  - interface: averyveryverylonginterfacename0", V)
+t(S, "listen-interface-ifname-trailing-underscore", "listen:\n  - interface: eth0_", I)
+t(S, "listen-port-with-interface-list", "listen:\n  - interface: [127.0.0.1, '::1']\n    port: 5353", V)
+t(S, "listen-kind-xdp-ifname", "listen:\n  - interface: eth0\n    kind: xdp", V)
+t(S, "listen-unix-socket-empty-list", "listen:\n  - unix-socket: []", I)
+t(S, "listen-unix-socket-int", "listen:\n  - unix-socket: 5", I)
+t(S, "tls-padding-float", "tls:\n  padding: 1.5", I)
+t(S, "tls-sticket-secret-with-quotes", "tls:\n  sticket-secret: \"abc'def\\\"ghijklmnopqrstuvwxyz0123456\"", V)
+S = "management"
+t(S, "interface-scoped-ipv6", "interface: 'fe80::1%eth0@5000'", V)
+t(S, "interface-any", "interface: 0.0.0.0@5000", V)
+S = "cache"
+t(S, "ns-timeout-leading-zeros", "ns-timeout: 010s", V)
+t(S, "ns-timeout-huge", "ns-timeout: 99999999999999999999d", V)
+t(S, "ttl-max-huge-vs-min", "ttl-min: 99999999999999999999d", I)
+t(S, "size-max-huge", "size-max: 99999999999999G", V)
+t(S, "size-max-unicode-digits", "size-max: '١٠٠M'", V)
+t(S, "ns-timeout-unicode-digits", "ns-timeout: '١s'", V)
+S = "views"
+t(S, "price-factor-huge-int", "- subnets: [0.0.0.0/0]\n  answer: allow\n  options:\n    price-factor: 100000000000000000000", I)
+t(S, "subnets-ipv6-host-bits", "- subnets: ['2001:db8::1/32']\n  answer: allow", I)
+t(S, "subnets-scoped-ipv6", "- subnets: ['fe80::%eth0/64']\n  answer: allow", V)
+S = "lua"
+t(S, "script-float", "script: 1.5", I)
+t(S, "script-list", "script: [a]", I)
+t(S, "policy-script-int", "policy-script: 5", V)
+S = "monitoring"
+t(S, "graphite-host-idn", "graphite:\n  enable: true\n  host: příklad.cz", V)
+t(S, "graphite-host-trailing-dot", "graphite:\n  enable: true\n  host: graphite.example.", V)
+t(S, "graphite-host-int", "graphite:\n  enable: true\n  host: 5", V)
+S = "rate-limiting"
+t(S, "rate-limit-max-with-max-instant", "instant-limit: 5592404\nrate-limit: 5592404000", V)
+t(S, "rate-limit-over-max-with-max-instant", "instant-limit: 5592404\nrate-limit: 5592404001", I)
+t(S, "enable-false-rate-limit-over", "enable: false\nrate-limit: 60000", I)
+S = "dns64"
+t(S, "prefix-all-zero-96", "prefix: '::/96'", V)
+t(S, "prefix-ipv4-mapped", "prefix: '::ffff:0:0/96'", V)
+S = "yaml"
+c(S, "json-infinity", '{"views": [{"subnets": ["0.0.0.0/0"], "answer": "allow", "options": {"price-factor": Infinity}}]}\n', I, ext="json")
+c(S, "json-negative-zero", '{"views": [{"subnets": ["0.0.0.0/0"], "answer": "allow", "options": {"price-factor": -0.0}}]}\n', V, ext="json")
+c(S, "yaml-nan", "views:\n  - subnets: [0.0.0.0/0]\n    answer: allow\n    options:\n      price-factor: .nan\n", V)
+c(S, "yaml-inf", "views:\n  - subnets: [0.0.0.0/0]\n    answer: allow\n    options:\n      price-factor: .inf\n", I)
+c(S, "json-big-exponent-int", '{"workers": 1e0}\n', I, ext="json")
+c(S, "json-top-level-string", '"workers"\n', I, ext="json")
+c(S, "json-unicode-escape-key", '{"work\\u0065rs": 1}\n', V, ext="json")
+c(S, "yaml-explicit-key", "? workers\n: 1\n", V)
+c(S, "yaml-complex-key", "? [a, b]\n: 1\n", I)
+c(S, "yaml-binary-tag", "nsid: !!binary aGVsbG8=\n", I)
+c(S, "yaml-timestamp", "nsid: 2001-12-14\n", I)
+c(S, "yaml-set-tag", "nsid: !!set {a, b}\n", I)
+c(S, "yaml-python-tag", "nsid: !!python/str abc\n", I)
+c(S, "yaml-custom-tag", "nsid: !foo abc\n", I)
+c(S, "yaml-literal-block-nsid", "nsid: |\n  line1\n  line2\n", V)
+c(S, "yaml-folded-block-nsid", "nsid: >\n  line1\n  line2\n", V)
+c(S, "yaml-anchor-on-key", "&k workers: 1\n", V)
+c(S, "latin1-bytes", b"nsid: caf\xe9\n", None, raw=True)
+c(S, "yaml-null-key-in-section", "cache:\n  ~: 1\n", I)
+c(S, "yaml-bool-key-in-section", "options:\n  true: 1\n", I)
+
 
 def main():
     if os.path.isdir(CASES):
@@ -1001,8 +1131,12 @@ def main():
         seen.add(rel)
         p = os.path.join(HERE, rel)
         os.makedirs(os.path.dirname(p), exist_ok=True)
-        with open(p, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        if isinstance(text, bytes):
+            with open(p, "wb") as f:
+                f.write(text)
+        else:
+            with open(p, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
         expectations[rel] = exp
     with open(os.path.join(HERE, "author-expectations.json"), "w") as f:
         json.dump(expectations, f, indent=1, sort_keys=True)

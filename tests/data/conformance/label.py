@@ -19,7 +19,18 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ERR_PATH_RE = re.compile(r"^\s*\[(/[^\]]*)\]")
+# An error line is "<tabs>[<path>] <message>"; <path> itself may contain "[...]" groups
+# (list indexes "[0]", dict keys "[example.com]") and may be empty ("[]" for top-level keys).
+ERR_PATH_RE = re.compile(r"^\t*\[((?:[^\[\]]|\[[^\]]*\])*)\] ")
+VALIDATION_HEADER = "Configuration validation error"
+
+
+def error_paths(stderr):
+    if not stderr.startswith(VALIDATION_HEADER):
+        return []
+    return [m.group(1) for m in map(ERR_PATH_RE.match, stderr.splitlines()[1:]) if m]
+
+
 INNER_DIR = "/tmp/kres-conformance"
 
 
@@ -73,7 +84,7 @@ def main():
                                 "kresctl", "validate", f"{INNER_DIR}/{rel}"],
                                capture_output=True)
             stderr = p.stderr.decode("utf-8", "backslashreplace")
-            paths = [m.group(1) for m in map(ERR_PATH_RE.match, stderr.splitlines()) if m]
+            paths = error_paths(stderr)
             labels[rel] = {
                 "valid": p.returncode == 0,
                 "exit_code": p.returncode,
