@@ -42,7 +42,9 @@ def main():
     args = ap.parse_args()
 
     rootfs = args.rootfs
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+    # PYTHONHASHSEED=0 makes the order of Python-set-derived text (e.g. several names in
+    # "unexpected extra key(s) ...") reproducible between runs; it has no other effect.
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
     version = subprocess.run(["chroot", rootfs, "env", "-i", *[f"{k}={v}" for k, v in env.items()],
                               "kresctl", "--version"], capture_output=True, text=True).stdout.strip()
     pkg = subprocess.run(["chroot", rootfs, "dpkg-query", "-W", "-f", "${Version}", "knot-resolver6"],
@@ -102,7 +104,7 @@ def main():
         "upstream_version": version,
         "upstream_package": f"knot-resolver6 {pkg}",
         "rootfs": rootfs,
-        "command": f"chroot ROOTFS env -i PATH=... LANG=C.UTF-8 kresctl validate {INNER_DIR}/<case>",
+        "command": f"chroot ROOTFS env -i PATH=... LANG=C.UTF-8 PYTHONHASHSEED=0 kresctl validate {INNER_DIR}/<case>",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "nproc": nproc,
         "nproc_inside_rootfs": int(inner_nproc) if inner_nproc.isdigit() else inner_nproc,
