@@ -1117,6 +1117,26 @@ c(S, "latin1-bytes", b"nsid: caf\xe9\n", None, raw=True)
 c(S, "yaml-null-key-in-section", "cache:\n  ~: 1\n", I)
 c(S, "yaml-bool-key-in-section", "options:\n  true: 1\n", I)
 
+# ----------------------------------------------------------------- round 3: trailing newline vs Python's `$`
+t("cache", "ns-timeout-trailing-newline", 'ns-timeout: "10s\\n"', I)
+t("cache", "size-max-trailing-newline", 'size-max: "100M\\n"', I)
+t("views", "tag-trailing-newline", '- subnets: [10.0.0.0/8]\n  tags: ["t1\\n"]', I)
+t("network", "listen-interface-ifname-trailing-newline", 'listen:\n  - interface: "eth0\\n"', I)
+t("forward", "server-object-pin-trailing-newline", f"- subtree: '.'\n  servers:\n    - address: 192.0.2.1\n      transport: tls\n      pin-sha256: \"{PIN}\\n\"", I)
+t("forward", "subtree-trailing-newline", '- subtree: "example.com\\n"\n  servers: [192.0.2.1]', I)
+t("management", "interface-port-trailing-newline", 'interface: "127.0.0.1@5000\\n"', I)
+t("management", "interface-port-leading-plus", "interface: 127.0.0.1@+5000", I)
+t("management", "interface-port-leading-zero", "interface: 127.0.0.1@05000", V)
+
+# ----------------------------------------------------------------- round 4: port numbers go through Python int()
+t("management", "interface-port-inner-space", "interface: '127.0.0.1@ 5000'", I)
+t("management", "interface-port-underscore", "interface: 127.0.0.1@5_000", I)
+t("management", "interface-port-unicode-digits", "interface: '127.0.0.1@٥٠٠٠'", I)
+t("network", "listen-interface-port-underscore", "listen:\n  - interface: 127.0.0.1@5_353", I)
+t("network", "listen-interface-port-plus", "listen:\n  - interface: 127.0.0.1@+53", I)
+t("forward", "server-port-underscore", "- subtree: example.com\n  servers: [192.0.2.1@5_353]", I)
+t("forward", "server-port-trailing-space", "- subtree: example.com\n  servers: ['192.0.2.1@53 ']", I)
+
 
 def main():
     if os.path.isdir(CASES):
