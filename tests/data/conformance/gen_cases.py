@@ -1137,6 +1137,48 @@ t("network", "listen-interface-port-plus", "listen:\n  - interface: 127.0.0.1@+5
 t("forward", "server-port-underscore", "- subtree: example.com\n  servers: [192.0.2.1@5_353]", I)
 t("forward", "server-port-trailing-space", "- subtree: example.com\n  servers: ['192.0.2.1@53 ']", I)
 
+# ----------------------------------------------------------------- round 5: nulls/wrong shapes per section, leftovers, upstream example configs
+for sec in ("network", "local-data", "fallback", "logging", "monitoring", "rate-limiting", "lua", "dns64", "management"):
+    c(sec, "section-null", f"{sec}: null", I)
+    c(sec, "section-list", f"{sec}: []", I)
+    c(sec, "section-string", f"{sec}: 'yes'", I)
+t("dnssec", "trust-anchors-files-read-only-string", "trust-anchors-files:\n  - file: /etc/knot-resolver/root.keys\n    read-only: 'yes'", I)
+t("dnssec", "trust-anchors-files-unknown-key", "trust-anchors-files:\n  - file: /etc/knot-resolver/root.keys\n    readonly: true", I)
+t("dnssec", "negative-trust-anchors-empty", "negative-trust-anchors: []", I)
+t("logging", "dnstap-log-responses-string", "dnstap:\n  log-responses: 'no'", I)
+t("logging", "dnstap-log-tcp-rtt-yes", "dnstap:\n  log-tcp-rtt: yes", V)
+t("logging", "dnstap-unix-socket-int", "dnstap:\n  unix-socket: 5", I)
+t("logging", "groups-with-null", "groups: [cache, null]", I)
+t("local-data", "rpz-tags-bad-pattern", "rpz:\n  - file: /etc/knot-resolver/blocklist.rpz\n    tags: [Bad]", I)
+t("local-data", "rpz-unknown-key", "rpz:\n  - file: /etc/knot-resolver/blocklist.rpz\n    action: deny", I)
+t("local-data", "addresses-files-int-item", "addresses-files: [5]", I)
+t("local-data", "ttl-int", "ttl: 60", I)
+t("forward", "server-object-hostname-idn", "- subtree: '.'\n  servers:\n    - address: 192.0.2.1\n      transport: tls\n      hostname: dns.příklad.cz", V)
+t("forward", "server-object-ca-file-int", "- subtree: '.'\n  servers:\n    - address: 192.0.2.1\n      transport: tls\n      ca-file: 5", I)
+t("forward", "server-object-address-empty-list", "- subtree: '.'\n  servers:\n    - address: []", I)
+t("network", "edns-buffer-size-downstream-bad", "edns-buffer-size:\n  downstream: 1232 B", I)
+t("network", "proxy-protocol-enable-string", "proxy-protocol:\n  enable: 'true'", I)
+t("network", "proxy-protocol-unknown-key", "proxy-protocol:\n  allowed: [127.0.0.1]", I)
+t("network", "quic-unknown-key", "quic:\n  max-connections: 10", I)
+t("network", "tls-cert-file-int", "tls:\n  cert-file: 5\n  key-file: /etc/knot-resolver/server-key.pem", I)
+t("network", "address-renumbering-dest-ipv6-em", "address-renumbering:\n  - source: '2001:db8::/32'\n    destination: '2001:db9::!'", V)
+t("cache", "prefill-url-int", "prefill:\n  - origin: '.'\n    url: 5", V)
+t("cache", "prefill-unknown-key", "prefill:\n  - origin: '.'\n    url: https://www.internic.net/domain/root.zone\n    interval: 1d", I)
+t("cache", "prefetch-unknown-key", "prefetch:\n  expire: true", I)
+t("cache", "gc-threshold-float", "garbage-collector:\n  threshold: 50.0", I)
+t("monitoring", "graphite-null", "graphite: null", I)
+t("monitoring", "graphite-enable-string", "graphite:\n  enable: 'true'\n  host: 192.0.2.10", I)
+t("monitoring", "graphite-tcp-string", "graphite:\n  host: 192.0.2.10\n  tcp: 'yes'", I)
+t("views", "options-null", "- subnets: [0.0.0.0/0]\n  answer: allow\n  options: null", I)
+t("views", "item-null", "- null", I)
+t("defer", "log-period-int", "log-period: 0", I)
+t("rate-limiting", "rate-limit-string", "rate-limit: '100'", I)
+t("rate-limiting", "dry-run-string", "dry-run: 'false'", I)
+t("rate-limiting", "log-period-0s", "log-period: 0s", V)
+for fn in sorted(os.listdir("/work/shared/reference/configs")) if os.path.isdir("/work/shared/reference/configs") else []:
+    with open(os.path.join("/work/shared/reference/configs", fn), encoding="utf-8") as f:
+        c("examples", fn[:-5] if fn.endswith(".yaml") else fn, f.read(), None, raw=True)
+
 
 def main():
     if os.path.isdir(CASES):
