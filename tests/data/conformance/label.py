@@ -108,8 +108,12 @@ def main():
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "nproc": nproc,
         "nproc_inside_rootfs": int(inner_nproc) if inner_nproc.isdigit() else inner_nproc,
-        "nproc_dependent_cases": sorted(r for r in labels if "/workers/" in r and
-                                        re.search(r"-(auto|nproc-x10.*|256|257)\.yaml$", r)),
+        # verdict or stderr depends on the CPU count (workers max = 10 * nproc)
+        "nproc_dependent_cases": sorted(
+            r for r, v in labels.items()
+            if ("/workers/" in r and re.search(r"-(auto|nproc-x10.*|256|257)\.yaml$", r))
+            or "recommended maximum" in v["stderr"]
+        ),
         "case_count": len(labels),
         "valid_count": sum(1 for v in labels.values() if v["valid"]),
         "invalid_count": sum(1 for v in labels.values() if not v["valid"]),
