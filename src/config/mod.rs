@@ -1,0 +1,240 @@
+//! The declarative configuration of Knot Resolver 6.5: parsing (YAML/JSON/TOML), merging several
+//! files, validation with upstream's exact semantics, the typed model everything else reads, the
+//! JSON schema, and `kresctl validate`.
+//!
+//! Data flows "raw → validated" exactly once: a document is parsed into a raw JSON value (kept
+//! untouched for the API), validated by the engine into a normalized value (defaults applied,
+//! `auto` resolved, paths resolved), and deserialized into [`KresConfig`].
+
+mod engine;
+mod model;
+mod parse;
+pub mod types;
+mod value_types;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+pub use model::*;
+pub use parse::ParseError;
+
+/// The default configuration file of `kresctl validate`.
+pub const DEFAULT_CONFIG_FILE: &str = "/etc/knot-resolver/config.yaml";
+
+/// What validation needs to know about its surroundings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationContext {
+    /// Relative paths in the configuration resolve against this directory.
+    pub resolve_root: PathBuf,
+    /// Check that paths exist and have the right permissions (the manager always does).
+    pub strict: bool,
+}
+
+/// A loaded configuration: what the user wrote, and what it means.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    /// The merged documents as written (`auto` kept, no defaults).
+    pub raw: Value,
+    /// The validated model.
+    pub model: KresConfig,
+}
+
+/// One validation failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationError {
+    /// JSON pointer of the offending value (e.g. `/network/listen/0/interface`); `/` is the root.
+    pub path: String,
+    /// Upstream's message.
+    pub message: String,
+    /// For a value no variant of a union accepted: why each variant refused it.
+    pub causes: Vec<ValidationError>,
+}
+
+impl ValidationError {
+    fn from_failure(f: engine::Failure) -> Self {
+        ValidationError {
+            path: if f.path.is_empty() { "/".into() } else { f.path },
+            message: f.message,
+            causes: f.children.into_iter().map(Self::from_failure).collect(),
+        }
+    }
+
+    fn write_tree(&self, out: &mut fmt::Formatter<'_>, level: usize) -> fmt::Result {
+        write!(out, "\n{}[{}] {}", "\t".repeat(level), self.path, self.message)?;
+        for c in &self.causes {
+            c.write_tree(out, level + 1)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] {}", self.path, self.message)
+    }
+}
+
+/// Every validation failure of a document (never empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationErrors(pub Vec<ValidationError>);
+
+impl fmt::Display for ValidationErrors {
+    /// Upstream's tree: a header line, then one `[path] message` line per error, tab-indented,
+    /// union causes one level deeper.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.len() == 1 {
+            f.write_str("Configuration validation error detected:")?;
+        } else {
+            f.write_str("Configuration validation errors detected:")?;
+        }
+        for e in &self.0 {
+            e.write_tree(f, 1)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ValidationErrors {}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A file could not be read.
+    #[error("failed to read '{}': {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not valid YAML/JSON/TOML, or documents cannot be merged.
+    #[error("{}: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: ParseError,
+    },
+    /// The merged document is not a valid configuration.
+    #[error("{0}")]
+    Invalid(#[from] ValidationErrors),
+}
+
+/// Parse one document: TOML when `origin` ends with `.toml`, otherwise JSON and then YAML (like
+/// upstream). YAML anchors and aliases are resolved; duplicate keys are rejected.
+pub fn parse_document(text: &str, origin: &Path) -> Result<Value, ConfigError> {
+    let parsed = if origin.extension().is_some_and(|e| e == "toml") {
+        parse::parse_toml(text)
+    } else {
+        parse::parse_json_or_yaml(text)
+    };
+    parsed.map_err(|source| ConfigError::Parse { path: origin.to_owned(), source })
+}
+
+/// Read, parse and deep-merge several files in order, without validating.
+fn read_and_merge(paths: &[PathBuf]) -> Result<Value, ConfigError> {
+    let mut merged = Map::new();
+    for path in paths {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let doc = match parse_document(&text, path)? {
+            Value::Null => Map::new(),
+            Value::Object(m) => m,
+            other => {
+                return Err(ConfigError::Parse {
+                    path: path.clone(),
+                    source: ParseError::NotAMapping(parse::kind_name(&other)),
+                })
+            }
+        };
+        parse::data_combine(&mut merged, doc, "")
+            .map_err(|source| ConfigError::Parse { path: path.clone(), source })?;
+    }
+    Ok(Value::Object(merged))
+}
+
+/// The directory relative paths resolve against: the first file's directory.
+fn resolve_root_of(paths: &[PathBuf]) -> PathBuf {
+    match paths.first().and_then(|p| p.parent()) {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Load several files: parsed, deep-merged in order (mappings merge recursively, any other
+/// collision is an error) and validated; relative paths resolve against the first file's directory.
+pub fn load_files(paths: &[PathBuf], strict: bool) -> Result<LoadedConfig, ConfigError> {
+    let raw = read_and_merge(paths)?;
+    let ctx = ValidationContext { resolve_root: resolve_root_of(paths), strict };
+    let model = validate(&raw, &ctx)?;
+    Ok(LoadedConfig { raw, model })
+}
+
+/// Validate a raw document (a mapping; `null` counts as an empty one). All errors are reported.
+pub fn validate(raw: &Value, ctx: &ValidationContext) -> Result<KresConfig, ValidationErrors> {
+    let ectx = engine::Ctx { resolve_root: &ctx.resolve_root, strict: ctx.strict };
+    let normalized = model::normalize(raw, &ectx)
+        .map_err(|fails| ValidationErrors(fails.into_iter().map(ValidationError::from_failure).collect()))?;
+    serde_json::from_value(normalized).map_err(|e| {
+        ValidationErrors(vec![ValidationError {
+            path: "/".into(),
+            message: format!("internal error: the validated configuration does not fit the model: {e}"),
+            causes: Vec::new(),
+        }])
+    })
+}
+
+/// The JSON schema of the configuration, generated from the model (same property tree, types,
+/// enums and defaults as upstream's `kresctl schema`).
+pub fn json_schema() -> Value {
+    let mut schema = Map::new();
+    schema.insert("$schema".into(), json!("https://json-schema.org/draft/2020-12/schema"));
+    schema.insert("$id".into(), json!("https://www.knot-resolver.cz/documentation/v6.5.0/_static/config.schema.json"));
+    schema.insert("title".into(), json!("Knot Resolver configuration JSON schema"));
+    if let Value::Object(body) = engine::describe_object(model::root_def()) {
+        schema.extend(body);
+    }
+    Value::Object(schema)
+}
+
+const NON_STRICT_NOTICE: &str = "Basic validation was successful.\n\
+If you want more strict validation, you can use the '--strict' switch.\n\
+During strict validation, the existence and access rights of paths are also checked.\n\
+\n\
+However, if you are using an additional file system permission control mechanism,\n\
+such as access control lists (ACLs), this validation will likely fail.\n\
+This is because the validation runs under a different user/group than the resolver itself\n\
+and attempts to access the configured paths directly.";
+
+/// `kresctl validate [--strict] FILE...`: prints upstream's messages and returns the exit code
+/// (0 valid, 1 invalid or unreadable). With no files, the default configuration file is used.
+pub fn validate_command(files: &[PathBuf], strict: bool) -> i32 {
+    let default = [PathBuf::from(DEFAULT_CONFIG_FILE)];
+    let files = if files.is_empty() { &default[..] } else { files };
+    let result = read_and_merge(files).and_then(|raw| {
+        let ctx = ValidationContext { resolve_root: resolve_root_of(files), strict };
+        validate(&raw, &ctx).map_err(ConfigError::from)
+    });
+    match result {
+        Ok(_) => {
+            if !strict {
+                println!("{NON_STRICT_NOTICE}");
+            }
+            0
+        }
+        Err(ConfigError::Read { path, source }) if source.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("[Errno 2] No such file or directory: '{}'", path.display());
+            1
+        }
+        Err(ConfigError::Parse { source, .. }) => {
+            eprintln!("{source}");
+            1
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
