@@ -124,9 +124,18 @@ pub(crate) fn child_path(path: &str, segment: &str) -> String {
     format!("{path}/{}", segment.replace('~', "~0").replace('/', "~1"))
 }
 
+thread_local! {
+    /// Upstream hands a list item to a type as a plain `list`/`dict`, but a field value as its
+    /// renaming wrapper (`RenamedList`/`RenamedDict`), and the type name shows in messages.
+    static PLAIN_CONTAINER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Python's `type(x)` as printed in messages.
 pub(crate) fn py_type(v: &Value) -> &'static str {
+    let plain = PLAIN_CONTAINER.with(std::cell::Cell::get);
     match v {
+        Value::Array(_) if !plain => "<class 'knot_resolver.utils.modeling.renaming.RenamedList'>",
+        Value::Object(_) if !plain => "<class 'knot_resolver.utils.modeling.renaming.RenamedDict'>",
         Value::Null => "<class 'NoneType'>",
         Value::Bool(_) => "<class 'bool'>",
         Value::Number(n) if n.is_f64() => "<class 'float'>",
@@ -209,21 +218,52 @@ fn ty_name(ty: &Ty) -> String {
     }
 }
 
+/// Python flattens nested `Union`s; so do we, which matters for error trees and the schema.
+pub(crate) fn flat_union(variants: Vec<Ty>) -> Ty {
+    let mut flat = Vec::with_capacity(variants.len());
+    for v in variants {
+        match v {
+            Ty::Union(inner) => match flat_union(inner) {
+                Ty::Union(vs) => flat.extend(vs),
+                other => flat.push(other),
+            },
+            other => flat.push(other),
+        }
+    }
+    Ty::Union(flat)
+}
+
+fn list_or_item_union(inner: &Ty) -> Ty {
+    flat_union(vec![Ty::List(Box::new(inner.clone())), inner.clone()])
+}
+
 /// Validate `v` against `ty`; `path` is the JSON pointer of `v`.
 pub(crate) fn map_value(ty: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcome {
+    let plain = PLAIN_CONTAINER.with(|p| p.replace(false));
+    let same_value = |ty: &Ty| {
+        PLAIN_CONTAINER.with(|p| p.set(plain));
+        map_value(ty, v, path, ctx)
+    };
+    PLAIN_CONTAINER.with(|p| p.set(plain));
+    let result = map_value_inner(ty, v, path, ctx, &same_value);
+    PLAIN_CONTAINER.with(|p| p.set(false));
+    result
+}
+
+fn map_value_inner(ty: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>, same_value: &dyn Fn(&Ty) -> Outcome) -> Outcome {
     let fail = |msg: String| Err(vec![Failure::new(path, msg)]);
     match ty {
         Ty::Optional(inner) => {
             if v.is_null() {
                 Ok(Value::Null)
             } else {
-                map_value(inner, v, path, ctx)
+                same_value(inner)
             }
         }
         Ty::Union(variants) => {
             let mut children = Vec::new();
             for variant in variants {
-                match map_value(variant, v, path, ctx) {
+                match same_value(variant) {
                     Ok(ok) => return Ok(ok),
                     Err(mut e) => children.append(&mut e),
                 }
@@ -278,6 +318,8 @@ pub(crate) fn map_value(ty: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcom
             for (k, val) in obj {
                 let p = child_path(path, k);
                 let key = map_value(kt, &Value::String(k.clone()), &p, ctx);
+                // upstream unwraps the renaming dict first, so its values are plain containers
+                PLAIN_CONTAINER.with(|p| p.set(true));
                 let value = map_value(vt, val, &p, ctx);
                 match (key, value) {
                     (Ok(key), Ok(value)) => {
@@ -295,9 +337,8 @@ pub(crate) fn map_value(ty: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcom
         }
         Ty::List(inner) => map_list(inner, v, path, ctx),
         Ty::ListOrItem(inner) => {
-            // upstream: Union[List[T], T], then a non-empty check
-            let as_union = Ty::Union(vec![Ty::List(inner.clone()), (**inner).clone()]);
-            match map_value(&as_union, v, path, ctx)? {
+            // upstream: Union[List[T], T] (nested unions flattened), then a non-empty check
+            match same_value(&list_or_item_union(inner))? {
                 Value::Array(a) => Ok(Value::Array(a)),
                 item => Ok(Value::Array(vec![item])),
             }
@@ -351,6 +392,7 @@ fn map_list(inner: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcome {
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         // upstream stops at the first invalid item
+        PLAIN_CONTAINER.with(|p| p.set(true));
         out.push(map_value(inner, item, &child_path(path, &i.to_string()), ctx)?);
     }
     if out.is_empty() {
@@ -375,6 +417,7 @@ pub(crate) fn map_object(def: &ObjectDef, src: &Map<String, Value>, path: &str, 
     for field in &def.fields {
         let fpath = child_path(path, field.name);
         let given = src.get(field.name);
+        PLAIN_CONTAINER.with(|p| p.set(false));
         let result = match (given, &field.default) {
             (Some(v), _) => map_value(&field.ty, v, &fpath, ctx),
             (None, Default::Value(d)) => map_value(&field.ty, d, &fpath, ctx),
@@ -393,11 +436,13 @@ pub(crate) fn map_object(def: &ObjectDef, src: &Map<String, Value>, path: &str, 
     if !errs.is_empty() {
         return Err(errs);
     }
-    let unused: Vec<String> = src
+    let mut unused: Vec<String> = src
         .keys()
         .filter(|k| !def.fields.iter().any(|f| f.name == k.as_str()))
         .map(|k| format!("'{}'", k.replace('-', "_")))
         .collect();
+    // upstream lists them in (random) set order; sorted is deterministic
+    unused.sort();
     if !unused.is_empty() {
         return Err(vec![Failure::new(path, format!("unexpected extra key(s) {}", unused.join(", ")))]);
     }
@@ -445,7 +490,7 @@ pub(crate) fn describe(ty: &Ty) -> Value {
         }
         Ty::Union(variants) => json!({"anyOf": variants.iter().map(describe).collect::<Vec<_>>()}),
         Ty::List(inner) => json!({"type": "array", "items": describe(inner)}),
-        Ty::ListOrItem(inner) => json!({"anyOf": [{"type": "array", "items": describe(inner)}, describe(inner)]}),
+        Ty::ListOrItem(inner) => describe(&list_or_item_union(inner)),
         Ty::Dict(_, v) => json!({"type": "object", "additionalProperties": describe(v)}),
         Ty::Object(def) => describe_object(def),
     }

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::engine::{child_path, Ctx, Default, Failure, Field, IntRange, ObjectDef, Ty};
+use super::engine::{child_path, flat_union, Ctx, Default, Failure, Field, IntRange, ObjectDef, Ty};
 use super::types::{
     DomainName, EscapedStr, IdPattern, InterfaceOptionalPort, IpAddressEm, IpAddressOptionalPort, IpAddressPort,
     IpNetwork, PinSha256, SizeUnit, TimeUnit,
@@ -263,7 +263,7 @@ fn network() -> ObjectDef {
         Some("Renumbers addresses in answers to different address space."),
         vec![
             req("source", v(&vt::IP_NETWORK), "Source subnet."),
-            req("destination", Ty::Union(vec![v(&vt::IP_ADDRESS_EM), ip_address()]), "Destination address prefix."),
+            req("destination", flat_union(vec![v(&vt::IP_ADDRESS_EM), ip_address()]), "Destination address prefix."),
         ],
     );
     let proxy = section(
@@ -271,7 +271,7 @@ fn network() -> ObjectDef {
         Some("PROXYv2 protocol configuration."),
         vec![
             f("enable", Ty::Bool, json!(false), "Enable/disable PROXYv2 protocol."),
-            f("allow", opt(list(Ty::Union(vec![ip_address(), v(&vt::IP_NETWORK)]))), Value::Null, "Allow usage of the PROXYv2 protocol headers by clients on the specified addresses."),
+            f("allow", opt(list(flat_union(vec![ip_address(), v(&vt::IP_NETWORK)]))), Value::Null, "Allow usage of the PROXYv2 protocol headers by clients on the specified addresses."),
         ],
     );
     let quic = section(

@@ -22,9 +22,9 @@ pub enum ParseError {
     /// Syntactically valid JSON that repeats a key in one object.
     #[error("Duplicate attribute key detected: {0}")]
     JsonDuplicateKey(String),
-    /// A YAML mapping that repeats a key.
-    #[error("duplicate key detected: line {line}, column {column}")]
-    YamlDuplicateKey { line: usize, column: usize },
+    /// A YAML mapping that repeats a key (upstream prints PyYAML's mark with a snippet).
+    #[error("duplicate key detected:   in \"<unicode string>\", line {line}, column {column}:\n    {snippet}\n    {caret:>column$}")]
+    YamlDuplicateKey { line: usize, column: usize, snippet: String, caret: char },
     /// Neither JSON nor YAML.
     #[error("failed to parse data, JSON: {json}, YAML: {yaml}")]
     NeitherJsonNorYaml { json: String, yaml: String },
@@ -45,7 +45,10 @@ pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
         Ok(v) => Ok(v),
         Err(JsonFailure::Duplicate(k)) => Err(ParseError::JsonDuplicateKey(k)),
         Err(JsonFailure::Syntax(json)) => parse_yaml(text).map_err(|e| match e {
-            YamlFailure::Duplicate { line, column } => ParseError::YamlDuplicateKey { line, column },
+            YamlFailure::Duplicate { line, column } => {
+                let snippet = text.lines().nth(line.saturating_sub(1)).unwrap_or_default().chars().take(75).collect();
+                ParseError::YamlDuplicateKey { line, column, snippet, caret: '^' }
+            }
             YamlFailure::Other(yaml) => ParseError::NeitherJsonNorYaml { json, yaml },
         }),
     }
@@ -367,6 +370,10 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
     }
     if style != TScalarStyle::Plain {
         return Ok(Value::String(text.to_owned()));
+    }
+    if text == "<<" {
+        // PyYAML resolves `<<` to the merge tag, which upstream's loader cannot construct
+        return Err(format!("could not determine a constructor for the tag '{CORE_TAG}merge'"));
     }
     if matches!(text, "" | "~" | "null" | "Null" | "NULL") {
         return Ok(Value::Null);
