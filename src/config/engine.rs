@@ -507,7 +507,9 @@ pub(crate) fn describe_object(def: &ObjectDef) -> Value {
     for field in &def.fields {
         let mut d = describe(&field.ty);
         if let Some(obj) = d.as_object_mut() {
-            obj.insert("description".into(), json!(field.doc));
+            if !field.doc.is_empty() {
+                obj.insert("description".into(), json!(field.doc));
+            }
             if let Default::Value(v) = &field.default {
                 obj.insert("default".into(), schema_default(&field.ty, v));
             }
