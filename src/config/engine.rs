@@ -38,6 +38,8 @@ pub(crate) type Outcome = Result<Value, Vec<Failure>>;
 
 /// A custom value type: validates and normalizes one JSON value.
 pub(crate) struct ValueType {
+    /// The Python class, for messages.
+    pub class: &'static str,
     /// Checks the value and returns its normalized form, or upstream's message.
     pub check: fn(&Value, &Ctx<'_>) -> Result<Value, String>,
     /// The JSON-schema fragment upstream publishes for this type.
@@ -207,7 +209,7 @@ fn ty_name(ty: &Ty) -> String {
         Ty::PlainInt => "<class 'int'>".into(),
         Ty::Str => "<class 'str'>".into(),
         Ty::Int(r) => format!("<class 'knot_resolver.datamodel.types.types.{}'>", r.class),
-        Ty::Value(_) => "<class 'knot_resolver.datamodel.types.BaseValueType'>".into(),
+        Ty::Value(vt) => format!("<class 'knot_resolver.datamodel.types.{}'>", vt.class),
         Ty::Literal(l) => format!("typing.Literal[{}]", l.iter().map(|s| format!("'{s}'")).collect::<Vec<_>>().join(", ")),
         Ty::Optional(i) => format!("typing.Optional[{}]", ty_name(i)),
         Ty::Union(v) => format!("typing.Union[{}]", v.iter().map(ty_name).collect::<Vec<_>>().join(", ")),

@@ -619,14 +619,12 @@ pub struct IpAddressEm {
 impl IpAddressEm {
     /// Parse `ip!`.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let Some(addr) = s.strip_suffix('!') else {
+        if !s.ends_with('!') {
             return Err("string does not end with '!'.".into());
-        };
-        if let Some((_, suffix)) = s.split_once('!') {
-            if !suffix.is_empty() && suffix != "!" {
-                let suffix = &suffix[..suffix.len() - 1];
-                return Err(format!("suffix '{suffix}!' found after '!'."));
-            }
+        }
+        let (addr, suffix) = s.split_once('!').unwrap_or((s, ""));
+        if !suffix.is_empty() {
+            return Err(format!("suffix '{suffix}' found after '!'."));
         }
         let addr = parse_ip(addr).ok_or_else(|| "failed to parse IP address.".to_owned())?;
         Ok(IpAddressEm { raw: s.to_owned(), addr })

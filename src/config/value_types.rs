@@ -23,19 +23,19 @@ fn check_size(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     SizeUnit::parse(&s).map(|_| Value::String(s))
 }
 pub(crate) static SIZE_UNIT: ValueType =
-    ValueType { check: check_size, schema: || json!({"type": "string", "pattern": SizeUnit::PATTERN}) };
+    ValueType { class: "types.SizeUnit", check: check_size, schema: || json!({"type": "string", "pattern": SizeUnit::PATTERN}) };
 
 fn check_time(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "TimeUnit")?;
     TimeUnit::parse(&s).map(|_| Value::String(s))
 }
 pub(crate) static TIME_UNIT: ValueType =
-    ValueType { check: check_time, schema: || json!({"type": "string", "pattern": TimeUnit::PATTERN}) };
+    ValueType { class: "types.TimeUnit", check: check_time, schema: || json!({"type": "string", "pattern": TimeUnit::PATTERN}) };
 
 fn check_escaped(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     str_base(v, "EscapedStr").map(Value::String)
 }
-pub(crate) static ESCAPED_STR: ValueType = ValueType { check: check_escaped, schema: string_schema };
+pub(crate) static ESCAPED_STR: ValueType = ValueType { class: "types.EscapedStr", check: check_escaped, schema: string_schema };
 
 fn check_escaped32(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "EscapedStr32B")?;
@@ -45,46 +45,46 @@ fn check_escaped32(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     Ok(Value::String(s))
 }
 pub(crate) static ESCAPED_STR_32B: ValueType =
-    ValueType { check: check_escaped32, schema: || json!({"type": "string", "minLength": 32}) };
+    ValueType { class: "types.EscapedStr32B", check: check_escaped32, schema: || json!({"type": "string", "minLength": 32}) };
 
 fn check_domain(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "DomainName")?;
     DomainName::parse(&s).map(|_| Value::String(s))
 }
 pub(crate) static DOMAIN_NAME: ValueType =
-    ValueType { check: check_domain, schema: || json!({"type": "string", "pattern": DOMAIN_NAME_PATTERN}) };
+    ValueType { class: "types.DomainName", check: check_domain, schema: || json!({"type": "string", "pattern": DOMAIN_NAME_PATTERN}) };
 
 fn check_id(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "IDPattern")?;
     IdPattern::parse(&s).map(|_| Value::String(s))
 }
 pub(crate) static ID_PATTERN_TYPE: ValueType =
-    ValueType { check: check_id, schema: || json!({"type": "string", "pattern": ID_PATTERN}) };
+    ValueType { class: "types.IDPattern", check: check_id, schema: || json!({"type": "string", "pattern": ID_PATTERN}) };
 
 fn check_pin(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "PinSha256")?;
     PinSha256::parse(&s).map(|_| Value::String(s))
 }
 pub(crate) static PIN_SHA256: ValueType =
-    ValueType { check: check_pin, schema: || json!({"type": "string", "pattern": PIN_SHA256_PATTERN}) };
+    ValueType { class: "types.PinSha256", check: check_pin, schema: || json!({"type": "string", "pattern": PIN_SHA256_PATTERN}) };
 
 fn check_iface_opt_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "InterfaceOptionalPort")?;
     InterfaceOptionalPort::parse(&s).map(|_| Value::String(s))
 }
-pub(crate) static INTERFACE_OPTIONAL_PORT: ValueType = ValueType { check: check_iface_opt_port, schema: string_schema };
+pub(crate) static INTERFACE_OPTIONAL_PORT: ValueType = ValueType { class: "types.InterfaceOptionalPort", check: check_iface_opt_port, schema: string_schema };
 
 fn check_ip_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "IPAddressPort")?;
     IpAddressPort::parse(&s).map(|_| Value::String(s))
 }
-pub(crate) static IP_ADDRESS_PORT: ValueType = ValueType { check: check_ip_port, schema: string_schema };
+pub(crate) static IP_ADDRESS_PORT: ValueType = ValueType { class: "types.IPAddressPort", check: check_ip_port, schema: string_schema };
 
 fn check_ip_opt_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "IPAddressOptionalPort")?;
     IpAddressOptionalPort::parse(&s).map(|_| Value::String(s))
 }
-pub(crate) static IP_ADDRESS_OPTIONAL_PORT: ValueType = ValueType { check: check_ip_opt_port, schema: string_schema };
+pub(crate) static IP_ADDRESS_OPTIONAL_PORT: ValueType = ValueType { class: "types.IPAddressOptionalPort", check: check_ip_opt_port, schema: string_schema };
 
 fn wrong_kind(what: &str, v: &Value) -> String {
     format!("Unexpected value for a {what}. Expected string, got '{}' with type '{}'", py_str(v), py_type(v))
@@ -97,19 +97,19 @@ fn check_ipv4(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
         _ => Err("failed to parse IPv4 address.".into()),
     }
 }
-pub(crate) static IPV4_ADDRESS: ValueType = ValueType { check: check_ipv4, schema: string_schema };
+pub(crate) static IPV4_ADDRESS: ValueType = ValueType { class: "types.IPv4Address", check: check_ipv4, schema: string_schema };
 
 fn check_ipv6(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let Value::String(s) = v else { return Err(wrong_kind("IPv6 address", v)) };
     parse_ipv6(s).map(|a| Value::String(a.to_string())).ok_or_else(|| "failed to parse IPv6 address.".into())
 }
-pub(crate) static IPV6_ADDRESS: ValueType = ValueType { check: check_ipv6, schema: string_schema };
+pub(crate) static IPV6_ADDRESS: ValueType = ValueType { class: "types.IPv6Address", check: check_ipv6, schema: string_schema };
 
 fn check_ip_em(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let Value::String(s) = v else { return Err(wrong_kind("IPv6 address", v)) };
     IpAddressEm::parse(s).map(|_| Value::String(s.clone()))
 }
-pub(crate) static IP_ADDRESS_EM: ValueType = ValueType { check: check_ip_em, schema: string_schema };
+pub(crate) static IP_ADDRESS_EM: ValueType = ValueType { class: "types.IPAddressEM", check: check_ip_em, schema: string_schema };
 
 fn check_network(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let Value::String(s) = v else {
@@ -121,7 +121,7 @@ fn check_network(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     };
     IpNetwork::parse(s).map(|n| Value::String(n.to_string()))
 }
-pub(crate) static IP_NETWORK: ValueType = ValueType { check: check_network, schema: string_schema };
+pub(crate) static IP_NETWORK: ValueType = ValueType { class: "types.IPNetwork", check: check_network, schema: string_schema };
 
 fn ipv6_net_input(v: &Value) -> Result<&str, String> {
     match v {
@@ -137,12 +137,12 @@ fn ipv6_net_input(v: &Value) -> Result<&str, String> {
 fn check_ipv6_network(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     IpNetwork::parse_ipv6(ipv6_net_input(v)?).map(|n| Value::String(n.to_string()))
 }
-pub(crate) static IPV6_NETWORK: ValueType = ValueType { check: check_ipv6_network, schema: string_schema };
+pub(crate) static IPV6_NETWORK: ValueType = ValueType { class: "types.IPv6Network", check: check_ipv6_network, schema: string_schema };
 
 fn check_ipv6_network96_value(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     check_ipv6_network96(ipv6_net_input(v)?).map(|n| Value::String(n.to_string()))
 }
-pub(crate) static IPV6_NETWORK_96: ValueType = ValueType { check: check_ipv6_network96_value, schema: string_schema };
+pub(crate) static IPV6_NETWORK_96: ValueType = ValueType { class: "types.IPv6Network96", check: check_ipv6_network96_value, schema: string_schema };
 
 fn check_float_0_65535(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let f = match v {
@@ -164,7 +164,7 @@ fn check_float_0_65535(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     }
     Ok(json!(f))
 }
-pub(crate) static FLOAT_0_65535: ValueType = ValueType {
+pub(crate) static FLOAT_0_65535: ValueType = ValueType { class: "types.Float0_65535",
     check: check_float_0_65535,
     schema: || json!({"type": "number", "minimum": 0.0, "maximum": 65535.0}),
 };
@@ -287,8 +287,8 @@ fn check_path(v: &Value, ctx: &Ctx<'_>, kind: PathKind) -> Result<Value, String>
 }
 
 pub(crate) static READABLE_FILE: ValueType =
-    ValueType { check: |v, c| check_path(v, c, PathKind::ReadableFile), schema: string_schema };
+    ValueType { class: "files.ReadableFile", check: |v, c| check_path(v, c, PathKind::ReadableFile), schema: string_schema };
 pub(crate) static WRITABLE_DIR: ValueType =
-    ValueType { check: |v, c| check_path(v, c, PathKind::WritableDir), schema: string_schema };
+    ValueType { class: "files.WritableDir", check: |v, c| check_path(v, c, PathKind::WritableDir), schema: string_schema };
 pub(crate) static WRITABLE_FILE_PATH: ValueType =
-    ValueType { check: |v, c| check_path(v, c, PathKind::WritableFilePath), schema: string_schema };
+    ValueType { class: "files.WritableFilePath", check: |v, c| check_path(v, c, PathKind::WritableFilePath), schema: string_schema };
