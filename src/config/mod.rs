@@ -174,12 +174,28 @@ pub fn validate(raw: &Value, ctx: &ValidationContext) -> Result<KresConfig, Vali
     let ectx = engine::Ctx { resolve_root: &ctx.resolve_root, strict: ctx.strict };
     let normalized = model::normalize(raw, &ectx)
         .map_err(|fails| ValidationErrors(fails.into_iter().map(ValidationError::from_failure).collect()))?;
-    serde_json::from_value(normalized).map_err(|e| {
+    let model: KresConfig = serde_json::from_value(normalized).map_err(|e| {
         ValidationErrors(vec![ValidationError {
             path: "/".into(),
             message: format!("internal error: the validated configuration does not fit the model: {e}"),
             causes: Vec::new(),
         }])
+    })?;
+    if let Some(warning) = management_socket_warning(&model) {
+        tracing::warn!("{warning}");
+    }
+    Ok(model)
+}
+
+/// Upstream warns (without rejecting) when the API socket is not directly in the rundir.
+fn management_socket_warning(cfg: &KresConfig) -> Option<String> {
+    let socket = cfg.management.unix_socket.as_ref()?;
+    (socket.parent() != Some(cfg.rundir.as_path())).then(|| {
+        format!(
+            "The management API unix-socket '{}' is not located in the resolver's rundir '{}'. This can lead to permissions issues.",
+            socket.display(),
+            cfg.rundir.display()
+        )
     })
 }
 
@@ -215,7 +231,10 @@ pub fn validate_command(files: &[PathBuf], strict: bool) -> i32 {
         validate(&raw, &ctx).map_err(ConfigError::from)
     });
     match result {
-        Ok(_) => {
+        Ok(cfg) => {
+            if let Some(warning) = management_socket_warning(&cfg) {
+                eprintln!("{warning}");
+            }
             if !strict {
                 println!("{NON_STRICT_NOTICE}");
             }

@@ -32,7 +32,7 @@ pub enum ParseError {
     #[error("failed to parse TOML: {0}")]
     Toml(String),
     /// A merge of two documents hit the same non-mapping key twice.
-    #[error("[{path}] duplicity key '{key}' with value in data")]
+    #[error("Configuration validation error detected:\n\t[{path}] duplicity key '{key}' with value in data")]
     Duplicity { path: String, key: String },
     /// The top level of a document is not a mapping.
     #[error("expected a mapping at the top level of the configuration, found {0}")]
