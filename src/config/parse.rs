@@ -16,6 +16,9 @@ use yaml_rust2::scanner::{Marker, TScalarStyle};
 /// "billion laughs" documents; PyYAML shares aliased objects, we copy them).
 const MAX_EXPANDED_NODES: usize = 1_000_000;
 
+/// Upper bound on collection nesting (deeper values would overflow the stack when dropped).
+const MAX_DEPTH: usize = 256;
+
 /// Why a document could not be turned into data.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ParseError {
@@ -309,6 +312,10 @@ impl MarkedEventReceiver for Builder {
                 Err(msg) => self.fail(YamlFailure::Other(format!("{msg} at line {} column {}", mark.line(), mark.col() + 1))),
             },
             Event::SequenceStart(anchor, tag) => {
+                if self.stack.len() >= MAX_DEPTH {
+                    self.fail(YamlFailure::Other(format!("collections nest deeper than {MAX_DEPTH} levels")));
+                    return;
+                }
                 if let Some(msg) = check_collection_tag(tag.as_ref(), "seq") {
                     self.fail(YamlFailure::Other(msg));
                     return;
@@ -316,6 +323,10 @@ impl MarkedEventReceiver for Builder {
                 self.stack.push(Frame::Seq { items: Vec::new(), anchor });
             }
             Event::MappingStart(anchor, tag) => {
+                if self.stack.len() >= MAX_DEPTH {
+                    self.fail(YamlFailure::Other(format!("collections nest deeper than {MAX_DEPTH} levels")));
+                    return;
+                }
                 if let Some(msg) = check_collection_tag(tag.as_ref(), "map") {
                     self.fail(YamlFailure::Other(msg));
                     return;
@@ -540,12 +551,19 @@ fn yaml_float(t: &str) -> Option<Value> {
 fn parse_yaml(text: &str) -> Result<Value, YamlFailure> {
     let mut builder =
         Builder { stack: Vec::new(), anchors: HashMap::new(), documents: Vec::new(), error: None, expanded_nodes: 0 };
+    // drive the parser event by event: its own `load` recurses once per nesting level
     let mut parser = Parser::new_from_str(text);
-    let result = parser.load(&mut builder, true);
-    if let Some(e) = builder.error {
-        return Err(e);
+    loop {
+        let (event, mark) = parser.next_token().map_err(|e| YamlFailure::Other(e.to_string()))?;
+        let end = event == Event::StreamEnd;
+        builder.on_event(event, mark);
+        if let Some(e) = builder.error.take() {
+            return Err(e);
+        }
+        if end {
+            break;
+        }
     }
-    result.map_err(|e| YamlFailure::Other(e.to_string()))?;
     match builder.documents.len() {
         0 => Ok(Value::Null),
         1 => Ok(builder.documents.pop().unwrap_or(Value::Null)),
