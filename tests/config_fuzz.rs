@@ -35,11 +35,37 @@ fn scalar() -> impl Strategy<Value = Value> {
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::from),
         (0u64..70000).prop_map(Value::from),
-        any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
         prop::sample::select(vec![
-            "auto", "1s", "100M", "127.0.0.1", "::1@53", "127.0.0.1@5353", "eth0", "10.0.0.0/8", "64:ff9b::/96",
-            "example.com", ".", "-x", "a..b", "příklad.cz", "tls", "dot", "from-arg", "1.2.3.4!", "", "@", "%", "/tmp/x",
-            "relative/path", "d6qzRu9zOECb90Uez27xWltNsj0e1Md7GkYYkVoZWmM=", "t1", "\n", "~", "0us",
+            "auto",
+            "1s",
+            "100M",
+            "127.0.0.1",
+            "::1@53",
+            "127.0.0.1@5353",
+            "eth0",
+            "10.0.0.0/8",
+            "64:ff9b::/96",
+            "example.com",
+            ".",
+            "-x",
+            "a..b",
+            "příklad.cz",
+            "tls",
+            "dot",
+            "from-arg",
+            "1.2.3.4!",
+            "",
+            "@",
+            "%",
+            "/tmp/x",
+            "relative/path",
+            "d6qzRu9zOECb90Uez27xWltNsj0e1Md7GkYYkVoZWmM=",
+            "t1",
+            "\n",
+            "~",
+            "0us",
         ])
         .prop_map(|s| Value::String(s.to_owned())),
         ".{0,12}".prop_map(Value::String),
@@ -58,7 +84,10 @@ fn document(keys: Vec<String>) -> impl Strategy<Value = Value> {
 }
 
 fn check_no_panic(doc: &Value, strict: bool) {
-    let ctx = ValidationContext { resolve_root: PathBuf::from("/nonexistent-root"), strict };
+    let ctx = ValidationContext {
+        resolve_root: PathBuf::from("/nonexistent-root"),
+        strict,
+    };
     if let Err(errors) = validate(doc, &ctx) {
         assert!(!errors.0.is_empty());
         for e in &errors.0 {
@@ -103,7 +132,9 @@ fn alias_bombs_are_refused() {
     let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
     for i in 1..10 {
         let p = i - 1;
-        text.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"));
+        text.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
     }
     assert!(parse_document(&text, Path::new("bomb.yaml")).is_err());
 }
@@ -113,7 +144,11 @@ fn deep_nesting_does_not_overflow() {
     for depth in [2_000, 200_000] {
         let text = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
         let _ = parse_document(&text, Path::new("deep.yaml"));
-        let text = format!("lua:\n  script: {}1{}", "[".repeat(depth), "]".repeat(depth));
+        let text = format!(
+            "lua:\n  script: {}1{}",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
         if let Ok(doc) = parse_document(&text, Path::new("deep.yaml")) {
             check_no_panic(&doc, false);
         }

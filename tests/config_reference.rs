@@ -29,10 +29,14 @@ fn every_reference_config_is_accepted() {
 
 #[test]
 fn reference_configs_keep_their_raw_form() {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference-configs/config.dev.yaml");
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference-configs/config.dev.yaml");
     let loaded = load_files(&[file], false).expect("valid");
     assert_eq!(loaded.raw["workers"], 1);
-    assert!(loaded.raw.get("cache").is_none(), "defaults must not leak into the raw document");
+    assert!(
+        loaded.raw.get("cache").is_none(),
+        "defaults must not leak into the raw document"
+    );
     let listen = &loaded.model.network.listen[0];
     let interfaces = listen.interface.as_ref().expect("interface");
     assert_eq!(interfaces[0].port(), Some(5335));
@@ -49,7 +53,10 @@ pub fn validate_largest_example(rounds: u32) -> std::time::Duration {
         .expect("at least one config");
     let text = std::fs::read_to_string(&largest).expect("readable");
     let raw = knot_resolver::config::parse_document(&text, &largest).expect("parses");
-    let ctx = ValidationContext { resolve_root: largest.parent().expect("has a parent").to_owned(), strict: false };
+    let ctx = ValidationContext {
+        resolve_root: largest.parent().expect("has a parent").to_owned(),
+        strict: false,
+    };
     let start = Instant::now();
     for _ in 0..rounds {
         validate(&raw, &ctx).expect("valid");

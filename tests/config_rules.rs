@@ -4,14 +4,20 @@
 
 use std::path::PathBuf;
 
-use knot_resolver::config::{parse_document, validate, KresConfig, ValidationContext, ValidationErrors};
+use knot_resolver::config::{
+    parse_document, validate, KresConfig, ValidationContext, ValidationErrors,
+};
 
 fn ctx() -> ValidationContext {
-    ValidationContext { resolve_root: PathBuf::from("/etc/knot-resolver"), strict: false }
+    ValidationContext {
+        resolve_root: PathBuf::from("/etc/knot-resolver"),
+        strict: false,
+    }
 }
 
 fn run(yaml: &str) -> Result<KresConfig, ValidationErrors> {
-    let raw = parse_document(yaml, std::path::Path::new("test.yaml")).expect("test documents parse");
+    let raw =
+        parse_document(yaml, std::path::Path::new("test.yaml")).expect("test documents parse");
     validate(&raw, &ctx())
 }
 
@@ -26,14 +32,21 @@ fn check(yaml: &str, expected: Expected<'_>) {
         (Err(e), Ok(())) => panic!("expected valid:\n{yaml}\ngot:\n{e}"),
         (Ok(_), Err(want)) => panic!("expected errors {want:?}:\n{yaml}"),
         (Err(e), Err(want)) => {
-            let got: Vec<(String, String)> = e.0.iter().map(|e| (e.path.clone(), e.message.clone())).collect();
-            let want: Vec<(String, String)> = want.iter().map(|(p, m)| ((*p).to_owned(), (*m).to_owned())).collect();
+            let got: Vec<(String, String)> =
+                e.0.iter()
+                    .map(|e| (e.path.clone(), e.message.clone()))
+                    .collect();
+            let want: Vec<(String, String)> = want
+                .iter()
+                .map(|(p, m)| ((*p).to_owned(), (*m).to_owned()))
+                .collect();
             assert_eq!(got, want, "for:\n{yaml}\nfull output:\n{e}");
         }
     }
 }
 
-const DOMAIN_PATTERN: &str = r"'(?=^.{,253}\.?$)(^(?!-)[^.]{,62}[^.-](\.(?!-)[^.]{,62}[^.-])*\.?$)|^\.$' pattern";
+const DOMAIN_PATTERN: &str =
+    r"'(?=^.{,253}\.?$)(^(?!-)[^.]{,62}[^.-](\.(?!-)[^.]{,62}[^.-])*\.?$)|^\.$' pattern";
 
 #[test]
 fn valid_documents() {
@@ -95,8 +108,14 @@ fn type_strictness() {
             "Unexpected value for '<class 'knot_resolver.datamodel.types.types.IntPositive'>'. Expected integer, got 'True' with type '<class 'bool'>'",
         ]
     );
-    check("version: \"1\"", Err(&[("/version", "expected int, found <class 'str'>")]));
-    check("dnssec:\n  enable: 1", Err(&[("/dnssec/enable", "expected bool, found <class 'int'>")]));
+    check(
+        "version: \"1\"",
+        Err(&[("/version", "expected int, found <class 'str'>")]),
+    );
+    check(
+        "dnssec:\n  enable: 1",
+        Err(&[("/dnssec/enable", "expected bool, found <class 'int'>")]),
+    );
     check(
         "nsid: yes",
         Err(&[(
@@ -132,11 +151,20 @@ fn type_strictness() {
             "Unexpected value for '<class 'knot_resolver.datamodel.types.types.Int0_65535'>'. Expected integer, got '5.0' with type '<class 'float'>'",
         )]),
     );
-    check("network:\n  listen: []", Err(&[("/network/listen", "empty list is not allowed")]));
-    check("network:\n  listen: 5", Err(&[("/network/listen", "'int' object is not iterable")]));
+    check(
+        "network:\n  listen: []",
+        Err(&[("/network/listen", "empty list is not allowed")]),
+    );
+    check(
+        "network:\n  listen: 5",
+        Err(&[("/network/listen", "'int' object is not iterable")]),
+    );
     check(
         "network:\n  listen:\n    interface: 127.0.0.1",
-        Err(&[("/network/listen/0", "expected 'dict' or 'NoRenameBaseSchema' object, found '<class 'str'>'")]),
+        Err(&[(
+            "/network/listen/0",
+            "expected 'dict' or 'NoRenameBaseSchema' object, found '<class 'str'>'",
+        )]),
     );
     check(
         "cache: null",
@@ -156,8 +184,14 @@ fn type_strictness() {
             "'http' does not match any of the expected values ('dns', 'xdp', 'dot', 'doh-legacy', 'doh2', 'doh2-insecure', 'doq')",
         )]),
     );
-    check("network:\n  do_ipv4: true\n  bogus: 1", Err(&[("/network", "unexpected extra key(s) 'bogus', 'do_ipv4'")]));
-    check("views:\n  - answer: allow", Err(&[("/views/0", "missing attribute 'subnets'.")]));
+    check(
+        "network:\n  do_ipv4: true\n  bogus: 1",
+        Err(&[("/network", "unexpected extra key(s) 'bogus', 'do_ipv4'")]),
+    );
+    check(
+        "views:\n  - answer: allow",
+        Err(&[("/views/0", "missing attribute 'subnets'.")]),
+    );
     check(
         "views:\n  - subnets: 10.0.0.0/8\n    answer: allow",
         Err(&[("/views/0/subnets", "expected list, got string")]),
@@ -200,15 +234,24 @@ fn custom_types() {
     );
     check(
         "network:\n  tls:\n    padding: 600",
-        Err(&[("/network/tls/padding", "could not parse any of the possible variants")]),
+        Err(&[(
+            "/network/tls/padding",
+            "could not parse any of the possible variants",
+        )]),
     );
     check(
         "network:\n  tls:\n    sticket-secret: short",
-        Err(&[("/network/tls/sticket-secret", "the string value short is shorter than the minimum 32 bytes.")]),
+        Err(&[(
+            "/network/tls/sticket-secret",
+            "the string value short is shorter than the minimum 32 bytes.",
+        )]),
     );
     check(
         "dns64:\n  prefix: 64:ff9b::/64",
-        Err(&[("/dns64/prefix", "expected IPv6 network address with /96 prefix length. Got prefix lenght of 64")]),
+        Err(&[(
+            "/dns64/prefix",
+            "expected IPv6 network address with /96 prefix length. Got prefix lenght of 64",
+        )]),
     );
     check(
         "dns64:\n  prefix: '64:ff9b::'",
@@ -216,7 +259,10 @@ fn custom_types() {
     );
     for net in ["10.0.0.1/8", "'::1/129'", "10.0.0.0/33"] {
         let yaml = format!("views:\n  - subnets: [{net}]\n    answer: allow");
-        check(&yaml, Err(&[("/views/0/subnets/0", "failed to parse IP network.")]));
+        check(
+            &yaml,
+            Err(&[("/views/0/subnets/0", "failed to parse IP network.")]),
+        );
     }
     check(
         "views:\n  - subnets: [10.0.0.0/8]\n    answer: allow\n    options:\n      price-factor: -1",
@@ -224,33 +270,57 @@ fn custom_types() {
     );
     check(
         "management:\n  interface: eth0@5000",
-        Err(&[("/management/interface", "failed to parse IP address 'eth0'.")]),
+        Err(&[(
+            "/management/interface",
+            "failed to parse IP address 'eth0'.",
+        )]),
     );
     check(
         "network:\n  address-renumbering:\n    - source: 10.0.0.0/8\n      destination: '1.2.3.4!!'",
         Err(&[("/network/address-renumbering/0/destination", "could not parse any of the possible variants")]),
     );
-    let e = run("network:\n  address-renumbering:\n    - source: 10.0.0.0/8\n      destination: bad").expect_err("bad");
+    let e =
+        run("network:\n  address-renumbering:\n    - source: 10.0.0.0/8\n      destination: bad")
+            .expect_err("bad");
     let causes: Vec<&str> = e.0[0].causes.iter().map(|c| c.message.as_str()).collect();
-    assert_eq!(causes, ["string does not end with '!'.", "failed to parse IPv4 address.", "failed to parse IPv6 address."]);
+    assert_eq!(
+        causes,
+        [
+            "string does not end with '!'.",
+            "failed to parse IPv4 address.",
+            "failed to parse IPv6 address."
+        ]
+    );
 }
 
 #[test]
 fn list_or_item_values() {
     let cases: &[(&str, &str)] = &[
-        ("'foo bar'", "expected IP address or interface name, got 'foo bar'."),
-        ("a@b@c", "expected '<ip-address|interface-name>[@<port>]', got '['a', 'b', 'c']'."),
+        (
+            "'foo bar'",
+            "expected IP address or interface name, got 'foo bar'.",
+        ),
+        (
+            "a@b@c",
+            "expected '<ip-address|interface-name>[@<port>]', got '['a', 'b', 'c']'.",
+        ),
         ("127.0.0.1@abc", "invalid port number abc"),
         ("127.0.0.1@0", "invalid port number 0"),
         ("127.0.0.1@65536", "invalid port number 65536"),
-        ("eth0.100", "expected IP address or interface name, got 'eth0.100'."),
+        (
+            "eth0.100",
+            "expected IP address or interface name, got 'eth0.100'.",
+        ),
     ];
     for (iface, message) in cases {
         let yaml = format!("network:\n  listen:\n    - interface: {iface}");
         let e = run(&yaml).expect_err("invalid interface");
         assert_eq!(e.0.len(), 1);
         assert_eq!(e.0[0].path, "/network/listen/0/interface");
-        assert_eq!(e.0[0].message, "could not parse any of the possible variants");
+        assert_eq!(
+            e.0[0].message,
+            "could not parse any of the possible variants"
+        );
         let causes: Vec<&str> = e.0[0].causes.iter().map(|c| c.message.as_str()).collect();
         assert_eq!(causes, ["expected list, got string", *message], "{iface}");
     }
@@ -267,7 +337,8 @@ fn list_or_item_values() {
     }
     let e = run("forward:\n  - subtree: []\n    servers: [1.1.1.1]").expect_err("empty");
     assert_eq!(e.0[0].causes[0].message, "empty list is not allowed");
-    let e = run("forward:\n  - subtree: [a.cz, '-b']\n    servers: [1.1.1.1]").expect_err("bad item");
+    let e =
+        run("forward:\n  - subtree: [a.cz, '-b']\n    servers: [1.1.1.1]").expect_err("bad item");
     assert_eq!(e.0[0].causes[0].path, "/forward/0/subtree/1");
 }
 
@@ -306,11 +377,18 @@ fn cross_field_rules() {
     for (yaml, path, message) in cases {
         check(yaml, Err(&[(path, message)]));
     }
-    let workers = format!("workers: {}", knot_resolver::config::workers_max_count() + 1);
+    let workers = format!(
+        "workers: {}",
+        knot_resolver::config::workers_max_count() + 1
+    );
     let max = knot_resolver::config::workers_max_count();
-    let message = format!("can't run with more workers than the recommended maximum {max} or hardcoded 256");
+    let message =
+        format!("can't run with more workers than the recommended maximum {max} or hardcoded 256");
     let e = run(&workers).expect_err("too many workers");
-    assert_eq!((e.0[0].path.as_str(), e.0[0].message.as_str()), ("/", message.as_str()));
+    assert_eq!(
+        (e.0[0].path.as_str(), e.0[0].message.as_str()),
+        ("/", message.as_str())
+    );
 }
 
 #[test]
@@ -331,10 +409,21 @@ fn all_errors_are_reported_with_json_pointers() {
     let e = run("workers: 0\ncache:\n  size-max: 10X\nlogging:\n  level: loud\nnetwork:\n  listen:\n    - interface: 'bad bad'")
         .expect_err("invalid");
     let paths: Vec<&str> = e.0.iter().map(|e| e.path.as_str()).collect();
-    assert_eq!(paths, ["/workers", "/network/listen/0/interface", "/cache/size-max", "/logging/level"]);
+    assert_eq!(
+        paths,
+        [
+            "/workers",
+            "/network/listen/0/interface",
+            "/cache/size-max",
+            "/logging/level"
+        ]
+    );
     let shown = e.to_string();
     assert!(shown.starts_with("Configuration validation errors detected:\n\t[/workers] could not parse any of the possible variants\n\t\t[/workers] '0' does not match any of the expected values ('auto',)\n\t\t[/workers] value 0 is lower than the minimum 1.\n"), "{shown}");
-    assert!(shown.contains("\n\t[/logging/level] 'loud' does not match"), "{shown}");
+    assert!(
+        shown.contains("\n\t[/logging/level] 'loud' does not match"),
+        "{shown}"
+    );
     let single = run("fallback:\n  enable: true").expect_err("invalid");
     assert_eq!(single.to_string(), "Configuration validation error detected:\n\t[/fallback] Fallback enabled without configuring servers.");
 }
@@ -344,15 +433,27 @@ fn defaults_and_auto_are_resolved() {
     let cfg = run("").expect("empty is valid");
     assert_eq!(cfg.workers, 1);
     assert_eq!(cfg.rundir, PathBuf::from("/run/knot-resolver"));
-    assert_eq!(cfg.management.unix_socket, Some(PathBuf::from("/run/knot-resolver/kres-api.sock")));
+    assert_eq!(
+        cfg.management.unix_socket,
+        Some(PathBuf::from("/run/knot-resolver/kres-api.sock"))
+    );
     assert!(cfg.management.interface.is_none());
     assert_eq!(cfg.cache.storage, PathBuf::from("/var/cache/knot-resolver"));
     assert_eq!(cfg.cache.size_max.bytes(), 100 * 1024 * 1024);
     let gc = &cfg.cache.garbage_collector;
     assert!(gc.enable);
-    assert_eq!((gc.interval.millis(), gc.threshold, gc.release), (1000, 80, 10));
-    assert_eq!((gc.temp_keys_space.bytes(), gc.rw_deletes, gc.rw_reads), (0, 100, 200));
-    assert_eq!((gc.rw_duration.micros(), gc.rw_delay.micros(), gc.dry_run), (0, 0, false));
+    assert_eq!(
+        (gc.interval.millis(), gc.threshold, gc.release),
+        (1000, 80, 10)
+    );
+    assert_eq!(
+        (gc.temp_keys_space.bytes(), gc.rw_deletes, gc.rw_reads),
+        (0, 100, 200)
+    );
+    assert_eq!(
+        (gc.rw_duration.micros(), gc.rw_delay.micros(), gc.dry_run),
+        (0, 0, false)
+    );
     assert_eq!(cfg.cache.ttl_max.seconds(), 86400);
     assert_eq!(cfg.logging.level.as_str(), "notice");
     assert!(!cfg.hostname.is_empty());
@@ -361,7 +462,10 @@ fn defaults_and_auto_are_resolved() {
     assert!(cfg.network.tls.watchdog);
     assert_eq!(cfg.network.listen.len(), 2);
     let first = &cfg.network.listen[0];
-    assert_eq!(first.interface.as_ref().map(|i| i[0].addr()), Some(Some("127.0.0.1".parse().expect("ip"))));
+    assert_eq!(
+        first.interface.as_ref().map(|i| i[0].addr()),
+        Some(Some("127.0.0.1".parse().expect("ip")))
+    );
     assert_eq!(first.port, Some(53));
     assert!(!first.freebind);
     assert!(cfg.network.listen[1].freebind);
@@ -374,10 +478,17 @@ fn defaults_and_auto_are_resolved() {
         .expect("valid");
     let got: Vec<Option<u16>> = ports.network.listen.iter().map(|l| l.port).collect();
     assert_eq!(got, [Some(853), Some(443), Some(80), None]);
-    assert_eq!(ports.network.listen[3].unix_socket, Some(vec![PathBuf::from("/etc/knot-resolver/x.sock")]));
+    assert_eq!(
+        ports.network.listen[3].unix_socket,
+        Some(vec![PathBuf::from("/etc/knot-resolver/x.sock")])
+    );
 
-    let cfg = run("management:\n  interface: 127.0.0.1@5000\nlocal-data:\n  records: 'x'").expect("valid");
+    let cfg = run("management:\n  interface: 127.0.0.1@5000\nlocal-data:\n  records: 'x'")
+        .expect("valid");
     let iface = cfg.management.interface.expect("interface");
-    assert_eq!((iface.addr().to_string(), iface.port()), ("127.0.0.1".to_owned(), 5000));
+    assert_eq!(
+        (iface.addr().to_string(), iface.port()),
+        ("127.0.0.1".to_owned(), 5000)
+    );
     assert_eq!(cfg.local_data.records.as_deref(), Some("x"));
 }

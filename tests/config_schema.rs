@@ -7,7 +7,8 @@ use serde_json::Value;
 
 fn reference() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/config.schema.json");
-    serde_json::from_str(&std::fs::read_to_string(path).expect("reference schema")).expect("valid JSON")
+    serde_json::from_str(&std::fs::read_to_string(path).expect("reference schema"))
+        .expect("valid JSON")
 }
 
 /// The JSON types a schema node allows (`anyOf` merged).
@@ -15,7 +16,9 @@ fn types_of(node: &Value) -> Vec<String> {
     let mut out = Vec::new();
     match node.get("type") {
         Some(Value::String(t)) => out.push(t.clone()),
-        Some(Value::Array(ts)) => out.extend(ts.iter().filter_map(Value::as_str).map(str::to_owned)),
+        Some(Value::Array(ts)) => {
+            out.extend(ts.iter().filter_map(Value::as_str).map(str::to_owned))
+        }
         _ => {}
     }
     if let Some(Value::Array(variants)) = node.get("anyOf") {
@@ -42,14 +45,28 @@ fn compare(reference: &Value, ours: &Value, path: &str, problems: &mut Vec<Strin
     }
     for key in ["enum", "pattern", "minimum", "maximum", "minLength"] {
         if reference.get(key) != ours.get(key) {
-            problems.push(format!("{path}: {key} {:?} != {:?}", reference.get(key), ours.get(key)));
+            problems.push(format!(
+                "{path}: {key} {:?} != {:?}",
+                reference.get(key),
+                ours.get(key)
+            ));
         }
     }
-    if reference.get("default") != ours.get("default") && !MACHINE_DEPENDENT_DEFAULTS.contains(&path) {
-        problems.push(format!("{path}: default {:?} != {:?}", reference.get("default"), ours.get("default")));
+    if reference.get("default") != ours.get("default")
+        && !MACHINE_DEPENDENT_DEFAULTS.contains(&path)
+    {
+        problems.push(format!(
+            "{path}: default {:?} != {:?}",
+            reference.get("default"),
+            ours.get("default")
+        ));
     }
     if reference.get("description") != ours.get("description") {
-        problems.push(format!("{path}: description {:?} != {:?}", reference.get("description"), ours.get("description")));
+        problems.push(format!(
+            "{path}: description {:?} != {:?}",
+            reference.get("description"),
+            ours.get("description")
+        ));
     }
     if let Some(Value::Object(props)) = reference.get("properties") {
         let our_props = ours.get("properties").and_then(Value::as_object);
@@ -92,7 +109,12 @@ fn schema_matches_the_reference() {
     let ours = knot_resolver::config::json_schema();
     let mut problems = Vec::new();
     compare(&reference(), &ours, "", &mut problems);
-    assert!(problems.is_empty(), "{} differences:\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} differences:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 #[test]

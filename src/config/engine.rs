@@ -30,7 +30,11 @@ pub(crate) struct Failure {
 
 impl Failure {
     pub fn new(path: &str, message: impl Into<String>) -> Self {
-        Failure { path: path.to_owned(), message: message.into(), children: Vec::new() }
+        Failure {
+            path: path.to_owned(),
+            message: message.into(),
+            children: Vec::new(),
+        }
     }
 }
 
@@ -161,7 +165,10 @@ pub(crate) fn py_str(v: &Value) -> String {
         Value::String(s) => s.clone(),
         Value::Array(a) => format!("[{}]", a.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
         Value::Object(o) => {
-            let items: Vec<String> = o.iter().map(|(k, v)| format!("'{k}': {}", py_repr(v))).collect();
+            let items: Vec<String> = o
+                .iter()
+                .map(|(k, v)| format!("'{k}': {}", py_repr(v)))
+                .collect();
             format!("{{{}}}", items.join(", "))
         }
     }
@@ -210,11 +217,23 @@ fn ty_name(ty: &Ty) -> String {
         Ty::Str => "<class 'str'>".into(),
         Ty::Int(r) => format!("<class 'knot_resolver.datamodel.types.types.{}'>", r.class),
         Ty::Value(vt) => format!("<class 'knot_resolver.datamodel.types.{}'>", vt.class),
-        Ty::Literal(l) => format!("typing.Literal[{}]", l.iter().map(|s| format!("'{s}'")).collect::<Vec<_>>().join(", ")),
+        Ty::Literal(l) => format!(
+            "typing.Literal[{}]",
+            l.iter()
+                .map(|s| format!("'{s}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Ty::Optional(i) => format!("typing.Optional[{}]", ty_name(i)),
-        Ty::Union(v) => format!("typing.Union[{}]", v.iter().map(ty_name).collect::<Vec<_>>().join(", ")),
+        Ty::Union(v) => format!(
+            "typing.Union[{}]",
+            v.iter().map(ty_name).collect::<Vec<_>>().join(", ")
+        ),
         Ty::List(i) => format!("typing.List[{}]", ty_name(i)),
-        Ty::ListOrItem(i) => format!("knot_resolver.datamodel.types.generic_types.ListOrItem[{}]", ty_name(i)),
+        Ty::ListOrItem(i) => format!(
+            "knot_resolver.datamodel.types.generic_types.ListOrItem[{}]",
+            ty_name(i)
+        ),
         Ty::Dict(k, v) => format!("typing.Dict[{}, {}]", ty_name(k), ty_name(v)),
         Ty::Object(o) => format!("<class '{}'>", o.class),
     }
@@ -252,7 +271,13 @@ pub(crate) fn map_value(ty: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcom
     result
 }
 
-fn map_value_inner(ty: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>, same_value: &dyn Fn(&Ty) -> Outcome) -> Outcome {
+fn map_value_inner(
+    ty: &Ty,
+    v: &Value,
+    path: &str,
+    ctx: &Ctx<'_>,
+    same_value: &dyn Fn(&Ty) -> Outcome,
+) -> Outcome {
     let fail = |msg: String| Err(vec![Failure::new(path, msg)]);
     match ty {
         Ty::Optional(inner) => {
@@ -387,15 +412,25 @@ fn map_list(inner: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcome {
         Value::Object(o) => o.keys().map(|k| Value::String(k.clone())).collect(),
         Value::String(_) => return Err(vec![Failure::new(path, "expected list, got string")]),
         other => {
-            let tn = py_type(other).trim_start_matches("<class '").trim_end_matches("'>");
-            return Err(vec![Failure::new(path, format!("'{tn}' object is not iterable"))]);
+            let tn = py_type(other)
+                .trim_start_matches("<class '")
+                .trim_end_matches("'>");
+            return Err(vec![Failure::new(
+                path,
+                format!("'{tn}' object is not iterable"),
+            )]);
         }
     };
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         // upstream stops at the first invalid item
         PLAIN_CONTAINER.with(|p| p.set(true));
-        out.push(map_value(inner, item, &child_path(path, &i.to_string()), ctx)?);
+        out.push(map_value(
+            inner,
+            item,
+            &child_path(path, &i.to_string()),
+            ctx,
+        )?);
     }
     if out.is_empty() {
         return Err(vec![Failure::new(path, "empty list is not allowed")]);
@@ -413,7 +448,12 @@ pub(crate) fn section_path(path: &str) -> String {
 }
 
 /// Validate a section.
-pub(crate) fn map_object(def: &ObjectDef, src: &Map<String, Value>, path: &str, ctx: &Ctx<'_>) -> Outcome {
+pub(crate) fn map_object(
+    def: &ObjectDef,
+    src: &Map<String, Value>,
+    path: &str,
+    ctx: &Ctx<'_>,
+) -> Outcome {
     let mut errs = Vec::new();
     let mut out = Map::new();
     for field in &def.fields {
@@ -424,7 +464,10 @@ pub(crate) fn map_object(def: &ObjectDef, src: &Map<String, Value>, path: &str, 
             (Some(v), _) => map_value(&field.ty, v, &fpath, ctx),
             (None, Default::Value(d)) => map_value(&field.ty, d, &fpath, ctx),
             (None, Default::Required) => {
-                errs.push(Failure::new(path, format!("missing attribute '{}'.", field.name.replace('-', "_"))));
+                errs.push(Failure::new(
+                    path,
+                    format!("missing attribute '{}'.", field.name.replace('-', "_")),
+                ));
                 continue;
             }
         };
@@ -446,7 +489,10 @@ pub(crate) fn map_object(def: &ObjectDef, src: &Map<String, Value>, path: &str, 
     // upstream lists them in (random) set order; sorted is deterministic
     unused.sort();
     if !unused.is_empty() {
-        return Err(vec![Failure::new(path, format!("unexpected extra key(s) {}", unused.join(", ")))]);
+        return Err(vec![Failure::new(
+            path,
+            format!("unexpected extra key(s) {}", unused.join(", ")),
+        )]);
     }
     if let Some(transform) = def.transform {
         transform(&mut out, ctx, path)?;
@@ -525,11 +571,15 @@ pub(crate) fn describe_object(def: &ObjectDef) -> Value {
 /// Upstream serializes default values of sections through `to_dict()`: the default is validated
 /// (non-strict) and its keys use Python attribute names (`_` instead of `-`).
 fn schema_default(ty: &Ty, raw: &Value) -> Value {
-    let needs_mapping = matches!(ty, Ty::Object(_)) || matches!(ty, Ty::List(inner) if matches!(**inner, Ty::Object(_)));
+    let needs_mapping = matches!(ty, Ty::Object(_))
+        || matches!(ty, Ty::List(inner) if matches!(**inner, Ty::Object(_)));
     if !needs_mapping {
         return raw.clone();
     }
-    let ctx = Ctx { resolve_root: Path::new("/"), strict: false };
+    let ctx = Ctx {
+        resolve_root: Path::new("/"),
+        strict: false,
+    };
     match map_value(ty, raw, "", &ctx) {
         Ok(v) => underscore_keys(&v),
         Err(_) => raw.clone(),
@@ -538,7 +588,11 @@ fn schema_default(ty: &Ty, raw: &Value) -> Value {
 
 fn underscore_keys(v: &Value) -> Value {
     match v {
-        Value::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.replace('-', "_"), underscore_keys(v))).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (k.replace('-', "_"), underscore_keys(v)))
+                .collect(),
+        ),
         Value::Array(a) => Value::Array(a.iter().map(underscore_keys).collect()),
         other => other.clone(),
     }

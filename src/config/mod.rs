@@ -55,14 +55,24 @@ pub struct ValidationError {
 impl ValidationError {
     fn from_failure(f: engine::Failure) -> Self {
         ValidationError {
-            path: if f.path.is_empty() { "/".into() } else { f.path },
+            path: if f.path.is_empty() {
+                "/".into()
+            } else {
+                f.path
+            },
             message: f.message,
             causes: f.children.into_iter().map(Self::from_failure).collect(),
         }
     }
 
     fn write_tree(&self, out: &mut fmt::Formatter<'_>, level: usize) -> fmt::Result {
-        write!(out, "\n{}[{}] {}", "\t".repeat(level), self.path, self.message)?;
+        write!(
+            out,
+            "\n{}[{}] {}",
+            "\t".repeat(level),
+            self.path,
+            self.message
+        )?;
         for c in &self.causes {
             c.write_tree(out, level + 1)?;
         }
@@ -128,14 +138,20 @@ pub fn parse_document(text: &str, origin: &Path) -> Result<Value, ConfigError> {
     } else {
         parse::parse_json_or_yaml(text)
     };
-    parsed.map_err(|source| ConfigError::Parse { path: origin.to_owned(), source })
+    parsed.map_err(|source| ConfigError::Parse {
+        path: origin.to_owned(),
+        source,
+    })
 }
 
 /// Read, parse and deep-merge several files in order, without validating.
 fn read_and_merge(paths: &[PathBuf]) -> Result<Value, ConfigError> {
     let mut merged = Map::new();
     for path in paths {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
         let doc = match parse_document(&text, path)? {
             Value::Null => Map::new(),
             Value::Object(m) => m,
@@ -146,8 +162,10 @@ fn read_and_merge(paths: &[PathBuf]) -> Result<Value, ConfigError> {
                 })
             }
         };
-        parse::data_combine(&mut merged, doc, "")
-            .map_err(|source| ConfigError::Parse { path: path.clone(), source })?;
+        parse::data_combine(&mut merged, doc, "").map_err(|source| ConfigError::Parse {
+            path: path.clone(),
+            source,
+        })?;
     }
     Ok(Value::Object(merged))
 }
@@ -164,20 +182,34 @@ fn resolve_root_of(paths: &[PathBuf]) -> PathBuf {
 /// collision is an error) and validated; relative paths resolve against the first file's directory.
 pub fn load_files(paths: &[PathBuf], strict: bool) -> Result<LoadedConfig, ConfigError> {
     let raw = read_and_merge(paths)?;
-    let ctx = ValidationContext { resolve_root: resolve_root_of(paths), strict };
+    let ctx = ValidationContext {
+        resolve_root: resolve_root_of(paths),
+        strict,
+    };
     let model = validate(&raw, &ctx)?;
     Ok(LoadedConfig { raw, model })
 }
 
 /// Validate a raw document (a mapping; `null` counts as an empty one). All errors are reported.
 pub fn validate(raw: &Value, ctx: &ValidationContext) -> Result<KresConfig, ValidationErrors> {
-    let ectx = engine::Ctx { resolve_root: &ctx.resolve_root, strict: ctx.strict };
-    let normalized = model::normalize(raw, &ectx)
-        .map_err(|fails| ValidationErrors(fails.into_iter().map(ValidationError::from_failure).collect()))?;
+    let ectx = engine::Ctx {
+        resolve_root: &ctx.resolve_root,
+        strict: ctx.strict,
+    };
+    let normalized = model::normalize(raw, &ectx).map_err(|fails| {
+        ValidationErrors(
+            fails
+                .into_iter()
+                .map(ValidationError::from_failure)
+                .collect(),
+        )
+    })?;
     let model: KresConfig = serde_json::from_value(normalized).map_err(|e| {
         ValidationErrors(vec![ValidationError {
             path: "/".into(),
-            message: format!("internal error: the validated configuration does not fit the model: {e}"),
+            message: format!(
+                "internal error: the validated configuration does not fit the model: {e}"
+            ),
             causes: Vec::new(),
         }])
     })?;
@@ -203,9 +235,18 @@ fn management_socket_warning(cfg: &KresConfig) -> Option<String> {
 /// enums and defaults as upstream's `kresctl schema`).
 pub fn json_schema() -> Value {
     let mut schema = Map::new();
-    schema.insert("$schema".into(), json!("https://json-schema.org/draft/2020-12/schema"));
-    schema.insert("$id".into(), json!("https://www.knot-resolver.cz/documentation/v6.5.0/_static/config.schema.json"));
-    schema.insert("title".into(), json!("Knot Resolver configuration JSON schema"));
+    schema.insert(
+        "$schema".into(),
+        json!("https://json-schema.org/draft/2020-12/schema"),
+    );
+    schema.insert(
+        "$id".into(),
+        json!("https://www.knot-resolver.cz/documentation/v6.5.0/_static/config.schema.json"),
+    );
+    schema.insert(
+        "title".into(),
+        json!("Knot Resolver configuration JSON schema"),
+    );
     if let Value::Object(body) = engine::describe_object(model::root_def()) {
         schema.extend(body);
     }
@@ -225,9 +266,16 @@ and attempts to access the configured paths directly.";
 /// (0 valid, 1 invalid or unreadable). With no files, the default configuration file is used.
 pub fn validate_command(files: &[PathBuf], strict: bool) -> i32 {
     let default = [PathBuf::from(DEFAULT_CONFIG_FILE)];
-    let files = if files.is_empty() { &default[..] } else { files };
+    let files = if files.is_empty() {
+        &default[..]
+    } else {
+        files
+    };
     let result = read_and_merge(files).and_then(|raw| {
-        let ctx = ValidationContext { resolve_root: resolve_root_of(files), strict };
+        let ctx = ValidationContext {
+            resolve_root: resolve_root_of(files),
+            strict,
+        };
         validate(&raw, &ctx).map_err(ConfigError::from)
     });
     match result {
@@ -240,7 +288,9 @@ pub fn validate_command(files: &[PathBuf], strict: bool) -> i32 {
             }
             0
         }
-        Err(ConfigError::Read { path, source }) if source.kind() == std::io::ErrorKind::NotFound => {
+        Err(ConfigError::Read { path, source })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
             eprintln!("[Errno 2] No such file or directory: '{}'", path.display());
             1
         }

@@ -8,10 +8,12 @@ use std::sync::{Arc, OnceLock};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::engine::{child_path, flat_union, Ctx, Default, Failure, Field, IntRange, ObjectDef, Ty};
+use super::engine::{
+    child_path, flat_union, Ctx, Default, Failure, Field, IntRange, ObjectDef, Ty,
+};
 use super::types::{
-    DomainName, EscapedStr, IdPattern, InterfaceOptionalPort, IpAddressEm, IpAddressOptionalPort, IpAddressPort,
-    IpNetwork, PinSha256, SizeUnit, TimeUnit,
+    DomainName, EscapedStr, IdPattern, InterfaceOptionalPort, IpAddressEm, IpAddressOptionalPort,
+    IpAddressPort, IpNetwork, PinSha256, SizeUnit, TimeUnit,
 };
 use super::value_types as vt;
 
@@ -29,10 +31,20 @@ pub const LOGTARGET_ENV_VAR: &str = "KRES_LOGTARGET";
 // building blocks
 
 fn f(name: &'static str, ty: Ty, default: Value, doc: &'static str) -> Field {
-    Field { name, ty, default: Default::Value(default), doc }
+    Field {
+        name,
+        ty,
+        default: Default::Value(default),
+        doc,
+    }
 }
 fn req(name: &'static str, ty: Ty, doc: &'static str) -> Field {
-    Field { name, ty, default: Default::Required, doc }
+    Field {
+        name,
+        ty,
+        default: Default::Required,
+        doc,
+    }
 }
 fn opt(ty: Ty) -> Ty {
     Ty::Optional(Box::new(ty))
@@ -68,7 +80,13 @@ fn obj(def: ObjectDef) -> Ty {
     Ty::Object(Arc::new(def))
 }
 fn section(class: &'static str, doc: Option<&'static str>, fields: Vec<Field>) -> ObjectDef {
-    ObjectDef { class, doc, fields, transform: None, validate: None }
+    ObjectDef {
+        class,
+        doc,
+        fields,
+        transform: None,
+        validate: None,
+    }
 }
 fn fail(path: &str, msg: impl Into<String>) -> Result<(), Vec<Failure>> {
     Err(vec![Failure::new(path, msg)])
@@ -78,7 +96,9 @@ fn is_set(m: &Map<String, Value>, key: &str) -> bool {
 }
 /// Python truthiness of a plain `str` field: `None` and `""` are false.
 fn is_nonempty_str(m: &Map<String, Value>, key: &str) -> bool {
-    m.get(key).and_then(Value::as_str).is_some_and(|s| !s.is_empty())
+    m.get(key)
+        .and_then(Value::as_str)
+        .is_some_and(|s| !s.is_empty())
 }
 fn is_true(m: &Map<String, Value>, key: &str) -> bool {
     m.get(key).and_then(Value::as_bool).unwrap_or(false)
@@ -94,18 +114,29 @@ fn watchdog_ty() -> Ty {
 
 /// Python's `repr` of a list of strings.
 fn py_str_list(items: &[String]) -> String {
-    format!("[{}]", items.iter().map(|s| format!("'{s}'")).collect::<Vec<_>>().join(", "))
+    format!(
+        "[{}]",
+        items
+            .iter()
+            .map(|s| format!("'{s}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 /// Number of CPUs this process may run on (upstream: `len(os.sched_getaffinity(0))`).
 pub fn usable_cpus() -> Option<u32> {
     if let Ok(set) = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
-        let n = (0..nix::sched::CpuSet::count()).filter(|i| set.is_set(*i).unwrap_or(false)).count();
+        let n = (0..nix::sched::CpuSet::count())
+            .filter(|i| set.is_set(*i).unwrap_or(false))
+            .count();
         if n > 0 {
             return u32::try_from(n).ok();
         }
     }
-    std::thread::available_parallelism().ok().and_then(|n| u32::try_from(n.get()).ok())
+    std::thread::available_parallelism()
+        .ok()
+        .and_then(|n| u32::try_from(n.get()).ok())
 }
 
 /// The largest accepted `workers` value (upstream's `workers_max_count`).
@@ -121,13 +152,26 @@ fn management() -> ObjectDef {
         "knot_resolver.datamodel.management_schema.ManagementSchema",
         Some("Configuration of management HTTP API."),
         vec![
-            f("unix-socket", opt(v(&vt::WRITABLE_FILE_PATH)), Value::Null, "Path to unix domain socket to listen to."),
-            f("interface", opt(v(&vt::IP_ADDRESS_PORT)), Value::Null, "IP address and port number to listen to."),
+            f(
+                "unix-socket",
+                opt(v(&vt::WRITABLE_FILE_PATH)),
+                Value::Null,
+                "Path to unix domain socket to listen to.",
+            ),
+            f(
+                "interface",
+                opt(v(&vt::IP_ADDRESS_PORT)),
+                Value::Null,
+                "IP address and port number to listen to.",
+            ),
         ],
     );
     d.validate = Some(|m, _, path| {
         if is_set(m, "unix-socket") == is_set(m, "interface") {
-            return fail(path, "One of 'interface' or 'unix-socket' must be configured.");
+            return fail(
+                path,
+                "One of 'interface' or 'unix-socket' must be configured.",
+            );
         }
         Ok(())
     });
@@ -173,10 +217,16 @@ fn tls() -> ObjectDef {
     });
     d.validate = Some(|m, _, path| {
         if is_set(m, "sticket-secret") && is_set(m, "sticket-secret-file") {
-            return fail(path, "'sticket_secret' and 'sticket_secret_file' are both defined, only one can be used");
+            return fail(
+                path,
+                "'sticket_secret' and 'sticket_secret_file' are both defined, only one can be used",
+            );
         }
         if is_set(m, "cert-file") != is_set(m, "key-file") {
-            return fail(path, "'cert-file' and 'key-file' must be configured together");
+            return fail(
+                path,
+                "'cert-file' and 'key-file' must be configured together",
+            );
         }
         if is_set(m, "cert-file") && is_true(m, "watchdog") && !WATCHDOG_AVAILABLE {
             return fail(path, "'watchdog' is enabled, but the required 'watchdog' dependency (optional) is not installed");
@@ -186,18 +236,51 @@ fn tls() -> ObjectDef {
     d
 }
 
-const LISTEN_KINDS: &[&str] = &["dns", "xdp", "dot", "doh-legacy", "doh2", "doh2-insecure", "doq"];
+const LISTEN_KINDS: &[&str] = &[
+    "dns",
+    "xdp",
+    "dot",
+    "doh-legacy",
+    "doh2",
+    "doh2-insecure",
+    "doq",
+];
 
 fn listen() -> ObjectDef {
     let mut d = section(
         "knot_resolver.datamodel.network_schema.ListenSchema",
         Some("Configuration of listening interface."),
         vec![
-            f("interface", opt(loi(v(&vt::INTERFACE_OPTIONAL_PORT))), Value::Null, "IP address or interface name with optional port number to listen to."),
-            f("unix-socket", opt(loi(v(&vt::WRITABLE_FILE_PATH))), Value::Null, "Path to unix domain socket to listen to."),
-            f("port", opt(port_number()), Value::Null, "Port number to listen to."),
-            f("kind", Ty::Literal(LISTEN_KINDS), json!("dns"), "Specifies DNS query transport protocol."),
-            f("freebind", Ty::Bool, json!(false), "Used for binding to non-local address."),
+            f(
+                "interface",
+                opt(loi(v(&vt::INTERFACE_OPTIONAL_PORT))),
+                Value::Null,
+                "IP address or interface name with optional port number to listen to.",
+            ),
+            f(
+                "unix-socket",
+                opt(loi(v(&vt::WRITABLE_FILE_PATH))),
+                Value::Null,
+                "Path to unix domain socket to listen to.",
+            ),
+            f(
+                "port",
+                opt(port_number()),
+                Value::Null,
+                "Port number to listen to.",
+            ),
+            f(
+                "kind",
+                Ty::Literal(LISTEN_KINDS),
+                json!("dns"),
+                "Specifies DNS query transport protocol.",
+            ),
+            f(
+                "freebind",
+                Ty::Bool,
+                json!(false),
+                "Used for binding to non-local address.",
+            ),
         ],
     );
     d.transform = Some(|m, _, path| {
@@ -206,8 +289,10 @@ fn listen() -> ObjectDef {
         if let Some(Value::Array(ifaces)) = m.get("interface") {
             let mut port_set: Option<bool> = None;
             for iface in ifaces {
-                let has_port =
-                    iface.as_str().and_then(|s| InterfaceOptionalPort::parse(s).ok()).is_some_and(|i| i.port().is_some());
+                let has_port = iface
+                    .as_str()
+                    .and_then(|s| InterfaceOptionalPort::parse(s).ok())
+                    .is_some_and(|i| i.port().is_some());
                 if port_given && has_port {
                     errs.push(Failure::new(path, "The port number is defined in two places ('port' option and '@<port>' syntax)."));
                     break;
@@ -236,7 +321,10 @@ fn listen() -> ObjectDef {
     });
     d.validate = Some(|m, _, path| {
         if is_set(m, "unix-socket") == is_set(m, "interface") {
-            return fail(path, "One of 'interface' or 'unix-socket' must be configured.");
+            return fail(
+                path,
+                "One of 'interface' or 'unix-socket' must be configured.",
+            );
         }
         if is_set(m, "port") && is_set(m, "unix-socket") {
             return fail(
@@ -254,8 +342,18 @@ fn network() -> ObjectDef {
         "knot_resolver.datamodel.network_schema.EdnsBufferSizeSchema",
         Some("EDNS payload size advertised in DNS packets."),
         vec![
-            f("upstream", v(&vt::SIZE_UNIT), json!("1232B"), "Maximum EDNS upstream (towards other DNS servers) payload size."),
-            f("downstream", v(&vt::SIZE_UNIT), json!("1232B"), "Maximum EDNS downstream (towards clients) payload size for communication."),
+            f(
+                "upstream",
+                v(&vt::SIZE_UNIT),
+                json!("1232B"),
+                "Maximum EDNS upstream (towards other DNS servers) payload size.",
+            ),
+            f(
+                "downstream",
+                v(&vt::SIZE_UNIT),
+                json!("1232B"),
+                "Maximum EDNS downstream (towards clients) payload size for communication.",
+            ),
         ],
     );
     let renumbering = section(
@@ -263,7 +361,11 @@ fn network() -> ObjectDef {
         Some("Renumbers addresses in answers to different address space."),
         vec![
             req("source", v(&vt::IP_NETWORK), "Source subnet."),
-            req("destination", flat_union(vec![v(&vt::IP_ADDRESS_EM), ip_address()]), "Destination address prefix."),
+            req(
+                "destination",
+                flat_union(vec![v(&vt::IP_ADDRESS_EM), ip_address()]),
+                "Destination address prefix.",
+            ),
         ],
     );
     let proxy = section(
@@ -308,10 +410,25 @@ fn views() -> ObjectDef {
         "knot_resolver.datamodel.view_schema.ViewOptionsSchema",
         Some("Configuration options for clients identified by the view."),
         vec![
-            f("minimize", Ty::Bool, json!(true), "Send minimum amount of information in recursive queries to enhance privacy."),
+            f(
+                "minimize",
+                Ty::Bool,
+                json!(true),
+                "Send minimum amount of information in recursive queries to enhance privacy.",
+            ),
             f("dns64", Ty::Bool, json!(true), "Enable/disable DNS64."),
-            f("price-factor", v(&vt::FLOAT_0_65535), json!(1.0), "Multiplies rate-limiting and defer prices of operations, use 0 to whitelist."),
-            f("fallback", Ty::Bool, json!(true), "Enable/disable fallback on resolution failure."),
+            f(
+                "price-factor",
+                v(&vt::FLOAT_0_65535),
+                json!(1.0),
+                "Multiplies rate-limiting and defer prices of operations, use 0 to whitelist.",
+            ),
+            f(
+                "fallback",
+                Ty::Bool,
+                json!(true),
+                "Enable/disable fallback on resolution failure.",
+            ),
         ],
     );
     let mut d = section(
@@ -328,7 +445,10 @@ fn views() -> ObjectDef {
     );
     d.validate = Some(|m, _, path| {
         if is_set(m, "tags") == is_set(m, "answer") {
-            return fail(path, "exactly one of 'tags' and 'answer' must be configured");
+            return fail(
+                path,
+                "exactly one of 'tags' and 'answer' must be configured",
+            );
         }
         Ok(())
     });
@@ -353,15 +473,32 @@ fn local_data() -> ObjectDef {
     rule.validate = Some(|m, _, path| {
         let address = is_set(m, "address");
         let subtree = m.get("subtree").and_then(Value::as_str);
-        let sum = [address, subtree.is_some(), is_set(m, "file"), is_set(m, "records")].iter().filter(|b| **b).count();
+        let sum = [
+            address,
+            subtree.is_some(),
+            is_set(m, "file"),
+            is_set(m, "records"),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count();
         if sum == 2 && address && matches!(subtree, Some("empty" | "redirect")) {
             // these combinations still make sense
         } else if sum > 1 {
-            return fail(path, "only one of 'address', 'subtree' or 'file' can be configured");
+            return fail(
+                path,
+                "only one of 'address', 'subtree' or 'file' can be configured",
+            );
         } else if sum < 1 {
-            return fail(path, "one of 'address', 'subtree', 'file' or 'records' must be configured");
+            return fail(
+                path,
+                "one of 'address', 'subtree', 'file' or 'records' must be configured",
+            );
         }
-        let sum2 = [is_set(m, "name"), is_set(m, "file"), is_set(m, "records")].iter().filter(|b| **b).count();
+        let sum2 = [is_set(m, "name"), is_set(m, "file"), is_set(m, "records")]
+            .iter()
+            .filter(|b| **b)
+            .count();
         if sum2 != 1 {
             return fail(path, "one of 'name', 'file or 'records' must be configured");
         }
@@ -410,16 +547,43 @@ fn forward_server() -> Ty {
         "knot_resolver.datamodel.forward_schema.ForwardServerSchema",
         Some("Forward server configuration."),
         vec![
-            req("address", loi(v(&vt::IP_ADDRESS_OPTIONAL_PORT)), "IP address(es) of a forward server."),
-            f("transport", opt(Ty::Literal(&["tls"])), Value::Null, "Transport protocol for a forward server."),
-            f("pin-sha256", opt(loi(v(&vt::PIN_SHA256))), Value::Null, "Hash of accepted CA certificate."),
-            f("hostname", opt(v(&vt::DOMAIN_NAME)), Value::Null, "Hostname of the Forward server."),
-            f("ca-file", opt(v(&vt::READABLE_FILE)), Value::Null, "Path to CA certificate file."),
+            req(
+                "address",
+                loi(v(&vt::IP_ADDRESS_OPTIONAL_PORT)),
+                "IP address(es) of a forward server.",
+            ),
+            f(
+                "transport",
+                opt(Ty::Literal(&["tls"])),
+                Value::Null,
+                "Transport protocol for a forward server.",
+            ),
+            f(
+                "pin-sha256",
+                opt(loi(v(&vt::PIN_SHA256))),
+                Value::Null,
+                "Hash of accepted CA certificate.",
+            ),
+            f(
+                "hostname",
+                opt(v(&vt::DOMAIN_NAME)),
+                Value::Null,
+                "Hostname of the Forward server.",
+            ),
+            f(
+                "ca-file",
+                opt(v(&vt::READABLE_FILE)),
+                Value::Null,
+                "Path to CA certificate file.",
+            ),
         ],
     );
     d.validate = Some(|m, _, path| {
         if is_set(m, "pin-sha256") && (is_set(m, "hostname") || is_set(m, "ca-file")) {
-            return fail(path, "'pin-sha256' cannot be configured together with 'hostname' or 'ca-file'");
+            return fail(
+                path,
+                "'pin-sha256' cannot be configured together with 'hostname' or 'ca-file'",
+            );
         }
         Ok(())
     });
@@ -436,7 +600,10 @@ fn is_port_custom(servers: &[Value]) -> bool {
                 }
             }
             Value::Object(o) => {
-                return o.get("address").and_then(Value::as_array).is_some_and(|a| is_port_custom(a));
+                return o
+                    .get("address")
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| is_port_custom(a));
             }
             _ => {}
         }
@@ -449,7 +616,12 @@ fn forward() -> ObjectDef {
         "knot_resolver.datamodel.forward_schema.ForwardOptionsSchema",
         Some("Subtree(s) forward options."),
         vec![
-            f("authoritative", Ty::Bool, json!(false), "The forwarding target is an authoritative server."),
+            f(
+                "authoritative",
+                Ty::Bool,
+                json!(false),
+                "The forwarding target is an authoritative server.",
+            ),
             f("dnssec", Ty::Bool, json!(true), "Enable/disable DNSSEC."),
         ],
     );
@@ -457,23 +629,50 @@ fn forward() -> ObjectDef {
         "knot_resolver.datamodel.forward_schema.ForwardSchema",
         Some("Configuration of forward subtree."),
         vec![
-            req("subtree", loi(v(&vt::DOMAIN_NAME)), "Subtree(s) to forward."),
-            req("servers", list(forward_server()), "Forward servers configuration."),
-            f("options", obj(options), json!({}), "Subtree(s) forward options."),
+            req(
+                "subtree",
+                loi(v(&vt::DOMAIN_NAME)),
+                "Subtree(s) to forward.",
+            ),
+            req(
+                "servers",
+                list(forward_server()),
+                "Forward servers configuration.",
+            ),
+            f(
+                "options",
+                obj(options),
+                json!({}),
+                "Subtree(s) forward options.",
+            ),
         ],
     );
     d.validate = Some(|m, _, path| {
-        let authoritative = m.get("options").and_then(|o| o.get("authoritative")).and_then(Value::as_bool).unwrap_or(false);
-        let servers = m.get("servers").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let authoritative = m
+            .get("options")
+            .and_then(|o| o.get("authoritative"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let servers = m
+            .get("servers")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         if authoritative && is_port_custom(servers) {
-            return fail(path, "Forwarding to authoritative servers on a custom port is currently not supported.");
+            return fail(
+                path,
+                "Forwarding to authoritative servers on a custom port is currently not supported.",
+            );
         }
         let tls = servers
             .iter()
             .find_map(Value::as_object)
             .is_some_and(|o| o.get("transport").and_then(Value::as_str) == Some("tls"));
         if authoritative && tls {
-            return fail(path, "Forwarding to authoritative servers using TLS protocol is not supported.");
+            return fail(
+                path,
+                "Forwarding to authoritative servers using TLS protocol is not supported.",
+            );
         }
         Ok(())
     });
@@ -485,8 +684,18 @@ fn fallback() -> ObjectDef {
         "knot_resolver.datamodel.forward_schema.FallbackSchema",
         Some("Configuration for fallback after resolution failure."),
         vec![
-            f("enable", Ty::Bool, json!(false), "Enable/disable the fallback."),
-            f("servers", opt(list(forward_server())), Value::Null, "Forward servers configuration for fallback."),
+            f(
+                "enable",
+                Ty::Bool,
+                json!(false),
+                "Enable/disable the fallback.",
+            ),
+            f(
+                "servers",
+                opt(list(forward_server())),
+                Value::Null,
+                "Forward servers configuration for fallback.",
+            ),
         ],
     );
     d.validate = Some(|m, _, path| {
@@ -499,7 +708,10 @@ fn fallback() -> ObjectDef {
 }
 
 fn time_seconds(m: &Map<String, Value>, key: &str) -> u64 {
-    m.get(key).and_then(Value::as_str).and_then(|s| TimeUnit::parse(s).ok()).map_or(0, |t| t.seconds())
+    m.get(key)
+        .and_then(Value::as_str)
+        .and_then(|s| TimeUnit::parse(s).ok())
+        .map_or(0, |t| t.seconds())
 }
 
 fn cache() -> ObjectDef {
@@ -507,16 +719,66 @@ fn cache() -> ObjectDef {
         "knot_resolver.datamodel.cache_schema.GarbageCollectorSchema",
         Some("Configuration options of the cache garbage collector (kres-cache-gc)."),
         vec![
-            f("enable", Ty::Bool, json!(true), "Enable/disable cache garbage collector."),
-            f("interval", v(&vt::TIME_UNIT), json!("1s"), "Time interval how often the garbage collector will be run."),
-            f("threshold", percent(), json!(80), "Cache usage in percent that triggers the garbage collector."),
-            f("release", percent(), json!(10), "Percent of used cache to be freed by the garbage collector."),
-            f("temp-keys-space", v(&vt::SIZE_UNIT), json!("0M"), "Maximum amount of temporary memory for copied keys (0 = unlimited)."),
-            f("rw-deletes", int_non_negative(), json!(100), "Maximum number of deleted records per read-write transaction (0 = unlimited)."),
-            f("rw-reads", int_non_negative(), json!(200), "Maximum number of read records per read-write transaction (0 = unlimited)."),
-            f("rw-duration", v(&vt::TIME_UNIT), json!("0us"), "Maximum duration of read-write transaction (0 = unlimited)."),
-            f("rw-delay", v(&vt::TIME_UNIT), json!("0us"), "Wait time between two read-write transactions."),
-            f("dry-run", Ty::Bool, json!(false), "Run the garbage collector in dry-run mode."),
+            f(
+                "enable",
+                Ty::Bool,
+                json!(true),
+                "Enable/disable cache garbage collector.",
+            ),
+            f(
+                "interval",
+                v(&vt::TIME_UNIT),
+                json!("1s"),
+                "Time interval how often the garbage collector will be run.",
+            ),
+            f(
+                "threshold",
+                percent(),
+                json!(80),
+                "Cache usage in percent that triggers the garbage collector.",
+            ),
+            f(
+                "release",
+                percent(),
+                json!(10),
+                "Percent of used cache to be freed by the garbage collector.",
+            ),
+            f(
+                "temp-keys-space",
+                v(&vt::SIZE_UNIT),
+                json!("0M"),
+                "Maximum amount of temporary memory for copied keys (0 = unlimited).",
+            ),
+            f(
+                "rw-deletes",
+                int_non_negative(),
+                json!(100),
+                "Maximum number of deleted records per read-write transaction (0 = unlimited).",
+            ),
+            f(
+                "rw-reads",
+                int_non_negative(),
+                json!(200),
+                "Maximum number of read records per read-write transaction (0 = unlimited).",
+            ),
+            f(
+                "rw-duration",
+                v(&vt::TIME_UNIT),
+                json!("0us"),
+                "Maximum duration of read-write transaction (0 = unlimited).",
+            ),
+            f(
+                "rw-delay",
+                v(&vt::TIME_UNIT),
+                json!("0us"),
+                "Wait time between two read-write transactions.",
+            ),
+            f(
+                "dry-run",
+                Ty::Bool,
+                json!(false),
+                "Run the garbage collector in dry-run mode.",
+            ),
         ],
     );
     let mut prefill = section(
@@ -531,7 +793,10 @@ fn cache() -> ObjectDef {
     );
     prefill.validate = Some(|m, _, path| {
         if m.get("origin").and_then(Value::as_str) != Some(".") {
-            return fail(path, "cache prefilling is not yet supported for non-root zones");
+            return fail(
+                path,
+                "cache prefilling is not yet supported for non-root zones",
+            );
         }
         Ok(())
     });
@@ -580,8 +845,17 @@ fn dnssec() -> ObjectDef {
         "knot_resolver.datamodel.dnssec_schema.TrustAnchorFileSchema",
         Some("Trust-anchor zonefile configuration."),
         vec![
-            req("file", v(&vt::READABLE_FILE), "Path to the zonefile that stores trust-anchors."),
-            f("read-only", Ty::Bool, json!(false), "Blocks zonefile updates according to RFC 5011."),
+            req(
+                "file",
+                v(&vt::READABLE_FILE),
+                "Path to the zonefile that stores trust-anchors.",
+            ),
+            f(
+                "read-only",
+                Ty::Bool,
+                json!(false),
+                "Blocks zonefile updates according to RFC 5011.",
+            ),
         ],
     );
     section(
@@ -605,9 +879,24 @@ fn dns64() -> ObjectDef {
         Some("DNS64 (RFC 6147) configuration."),
         vec![
             f("enable", Ty::Bool, json!(false), "Enable/disable DNS64."),
-            f("prefix", v(&vt::IPV6_NETWORK_96), json!("64:ff9b::/96"), "IPv6 prefix to be used for synthesizing AAAA records."),
-            f("reverse-ttl", opt(v(&vt::TIME_UNIT)), Value::Null, "TTL in CNAME generated in the reverse 'ip6.arpa.' subtree."),
-            f("exclude-subnets", opt(list(v(&vt::IPV6_NETWORK))), Value::Null, "IPv6 subnets that are disallowed in answer."),
+            f(
+                "prefix",
+                v(&vt::IPV6_NETWORK_96),
+                json!("64:ff9b::/96"),
+                "IPv6 prefix to be used for synthesizing AAAA records.",
+            ),
+            f(
+                "reverse-ttl",
+                opt(v(&vt::TIME_UNIT)),
+                Value::Null,
+                "TTL in CNAME generated in the reverse 'ip6.arpa.' subtree.",
+            ),
+            f(
+                "exclude-subnets",
+                opt(list(v(&vt::IPV6_NETWORK))),
+                Value::Null,
+                "IPv6 subnets that are disallowed in answer.",
+            ),
         ],
     )
 }
@@ -617,11 +906,63 @@ pub const LOG_LEVELS: &[&str] = &["crit", "err", "warning", "notice", "info", "d
 const LOG_TARGETS: &[&str] = &["syslog", "stderr", "stdout"];
 /// Every accepted logging group (processes, manager parts, kresd groups).
 pub const LOG_GROUPS: &[&str] = &[
-    "manager", "supervisord", "policy-loader", "kresd", "cache-gc", "files", "metrics", "server", "system", "cache", "io",
-    "net", "ta", "tasent", "tasign", "taupd", "tls", "gnutls", "tls_cl", "xdp", "doh", "dnssec", "hint", "plan", "iterat",
-    "valdtr", "resolv", "select", "zoncut", "cookie", "statis", "rebind", "worker", "policy", "daf", "timejm", "timesk",
-    "graphi", "prefil", "primin", "srvstl", "wtchdg", "nsid", "dnstap", "tests", "dotaut", "http", "contrl", "module",
-    "devel", "renum", "exterr", "rules", "prlayr", "defer", "doq", "ngtcp2",
+    "manager",
+    "supervisord",
+    "policy-loader",
+    "kresd",
+    "cache-gc",
+    "files",
+    "metrics",
+    "server",
+    "system",
+    "cache",
+    "io",
+    "net",
+    "ta",
+    "tasent",
+    "tasign",
+    "taupd",
+    "tls",
+    "gnutls",
+    "tls_cl",
+    "xdp",
+    "doh",
+    "dnssec",
+    "hint",
+    "plan",
+    "iterat",
+    "valdtr",
+    "resolv",
+    "select",
+    "zoncut",
+    "cookie",
+    "statis",
+    "rebind",
+    "worker",
+    "policy",
+    "daf",
+    "timejm",
+    "timesk",
+    "graphi",
+    "prefil",
+    "primin",
+    "srvstl",
+    "wtchdg",
+    "nsid",
+    "dnstap",
+    "tests",
+    "dotaut",
+    "http",
+    "contrl",
+    "module",
+    "devel",
+    "renum",
+    "exterr",
+    "rules",
+    "prlayr",
+    "defer",
+    "doq",
+    "ngtcp2",
 ];
 
 fn logging() -> ObjectDef {
@@ -629,16 +970,44 @@ fn logging() -> ObjectDef {
         "knot_resolver.datamodel.logging_schema.DnstapSchema",
         Some("Logging DNS queries and responses to a unix socket."),
         vec![
-            f("enable", Ty::Bool, json!(false), "Enable/disable DNS queries logging."),
-            f("unix-socket", opt(v(&vt::WRITABLE_FILE_PATH)), Value::Null, "Path to unix domain socket where dnstap messages will be sent."),
-            f("log-queries", Ty::Bool, json!(false), "Log queries from downstream in wire format."),
-            f("log-responses", Ty::Bool, json!(false), "Log responses to downstream in wire format."),
-            f("log-tcp-rtt", Ty::Bool, json!(false), "Log TCP RTT (Round-trip time)."),
+            f(
+                "enable",
+                Ty::Bool,
+                json!(false),
+                "Enable/disable DNS queries logging.",
+            ),
+            f(
+                "unix-socket",
+                opt(v(&vt::WRITABLE_FILE_PATH)),
+                Value::Null,
+                "Path to unix domain socket where dnstap messages will be sent.",
+            ),
+            f(
+                "log-queries",
+                Ty::Bool,
+                json!(false),
+                "Log queries from downstream in wire format.",
+            ),
+            f(
+                "log-responses",
+                Ty::Bool,
+                json!(false),
+                "Log responses to downstream in wire format.",
+            ),
+            f(
+                "log-tcp-rtt",
+                Ty::Bool,
+                json!(false),
+                "Log TCP RTT (Round-trip time).",
+            ),
         ],
     );
     dnstap.validate = Some(|m, _, path| {
         if is_true(m, "enable") && !is_set(m, "unix-socket") {
-            return fail(path, "DNS queries logging enabled, but 'unix-socket' not specified");
+            return fail(
+                path,
+                "DNS queries logging enabled, but 'unix-socket' not specified",
+            );
         }
         Ok(())
     });
@@ -654,9 +1023,15 @@ fn logging() -> ObjectDef {
     );
     d.transform = Some(|m, _, path| {
         if m.get("target").and_then(Value::as_str) == Some("from-arg") {
-            let target = std::env::var(LOGTARGET_ENV_VAR).ok().filter(|t| !t.is_empty()).unwrap_or_else(|| "stdout".into());
+            let target = std::env::var(LOGTARGET_ENV_VAR)
+                .ok()
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| "stdout".into());
             if !LOG_TARGETS.contains(&target.as_str()) {
-                return fail(path, format!("logging target '{target}' from '--logtarget' argument is invalid"));
+                return fail(
+                    path,
+                    format!("logging target '{target}' from '--logtarget' argument is invalid"),
+                );
             }
             m.insert("target".into(), Value::String(target));
         }
@@ -666,7 +1041,13 @@ fn logging() -> ObjectDef {
         if let Some(Value::Array(groups)) = m.get("groups") {
             for (i, g) in groups.iter().enumerate() {
                 if groups[..i].contains(g) {
-                    return fail(path, format!("duplicate logging group '{}' on index {i}", g.as_str().unwrap_or_default()));
+                    return fail(
+                        path,
+                        format!(
+                            "duplicate logging group '{}' on index {i}",
+                            g.as_str().unwrap_or_default()
+                        ),
+                    );
                 }
             }
         }
@@ -681,7 +1062,17 @@ fn monitoring() -> ObjectDef {
         None,
         vec![
             f("enable", Ty::Bool, json!(false), ""),
-            f("host", Ty::Union(vec![Ty::Null, v(&vt::IPV4_ADDRESS), v(&vt::IPV6_ADDRESS), v(&vt::DOMAIN_NAME)]), Value::Null, ""),
+            f(
+                "host",
+                Ty::Union(vec![
+                    Ty::Null,
+                    v(&vt::IPV4_ADDRESS),
+                    v(&vt::IPV6_ADDRESS),
+                    v(&vt::DOMAIN_NAME),
+                ]),
+                Value::Null,
+                "",
+            ),
             f("port", port_number(), json!(2003), ""),
             f("prefix", v(&vt::ESCAPED_STR), json!(""), ""),
             f("interval", v(&vt::TIME_UNIT), json!("5s"), ""),
@@ -690,7 +1081,10 @@ fn monitoring() -> ObjectDef {
     );
     graphite.validate = Some(|m, _, path| {
         if is_true(m, "enable") && !is_set(m, "host") {
-            return fail(path, "'host' option must be configured to enable graphite bridge");
+            return fail(
+                path,
+                "'host' option must be configured to enable graphite bridge",
+            );
         }
         Ok(())
     });
@@ -698,8 +1092,18 @@ fn monitoring() -> ObjectDef {
         "knot_resolver.datamodel.monitoring_schema.MonitoringSchema",
         Some(""),
         vec![
-            f("metrics", Ty::Literal(&["manager-only", "lazy", "always"]), json!("lazy"), "configures, whether metrics/statistics will be collected by the resolver"),
-            f("graphite", obj(graphite), json!({}), "optionally configures where should graphite metrics be sent to"),
+            f(
+                "metrics",
+                Ty::Literal(&["manager-only", "lazy", "always"]),
+                json!("lazy"),
+                "configures, whether metrics/statistics will be collected by the resolver",
+            ),
+            f(
+                "graphite",
+                obj(graphite),
+                json!({}),
+                "optionally configures where should graphite metrics be sent to",
+            ),
         ],
     )
 }
@@ -720,16 +1124,28 @@ fn rate_limiting() -> ObjectDef {
     );
     d.validate = Some(|m, _, path| {
         if is_true(m, "enable") && !is_set(m, "rate-limit") {
-            return fail(path, "'rate-limit' has to be configured to enable rate limiting");
+            return fail(
+                path,
+                "'rate-limit' has to be configured to enable rate limiting",
+            );
         }
         let max_instant: u64 = (1u64 << 32) / 768 - 1;
-        let instant = m.get("instant-limit").and_then(Value::as_u64).unwrap_or(u64::MAX);
+        let instant = m
+            .get("instant-limit")
+            .and_then(Value::as_u64)
+            .unwrap_or(u64::MAX);
         if instant > max_instant {
-            return fail(path, format!("'instant-limit' has to be in range 1..{max_instant}"));
+            return fail(
+                path,
+                format!("'instant-limit' has to be in range 1..{max_instant}"),
+            );
         }
         if let Some(rate) = m.get("rate-limit").and_then(Value::as_u64) {
             if u128::from(rate) > 1000 * u128::from(instant) {
-                return fail(path, "'rate-limit' has to be in range 1..(1000 * instant-limit)");
+                return fail(
+                    path,
+                    "'rate-limit' has to be in range 1..(1000 * instant-limit)",
+                );
             }
         }
         Ok(())
@@ -742,8 +1158,18 @@ fn defer() -> ObjectDef {
         "knot_resolver.datamodel.defer_schema.DeferSchema",
         Some("Configuration of request prioritization (defer)."),
         vec![
-            f("enable", Ty::Bool, json!(true), "Use request prioritization."),
-            f("log-period", v(&vt::TIME_UNIT), json!("0s"), "Minimal time between two log messages, or '0s' to disable."),
+            f(
+                "enable",
+                Ty::Bool,
+                json!(true),
+                "Use request prioritization.",
+            ),
+            f(
+                "log-period",
+                v(&vt::TIME_UNIT),
+                json!("0s"),
+                "Minimal time between two log messages, or '0s' to disable.",
+            ),
         ],
     )
 }
@@ -763,7 +1189,10 @@ fn lua() -> ObjectDef {
     );
     d.validate = Some(|m, _, path| {
         if is_nonempty_str(m, "script") && is_set(m, "script-file") {
-            return fail(path, "'lua.script' and 'lua.script-file' are both defined, only one can be used");
+            return fail(
+                path,
+                "'lua.script' and 'lua.script-file' are both defined, only one can be used",
+            );
         }
         if is_nonempty_str(m, "policy-script") && is_set(m, "policy-script-file") {
             return fail(path, "'lua.policy-script' and 'lua.policy-script-file' are both defined, only one can be used");
@@ -775,12 +1204,21 @@ fn lua() -> ObjectDef {
 
 /// Tags used by `rules` or `rpz` entries, and a failure for each entry using tags no view defines.
 /// The path names `rules` and counts only entries with tags, like upstream (even for `rpz`).
-fn check_local_data_tags(views_tags: &[String], entries: Option<&Value>) -> (Vec<String>, Vec<Failure>) {
+fn check_local_data_tags(
+    views_tags: &[String],
+    entries: Option<&Value>,
+) -> (Vec<String>, Vec<Failure>) {
     let mut tags = Vec::new();
     let mut errs = Vec::new();
     let mut i = 0;
-    for entry in entries.and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
-        let Some(Value::Array(entry_tags)) = entry.get("tags") else { continue };
+    for entry in entries
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        let Some(Value::Array(entry_tags)) = entry.get("tags") else {
+            continue;
+        };
         let mut missing = Vec::new();
         for t in entry_tags.iter().filter_map(Value::as_str) {
             if !tags.iter().any(|x| x == t) {
@@ -792,7 +1230,13 @@ fn check_local_data_tags(views_tags: &[String], entries: Option<&Value>) -> (Vec
         }
         if !missing.is_empty() {
             let path = child_path(&child_path("/local-data/rules", &i.to_string()), "tags");
-            errs.push(Failure::new(&path, format!("some tags {} not found in '/views' tags", py_str_list(&missing))));
+            errs.push(Failure::new(
+                &path,
+                format!(
+                    "some tags {} not found in '/views' tags",
+                    py_str_list(&missing)
+                ),
+            ));
         }
         i += 1;
     }
@@ -829,7 +1273,9 @@ fn root() -> ObjectDef {
     d.transform = Some(|m, _, path| {
         m.remove("version");
         if !is_set(m, "hostname") {
-            let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+            let host = nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default();
             m.insert("hostname".into(), Value::String(host));
         }
         if m.get("workers").and_then(Value::as_str) == Some("auto") {
@@ -854,8 +1300,18 @@ fn root() -> ObjectDef {
             return fail(path, format!("can't run with more workers than the recommended maximum {max} or hardcoded {WORKERS_MAX}"));
         }
         let mut views_tags: Vec<String> = Vec::new();
-        for view in m.get("views").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
-            for t in view.get("tags").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
+        for view in m
+            .get("views")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            for t in view
+                .get("tags")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+            {
                 if let Some(t) = t.as_str() {
                     if !views_tags.iter().any(|x| x == t) {
                         views_tags.push(t.to_owned());
@@ -864,8 +1320,10 @@ fn root() -> ObjectDef {
             }
         }
         let local = m.get("local-data");
-        let (rule_tags, mut errs) = check_local_data_tags(&views_tags, local.and_then(|l| l.get("rules")));
-        let (rpz_tags, mut rpz_errs) = check_local_data_tags(&views_tags, local.and_then(|l| l.get("rpz")));
+        let (rule_tags, mut errs) =
+            check_local_data_tags(&views_tags, local.and_then(|l| l.get("rules")));
+        let (rpz_tags, mut rpz_errs) =
+            check_local_data_tags(&views_tags, local.and_then(|l| l.get("rpz")));
         errs.append(&mut rpz_errs);
         let mut unused = views_tags.clone();
         for t in rule_tags.iter().chain(rpz_tags.iter()) {
@@ -874,7 +1332,10 @@ fn root() -> ObjectDef {
             }
         }
         if unused.len() > 1 {
-            errs.push(Failure::new("/views", format!("unused tags {} found", py_str_list(&unused))));
+            errs.push(Failure::new(
+                "/views",
+                format!("unused tags {} found", py_str_list(&unused)),
+            ));
         }
         if errs.is_empty() {
             Ok(())
@@ -898,7 +1359,10 @@ pub(crate) fn normalize(raw: &Value, ctx: &Ctx<'_>) -> Result<Value, Vec<Failure
         Value::Object(m) => super::engine::map_object(root_def(), m, "", ctx),
         other => Err(vec![Failure::new(
             "/",
-            format!("expected dict-like object, found '{}'", super::engine::py_type(other)),
+            format!(
+                "expected dict-like object, found '{}'",
+                super::engine::py_type(other)
+            ),
         )]),
     }
 }
@@ -1445,11 +1909,14 @@ type AddressPairs = Vec<(DomainName, Vec<std::net::IpAddr>)>;
 
 fn de_addresses<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<AddressPairs>, D::Error> {
     use serde::de::Error;
-    let Some(map) = Option::<Map<String, Value>>::deserialize(d)? else { return Ok(None) };
+    let Some(map) = Option::<Map<String, Value>>::deserialize(d)? else {
+        return Ok(None);
+    };
     let mut out = Vec::with_capacity(map.len());
     for (name, addrs) in map {
         let name = DomainName::parse(&name).map_err(D::Error::custom)?;
-        let addrs: Vec<std::net::IpAddr> = serde_json::from_value(addrs).map_err(D::Error::custom)?;
+        let addrs: Vec<std::net::IpAddr> =
+            serde_json::from_value(addrs).map_err(D::Error::custom)?;
         out.push((name, addrs));
     }
     Ok(Some(out))

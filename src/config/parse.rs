@@ -27,7 +27,12 @@ pub enum ParseError {
     JsonDuplicateKey(String),
     /// A YAML mapping that repeats a key (upstream prints PyYAML's mark with a snippet).
     #[error("duplicate key detected:   in \"<unicode string>\", line {line}, column {column}:\n    {snippet}\n    {caret:>column$}")]
-    YamlDuplicateKey { line: usize, column: usize, snippet: String, caret: char },
+    YamlDuplicateKey {
+        line: usize,
+        column: usize,
+        snippet: String,
+        caret: char,
+    },
     /// Neither JSON nor YAML.
     #[error("failed to parse data, JSON: {json}, YAML: {yaml}")]
     NeitherJsonNorYaml { json: String, yaml: String },
@@ -49,8 +54,19 @@ pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
         Err(JsonFailure::Duplicate(k)) => Err(ParseError::JsonDuplicateKey(k)),
         Err(JsonFailure::Syntax(json)) => parse_yaml(text).map_err(|e| match e {
             YamlFailure::Duplicate { line, column } => {
-                let snippet = text.lines().nth(line.saturating_sub(1)).unwrap_or_default().chars().take(75).collect();
-                ParseError::YamlDuplicateKey { line, column, snippet, caret: '^' }
+                let snippet = text
+                    .lines()
+                    .nth(line.saturating_sub(1))
+                    .unwrap_or_default()
+                    .chars()
+                    .take(75)
+                    .collect();
+                ParseError::YamlDuplicateKey {
+                    line,
+                    column,
+                    snippet,
+                    caret: '^',
+                }
             }
             YamlFailure::Other(yaml) => ParseError::NeitherJsonNorYaml { json, yaml },
         }),
@@ -59,7 +75,9 @@ pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
 
 /// Parse TOML text into the same JSON data model.
 pub fn parse_toml(text: &str) -> Result<Value, ParseError> {
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ParseError::Toml(e.to_string()))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ParseError::Toml(e.to_string()))?;
     Ok(toml_to_json(toml::Value::Table(table)))
 }
 
@@ -71,13 +89,19 @@ fn toml_to_json(v: toml::Value) -> Value {
         toml::Value::Boolean(b) => Value::Bool(b),
         toml::Value::Datetime(d) => Value::String(d.to_string()),
         toml::Value::Array(a) => Value::Array(a.into_iter().map(toml_to_json).collect()),
-        toml::Value::Table(t) => Value::Object(t.into_iter().map(|(k, v)| (k, toml_to_json(v))).collect()),
+        toml::Value::Table(t) => {
+            Value::Object(t.into_iter().map(|(k, v)| (k, toml_to_json(v))).collect())
+        }
     }
 }
 
 /// Deep-merge `additional` into `data` (upstream's `data_combine`): mappings merge recursively, any
 /// other collision is an error.
-pub fn data_combine(data: &mut Map<String, Value>, additional: Map<String, Value>, path: &str) -> Result<(), ParseError> {
+pub fn data_combine(
+    data: &mut Map<String, Value>,
+    additional: Map<String, Value>,
+    path: &str,
+) -> Result<(), ParseError> {
     for (key, val) in additional {
         match (data.get_mut(&key), val) {
             (None, val) => {
@@ -88,7 +112,10 @@ pub fn data_combine(data: &mut Map<String, Value>, additional: Map<String, Value
                 data_combine(existing, more, &sub)?;
             }
             (Some(_), _) => {
-                return Err(ParseError::Duplicity { path: path.to_owned(), key });
+                return Err(ParseError::Duplicity {
+                    path: path.to_owned(),
+                    key,
+                });
             }
         }
     }
@@ -202,8 +229,16 @@ enum YamlFailure {
 
 /// A node under construction.
 enum Frame {
-    Seq { items: Vec<Value>, anchor: usize },
-    Map { map: Map<String, Value>, anchor: usize, pending_key: Option<(String, Marker)>, keys: Vec<Value> },
+    Seq {
+        items: Vec<Value>,
+        anchor: usize,
+    },
+    Map {
+        map: Map<String, Value>,
+        anchor: usize,
+        pending_key: Option<(String, Marker)>,
+        keys: Vec<Value>,
+    },
 }
 
 struct Builder {
@@ -234,7 +269,12 @@ impl Builder {
         match self.stack.last_mut() {
             None => self.documents.push(value),
             Some(Frame::Seq { items, .. }) => items.push(value),
-            Some(Frame::Map { map, pending_key, keys, .. }) => match pending_key.take() {
+            Some(Frame::Map {
+                map,
+                pending_key,
+                keys,
+                ..
+            }) => match pending_key.take() {
                 None => {
                     let key = match &value {
                         Value::String(s) => s.clone(),
@@ -254,7 +294,10 @@ impl Builder {
                     // Python's `key in mapping`: 1 == 1.0 == True, so compare the resolved values.
                     let dup = keys.iter().any(|k| py_key_eq(k, &value)) || map.contains_key(&key);
                     if dup {
-                        self.fail(YamlFailure::Duplicate { line: mark.line(), column: mark.col() + 1 });
+                        self.fail(YamlFailure::Duplicate {
+                            line: mark.line(),
+                            column: mark.col() + 1,
+                        });
                         return;
                     }
                     keys.push(value);
@@ -288,50 +331,77 @@ impl MarkedEventReceiver for Builder {
             return;
         }
         match ev {
-            Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentStart | Event::DocumentEnd => {}
+            Event::Nothing
+            | Event::StreamStart
+            | Event::StreamEnd
+            | Event::DocumentStart
+            | Event::DocumentEnd => {}
             Event::Alias(id) => match self.anchors.get(&id) {
                 Some(v) => {
                     let v = v.clone();
                     self.expanded_nodes += count_nodes(&v);
                     if self.expanded_nodes > MAX_EXPANDED_NODES {
-                        self.fail(YamlFailure::Other("document expands to too many nodes through aliases".into()));
+                        self.fail(YamlFailure::Other(
+                            "document expands to too many nodes through aliases".into(),
+                        ));
                         return;
                     }
                     self.push_node(v, mark);
                 }
-                None => self.fail(YamlFailure::Other(format!("found undefined alias at line {}", mark.line()))),
+                None => self.fail(YamlFailure::Other(format!(
+                    "found undefined alias at line {}",
+                    mark.line()
+                ))),
             },
-            Event::Scalar(text, style, anchor, tag) => match resolve_scalar(&text, style, tag.as_ref()) {
-                Ok(v) => {
-                    self.expanded_nodes += 1;
-                    if anchor > 0 {
-                        self.anchors.insert(anchor, v.clone());
+            Event::Scalar(text, style, anchor, tag) => {
+                match resolve_scalar(&text, style, tag.as_ref()) {
+                    Ok(v) => {
+                        self.expanded_nodes += 1;
+                        if anchor > 0 {
+                            self.anchors.insert(anchor, v.clone());
+                        }
+                        self.push_node(v, mark);
                     }
-                    self.push_node(v, mark);
+                    Err(msg) => self.fail(YamlFailure::Other(format!(
+                        "{msg} at line {} column {}",
+                        mark.line(),
+                        mark.col() + 1
+                    ))),
                 }
-                Err(msg) => self.fail(YamlFailure::Other(format!("{msg} at line {} column {}", mark.line(), mark.col() + 1))),
-            },
+            }
             Event::SequenceStart(anchor, tag) => {
                 if self.stack.len() >= MAX_DEPTH {
-                    self.fail(YamlFailure::Other(format!("collections nest deeper than {MAX_DEPTH} levels")));
+                    self.fail(YamlFailure::Other(format!(
+                        "collections nest deeper than {MAX_DEPTH} levels"
+                    )));
                     return;
                 }
                 if let Some(msg) = check_collection_tag(tag.as_ref(), "seq") {
                     self.fail(YamlFailure::Other(msg));
                     return;
                 }
-                self.stack.push(Frame::Seq { items: Vec::new(), anchor });
+                self.stack.push(Frame::Seq {
+                    items: Vec::new(),
+                    anchor,
+                });
             }
             Event::MappingStart(anchor, tag) => {
                 if self.stack.len() >= MAX_DEPTH {
-                    self.fail(YamlFailure::Other(format!("collections nest deeper than {MAX_DEPTH} levels")));
+                    self.fail(YamlFailure::Other(format!(
+                        "collections nest deeper than {MAX_DEPTH} levels"
+                    )));
                     return;
                 }
                 if let Some(msg) = check_collection_tag(tag.as_ref(), "map") {
                     self.fail(YamlFailure::Other(msg));
                     return;
                 }
-                self.stack.push(Frame::Map { map: Map::new(), anchor, pending_key: None, keys: Vec::new() });
+                self.stack.push(Frame::Map {
+                    map: Map::new(),
+                    anchor,
+                    pending_key: None,
+                    keys: Vec::new(),
+                });
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 let (value, anchor) = match self.stack.pop() {
@@ -359,7 +429,10 @@ fn check_collection_tag(tag: Option<&Tag>, expected: &str) -> Option<String> {
     if tag.handle == CORE_TAG && tag.suffix == expected {
         return None;
     }
-    Some(format!("could not determine a constructor for the tag '{}{}'", tag.handle, tag.suffix))
+    Some(format!(
+        "could not determine a constructor for the tag '{}{}'",
+        tag.handle, tag.suffix
+    ))
 }
 
 fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<Value, String> {
@@ -368,15 +441,24 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
             return Ok(Value::String(text.to_owned()));
         }
         if tag.handle != CORE_TAG {
-            return Err(format!("could not determine a constructor for the tag '{}{}'", tag.handle, tag.suffix));
+            return Err(format!(
+                "could not determine a constructor for the tag '{}{}'",
+                tag.handle, tag.suffix
+            ));
         }
         return match tag.suffix.as_str() {
             "str" => Ok(Value::String(text.to_owned())),
             "null" => Ok(Value::Null),
-            "bool" => yaml_bool(text).map(Value::Bool).ok_or_else(|| format!("invalid boolean '{text}'")),
+            "bool" => yaml_bool(text)
+                .map(Value::Bool)
+                .ok_or_else(|| format!("invalid boolean '{text}'")),
             "int" => yaml_int(text).ok_or_else(|| format!("invalid integer '{text}'")),
-            "float" => yaml_float(text).or_else(|| yaml_int(text)).ok_or_else(|| format!("invalid float '{text}'")),
-            other => Err(format!("could not determine a constructor for the tag '{CORE_TAG}{other}'")),
+            "float" => yaml_float(text)
+                .or_else(|| yaml_int(text))
+                .ok_or_else(|| format!("invalid float '{text}'")),
+            other => Err(format!(
+                "could not determine a constructor for the tag '{CORE_TAG}{other}'"
+            )),
         };
     }
     if style != TScalarStyle::Plain {
@@ -384,7 +466,9 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
     }
     if text == "<<" {
         // PyYAML resolves `<<` to the merge tag, which upstream's loader cannot construct
-        return Err(format!("could not determine a constructor for the tag '{CORE_TAG}merge'"));
+        return Err(format!(
+            "could not determine a constructor for the tag '{CORE_TAG}merge'"
+        ));
     }
     if matches!(text, "" | "~" | "null" | "Null" | "NULL") {
         return Ok(Value::Null);
@@ -504,7 +588,10 @@ fn yaml_float(t: &str) -> Option<Value> {
         Some(i) => {
             let exp = &body[i + 1..];
             let (_, exp_digits) = split_sign(exp);
-            if !(exp.starts_with(['+', '-']) && !exp_digits.is_empty() && exp_digits.chars().all(|c| c.is_ascii_digit())) {
+            if !(exp.starts_with(['+', '-'])
+                && !exp_digits.is_empty()
+                && exp_digits.chars().all(|c| c.is_ascii_digit()))
+            {
                 return None;
             }
             (&body[..i], Some(exp))
@@ -514,7 +601,9 @@ fn yaml_float(t: &str) -> Option<Value> {
     let (int_part, frac) = mantissa.split_once('.')?;
     let valid = if int_part.is_empty() {
         // \.[0-9][0-9_]* — no sign allowed in this alternative
-        !neg && !t.starts_with('+') && frac.starts_with(|c: char| c.is_ascii_digit()) && digits_(frac)
+        !neg && !t.starts_with('+')
+            && frac.starts_with(|c: char| c.is_ascii_digit())
+            && digits_(frac)
     } else if int_part.contains(':') {
         exponent.is_none() && digits_(frac) && int_part.starts_with(|c: char| c.is_ascii_digit())
     } else {
@@ -527,7 +616,8 @@ fn yaml_float(t: &str) -> Option<Value> {
         let mut acc = 0f64;
         for (i, p) in int_part.split(':').enumerate() {
             let p: String = p.chars().filter(|c| *c != '_').collect();
-            let ok = i == 0 || (matches!(p.len(), 1 | 2) && (p.len() == 1 || p.as_bytes()[0] <= b'5'));
+            let ok =
+                i == 0 || (matches!(p.len(), 1 | 2) && (p.len() == 1 || p.as_bytes()[0] <= b'5'));
             if !ok || p.is_empty() || !p.chars().all(|c| c.is_ascii_digit()) {
                 return None;
             }
@@ -536,25 +626,43 @@ fn yaml_float(t: &str) -> Option<Value> {
         let frac: String = frac.chars().filter(|c| *c != '_').collect();
         acc + format!("0.{frac}0").parse::<f64>().ok()?
     } else {
-        let cleaned: String = format!("{int_part}.{frac}{}", exponent.map(|e| format!("e{e}")).unwrap_or_default())
-            .chars()
-            .filter(|c| *c != '_')
-            .collect();
-        let cleaned = if cleaned.starts_with('.') { format!("0{cleaned}") } else { cleaned };
+        let cleaned: String = format!(
+            "{int_part}.{frac}{}",
+            exponent.map(|e| format!("e{e}")).unwrap_or_default()
+        )
+        .chars()
+        .filter(|c| *c != '_')
+        .collect();
+        let cleaned = if cleaned.starts_with('.') {
+            format!("0{cleaned}")
+        } else {
+            cleaned
+        };
         let cleaned = cleaned.replace(".e", ".0e");
-        let cleaned = if cleaned.ends_with('.') { format!("{cleaned}0") } else { cleaned };
+        let cleaned = if cleaned.ends_with('.') {
+            format!("{cleaned}0")
+        } else {
+            cleaned
+        };
         cleaned.parse::<f64>().ok()?
     };
     Number::from_f64(sign * value).map(Value::Number)
 }
 
 fn parse_yaml(text: &str) -> Result<Value, YamlFailure> {
-    let mut builder =
-        Builder { stack: Vec::new(), anchors: HashMap::new(), documents: Vec::new(), error: None, expanded_nodes: 0 };
+    let mut builder = Builder {
+        stack: Vec::new(),
+        anchors: HashMap::new(),
+        documents: Vec::new(),
+        error: None,
+        expanded_nodes: 0,
+    };
     // drive the parser event by event: its own `load` recurses once per nesting level
     let mut parser = Parser::new_from_str(text);
     loop {
-        let (event, mark) = parser.next_token().map_err(|e| YamlFailure::Other(e.to_string()))?;
+        let (event, mark) = parser
+            .next_token()
+            .map_err(|e| YamlFailure::Other(e.to_string()))?;
         let end = event == Event::StreamEnd;
         builder.on_event(event, mark);
         if let Some(e) = builder.error.take() {
@@ -567,7 +675,9 @@ fn parse_yaml(text: &str) -> Result<Value, YamlFailure> {
     match builder.documents.len() {
         0 => Ok(Value::Null),
         1 => Ok(builder.documents.pop().unwrap_or(Value::Null)),
-        _ => Err(YamlFailure::Other("expected a single document in the stream, but found another document".into())),
+        _ => Err(YamlFailure::Other(
+            "expected a single document in the stream, but found another document".into(),
+        )),
     }
 }
 
@@ -618,9 +728,18 @@ mod tests {
 
     #[test]
     fn duplicate_keys_are_rejected() {
-        assert!(matches!(parse_json_or_yaml("a: 1\na: 2"), Err(ParseError::YamlDuplicateKey { .. })));
-        assert!(matches!(parse_json_or_yaml("1: 1\n1.0: 2"), Err(ParseError::YamlDuplicateKey { .. })));
-        assert_eq!(parse_json_or_yaml(r#"{"a": 1, "a": 2}"#), Err(ParseError::JsonDuplicateKey("a".into())));
+        assert!(matches!(
+            parse_json_or_yaml("a: 1\na: 2"),
+            Err(ParseError::YamlDuplicateKey { .. })
+        ));
+        assert!(matches!(
+            parse_json_or_yaml("1: 1\n1.0: 2"),
+            Err(ParseError::YamlDuplicateKey { .. })
+        ));
+        assert_eq!(
+            parse_json_or_yaml(r#"{"a": 1, "a": 2}"#),
+            Err(ParseError::JsonDuplicateKey("a".into()))
+        );
     }
 
     #[test]
@@ -630,14 +749,29 @@ mod tests {
 
     #[test]
     fn data_combine_merges_maps_and_rejects_scalars() {
-        let mut a = json!({"x": {"y": 1}, "k": 1}).as_object().cloned().unwrap_or_default();
-        let b = json!({"x": {"z": 2}}).as_object().cloned().unwrap_or_default();
+        let mut a = json!({"x": {"y": 1}, "k": 1})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let b = json!({"x": {"z": 2}})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
         assert_eq!(data_combine(&mut a, b, ""), Ok(()));
-        assert_eq!(Value::Object(a.clone()), json!({"x": {"y": 1, "z": 2}, "k": 1}));
-        let c = json!({"x": {"y": 3}}).as_object().cloned().unwrap_or_default();
+        assert_eq!(
+            Value::Object(a.clone()),
+            json!({"x": {"y": 1, "z": 2}, "k": 1})
+        );
+        let c = json!({"x": {"y": 3}})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
         assert_eq!(
             data_combine(&mut a, c, ""),
-            Err(ParseError::Duplicity { path: "/x".into(), key: "y".into() })
+            Err(ParseError::Duplicity {
+                path: "/x".into(),
+                key: "y".into()
+            })
         );
     }
 
@@ -650,6 +784,9 @@ mod tests {
 
     #[test]
     fn toml_parses() {
-        assert_eq!(parse_toml("workers = 2\n[cache]\nsize-max = '10M'"), Ok(json!({"workers": 2, "cache": {"size-max": "10M"}})));
+        assert_eq!(
+            parse_toml("workers = 2\n[cache]\nsize-max = '10M'"),
+            Ok(json!({"workers": 2, "cache": {"size-max": "10M"}}))
+        );
     }
 }

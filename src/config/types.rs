@@ -59,15 +59,22 @@ impl SizeUnit {
 
     /// Parse a size such as `100M`.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let (n, unit) = split_unit(s, &Self::UNITS).ok_or_else(|| unit_mismatch("SizeUnit", Self::PATTERN, &Self::UNITS, s))?;
+        let (n, unit) = split_unit(s, &Self::UNITS)
+            .ok_or_else(|| unit_mismatch("SizeUnit", Self::PATTERN, &Self::UNITS, s))?;
         let mult: u128 = match unit {
             "B" => 1,
             "K" => 1024,
             "M" => 1024 * 1024,
             _ => 1024 * 1024 * 1024,
         };
-        let bytes = n.checked_mul(mult).and_then(|b| u64::try_from(b).ok()).ok_or_else(|| format!("size '{s}' is too large"))?;
-        Ok(SizeUnit { raw: s.to_owned(), bytes })
+        let bytes = n
+            .checked_mul(mult)
+            .and_then(|b| u64::try_from(b).ok())
+            .ok_or_else(|| format!("size '{s}' is too large"))?;
+        Ok(SizeUnit {
+            raw: s.to_owned(),
+            bytes,
+        })
     }
     /// The size in bytes.
     pub fn bytes(&self) -> u64 {
@@ -97,7 +104,8 @@ impl TimeUnit {
 
     /// Parse a duration such as `1500ms`.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let (n, unit) = split_unit(s, &Self::UNITS).ok_or_else(|| unit_mismatch("TimeUnit", Self::PATTERN, &Self::UNITS, s))?;
+        let (n, unit) = split_unit(s, &Self::UNITS)
+            .ok_or_else(|| unit_mismatch("TimeUnit", Self::PATTERN, &Self::UNITS, s))?;
         let mult: u128 = match unit {
             "us" => 1,
             "ms" => 1_000,
@@ -106,9 +114,14 @@ impl TimeUnit {
             "h" => 3_600_000_000,
             _ => 86_400_000_000,
         };
-        let micros =
-            n.checked_mul(mult).and_then(|b| u64::try_from(b).ok()).ok_or_else(|| format!("duration '{s}' is too large"))?;
-        Ok(TimeUnit { raw: s.to_owned(), micros })
+        let micros = n
+            .checked_mul(mult)
+            .and_then(|b| u64::try_from(b).ok())
+            .ok_or_else(|| format!("duration '{s}' is too large"))?;
+        Ok(TimeUnit {
+            raw: s.to_owned(),
+            micros,
+        })
     }
     /// Whole microseconds.
     pub fn micros(&self) -> u64 {
@@ -179,7 +192,9 @@ impl EscapedStr {
                 '\0' => out.push_str("\\0"),
                 '\\' => out.push_str("\\\\"),
                 c if c.is_alphanumeric() => out.push(c),
-                c if (c as u32) < 0x20 || (0x7f..0xa0).contains(&(c as u32)) => out.push_str(&format!("\\x{:02x}", c as u32)),
+                c if (c as u32) < 0x20 || (0x7f..0xa0).contains(&(c as u32)) => {
+                    out.push_str(&format!("\\x{:02x}", c as u32))
+                }
                 c => out.push(c),
             }
         }
@@ -209,10 +224,15 @@ impl DomainName {
         let punycode = if s == "." {
             ".".to_owned()
         } else {
-            idna_encode(s).map_err(|()| format!("conversion of '{s}' to IDN punycode representation failed"))?
+            idna_encode(s).map_err(|()| {
+                format!("conversion of '{s}' to IDN punycode representation failed")
+            })?
         };
         if domain_pattern_matches(&punycode) {
-            Ok(DomainName { raw: s.to_owned(), punycode })
+            Ok(DomainName {
+                raw: s.to_owned(),
+                punycode,
+            })
         } else {
             Err(format!(
                 "'{s}' represented in punycode '{punycode}' does not match '{DOMAIN_NAME_PATTERN}' pattern"
@@ -321,7 +341,8 @@ fn is_interface_name(s: &str) -> bool {
         && !t.contains("__")
         && !t.contains("-_")
         && !t.contains("_-")
-        && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && t.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 /// A network interface name such as `eth0`.
@@ -359,7 +380,8 @@ impl IdPattern {
         let ok = !t.is_empty()
             && !t.starts_with('-')
             && !t.ends_with('-')
-            && t.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            && t.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
         if ok {
             Ok(IdPattern { raw: s.to_owned() })
         } else {
@@ -385,7 +407,9 @@ impl PinSha256 {
         let t = without_final_newline(s);
         let ok = t.len() == 44
             && t.ends_with('=')
-            && t[..43].chars().all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '/');
+            && t[..43]
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '/');
         if ok {
             Ok(PinSha256 { raw: s.to_owned() })
         } else {
@@ -440,7 +464,10 @@ fn py_int(s: &str) -> Option<i64> {
 }
 
 fn port_from_str(s: &str) -> Result<u16, String> {
-    py_int(s).and_then(|n| u16::try_from(n).ok()).filter(|p| *p >= 1).ok_or_else(|| format!("invalid port number {s}"))
+    py_int(s)
+        .and_then(|n| u16::try_from(n).ok())
+        .filter(|p| *p >= 1)
+        .ok_or_else(|| format!("invalid port number {s}"))
 }
 
 /// The host part of an interface specification.
@@ -482,11 +509,17 @@ impl InterfacePort {
     pub fn parse(s: &str) -> Result<Self, String> {
         let parts: Vec<&str> = s.split('@').collect();
         if parts.len() != 2 {
-            return Err(format!("expected '<ip-address|interface-name>@<port>', got '{s}'."));
+            return Err(format!(
+                "expected '<ip-address|interface-name>@<port>', got '{s}'."
+            ));
         }
         let host = parse_interface_host(parts[0])?;
         let port = port_from_str(parts[1])?;
-        Ok(InterfacePort { raw: s.to_owned(), host, port })
+        Ok(InterfacePort {
+            raw: s.to_owned(),
+            host,
+            port,
+        })
     }
 }
 string_backed!(InterfacePort);
@@ -504,14 +537,21 @@ impl InterfaceOptionalPort {
     pub fn parse(s: &str) -> Result<Self, String> {
         let parts: Vec<&str> = s.split('@').collect();
         if parts.len() > 2 {
-            return Err(format!("expected '<ip-address|interface-name>[@<port>]', got '{}'.", py_list_repr(&parts)));
+            return Err(format!(
+                "expected '<ip-address|interface-name>[@<port>]', got '{}'.",
+                py_list_repr(&parts)
+            ));
         }
         let host = parse_interface_host(parts[0])?;
         let port = match parts.get(1) {
             Some(p) => Some(port_from_str(p)?),
             None => None,
         };
-        Ok(InterfaceOptionalPort { raw: s.to_owned(), host, port })
+        Ok(InterfaceOptionalPort {
+            raw: s.to_owned(),
+            host,
+            port,
+        })
     }
     /// The IP address, when the host is an address.
     pub fn addr(&self) -> Option<IpAddr> {
@@ -558,8 +598,13 @@ impl IpAddressPort {
             return Err(format!("expected '<ip-address>@<port>', got '{s}'."));
         }
         let port = port_from_str(parts[1])?;
-        let addr = parse_ip(parts[0]).ok_or_else(|| format!("failed to parse IP address '{}'.", parts[0]))?;
-        Ok(IpAddressPort { raw: s.to_owned(), addr, port })
+        let addr = parse_ip(parts[0])
+            .ok_or_else(|| format!("failed to parse IP address '{}'.", parts[0]))?;
+        Ok(IpAddressPort {
+            raw: s.to_owned(),
+            addr,
+            port,
+        })
     }
     /// The address.
     pub fn addr(&self) -> IpAddr {
@@ -589,14 +634,22 @@ impl IpAddressOptionalPort {
     pub fn parse(s: &str) -> Result<Self, String> {
         let parts: Vec<&str> = s.split('@').collect();
         if parts.len() > 2 {
-            return Err(format!("expected '<ip-address>[@<port>]', got '{}'.", py_list_repr(&parts)));
+            return Err(format!(
+                "expected '<ip-address>[@<port>]', got '{}'.",
+                py_list_repr(&parts)
+            ));
         }
-        let addr = parse_ip(parts[0]).ok_or_else(|| format!("failed to parse IP address '{}'.", parts[0]))?;
+        let addr = parse_ip(parts[0])
+            .ok_or_else(|| format!("failed to parse IP address '{}'.", parts[0]))?;
         let port = match parts.get(1) {
             Some(p) => Some(port_from_str(p)?),
             None => None,
         };
-        Ok(IpAddressOptionalPort { raw: s.to_owned(), addr, port })
+        Ok(IpAddressOptionalPort {
+            raw: s.to_owned(),
+            addr,
+            port,
+        })
     }
     /// The address.
     pub fn addr(&self) -> IpAddr {
@@ -627,7 +680,10 @@ impl IpAddressEm {
             return Err(format!("suffix '{suffix}' found after '!'."));
         }
         let addr = parse_ip(addr).ok_or_else(|| "failed to parse IP address.".to_owned())?;
-        Ok(IpAddressEm { raw: s.to_owned(), addr })
+        Ok(IpAddressEm {
+            raw: s.to_owned(),
+            addr,
+        })
     }
     /// The address.
     pub fn addr(&self) -> IpAddr {
@@ -647,7 +703,9 @@ impl IpNetwork {
     /// Parse like Python's `ipaddress.ip_network(s)` (strict: host bits must be zero; IPv4 also
     /// accepts a netmask or hostmask after `/`).
     pub fn parse(s: &str) -> Result<Self, String> {
-        Self::parse_v4(s).or_else(|| Self::parse_v6(s)).ok_or_else(|| "failed to parse IP network.".to_owned())
+        Self::parse_v4(s)
+            .or_else(|| Self::parse_v6(s))
+            .ok_or_else(|| "failed to parse IP network.".to_owned())
     }
 
     /// Parse an IPv6 network only.
@@ -659,7 +717,10 @@ impl IpNetwork {
         if p.is_empty() || !p.chars().all(|c| c.is_ascii_digit()) {
             return None;
         }
-        p.parse::<u32>().ok().and_then(|n| u8::try_from(n).ok()).filter(|n| *n <= max)
+        p.parse::<u32>()
+            .ok()
+            .and_then(|n| u8::try_from(n).ok())
+            .filter(|n| *n <= max)
     }
 
     fn parse_v4(s: &str) -> Option<Self> {
@@ -683,7 +744,10 @@ impl IpNetwork {
         };
         let bits = u32::from(addr);
         let host_mask = if prefix == 32 { 0 } else { u32::MAX >> prefix };
-        (bits & host_mask == 0).then_some(IpNetwork { addr: IpAddr::V4(addr), prefix })
+        (bits & host_mask == 0).then_some(IpNetwork {
+            addr: IpAddr::V4(addr),
+            prefix,
+        })
     }
 
     fn parse_v6(s: &str) -> Option<Self> {
@@ -694,8 +758,15 @@ impl IpNetwork {
             Some(p) => Self::prefix_digits(p, 128)?,
         };
         let bits = u128::from(addr);
-        let host_mask = if prefix == 128 { 0 } else { u128::MAX >> prefix };
-        (bits & host_mask == 0).then_some(IpNetwork { addr: IpAddr::V6(addr), prefix })
+        let host_mask = if prefix == 128 {
+            0
+        } else {
+            u128::MAX >> prefix
+        };
+        (bits & host_mask == 0).then_some(IpNetwork {
+            addr: IpAddr::V6(addr),
+            prefix,
+        })
     }
 
     /// The network address.
@@ -740,7 +811,11 @@ mod tests {
     #[test]
     fn units() {
         for s in ["5368709120B", "5242880K", "5120M", "5G"] {
-            assert_eq!(SizeUnit::parse(s).map(|u| u.bytes()), Ok(5 * 1024 * 1024 * 1024), "{s}");
+            assert_eq!(
+                SizeUnit::parse(s).map(|u| u.bytes()),
+                Ok(5 * 1024 * 1024 * 1024),
+                "{s}"
+            );
         }
         for s in ["1d", "24h", "1440m", "86400s", "86400000ms"] {
             assert_eq!(TimeUnit::parse(s).map(|u| u.seconds()), Ok(86400), "{s}");
@@ -756,25 +831,56 @@ mod tests {
 
     #[test]
     fn domain_names() {
-        let valid = ["example.com", "example.com.", ".", "_sip._tcp.example.com", "xn--nic-vra.cz", "a", "123",
-            "příklad.cz", "a-b.c", "x\n"];
+        let valid = [
+            "example.com",
+            "example.com.",
+            ".",
+            "_sip._tcp.example.com",
+            "xn--nic-vra.cz",
+            "a",
+            "123",
+            "příklad.cz",
+            "a-b.c",
+            "x\n",
+        ];
         for s in valid {
             assert!(DomainName::parse(s).is_ok(), "{s}");
         }
         let long_label = "a".repeat(64);
-        let long_name = format!("{}.{}.{}.{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(63));
-        let invalid = ["", "-a.com", "a-.com", "a..com", "..", long_label.as_str(), long_name.as_str()];
+        let long_name = format!(
+            "{}.{}.{}.{}",
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(63)
+        );
+        let invalid = [
+            "",
+            "-a.com",
+            "a-.com",
+            "a..com",
+            "..",
+            long_label.as_str(),
+            long_name.as_str(),
+        ];
         for s in invalid {
             assert!(DomainName::parse(s).is_err(), "{s}");
         }
-        assert_eq!(DomainName::parse("příklad.cz").map(|d| d.punycode().to_owned()), Ok("xn--pklad-zsa96e.cz".into()));
+        assert_eq!(
+            DomainName::parse("příklad.cz").map(|d| d.punycode().to_owned()),
+            Ok("xn--pklad-zsa96e.cz".into())
+        );
     }
 
     #[test]
     fn interface_ports() {
         let ok = InterfaceOptionalPort::parse("127.0.0.1@5353");
         assert_eq!(ok.as_ref().map(|i| i.port()), Ok(Some(5353)));
-        assert_eq!(InterfaceOptionalPort::parse("eth0").map(|i| i.if_name().map(|n| n.as_str().to_owned())), Ok(Some("eth0".into())));
+        assert_eq!(
+            InterfaceOptionalPort::parse("eth0")
+                .map(|i| i.if_name().map(|n| n.as_str().to_owned())),
+            Ok(Some("eth0".into()))
+        );
         assert!(InterfaceOptionalPort::parse("::1@0").is_err());
         assert!(InterfaceOptionalPort::parse("a@b@c").is_err());
         assert!(InterfaceOptionalPort::parse("eth-").is_err());
@@ -788,8 +894,14 @@ mod tests {
     fn networks() {
         assert!(IpNetwork::parse("10.0.0.0/8").is_ok());
         assert!(IpNetwork::parse("10.0.0.1/8").is_err());
-        assert_eq!(IpNetwork::parse("10.0.0.0/255.0.0.0").map(|n| n.prefix_len()), Ok(8));
-        assert_eq!(IpNetwork::parse("10.0.0.0/0.255.255.255").map(|n| n.prefix_len()), Ok(8));
+        assert_eq!(
+            IpNetwork::parse("10.0.0.0/255.0.0.0").map(|n| n.prefix_len()),
+            Ok(8)
+        );
+        assert_eq!(
+            IpNetwork::parse("10.0.0.0/0.255.255.255").map(|n| n.prefix_len()),
+            Ok(8)
+        );
         assert_eq!(IpNetwork::parse("::1").map(|n| n.prefix_len()), Ok(128));
         assert!(IpNetwork::parse("fe80::/10").is_ok());
         assert!(IpNetwork::parse("fe80::1/10").is_err());

@@ -9,9 +9,9 @@ use serde_json::{json, Value};
 
 use super::engine::{py_str, py_type, str_base, Ctx, ValueType};
 use super::types::{
-    check_ipv6_network96, parse_ip, parse_ipv6, DomainName, IdPattern, InterfaceOptionalPort, IpAddressEm,
-    IpAddressOptionalPort, IpAddressPort, IpNetwork, PinSha256, SizeUnit, TimeUnit, DOMAIN_NAME_PATTERN, ID_PATTERN,
-    PIN_SHA256_PATTERN,
+    check_ipv6_network96, parse_ip, parse_ipv6, DomainName, IdPattern, InterfaceOptionalPort,
+    IpAddressEm, IpAddressOptionalPort, IpAddressPort, IpNetwork, PinSha256, SizeUnit, TimeUnit,
+    DOMAIN_NAME_PATTERN, ID_PATTERN, PIN_SHA256_PATTERN,
 };
 
 fn string_schema() -> Value {
@@ -22,94 +22,154 @@ fn check_size(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "SizeUnit")?;
     SizeUnit::parse(&s).map(|_| Value::String(s))
 }
-pub(crate) static SIZE_UNIT: ValueType =
-    ValueType { class: "types.SizeUnit", check: check_size, schema: || json!({"type": "string", "pattern": SizeUnit::PATTERN}) };
+pub(crate) static SIZE_UNIT: ValueType = ValueType {
+    class: "types.SizeUnit",
+    check: check_size,
+    schema: || json!({"type": "string", "pattern": SizeUnit::PATTERN}),
+};
 
 fn check_time(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "TimeUnit")?;
     TimeUnit::parse(&s).map(|_| Value::String(s))
 }
-pub(crate) static TIME_UNIT: ValueType =
-    ValueType { class: "types.TimeUnit", check: check_time, schema: || json!({"type": "string", "pattern": TimeUnit::PATTERN}) };
+pub(crate) static TIME_UNIT: ValueType = ValueType {
+    class: "types.TimeUnit",
+    check: check_time,
+    schema: || json!({"type": "string", "pattern": TimeUnit::PATTERN}),
+};
 
 fn check_escaped(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     str_base(v, "EscapedStr").map(Value::String)
 }
-pub(crate) static ESCAPED_STR: ValueType = ValueType { class: "types.EscapedStr", check: check_escaped, schema: string_schema };
+pub(crate) static ESCAPED_STR: ValueType = ValueType {
+    class: "types.EscapedStr",
+    check: check_escaped,
+    schema: string_schema,
+};
 
 fn check_escaped32(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "EscapedStr32B")?;
     if s.len() < 32 {
-        return Err(format!("the string value {s} is shorter than the minimum 32 bytes."));
+        return Err(format!(
+            "the string value {s} is shorter than the minimum 32 bytes."
+        ));
     }
     Ok(Value::String(s))
 }
-pub(crate) static ESCAPED_STR_32B: ValueType =
-    ValueType { class: "types.EscapedStr32B", check: check_escaped32, schema: || json!({"type": "string", "minLength": 32}) };
+pub(crate) static ESCAPED_STR_32B: ValueType = ValueType {
+    class: "types.EscapedStr32B",
+    check: check_escaped32,
+    schema: || json!({"type": "string", "minLength": 32}),
+};
 
 fn check_domain(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "DomainName")?;
     DomainName::parse(&s).map(|_| Value::String(s))
 }
-pub(crate) static DOMAIN_NAME: ValueType =
-    ValueType { class: "types.DomainName", check: check_domain, schema: || json!({"type": "string", "pattern": DOMAIN_NAME_PATTERN}) };
+pub(crate) static DOMAIN_NAME: ValueType = ValueType {
+    class: "types.DomainName",
+    check: check_domain,
+    schema: || json!({"type": "string", "pattern": DOMAIN_NAME_PATTERN}),
+};
 
 fn check_id(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "IDPattern")?;
     IdPattern::parse(&s).map(|_| Value::String(s))
 }
-pub(crate) static ID_PATTERN_TYPE: ValueType =
-    ValueType { class: "types.IDPattern", check: check_id, schema: || json!({"type": "string", "pattern": ID_PATTERN}) };
+pub(crate) static ID_PATTERN_TYPE: ValueType = ValueType {
+    class: "types.IDPattern",
+    check: check_id,
+    schema: || json!({"type": "string", "pattern": ID_PATTERN}),
+};
 
 fn check_pin(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "PinSha256")?;
     PinSha256::parse(&s).map(|_| Value::String(s))
 }
-pub(crate) static PIN_SHA256: ValueType =
-    ValueType { class: "types.PinSha256", check: check_pin, schema: || json!({"type": "string", "pattern": PIN_SHA256_PATTERN}) };
+pub(crate) static PIN_SHA256: ValueType = ValueType {
+    class: "types.PinSha256",
+    check: check_pin,
+    schema: || json!({"type": "string", "pattern": PIN_SHA256_PATTERN}),
+};
 
 fn check_iface_opt_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "InterfaceOptionalPort")?;
     InterfaceOptionalPort::parse(&s).map(|_| Value::String(s))
 }
-pub(crate) static INTERFACE_OPTIONAL_PORT: ValueType = ValueType { class: "types.InterfaceOptionalPort", check: check_iface_opt_port, schema: string_schema };
+pub(crate) static INTERFACE_OPTIONAL_PORT: ValueType = ValueType {
+    class: "types.InterfaceOptionalPort",
+    check: check_iface_opt_port,
+    schema: string_schema,
+};
 
 fn check_ip_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "IPAddressPort")?;
     IpAddressPort::parse(&s).map(|_| Value::String(s))
 }
-pub(crate) static IP_ADDRESS_PORT: ValueType = ValueType { class: "types.IPAddressPort", check: check_ip_port, schema: string_schema };
+pub(crate) static IP_ADDRESS_PORT: ValueType = ValueType {
+    class: "types.IPAddressPort",
+    check: check_ip_port,
+    schema: string_schema,
+};
 
 fn check_ip_opt_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let s = str_base(v, "IPAddressOptionalPort")?;
     IpAddressOptionalPort::parse(&s).map(|_| Value::String(s))
 }
-pub(crate) static IP_ADDRESS_OPTIONAL_PORT: ValueType = ValueType { class: "types.IPAddressOptionalPort", check: check_ip_opt_port, schema: string_schema };
+pub(crate) static IP_ADDRESS_OPTIONAL_PORT: ValueType = ValueType {
+    class: "types.IPAddressOptionalPort",
+    check: check_ip_opt_port,
+    schema: string_schema,
+};
 
 fn wrong_kind(what: &str, v: &Value) -> String {
-    format!("Unexpected value for a {what}. Expected string, got '{}' with type '{}'", py_str(v), py_type(v))
+    format!(
+        "Unexpected value for a {what}. Expected string, got '{}' with type '{}'",
+        py_str(v),
+        py_type(v)
+    )
 }
 
 fn check_ipv4(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    let Value::String(s) = v else { return Err(wrong_kind("IPv4 address", v)) };
+    let Value::String(s) = v else {
+        return Err(wrong_kind("IPv4 address", v));
+    };
     match parse_ip(s) {
         Some(std::net::IpAddr::V4(a)) if !s.contains('%') => Ok(Value::String(a.to_string())),
         _ => Err("failed to parse IPv4 address.".into()),
     }
 }
-pub(crate) static IPV4_ADDRESS: ValueType = ValueType { class: "types.IPv4Address", check: check_ipv4, schema: string_schema };
+pub(crate) static IPV4_ADDRESS: ValueType = ValueType {
+    class: "types.IPv4Address",
+    check: check_ipv4,
+    schema: string_schema,
+};
 
 fn check_ipv6(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    let Value::String(s) = v else { return Err(wrong_kind("IPv6 address", v)) };
-    parse_ipv6(s).map(|a| Value::String(a.to_string())).ok_or_else(|| "failed to parse IPv6 address.".into())
+    let Value::String(s) = v else {
+        return Err(wrong_kind("IPv6 address", v));
+    };
+    parse_ipv6(s)
+        .map(|a| Value::String(a.to_string()))
+        .ok_or_else(|| "failed to parse IPv6 address.".into())
 }
-pub(crate) static IPV6_ADDRESS: ValueType = ValueType { class: "types.IPv6Address", check: check_ipv6, schema: string_schema };
+pub(crate) static IPV6_ADDRESS: ValueType = ValueType {
+    class: "types.IPv6Address",
+    check: check_ipv6,
+    schema: string_schema,
+};
 
 fn check_ip_em(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    let Value::String(s) = v else { return Err(wrong_kind("IPv6 address", v)) };
+    let Value::String(s) = v else {
+        return Err(wrong_kind("IPv6 address", v));
+    };
     IpAddressEm::parse(s).map(|_| Value::String(s.clone()))
 }
-pub(crate) static IP_ADDRESS_EM: ValueType = ValueType { class: "types.IPAddressEM", check: check_ip_em, schema: string_schema };
+pub(crate) static IP_ADDRESS_EM: ValueType = ValueType {
+    class: "types.IPAddressEM",
+    check: check_ip_em,
+    schema: string_schema,
+};
 
 fn check_network(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let Value::String(s) = v else {
@@ -121,7 +181,11 @@ fn check_network(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     };
     IpNetwork::parse(s).map(|n| Value::String(n.to_string()))
 }
-pub(crate) static IP_NETWORK: ValueType = ValueType { class: "types.IPNetwork", check: check_network, schema: string_schema };
+pub(crate) static IP_NETWORK: ValueType = ValueType {
+    class: "types.IPNetwork",
+    check: check_network,
+    schema: string_schema,
+};
 
 fn ipv6_net_input(v: &Value) -> Result<&str, String> {
     match v {
@@ -137,12 +201,20 @@ fn ipv6_net_input(v: &Value) -> Result<&str, String> {
 fn check_ipv6_network(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     IpNetwork::parse_ipv6(ipv6_net_input(v)?).map(|n| Value::String(n.to_string()))
 }
-pub(crate) static IPV6_NETWORK: ValueType = ValueType { class: "types.IPv6Network", check: check_ipv6_network, schema: string_schema };
+pub(crate) static IPV6_NETWORK: ValueType = ValueType {
+    class: "types.IPv6Network",
+    check: check_ipv6_network,
+    schema: string_schema,
+};
 
 fn check_ipv6_network96_value(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     check_ipv6_network96(ipv6_net_input(v)?).map(|n| Value::String(n.to_string()))
 }
-pub(crate) static IPV6_NETWORK_96: ValueType = ValueType { class: "types.IPv6Network96", check: check_ipv6_network96_value, schema: string_schema };
+pub(crate) static IPV6_NETWORK_96: ValueType = ValueType {
+    class: "types.IPv6Network96",
+    check: check_ipv6_network96_value,
+    schema: string_schema,
+};
 
 fn check_float_0_65535(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     let f = match v {
@@ -164,7 +236,8 @@ fn check_float_0_65535(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
     }
     Ok(json!(f))
 }
-pub(crate) static FLOAT_0_65535: ValueType = ValueType { class: "types.Float0_65535",
+pub(crate) static FLOAT_0_65535: ValueType = ValueType {
+    class: "types.Float0_65535",
     check: check_float_0_65535,
     schema: || json!({"type": "number", "minimum": 0.0, "maximum": 65535.0}),
 };
@@ -185,7 +258,11 @@ enum PathKind {
 const SERVICE_USER: &str = "knot-resolver:knot-resolver";
 
 fn resolve(raw: &str, ctx: &Ctx<'_>) -> PathBuf {
-    let joined = if raw.starts_with('/') { PathBuf::from(raw) } else { ctx.resolve_root.join(raw) };
+    let joined = if raw.starts_with('/') {
+        PathBuf::from(raw)
+    } else {
+        ctx.resolve_root.join(raw)
+    };
     joined.components().collect()
 }
 
@@ -202,14 +279,18 @@ fn permitted(path: &Path, want: Access) -> bool {
     if euid.is_root() {
         return true;
     }
-    let Ok(md) = fs::metadata(path) else { return false };
+    let Ok(md) = fs::metadata(path) else {
+        return false;
+    };
     let mode = md.mode();
     let shift = if md.uid() == euid.as_raw() {
         6
     } else {
         let egid = nix::unistd::getegid();
         let in_group = md.gid() == egid.as_raw()
-            || nix::unistd::getgroups().map(|g| g.iter().any(|g| g.as_raw() == md.gid())).unwrap_or(false);
+            || nix::unistd::getgroups()
+                .map(|g| g.iter().any(|g| g.as_raw() == md.gid()))
+                .unwrap_or(false);
         if in_group {
             3
         } else {
@@ -239,10 +320,21 @@ fn strict_checks(p: &Path, kind: PathKind) -> Result<(), String> {
     match kind {
         PathKind::WritableDir => {
             if !p.is_dir() {
-                return Err(format!("path '{shown}' does not point to an existing directory"));
+                return Err(format!(
+                    "path '{shown}' does not point to an existing directory"
+                ));
             }
-            if !permitted(p, Access { read: false, write: true, execute: true }) {
-                return Err(format!("{SERVICE_USER} has insufficient permissions to write/execute '{shown}'"));
+            if !permitted(
+                p,
+                Access {
+                    read: false,
+                    write: true,
+                    execute: true,
+                },
+            ) {
+                return Err(format!(
+                    "{SERVICE_USER} has insufficient permissions to write/execute '{shown}'"
+                ));
             }
         }
         PathKind::ReadableFile => {
@@ -252,23 +344,57 @@ fn strict_checks(p: &Path, kind: PathKind) -> Result<(), String> {
             if !p.is_file() {
                 return Err(format!("path '{shown}' is not a file"));
             }
-            if !permitted(p, Access { read: true, write: false, execute: false }) {
-                return Err(format!("{SERVICE_USER} has insufficient permissions to read '{shown}'"));
+            if !permitted(
+                p,
+                Access {
+                    read: true,
+                    write: false,
+                    execute: false,
+                },
+            ) {
+                return Err(format!(
+                    "{SERVICE_USER} has insufficient permissions to read '{shown}'"
+                ));
             }
         }
         PathKind::WritableFilePath => {
             let parent = p.parent().unwrap_or(Path::new("/"));
             if !parent.is_dir() {
-                return Err(format!("path '{shown}' does not point inside an existing directory"));
+                return Err(format!(
+                    "path '{shown}' does not point inside an existing directory"
+                ));
             }
             if p.is_dir() {
-                return Err(format!("path '{shown}' points to a directory when we expected a file"));
+                return Err(format!(
+                    "path '{shown}' points to a directory when we expected a file"
+                ));
             }
-            if !permitted(parent, Access { read: false, write: true, execute: true }) {
-                return Err(format!("{SERVICE_USER} has insufficient permissions to write/execute '{}'", parent.display()));
+            if !permitted(
+                parent,
+                Access {
+                    read: false,
+                    write: true,
+                    execute: true,
+                },
+            ) {
+                return Err(format!(
+                    "{SERVICE_USER} has insufficient permissions to write/execute '{}'",
+                    parent.display()
+                ));
             }
-            if p.exists() && !permitted(p, Access { read: false, write: true, execute: false }) {
-                return Err(format!("{SERVICE_USER} has insufficient permissions to write/execute '{shown}'"));
+            if p.exists()
+                && !permitted(
+                    p,
+                    Access {
+                        read: false,
+                        write: true,
+                        execute: false,
+                    },
+                )
+            {
+                return Err(format!(
+                    "{SERVICE_USER} has insufficient permissions to write/execute '{shown}'"
+                ));
             }
         }
     }
@@ -277,7 +403,11 @@ fn strict_checks(p: &Path, kind: PathKind) -> Result<(), String> {
 
 fn check_path(v: &Value, ctx: &Ctx<'_>, kind: PathKind) -> Result<Value, String> {
     let Value::String(raw) = v else {
-        return Err(format!("expected file path in a string, got '{}' with type '{}'.", py_str(v), py_type(v)));
+        return Err(format!(
+            "expected file path in a string, got '{}' with type '{}'.",
+            py_str(v),
+            py_type(v)
+        ));
     };
     let resolved = resolve(raw, ctx);
     if ctx.strict {
@@ -286,9 +416,18 @@ fn check_path(v: &Value, ctx: &Ctx<'_>, kind: PathKind) -> Result<Value, String>
     Ok(Value::String(resolved.to_string_lossy().into_owned()))
 }
 
-pub(crate) static READABLE_FILE: ValueType =
-    ValueType { class: "files.ReadableFile", check: |v, c| check_path(v, c, PathKind::ReadableFile), schema: string_schema };
-pub(crate) static WRITABLE_DIR: ValueType =
-    ValueType { class: "files.WritableDir", check: |v, c| check_path(v, c, PathKind::WritableDir), schema: string_schema };
-pub(crate) static WRITABLE_FILE_PATH: ValueType =
-    ValueType { class: "files.WritableFilePath", check: |v, c| check_path(v, c, PathKind::WritableFilePath), schema: string_schema };
+pub(crate) static READABLE_FILE: ValueType = ValueType {
+    class: "files.ReadableFile",
+    check: |v, c| check_path(v, c, PathKind::ReadableFile),
+    schema: string_schema,
+};
+pub(crate) static WRITABLE_DIR: ValueType = ValueType {
+    class: "files.WritableDir",
+    check: |v, c| check_path(v, c, PathKind::WritableDir),
+    schema: string_schema,
+};
+pub(crate) static WRITABLE_FILE_PATH: ValueType = ValueType {
+    class: "files.WritableFilePath",
+    check: |v, c| check_path(v, c, PathKind::WritableFilePath),
+    schema: string_schema,
+};
