@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use knot_resolver::config::{load_files, parse_document, validate_command, ConfigError, ParseError};
+use knot_resolver::config::{
+    load_files, parse_document, validate_command, ConfigError, ParseError,
+};
 
 /// A scratch directory removed when dropped.
 struct Scratch(PathBuf);
@@ -37,7 +39,10 @@ impl Drop for Scratch {
 fn several_files_are_deep_merged() {
     let dir = Scratch::new();
     let a = dir.write("a.yaml", "cache:\n  size-max: 10M\nworkers: 2\n");
-    let b = dir.write("b.json", r#"{"cache": {"ttl-min": "1s"}, "logging": {"level": "debug"}}"#);
+    let b = dir.write(
+        "b.json",
+        r#"{"cache": {"ttl-min": "1s"}, "logging": {"level": "debug"}}"#,
+    );
     let loaded = load_files(&[a, b], false).expect("valid");
     assert_eq!(loaded.model.cache.size_max.bytes(), 10 * 1024 * 1024);
     assert_eq!(loaded.model.cache.ttl_min.seconds(), 1);
@@ -55,7 +60,10 @@ fn merge_collisions_are_errors() {
     let a = dir.write("a.yaml", "cache:\n  size-max: 10M\n");
     let b = dir.write("b.yaml", "cache:\n  size-max: 20M\n");
     match load_files(&[a, b], false) {
-        Err(ConfigError::Parse { source: ParseError::Duplicity { path, key }, .. }) => {
+        Err(ConfigError::Parse {
+            source: ParseError::Duplicity { path, key },
+            ..
+        }) => {
             assert_eq!((path.as_str(), key.as_str()), ("/cache", "size-max"));
         }
         other => panic!("expected a merge error, got {other:?}"),
@@ -65,12 +73,18 @@ fn merge_collisions_are_errors() {
 #[test]
 fn toml_files_are_supported() {
     let dir = Scratch::new();
-    let t = dir.write("c.toml", "workers = 3\n[network]\ndo-ipv6 = false\n[[network.listen]]\ninterface = '::1@5353'\n");
+    let t = dir.write(
+        "c.toml",
+        "workers = 3\n[network]\ndo-ipv6 = false\n[[network.listen]]\ninterface = '::1@5353'\n",
+    );
     let loaded = load_files(&[t], false).expect("valid");
     assert_eq!(loaded.model.workers, 3);
     assert!(!loaded.model.network.do_ipv6);
     let listen = &loaded.model.network.listen[0];
-    assert_eq!(listen.interface.as_ref().map(|i| i[0].port()), Some(Some(5353)));
+    assert_eq!(
+        listen.interface.as_ref().map(|i| i[0].port()),
+        Some(Some(5353))
+    );
 }
 
 #[test]
@@ -81,9 +95,18 @@ fn relative_paths_resolve_against_the_first_file() {
     let first = dir.write("sub/first.yaml", "lua:\n  script-file: scripts/x.lua\n");
     let second = dir.write("second.yaml", "local-data:\n  addresses-files: [hosts]\n");
     let loaded = load_files(&[first, second], false).expect("valid without strict checks");
-    assert_eq!(loaded.model.lua.script_file, Some(sub.join("scripts/x.lua")));
-    assert_eq!(loaded.model.local_data.addresses_files, Some(vec![sub.join("hosts")]));
-    assert_eq!(loaded.raw["lua"]["script-file"], "scripts/x.lua", "the raw document keeps what was written");
+    assert_eq!(
+        loaded.model.lua.script_file,
+        Some(sub.join("scripts/x.lua"))
+    );
+    assert_eq!(
+        loaded.model.local_data.addresses_files,
+        Some(vec![sub.join("hosts")])
+    );
+    assert_eq!(
+        loaded.raw["lua"]["script-file"], "scripts/x.lua",
+        "the raw document keeps what was written"
+    );
 }
 
 #[test]
@@ -107,15 +130,28 @@ fn strict_mode_checks_paths() {
         Err(ConfigError::Invalid(e)) => e,
         other => panic!("expected validation errors, got {other:?}"),
     };
-    let got: Vec<(String, String)> = errors.0.iter().map(|e| (e.path.clone(), e.message.clone())).collect();
+    let got: Vec<(String, String)> = errors
+        .0
+        .iter()
+        .map(|e| (e.path.clone(), e.message.clone()))
+        .collect();
     let want = vec![
-        ("/rundir".to_owned(), "path '/nonexistent-dir' does not point to an existing directory".to_owned()),
+        (
+            "/rundir".to_owned(),
+            "path '/nonexistent-dir' does not point to an existing directory".to_owned(),
+        ),
         (
             "/management/unix-socket".to_owned(),
             "path '/nope/api.sock' does not point inside an existing directory".to_owned(),
         ),
-        ("/network/tls/cert-file".to_owned(), format!("path '{root}' is not a file")),
-        ("/lua/script-file".to_owned(), format!("file '{root}/script.lua' does not exist")),
+        (
+            "/network/tls/cert-file".to_owned(),
+            format!("path '{root}' is not a file"),
+        ),
+        (
+            "/lua/script-file".to_owned(),
+            format!("file '{root}/script.lua' does not exist"),
+        ),
     ];
     assert_eq!(got, want);
     // the same document is fine without strict checks
@@ -131,18 +167,40 @@ fn validate_command_exit_codes() {
     assert_eq!(validate_command(std::slice::from_ref(&good), false), 0);
     assert_eq!(validate_command(&[bad], false), 1);
     assert_eq!(validate_command(&[garbage], false), 1);
-    assert_eq!(validate_command(&[dir.path().join("missing.yaml")], false), 1);
-    assert_eq!(validate_command(&[good.clone(), good], false), 1, "merging a file with itself collides");
+    assert_eq!(
+        validate_command(&[dir.path().join("missing.yaml")], false),
+        1
+    );
+    assert_eq!(
+        validate_command(&[good.clone(), good], false),
+        1,
+        "merging a file with itself collides"
+    );
 }
 
 #[test]
 fn parse_document_reports_formats() {
     assert!(matches!(
         parse_document("a: 1\na: 2\n", Path::new("x.yaml")),
-        Err(ConfigError::Parse { source: ParseError::YamlDuplicateKey { line: 2, column: 1, .. }, .. })
+        Err(ConfigError::Parse {
+            source: ParseError::YamlDuplicateKey {
+                line: 2,
+                column: 1,
+                ..
+            },
+            ..
+        })
     ));
     let err = parse_document("a: 1\na: 2\n", Path::new("x.yaml")).expect_err("duplicate");
-    assert!(err.to_string().contains("duplicate key detected:   in \"<unicode string>\", line 2, column 1:\n    a: 2\n    ^"), "{err}");
+    assert!(
+        err.to_string().contains(
+            "duplicate key detected:   in \"<unicode string>\", line 2, column 1:\n    a: 2\n    ^"
+        ),
+        "{err}"
+    );
     assert!(parse_document("workers = [", Path::new("x.toml")).is_err());
-    assert_eq!(parse_document("", Path::new("x.yaml")).expect("empty"), serde_json::Value::Null);
+    assert_eq!(
+        parse_document("", Path::new("x.yaml")).expect("empty"),
+        serde_json::Value::Null
+    );
 }

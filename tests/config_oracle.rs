@@ -24,14 +24,28 @@ fn upstream_transcripts_are_reproduced() {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     cases.sort();
-    assert!(cases.len() > 100, "expected the recorded transcripts, found {}", cases.len());
+    assert!(
+        cases.len() > 100,
+        "expected the recorded transcripts, found {}",
+        cases.len()
+    );
     let mut failures = Vec::new();
     for case in &cases {
-        let expected = std::fs::read_to_string(case.with_extension("expected")).expect("expected output");
+        let expected =
+            std::fs::read_to_string(case.with_extension("expected")).expect("expected output");
         let got = transcript(case);
         if got.trim_end() != expected.trim_end() {
-            failures.push(format!("{}:\n--- expected\n{expected}\n--- got\n{got}\n", case.display()));
+            failures.push(format!(
+                "{}:\n--- expected\n{expected}\n--- got\n{got}\n",
+                case.display()
+            ));
         }
     }
-    assert!(failures.is_empty(), "{} of {} differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} differ:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }

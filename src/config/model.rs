@@ -1375,27 +1375,42 @@ pub(crate) fn normalize(raw: &Value, ctx: &Ctx<'_>) -> Result<Value, Vec<Failure
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct KresConfig {
     /// NSID prefix; each worker appends its id.
-    pub nsid: Option<EscapedStr>,
+    pub nsid: Option<String>,
     /// Hostname (the machine's when not configured).
     pub hostname: String,
     /// The manager's working directory for runtime files.
     pub rundir: PathBuf,
     /// Number of kresd workers (`auto` resolved to the usable CPUs).
     pub workers: u32,
+    /// Configuration of management HTTP API.
     pub management: ManagementSchema,
+    /// Fine-tuning global parameters of DNS resolver operation.
     pub options: OptionsSchema,
+    /// Network connections and protocols configuration.
     pub network: NetworkSchema,
+    /// List of views and its configuration.
     pub views: Option<Vec<ViewSchema>>,
+    /// Local data for forward records (A/AAAA) and reverse records (PTR).
     pub local_data: LocalDataSchema,
+    /// List of Forward Zones and its configuration.
     pub forward: Option<Vec<ForwardSchema>>,
+    /// Config for fallback on resolution failure.
     pub fallback: FallbackSchema,
+    /// DNS resolver cache configuration.
     pub cache: CacheSchema,
+    /// DNSSEC configuration.
     pub dnssec: DnssecSchema,
+    /// DNS64 (RFC 6147) configuration.
     pub dns64: Dns64Schema,
+    /// Logging and debugging configuration.
     pub logging: LoggingSchema,
+    /// Metrics exposition configuration (Prometheus, Graphite)
     pub monitoring: MonitoringSchema,
+    /// Configuration of rate limiting.
     pub rate_limiting: RateLimitingSchema,
+    /// Configuration of request prioritization (defer).
     pub defer: DeferSchema,
+    /// Custom Lua configuration.
     pub lua: LuaSchema,
 }
 
@@ -1403,7 +1418,9 @@ pub struct KresConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ManagementSchema {
+    /// Path to unix domain socket to listen to.
     pub unix_socket: Option<PathBuf>,
+    /// IP address and port number to listen to.
     pub interface: Option<IpAddressPort>,
 }
 
@@ -1419,40 +1436,65 @@ pub enum GlueChecking {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct OptionsSchema {
+    /// Glue records strictness checking level.
     pub glue_checking: GlueChecking,
+    /// Send minimum amount of information in recursive queries to enhance privacy.
     pub minimize: bool,
+    /// Permits queries to loopback addresses.
     pub query_loopback: bool,
+    /// Controls whether resource records within a RRSet are reordered each time it is served from the cache.
     pub reorder_rrset: bool,
+    /// Randomize Query Character Case.
     pub query_case_randomization: bool,
+    /// Initializing DNS resolver cache with Priming Queries (RFC 8109)
     pub priming: bool,
+    /// Protection against DNS Rebinding attack.
     pub rebinding_protection: bool,
+    /// Queries without RD (recursion desired) bit set in query are answered with REFUSED.
     pub refuse_no_rd: bool,
+    /// Detection of difference between local system time and expiration time bounds in DNSSEC signatures for '. NS' records.
     pub time_jump_detection: bool,
+    /// Workarounds for known DNS protocol violators.
     pub violators_workarounds: bool,
+    /// Allows using timed-out records in case DNS resolver is unable to contact upstream servers.
     pub serve_stale: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct NetworkSchema {
+    /// Enable/disable using IPv4 for contacting upstream nameservers.
     pub do_ipv4: bool,
+    /// Enable/disable using IPv6 for contacting upstream nameservers.
     pub do_ipv6: bool,
+    /// IPv4 address used to perform queries. Not set by default, which lets the OS choose any address.
     pub out_interface_v4: Option<std::net::Ipv4Addr>,
+    /// IPv6 address used to perform queries. Not set by default, which lets the OS choose any address.
     pub out_interface_v6: Option<std::net::Ipv6Addr>,
+    /// TCP pipeline limit. The number of outstanding queries that a single client connection can make in parallel.
     pub tcp_pipeline: u16,
+    /// Allows clients to discover the connection timeout. (RFC 7828)
     pub edns_tcp_keepalive: bool,
+    /// Maximum EDNS payload size advertised in DNS packets. Different values can be configured for communication downstream (towards clients) and upstream (towards other DNS servers).
     pub edns_buffer_size: EdnsBufferSizeSchema,
+    /// Renumbers addresses in answers to different address space.
     pub address_renumbering: Option<Vec<AddressRenumberingSchema>>,
+    /// TLS configuration, also affects DNS over TLS, DNS over HTTPS and DNS over QUIC.
     pub tls: TlsSchema,
+    /// PROXYv2 protocol configuration.
     pub proxy_protocol: ProxyProtocolSchema,
+    /// DNS over QUIC configuration.
     pub quic: QuicSchema,
+    /// List of interfaces to listen to and its configuration.
     pub listen: Vec<ListenSchema>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct EdnsBufferSizeSchema {
+    /// Maximum EDNS upstream (towards other DNS servers) payload size.
     pub upstream: SizeUnit,
+    /// Maximum EDNS downstream (towards clients) payload size for communication.
     pub downstream: SizeUnit,
 }
 
@@ -1467,7 +1509,9 @@ pub enum RenumberingDestination {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct AddressRenumberingSchema {
+    /// Source subnet.
     pub source: IpNetwork,
+    /// Destination address prefix.
     pub destination: RenumberingDestination,
 }
 
@@ -1482,11 +1526,17 @@ pub enum TlsPadding {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct TlsSchema {
+    /// Enables watchdog of changes in TLS certificate files. Requires the optional 'watchdog' dependency.
     pub watchdog: bool,
+    /// Path to certificate file.
     pub cert_file: Option<PathBuf>,
+    /// Path to certificate key file.
     pub key_file: Option<PathBuf>,
+    /// Secret for TLS session resumption via tickets. (RFC 5077).
     pub sticket_secret: Option<EscapedStr>,
+    /// Path to file with secret for TLS session resumption via tickets. (RFC 5077).
     pub sticket_secret_file: Option<PathBuf>,
+    /// EDNS(0) padding of queries and answers sent over an encrypted channel.
     pub padding: TlsPadding,
 }
 
@@ -1501,15 +1551,20 @@ pub enum AddressOrNetwork {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ProxyProtocolSchema {
+    /// Enable/disable PROXYv2 protocol.
     pub enable: bool,
+    /// Allow usage of the PROXYv2 protocol headers by clients on the specified addresses.
     pub allow: Option<Vec<AddressOrNetwork>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct QuicSchema {
+    /// Maximum number of active connections a single worker is allowed to accept.
     pub max_conns: u16,
+    /// Maximum number of concurrent streams each connection is allowed to open. Each stream allocates > 64 KB of memory, setting this value too high might quicly consume a lot of memory. We recommend between 4 and 64.
     pub max_streams: u16,
+    /// Require address validation for unknown source addresses. This adds a 1-RTT delay to connection establishment.
     pub require_retry: bool,
 }
 
@@ -1546,10 +1601,15 @@ impl ListenKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ListenSchema {
+    /// IP address or interface name with optional port number to listen to.
     pub interface: Option<Vec<InterfaceOptionalPort>>,
+    /// Path to unix domain socket to listen to.
     pub unix_socket: Option<Vec<PathBuf>>,
+    /// Port number to listen to.
     pub port: Option<u16>,
+    /// Specifies DNS query transport protocol.
     pub kind: ListenKind,
+    /// Used for binding to non-local address.
     pub freebind: bool,
 }
 
@@ -1576,20 +1636,30 @@ pub enum ViewAnswer {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ViewOptionsSchema {
+    /// Send minimum amount of information in recursive queries to enhance privacy.
     pub minimize: bool,
+    /// Enable/disable DNS64.
     pub dns64: bool,
+    /// Multiplies rate-limiting and defer prices of operations, use 0 to whitelist.
     pub price_factor: f64,
+    /// Enable/disable fallback on resolution failure.
     pub fallback: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ViewSchema {
+    /// Identifies the client based on his subnet.  Rule with more precise subnet takes priority.
     pub subnets: Vec<IpNetwork>,
+    /// Destination subnet, as an additional condition.
     pub dst_subnet: Option<IpNetwork>,
+    /// Transport protocol, as an additional condition.
     pub protocols: Option<Vec<ViewProtocol>>,
+    /// Tags to link with other policy rules.
     pub tags: Option<Vec<IdPattern>>,
+    /// Direct approach how to handle request from clients identified by the view.
     pub answer: Option<ViewAnswer>,
+    /// Configuration options for clients identified by the view.
     pub options: ViewOptionsSchema,
 }
 
@@ -1605,13 +1675,21 @@ pub enum SubtreeKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct RuleSchema {
+    /// Hostname(s).
     pub name: Option<Vec<DomainName>>,
+    /// Type of subtree.
     pub subtree: Option<SubtreeKind>,
+    /// Address(es) to pair with hostname(s).
     pub address: Option<Vec<std::net::IpAddr>>,
+    /// Path to file(s) with hostname and IP address(es) pairs in '/etc/hosts' like format.
     pub file: Option<Vec<PathBuf>>,
+    /// Direct addition of records in DNS zone file format.
     pub records: Option<EscapedStr>,
+    /// Tags to link with other policy rules.
     pub tags: Option<Vec<IdPattern>>,
+    /// Optional, TTL value used for these answers.
     pub ttl: Option<TimeUnit>,
+    /// Optional, use NODATA synthesis. NODATA will be synthesized for matching name, but mismatching type(e.g. AAAA query when only A exists).
     pub nodata: Option<bool>,
 }
 
@@ -1626,24 +1704,33 @@ pub enum RpzLog {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct RpzSchema {
+    /// Path to the RPZ zone file.
     pub file: PathBuf,
+    /// Enables files watchdog for configured RPZ file. Requires the optional 'watchdog' dependency.
     pub watchdog: bool,
+    /// Tags to link with other policy rules.
     pub tags: Option<Vec<IdPattern>>,
+    /// Enables logging information whenever this RPZ matches.
     pub log: Option<Vec<RpzLog>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct LocalDataSchema {
+    /// Default TTL value used for added local data/records.
     pub ttl: Option<TimeUnit>,
+    /// Use NODATA synthesis. NODATA will be synthesized for matching name, but mismatching type(e.g. AAAA query when only A exists).
     pub nodata: bool,
     /// Name → addresses, in document order.
     #[serde(deserialize_with = "de_addresses")]
     pub addresses: Option<Vec<(DomainName, Vec<std::net::IpAddr>)>>,
+    /// Direct addition of hostname and IP addresses pairs from files in '/etc/hosts' like format.
     pub addresses_files: Option<Vec<PathBuf>>,
     /// Zone-file text.
     pub records: Option<String>,
+    /// Local data rules.
     pub rules: Option<Vec<RuleSchema>>,
+    /// List of Response Policy Zones and its configuration.
     pub rpz: Option<Vec<RpzSchema>>,
 }
 
@@ -1657,10 +1744,15 @@ pub enum ForwardTransport {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ForwardServerSchema {
+    /// IP address(es) of a forward server.
     pub address: Vec<IpAddressOptionalPort>,
+    /// Transport protocol for a forward server.
     pub transport: Option<ForwardTransport>,
+    /// Hash of accepted CA certificate.
     pub pin_sha256: Option<Vec<PinSha256>>,
+    /// Hostname of the Forward server.
     pub hostname: Option<DomainName>,
+    /// Path to CA certificate file.
     pub ca_file: Option<PathBuf>,
 }
 
@@ -1675,102 +1767,149 @@ pub enum ForwardServer {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ForwardOptionsSchema {
+    /// The forwarding target is an authoritative server.
     pub authoritative: bool,
+    /// Enable/disable DNSSEC.
     pub dnssec: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ForwardSchema {
+    /// Subtree(s) to forward.
     pub subtree: Vec<DomainName>,
+    /// Forward servers configuration.
     pub servers: Vec<ForwardServer>,
+    /// Subtree(s) forward options.
     pub options: ForwardOptionsSchema,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct FallbackSchema {
+    /// Enable/disable the fallback.
     pub enable: bool,
+    /// Forward servers configuration for fallback.
     pub servers: Option<Vec<ForwardServer>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct GarbageCollectorSchema {
+    /// Enable/disable cache garbage collector.
     pub enable: bool,
+    /// Time interval how often the garbage collector will be run.
     pub interval: TimeUnit,
+    /// Cache usage in percent that triggers the garbage collector.
     pub threshold: u8,
+    /// Percent of used cache to be freed by the garbage collector.
     pub release: u8,
+    /// Maximum amount of temporary memory for copied keys (0 = unlimited).
     pub temp_keys_space: SizeUnit,
+    /// Maximum number of deleted records per read-write transaction (0 = unlimited).
     pub rw_deletes: u64,
+    /// Maximum number of read records per read-write transaction (0 = unlimited).
     pub rw_reads: u64,
+    /// Maximum duration of read-write transaction (0 = unlimited).
     pub rw_duration: TimeUnit,
+    /// Wait time between two read-write transactions.
     pub rw_delay: TimeUnit,
+    /// Run the garbage collector in dry-run mode.
     pub dry_run: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct PrefillSchema {
+    /// Origin for the imported data. Cache prefilling is only supported for the root zone ('.').
     pub origin: DomainName,
+    /// URL of the zone data to be imported.
     pub url: EscapedStr,
+    /// Time interval between consecutive refreshes of the imported zone data.
     pub refresh_interval: TimeUnit,
+    /// Path to the file containing a CA certificate bundle that is used to authenticate the HTTPS connection.
     pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct PredictionSchema {
+    /// Enable/disable prediction.
     pub enable: bool,
+    /// Sampling window length.
     pub window: TimeUnit,
+    /// Number of windows that can be kept in memory.
     pub period: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct PrefetchSchema {
+    /// Prefetch expiring records.
     pub expiring: bool,
+    /// Prefetch record by predicting based on usage patterns and repetitive queries.
     pub prediction: PredictionSchema,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct CacheSchema {
+    /// Cache storage of the DNS resolver.
     pub storage: PathBuf,
+    /// Maximum size of the cache.
     pub size_max: SizeUnit,
+    /// Use the garbage collector (kres-cache-gc) to periodically clear cache.
     pub garbage_collector: GarbageCollectorSchema,
+    /// Minimum time-to-live for the cache entries.
     pub ttl_min: TimeUnit,
+    /// Maximum time-to-live for the cache entries.
     pub ttl_max: TimeUnit,
+    /// Time interval for which a nameserver address will be ignored after determining that it does not return (useful) answers.
     pub ns_timeout: TimeUnit,
+    /// Prefill the cache periodically by importing zone data obtained over HTTP.
     pub prefill: Option<Vec<PrefillSchema>>,
+    /// These options help keep the cache hot by prefetching expiring records or learning usage patterns and repetitive queries.
     pub prefetch: PrefetchSchema,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct TrustAnchorFileSchema {
+    /// Path to the zonefile that stores trust-anchors.
     pub file: PathBuf,
+    /// Blocks zonefile updates according to RFC 5011.
     pub read_only: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct DnssecSchema {
+    /// Enable/disable DNSSEC.
     pub enable: bool,
+    /// Enable logging for each DNSSEC validation failure if '/logging/level' is set to at least 'notice'.
     pub log_bogus: bool,
+    /// Allows users of DNSSEC validating resolver to detect which root keys are configured in resolver's chain of trust. (RFC 8509)
     pub sentinel: bool,
+    /// Signaling Trust Anchor Knowledge in DNSSEC Using Key Tag Query, according to (RFC 8145#section-5).
     pub signal_query: bool,
+    /// Trust-anchors configuration.
     pub trust_anchors: Option<Vec<EscapedStr>>,
+    /// List of zone-files where trust-anchors are stored.
     pub trust_anchors_files: Option<Vec<TrustAnchorFileSchema>>,
+    /// List of domain names representing negative trust-anchors. (RFC 7646)
     pub negative_trust_anchors: Option<Vec<DomainName>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct Dns64Schema {
+    /// Enable/disable DNS64.
     pub enable: bool,
+    /// IPv6 prefix to be used for synthesizing AAAA records.
     pub prefix: IpNetwork,
+    /// TTL in CNAME generated in the reverse 'ip6.arpa.' subtree.
     pub reverse_ttl: Option<TimeUnit>,
+    /// IPv6 subnets that are disallowed in answer.
     pub exclude_subnets: Option<Vec<IpNetwork>>,
 }
 
@@ -1823,20 +1962,28 @@ impl LogTarget {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct DnstapSchema {
+    /// Enable/disable DNS queries logging.
     pub enable: bool,
+    /// Path to unix domain socket where dnstap messages will be sent.
     pub unix_socket: Option<PathBuf>,
+    /// Log queries from downstream in wire format.
     pub log_queries: bool,
+    /// Log responses to downstream in wire format.
     pub log_responses: bool,
+    /// Log TCP RTT (Round-trip time).
     pub log_tcp_rtt: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct LoggingSchema {
+    /// Global logging level.
     pub level: LogLevel,
+    /// Global logging stream target. If 'from-arg', uses '--logtarget' argument ('stdout' by default).
     pub target: LogTarget,
     /// Groups with debug logging (values from [`LOG_GROUPS`]).
     pub groups: Option<Vec<String>>,
+    /// Logging DNS requests and responses to a unix socket.
     pub dnstap: DnstapSchema,
 }
 
@@ -1860,48 +2007,71 @@ pub enum GraphiteHost {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct GraphiteSchema {
+    /// Send metrics to Graphite.
     pub enable: bool,
+    /// Graphite server address or name.
     pub host: Option<GraphiteHost>,
+    /// Graphite server port.
     pub port: u16,
+    /// Prefix of the metric names.
     pub prefix: EscapedStr,
+    /// How often metrics are sent.
     pub interval: TimeUnit,
+    /// Use TCP instead of UDP.
     pub tcp: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct MonitoringSchema {
+    /// configures, whether metrics/statistics will be collected by the resolver
     pub metrics: MetricsMode,
+    /// optionally configures where should graphite metrics be sent to
     pub graphite: GraphiteSchema,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct RateLimitingSchema {
+    /// Enable/disable rate limiting
     pub enable: bool,
+    /// Maximal number of allowed queries per second from a single host.
     pub rate_limit: Option<u64>,
+    /// Maximal number of allowed queries at a single point in time from a single host.
     pub instant_limit: u64,
+    /// Expected maximal number of blocked networks/hosts at the same time.
     pub capacity: u64,
+    /// Number of restricted responses out of which one is sent as truncated, the others are dropped.
     pub slip: u8,
+    /// Minimal time between two log messages, or '0s' to disable.
     pub log_period: TimeUnit,
+    /// Perform only classification and logging but no restrictions.
     pub dry_run: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct DeferSchema {
+    /// Use request prioritization.
     pub enable: bool,
+    /// Minimal time between two log messages, or '0s' to disable.
     pub log_period: TimeUnit,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct LuaSchema {
+    /// Ignore declarative configuration intended for workers and use only Lua script or script file configured in this section.
     pub script_only: bool,
+    /// Custom Lua configuration script intended for workers.
     pub script: Option<String>,
+    /// Path to file that contains Lua configuration script for workers.
     pub script_file: Option<PathBuf>,
+    /// Ignore declarative configuration intended for policy-loader and use only Lua script or script file configured in this section.
     pub policy_script_only: bool,
+    /// Custom Lua configuration script intended for policy-loader.
     pub policy_script: Option<String>,
+    /// Path to file that contains Lua configuration script for policy-loader.
     pub policy_script_file: Option<PathBuf>,
 }
 

@@ -174,31 +174,9 @@ impl EscapedStr {
     pub fn as_str(&self) -> &str {
         &self.raw
     }
-    /// The text escaped like upstream's `EscapedStr` (quotes and control characters escaped,
-    /// other non-alphanumerics as in Python's `repr`).
+    /// The text escaped like upstream's `EscapedStr` (see [`escape_lua`]).
     pub fn escaped(&self) -> String {
-        let mut out = String::with_capacity(self.raw.len());
-        for c in self.raw.chars() {
-            match c {
-                '\'' => out.push_str("\\'"),
-                '"' => out.push_str("\\\""),
-                '\u{7}' => out.push_str("\\a"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\t' => out.push_str("\\t"),
-                '\u{8}' => out.push_str("\\b"),
-                '\u{c}' => out.push_str("\\f"),
-                '\u{b}' => out.push_str("\\v"),
-                '\0' => out.push_str("\\0"),
-                '\\' => out.push_str("\\\\"),
-                c if c.is_alphanumeric() => out.push(c),
-                c if (c as u32) < 0x20 || (0x7f..0xa0).contains(&(c as u32)) => {
-                    out.push_str(&format!("\\x{:02x}", c as u32))
-                }
-                c => out.push(c),
-            }
-        }
-        out
+        escape_lua(&self.raw)
     }
     /// The original text with `[[`/`]]` escaped, for Lua long strings.
     pub fn multiline(&self) -> String {
@@ -206,6 +184,33 @@ impl EscapedStr {
     }
 }
 string_backed!(EscapedStr);
+
+/// Escape text for a single-quoted Lua literal like upstream's `EscapedStr`: quotes and control
+/// characters escaped, other non-alphanumerics as in Python's `repr`.
+pub fn escape_lua(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for c in raw.chars() {
+        match c {
+            '\'' => out.push_str("\\'"),
+            '"' => out.push_str("\\\""),
+            '\u{7}' => out.push_str("\\a"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\u{b}' => out.push_str("\\v"),
+            '\0' => out.push_str("\\0"),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_alphanumeric() => out.push(c),
+            c if (c as u32) < 0x20 || (0x7f..0xa0).contains(&(c as u32)) => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 /// A domain name checked like upstream's `DomainName` (IDNA, then label rules).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
