@@ -193,6 +193,14 @@ fn type_strictness() {
         Err(&[("/views/0", "missing attribute 'subnets'.")]),
     );
     check(
+        "foo: 1\nbar: 2",
+        Err(&[("", "unexpected extra key(s) 'bar', 'foo'")]),
+    );
+    assert_eq!(
+        run("foo: 1").expect_err("unknown key").to_string(),
+        "Configuration validation error detected:\n\t[] unexpected extra key(s) 'foo'"
+    );
+    check(
         "views:\n  - subnets: 10.0.0.0/8\n    answer: allow",
         Err(&[("/views/0/subnets", "expected list, got string")]),
     );

@@ -44,7 +44,9 @@ pub struct LoadedConfig {
 /// One validation failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidationError {
-    /// JSON pointer of the offending value (e.g. `/network/listen/0/interface`); `/` is the root.
+    /// JSON pointer of the offending value (e.g. `/network/listen/0/interface`). Like upstream,
+    /// unexpected keys at the top level are reported at `` (the root pointer) and rules that
+    /// involve several top-level sections at `/`.
     pub path: String,
     /// Upstream's message.
     pub message: String,
