@@ -57,11 +57,7 @@ pub struct ValidationError {
 impl ValidationError {
     fn from_failure(f: engine::Failure) -> Self {
         ValidationError {
-            path: if f.path.is_empty() {
-                "/".into()
-            } else {
-                f.path
-            },
+            path: f.path,
             message: f.message,
             causes: f.children.into_iter().map(Self::from_failure).collect(),
         }
