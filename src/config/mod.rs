@@ -5,6 +5,22 @@
 //! Data flows "raw → validated" exactly once: a document is parsed into a raw JSON value (kept
 //! untouched for the API), validated by the engine into a normalized value (defaults applied,
 //! `auto` resolved, paths resolved), and deserialized into [`KresConfig`].
+//!
+//! Validation follows upstream's `utils/modeling` semantics (checked against upstream's own
+//! validator, see `tests/data/oracle/`): strict scalar types, unknown and `_` keys rejected, the
+//! first bad item of a list reported, unions reported with one cause per variant, all sections'
+//! errors collected. Deliberate differences:
+//! * paths are JSON pointers (`/network/listen/0/interface`, not `/network/listen[0]/interface`),
+//!   and values inside list-or-item fields get their real path where upstream prints `/`;
+//! * several unexpected keys are listed sorted (upstream: random set order);
+//! * an empty document, a document that is not a mapping, and non-string mapping keys are
+//!   handled (empty = all defaults; the others are errors) where upstream crashes;
+//! * integers beyond 64 bits are not integers (upstream: arbitrary precision);
+//! * YAML syntax error texts come from `yaml-rust2`, not PyYAML, and a few PyYAML-only syntax
+//!   quirks differ (e.g. `[a, ::1]` is accepted);
+//! * `watchdog: auto` resolves to `true` (this implementation always has file watching);
+//! * permission checks use the running process's credentials (upstream's `kresctl` assumes the
+//!   `knot-resolver` user); non-ASCII domain names use UTS #46 processing instead of IDNA 2003.
 
 mod engine;
 mod model;
@@ -45,8 +61,8 @@ pub struct LoadedConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidationError {
     /// JSON pointer of the offending value (e.g. `/network/listen/0/interface`). Like upstream,
-    /// unexpected keys at the top level are reported at `` (the root pointer) and rules that
-    /// involve several top-level sections at `/`.
+    /// problems of the document as a whole (unexpected top-level keys, a non-mapping document)
+    /// are reported at the empty pointer, and rules spanning several sections at `/`.
     pub path: String,
     /// Upstream's message.
     pub message: String,

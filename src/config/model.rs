@@ -1358,7 +1358,7 @@ pub(crate) fn normalize(raw: &Value, ctx: &Ctx<'_>) -> Result<Value, Vec<Failure
         Value::Null => super::engine::map_object(root_def(), &Map::new(), "", ctx),
         Value::Object(m) => super::engine::map_object(root_def(), m, "", ctx),
         other => Err(vec![Failure::new(
-            "/",
+            "",
             format!(
                 "expected dict-like object, found '{}'",
                 super::engine::py_type(other)
