@@ -288,7 +288,7 @@ fn idna_encode(s: &str) -> Result<String, ()> {
             out.push(label.to_owned());
             continue;
         }
-        let encoded = idna::domain_to_ascii(label).map_err(|_| ())?;
+        let encoded = idna::domain_to_ascii(&idna2003_premap(label)).map_err(|_| ())?;
         if encoded.is_empty() || encoded.len() >= 64 || encoded.contains('.') {
             return Err(());
         }
@@ -299,6 +299,28 @@ fn idna_encode(s: &str) -> Result<String, ()> {
         joined.push('.');
     }
     Ok(joined)
+}
+
+/// The parts of IDNA 2003's nameprep that UTS #46 (used by the `idna` crate) does differently:
+/// characters mapped to nothing (RFC 3454 table B.1) and the sharp s and final sigma mappings.
+fn idna2003_premap(label: &str) -> String {
+    let mut out = String::with_capacity(label.len());
+    for c in label.chars() {
+        match c {
+            '\u{ad}'
+            | '\u{34f}'
+            | '\u{1806}'
+            | '\u{180b}'..='\u{180d}'
+            | '\u{200b}'..='\u{200d}'
+            | '\u{2060}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{feff}' => {}
+            'ß' | 'ẞ' => out.push_str("ss"),
+            'ς' => out.push('σ'),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Emulates upstream's domain-name regular expression, including Python's `$` matching before a
@@ -875,6 +897,29 @@ mod tests {
             DomainName::parse("příklad.cz").map(|d| d.punycode().to_owned()),
             Ok("xn--pklad-zsa96e.cz".into())
         );
+    }
+
+    #[test]
+    fn idna_matches_python() {
+        // expectations from Python's `str.encode("idna")`
+        let idna = [
+            ("Bücher.de", "xn--bcher-kva.de"),
+            ("ß.de", "ss.de"),
+            ("a\u{200d}b.cz", "ab.cz"),
+            ("ｅｘａｍｐｌｅ.com", "example.com"),
+            ("bücher。de", "xn--bcher-kva.de"),
+            ("例え.テスト", "xn--r8jz45g.xn--zckzah"),
+            ("😀.com", "xn--e28h.com"),
+            ("Ωmega.gr", "xn--mega-fpd.gr"),
+            ("xn--bcher-kva.de", "xn--bcher-kva.de"),
+        ];
+        for (name, puny) in idna {
+            assert_eq!(
+                DomainName::parse(name).map(|d| d.punycode().to_owned()),
+                Ok(puny.to_owned()),
+                "{name}"
+            );
+        }
     }
 
     #[test]
