@@ -69,3 +69,12 @@ fn validating_the_largest_example_is_timed() {
     let per_run = validate_largest_example(20);
     eprintln!("validation of the largest example: {per_run:?} per run");
 }
+
+#[test]
+fn validation_is_deterministic_and_models_compare() {
+    for file in reference_configs() {
+        let a = load_files(std::slice::from_ref(&file), false).expect("valid");
+        let b = load_files(std::slice::from_ref(&file), false).expect("valid");
+        assert_eq!(a.model, b.model, "{}", file.display());
+    }
+}

@@ -20,8 +20,9 @@
 //!   quirks differ (e.g. `[a, ::1]` is accepted);
 //! * `watchdog: auto` resolves to `true` (this implementation always has file watching);
 //! * permission checks use the running process's credentials (upstream's `kresctl` assumes the
-//!   `knot-resolver` user); non-ASCII domain names use UTS #46 processing (with IDNA 2003's deletions and `ß`/`ς` mappings)
-//!   instead of IDNA 2003, so a few exotic labels (bidi edge cases) are judged differently.
+//!   `knot-resolver` user);
+//! * non-ASCII domain names use UTS #46 processing (plus IDNA 2003's deletions and `ß`/`ς`
+//!   mappings) instead of IDNA 2003, so a few exotic labels (bidi edge cases) differ.
 
 mod engine;
 mod model;

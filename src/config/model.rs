@@ -1371,7 +1371,7 @@ pub(crate) fn normalize(raw: &Value, ctx: &Ctx<'_>) -> Result<Value, Vec<Failure
 // the typed model
 
 /// The validated configuration: defaults applied, `auto` resolved, relative paths resolved.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct KresConfig {
     /// NSID prefix; each worker appends its id.
@@ -1415,7 +1415,7 @@ pub struct KresConfig {
 }
 
 /// Where the management HTTP API listens (exactly one is set).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ManagementSchema {
     /// Path to unix domain socket to listen to.
@@ -1433,7 +1433,7 @@ pub enum GlueChecking {
     Permissive,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct OptionsSchema {
     /// Glue records strictness checking level.
@@ -1460,7 +1460,7 @@ pub struct OptionsSchema {
     pub serve_stale: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct NetworkSchema {
     /// Enable/disable using IPv4 for contacting upstream nameservers.
@@ -1489,7 +1489,7 @@ pub struct NetworkSchema {
     pub listen: Vec<ListenSchema>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct EdnsBufferSizeSchema {
     /// Maximum EDNS upstream (towards other DNS servers) payload size.
@@ -1499,14 +1499,14 @@ pub struct EdnsBufferSizeSchema {
 }
 
 /// Destination of an address renumbering: an address, or an address with `!`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
 pub enum RenumberingDestination {
     Exact(IpAddressEm),
     Prefix(std::net::IpAddr),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct AddressRenumberingSchema {
     /// Source subnet.
@@ -1523,7 +1523,7 @@ pub enum TlsPadding {
     BlockSize(u16),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct TlsSchema {
     /// Enables watchdog of changes in TLS certificate files. Requires the optional 'watchdog' dependency.
@@ -1541,14 +1541,14 @@ pub struct TlsSchema {
 }
 
 /// An address or a network (PROXYv2 `allow`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
 pub enum AddressOrNetwork {
     Address(std::net::IpAddr),
     Network(IpNetwork),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ProxyProtocolSchema {
     /// Enable/disable PROXYv2 protocol.
@@ -1557,7 +1557,7 @@ pub struct ProxyProtocolSchema {
     pub allow: Option<Vec<AddressOrNetwork>>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct QuicSchema {
     /// Maximum number of active connections a single worker is allowed to accept.
@@ -1598,7 +1598,7 @@ impl ListenKind {
 
 /// One listening specification: `interface` xor `unix_socket`; `port` is filled in from `kind`
 /// for interfaces without `@port`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ListenSchema {
     /// IP address or interface name with optional port number to listen to.
@@ -1633,7 +1633,7 @@ pub enum ViewAnswer {
     Noanswer,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ViewOptionsSchema {
     /// Send minimum amount of information in recursive queries to enhance privacy.
@@ -1646,7 +1646,7 @@ pub struct ViewOptionsSchema {
     pub fallback: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ViewSchema {
     /// Identifies the client based on his subnet.  Rule with more precise subnet takes priority.
@@ -1672,7 +1672,7 @@ pub enum SubtreeKind {
     Redirect,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct RuleSchema {
     /// Hostname(s).
@@ -1701,7 +1701,7 @@ pub enum RpzLog {
     Name,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct RpzSchema {
     /// Path to the RPZ zone file.
@@ -1714,7 +1714,7 @@ pub struct RpzSchema {
     pub log: Option<Vec<RpzLog>>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct LocalDataSchema {
     /// Default TTL value used for added local data/records.
@@ -1741,7 +1741,7 @@ pub enum ForwardTransport {
     Tls,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ForwardServerSchema {
     /// IP address(es) of a forward server.
@@ -1757,14 +1757,14 @@ pub struct ForwardServerSchema {
 }
 
 /// A forward target: a bare address or a detailed server.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
 pub enum ForwardServer {
     Address(IpAddressOptionalPort),
     Server(ForwardServerSchema),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ForwardOptionsSchema {
     /// The forwarding target is an authoritative server.
@@ -1773,7 +1773,7 @@ pub struct ForwardOptionsSchema {
     pub dnssec: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ForwardSchema {
     /// Subtree(s) to forward.
@@ -1784,7 +1784,7 @@ pub struct ForwardSchema {
     pub options: ForwardOptionsSchema,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct FallbackSchema {
     /// Enable/disable the fallback.
@@ -1793,7 +1793,7 @@ pub struct FallbackSchema {
     pub servers: Option<Vec<ForwardServer>>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct GarbageCollectorSchema {
     /// Enable/disable cache garbage collector.
@@ -1818,7 +1818,7 @@ pub struct GarbageCollectorSchema {
     pub dry_run: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct PrefillSchema {
     /// Origin for the imported data. Cache prefilling is only supported for the root zone ('.').
@@ -1831,7 +1831,7 @@ pub struct PrefillSchema {
     pub ca_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct PredictionSchema {
     /// Enable/disable prediction.
@@ -1842,7 +1842,7 @@ pub struct PredictionSchema {
     pub period: u64,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct PrefetchSchema {
     /// Prefetch expiring records.
@@ -1851,7 +1851,7 @@ pub struct PrefetchSchema {
     pub prediction: PredictionSchema,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct CacheSchema {
     /// Cache storage of the DNS resolver.
@@ -1872,7 +1872,7 @@ pub struct CacheSchema {
     pub prefetch: PrefetchSchema,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct TrustAnchorFileSchema {
     /// Path to the zonefile that stores trust-anchors.
@@ -1881,7 +1881,7 @@ pub struct TrustAnchorFileSchema {
     pub read_only: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct DnssecSchema {
     /// Enable/disable DNSSEC.
@@ -1900,7 +1900,7 @@ pub struct DnssecSchema {
     pub negative_trust_anchors: Option<Vec<DomainName>>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct Dns64Schema {
     /// Enable/disable DNS64.
@@ -1959,7 +1959,7 @@ impl LogTarget {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct DnstapSchema {
     /// Enable/disable DNS queries logging.
@@ -1974,7 +1974,7 @@ pub struct DnstapSchema {
     pub log_tcp_rtt: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct LoggingSchema {
     /// Global logging level.
@@ -1997,14 +1997,14 @@ pub enum MetricsMode {
 }
 
 /// Graphite host: an address or a name.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
 pub enum GraphiteHost {
     Address(std::net::IpAddr),
     Name(DomainName),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct GraphiteSchema {
     /// Send metrics to Graphite.
@@ -2021,7 +2021,7 @@ pub struct GraphiteSchema {
     pub tcp: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct MonitoringSchema {
     /// configures, whether metrics/statistics will be collected by the resolver
@@ -2030,7 +2030,7 @@ pub struct MonitoringSchema {
     pub graphite: GraphiteSchema,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct RateLimitingSchema {
     /// Enable/disable rate limiting
@@ -2049,7 +2049,7 @@ pub struct RateLimitingSchema {
     pub dry_run: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct DeferSchema {
     /// Use request prioritization.
@@ -2058,7 +2058,7 @@ pub struct DeferSchema {
     pub log_period: TimeUnit,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct LuaSchema {
     /// Ignore declarative configuration intended for workers and use only Lua script or script file configured in this section.
