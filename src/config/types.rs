@@ -899,6 +899,134 @@ mod tests {
         );
     }
 
+    /// The parametrized cases of upstream's `test_custom_types.py`.
+    #[test]
+    fn upstream_type_tables() {
+        for s in ["-5B", "45745mB", "5"] {
+            assert!(SizeUnit::parse(s).is_err(), "{s}");
+        }
+        for s in ["-1", "-24h", "1440mm", "6575"] {
+            assert!(TimeUnit::parse(s).is_err(), "{s}");
+        }
+        for s in [
+            "d6qzRu9zOECb90Uez27xWltNsj0e1Md7GkYYkVoZWmM=",
+            "E9CZ9INDbd+2eRQozYqqbQ2yXLVKB9+xcprMF+44U1g=",
+        ] {
+            assert!(PinSha256::parse(s).is_ok(), "{s}");
+        }
+        for s in [
+            "d6qzRu9zOECb90Uez27xWltNsj0e1Md7GkYYkVoZWmM==",
+            "E9CZ9INDbd+2eRQozYqqbQ2yXLVKB9+xcprMF+44U1g",
+            "!E9CZ9INDbd+2eRQozYqqbQ2yXLVKB9+xcprMF+44U1g=",
+            "d6qzRu9zOE",
+        ] {
+            assert!(PinSha256::parse(s).is_err(), "{s}");
+        }
+        let escapes = [
+            ("", ""),
+            ("2000", "2000"),
+            ("\t\n\u{b}", r"\t\n\v"),
+            ("\u{7}\u{8}\u{c}\n\r\t\u{b}\\", r"\a\b\f\n\r\t\v\\"),
+            ("''", r"\'\'"),
+            ("\"\"", r#"\"\""#),
+            ("\\\"\\\"", r#"\\\"\\\""#),
+            ("\\'\\'", r"\\\'\\\'"),
+        ];
+        for (raw, escaped) in escapes {
+            assert_eq!(escape_lua(raw), escaped, "{raw:?}");
+        }
+        let levels_127 = "a.".repeat(127);
+        let levels_128 = "a.".repeat(128);
+        let label_63 = format!("{}.", "x".repeat(63));
+        let label_64 = format!("{}.", "x".repeat(64));
+        let valid = [
+            ".",
+            "example.com",
+            "_8443._https.example.com.",
+            "this.is.example.com.",
+            "test-example.com",
+            "bücher.com.",
+            "příklad.cz",
+            label_63.as_str(),
+            levels_127.as_str(),
+        ];
+        for s in valid {
+            assert!(DomainName::parse(s).is_ok(), "{s}");
+        }
+        let invalid = [
+            "test.example..com.",
+            "-example.com",
+            "-test.example.net",
+            "test-.example.net",
+            "test.-example.net",
+            ".example.net",
+            label_64.as_str(),
+            levels_128.as_str(),
+        ];
+        for s in invalid {
+            assert!(DomainName::parse(s).is_err(), "{s}");
+        }
+        for s in ["lo", "eth0", "wlo1", "web_ifgrp", "e8-2"] {
+            assert!(InterfaceName::parse(s).is_ok(), "{s}");
+        }
+        for s in ["_lo", "-wlo1", "lo_", "wlo1-", "e8--2", "web__ifgrp"] {
+            assert!(InterfaceName::parse(s).is_err(), "{s}");
+        }
+        for s in ["lo@5335", "2001:db8::1000@5001"] {
+            assert!(InterfacePort::parse(s).is_ok(), "{s}");
+        }
+        for s in ["lo", "2001:db8::1000", "53"] {
+            assert!(InterfacePort::parse(s).is_err(), "{s}");
+        }
+        for s in ["lo", "123.4.5.6", "lo@5335", "2001:db8::1000@5001"] {
+            assert!(InterfaceOptionalPort::parse(s).is_ok(), "{s}");
+        }
+        for s in ["lo@", "@53"] {
+            assert!(InterfaceOptionalPort::parse(s).is_err(), "{s}");
+        }
+        for s in ["123.4.5.6@5335", "2001:db8::1000@53"] {
+            assert!(IpAddressPort::parse(s).is_ok(), "{s}");
+        }
+        for s in [
+            "123.4.5.6",
+            "2001:db8::1000",
+            "123.4.5.6.7@5000",
+            "2001:db8::10000@5001",
+            "123.4.5.6@",
+        ] {
+            assert!(IpAddressPort::parse(s).is_err(), "{s}");
+        }
+        for s in [
+            "123.4.5.6",
+            "123.4.5.6@5335",
+            "2001:db8::1000",
+            "2001:db8::1000@53",
+        ] {
+            assert!(IpAddressOptionalPort::parse(s).is_ok(), "{s}");
+        }
+        for s in ["123.4.5.6.7", "2001:db8::10000", "123.4.5.6@", "@55"] {
+            assert!(IpAddressOptionalPort::parse(s).is_err(), "{s}");
+        }
+        for s in ["10.11.12.0/24", "64:ff9b::/96"] {
+            assert_eq!(IpNetwork::parse(s).map(|n| n.to_string()), Ok(s.to_owned()));
+        }
+        for s in ["10.11.12.13/8", "10.11.12.5/128"] {
+            assert!(IpNetwork::parse(s).is_err(), "{s}");
+        }
+        for s in ["fe80::/96", "64:ff9b::/96"] {
+            assert!(check_ipv6_network96(s).is_ok(), "{s}");
+        }
+        for s in ["fe80::/95", "10.11.12.3/96", "64:ff9b::1/96"] {
+            assert!(check_ipv6_network96(s).is_err(), "{s}");
+        }
+        for s in ["10.10.10.5!", "::1!"] {
+            assert!(IpAddressEm::parse(s).is_ok(), "{s}");
+        }
+        for s in ["10.10.10.5", "::1", "10.10.10.5!!", "::1!!"] {
+            assert!(IpAddressEm::parse(s).is_err(), "{s}");
+        }
+    }
+
     #[test]
     fn idna_matches_python() {
         // expectations from Python's `str.encode("idna")`
