@@ -500,3 +500,62 @@ fn defaults_and_auto_are_resolved() {
     );
     assert_eq!(cfg.local_data.records.as_deref(), Some("x"));
 }
+
+/// The listen cases of upstream's `test_network_schema.py`.
+#[test]
+fn upstream_listen_tables() {
+    let listen = |entry: &str| run(&format!(r#"{{"network": {{"listen": [{entry}]}}}}"#));
+    let valid = [
+        r#"{"unix-socket": "/tmp/kresd-socket"}"#,
+        r#"{"unix-socket": ["/tmp/kresd-socket", "/tmp/kresd-socket2"]}"#,
+        r#"{"interface": "::1"}"#,
+        r#"{"interface": "::1@5335"}"#,
+        r#"{"interface": "::1", "port": 5335}"#,
+        r#"{"interface": ["127.0.0.1", "::1"]}"#,
+        r#"{"interface": ["127.0.0.1@5335", "::1@5335"]}"#,
+        r#"{"interface": ["127.0.0.1", "::1"], "port": 5335}"#,
+        r#"{"interface": "lo"}"#,
+        r#"{"interface": "lo@5335"}"#,
+        r#"{"interface": "lo", "port": 5335}"#,
+        r#"{"interface": ["lo", "eth0"]}"#,
+        r#"{"interface": ["lo@5335", "eth0@5335"]}"#,
+        r#"{"interface": ["lo", "eth0"], "port": 5335}"#,
+    ];
+    for entry in valid {
+        if let Err(e) = listen(entry) {
+            panic!("{entry} should be valid:\n{e}");
+        }
+    }
+    let invalid = [
+        r#"{"unix-socket": "/tmp/kresd-socket", "port": "53"}"#,
+        r#"{"interface": "::1", "unix-socket": "/tmp/kresd-socket"}"#,
+        r#"{"interface": "::1@5335", "port": 5335}"#,
+        r#"{"interface": ["127.0.0.1", "::1@5335"]}"#,
+        r#"{"interface": ["127.0.0.1@5335", "::1@5335"], "port": 5335}"#,
+        r#"{"interface": "lo@5335", "port": 5335}"#,
+        r#"{"interface": ["lo", "eth0@5335"]}"#,
+        r#"{"interface": ["lo@5335", "eth0@5335"], "port": 5335}"#,
+    ];
+    for entry in invalid {
+        assert!(listen(entry).is_err(), "{entry} should be invalid");
+    }
+    let ports = [
+        (r#"{"unix-socket": ["/tmp/kresd-socket"]}"#, None),
+        (r#"{"interface": ["::1"]}"#, Some(53)),
+        (r#"{"interface": ["::1"], "kind": "dot"}"#, Some(853)),
+        (r#"{"interface": ["::1"], "kind": "doh-legacy"}"#, Some(443)),
+        (r#"{"interface": ["::1"], "kind": "doh2"}"#, Some(443)),
+        (r#"{"interface": ["::1"], "kind": "doq"}"#, Some(853)),
+    ];
+    for (entry, port) in ports {
+        let cfg = listen(entry).expect("valid");
+        assert_eq!(cfg.network.listen[0].port, port, "{entry}");
+    }
+    for (watchdog, expected) in [(r#""auto""#, true), ("true", true), ("false", false)] {
+        let cfg = run(&format!(
+            r#"{{"network": {{"tls": {{"watchdog": {watchdog}}}}}}}"#
+        ))
+        .expect("valid");
+        assert_eq!(cfg.network.tls.watchdog, expected);
+    }
+}
