@@ -193,6 +193,10 @@ fn type_strictness() {
         Err(&[("/views/0", "missing attribute 'subnets'.")]),
     );
     check(
+        "- a\n- b",
+        Err(&[("", "expected dict-like object, found '<class 'list'>'")]),
+    );
+    check(
         "foo: 1\nbar: 2",
         Err(&[("", "unexpected extra key(s) 'bar', 'foo'")]),
     );

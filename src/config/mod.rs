@@ -17,7 +17,8 @@
 //!   handled (empty = all defaults; the others are errors) where upstream crashes;
 //! * integers beyond 64 bits are not integers (upstream: arbitrary precision);
 //! * YAML syntax error texts come from `yaml-rust2`, not PyYAML, and a few PyYAML-only syntax
-//!   quirks differ (e.g. `[a, ::1]` is accepted);
+//!   quirks differ (e.g. `[a, ::1]` is accepted); YAML timestamps stay strings (PyYAML makes
+//!   dates of them, which every field then rejects);
 //! * `watchdog: auto` resolves to `true` (this implementation always has file watching);
 //! * permission checks use the running process's credentials (upstream's `kresctl` assumes the
 //!   `knot-resolver` user);

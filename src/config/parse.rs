@@ -470,6 +470,12 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
             "could not determine a constructor for the tag '{CORE_TAG}merge'"
         ));
     }
+    if text == "=" {
+        // likewise the YAML 1.1 value tag
+        return Err(format!(
+            "could not determine a constructor for the tag '{CORE_TAG}value'"
+        ));
+    }
     if matches!(text, "" | "~" | "null" | "Null" | "NULL") {
         return Ok(Value::Null);
     }
@@ -780,6 +786,9 @@ mod tests {
         assert!(parse_json_or_yaml("a: 1\n---\nb: 2").is_err());
         assert!(parse_json_or_yaml("a: [").is_err());
         assert!(parse_json_or_yaml("a: !foo x").is_err());
+        assert!(parse_json_or_yaml("a: =").is_err());
+        assert!(parse_json_or_yaml("a: <<").is_err());
+        assert_eq!(parse_json_or_yaml("a: '='"), Ok(json!({"a": "="})));
     }
 
     #[test]
