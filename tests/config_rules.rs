@@ -194,7 +194,7 @@ fn type_strictness() {
     );
     check(
         "- a\n- b",
-        Err(&[("", "expected dict-like object, found '<class 'list'>'")]),
+        Err(&[("", "expected dict-like object, found '<class 'knot_resolver.utils.modeling.renaming.RenamedList'>'")]),
     );
     check(
         "foo: 1\nbar: 2",
