@@ -61,7 +61,7 @@ pub fn run(config_files: Vec<PathBuf>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    init_tracing(&loaded.model.logging.level);
+    init_tracing(loaded.model.logging.level.as_str());
     let rundir = loaded.model.rundir.clone();
     if let Err(source) = std::env::set_current_dir(&rundir) {
         tracing::error!(

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::config::{KresConfig, ListenSchema};
+use crate::config::{KresConfig, ListenKind, ListenSchema};
 
 /// Render `s` as a single-quoted Lua string literal. Printable ASCII passes through except the
 /// quote and the backslash; every other byte (newlines, NUL, `]]`-free by construction, UTF-8
@@ -32,29 +32,40 @@ pub fn quote_path(p: &Path) -> String {
     quote(&p.to_string_lossy())
 }
 
-fn listen_kind(kind: &str) -> &str {
+fn listen_kind(kind: ListenKind) -> &'static str {
     match kind {
-        "dot" => "tls",
-        "doh-legacy" => "doh_legacy",
-        other => other,
+        ListenKind::Dot => "tls",
+        ListenKind::DohLegacy => "doh_legacy",
+        other => other.as_str(),
     }
 }
 
 fn render_listen(out: &mut String, listen: &ListenSchema) {
-    for (addr, port) in &listen.interface {
-        let port = port.or(listen.port).unwrap_or(53);
+    let kind = quote(listen_kind(listen.kind));
+    for path in listen.unix_socket.iter().flatten() {
         let _ = writeln!(
             out,
-            "net.listen({}, {port}, {{ kind = {}, freebind = {} }})",
-            quote(addr),
-            quote(listen_kind(&listen.kind)),
+            "net.listen({}, nil, {{ kind = {kind}, freebind = {} }})",
+            quote_path(path),
+            listen.freebind
+        );
+    }
+    for iface in listen.interface.iter().flatten() {
+        let port = iface.port().or(listen.port).unwrap_or(53);
+        let target = match iface.if_name() {
+            Some(name) => format!("net[{}]", quote(name.as_str())),
+            None => quote(iface.host_str()),
+        };
+        let _ = writeln!(
+            out,
+            "net.listen({target}, {port}, {{ kind = {kind}, freebind = {} }})",
             listen.freebind
         );
     }
 }
 
 fn render_logging(out: &mut String, cfg: &KresConfig) {
-    let _ = writeln!(out, "log_level({})", quote(&cfg.logging.level));
+    let _ = writeln!(out, "log_level({})", quote(cfg.logging.level.as_str()));
 }
 
 /// The Lua configuration of one worker. The worker finds its instance number in
@@ -83,7 +94,7 @@ pub fn render_worker(cfg: &KresConfig) -> String {
     let _ = writeln!(
         out,
         "-- cache\ncache.open({}, 'lmdb://' .. {})",
-        cfg.cache.size_max_bytes,
+        cfg.cache.size_max.bytes(),
         quote_path(&cfg.cache.storage)
     );
     let _ = writeln!(
@@ -105,7 +116,7 @@ pub fn render_policy_loader(cfg: &KresConfig) -> String {
     let _ = writeln!(
         out,
         "cache.open({}, 'lmdb://' .. {})\n",
-        cfg.cache.size_max_bytes,
+        cfg.cache.size_max.bytes(),
         quote_path(&cfg.cache.storage)
     );
     out.push_str("modules = { 'hints > iterate' }\n\n");

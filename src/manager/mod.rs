@@ -15,7 +15,7 @@ use supervisor::{
     ExitStatus, Readiness, RestartPolicy, ServiceSpec, SupervisorError, SupervisorHandle,
 };
 
-use crate::config::{KresConfig, LoadedConfig};
+use crate::config::{KresConfig, LoadedConfig, LogLevel};
 use crate::lua;
 pub use executables::Executables;
 
@@ -265,29 +265,32 @@ impl Manager {
     }
 
     pub fn gc_spec(&self, cfg: &KresConfig) -> ServiceSpec {
+        let gc = &cfg.cache.garbage_collector;
         let mut argv: Vec<OsString> = vec![
             self.executables.cache_gc.clone().into_os_string(),
             "-c".into(),
             cfg.cache.storage.clone().into_os_string(),
-            "-d".into(),
-            "1000".into(),
-            "-u".into(),
-            "80".into(),
-            "-f".into(),
-            "10".into(),
-            "-l".into(),
-            "100".into(),
-            "-L".into(),
-            "200".into(),
-            "-t".into(),
-            "0".into(),
-            "-m".into(),
-            "0".into(),
-            "-w".into(),
-            "0".into(),
         ];
-        if cfg.logging.level == "debug" {
+        let numeric = [
+            ("-d", gc.interval.millis()),
+            ("-u", u64::from(gc.threshold)),
+            ("-f", u64::from(gc.release)),
+            ("-l", gc.rw_deletes),
+            ("-L", gc.rw_reads),
+            ("-t", gc.temp_keys_space.mbytes()),
+            ("-m", gc.rw_duration.micros()),
+            ("-w", gc.rw_delay.micros()),
+        ];
+        for (flag, value) in numeric {
+            argv.push(flag.into());
+            argv.push(value.to_string().into());
+        }
+        let debug_group = cfg.logging.groups.iter().flatten().any(|g| g == "cache-gc");
+        if cfg.logging.level == LogLevel::Debug || debug_group {
             argv.push("-v".into());
+        }
+        if gc.dry_run {
+            argv.push("-n".into());
         }
         let mut spec = ServiceSpec::new(GC_NAME, KIND_GC, argv);
         spec.env = self.env_with(&[]);

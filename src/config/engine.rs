@@ -1,0 +1,599 @@
+//! The validation engine: a small re-implementation of upstream's `utils/modeling` object mapper.
+//!
+//! The configuration model is described once as a tree of [`Ty`] nodes ([`ObjectDef`] for
+//! sections). The same description drives validation (type strictness, defaults, unknown keys,
+//! transformations such as `auto`, cross-field rules, error aggregation with JSON-pointer paths)
+//! and the generation of the JSON schema. Validation turns a raw document into a *normalized*
+//! JSON value (defaults applied, `auto` resolved, paths resolved) that the typed model is then
+//! deserialized from.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+/// What validation needs to know about its surroundings.
+pub(crate) struct Ctx<'a> {
+    /// Relative paths resolve against this directory.
+    pub resolve_root: &'a Path,
+    /// Check path existence and permissions.
+    pub strict: bool,
+}
+
+/// One validation failure; `children` are the per-variant failures of a union.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failure {
+    pub path: String,
+    pub message: String,
+    pub children: Vec<Failure>,
+}
+
+impl Failure {
+    pub fn new(path: &str, message: impl Into<String>) -> Self {
+        Failure {
+            path: path.to_owned(),
+            message: message.into(),
+            children: Vec::new(),
+        }
+    }
+}
+
+pub(crate) type Outcome = Result<Value, Vec<Failure>>;
+
+/// A custom value type: validates and normalizes one JSON value.
+pub(crate) struct ValueType {
+    /// The Python class, for messages.
+    pub class: &'static str,
+    /// Checks the value and returns its normalized form, or upstream's message.
+    pub check: fn(&Value, &Ctx<'_>) -> Result<Value, String>,
+    /// The JSON-schema fragment upstream publishes for this type.
+    pub schema: fn() -> Value,
+}
+
+/// A bounded integer type (upstream's `IntRangeBase` subclasses).
+#[derive(Clone, Copy)]
+pub(crate) struct IntRange {
+    pub class: &'static str,
+    pub min: Option<i64>,
+    pub max: Option<i64>,
+}
+
+/// A node of the model description.
+#[derive(Clone)]
+pub(crate) enum Ty {
+    /// Python `None` (a union variant): only `null`.
+    Null,
+    /// Python `bool`: only real booleans.
+    Bool,
+    /// Python `int`: only real integers.
+    PlainInt,
+    /// A bounded integer.
+    Int(IntRange),
+    /// Python `str`: strings and numbers (converted), never booleans.
+    Str,
+    /// A custom value type.
+    Value(&'static ValueType),
+    /// One of the given strings.
+    Literal(&'static [&'static str]),
+    /// `null` or the inner type.
+    Optional(Box<Ty>),
+    /// The first variant that accepts the value.
+    Union(Vec<Ty>),
+    /// A non-empty list.
+    List(Box<Ty>),
+    /// An item or a non-empty list of items; normalized to a list.
+    ListOrItem(Box<Ty>),
+    /// A mapping with typed keys (normalized to strings) and values.
+    Dict(Box<Ty>, Box<Ty>),
+    /// A section.
+    Object(Arc<ObjectDef>),
+}
+
+/// How a field behaves when it is missing.
+#[derive(Clone)]
+pub(crate) enum Default {
+    /// The field must be given.
+    Required,
+    /// The field defaults to this raw value (validated like user input).
+    Value(Value),
+}
+
+/// One field of a section.
+#[derive(Clone)]
+pub(crate) struct Field {
+    /// The dash-case key.
+    pub name: &'static str,
+    pub ty: Ty,
+    pub default: Default,
+    pub doc: &'static str,
+}
+
+/// A post-processing step of a section, run once all fields are valid (upstream's `_LAYER` transformation
+/// functions and `_validate`). Messages are reported at the section's path.
+pub(crate) type Hook = fn(&mut Map<String, Value>, &Ctx<'_>, &str) -> Result<(), Vec<Failure>>;
+
+/// A section (upstream's `ConfigSchema` subclass).
+pub(crate) struct ObjectDef {
+    /// The Python class name, for messages.
+    pub class: &'static str,
+    /// The section description (`None` when the upstream class has no docstring).
+    pub doc: Option<&'static str>,
+    pub fields: Vec<Field>,
+    /// Resolves `auto` and similar raw-layer values.
+    pub transform: Option<Hook>,
+    /// Cross-field rules.
+    pub validate: Option<Hook>,
+}
+
+/// Append one JSON-pointer segment.
+pub(crate) fn child_path(path: &str, segment: &str) -> String {
+    format!("{path}/{}", segment.replace('~', "~0").replace('/', "~1"))
+}
+
+thread_local! {
+    /// Upstream hands a list item to a type as a plain `list`/`dict`, but a field value as its
+    /// renaming wrapper (`RenamedList`/`RenamedDict`), and the type name shows in messages.
+    static PLAIN_CONTAINER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Python's `type(x)` as printed in messages.
+pub(crate) fn py_type(v: &Value) -> &'static str {
+    let plain = PLAIN_CONTAINER.with(std::cell::Cell::get);
+    match v {
+        Value::Array(_) if !plain => "<class 'knot_resolver.utils.modeling.renaming.RenamedList'>",
+        Value::Object(_) if !plain => "<class 'knot_resolver.utils.modeling.renaming.RenamedDict'>",
+        Value::Null => "<class 'NoneType'>",
+        Value::Bool(_) => "<class 'bool'>",
+        Value::Number(n) if n.is_f64() => "<class 'float'>",
+        Value::Number(_) => "<class 'int'>",
+        Value::String(_) => "<class 'str'>",
+        Value::Array(_) => "<class 'list'>",
+        Value::Object(_) => "<class 'dict'>",
+    }
+}
+
+/// Python's `str(x)` for a JSON value, as printed in messages.
+pub(crate) fn py_str(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() => py_float(f),
+            _ => n.to_string(),
+        },
+        Value::String(s) => s.clone(),
+        Value::Array(a) => format!("[{}]", a.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
+        Value::Object(o) => {
+            let items: Vec<String> = o
+                .iter()
+                .map(|(k, v)| format!("'{k}': {}", py_repr(v)))
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+    }
+}
+
+fn py_repr(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("'{s}'"),
+        other => py_str(other),
+    }
+}
+
+/// Python's `str(float)`.
+pub(crate) fn py_float(f: f64) -> String {
+    if f.is_finite() && f == f.trunc() && f.abs() < 1e16 {
+        format!("{f:.1}")
+    } else {
+        let s = format!("{f:?}");
+        if let Some((m, e)) = s.split_once('e') {
+            let e: i32 = e.parse().unwrap_or(0);
+            format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
+        } else {
+            s
+        }
+    }
+}
+
+/// Upstream's `StrBase` input rule: a string or an integer (not a float, not a bool).
+pub(crate) fn str_base(v: &Value, class: &str) -> Result<String, String> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) if !n.is_f64() => Ok(n.to_string()),
+        other => Err(format!(
+            "Unexpected value for '<class 'knot_resolver.datamodel.types.types.{class}'>'. Expected string, got '{}' with type '{}'",
+            py_str(other),
+            py_type(other)
+        )),
+    }
+}
+
+fn ty_name(ty: &Ty) -> String {
+    match ty {
+        Ty::Null => "<class 'NoneType'>".into(),
+        Ty::Bool => "<class 'bool'>".into(),
+        Ty::PlainInt => "<class 'int'>".into(),
+        Ty::Str => "<class 'str'>".into(),
+        Ty::Int(r) => format!("<class 'knot_resolver.datamodel.types.types.{}'>", r.class),
+        Ty::Value(vt) => format!("<class 'knot_resolver.datamodel.types.{}'>", vt.class),
+        Ty::Literal(l) => format!(
+            "typing.Literal[{}]",
+            l.iter()
+                .map(|s| format!("'{s}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Ty::Optional(i) => format!("typing.Optional[{}]", ty_name(i)),
+        Ty::Union(v) => format!(
+            "typing.Union[{}]",
+            v.iter().map(ty_name).collect::<Vec<_>>().join(", ")
+        ),
+        Ty::List(i) => format!("typing.List[{}]", ty_name(i)),
+        Ty::ListOrItem(i) => format!(
+            "knot_resolver.datamodel.types.generic_types.ListOrItem[{}]",
+            ty_name(i)
+        ),
+        Ty::Dict(k, v) => format!("typing.Dict[{}, {}]", ty_name(k), ty_name(v)),
+        Ty::Object(o) => format!("<class '{}'>", o.class),
+    }
+}
+
+/// Python flattens nested `Union`s; so do we, which matters for error trees and the schema.
+pub(crate) fn flat_union(variants: Vec<Ty>) -> Ty {
+    let mut flat = Vec::with_capacity(variants.len());
+    for v in variants {
+        match v {
+            Ty::Union(inner) => match flat_union(inner) {
+                Ty::Union(vs) => flat.extend(vs),
+                other => flat.push(other),
+            },
+            other => flat.push(other),
+        }
+    }
+    Ty::Union(flat)
+}
+
+fn list_or_item_union(inner: &Ty) -> Ty {
+    flat_union(vec![Ty::List(Box::new(inner.clone())), inner.clone()])
+}
+
+/// Validate `v` against `ty`; `path` is the JSON pointer of `v`.
+pub(crate) fn map_value(ty: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcome {
+    let plain = PLAIN_CONTAINER.with(|p| p.replace(false));
+    let same_value = |ty: &Ty| {
+        PLAIN_CONTAINER.with(|p| p.set(plain));
+        map_value(ty, v, path, ctx)
+    };
+    PLAIN_CONTAINER.with(|p| p.set(plain));
+    let result = map_value_inner(ty, v, path, ctx, &same_value);
+    PLAIN_CONTAINER.with(|p| p.set(false));
+    result
+}
+
+fn map_value_inner(
+    ty: &Ty,
+    v: &Value,
+    path: &str,
+    ctx: &Ctx<'_>,
+    same_value: &dyn Fn(&Ty) -> Outcome,
+) -> Outcome {
+    let fail = |msg: String| Err(vec![Failure::new(path, msg)]);
+    match ty {
+        Ty::Optional(inner) => {
+            if v.is_null() {
+                Ok(Value::Null)
+            } else {
+                same_value(inner)
+            }
+        }
+        Ty::Union(variants) => {
+            let mut children = Vec::new();
+            for variant in variants {
+                match same_value(variant) {
+                    Ok(ok) => return Ok(ok),
+                    Err(mut e) => children.append(&mut e),
+                }
+            }
+            Err(vec![Failure {
+                path: path.to_owned(),
+                message: "could not parse any of the possible variants".into(),
+                children,
+            }])
+        }
+        Ty::Null => match v {
+            Value::Null => Ok(Value::Null),
+            other => fail(format!("expected None, found '{}'.", py_str(other))),
+        },
+        _ if v.is_null() => fail(format!("unexpected value 'None' for type {}", ty_name(ty))),
+        Ty::PlainInt => match v {
+            Value::Number(n) if !n.is_f64() => Ok(v.clone()),
+            _ => fail(format!("expected int, found {}", py_type(v))),
+        },
+        Ty::Str => match v {
+            Value::String(_) => Ok(v.clone()),
+            Value::Number(n) => Ok(Value::String(py_str(&Value::Number(n.clone())))),
+            Value::Bool(_) => fail(
+                "Expected str, found bool. Be careful, that YAML parsers consider even \"no\" and \"yes\" as a bool. \
+                 Search for the Norway Problem for more details. And please use quotes explicitly."
+                    .into(),
+            ),
+            _ => fail(format!("expected str (or number that would be cast to string), but found type {}", py_type(v))),
+        },
+        Ty::Bool => match v {
+            Value::Bool(_) => Ok(v.clone()),
+            _ => fail(format!("expected bool, found {}", py_type(v))),
+        },
+        Ty::Literal(options) => match v {
+            Value::String(s) if options.contains(&s.as_str()) => Ok(v.clone()),
+            _ => {
+                let items: Vec<String> = options.iter().map(|o| format!("'{o}'")).collect();
+                let tuple = if items.len() == 1 { format!("({},)", items[0]) } else { format!("({})", items.join(", ")) };
+                fail(format!("'{}' does not match any of the expected values {tuple}", py_str(v)))
+            }
+        },
+        Ty::Int(range) => map_int(range, v).map_err(|m| vec![Failure::new(path, m)]),
+        Ty::Dict(kt, vt) => {
+            let Value::Object(obj) = v else {
+                return fail(format!(
+                    "Expected dict-like object, but failed to access its .items() method. Value was {}",
+                    py_str(v)
+                ));
+            };
+            let mut errs = Vec::new();
+            let mut out = Map::new();
+            for (k, val) in obj {
+                let p = child_path(path, k);
+                let key = map_value(kt, &Value::String(k.clone()), &p, ctx);
+                // upstream unwraps the renaming dict first, so its values are plain containers
+                PLAIN_CONTAINER.with(|p| p.set(true));
+                let value = map_value(vt, val, &p, ctx);
+                match (key, value) {
+                    (Ok(key), Ok(value)) => {
+                        let key = key.as_str().map_or_else(|| k.clone(), str::to_owned);
+                        out.insert(key, value);
+                    }
+                    (Err(mut e), _) | (Ok(_), Err(mut e)) => errs.append(&mut e),
+                }
+            }
+            if errs.is_empty() {
+                Ok(Value::Object(out))
+            } else {
+                Err(errs)
+            }
+        }
+        Ty::List(inner) => map_list(inner, v, path, ctx),
+        Ty::ListOrItem(inner) => {
+            // upstream: Union[List[T], T] (nested unions flattened), then a non-empty check
+            match same_value(&list_or_item_union(inner))? {
+                Value::Array(a) => Ok(Value::Array(a)),
+                item => Ok(Value::Array(vec![item])),
+            }
+        }
+        Ty::Value(vt) => (vt.check)(v, ctx).map_err(|m| vec![Failure::new(path, m)]),
+        Ty::Object(def) => match v {
+            Value::Object(src) => map_object(def, src, path, ctx),
+            other => fail(format!("expected 'dict' or 'NoRenameBaseSchema' object, found '{}'", py_type(other))),
+        },
+    }
+}
+
+fn map_int(range: &IntRange, v: &Value) -> Result<Value, String> {
+    let n = match v {
+        Value::Number(n) if !n.is_f64() => n,
+        other => {
+            return Err(format!(
+                "Unexpected value for '<class 'knot_resolver.datamodel.types.types.{}'>'. Expected integer, got '{}' with type '{}'",
+                range.class,
+                py_str(other),
+                py_type(other)
+            ))
+        }
+    };
+    // numbers beyond i64 are above every maximum we have; below every minimum when negative
+    let value = n.as_i64().unwrap_or(i64::MAX);
+    if let Some(min) = range.min {
+        if value < min {
+            return Err(format!("value {n} is lower than the minimum {min}."));
+        }
+    }
+    if let Some(max) = range.max {
+        if value > max {
+            return Err(format!("value {n} is higher than the maximum {max}"));
+        }
+    }
+    Ok(v.clone())
+}
+
+fn map_list(inner: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcome {
+    // upstream iterates whatever it gets: a mapping yields its keys, a string is refused
+    let items: Vec<Value> = match v {
+        Value::Array(a) => a.clone(),
+        Value::Object(o) => o.keys().map(|k| Value::String(k.clone())).collect(),
+        Value::String(_) => return Err(vec![Failure::new(path, "expected list, got string")]),
+        other => {
+            let tn = py_type(other)
+                .trim_start_matches("<class '")
+                .trim_end_matches("'>");
+            return Err(vec![Failure::new(
+                path,
+                format!("'{tn}' object is not iterable"),
+            )]);
+        }
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        // upstream stops at the first invalid item
+        PLAIN_CONTAINER.with(|p| p.set(true));
+        out.push(map_value(
+            inner,
+            item,
+            &child_path(path, &i.to_string()),
+            ctx,
+        )?);
+    }
+    if out.is_empty() {
+        return Err(vec![Failure::new(path, "empty list is not allowed")]);
+    }
+    Ok(Value::Array(out))
+}
+
+/// The path under which a section reports its own rule violations (upstream: `object_path or "/"`).
+pub(crate) fn section_path(path: &str) -> String {
+    if path.is_empty() {
+        "/".into()
+    } else {
+        path.to_owned()
+    }
+}
+
+/// Validate a section.
+pub(crate) fn map_object(
+    def: &ObjectDef,
+    src: &Map<String, Value>,
+    path: &str,
+    ctx: &Ctx<'_>,
+) -> Outcome {
+    let mut errs = Vec::new();
+    let mut out = Map::new();
+    for field in &def.fields {
+        let fpath = child_path(path, field.name);
+        let given = src.get(field.name);
+        PLAIN_CONTAINER.with(|p| p.set(false));
+        let result = match (given, &field.default) {
+            (Some(v), _) => map_value(&field.ty, v, &fpath, ctx),
+            (None, Default::Value(d)) => map_value(&field.ty, d, &fpath, ctx),
+            (None, Default::Required) => {
+                errs.push(Failure::new(
+                    path,
+                    format!("missing attribute '{}'.", field.name.replace('-', "_")),
+                ));
+                continue;
+            }
+        };
+        match result {
+            Ok(v) => {
+                out.insert(field.name.to_owned(), v);
+            }
+            Err(mut e) => errs.append(&mut e),
+        }
+    }
+    if !errs.is_empty() {
+        return Err(errs);
+    }
+    let mut unused: Vec<String> = src
+        .keys()
+        .filter(|k| !def.fields.iter().any(|f| f.name == k.as_str()))
+        .map(|k| format!("'{}'", k.replace('-', "_")))
+        .collect();
+    // upstream lists them in (random) set order; sorted is deterministic
+    unused.sort();
+    if !unused.is_empty() {
+        return Err(vec![Failure::new(
+            path,
+            format!("unexpected extra key(s) {}", unused.join(", ")),
+        )]);
+    }
+    if let Some(transform) = def.transform {
+        transform(&mut out, ctx, path)?;
+    }
+    if let Some(validate) = def.validate {
+        validate(&mut out, ctx, &section_path(path))?;
+    }
+    Ok(Value::Object(out))
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON schema generation (upstream's `_describe_type` / `json_schema`)
+
+/// Describe a type as upstream's JSON schema does.
+pub(crate) fn describe(ty: &Ty) -> Value {
+    match ty {
+        Ty::Null => json!({"type": "null"}),
+        Ty::Bool => json!({"type": "boolean"}),
+        Ty::PlainInt => json!({"type": "integer"}),
+        Ty::Str => json!({"type": "string"}),
+        Ty::Int(r) => {
+            let mut m = Map::new();
+            m.insert("type".into(), json!("integer"));
+            if let Some(min) = r.min {
+                m.insert("minimum".into(), json!(min));
+            }
+            if let Some(max) = r.max {
+                m.insert("maximum".into(), json!(max));
+            }
+            Value::Object(m)
+        }
+        Ty::Value(vt) => (vt.schema)(),
+        Ty::Literal(options) => json!({"type": "string", "enum": options}),
+        Ty::Optional(inner) => {
+            let mut d = describe(inner);
+            if let Some(obj) = d.as_object_mut() {
+                if let Some(t) = obj.get("type").cloned() {
+                    obj.insert("type".into(), json!([t, "null"]));
+                    return d;
+                }
+            }
+            json!({"anyOf": [{"type": "null"}, d]})
+        }
+        Ty::Union(variants) => json!({"anyOf": variants.iter().map(describe).collect::<Vec<_>>()}),
+        Ty::List(inner) => json!({"type": "array", "items": describe(inner)}),
+        Ty::ListOrItem(inner) => describe(&list_or_item_union(inner)),
+        Ty::Dict(_, v) => json!({"type": "object", "additionalProperties": describe(v)}),
+        Ty::Object(def) => describe_object(def),
+    }
+}
+
+/// Describe a section.
+pub(crate) fn describe_object(def: &ObjectDef) -> Value {
+    let mut m = Map::new();
+    if let Some(doc) = def.doc {
+        m.insert("description".into(), json!(doc));
+    }
+    m.insert("type".into(), json!("object"));
+    let mut props = Map::new();
+    for field in &def.fields {
+        let mut d = describe(&field.ty);
+        if let Some(obj) = d.as_object_mut() {
+            if !field.doc.is_empty() {
+                obj.insert("description".into(), json!(field.doc));
+            }
+            if let Default::Value(v) = &field.default {
+                obj.insert("default".into(), schema_default(&field.ty, v));
+            }
+        }
+        props.insert(field.name.to_owned(), d);
+    }
+    m.insert("properties".into(), Value::Object(props));
+    Value::Object(m)
+}
+
+/// Upstream serializes default values of sections through `to_dict()`: the default is validated
+/// (non-strict) and its keys use Python attribute names (`_` instead of `-`).
+fn schema_default(ty: &Ty, raw: &Value) -> Value {
+    let needs_mapping = matches!(ty, Ty::Object(_))
+        || matches!(ty, Ty::List(inner) if matches!(**inner, Ty::Object(_)));
+    if !needs_mapping {
+        return raw.clone();
+    }
+    let ctx = Ctx {
+        resolve_root: Path::new("/"),
+        strict: false,
+    };
+    match map_value(ty, raw, "", &ctx) {
+        Ok(v) => underscore_keys(&v),
+        Err(_) => raw.clone(),
+    }
+}
+
+fn underscore_keys(v: &Value) -> Value {
+    match v {
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (k.replace('-', "_"), underscore_keys(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(underscore_keys).collect()),
+        other => other.clone(),
+    }
+}

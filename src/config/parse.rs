@@ -1,0 +1,801 @@
+//! Turning configuration text into a plain JSON value, the way upstream's `utils/modeling/parsing.py`
+//! does it: JSON first, then YAML (YAML 1.1 scalar rules like PyYAML's `SafeLoader`), duplicate keys
+//! rejected in both, and several documents deep-merged with [`data_combine`].
+//!
+//! Everything here works on untrusted text, so nothing panics: every failure is a [`ParseError`].
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser, Tag};
+use yaml_rust2::scanner::{Marker, TScalarStyle};
+
+/// Upper bound on the number of nodes an alias-heavy YAML document may expand to (a guard against
+/// "billion laughs" documents; PyYAML shares aliased objects, we copy them).
+const MAX_EXPANDED_NODES: usize = 1_000_000;
+
+/// Upper bound on collection nesting (deeper values would overflow the stack when dropped).
+const MAX_DEPTH: usize = 256;
+
+/// Why a document could not be turned into data.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ParseError {
+    /// Syntactically valid JSON that repeats a key in one object.
+    #[error("Duplicate attribute key detected: {0}")]
+    JsonDuplicateKey(String),
+    /// A YAML mapping that repeats a key (upstream prints PyYAML's mark with a snippet).
+    #[error("duplicate key detected:   in \"<unicode string>\", line {line}, column {column}:\n    {snippet}\n    {caret:>column$}")]
+    YamlDuplicateKey {
+        line: usize,
+        column: usize,
+        snippet: String,
+        caret: char,
+    },
+    /// Neither JSON nor YAML.
+    #[error("failed to parse data, JSON: {json}, YAML: {yaml}")]
+    NeitherJsonNorYaml { json: String, yaml: String },
+    /// Invalid TOML.
+    #[error("failed to parse TOML: {0}")]
+    Toml(String),
+    /// A merge of two documents hit the same non-mapping key twice.
+    #[error("Configuration validation error detected:\n\t[{path}] duplicity key '{key}' with value in data")]
+    Duplicity { path: String, key: String },
+    /// The top level of a document is not a mapping.
+    #[error("expected a mapping at the top level of the configuration, found {0}")]
+    NotAMapping(&'static str),
+}
+
+/// Parse text as JSON, and when it is not JSON, as YAML (upstream's `try_to_parse`).
+pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
+    match parse_json(text) {
+        Ok(v) => Ok(v),
+        Err(JsonFailure::Duplicate(k)) => Err(ParseError::JsonDuplicateKey(k)),
+        Err(JsonFailure::Syntax(json)) => parse_yaml(text).map_err(|e| match e {
+            YamlFailure::Duplicate { line, column } => {
+                let snippet = text
+                    .lines()
+                    .nth(line.saturating_sub(1))
+                    .unwrap_or_default()
+                    .chars()
+                    .take(75)
+                    .collect();
+                ParseError::YamlDuplicateKey {
+                    line,
+                    column,
+                    snippet,
+                    caret: '^',
+                }
+            }
+            YamlFailure::Other(yaml) => ParseError::NeitherJsonNorYaml { json, yaml },
+        }),
+    }
+}
+
+/// Parse TOML text into the same JSON data model.
+pub fn parse_toml(text: &str) -> Result<Value, ParseError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ParseError::Toml(e.to_string()))?;
+    Ok(toml_to_json(toml::Value::Table(table)))
+}
+
+fn toml_to_json(v: toml::Value) -> Value {
+    match v {
+        toml::Value::String(s) => Value::String(s),
+        toml::Value::Integer(i) => Value::from(i),
+        toml::Value::Float(f) => Number::from_f64(f).map_or(Value::Null, Value::Number),
+        toml::Value::Boolean(b) => Value::Bool(b),
+        toml::Value::Datetime(d) => Value::String(d.to_string()),
+        toml::Value::Array(a) => Value::Array(a.into_iter().map(toml_to_json).collect()),
+        toml::Value::Table(t) => {
+            Value::Object(t.into_iter().map(|(k, v)| (k, toml_to_json(v))).collect())
+        }
+    }
+}
+
+/// Deep-merge `additional` into `data` (upstream's `data_combine`): mappings merge recursively, any
+/// other collision is an error.
+pub fn data_combine(
+    data: &mut Map<String, Value>,
+    additional: Map<String, Value>,
+    path: &str,
+) -> Result<(), ParseError> {
+    for (key, val) in additional {
+        match (data.get_mut(&key), val) {
+            (None, val) => {
+                data.insert(key, val);
+            }
+            (Some(Value::Object(existing)), Value::Object(more)) => {
+                let sub = format!("{path}/{key}");
+                data_combine(existing, more, &sub)?;
+            }
+            (Some(_), _) => {
+                return Err(ParseError::Duplicity {
+                    path: path.to_owned(),
+                    key,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Name of a JSON value's kind, for messages.
+pub fn kind_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON with duplicate-key detection
+
+enum JsonFailure {
+    Syntax(String),
+    Duplicate(String),
+}
+
+const DUP_PREFIX: &str = "\u{0}duplicate key: ";
+
+struct DupChecked(Value);
+
+impl<'de> Deserialize<'de> for DupChecked {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(DupVisitor).map(DupChecked)
+    }
+}
+
+struct DupVisitor;
+
+impl<'de> Visitor<'de> for DupVisitor {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(DupChecked(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let DupChecked(v) = map.next_value()?;
+            if out.contains_key(&key) {
+                return Err(de::Error::custom(format!("{DUP_PREFIX}{key}")));
+            }
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+fn parse_json(text: &str) -> Result<Value, JsonFailure> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed = DupChecked::deserialize(&mut de).and_then(|v| de.end().map(|()| v.0));
+    parsed.map_err(|e| {
+        let msg = e.to_string();
+        match msg.strip_prefix(DUP_PREFIX) {
+            Some(rest) => {
+                // serde_json appends " at line X column Y"
+                let key = rest.rsplit_once(" at line ").map_or(rest, |(k, _)| k);
+                JsonFailure::Duplicate(key.to_owned())
+            }
+            None => JsonFailure::Syntax(msg),
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// YAML (1.1 scalar resolution, like PyYAML's SafeLoader)
+
+enum YamlFailure {
+    Duplicate { line: usize, column: usize },
+    Other(String),
+}
+
+/// A node under construction.
+enum Frame {
+    Seq {
+        items: Vec<Value>,
+        anchor: usize,
+    },
+    Map {
+        map: Map<String, Value>,
+        anchor: usize,
+        pending_key: Option<(String, Marker)>,
+        keys: Vec<Value>,
+    },
+}
+
+struct Builder {
+    stack: Vec<Frame>,
+    anchors: HashMap<usize, Value>,
+    documents: Vec<Value>,
+    error: Option<YamlFailure>,
+    expanded_nodes: usize,
+}
+
+fn count_nodes(v: &Value) -> usize {
+    match v {
+        Value::Array(a) => 1 + a.iter().map(count_nodes).sum::<usize>(),
+        Value::Object(o) => 1 + o.values().map(count_nodes).sum::<usize>(),
+        _ => 1,
+    }
+}
+
+impl Builder {
+    fn fail(&mut self, e: YamlFailure) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+
+    /// Attach a finished node (`key_value` is the value as it would be used as a mapping key).
+    fn push_node(&mut self, value: Value, mark: Marker) {
+        match self.stack.last_mut() {
+            None => self.documents.push(value),
+            Some(Frame::Seq { items, .. }) => items.push(value),
+            Some(Frame::Map {
+                map,
+                pending_key,
+                keys,
+                ..
+            }) => match pending_key.take() {
+                None => {
+                    let key = match &value {
+                        Value::String(s) => s.clone(),
+                        Value::Number(n) => n.to_string(),
+                        Value::Bool(b) => if *b { "True" } else { "False" }.to_owned(),
+                        Value::Null => "None".to_owned(),
+                        Value::Array(_) | Value::Object(_) => {
+                            let msg = format!(
+                                "while constructing a mapping: found unacceptable key (unhashable type) at line {} column {}",
+                                mark.line(),
+                                mark.col() + 1
+                            );
+                            self.fail(YamlFailure::Other(msg));
+                            return;
+                        }
+                    };
+                    // Python's `key in mapping`: 1 == 1.0 == True, so compare the resolved values.
+                    let dup = keys.iter().any(|k| py_key_eq(k, &value)) || map.contains_key(&key);
+                    if dup {
+                        self.fail(YamlFailure::Duplicate {
+                            line: mark.line(),
+                            column: mark.col() + 1,
+                        });
+                        return;
+                    }
+                    keys.push(value);
+                    *pending_key = Some((key, mark));
+                }
+                Some((key, _)) => {
+                    map.insert(key, value);
+                }
+            },
+        }
+    }
+}
+
+fn py_key_eq(a: &Value, b: &Value) -> bool {
+    fn num(v: &Value) -> Option<f64> {
+        match v {
+            Value::Number(n) => n.as_f64(),
+            Value::Bool(b) => Some(if *b { 1.0 } else { 0.0 }),
+            _ => None,
+        }
+    }
+    match (num(a), num(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+impl MarkedEventReceiver for Builder {
+    fn on_event(&mut self, ev: Event, mark: Marker) {
+        if self.error.is_some() {
+            return;
+        }
+        match ev {
+            Event::Nothing
+            | Event::StreamStart
+            | Event::StreamEnd
+            | Event::DocumentStart
+            | Event::DocumentEnd => {}
+            Event::Alias(id) => match self.anchors.get(&id) {
+                Some(v) => {
+                    let v = v.clone();
+                    self.expanded_nodes += count_nodes(&v);
+                    if self.expanded_nodes > MAX_EXPANDED_NODES {
+                        self.fail(YamlFailure::Other(
+                            "document expands to too many nodes through aliases".into(),
+                        ));
+                        return;
+                    }
+                    self.push_node(v, mark);
+                }
+                None => self.fail(YamlFailure::Other(format!(
+                    "found undefined alias at line {}",
+                    mark.line()
+                ))),
+            },
+            Event::Scalar(text, style, anchor, tag) => {
+                match resolve_scalar(&text, style, tag.as_ref()) {
+                    Ok(v) => {
+                        self.expanded_nodes += 1;
+                        if anchor > 0 {
+                            self.anchors.insert(anchor, v.clone());
+                        }
+                        self.push_node(v, mark);
+                    }
+                    Err(msg) => self.fail(YamlFailure::Other(format!(
+                        "{msg} at line {} column {}",
+                        mark.line(),
+                        mark.col() + 1
+                    ))),
+                }
+            }
+            Event::SequenceStart(anchor, tag) => {
+                if self.stack.len() >= MAX_DEPTH {
+                    self.fail(YamlFailure::Other(format!(
+                        "collections nest deeper than {MAX_DEPTH} levels"
+                    )));
+                    return;
+                }
+                if let Some(msg) = check_collection_tag(tag.as_ref(), "seq") {
+                    self.fail(YamlFailure::Other(msg));
+                    return;
+                }
+                self.stack.push(Frame::Seq {
+                    items: Vec::new(),
+                    anchor,
+                });
+            }
+            Event::MappingStart(anchor, tag) => {
+                if self.stack.len() >= MAX_DEPTH {
+                    self.fail(YamlFailure::Other(format!(
+                        "collections nest deeper than {MAX_DEPTH} levels"
+                    )));
+                    return;
+                }
+                if let Some(msg) = check_collection_tag(tag.as_ref(), "map") {
+                    self.fail(YamlFailure::Other(msg));
+                    return;
+                }
+                self.stack.push(Frame::Map {
+                    map: Map::new(),
+                    anchor,
+                    pending_key: None,
+                    keys: Vec::new(),
+                });
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                let (value, anchor) = match self.stack.pop() {
+                    Some(Frame::Seq { items, anchor }) => (Value::Array(items), anchor),
+                    Some(Frame::Map { map, anchor, .. }) => (Value::Object(map), anchor),
+                    None => {
+                        self.fail(YamlFailure::Other("unbalanced collection end".into()));
+                        return;
+                    }
+                };
+                self.expanded_nodes += 1;
+                if anchor > 0 {
+                    self.anchors.insert(anchor, value.clone());
+                }
+                self.push_node(value, mark);
+            }
+        }
+    }
+}
+
+const CORE_TAG: &str = "tag:yaml.org,2002:";
+
+fn check_collection_tag(tag: Option<&Tag>, expected: &str) -> Option<String> {
+    let tag = tag?;
+    if tag.handle == CORE_TAG && tag.suffix == expected {
+        return None;
+    }
+    Some(format!(
+        "could not determine a constructor for the tag '{}{}'",
+        tag.handle, tag.suffix
+    ))
+}
+
+fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<Value, String> {
+    if let Some(tag) = tag {
+        if tag.handle == "!" && tag.suffix.is_empty() {
+            return Ok(Value::String(text.to_owned()));
+        }
+        if tag.handle != CORE_TAG {
+            return Err(format!(
+                "could not determine a constructor for the tag '{}{}'",
+                tag.handle, tag.suffix
+            ));
+        }
+        return match tag.suffix.as_str() {
+            "str" => Ok(Value::String(text.to_owned())),
+            "null" => Ok(Value::Null),
+            "bool" => yaml_bool(text)
+                .map(Value::Bool)
+                .ok_or_else(|| format!("invalid boolean '{text}'")),
+            "int" => yaml_int(text).ok_or_else(|| format!("invalid integer '{text}'")),
+            "float" => yaml_float(text)
+                .or_else(|| yaml_int(text))
+                .ok_or_else(|| format!("invalid float '{text}'")),
+            other => Err(format!(
+                "could not determine a constructor for the tag '{CORE_TAG}{other}'"
+            )),
+        };
+    }
+    if style != TScalarStyle::Plain {
+        return Ok(Value::String(text.to_owned()));
+    }
+    if text == "<<" {
+        // PyYAML resolves `<<` to the merge tag, which upstream's loader cannot construct
+        return Err(format!(
+            "could not determine a constructor for the tag '{CORE_TAG}merge'"
+        ));
+    }
+    if text == "=" {
+        // likewise the YAML 1.1 value tag
+        return Err(format!(
+            "could not determine a constructor for the tag '{CORE_TAG}value'"
+        ));
+    }
+    if matches!(text, "" | "~" | "null" | "Null" | "NULL") {
+        return Ok(Value::Null);
+    }
+    if let Some(b) = yaml_bool(text) {
+        return Ok(Value::Bool(b));
+    }
+    if let Some(v) = yaml_int(text) {
+        return Ok(v);
+    }
+    if let Some(v) = yaml_float(text) {
+        return Ok(v);
+    }
+    Ok(Value::String(text.to_owned()))
+}
+
+fn yaml_bool(t: &str) -> Option<bool> {
+    match t {
+        "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => Some(true),
+        "no" | "No" | "NO" | "false" | "False" | "FALSE" | "off" | "Off" | "OFF" => Some(false),
+        _ => None,
+    }
+}
+
+fn split_sign(t: &str) -> (bool, &str) {
+    match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    }
+}
+
+fn int_value(neg: bool, magnitude: u128) -> Option<Value> {
+    if neg {
+        let m = i64::try_from(magnitude).ok()?;
+        Some(Value::from(-m))
+    } else {
+        u64::try_from(magnitude).ok().map(Value::from)
+    }
+}
+
+/// PyYAML's YAML 1.1 int resolver: binary, octal, decimal, hex and base-60, `_` allowed.
+fn yaml_int(t: &str) -> Option<Value> {
+    let (neg, body) = split_sign(t);
+    let parse_radix = |digits: &str, radix: u32| -> Option<u128> {
+        let cleaned: String = digits.chars().filter(|c| *c != '_').collect();
+        if cleaned.is_empty() {
+            // PyYAML: "0b_" resolves as int but then fails to construct; treat as not-an-int
+            return None;
+        }
+        u128::from_str_radix(&cleaned, radix).ok()
+    };
+    let all = |s: &str, f: fn(char) -> bool| !s.is_empty() && s.chars().all(|c| f(c) || c == '_');
+    if let Some(d) = body.strip_prefix("0b") {
+        if all(d, |c| c == '0' || c == '1') {
+            return int_value(neg, parse_radix(d, 2)?);
+        }
+        return None;
+    }
+    if let Some(d) = body.strip_prefix("0x") {
+        if all(d, |c| c.is_ascii_hexdigit()) {
+            return int_value(neg, parse_radix(d, 16)?);
+        }
+        return None;
+    }
+    if body == "0" {
+        return Some(Value::from(0));
+    }
+    if let Some(d) = body.strip_prefix('0') {
+        if all(d, |c| ('0'..='7').contains(&c)) {
+            return int_value(neg, parse_radix(d, 8)?);
+        }
+        return None;
+    }
+    if body.starts_with(|c: char| ('1'..='9').contains(&c)) {
+        if all(body, |c| c.is_ascii_digit()) {
+            return int_value(neg, parse_radix(body, 10)?);
+        }
+        // base 60: [1-9][0-9_]*(:[0-5]?[0-9])+
+        let mut parts = body.split(':');
+        let first = parts.next()?;
+        if !all(first, |c| c.is_ascii_digit()) {
+            return None;
+        }
+        let mut acc = parse_radix(first, 10)?;
+        let mut any = false;
+        for p in parts {
+            let ok = matches!(p.len(), 1 | 2)
+                && p.chars().all(|c| c.is_ascii_digit())
+                && (p.len() == 1 || p.as_bytes()[0] <= b'5');
+            if !ok {
+                return None;
+            }
+            acc = acc.checked_mul(60)?.checked_add(p.parse::<u128>().ok()?)?;
+            any = true;
+        }
+        if any {
+            return int_value(neg, acc);
+        }
+    }
+    None
+}
+
+/// PyYAML's YAML 1.1 float resolver (a dot is required; exponents need a sign).
+fn yaml_float(t: &str) -> Option<Value> {
+    let (neg, body) = split_sign(t);
+    let sign = if neg { -1.0 } else { 1.0 };
+    if matches!(body, ".inf" | ".Inf" | ".INF") {
+        // JSON cannot hold infinities; keep them as strings so that validation rejects them
+        return Some(Value::String(t.to_owned()));
+    }
+    if matches!(t, ".nan" | ".NaN" | ".NAN") {
+        return Some(Value::String(t.to_owned()));
+    }
+    let digits_ = |s: &str| s.chars().all(|c| c.is_ascii_digit() || c == '_');
+    let (mantissa, exponent) = match body.find(['e', 'E']) {
+        Some(i) => {
+            let exp = &body[i + 1..];
+            let (_, exp_digits) = split_sign(exp);
+            if !(exp.starts_with(['+', '-'])
+                && !exp_digits.is_empty()
+                && exp_digits.chars().all(|c| c.is_ascii_digit()))
+            {
+                return None;
+            }
+            (&body[..i], Some(exp))
+        }
+        None => (body, None),
+    };
+    let (int_part, frac) = mantissa.split_once('.')?;
+    let valid = if int_part.is_empty() {
+        // \.[0-9][0-9_]* — no sign allowed in this alternative
+        !neg && !t.starts_with('+')
+            && frac.starts_with(|c: char| c.is_ascii_digit())
+            && digits_(frac)
+    } else if int_part.contains(':') {
+        exponent.is_none() && digits_(frac) && int_part.starts_with(|c: char| c.is_ascii_digit())
+    } else {
+        int_part.starts_with(|c: char| c.is_ascii_digit()) && digits_(int_part) && digits_(frac)
+    };
+    if !valid {
+        return None;
+    }
+    let value = if int_part.contains(':') {
+        let mut acc = 0f64;
+        for (i, p) in int_part.split(':').enumerate() {
+            let p: String = p.chars().filter(|c| *c != '_').collect();
+            let ok =
+                i == 0 || (matches!(p.len(), 1 | 2) && (p.len() == 1 || p.as_bytes()[0] <= b'5'));
+            if !ok || p.is_empty() || !p.chars().all(|c| c.is_ascii_digit()) {
+                return None;
+            }
+            acc = acc * 60.0 + p.parse::<f64>().ok()?;
+        }
+        let frac: String = frac.chars().filter(|c| *c != '_').collect();
+        acc + format!("0.{frac}0").parse::<f64>().ok()?
+    } else {
+        let cleaned: String = format!(
+            "{int_part}.{frac}{}",
+            exponent.map(|e| format!("e{e}")).unwrap_or_default()
+        )
+        .chars()
+        .filter(|c| *c != '_')
+        .collect();
+        let cleaned = if cleaned.starts_with('.') {
+            format!("0{cleaned}")
+        } else {
+            cleaned
+        };
+        let cleaned = cleaned.replace(".e", ".0e");
+        let cleaned = if cleaned.ends_with('.') {
+            format!("{cleaned}0")
+        } else {
+            cleaned
+        };
+        cleaned.parse::<f64>().ok()?
+    };
+    Number::from_f64(sign * value).map(Value::Number)
+}
+
+fn parse_yaml(text: &str) -> Result<Value, YamlFailure> {
+    let mut builder = Builder {
+        stack: Vec::new(),
+        anchors: HashMap::new(),
+        documents: Vec::new(),
+        error: None,
+        expanded_nodes: 0,
+    };
+    // drive the parser event by event: its own `load` recurses once per nesting level
+    let mut parser = Parser::new_from_str(text);
+    loop {
+        let (event, mark) = parser
+            .next_token()
+            .map_err(|e| YamlFailure::Other(e.to_string()))?;
+        let end = event == Event::StreamEnd;
+        builder.on_event(event, mark);
+        if let Some(e) = builder.error.take() {
+            return Err(e);
+        }
+        if end {
+            break;
+        }
+    }
+    match builder.documents.len() {
+        0 => Ok(Value::Null),
+        1 => Ok(builder.documents.pop().unwrap_or(Value::Null)),
+        _ => Err(YamlFailure::Other(
+            "expected a single document in the stream, but found another document".into(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[track_caller]
+    fn yaml(text: &str) -> Value {
+        match parse_json_or_yaml(text) {
+            Ok(v) => v,
+            Err(e) => panic!("{text:?}: {e}"),
+        }
+    }
+
+    #[test]
+    fn yaml_scalars_follow_yaml_1_1() {
+        let cases = [
+            ("a: yes", json!({"a": true})),
+            ("a: No", json!({"a": false})),
+            ("a: on", json!({"a": true})),
+            ("a: ~", json!({"a": null})),
+            ("a:", json!({"a": null})),
+            ("a: 010", json!({"a": 8})),
+            ("a: 0x1f", json!({"a": 31})),
+            ("a: 1_000", json!({"a": 1000})),
+            ("a: 1:20", json!({"a": 80})),
+            ("a: 1e5", json!({"a": "1e5"})),
+            ("a: 1.5", json!({"a": 1.5})),
+            ("a: 1.0e+2", json!({"a": 100.0})),
+            ("a: '5'", json!({"a": "5"})),
+            ("a: 100M", json!({"a": "100M"})),
+            ("a: !!str 5", json!({"a": "5"})),
+            ("a: 09", json!({"a": "09"})),
+            ("a: -5", json!({"a": -5})),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(yaml(text), expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn anchors_and_aliases_are_resolved() {
+        let v = yaml("x: &a {p: 1}\ny: *a\nz: [&b 5, *b]");
+        assert_eq!(v, json!({"x": {"p": 1}, "y": {"p": 1}, "z": [5, 5]}));
+    }
+
+    #[test]
+    fn duplicate_keys_are_rejected() {
+        assert!(matches!(
+            parse_json_or_yaml("a: 1\na: 2"),
+            Err(ParseError::YamlDuplicateKey { .. })
+        ));
+        assert!(matches!(
+            parse_json_or_yaml("1: 1\n1.0: 2"),
+            Err(ParseError::YamlDuplicateKey { .. })
+        ));
+        assert_eq!(
+            parse_json_or_yaml(r#"{"a": 1, "a": 2}"#),
+            Err(ParseError::JsonDuplicateKey("a".into()))
+        );
+    }
+
+    #[test]
+    fn json_is_tried_first() {
+        assert_eq!(yaml(r#"{"a": [1, 2.5, "x"]}"#), json!({"a": [1, 2.5, "x"]}));
+    }
+
+    #[test]
+    fn data_combine_merges_maps_and_rejects_scalars() {
+        let mut a = json!({"x": {"y": 1}, "k": 1})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let b = json!({"x": {"z": 2}})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(data_combine(&mut a, b, ""), Ok(()));
+        assert_eq!(
+            Value::Object(a.clone()),
+            json!({"x": {"y": 1, "z": 2}, "k": 1})
+        );
+        let c = json!({"x": {"y": 3}})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            data_combine(&mut a, c, ""),
+            Err(ParseError::Duplicity {
+                path: "/x".into(),
+                key: "y".into()
+            })
+        );
+    }
+
+    #[test]
+    fn multiple_documents_and_garbage_fail() {
+        assert!(parse_json_or_yaml("a: 1\n---\nb: 2").is_err());
+        assert!(parse_json_or_yaml("a: [").is_err());
+        assert!(parse_json_or_yaml("a: !foo x").is_err());
+        assert!(parse_json_or_yaml("a: =").is_err());
+        assert!(parse_json_or_yaml("a: <<").is_err());
+        assert_eq!(parse_json_or_yaml("a: '='"), Ok(json!({"a": "="})));
+    }
+
+    #[test]
+    fn toml_parses() {
+        assert_eq!(
+            parse_toml("workers = 2\n[cache]\nsize-max = '10M'"),
+            Ok(json!({"workers": 2, "cache": {"size-max": "10M"}}))
+        );
+    }
+}

@@ -1,0 +1,433 @@
+//! The custom value types as engine nodes: input rules (which JSON kinds each type accepts, with
+//! upstream's messages), normalization, strict-mode path checks and JSON-schema fragments.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::engine::{py_str, py_type, str_base, Ctx, ValueType};
+use super::types::{
+    check_ipv6_network96, parse_ip, parse_ipv6, DomainName, IdPattern, InterfaceOptionalPort,
+    IpAddressEm, IpAddressOptionalPort, IpAddressPort, IpNetwork, PinSha256, SizeUnit, TimeUnit,
+    DOMAIN_NAME_PATTERN, ID_PATTERN, PIN_SHA256_PATTERN,
+};
+
+fn string_schema() -> Value {
+    json!({"type": "string"})
+}
+
+fn check_size(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let s = str_base(v, "SizeUnit")?;
+    SizeUnit::parse(&s).map(|_| Value::String(s))
+}
+pub(crate) static SIZE_UNIT: ValueType = ValueType {
+    class: "types.SizeUnit",
+    check: check_size,
+    schema: || json!({"type": "string", "pattern": SizeUnit::PATTERN}),
+};
+
+fn check_time(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let s = str_base(v, "TimeUnit")?;
+    TimeUnit::parse(&s).map(|_| Value::String(s))
+}
+pub(crate) static TIME_UNIT: ValueType = ValueType {
+    class: "types.TimeUnit",
+    check: check_time,
+    schema: || json!({"type": "string", "pattern": TimeUnit::PATTERN}),
+};
+
+fn check_escaped(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    str_base(v, "EscapedStr").map(Value::String)
+}
+pub(crate) static ESCAPED_STR: ValueType = ValueType {
+    class: "types.EscapedStr",
+    check: check_escaped,
+    schema: string_schema,
+};
+
+fn check_escaped32(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let s = str_base(v, "EscapedStr32B")?;
+    if s.len() < 32 {
+        return Err(format!(
+            "the string value {s} is shorter than the minimum 32 bytes."
+        ));
+    }
+    Ok(Value::String(s))
+}
+pub(crate) static ESCAPED_STR_32B: ValueType = ValueType {
+    class: "types.EscapedStr32B",
+    check: check_escaped32,
+    schema: || json!({"type": "string", "minLength": 32}),
+};
+
+fn check_domain(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let s = str_base(v, "DomainName")?;
+    DomainName::parse(&s).map(|_| Value::String(s))
+}
+pub(crate) static DOMAIN_NAME: ValueType = ValueType {
+    class: "types.DomainName",
+    check: check_domain,
+    schema: || json!({"type": "string", "pattern": DOMAIN_NAME_PATTERN}),
+};
+
+fn check_id(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let s = str_base(v, "IDPattern")?;
+    IdPattern::parse(&s).map(|_| Value::String(s))
+}
+pub(crate) static ID_PATTERN_TYPE: ValueType = ValueType {
+    class: "types.IDPattern",
+    check: check_id,
+    schema: || json!({"type": "string", "pattern": ID_PATTERN}),
+};
+
+fn check_pin(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let s = str_base(v, "PinSha256")?;
+    PinSha256::parse(&s).map(|_| Value::String(s))
+}
+pub(crate) static PIN_SHA256: ValueType = ValueType {
+    class: "types.PinSha256",
+    check: check_pin,
+    schema: || json!({"type": "string", "pattern": PIN_SHA256_PATTERN}),
+};
+
+fn check_iface_opt_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let s = str_base(v, "InterfaceOptionalPort")?;
+    InterfaceOptionalPort::parse(&s).map(|_| Value::String(s))
+}
+pub(crate) static INTERFACE_OPTIONAL_PORT: ValueType = ValueType {
+    class: "types.InterfaceOptionalPort",
+    check: check_iface_opt_port,
+    schema: string_schema,
+};
+
+fn check_ip_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let s = str_base(v, "IPAddressPort")?;
+    IpAddressPort::parse(&s).map(|_| Value::String(s))
+}
+pub(crate) static IP_ADDRESS_PORT: ValueType = ValueType {
+    class: "types.IPAddressPort",
+    check: check_ip_port,
+    schema: string_schema,
+};
+
+fn check_ip_opt_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let s = str_base(v, "IPAddressOptionalPort")?;
+    IpAddressOptionalPort::parse(&s).map(|_| Value::String(s))
+}
+pub(crate) static IP_ADDRESS_OPTIONAL_PORT: ValueType = ValueType {
+    class: "types.IPAddressOptionalPort",
+    check: check_ip_opt_port,
+    schema: string_schema,
+};
+
+fn wrong_kind(what: &str, v: &Value) -> String {
+    format!(
+        "Unexpected value for a {what}. Expected string, got '{}' with type '{}'",
+        py_str(v),
+        py_type(v)
+    )
+}
+
+fn check_ipv4(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let Value::String(s) = v else {
+        return Err(wrong_kind("IPv4 address", v));
+    };
+    match parse_ip(s) {
+        Some(std::net::IpAddr::V4(a)) if !s.contains('%') => Ok(Value::String(a.to_string())),
+        _ => Err("failed to parse IPv4 address.".into()),
+    }
+}
+pub(crate) static IPV4_ADDRESS: ValueType = ValueType {
+    class: "types.IPv4Address",
+    check: check_ipv4,
+    schema: string_schema,
+};
+
+fn check_ipv6(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let Value::String(s) = v else {
+        return Err(wrong_kind("IPv6 address", v));
+    };
+    parse_ipv6(s)
+        .map(|a| Value::String(a.to_string()))
+        .ok_or_else(|| "failed to parse IPv6 address.".into())
+}
+pub(crate) static IPV6_ADDRESS: ValueType = ValueType {
+    class: "types.IPv6Address",
+    check: check_ipv6,
+    schema: string_schema,
+};
+
+fn check_ip_em(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let Value::String(s) = v else {
+        return Err(wrong_kind("IPv6 address", v));
+    };
+    IpAddressEm::parse(s).map(|_| Value::String(s.clone()))
+}
+pub(crate) static IP_ADDRESS_EM: ValueType = ValueType {
+    class: "types.IPAddressEM",
+    check: check_ip_em,
+    schema: string_schema,
+};
+
+fn check_network(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let Value::String(s) = v else {
+        return Err(format!(
+            "Unexpected value for a network subnet. Expected string, got '{}' with type '{}'",
+            py_str(v),
+            py_type(v)
+        ));
+    };
+    IpNetwork::parse(s).map(|n| Value::String(n.to_string()))
+}
+pub(crate) static IP_NETWORK: ValueType = ValueType {
+    class: "types.IPNetwork",
+    check: check_network,
+    schema: string_schema,
+};
+
+fn ipv6_net_input(v: &Value) -> Result<&str, String> {
+    match v {
+        Value::String(s) => Ok(s),
+        _ => Err(format!(
+            "Unexpected value for a IPv6 network subnet. Expected string, got '{}' with type '{}'",
+            py_str(v),
+            py_type(v)
+        )),
+    }
+}
+
+fn check_ipv6_network(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    IpNetwork::parse_ipv6(ipv6_net_input(v)?).map(|n| Value::String(n.to_string()))
+}
+pub(crate) static IPV6_NETWORK: ValueType = ValueType {
+    class: "types.IPv6Network",
+    check: check_ipv6_network,
+    schema: string_schema,
+};
+
+fn check_ipv6_network96_value(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    check_ipv6_network96(ipv6_net_input(v)?).map(|n| Value::String(n.to_string()))
+}
+pub(crate) static IPV6_NETWORK_96: ValueType = ValueType {
+    class: "types.IPv6Network96",
+    check: check_ipv6_network96_value,
+    schema: string_schema,
+};
+
+fn check_float_0_65535(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let f = match v {
+        Value::Number(n) => n.as_f64().unwrap_or(f64::NAN),
+        other => {
+            return Err(format!(
+                "Unexpected value for '<class 'knot_resolver.datamodel.types.types.Float0_65535'>'. Expected float, got '{}' with type '{}'",
+                py_str(other),
+                py_type(other)
+            ))
+        }
+    };
+    let shown = py_str(&json!(f));
+    if f < 0.0 {
+        return Err(format!("value {shown} is lower than the minimum 0.0."));
+    }
+    if f > 65535.0 {
+        return Err(format!("value {shown} is higher than the maximum 65535.0"));
+    }
+    Ok(json!(f))
+}
+pub(crate) static FLOAT_0_65535: ValueType = ValueType {
+    class: "types.Float0_65535",
+    check: check_float_0_65535,
+    schema: || json!({"type": "number", "minimum": 0.0, "maximum": 65535.0}),
+};
+
+// ---------------------------------------------------------------------------------------------
+// paths
+
+/// The checks a path type performs in strict mode.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PathKind {
+    ReadableFile,
+    WritableDir,
+    WritableFilePath,
+}
+
+/// Who must be able to use the path: upstream checks the service user `knot-resolver`; we check the
+/// credentials of the running process (root passes), like upstream's manager does.
+const SERVICE_USER: &str = "knot-resolver:knot-resolver";
+
+fn resolve(raw: &str, ctx: &Ctx<'_>) -> PathBuf {
+    let joined = if raw.starts_with('/') {
+        PathBuf::from(raw)
+    } else {
+        ctx.resolve_root.join(raw)
+    };
+    joined.components().collect()
+}
+
+#[derive(Clone, Copy)]
+struct Access {
+    read: bool,
+    write: bool,
+    execute: bool,
+}
+
+/// Upstream's `_check_permission` followed by its `os.access` fallback (which covers ACLs).
+fn permitted(path: &Path, want: Access) -> bool {
+    let euid = nix::unistd::geteuid();
+    if euid.is_root() {
+        return true;
+    }
+    let Ok(md) = fs::metadata(path) else {
+        return false;
+    };
+    let mode = md.mode();
+    let shift = if md.uid() == euid.as_raw() {
+        6
+    } else {
+        let egid = nix::unistd::getegid();
+        let in_group = md.gid() == egid.as_raw()
+            || nix::unistd::getgroups()
+                .map(|g| g.iter().any(|g| g.as_raw() == md.gid()))
+                .unwrap_or(false);
+        if in_group {
+            3
+        } else {
+            0
+        }
+    };
+    let bit = |b: u32| mode & (b << shift) != 0;
+    let by_bits = (!want.read || bit(4)) && (!want.write || bit(2)) && (!want.execute || bit(1));
+    if by_bits {
+        return true;
+    }
+    let mut flags = nix::unistd::AccessFlags::empty();
+    if want.read {
+        flags |= nix::unistd::AccessFlags::R_OK;
+    }
+    if want.write {
+        flags |= nix::unistd::AccessFlags::W_OK;
+    }
+    if want.execute {
+        flags |= nix::unistd::AccessFlags::X_OK;
+    }
+    nix::unistd::access(path, flags).is_ok()
+}
+
+fn strict_checks(p: &Path, kind: PathKind) -> Result<(), String> {
+    let shown = p.display();
+    match kind {
+        PathKind::WritableDir => {
+            if !p.is_dir() {
+                return Err(format!(
+                    "path '{shown}' does not point to an existing directory"
+                ));
+            }
+            if !permitted(
+                p,
+                Access {
+                    read: false,
+                    write: true,
+                    execute: true,
+                },
+            ) {
+                return Err(format!(
+                    "{SERVICE_USER} has insufficient permissions to write/execute '{shown}'"
+                ));
+            }
+        }
+        PathKind::ReadableFile => {
+            if !p.exists() {
+                return Err(format!("file '{shown}' does not exist"));
+            }
+            if !p.is_file() {
+                return Err(format!("path '{shown}' is not a file"));
+            }
+            if !permitted(
+                p,
+                Access {
+                    read: true,
+                    write: false,
+                    execute: false,
+                },
+            ) {
+                return Err(format!(
+                    "{SERVICE_USER} has insufficient permissions to read '{shown}'"
+                ));
+            }
+        }
+        PathKind::WritableFilePath => {
+            let parent = p.parent().unwrap_or(Path::new("/"));
+            if !parent.is_dir() {
+                return Err(format!(
+                    "path '{shown}' does not point inside an existing directory"
+                ));
+            }
+            if p.is_dir() {
+                return Err(format!(
+                    "path '{shown}' points to a directory when we expected a file"
+                ));
+            }
+            if !permitted(
+                parent,
+                Access {
+                    read: false,
+                    write: true,
+                    execute: true,
+                },
+            ) {
+                return Err(format!(
+                    "{SERVICE_USER} has insufficient permissions to write/execute '{}'",
+                    parent.display()
+                ));
+            }
+            if p.exists()
+                && !permitted(
+                    p,
+                    Access {
+                        read: false,
+                        write: true,
+                        execute: false,
+                    },
+                )
+            {
+                return Err(format!(
+                    "{SERVICE_USER} has insufficient permissions to write/execute '{shown}'"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_path(v: &Value, ctx: &Ctx<'_>, kind: PathKind) -> Result<Value, String> {
+    let Value::String(raw) = v else {
+        return Err(format!(
+            "expected file path in a string, got '{}' with type '{}'.",
+            py_str(v),
+            py_type(v)
+        ));
+    };
+    let resolved = resolve(raw, ctx);
+    if ctx.strict {
+        strict_checks(&resolved, kind)?;
+    }
+    Ok(Value::String(resolved.to_string_lossy().into_owned()))
+}
+
+pub(crate) static READABLE_FILE: ValueType = ValueType {
+    class: "files.ReadableFile",
+    check: |v, c| check_path(v, c, PathKind::ReadableFile),
+    schema: string_schema,
+};
+pub(crate) static WRITABLE_DIR: ValueType = ValueType {
+    class: "files.WritableDir",
+    check: |v, c| check_path(v, c, PathKind::WritableDir),
+    schema: string_schema,
+};
+pub(crate) static WRITABLE_FILE_PATH: ValueType = ValueType {
+    class: "files.WritableFilePath",
+    check: |v, c| check_path(v, c, PathKind::WritableFilePath),
+    schema: string_schema,
+};
