@@ -42,6 +42,10 @@ pub fn app(state: ApiState) -> Router {
         .route("/processes", get(processes_all))
         .route("/processes/{kind}", get(processes))
         .route("/debug/panic-manager", post(panic_manager))
+        .route("/metrics", get(metrics_redirect))
+        .route("/metrics/json", get(metrics_json))
+        .route("/metrics/prometheus", get(metrics_prometheus))
+        .route("/cache/clear", post(cache_clear))
         .with_state(state)
 }
 
@@ -81,6 +85,84 @@ async fn panic_manager(State(state): State<ApiState>) -> Response {
     match state.manager.send(ManagerCommand::Panic).await {
         Ok(()) => (StatusCode::OK, "manager panic requested").into_response(),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "manager is not running").into_response(),
+    }
+}
+
+async fn metrics_redirect() -> Response {
+    (
+        StatusCode::MOVED_PERMANENTLY,
+        [(header::LOCATION, "/metrics/json")],
+    )
+        .into_response()
+}
+
+async fn collect_stats(state: &ApiState) -> serde_json::Map<String, Value> {
+    let cfg = state.config.borrow().clone();
+    let ids = crate::metrics::running_worker_ids(&state.supervisor.snapshot());
+    crate::metrics::collect(&cfg.model.rundir, &ids, cfg.model.monitoring.metrics).await
+}
+
+async fn metrics_json(State(state): State<ApiState>) -> Response {
+    let stats = collect_stats(&state).await;
+    json_response(StatusCode::OK, &Value::Object(stats))
+}
+
+async fn metrics_prometheus(State(state): State<ApiState>) -> Response {
+    let stats = collect_stats(&state).await;
+    let text = crate::metrics::render_prometheus(&stats, &state.supervisor.snapshot());
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn cache_clear(State(state): State<ApiState>, body: axum::body::Bytes) -> Response {
+    let request: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Object(Default::default())
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    format!("request processing error:\n{e}"),
+                )
+                    .into_response()
+            }
+        }
+    };
+    let clear = match crate::cache_clear::CacheClear::from_json(&request) {
+        Ok(c) => c,
+        Err(errors) => {
+            let text = format!(
+                "Configuration validation error detected:\n\t{}\n",
+                errors.join("\n\t")
+            );
+            return (StatusCode::BAD_REQUEST, text).into_response();
+        }
+    };
+    let rundir = state.config.borrow().model.rundir.clone();
+    let Some(&id) = crate::metrics::running_worker_ids(&state.supervisor.snapshot()).first() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no running worker to clear the cache\n",
+        )
+            .into_response();
+    };
+    let path = crate::control::socket_path(&rundir, id);
+    match crate::control::command(&path, &clear.render_lua(), crate::control::COMMAND_TIMEOUT).await
+    {
+        Ok(result) => json_response(StatusCode::OK, &result),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("request processing failed:\n{e}\n"),
+        )
+            .into_response(),
     }
 }
 

@@ -3,11 +3,14 @@
 //! crate knows Knot Resolver and never calls `waitpid`.
 
 pub mod api;
+pub mod cache_clear;
 pub mod config;
+pub mod control;
 pub mod daemon;
 pub mod kresctl;
 pub mod lua;
 pub mod manager;
+pub mod metrics;
 
 /// The version reported by `-V`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

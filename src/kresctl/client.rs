@@ -39,6 +39,8 @@ pub enum ClientError {
     Json(#[from] serde_json::Error),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error("invalid request:\n{0}")]
+    Invalid(String),
 }
 
 impl Target {

@@ -48,6 +48,46 @@ enum Command {
     },
     /// Stop the resolver (all its processes).
     Stop,
+    /// Print the workers' metrics (JSON, or Prometheus text).
+    Metrics {
+        /// Print the Prometheus text exposition instead of JSON.
+        #[arg(long)]
+        prometheus: bool,
+        /// Write the output to this file instead.
+        file: Option<PathBuf>,
+    },
+    /// Work with the resolver's cache.
+    Cache(CacheArgs),
+}
+
+#[derive(Args)]
+struct CacheArgs {
+    #[command(subcommand)]
+    op: Option<CacheOp>,
+}
+
+#[derive(Subcommand)]
+enum CacheOp {
+    /// Purge cache records (all, or under a name).
+    Clear {
+        /// Clear only the exact name, not the subtree below it.
+        #[arg(long = "exact-name")]
+        exact_name: bool,
+        /// Only records of this type (requires --exact-name).
+        #[arg(long = "rr-type")]
+        rr_type: Option<String>,
+        /// How many records to clear in one go.
+        #[arg(long = "chunk-size", default_value_t = 100)]
+        chunk_size: u64,
+        /// The name to clear; the whole cache when omitted.
+        name: Option<String>,
+        /// Print JSON.
+        #[arg(long, conflicts_with = "yaml")]
+        json: bool,
+        /// Print YAML (the default).
+        #[arg(long)]
+        yaml: bool,
+    },
 }
 
 #[derive(Args)]
@@ -164,6 +204,87 @@ async fn execute(client: &ApiClient, command: Command) -> Result<(), client::Cli
         Command::Stop => {
             client.request("POST", "/stop", None).await?.ok()?;
         }
+        Command::Metrics { prometheus, file } => {
+            let path = if prometheus {
+                "/metrics/prometheus"
+            } else {
+                "/metrics/json"
+            };
+            let response = client.request("GET", path, None).await?;
+            if prometheus && response.status == 404 {
+                return Err(client::ClientError::Status {
+                    status: 404,
+                    body: "Prometheus is unavailable due to missing optional dependencies"
+                        .to_owned(),
+                });
+            }
+            let body = response.ok()?;
+            let text = if prometheus {
+                String::from_utf8_lossy(&body).into_owned()
+            } else {
+                let value: Value = serde_json::from_slice(&body)?;
+                format!("{}\n", serde_json::to_string_pretty(&value)?)
+            };
+            emit(&text, file.as_deref())?;
+        }
+        Command::Cache(CacheArgs { op: None }) => {
+            let _ = <Cli as clap::CommandFactory>::command()
+                .find_subcommand_mut("cache")
+                .map(|c| c.print_help());
+        }
+        Command::Cache(CacheArgs {
+            op:
+                Some(CacheOp::Clear {
+                    exact_name,
+                    rr_type,
+                    chunk_size,
+                    name,
+                    json,
+                    yaml: _,
+                }),
+        }) => {
+            let mut body = serde_json::Map::new();
+            if let Some(name) = name {
+                body.insert("name".into(), Value::String(name));
+            }
+            body.insert("exact-name".into(), Value::Bool(exact_name));
+            if let Some(t) = rr_type {
+                body.insert("rr-type".into(), Value::String(t));
+            }
+            body.insert("chunk-size".into(), Value::from(chunk_size));
+            let body = Value::Object(body);
+            // Validate locally first, like upstream: a bad request never reaches the resolver.
+            if let Err(errors) = crate::cache_clear::CacheClear::from_json(&body) {
+                return Err(client::ClientError::Invalid(errors.join("\n")));
+            }
+            let response = client
+                .request("POST", "/cache/clear", Some(serde_json::to_vec(&body)?))
+                .await?
+                .ok()?;
+            let value: Value = if response.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&response)?
+            };
+            let text = if json {
+                format!("{}\n", serde_json::to_string_pretty(&value)?)
+            } else {
+                to_yaml(&value)
+            };
+            print!("{text}");
+        }
+    }
+    Ok(())
+}
+
+/// Print `text`, or write it to `file` and say so.
+fn emit(text: &str, file: Option<&std::path::Path>) -> Result<(), client::ClientError> {
+    match file {
+        Some(f) => {
+            std::fs::write(f, text)?;
+            println!("saved to: {}", f.display());
+        }
+        None => print!("{text}"),
     }
     Ok(())
 }
