@@ -353,8 +353,8 @@ fn get(stats: &Value, section: &str, key: &str) -> Option<f64> {
 fn worker_families(sid: &str, stats: &Value) -> Option<Vec<String>> {
     let mut families = Vec::new();
     let mut cumulative = 0.0;
-    let mut hist = format!(
-        "# HELP resolver_response_latency Time it takes to respond to queries in seconds\n# TYPE resolver_response_latency histogram\n"
+    let mut hist = String::from(
+        "# HELP resolver_response_latency Time it takes to respond to queries in seconds\n# TYPE resolver_response_latency histogram\n",
     );
     for (kresd, prom) in BUCKETS_KRESD.iter().zip(BUCKETS_PROM) {
         cumulative += get(stats, "answer", kresd)?;
@@ -437,8 +437,16 @@ fn label(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// (name, help, type, value of one process) of a supervisor series.
+type SupervisorFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&supervisor::ProcessSnapshot) -> f64,
+);
+
 fn render_supervisor(out: &mut String, snapshot: &Snapshot) {
-    let families: [(&str, &str, &str, fn(&supervisor::ProcessSnapshot) -> f64); 3] = [
+    let families: [SupervisorFamily; 3] = [
         (
             "kres_supervisor_process_up",
             "1 if the supervised process is alive, otherwise 0",
