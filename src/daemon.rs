@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiState};
 use crate::config::{self, LoadedConfig};
-use crate::manager::task::{self, ManagerContext, ManagerExit};
+use crate::manager::task::{self, ManagerCommand, ManagerContext, ManagerExit};
 use crate::manager::Executables;
 
 /// The default configuration file, as upstream.
@@ -112,7 +112,7 @@ fn init_tracing(level: &str) {
         .try_init();
 }
 
-async fn serve(loaded: LoadedConfig, _files: Vec<PathBuf>) -> ExitCode {
+async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>) -> ExitCode {
     let started_at = std::time::Instant::now();
     let upward = UpwardNotifier::from_env();
     upward.status("Initializing");
@@ -137,6 +137,11 @@ async fn serve(loaded: LoadedConfig, _files: Vec<PathBuf>) -> ExitCode {
         }
     };
     let api_socket = loaded.model.management.unix_socket.clone();
+    let resolve_root = files
+        .first()
+        .and_then(|f| f.parent())
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     let (config_tx, config_rx) = watch::channel(Arc::new(loaded));
     let (command_tx, command_rx) = mpsc::channel(16);
     let (started_tx, mut started_rx) = watch::channel(false);
@@ -144,6 +149,7 @@ async fn serve(loaded: LoadedConfig, _files: Vec<PathBuf>) -> ExitCode {
     let ctx = ManagerContext {
         supervisor: sup.clone(),
         executables: Executables::discover(),
+        files,
         config: config_tx,
         commands: Arc::new(Mutex::new(command_rx)),
         started: started_tx,
@@ -188,8 +194,9 @@ async fn serve(loaded: LoadedConfig, _files: Vec<PathBuf>) -> ExitCode {
             config: config_rx,
             supervisor: sup.clone(),
             stop: stop.clone(),
-            manager: command_tx,
+            manager: command_tx.clone(),
             fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
+            resolve_root,
         };
         let router = api::app(state);
         let api_stop = stop.child_token();
@@ -222,7 +229,19 @@ async fn serve(loaded: LoadedConfig, _files: Vec<PathBuf>) -> ExitCode {
         loop {
             tokio::select! {
                 Some(sig) = signals.next() => match sig {
-                    SIGHUP => tracing::info!("SIGHUP received; reload is not implemented yet"),
+                    SIGHUP => {
+                        tracing::info!("SIGHUP received; reloading the configuration files");
+                        upward.reloading("Reloading");
+                        let (reply, result) = tokio::sync::oneshot::channel();
+                        if command_tx.send(ManagerCommand::Reload { force: false, reply }).await.is_ok() {
+                            // Signals keep being handled while the reload runs.
+                            let upward = upward.clone();
+                            tokio::spawn(async move {
+                                let _ = result.await;
+                                upward.ready("Ready");
+                            });
+                        }
+                    }
                     _ => {
                         tracing::info!(signal = sig, "stopping on signal");
                         break;

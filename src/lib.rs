@@ -7,6 +7,7 @@ pub mod cache_clear;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod etag;
 pub mod kresctl;
 pub mod lua;
 pub mod manager;

@@ -48,6 +48,35 @@ enum Command {
     },
     /// Stop the resolver (all its processes).
     Stop,
+    /// Reload the configuration files the resolver was started with.
+    Reload {
+        /// Restart the workers even when their configuration is unchanged.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Validate configuration files (locally, without a resolver).
+    Validate {
+        /// Also check that paths exist and have the right permissions.
+        #[arg(long)]
+        strict: bool,
+        /// The files, deep-merged in order.
+        #[arg(default_value = crate::daemon::DEFAULT_CONFIG)]
+        input_file: Vec<PathBuf>,
+    },
+    /// Print the JSON schema of the configuration.
+    Schema {
+        /// Ask the running resolver instead of generating it locally.
+        #[arg(short = 'l', long)]
+        live: bool,
+        /// Write the schema to this file instead.
+        file: Option<PathBuf>,
+    },
+    /// Show the supervised processes: name, kind, pid, state, uptime, readiness, restarts.
+    Processes {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the workers' metrics (JSON, or Prometheus text).
     Metrics {
         /// Print the Prometheus text exposition instead of JSON.
@@ -112,6 +141,20 @@ enum ConfigOp {
         /// Write the output to this file instead.
         file: Option<PathBuf>,
     },
+    /// Set the value at a JSON pointer (from the argument, a file it names, or stdin).
+    Set {
+        /// JSON pointer into the configuration (`/workers`).
+        #[arg(short = 'p', long = "path", default_value = "")]
+        path: String,
+        /// A JSON/YAML value, or a file holding one; read from stdin when omitted.
+        value_or_file: Option<String>,
+    },
+    /// Delete the value at a JSON pointer.
+    Delete {
+        /// JSON pointer into the configuration (`/local-data`).
+        #[arg(short = 'p', long = "path", default_value = "")]
+        path: String,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -120,6 +163,28 @@ pub fn main() -> ExitCode {
         let _ = <Cli as clap::CommandFactory>::command().print_help();
         return ExitCode::SUCCESS;
     };
+    // Local commands need no resolver.
+    match &command {
+        Command::Validate { strict, input_file } => {
+            return ExitCode::from(
+                u8::try_from(crate::config::validate_command(input_file, *strict)).unwrap_or(1),
+            );
+        }
+        Command::Schema { live: false, file } => {
+            let text = format!(
+                "{}\n",
+                serde_json::to_string_pretty(&crate::config::json_schema()).unwrap_or_default()
+            );
+            return match emit(&text, file.as_deref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+        _ => {}
+    }
     let target = match Target::discover(cli.socket.as_deref(), cli.config.as_deref()) {
         Ok(t) => t,
         Err(e) => {
@@ -204,6 +269,64 @@ async fn execute(client: &ApiClient, command: Command) -> Result<(), client::Cli
         Command::Stop => {
             client.request("POST", "/stop", None).await?.ok()?;
         }
+        Command::Reload { force } => {
+            let path = if force { "/reload/force" } else { "/reload" };
+            client.request("POST", path, None).await?.ok()?;
+        }
+        Command::Validate { .. } => unreachable!("handled locally"),
+        Command::Schema { live: _, file } => {
+            let body = client.request("GET", "/schema", None).await?.ok()?;
+            emit(&String::from_utf8_lossy(&body), file.as_deref())?;
+        }
+        Command::Processes { json } => {
+            let body = client.request("GET", "/processes", None).await?.ok()?;
+            let value: Value = serde_json::from_slice(&body)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&value)?);
+            } else {
+                print!("{}", processes_table(&value));
+            }
+        }
+        Command::Config(ConfigArgs {
+            op:
+                Some(ConfigOp::Set {
+                    path,
+                    value_or_file,
+                }),
+        }) => {
+            let text = match value_or_file {
+                Some(v) if std::path::Path::new(&v).is_file() => std::fs::read_to_string(&v)?,
+                Some(v) => v,
+                None => {
+                    use std::io::BufRead;
+                    eprint!("Type new configuration: ");
+                    let mut line = String::new();
+                    std::io::stdin().lock().read_line(&mut line)?;
+                    line
+                }
+            };
+            let value = crate::config::parse_document(&text, std::path::Path::new("value.yaml"))
+                .map_err(|e| client::ClientError::Invalid(e.to_string()))?;
+            let body = client
+                .request(
+                    "PUT",
+                    &format!("/v1/config{path}"),
+                    Some(serde_json::to_vec(&value)?),
+                )
+                .await?
+                .ok()?;
+            if !body.is_empty() {
+                println!("{}", String::from_utf8_lossy(&body));
+            }
+        }
+        Command::Config(ConfigArgs {
+            op: Some(ConfigOp::Delete { path }),
+        }) => {
+            client
+                .request("DELETE", &format!("/v1/config{path}"), None)
+                .await?
+                .ok()?;
+        }
         Command::Metrics { prometheus, file } => {
             let path = if prometheus {
                 "/metrics/prometheus"
@@ -275,6 +398,60 @@ async fn execute(client: &ApiClient, command: Command) -> Result<(), client::Cli
         }
     }
     Ok(())
+}
+
+/// The process table as an operator reads it: like `supervisorctl status`, plus readiness,
+/// restarts and the last exit.
+fn processes_table(value: &Value) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let age = |v: &Value| -> String {
+        match v.as_f64() {
+            Some(t) if now >= t => {
+                let s = (now - t) as u64;
+                format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+            }
+            _ => "-".to_owned(),
+        }
+    };
+    let mut out = format!(
+        "{:<16} {:<14} {:>8} {:<9} {:>10} {:>12} {:>8}  {}\n",
+        "NAME", "KIND", "PID", "STATE", "UPTIME", "READY-SINCE", "RESTARTS", "LAST EXIT"
+    );
+    for p in value.as_array().into_iter().flatten() {
+        let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
+        let pid = p
+            .get("pid")
+            .and_then(Value::as_i64)
+            .map(|x| x.to_string())
+            .unwrap_or_else(|| "-".into());
+        let last_exit = match p.get("last_exit") {
+            Some(Value::Object(m)) => {
+                if let Some(code) = m.get("code") {
+                    format!("exit {code}")
+                } else if let Some(sig) = m.get("signaled").and_then(|v| v.get("signal")) {
+                    format!("signal {sig}")
+                } else {
+                    "-".into()
+                }
+            }
+            _ => "-".into(),
+        };
+        out.push_str(&format!(
+            "{:<16} {:<14} {:>8} {:<9} {:>10} {:>12} {:>8}  {}\n",
+            s("name"),
+            s("kind"),
+            pid,
+            s("state"),
+            age(p.get("since").unwrap_or(&Value::Null)),
+            age(p.get("ready_at").unwrap_or(&Value::Null)),
+            p.get("restarts").and_then(Value::as_u64).unwrap_or(0),
+            last_exit
+        ));
+    }
+    out
 }
 
 /// Print `text`, or write it to `file` and say so.

@@ -16,7 +16,7 @@ use supervisor::{
 };
 
 use crate::config::{KresConfig, LoadedConfig, LogLevel};
-use crate::lua;
+use crate::{control, lua};
 pub use executables::Executables;
 
 /// How long a kresd may take between spawn and `READY=1` (upstream: 60 s).
@@ -47,6 +47,8 @@ pub fn worker_name(id: u32) -> String {
 }
 
 pub const GC_NAME: &str = "cache-gc";
+pub const CANARY_NAME: &str = "canary";
+pub const KIND_CANARY: &str = "canary";
 pub const POLICY_LOADER_NAME: &str = "policy-loader";
 
 /// Something went wrong while applying a configuration.
@@ -66,6 +68,50 @@ pub enum ApplyError {
     },
     #[error(transparent)]
     Supervisor(#[from] SupervisorError),
+    #[error("[{path}] cannot be changed at runtime; restart the resolver to change it")]
+    Immutable { path: &'static str },
+    #[error("the new configuration was rejected: a canary kresd {reason}{}", format_tail(.output))]
+    Canary { reason: String, output: Vec<String> },
+}
+
+fn format_tail(lines: &[String]) -> String {
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("; its last output:\n  {}", lines.join("\n  "))
+    }
+}
+
+/// The sections whose change requires new worker processes (upstream's "worker-relevant
+/// nodes"); `views` and `local-data` only need the policy-loader and a rules reset.
+fn workers_affected(old: &KresConfig, new: &KresConfig) -> bool {
+    old.nsid != new.nsid
+        || old.hostname != new.hostname
+        || old.workers != new.workers
+        || old.options != new.options
+        || old.network != new.network
+        || old.forward != new.forward
+        || old.fallback != new.fallback
+        || old.cache != new.cache
+        || old.dnssec != new.dnssec
+        || old.dns64 != new.dns64
+        || old.logging != new.logging
+        || old.monitoring != new.monitoring
+        || old.rate_limiting != new.rate_limiting
+        || old.defer != new.defer
+        || old.lua != new.lua
+}
+
+/// What one change did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// Workers were replaced one by one.
+    pub restarted: bool,
+    /// Running workers were told to reopen the rules database instead.
+    pub rules_reset: bool,
+    /// Workers started and stopped to match `workers`.
+    pub started: usize,
+    pub stopped: usize,
 }
 
 /// Owns the mapping from configuration to processes.
@@ -142,6 +188,208 @@ impl Manager {
         Ok(())
     }
 
+    /// Apply a new configuration: a canary worker proves it when workers are affected, the
+    /// policy-loader rebuilds the rules, then the workers are replaced one at a time (scaled to
+    /// the new count), or, when only policy changed, told to reopen the rules. Nothing is
+    /// changed when a step before the first restart fails. `force` restarts the workers even
+    /// when their configuration is unchanged.
+    pub async fn apply(
+        &mut self,
+        new: Arc<LoadedConfig>,
+        force: bool,
+    ) -> Result<ApplyReport, ApplyError> {
+        let old = self.current.model.clone();
+        let cfg = new.model.clone();
+        if old.rundir != cfg.rundir {
+            return Err(ApplyError::Immutable { path: "/rundir" });
+        }
+        if old.management != cfg.management {
+            return Err(ApplyError::Immutable {
+                path: "/management",
+            });
+        }
+        let restart = force || workers_affected(&old, &cfg);
+        let mut report = ApplyReport::default();
+        if restart {
+            if old.rate_limiting != cfg.rate_limiting {
+                let _ = std::fs::remove_file(cfg.rundir.join("ratelimiting"));
+            }
+            if old.workers != cfg.workers || old.defer != cfg.defer {
+                let _ = std::fs::remove_file(cfg.rundir.join("defer"));
+            }
+            self.canary(&cfg, old.workers.max(cfg.workers)).await?;
+        }
+        self.run_policy_loader(&cfg).await?;
+        if restart {
+            self.write_worker_configs(&cfg, cfg.workers)?;
+            let current: Vec<u32> = self.workers.clone();
+            // Scale down first, from the end, so the rolling restart touches fewer workers.
+            for id in current.iter().rev().filter(|id| **id >= cfg.workers) {
+                self.supervisor.remove(&worker_name(*id)).await?;
+                let _ = std::fs::remove_file(worker_config_path(&cfg.rundir, *id));
+                self.workers.retain(|w| w != id);
+                report.stopped += 1;
+            }
+            for id in self.workers.clone() {
+                let name = worker_name(id);
+                self.supervisor
+                    .restart(&name)
+                    .await
+                    .map_err(|source| ApplyError::Worker { name, source })?;
+            }
+            report.restarted = !self.workers.is_empty();
+            let missing: Vec<u32> = (0..cfg.workers)
+                .filter(|id| !self.workers.contains(id))
+                .collect();
+            let starts = missing.iter().map(|id| self.spawn_worker_task(&cfg, *id));
+            for result in futures_util::future::join_all(starts).await {
+                self.workers.push(result?);
+                report.started += 1;
+            }
+            self.workers.sort_unstable();
+        } else {
+            self.reset_rules().await;
+            report.rules_reset = true;
+            self.reload_tls_files(&cfg).await;
+        }
+        if old.cache.garbage_collector != cfg.cache.garbage_collector
+            || old.cache.storage != cfg.cache.storage
+            || old.logging != cfg.logging
+        {
+            self.replace_gc(&cfg).await?;
+        }
+        self.current = new;
+        if restart {
+            self.sync_tls_sticket_secret().await;
+        }
+        tracing::info!("Config applied successfully to all workers");
+        Ok(report)
+    }
+
+    /// Start one kresd with the new configuration and wait for its READY; it is removed
+    /// either way. Its failure rejects the configuration (upstream throws this verdict away).
+    async fn canary(&self, cfg: &KresConfig, instance: u32) -> Result<(), ApplyError> {
+        let conf = cfg.rundir.join("canary.conf");
+        write_file(&conf, &lua::render_worker(cfg))?;
+        let mut spec = self.worker_spec(cfg, instance);
+        spec.name = CANARY_NAME.to_owned();
+        spec.kind = KIND_CANARY.to_owned();
+        spec.restart = RestartPolicy::Never;
+        spec.argv[2] = conf.clone().into_os_string();
+        add_once(&self.supervisor, spec).await?;
+        let started = self.supervisor.start(CANARY_NAME).await;
+        let output = self
+            .supervisor
+            .output_tail(CANARY_NAME)
+            .await
+            .unwrap_or_default();
+        let _ = self.supervisor.remove(CANARY_NAME).await;
+        let _ = std::fs::remove_file(&conf);
+        match started {
+            Ok(_) => Ok(()),
+            Err(SupervisorError::StartFailed { reason, .. }) => Err(ApplyError::Canary {
+                reason: reason.to_string(),
+                output,
+            }),
+            Err(e) => Err(ApplyError::Canary {
+                reason: e.to_string(),
+                output,
+            }),
+        }
+    }
+
+    /// Tell every running worker to reopen the newest rules database.
+    async fn reset_rules(&self) {
+        let ids = self.running_workers();
+        for (id, result) in control::command_all(
+            &self.current.model.rundir,
+            &ids,
+            "require('ffi').C.kr_rules_reset()",
+        )
+        .await
+        {
+            match result {
+                Ok(v) if v == 0 => {}
+                Ok(v) => tracing::warn!(worker = id, result = %v, "rules reset failed"),
+                Err(e) => tracing::warn!(worker = id, "rules reset failed: {e}"),
+            }
+        }
+    }
+
+    /// Reload the TLS certificate and key in running workers (an unchanged config renewed).
+    async fn reload_tls_files(&self, cfg: &KresConfig) {
+        let (Some(cert), Some(key)) = (&cfg.network.tls.cert_file, &cfg.network.tls.key_file)
+        else {
+            return;
+        };
+        if !cert.exists() || !key.exists() {
+            return;
+        }
+        tracing::info!("TLS cert files reload triggered");
+        let expr = format!(
+            "net.tls({}, {})",
+            lua::quote_path(cert),
+            lua::quote_path(key)
+        );
+        for (id, result) in control::command_all(&cfg.rundir, &self.running_workers(), &expr).await
+        {
+            if let Err(e) = result {
+                tracing::warn!(worker = id, "TLS reload failed: {e}");
+            }
+        }
+    }
+
+    /// With several workers and no configured secret, give them all one random TLS
+    /// session-ticket secret so that resumption works across workers.
+    pub async fn sync_tls_sticket_secret(&self) {
+        let cfg = &self.current.model;
+        if cfg.workers < 2
+            || cfg.network.tls.sticket_secret.is_some()
+            || cfg.network.tls.sticket_secret_file.is_some()
+        {
+            return;
+        }
+        let secret = match random_hex(32) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot generate a TLS session-ticket secret: {e}");
+                return;
+            }
+        };
+        let expr = format!("net.tls_sticket_secret('{secret}')");
+        for (id, result) in control::command_all(&cfg.rundir, &self.running_workers(), &expr).await
+        {
+            match result {
+                Ok(serde_json::Value::Bool(true)) => {}
+                Ok(v) if v == 0 => {}
+                Ok(v) => {
+                    tracing::warn!(worker = id, result = %v, "setting the TLS session-ticket secret failed")
+                }
+                Err(e) => tracing::warn!(
+                    worker = id,
+                    "setting the TLS session-ticket secret failed: {e}"
+                ),
+            }
+        }
+    }
+
+    async fn replace_gc(&self, cfg: &KresConfig) -> Result<(), ApplyError> {
+        match self.supervisor.remove(GC_NAME).await {
+            Ok(_) | Err(SupervisorError::UnknownService(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if cfg.cache.garbage_collector.enable {
+            add_once(&self.supervisor, self.gc_spec(cfg)).await?;
+            self.supervisor.start(GC_NAME).await?;
+        }
+        Ok(())
+    }
+
+    /// Ids of workers that are running now.
+    fn running_workers(&self) -> Vec<u32> {
+        crate::metrics::running_worker_ids(&self.supervisor.snapshot())
+    }
+
     /// Worker ids the manager knows about.
     pub fn workers(&self) -> &[u32] {
         &self.workers
@@ -166,6 +414,7 @@ impl Manager {
             add_once(&self.supervisor, self.gc_spec(&cfg)).await?;
             self.supervisor.start(GC_NAME).await?;
         }
+        self.sync_tls_sticket_secret().await;
         Ok(())
     }
 
@@ -315,6 +564,14 @@ pub fn remove_generated_files(rundir: &Path) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
+}
+
+/// `n` random bytes from the kernel, as lowercase hex.
+fn random_hex(n: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Register a service unless a previous incarnation of the manager already did.

@@ -1,21 +1,54 @@
 //! The manager as a supervised task. The daemon runs one incarnation at a time; if it panics,
 //! the daemon starts a new one after a backoff. Processes never depend on the manager task:
 //! the supervisor keeps them running, and a new incarnation adopts them from its table, so DNS
-//! service is not interrupted.
+//! service is not interrupted. Commands (config changes, reloads) are processed one at a time,
+//! which serializes every change of the running configuration.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use supervisor::upward::UpwardNotifier;
 use supervisor::SupervisorHandle;
-use tokio::sync::{mpsc, watch, Mutex};
+use tokio::sync::{mpsc, oneshot, watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::LoadedConfig;
-use crate::manager::{ApplyError, Executables, Manager};
+use crate::config::{self, ConfigError, LoadedConfig};
+use crate::manager::{ApplyError, ApplyReport, Executables, Manager};
+
+/// Why a change was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// The configuration files could not be read or are invalid (reload).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The configuration is valid but cannot be applied (canary, policy-loader, immutable
+    /// sections); the running configuration is unchanged.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    #[error("the manager is restarting; try again")]
+    Unavailable,
+    /// The configuration changed since the change was computed (optimistic concurrency).
+    #[error("the configuration changed meanwhile")]
+    Conflict,
+}
+
+pub type ChangeReply = oneshot::Sender<Result<ApplyReport, ChangeError>>;
 
 /// Requests to the manager, from the API and the daemon.
 #[derive(Debug)]
 pub enum ManagerCommand {
+    /// Apply a validated configuration (API PUT/PATCH/DELETE). `base` is the ETag of the
+    /// document the change was computed from; if the current one differs, nothing happens and
+    /// the reply is `Conflict`.
+    Apply {
+        config: Box<LoadedConfig>,
+        base: Option<String>,
+        reply: ChangeReply,
+    },
+    /// Re-read the configuration files given on the command line and apply them.
+    Reload { force: bool, reply: ChangeReply },
+    /// Apply the current configuration again (policy-loader, rules reset, TLS reload).
+    Renew { force: bool, reply: ChangeReply },
     /// Fault injection (only when enabled at start-up): make this incarnation panic.
     Panic,
 }
@@ -25,6 +58,8 @@ pub enum ManagerCommand {
 pub struct ManagerContext {
     pub supervisor: SupervisorHandle,
     pub executables: Executables,
+    /// The configuration files given on the command line (for reloads).
+    pub files: Vec<PathBuf>,
     /// The configuration currently applied; the API reads it.
     pub config: watch::Sender<Arc<LoadedConfig>>,
     /// Commands; the receiver is handed from incarnation to incarnation.
@@ -47,7 +82,7 @@ pub enum ManagerExit {
     StartFailed(ApplyError),
 }
 
-/// One incarnation. `number` 0 starts everything; later ones adopt.
+/// One incarnation. The first one starts everything; later ones adopt.
 pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyError> {
     let config = ctx.config.borrow().clone();
     let mut manager = Manager::new(ctx.supervisor.clone(), ctx.executables.clone(), config);
@@ -67,12 +102,67 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
         manager.reconcile().await?;
     }
     let mut commands = ctx.commands.lock().await;
-    // One command at a time; more commands (reload, config changes) join this select.
-    tokio::select! {
-        () = ctx.stop.cancelled() => Ok(ManagerExit::Stopped),
-        command = commands.recv() => match command {
-            Some(ManagerCommand::Panic) => panic!("fault injection: manager task panic requested"),
-            None => Ok(ManagerExit::Stopped),
-        },
+    loop {
+        let command = tokio::select! {
+            () = ctx.stop.cancelled() => return Ok(ManagerExit::Stopped),
+            command = commands.recv() => match command {
+                Some(c) => c,
+                None => return Ok(ManagerExit::Stopped),
+            },
+        };
+        match command {
+            ManagerCommand::Apply {
+                config,
+                base,
+                reply,
+            } => {
+                let current = crate::etag::etag(&manager.config().raw);
+                let result = if base.is_some_and(|b| b != current) {
+                    Err(ChangeError::Conflict)
+                } else {
+                    apply(&ctx, &mut manager, Arc::new(*config), false).await
+                };
+                let _ = reply.send(result);
+            }
+            ManagerCommand::Reload { force, reply } => {
+                let result = match config::load_files(&ctx.files, true) {
+                    Ok(loaded) => apply(&ctx, &mut manager, Arc::new(loaded), force).await,
+                    Err(e) => {
+                        tracing::error!(
+                            "reload failed; the running configuration is unchanged: {e}"
+                        );
+                        Err(e.into())
+                    }
+                };
+                let _ = reply.send(result);
+            }
+            ManagerCommand::Renew { force, reply } => {
+                let current = manager.config().clone();
+                let result = apply(&ctx, &mut manager, current, force).await;
+                if result.is_ok() {
+                    tracing::info!("Renewing configuration has finished");
+                }
+                let _ = reply.send(result);
+            }
+            ManagerCommand::Panic => panic!("fault injection: manager task panic requested"),
+        }
+    }
+}
+
+async fn apply(
+    ctx: &ManagerContext,
+    manager: &mut Manager,
+    config: Arc<LoadedConfig>,
+    force: bool,
+) -> Result<ApplyReport, ChangeError> {
+    match manager.apply(config.clone(), force).await {
+        Ok(report) => {
+            ctx.config.send_replace(config);
+            Ok(report)
+        }
+        Err(e) => {
+            tracing::error!("configuration not applied: {e}");
+            Err(e.into())
+        }
     }
 }

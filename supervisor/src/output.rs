@@ -2,7 +2,9 @@
 //! that carry the child's name and pid. Lines are decoded lossily and cut at a bounded length,
 //! so no child can block on a full pipe or make us allocate without limit.
 
+use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex};
 
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
@@ -10,6 +12,12 @@ use tokio::net::unix::pipe;
 
 /// Longest line emitted as one event; longer ones are split.
 pub const MAX_LINE: usize = 4096;
+
+/// Lines kept per service for error reports (`SupervisorHandle::output_tail`).
+pub const TAIL_LINES: usize = 20;
+
+/// The last lines a service wrote, shared between its drain tasks and the actor.
+pub type Tail = Arc<Mutex<VecDeque<String>>>;
 
 /// Which stream a line came from.
 #[derive(Debug, Clone, Copy)]
@@ -28,7 +36,7 @@ impl Stream {
 }
 
 /// Drain `fd` until EOF (every writer, grandchildren included, has closed it).
-pub async fn drain(fd: OwnedFd, name: String, pid: Pid, stream: Stream) {
+pub async fn drain(fd: OwnedFd, name: String, pid: Pid, stream: Stream, tail: Tail) {
     if let Err(e) = crate::os::set_nonblocking(&fd) {
         tracing::warn!(name, pid = pid.as_raw(), error = %e, "cannot read child output");
         return;
@@ -54,24 +62,30 @@ pub async fn drain(fd: OwnedFd, name: String, pid: Pid, stream: Stream) {
         };
         for &b in &buf[..n] {
             if b == b'\n' {
-                emit(&name, pid, stream, &pending);
+                emit(&name, pid, stream, &pending, &tail);
                 pending.clear();
             } else {
                 pending.push(b);
                 if pending.len() >= MAX_LINE {
-                    emit(&name, pid, stream, &pending);
+                    emit(&name, pid, stream, &pending, &tail);
                     pending.clear();
                 }
             }
         }
     }
     if !pending.is_empty() {
-        emit(&name, pid, stream, &pending);
+        emit(&name, pid, stream, &pending, &tail);
     }
 }
 
-fn emit(name: &str, pid: Pid, stream: Stream, line: &[u8]) {
+fn emit(name: &str, pid: Pid, stream: Stream, line: &[u8], tail: &Tail) {
     let text = String::from_utf8_lossy(line);
     let text = text.trim_end_matches('\r');
     tracing::info!(target: "child", name, pid = pid.as_raw(), stream = stream.as_str(), "{text}");
+    if let Ok(mut t) = tail.lock() {
+        if t.len() >= TAIL_LINES {
+            t.pop_front();
+        }
+        t.push_back(text.to_owned());
+    }
 }

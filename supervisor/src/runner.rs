@@ -82,6 +82,10 @@ enum Command {
         reply: oneshot::Sender<ShutdownReport>,
     },
     KillAll,
+    Tail {
+        name: String,
+        reply: oneshot::Sender<Result<Vec<String>, SupervisorError>>,
+    },
 }
 
 /// How a shutdown went.
@@ -151,6 +155,12 @@ impl SupervisorHandle {
         self.ask(|reply| Command::Shutdown { reply }).await
     }
 
+    /// The last lines (up to `output::TAIL_LINES`) the service's current or last process wrote.
+    pub async fn output_tail(&self, name: &str) -> Result<Vec<String>, SupervisorError> {
+        let name = name.to_owned();
+        self.ask(|reply| Command::Tail { name, reply }).await?
+    }
+
     /// SIGKILL every live process group at once (a second SIGINT/SIGTERM).
     pub fn kill_all(&self) {
         let _ = self.commands.send(Command::KillAll);
@@ -193,6 +203,8 @@ struct Service {
     ready_wall: Option<SystemTime>,
     /// Last `STATUS=` the child sent.
     status_text: Option<String>,
+    /// The last lines of output of the current or last process.
+    tail: output::Tail,
 }
 
 /// The actor. Create with [`Supervisor::start`].
@@ -437,6 +449,17 @@ impl Supervisor {
                     self.begin_shutdown();
                 }
             }
+            Command::Tail { name, reply } => {
+                let result = match self.services.get(&name) {
+                    Some(svc) => Ok(svc
+                        .tail
+                        .lock()
+                        .map(|t| t.iter().cloned().collect())
+                        .unwrap_or_default()),
+                    None => Err(SupervisorError::UnknownService(name)),
+                };
+                let _ = reply.send(result);
+            }
             Command::KillAll => {
                 for (name, svc) in &mut self.services {
                     if let Some(pid) = svc.machine.pid() {
@@ -468,6 +491,7 @@ impl Supervisor {
                 since_wall: None,
                 ready_wall: None,
                 status_text: None,
+                tail: output::Tail::default(),
             },
         );
         Ok(())
@@ -571,18 +595,24 @@ impl Supervisor {
             Ok(spawned) => {
                 tracing::info!(name, pid = spawned.pid.as_raw(), "process spawned");
                 svc.status_text = None;
+                if let Ok(mut t) = svc.tail.lock() {
+                    t.clear();
+                }
                 let (n1, n2) = (name.to_owned(), name.to_owned());
+                let (t1, t2) = (svc.tail.clone(), svc.tail.clone());
                 self.output_tasks.spawn(output::drain(
                     spawned.stdout,
                     n1,
                     spawned.pid,
                     Stream::Stdout,
+                    t1,
                 ));
                 self.output_tasks.spawn(output::drain(
                     spawned.stderr,
                     n2,
                     spawned.pid,
                     Stream::Stderr,
+                    t2,
                 ));
                 Event::Spawned { pid: spawned.pid }
             }

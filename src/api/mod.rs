@@ -1,13 +1,16 @@
 //! The management HTTP API, served on a unix socket or TCP. One `app(state)` builds the
 //! router, so tests drive it without a socket; handlers read snapshots (the current config,
-//! the process table) and never lock the manager.
+//! the process table) and never lock the manager; changes go to the manager as commands.
+
+pub mod config;
+pub mod pointer;
 
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
@@ -16,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use supervisor::SupervisorHandle;
 
 use crate::config::LoadedConfig;
-use crate::manager::task::ManagerCommand;
+use crate::manager::task::{ChangeError, ManagerCommand};
 
 /// What the handlers can see and do.
 #[derive(Clone)]
@@ -31,13 +34,24 @@ pub struct ApiState {
     pub manager: mpsc::Sender<ManagerCommand>,
     /// Whether `POST /debug/panic-manager` is enabled (tests of manager recovery only).
     pub fault_injection: bool,
+    /// Relative paths in configurations sent to the API resolve against this directory (the
+    /// first configuration file's).
+    pub resolve_root: std::path::PathBuf,
 }
 
 pub fn app(state: ApiState) -> Router {
     Router::new()
         .route("/", get(root))
-        .route("/v1/config", get(config_get_root))
-        .route("/v1/config/{*pointer}", get(config_get))
+        .route("/v1/config", any(config::root))
+        .route("/v1/config/{*pointer}", any(config::at))
+        .route("/reload", post(|s| change(s, Change::Reload, false)))
+        .route("/reload/force", post(|s| change(s, Change::Reload, true)))
+        .route("/renew", post(|s| change(s, Change::Renew, false)))
+        .route("/renew/force", post(|s| change(s, Change::Renew, true)))
+        .route("/schema", get(schema))
+        .route("/schema/ui", get(schema_ui))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
         .route("/stop", post(stop))
         .route("/processes", get(processes_all))
         .route("/processes/{kind}", get(processes))
@@ -56,20 +70,76 @@ async fn root() -> Response {
     )
 }
 
-async fn config_get_root(State(state): State<ApiState>) -> Response {
-    let cfg = state.config.borrow().clone();
-    json_response(StatusCode::OK, &cfg.raw)
+#[derive(Clone, Copy)]
+enum Change {
+    Reload,
+    Renew,
 }
 
-async fn config_get(State(state): State<ApiState>, Path(pointer): Path<String>) -> Response {
-    let cfg = state.config.borrow().clone();
-    match cfg.raw.pointer(&format!("/{pointer}")) {
-        Some(v) => json_response(StatusCode::OK, v),
-        None => (
-            StatusCode::NOT_FOUND,
-            format!("no configuration at /{pointer}\n"),
+/// `POST /reload[/force]`, `/renew[/force]`: synchronous; an invalid file or a rejected
+/// configuration is an error response (upstream answers 200 and only logs).
+async fn change(State(state): State<ApiState>, kind: Change, force: bool) -> Response {
+    let (reply, result) = tokio::sync::oneshot::channel();
+    let command = match kind {
+        Change::Reload => ManagerCommand::Reload { force, reply },
+        Change::Renew => ManagerCommand::Renew { force, reply },
+    };
+    if state.manager.send(command).await.is_err() {
+        return config::change_error(ChangeError::Unavailable);
+    }
+    match result.await {
+        Ok(Ok(_)) => {
+            let text = match kind {
+                Change::Reload => "Reloading...",
+                Change::Renew => "Renewing configuration...",
+            };
+            (StatusCode::OK, text).into_response()
+        }
+        Ok(Err(e)) => config::change_error(e),
+        Err(_) => config::change_error(ChangeError::Unavailable),
+    }
+}
+
+async fn schema() -> Response {
+    let text = serde_json::to_string_pretty(&crate::config::json_schema()).unwrap_or_default();
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+        ],
+        text,
+    )
+        .into_response()
+}
+
+/// A self-contained page that renders `/schema` as a tree; no external site is involved.
+async fn schema_ui() -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        include_str!("schema_ui.html"),
+    )
+        .into_response()
+}
+
+async fn livez() -> Response {
+    (StatusCode::OK, "alive\n").into_response()
+}
+
+/// Ready when every configured worker is running and ready and we are not stopping.
+async fn readyz(State(state): State<ApiState>) -> Response {
+    let snapshot = state.supervisor.snapshot();
+    let wanted = state.config.borrow().model.workers as usize;
+    let ready = crate::metrics::running_worker_ids(&snapshot).len();
+    if !snapshot.shutting_down && ready >= wanted {
+        (StatusCode::OK, format!("ready: {ready}/{wanted} workers\n")).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {ready}/{wanted} workers\n"),
         )
-            .into_response(),
+            .into_response()
     }
 }
 
@@ -222,7 +292,7 @@ fn upstream_status(state: &str) -> &'static str {
     }
 }
 
-fn json_response(status: StatusCode, value: &Value) -> Response {
+pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response {
     match serde_json::to_vec_pretty(value) {
         Ok(body) => (status, [(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
