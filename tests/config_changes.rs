@@ -277,15 +277,6 @@ fn api_etags_preconditions_and_methods() {
         resp.text()
     );
     // Immutable sections.
-    let resp = put(
-        &r.http("GET", "/v1/config", b"")
-            .expect("GET")
-            .header("etag")
-            .unwrap_or("")
-            .to_owned(),
-        "\"x\"",
-    );
-    let _ = resp;
     let resp = r
         .http("PUT", "/v1/config/rundir", b"\"/tmp\"")
         .expect("PUT rundir");
