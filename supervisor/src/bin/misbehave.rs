@@ -13,7 +13,7 @@
 //! | `exit N` | exit with code N |
 //! | `die SIG` | send ourselves SIG (`TERM`, `KILL`, `SEGV`, … or a number) |
 //! | `ignore-term` | ignore SIGTERM (inherited by grandchildren forked afterwards) |
-//! | `kids K HOW` | fork K grandchildren; HOW is `group` or `+`-joined flags `setsid`, `orphan` (double fork: reparented to the subreaper at once), `stdout` (keep stdout/stderr open). Each reports `kid <pid>`, then blocks on the gate (or forever) and exits 0 |
+//! | `kids K HOW` | fork K grandchildren; HOW is `group` or `+`-joined flags `setsid`, `orphan` (double fork: reparented to the subreaper at once), `stdout` (keep stdout/stderr open), `forever` (ignore the gate). Each reports `kid <pid>`, then blocks on the gate (or forever) and exits 0 |
 //! | `flood MB STREAM` | write MB MiB to `stdout`/`stderr`, then report `flooded` |
 //! | `invalid-utf8` | write a line of invalid UTF-8 to stdout |
 //! | `long-line MB` | write one line of MB MiB to stdout |
@@ -22,7 +22,7 @@
 //! | `notify-garbage` | send malformed datagrams: empty, NUL, invalid UTF-8, no `=`, binary |
 //! | `notify-oversize` | send `READY=1` padded past 4096 bytes |
 //! | `notify-with-fd TEXT` | send TEXT with an open descriptor (of /dev/null) attached as SCM_RIGHTS |
-//! | `list-fds PATH` | write our open descriptors (`fd target` per line) and `SigBlk` to PATH |
+//! | `list-fds DIR` | write our open descriptors (`fd target` per line) and `SigBlk` to DIR/<pid> |
 //!
 //! Lines reported are short, so each write to the FIFO is atomic. The helper is
 //! single-threaded, so forking it is safe; forked grandchildren leave with `_exit`.
@@ -156,7 +156,10 @@ fn main() -> ExitCode {
                     .unwrap_or_else(|e| fail(&format!("open /dev/null: {e}")));
                 send_notify_with_fd(&text, passed.as_raw_fd());
             }
-            "list-fds" => list_fds(Path::new(&arg("path"))),
+            "list-fds" => {
+                let dir = PathBuf::from(arg("dir"));
+                list_fds(&dir.join(std::process::id().to_string()));
+            }
             other => fail(&format!("unknown verb {other:?}")),
         }
     }
@@ -210,7 +213,7 @@ impl Script {
     fn fork_kid(&self, how: &str) {
         let flags: Vec<&str> = how.split('+').collect();
         for f in &flags {
-            if !["group", "setsid", "orphan", "stdout"].contains(f) {
+            if !["group", "setsid", "orphan", "stdout", "forever"].contains(f) {
                 fail(&format!("kids: unknown flag {f:?}"));
             }
         }
@@ -250,6 +253,11 @@ impl Script {
             }
         }
         self.say(&format!("kid {}", std::process::id()));
+        if flags.contains(&"forever") {
+            loop {
+                nix::unistd::pause();
+            }
+        }
         self.wait_gate();
         // SAFETY: _exit is always safe.
         unsafe { nix::libc::_exit(0) }
