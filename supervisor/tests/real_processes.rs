@@ -327,6 +327,7 @@ fn mkfifo(path: &Path) {
 
 /// Run one scenario with its own supervisor, logs and scratch directory, then check and clean
 /// up as the module comment says. `filter` selects the captured logs (`child=off` for floods).
+/// The logs are printed when the scenario fails, or always with `SHOW_LOGS=1`.
 fn scenario(filter: &str, body: impl AsyncFnOnce(&mut Env)) {
     let _serial: MutexGuard<()> = ONE_SUPERVISOR_AT_A_TIME
         .lock()
@@ -414,7 +415,7 @@ fn scenario(filter: &str, body: impl AsyncFnOnce(&mut Env)) {
     }
     kill_and_reap_descendants();
     let _ = std::fs::remove_dir_all(&dir);
-    if outcome.is_err() || !problems.is_empty() {
+    if outcome.is_err() || !problems.is_empty() || std::env::var_os("SHOW_LOGS").is_some() {
         eprintln!("---- supervisor logs ----\n{}", logs.text());
     }
     if let Err(panic) = outcome {
@@ -573,7 +574,10 @@ fn the_start_limit_fails_a_crash_loop_and_an_explicit_start_clears_it() {
         let again = env.reported_pid("pid ").await;
         env.wait_state("svc", "restarted", |p| p.pid == Some(again))
             .await;
-        assert_eq!(env.sup.stop("svc").await.expect("stop"), signaled(Signal::SIGTERM));
+        assert_eq!(
+            env.sup.stop("svc").await.expect("stop"),
+            signaled(Signal::SIGTERM)
+        );
     });
 }
 
@@ -607,7 +611,14 @@ fn restart_and_remove_commands() {
 #[test]
 fn ready_sent_late_is_awaited() {
     scenario("debug,child=info", async |env| {
-        let verbs = ["notify", "STATUS=warming up", "wait", "notify", "READY=1", "wait"];
+        let verbs = [
+            "notify",
+            "STATUS=warming up",
+            "wait",
+            "notify",
+            "READY=1",
+            "wait",
+        ];
         let spec = env.notify_spec("svc", &verbs, TIMEOUT);
         env.sup.add(spec, Vec::new()).await.expect("add");
         let sup = env.sup.clone();
@@ -695,7 +706,9 @@ fn ready_sent_right_before_exiting_is_attributed() {
         // process may be gone by the time the supervisor looks.
         let pid = env.sup.start("job").await.expect("start");
         assert_eq!(env.reported_pid("pid ").await, pid.as_raw());
-        let p = env.wait_state("job", "exited", |p| p.state == "exited").await;
+        let p = env
+            .wait_state("job", "exited", |p| p.state == "exited")
+            .await;
         assert_eq!(p.last_exit, code(0));
     });
 }
@@ -726,10 +739,16 @@ fn ready_from_a_grandchild_is_ignored() {
                 p.status_text.as_deref() == Some("kid has sent")
             })
             .await;
-        assert_eq!(p.state, "starting", "READY=1 from pid {kid} was not ignored");
+        assert_eq!(
+            p.state, "starting",
+            "READY=1 from pid {kid} was not ignored"
+        );
         assert_eq!(p.ready_at, None);
         assert!(!start.is_finished());
-        assert_eq!(env.sup.stop("svc").await.expect("stop"), signaled(Signal::SIGTERM));
+        assert_eq!(
+            env.sup.stop("svc").await.expect("stop"),
+            signaled(Signal::SIGTERM)
+        );
         assert!(matches!(
             start.await.expect("join"),
             Err(SupervisorError::StoppedWhileStarting { .. })
@@ -766,7 +785,9 @@ fn garbage_oversize_and_fd_carrying_notifications_do_not_break_the_socket() {
         env.logs
             .wait_for_line(&["dropping oversize or truncated notification"])
             .await;
-        env.logs.wait_for_line(&["ignoring malformed notification"]).await;
+        env.logs
+            .wait_for_line(&["ignoring malformed notification"])
+            .await;
         env.release_one();
         let ready = start.await.expect("join").expect("start");
         assert_eq!(ready.as_raw(), pid);
@@ -783,9 +804,7 @@ fn open_fds_to(target: &str) -> usize {
     std::fs::read_dir("/proc/self/fd")
         .map(|d| {
             d.flatten()
-                .filter(|e| {
-                    std::fs::read_link(e.path()).is_ok_and(|t| t == Path::new(target))
-                })
+                .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == Path::new(target)))
                 .count()
         })
         .unwrap_or(0)
@@ -798,12 +817,23 @@ fn open_fds_to(target: &str) -> usize {
 #[test]
 fn sigterm_ignored_escalates_to_sigkill_of_the_whole_group() {
     scenario("debug,child=info", async |env| {
-        let verbs = ["ignore-term", "kids", "2", "group", "notify", "READY=1", "wait"];
+        let verbs = [
+            "ignore-term",
+            "kids",
+            "2",
+            "group",
+            "notify",
+            "READY=1",
+            "wait",
+        ];
         let mut spec = env.notify_spec("svc", &verbs, TIMEOUT);
         spec.stop.timeout = ms(200);
         env.sup.add(spec, Vec::new()).await.expect("add");
         env.sup.start("svc").await.expect("start");
-        let kids = [env.reported_pid("kid ").await, env.reported_pid("kid ").await];
+        let kids = [
+            env.reported_pid("kid ").await,
+            env.reported_pid("kid ").await,
+        ];
         assert_eq!(
             env.sup.stop("svc").await.expect("stop"),
             signaled(Signal::SIGKILL)
@@ -835,7 +865,9 @@ fn grandchildren_in_the_group_die_with_a_process_that_exits() {
         // The main process exits; its grandchildren would run forever (holding its stdout)
         // if the supervisor did not sweep the group.
         env.release_one();
-        let p = env.wait_state("svc", "exited", |p| p.state == "exited").await;
+        let p = env
+            .wait_state("svc", "exited", |p| p.state == "exited")
+            .await;
         assert_eq!(p.last_exit, code(0));
         env.logs
             .wait_for_line(&["process exited", &format!("pid={main} ")])
@@ -855,11 +887,17 @@ fn orphaned_grandchildren_in_their_own_session_are_reaped_by_us() {
         let spec = env.notify_spec("svc", &verbs, TIMEOUT);
         env.sup.add(spec, Vec::new()).await.expect("add");
         env.sup.start("svc").await.expect("start");
-        let kids = [env.reported_pid("kid ").await, env.reported_pid("kid ").await];
+        let kids = [
+            env.reported_pid("kid ").await,
+            env.reported_pid("kid ").await,
+        ];
         let me = std::process::id() as i32;
         for kid in kids {
             let stat = proc_stat(kid).expect("orphan alive");
-            assert_eq!(stat.ppid, me, "orphan {kid} was not reparented to the subreaper");
+            assert_eq!(
+                stat.ppid, me,
+                "orphan {kid} was not reparented to the subreaper"
+            );
         }
         // Stopping the service signals its group only: orphans in another session survive,
         // as they would under any supervisor without cgroups.
@@ -906,7 +944,14 @@ fn flooding_stdout_and_stderr_never_blocks_the_child() {
 #[test]
 fn invalid_utf8_and_huge_lines_are_logged_lossily_in_bounded_pieces() {
     scenario("debug,child=info", async |env| {
-        let verbs = ["invalid-utf8", "long-line", "1", "notify", "READY=1", "wait"];
+        let verbs = [
+            "invalid-utf8",
+            "long-line",
+            "1",
+            "notify",
+            "READY=1",
+            "wait",
+        ];
         let spec = env.notify_spec("svc", &verbs, TIMEOUT);
         env.sup.add(spec, Vec::new()).await.expect("add");
         env.sup.start("svc").await.expect("start");
@@ -971,8 +1016,7 @@ fn one_shot_jobs_report_how_they_ended() {
 fn children_inherit_only_stdio_and_the_descriptors_passed_on_purpose() {
     scenario("debug,child=info", async |env| {
         // A descriptor we pass on purpose, and one we do not (close-on-exec, as std opens).
-        let (passed_r, _passed_w) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+        let (passed_r, _passed_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
         let _not_passed = std::fs::File::open("/dev/null").expect("open");
         use std::os::fd::AsRawFd;
         let passed = passed_r.as_raw_fd();
@@ -1012,7 +1056,11 @@ fn shutdown_stops_everything_in_parallel() {
             env.sup.add(spec, Vec::new()).await.expect("add");
             env.sup.start(name).await.expect("start");
         }
-        let mut slow = env.notify_spec("slow", &["ignore-term", "notify", "READY=1", "wait"], TIMEOUT);
+        let mut slow = env.notify_spec(
+            "slow",
+            &["ignore-term", "notify", "READY=1", "wait"],
+            TIMEOUT,
+        );
         slow.stop.timeout = ms(300);
         env.sup.add(slow, Vec::new()).await.expect("add");
         env.sup.start("slow").await.expect("start");
@@ -1062,7 +1110,10 @@ fn shutdown_refuses_new_work_and_kill_all_kills_at_once() {
         .expect("all stopping")
         .expect("supervisor alive");
         assert_eq!(env.sup.start("a").await, Err(SupervisorError::ShuttingDown));
-        assert_eq!(env.sup.restart("b").await, Err(SupervisorError::ShuttingDown));
+        assert_eq!(
+            env.sup.restart("b").await,
+            Err(SupervisorError::ShuttingDown)
+        );
         let job = env.spec("job", &["exit", "0"]);
         assert_eq!(env.sup.run(job).await, Err(SupervisorError::ShuttingDown));
         env.sup.kill_all();

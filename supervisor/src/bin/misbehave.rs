@@ -325,7 +325,10 @@ fn list_fds(path: &Path) {
         if target == own_dir {
             continue;
         }
-        text.push_str(&format!("{} {target}\n", entry.file_name().to_string_lossy()));
+        text.push_str(&format!(
+            "{} {target}\n",
+            entry.file_name().to_string_lossy()
+        ));
     }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     if let Some(line) = status.lines().find(|l| l.starts_with("SigBlk:")) {
