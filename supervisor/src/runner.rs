@@ -207,6 +207,10 @@ pub struct Supervisor {
     shutting_down: bool,
     rng: u64,
     output_tasks: TaskTracker,
+    /// Process groups whose leader we reaped and swept with SIGKILL, while members may still
+    /// be dying. Shutdown waits until they are empty, so that nothing of a service outlives
+    /// the supervisor and every member is reaped here rather than left a zombie.
+    lingering_groups: Vec<Pid>,
 }
 
 impl Supervisor {
@@ -236,6 +240,7 @@ impl Supervisor {
             shutting_down: false,
             rng: seed | 1,
             output_tasks: TaskTracker::new(),
+            lingering_groups: Vec::new(),
         };
         let join = tokio::spawn(sup.run());
         Ok((
@@ -270,7 +275,7 @@ impl Supervisor {
                 () = sleep_until_opt(wake) => self.on_timer(),
             }
             self.publish();
-            if self.shutting_down && self.all_down() {
+            if self.shutting_down && self.all_down() && self.lingering_groups.is_empty() {
                 break;
             }
         }
@@ -351,8 +356,10 @@ impl Supervisor {
             match os::reap_one() {
                 Ok(Some((pid, status))) => match self.service_of(pid) {
                     Some(name) => {
-                        // Sweep what may remain of its process group (forked helpers).
+                        // Sweep what may remain of its process group (forked helpers). The
+                        // members die asynchronously; remember the group until it is empty.
                         let _ = os::signal_group(pid, Signal::SIGKILL);
+                        self.lingering_groups.push(pid);
                         tracing::info!(name, pid = pid.as_raw(), %status, "process exited");
                         self.feed(&name, Event::Exited { pid, status });
                     }
@@ -367,6 +374,10 @@ impl Supervisor {
                 }
             }
         }
+        // A group is empty once its last member was reaped: the members are reparented to us
+        // (we are a subreaper or PID 1), so their SIGCHLD brings us back here.
+        self.lingering_groups
+            .retain(|&group| os::group_exists(group));
     }
 
     fn on_timer(&mut self) {

@@ -881,6 +881,26 @@ fn grandchildren_in_the_group_die_with_a_process_that_exits() {
 }
 
 #[test]
+fn shutdown_ends_only_once_the_group_of_an_exited_process_is_reaped() {
+    scenario("debug,child=info", async |env| {
+        // Grandchildren that take a while to die: 512 MiB each for the kernel to tear down.
+        let verbs = ["kids", "2", "group+forever+hog", "wait", "exit", "0"];
+        let mut spec = env.spec("svc", &verbs);
+        spec.restart = RestartPolicy::Never;
+        env.sup.add(spec, Vec::new()).await.expect("add");
+        env.sup.start("svc").await.expect("start");
+        env.reported_pid("kid ").await;
+        env.reported_pid("kid ").await;
+        // The main process exits; the supervisor sweeps its group with SIGKILL. The harness
+        // shuts down right after: shutdown must wait for the dying grandchildren and reap
+        // them, or they would outlive the supervisor (as zombies of the test process).
+        env.release_one();
+        env.wait_state("svc", "exited", |p| p.state == "exited")
+            .await;
+    });
+}
+
+#[test]
 fn orphaned_grandchildren_in_their_own_session_are_reaped_by_us() {
     scenario("debug,child=info", async |env| {
         let verbs = ["kids", "2", "setsid+orphan", "notify", "READY=1", "wait"];

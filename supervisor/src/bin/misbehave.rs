@@ -13,7 +13,7 @@
 //! | `exit N` | exit with code N |
 //! | `die SIG` | send ourselves SIG (`TERM`, `KILL`, `SEGV`, … or a number) |
 //! | `ignore-term` | ignore SIGTERM (inherited by grandchildren forked afterwards) |
-//! | `kids K HOW` | fork K grandchildren; HOW is `group` or `+`-joined flags `setsid`, `orphan` (double fork: reparented to the subreaper at once), `stdout` (keep stdout/stderr open), `forever` (ignore the gate). Each reports `kid <pid>`, then blocks on the gate (or forever) and exits 0 |
+//! | `kids K HOW` | fork K grandchildren; HOW is `group` or `+`-joined flags `setsid`, `orphan` (double fork: reparented to the subreaper at once), `stdout` (keep stdout/stderr open), `forever` (ignore the gate), `hog` (touch 512 MiB first, so that dying takes a while). Each reports `kid <pid>`, then blocks on the gate (or forever) and exits 0 |
 //! | `flood MB STREAM` | write MB MiB to `stdout`/`stderr`, then report `flooded` |
 //! | `invalid-utf8` | write a line of invalid UTF-8 to stdout |
 //! | `long-line MB` | write one line of MB MiB to stdout |
@@ -213,7 +213,7 @@ impl Script {
     fn fork_kid(&self, how: &str) {
         let flags: Vec<&str> = how.split('+').collect();
         for f in &flags {
-            if !["group", "setsid", "orphan", "stdout", "forever"].contains(f) {
+            if !["group", "setsid", "orphan", "stdout", "forever", "hog"].contains(f) {
                 fail(&format!("kids: unknown flag {f:?}"));
             }
         }
@@ -252,6 +252,8 @@ impl Script {
                 let _ = nix::unistd::dup2_stderr(&null);
             }
         }
+        // Kept until we die: the kernel then has 512 MiB to tear down.
+        let _hog = flags.contains(&"hog").then(|| vec![1u8; 512 << 20]);
         self.say(&format!("kid {}", std::process::id()));
         if flags.contains(&"forever") {
             loop {
