@@ -301,7 +301,7 @@ impl Env {
             let mut fds = BTreeSet::new();
             for line in text.lines() {
                 if let Some(mask) = line.strip_prefix("SigBlk:") {
-                    if mask.trim().trim_start_matches('0') != "" {
+                    if !mask.trim().trim_start_matches('0').is_empty() {
                         problems.push(format!("helper {name} started with blocked signals {mask}"));
                     }
                 } else if let Some(fd) = line.split(' ').next().and_then(|f| f.parse().ok()) {

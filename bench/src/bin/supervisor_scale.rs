@@ -11,7 +11,6 @@
 //!        cargo run --release -p bench --bin supervisor_scale [RUNS]
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -109,7 +108,7 @@ fn drive(runs: usize) -> Result<()> {
 /// one is ready, then measure our own resident memory and stop them.
 fn one_run(n: usize) -> Result<Sample> {
     let helper = our_binary("misbehave")?;
-    let dir = PathBuf::from(std::env::temp_dir())
+    let dir = std::env::temp_dir()
         .join(format!("supervisor-scale-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     // The same runtime the daemon uses: current-thread.
