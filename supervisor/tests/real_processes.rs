@@ -582,6 +582,33 @@ fn the_start_limit_fails_a_crash_loop_and_an_explicit_start_clears_it() {
 }
 
 #[test]
+fn a_program_that_cannot_be_spawned_hits_the_start_limit() {
+    scenario("debug,child=info", async |env| {
+        let mut spec = env.spec("svc", &[]);
+        spec.argv = vec!["/nonexistent/program".into()];
+        spec.start_limit = StartLimit {
+            burst: 2,
+            interval: Duration::from_secs(600),
+        };
+        env.sup.add(spec, Vec::new()).await.expect("add");
+        match env.sup.start("svc").await {
+            Err(SupervisorError::StartFailed { reason, .. }) => assert!(
+                matches!(reason, supervisor::machine::FailReason::SpawnFailed { .. }),
+                "{reason:?}"
+            ),
+            other => panic!("expected a spawn failure, got {other:?}"),
+        }
+        // Failed spawns are start attempts too: two retries, then the service fails instead
+        // of retrying forever.
+        let p = env
+            .wait_state("svc", "failed", |p| p.state == "failed")
+            .await;
+        assert_eq!(p.failure.as_deref(), Some("start limit hit"));
+        assert_eq!(p.restarts, 2);
+    });
+}
+
+#[test]
 fn restart_and_remove_commands() {
     scenario("debug,child=info", async |env| {
         let spec = env.notify_spec("svc", &["notify", "READY=1", "wait"], TIMEOUT);

@@ -108,8 +108,7 @@ fn drive(runs: usize) -> Result<()> {
 /// one is ready, then measure our own resident memory and stop them.
 fn one_run(n: usize) -> Result<Sample> {
     let helper = our_binary("misbehave")?;
-    let dir = std::env::temp_dir()
-        .join(format!("supervisor-scale-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("supervisor-scale-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     // The same runtime the daemon uses: current-thread.
     let runtime = tokio::runtime::Builder::new_current_thread()
