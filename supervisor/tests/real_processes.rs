@@ -784,6 +784,33 @@ fn ready_from_a_grandchild_is_ignored() {
 }
 
 #[test]
+fn a_child_flooding_the_notify_socket_cannot_starve_the_supervisor() {
+    scenario("info,child=info", async |env| {
+        let verbs = ["notify", "READY=1", "notify-flood", "STATUS=spam"];
+        let spammers = ["spam", "spam2", "spam3"];
+        for name in spammers {
+            let spec = env.notify_spec(name, &verbs, TIMEOUT);
+            env.sup.add(spec, Vec::new()).await.expect("add");
+            env.sup.start(name).await.expect("start");
+            env.wait_state(name, "spamming", |p| p.status_text.as_deref() == Some("spam"))
+                .await;
+        }
+        // While the flood goes on, commands are served and other children are reaped.
+        let mut job = env.spec("job", &["exit", "0"]);
+        job.restart = RestartPolicy::Never;
+        let ran = tokio::time::timeout(TIMEOUT, env.sup.run(job)).await;
+        assert_eq!(ran, Ok(Ok(ExitStatus::Code(0))), "starved by the flood");
+        for name in spammers {
+            let stopped = tokio::time::timeout(TIMEOUT, env.sup.stop(name)).await;
+            assert_eq!(stopped, Ok(Ok(signaled(Signal::SIGTERM))), "{name}");
+        }
+        for _ in 0..4 {
+            env.reported_pid("pid ").await;
+        }
+    });
+}
+
+#[test]
 fn garbage_oversize_and_fd_carrying_notifications_do_not_break_the_socket() {
     scenario("debug,child=info", async |env| {
         let verbs = [

@@ -18,6 +18,7 @@
 //! | `invalid-utf8` | write a line of invalid UTF-8 to stdout |
 //! | `long-line MB` | write one line of MB MiB to stdout |
 //! | `notify TEXT` | send TEXT to `$NOTIFY_SOCKET` (`\n` in TEXT becomes a newline) |
+//! | `notify-flood TEXT` | send TEXT to `$NOTIFY_SOCKET` over and over, forever |
 //! | `notify-from-kid TEXT` | fork a grandchild that sends TEXT and exits at once; wait for it |
 //! | `notify-garbage` | send malformed datagrams: empty, NUL, invalid UTF-8, no `=`, binary |
 //! | `notify-oversize` | send `READY=1` padded past 4096 bytes |
@@ -114,6 +115,18 @@ fn main() -> ExitCode {
                 let _ = out.flush();
             }
             "notify" => send_notify(&unescape(&arg("text"))),
+            "notify-flood" => {
+                let text = unescape(&arg("text"));
+                let sock =
+                    UnixDatagram::unbound().unwrap_or_else(|e| fail(&format!("socket: {e}")));
+                let path = notify_socket();
+                loop {
+                    // Blocks while the receiver's queue is full: as fast as it can take them.
+                    if let Err(e) = sock.send_to(&text, &path) {
+                        fail(&format!("send to NOTIFY_SOCKET: {e}"));
+                    }
+                }
+            }
             "notify-from-kid" => {
                 let text = unescape(&arg("text"));
                 // SAFETY: we are single-threaded, so the child may run any code; it leaves
