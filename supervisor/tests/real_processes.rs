@@ -792,8 +792,10 @@ fn a_child_flooding_the_notify_socket_cannot_starve_the_supervisor() {
             let spec = env.notify_spec(name, &verbs, TIMEOUT);
             env.sup.add(spec, Vec::new()).await.expect("add");
             env.sup.start(name).await.expect("start");
-            env.wait_state(name, "spamming", |p| p.status_text.as_deref() == Some("spam"))
-                .await;
+            env.wait_state(name, "spamming", |p| {
+                p.status_text.as_deref() == Some("spam")
+            })
+            .await;
         }
         // While the flood goes on, commands are served and other children are reaped.
         let mut job = env.spec("job", &["exit", "0"]);
@@ -1114,6 +1116,35 @@ fn children_inherit_only_stdio_and_the_descriptors_passed_on_purpose() {
         assert_eq!(fds_of(&listing(b)), BTreeSet::from([0, 1, 2]));
         // The harness allows `passed` in every helper, which is why b is checked here.
         env.reported_pid("pid ").await;
+        env.reported_pid("pid ").await;
+    });
+}
+
+#[test]
+fn children_get_exactly_the_environment_of_their_spec() {
+    scenario("debug,child=info", async |env| {
+        let envdir = env.dir.join("env");
+        std::fs::create_dir_all(&envdir).expect("env dir");
+        let verbs = [
+            "list-env",
+            envdir.to_str().expect("utf-8"),
+            "notify",
+            "READY=1",
+            "wait",
+        ];
+        let mut spec = env.notify_spec("svc", &verbs, TIMEOUT);
+        spec.env = vec![
+            ("FOO".into(), "bar".into()),
+            // Ours to set for a notify service: it cannot point its notifications elsewhere.
+            ("NOTIFY_SOCKET".into(), "/somewhere/else".into()),
+        ];
+        env.sup.add(spec, Vec::new()).await.expect("add");
+        let pid = env.sup.start("svc").await.expect("start");
+        let text = std::fs::read_to_string(envdir.join(pid.to_string())).expect("env listing");
+        let got: BTreeSet<&str> = text.lines().collect();
+        // Nothing of the test process's environment (CARGO_*, PATH, HOME …) is inherited.
+        let socket = format!("NOTIFY_SOCKET={}", env.dir.join("notify.sock").display());
+        assert_eq!(got, BTreeSet::from(["FOO=bar", socket.as_str()]));
         env.reported_pid("pid ").await;
     });
 }

@@ -23,6 +23,7 @@
 //! | `notify-garbage` | send malformed datagrams: empty, NUL, invalid UTF-8, no `=`, binary |
 //! | `notify-oversize` | send `READY=1` padded past 4096 bytes |
 //! | `notify-with-fd TEXT` | send TEXT with an open descriptor (of /dev/null) attached as SCM_RIGHTS |
+//! | `list-env DIR` | write our environment (`KEY=VALUE` per line) to DIR/<pid> |
 //! | `list-fds DIR` | write our open descriptors (`fd target` per line) and `SigBlk` to DIR/<pid> |
 //!
 //! Lines reported are short, so each write to the FIFO is atomic. The helper is
@@ -168,6 +169,20 @@ fn main() -> ExitCode {
                 let passed = std::fs::File::open("/dev/null")
                     .unwrap_or_else(|e| fail(&format!("open /dev/null: {e}")));
                 send_notify_with_fd(&text, passed.as_raw_fd());
+            }
+            "list-env" => {
+                let dir = PathBuf::from(arg("dir"));
+                let mut text = String::new();
+                for (k, v) in std::env::vars_os() {
+                    text.push_str(&format!(
+                        "{}={}\n",
+                        k.to_string_lossy(),
+                        v.to_string_lossy()
+                    ));
+                }
+                if let Err(e) = std::fs::write(dir.join(std::process::id().to_string()), text) {
+                    fail(&format!("list-env: {e}"));
+                }
             }
             "list-fds" => {
                 let dir = PathBuf::from(arg("dir"));
