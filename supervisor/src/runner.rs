@@ -537,6 +537,11 @@ impl Supervisor {
                         if let Err(e) = os::signal_group(pid, signal) {
                             tracing::warn!(name, pid = pid.as_raw(), error = %e, "cannot signal process group");
                         }
+                        // Like systemd: a stopped process would leave the stop signal pending
+                        // until the SIGKILL; SIGCONT lets it handle the signal now.
+                        if signal != Signal::SIGKILL && signal != Signal::SIGCONT {
+                            let _ = os::signal_group(pid, Signal::SIGCONT);
+                        }
                         if signal == Signal::SIGKILL {
                             if let Some(svc) = self.services.get_mut(name) {
                                 if self.shutting_down {

@@ -871,6 +871,23 @@ fn open_fds_to(target: &str) -> usize {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+fn a_stopped_process_is_continued_so_that_it_can_handle_sigterm() {
+    scenario("debug,child=info", async |env| {
+        let verbs = ["trap-term", "notify", "READY=1", "stop-me", "wait"];
+        let mut spec = env.notify_spec("svc", &verbs, TIMEOUT);
+        spec.stop.timeout = Duration::from_secs(5);
+        env.sup.add(spec, Vec::new()).await.expect("add");
+        env.sup.start("svc").await.expect("start");
+        env.report("stopped").await;
+        // SIGTERM alone would stay pending in a stopped process until the SIGKILL; like
+        // systemd, the supervisor follows the stop signal with SIGCONT, so the handler runs
+        // and the process exits cleanly.
+        assert_eq!(env.sup.stop("svc").await.expect("stop"), code(0));
+        env.reported_pid("pid ").await;
+    });
+}
+
+#[test]
 fn sigterm_ignored_escalates_to_sigkill_of_the_whole_group() {
     scenario("debug,child=info", async |env| {
         let verbs = [

@@ -12,6 +12,8 @@
 //! | `sleep MS` | sleep (a delay the test does not order by: "ready late", "exit after T") |
 //! | `exit N` | exit with code N |
 //! | `die SIG` | send ourselves SIG (`TERM`, `KILL`, `SEGV`, … or a number) |
+//! | `trap-term` | exit 0 from a SIGTERM handler (a graceful stop, as kresd does) |
+//! | `stop-me` | have a grandchild SIGSTOP us and report `stopped`; we go on once continued |
 //! | `ignore-term` | ignore SIGTERM (inherited by grandchildren forked afterwards) |
 //! | `kids K HOW` | fork K grandchildren; HOW is `group` or `+`-joined flags `setsid`, `orphan` (double fork: reparented to the subreaper at once), `stdout` (keep stdout/stderr open), `forever` (ignore the gate), `hog` (touch 512 MiB first, so that dying takes a while). Each reports `kid <pid>`, then blocks on the gate (or forever) and exits 0 |
 //! | `flood MB STREAM` | write MB MiB to `stdout`/`stderr`, then report `flooded` |
@@ -80,6 +82,37 @@ fn main() -> ExitCode {
                 let _ = unsafe { signal::signal(sig, SigHandler::SigDfl) };
                 let _ = signal::raise(sig);
                 fail(&format!("still alive after {sig}"));
+            }
+            "trap-term" => {
+                let action = signal::SigAction::new(
+                    SigHandler::Handler(exit_on_term),
+                    signal::SaFlags::empty(),
+                    signal::SigSet::empty(),
+                );
+                // SAFETY: the handler only calls _exit, which is async-signal-safe.
+                if let Err(e) = unsafe { signal::sigaction(Signal::SIGTERM, &action) } {
+                    fail(&format!("cannot trap SIGTERM: {e}"));
+                }
+            }
+            "stop-me" => {
+                let me = nix::unistd::getpid();
+                // SAFETY: single-threaded, see the module comment; the child leaves with _exit.
+                match unsafe { fork() } {
+                    Ok(ForkResult::Child) => {
+                        let _ = signal::kill(me, Signal::SIGSTOP);
+                        script.say("stopped");
+                        // SAFETY: _exit is always safe.
+                        unsafe { nix::libc::_exit(0) };
+                    }
+                    // Reaping it waits until we were stopped and continued.
+                    Ok(ForkResult::Parent { child }) => loop {
+                        match waitpid(child, None) {
+                            Err(nix::errno::Errno::EINTR) => continue,
+                            _ => break,
+                        }
+                    },
+                    Err(e) => fail(&format!("fork: {e}")),
+                }
             }
             "ignore-term" => {
                 // SAFETY: SIG_IGN installs no handler code.
@@ -292,6 +325,11 @@ impl Script {
         // SAFETY: _exit is always safe.
         unsafe { nix::libc::_exit(0) }
     }
+}
+
+extern "C" fn exit_on_term(_: nix::libc::c_int) {
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { nix::libc::_exit(0) }
 }
 
 fn flood(mib: u64, stream: &str) {
