@@ -1,7 +1,8 @@
 //! The supervisor as PID 1 of a new PID namespace (`unshare --pid --fork --mount-proc`, which
 //! needs root): the `pid1-demo` init runs a `misbehave` child that double-forks orphans in
 //! sessions of their own. The orphans are reparented to PID 1, which must reap them (no
-//! zombies in the namespace), and a SIGTERM to PID 1 must stop everything and exit 0.
+//! zombies in the namespace), and a SIGTERM to PID 1 must stop its service and exit 0, which
+//! takes down the orphans still running with the namespace.
 //!
 //! This binary runs no supervisor of its own; it waits for `unshare` with std as any parent
 //! does. Steps are ordered by FIFOs and the init's log lines, never by sleeps.
@@ -169,7 +170,7 @@ fn as_pid1_it_reaps_orphans_and_stops_everything_on_sigterm() {
         .arg(dir.join("orphans-gate"))
         .args(["kids", "3", "setsid+orphan", "gate"])
         .arg(dir.join("child-gate"))
-        .args(["notify", "READY=1", "wait"])
+        .args(["kids", "2", "setsid+orphan", "notify", "READY=1", "wait"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -185,8 +186,9 @@ fn as_pid1_it_reaps_orphans_and_stops_everything_on_sigterm() {
     logs.wait_for(&["demo child ready"]);
     // Pids as the namespace sees them.
     let child = reports.wait_for(&["pid "]);
+    // Three orphans on the first gate, then two on the gate only the end releases.
     let mut orphans = Vec::new();
-    while orphans.len() < 3 {
+    while orphans.len() < 5 {
         let line = reports.wait_for(&["kid "]);
         reports.seen.retain(|l| *l != line);
         orphans.push(line.trim_start_matches("kid ").to_owned());
@@ -196,9 +198,10 @@ fn as_pid1_it_reaps_orphans_and_stops_everything_on_sigterm() {
         "the demo's child is the namespace's second process"
     );
 
-    // The orphans exit; PID 1 must reap them.
+    // The first three exit; PID 1 must reap them.
     drop(orphans_gate);
-    for pid in &orphans {
+    let (released, staying) = orphans.split_at(3);
+    for pid in released {
         logs.wait_for(&[
             "reaped an orphaned process",
             &format!("pid={pid} "),
@@ -214,8 +217,8 @@ fn as_pid1_it_reaps_orphans_and_stops_everything_on_sigterm() {
     let alive = tree_below(init);
     assert_eq!(
         alive.len(),
-        1,
-        "only the demo child should be left: {alive:?}"
+        1 + staying.len(),
+        "only the demo child and the orphans still waiting should be left: {alive:?}"
     );
 
     // SIGTERM to PID 1: the child is stopped and PID 1 exits 0.
@@ -232,5 +235,10 @@ fn as_pid1_it_reaps_orphans_and_stops_everything_on_sigterm() {
         .expect("unshare did not exit")
         .expect("wait for unshare");
     assert_eq!(status.code(), Some(0), "PID 1 exit status: {status:?}");
+    // Nothing of the namespace is left: the orphans still running when PID 1 exited went
+    // with it, and none is left unreaped.
+    for (pid, _) in alive {
+        assert_eq!(stat(pid), None, "process {pid} of the namespace survived");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
