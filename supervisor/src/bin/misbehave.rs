@@ -105,12 +105,9 @@ fn main() -> ExitCode {
                         unsafe { nix::libc::_exit(0) };
                     }
                     // Reaping it waits until we were stopped and continued.
-                    Ok(ForkResult::Parent { child }) => loop {
-                        match waitpid(child, None) {
-                            Err(nix::errno::Errno::EINTR) => continue,
-                            _ => break,
-                        }
-                    },
+                    Ok(ForkResult::Parent { child }) => {
+                        while let Err(nix::errno::Errno::EINTR) = waitpid(child, None) {}
+                    }
                     Err(e) => fail(&format!("fork: {e}")),
                 }
             }
