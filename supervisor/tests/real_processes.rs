@@ -1019,6 +1019,41 @@ fn orphaned_grandchildren_in_their_own_session_are_reaped_by_us() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+fn an_orphan_holding_stdout_open_delays_neither_restart_nor_stop() {
+    scenario("debug,child=info", async |env| {
+        // Each incarnation leaves an orphan in its own session that keeps the write end of
+        // its stdout pipe: the pipe never reaches EOF while the orphan lives.
+        let verbs = [
+            "kids",
+            "1",
+            "setsid+orphan+stdout",
+            "notify",
+            "READY=1",
+            "wait",
+        ];
+        let spec = env.notify_spec("svc", &verbs, TIMEOUT);
+        env.sup.add(spec, Vec::new()).await.expect("add");
+        let first = env.sup.start("svc").await.expect("start");
+        let second = env.sup.restart("svc").await.expect("restart");
+        assert_ne!(first, second);
+        assert_eq!(
+            env.sup.stop("svc").await.expect("stop"),
+            signaled(Signal::SIGTERM)
+        );
+        let orphans = [
+            env.reported_pid("kid ").await,
+            env.reported_pid("kid ").await,
+        ];
+        env.release_all();
+        for kid in orphans {
+            env.logs
+                .wait_for_line(&["reaped an orphaned process", &format!("pid={kid} ")])
+                .await;
+        }
+    });
+}
+
+#[test]
 fn flooding_stdout_and_stderr_never_blocks_the_child() {
     // Child lines are not captured: 60 MiB of them would only slow the test down.
     scenario("debug,child=off", async |env| {
