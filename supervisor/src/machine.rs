@@ -275,6 +275,14 @@ impl ServiceMachine {
                 }
             }
             (_, E::SpawnFailed { error }) => {
+                // A failed spawn of an automatic restart is still a restart attempt: count it
+                // as `Spawned` does, or a program that cannot be executed would be retried
+                // forever instead of hitting the start limit.
+                if self.pending_restart {
+                    self.restarts += 1;
+                    self.restarts_in_window.push_back(now);
+                    self.pending_restart = false;
+                }
                 let reason = FailReason::SpawnFailed { error };
                 actions.push(Action::Announce(Announcement::Died {
                     reason: reason.clone(),
@@ -1135,6 +1143,39 @@ mod tests {
         assert_eq!(h.on(t + 1, Event::StartRequested), vec![Action::Spawn]);
         h.on(t + 1, Event::Spawned { pid: pid(20) });
         assert!(matches!(h.m.state(), State::Running { .. }));
+    }
+
+    #[test]
+    fn failed_spawns_count_against_the_start_limit() {
+        let mut s = spec(Readiness::None, RestartPolicy::Always);
+        s.backoff = Backoff::try_new(ms(100), ms(1000), ms(0), 0, ms(5000)).expect("valid");
+        s.start_limit = StartLimit {
+            burst: 2,
+            interval: ms(10_000),
+        };
+        let mut h = Harness::new(s);
+        let failed = || Event::SpawnFailed {
+            error: "ENOENT".into(),
+        };
+        assert_eq!(h.on(0, Event::StartRequested), vec![Action::Spawn]);
+        // The first failure restarts at once, the second after the base delay.
+        assert!(h.on(0, failed()).contains(&Action::Spawn));
+        h.on(0, failed());
+        assert_eq!(*h.m.state(), State::Backoff { until: h.at(100) });
+        assert_eq!(h.on(100, Event::Tick), vec![Action::Spawn]);
+        // Two restart attempts within the window: the third failure fails the service.
+        let a = h.on(100, failed());
+        assert_eq!(
+            *h.m.state(),
+            State::Failed {
+                reason: FailReason::StartLimitHit,
+                at: h.at(100)
+            }
+        );
+        assert!(a.contains(&Action::Announce(Announcement::Failed {
+            reason: FailReason::StartLimitHit
+        })));
+        assert_eq!(h.m.restarts(), 2);
     }
 
     #[test]

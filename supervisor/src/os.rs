@@ -63,6 +63,14 @@ pub fn signal_group(pid: Pid, signal: Signal) -> io::Result<()> {
     }
 }
 
+/// Whether any process, zombies included, is still in the process group `pgid`. Zombies
+/// count until they are reaped, so an empty group means every member was reaped.
+pub fn group_exists(pgid: Pid) -> bool {
+    // Signal 0 checks existence and permission without sending anything. EPERM means the
+    // group exists but is not ours to signal.
+    !matches!(killpg(pgid, None), Err(Errno::ESRCH))
+}
+
 /// A process we started, with the read ends of its output pipes.
 pub struct Spawned {
     pub pid: Pid,

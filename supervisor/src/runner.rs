@@ -219,6 +219,10 @@ pub struct Supervisor {
     shutting_down: bool,
     rng: u64,
     output_tasks: TaskTracker,
+    /// Process groups whose leader we reaped and swept with SIGKILL, while members may still
+    /// be dying. Shutdown waits until they are empty, so that nothing of a service outlives
+    /// the supervisor and every member is reaped here rather than left a zombie.
+    lingering_groups: Vec<Pid>,
 }
 
 impl Supervisor {
@@ -248,6 +252,7 @@ impl Supervisor {
             shutting_down: false,
             rng: seed | 1,
             output_tasks: TaskTracker::new(),
+            lingering_groups: Vec::new(),
         };
         let join = tokio::spawn(sup.run());
         Ok((
@@ -282,7 +287,7 @@ impl Supervisor {
                 () = sleep_until_opt(wake) => self.on_timer(),
             }
             self.publish();
-            if self.shutting_down && self.all_down() {
+            if self.shutting_down && self.all_down() && self.lingering_groups.is_empty() {
                 break;
             }
         }
@@ -363,8 +368,10 @@ impl Supervisor {
             match os::reap_one() {
                 Ok(Some((pid, status))) => match self.service_of(pid) {
                     Some(name) => {
-                        // Sweep what may remain of its process group (forked helpers).
+                        // Sweep what may remain of its process group (forked helpers). The
+                        // members die asynchronously; remember the group until it is empty.
                         let _ = os::signal_group(pid, Signal::SIGKILL);
+                        self.lingering_groups.push(pid);
                         tracing::info!(name, pid = pid.as_raw(), %status, "process exited");
                         self.feed(&name, Event::Exited { pid, status });
                     }
@@ -379,6 +386,10 @@ impl Supervisor {
                 }
             }
         }
+        // A group is empty once its last member was reaped: the members are reparented to us
+        // (we are a subreaper or PID 1), so their SIGCHLD brings us back here.
+        self.lingering_groups
+            .retain(|&group| os::group_exists(group));
     }
 
     fn on_timer(&mut self) {
@@ -549,6 +560,11 @@ impl Supervisor {
                     Action::Signal { pid, signal } => {
                         if let Err(e) = os::signal_group(pid, signal) {
                             tracing::warn!(name, pid = pid.as_raw(), error = %e, "cannot signal process group");
+                        }
+                        // Like systemd: a stopped process would leave the stop signal pending
+                        // until the SIGKILL; SIGCONT lets it handle the signal now.
+                        if signal != Signal::SIGKILL && signal != Signal::SIGCONT {
+                            let _ = os::signal_group(pid, Signal::SIGCONT);
                         }
                         if signal == Signal::SIGKILL {
                             if let Some(svc) = self.services.get_mut(name) {
