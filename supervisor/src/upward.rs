@@ -1,6 +1,7 @@
 //! The sd_notify protocol, sending side: what we tell our own service manager (systemd)
 //! about the resolver as a whole. `NOTIFY_SOCKET` is read once, at construction, and never
-//! passed on to children (their environment is built explicitly).
+//! passed on to children (their environment is built explicitly). Both filesystem paths and
+//! Linux abstract addresses (`@name`) are supported; messages are formatted by `sd-notify`.
 
 use std::time::Duration;
 
@@ -9,8 +10,8 @@ use sd_notify::NotifyState;
 /// Notifications to the manager that started us, if any.
 #[derive(Debug, Clone)]
 pub struct UpwardNotifier {
-    /// Whether `NOTIFY_SOCKET` was set when we started.
-    enabled: bool,
+    /// Where to send, from `NOTIFY_SOCKET` at start-up; `None` sends nothing.
+    target: Option<std::ffi::OsString>,
     /// Keepalive interval asked for by `WATCHDOG_USEC` (meant for us: `WATCHDOG_PID` unset or ours).
     watchdog: Option<Duration>,
 }
@@ -18,28 +19,39 @@ pub struct UpwardNotifier {
 impl UpwardNotifier {
     pub fn from_env() -> Self {
         UpwardNotifier {
-            enabled: std::env::var_os("NOTIFY_SOCKET").is_some(),
+            target: std::env::var_os("NOTIFY_SOCKET").filter(|s| !s.is_empty()),
             watchdog: sd_notify::watchdog_enabled(),
+        }
+    }
+
+    /// A notifier sending to `socket` (a path, or `@name` for an abstract address).
+    pub fn to_socket(socket: impl Into<std::ffi::OsString>) -> Self {
+        UpwardNotifier {
+            target: Some(socket.into()),
+            watchdog: None,
         }
     }
 
     /// A notifier that sends nothing (tests, and runs outside a service manager).
     pub fn disabled() -> Self {
         UpwardNotifier {
-            enabled: false,
+            target: None,
             watchdog: None,
         }
     }
 
     pub fn is_enabled(&self) -> bool {
-        self.enabled
+        self.target.is_some()
     }
 
     fn send(&self, states: &[NotifyState]) {
-        if !self.enabled {
-            return;
+        let Some(target) = &self.target else { return };
+        let mut msg = String::new();
+        for s in states {
+            msg.push_str(&s.to_string());
+            msg.push('\n');
         }
-        if let Err(e) = sd_notify::notify(states) {
+        if let Err(e) = send_datagram(target, msg.as_bytes()) {
             tracing::warn!(error = %e, "cannot notify the service manager");
         }
     }
@@ -69,7 +81,7 @@ impl UpwardNotifier {
     /// returned task is aborted.
     pub fn spawn_watchdog(&self) -> Option<tokio::task::JoinHandle<()>> {
         let interval = self.watchdog?;
-        if !self.enabled {
+        if self.target.is_none() {
             return None;
         }
         let me = self.clone();
@@ -80,5 +92,66 @@ impl UpwardNotifier {
                 me.send(&[NotifyState::Watchdog]);
             }
         }))
+    }
+}
+
+/// Send one datagram to a `NOTIFY_SOCKET` value.
+fn send_datagram(target: &std::ffi::OsStr, msg: &[u8]) -> std::io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let bytes = target.as_bytes();
+    let addr = match bytes.strip_prefix(b"@") {
+        Some(name) => SocketAddr::from_abstract_name(name)?,
+        None => SocketAddr::from_pathname(std::path::Path::new(target))?,
+    };
+    let socket = UnixDatagram::unbound()?;
+    let sent = socket.send_to_addr(msg, &addr)?;
+    if sent != msg.len() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::WriteZero,
+            "incomplete notification",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+
+    use super::*;
+
+    fn receive(socket: &UnixDatagram) -> String {
+        socket
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut buf = [0u8; 4096];
+        let n = socket.recv(&mut buf).expect("a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    #[test]
+    fn abstract_and_path_sockets() {
+        let name = format!("kres-upward-test-{}", std::process::id());
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract address");
+        let abstract_socket = UnixDatagram::bind_addr(&addr).expect("bind abstract");
+        let n = UpwardNotifier::to_socket(format!("@{name}"));
+        n.ready("Ready");
+        assert_eq!(receive(&abstract_socket), "READY=1\nSTATUS=Ready\n");
+        n.reloading("Reloading");
+        let msg = receive(&abstract_socket);
+        assert!(msg.starts_with("RELOADING=1\nMONOTONIC_USEC="), "{msg}");
+        assert!(msg.ends_with("STATUS=Reloading\n"), "{msg}");
+
+        let path = std::env::temp_dir().join(format!("kres-upward-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let path_socket = UnixDatagram::bind(&path).expect("bind path");
+        UpwardNotifier::to_socket(&path).stopping("Stopping");
+        assert_eq!(receive(&path_socket), "STOPPING=1\nSTATUS=Stopping\n");
+        let _ = std::fs::remove_file(&path);
+        // Disabled: nothing to send, no error.
+        UpwardNotifier::disabled().ready("x");
     }
 }

@@ -1,0 +1,172 @@
+//! Compatibility is the contract: upstream's kresctl (from the knot-resolver6 package in the
+//! test bed) drives our daemon, and our kresctl drives upstream's daemon.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
+use serde_json::Value;
+use testbed::notify::NotifyListener;
+use testbed::{dns, os, Bed};
+
+const RECORDS: &str = "local-data:\n  records: |\n    i.test. 300 A 192.0.2.8\n";
+
+/// Run the bed's (upstream's) kresctl against a socket given as a bed path.
+fn upstream_kresctl(bed: &Bed, socket: &Path, args: &[&str]) -> std::process::Output {
+    let socket = socket.to_string_lossy().into_owned();
+    let mut all = vec!["-s", socket.as_str()];
+    all.extend_from_slice(args);
+    bed.run_installed("/usr/bin/kresctl", &all)
+        .expect("upstream kresctl runs")
+}
+
+fn ok(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn upstream_kresctl_drives_our_daemon() {
+    let mut r =
+        common::start(&Setup::new("interop-ours").workers(2).extra(RECORDS)).expect("start");
+    let bed = r.bed;
+    let sock = r.dir.bed("run/kres-api.sock");
+
+    // Upstream's `config get` without --json/--yaml crashes whatever the server (argparse
+    // overwrites its YAML default with None), so ask for YAML explicitly.
+    let yaml = ok(&upstream_kresctl(bed, &sock, &["config", "get", "--yaml"]));
+    assert!(yaml.contains("workers: 2"), "{yaml}");
+    let json = ok(&upstream_kresctl(
+        bed,
+        &sock,
+        &["config", "get", "--json", "-p", "/network"],
+    ));
+    let network: Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(
+        network["listen"][0]["interface"],
+        format!("127.0.0.1@{}", r.port)
+    );
+
+    ok(&upstream_kresctl(
+        bed,
+        &sock,
+        &["config", "set", "-p", "/workers", "3"],
+    ));
+    assert_eq!(r.pids_named("kresd").len(), 3);
+    // Upstream's delete sends no body; upstream's own server answers 500 to it, ours works.
+    ok(&upstream_kresctl(
+        bed,
+        &sock,
+        &["config", "delete", "-p", "/local-data"],
+    ));
+    let cfg: Value = serde_json::from_str(&ok(&upstream_kresctl(
+        bed,
+        &sock,
+        &["config", "get", "--json"],
+    )))
+    .expect("JSON");
+    assert!(cfg.get("local-data").is_none(), "{cfg}");
+
+    ok(&upstream_kresctl(bed, &sock, &["reload"]));
+    // The file still has the local data: reload brought it back.
+    assert_eq!(
+        dns::query_udp(r.dns(), "i.test.", dns::TYPE_A, DNS_TIMEOUT)
+            .expect("answer")
+            .a()
+            .len(),
+        1
+    );
+
+    let metrics: Value = serde_json::from_str(&ok(&upstream_kresctl(bed, &sock, &["metrics"])))
+        .expect("JSON metrics");
+    assert!(metrics.get("kresd:kresd0").is_some(), "{metrics}");
+    let prom = ok(&upstream_kresctl(bed, &sock, &["metrics", "--prometheus"]));
+    assert!(prom.contains("resolver_metrics_loaded"), "{prom}");
+    // (kresctl 6.5.0 has no `pids` command; /processes is covered by our own tests.)
+    ok(&upstream_kresctl(bed, &sock, &["schema", "--live"]));
+    ok(&upstream_kresctl(bed, &sock, &["cache", "clear"]));
+
+    ok(&upstream_kresctl(bed, &sock, &["stop"]));
+    let status = r.launched.wait(STOP_TIMEOUT).expect("exit");
+    assert_eq!(status.code(), Some(0));
+    assert!(r.launched.tree().is_empty());
+}
+
+#[test]
+fn our_kresctl_drives_upstreams_daemon() {
+    let bed = Bed::get().expect("bed");
+    let dir = bed.test_dir("interop-upstream").expect("dir");
+    std::fs::create_dir_all(dir.host("run")).expect("rundir");
+    std::fs::create_dir_all(dir.host("cache")).expect("cache");
+    let port = testbed::free_port().expect("port");
+    let setup = Setup::new("interop-upstream").workers(2).extra(RECORDS);
+    testbed::write(
+        &dir.host("config.yaml"),
+        &common::config_yaml(&dir, port, &setup),
+    )
+    .expect("config");
+    let mut notify = NotifyListener::bind(&dir.host("notify.sock")).expect("notify");
+    let mut upstream = bed
+        .launch_installed(
+            Path::new("/usr/bin/knot-resolver"),
+            &[&os("-c"), &os(dir.bed("config.yaml"))],
+            &[("NOTIFY_SOCKET", &os(dir.bed("notify.sock")))],
+        )
+        .expect("launch upstream");
+    notify
+        .wait_for("READY=1", START_TIMEOUT)
+        .expect("upstream READY");
+    let api = dir.host("run/kres-api.sock");
+    let kresctl = |args: &[&str]| {
+        std::process::Command::new(common::KRESCTL)
+            .arg("-s")
+            .arg(&api)
+            .args(args)
+            .output()
+            .expect("our kresctl")
+    };
+
+    let cfg: Value =
+        serde_json::from_str(&ok(&kresctl(&["config", "get", "--json"]))).expect("JSON");
+    assert_eq!(cfg["workers"], 2);
+    assert!(ok(&kresctl(&["config", "get", "-p", "/workers"])).contains('2'));
+    ok(&kresctl(&[
+        "config",
+        "set",
+        "-p",
+        "/local-data/records",
+        "i.test. 300 A 192.0.2.9\n",
+    ]));
+    let server = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let answer = dns::query_udp(server, "i.test.", dns::TYPE_A, DNS_TIMEOUT).expect("answer");
+    assert_eq!(
+        answer.a(),
+        vec!["192.0.2.9".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+    let metrics: Value = serde_json::from_str(&ok(&kresctl(&["metrics"]))).expect("JSON metrics");
+    assert!(metrics.get("kresd:kresd1").is_some(), "{metrics}");
+    assert!(ok(&kresctl(&["metrics", "--prometheus"])).contains("resolver_request_total"));
+    assert_eq!(ok(&kresctl(&["pids", "kresd"])).lines().count(), 2);
+    ok(&kresctl(&["reload"]));
+    // Upstream cannot delete (it answers 500 to a DELETE without a body): our kresctl reports it.
+    let del = kresctl(&["config", "delete", "-p", "/local-data"]);
+    assert_eq!(
+        del.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&del.stderr)
+    );
+    ok(&kresctl(&["stop"]));
+    let status = upstream
+        .wait(Duration::from_secs(60))
+        .expect("upstream exits");
+    assert!(status.success(), "{status:?}");
+}
