@@ -81,9 +81,7 @@ impl UpwardNotifier {
     /// returned task is aborted.
     pub fn spawn_watchdog(&self) -> Option<tokio::task::JoinHandle<()>> {
         let interval = self.watchdog?;
-        if self.target.is_none() {
-            return None;
-        }
+        self.target.as_ref()?;
         let me = self.clone();
         Some(tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval / 2);
