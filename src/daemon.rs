@@ -197,6 +197,7 @@ async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>) -> ExitCode {
             manager: command_tx.clone(),
             fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
             resolve_root,
+            rendered: Default::default(),
         };
         let router = api::app(state);
         let api_stop = stop.child_token();

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::pointer::{self, PointerError};
-use super::{json_response, ApiState};
+use super::ApiState;
 use crate::config::{self, LoadedConfig, ValidationContext};
 use crate::etag::{etag, header_matches};
 use crate::manager::task::{ChangeError, ManagerCommand};
@@ -49,7 +49,8 @@ async fn handle(
     let read = method == Method::GET || method == Method::HEAD;
     for _ in 0..CONFLICT_RETRIES {
         let current: Arc<LoadedConfig> = state.config.borrow().clone();
-        let tag = etag(&current.raw);
+        let rendered = state.rendered.get(&current);
+        let tag = rendered.etag.clone();
         let if_match = header_matches(&headers, "if-match", &tag);
         let if_none_match = header_matches(&headers, "if-none-match", &tag);
         if if_match == Some(false) {
@@ -64,8 +65,20 @@ async fn handle(
             return with_etag(status.into_response(), &tag);
         }
         if read {
+            if ptr.is_empty() {
+                let body = axum::body::Bytes::clone(&rendered.json);
+                return with_etag(
+                    (
+                        StatusCode::OK,
+                        [(header::CONTENT_TYPE, "application/json")],
+                        body,
+                    )
+                        .into_response(),
+                    &tag,
+                );
+            }
             return match pointer::get(&current.raw, &ptr) {
-                Ok(v) => with_etag(json_response(StatusCode::OK, v), &tag),
+                Ok(v) => with_etag(compact_json(v), &tag),
                 Err(e) => pointer_error(e),
             };
         }
@@ -137,6 +150,50 @@ async fn handle(
         "the configuration kept changing; try again\n",
     )
         .into_response()
+}
+
+/// The ETag and compact JSON of one configuration version.
+pub struct Rendered {
+    pub etag: String,
+    pub json: axum::body::Bytes,
+}
+
+/// Memo of [`Rendered`] for the latest configuration, keyed by its `Arc`.
+#[derive(Clone, Default)]
+pub struct RenderedCache {
+    inner: Arc<std::sync::Mutex<Option<(Arc<LoadedConfig>, Arc<Rendered>)>>>,
+}
+
+impl RenderedCache {
+    pub fn get(&self, config: &Arc<LoadedConfig>) -> Arc<Rendered> {
+        if let Ok(guard) = self.inner.lock() {
+            if let Some((c, r)) = guard.as_ref() {
+                if Arc::ptr_eq(c, config) {
+                    return r.clone();
+                }
+            }
+        }
+        let rendered = Arc::new(Rendered {
+            etag: etag(&config.raw),
+            json: axum::body::Bytes::from(serde_json::to_vec(&config.raw).unwrap_or_default()),
+        });
+        if let Ok(mut guard) = self.inner.lock() {
+            *guard = Some((config.clone(), rendered.clone()));
+        }
+        rendered
+    }
+}
+
+fn compact_json(v: &Value) -> Response {
+    match serde_json::to_vec(v) {
+        Ok(body) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
 }
 
 fn with_etag(mut r: Response, tag: &str) -> Response {

@@ -37,6 +37,8 @@ pub struct ApiState {
     /// Relative paths in configurations sent to the API resolve against this directory (the
     /// first configuration file's).
     pub resolve_root: std::path::PathBuf,
+    /// The ETag and JSON text of the current configuration, computed once per version.
+    pub rendered: config::RenderedCache,
 }
 
 pub fn app(state: ApiState) -> Router {
