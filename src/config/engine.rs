@@ -7,6 +7,7 @@
 //! JSON value (defaults applied, `auto` resolved, paths resolved) that the typed model is then
 //! deserialized from.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -481,13 +482,21 @@ pub(crate) fn map_object(
     if !errs.is_empty() {
         return Err(errs);
     }
-    let mut unused: Vec<String> = src
+    // Upstream compares key *sets* under its `-` → `_` renaming: `size_max` next to `size-max`
+    // is the same name, so it is silently ignored (the `-` spelling wins); alone, it is unused.
+    let used: BTreeSet<String> = def
+        .fields
+        .iter()
+        .filter(|f| src.contains_key(f.name))
+        .map(|f| f.name.replace('-', "_"))
+        .collect();
+    let unused: BTreeSet<String> = src
         .keys()
-        .filter(|k| !def.fields.iter().any(|f| f.name == k.as_str()))
-        .map(|k| format!("'{}'", k.replace('-', "_")))
+        .map(|k| k.replace('-', "_"))
+        .filter(|k| !used.contains(k))
         .collect();
     // upstream lists them in (random) set order; sorted is deterministic
-    unused.sort();
+    let unused: Vec<String> = unused.into_iter().map(|k| format!("'{k}'")).collect();
     if !unused.is_empty() {
         return Err(vec![Failure::new(
             path,

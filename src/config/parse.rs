@@ -52,7 +52,8 @@ pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
     match parse_json(text) {
         Ok(v) => Ok(v),
         Err(JsonFailure::Duplicate(k)) => Err(ParseError::JsonDuplicateKey(k)),
-        Err(JsonFailure::Syntax(json)) => parse_yaml(text).map_err(|e| match e {
+        // PyYAML skips a byte order mark at the start of the stream (JSON does not)
+        Err(JsonFailure::Syntax(json)) => parse_yaml(text.strip_prefix('\u{feff}').unwrap_or(text)).map_err(|e| match e {
             YamlFailure::Duplicate { line, column } => {
                 let snippet = text
                     .lines()
@@ -507,12 +508,14 @@ fn split_sign(t: &str) -> (bool, &str) {
     }
 }
 
+/// An integer as JSON can hold it. PyYAML's ints are unbounded; beyond 64 bits they saturate,
+/// which keeps every range check's verdict (only `version` takes any int, and still does).
 fn int_value(neg: bool, magnitude: u128) -> Option<Value> {
     if neg {
-        let m = i64::try_from(magnitude).ok()?;
-        Some(Value::from(-m))
+        let m = i64::try_from(magnitude).map_or(i64::MIN, |m| -m);
+        Some(Value::from(m))
     } else {
-        u64::try_from(magnitude).ok().map(Value::from)
+        Some(Value::from(u64::try_from(magnitude).unwrap_or(u64::MAX)))
     }
 }
 
@@ -525,7 +528,11 @@ fn yaml_int(t: &str) -> Option<Value> {
             // PyYAML: "0b_" resolves as int but then fails to construct; treat as not-an-int
             return None;
         }
-        u128::from_str_radix(&cleaned, radix).ok()
+        // saturating, like `int_value`
+        cleaned.chars().try_fold(0u128, |acc, c| {
+            let d = c.to_digit(radix)?;
+            Some(acc.saturating_mul(u128::from(radix)).saturating_add(u128::from(d)))
+        })
     };
     let all = |s: &str, f: fn(char) -> bool| !s.is_empty() && s.chars().all(|c| f(c) || c == '_');
     if let Some(d) = body.strip_prefix("0b") {
@@ -655,7 +662,113 @@ fn yaml_float(t: &str) -> Option<Value> {
     Number::from_f64(sign * value).map(Value::Number)
 }
 
+/// PyYAML never skips a tab between tokens ("Do not use tabs in YAML!"): a tab is accepted only
+/// inside a quoted scalar, a comment, or the content of a block scalar. Everywhere else (as
+/// indentation, after a value, after a flow comma, inside a plain scalar) it is a scanner error,
+/// where a YAML 1.2 parser such as `yaml-rust2` accepts some of them. Returns the position
+/// (1-based line, 1-based column) of the first offending tab.
+fn pyyaml_stray_tab(text: &str) -> Option<(usize, usize)> {
+    enum Quoted {
+        No,
+        Single,
+        Double,
+    }
+    let mut quoted = Quoted::No;
+    let mut flow_level = 0usize;
+    // the parent indentation of the block scalar we are inside
+    let mut block: Option<usize> = None;
+    for (lineno, raw_line) in text.split('\n').enumerate() {
+        let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        if let Some(parent) = block {
+            let rest = &line[indent..];
+            if rest.is_empty() || (indent > parent && !rest.starts_with('\t')) {
+                continue;
+            }
+            block = None;
+        }
+        let chars: Vec<char> = line.chars().collect();
+        let mut in_plain = false;
+        let mut after_space = true;
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            let next = chars.get(i + 1).copied();
+            match quoted {
+                Quoted::Single => {
+                    if c == '\'' {
+                        if next == Some('\'') {
+                            i += 1;
+                        } else {
+                            quoted = Quoted::No;
+                        }
+                    }
+                    i += 1;
+                    continue;
+                }
+                Quoted::Double => {
+                    if c == '\\' {
+                        i += 1;
+                    } else if c == '"' {
+                        quoted = Quoted::No;
+                    }
+                    i += 1;
+                    continue;
+                }
+                Quoted::No => {}
+            }
+            let token_start = !in_plain;
+            match c {
+                '\t' => return Some((lineno + 1, i + 1)),
+                ' ' => {
+                    after_space = true;
+                    i += 1;
+                    continue;
+                }
+                '#' if after_space => break,
+                ':' if next.is_none_or(|n| n == ' ') || flow_level > 0 => in_plain = false,
+                ',' if flow_level > 0 => in_plain = false,
+                '[' | '{' if token_start || flow_level > 0 => flow_level += 1,
+                ']' | '}' if flow_level > 0 => {
+                    flow_level -= 1;
+                    in_plain = false;
+                }
+                '-' | '?' if token_start && next.is_none_or(|n| n == ' ') => {}
+                '\'' if token_start => quoted = Quoted::Single,
+                '"' if token_start => quoted = Quoted::Double,
+                '|' | '>' if token_start && flow_level == 0 => {
+                    block = Some(indent);
+                    break;
+                }
+                '&' | '*' | '!' if token_start => {
+                    while i + 1 < chars.len() && !matches!(chars[i + 1], ' ' | '\t') {
+                        i += 1;
+                    }
+                }
+                _ => in_plain = true,
+            }
+            after_space = false;
+            i += 1;
+        }
+    }
+    None
+}
+
 fn parse_yaml(text: &str) -> Result<Value, YamlFailure> {
+    if let Some((line, column)) = pyyaml_stray_tab(text) {
+        let snippet: String = text
+            .lines()
+            .nth(line - 1)
+            .unwrap_or_default()
+            .chars()
+            .take(75)
+            .collect();
+        return Err(YamlFailure::Other(format!(
+            "while scanning for the next token\nfound character '\\t' that cannot start any token\n  \
+             in \"<unicode string>\", line {line}, column {column}:\n    {snippet}\n    {caret:>column$}",
+            caret = '^'
+        )));
+    }
     let mut builder = Builder {
         stack: Vec::new(),
         anchors: HashMap::new(),
@@ -724,6 +837,33 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(yaml(text), expected, "{text}");
         }
+    }
+
+    #[test]
+    fn tabs_are_rejected_where_pyyaml_rejects_them() {
+        for text in [
+            "workers: 1\t\n",
+            "forward:\n  - {subtree: a.example,\tservers: [192.0.2.1]}\n",
+            "cache:\n\tsize-max: 1M\n",
+            "nsid: a\tb\n",
+        ] {
+            assert!(pyyaml_stray_tab(text).is_some(), "{text:?}");
+            assert!(parse_json_or_yaml(text).is_err(), "{text:?}");
+        }
+        for text in [
+            "nsid: 'a\tb'\n",
+            "nsid: \"a\\\"\tb\"\n",
+            "workers: 1 #\tcomment\n",
+            "lua:\n  script: |\n    a\tb\n\tc\n  \n",
+            "lua:\n  script: |\n    x = 1\n    y\t= 2\nworkers: 1\n",
+            "nsid: it's\n",
+        ] {
+            let blocked = pyyaml_stray_tab(text);
+            let expect_tab_error = text.contains("\n\tc");
+            assert_eq!(blocked.is_some(), expect_tab_error, "{text:?}");
+        }
+        // JSON allows tabs as whitespace, and JSON is tried first
+        assert_eq!(yaml("{\"workers\":\t1}"), json!({"workers": 1}));
     }
 
     #[test]
