@@ -14,7 +14,9 @@
 //! * `useless-path`: the verdicts agree, and upstream's paths that we do not report are only `/`
 //!   or `""` (we report the real pointer instead);
 //! * `message-text`: verdict and paths agree; only the message text differs (a typo upstream, or
-//!   Python set order). Documentation only: this test does not compare texts.
+//!   Python set order). Documentation only: this test does not compare texts;
+//! * `upstream-bug`: upstream accepts a value outside its own type's domain (NaN as a float in
+//!   `[0, 65535]`), and we reject it.
 //!
 //! `KRES_CONFORMANCE_DIR=<dir>` runs the same comparison on another labelled set (a directory
 //! with `labels.json` and the case files, as `label.py --out` writes it), with no divergence
@@ -83,9 +85,7 @@ fn upstream_pointer(path: &str) -> String {
     let mut rest = path;
     while let Some(open) = rest.find('[') {
         out.push_str(&rest[..open]);
-        let close = rest[open..]
-            .find(']')
-            .map_or(rest.len(), |c| open + c);
+        let close = rest[open..].find(']').map_or(rest.len(), |c| open + c);
         let segment = &rest[open + 1..close];
         out.push('/');
         out.push_str(&segment.replace('~', "~0").replace('/', "~1"));
@@ -132,6 +132,7 @@ enum Divergence {
     UpstreamCrash,
     UselessPath,
     MessageText,
+    UpstreamBug,
 }
 
 fn read_divergences(dir: &Path) -> BTreeMap<String, Divergence> {
@@ -152,6 +153,7 @@ fn read_divergences(dir: &Path) -> BTreeMap<String, Divergence> {
                 Some("upstream-crash") => Divergence::UpstreamCrash,
                 Some("useless-path") => Divergence::UselessPath,
                 Some("message-text") => Divergence::MessageText,
+                Some("upstream-bug") => Divergence::UpstreamBug,
                 other => panic!("{case}: unknown divergence kind {other:?}"),
             };
             (case.clone(), kind)
@@ -194,7 +196,10 @@ fn compare(label: &Label, got: &Verdict, divergence: Option<Divergence>) -> (boo
             describe()
         )),
         Some(Divergence::UselessPath) => {
-            let useless_only = label.paths.difference(&ours).all(|p| p.is_empty() || p == "/");
+            let useless_only = label
+                .paths
+                .difference(&ours)
+                .all(|p| p.is_empty() || p == "/");
             if paths_ok {
                 Outcome::Disagree("listed as useless-path, but the paths agree".into())
             } else if verdict_ok && useless_only {
@@ -203,6 +208,11 @@ fn compare(label: &Label, got: &Verdict, divergence: Option<Divergence>) -> (boo
                 Outcome::Disagree(format!("listed as useless-path; {}", describe()))
             }
         }
+        Some(Divergence::UpstreamBug) if label.valid && !got.is_valid() => Outcome::Divergent,
+        Some(Divergence::UpstreamBug) => Outcome::Disagree(format!(
+            "listed as upstream-bug (upstream accepts, we reject), but {}",
+            describe()
+        )),
         Some(Divergence::MessageText) if paths_ok => Outcome::Divergent,
         Some(Divergence::MessageText) => Outcome::Disagree(format!(
             "listed as message-text, but verdict or paths differ; {}",
@@ -226,7 +236,10 @@ fn run(dir: &Path, divergences: &BTreeMap<String, Divergence>) {
     let (labels, meta) = read_labels(dir);
     assert!(!labels.is_empty(), "no labelled cases in {}", dir.display());
     for case in divergences.keys() {
-        assert!(labels.contains_key(case), "divergences.json lists unknown case {case}");
+        assert!(
+            labels.contains_key(case),
+            "divergences.json lists unknown case {case}"
+        );
     }
     // The maximum worker count is 10 × the CPU count, so a few verdicts depend on the machine.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -248,8 +261,7 @@ fn run(dir: &Path, divergences: &BTreeMap<String, Divergence>) {
             continue;
         }
         let got = ours(&dir.join(case));
-        let (verdict_ok, paths_ok, outcome) =
-            compare(label, &got, divergences.get(case).copied());
+        let (verdict_ok, paths_ok, outcome) = compare(label, &got, divergences.get(case).copied());
         let section = case
             .strip_prefix("cases/")
             .unwrap_or(case)
@@ -325,7 +337,10 @@ fn upstream_paths_become_json_pointers() {
             "/local-data/addresses[example.com]",
             "/local-data/addresses/example.com",
         ),
-        ("/local-data/addresses[a/b~c]", "/local-data/addresses/a~1b~0c"),
+        (
+            "/local-data/addresses[a/b~c]",
+            "/local-data/addresses/a~1b~0c",
+        ),
     ] {
         assert_eq!(upstream_pointer(upstream), pointer, "{upstream}");
     }

@@ -137,9 +137,76 @@ thread_local! {
     static PLAIN_CONTAINER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Prefix of the single key of a mapping that stands for a value Python has and JSON does not
+/// (PyYAML makes them): `{"\0py:int": "<digits>"}` an integer beyond 64 bits, `{"\0py:set":
+/// [...]}` a `!!set`, `{"\0py:<class>": "<str()>"}` a date, datetime or `!!binary` bytes. No
+/// configuration key can start with NUL, so these never collide with real mappings.
+pub(crate) const PY_ONLY_PREFIX: &str = "\u{0}py:";
+
+/// A value only Python has (see [`PY_ONLY_PREFIX`]).
+pub(crate) enum PyOnly<'a> {
+    /// An integer too large for 64 bits, as decimal digits (with a sign when negative).
+    BigInt(&'a str),
+    /// A set, with its items.
+    Set(&'a [Value]),
+    /// A value of another class (`datetime.date`, `datetime.datetime`, `bytes`), as `str()` shows it.
+    Other { class: &'a str, text: &'a str },
+}
+
+/// Build the JSON stand-in of a Python-only value.
+pub(crate) fn py_only_value(kind: &str, payload: Value) -> Value {
+    let mut m = Map::new();
+    m.insert(format!("{PY_ONLY_PREFIX}{kind}"), payload);
+    Value::Object(m)
+}
+
+/// Recognize the JSON stand-in of a Python-only value.
+pub(crate) fn py_only(v: &Value) -> Option<PyOnly<'_>> {
+    let Value::Object(o) = v else { return None };
+    if o.len() != 1 {
+        return None;
+    }
+    let (k, payload) = o.iter().next()?;
+    match (k.strip_prefix(PY_ONLY_PREFIX)?, payload) {
+        ("int", Value::String(d)) => Some(PyOnly::BigInt(d)),
+        ("set", Value::Array(items)) => Some(PyOnly::Set(items)),
+        (class, Value::String(text)) => Some(PyOnly::Other { class, text }),
+        _ => None,
+    }
+}
+
+/// The digits of a big integer stand-in.
+fn big_int(v: &Value) -> Option<&str> {
+    match py_only(v) {
+        Some(PyOnly::BigInt(d)) => Some(d),
+        _ => None,
+    }
+}
+
+/// A big integer saturated into JSON (for the few places that take any int).
+fn saturated(digits: &str) -> Value {
+    if digits.starts_with('-') {
+        Value::from(i64::MIN)
+    } else {
+        Value::from(u64::MAX)
+    }
+}
+
 /// Python's `type(x)` as printed in messages.
 pub(crate) fn py_type(v: &Value) -> &'static str {
     let plain = PLAIN_CONTAINER.with(std::cell::Cell::get);
+    match py_only(v) {
+        Some(PyOnly::BigInt(_)) => return "<class 'int'>",
+        Some(PyOnly::Set(_)) => return "<class 'set'>",
+        Some(PyOnly::Other { class, .. }) => {
+            return match class {
+                "datetime.date" => "<class 'datetime.date'>",
+                "datetime.datetime" => "<class 'datetime.datetime'>",
+                _ => "<class 'bytes'>",
+            }
+        }
+        None => {}
+    }
     match v {
         Value::Array(_) if !plain => "<class 'knot_resolver.utils.modeling.renaming.RenamedList'>",
         Value::Object(_) if !plain => "<class 'knot_resolver.utils.modeling.renaming.RenamedDict'>",
@@ -155,6 +222,16 @@ pub(crate) fn py_type(v: &Value) -> &'static str {
 
 /// Python's `str(x)` for a JSON value, as printed in messages.
 pub(crate) fn py_str(v: &Value) -> String {
+    match py_only(v) {
+        Some(PyOnly::BigInt(d)) => return d.to_owned(),
+        Some(PyOnly::Set([])) => return "set()".into(),
+        Some(PyOnly::Set(items)) => {
+            let items: Vec<String> = items.iter().map(py_repr).collect();
+            return format!("{{{}}}", items.join(", "));
+        }
+        Some(PyOnly::Other { text, .. }) => return text.to_owned(),
+        None => {}
+    }
     match v {
         Value::Null => "None".into(),
         Value::Bool(true) => "True".into(),
@@ -202,6 +279,7 @@ pub(crate) fn str_base(v: &Value, class: &str) -> Result<String, String> {
     match v {
         Value::String(s) => Ok(s.clone()),
         Value::Number(n) if !n.is_f64() => Ok(n.to_string()),
+        Value::Object(_) if big_int(v).is_some() => Ok(big_int(v).unwrap_or_default().to_owned()),
         other => Err(format!(
             "Unexpected value for '<class 'knot_resolver.datamodel.types.types.{class}'>'. Expected string, got '{}' with type '{}'",
             py_str(other),
@@ -309,11 +387,13 @@ fn map_value_inner(
         _ if v.is_null() => fail(format!("unexpected value 'None' for type {}", ty_name(ty))),
         Ty::PlainInt => match v {
             Value::Number(n) if !n.is_f64() => Ok(v.clone()),
+            Value::Object(_) if big_int(v).is_some() => Ok(saturated(big_int(v).unwrap_or_default())),
             _ => fail(format!("expected int, found {}", py_type(v))),
         },
         Ty::Str => match v {
             Value::String(_) => Ok(v.clone()),
             Value::Number(n) => Ok(Value::String(py_str(&Value::Number(n.clone())))),
+            Value::Object(_) if big_int(v).is_some() => Ok(Value::String(big_int(v).unwrap_or_default().to_owned())),
             Value::Bool(_) => fail(
                 "Expected str, found bool. Be careful, that YAML parsers consider even \"no\" and \"yes\" as a bool. \
                  Search for the Norway Problem for more details. And please use quotes explicitly."
@@ -335,7 +415,7 @@ fn map_value_inner(
         },
         Ty::Int(range) => map_int(range, v).map_err(|m| vec![Failure::new(path, m)]),
         Ty::Dict(kt, vt) => {
-            let Value::Object(obj) = v else {
+            let (Value::Object(obj), None) = (v, py_only(v)) else {
                 return fail(format!(
                     "Expected dict-like object, but failed to access its .items() method. Value was {}",
                     py_str(v)
@@ -373,13 +453,21 @@ fn map_value_inner(
         }
         Ty::Value(vt) => (vt.check)(v, ctx).map_err(|m| vec![Failure::new(path, m)]),
         Ty::Object(def) => match v {
-            Value::Object(src) => map_object(def, src, path, ctx),
+            Value::Object(src) if py_only(v).is_none() => map_object(def, src, path, ctx),
             other => fail(format!("expected 'dict' or 'NoRenameBaseSchema' object, found '{}'", py_type(other))),
         },
     }
 }
 
 fn map_int(range: &IntRange, v: &Value) -> Result<Value, String> {
+    if let Some(d) = big_int(v) {
+        // beyond 64 bits: above every maximum (below every minimum when negative)
+        return match (d.starts_with('-'), range.min, range.max) {
+            (true, Some(min), _) => Err(format!("value {d} is lower than the minimum {min}.")),
+            (false, _, Some(max)) => Err(format!("value {d} is higher than the maximum {max}")),
+            _ => Ok(saturated(d)),
+        };
+    }
     let n = match v {
         Value::Number(n) if !n.is_f64() => n,
         other => {
@@ -408,11 +496,12 @@ fn map_int(range: &IntRange, v: &Value) -> Result<Value, String> {
 
 fn map_list(inner: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcome {
     // upstream iterates whatever it gets: a mapping yields its keys, a string is refused
-    let items: Vec<Value> = match v {
-        Value::Array(a) => a.clone(),
-        Value::Object(o) => o.keys().map(|k| Value::String(k.clone())).collect(),
-        Value::String(_) => return Err(vec![Failure::new(path, "expected list, got string")]),
-        other => {
+    let items: Vec<Value> = match (v, py_only(v)) {
+        (_, Some(PyOnly::Set(items))) => items.to_vec(),
+        (Value::Array(a), _) => a.clone(),
+        (Value::Object(o), None) => o.keys().map(|k| Value::String(k.clone())).collect(),
+        (Value::String(_), _) => return Err(vec![Failure::new(path, "expected list, got string")]),
+        (other, _) => {
             let tn = py_type(other)
                 .trim_start_matches("<class '")
                 .trim_end_matches("'>");

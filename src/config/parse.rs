@@ -9,6 +9,8 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
+
+use super::engine::py_only_value;
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser, Tag};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
@@ -53,24 +55,25 @@ pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
         Ok(v) => Ok(v),
         Err(JsonFailure::Duplicate(k)) => Err(ParseError::JsonDuplicateKey(k)),
         // PyYAML skips a byte order mark at the start of the stream (JSON does not)
-        Err(JsonFailure::Syntax(json)) => parse_yaml(text.strip_prefix('\u{feff}').unwrap_or(text)).map_err(|e| match e {
-            YamlFailure::Duplicate { line, column } => {
-                let snippet = text
-                    .lines()
-                    .nth(line.saturating_sub(1))
-                    .unwrap_or_default()
-                    .chars()
-                    .take(75)
-                    .collect();
-                ParseError::YamlDuplicateKey {
-                    line,
-                    column,
-                    snippet,
-                    caret: '^',
+        Err(JsonFailure::Syntax(json)) => parse_yaml(text.strip_prefix('\u{feff}').unwrap_or(text))
+            .map_err(|e| match e {
+                YamlFailure::Duplicate { line, column } => {
+                    let snippet = text
+                        .lines()
+                        .nth(line.saturating_sub(1))
+                        .unwrap_or_default()
+                        .chars()
+                        .take(75)
+                        .collect();
+                    ParseError::YamlDuplicateKey {
+                        line,
+                        column,
+                        snippet,
+                        caret: '^',
+                    }
                 }
-            }
-            YamlFailure::Other(yaml) => ParseError::NeitherJsonNorYaml { json, yaml },
-        }),
+                YamlFailure::Other(yaml) => ParseError::NeitherJsonNorYaml { json, yaml },
+            }),
     }
 }
 
@@ -239,6 +242,8 @@ enum Frame {
         anchor: usize,
         pending_key: Option<(String, Marker)>,
         keys: Vec<Value>,
+        /// A `!!set` (a mapping whose keys are the items).
+        set: bool,
     },
 }
 
@@ -393,7 +398,10 @@ impl MarkedEventReceiver for Builder {
                     )));
                     return;
                 }
-                if let Some(msg) = check_collection_tag(tag.as_ref(), "map") {
+                let set = tag
+                    .as_ref()
+                    .is_some_and(|t| t.handle == CORE_TAG && t.suffix == "set");
+                if let Some(msg) = check_collection_tag(tag.as_ref(), "map").filter(|_| !set) {
                     self.fail(YamlFailure::Other(msg));
                     return;
                 }
@@ -402,11 +410,18 @@ impl MarkedEventReceiver for Builder {
                     anchor,
                     pending_key: None,
                     keys: Vec::new(),
+                    set,
                 });
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 let (value, anchor) = match self.stack.pop() {
                     Some(Frame::Seq { items, anchor }) => (Value::Array(items), anchor),
+                    Some(Frame::Map {
+                        keys,
+                        anchor,
+                        set: true,
+                        ..
+                    }) => (py_only_value("set", Value::Array(keys)), anchor),
                     Some(Frame::Map { map, anchor, .. }) => (Value::Object(map), anchor),
                     None => {
                         self.fail(YamlFailure::Other("unbalanced collection end".into()));
@@ -454,6 +469,16 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
                 .map(Value::Bool)
                 .ok_or_else(|| format!("invalid boolean '{text}'")),
             "int" => yaml_int(text).ok_or_else(|| format!("invalid integer '{text}'")),
+            "timestamp" => yaml_timestamp(text)
+                .map(|class| py_only_value(class, Value::String(text.to_owned())))
+                .ok_or_else(|| format!("invalid timestamp '{text}'")),
+            "binary" => Ok(py_only_value(
+                "bytes",
+                Value::String(format!(
+                    "b'{}'",
+                    text.split_whitespace().collect::<String>()
+                )),
+            )),
             "float" => yaml_float(text)
                 .or_else(|| yaml_int(text))
                 .ok_or_else(|| format!("invalid float '{text}'")),
@@ -483,6 +508,9 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
     if let Some(b) = yaml_bool(text) {
         return Ok(Value::Bool(b));
     }
+    if let Some(class) = yaml_timestamp(text) {
+        return Ok(py_only_value(class, Value::String(text.to_owned())));
+    }
     if let Some(v) = yaml_int(text) {
         return Ok(v);
     }
@@ -490,6 +518,65 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
         return Ok(v);
     }
     Ok(Value::String(text.to_owned()))
+}
+
+/// PyYAML's YAML 1.1 timestamp resolver: `yyyy-mm-dd` is a date, with a time part a datetime
+/// (the class name of the Python value).
+fn yaml_timestamp(t: &str) -> Option<&'static str> {
+    let b = t.as_bytes();
+    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    if b.len() == 10
+        && digits(&b[..4])
+        && b[4] == b'-'
+        && digits(&b[5..7])
+        && b[7] == b'-'
+        && digits(&b[8..])
+    {
+        return Some("datetime.date");
+    }
+    // [0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}(\.[0-9]*)?
+    //   ([ \t]*(Z|[-+][0-9]{1,2}(:[0-9]{2})?))?
+    let (date, rest) = t.split_at(t.find(['T', 't', ' ', '\t'])?);
+    let mut parts = date.split('-');
+    let (y, m, d) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some()
+        || !(y.len() == 4 && digits(y.as_bytes()))
+        || !matches!(m.len(), 1 | 2)
+        || !digits(m.as_bytes())
+        || !matches!(d.len(), 1 | 2)
+        || !digits(d.as_bytes())
+    {
+        return None;
+    }
+    let rest = match rest.strip_prefix(['T', 't']) {
+        Some(r) => r,
+        None => rest.trim_start_matches([' ', '\t']),
+    };
+    let time_end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == ':' || c == '.'))
+        .unwrap_or(rest.len());
+    let (time, zone) = rest.split_at(time_end);
+    let (hms, _frac) = time.split_once('.').unwrap_or((time, ""));
+    let mut hms = hms.split(':');
+    let (h, mi, se) = (hms.next()?, hms.next()?, hms.next()?);
+    if hms.next().is_some()
+        || !matches!(h.len(), 1 | 2)
+        || !digits(h.as_bytes())
+        || mi.len() != 2
+        || !digits(mi.as_bytes())
+        || se.len() != 2
+        || !digits(se.as_bytes())
+        || !_frac.bytes().all(|c| c.is_ascii_digit())
+    {
+        return None;
+    }
+    let zone = zone.trim_start_matches([' ', '\t']);
+    let zone_ok = zone.is_empty() || zone == "Z" || {
+        let z = zone.strip_prefix(['+', '-']).unwrap_or("");
+        let (zh, zm) = z.split_once(':').unwrap_or((z, "00"));
+        matches!(zh.len(), 1 | 2) && digits(zh.as_bytes()) && zm.len() == 2 && digits(zm.as_bytes())
+    };
+    zone_ok.then_some("datetime.datetime")
 }
 
 fn yaml_bool(t: &str) -> Option<bool> {
@@ -508,15 +595,22 @@ fn split_sign(t: &str) -> (bool, &str) {
     }
 }
 
-/// An integer as JSON can hold it. PyYAML's ints are unbounded; beyond 64 bits they saturate,
-/// which keeps every range check's verdict (only `version` takes any int, and still does).
+/// An integer as JSON holds it; beyond 64 bits, the stand-in for a Python int (PyYAML's ints
+/// are unbounded).
 fn int_value(neg: bool, magnitude: u128) -> Option<Value> {
-    if neg {
-        let m = i64::try_from(magnitude).map_or(i64::MIN, |m| -m);
-        Some(Value::from(m))
+    let fits = if neg {
+        i64::try_from(magnitude).map(|m| Value::from(-m)).ok()
     } else {
-        Some(Value::from(u64::try_from(magnitude).unwrap_or(u64::MAX)))
-    }
+        u64::try_from(magnitude).map(Value::from).ok()
+    };
+    Some(fits.unwrap_or_else(|| big_int(neg, &magnitude.to_string())))
+}
+
+/// The stand-in for an integer beyond 64 bits, from its decimal digits.
+fn big_int(neg: bool, digits: &str) -> Value {
+    let digits = digits.trim_start_matches('0');
+    let sign = if neg { "-" } else { "" };
+    py_only_value("int", Value::String(format!("{sign}{digits}")))
 }
 
 /// PyYAML's YAML 1.1 int resolver: binary, octal, decimal, hex and base-60, `_` allowed.
@@ -528,11 +622,7 @@ fn yaml_int(t: &str) -> Option<Value> {
             // PyYAML: "0b_" resolves as int but then fails to construct; treat as not-an-int
             return None;
         }
-        // saturating, like `int_value`
-        cleaned.chars().try_fold(0u128, |acc, c| {
-            let d = c.to_digit(radix)?;
-            Some(acc.saturating_mul(u128::from(radix)).saturating_add(u128::from(d)))
-        })
+        u128::from_str_radix(&cleaned, radix).ok()
     };
     let all = |s: &str, f: fn(char) -> bool| !s.is_empty() && s.chars().all(|c| f(c) || c == '_');
     if let Some(d) = body.strip_prefix("0b") {
@@ -558,7 +648,10 @@ fn yaml_int(t: &str) -> Option<Value> {
     }
     if body.starts_with(|c: char| ('1'..='9').contains(&c)) {
         if all(body, |c| c.is_ascii_digit()) {
-            return int_value(neg, parse_radix(body, 10)?);
+            return match parse_radix(body, 10) {
+                Some(m) => int_value(neg, m),
+                None => Some(big_int(neg, &body.replace('_', ""))),
+            };
         }
         // base 60: [1-9][0-9_]*(:[0-5]?[0-9])+
         let mut parts = body.split(':');
