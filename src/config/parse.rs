@@ -523,31 +523,31 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
 /// PyYAML's YAML 1.1 timestamp resolver: `yyyy-mm-dd` is a date, with a time part a datetime
 /// (the class name of the Python value).
 fn yaml_timestamp(t: &str) -> Option<&'static str> {
+    // `s` is 1 to `max` ASCII digits (exactly `max` when `exact`)
+    let num = |s: &str, max: usize, exact: bool| {
+        let len_ok = if exact {
+            s.len() == max
+        } else {
+            (1..=max).contains(&s.len())
+        };
+        len_ok && s.bytes().all(|c| c.is_ascii_digit())
+    };
     let b = t.as_bytes();
-    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
     if b.len() == 10
-        && digits(&b[..4])
         && b[4] == b'-'
-        && digits(&b[5..7])
         && b[7] == b'-'
-        && digits(&b[8..])
+        && num(&t[..4], 4, true)
+        && num(&t[5..7], 2, true)
+        && num(&t[8..], 2, true)
     {
         return Some("datetime.date");
     }
     // [0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}(\.[0-9]*)?
     //   ([ \t]*(Z|[-+][0-9]{1,2}(:[0-9]{2})?))?
     let (date, rest) = t.split_at(t.find(['T', 't', ' ', '\t'])?);
-    let mut parts = date.split('-');
-    let (y, m, d) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some()
-        || !(y.len() == 4 && digits(y.as_bytes()))
-        || !matches!(m.len(), 1 | 2)
-        || !digits(m.as_bytes())
-        || !matches!(d.len(), 1 | 2)
-        || !digits(d.as_bytes())
-    {
-        return None;
-    }
+    let date: Vec<&str> = date.split('-').collect();
+    let date_ok =
+        matches!(date[..], [y, m, d] if num(y, 4, true) && num(m, 2, false) && num(d, 2, false));
     let rest = match rest.strip_prefix(['T', 't']) {
         Some(r) => r,
         None => rest.trim_start_matches([' ', '\t']),
@@ -556,27 +556,17 @@ fn yaml_timestamp(t: &str) -> Option<&'static str> {
         .find(|c: char| !(c.is_ascii_digit() || c == ':' || c == '.'))
         .unwrap_or(rest.len());
     let (time, zone) = rest.split_at(time_end);
-    let (hms, _frac) = time.split_once('.').unwrap_or((time, ""));
-    let mut hms = hms.split(':');
-    let (h, mi, se) = (hms.next()?, hms.next()?, hms.next()?);
-    if hms.next().is_some()
-        || !matches!(h.len(), 1 | 2)
-        || !digits(h.as_bytes())
-        || mi.len() != 2
-        || !digits(mi.as_bytes())
-        || se.len() != 2
-        || !digits(se.as_bytes())
-        || !_frac.bytes().all(|c| c.is_ascii_digit())
-    {
-        return None;
-    }
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let hms: Vec<&str> = hms.split(':').collect();
+    let time_ok = matches!(hms[..], [h, m, s] if num(h, 2, false) && num(m, 2, true) && num(s, 2, true))
+        && frac.bytes().all(|c| c.is_ascii_digit());
     let zone = zone.trim_start_matches([' ', '\t']);
     let zone_ok = zone.is_empty() || zone == "Z" || {
         let z = zone.strip_prefix(['+', '-']).unwrap_or("");
         let (zh, zm) = z.split_once(':').unwrap_or((z, "00"));
-        matches!(zh.len(), 1 | 2) && digits(zh.as_bytes()) && zm.len() == 2 && digits(zm.as_bytes())
+        num(zh, 2, false) && num(zm, 2, true)
     };
-    zone_ok.then_some("datetime.datetime")
+    (date_ok && time_ok && zone_ok).then_some("datetime.datetime")
 }
 
 fn yaml_bool(t: &str) -> Option<bool> {
