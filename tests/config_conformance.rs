@@ -18,6 +18,9 @@
 //! * `upstream-bug`: upstream accepts a value outside its own type's domain (NaN as a float in
 //!   `[0, 65535]`), and we reject it.
 //!
+//! The table also counts, for information only, the validation reports whose whole text is
+//! identical once upstream's paths are rewritten (`KRES_CONFORMANCE_TEXTS=1` prints the others).
+//!
 //! `KRES_CONFORMANCE_DIR=<dir>` runs the same comparison on another labelled set (a directory
 //! with `labels.json` and the case files, as `label.py --out` writes it), with no divergence
 //! list: used for freshly generated configurations (`gen_fresh.py`).
@@ -32,8 +35,9 @@ use serde_json::Value;
 #[derive(Debug)]
 enum Verdict {
     Valid,
-    /// Validation errors, paths flattened in report order (union causes included).
-    Invalid(Vec<String>),
+    /// Validation errors: paths flattened in report order (union causes included), and the
+    /// report as `kresctl validate` prints it.
+    Invalid(Vec<String>, String),
     /// The file could not be read or parsed (upstream: a parse error, no paths).
     Unparsable(String),
 }
@@ -45,7 +49,7 @@ impl Verdict {
 
     fn paths(&self) -> BTreeSet<String> {
         match self {
-            Verdict::Invalid(paths) => paths.iter().cloned().collect(),
+            Verdict::Invalid(paths, _) => paths.iter().cloned().collect(),
             _ => BTreeSet::new(),
         }
     }
@@ -67,7 +71,7 @@ fn ours(file: &Path) -> Verdict {
             for e in &errors.0 {
                 flatten(e, &mut paths);
             }
-            Verdict::Invalid(paths)
+            Verdict::Invalid(paths, errors.to_string())
         }
         Err(e) => Verdict::Unparsable(e.to_string()),
     }
@@ -100,6 +104,46 @@ struct Label {
     valid: bool,
     paths: BTreeSet<String>,
     traceback: bool,
+    /// The validation report with paths rewritten as JSON pointers (`None` for other output).
+    report: Option<String>,
+}
+
+/// Upstream's validation report with every `[path]` rewritten by [`upstream_pointer`].
+fn upstream_report(stderr: &str) -> Option<String> {
+    if !stderr.starts_with("Configuration validation error") {
+        return None;
+    }
+    let lines: Vec<String> = stderr
+        .trim_end()
+        .lines()
+        .map(|line| {
+            let body = line.trim_start_matches('\t');
+            let tabs = &line[..line.len() - body.len()];
+            match body
+                .strip_prefix('[')
+                .and_then(path_end)
+                .map(|end| (&body[1..end], &body[end + 1..]))
+            {
+                Some((path, rest)) => format!("{tabs}[{}]{rest}", upstream_pointer(path)),
+                None => line.to_owned(),
+            }
+        })
+        .collect();
+    Some(lines.join("\n"))
+}
+
+/// The index in `[path] …` of the `]` closing the path (paths contain `[…]` groups).
+fn path_end(after_open: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in after_open.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' if depth == 0 => return Some(i + 1),
+            ']' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
 }
 
 fn read_labels(dir: &Path) -> (BTreeMap<String, Label>, Value) {
@@ -120,6 +164,7 @@ fn read_labels(dir: &Path) -> (BTreeMap<String, Label>, Value) {
                 valid: l["valid"].as_bool().expect("valid"),
                 paths,
                 traceback: stderr.contains("Traceback (most recent call last)"),
+                report: upstream_report(stderr),
             },
         );
     }
@@ -182,7 +227,8 @@ fn compare(label: &Label, got: &Verdict, divergence: Option<Divergence>) -> (boo
             label.paths,
             match got {
                 Verdict::Valid => "valid".to_owned(),
-                Verdict::Invalid(p) => format!("invalid {:?}", p.iter().collect::<BTreeSet<_>>()),
+                Verdict::Invalid(p, _) =>
+                    format!("invalid {:?}", p.iter().collect::<BTreeSet<_>>()),
                 Verdict::Unparsable(e) => format!("unparsable: {e}"),
             }
         )
@@ -231,6 +277,9 @@ struct Tally {
     paths: usize,
     divergent: usize,
     disagree: usize,
+    /// Cases where both sides printed a validation report, and where the texts are identical.
+    reports: usize,
+    texts: usize,
 }
 
 fn run(dir: &Path, divergences: &BTreeMap<String, Divergence>) {
@@ -253,6 +302,8 @@ fn run(dir: &Path, divergences: &BTreeMap<String, Divergence>) {
             .unwrap_or_default()
     };
 
+    // informational: print every report whose text differs
+    let show_texts = std::env::var_os("KRES_CONFORMANCE_TEXTS").is_some();
     let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
     let mut failures = Vec::new();
     let mut skipped = 0;
@@ -270,7 +321,18 @@ fn run(dir: &Path, divergences: &BTreeMap<String, Divergence>) {
             .next()
             .unwrap_or("")
             .to_owned();
+        let text = match (&label.report, &got) {
+            (Some(theirs), Verdict::Invalid(_, ours)) => Some(theirs == ours.trim_end()),
+            _ => None,
+        };
+        if text == Some(false) && show_texts {
+            if let (Some(theirs), Verdict::Invalid(_, ours)) = (&label.report, &got) {
+                println!("{case}:\n--- upstream\n{theirs}\n--- ours\n{ours}\n");
+            }
+        }
         let t = tallies.entry(section).or_default();
+        t.reports += usize::from(text.is_some());
+        t.texts += usize::from(text == Some(true));
         t.cases += 1;
         t.verdicts += usize::from(verdict_ok);
         t.paths += usize::from(paths_ok);
@@ -286,24 +348,38 @@ fn run(dir: &Path, divergences: &BTreeMap<String, Divergence>) {
 
     let mut total = Tally::default();
     println!(
-        "{:<14} {:>6} {:>9} {:>7} {:>10} {:>9}",
-        "section", "cases", "verdicts", "paths", "divergent", "DISAGREE"
+        "{:<14} {:>6} {:>9} {:>7} {:>10} {:>9} {:>9}",
+        "section", "cases", "verdicts", "paths", "divergent", "DISAGREE", "texts"
     );
     for (section, t) in &tallies {
         println!(
-            "{section:<14} {:>6} {:>9} {:>7} {:>10} {:>9}",
-            t.cases, t.verdicts, t.paths, t.divergent, t.disagree
+            "{section:<14} {:>6} {:>9} {:>7} {:>10} {:>9} {:>9}",
+            t.cases,
+            t.verdicts,
+            t.paths,
+            t.divergent,
+            t.disagree,
+            format!("{}/{}", t.texts, t.reports)
         );
         total.cases += t.cases;
         total.verdicts += t.verdicts;
         total.paths += t.paths;
         total.divergent += t.divergent;
         total.disagree += t.disagree;
+        total.reports += t.reports;
+        total.texts += t.texts;
     }
     println!(
-        "{:<14} {:>6} {:>9} {:>7} {:>10} {:>9}",
-        "total", total.cases, total.verdicts, total.paths, total.divergent, total.disagree
+        "{:<14} {:>6} {:>9} {:>7} {:>10} {:>9} {:>9}",
+        "total",
+        total.cases,
+        total.verdicts,
+        total.paths,
+        total.divergent,
+        total.disagree,
+        format!("{}/{}", total.texts, total.reports)
     );
+    println!("(texts: identical validation reports, paths as JSON pointers; informational)");
     if skipped > 0 {
         println!("skipped {skipped} cases whose verdict depends on the CPU count ({cpus} here)");
     }
