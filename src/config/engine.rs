@@ -183,6 +183,22 @@ fn big_int(v: &Value) -> Option<&str> {
     }
 }
 
+/// The `str()` of a Python float that JSON cannot hold (`inf`, `-inf`, `nan`).
+pub(crate) fn py_special_float(v: &Value) -> Option<&str> {
+    match py_only(v) {
+        Some(PyOnly::Other {
+            class: "float",
+            text,
+        }) => Some(text),
+        _ => None,
+    }
+}
+
+/// A big integer as a float (float fields take ints).
+pub(crate) fn big_int_as_float(v: &Value) -> Option<f64> {
+    big_int(v).and_then(|d| d.parse().ok())
+}
+
 /// A big integer saturated into JSON (for the few places that take any int).
 fn saturated(digits: &str) -> Value {
     if digits.starts_with('-') {
@@ -202,6 +218,7 @@ pub(crate) fn py_type(v: &Value) -> &'static str {
             return match class {
                 "datetime.date" => "<class 'datetime.date'>",
                 "datetime.datetime" => "<class 'datetime.datetime'>",
+                "float" => "<class 'float'>",
                 _ => "<class 'bytes'>",
             }
         }
@@ -288,14 +305,33 @@ pub(crate) fn str_base(v: &Value, class: &str) -> Result<String, String> {
     }
 }
 
+/// Python's `str()` of a type as upstream prints it: a class as `<class '…'>`, a generic alias
+/// as its `repr` (Python 3.14: `typing.List[…]`, unions as `A | B`, classes inside as `module.Name`).
 fn ty_name(ty: &Ty) -> String {
     match ty {
-        Ty::Null => "<class 'NoneType'>".into(),
-        Ty::Bool => "<class 'bool'>".into(),
-        Ty::PlainInt => "<class 'int'>".into(),
-        Ty::Str => "<class 'str'>".into(),
-        Ty::Int(r) => format!("<class 'knot_resolver.datamodel.types.types.{}'>", r.class),
-        Ty::Value(vt) => format!("<class 'knot_resolver.datamodel.types.{}'>", vt.class),
+        Ty::Null
+        | Ty::Bool
+        | Ty::PlainInt
+        | Ty::Str
+        | Ty::Int(_)
+        | Ty::Value(_)
+        | Ty::Object(_) => {
+            format!("<class '{}'>", ty_arg(ty))
+        }
+        _ => ty_arg(ty),
+    }
+}
+
+/// A type as it appears inside a generic alias (`typing._type_repr`).
+fn ty_arg(ty: &Ty) -> String {
+    match ty {
+        Ty::Null => "NoneType".into(),
+        Ty::Bool => "bool".into(),
+        Ty::PlainInt => "int".into(),
+        Ty::Str => "str".into(),
+        Ty::Int(r) => format!("knot_resolver.datamodel.types.types.{}", r.class),
+        Ty::Value(vt) => format!("knot_resolver.datamodel.types.{}", vt.class),
+        Ty::Object(o) => o.class.to_owned(),
         Ty::Literal(l) => format!(
             "typing.Literal[{}]",
             l.iter()
@@ -303,18 +339,14 @@ fn ty_name(ty: &Ty) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        Ty::Optional(i) => format!("typing.Optional[{}]", ty_name(i)),
-        Ty::Union(v) => format!(
-            "typing.Union[{}]",
-            v.iter().map(ty_name).collect::<Vec<_>>().join(", ")
-        ),
-        Ty::List(i) => format!("typing.List[{}]", ty_name(i)),
+        Ty::Optional(i) => format!("{} | None", ty_arg(i)),
+        Ty::Union(v) => v.iter().map(ty_arg).collect::<Vec<_>>().join(" | "),
+        Ty::List(i) => format!("typing.List[{}]", ty_arg(i)),
         Ty::ListOrItem(i) => format!(
             "knot_resolver.datamodel.types.generic_types.ListOrItem[{}]",
-            ty_name(i)
+            ty_arg(i)
         ),
-        Ty::Dict(k, v) => format!("typing.Dict[{}, {}]", ty_name(k), ty_name(v)),
-        Ty::Object(o) => format!("<class '{}'>", o.class),
+        Ty::Dict(k, v) => format!("typing.Dict[{}, {}]", ty_arg(k), ty_arg(v)),
     }
 }
 
@@ -394,6 +426,7 @@ fn map_value_inner(
             Value::String(_) => Ok(v.clone()),
             Value::Number(n) => Ok(Value::String(py_str(&Value::Number(n.clone())))),
             Value::Object(_) if big_int(v).is_some() => Ok(Value::String(big_int(v).unwrap_or_default().to_owned())),
+            Value::Object(_) if py_special_float(v).is_some() => Ok(Value::String(py_special_float(v).unwrap_or_default().to_owned())),
             Value::Bool(_) => fail(
                 "Expected str, found bool. Be careful, that YAML parsers consider even \"no\" and \"yes\" as a bool. \
                  Search for the Norway Problem for more details. And please use quotes explicitly."

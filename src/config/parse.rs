@@ -472,13 +472,9 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
             "timestamp" => yaml_timestamp(text)
                 .map(|class| py_only_value(class, Value::String(text.to_owned())))
                 .ok_or_else(|| format!("invalid timestamp '{text}'")),
-            "binary" => Ok(py_only_value(
-                "bytes",
-                Value::String(format!(
-                    "b'{}'",
-                    text.split_whitespace().collect::<String>()
-                )),
-            )),
+            "binary" => base64_decode(text)
+                .map(|bytes| py_only_value("bytes", Value::String(py_bytes_repr(&bytes))))
+                .ok_or_else(|| format!("failed to convert base64 data: '{text}'")),
             "float" => yaml_float(text)
                 .or_else(|| yaml_int(text))
                 .ok_or_else(|| format!("invalid float '{text}'")),
@@ -518,6 +514,59 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
         return Ok(v);
     }
     Ok(Value::String(text.to_owned()))
+}
+
+/// Standard base64 (whitespace ignored, padding optional), for `!!binary`.
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text
+        .bytes()
+        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
+    {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(u8::try_from(acc >> bits).unwrap_or(0));
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// Python's `str(bytes)`: `b'…'` with non-printable bytes escaped.
+fn py_bytes_repr(bytes: &[u8]) -> String {
+    let quote = if bytes.contains(&b'\'') && !bytes.contains(&b'"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = format!("b{quote}");
+    for &b in bytes {
+        match b {
+            b'\\' => out.push_str("\\\\"),
+            b'\t' => out.push_str("\\t"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            _ if char::from(b) == quote => {
+                out.push('\\');
+                out.push(quote);
+            }
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    out.push(quote);
+    out
 }
 
 /// PyYAML's YAML 1.1 timestamp resolver: `yyyy-mm-dd` is a date, with a time part a datetime
@@ -672,12 +721,13 @@ fn yaml_int(t: &str) -> Option<Value> {
 fn yaml_float(t: &str) -> Option<Value> {
     let (neg, body) = split_sign(t);
     let sign = if neg { -1.0 } else { 1.0 };
+    // JSON cannot hold infinities and NaN: Python-only stand-ins
     if matches!(body, ".inf" | ".Inf" | ".INF") {
-        // JSON cannot hold infinities; keep them as strings so that validation rejects them
-        return Some(Value::String(t.to_owned()));
+        let text = if neg { "-inf" } else { "inf" };
+        return Some(py_only_value("float", Value::String(text.into())));
     }
     if matches!(t, ".nan" | ".NaN" | ".NAN") {
-        return Some(Value::String(t.to_owned()));
+        return Some(py_only_value("float", Value::String("nan".into())));
     }
     let digits_ = |s: &str| s.chars().all(|c| c.is_ascii_digit() || c == '_');
     let (mantissa, exponent) = match body.find(['e', 'E']) {
