@@ -271,9 +271,38 @@ pub(crate) fn py_str(v: &Value) -> String {
 
 fn py_repr(v: &Value) -> String {
     match v {
-        Value::String(s) => format!("'{s}'"),
+        Value::String(s) => py_str_repr(s),
         other => py_str(other),
     }
+}
+
+/// Python's `repr(str)`: single quotes unless only double quotes avoid escaping, and
+/// backslashes, the quote and control characters escaped.
+fn py_str_repr(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::from(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            _ if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            _ if u32::from(c) < 0x20 || (0x7f..0xa0).contains(&u32::from(c)) => {
+                out.push_str(&format!("\\x{:02x}", u32::from(c)));
+            }
+            _ => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
 }
 
 /// Python's `str(float)`.
