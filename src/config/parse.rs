@@ -207,9 +207,95 @@ impl<'de> Visitor<'de> for DupVisitor {
     }
 }
 
+/// Python's `json` also reads `NaN`, `Infinity`, `-Infinity` and integers of any size, which
+/// `serde_json` does not: outside strings, they are rewritten as marked strings before parsing
+/// (`None` when there are none) and turned into Python-only stand-ins afterwards.
+fn mark_python_json_tokens(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut changed = false;
+    let mut i = 0;
+    let mut copied = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'N' | b'I' | b'-' | b'0'..=b'9' => {
+                let start = i;
+                let neg = b[i] == b'-';
+                let body = if neg { i + 1 } else { i };
+                let word = |w: &str| text.get(body..).is_some_and(|t| t.starts_with(w));
+                let marked = if word("NaN") && !neg {
+                    i = body + 3;
+                    Some("float:nan".to_owned())
+                } else if word("Infinity") {
+                    i = body + 8;
+                    Some(format!("float:{}inf", if neg { "-" } else { "" }))
+                } else {
+                    i = body;
+                    while i < b.len()
+                        && matches!(b[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                    {
+                        i += 1;
+                    }
+                    let lit = &text[start..i];
+                    let integer = i > body && text[body..i].bytes().all(|c| c.is_ascii_digit());
+                    let fits = lit.parse::<i64>().is_ok() || lit.parse::<u64>().is_ok();
+                    (integer && !fits).then(|| format!("int:{lit}"))
+                };
+                if let Some(m) = marked {
+                    out.push_str(&text[copied..start]);
+                    out.push_str(&format!("\"\\u0000py-json:{m}\""));
+                    copied = i;
+                    changed = true;
+                }
+                if i == start {
+                    i += 1;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    changed.then(|| {
+        out.push_str(&text[copied.min(text.len())..]);
+        out
+    })
+}
+
+/// Replace the strings marked by [`mark_python_json_tokens`] with Python-only stand-ins.
+fn unmark_python_json_tokens(v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            if let Some(m) = s.strip_prefix("\u{0}py-json:") {
+                *v = match m.split_once(':') {
+                    Some(("int", d)) => big_int(d.starts_with('-'), d.trim_start_matches('-')),
+                    Some((_, f)) => py_only_value("float", Value::String(f.to_owned())),
+                    None => return,
+                };
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(unmark_python_json_tokens),
+        Value::Object(o) => o.values_mut().for_each(unmark_python_json_tokens),
+        _ => {}
+    }
+}
+
 fn parse_json(text: &str) -> Result<Value, JsonFailure> {
-    let mut de = serde_json::Deserializer::from_str(text);
-    let parsed = DupChecked::deserialize(&mut de).and_then(|v| de.end().map(|()| v.0));
+    let marked = mark_python_json_tokens(text);
+    let mut de = serde_json::Deserializer::from_str(marked.as_deref().unwrap_or(text));
+    let parsed = DupChecked::deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v.0))
+        .map(|mut v| {
+            if marked.is_some() {
+                unmark_python_json_tokens(&mut v);
+            }
+            v
+        });
     parsed.map_err(|e| {
         let msg = e.to_string();
         match msg.strip_prefix(DUP_PREFIX) {
@@ -970,6 +1056,22 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(yaml(text), expected, "{text}");
         }
+    }
+
+    #[test]
+    fn json_reads_what_python_json_reads() {
+        let v = yaml(
+            r#"{"a": NaN, "b": -Infinity, "c": 123456789012345678901234567890, "d": "NaN -1e999", "e": [1, -2, 1.5e3]}"#,
+        );
+        assert_eq!(v["a"], py_only_value("float", json!("nan")));
+        assert_eq!(v["b"], py_only_value("float", json!("-inf")));
+        assert_eq!(
+            v["c"],
+            py_only_value("int", json!("123456789012345678901234567890"))
+        );
+        assert_eq!(v["d"], json!("NaN -1e999"));
+        assert_eq!(v["e"], json!([1, -2, 1500.0]));
+        assert_eq!(mark_python_json_tokens(r#"{"a": [1, 2.5, -3]}"#), None);
     }
 
     #[test]

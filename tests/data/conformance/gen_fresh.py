@@ -12,7 +12,9 @@ reference configs). Each fresh file is one of:
              somewhere else (valid or not), so realistic values meet new neighbours;
   * confuse: one leaf replaced by a generic tricky value (type and boundary confusion);
   * rekey:   a key renamed (`-` -> `_`, unknown, capitalised) or dropped;
-  * listify: a scalar wrapped in a list, a one-item list unwrapped, a list emptied or doubled.
+  * listify: a scalar wrapped in a list, a one-item list unwrapped, a list emptied or doubled;
+  * with --text-rate: a parser-level change of the YAML text (a tab after a value or in a
+    comment, a BOM, CRLF, a `_` duplicate of a top-level key, a date, a big int or a !!set).
 Several mutations can stack. Files are YAML, some JSON; duplicates of each other are dropped.
 Writes OUT/cases/fresh/NNNN-<mutations>.{yaml,json}. Nothing here knows the expected verdicts.
 """
@@ -21,6 +23,7 @@ import copy
 import json
 import os
 import random
+import re
 import shutil
 
 import yaml
@@ -88,11 +91,42 @@ def set_at(node, path, value):
     get(node, path[:-1])[path[-1]] = value
 
 
+def text_mutation(rng, d, text):
+    """A change only visible in the YAML text (parser-level quirks)."""
+    lines = text.splitlines()
+    value_lines = [i for i, l in enumerate(lines) if re.match(r"^\s*(- )?[\w-]+: \S", l)]
+    how = rng.choice(["tab-eol", "tab-comment", "bom", "crlf", "dup-underscore", "date", "bigint", "set"])
+    if how == "tab-eol" and lines:
+        i = rng.randrange(len(lines))
+        lines[i] += "\t"
+    elif how == "tab-comment" and lines:
+        i = rng.randrange(len(lines))
+        lines[i] += " #\tcomment"
+    elif how == "bom":
+        return "\ufeff" + text, how
+    elif how == "crlf":
+        return text.replace("\n", "\r\n"), how
+    elif how == "dup-underscore":
+        keys = [k for k in d if "-" in k]
+        if keys:
+            k = rng.choice(keys)
+            extra = yaml.safe_dump({k.replace("-", "_"): d[k]}, sort_keys=False, allow_unicode=True)
+            return text + extra, how
+    elif how in ("date", "bigint", "set") and value_lines:
+        i = rng.choice(value_lines)
+        key = lines[i].split(": ", 1)[0]
+        lines[i] = key + ": " + {"date": "2020-01-31", "bigint": "123456789012345678901234567890",
+                                  "set": "!!set {a, b}"}[how]
+    return "\n".join(lines) + "\n", how
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--count", type=int, default=300)
     ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--text-rate", type=float, default=0.0,
+                    help="share of YAML files that also get a text-level (parser) mutation")
     args = ap.parse_args()
     rng = random.Random(args.seed)
 
@@ -201,6 +235,9 @@ def main():
             text = json.dumps(d, ensure_ascii=False, indent=1) + "\n"
         else:
             text = yaml.safe_dump(d, sort_keys=False, allow_unicode=True, default_flow_style=False)
+        if not as_json and rng.random() < args.text_rate:
+            text, tname = text_mutation(rng, d, text)
+            names.append(tname)
         raw = text.encode("utf-8")
         if raw in seen:
             continue
