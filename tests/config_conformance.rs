@@ -8,7 +8,7 @@
 //! * for invalid cases, the *set* of error paths must agree (nested union causes included), after
 //!   rewriting upstream's path syntax into JSON pointers (see [`upstream_pointer`]).
 //!
-//! Where we differ on purpose, the case is listed in `divergences.json` with one of three kinds,
+//! Where we differ on purpose, the case is listed in `divergences.json` with one of four kinds,
 //! each checked for what it allows:
 //! * `upstream-crash`: upstream dies with a Python traceback; we accept or give a proper error;
 //! * `useless-path`: the verdicts agree, and upstream's paths that we do not report are only `/`,
@@ -22,8 +22,8 @@
 //! identical once upstream's paths are rewritten (`KRES_CONFORMANCE_TEXTS=1` prints the others).
 //!
 //! `KRES_CONFORMANCE_DIR=<dir>` runs the same comparison on another labelled set (a directory
-//! with `labels.json` and the case files, as `label.py --out` writes it), with no divergence
-//! list: used for freshly generated configurations (`gen_fresh.py`).
+//! with `cases/` and `labels.json`, as `gen_fresh.py` and `label.py --root` write them), using
+//! that directory's `divergences.json` if it has one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
