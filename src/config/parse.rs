@@ -901,7 +901,7 @@ fn pyyaml_stray_tab(text: &str) -> Option<(usize, usize)> {
         let indent = line.len() - line.trim_start_matches(' ').len();
         if let Some(parent) = block {
             let rest = &line[indent..];
-            if rest.is_empty() || (indent > parent && !rest.starts_with('\t')) {
+            if rest.is_empty() || indent > parent {
                 continue;
             }
             block = None;
@@ -1081,6 +1081,7 @@ mod tests {
             "forward:\n  - {subtree: a.example,\tservers: [192.0.2.1]}\n",
             "cache:\n\tsize-max: 1M\n",
             "nsid: a\tb\n",
+            "- 'a'\t\n",
         ] {
             assert!(pyyaml_stray_tab(text).is_some(), "{text:?}");
             assert!(parse_json_or_yaml(text).is_err(), "{text:?}");
@@ -1091,6 +1092,10 @@ mod tests {
             "workers: 1 #\tcomment\n",
             "lua:\n  script: |\n    a\tb\n\tc\n  \n",
             "lua:\n  script: |\n    x = 1\n    y\t= 2\nworkers: 1\n",
+            "lua:\n  script: |\n    a\n    \tb\n",
+            "lua:\n  script: >-\n    a\n\n    \tb\nworkers: 2\n",
+            "a: \"x\n\ty\"\n",
+            "a: [1, 2]  # c\t\n",
             "nsid: it's\n",
         ] {
             let blocked = pyyaml_stray_tab(text);
