@@ -563,3 +563,49 @@ fn upstream_listen_tables() {
         assert_eq!(cfg.network.tls.watchdog, expected);
     }
 }
+
+/// Python-only values from PyYAML (big ints, dates, sets) and the `-`/`_` key renaming, checked
+/// with upstream's `kresctl validate`.
+#[test]
+fn python_values_and_renamed_keys_behave_like_upstream() {
+    check("version: 99999999999999999999\n", Ok(()));
+    check(
+        "network:\n  tls:\n    sticket-secret: 12345678901234567890123456789012\n",
+        Ok(()),
+    );
+    check(
+        "network:\n  tcp-pipeline: 99999999999999999999\n",
+        Err(&[(
+            "/network/tcp-pipeline",
+            "value 99999999999999999999 is higher than the maximum 65535",
+        )]),
+    );
+    check(
+        "network:\n  tcp-pipeline: -99999999999999999999\n",
+        Err(&[(
+            "/network/tcp-pipeline",
+            "value -99999999999999999999 is lower than the minimum 0.",
+        )]),
+    );
+    check(
+        "nsid: 2001-12-14\n",
+        Err(&[("/nsid", "Unexpected value for '<class 'knot_resolver.datamodel.types.types.EscapedStr'>'. Expected string, got '2001-12-14' with type '<class 'datetime.date'>'")]),
+    );
+    check(
+        "nsid: 2001-12-14 10:00:00\n",
+        Err(&[("/nsid", "Unexpected value for '<class 'knot_resolver.datamodel.types.types.EscapedStr'>'. Expected string, got '2001-12-14 10:00:00' with type '<class 'datetime.datetime'>'")]),
+    );
+    check(
+        "views:\n  - subnets: !!set {10.0.0.0/8}\n    answer: allow\n",
+        Ok(()),
+    );
+    // the `_` spelling next to the `-` one is ignored; alone, it is an unexpected key
+    check("cache:\n  size-max: 100M\n  size_max: 1G\n", Ok(()));
+    check(
+        "cache:\n  size_max: 1G\n",
+        Err(&[("/cache", "unexpected extra key(s) 'size_max'")]),
+    );
+    // Python's `\d` and `int()` take any Unicode decimal digit
+    check("cache:\n  size-max: '١٠٠M'\n", Ok(()));
+    check("management:\n  interface: '127.0.0.1@٥٠٠٠'\n", Ok(()));
+}

@@ -7,6 +7,7 @@
 //! JSON value (defaults applied, `auto` resolved, paths resolved) that the typed model is then
 //! deserialized from.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -136,9 +137,93 @@ thread_local! {
     static PLAIN_CONTAINER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Prefix of the single key of a mapping that stands for a value Python has and JSON does not
+/// (PyYAML makes them): `{"\0py:int": "<digits>"}` an integer beyond 64 bits, `{"\0py:set":
+/// [...]}` a `!!set`, `{"\0py:<class>": "<str()>"}` a date, datetime or `!!binary` bytes. No
+/// configuration key can start with NUL, so these never collide with real mappings.
+pub(crate) const PY_ONLY_PREFIX: &str = "\u{0}py:";
+
+/// A value only Python has (see [`PY_ONLY_PREFIX`]).
+pub(crate) enum PyOnly<'a> {
+    /// An integer too large for 64 bits, as decimal digits (with a sign when negative).
+    BigInt(&'a str),
+    /// A set, with its items.
+    Set(&'a [Value]),
+    /// A value of another class (`datetime.date`, `datetime.datetime`, `bytes`), as `str()` shows it.
+    Other { class: &'a str, text: &'a str },
+}
+
+/// Build the JSON stand-in of a Python-only value.
+pub(crate) fn py_only_value(kind: &str, payload: Value) -> Value {
+    let mut m = Map::new();
+    m.insert(format!("{PY_ONLY_PREFIX}{kind}"), payload);
+    Value::Object(m)
+}
+
+/// Recognize the JSON stand-in of a Python-only value.
+pub(crate) fn py_only(v: &Value) -> Option<PyOnly<'_>> {
+    let Value::Object(o) = v else { return None };
+    if o.len() != 1 {
+        return None;
+    }
+    let (k, payload) = o.iter().next()?;
+    match (k.strip_prefix(PY_ONLY_PREFIX)?, payload) {
+        ("int", Value::String(d)) => Some(PyOnly::BigInt(d)),
+        ("set", Value::Array(items)) => Some(PyOnly::Set(items)),
+        (class, Value::String(text)) => Some(PyOnly::Other { class, text }),
+        _ => None,
+    }
+}
+
+/// The digits of a big integer stand-in.
+fn big_int(v: &Value) -> Option<&str> {
+    match py_only(v) {
+        Some(PyOnly::BigInt(d)) => Some(d),
+        _ => None,
+    }
+}
+
+/// The `str()` of a Python float that JSON cannot hold (`inf`, `-inf`, `nan`).
+pub(crate) fn py_special_float(v: &Value) -> Option<&str> {
+    match py_only(v) {
+        Some(PyOnly::Other {
+            class: "float",
+            text,
+        }) => Some(text),
+        _ => None,
+    }
+}
+
+/// A big integer as a float (float fields take ints).
+pub(crate) fn big_int_as_float(v: &Value) -> Option<f64> {
+    big_int(v).and_then(|d| d.parse().ok())
+}
+
+/// A big integer saturated into JSON (for the few places that take any int).
+fn saturated(digits: &str) -> Value {
+    if digits.starts_with('-') {
+        Value::from(i64::MIN)
+    } else {
+        Value::from(u64::MAX)
+    }
+}
+
 /// Python's `type(x)` as printed in messages.
 pub(crate) fn py_type(v: &Value) -> &'static str {
     let plain = PLAIN_CONTAINER.with(std::cell::Cell::get);
+    match py_only(v) {
+        Some(PyOnly::BigInt(_)) => return "<class 'int'>",
+        Some(PyOnly::Set(_)) => return "<class 'set'>",
+        Some(PyOnly::Other { class, .. }) => {
+            return match class {
+                "datetime.date" => "<class 'datetime.date'>",
+                "datetime.datetime" => "<class 'datetime.datetime'>",
+                "float" => "<class 'float'>",
+                _ => "<class 'bytes'>",
+            }
+        }
+        None => {}
+    }
     match v {
         Value::Array(_) if !plain => "<class 'knot_resolver.utils.modeling.renaming.RenamedList'>",
         Value::Object(_) if !plain => "<class 'knot_resolver.utils.modeling.renaming.RenamedDict'>",
@@ -154,6 +239,16 @@ pub(crate) fn py_type(v: &Value) -> &'static str {
 
 /// Python's `str(x)` for a JSON value, as printed in messages.
 pub(crate) fn py_str(v: &Value) -> String {
+    match py_only(v) {
+        Some(PyOnly::BigInt(d)) => return d.to_owned(),
+        Some(PyOnly::Set([])) => return "set()".into(),
+        Some(PyOnly::Set(items)) => {
+            let items: Vec<String> = items.iter().map(py_repr).collect();
+            return format!("{{{}}}", items.join(", "));
+        }
+        Some(PyOnly::Other { text, .. }) => return text.to_owned(),
+        None => {}
+    }
     match v {
         Value::Null => "None".into(),
         Value::Bool(true) => "True".into(),
@@ -176,9 +271,38 @@ pub(crate) fn py_str(v: &Value) -> String {
 
 fn py_repr(v: &Value) -> String {
     match v {
-        Value::String(s) => format!("'{s}'"),
+        Value::String(s) => py_str_repr(s),
         other => py_str(other),
     }
+}
+
+/// Python's `repr(str)`: single quotes unless only double quotes avoid escaping, and
+/// backslashes, the quote and control characters escaped.
+fn py_str_repr(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::from(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            _ if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            _ if u32::from(c) < 0x20 || (0x7f..0xa0).contains(&u32::from(c)) => {
+                out.push_str(&format!("\\x{:02x}", u32::from(c)));
+            }
+            _ => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
 }
 
 /// Python's `str(float)`.
@@ -201,6 +325,7 @@ pub(crate) fn str_base(v: &Value, class: &str) -> Result<String, String> {
     match v {
         Value::String(s) => Ok(s.clone()),
         Value::Number(n) if !n.is_f64() => Ok(n.to_string()),
+        Value::Object(_) if big_int(v).is_some() => Ok(big_int(v).unwrap_or_default().to_owned()),
         other => Err(format!(
             "Unexpected value for '<class 'knot_resolver.datamodel.types.types.{class}'>'. Expected string, got '{}' with type '{}'",
             py_str(other),
@@ -209,14 +334,33 @@ pub(crate) fn str_base(v: &Value, class: &str) -> Result<String, String> {
     }
 }
 
+/// Python's `str()` of a type as upstream prints it: a class as `<class '…'>`, a generic alias
+/// as its `repr` (Python 3.14: `typing.List[…]`, unions as `A | B`, classes inside as `module.Name`).
 fn ty_name(ty: &Ty) -> String {
     match ty {
-        Ty::Null => "<class 'NoneType'>".into(),
-        Ty::Bool => "<class 'bool'>".into(),
-        Ty::PlainInt => "<class 'int'>".into(),
-        Ty::Str => "<class 'str'>".into(),
-        Ty::Int(r) => format!("<class 'knot_resolver.datamodel.types.types.{}'>", r.class),
-        Ty::Value(vt) => format!("<class 'knot_resolver.datamodel.types.{}'>", vt.class),
+        Ty::Null
+        | Ty::Bool
+        | Ty::PlainInt
+        | Ty::Str
+        | Ty::Int(_)
+        | Ty::Value(_)
+        | Ty::Object(_) => {
+            format!("<class '{}'>", ty_arg(ty))
+        }
+        _ => ty_arg(ty),
+    }
+}
+
+/// A type as it appears inside a generic alias (`typing._type_repr`).
+fn ty_arg(ty: &Ty) -> String {
+    match ty {
+        Ty::Null => "NoneType".into(),
+        Ty::Bool => "bool".into(),
+        Ty::PlainInt => "int".into(),
+        Ty::Str => "str".into(),
+        Ty::Int(r) => format!("knot_resolver.datamodel.types.types.{}", r.class),
+        Ty::Value(vt) => format!("knot_resolver.datamodel.types.{}", vt.class),
+        Ty::Object(o) => o.class.to_owned(),
         Ty::Literal(l) => format!(
             "typing.Literal[{}]",
             l.iter()
@@ -224,18 +368,14 @@ fn ty_name(ty: &Ty) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        Ty::Optional(i) => format!("typing.Optional[{}]", ty_name(i)),
-        Ty::Union(v) => format!(
-            "typing.Union[{}]",
-            v.iter().map(ty_name).collect::<Vec<_>>().join(", ")
-        ),
-        Ty::List(i) => format!("typing.List[{}]", ty_name(i)),
+        Ty::Optional(i) => format!("{} | None", ty_arg(i)),
+        Ty::Union(v) => v.iter().map(ty_arg).collect::<Vec<_>>().join(" | "),
+        Ty::List(i) => format!("typing.List[{}]", ty_arg(i)),
         Ty::ListOrItem(i) => format!(
             "knot_resolver.datamodel.types.generic_types.ListOrItem[{}]",
-            ty_name(i)
+            ty_arg(i)
         ),
-        Ty::Dict(k, v) => format!("typing.Dict[{}, {}]", ty_name(k), ty_name(v)),
-        Ty::Object(o) => format!("<class '{}'>", o.class),
+        Ty::Dict(k, v) => format!("typing.Dict[{}, {}]", ty_arg(k), ty_arg(v)),
     }
 }
 
@@ -308,11 +448,14 @@ fn map_value_inner(
         _ if v.is_null() => fail(format!("unexpected value 'None' for type {}", ty_name(ty))),
         Ty::PlainInt => match v {
             Value::Number(n) if !n.is_f64() => Ok(v.clone()),
+            Value::Object(_) if big_int(v).is_some() => Ok(saturated(big_int(v).unwrap_or_default())),
             _ => fail(format!("expected int, found {}", py_type(v))),
         },
         Ty::Str => match v {
             Value::String(_) => Ok(v.clone()),
             Value::Number(n) => Ok(Value::String(py_str(&Value::Number(n.clone())))),
+            Value::Object(_) if big_int(v).is_some() => Ok(Value::String(big_int(v).unwrap_or_default().to_owned())),
+            Value::Object(_) if py_special_float(v).is_some() => Ok(Value::String(py_special_float(v).unwrap_or_default().to_owned())),
             Value::Bool(_) => fail(
                 "Expected str, found bool. Be careful, that YAML parsers consider even \"no\" and \"yes\" as a bool. \
                  Search for the Norway Problem for more details. And please use quotes explicitly."
@@ -334,7 +477,7 @@ fn map_value_inner(
         },
         Ty::Int(range) => map_int(range, v).map_err(|m| vec![Failure::new(path, m)]),
         Ty::Dict(kt, vt) => {
-            let Value::Object(obj) = v else {
+            let (Value::Object(obj), None) = (v, py_only(v)) else {
                 return fail(format!(
                     "Expected dict-like object, but failed to access its .items() method. Value was {}",
                     py_str(v)
@@ -372,13 +515,21 @@ fn map_value_inner(
         }
         Ty::Value(vt) => (vt.check)(v, ctx).map_err(|m| vec![Failure::new(path, m)]),
         Ty::Object(def) => match v {
-            Value::Object(src) => map_object(def, src, path, ctx),
+            Value::Object(src) if py_only(v).is_none() => map_object(def, src, path, ctx),
             other => fail(format!("expected 'dict' or 'NoRenameBaseSchema' object, found '{}'", py_type(other))),
         },
     }
 }
 
 fn map_int(range: &IntRange, v: &Value) -> Result<Value, String> {
+    if let Some(d) = big_int(v) {
+        // beyond 64 bits: above every maximum (below every minimum when negative)
+        return match (d.starts_with('-'), range.min, range.max) {
+            (true, Some(min), _) => Err(format!("value {d} is lower than the minimum {min}.")),
+            (false, _, Some(max)) => Err(format!("value {d} is higher than the maximum {max}")),
+            _ => Ok(saturated(d)),
+        };
+    }
     let n = match v {
         Value::Number(n) if !n.is_f64() => n,
         other => {
@@ -407,11 +558,12 @@ fn map_int(range: &IntRange, v: &Value) -> Result<Value, String> {
 
 fn map_list(inner: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcome {
     // upstream iterates whatever it gets: a mapping yields its keys, a string is refused
-    let items: Vec<Value> = match v {
-        Value::Array(a) => a.clone(),
-        Value::Object(o) => o.keys().map(|k| Value::String(k.clone())).collect(),
-        Value::String(_) => return Err(vec![Failure::new(path, "expected list, got string")]),
-        other => {
+    let items: Vec<Value> = match (v, py_only(v)) {
+        (_, Some(PyOnly::Set(items))) => items.to_vec(),
+        (Value::Array(a), _) => a.clone(),
+        (Value::Object(o), None) => o.keys().map(|k| Value::String(k.clone())).collect(),
+        (Value::String(_), _) => return Err(vec![Failure::new(path, "expected list, got string")]),
+        (other, _) => {
             let tn = py_type(other)
                 .trim_start_matches("<class '")
                 .trim_end_matches("'>");
@@ -481,13 +633,21 @@ pub(crate) fn map_object(
     if !errs.is_empty() {
         return Err(errs);
     }
-    let mut unused: Vec<String> = src
+    // Upstream compares key *sets* under its `-` → `_` renaming: `size_max` next to `size-max`
+    // is the same name, so it is silently ignored (the `-` spelling wins); alone, it is unused.
+    let used: BTreeSet<String> = def
+        .fields
+        .iter()
+        .filter(|f| src.contains_key(f.name))
+        .map(|f| f.name.replace('-', "_"))
+        .collect();
+    let unused: BTreeSet<String> = src
         .keys()
-        .filter(|k| !def.fields.iter().any(|f| f.name == k.as_str()))
-        .map(|k| format!("'{}'", k.replace('-', "_")))
+        .map(|k| k.replace('-', "_"))
+        .filter(|k| !used.contains(k))
         .collect();
     // upstream lists them in (random) set order; sorted is deterministic
-    unused.sort();
+    let unused: Vec<String> = unused.into_iter().map(|k| format!("'{k}'")).collect();
     if !unused.is_empty() {
         return Err(vec![Failure::new(
             path,

@@ -7,7 +7,8 @@
 //! `auto` resolved, paths resolved), and deserialized into [`KresConfig`].
 //!
 //! Validation follows upstream's `utils/modeling` semantics (checked against upstream's own
-//! validator, see `tests/data/oracle/`): strict scalar types, unknown and `_` keys rejected, the
+//! validator, see `tests/data/oracle/` and `tests/data/conformance/`): strict scalar types,
+//! unknown keys rejected, a `_` spelling rejected alone and ignored next to its `-` spelling, the
 //! first bad item of a list reported, unions reported with one cause per variant, all sections'
 //! errors collected. Deliberate differences:
 //! * paths are JSON pointers (`/network/listen/0/interface`, not `/network/listen[0]/interface`),
@@ -15,10 +16,11 @@
 //! * several unexpected keys are listed sorted (upstream: random set order);
 //! * an empty document, a document that is not a mapping, and non-string mapping keys are
 //!   handled (empty = all defaults; the others are errors) where upstream crashes;
-//! * integers beyond 64 bits are not integers (upstream: arbitrary precision);
+//! * integers beyond 64 bits are kept exactly for validation (like Python's) but saturate in the
+//!   model (only `version` takes any integer), and in JSON documents they are floats;
 //! * YAML syntax error texts come from `yaml-rust2`, not PyYAML, and a few PyYAML-only syntax
-//!   quirks differ (e.g. `[a, ::1]` is accepted); YAML timestamps stay strings (PyYAML makes
-//!   dates of them, which every field then rejects);
+//!   quirks differ (e.g. `[a, ::1]` is accepted);
+//! * NaN is not a valid float (upstream accepts it where a range is checked);
 //! * `watchdog: auto` resolves to `true` (this implementation always has file watching);
 //! * permission checks use the running process's credentials (upstream's `kresctl` assumes the
 //!   `knot-resolver` user);

@@ -9,6 +9,8 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
+
+use super::engine::py_only_value;
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser, Tag};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
@@ -52,24 +54,26 @@ pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
     match parse_json(text) {
         Ok(v) => Ok(v),
         Err(JsonFailure::Duplicate(k)) => Err(ParseError::JsonDuplicateKey(k)),
-        Err(JsonFailure::Syntax(json)) => parse_yaml(text).map_err(|e| match e {
-            YamlFailure::Duplicate { line, column } => {
-                let snippet = text
-                    .lines()
-                    .nth(line.saturating_sub(1))
-                    .unwrap_or_default()
-                    .chars()
-                    .take(75)
-                    .collect();
-                ParseError::YamlDuplicateKey {
-                    line,
-                    column,
-                    snippet,
-                    caret: '^',
+        // PyYAML skips a byte order mark at the start of the stream (JSON does not)
+        Err(JsonFailure::Syntax(json)) => parse_yaml(text.strip_prefix('\u{feff}').unwrap_or(text))
+            .map_err(|e| match e {
+                YamlFailure::Duplicate { line, column } => {
+                    let snippet = text
+                        .lines()
+                        .nth(line.saturating_sub(1))
+                        .unwrap_or_default()
+                        .chars()
+                        .take(75)
+                        .collect();
+                    ParseError::YamlDuplicateKey {
+                        line,
+                        column,
+                        snippet,
+                        caret: '^',
+                    }
                 }
-            }
-            YamlFailure::Other(yaml) => ParseError::NeitherJsonNorYaml { json, yaml },
-        }),
+                YamlFailure::Other(yaml) => ParseError::NeitherJsonNorYaml { json, yaml },
+            }),
     }
 }
 
@@ -203,9 +207,95 @@ impl<'de> Visitor<'de> for DupVisitor {
     }
 }
 
+/// Python's `json` also reads `NaN`, `Infinity`, `-Infinity` and integers of any size, which
+/// `serde_json` does not: outside strings, they are rewritten as marked strings before parsing
+/// (`None` when there are none) and turned into Python-only stand-ins afterwards.
+fn mark_python_json_tokens(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut changed = false;
+    let mut i = 0;
+    let mut copied = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'N' | b'I' | b'-' | b'0'..=b'9' => {
+                let start = i;
+                let neg = b[i] == b'-';
+                let body = if neg { i + 1 } else { i };
+                let word = |w: &str| text.get(body..).is_some_and(|t| t.starts_with(w));
+                let marked = if word("NaN") && !neg {
+                    i = body + 3;
+                    Some("float:nan".to_owned())
+                } else if word("Infinity") {
+                    i = body + 8;
+                    Some(format!("float:{}inf", if neg { "-" } else { "" }))
+                } else {
+                    i = body;
+                    while i < b.len()
+                        && matches!(b[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                    {
+                        i += 1;
+                    }
+                    let lit = &text[start..i];
+                    let integer = i > body && text[body..i].bytes().all(|c| c.is_ascii_digit());
+                    let fits = lit.parse::<i64>().is_ok() || lit.parse::<u64>().is_ok();
+                    (integer && !fits).then(|| format!("int:{lit}"))
+                };
+                if let Some(m) = marked {
+                    out.push_str(&text[copied..start]);
+                    out.push_str(&format!("\"\\u0000py-json:{m}\""));
+                    copied = i;
+                    changed = true;
+                }
+                if i == start {
+                    i += 1;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    changed.then(|| {
+        out.push_str(&text[copied.min(text.len())..]);
+        out
+    })
+}
+
+/// Replace the strings marked by [`mark_python_json_tokens`] with Python-only stand-ins.
+fn unmark_python_json_tokens(v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            if let Some(m) = s.strip_prefix("\u{0}py-json:") {
+                *v = match m.split_once(':') {
+                    Some(("int", d)) => big_int(d.starts_with('-'), d.trim_start_matches('-')),
+                    Some((_, f)) => py_only_value("float", Value::String(f.to_owned())),
+                    None => return,
+                };
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(unmark_python_json_tokens),
+        Value::Object(o) => o.values_mut().for_each(unmark_python_json_tokens),
+        _ => {}
+    }
+}
+
 fn parse_json(text: &str) -> Result<Value, JsonFailure> {
-    let mut de = serde_json::Deserializer::from_str(text);
-    let parsed = DupChecked::deserialize(&mut de).and_then(|v| de.end().map(|()| v.0));
+    let marked = mark_python_json_tokens(text);
+    let mut de = serde_json::Deserializer::from_str(marked.as_deref().unwrap_or(text));
+    let parsed = DupChecked::deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v.0))
+        .map(|mut v| {
+            if marked.is_some() {
+                unmark_python_json_tokens(&mut v);
+            }
+            v
+        });
     parsed.map_err(|e| {
         let msg = e.to_string();
         match msg.strip_prefix(DUP_PREFIX) {
@@ -238,6 +328,8 @@ enum Frame {
         anchor: usize,
         pending_key: Option<(String, Marker)>,
         keys: Vec<Value>,
+        /// A `!!set` (a mapping whose keys are the items).
+        set: bool,
     },
 }
 
@@ -392,7 +484,10 @@ impl MarkedEventReceiver for Builder {
                     )));
                     return;
                 }
-                if let Some(msg) = check_collection_tag(tag.as_ref(), "map") {
+                let set = tag
+                    .as_ref()
+                    .is_some_and(|t| t.handle == CORE_TAG && t.suffix == "set");
+                if let Some(msg) = check_collection_tag(tag.as_ref(), "map").filter(|_| !set) {
                     self.fail(YamlFailure::Other(msg));
                     return;
                 }
@@ -401,11 +496,18 @@ impl MarkedEventReceiver for Builder {
                     anchor,
                     pending_key: None,
                     keys: Vec::new(),
+                    set,
                 });
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 let (value, anchor) = match self.stack.pop() {
                     Some(Frame::Seq { items, anchor }) => (Value::Array(items), anchor),
+                    Some(Frame::Map {
+                        keys,
+                        anchor,
+                        set: true,
+                        ..
+                    }) => (py_only_value("set", Value::Array(keys)), anchor),
                     Some(Frame::Map { map, anchor, .. }) => (Value::Object(map), anchor),
                     None => {
                         self.fail(YamlFailure::Other("unbalanced collection end".into()));
@@ -453,6 +555,12 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
                 .map(Value::Bool)
                 .ok_or_else(|| format!("invalid boolean '{text}'")),
             "int" => yaml_int(text).ok_or_else(|| format!("invalid integer '{text}'")),
+            "timestamp" => yaml_timestamp(text)
+                .map(|class| py_only_value(class, Value::String(text.to_owned())))
+                .ok_or_else(|| format!("invalid timestamp '{text}'")),
+            "binary" => base64_decode(text)
+                .map(|bytes| py_only_value("bytes", Value::String(py_bytes_repr(&bytes))))
+                .ok_or_else(|| format!("failed to convert base64 data: '{text}'")),
             "float" => yaml_float(text)
                 .or_else(|| yaml_int(text))
                 .ok_or_else(|| format!("invalid float '{text}'")),
@@ -482,6 +590,9 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
     if let Some(b) = yaml_bool(text) {
         return Ok(Value::Bool(b));
     }
+    if let Some(class) = yaml_timestamp(text) {
+        return Ok(py_only_value(class, Value::String(text.to_owned())));
+    }
     if let Some(v) = yaml_int(text) {
         return Ok(v);
     }
@@ -489,6 +600,108 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
         return Ok(v);
     }
     Ok(Value::String(text.to_owned()))
+}
+
+/// Standard base64 (whitespace ignored, padding optional), for `!!binary`.
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text
+        .bytes()
+        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
+    {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(u8::try_from(acc >> bits).unwrap_or(0));
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// Python's `str(bytes)`: `b'…'` with non-printable bytes escaped.
+fn py_bytes_repr(bytes: &[u8]) -> String {
+    let quote = if bytes.contains(&b'\'') && !bytes.contains(&b'"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = format!("b{quote}");
+    for &b in bytes {
+        match b {
+            b'\\' => out.push_str("\\\\"),
+            b'\t' => out.push_str("\\t"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            _ if char::from(b) == quote => {
+                out.push('\\');
+                out.push(quote);
+            }
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+/// PyYAML's YAML 1.1 timestamp resolver: `yyyy-mm-dd` is a date, with a time part a datetime
+/// (the class name of the Python value).
+fn yaml_timestamp(t: &str) -> Option<&'static str> {
+    // `s` is 1 to `max` ASCII digits (exactly `max` when `exact`)
+    let num = |s: &str, max: usize, exact: bool| {
+        let len_ok = if exact {
+            s.len() == max
+        } else {
+            (1..=max).contains(&s.len())
+        };
+        len_ok && s.bytes().all(|c| c.is_ascii_digit())
+    };
+    let b = t.as_bytes();
+    if b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && num(&t[..4], 4, true)
+        && num(&t[5..7], 2, true)
+        && num(&t[8..], 2, true)
+    {
+        return Some("datetime.date");
+    }
+    // [0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}(\.[0-9]*)?
+    //   ([ \t]*(Z|[-+][0-9]{1,2}(:[0-9]{2})?))?
+    let (date, rest) = t.split_at(t.find(['T', 't', ' ', '\t'])?);
+    let date: Vec<&str> = date.split('-').collect();
+    let date_ok =
+        matches!(date[..], [y, m, d] if num(y, 4, true) && num(m, 2, false) && num(d, 2, false));
+    let rest = match rest.strip_prefix(['T', 't']) {
+        Some(r) => r,
+        None => rest.trim_start_matches([' ', '\t']),
+    };
+    let time_end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == ':' || c == '.'))
+        .unwrap_or(rest.len());
+    let (time, zone) = rest.split_at(time_end);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let hms: Vec<&str> = hms.split(':').collect();
+    let time_ok = matches!(hms[..], [h, m, s] if num(h, 2, false) && num(m, 2, true) && num(s, 2, true))
+        && frac.bytes().all(|c| c.is_ascii_digit());
+    let zone = zone.trim_start_matches([' ', '\t']);
+    let zone_ok = zone.is_empty() || zone == "Z" || {
+        let z = zone.strip_prefix(['+', '-']).unwrap_or("");
+        let (zh, zm) = z.split_once(':').unwrap_or((z, "00"));
+        num(zh, 2, false) && num(zm, 2, true)
+    };
+    (date_ok && time_ok && zone_ok).then_some("datetime.datetime")
 }
 
 fn yaml_bool(t: &str) -> Option<bool> {
@@ -507,13 +720,22 @@ fn split_sign(t: &str) -> (bool, &str) {
     }
 }
 
+/// An integer as JSON holds it; beyond 64 bits, the stand-in for a Python int (PyYAML's ints
+/// are unbounded).
 fn int_value(neg: bool, magnitude: u128) -> Option<Value> {
-    if neg {
-        let m = i64::try_from(magnitude).ok()?;
-        Some(Value::from(-m))
+    let fits = if neg {
+        i64::try_from(magnitude).map(|m| Value::from(-m)).ok()
     } else {
-        u64::try_from(magnitude).ok().map(Value::from)
-    }
+        u64::try_from(magnitude).map(Value::from).ok()
+    };
+    Some(fits.unwrap_or_else(|| big_int(neg, &magnitude.to_string())))
+}
+
+/// The stand-in for an integer beyond 64 bits, from its decimal digits.
+fn big_int(neg: bool, digits: &str) -> Value {
+    let digits = digits.trim_start_matches('0');
+    let sign = if neg { "-" } else { "" };
+    py_only_value("int", Value::String(format!("{sign}{digits}")))
 }
 
 /// PyYAML's YAML 1.1 int resolver: binary, octal, decimal, hex and base-60, `_` allowed.
@@ -551,7 +773,10 @@ fn yaml_int(t: &str) -> Option<Value> {
     }
     if body.starts_with(|c: char| ('1'..='9').contains(&c)) {
         if all(body, |c| c.is_ascii_digit()) {
-            return int_value(neg, parse_radix(body, 10)?);
+            return match parse_radix(body, 10) {
+                Some(m) => int_value(neg, m),
+                None => Some(big_int(neg, &body.replace('_', ""))),
+            };
         }
         // base 60: [1-9][0-9_]*(:[0-5]?[0-9])+
         let mut parts = body.split(':');
@@ -582,12 +807,13 @@ fn yaml_int(t: &str) -> Option<Value> {
 fn yaml_float(t: &str) -> Option<Value> {
     let (neg, body) = split_sign(t);
     let sign = if neg { -1.0 } else { 1.0 };
+    // JSON cannot hold infinities and NaN: Python-only stand-ins
     if matches!(body, ".inf" | ".Inf" | ".INF") {
-        // JSON cannot hold infinities; keep them as strings so that validation rejects them
-        return Some(Value::String(t.to_owned()));
+        let text = if neg { "-inf" } else { "inf" };
+        return Some(py_only_value("float", Value::String(text.into())));
     }
     if matches!(t, ".nan" | ".NaN" | ".NAN") {
-        return Some(Value::String(t.to_owned()));
+        return Some(py_only_value("float", Value::String("nan".into())));
     }
     let digits_ = |s: &str| s.chars().all(|c| c.is_ascii_digit() || c == '_');
     let (mantissa, exponent) = match body.find(['e', 'E']) {
@@ -655,7 +881,113 @@ fn yaml_float(t: &str) -> Option<Value> {
     Number::from_f64(sign * value).map(Value::Number)
 }
 
+/// PyYAML never skips a tab between tokens ("Do not use tabs in YAML!"): a tab is accepted only
+/// inside a quoted scalar, a comment, or the content of a block scalar. Everywhere else (as
+/// indentation, after a value, after a flow comma, inside a plain scalar) it is a scanner error,
+/// where a YAML 1.2 parser such as `yaml-rust2` accepts some of them. Returns the position
+/// (1-based line, 1-based column) of the first offending tab.
+fn pyyaml_stray_tab(text: &str) -> Option<(usize, usize)> {
+    enum Quoted {
+        No,
+        Single,
+        Double,
+    }
+    let mut quoted = Quoted::No;
+    let mut flow_level = 0usize;
+    // the parent indentation of the block scalar we are inside
+    let mut block: Option<usize> = None;
+    for (lineno, raw_line) in text.split('\n').enumerate() {
+        let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        if let Some(parent) = block {
+            let rest = &line[indent..];
+            if rest.is_empty() || indent > parent {
+                continue;
+            }
+            block = None;
+        }
+        let chars: Vec<char> = line.chars().collect();
+        let mut in_plain = false;
+        let mut after_space = true;
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            let next = chars.get(i + 1).copied();
+            match quoted {
+                Quoted::Single => {
+                    if c == '\'' {
+                        if next == Some('\'') {
+                            i += 1;
+                        } else {
+                            quoted = Quoted::No;
+                        }
+                    }
+                    i += 1;
+                    continue;
+                }
+                Quoted::Double => {
+                    if c == '\\' {
+                        i += 1;
+                    } else if c == '"' {
+                        quoted = Quoted::No;
+                    }
+                    i += 1;
+                    continue;
+                }
+                Quoted::No => {}
+            }
+            let token_start = !in_plain;
+            match c {
+                '\t' => return Some((lineno + 1, i + 1)),
+                ' ' => {
+                    after_space = true;
+                    i += 1;
+                    continue;
+                }
+                '#' if after_space => break,
+                ':' if next.is_none_or(|n| n == ' ') || flow_level > 0 => in_plain = false,
+                ',' if flow_level > 0 => in_plain = false,
+                '[' | '{' if token_start || flow_level > 0 => flow_level += 1,
+                ']' | '}' if flow_level > 0 => {
+                    flow_level -= 1;
+                    in_plain = false;
+                }
+                '-' | '?' if token_start && next.is_none_or(|n| n == ' ') => {}
+                '\'' if token_start => quoted = Quoted::Single,
+                '"' if token_start => quoted = Quoted::Double,
+                '|' | '>' if token_start && flow_level == 0 => {
+                    block = Some(indent);
+                    break;
+                }
+                '&' | '*' | '!' if token_start => {
+                    while i + 1 < chars.len() && !matches!(chars[i + 1], ' ' | '\t') {
+                        i += 1;
+                    }
+                }
+                _ => in_plain = true,
+            }
+            after_space = false;
+            i += 1;
+        }
+    }
+    None
+}
+
 fn parse_yaml(text: &str) -> Result<Value, YamlFailure> {
+    if let Some((line, column)) = pyyaml_stray_tab(text) {
+        let snippet: String = text
+            .lines()
+            .nth(line - 1)
+            .unwrap_or_default()
+            .chars()
+            .take(75)
+            .collect();
+        return Err(YamlFailure::Other(format!(
+            "while scanning for the next token\nfound character '\\t' that cannot start any token\n  \
+             in \"<unicode string>\", line {line}, column {column}:\n    {snippet}\n    {caret:>column$}",
+            caret = '^'
+        )));
+    }
     let mut builder = Builder {
         stack: Vec::new(),
         anchors: HashMap::new(),
@@ -724,6 +1056,54 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(yaml(text), expected, "{text}");
         }
+    }
+
+    #[test]
+    fn json_reads_what_python_json_reads() {
+        let v = yaml(
+            r#"{"a": NaN, "b": -Infinity, "c": 123456789012345678901234567890, "d": "NaN -1e999", "e": [1, -2, 1.5e3]}"#,
+        );
+        assert_eq!(v["a"], py_only_value("float", json!("nan")));
+        assert_eq!(v["b"], py_only_value("float", json!("-inf")));
+        assert_eq!(
+            v["c"],
+            py_only_value("int", json!("123456789012345678901234567890"))
+        );
+        assert_eq!(v["d"], json!("NaN -1e999"));
+        assert_eq!(v["e"], json!([1, -2, 1500.0]));
+        assert_eq!(mark_python_json_tokens(r#"{"a": [1, 2.5, -3]}"#), None);
+    }
+
+    #[test]
+    fn tabs_are_rejected_where_pyyaml_rejects_them() {
+        for text in [
+            "workers: 1\t\n",
+            "forward:\n  - {subtree: a.example,\tservers: [192.0.2.1]}\n",
+            "cache:\n\tsize-max: 1M\n",
+            "nsid: a\tb\n",
+            "- 'a'\t\n",
+        ] {
+            assert!(pyyaml_stray_tab(text).is_some(), "{text:?}");
+            assert!(parse_json_or_yaml(text).is_err(), "{text:?}");
+        }
+        for text in [
+            "nsid: 'a\tb'\n",
+            "nsid: \"a\\\"\tb\"\n",
+            "workers: 1 #\tcomment\n",
+            "lua:\n  script: |\n    a\tb\n\tc\n  \n",
+            "lua:\n  script: |\n    x = 1\n    y\t= 2\nworkers: 1\n",
+            "lua:\n  script: |\n    a\n    \tb\n",
+            "lua:\n  script: >-\n    a\n\n    \tb\nworkers: 2\n",
+            "a: \"x\n\ty\"\n",
+            "a: [1, 2]  # c\t\n",
+            "nsid: it's\n",
+        ] {
+            let blocked = pyyaml_stray_tab(text);
+            let expect_tab_error = text.contains("\n\tc");
+            assert_eq!(blocked.is_some(), expect_tab_error, "{text:?}");
+        }
+        // JSON allows tabs as whitespace, and JSON is tried first
+        assert_eq!(yaml("{\"workers\":\t1}"), json!({"workers": 1}));
     }
 
     #[test]

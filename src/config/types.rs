@@ -33,17 +33,45 @@ fn without_final_newline(s: &str) -> &str {
     s.strip_suffix('\n').unwrap_or(s)
 }
 
+/// The first code points of the 76 runs of ten Unicode decimal digits (category `Nd`, Unicode
+/// 16.0 like upstream's Python 3.14): what Python's `\d` and `int()` accept as digits.
+const DECIMAL_ZEROS: [u32; 76] = [
+    0x30, 0x660, 0x6F0, 0x7C0, 0x966, 0x9E6, 0xA66, 0xAE6, 0xB66, 0xBE6, 0xC66, 0xCE6, 0xD66,
+    0xDE6, 0xE50, 0xED0, 0xF20, 0x1040, 0x1090, 0x17E0, 0x1810, 0x1946, 0x19D0, 0x1A80, 0x1A90,
+    0x1B50, 0x1BB0, 0x1C40, 0x1C50, 0xA620, 0xA8D0, 0xA900, 0xA9D0, 0xA9F0, 0xAA50, 0xABF0, 0xFF10,
+    0x104A0, 0x10D30, 0x10D40, 0x11066, 0x110F0, 0x11136, 0x111D0, 0x112F0, 0x11450, 0x114D0,
+    0x11650, 0x116C0, 0x116D0, 0x116DA, 0x11730, 0x118E0, 0x11950, 0x11BF0, 0x11C50, 0x11D50,
+    0x11DA0, 0x11F50, 0x16130, 0x16A60, 0x16AC0, 0x16B50, 0x16D70, 0x1CCF0, 0x1D7CE, 0x1D7D8,
+    0x1D7E2, 0x1D7EC, 0x1D7F6, 0x1E140, 0x1E2F0, 0x1E4F0, 0x1E5F1, 0x1E950, 0x1FBF0,
+];
+
+/// The value of a Unicode decimal digit (Python's `unicodedata.decimal`), `None` for others.
+pub(crate) fn py_decimal(c: char) -> Option<u32> {
+    let c = u32::from(c);
+    let i = DECIMAL_ZEROS.partition_point(|z| *z <= c).checked_sub(1)?;
+    let d = c - DECIMAL_ZEROS[i];
+    (d < 10).then_some(d)
+}
+
+/// Python's `int()` of a run of decimal digits, saturating (Python's ints are unbounded).
+fn py_digits_value(digits: &str) -> u128 {
+    digits.chars().fold(0u128, |acc, c| {
+        acc.saturating_mul(10)
+            .saturating_add(u128::from(py_decimal(c).unwrap_or(0)))
+    })
+}
+
 /// Split `<digits><unit>` with one of `units` (longest listed first where prefixes overlap).
+/// Digits are Python's `\d` (any Unicode decimal digit); huge numbers saturate.
 fn split_unit<'u>(s: &str, units: &[&'u str]) -> Option<(u128, &'u str)> {
     let s = without_final_newline(s);
-    let digits_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let digits_end = s.find(|c: char| py_decimal(c).is_none()).unwrap_or(s.len());
     if digits_end == 0 {
         return None;
     }
     let unit = &s[digits_end..];
     let unit = units.iter().find(|u| **u == unit)?;
-    let n = s[..digits_end].parse::<u128>().ok()?;
-    Some((n, unit))
+    Some((py_digits_value(&s[..digits_end]), unit))
 }
 
 /// `SizeUnit`: digits immediately followed by `B`, `K`, `M` or `G` (powers of 1024).
@@ -67,10 +95,8 @@ impl SizeUnit {
             "M" => 1024 * 1024,
             _ => 1024 * 1024 * 1024,
         };
-        let bytes = n
-            .checked_mul(mult)
-            .and_then(|b| u64::try_from(b).ok())
-            .ok_or_else(|| format!("size '{s}' is too large"))?;
+        // upstream's sizes are unbounded; beyond 16 EiB is as good as infinite here
+        let bytes = u64::try_from(n.saturating_mul(mult)).unwrap_or(u64::MAX);
         Ok(SizeUnit {
             raw: s.to_owned(),
             bytes,
@@ -114,10 +140,8 @@ impl TimeUnit {
             "h" => 3_600_000_000,
             _ => 86_400_000_000,
         };
-        let micros = n
-            .checked_mul(mult)
-            .and_then(|b| u64::try_from(b).ok())
-            .ok_or_else(|| format!("duration '{s}' is too large"))?;
+        // upstream's durations are unbounded; beyond 584 000 years is as good as infinite here
+        let micros = u64::try_from(n.saturating_mul(mult)).unwrap_or(u64::MAX);
         Ok(TimeUnit {
             raw: s.to_owned(),
             micros,
@@ -483,10 +507,12 @@ fn py_int(s: &str) -> Option<i64> {
     if body.is_empty() || body.starts_with('_') || body.ends_with('_') || body.contains("__") {
         return None;
     }
-    if !body.chars().all(|c| c.is_ascii_digit() || c == '_') {
+    // any Unicode decimal digit counts, like Python's `int()`
+    if !body.chars().all(|c| py_decimal(c).is_some() || c == '_') {
         return None;
     }
-    let n: i64 = body.replace('_', "").parse().ok()?;
+    let digits: String = body.chars().filter(|c| *c != '_').collect();
+    let n = i64::try_from(py_digits_value(&digits)).unwrap_or(i64::MAX);
     Some(if neg { -n } else { n })
 }
 

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::engine::{py_str, py_type, str_base, Ctx, ValueType};
+use super::engine::{
+    big_int_as_float, py_float, py_special_float, py_str, py_type, str_base, Ctx, ValueType,
+};
 use super::types::{
     check_ipv6_network96, parse_ip, parse_ipv6, DomainName, IdPattern, InterfaceOptionalPort,
     IpAddressEm, IpAddressOptionalPort, IpAddressPort, IpNetwork, PinSha256, SizeUnit, TimeUnit,
@@ -217,8 +219,15 @@ pub(crate) static IPV6_NETWORK_96: ValueType = ValueType {
 };
 
 fn check_float_0_65535(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+    let special = py_special_float(v).map(|t| match t {
+        "inf" => f64::INFINITY,
+        "-inf" => f64::NEG_INFINITY,
+        _ => f64::NAN,
+    });
     let f = match v {
         Value::Number(n) => n.as_f64().unwrap_or(f64::NAN),
+        _ if special.is_some() => special.unwrap_or(f64::NAN),
+        _ if big_int_as_float(v).is_some() => big_int_as_float(v).unwrap_or(f64::NAN),
         other => {
             return Err(format!(
                 "Unexpected value for '<class 'knot_resolver.datamodel.types.types.Float0_65535'>'. Expected float, got '{}' with type '{}'",
@@ -227,7 +236,11 @@ fn check_float_0_65535(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
             ))
         }
     };
-    let shown = py_str(&json!(f));
+    // upstream lets NaN through (it fails neither comparison); it is no price factor
+    if f.is_nan() {
+        return Err("value nan is not a number".into());
+    }
+    let shown = py_float(f);
     if f < 0.0 {
         return Err(format!("value {shown} is lower than the minimum 0.0."));
     }

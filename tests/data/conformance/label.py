@@ -37,11 +37,15 @@ INNER_DIR = "/tmp/kres-conformance"
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rootfs", default=os.environ.get("ROOTFS", "/var/cache/knot-resolver-rs/rootfs-sid"))
-    ap.add_argument("--out", default=os.path.join(HERE, "labels.json"))
+    ap.add_argument("--root", default=HERE, help="directory holding cases/ (default: next to this script)")
+    ap.add_argument("--out", default=None, help="default: ROOT/labels.json")
     ap.add_argument("only", nargs="*", help="relative case paths to (re)label; default all")
     args = ap.parse_args()
 
     rootfs = args.rootfs
+    root = os.path.abspath(args.root)
+    if args.out is None:
+        args.out = os.path.join(root, "labels.json")
     # PYTHONHASHSEED=0 makes the order of Python-set-derived text (e.g. several names in
     # "unexpected extra key(s) ...") reproducible between runs; it has no other effect.
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
@@ -55,10 +59,10 @@ def main():
                                  capture_output=True, text=True).stdout.strip()
 
     rels = []
-    for dp, _dn, fn in os.walk(os.path.join(HERE, "cases")):
+    for dp, _dn, fn in os.walk(os.path.join(root, "cases")):
         for f in fn:
             if f.endswith((".yaml", ".json")):
-                rels.append(os.path.relpath(os.path.join(dp, f), HERE))
+                rels.append(os.path.relpath(os.path.join(dp, f), root))
     rels.sort()
 
     old = {}
@@ -81,7 +85,7 @@ def main():
                 continue
             dst = os.path.join(host_inner, rel)
             os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.copyfile(os.path.join(HERE, rel), dst)
+            shutil.copyfile(os.path.join(root, rel), dst)
             p = subprocess.run(["chroot", rootfs, "env", "-i", *[f"{k}={v}" for k, v in env.items()],
                                 "kresctl", "validate", f"{INNER_DIR}/{rel}"],
                                capture_output=True)
