@@ -35,6 +35,8 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Converts JSON or YAML configuration to Lua script.
+    Convert(ConvertArgs),
     /// Read or change the running configuration.
     Config(ConfigArgs),
     /// List the PIDs of the resolver's processes.
@@ -48,6 +50,31 @@ enum Command {
     },
     /// Stop the resolver (all its processes).
     Stop,
+}
+
+/// Which Lua file `convert` renders.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LuaType {
+    /// A kresd worker's configuration.
+    Worker,
+    /// The policy-loader's configuration.
+    PolicyLoader,
+}
+
+#[derive(Args)]
+struct ConvertArgs {
+    /// Enable strict rules during validation, e.g. path/file existence and permissions.
+    #[arg(long)]
+    strict: bool,
+    /// The type of Lua script to generate.
+    #[arg(long = "type", value_enum, default_value = "worker")]
+    lua_type: LuaType,
+    /// Optional, output file for converted configuration in Lua script. If not specified,
+    /// converted configuration is printed.
+    #[arg(short = 'o', long = "output")]
+    output: Option<PathBuf>,
+    /// File or combination of files with configuration in YAML or JSON format.
+    input_file: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -80,6 +107,9 @@ pub fn main() -> ExitCode {
         let _ = <Cli as clap::CommandFactory>::command().print_help();
         return ExitCode::SUCCESS;
     };
+    if let Command::Convert(args) = command {
+        return convert(&args);
+    }
     let target = match Target::discover(cli.socket.as_deref(), cli.config.as_deref()) {
         Ok(t) => t,
         Err(e) => {
@@ -107,8 +137,46 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// `kresctl convert`: validate the files locally (no API) and print or write the Lua the
+/// manager would generate, like upstream (the text, then a newline, on stdout; exit 1 with the
+/// error on stderr).
+fn convert(args: &ConvertArgs) -> ExitCode {
+    let default = [PathBuf::from(crate::config::DEFAULT_CONFIG_FILE)];
+    let files = if args.input_file.is_empty() {
+        &default[..]
+    } else {
+        &args.input_file[..]
+    };
+    let loaded = match crate::config::load_files(files, args.strict) {
+        Ok(loaded) => loaded,
+        Err(crate::config::ConfigError::Parse { source, .. }) => {
+            eprintln!("{source}");
+            return ExitCode::from(1);
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let lua = match args.lua_type {
+        LuaType::Worker => crate::lua::render_worker(&loaded.model),
+        LuaType::PolicyLoader => crate::lua::render_policy_loader(&loaded.model),
+    };
+    match &args.output {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, lua) {
+                eprintln!("cannot write {}: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        }
+        None => println!("{lua}"),
+    }
+    ExitCode::SUCCESS
+}
+
 async fn execute(client: &ApiClient, command: Command) -> Result<(), client::ClientError> {
     match command {
+        Command::Convert(_) => unreachable!("convert runs without the API"),
         Command::Config(ConfigArgs { op: None }) => {
             let _ = <Cli as clap::CommandFactory>::command()
                 .find_subcommand_mut("config")
