@@ -18,8 +18,8 @@ use testbed::{dns, os, Launched};
 /// `__json` mode) and return the JSON result.
 fn control(r: &common::Resolver, id: u32, expr: &str) -> serde_json::Value {
     let path = r.dir.host(&format!("run/control/{id}"));
-    let mut sock = UnixStream::connect(&path)
-        .unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
+    let mut sock =
+        UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
     sock.set_read_timeout(Some(DNS_TIMEOUT)).expect("timeout");
     sock.write_all(format!("__json\n{expr}\n").as_bytes())
         .expect("send");
@@ -100,9 +100,15 @@ fn local_data_nsid_and_worker_sections_reach_kresd() {
     assert_eq!(a.a(), vec![Ipv4Addr::new(192, 0, 2, 1)]);
     assert_eq!(a.answers[0].ttl, 120, "local-data.ttl applies");
     let aaaa = ask(&r, "a.test.", dns::TYPE_AAAA);
-    assert_eq!(aaaa.aaaa(), vec!["2001:db8::1".parse::<Ipv6Addr>().unwrap()]);
+    assert_eq!(
+        aaaa.aaaa(),
+        vec!["2001:db8::1".parse::<Ipv6Addr>().unwrap()]
+    );
     // local-data.records: zone-file text reaches kresd byte for byte (`]]` and quotes included).
-    assert_eq!(ask(&r, "r.test.", dns::TYPE_A).a(), vec![Ipv4Addr::new(192, 0, 2, 2)]);
+    assert_eq!(
+        ask(&r, "r.test.", dns::TYPE_A).a(),
+        vec![Ipv4Addr::new(192, 0, 2, 2)]
+    );
     let txt = ask(&r, "t.test.", dns::TYPE_TXT);
     assert_eq!(
         txt.answers.first().map(|rec| rec.data.clone()),
@@ -112,8 +118,14 @@ fn local_data_nsid_and_worker_sections_reach_kresd() {
     // local-data.rules: subtrees. `nxdomain` includes the apex; `empty` is an empty zone
     // (NODATA at the apex, NXDOMAIN below).
     assert_eq!(ask(&r, "nx.test.", dns::TYPE_A).rcode, dns::RCODE_NXDOMAIN);
-    assert_eq!(ask(&r, "x.nx.test.", dns::TYPE_A).rcode, dns::RCODE_NXDOMAIN);
-    assert_eq!(ask(&r, "x.empty.test.", dns::TYPE_A).rcode, dns::RCODE_NXDOMAIN);
+    assert_eq!(
+        ask(&r, "x.nx.test.", dns::TYPE_A).rcode,
+        dns::RCODE_NXDOMAIN
+    );
+    assert_eq!(
+        ask(&r, "x.empty.test.", dns::TYPE_A).rcode,
+        dns::RCODE_NXDOMAIN
+    );
     let empty = ask(&r, "empty.test.", dns::TYPE_A);
     assert_eq!(empty.rcode, dns::RCODE_NOERROR);
     assert!(empty.answers.is_empty(), "{empty:?}");
@@ -121,7 +133,8 @@ fn local_data_nsid_and_worker_sections_reach_kresd() {
     assert_eq!(red.a(), vec![Ipv4Addr::new(192, 0, 2, 3)], "{red:?}");
 
     // nsid: the configured prefix plus the worker id.
-    let with_nsid = dns::query_udp_nsid(r.dns(), "a.test.", dns::TYPE_A, DNS_TIMEOUT).expect("answer");
+    let with_nsid =
+        dns::query_udp_nsid(r.dns(), "a.test.", dns::TYPE_A, DNS_TIMEOUT).expect("answer");
     assert_eq!(with_nsid.nsid.as_deref(), Some(&b"lua-nsid0"[..]));
 
     // Sections DNS cannot show, read back from the worker.
@@ -159,10 +172,9 @@ fn a_view_refuses_the_loopback_subnet() {
 
 #[test]
 fn script_only_workers_keep_their_control_socket() {
-    let r = common::start(
-        &Setup::new("lua-script-only")
-            .extra("lua:\n  script-only: true\n  script: \"io.stderr:write('only custom Lua\\\\n')\"\n"),
-    )
+    let r = common::start(&Setup::new("lua-script-only").extra(
+        "lua:\n  script-only: true\n  script: \"io.stderr:write('only custom Lua\\\\n')\"\n",
+    ))
     .expect("resolver starts");
     assert_eq!(control(&r, 0, "type(collect_statistics)"), "function");
     r.launched
