@@ -59,6 +59,16 @@ enum Outcome {
     Loaded,
 }
 
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::NotRendered(e) => write!(f, "not rendered:\n{e}"),
+            Outcome::LoadFailed(out) => write!(f, "kresd failed to load it:\n{out}"),
+            Outcome::Loaded => f.write_str("loaded"),
+        }
+    }
+}
+
 /// Brings the loopback up in a fresh network namespace (the rootfs has no `ip`).
 const LOOPBACK_UP: &str = "python3 -c 'import socket,fcntl,struct; fcntl.ioctl(socket.socket(), 0x8914, struct.pack(\"16sH\", b\"lo\", 0x41))'";
 
@@ -214,7 +224,7 @@ fn check(bed: &Bed, config: &Path, ours_must_load: bool) -> (Vec<String>, usize)
         }
         if (up_loaded || ours_must_load) && !matches!(our, Outcome::Loaded) {
             violations.push(format!(
-                "{name} {kind:?}: upstream {up:?}, ours {our:?}\nour Lua:\n{}",
+                "{name} {kind:?}: upstream {up}\nours {our}\nour Lua:\n{}",
                 std::fs::read_to_string(dir.host(&format!("ours-{}.lua", kind.arg())))
                     .unwrap_or_default()
             ));

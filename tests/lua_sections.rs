@@ -9,7 +9,6 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
 
 use common::{Setup, DNS_TIMEOUT, START_TIMEOUT};
 use testbed::{dns, os, Launched};

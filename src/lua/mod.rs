@@ -125,3 +125,6 @@ mod tests {
         assert_eq!(string_table(Vec::<String>::new()), "{}");
     }
 }
+
+#[cfg(test)]
+mod render_tests;
