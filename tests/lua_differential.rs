@@ -233,17 +233,27 @@ fn check(bed: &Bed, config: &Path, ours_must_load: bool) -> (Vec<String>, usize)
     (violations, upstream_loaded)
 }
 
+/// [`check`] every config, the cases in parallel (most of the time is upstream's Python start-up).
+fn check_all(bed: &Bed, configs: &[PathBuf], ours_must_load: bool) -> Vec<(Vec<String>, usize)> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = configs
+            .iter()
+            .map(|config| scope.spawn(move || check(bed, config, ours_must_load)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("case thread"))
+            .collect()
+    })
+}
+
 #[test]
 fn ours_loads_wherever_upstreams_loads_on_the_reference_configs() {
     let bed = Bed::get().expect("test bed");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference-configs");
-    let mut violations = Vec::new();
-    let mut upstream_loaded = 0;
-    for config in yaml_files(&dir) {
-        let (v, n) = check(bed, &config, false);
-        violations.extend(v);
-        upstream_loaded += n;
-    }
+    let results = check_all(bed, &yaml_files(&dir), false);
+    let upstream_loaded: usize = results.iter().map(|(_, n)| n).sum();
+    let violations: Vec<String> = results.into_iter().flat_map(|(v, _)| v).collect();
     assert!(violations.is_empty(), "{}", violations.join("\n\n"));
     // Not vacuous: upstream's files load for most reference configs.
     assert!(
@@ -256,10 +266,9 @@ fn ours_loads_wherever_upstreams_loads_on_the_reference_configs() {
 fn section_rich_configs_load_in_kresd() {
     let bed = Bed::get().expect("test bed");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/lua");
-    let mut violations = Vec::new();
-    for config in yaml_files(&dir) {
-        let (v, _) = check(bed, &config, true);
-        violations.extend(v);
-    }
+    let violations: Vec<String> = check_all(bed, &yaml_files(&dir), true)
+        .into_iter()
+        .flat_map(|(v, _)| v)
+        .collect();
     assert!(violations.is_empty(), "{}", violations.join("\n\n"));
 }
