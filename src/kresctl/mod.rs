@@ -37,6 +37,13 @@ pub struct Cli {
 enum Command {
     /// Converts JSON or YAML configuration to Lua script.
     Convert(ConvertArgs),
+    #[command(flatten)]
+    Api(ApiCommand),
+}
+
+/// Commands that talk to the management API.
+#[derive(Subcommand)]
+enum ApiCommand {
     /// Read or change the running configuration.
     Config(ConfigArgs),
     /// List the PIDs of the resolver's processes.
@@ -107,9 +114,10 @@ pub fn main() -> ExitCode {
         let _ = <Cli as clap::CommandFactory>::command().print_help();
         return ExitCode::SUCCESS;
     };
-    if let Command::Convert(args) = command {
-        return convert(&args);
-    }
+    let command = match command {
+        Command::Convert(args) => return convert(&args),
+        Command::Api(command) => command,
+    };
     let target = match Target::discover(cli.socket.as_deref(), cli.config.as_deref()) {
         Ok(t) => t,
         Err(e) => {
@@ -174,15 +182,14 @@ fn convert(args: &ConvertArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-async fn execute(client: &ApiClient, command: Command) -> Result<(), client::ClientError> {
+async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), client::ClientError> {
     match command {
-        Command::Convert(_) => unreachable!("convert runs without the API"),
-        Command::Config(ConfigArgs { op: None }) => {
+        ApiCommand::Config(ConfigArgs { op: None }) => {
             let _ = <Cli as clap::CommandFactory>::command()
                 .find_subcommand_mut("config")
                 .map(|c| c.print_help());
         }
-        Command::Config(ConfigArgs {
+        ApiCommand::Config(ConfigArgs {
             op:
                 Some(ConfigOp::Get {
                     path,
@@ -213,7 +220,7 @@ async fn execute(client: &ApiClient, command: Command) -> Result<(), client::Cli
                 None => print!("{text}"),
             }
         }
-        Command::Pids { proc_type, json } => {
+        ApiCommand::Pids { proc_type, json } => {
             let body = client
                 .request("GET", &format!("/processes/{proc_type}"), None)
                 .await?
@@ -229,7 +236,7 @@ async fn execute(client: &ApiClient, command: Command) -> Result<(), client::Cli
                 }
             }
         }
-        Command::Stop => {
+        ApiCommand::Stop => {
             client.request("POST", "/stop", None).await?.ok()?;
         }
     }
