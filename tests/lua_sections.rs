@@ -170,6 +170,21 @@ fn a_view_refuses_the_loopback_subnet() {
 }
 
 #[test]
+fn rate_limiting_truncates_a_flood() {
+    // slip 1: every restricted answer is sent truncated rather than dropped, so DNS shows it.
+    let r = common::start(&Setup::new("lua-ratelimit").extra(
+        "rate-limiting:\n  enable: true\n  rate-limit: 1\n  instant-limit: 1\n  slip: 1\nlocal-data:\n  addresses:\n    a.test: 192.0.2.1\n",
+    ))
+    .expect("resolver starts");
+    const TC: u16 = 0x0200;
+    let truncated = (0..20)
+        .map(|_| ask(&r, "a.test.", dns::TYPE_A))
+        .filter(|resp| resp.flags & TC != 0)
+        .count();
+    assert!(truncated > 0, "no truncated answer among 20 rapid queries");
+}
+
+#[test]
 fn script_only_workers_keep_their_control_socket() {
     let r = common::start(&Setup::new("lua-script-only").extra(
         "lua:\n  script-only: true\n  script: \"io.stderr:write('only custom Lua\\\\n')\"\n",

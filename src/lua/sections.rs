@@ -159,14 +159,15 @@ pub(super) fn defer(out: &mut String, cfg: &KresConfig, mode: Defer) {
 
 /// The custom Lua section: the file's content first, then the inline script, both verbatim.
 /// The file is read now, so every process started from this rendering runs the same code; if it
-/// cannot be read, the generated Lua raises an error naming it, and kresd fails to start.
+/// cannot be read (or is not UTF-8), the generated Lua raises an error naming it, and kresd
+/// fails to start instead of running without it.
 pub(super) fn custom_lua(out: &mut String, script: Option<&str>, script_file: Option<&Path>) {
     line!(out, "-- LUA section --------------------------------------");
     line!(out, "-- Custom Lua code cannot be validated");
     if let Some(file) = script_file {
-        match std::fs::read(file) {
-            Ok(bytes) => {
-                out.push_str(&String::from_utf8_lossy(&bytes));
+        match std::fs::read_to_string(file) {
+            Ok(text) => {
+                out.push_str(&text);
                 line!(out);
             }
             Err(e) => line!(
