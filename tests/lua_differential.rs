@@ -229,8 +229,125 @@ fn check(bed: &Bed, config: &Path, ours_must_load: bool) -> (Vec<String>, usize)
                     .unwrap_or_default()
             ));
         }
+        if !matches!(up, Outcome::NotRendered(_)) && !matches!(our, Outcome::NotRendered(_)) {
+            violations.extend(compare_traces(bed, &dir, name, *kind));
+        }
     }
     (violations, upstream_loaded)
+}
+
+/// Runs a generated file in a sandbox whose globals are recording stubs and writes one line per
+/// effect, in order: every call (`path(args)`) and every assignment (`path=value`), with tables
+/// serialised with sorted keys and arithmetic on stubs kept symbolic. Two files with the same
+/// trace make the same calls with the same values in the same order.
+const TRACE_HARNESS: &str = r#"
+local out = assert(io.open(TRACE_OUT, 'wb'))
+local mt = {}
+local function stub(path) return setmetatable({ [mt] = path }, mt) end
+local function ser(v, depth)
+	depth = depth or 0
+	if type(v) == 'string' then return string.format('%q', v) end
+	if type(v) ~= 'table' then return type(v) == 'function' and 'function' or tostring(v) end
+	if rawget(v, mt) then return '<' .. rawget(v, mt) .. '>' end
+	if depth > 8 then return '{...}' end
+	local items = {}
+	for k, x in pairs(v) do items[#items + 1] = '[' .. ser(k, depth + 1) .. ']=' .. ser(x, depth + 1) end
+	table.sort(items)
+	return '{' .. table.concat(items, ',') .. '}'
+end
+local function emit(line) out:write((line:gsub('\n', '\\n')), '\n') end
+mt.__index = function(t, k) return stub(rawget(t, mt) .. '.' .. tostring(k)) end
+mt.__newindex = function(t, k, v)
+	if k == 'input_str' and type(v) == 'string' then
+		-- Upstream's long string: `]]` escaped as `\]\]`, a newline added.
+		v = v:gsub('\\%]\\%]', ']]'):gsub('\n+$', '')
+	end
+	emit(rawget(t, mt) .. '.' .. tostring(k) .. '=' .. ser(v))
+end
+mt.__call = function(t, ...)
+	local args = {}
+	for i = 1, select('#', ...) do args[i] = ser((select(i, ...))) end
+	emit(rawget(t, mt) .. '(' .. table.concat(args, ',') .. ')')
+	return stub(rawget(t, mt) .. '()')
+end
+mt.__concat = function(a, b)
+	local function s(x) return type(x) == 'table' and ser(x) or tostring(x) end
+	return s(a) .. s(b)
+end
+for _, op in ipairs({'__add', '__sub', '__mul', '__div', '__mod', '__pow'}) do
+	mt[op] = function(a, b) return stub('(' .. ser(a) .. op .. ser(b) .. ')') end
+end
+mt.__unm = function(a) return stub('-' .. ser(a)) end
+local globals = setmetatable({}, {
+	__index = function(_, k) return stub(k) end,
+	__newindex = function(_, k, v) emit(k .. '=' .. ser(v)) end,
+})
+local chunk = assert(loadfile(TRACE_IN))
+setfenv(chunk, globals)
+chunk()
+out:close()
+quit()
+"#;
+
+/// Effects of the control-socket and statistics block, where we differ on purpose: the
+/// configured rundir instead of the working directory, no warning-level log of the path, and
+/// the block kept with `lua.script-only`.
+const CONTROL_SOCKET_EFFECTS: &[&str] = &[
+    "/control/",
+    "\"path = \"",
+    "require(\"ffi\")",
+    "os.getenv(\"SYSTEMD_INSTANCE\")",
+    "collect_lazy_statistics=function",
+    "collect_statistics=function",
+];
+
+/// The effects of one generated file (see [`TRACE_HARNESS`]), without
+/// [`CONTROL_SOCKET_EFFECTS`].
+fn trace(bed: &Bed, dir: &TestDir, lua: &str) -> Result<Vec<String>, String> {
+    let harness = format!(
+        "TRACE_IN = '{}'\nTRACE_OUT = '{}'\n{TRACE_HARNESS}",
+        dir.bed(lua).display(),
+        dir.bed(&format!("{lua}.trace")).display()
+    );
+    let harness_name = format!("{lua}.harness");
+    testbed::write(&dir.host(&harness_name), &harness).expect("harness");
+    let (ok, output) = run_netns(
+        bed,
+        &format!("exec kresd -n -c {} -c -", dir.bed(&harness_name).display()),
+    );
+    if !ok {
+        return Err(output);
+    }
+    let text =
+        std::fs::read_to_string(dir.host(&format!("{lua}.trace"))).map_err(|e| e.to_string())?;
+    Ok(text
+        .lines()
+        .filter(|l| !CONTROL_SOCKET_EFFECTS.iter().any(|e| l.contains(e)))
+        // Upstream's control-socket block declares `local ffi` at the top level, so later code
+        // sees that local instead of the global; both are the same module in kresd.
+        .map(|l| l.replace("require().C", "ffi.C"))
+        .collect())
+}
+
+/// Upstream's and our file of `kind` must have the same trace.
+fn compare_traces(bed: &Bed, dir: &TestDir, name: &str, kind: Kind) -> Option<String> {
+    let up = trace(bed, dir, &format!("upstream-{}.lua", kind.arg()));
+    let ours = trace(bed, dir, &format!("ours-{}.lua", kind.arg()));
+    match (up, ours) {
+        (Ok(up), Ok(ours)) if up == ours => None,
+        (Ok(up), Ok(ours)) => {
+            let only_up: Vec<&String> = up.iter().filter(|l| !ours.contains(l)).collect();
+            let only_ours: Vec<&String> = ours.iter().filter(|l| !up.contains(l)).collect();
+            Some(format!(
+                "{name} {kind:?}: the traces differ\nonly upstream: {only_up:#?}\nonly ours: {only_ours:#?}\n(order or multiplicity differs if both are empty)"
+            ))
+        }
+        (up, ours) => Some(format!(
+            "{name} {kind:?}: tracing failed: upstream {:?}, ours {:?}",
+            up.err(),
+            ours.err()
+        )),
+    }
 }
 
 /// [`check`] every config, the cases in parallel (most of the time is upstream's Python start-up).
