@@ -4,6 +4,10 @@
 //! each of them. Ours must load wherever upstream's does, and our section-rich files must load
 //! everywhere (upstream cannot even render `lua.script-file`).
 //!
+//! Beyond loading, both files run in a sandbox of recording stubs (LuaJIT in kresd), and the
+//! sequences of calls and assignments they make, with every argument, must be equal, apart
+//! from the control-socket block where we differ on purpose.
+//!
 //! Each kresd runs in its own network namespace with only the loopback up, so listening on
 //! privileged or fixed ports cannot collide with anything on the machine.
 
