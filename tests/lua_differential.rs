@@ -384,10 +384,21 @@ fn ours_loads_wherever_upstreams_loads_on_the_reference_configs() {
 }
 
 #[test]
-fn section_rich_configs_load_in_kresd() {
+fn section_rich_configs_load_in_kresd_and_make_upstreams_calls() {
     let bed = Bed::get().expect("test bed");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/lua");
     let violations: Vec<String> = check_all(bed, &yaml_files(&dir), true)
+        .into_iter()
+        .flat_map(|(v, _)| v)
+        .collect();
+    assert!(violations.is_empty(), "{}", violations.join("\n\n"));
+}
+
+#[test]
+fn sections_needing_files_or_modules_make_the_same_calls() {
+    let bed = Bed::get().expect("test bed");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/lua/needs-files");
+    let violations: Vec<String> = check_all(bed, &yaml_files(&dir), false)
         .into_iter()
         .flat_map(|(v, _)| v)
         .collect();
