@@ -7,7 +7,8 @@ use std::path::Path;
 use super::sections::{self, Defer};
 use super::{boolean, line, quote, quote_display, quote_path, string_table};
 use crate::config::{
-    KresConfig, ListenKind, ListenSchema, MetricsMode, RenumberingDestination, TlsPadding,
+    AddressOrNetwork, KresConfig, ListenKind, ListenSchema, MetricsMode, RenumberingDestination,
+    TlsPadding,
 };
 
 /// The Lua configuration of one worker. The worker finds its instance number in
@@ -287,8 +288,8 @@ fn network(out: &mut String, cfg: &KresConfig) {
     line!(out, "-- network.proxy-protocol");
     if n.proxy_protocol.enable {
         let allowed = n.proxy_protocol.allow.iter().flatten().map(|a| match a {
-            crate::config::AddressOrNetwork::Address(addr) => addr.to_string(),
-            crate::config::AddressOrNetwork::Network(net) => net.to_string(),
+            AddressOrNetwork::Address(addr) => addr.to_string(),
+            AddressOrNetwork::Network(net) => net.to_string(),
         });
         line!(out, "net.proxy_allowed({})", string_table(allowed));
     } else {
