@@ -78,6 +78,37 @@ fn a_worker_breaking_config_is_refused_and_the_old_one_keeps_serving() {
 }
 
 #[test]
+fn lua_that_errors_is_refused_by_the_canary() {
+    let r = common::start(
+        &Setup::new("canary-lua")
+            .workers(2)
+            .extra(&records("192.0.2.7")),
+    )
+    .expect("start");
+    let before = r.pids_named("kresd");
+    let resp = put(
+        &r,
+        "/lua",
+        json!({"script": "error('the canary must catch this')"}),
+    );
+    assert_eq!(resp.status, 400, "{}", resp.text());
+    let text = resp.text();
+    assert!(
+        text.contains("canary") && text.contains("the canary must catch this"),
+        "{text}"
+    );
+    assert_eq!(r.pids_named("kresd"), before, "workers untouched");
+    assert_eq!(a(&r), vec!["192.0.2.7"]);
+    let cfg: Value =
+        serde_json::from_slice(&r.http("GET", "/v1/config", b"").expect("GET").body).expect("json");
+    assert!(
+        cfg.get("lua").is_none(),
+        "rejected change not stored: {cfg}"
+    );
+    stop(r);
+}
+
+#[test]
 fn workers_scale_two_five_one() {
     let r =
         common::start(&Setup::new("scale").workers(2).extra(&records("192.0.2.2"))).expect("start");

@@ -158,10 +158,13 @@ pub struct Rendered {
     pub json: axum::body::Bytes,
 }
 
+/// The configuration version a [`Rendered`] belongs to, and the rendering.
+type RenderedEntry = (Arc<LoadedConfig>, Arc<Rendered>);
+
 /// Memo of [`Rendered`] for the latest configuration, keyed by its `Arc`.
 #[derive(Clone, Default)]
 pub struct RenderedCache {
-    inner: Arc<std::sync::Mutex<Option<(Arc<LoadedConfig>, Arc<Rendered>)>>>,
+    inner: Arc<std::sync::Mutex<Option<RenderedEntry>>>,
 }
 
 impl RenderedCache {

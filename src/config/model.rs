@@ -1433,6 +1433,17 @@ pub enum GlueChecking {
     Permissive,
 }
 
+impl GlueChecking {
+    /// The configuration spelling, which is also kresd's `mode()` argument.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GlueChecking::Normal => "normal",
+            GlueChecking::Strict => "strict",
+            GlueChecking::Permissive => "permissive",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct OptionsSchema {

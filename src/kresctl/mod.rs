@@ -35,6 +35,15 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Converts JSON or YAML configuration to Lua script.
+    Convert(ConvertArgs),
+    #[command(flatten)]
+    Api(ApiCommand),
+}
+
+/// Commands that talk to the management API.
+#[derive(Subcommand)]
+enum ApiCommand {
     /// Read or change the running configuration.
     Config(ConfigArgs),
     /// List the PIDs of the resolver's processes.
@@ -119,6 +128,31 @@ enum CacheOp {
     },
 }
 
+/// Which Lua file `convert` renders.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LuaType {
+    /// A kresd worker's configuration.
+    Worker,
+    /// The policy-loader's configuration.
+    PolicyLoader,
+}
+
+#[derive(Args)]
+struct ConvertArgs {
+    /// Enable strict rules during validation, e.g. path/file existence and permissions.
+    #[arg(long)]
+    strict: bool,
+    /// The type of Lua script to generate.
+    #[arg(long = "type", value_enum, default_value = "worker")]
+    lua_type: LuaType,
+    /// Optional, output file for converted configuration in Lua script. If not specified,
+    /// converted configuration is printed.
+    #[arg(short = 'o', long = "output")]
+    output: Option<PathBuf>,
+    /// File or combination of files with configuration in YAML or JSON format.
+    input_file: Vec<PathBuf>,
+}
+
 #[derive(Args)]
 struct ConfigArgs {
     #[command(subcommand)]
@@ -163,14 +197,18 @@ pub fn main() -> ExitCode {
         let _ = <Cli as clap::CommandFactory>::command().print_help();
         return ExitCode::SUCCESS;
     };
+    let command = match command {
+        Command::Convert(args) => return convert(&args),
+        Command::Api(command) => command,
+    };
     // Local commands need no resolver.
     match &command {
-        Command::Validate { strict, input_file } => {
+        ApiCommand::Validate { strict, input_file } => {
             return ExitCode::from(
                 u8::try_from(crate::config::validate_command(input_file, *strict)).unwrap_or(1),
             );
         }
-        Command::Schema { live: false, file } => {
+        ApiCommand::Schema { live: false, file } => {
             let text = format!(
                 "{}\n",
                 serde_json::to_string_pretty(&crate::config::json_schema()).unwrap_or_default()
@@ -212,14 +250,51 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn execute(client: &ApiClient, command: Command) -> Result<(), client::ClientError> {
+/// `kresctl convert`: validate the files locally (no API) and print or write the Lua the
+/// manager would generate, like upstream (the text, then a newline, on stdout; exit 1 with the
+/// error on stderr).
+fn convert(args: &ConvertArgs) -> ExitCode {
+    let default = [PathBuf::from(crate::config::DEFAULT_CONFIG_FILE)];
+    let files = if args.input_file.is_empty() {
+        &default[..]
+    } else {
+        &args.input_file[..]
+    };
+    let loaded = match crate::config::load_files(files, args.strict) {
+        Ok(loaded) => loaded,
+        Err(crate::config::ConfigError::Parse { source, .. }) => {
+            eprintln!("{source}");
+            return ExitCode::from(1);
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let lua = match args.lua_type {
+        LuaType::Worker => crate::lua::render_worker(&loaded.model),
+        LuaType::PolicyLoader => crate::lua::render_policy_loader(&loaded.model),
+    };
+    match &args.output {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, lua) {
+                eprintln!("cannot write {}: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        }
+        None => println!("{lua}"),
+    }
+    ExitCode::SUCCESS
+}
+
+async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), client::ClientError> {
     match command {
-        Command::Config(ConfigArgs { op: None }) => {
+        ApiCommand::Config(ConfigArgs { op: None }) => {
             let _ = <Cli as clap::CommandFactory>::command()
                 .find_subcommand_mut("config")
                 .map(|c| c.print_help());
         }
-        Command::Config(ConfigArgs {
+        ApiCommand::Config(ConfigArgs {
             op:
                 Some(ConfigOp::Get {
                     path,
@@ -250,7 +325,7 @@ async fn execute(client: &ApiClient, command: Command) -> Result<(), client::Cli
                 None => print!("{text}"),
             }
         }
-        Command::Pids { proc_type, json } => {
+        ApiCommand::Pids { proc_type, json } => {
             let body = client
                 .request("GET", &format!("/processes/{proc_type}"), None)
                 .await?
@@ -266,19 +341,20 @@ async fn execute(client: &ApiClient, command: Command) -> Result<(), client::Cli
                 }
             }
         }
-        Command::Stop => {
+        ApiCommand::Stop => {
             client.request("POST", "/stop", None).await?.ok()?;
         }
-        Command::Reload { force } => {
+        ApiCommand::Reload { force } => {
             let path = if force { "/reload/force" } else { "/reload" };
             client.request("POST", path, None).await?.ok()?;
         }
-        Command::Validate { .. } => unreachable!("handled locally"),
-        Command::Schema { live: _, file } => {
+        // Handled in `main` before any connection is made.
+        ApiCommand::Validate { .. } => {}
+        ApiCommand::Schema { live: _, file } => {
             let body = client.request("GET", "/schema", None).await?.ok()?;
             emit(&String::from_utf8_lossy(&body), file.as_deref())?;
         }
-        Command::Processes { json } => {
+        ApiCommand::Processes { json } => {
             let body = client.request("GET", "/processes", None).await?.ok()?;
             let value: Value = serde_json::from_slice(&body)?;
             if json {
@@ -287,7 +363,7 @@ async fn execute(client: &ApiClient, command: Command) -> Result<(), client::Cli
                 print!("{}", processes_table(&value));
             }
         }
-        Command::Config(ConfigArgs {
+        ApiCommand::Config(ConfigArgs {
             op:
                 Some(ConfigOp::Set {
                     path,
@@ -319,7 +395,7 @@ async fn execute(client: &ApiClient, command: Command) -> Result<(), client::Cli
                 println!("{}", String::from_utf8_lossy(&body));
             }
         }
-        Command::Config(ConfigArgs {
+        ApiCommand::Config(ConfigArgs {
             op: Some(ConfigOp::Delete { path }),
         }) => {
             client
@@ -327,7 +403,7 @@ async fn execute(client: &ApiClient, command: Command) -> Result<(), client::Cli
                 .await?
                 .ok()?;
         }
-        Command::Metrics { prometheus, file } => {
+        ApiCommand::Metrics { prometheus, file } => {
             let path = if prometheus {
                 "/metrics/prometheus"
             } else {
@@ -350,12 +426,12 @@ async fn execute(client: &ApiClient, command: Command) -> Result<(), client::Cli
             };
             emit(&text, file.as_deref())?;
         }
-        Command::Cache(CacheArgs { op: None }) => {
+        ApiCommand::Cache(CacheArgs { op: None }) => {
             let _ = <Cli as clap::CommandFactory>::command()
                 .find_subcommand_mut("cache")
                 .map(|c| c.print_help());
         }
-        Command::Cache(CacheArgs {
+        ApiCommand::Cache(CacheArgs {
             op:
                 Some(CacheOp::Clear {
                     exact_name,

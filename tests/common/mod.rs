@@ -26,6 +26,10 @@ pub struct Setup {
     pub extra: String,
     /// Extra environment of the daemon.
     pub env: Vec<(&'static str, String)>,
+    /// The body of the `logging` section (indented YAML lines).
+    pub logging: String,
+    /// More lines of the `cache` section (indented YAML lines).
+    pub cache: String,
 }
 
 impl Setup {
@@ -35,6 +39,8 @@ impl Setup {
             workers: 1,
             extra: String::new(),
             env: Vec::new(),
+            logging: "  level: notice\n".into(),
+            cache: String::new(),
         }
     }
     pub fn workers(mut self, n: u32) -> Self {
@@ -43,6 +49,16 @@ impl Setup {
     }
     pub fn env(mut self, key: &'static str, value: &str) -> Self {
         self.env.push((key, value.to_owned()));
+        self
+    }
+    /// Replace the body of the `logging` section.
+    pub fn logging(mut self, yaml: &str) -> Self {
+        self.logging = yaml.to_owned();
+        self
+    }
+    /// Add lines to the `cache` section.
+    pub fn cache(mut self, yaml: &str) -> Self {
+        self.cache.push_str(yaml);
         self
     }
     pub fn extra(mut self, yaml: &str) -> Self {
@@ -66,11 +82,13 @@ pub struct Resolver {
 
 pub fn config_yaml(dir: &TestDir, port: u16, s: &Setup) -> String {
     format!(
-        "workers: {workers}\nrundir: {run}\nnetwork:\n  listen:\n    - interface: 127.0.0.1@{port}\ncache:\n  storage: {cache}\n  size-max: 10M\nmanagement:\n  unix-socket: {run}/kres-api.sock\nlogging:\n  level: notice\n{extra}",
+        "workers: {workers}\nrundir: {run}\nnetwork:\n  listen:\n    - interface: 127.0.0.1@{port}\ncache:\n  storage: {cache}\n  size-max: 10M\n{cache_extra}management:\n  unix-socket: {run}/kres-api.sock\nlogging:\n{logging}{extra}",
         workers = s.workers,
         run = dir.bed("run").display(),
         cache = dir.bed("cache").display(),
         extra = s.extra,
+        cache_extra = s.cache,
+        logging = s.logging,
     )
 }
 

@@ -113,6 +113,7 @@ impl Bed {
         if !rootfs.join("usr/sbin/kresd").exists() {
             bail!("rootfs {} has no usr/sbin/kresd", rootfs.display());
         }
+        remove_stale_scratch(&rootfs.join("tmp"));
         let rel = PathBuf::from(format!("tmp/kr-testbed-{}", std::process::id()));
         let scratch_host = rootfs.join(&rel);
         std::fs::create_dir_all(&scratch_host)?;
@@ -279,6 +280,28 @@ impl Bed {
         cmd.args(args)
             .output()
             .with_context(|| format!("running {bed_program}"))
+    }
+}
+
+/// Remove scratch directories of test processes that no longer exist, so the cached rootfs
+/// does not grow with every run. A live process's directory is never touched.
+fn remove_stale_scratch(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("kr-testbed-"))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+        if !alive {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 

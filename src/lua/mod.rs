@@ -1,0 +1,130 @@
+//! Lua generation: the configuration of each kresd worker and of the policy-loader, rendered
+//! from the validated model section by section, in the order of upstream's Jinja templates
+//! (`datamodel/templates/kresd.lua.j2` and `policy-loader.lua.j2`).
+//!
+//! Every string that reaches Lua goes through [`quote`], so no configuration value can break
+//! out of its literal; names that kresd parses as domain names are passed in their punycode
+//! form. The only text pasted verbatim is custom Lua (`lua.script`, `lua.script-file` and the
+//! policy equivalents), which is code by definition.
+
+mod policy;
+mod sections;
+mod worker;
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+pub use policy::render_policy_loader;
+pub use worker::render_worker;
+
+/// Append one formatted line (writing to a `String` cannot fail).
+macro_rules! line {
+    ($out:expr) => {
+        $out.push('\n')
+    };
+    ($out:expr, $($arg:tt)*) => {{
+        let _ = ::std::fmt::Write::write_fmt($out, format_args!($($arg)*));
+        $out.push('\n');
+    }};
+}
+pub(crate) use line;
+
+/// Render `s` as a single-quoted Lua string literal. Printable ASCII passes through except the
+/// quote and the backslash; every other byte (newlines, NUL, UTF-8 sequences) becomes a
+/// three-digit `\ddd` decimal escape, which Lua decodes byte for byte and which a following
+/// digit cannot extend. `]]` needs no care: the literal is not a long string.
+pub fn quote(s: &str) -> String {
+    quote_bytes(s.as_bytes())
+}
+
+/// [`quote`] for arbitrary bytes.
+pub fn quote_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() + 2);
+    out.push('\'');
+    for &b in bytes {
+        match b {
+            b'\'' => out.push_str("\\'"),
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(b as char),
+            _ => {
+                let _ = write!(out, "\\{b:03}");
+            }
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// [`quote`] for paths: their bytes, exactly (a path need not be UTF-8).
+pub fn quote_path(p: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    quote_bytes(p.as_os_str().as_bytes())
+}
+
+/// [`quote`] for anything displayed (addresses, networks, names).
+fn quote_display(v: impl std::fmt::Display) -> String {
+    quote(&v.to_string())
+}
+
+/// A Lua boolean.
+fn boolean(b: bool) -> &'static str {
+    if b {
+        "true"
+    } else {
+        "false"
+    }
+}
+
+/// A Lua table of quoted strings, upstream's `string_table` shape: `{'a','b',}`.
+fn string_table<I, S>(items: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let mut out = String::from("{");
+    for item in items {
+        out.push_str(&quote(item.as_ref()));
+        out.push(',');
+    }
+    out.push('}');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{quote, quote_path, string_table};
+
+    #[test]
+    fn quote_escapes_everything_that_could_end_the_literal() {
+        let cases = [
+            ("plain", "'plain'"),
+            ("it's", "'it\\'s'"),
+            ("back\\slash", "'back\\\\slash'"),
+            ("new\nline", "'new\\010line'"),
+            ("nul\0", "'nul\\000'"),
+            ("nul\u{0}1", "'nul\\0001'"),
+            ("]]--", "']]--'"),
+            ("é", "'\\195\\169'"),
+            ("\"double\"", "'\"double\"'"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(quote(input), expected, "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn paths_keep_their_bytes() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let p = std::path::Path::new(std::ffi::OsStr::from_bytes(b"/a/\xff'b"));
+        assert_eq!(quote_path(p), "'/a/\\255\\'b'");
+    }
+
+    #[test]
+    fn string_tables_quote_each_item() {
+        assert_eq!(string_table(["a", "b'"]), "{'a','b\\'',}");
+        assert_eq!(string_table(Vec::<String>::new()), "{}");
+    }
+}
+
+#[cfg(test)]
+mod render_tests;

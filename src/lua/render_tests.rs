@@ -1,0 +1,190 @@
+//! Rendering facts that are cheap to check without kresd (the behaviour on kresd is proven by
+//! `tests/lua_*.rs`): one `check` per configuration, asserting lines that must or must not
+//! appear.
+
+use std::path::Path;
+
+use super::{render_policy_loader, render_worker};
+use crate::config::{parse_document, validate, KresConfig, ValidationContext};
+
+fn cfg(yaml: &str) -> KresConfig {
+    let raw = parse_document(yaml, Path::new("/etc/knot-resolver/config.yaml")).expect("YAML");
+    let ctx = ValidationContext {
+        resolve_root: "/etc/knot-resolver".into(),
+        strict: false,
+    };
+    validate(&raw, &ctx).unwrap_or_else(|e| panic!("invalid test config: {e}"))
+}
+
+/// Which file to look at.
+#[derive(Clone, Copy)]
+enum File {
+    Worker,
+    PolicyLoader,
+}
+
+fn check(yaml: &str, file: File, present: &[&str], absent: &[&str]) {
+    let cfg = cfg(yaml);
+    let text = match file {
+        File::Worker => render_worker(&cfg),
+        File::PolicyLoader => render_policy_loader(&cfg),
+    };
+    for line in present {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    for line in absent {
+        assert!(!text.contains(line), "unexpected {line:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn listen_kinds_interfaces_and_unix_sockets() {
+    check(
+        "rundir: /run/kr\nnetwork:\n  listen:\n    - interface: [lo@5353, '::1@853']\n      kind: dot\n    - unix-socket: /run/kr/doh.sock\n      kind: doh-legacy\n      freebind: true\n    - interface: 127.0.0.1\n      kind: doh2-insecure\n    - interface: 127.0.0.1\n      kind: xdp\n",
+        File::Worker,
+        &[
+            "net.listen(net['lo'],5353,{kind='tls',freebind=false})",
+            "net.listen('::1',853,{kind='tls',freebind=false})",
+            "net.listen('/run/kr/doh.sock',nil,{kind='doh_legacy',freebind=true})",
+            "modules.load('http')",
+            "http.config({tls=true,},'doh_legacy')",
+            "net.listen('127.0.0.1',80,{kind='doh2-insecure',freebind=false})",
+            "net.listen('127.0.0.1',53,{kind='xdp',freebind=false})",
+        ],
+        &[],
+    );
+}
+
+#[test]
+fn control_socket_uses_the_configured_rundir() {
+    check(
+        "rundir: /var/lib/kr's\n",
+        File::Worker,
+        &["local path = '/var/lib/kr\\'s/control/' .. id"],
+        &["path = '//control/'"],
+    );
+}
+
+#[test]
+fn script_only_keeps_the_control_socket_and_statistics() {
+    check(
+        "lua:\n  script-only: true\n  script: \"-- mine\"\n",
+        File::Worker,
+        &[
+            "pcall(net.listen, path, nil, { kind = 'control' })",
+            "function collect_statistics()",
+            "function collect_lazy_statistics()",
+            "-- mine",
+        ],
+        &["kr_rules_init", "log_level(", "cache.open("],
+    );
+}
+
+#[test]
+fn process_group_debug_levels() {
+    let yaml = "logging:\n  level: notice\n  groups: [kresd, io, manager]\n";
+    check(
+        yaml,
+        File::Worker,
+        &["log_level('debug')", "log_groups({'io',})"],
+        &[],
+    );
+    check(
+        yaml,
+        File::PolicyLoader,
+        &["log_level('notice')", "log_groups({'io',})"],
+        &[],
+    );
+}
+
+#[test]
+fn defer_is_configured_in_workers_and_disabled_in_the_policy_loader() {
+    let yaml = "rundir: /run/kr\nworkers: 3\ndefer:\n  enable: true\n  log-period: 1500ms\n";
+    check(
+        yaml,
+        File::Worker,
+        &["assert(C.defer_init('/run/kr/defer', 1500, 3) == 0)"],
+        &[],
+    );
+    check(
+        yaml,
+        File::PolicyLoader,
+        &["assert(C.defer_init(nil, 0, 0) == 0)", "\nquit()\n"],
+        &["/run/kr/defer"],
+    );
+}
+
+#[test]
+fn price_factors_round_half_to_even_like_jinja() {
+    // 2^-17 * 65536 = 0.5 and 3 * 2^-17 * 65536 = 1.5.
+    for (factor, expected) in [
+        ("0.5", "32768"),
+        ("0.00000762939453125", "0"),
+        ("0.00002288818359375", "2"),
+    ] {
+        check(
+            &format!(
+                "views:\n  - subnets: [10.0.0.0/8]\n    options:\n      price-factor: {factor}\n    answer: allow\n"
+            ),
+            File::PolicyLoader,
+            &[&format!("'policy.PRICE_FACTOR16({expected})'")],
+            &[],
+        );
+    }
+}
+
+#[test]
+fn view_flags_come_before_tags() {
+    check(
+        "views:\n  - subnets: [10.0.0.0/8]\n    dst-subnet: 192.0.2.0/24\n    protocols: [udp53, doh]\n    tags: [t1]\n    options:\n      minimize: false\n      fallback: false\n",
+        File::PolicyLoader,
+        &["assert(C.kr_view_insert_action('10.0.0.0/8', '192.0.2.0/24', 0 + 2^C.KR_PROTO_UDP53 + 2^C.KR_PROTO_DOH, policy.COMBINE({'policy.FLAGS({\"NO_MINIMIZE\",\"FALLBACK_DISABLE\",})',policy.TAGS_ASSIGN({'t1',}),})) == 0)"],
+        &["policy.REFUSE", "DNS64_DISABLE"],
+    );
+}
+
+#[test]
+fn rpz_logging_and_rule_scores() {
+    check(
+        "views:\n  - subnets: [10.0.0.0/8]\n    tags: [t1]\nlocal-data:\n  rpz:\n    - file: /etc/kr/block.rpz\n      log: [name]\n      tags: [t1]\n  records: 'a.test. A 192.0.2.1'\n",
+        File::PolicyLoader,
+        &[
+            "rrs.filename = '/etc/kr/block.rpz'",
+            "rrs.is_rpz = true",
+            "rrs.tags = policy.get_tagset({'t1',})",
+            "rrs.opts.score = 9\nrrs.opts.log_level = 3  -- notice\nrrs.opts.log_name = true\nassert",
+            "rrs.input_str = 'a.test. A 192.0.2.1'\nrrs.opts = C.KR_RULE_OPTS_DEFAULT\nassert",
+        ],
+        &["rrs.opts.log_ip"],
+    );
+}
+
+#[test]
+fn non_ascii_names_reach_kresd_as_punycode() {
+    check(
+        "local-data:\n  rules:\n    - name: [ñ.test]\n      subtree: nxdomain\n",
+        File::PolicyLoader,
+        &["todname('xn--ida.test')"],
+        &[],
+    );
+}
+
+#[test]
+fn dnssec_disabled_removes_the_root_anchor() {
+    check(
+        "dnssec:\n  enable: false\n",
+        File::Worker,
+        &["trust_anchors.remove('.')"],
+        &["ta_sentinel"],
+    );
+}
+
+#[test]
+fn a_missing_script_file_is_a_lua_error() {
+    check(
+        "lua:\n  script-file: /nonexistent/script.lua\n",
+        File::Worker,
+        &["error('cannot read the Lua script file /nonexistent/script.lua: "],
+        &[],
+    );
+}

@@ -1,0 +1,187 @@
+//! Sections both Lua files share: logging, forwarding, opening the cache, defer and the custom
+//! Lua section.
+
+use std::path::Path;
+
+use super::{boolean, line, quote, quote_display, quote_path, string_table};
+use crate::config::{
+    DeferSchema, ForwardOptionsSchema, ForwardServer, ForwardTransport, KresConfig,
+};
+
+/// Groups that name our own processes, not kresd log groups (upstream filters the same list).
+const NON_KRESD_GROUPS: &[&str] = &[
+    "manager",
+    "supervisord",
+    "policy-loader",
+    "kresd",
+    "cache-gc",
+    "files",
+    "metrics",
+    "server",
+];
+
+/// `log_level`, `log_target`, `log_groups`. The level is `debug` when `debug_group` (the
+/// process's own group: `kresd` or `policy-loader`) is listed in `logging.groups`.
+pub(super) fn logging(out: &mut String, cfg: &KresConfig, debug_group: &str) {
+    let logging = &cfg.logging;
+    let groups = logging.groups.as_deref().unwrap_or_default();
+    let level = if groups.iter().any(|g| g == debug_group) {
+        "debug"
+    } else {
+        logging.level.as_str()
+    };
+    line!(out, "-- logging.level");
+    line!(out, "log_level({})", quote(level));
+    line!(out, "-- logging.target");
+    line!(out, "log_target({})", quote(logging.target.as_str()));
+    if !groups.is_empty() {
+        let kresd_groups = groups
+            .iter()
+            .filter(|g| !NON_KRESD_GROUPS.contains(&g.as_str()));
+        line!(out, "-- logging.groups");
+        line!(out, "log_groups({})", string_table(kresd_groups));
+    }
+}
+
+/// The forward options table.
+fn forward_options(o: &ForwardOptionsSchema) -> String {
+    format!(
+        "{{dnssec={},auth={}}}",
+        boolean(o.dnssec),
+        boolean(o.authoritative)
+    )
+}
+
+/// The targets table: one entry per address, `{'addr', tls=…, hostname=…, pin_sha256=…, ca_file=…}`.
+fn forward_servers(servers: &[ForwardServer]) -> String {
+    let mut out = String::from("{");
+    for server in servers {
+        match server {
+            ForwardServer::Address(addr) => {
+                out.push('{');
+                out.push_str(&quote_display(addr));
+                out.push_str("},");
+            }
+            ForwardServer::Server(s) => {
+                for addr in &s.address {
+                    out.push('{');
+                    out.push_str(&quote_display(addr));
+                    out.push_str(",tls=");
+                    out.push_str(boolean(s.transport == Some(ForwardTransport::Tls)));
+                    if let Some(h) = &s.hostname {
+                        out.push_str(",hostname=");
+                        out.push_str(&quote(h.punycode()));
+                    }
+                    if let Some(pins) = s.pin_sha256.as_deref().filter(|p| !p.is_empty()) {
+                        out.push_str(",pin_sha256=");
+                        out.push_str(&string_table(pins.iter().map(|p| p.as_str())));
+                    }
+                    if let Some(ca) = &s.ca_file {
+                        out.push_str(",ca_file=");
+                        out.push_str(&quote_path(ca));
+                    }
+                    out.push_str("},");
+                }
+            }
+        }
+    }
+    out.push('}');
+    out
+}
+
+/// `policy.rule_forward_add` per subtree, then the fallback module.
+pub(super) fn forward(out: &mut String, cfg: &KresConfig) {
+    for fwd in cfg.forward.iter().flatten() {
+        let servers = forward_servers(&fwd.servers);
+        let options = forward_options(&fwd.options);
+        for subtree in &fwd.subtree {
+            line!(
+                out,
+                "policy.rule_forward_add({},{options},{servers})",
+                quote(subtree.punycode())
+            );
+        }
+    }
+    if cfg.fallback.enable {
+        line!(out, "modules.load('fallback')");
+        line!(out, "fallback.config({{");
+        line!(
+            out,
+            "  targets = {},",
+            forward_servers(cfg.fallback.servers.as_deref().unwrap_or_default())
+        );
+        line!(out, "  options = {{}},");
+        line!(out, "}})");
+    }
+}
+
+/// `cache.open(size, 'lmdb://<storage>')`.
+pub(super) fn cache_open(out: &mut String, cfg: &KresConfig) {
+    let mut uri = b"lmdb://".to_vec();
+    {
+        use std::os::unix::ffi::OsStrExt as _;
+        uri.extend_from_slice(cfg.cache.storage.as_os_str().as_bytes());
+    }
+    line!(
+        out,
+        "cache.open({}, {})",
+        cfg.cache.size_max.bytes(),
+        super::quote_bytes(&uri)
+    );
+}
+
+/// Whether defer may run in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Defer {
+    /// A worker: as configured.
+    AsConfigured,
+    /// The policy-loader: never (it would otherwise get kresd's default defer set-up).
+    ForceDisabled,
+}
+
+/// `C.defer_init(...)`: the shared defer state in the rundir, or disabled.
+pub(super) fn defer(out: &mut String, cfg: &KresConfig, mode: Defer) {
+    let DeferSchema { enable, log_period } = &cfg.defer;
+    if *enable && mode == Defer::AsConfigured {
+        let mut path = cfg.rundir.clone().into_os_string();
+        path.push("/defer");
+        line!(
+            out,
+            "assert(C.defer_init({}, {}, {}) == 0)",
+            quote_path(Path::new(&path)),
+            log_period.millis(),
+            cfg.workers
+        );
+    } else {
+        line!(out, "assert(C.defer_init(nil, 0, 0) == 0)");
+    }
+}
+
+/// The custom Lua section: the file's content first, then the inline script, both verbatim.
+/// The file is read now, so every process started from this rendering runs the same code; if it
+/// cannot be read (or is not UTF-8), the generated Lua raises an error naming it, and kresd
+/// fails to start instead of running without it.
+pub(super) fn custom_lua(out: &mut String, script: Option<&str>, script_file: Option<&Path>) {
+    line!(out, "-- LUA section --------------------------------------");
+    line!(out, "-- Custom Lua code cannot be validated");
+    if let Some(file) = script_file {
+        match std::fs::read_to_string(file) {
+            Ok(text) => {
+                out.push_str(&text);
+                line!(out);
+            }
+            Err(e) => line!(
+                out,
+                "error({})",
+                quote(&format!(
+                    "cannot read the Lua script file {}: {e}",
+                    file.display()
+                ))
+            ),
+        }
+    }
+    if let Some(script) = script {
+        out.push_str(script);
+        line!(out);
+    }
+}
