@@ -323,6 +323,12 @@ fn report_manager_end(
 ) {
     match r {
         Ok(Ok(Some(ManagerExit::StartFailed(e)))) => tracing::error!("start-up failed: {e}"),
+        Ok(Ok(Some(ManagerExit::Unstable { failed }))) => {
+            tracing::error!(
+                "the resolver is unstable ({} failed); stopping",
+                failed.join(", ")
+            )
+        }
         Ok(Ok(Some(ManagerExit::Stopped) | None)) => {
             tracing::error!("the manager ended unexpectedly")
         }

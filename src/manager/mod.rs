@@ -22,6 +22,13 @@ pub use executables::Executables;
 /// How long a kresd may take between spawn and `READY=1` (upstream: 60 s).
 pub const WORKER_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A worker that needs more than 5 automatic restarts within 30 s is failed; the manager then
+/// makes bounded attempts to fix it before stopping the resolver (see `task::Instability`).
+pub const WORKER_START_LIMIT: supervisor::StartLimit = supervisor::StartLimit {
+    burst: 5,
+    interval: Duration::from_secs(30),
+};
+
 /// Restart policy of kresd workers: a worker that was ready for 5 s and then crashed is
 /// restarted at once (DNS service matters more than anything); a crash loop backs off from
 /// 250 ms to 10 s with at least 1 s between spawns.
@@ -490,6 +497,7 @@ impl Manager {
         };
         spec.restart = RestartPolicy::Always;
         spec.backoff = worker_backoff();
+        spec.start_limit = WORKER_START_LIMIT;
         spec
     }
 

@@ -80,6 +80,49 @@ pub enum ManagerExit {
     /// The first start failed (the policy-loader or a worker failed): the resolver cannot run
     /// this configuration and must stop with an error, not retry.
     StartFailed(ApplyError),
+    /// Processes kept failing after the allowed fix attempts: stop in a controlled way.
+    Unstable { failed: Vec<String> },
+}
+
+/// Bounded fix attempts for failed processes: at most `MAX_FIX_ATTEMPTS` within
+/// `FIX_WINDOW`; one more failure means the resolver is unstable and stops.
+struct Instability {
+    attempts: std::collections::VecDeque<std::time::Instant>,
+}
+
+const MAX_FIX_ATTEMPTS: usize = 2;
+const FIX_WINDOW: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
+impl Instability {
+    /// Services the supervisor gave up on (start limit hit, readiness timeouts), which the
+    /// resolver needs: workers and the cache GC.
+    fn failed(snapshot: &supervisor::Snapshot) -> Vec<String> {
+        snapshot
+            .processes
+            .iter()
+            .filter(|p| {
+                p.state == "failed" && (p.kind == super::KIND_KRESD || p.kind == super::KIND_GC)
+            })
+            .map(|p| p.name.clone())
+            .collect()
+    }
+
+    /// Whether another fix attempt is allowed now (and count it).
+    fn allow_attempt(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        while self
+            .attempts
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > FIX_WINDOW)
+        {
+            self.attempts.pop_front();
+        }
+        if self.attempts.len() >= MAX_FIX_ATTEMPTS {
+            return false;
+        }
+        self.attempts.push_back(now);
+        true
+    }
 }
 
 /// One incarnation. The first one starts everything; later ones adopt.
@@ -102,9 +145,33 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
         manager.reconcile().await?;
     }
     let mut commands = ctx.commands.lock().await;
+    let mut processes = ctx.supervisor.subscribe();
+    let mut instability = Instability {
+        attempts: Default::default(),
+    };
     loop {
         let command = tokio::select! {
             () = ctx.stop.cancelled() => return Ok(ManagerExit::Stopped),
+            changed = processes.changed() => {
+                if changed.is_err() {
+                    return Ok(ManagerExit::Stopped);
+                }
+                let failed = Instability::failed(&processes.borrow_and_update());
+                if failed.is_empty() {
+                    continue;
+                }
+                if !instability.allow_attempt() {
+                    tracing::error!(failed = %failed.join(", "), "processes keep failing after {MAX_FIX_ATTEMPTS} fix attempts; stopping the resolver");
+                    return Ok(ManagerExit::Unstable { failed });
+                }
+                tracing::warn!(failed = %failed.join(", "), "processes failed; attempting to fix them by starting them again");
+                for name in &failed {
+                    if let Err(e) = ctx.supervisor.start(name).await {
+                        tracing::warn!(name, "fix attempt failed: {e}");
+                    }
+                }
+                continue;
+            }
             command = commands.recv() => match command {
                 Some(c) => c,
                 None => return Ok(ManagerExit::Stopped),

@@ -127,10 +127,17 @@ pub fn launch(s: &Setup) -> Result<Resolver> {
 /// Launch and wait for `READY=1`.
 pub fn start(s: &Setup) -> Result<Resolver> {
     let mut r = launch(s)?;
-    if let Err(e) = r.notify.wait_for("READY=1", START_TIMEOUT) {
-        anyhow::bail!("{e:#}\ndaemon output:\n{}", r.launched.output.text());
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    // Wait in slices so that a daemon that died is reported at once, not after the timeout.
+    loop {
+        match r.notify.wait_for("READY=1", Duration::from_millis(250)) {
+            Ok(_) => return Ok(r),
+            Err(e) if std::time::Instant::now() >= deadline || r.launched.tree().is_empty() => {
+                anyhow::bail!("{e:#}\ndaemon output:\n{}", r.launched.output.text());
+            }
+            Err(_) => {}
+        }
     }
-    Ok(r)
 }
 
 impl Resolver {
