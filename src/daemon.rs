@@ -189,7 +189,13 @@ async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>) -> ExitCode {
         }
     };
     let mut api_task = None;
+    let mut watchdog_task = None;
     if started {
+        watchdog_task = Some(tokio::spawn(crate::watchdog::run(
+            config_rx.clone(),
+            command_tx.clone(),
+            stop.child_token(),
+        )));
         let state = ApiState {
             config: config_rx,
             supervisor: sup.clone(),
@@ -276,6 +282,9 @@ async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>) -> ExitCode {
         let _ = manager.await;
     }
     if let Some(task) = api_task {
+        let _ = task.await;
+    }
+    if let Some(task) = watchdog_task {
         let _ = task.await;
     }
     // Stop every process; a second SIGINT/SIGTERM kills them at once.

@@ -12,6 +12,7 @@ pub mod kresctl;
 pub mod lua;
 pub mod manager;
 pub mod metrics;
+pub mod watchdog;
 
 /// The version reported by `-V`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
