@@ -238,16 +238,10 @@ async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>) -> ExitCode {
                 Some(sig) = signals.next() => match sig {
                     SIGHUP => {
                         tracing::info!("SIGHUP received; reloading the configuration files");
-                        upward.reloading("Reloading");
-                        let (reply, result) = tokio::sync::oneshot::channel();
-                        if command_tx.send(ManagerCommand::Reload { force: false, reply }).await.is_ok() {
-                            // Signals keep being handled while the reload runs.
-                            let upward = upward.clone();
-                            tokio::spawn(async move {
-                                let _ = result.await;
-                                upward.ready("Ready");
-                            });
-                        }
+                        let (reply, _result) = tokio::sync::oneshot::channel();
+                        // The manager reports the outcome (log, RELOADING/READY upward); signals
+                        // keep being handled meanwhile.
+                        let _ = command_tx.send(ManagerCommand::Reload { force: false, reply }).await;
                     }
                     _ => {
                         tracing::info!(signal = sig, "stopping on signal");

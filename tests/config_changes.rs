@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
@@ -159,32 +157,18 @@ fn sighup_and_kresctl_reload_reread_the_file() {
         .expect("start");
     let config = std::fs::read_to_string(&r.config).expect("read config");
 
+    // SIGHUP: RELOADING=1 (with MONOTONIC_USEC, or systemd ignores it), then READY=1.
     std::fs::write(&r.config, config.replace("192.0.2.4", "192.0.2.44")).expect("write");
+    let seen = r.notify.received.len();
     r.launched.signal(Signal::SIGHUP).expect("SIGHUP");
-    r.notify
-        .wait_for("RELOADING=1", START_TIMEOUT)
-        .expect("RELOADING=1");
     let reloading = r
         .notify
-        .received
-        .iter()
-        .find(|m| m.contains("RELOADING=1"))
-        .cloned()
-        .unwrap_or_default();
+        .wait_for_after(seen, "RELOADING=1", START_TIMEOUT)
+        .expect("RELOADING=1");
     assert!(reloading.contains("MONOTONIC_USEC="), "{reloading}");
-    let count = r.notify.received.len();
-    // READY=1 again after the reload.
-    let deadline = std::time::Instant::now() + START_TIMEOUT;
-    while r.notify.received[count..]
-        .iter()
-        .all(|m| !m.lines().any(|l| l == "READY=1"))
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no READY=1 after reload"
-        );
-        let _ = r.notify.wait_for("never-sent", Duration::from_millis(200));
-    }
+    r.notify
+        .wait_for_after(seen, "READY=1", START_TIMEOUT)
+        .expect("READY=1 after the reload");
     assert_eq!(a(&r), vec!["192.0.2.44"]);
 
     // An invalid file is reported and changes nothing.
@@ -196,14 +180,22 @@ fn sighup_and_kresctl_reload_reread_the_file() {
     assert_eq!(a(&r), vec!["192.0.2.44"]);
     assert_eq!(r.pids_named("kresd").len(), 2);
 
-    // A valid one through kresctl.
+    // A valid one through kresctl (systemd's ExecReload): RELOADING=1 and READY=1 around it;
+    // the manager notifies READY=1 before the API answers.
     std::fs::write(&r.config, config.replace("192.0.2.4", "192.0.2.45")).expect("write");
+    let seen = r.notify.received.len();
     let out = r.kresctl(&["reload"]).expect("kresctl reload");
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    r.notify
+        .wait_for_after(seen, "RELOADING=1", START_TIMEOUT)
+        .expect("RELOADING=1");
+    r.notify
+        .wait_for_after(seen, "READY=1", START_TIMEOUT)
+        .expect("READY=1 after the reload");
     assert_eq!(a(&r), vec!["192.0.2.45"]);
     let before = r.pids_named("kresd");
     let out = r

@@ -192,6 +192,9 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                 let _ = reply.send(result);
             }
             ManagerCommand::Reload { force, reply } => {
+                // Whatever asked (SIGHUP, `kresctl reload` as systemd's ExecReload, the API),
+                // the service manager sees the reload begin and end.
+                ctx.upward.reloading("Reloading configuration");
                 let result = match config::load_files(&ctx.files, true) {
                     Ok(loaded) => apply(&ctx, &mut manager, Arc::new(loaded), force).await,
                     Err(e) => {
@@ -201,6 +204,12 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                         Err(e.into())
                     }
                 };
+                let status = if result.is_ok() {
+                    "Ready"
+                } else {
+                    "Ready; the last reload failed, see the log"
+                };
+                ctx.upward.ready(status);
                 let _ = reply.send(result);
             }
             ManagerCommand::Renew { force, reply } => {

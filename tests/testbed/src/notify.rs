@@ -31,6 +31,52 @@ impl NotifyListener {
         &self.path
     }
 
+    /// Wait for a message with a line equal to `line` among those received after the first
+    /// `seen` messages (`received.len()` taken before the action that should cause it).
+    pub fn wait_for_after(&mut self, seen: usize, line: &str, timeout: Duration) -> Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(m) = self
+                .received
+                .iter()
+                .skip(seen)
+                .find(|m| m.lines().any(|l| l == line))
+            {
+                return Ok(m.clone());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                bail!(
+                    "no new {line:?} notification within {timeout:?}; got {:?}",
+                    &self.received[seen.min(self.received.len())..]
+                );
+            }
+            self.receive_one(left)?;
+        }
+    }
+
+    /// Read one message into `received`, waiting at most `timeout` (no error on timeout).
+    fn receive_one(&mut self, timeout: Duration) -> Result<()> {
+        let mut buf = vec![0u8; 8192];
+        self.socket.set_read_timeout(Some(timeout))?;
+        match self.socket.recv(&mut buf) {
+            Ok(n) => {
+                self.received
+                    .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                Ok(())
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Wait for a message that has a line equal to `line`; returns that message.
     pub fn wait_for(&mut self, line: &str, timeout: Duration) -> Result<String> {
         if let Some(m) = self.received.iter().find(|m| m.lines().any(|l| l == line)) {
