@@ -32,6 +32,12 @@ impl UpwardNotifier {
         }
     }
 
+    /// Send `WATCHDOG=1` keepalives at half of `interval` (what `WATCHDOG_USEC` asks for).
+    pub fn with_watchdog(mut self, interval: Duration) -> Self {
+        self.watchdog = Some(interval);
+        self
+    }
+
     /// A notifier that sends nothing (tests, and runs outside a service manager).
     pub fn disabled() -> Self {
         UpwardNotifier {
@@ -128,6 +134,28 @@ mod tests {
         let mut buf = [0u8; 4096];
         let n = socket.recv(&mut buf).expect("a notification");
         String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    #[tokio::test]
+    async fn watchdog_keepalives_at_half_the_interval() {
+        let name = format!("kres-upward-watchdog-{}", std::process::id());
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract address");
+        let socket = UnixDatagram::bind_addr(&addr).expect("bind");
+        let n =
+            UpwardNotifier::to_socket(format!("@{name}")).with_watchdog(Duration::from_millis(40));
+        let task = n.spawn_watchdog().expect("a keepalive task");
+        let received = tokio::task::spawn_blocking(move || (receive(&socket), receive(&socket)))
+            .await
+            .expect("join");
+        task.abort();
+        assert_eq!(
+            received,
+            ("WATCHDOG=1\n".to_owned(), "WATCHDOG=1\n".to_owned())
+        );
+        assert!(
+            UpwardNotifier::to_socket("@x").spawn_watchdog().is_none(),
+            "no keepalives unless asked for"
+        );
     }
 
     #[test]
