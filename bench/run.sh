@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Run the benchmarks against upstream's manager in the same run (as root, for the rootfs).
-#   bash bench/run.sh [startup RUNS WORKERS]
+#   bash bench/run.sh              all of them, with their default run counts
+#   bash bench/run.sh NAME [ARGS]  one of: startup, worker_crash, api, validate, supervisor_scale
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --bins -p knot-resolver -p bench
-which=${1:-startup}
-shift || true
-exec "target/release/$which" "$@"
+cargo build --release --bins -p knot-resolver -p bench -p supervisor
+if [[ $# -gt 0 ]]; then
+    which=$1
+    shift
+    exec "target/release/$which" "$@"
+fi
+for b in startup worker_crash api validate supervisor_scale; do
+    echo "== $b"
+    "target/release/$b"
+done
