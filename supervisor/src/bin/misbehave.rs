@@ -276,13 +276,28 @@ impl Script {
             }
         }
         let orphan = flags.contains(&"orphan");
+        // The grandchild writes one byte here once it has left the group and reported itself,
+        // so nothing the parent does next (READY, exiting) can race with its set-up.
+        let (settled_r, settled_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+            Ok(p) => p,
+            Err(e) => fail(&format!("pipe: {e}")),
+        };
         // SAFETY: single-threaded, see the module comment.
         match unsafe { fork() } {
             Ok(ForkResult::Parent { child }) => {
+                drop(settled_w);
                 if orphan {
                     // The intermediate exits at once; its child is reparented to the
                     // nearest subreaper.
                     let _ = waitpid(child, None);
+                }
+                let mut byte = [0u8; 1];
+                let mut settled = std::fs::File::from(settled_r);
+                loop {
+                    match settled.read(&mut byte) {
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        _ => break,
+                    }
                 }
             }
             Ok(ForkResult::Child) => {
@@ -294,13 +309,14 @@ impl Script {
                         _ => unsafe { nix::libc::_exit(0) },
                     }
                 }
-                self.kid_body(&flags);
+                drop(settled_r);
+                self.kid_body(&flags, settled_w);
             }
             Err(e) => fail(&format!("fork: {e}")),
         }
     }
 
-    fn kid_body(&self, flags: &[&str]) -> ! {
+    fn kid_body(&self, flags: &[&str], settled: std::os::fd::OwnedFd) -> ! {
         if flags.contains(&"setsid") {
             let _ = setsid();
         }
@@ -313,6 +329,7 @@ impl Script {
         // Kept until we die: the kernel then has 512 MiB to tear down.
         let _hog = flags.contains(&"hog").then(|| vec![1u8; 512 << 20]);
         self.say(&format!("kid {}", std::process::id()));
+        let _ = std::fs::File::from(settled).write_all(b"k");
         if flags.contains(&"forever") {
             loop {
                 nix::unistd::pause();
