@@ -4,13 +4,11 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
-use common::{Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
+use common::{Setup, DNS_TIMEOUT, STOP_TIMEOUT};
 use nix::sys::signal::Signal;
-use testbed::notify::NotifyListener;
-use testbed::{dns, os, Bed};
+use testbed::dns;
 
 /// Sections that shape answers without any network access.
 const POLICY: &str = r#"local-data:
@@ -78,31 +76,15 @@ fn summary(
 
 #[test]
 fn upstream_and_ours_answer_identically() {
-    let bed = Bed::get().expect("bed");
     let setup = Setup::new("diff-ours").workers(2).extra(POLICY);
     let mut ours = common::start(&setup).expect("our resolver starts");
 
-    let dir = bed.test_dir("diff-upstream").expect("dir");
-    std::fs::create_dir_all(dir.host("run")).expect("rundir");
-    std::fs::create_dir_all(dir.host("cache")).expect("cache");
-    let port = testbed::free_port().expect("port");
-    testbed::write(
-        &dir.host("config.yaml"),
-        &common::config_yaml(&dir, port, &setup),
-    )
-    .expect("config");
-    let mut notify = NotifyListener::bind(&dir.host("notify.sock")).expect("notify");
-    let mut upstream = bed
-        .launch_installed(
-            Path::new("/usr/bin/knot-resolver"),
-            &[&os("-c"), &os(dir.bed("config.yaml"))],
-            &[("NOTIFY_SOCKET", &os(dir.bed("notify.sock")))],
-        )
-        .expect("launch upstream");
-    notify
-        .wait_for("READY=1", START_TIMEOUT)
-        .expect("upstream READY");
-    let theirs = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut upstream = common::start_upstream(&Setup {
+        name: "diff-upstream",
+        ..setup
+    })
+    .expect("upstream starts");
+    let theirs = upstream.dns();
 
     let mut compared = 0;
     for (name, qtype) in QUESTIONS {
@@ -136,8 +118,12 @@ fn upstream_and_ours_answer_identically() {
         "dns64: {synthesized:?}"
     );
 
-    upstream.signal(Signal::SIGINT).expect("stop upstream");
+    upstream
+        .launched
+        .signal(Signal::SIGINT)
+        .expect("stop upstream");
     assert!(upstream
+        .launched
         .wait(Duration::from_secs(60))
         .expect("upstream exits")
         .success());

@@ -6,10 +6,9 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
+use common::{Setup, DNS_TIMEOUT, STOP_TIMEOUT};
 use serde_json::Value;
-use testbed::notify::NotifyListener;
-use testbed::{dns, os, Bed};
+use testbed::{dns, Bed};
 
 const RECORDS: &str = "local-data:\n  records: |\n    i.test. 300 A 192.0.2.8\n";
 
@@ -102,29 +101,9 @@ fn upstream_kresctl_drives_our_daemon() {
 
 #[test]
 fn our_kresctl_drives_upstreams_daemon() {
-    let bed = Bed::get().expect("bed");
-    let dir = bed.test_dir("interop-upstream").expect("dir");
-    std::fs::create_dir_all(dir.host("run")).expect("rundir");
-    std::fs::create_dir_all(dir.host("cache")).expect("cache");
-    let port = testbed::free_port().expect("port");
     let setup = Setup::new("interop-upstream").workers(2).extra(RECORDS);
-    testbed::write(
-        &dir.host("config.yaml"),
-        &common::config_yaml(&dir, port, &setup),
-    )
-    .expect("config");
-    let mut notify = NotifyListener::bind(&dir.host("notify.sock")).expect("notify");
-    let mut upstream = bed
-        .launch_installed(
-            Path::new("/usr/bin/knot-resolver"),
-            &[&os("-c"), &os(dir.bed("config.yaml"))],
-            &[("NOTIFY_SOCKET", &os(dir.bed("notify.sock")))],
-        )
-        .expect("launch upstream");
-    notify
-        .wait_for("READY=1", START_TIMEOUT)
-        .expect("upstream READY");
-    let api = dir.host("run/kres-api.sock");
+    let mut upstream = common::start_upstream(&setup).expect("upstream starts");
+    let api = upstream.api.clone();
     let kresctl = |args: &[&str]| {
         std::process::Command::new(common::KRESCTL)
             .arg("-s")
@@ -145,7 +124,7 @@ fn our_kresctl_drives_upstreams_daemon() {
         "/local-data/records",
         "i.test. 300 A 192.0.2.9\n",
     ]));
-    let server = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let server = upstream.dns();
     let answer = dns::query_udp(server, "i.test.", dns::TYPE_A, DNS_TIMEOUT).expect("answer");
     assert_eq!(
         answer.a(),
@@ -166,6 +145,7 @@ fn our_kresctl_drives_upstreams_daemon() {
     );
     ok(&kresctl(&["stop"]));
     let status = upstream
+        .launched
         .wait(Duration::from_secs(60))
         .expect("upstream exits");
     assert!(status.success(), "{status:?}");

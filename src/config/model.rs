@@ -904,6 +904,10 @@ fn dns64() -> ObjectDef {
 /// Logging levels, in upstream's order.
 pub const LOG_LEVELS: &[&str] = &["crit", "err", "warning", "notice", "info", "debug"];
 const LOG_TARGETS: &[&str] = &["syslog", "stderr", "stdout"];
+/// Groups that name our own processes and manager parts rather than kresd log groups: the
+/// first entries of [`LOG_GROUPS`]. The Lua generator leaves them out of `log_groups()`.
+pub const NON_KRESD_LOG_GROUPS: &[&str] = LOG_GROUPS.split_at(8).0;
+
 /// Every accepted logging group (processes, manager parts, kresd groups).
 pub const LOG_GROUPS: &[&str] = &[
     "manager",

@@ -9,16 +9,7 @@ use crate::config::{
 };
 
 /// Groups that name our own processes, not kresd log groups (upstream filters the same list).
-const NON_KRESD_GROUPS: &[&str] = &[
-    "manager",
-    "supervisord",
-    "policy-loader",
-    "kresd",
-    "cache-gc",
-    "files",
-    "metrics",
-    "server",
-];
+const NON_KRESD_GROUPS: &[&str] = crate::config::NON_KRESD_LOG_GROUPS;
 
 /// `log_level`, `log_target`, `log_groups`. The level is `debug` when `debug_group` (the
 /// process's own group: `kresd` or `policy-loader`) is listed in `logging.groups`.

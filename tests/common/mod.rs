@@ -187,3 +187,45 @@ impl Resolver {
             .collect()
     }
 }
+
+/// Upstream's manager (Python + supervisord, from the test bed) running a configuration
+/// generated like ours, for comparisons.
+pub struct Upstream {
+    pub dir: TestDir,
+    pub port: u16,
+    pub launched: Launched,
+    /// Host path of its management API socket.
+    pub api: PathBuf,
+}
+
+/// Start upstream's `knot-resolver` on `s` and wait for its `READY=1`.
+pub fn start_upstream(s: &Setup) -> Result<Upstream> {
+    let bed = Bed::get()?;
+    let dir = bed.test_dir(s.name)?;
+    std::fs::create_dir_all(dir.host("run"))?;
+    std::fs::create_dir_all(dir.host("cache"))?;
+    let port = testbed::free_port()?;
+    testbed::write(&dir.host("config.yaml"), &config_yaml(&dir, port, s))?;
+    let mut notify = NotifyListener::bind(&dir.host("notify.sock"))?;
+    let launched = bed.launch_installed(
+        Path::new("/usr/bin/knot-resolver"),
+        &[&os("-c"), &os(dir.bed("config.yaml"))],
+        &[("NOTIFY_SOCKET", &os(dir.bed("notify.sock")))],
+    )?;
+    if let Err(e) = notify.wait_for("READY=1", START_TIMEOUT) {
+        anyhow::bail!("{e:#}\nupstream output:\n{}", launched.output.text());
+    }
+    let api = dir.host("run/kres-api.sock");
+    Ok(Upstream {
+        dir,
+        port,
+        launched,
+        api,
+    })
+}
+
+impl Upstream {
+    pub fn dns(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
