@@ -190,10 +190,10 @@ impl ApiClient {
                 let s = tokio::net::TcpStream::connect((host.as_str(), *port))
                     .await
                     .map_err(|source| ClientError::Connect {
-                        target: format!("{host}:{port}"),
+                        target: authority(host, *port),
                         source,
                     })?;
-                (format!("{host}:{port}"), Box::new(s))
+                (authority(host, *port), Box::new(s))
             }
         };
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
@@ -210,6 +210,15 @@ impl ApiClient {
         let status = resp.status().as_u16();
         let body = resp.into_body().collect().await?.to_bytes().to_vec();
         Ok(ApiResponse { status, body })
+    }
+}
+
+/// `host:port` for a URL or a `Host` header, with an IPv6 address in brackets.
+pub fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
@@ -237,6 +246,28 @@ mod tests {
                 port: 5000
             })
         );
+        assert_eq!(
+            Target::parse("http://[::1]:5000").ok(),
+            Some(Target::Tcp {
+                host: "::1".into(),
+                port: 5000
+            })
+        );
         assert!(Target::parse("ftp://x").is_err());
+    }
+
+    #[test]
+    fn management_interface_from_a_config_file() {
+        let doc = serde_json::json!({"management": {"interface": "::1@5000"}});
+        let t = Target::from_management(&doc, Path::new("/etc/x.yaml"));
+        assert_eq!(
+            t,
+            Some(Target::Tcp {
+                host: "::1".into(),
+                port: 5000
+            })
+        );
+        assert_eq!(authority("::1", 5000), "[::1]:5000");
+        assert_eq!(authority("127.0.0.1", 5000), "127.0.0.1:5000");
     }
 }

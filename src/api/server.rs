@@ -1,0 +1,221 @@
+//! The API's listener and connection loop: one endpoint (a unix socket restricted to the
+//! resolver's user and group, or TCP `ip@port`), HTTP/1 with a header-read timeout, a
+//! per-request time limit, and a graceful shutdown that lets in-flight requests finish.
+//!
+//! We run our own accept loop (instead of `axum::serve`) because hyper's header-read timeout
+//! is only reachable through its connection builder.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+use crate::config::ManagementSchema;
+
+/// Largest request body accepted; larger ones get 413. A whole configuration with inline
+/// zone data fits easily.
+pub const BODY_LIMIT: usize = 10 * 1024 * 1024;
+
+/// A client must send its request head within this time, or the connection is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Time limit of a read-only request (GET/HEAD), metrics collection included.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Time limit of a request that changes something (PUT, PATCH, DELETE, POST): a
+/// configuration change waits for the policy-loader, the canary and a rolling restart of
+/// every worker.
+pub const CHANGE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// Mode of the API's unix socket: read-write for the resolver's user and group only.
+pub const SOCKET_MODE: u32 = 0o660;
+
+/// Where the API listens, bound.
+pub enum Listener {
+    Unix { listener: UnixListener, path: PathBuf },
+    Tcp(TcpListener),
+}
+
+/// Why the API endpoint could not be bound.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("cannot listen on {endpoint}: {source}")]
+    Listen {
+        endpoint: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the management section names no endpoint")]
+    NoEndpoint,
+}
+
+impl Listener {
+    /// Bind the endpoint the `management` section names: the unix socket (a stale socket
+    /// file is replaced; mode 0660, owned by our uid and gid) or TCP `ip@port`.
+    pub fn bind(management: &ManagementSchema) -> Result<Listener, BindError> {
+        if let Some(path) = &management.unix_socket {
+            return bind_unix(path)
+                .map(|listener| Listener::Unix {
+                    listener,
+                    path: path.clone(),
+                })
+                .map_err(|source| BindError::Listen {
+                    endpoint: path.display().to_string(),
+                    source,
+                });
+        }
+        if let Some(iface) = &management.interface {
+            let addr = iface.socket_addr();
+            let std = std::net::TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .and_then(TcpListener::from_std)
+                .map_err(|source| BindError::Listen {
+                    endpoint: addr.to_string(),
+                    source,
+                })?;
+            return Ok(Listener::Tcp(std));
+        }
+        Err(BindError::NoEndpoint)
+    }
+
+    /// For logs: the socket path or `ip:port`.
+    pub fn endpoint(&self) -> String {
+        match self {
+            Listener::Unix { path, .. } => path.display().to_string(),
+            Listener::Tcp(l) => l
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|_| "tcp".into()),
+        }
+    }
+
+    /// The unix socket file to remove when the server ends.
+    pub fn socket_file(&self) -> Option<&Path> {
+        match self {
+            Listener::Unix { path, .. } => Some(path),
+            Listener::Tcp(_) => None,
+        }
+    }
+}
+
+/// Bind a unix socket, replacing a stale one, and restrict it to our user and group.
+///
+/// The socket is created with the process umask and then narrowed; with the usual umask
+/// (022) nobody else can connect in between, as connecting needs write permission.
+pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    // The group of a new file can come from a setgid directory: make it ours.
+    std::os::unix::fs::chown(
+        path,
+        Some(nix::unistd::getuid().as_raw()),
+        Some(nix::unistd::getgid().as_raw()),
+    )?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))?;
+    Ok(listener)
+}
+
+/// The limits every request goes through: the body size and the time limits.
+pub fn with_limits(router: Router) -> Router {
+    router
+        .layer(axum::middleware::from_fn(time_limit))
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
+}
+
+/// 503 when a handler runs past its time limit (the handler is dropped).
+async fn time_limit(request: Request, next: Next) -> Response {
+    let limit = if request.method() == Method::GET || request.method() == Method::HEAD {
+        READ_TIMEOUT
+    } else {
+        CHANGE_TIMEOUT
+    };
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "request processing failed:\nno answer within {} seconds\n",
+                limit.as_secs()
+            ),
+        )
+            .into_response(),
+    }
+}
+
+/// Serve `router` on `listener` until `shutdown` fires; then stop accepting, let in-flight
+/// requests finish (idle keep-alive connections are closed) and return.
+pub async fn serve(listener: Listener, router: Router, shutdown: CancellationToken) {
+    let connections = TaskTracker::new();
+    loop {
+        let accepted = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = accept(&listener) => accepted,
+        };
+        match accepted {
+            Ok(io) => {
+                connections.spawn(connection(io, router.clone(), shutdown.clone()));
+            }
+            Err(e) => {
+                // EMFILE and friends: do not spin.
+                tracing::warn!("management API: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    connections.close();
+    connections.wait().await;
+    if let Some(path) = listener.socket_file() {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
+
+async fn accept(listener: &Listener) -> std::io::Result<Box<dyn Io>> {
+    Ok(match listener {
+        Listener::Unix { listener, .. } => Box::new(listener.accept().await?.0),
+        Listener::Tcp(l) => {
+            let (s, _) = l.accept().await?;
+            let _ = s.set_nodelay(true);
+            Box::new(s)
+        }
+    })
+}
+
+async fn connection(io: Box<dyn Io>, router: Router, shutdown: CancellationToken) {
+    let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+        router.clone().oneshot(request.map(axum::body::Body::new))
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!("management API connection: {e}");
+    }
+}
