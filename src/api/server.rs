@@ -42,7 +42,10 @@ pub const SOCKET_MODE: u32 = 0o660;
 
 /// Where the API listens, bound.
 pub enum Listener {
-    Unix { listener: UnixListener, path: PathBuf },
+    Unix {
+        listener: UnixListener,
+        path: PathBuf,
+    },
     Tcp(TcpListener),
 }
 
