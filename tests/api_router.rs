@@ -591,3 +591,15 @@ async fn stop_cancels_the_daemon() {
     assert_eq!(r.status, StatusCode::OK);
     assert!(f.state.stop.is_cancelled());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_change_the_manager_never_answers_times_out() {
+    let f = Fixture::new();
+    // The manager receives the command but never replies.
+    let started = tokio::time::Instant::now();
+    let r = f.send(request("POST", "/reload")).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+    assert!(r.text().contains("no answer within"), "{}", r.text());
+    assert!(started.elapsed() >= knot_resolver::api::server::CHANGE_TIMEOUT);
+    drop(f.commands);
+}

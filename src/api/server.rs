@@ -222,3 +222,114 @@ async fn connection(io: Box<dyn Io>, router: Router, shutdown: CancellationToken
         tracing::debug!("management API connection: {e}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::UnixStream;
+    use tokio::sync::{mpsc, Notify};
+
+    fn socket_path(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("kres-api-server-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        dir.join(name)
+    }
+
+    fn listener(path: &Path) -> Listener {
+        Listener::Unix {
+            listener: bind_unix(path).expect("bind"),
+            path: path.to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_in_flight_request_finishes_after_shutdown_begins() {
+        let path = socket_path("graceful.sock");
+        let (entered_tx, mut entered) = mpsc::channel::<()>(1);
+        let release = Arc::new(Notify::new());
+        let gate = release.clone();
+        let router = Router::new().route(
+            "/slow",
+            get(move || {
+                let entered_tx = entered_tx.clone();
+                let gate = gate.clone();
+                async move {
+                    let _ = entered_tx.send(()).await;
+                    gate.notified().await;
+                    "done"
+                }
+            }),
+        );
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(listener(&path), router, shutdown.clone()));
+        let mut client = UnixStream::connect(&path).await.expect("connect");
+        client
+            .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        entered.recv().await.expect("handler entered");
+        shutdown.cancel();
+        // Shutdown waits for the handler.
+        tokio::task::yield_now().await;
+        assert!(!server.is_finished());
+        release.notify_one();
+        let mut response = String::new();
+        client
+            .read_to_string(&mut response)
+            .await
+            .expect("read until the server closes");
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(response.ends_with("done"), "{response}");
+        server.await.expect("server ends");
+        assert!(!path.exists(), "socket file removed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_never_finishes_its_headers_is_disconnected() {
+        let path = socket_path("slowloris.sock");
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(
+            listener(&path),
+            Router::new().route("/", get(|| async { "ok" })),
+            shutdown.clone(),
+        ));
+        let mut client = UnixStream::connect(&path).await.expect("connect");
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .expect("write");
+        let started = tokio::time::Instant::now();
+        let mut rest = Vec::new();
+        tokio::time::timeout(HEADER_READ_TIMEOUT * 2, client.read_to_end(&mut rest))
+            .await
+            .expect("disconnected by the server")
+            .expect("read");
+        assert!(started.elapsed() >= HEADER_READ_TIMEOUT);
+        assert!(!String::from_utf8_lossy(&rest).contains("200"));
+        shutdown.cancel();
+        server.await.expect("server ends");
+    }
+
+    #[test]
+    fn the_socket_is_for_our_user_and_group_only() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let path = socket_path("mode.sock");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let _guard = rt.enter();
+        let _listener = bind_unix(&path).expect("bind");
+        let meta = std::fs::metadata(&path).expect("stat");
+        assert_eq!(meta.permissions().mode() & 0o7777, SOCKET_MODE);
+        assert_eq!(meta.uid(), nix::unistd::getuid().as_raw());
+        assert_eq!(meta.gid(), nix::unistd::getgid().as_raw());
+        // A stale socket file is replaced.
+        drop(_listener);
+        assert!(bind_unix(&path).is_ok());
+        let _ = std::fs::remove_file(&path);
+    }
+}
