@@ -267,6 +267,26 @@ fn management_on_tcp() {
         let pids = String::from_utf8_lossy(&out.stdout);
         assert_eq!(pids.lines().count(), 1, "{args:?}: {pids}");
     }
+    // Upstream's kresctl reaches it too, through the configuration file (6.5.0 treats every
+    // `-s` value as a socket path).
+    let config = r.dir.bed("config.yaml");
+    let theirs = r
+        .bed
+        .run_installed(
+            "/usr/bin/kresctl",
+            &[
+                "-c",
+                config.to_str().expect("UTF-8"),
+                "config",
+                "get",
+                "--json",
+                "-p",
+                "/workers",
+            ],
+        )
+        .expect("upstream kresctl");
+    assert!(theirs.status.success(), "{theirs:?}");
+    assert_eq!(String::from_utf8_lossy(&theirs.stdout).trim(), "1");
     stop(r);
 }
 
