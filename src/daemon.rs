@@ -244,7 +244,9 @@ async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>) -> ExitCode {
                     }
                 },
                 () = stop.cancelled() => {
-                    tracing::info!("stopping on API request");
+                    if exit == 0 {
+                        tracing::info!("stopping on API request");
+                    }
                     break;
                 }
                 r = &mut manager, if !manager_done => {
