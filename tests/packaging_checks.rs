@@ -334,3 +334,50 @@ fn the_unix_socket_is_for_the_resolvers_user_and_group() {
     assert_eq!((meta.uid(), meta.gid()), (id("Uid:"), id("Gid:")));
     stop(r);
 }
+
+/// The API on IPv6 TCP: our kresctl brackets the address it finds in `-c CONFIG` (upstream
+/// builds `http://::1:PORT`). Where the machine has no IPv6 loopback, the test says so.
+#[test]
+fn management_on_ipv6_tcp() {
+    let probe = match std::net::TcpListener::bind("[::1]:0") {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("no IPv6 loopback here ({e}); not checked");
+            return;
+        }
+    };
+    let port = probe.local_addr().expect("addr").port();
+    drop(probe);
+    let r =
+        common::start(&Setup::new("api-tcp6").management(&format!("  interface: '::1@{port}'\n")))
+            .expect("start");
+    let url = format!("http://[::1]:{port}");
+    for args in [
+        vec![
+            "-s",
+            url.as_str(),
+            "config",
+            "get",
+            "--json",
+            "-p",
+            "/workers",
+        ],
+        vec![
+            "-c",
+            r.config.to_str().expect("UTF-8"),
+            "config",
+            "get",
+            "--json",
+            "-p",
+            "/workers",
+        ],
+    ] {
+        let out = std::process::Command::new(common::KRESCTL)
+            .args(&args)
+            .output()
+            .expect("kresctl");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1", "{args:?}");
+    }
+    stop(r);
+}

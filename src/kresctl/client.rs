@@ -270,4 +270,45 @@ mod tests {
         assert_eq!(authority("::1", 5000), "[::1]:5000");
         assert_eq!(authority("127.0.0.1", 5000), "127.0.0.1:5000");
     }
+
+    /// A request over TCP to an IPv6 address carries a bracketed `Host` header. Where the
+    /// machine has no IPv6 loopback, there is nothing to connect to and the test says so.
+    #[tokio::test]
+    async fn ipv6_tcp_requests_bracket_the_host() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = match tokio::net::TcpListener::bind("[::1]:0").await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("no IPv6 loopback here ({e}); not checked");
+                return;
+            }
+        };
+        let port = listener.local_addr().expect("addr").port();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.expect("read");
+                assert!(n > 0, "request cut short");
+                head.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .expect("write");
+            String::from_utf8_lossy(&head).into_owned()
+        });
+        let target = Target::parse(&format!("http://[::1]:{port}")).expect("URL");
+        let response = ApiClient::new(target)
+            .request("GET", "/v1/config", None)
+            .await
+            .expect("request");
+        assert_eq!((response.status, response.body), (200, b"ok".to_vec()));
+        let head = server.await.expect("server");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains(&format!("host: [::1]:{port}\r\n")),
+            "{head}"
+        );
+    }
 }
