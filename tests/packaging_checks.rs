@@ -158,6 +158,13 @@ fn renew(r: &Resolver) {
 fn workers(r: &Resolver) {
     kresctl_ok(r, &["config", "set", "-p", "/workers", "5"]);
     assert_eq!(r.pids_named("kresd").len(), 5, "workers.sh");
+    // Not upstream's: changes are logged with the client's credentials.
+    let line = r
+        .launched
+        .output
+        .wait_for("API PUT /v1/config/workers from uid ", LOG_TIMEOUT)
+        .expect("audit line");
+    assert!(line.ends_with(": 200"), "{line}");
 }
 
 #[test]

@@ -140,14 +140,29 @@ pub fn with_limits(router: Router) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
 }
 
-/// 503 when a handler runs past its time limit (the handler is dropped).
+/// 503 when a handler runs past its time limit (the handler is dropped). Requests that may
+/// change something are logged with who sent them and how they ended.
 async fn time_limit(request: Request, next: Next) -> Response {
-    let limit = if request.method() == Method::GET || request.method() == Method::HEAD {
-        READ_TIMEOUT
-    } else {
-        CHANGE_TIMEOUT
-    };
-    match tokio::time::timeout(limit, next.run(request)).await {
+    let read = request.method() == Method::GET || request.method() == Method::HEAD;
+    let limit = if read { READ_TIMEOUT } else { CHANGE_TIMEOUT };
+    let audit = (!read).then(|| {
+        let peer = request
+            .extensions()
+            .get::<Peer>()
+            .cloned()
+            .unwrap_or(Peer::Unknown);
+        (
+            request.method().clone(),
+            request.uri().path().to_owned(),
+            peer,
+        )
+    });
+    let result = tokio::time::timeout(limit, next.run(request)).await;
+    if let Some((method, path, peer)) = audit {
+        let status = result.as_ref().map(|r| r.status().as_u16()).unwrap_or(503);
+        tracing::info!("API {method} {path} from {peer}: {status}");
+    }
+    match result {
         Ok(response) => response,
         Err(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -170,8 +185,8 @@ pub async fn serve(listener: Listener, router: Router, shutdown: CancellationTok
             accepted = accept(&listener) => accepted,
         };
         match accepted {
-            Ok(io) => {
-                connections.spawn(connection(io, router.clone(), shutdown.clone()));
+            Ok((io, peer)) => {
+                connections.spawn(connection(io, peer, router.clone(), shutdown.clone()));
             }
             Err(e) => {
                 // EMFILE and friends: do not spin.
@@ -190,20 +205,58 @@ pub async fn serve(listener: Listener, router: Router, shutdown: CancellationTok
 trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
 
-async fn accept(listener: &Listener) -> std::io::Result<Box<dyn Io>> {
+/// Who is on the other end of a connection, for the log of changes (a request extension).
+#[derive(Debug, Clone)]
+pub enum Peer {
+    /// The kernel's credentials of the connecting process (`SO_PEERCRED`).
+    Unix {
+        uid: u32,
+        pid: Option<i32>,
+    },
+    Tcp(std::net::SocketAddr),
+    Unknown,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Unix {
+                uid,
+                pid: Some(pid),
+            } => write!(f, "uid {uid} pid {pid}"),
+            Peer::Unix { uid, pid: None } => write!(f, "uid {uid}"),
+            Peer::Tcp(addr) => write!(f, "{addr}"),
+            Peer::Unknown => f.write_str("an unknown peer"),
+        }
+    }
+}
+
+async fn accept(listener: &Listener) -> std::io::Result<(Box<dyn Io>, Peer)> {
     Ok(match listener {
-        Listener::Unix { listener, .. } => Box::new(listener.accept().await?.0),
+        Listener::Unix { listener, .. } => {
+            let (s, _) = listener.accept().await?;
+            let peer = match s.peer_cred() {
+                Ok(c) => Peer::Unix {
+                    uid: c.uid(),
+                    pid: c.pid(),
+                },
+                Err(_) => Peer::Unknown,
+            };
+            (Box::new(s), peer)
+        }
         Listener::Tcp(l) => {
-            let (s, _) = l.accept().await?;
+            let (s, addr) = l.accept().await?;
             let _ = s.set_nodelay(true);
-            Box::new(s)
+            (Box::new(s), Peer::Tcp(addr))
         }
     })
 }
 
-async fn connection(io: Box<dyn Io>, router: Router, shutdown: CancellationToken) {
+async fn connection(io: Box<dyn Io>, peer: Peer, router: Router, shutdown: CancellationToken) {
     let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-        router.clone().oneshot(request.map(axum::body::Body::new))
+        let mut request = request.map(axum::body::Body::new);
+        request.extensions_mut().insert(peer.clone());
+        router.clone().oneshot(request)
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
