@@ -248,8 +248,18 @@ pub fn main() -> ExitCode {
                 CompletionShell::Fish => clap_complete::Shell::Fish,
             };
             let mut command = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut command, "kresctl", &mut std::io::stdout());
-            return ExitCode::SUCCESS;
+            // Into a buffer first: the generator panics on a write error (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "kresctl", &mut script);
+            use std::io::Write;
+            return match std::io::stdout().write_all(&script) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("cannot write the completion script: {e}");
+                    ExitCode::from(1)
+                }
+            };
         }
         Command::Api(command) => command,
     };
