@@ -136,7 +136,7 @@ async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let api_socket = loaded.model.management.unix_socket.clone();
+    let management = loaded.model.management.clone();
     let resolve_root = files
         .first()
         .and_then(|f| f.parent())
@@ -207,22 +207,17 @@ async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>) -> ExitCode {
         };
         let router = api::app(state);
         let api_stop = stop.child_token();
-        if let Some(path) = api_socket {
-            match api::bind_unix(&path) {
-                Ok(listener) => {
-                    api_task = Some(tokio::spawn(async move {
-                        if let Err(e) = api::serve_unix(listener, router, api_stop).await {
-                            tracing::error!("management API on {} failed: {e}", path.display());
-                        }
-                        let _ = std::fs::remove_file(&path);
-                    }));
-                }
-                Err(e) => {
-                    // Upstream stops the whole resolver when the API cannot listen.
-                    tracing::error!("cannot listen on {}: {e}", path.display());
-                    exit = 1;
-                    stop.cancel();
-                }
+        match api::server::Listener::bind(&management) {
+            Ok(listener) => {
+                let endpoint = listener.endpoint();
+                tracing::info!("management API listening on {endpoint}");
+                api_task = Some(tokio::spawn(api::server::serve(listener, router, api_stop)));
+            }
+            Err(e) => {
+                // Upstream stops the whole resolver when the API cannot listen.
+                tracing::error!("{e}");
+                exit = 1;
+                stop.cancel();
             }
         }
         if !stop.is_cancelled() {
@@ -249,7 +244,9 @@ async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>) -> ExitCode {
                     }
                 },
                 () = stop.cancelled() => {
-                    tracing::info!("stopping on API request");
+                    if exit == 0 {
+                        tracing::info!("stopping on API request");
+                    }
                     break;
                 }
                 r = &mut manager, if !manager_done => {

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod pointer;
+pub mod server;
 
 use std::sync::Arc;
 
@@ -41,8 +42,9 @@ pub struct ApiState {
     pub rendered: config::RenderedCache,
 }
 
+/// The whole API, with its body-size and time limits, ready to serve or to call in tests.
 pub fn app(state: ApiState) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/", get(root))
         .route("/v1/config", any(config::root))
         .route("/v1/config/{*pointer}", any(config::at))
@@ -62,7 +64,8 @@ pub fn app(state: ApiState) -> Router {
         .route("/metrics/json", get(metrics_json))
         .route("/metrics/prometheus", get(metrics_prometheus))
         .route("/cache/clear", post(cache_clear))
-        .with_state(state)
+        .with_state(state);
+    server::with_limits(router)
 }
 
 async fn root() -> Response {
@@ -299,26 +302,4 @@ pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response {
         Ok(body) => (status, [(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
-}
-
-/// Bind the API's unix socket (a stale socket file is replaced). Done before READY is
-/// announced, so a client that reacts to READY can connect at once.
-pub fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    tokio::net::UnixListener::bind(path)
-}
-
-/// Serve the API on a bound unix socket until `shutdown` fires.
-pub async fn serve_unix(
-    listener: tokio::net::UnixListener,
-    router: Router,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
 }

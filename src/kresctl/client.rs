@@ -190,10 +190,10 @@ impl ApiClient {
                 let s = tokio::net::TcpStream::connect((host.as_str(), *port))
                     .await
                     .map_err(|source| ClientError::Connect {
-                        target: format!("{host}:{port}"),
+                        target: authority(host, *port),
                         source,
                     })?;
-                (format!("{host}:{port}"), Box::new(s))
+                (authority(host, *port), Box::new(s))
             }
         };
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
@@ -210,6 +210,15 @@ impl ApiClient {
         let status = resp.status().as_u16();
         let body = resp.into_body().collect().await?.to_bytes().to_vec();
         Ok(ApiResponse { status, body })
+    }
+}
+
+/// `host:port` for a URL or a `Host` header, with an IPv6 address in brackets.
+pub fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
@@ -237,6 +246,69 @@ mod tests {
                 port: 5000
             })
         );
+        assert_eq!(
+            Target::parse("http://[::1]:5000").ok(),
+            Some(Target::Tcp {
+                host: "::1".into(),
+                port: 5000
+            })
+        );
         assert!(Target::parse("ftp://x").is_err());
+    }
+
+    #[test]
+    fn management_interface_from_a_config_file() {
+        let doc = serde_json::json!({"management": {"interface": "::1@5000"}});
+        let t = Target::from_management(&doc, Path::new("/etc/x.yaml"));
+        assert_eq!(
+            t,
+            Some(Target::Tcp {
+                host: "::1".into(),
+                port: 5000
+            })
+        );
+        assert_eq!(authority("::1", 5000), "[::1]:5000");
+        assert_eq!(authority("127.0.0.1", 5000), "127.0.0.1:5000");
+    }
+
+    /// A request over TCP to an IPv6 address carries a bracketed `Host` header. Where the
+    /// machine has no IPv6 loopback, there is nothing to connect to and the test says so.
+    #[tokio::test]
+    async fn ipv6_tcp_requests_bracket_the_host() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = match tokio::net::TcpListener::bind("[::1]:0").await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("no IPv6 loopback here ({e}); not checked");
+                return;
+            }
+        };
+        let port = listener.local_addr().expect("addr").port();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.expect("read");
+                assert!(n > 0, "request cut short");
+                head.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .expect("write");
+            String::from_utf8_lossy(&head).into_owned()
+        });
+        let target = Target::parse(&format!("http://[::1]:{port}")).expect("URL");
+        let response = ApiClient::new(target)
+            .request("GET", "/v1/config", None)
+            .await
+            .expect("request");
+        assert_eq!((response.status, response.body), (200, b"ok".to_vec()));
+        let head = server.await.expect("server");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains(&format!("host: [::1]:{port}\r\n")),
+            "{head}"
+        );
     }
 }

@@ -1,7 +1,10 @@
 //! `kresctl`: the command-line client of the management API, with upstream's commands, flags,
-//! socket discovery and exit codes (0 success, 1 operational error, 2 usage error).
+//! socket discovery and exit codes (0 success, 1 operational or validation error, 2 usage
+//! error), plus the offline commands `validate`, `convert`, `migrate`, `schema` and
+//! `completion`.
 
 pub mod client;
+pub mod migrate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,8 +18,15 @@ use client::{ApiClient, Target};
 pub const DEFAULT_SOCKET: &str = "/run/knot-resolver/kres-api.sock";
 
 /// Command-line utility that helps communicate with Knot Resolver's management API.
+/// Exit codes, shown by `kresctl --help`.
+const EXIT_CODES: &str = "Exit codes:
+  0  success
+  1  operational or validation error (the resolver is unreachable, the API refused the
+     request, a file is invalid or cannot be read or written)
+  2  usage error (unknown command or option, missing or invalid argument)";
+
 #[derive(Parser)]
-#[command(name = "kresctl", version = crate::VERSION)]
+#[command(name = "kresctl", version = crate::VERSION, after_long_help = EXIT_CODES)]
 pub struct Cli {
     /// Path or URL of the management API socket.
     #[arg(
@@ -37,6 +47,14 @@ pub struct Cli {
 enum Command {
     /// Converts JSON or YAML configuration to Lua script.
     Convert(ConvertArgs),
+    /// Migrates JSON or YAML configuration to the newer version.
+    Migrate(MigrateArgs),
+    /// Print a shell completion script for kresctl.
+    Completion {
+        /// The shell: bash, zsh or fish.
+        #[arg(value_enum, default_value = "bash")]
+        shell: CompletionShell,
+    },
     #[command(flatten)]
     Api(ApiCommand),
 }
@@ -128,6 +146,29 @@ enum CacheOp {
     },
 }
 
+/// Shells `completion` writes scripts for.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+#[derive(Args)]
+struct MigrateArgs {
+    /// Get migrated configuration data in JSON format.
+    #[arg(long, conflicts_with = "yaml")]
+    json: bool,
+    /// Get migrated configuration data in YAML format, default.
+    #[arg(long)]
+    yaml: bool,
+    /// File with configuration in YAML or JSON format.
+    input_file: PathBuf,
+    /// Optional, output file for migrated configuration in desired output format. If not
+    /// specified, migrated configuration is printed.
+    output_file: Option<PathBuf>,
+}
+
 /// Which Lua file `convert` renders.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum LuaType {
@@ -199,6 +240,27 @@ pub fn main() -> ExitCode {
     };
     let command = match command {
         Command::Convert(args) => return convert(&args),
+        Command::Migrate(args) => return migrate(&args),
+        Command::Completion { shell } => {
+            let shell = match shell {
+                CompletionShell::Bash => clap_complete::Shell::Bash,
+                CompletionShell::Zsh => clap_complete::Shell::Zsh,
+                CompletionShell::Fish => clap_complete::Shell::Fish,
+            };
+            let mut command = <Cli as clap::CommandFactory>::command();
+            // Into a buffer first: the generator panics on a write error (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "kresctl", &mut script);
+            use std::io::Write;
+            return match std::io::stdout().write_all(&script) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("cannot write the completion script: {e}");
+                    ExitCode::from(1)
+                }
+            };
+        }
         Command::Api(command) => command,
     };
     // Local commands need no resolver.
@@ -283,6 +345,62 @@ fn convert(args: &ConvertArgs) -> ExitCode {
             }
         }
         None => println!("{lua}"),
+    }
+    ExitCode::SUCCESS
+}
+
+/// `kresctl migrate`: rewrite an older configuration (offline), print what changed and the
+/// result, like upstream.
+fn migrate(args: &MigrateArgs) -> ExitCode {
+    let text = match std::fs::read_to_string(&args.input_file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("cannot read {}: {e}", args.input_file.display());
+            return ExitCode::from(1);
+        }
+    };
+    // JSON first, then YAML, whatever the file is called (as upstream).
+    let parsed = serde_json::from_str::<Value>(&text).or_else(|_| {
+        crate::config::parse_document(&text, std::path::Path::new("input.yaml"))
+            .map_err(|e| e.to_string())
+    });
+    let doc = match parsed {
+        Ok(Value::Object(doc)) => doc,
+        Ok(Value::Null) => serde_json::Map::new(),
+        Ok(_) => {
+            eprintln!(
+                "{}: the configuration is not a mapping",
+                args.input_file.display()
+            );
+            return ExitCode::from(1);
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let (doc, log) = migrate::migrate(doc);
+    for line in log {
+        println!("{line}");
+    }
+    let doc = Value::Object(doc);
+    let dumped = if args.json {
+        format!("{doc}\n")
+    } else {
+        to_yaml(&doc)
+    };
+    match &args.output_file {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, dumped) {
+                eprintln!("cannot write {}: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        }
+        None => {
+            println!("\nNew migrated configuration (v{}):", crate::VERSION);
+            println!("---");
+            print!("{dumped}");
+        }
     }
     ExitCode::SUCCESS
 }

@@ -268,8 +268,12 @@ impl Manager {
         self.current = new;
         if restart {
             self.sync_tls_sticket_secret().await;
+            // Upstream's wording, only when workers were (re)started: packaging checks and
+            // operators grep for it.
+            tracing::info!("Config applied successfully to all workers");
+        } else {
+            tracing::info!("Config applied; workers kept running (policy rules reloaded)");
         }
-        tracing::info!("Config applied successfully to all workers");
         Ok(report)
     }
 

@@ -30,6 +30,9 @@ pub struct Setup {
     pub logging: String,
     /// More lines of the `cache` section (indented YAML lines).
     pub cache: String,
+    /// The body of the `management` section (indented YAML lines); the API socket in the
+    /// rundir when `None`.
+    pub management: Option<String>,
 }
 
 impl Setup {
@@ -41,7 +44,13 @@ impl Setup {
             env: Vec::new(),
             logging: "  level: notice\n".into(),
             cache: String::new(),
+            management: None,
         }
+    }
+    /// Replace the body of the `management` section.
+    pub fn management(mut self, yaml: &str) -> Self {
+        self.management = Some(yaml.to_owned());
+        self
     }
     pub fn workers(mut self, n: u32) -> Self {
         self.workers = n;
@@ -82,13 +91,17 @@ pub struct Resolver {
 
 pub fn config_yaml(dir: &TestDir, port: u16, s: &Setup) -> String {
     format!(
-        "workers: {workers}\nrundir: {run}\nnetwork:\n  listen:\n    - interface: 127.0.0.1@{port}\ncache:\n  storage: {cache}\n  size-max: 10M\n{cache_extra}management:\n  unix-socket: {run}/kres-api.sock\nlogging:\n{logging}{extra}",
+        "workers: {workers}\nrundir: {run}\nnetwork:\n  listen:\n    - interface: 127.0.0.1@{port}\ncache:\n  storage: {cache}\n  size-max: 10M\n{cache_extra}management:\n{management}logging:\n{logging}{extra}",
         workers = s.workers,
         run = dir.bed("run").display(),
         cache = dir.bed("cache").display(),
         extra = s.extra,
         cache_extra = s.cache,
         logging = s.logging,
+        management = s.management.clone().unwrap_or_else(|| format!(
+            "  unix-socket: {}/kres-api.sock\n",
+            dir.bed("run").display()
+        )),
     )
 }
 

@@ -389,10 +389,12 @@ impl Output {
                     if std::env::var_os("KRES_TESTBED_ECHO").is_some() {
                         eprintln!("| {line}");
                     }
-                    if let Ok(mut subs) = o.tx.lock() {
-                        subs.retain(|s| s.send(line.clone()).is_ok());
-                    }
+                    // Stored and sent under the lines lock, so a waiter that checks the
+                    // stored lines and subscribes under that lock sees every line once.
                     if let Ok(mut l) = o.lines.lock() {
+                        if let Ok(mut subs) = o.tx.lock() {
+                            subs.retain(|s| s.send(line.clone()).is_ok());
+                        }
                         l.push(line);
                     }
                 }
@@ -416,6 +418,44 @@ impl Output {
     /// Everything written so far.
     pub fn text(&self) -> String {
         self.lines.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+
+    /// How many lines so far contain `needle`.
+    pub fn count(&self, needle: &str) -> usize {
+        self.lines
+            .lock()
+            .map(|l| l.iter().filter(|l| l.contains(needle)).count())
+            .unwrap_or(0)
+    }
+
+    /// Wait until at least `n` lines contain `needle` (including lines already written).
+    pub fn wait_for_count(&self, needle: &str, n: usize, timeout: Duration) -> Result<()> {
+        let (tx, rx) = mpsc::channel();
+        let mut seen = {
+            let lines = self.lines.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+            let seen = lines.iter().filter(|l| l.contains(needle)).count();
+            if seen >= n {
+                return Ok(());
+            }
+            self.tx
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?
+                .push(tx);
+            seen
+        };
+        let deadline = std::time::Instant::now() + timeout;
+        while seen < n {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l.contains(needle) => seen += 1,
+                Ok(_) => {}
+                Err(_) => bail!(
+                    "fewer than {n} lines containing {needle:?} within {timeout:?}; output:\n{}",
+                    self.text()
+                ),
+            }
+        }
+        Ok(())
     }
 
     /// Wait until a line containing `needle` appears (including lines already written).

@@ -1,0 +1,388 @@
+//! The API's listener and connection loop: one endpoint (a unix socket restricted to the
+//! resolver's user and group, or TCP `ip@port`), HTTP/1 with a header-read timeout, a
+//! per-request time limit, and a graceful shutdown that lets in-flight requests finish.
+//!
+//! We run our own accept loop (instead of `axum::serve`) because hyper's header-read timeout
+//! is only reachable through its connection builder.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+use crate::config::ManagementSchema;
+
+/// Largest request body accepted; larger ones get 413. A whole configuration with inline
+/// zone data fits easily.
+pub const BODY_LIMIT: usize = 10 * 1024 * 1024;
+
+/// A client must send its request head within this time, or the connection is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Time limit of a read-only request (GET/HEAD), metrics collection included.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Time limit of a request that changes something (PUT, PATCH, DELETE, POST): a
+/// configuration change waits for the policy-loader, the canary and a rolling restart of
+/// every worker.
+pub const CHANGE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// Mode of the API's unix socket: read-write for the resolver's user and group only.
+pub const SOCKET_MODE: u32 = 0o660;
+
+/// Where the API listens, bound.
+pub enum Listener {
+    Unix {
+        listener: UnixListener,
+        path: PathBuf,
+    },
+    Tcp(TcpListener),
+}
+
+/// Why the API endpoint could not be bound.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("cannot listen on {endpoint}: {source}")]
+    Listen {
+        endpoint: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the management section names no endpoint")]
+    NoEndpoint,
+}
+
+impl Listener {
+    /// Bind the endpoint the `management` section names: the unix socket (a stale socket
+    /// file is replaced; mode 0660, owned by our uid and gid) or TCP `ip@port`.
+    pub fn bind(management: &ManagementSchema) -> Result<Listener, BindError> {
+        if let Some(path) = &management.unix_socket {
+            return bind_unix(path)
+                .map(|listener| Listener::Unix {
+                    listener,
+                    path: path.clone(),
+                })
+                .map_err(|source| BindError::Listen {
+                    endpoint: path.display().to_string(),
+                    source,
+                });
+        }
+        if let Some(iface) = &management.interface {
+            let addr = iface.socket_addr();
+            let std = std::net::TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .and_then(TcpListener::from_std)
+                .map_err(|source| BindError::Listen {
+                    endpoint: addr.to_string(),
+                    source,
+                })?;
+            return Ok(Listener::Tcp(std));
+        }
+        Err(BindError::NoEndpoint)
+    }
+
+    /// For logs: the socket path or `ip:port`.
+    pub fn endpoint(&self) -> String {
+        match self {
+            Listener::Unix { path, .. } => path.display().to_string(),
+            Listener::Tcp(l) => l
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|_| "tcp".into()),
+        }
+    }
+
+    /// The unix socket file to remove when the server ends.
+    pub fn socket_file(&self) -> Option<&Path> {
+        match self {
+            Listener::Unix { path, .. } => Some(path),
+            Listener::Tcp(_) => None,
+        }
+    }
+}
+
+/// Bind a unix socket, replacing a stale one, and restrict it to our user and group.
+///
+/// The socket is created with the process umask and then narrowed; with the usual umask
+/// (022) nobody else can connect in between, as connecting needs write permission.
+pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    // The group of a new file can come from a setgid directory: make it ours.
+    std::os::unix::fs::chown(
+        path,
+        Some(nix::unistd::getuid().as_raw()),
+        Some(nix::unistd::getgid().as_raw()),
+    )?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))?;
+    Ok(listener)
+}
+
+/// The limits every request goes through: the body size and the time limits.
+pub fn with_limits(router: Router) -> Router {
+    router
+        .layer(axum::middleware::from_fn(time_limit))
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
+}
+
+/// 503 when a handler runs past its time limit (the handler is dropped). Requests that may
+/// change something are logged with who sent them and how they ended.
+async fn time_limit(request: Request, next: Next) -> Response {
+    let read = request.method() == Method::GET || request.method() == Method::HEAD;
+    let limit = if read { READ_TIMEOUT } else { CHANGE_TIMEOUT };
+    let audit = (!read).then(|| {
+        let peer = request
+            .extensions()
+            .get::<Peer>()
+            .cloned()
+            .unwrap_or(Peer::Unknown);
+        (
+            request.method().clone(),
+            request.uri().path().to_owned(),
+            peer,
+        )
+    });
+    let result = tokio::time::timeout(limit, next.run(request)).await;
+    if let Some((method, path, peer)) = audit {
+        let status = result.as_ref().map(|r| r.status().as_u16()).unwrap_or(503);
+        tracing::info!("API {method} {path} from {peer}: {status}");
+    }
+    match result {
+        Ok(response) => response,
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "request processing failed:\nno answer within {} seconds\n",
+                limit.as_secs()
+            ),
+        )
+            .into_response(),
+    }
+}
+
+/// Serve `router` on `listener` until `shutdown` fires; then stop accepting, let in-flight
+/// requests finish (idle keep-alive connections are closed) and return.
+pub async fn serve(listener: Listener, router: Router, shutdown: CancellationToken) {
+    let connections = TaskTracker::new();
+    loop {
+        let accepted = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = accept(&listener) => accepted,
+        };
+        match accepted {
+            Ok((io, peer)) => {
+                connections.spawn(connection(io, peer, router.clone(), shutdown.clone()));
+            }
+            Err(e) => {
+                // EMFILE and friends: do not spin.
+                tracing::warn!("management API: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    connections.close();
+    connections.wait().await;
+    if let Some(path) = listener.socket_file() {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
+
+/// Who is on the other end of a connection, for the log of changes (a request extension).
+#[derive(Debug, Clone)]
+pub enum Peer {
+    /// The kernel's credentials of the connecting process (`SO_PEERCRED`).
+    Unix {
+        uid: u32,
+        pid: Option<i32>,
+    },
+    Tcp(std::net::SocketAddr),
+    Unknown,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Unix {
+                uid,
+                pid: Some(pid),
+            } => write!(f, "uid {uid} pid {pid}"),
+            Peer::Unix { uid, pid: None } => write!(f, "uid {uid}"),
+            Peer::Tcp(addr) => write!(f, "{addr}"),
+            Peer::Unknown => f.write_str("an unknown peer"),
+        }
+    }
+}
+
+async fn accept(listener: &Listener) -> std::io::Result<(Box<dyn Io>, Peer)> {
+    Ok(match listener {
+        Listener::Unix { listener, .. } => {
+            let (s, _) = listener.accept().await?;
+            let peer = match s.peer_cred() {
+                Ok(c) => Peer::Unix {
+                    uid: c.uid(),
+                    pid: c.pid(),
+                },
+                Err(_) => Peer::Unknown,
+            };
+            (Box::new(s), peer)
+        }
+        Listener::Tcp(l) => {
+            let (s, addr) = l.accept().await?;
+            let _ = s.set_nodelay(true);
+            (Box::new(s), Peer::Tcp(addr))
+        }
+    })
+}
+
+async fn connection(io: Box<dyn Io>, peer: Peer, router: Router, shutdown: CancellationToken) {
+    let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+        let mut request = request.map(axum::body::Body::new);
+        request.extensions_mut().insert(peer.clone());
+        router.clone().oneshot(request)
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!("management API connection: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::UnixStream;
+    use tokio::sync::{mpsc, Notify};
+
+    fn socket_path(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("kres-api-server-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        dir.join(name)
+    }
+
+    fn listener(path: &Path) -> Listener {
+        Listener::Unix {
+            listener: bind_unix(path).expect("bind"),
+            path: path.to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_in_flight_request_finishes_after_shutdown_begins() {
+        let path = socket_path("graceful.sock");
+        let (entered_tx, mut entered) = mpsc::channel::<()>(1);
+        let release = Arc::new(Notify::new());
+        let gate = release.clone();
+        let router = Router::new().route(
+            "/slow",
+            get(move || {
+                let entered_tx = entered_tx.clone();
+                let gate = gate.clone();
+                async move {
+                    let _ = entered_tx.send(()).await;
+                    gate.notified().await;
+                    "done"
+                }
+            }),
+        );
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(listener(&path), router, shutdown.clone()));
+        let mut client = UnixStream::connect(&path).await.expect("connect");
+        client
+            .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        entered.recv().await.expect("handler entered");
+        shutdown.cancel();
+        // Shutdown waits for the handler.
+        tokio::task::yield_now().await;
+        assert!(!server.is_finished());
+        release.notify_one();
+        let mut response = String::new();
+        client
+            .read_to_string(&mut response)
+            .await
+            .expect("read until the server closes");
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(response.ends_with("done"), "{response}");
+        server.await.expect("server ends");
+        assert!(!path.exists(), "socket file removed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_never_finishes_its_headers_is_disconnected() {
+        let path = socket_path("slowloris.sock");
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(
+            listener(&path),
+            Router::new().route("/", get(|| async { "ok" })),
+            shutdown.clone(),
+        ));
+        let mut client = UnixStream::connect(&path).await.expect("connect");
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .expect("write");
+        let started = tokio::time::Instant::now();
+        let mut rest = Vec::new();
+        tokio::time::timeout(HEADER_READ_TIMEOUT * 2, client.read_to_end(&mut rest))
+            .await
+            .expect("disconnected by the server")
+            .expect("read");
+        assert!(started.elapsed() >= HEADER_READ_TIMEOUT);
+        assert!(!String::from_utf8_lossy(&rest).contains("200"));
+        shutdown.cancel();
+        server.await.expect("server ends");
+    }
+
+    #[test]
+    fn the_socket_is_for_our_user_and_group_only() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let path = socket_path("mode.sock");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let _guard = rt.enter();
+        let _listener = bind_unix(&path).expect("bind");
+        let meta = std::fs::metadata(&path).expect("stat");
+        assert_eq!(meta.permissions().mode() & 0o7777, SOCKET_MODE);
+        assert_eq!(meta.uid(), nix::unistd::getuid().as_raw());
+        assert_eq!(meta.gid(), nix::unistd::getgid().as_raw());
+        // A stale socket file is replaced.
+        drop(_listener);
+        assert!(bind_unix(&path).is_ok());
+        let _ = std::fs::remove_file(&path);
+    }
+}

@@ -1,0 +1,605 @@
+//! The management API's router without a socket: requests go through
+//! `tower::ServiceExt::oneshot` on `app(state)`. The state holds a real `SupervisorHandle`
+//! (no children) and a manager command channel whose receiver the test drives, answering
+//! `Apply` commands with success or a canary rejection.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use knot_resolver::api::{app, ApiState};
+use knot_resolver::config::LoadedConfig;
+use knot_resolver::manager::task::{ChangeError, ManagerCommand};
+use knot_resolver::manager::{ApplyError, ApplyReport};
+use serde_json::{json, Value};
+use supervisor::{Supervisor, SupervisorHandle, SupervisorOptions};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+/// A private directory per fixture, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "kres-api-router-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("cache")).expect("temp dir");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The router's world: the state, the manager's end of the command channel, and the
+/// supervisor keeping the handle alive.
+struct Fixture {
+    state: ApiState,
+    commands: mpsc::Receiver<ManagerCommand>,
+    config: watch::Sender<Arc<LoadedConfig>>,
+    _supervisor: SupervisorHandle,
+    dir: TempDir,
+}
+
+/// How the fake manager answers an `Apply`.
+enum Outcome {
+    Applied,
+    CanaryRejected,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = TempDir::new();
+        let file = dir.0.join("config.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "workers: 1\nrundir: {run}\ncache:\n  storage: {run}/cache\nmanagement:\n  unix-socket: {run}/api.sock\n",
+                run = dir.0.display()
+            ),
+        )
+        .expect("config");
+        let loaded = knot_resolver::config::load_files(&[file], true).expect("valid config");
+        let (supervisor, _task) = Supervisor::start(SupervisorOptions {
+            notify_socket: dir.0.join("notify"),
+        })
+        .expect("supervisor");
+        let (config, config_rx) = watch::channel(Arc::new(loaded));
+        let (manager, commands) = mpsc::channel(4);
+        let state = ApiState {
+            config: config_rx,
+            supervisor: supervisor.clone(),
+            stop: CancellationToken::new(),
+            manager,
+            fault_injection: false,
+            resolve_root: dir.0.clone(),
+            rendered: Default::default(),
+        };
+        Fixture {
+            state,
+            commands,
+            config,
+            _supervisor: supervisor,
+            dir,
+        }
+    }
+
+    /// Send one request; no manager answers.
+    async fn send(&self, request: Request<Body>) -> Reply {
+        let response = app(self.state.clone())
+            .oneshot(request)
+            .await
+            .expect("infallible");
+        Reply::read(response).await
+    }
+
+    /// Send one request that makes a change, and answer the manager's `Apply` with
+    /// `outcome`. Returns the reply and the configuration the manager was given.
+    async fn change(&mut self, request: Request<Body>, outcome: Outcome) -> (Reply, Value) {
+        let router = app(self.state.clone());
+        let config = self.config.clone();
+        let manager = async {
+            let Some(ManagerCommand::Apply {
+                config: new, reply, ..
+            }) = self.commands.recv().await
+            else {
+                panic!("expected an Apply command");
+            };
+            let raw = new.raw.clone();
+            let result = match outcome {
+                Outcome::Applied => {
+                    config.send_replace(Arc::new(*new));
+                    Ok(ApplyReport::default())
+                }
+                Outcome::CanaryRejected => Err(ChangeError::Apply(ApplyError::Canary {
+                    reason: "exited with code 1".into(),
+                    output: vec!["[net] bind to '192.0.2.1@53' failed".into()],
+                })),
+            };
+            let _ = reply.send(result);
+            raw
+        };
+        let (response, raw) = tokio::join!(router.oneshot(request), manager);
+        (Reply::read(response.expect("infallible")).await, raw)
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    etag: Option<String>,
+    content_type: Option<String>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    async fn read(response: axum::response::Response) -> Reply {
+        let status = response.status();
+        let header = |name| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v: &axum::http::HeaderValue| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let etag = header("etag");
+        let content_type = header("content-type");
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes()
+            .to_vec();
+        Reply {
+            status,
+            etag,
+            content_type,
+            body,
+        }
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.text()))
+    }
+}
+
+fn request(method: &str, uri: &str) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Body::empty())
+        .expect("request")
+}
+
+fn with_body(method: &str, uri: &str, content_type: &str, body: &str) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", content_type)
+        .body(Body::from(body.to_owned()))
+        .expect("request")
+}
+
+fn json_body(method: &str, uri: &str, body: Value) -> Request<Body> {
+    with_body(method, uri, "application/json", &body.to_string())
+}
+
+#[tokio::test]
+async fn get_returns_the_raw_config_with_an_etag_and_if_none_match_gives_304() {
+    let f = Fixture::new();
+    let r = f.send(request("GET", "/v1/config")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.content_type.as_deref(), Some("application/json"));
+    assert_eq!(r.json()["workers"], json!(1));
+    let tag = r.etag.expect("etag");
+    let r = f.send(request("GET", "/v1/config/workers")).await;
+    assert_eq!((r.status, r.json()), (StatusCode::OK, json!(1)));
+    assert_eq!(
+        r.etag.as_deref(),
+        Some(tag.as_str()),
+        "etag of the whole document"
+    );
+
+    let conditional = |name: &str, value: &str, method: &str| {
+        Request::builder()
+            .method(method)
+            .uri("/v1/config")
+            .header(name, value)
+            .body(Body::empty())
+            .expect("request")
+    };
+    let r = f.send(conditional("if-none-match", &tag, "GET")).await;
+    assert_eq!(r.status, StatusCode::NOT_MODIFIED);
+    assert!(r.body.is_empty());
+    let r = f
+        .send(conditional("if-none-match", "\"other\"", "GET"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = f.send(conditional("if-match", &tag, "GET")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    // A GET with a stale If-Match is 412 (upstream: 304).
+    let r = f.send(conditional("if-match", "\"stale\"", "GET")).await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
+    // Writes with a failed precondition never reach the manager.
+    let r = f.send(conditional("if-match", "\"stale\"", "DELETE")).await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
+    let r = f.send(conditional("if-none-match", &tag, "PUT")).await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
+}
+
+#[tokio::test]
+async fn head_is_a_get_without_a_body() {
+    let f = Fixture::new();
+    let get = f.send(request("GET", "/v1/config")).await;
+    let head = f.send(request("HEAD", "/v1/config")).await;
+    assert_eq!(head.status, StatusCode::OK);
+    assert_eq!(head.etag, get.etag);
+    assert!(head.body.is_empty());
+}
+
+#[tokio::test]
+async fn put_applies_through_the_manager_and_returns_the_new_etag() {
+    let mut f = Fixture::new();
+    let old = f.send(request("GET", "/v1/config")).await.etag;
+    let (r, applied) = f
+        .change(
+            json_body("PUT", "/v1/config/workers", json!(2)),
+            Outcome::Applied,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(applied["workers"], json!(2));
+    assert!(r.etag.is_some() && r.etag != old);
+    let now = f.send(request("GET", "/v1/config")).await;
+    assert_eq!(now.etag, r.etag);
+    assert_eq!(now.json()["workers"], json!(2));
+}
+
+#[tokio::test]
+async fn a_canary_rejection_is_400_and_changes_nothing() {
+    let mut f = Fixture::new();
+    let before = f.send(request("GET", "/v1/config")).await;
+    let (r, _) = f
+        .change(
+            json_body("PUT", "/v1/config/workers", json!(3)),
+            Outcome::CanaryRejected,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let text = r.text();
+    assert!(
+        text.contains("canary") && text.contains("192.0.2.1"),
+        "{text}"
+    );
+    let after = f.send(request("GET", "/v1/config")).await;
+    assert_eq!((after.etag, after.body), (before.etag, before.body));
+}
+
+#[tokio::test]
+async fn yaml_bodies_are_accepted() {
+    let mut f = Fixture::new();
+    let (r, applied) = f
+        .change(
+            with_body(
+                "PUT",
+                "/v1/config/dns64",
+                "application/yaml",
+                "enable: true\nprefix: 64:ff9b::/96\n",
+            ),
+            Outcome::Applied,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(
+        applied["dns64"],
+        json!({"enable": true, "prefix": "64:ff9b::/96"})
+    );
+}
+
+#[tokio::test]
+async fn delete_removes_the_key() {
+    let mut f = Fixture::new();
+    let (r, applied) = f
+        .change(request("DELETE", "/v1/config/workers"), Outcome::Applied)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert!(applied.get("workers").is_none(), "{applied}");
+}
+
+#[tokio::test]
+async fn patch_applies_json_patch_operations() {
+    let mut f = Fixture::new();
+    let ops = json!([
+        {"op": "replace", "path": "/workers", "value": 4},
+        {"op": "add", "path": "/options", "value": {"minimize": false}},
+        {"op": "test", "path": "/workers", "value": 4},
+        {"op": "copy", "from": "/workers", "path": "/ttl-copy-is-removed"},
+        {"op": "remove", "path": "/ttl-copy-is-removed"},
+    ]);
+    let (r, applied) = f
+        .change(json_body("PATCH", "/v1/config", ops), Outcome::Applied)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(applied["workers"], json!(4));
+    assert_eq!(applied["options"], json!({"minimize": false}));
+    assert!(applied.get("ttl-copy-is-removed").is_none());
+}
+
+/// Every way a request can be refused before the manager is asked, with its status and a
+/// fragment of the body.
+#[tokio::test]
+async fn refused_requests() {
+    let f = Fixture::new();
+    let cases: Vec<(Request<Body>, StatusCode, &str)> = vec![
+        // The body is not JSON.
+        (
+            with_body("PUT", "/v1/config/workers", "application/json", "{"),
+            StatusCode::BAD_REQUEST,
+            "request processing error",
+        ),
+        // Not YAML either.
+        (
+            with_body("PUT", "/v1/config/workers", "application/yaml", "a: [1"),
+            StatusCode::BAD_REQUEST,
+            "request processing error",
+        ),
+        // Not UTF-8.
+        (
+            Request::builder()
+                .method("PUT")
+                .uri("/v1/config/workers")
+                .body(Body::from(vec![0xff, 0xfe]))
+                .expect("request"),
+            StatusCode::BAD_REQUEST,
+            "UTF-8",
+        ),
+        // A valid document that is not a valid configuration.
+        (
+            json_body("PUT", "/v1/config/workers", json!(-1)),
+            StatusCode::BAD_REQUEST,
+            "/workers",
+        ),
+        (
+            json_body("PUT", "/v1/config/no-such-section", json!(1)),
+            StatusCode::BAD_REQUEST,
+            "Configuration validation error detected",
+        ),
+        // The pointer's parent does not exist.
+        (
+            json_body(
+                "PUT",
+                "/v1/config/cache/garbage-collector/interval",
+                json!("1s"),
+            ),
+            StatusCode::NOT_FOUND,
+            "",
+        ),
+        // Pointing into a scalar finds nothing.
+        (
+            request("GET", "/v1/config/workers/0"),
+            StatusCode::NOT_FOUND,
+            "nothing at /workers/0",
+        ),
+        // Assigning below a scalar.
+        (
+            json_body("PUT", "/v1/config/workers/x", json!(1)),
+            StatusCode::BAD_REQUEST,
+            "not an object or an array",
+        ),
+        // A list index that is not a number.
+        (
+            json_body(
+                "PATCH",
+                "/v1/config",
+                json!([{"op": "add", "path": "/l", "value": []}, {"op": "add", "path": "/l/x", "value": 1}]),
+            ),
+            StatusCode::BAD_REQUEST,
+            "invalid array index",
+        ),
+        (
+            request("GET", "/v1/config/no-such-key"),
+            StatusCode::NOT_FOUND,
+            "",
+        ),
+        (
+            request("DELETE", "/v1/config/no-such-key"),
+            StatusCode::NOT_FOUND,
+            "",
+        ),
+        // A malformed patch.
+        (
+            json_body("PATCH", "/v1/config", json!({"op": "replace"})),
+            StatusCode::BAD_REQUEST,
+            "request processing error",
+        ),
+        (
+            json_body(
+                "PATCH",
+                "/v1/config",
+                json!([{"op": "frobnicate", "path": "/x"}]),
+            ),
+            StatusCode::BAD_REQUEST,
+            "request processing error",
+        ),
+        // A failed `test` operation.
+        (
+            json_body(
+                "PATCH",
+                "/v1/config",
+                json!([{"op": "test", "path": "/workers", "value": 7}]),
+            ),
+            StatusCode::CONFLICT,
+            "",
+        ),
+        // A MIME type we do not parse.
+        (
+            with_body("PUT", "/v1/config/workers", "text/plain", "2"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported MIME type 'text/plain'",
+        ),
+        (
+            with_body(
+                "PUT",
+                "/v1/config/workers",
+                "application/x-www-form-urlencoded",
+                "2",
+            ),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported MIME type",
+        ),
+        // A wrong method on a known path.
+        (
+            request("POST", "/v1/config"),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "",
+        ),
+        // A bad cache-clear request.
+        (
+            json_body("POST", "/cache/clear", json!({"rr-type": "AAAA"})),
+            StatusCode::BAD_REQUEST,
+            "Configuration validation error detected",
+        ),
+        (
+            with_body("POST", "/cache/clear", "application/json", "{"),
+            StatusCode::BAD_REQUEST,
+            "request processing error",
+        ),
+        // No worker to clear the cache with.
+        (
+            json_body("POST", "/cache/clear", json!({})),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no running worker",
+        ),
+        (request("GET", "/no/such/route"), StatusCode::NOT_FOUND, ""),
+    ];
+    for (request, status, fragment) in cases {
+        let what = format!("{} {}", request.method(), request.uri());
+        let r = f.send(request).await;
+        assert_eq!(r.status, status, "{what}: {}", r.text());
+        assert!(r.text().contains(fragment), "{what}: {}", r.text());
+    }
+    // None of them reached the manager.
+    let mut commands = f.commands;
+    assert!(commands.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_get_413() {
+    let f = Fixture::new();
+    let big = format!("\"{}\"", "x".repeat(knot_resolver::api::server::BODY_LIMIT));
+    let r = f
+        .send(with_body(
+            "PUT",
+            "/v1/config/workers",
+            "application/json",
+            &big,
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test]
+async fn processes_filters() {
+    let f = Fixture::new();
+    for path in [
+        "/processes",
+        "/processes/all",
+        "/processes/kresd",
+        "/processes/gc",
+    ] {
+        let r = f.send(request("GET", path)).await;
+        assert_eq!((r.status, r.json()), (StatusCode::OK, json!([])), "{path}");
+    }
+    let r = f.send(request("GET", "/processes/kres")).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        r.text().contains("Invalid process type 'kres'"),
+        "{}",
+        r.text()
+    );
+}
+
+#[tokio::test]
+async fn probes_and_static_routes() {
+    let f = Fixture::new();
+    let r = f.send(request("GET", "/livez")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    // No worker exists yet.
+    let r = f.send(request("GET", "/readyz")).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.text().contains("0/1"), "{}", r.text());
+    let r = f.send(request("GET", "/")).await;
+    assert_eq!(r.json()["status"], json!("RUNNING"));
+    let r = f.send(request("GET", "/schema")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.json()["properties"]["workers"].is_object());
+    let r = f.send(request("GET", "/metrics")).await;
+    assert_eq!(r.status, StatusCode::MOVED_PERMANENTLY);
+    let r = f.send(request("GET", "/metrics/json")).await;
+    assert_eq!((r.status, r.json()), (StatusCode::OK, json!({})));
+    // Fault injection is off.
+    let r = f.send(request("POST", "/debug/panic-manager")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn reload_and_renew_wait_for_the_manager() {
+    let mut f = Fixture::new();
+    let router = app(f.state.clone());
+    let manager = async {
+        match f.commands.recv().await {
+            Some(ManagerCommand::Renew { force: true, reply }) => {
+                let _ = reply.send(Ok(ApplyReport::default()));
+            }
+            other => panic!("expected a forced renew, got {other:?}"),
+        }
+    };
+    let (r, ()) = tokio::join!(router.oneshot(request("POST", "/renew/force")), manager);
+    let r = Reply::read(r.expect("infallible")).await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (StatusCode::OK, "Renewing configuration...")
+    );
+    // With the manager gone, a change is 503.
+    drop(f.commands);
+    let r = app(f.state.clone())
+        .oneshot(request("POST", "/reload"))
+        .await
+        .expect("infallible");
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let _ = &f.dir;
+}
+
+#[tokio::test]
+async fn stop_cancels_the_daemon() {
+    let f = Fixture::new();
+    let r = f.send(request("POST", "/stop")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(f.state.stop.is_cancelled());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_the_manager_never_answers_times_out() {
+    let f = Fixture::new();
+    // The manager receives the command but never replies.
+    let started = tokio::time::Instant::now();
+    let r = f.send(request("POST", "/reload")).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+    assert!(r.text().contains("no answer within"), "{}", r.text());
+    assert!(started.elapsed() >= knot_resolver::api::server::CHANGE_TIMEOUT);
+    drop(f.commands);
+}
