@@ -196,33 +196,7 @@ fn files_reload() {
 
     let cert = r.dir.host("cert.pem");
     let key = r.dir.host("key.pem");
-    let made = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args([
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=resolver.test",
-            "-keyout",
-        ])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    testbed::self_signed_cert("resolver.test", &cert, &key).expect("certificate");
     let tls = format!(
         "{{\"cert-file\": \"{}\", \"key-file\": \"{}\"}}",
         r.dir.bed("cert.pem").display(),

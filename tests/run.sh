@@ -11,6 +11,10 @@ if [[ -z "${CARGO_TARGET_DIR:-}" && -d /var/cache/knot-resolver-rs ]]; then
 fi
 
 echo "== provisioning the test bed"
+# Tests generate TLS certificates with the host's openssl.
+if ! command -v openssl >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl
+fi
 if ! command -v kresd >/dev/null || ! kresd --version 2>/dev/null | grep -q 'version 6\.'; then
     bash tests/testbed/provision-rootfs.sh
 fi

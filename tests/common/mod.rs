@@ -30,6 +30,9 @@ pub struct Setup {
     pub logging: String,
     /// More lines of the `cache` section (indented YAML lines).
     pub cache: String,
+    /// YAML appended inside `network:` right after the plain DNS listen item (more listen
+    /// items at 4 spaces, other keys at 2).
+    pub network: String,
     /// The body of the `management` section (indented YAML lines); the API socket in the
     /// rundir when `None`.
     pub management: Option<String>,
@@ -44,6 +47,7 @@ impl Setup {
             env: Vec::new(),
             logging: "  level: notice\n".into(),
             cache: String::new(),
+            network: String::new(),
             management: None,
         }
     }
@@ -54,6 +58,10 @@ impl Setup {
     }
     pub fn workers(mut self, n: u32) -> Self {
         self.workers = n;
+        self
+    }
+    pub fn network(mut self, yaml: &str) -> Self {
+        self.network.push_str(yaml);
         self
     }
     pub fn env(mut self, key: &'static str, value: &str) -> Self {
@@ -91,12 +99,13 @@ pub struct Resolver {
 
 pub fn config_yaml(dir: &TestDir, port: u16, s: &Setup) -> String {
     format!(
-        "workers: {workers}\nrundir: {run}\nnetwork:\n  listen:\n    - interface: 127.0.0.1@{port}\ncache:\n  storage: {cache}\n  size-max: 10M\n{cache_extra}management:\n{management}logging:\n{logging}{extra}",
+        "workers: {workers}\nrundir: {run}\nnetwork:\n  listen:\n    - interface: 127.0.0.1@{port}\n{network}cache:\n  storage: {cache}\n  size-max: 10M\n{cache_extra}management:\n{management}logging:\n{logging}{extra}",
         workers = s.workers,
         run = dir.bed("run").display(),
         cache = dir.bed("cache").display(),
         extra = s.extra,
         cache_extra = s.cache,
+        network = s.network,
         logging = s.logging,
         management = s.management.clone().unwrap_or_else(|| format!(
             "  unix-socket: {}/kres-api.sock\n",

@@ -568,3 +568,32 @@ pub fn write(path: &Path, text: &str) -> Result<()> {
 pub fn os(s: impl AsRef<OsStr>) -> OsString {
     s.as_ref().to_owned()
 }
+
+/// A self-signed certificate and key (P-256, one day) for `cn`, made with the host's openssl,
+/// written to `cert` and `key`.
+pub fn self_signed_cert(cn: &str, cert: &Path, key: &Path) -> Result<()> {
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+        ])
+        .arg("-subj")
+        .arg(format!("/CN={cn}"))
+        .arg("-keyout")
+        .arg(key)
+        .arg("-out")
+        .arg(cert)
+        .output()
+        .context("running openssl (install it: apt-get install openssl)")?;
+    if !made.status.success() {
+        bail!("openssl failed: {}", String::from_utf8_lossy(&made.stderr));
+    }
+    Ok(())
+}
