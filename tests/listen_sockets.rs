@@ -275,3 +275,105 @@ fn kresd_binds_sockets_keeps_upstreams_behaviour() {
     assert!(resp.text().contains("canary"), "{}", resp.text());
     stop(r);
 }
+
+#[test]
+fn interface_names_expand_to_their_addresses() {
+    let r = common::start(&Setup::new("listen-ifname").workers(1).extra(RECORDS)).expect("start");
+    let listen = json!([{"interface": format!("lo@{}", r.port)}]);
+    let resp = r
+        .http(
+            "PUT",
+            "/v1/config/network/listen",
+            listen.to_string().as_bytes(),
+        )
+        .expect("PUT");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let v6 = std::net::UdpSocket::bind("[::1]:0").is_ok();
+    let addresses = if v6 { 2 } else { 1 };
+    for pid in r.pids_named("kresd") {
+        assert_eq!(
+            handed_fds(pid).len(),
+            2 * addresses,
+            "UDP and TCP per address of lo"
+        );
+    }
+    dns::query_udp(r.dns(), "load.test.", dns::TYPE_A, DNS_TIMEOUT).expect("127.0.0.1 answers");
+    if v6 {
+        let server = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, r.port));
+        dns::query_udp(server, "load.test.", dns::TYPE_A, DNS_TIMEOUT).expect("::1 answers");
+    }
+    stop(r);
+}
+
+#[test]
+fn dot_through_a_handed_socket() {
+    let r = common::start(&Setup::new("listen-dot").workers(1).extra(RECORDS)).expect("start");
+    let (cert, key) = (r.dir.host("cert.pem"), r.dir.host("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=load.test"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let dot = testbed::free_port().expect("port");
+    let network = json!({
+        "listen": [
+            {"interface": format!("127.0.0.1@{}", r.port)},
+            {"interface": format!("127.0.0.1@{dot}"), "kind": "dot"},
+        ],
+        "tls": {
+            "cert-file": r.dir.bed("cert.pem").display().to_string(),
+            "key-file": r.dir.bed("key.pem").display().to_string(),
+        },
+    });
+    let resp = r
+        .http("PUT", "/v1/config/network", network.to_string().as_bytes())
+        .expect("PUT");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let pid = r.pids_named("kresd")[0];
+    let fds = handed_fds(pid);
+    assert_eq!(
+        fds.iter().filter(|f| f.ends_with(":tls")).count(),
+        1,
+        "{fds:?}"
+    );
+    let out = r
+        .bed
+        .run_installed(
+            "kdig",
+            &[
+                "+tls",
+                "+short",
+                "+timeout=5",
+                "-p",
+                &dot.to_string(),
+                "@127.0.0.1",
+                "load.test.",
+                "A",
+            ],
+        )
+        .expect("kdig runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.trim(),
+        "192.0.2.9",
+        "kdig: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stop(r);
+}

@@ -214,6 +214,11 @@ impl Load {
         self.shared.sent.load(Ordering::Relaxed)
     }
 
+    /// Time since the load started (the origin of [`LoadReport::lost_at`]).
+    pub fn elapsed(&self) -> Duration {
+        self.shared.start.elapsed()
+    }
+
     /// Answers received so far.
     pub fn answered(&self) -> u64 {
         self.shared.answered.load(Ordering::Relaxed)
