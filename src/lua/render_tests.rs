@@ -57,7 +57,7 @@ fn listen_kinds_interfaces_and_unix_sockets() {
 
 #[test]
 fn daemon_bound_sockets_are_left_out_of_the_lua() {
-    let cfg = cfg("network:\n  listen:\n    - interface: [127.0.0.1@5353, lo, 'fe80::1%lo']\n    - interface: '::1@853'\n      kind: dot\n    - interface: 127.0.0.1\n      kind: doh2\n    - unix-socket: /run/kr/dns.sock\n");
+    let cfg = cfg("network:\n  listen:\n    - interface: 127.0.0.1@5353\n    - interface: [lo, 'fe80::1%lo']\n    - interface: '::1@853'\n      kind: dot\n    - interface: 127.0.0.1\n      kind: doh2\n    - unix-socket: /run/kr/dns.sock\n");
     let text = super::render_worker_with(&cfg, super::SocketBinding::Daemon);
     for present in [
         "-- '127.0.0.1@5353': bound by the daemon, passed with -S",
