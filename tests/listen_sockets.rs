@@ -61,7 +61,19 @@ fn socket_inode(pid: i32, fd: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Worker name → (pid, inodes of its handed sockets).
+/// What every descriptor of `pid` points to.
+fn all_fd_links(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .map(|p| p.display().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Worker pid → what its handed descriptors point to.
 fn worker_sockets(r: &common::Resolver) -> BTreeMap<i32, Vec<String>> {
     r.pids_named("kresd")
         .into_iter()
@@ -102,6 +114,18 @@ fn workers_get_their_slot_sockets_and_rolling_restarts_lose_nothing() {
     all.sort();
     all.dedup();
     assert_eq!(all.len(), 4, "each slot has its own sockets: {before:?}");
+    for (pid, mine) in &before {
+        let held = all_fd_links(*pid);
+        for (other, theirs) in &before {
+            if other != pid {
+                assert!(
+                    theirs.iter().all(|i| !held.contains(i)),
+                    "kresd {pid} holds a socket of kresd {other}"
+                );
+            }
+        }
+        assert!(mine.iter().all(|i| held.contains(i)));
+    }
 
     let load = load(r.dns());
     assert!(

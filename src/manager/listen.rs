@@ -303,14 +303,6 @@ impl SocketTable {
             held
         });
     }
-
-    /// Every key in the table, in any slot (for tests and logs).
-    pub fn keys(&self) -> Vec<SocketKey> {
-        let mut keys: Vec<SocketKey> = self.slots.values().flatten().map(|b| b.key).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        keys
-    }
 }
 
 #[cfg(test)]
