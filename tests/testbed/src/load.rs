@@ -35,12 +35,13 @@ pub struct LoadSpec {
 }
 
 impl LoadSpec {
-    /// `rate` queries per second of `qname`/A to `server`, at most 120 s.
+    /// `rate` queries per second of `qname`/A to `server`, at most 120 s (and 2^20 queries).
     pub fn new(server: SocketAddr, rate: u32, qname: &str) -> Self {
         LoadSpec {
             server,
             rate,
-            max_queries: u64::from(rate) * 120,
+            // Ids stay unique per socket (65536 per socket, 16 sockets).
+            max_queries: (u64::from(rate) * 120).min(65536 * 16),
             max_duration: Duration::from_secs(120),
             sockets: 16,
             qname: qname.to_owned(),
