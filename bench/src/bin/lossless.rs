@@ -48,7 +48,7 @@ fn rolling(bed: &Bed, flavor: Flavor, rate: u32) -> Result<LoadReport> {
     let (mut launched, mut notify) = launch(bed, flavor, &dir)?;
     notify.wait_for("READY=1", Duration::from_secs(300))?;
     let api = dir.host("run/kres-api.sock");
-    let load = load(SocketAddr::from(([127, 0, 0, 1], port)))?;
+    let load = load(SocketAddr::from(([127, 0, 0, 1], port)), rate)?;
     ensure!(
         load.wait_answers(2000, Duration::from_secs(30)),
         "no answers"
@@ -86,7 +86,7 @@ fn crashes(bed: &Bed, flavor: Flavor, kills: usize) -> Result<(Vec<f64>, LoadRep
     write_config(&dir, port, 1, "")?;
     let (mut launched, mut notify) = launch(bed, flavor, &dir)?;
     notify.wait_for("READY=1", Duration::from_secs(300))?;
-    let load = load(SocketAddr::from(([127, 0, 0, 1], port)))?;
+    let load = load(SocketAddr::from(([127, 0, 0, 1], port)), RATE)?;
     ensure!(
         load.wait_answers(2000, Duration::from_secs(30)),
         "no answers"
@@ -130,14 +130,16 @@ fn main() -> Result<()> {
     let bed = Bed::get()?;
     let mut rows = Vec::new();
     for flavor in [Flavor::Ours, Flavor::Upstream] {
-        let r = rolling(bed, flavor)?;
-        println!("{} rolling: {r}", flavor.label());
+        let r = rolling(bed, flavor, RATE)?;
+        println!("{} rolling at {RATE}/s: {r}", flavor.label());
+        let fast = rolling(bed, flavor, FAST_RATE)?;
+        println!("{} rolling at {FAST_RATE}/s: {fast}", flavor.label());
         let (per_kill, c) = crashes(bed, flavor, kills)?;
         println!(
             "{} crashes: {c}\n  lost per crash: {per_kill:?}",
             flavor.label()
         );
-        rows.push((r.lost as f64, per_kill));
+        rows.push((r.lost as f64, fast.lost as f64, per_kill));
     }
     println!("lossless benchmark: UDP load {RATE}/s (and {FAST_RATE}/s), 16 source ports");
     print_header();
