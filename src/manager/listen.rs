@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -22,6 +23,9 @@ use crate::config::NetworkSchema;
 /// restarts (the kernel's default of ~200 KiB holds a fraction of a second at a few thousand
 /// queries per second).
 const UDP_RECEIVE_BUFFER: usize = 8 << 20;
+
+/// Whether the capped receive buffer was already reported.
+static CAPPED_LOGGED: AtomicBool = AtomicBool::new(false);
 
 /// Backlog of a TCP listening socket (kresd calls `listen` again with its own).
 const TCP_BACKLOG: i32 = 1024;
@@ -180,6 +184,15 @@ fn bind(key: SocketKey) -> Result<Socket, ListenError> {
             socket
                 .set_recv_buffer_size(UDP_RECEIVE_BUFFER)
                 .map_err(err)?;
+            // The kernel reports twice what it grants.
+            let granted = socket.recv_buffer_size().map_err(err)? / 2;
+            if granted < UDP_RECEIVE_BUFFER && !CAPPED_LOGGED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "UDP receive buffers are capped at {granted} bytes by net.core.rmem_max \
+                     (wanted {UDP_RECEIVE_BUFFER}): fewer queries can wait while a worker \
+                     restarts; raise net.core.rmem_max to keep them"
+                );
+            }
         }
     }
     socket.set_nonblocking(true).map_err(err)?;
