@@ -265,6 +265,9 @@ impl SocketTable {
             }
         }
         for (slot, sockets) in std::mem::take(&mut prepared.slots) {
+            for bound in &sockets {
+                tracing::info!("listening on {} for worker {slot}", bound.key);
+            }
             self.slots.entry(slot).or_default().extend(sockets);
         }
         for sockets in self.slots.values_mut() {
