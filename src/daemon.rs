@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiState};
 use crate::config::{self, LoadedConfig};
+use crate::manager::listen::SocketOwner;
 use crate::manager::task::{self, ManagerCommand, ManagerContext, ManagerExit};
 use crate::manager::Executables;
 
@@ -49,7 +50,7 @@ pub enum DaemonError {
 }
 
 /// Parse, lock and run. Returns the process exit code.
-pub fn run(config_files: Vec<PathBuf>) -> ExitCode {
+pub fn run(config_files: Vec<PathBuf>, socket_owner: SocketOwner) -> ExitCode {
     let files: Vec<PathBuf> = config_files
         .into_iter()
         .map(|p| std::path::absolute(&p).unwrap_or(p))
@@ -90,7 +91,7 @@ pub fn run(config_files: Vec<PathBuf>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let code = runtime.block_on(serve(loaded, files));
+    let code = runtime.block_on(serve(loaded, files, socket_owner));
     drop(lock);
     code
 }
@@ -112,7 +113,7 @@ fn init_tracing(level: &str) {
         .try_init();
 }
 
-async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>) -> ExitCode {
+async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>, socket_owner: SocketOwner) -> ExitCode {
     let started_at = std::time::Instant::now();
     let upward = UpwardNotifier::from_env();
     upward.status("Initializing");
@@ -155,6 +156,8 @@ async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>) -> ExitCode {
         started: started_tx,
         upward: upward.clone(),
         stop: stop.clone(),
+        socket_owner,
+        sockets: Default::default(),
     };
     let mut manager = tokio::spawn(supervise_task(
         "manager",
@@ -317,6 +320,10 @@ const MANAGER_MAX_FAILURES: u32 = 5;
 
 /// Set (to anything) to enable `POST /debug/panic-manager`, for tests of manager recovery.
 pub const FAULT_INJECTION_VAR: &str = "KRES_FAULT_INJECTION";
+
+/// Set (to anything but `0` or empty) to let kresd bind its own listening sockets, like the
+/// `--kresd-binds-sockets` flag.
+pub const KRESD_BINDS_SOCKETS_VAR: &str = "KRES_KRESD_BINDS_SOCKETS";
 
 fn report_manager_end(
     r: Result<Result<Option<ManagerExit>, supervisor::task::TaskGaveUp>, tokio::task::JoinError>,

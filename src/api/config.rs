@@ -268,9 +268,9 @@ pub fn change_error(e: ChangeError) -> Response {
     use crate::manager::ApplyError as A;
     let status = match &e {
         ChangeError::Config(_) => StatusCode::BAD_REQUEST,
-        ChangeError::Apply(A::Immutable { .. } | A::Canary { .. } | A::PolicyLoader(_)) => {
-            StatusCode::BAD_REQUEST
-        }
+        ChangeError::Apply(
+            A::Immutable { .. } | A::Canary { .. } | A::PolicyLoader(_) | A::Listen(_),
+        ) => StatusCode::BAD_REQUEST,
         ChangeError::Apply(_) => StatusCode::INTERNAL_SERVER_ERROR,
         ChangeError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ChangeError::Conflict => StatusCode::CONFLICT,

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use knot_resolver::manager::listen::SocketOwner;
 
 /// Knot Resolver: supervisor and manager of kresd workers.
 #[derive(Parser)]
@@ -12,6 +13,12 @@ struct Args {
     /// Configuration file(s); several are deep-merged in order.
     #[arg(short = 'c', long = "config", num_args = 1.., default_value = knot_resolver::daemon::DEFAULT_CONFIG)]
     config: Vec<PathBuf>,
+    /// Let kresd bind its own listening sockets, as under upstream's manager, instead of the
+    /// daemon binding them and passing them to the workers (also `KRES_KRESD_BINDS_SOCKETS=1`).
+    /// Sockets then close while their worker restarts, and kresd needs the privilege to bind
+    /// port 53.
+    #[arg(long = "kresd-binds-sockets")]
+    kresd_binds_sockets: bool,
     /// Print the version and exit.
     #[arg(short = 'V', long = "version", action = clap::ArgAction::Version)]
     version: Option<bool>,
@@ -19,5 +26,12 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    knot_resolver::daemon::run(args.config)
+    let env = std::env::var_os(knot_resolver::daemon::KRESD_BINDS_SOCKETS_VAR)
+        .is_some_and(|v| !v.is_empty() && v != "0");
+    let owner = if args.kresd_binds_sockets || env {
+        SocketOwner::Kresd
+    } else {
+        SocketOwner::Daemon
+    };
+    knot_resolver::daemon::run(args.config, owner)
 }

@@ -1628,6 +1628,16 @@ pub struct ListenSchema {
     pub freebind: bool,
 }
 
+impl ListenSchema {
+    /// Whether the daemon can bind the sockets of `iface` and hand them to kresd with
+    /// `-S fd[:tls]`: plain DNS (UDP and TCP) and DoT, over an address without an IPv6 scope or
+    /// an interface name. Other kinds (kresd 6.5 rejects `doh2` there) and scoped addresses are
+    /// bound by kresd itself from the Lua configuration.
+    pub fn daemon_binds(&self, iface: &InterfaceOptionalPort) -> bool {
+        matches!(self.kind, ListenKind::Dns | ListenKind::Dot) && !iface.host_str().contains('%')
+    }
+}
+
 /// View protocols.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 pub use policy::render_policy_loader;
-pub use worker::render_worker;
+pub use worker::{render_worker, render_worker_with, SocketBinding};
 
 /// Append one formatted line (writing to a `String` cannot fail).
 macro_rules! line {

@@ -56,6 +56,36 @@ fn listen_kinds_interfaces_and_unix_sockets() {
 }
 
 #[test]
+fn daemon_bound_sockets_are_left_out_of_the_lua() {
+    let cfg = cfg("network:\n  listen:\n    - interface: 127.0.0.1@5353\n    - interface: [lo, 'fe80::1%lo']\n    - interface: '::1@853'\n      kind: dot\n    - interface: 127.0.0.1\n      kind: doh2\n    - unix-socket: /run/kr/dns.sock\n");
+    let text = super::render_worker_with(&cfg, super::SocketBinding::Daemon);
+    for present in [
+        "-- '127.0.0.1@5353': bound by the daemon, passed with -S",
+        "-- 'lo': bound by the daemon, passed with -S",
+        "-- '::1@853': bound by the daemon, passed with -S",
+        "net.listen('fe80::1%lo',53,{kind='dns',freebind=false})",
+        "net.listen('127.0.0.1',443,{kind='doh2',freebind=false})",
+        "net.listen('/run/kr/dns.sock',nil,{kind='dns',freebind=false})",
+    ] {
+        assert!(text.contains(present), "missing {present:?} in:\n{text}");
+    }
+    for absent in [
+        "net.listen('127.0.0.1',5353",
+        "net.listen(net['lo']",
+        "net.listen('::1',853",
+    ] {
+        assert!(!text.contains(absent), "unexpected {absent:?} in:\n{text}");
+    }
+    // Upstream's shape is unchanged for `kresctl convert` and `--kresd-binds-sockets`.
+    let upstream = render_worker(&cfg);
+    assert!(upstream.contains("net.listen('127.0.0.1',5353,{kind='dns',freebind=false})"));
+    assert_eq!(
+        upstream,
+        super::render_worker_with(&cfg, super::SocketBinding::Kresd)
+    );
+}
+
+#[test]
 fn control_socket_uses_the_configured_rundir() {
     check(
         "rundir: /var/lib/kr's\n",

@@ -17,6 +17,22 @@ use crate::config::{
 /// With `lua.script-only` the declarative sections are left out, but unlike upstream the control
 /// socket and the statistics functions stay, so the manager can still reach the worker.
 pub fn render_worker(cfg: &KresConfig) -> String {
+    render_worker_with(cfg, SocketBinding::Kresd)
+}
+
+/// Who binds the listening sockets of `network.listen` that kresd accepts as descriptors
+/// (see [`ListenSchema::daemon_binds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketBinding {
+    /// kresd binds every socket itself with `net.listen` (upstream's behaviour; `kresctl
+    /// convert`).
+    Kresd,
+    /// The daemon binds them and passes them with `-S`; the Lua leaves them out.
+    Daemon,
+}
+
+/// [`render_worker`], choosing who binds the sockets the daemon can hand out.
+pub fn render_worker_with(cfg: &KresConfig, binding: SocketBinding) -> String {
     let mut out = String::new();
     line!(
         &mut out,
@@ -39,7 +55,7 @@ pub fn render_worker(cfg: &KresConfig) -> String {
         section(&mut out, "OPTIONS");
         options(&mut out, cfg);
         section(&mut out, "NETWORK");
-        network(&mut out, cfg);
+        network(&mut out, cfg, binding);
         section(&mut out, "DNSSEC");
         dnssec(&mut out, cfg);
         section(&mut out, "FORWARD and FALLBACK");
@@ -204,7 +220,7 @@ fn options(out: &mut String, cfg: &KresConfig) {
     );
 }
 
-fn network(out: &mut String, cfg: &KresConfig) {
+fn network(out: &mut String, cfg: &KresConfig, binding: SocketBinding) {
     let n = &cfg.network;
     line!(out, "-- network.do-ipv4/6");
     line!(out, "net.ipv4 = {}", boolean(n.do_ipv4));
@@ -297,7 +313,7 @@ fn network(out: &mut String, cfg: &KresConfig) {
     }
     line!(out, "-- network.listen");
     for listen in &n.listen {
-        listen_lines(out, listen);
+        listen_lines(out, listen, binding);
     }
 }
 
@@ -310,7 +326,7 @@ fn listen_kind(kind: ListenKind) -> &'static str {
     }
 }
 
-fn listen_lines(out: &mut String, listen: &ListenSchema) {
+fn listen_lines(out: &mut String, listen: &ListenSchema, binding: SocketBinding) {
     let opts = format!(
         "{{kind={},freebind={}}}",
         quote(listen_kind(listen.kind)),
@@ -320,6 +336,14 @@ fn listen_lines(out: &mut String, listen: &ListenSchema) {
         line!(out, "net.listen({},nil,{opts})", quote_path(path));
     }
     for iface in listen.interface.iter().flatten() {
+        if binding == SocketBinding::Daemon && listen.daemon_binds(iface) {
+            line!(
+                out,
+                "-- {}: bound by the daemon, passed with -S",
+                quote_display(iface)
+            );
+            continue;
+        }
         let port = iface.port().or(listen.port).unwrap_or(53);
         let target = match iface.if_name() {
             Some(name) => format!("net[{}]", quote(name.as_str())),

@@ -4,11 +4,12 @@
 //! process names, command lines and environments of Knot Resolver's programs.
 
 pub mod executables;
+pub mod listen;
 pub mod task;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use supervisor::{
@@ -18,6 +19,7 @@ use supervisor::{
 use crate::config::{KresConfig, LoadedConfig, LogLevel};
 use crate::{control, lua};
 pub use executables::Executables;
+use listen::{ListenError, SocketOwner, SocketTable};
 
 /// How long a kresd may take between spawn and `READY=1` (upstream: 60 s).
 pub const WORKER_READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -75,6 +77,9 @@ pub enum ApplyError {
     },
     #[error(transparent)]
     Supervisor(#[from] SupervisorError),
+    /// A listening socket of `network.listen` could not be bound; nothing changed.
+    #[error("[/network/listen] {0}")]
+    Listen(#[from] ListenError),
     #[error("[{path}] cannot be changed at runtime; restart the resolver to change it")]
     Immutable { path: &'static str },
     #[error("the new configuration was rejected: a canary kresd {reason}{}", format_tail(.output))]
@@ -134,6 +139,11 @@ pub struct Manager {
     current: Arc<LoadedConfig>,
     /// Worker ids currently registered with the supervisor.
     workers: Vec<u32>,
+    /// Who binds the listening sockets kresd accepts as descriptors.
+    owner: SocketOwner,
+    /// The daemon's listening sockets; shared with later incarnations of the manager, because
+    /// the supervisor's specs refer to their descriptor numbers.
+    sockets: Arc<Mutex<SocketTable>>,
 }
 
 impl Manager {
@@ -141,6 +151,8 @@ impl Manager {
         supervisor: SupervisorHandle,
         executables: Executables,
         config: Arc<LoadedConfig>,
+        owner: SocketOwner,
+        sockets: Arc<Mutex<SocketTable>>,
     ) -> Self {
         Manager {
             supervisor,
@@ -148,7 +160,55 @@ impl Manager {
             base_env: child_base_env(),
             current: config,
             workers: Vec::new(),
+            owner,
+            sockets,
         }
+    }
+
+    /// The socket table (a poisoned lock only means a panic elsewhere; the table is intact).
+    fn table(&self) -> std::sync::MutexGuard<'_, SocketTable> {
+        self.sockets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How the workers' Lua treats the sockets the daemon can bind.
+    fn binding(&self) -> lua::SocketBinding {
+        match self.owner {
+            SocketOwner::Daemon => lua::SocketBinding::Daemon,
+            SocketOwner::Kresd => lua::SocketBinding::Kresd,
+        }
+    }
+
+    /// Bind the sockets `cfg` needs that the table lacks (nothing when kresd binds them).
+    fn prepare_sockets(
+        &self,
+        cfg: &KresConfig,
+    ) -> Result<Option<(listen::Prepared, Vec<listen::SocketKey>)>, ApplyError> {
+        if self.owner == SocketOwner::Kresd {
+            return Ok(None);
+        }
+        let keys = listen::wanted(&cfg.network)?;
+        let prepared = self.table().prepare(&keys, cfg.workers)?;
+        Ok(Some((prepared, keys)))
+    }
+
+    /// Make the prepared sockets the table's.
+    fn commit_sockets(
+        &self,
+        cfg: &KresConfig,
+        prepared: Option<(listen::Prepared, Vec<listen::SocketKey>)>,
+    ) {
+        if let Some((prepared, keys)) = prepared {
+            self.table().commit(prepared, &keys, cfg.workers);
+        }
+    }
+
+    /// Unregister a service and release the sockets it was given.
+    async fn remove_service(&self, name: &str) -> Result<(), SupervisorError> {
+        let result = self.supervisor.remove(name).await.map(|_| ());
+        self.table().taken_back(name);
+        result
     }
 
     pub fn config(&self) -> &Arc<LoadedConfig> {
@@ -224,6 +284,15 @@ impl Manager {
             if old.workers != cfg.workers || old.defer != cfg.defer {
                 let _ = std::fs::remove_file(cfg.rundir.join("defer"));
             }
+        }
+        // New sockets are bound before anything else happens: a bind failure rejects the
+        // configuration with nothing changed (the prepared sockets close when dropped).
+        let prepared = if restart {
+            self.prepare_sockets(&cfg)?
+        } else {
+            None
+        };
+        if restart {
             self.canary(&cfg, old.workers.max(cfg.workers)).await?;
         }
         self.run_policy_loader(&cfg).await?;
@@ -232,18 +301,26 @@ impl Manager {
             let current: Vec<u32> = self.workers.clone();
             // Scale down first, from the end, so the rolling restart touches fewer workers.
             for id in current.iter().rev().filter(|id| **id >= cfg.workers) {
-                self.supervisor.remove(&worker_name(*id)).await?;
+                self.remove_service(&worker_name(*id)).await?;
                 let _ = std::fs::remove_file(worker_config_path(&cfg.rundir, *id));
                 self.workers.retain(|w| w != id);
                 report.stopped += 1;
             }
+            self.commit_sockets(&cfg, prepared);
             for id in self.workers.clone() {
                 let name = worker_name(id);
-                self.supervisor
-                    .restart(&name)
-                    .await
-                    .map_err(|source| ApplyError::Worker { name, source })?;
+                if self.table().is_current(&name, id) {
+                    self.supervisor
+                        .restart(&name)
+                        .await
+                        .map_err(|source| ApplyError::Worker { name, source })?;
+                } else {
+                    // Its sockets changed: register it again with the new ones.
+                    self.remove_service(&name).await?;
+                    self.spawn_worker_task(&cfg, id).await?;
+                }
             }
+            self.table().close_unused();
             report.restarted = !self.workers.is_empty();
             let missing: Vec<u32> = (0..cfg.workers)
                 .filter(|id| !self.workers.contains(id))
@@ -281,8 +358,9 @@ impl Manager {
     /// either way. Its failure rejects the configuration (upstream throws this verdict away).
     async fn canary(&self, cfg: &KresConfig, instance: u32) -> Result<(), ApplyError> {
         let conf = cfg.rundir.join("canary.conf");
-        write_file(&conf, &lua::render_worker(cfg))?;
-        let mut spec = self.worker_spec(cfg, instance);
+        write_file(&conf, &lua::render_worker_with(cfg, self.binding()))?;
+        // The canary gets no sockets of the table: it must not take queries it would drop.
+        let mut spec = self.worker_spec(cfg, instance, Vec::new());
         spec.name = CANARY_NAME.to_owned();
         spec.kind = KIND_CANARY.to_owned();
         spec.restart = RestartPolicy::Never;
@@ -410,6 +488,9 @@ impl Manager {
     /// cache GC.
     pub async fn cold_start(&mut self) -> Result<(), ApplyError> {
         let cfg = self.current.model.clone();
+        // Bound here, before any worker exists, so kresd needs no privilege for port 53.
+        let prepared = self.prepare_sockets(&cfg)?;
+        self.commit_sockets(&cfg, prepared);
         self.run_policy_loader(&cfg).await?;
         let count = cfg.workers;
         self.write_worker_configs(&cfg, count)?;
@@ -434,11 +515,13 @@ impl Manager {
         cfg: &KresConfig,
         id: u32,
     ) -> impl std::future::Future<Output = Result<u32, ApplyError>> {
-        let spec = self.worker_spec(cfg, id);
+        let (fds, args) = self.table().slot(id);
+        let spec = self.worker_spec(cfg, id, args);
+        self.table().given(&spec.name, fds.clone());
         let sup = self.supervisor.clone();
         async move {
             let name = spec.name.clone();
-            sup.add(spec, Vec::new()).await?;
+            sup.add(spec, fds).await?;
             sup.start(&name)
                 .await
                 .map_err(|source| ApplyError::Worker { name, source })?;
@@ -453,7 +536,7 @@ impl Manager {
     }
 
     fn write_worker_configs(&self, cfg: &KresConfig, count: u32) -> Result<(), ApplyError> {
-        let text = lua::render_worker(cfg);
+        let text = lua::render_worker_with(cfg, self.binding());
         for id in 0..count {
             write_file(&worker_config_path(&cfg.rundir, id), &text)?;
         }
@@ -482,18 +565,17 @@ impl Manager {
         env
     }
 
-    pub fn worker_spec(&self, cfg: &KresConfig, id: u32) -> ServiceSpec {
+    /// Worker `id`'s spec; `sockets` are its `-S FD[:tls]` arguments.
+    pub fn worker_spec(&self, cfg: &KresConfig, id: u32, sockets: Vec<OsString>) -> ServiceSpec {
         let conf = worker_config_path(&cfg.rundir, id);
-        let mut spec = ServiceSpec::new(
-            worker_name(id),
-            KIND_KRESD,
-            vec![
-                self.executables.kresd.clone().into_os_string(),
-                "-c".into(),
-                conf.into_os_string(),
-                "-n".into(),
-            ],
-        );
+        let mut argv: Vec<OsString> = vec![
+            self.executables.kresd.clone().into_os_string(),
+            "-c".into(),
+            conf.into_os_string(),
+            "-n".into(),
+        ];
+        argv.extend(sockets);
+        let mut spec = ServiceSpec::new(worker_name(id), KIND_KRESD, argv);
         spec.env = self.env_with(&[("SYSTEMD_INSTANCE", id.to_string())]);
         spec.cwd = Some(cfg.rundir.clone());
         spec.readiness = Readiness::Notify {

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot, watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, ConfigError, LoadedConfig};
+use crate::manager::listen::{SocketOwner, SocketTable};
 use crate::manager::{ApplyError, ApplyReport, Executables, Manager};
 
 /// Why a change was not applied.
@@ -69,6 +70,10 @@ pub struct ManagerContext {
     pub upward: UpwardNotifier,
     /// Fires when the daemon stops.
     pub stop: CancellationToken,
+    /// Who binds the listening sockets kresd accepts as descriptors.
+    pub socket_owner: SocketOwner,
+    /// The daemon's listening sockets; they outlive every incarnation.
+    pub sockets: Arc<std::sync::Mutex<SocketTable>>,
 }
 
 /// How an incarnation ended on purpose. Errors are not here: an incarnation that returns an
@@ -128,7 +133,13 @@ impl Instability {
 /// One incarnation. The first one starts everything; later ones adopt.
 pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyError> {
     let config = ctx.config.borrow().clone();
-    let mut manager = Manager::new(ctx.supervisor.clone(), ctx.executables.clone(), config);
+    let mut manager = Manager::new(
+        ctx.supervisor.clone(),
+        ctx.executables.clone(),
+        config,
+        ctx.socket_owner,
+        ctx.sockets.clone(),
+    );
     if !*ctx.started.borrow() {
         ctx.upward.status("Starting services");
         if let Err(e) = manager.cold_start().await {

@@ -10,6 +10,7 @@
 
 pub mod dns;
 pub mod http;
+pub mod load;
 pub mod notify;
 pub mod procs;
 

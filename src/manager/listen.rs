@@ -1,0 +1,412 @@
+//! Listening sockets owned by the daemon. For every `network.listen` entry kresd accepts as a
+//! descriptor (`kresd -S FD[:tls]`), the daemon binds one socket set per worker slot, all in one
+//! `SO_REUSEPORT` group, and keeps them open for the life of the resolver. Worker N receives
+//! slot N's sockets; when it restarts or crashes its sockets stay open, so queries wait in the
+//! kernel's queue instead of being dropped or rehashed to a closed socket.
+//!
+//! The table outlives any one incarnation of the manager task (it lives in the manager's
+//! context), because the supervisor holds only descriptor numbers: a socket is closed only
+//! when no registered worker was given it.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::config::types::InterfaceHost;
+use crate::config::NetworkSchema;
+
+/// Receive buffer of a UDP socket: room for a few seconds of queries while its worker
+/// restarts (the kernel's default of ~200 KiB holds a fraction of a second at a few thousand
+/// queries per second).
+const UDP_RECEIVE_BUFFER: usize = 8 << 20;
+
+/// Whether the capped receive buffer was already reported.
+static CAPPED_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// Backlog of a TCP listening socket (kresd calls `listen` again with its own).
+const TCP_BACKLOG: i32 = 1024;
+
+/// Who binds the listening sockets kresd accepts as descriptors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketOwner {
+    /// The daemon binds them and passes them with `-S` (the default).
+    Daemon,
+    /// kresd binds them itself from the Lua configuration, as under upstream's manager
+    /// (`--kresd-binds-sockets` or `KRES_KRESD_BINDS_SOCKETS=1`).
+    Kresd,
+}
+
+/// How a descriptor is named on kresd's command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Transport {
+    /// Plain DNS over UDP: `-S FD`.
+    Udp,
+    /// Plain DNS over TCP: `-S FD`.
+    Tcp,
+    /// DNS over TLS: `-S FD:tls`.
+    Tls,
+}
+
+/// One socket the configuration asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SocketKey {
+    pub addr: SocketAddr,
+    pub transport: Transport,
+    /// `IP_FREEBIND`: bind an address that is not (yet) configured.
+    pub freebind: bool,
+}
+
+impl std::fmt::Display for SocketKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let proto = match self.transport {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+            Transport::Tls => "tls",
+        };
+        write!(f, "{}/{proto}", self.addr)
+    }
+}
+
+/// A listening socket could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    #[error("cannot bind {key}: {source}")]
+    Bind {
+        key: SocketKey,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot list the addresses of interface '{name}': {source}")]
+    Interfaces {
+        name: String,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("interface '{0}' has no IP address to listen on")]
+    NoAddress(String),
+}
+
+/// The sockets `network` asks the daemon to bind, deduplicated, in a stable order.
+pub fn wanted(network: &NetworkSchema) -> Result<Vec<SocketKey>, ListenError> {
+    let mut keys = Vec::new();
+    for listen in &network.listen {
+        for iface in listen.interface.iter().flatten() {
+            if !listen.daemon_binds(iface) {
+                continue;
+            }
+            let port = iface.port().or(listen.port).unwrap_or(53);
+            let transports: &[Transport] = match listen.kind {
+                crate::config::ListenKind::Dot => &[Transport::Tls],
+                _ => &[Transport::Udp, Transport::Tcp],
+            };
+            let addrs = match iface.host() {
+                InterfaceHost::Addr(ip) => vec![SocketAddr::new(*ip, port)],
+                InterfaceHost::Name(name) => interface_addrs(name.as_str(), port)?,
+            };
+            for addr in addrs {
+                for &transport in transports {
+                    keys.push(SocketKey {
+                        addr,
+                        transport,
+                        freebind: listen.freebind,
+                    });
+                }
+            }
+        }
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    Ok(keys)
+}
+
+/// The addresses of interface `name`, as kresd's `net[name]` lists them (link-local IPv6 with
+/// the interface as scope).
+fn interface_addrs(name: &str, port: u16) -> Result<Vec<SocketAddr>, ListenError> {
+    let all = nix::ifaddrs::getifaddrs().map_err(|source| ListenError::Interfaces {
+        name: name.to_owned(),
+        source,
+    })?;
+    let mut out = Vec::new();
+    for ifa in all.filter(|i| i.interface_name == name) {
+        let Some(address) = ifa.address else { continue };
+        if let Some(v4) = address.as_sockaddr_in() {
+            out.push(SocketAddr::new(IpAddr::V4(v4.ip()), port));
+        } else if let Some(v6) = address.as_sockaddr_in6() {
+            let ip = v6.ip();
+            let scope = if ip.is_unicast_link_local() {
+                v6.scope_id()
+            } else {
+                0
+            };
+            out.push(SocketAddr::V6(SocketAddrV6::new(ip, port, 0, scope)));
+        }
+    }
+    if out.is_empty() {
+        return Err(ListenError::NoAddress(name.to_owned()));
+    }
+    Ok(out)
+}
+
+/// Bind one socket: `SO_REUSEPORT` (the slots share the address), `IPV6_V6ONLY` for IPv6,
+/// `IP_FREEBIND` when asked, non-blocking, close-on-exec (socket2 creates it so).
+fn bind(key: SocketKey) -> Result<Socket, ListenError> {
+    let err = |source| ListenError::Bind { key, source };
+    let domain = Domain::for_address(key.addr);
+    let (ty, proto) = match key.transport {
+        Transport::Udp => (Type::DGRAM, Protocol::UDP),
+        Transport::Tcp | Transport::Tls => (Type::STREAM, Protocol::TCP),
+    };
+    let socket = Socket::new(domain, ty, Some(proto)).map_err(err)?;
+    socket.set_reuse_address(true).map_err(err)?;
+    socket.set_reuse_port(true).map_err(err)?;
+    if key.addr.is_ipv6() {
+        socket.set_only_v6(true).map_err(err)?;
+    }
+    if key.freebind {
+        if key.addr.is_ipv6() {
+            socket.set_freebind_v6(true).map_err(err)?;
+        } else {
+            socket.set_freebind_v4(true).map_err(err)?;
+        }
+    }
+    if key.transport == Transport::Udp {
+        // Beyond `net.core.rmem_max` only with CAP_NET_ADMIN; otherwise the capped size.
+        let forced = nix::sys::socket::setsockopt(
+            &socket,
+            nix::sys::socket::sockopt::RcvBufForce,
+            &UDP_RECEIVE_BUFFER,
+        );
+        if forced.is_err() {
+            socket
+                .set_recv_buffer_size(UDP_RECEIVE_BUFFER)
+                .map_err(err)?;
+            // The kernel reports twice what it grants.
+            let granted = socket.recv_buffer_size().map_err(err)? / 2;
+            if granted < UDP_RECEIVE_BUFFER && !CAPPED_LOGGED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "UDP receive buffers are capped at {granted} bytes by net.core.rmem_max \
+                     (wanted {UDP_RECEIVE_BUFFER}): fewer queries can wait while a worker \
+                     restarts; raise net.core.rmem_max to keep them"
+                );
+            }
+        }
+    }
+    socket.set_nonblocking(true).map_err(err)?;
+    socket.bind(&SockAddr::from(key.addr)).map_err(err)?;
+    if key.transport != Transport::Udp {
+        socket.listen(TCP_BACKLOG).map_err(err)?;
+    }
+    Ok(socket)
+}
+
+/// A bound socket and what it is for.
+#[derive(Debug)]
+struct Bound {
+    key: SocketKey,
+    socket: Socket,
+}
+
+/// Sockets bound for a new configuration but not yet in the table; dropping it closes them
+/// (the change was rejected and nothing changed).
+#[derive(Debug, Default)]
+pub struct Prepared {
+    slots: BTreeMap<u32, Vec<Bound>>,
+}
+
+/// The daemon's listening sockets: one set per worker slot, plus sockets no longer wanted but
+/// still given to a registered worker.
+#[derive(Debug, Default)]
+pub struct SocketTable {
+    /// Slot → its sockets, sorted by key.
+    slots: BTreeMap<u32, Vec<Bound>>,
+    /// Out of the configuration, closed once no worker in `given` holds them.
+    retired: Vec<Bound>,
+    /// Service name → descriptors it was registered with.
+    given: BTreeMap<String, Vec<RawFd>>,
+}
+
+impl SocketTable {
+    /// Bind what slots `0..workers` need for `keys` and do not have yet. Nothing in the table
+    /// changes; a failure closes whatever this call bound.
+    pub fn prepare(&self, keys: &[SocketKey], workers: u32) -> Result<Prepared, ListenError> {
+        let mut prepared = Prepared::default();
+        for slot in 0..workers {
+            let have = self.slots.get(&slot);
+            for &key in keys {
+                if have.is_some_and(|v| v.iter().any(|b| b.key == key)) {
+                    continue;
+                }
+                let socket = bind(key)?;
+                prepared
+                    .slots
+                    .entry(slot)
+                    .or_default()
+                    .push(Bound { key, socket });
+            }
+        }
+        Ok(prepared)
+    }
+
+    /// Make `keys` over slots `0..workers` the table: add what `prepared` bound, retire the
+    /// rest (closed by [`SocketTable::close_unused`] once no worker holds them).
+    pub fn commit(&mut self, mut prepared: Prepared, keys: &[SocketKey], workers: u32) {
+        let old = std::mem::take(&mut self.slots);
+        for (slot, sockets) in old {
+            for bound in sockets {
+                if slot < workers && keys.contains(&bound.key) {
+                    self.slots.entry(slot).or_default().push(bound);
+                } else {
+                    self.retired.push(bound);
+                }
+            }
+        }
+        for (slot, sockets) in std::mem::take(&mut prepared.slots) {
+            for bound in &sockets {
+                tracing::info!("listening on {} for worker {slot}", bound.key);
+            }
+            self.slots.entry(slot).or_default().extend(sockets);
+        }
+        for sockets in self.slots.values_mut() {
+            sockets.sort_by_key(|b| b.key);
+        }
+    }
+
+    /// Slot `slot`'s descriptors with kresd's `-S` arguments for them.
+    pub fn slot(&self, slot: u32) -> (Vec<RawFd>, Vec<OsString>) {
+        let mut fds = Vec::new();
+        let mut args = Vec::new();
+        for bound in self.slots.get(&slot).into_iter().flatten() {
+            let fd = bound.socket.as_raw_fd();
+            fds.push(fd);
+            args.push(OsString::from("-S"));
+            args.push(OsString::from(match bound.key.transport {
+                Transport::Udp | Transport::Tcp => fd.to_string(),
+                Transport::Tls => format!("{fd}:tls"),
+            }));
+        }
+        (fds, args)
+    }
+
+    /// Record that service `name` was registered with `fds` (replacing what it had).
+    pub fn given(&mut self, name: &str, fds: Vec<RawFd>) {
+        self.given.insert(name.to_owned(), fds);
+    }
+
+    /// Record that service `name` is gone, then close what nobody holds.
+    pub fn taken_back(&mut self, name: &str) {
+        self.given.remove(name);
+        self.close_unused();
+    }
+
+    /// Whether service `name` holds exactly the descriptors of slot `slot`.
+    pub fn is_current(&self, name: &str, slot: u32) -> bool {
+        self.given.get(name).map(Vec::as_slice) == Some(self.slot(slot).0.as_slice())
+    }
+
+    /// Close the retired sockets no registered service holds.
+    pub fn close_unused(&mut self) {
+        let given = &self.given;
+        self.retired.retain(|b| {
+            let fd = b.socket.as_raw_fd();
+            let held = given.values().any(|fds| fds.contains(&fd));
+            if !held {
+                tracing::info!("closing listening socket {}", b.key);
+            }
+            held
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(addr: &str, transport: Transport) -> SocketKey {
+        SocketKey {
+            addr: addr.parse().unwrap(),
+            transport,
+            freebind: false,
+        }
+    }
+
+    fn free_udp_port() -> u16 {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    #[test]
+    fn slots_share_the_address_and_survive_an_unchanged_commit() {
+        let port = free_udp_port();
+        let keys = vec![
+            key(&format!("127.0.0.1:{port}"), Transport::Udp),
+            key(&format!("127.0.0.1:{port}"), Transport::Tcp),
+        ];
+        let mut table = SocketTable::default();
+        let prepared = table.prepare(&keys, 2).expect("two slots bind");
+        table.commit(prepared, &keys, 2);
+        let (fds0, args0) = table.slot(0);
+        assert_eq!(fds0.len(), 2);
+        assert_eq!(args0[0], "-S");
+        table.given("kresd0", fds0.clone());
+        // The same configuration binds nothing new and keeps every descriptor.
+        let prepared = table.prepare(&keys, 2).unwrap();
+        assert!(prepared.slots.is_empty());
+        table.commit(prepared, &keys, 2);
+        assert!(table.is_current("kresd0", 0));
+        // Scaling down retires slot 1; nobody holds it, so it closes.
+        table.commit(Prepared::default(), &keys, 1);
+        table.close_unused();
+        assert!(table.retired.is_empty());
+        assert_eq!(table.slot(1).0, Vec::<RawFd>::new());
+    }
+
+    #[test]
+    fn retired_sockets_stay_open_while_a_worker_holds_them() {
+        let port = free_udp_port();
+        let keys = vec![key(&format!("127.0.0.1:{port}"), Transport::Udp)];
+        let mut table = SocketTable::default();
+        let prepared = table.prepare(&keys, 1).unwrap();
+        table.commit(prepared, &keys, 1);
+        let (fds, _) = table.slot(0);
+        table.given("kresd0", fds);
+        table.commit(Prepared::default(), &[], 1);
+        table.close_unused();
+        assert_eq!(table.retired.len(), 1, "kresd0 still holds it");
+        assert!(!table.is_current("kresd0", 0));
+        table.taken_back("kresd0");
+        assert!(table.retired.is_empty());
+    }
+
+    #[test]
+    fn a_taken_address_is_a_bind_error_and_nothing_is_kept() {
+        let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let keys = vec![key(
+            &taken.local_addr().unwrap().to_string(),
+            Transport::Udp,
+        )];
+        let table = SocketTable::default();
+        let err = table.prepare(&keys, 1).expect_err("address in use");
+        assert!(
+            err.to_string().starts_with("cannot bind 127.0.0.1:"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn dot_is_passed_as_tls() {
+        let port = free_udp_port();
+        let keys = vec![key(&format!("127.0.0.1:{port}"), Transport::Tls)];
+        let mut table = SocketTable::default();
+        let prepared = table.prepare(&keys, 1).unwrap();
+        table.commit(prepared, &keys, 1);
+        let (fds, args) = table.slot(0);
+        assert_eq!(args[1], OsString::from(format!("{}:tls", fds[0])));
+    }
+}
