@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
+use common::{Setup, DNS_TIMEOUT, START_TIMEOUT};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 use testbed::dns;
@@ -20,17 +20,6 @@ fn a(r: &common::Resolver) -> Vec<String> {
         .iter()
         .map(|a| a.to_string())
         .collect()
-}
-
-fn stop(mut r: common::Resolver) {
-    r.launched.signal(Signal::SIGINT).expect("signal");
-    let status = r.launched.wait(STOP_TIMEOUT).expect("exit");
-    assert_eq!(status.code(), Some(0), "{}", r.launched.output.text());
-    assert!(
-        r.launched.tree().is_empty(),
-        "left: {:?}",
-        r.launched.tree()
-    );
 }
 
 fn put(r: &common::Resolver, pointer: &str, value: Value) -> testbed::http::HttpResponse {
@@ -70,7 +59,7 @@ fn a_worker_breaking_config_is_refused_and_the_old_one_keeps_serving() {
     );
     // No canary left behind.
     assert_eq!(r.pids_named("kresd").len(), 2);
-    stop(r);
+    r.stop();
 }
 
 #[test]
@@ -101,7 +90,7 @@ fn lua_that_errors_is_refused_by_the_canary() {
         cfg.get("lua").is_none(),
         "rejected change not stored: {cfg}"
     );
-    stop(r);
+    r.stop();
 }
 
 #[test]
@@ -122,7 +111,7 @@ fn workers_scale_two_five_one() {
         assert_eq!(String::from_utf8_lossy(&pids.stdout).lines().count(), n);
         assert_eq!(a(&r), vec!["192.0.2.2"]);
     }
-    stop(r);
+    r.stop();
 }
 
 #[test]
@@ -146,7 +135,7 @@ fn a_policy_only_change_is_answered_without_restarting_workers() {
         assert_eq!(a(&r), vec!["192.0.2.33"]);
     }
     assert_eq!(r.pids_named("kresd"), before, "no worker restarted");
-    stop(r);
+    r.stop();
 }
 
 #[test]
@@ -210,7 +199,7 @@ fn sighup_and_kresctl_reload_reread_the_file() {
         after.iter().all(|p| !before.contains(p)),
         "--force restarts every worker: {before:?} -> {after:?}"
     );
-    stop(r);
+    r.stop();
 }
 
 #[test]
@@ -303,7 +292,7 @@ fn api_etags_preconditions_and_methods() {
         .expect("PUT rundir");
     assert_eq!(resp.status, 400, "{}", resp.text());
     assert!(resp.text().contains("/rundir"), "{}", resp.text());
-    stop(r);
+    r.stop();
 }
 
 #[test]
@@ -325,5 +314,5 @@ fn health_and_schema_routes() {
         table.contains("kresd0") && table.contains("running") && table.contains("cache-gc"),
         "{table}"
     );
-    stop(r);
+    r.stop();
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{Setup, DNS_TIMEOUT, STOP_TIMEOUT};
+use common::{Setup, DNS_TIMEOUT};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -24,17 +24,6 @@ const STABLE: Duration = Duration::from_millis(5500);
 
 /// Queries per second of every load in this file.
 const RATE: u32 = 4000;
-
-fn stop(mut r: common::Resolver) {
-    r.launched.signal(Signal::SIGINT).expect("signal");
-    let status = r.launched.wait(STOP_TIMEOUT).expect("exit");
-    assert_eq!(status.code(), Some(0), "{}", r.launched.output.text());
-    assert!(
-        r.launched.tree().is_empty(),
-        "left: {:?}",
-        r.launched.tree()
-    );
-}
 
 fn load(server: SocketAddr) -> Load {
     Load::start(LoadSpec::new(server, RATE, "load.test.")).expect("load starts")
@@ -154,7 +143,7 @@ fn workers_get_their_slot_sockets_and_rolling_restarts_lose_nothing() {
     old.sort();
     new.sort();
     assert_eq!(old, new, "every slot kept its sockets");
-    stop(r);
+    r.stop();
 }
 
 #[test]
@@ -198,7 +187,7 @@ fn crashes_of_the_only_worker_lose_at_most_one_query_each_and_tcp_waits() {
         report.lost <= KILLS,
         "more than one query lost per crash: {report}"
     );
-    stop(r);
+    r.stop();
 }
 
 #[test]
@@ -269,7 +258,7 @@ fn listen_changes_bind_first_and_close_after() {
     for pid in r.pids_named("kresd") {
         assert_eq!(handed_fds(pid).len(), 2, "only the second address");
     }
-    stop(r);
+    r.stop();
 }
 
 #[test]
@@ -297,7 +286,7 @@ fn kresd_binds_sockets_keeps_upstreams_behaviour() {
         .expect("PUT");
     assert_eq!(resp.status, 400, "{}", resp.text());
     assert!(resp.text().contains("canary"), "{}", resp.text());
-    stop(r);
+    r.stop();
 }
 
 #[test]
@@ -326,34 +315,14 @@ fn interface_names_expand_to_their_addresses() {
         let server = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, r.port));
         dns::query_udp(server, "load.test.", dns::TYPE_A, DNS_TIMEOUT).expect("::1 answers");
     }
-    stop(r);
+    r.stop();
 }
 
 #[test]
 fn dot_through_a_handed_socket() {
     let r = common::start(&Setup::new("listen-dot").workers(1).extra(RECORDS)).expect("start");
     let (cert, key) = (r.dir.host("cert.pem"), r.dir.host("key.pem"));
-    let made = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "1", "-subj", "/CN=load.test"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    testbed::self_signed_cert("load.test", &cert, &key).expect("certificate");
     let dot = testbed::free_port().expect("port");
     let network = json!({
         "listen": [
@@ -399,5 +368,5 @@ fn dot_through_a_handed_socket() {
         "kdig: {stdout} {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    stop(r);
+    r.stop();
 }

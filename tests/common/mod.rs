@@ -177,6 +177,19 @@ impl Resolver {
         Ok(out)
     }
 
+    /// SIGINT, then exit code 0 and no process of the tree left.
+    pub fn stop(mut self) {
+        use nix::sys::signal::Signal;
+        self.launched.signal(Signal::SIGINT).expect("signal");
+        let status = self.launched.wait(STOP_TIMEOUT).expect("exit");
+        assert_eq!(status.code(), Some(0), "{}", self.launched.output.text());
+        assert!(
+            self.launched.tree().is_empty(),
+            "left: {:?}",
+            self.launched.tree()
+        );
+    }
+
     /// Raw HTTP request to the management API.
     pub fn http(
         &self,
