@@ -50,7 +50,11 @@ pub enum DaemonError {
 }
 
 /// Parse, lock and run. Returns the process exit code.
-pub fn run(config_files: Vec<PathBuf>, socket_owner: SocketOwner) -> ExitCode {
+pub fn run(
+    config_files: Vec<PathBuf>,
+    socket_owner: SocketOwner,
+    worker_user: Option<String>,
+) -> ExitCode {
     let files: Vec<PathBuf> = config_files
         .into_iter()
         .map(|p| std::path::absolute(&p).unwrap_or(p))
@@ -91,7 +95,14 @@ pub fn run(config_files: Vec<PathBuf>, socket_owner: SocketOwner) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let code = runtime.block_on(serve(loaded, files, socket_owner));
+    let run_as = match worker_user.as_deref().map(resolve_user).transpose() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("--worker-user: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(serve(loaded, files, socket_owner, run_as));
     drop(lock);
     code
 }
@@ -113,7 +124,12 @@ fn init_tracing(level: &str) {
         .try_init();
 }
 
-async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>, socket_owner: SocketOwner) -> ExitCode {
+async fn serve(
+    loaded: LoadedConfig,
+    files: Vec<PathBuf>,
+    socket_owner: SocketOwner,
+    run_as: Option<supervisor::Credentials>,
+) -> ExitCode {
     let started_at = std::time::Instant::now();
     let upward = UpwardNotifier::from_env();
     upward.status("Initializing");
@@ -137,6 +153,14 @@ async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>, socket_owner: SocketOw
             return ExitCode::from(1);
         }
     };
+    if let Some(c) = run_as {
+        // Children running as that user must be able to send READY=1 to our socket; the
+        // kernel's credentials on each datagram still say which child sent it.
+        if let Err(e) = std::os::unix::fs::chown(sup.notify_socket(), Some(c.uid), Some(c.gid)) {
+            tracing::error!("cannot hand the notify socket to uid {}: {e}", c.uid);
+            return ExitCode::from(1);
+        }
+    }
     let management = loaded.model.management.clone();
     let resolve_root = files
         .first()
@@ -149,7 +173,10 @@ async fn serve(loaded: LoadedConfig, files: Vec<PathBuf>, socket_owner: SocketOw
     let stop = CancellationToken::new();
     let ctx = ManagerContext {
         supervisor: sup.clone(),
-        executables: Executables::discover(),
+        executables: Executables {
+            run_as,
+            ..Executables::discover()
+        },
         files,
         config: config_tx,
         commands: Arc::new(Mutex::new(command_rx)),
@@ -324,6 +351,21 @@ pub const FAULT_INJECTION_VAR: &str = "KRES_FAULT_INJECTION";
 /// Set (to anything but `0` or empty) to let kresd bind its own listening sockets, like the
 /// `--kresd-binds-sockets` flag.
 pub const KRESD_BINDS_SOCKETS_VAR: &str = "KRES_KRESD_BINDS_SOCKETS";
+
+/// Environment form of `--worker-user`.
+pub const WORKER_USER_VAR: &str = "KRES_WORKER_USER";
+
+/// The uid and gid of `name`, from the user database.
+fn resolve_user(name: &str) -> Result<supervisor::Credentials, String> {
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(u)) => Ok(supervisor::Credentials {
+            uid: u.uid.as_raw(),
+            gid: u.gid.as_raw(),
+        }),
+        Ok(None) => Err(format!("no user named {name:?}")),
+        Err(e) => Err(format!("cannot look up user {name:?}: {e}")),
+    }
+}
 
 fn report_manager_end(
     r: Result<Result<Option<ManagerExit>, supervisor::task::TaskGaveUp>, tokio::task::JoinError>,

@@ -19,6 +19,12 @@ struct Args {
     /// port 53.
     #[arg(long = "kresd-binds-sockets")]
     kresd_binds_sockets: bool,
+    /// Run kresd, the policy-loader and kres-cache-gc as this user (and its group) while the
+    /// daemon keeps running as root (also `KRES_WORKER_USER`). The daemon binds the listening
+    /// sockets before, so kresd needs no privilege for port 53. The rundir and the cache
+    /// directory must be writable by that user.
+    #[arg(long = "worker-user", value_name = "USER")]
+    worker_user: Option<String>,
     /// Print the version and exit.
     #[arg(short = 'V', long = "version", action = clap::ArgAction::Version)]
     version: Option<bool>,
@@ -33,5 +39,10 @@ fn main() -> ExitCode {
     } else {
         SocketOwner::Daemon
     };
-    knot_resolver::daemon::run(args.config, owner)
+    let worker_user = args.worker_user.or_else(|| {
+        std::env::var(knot_resolver::daemon::WORKER_USER_VAR)
+            .ok()
+            .filter(|v| !v.is_empty())
+    });
+    knot_resolver::daemon::run(args.config, owner, worker_user)
 }

@@ -1,6 +1,7 @@
-//! Where the Knot Resolver programs are. Upstream fixes them at build time under /usr/sbin;
-//! we look there first, then on `$PATH`, and accept explicit overrides through
-//! `KRES_KRESD_EXECUTABLE` / `KRES_CACHE_GC_EXECUTABLE` (read once at start-up).
+//! Where the Knot Resolver programs are, and as whom they run. Upstream fixes the paths at
+//! build time under /usr/sbin; we look there first, then on `$PATH`, and accept explicit
+//! overrides through `KRES_KRESD_EXECUTABLE` / `KRES_CACHE_GC_EXECUTABLE` (read once at
+//! start-up). `run_as` is set by `knot-resolver --worker-user`.
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +9,9 @@ use std::path::{Path, PathBuf};
 pub struct Executables {
     pub kresd: PathBuf,
     pub cache_gc: PathBuf,
+    /// The user every child runs as, when the daemon runs as root and was told to drop
+    /// them to an unprivileged user; `None` runs them as ourselves.
+    pub run_as: Option<supervisor::Credentials>,
 }
 
 impl Executables {
@@ -15,6 +19,7 @@ impl Executables {
         Executables {
             kresd: find("KRES_KRESD_EXECUTABLE", "kresd"),
             cache_gc: find("KRES_CACHE_GC_EXECUTABLE", "kres-cache-gc"),
+            run_as: None,
         }
     }
 }

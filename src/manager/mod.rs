@@ -577,6 +577,7 @@ impl Manager {
         argv.extend(sockets);
         let mut spec = ServiceSpec::new(worker_name(id), KIND_KRESD, argv);
         spec.env = self.env_with(&[("SYSTEMD_INSTANCE", id.to_string())]);
+        spec.user = self.executables.run_as;
         spec.cwd = Some(cfg.rundir.clone());
         spec.readiness = Readiness::Notify {
             timeout: WORKER_READY_TIMEOUT,
@@ -602,6 +603,7 @@ impl Manager {
             ],
         );
         spec.env = self.env_with(&[]);
+        spec.user = self.executables.run_as;
         spec.cwd = Some(cfg.rundir.clone());
         spec.restart = RestartPolicy::Never;
         spec
@@ -637,6 +639,7 @@ impl Manager {
         }
         let mut spec = ServiceSpec::new(GC_NAME, KIND_GC, argv);
         spec.env = self.env_with(&[]);
+        spec.user = self.executables.run_as;
         spec.cwd = Some(cfg.rundir.clone());
         spec
     }

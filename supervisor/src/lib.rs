@@ -26,4 +26,6 @@ pub use runner::{
     ShutdownReport, Supervisor, SupervisorError, SupervisorHandle, SupervisorOptions,
 };
 pub use snapshot::{ProcessSnapshot, Snapshot};
-pub use spec::{ExitStatus, Readiness, RestartPolicy, ServiceSpec, StartLimit, StopPolicy};
+pub use spec::{
+    Credentials, ExitStatus, Readiness, RestartPolicy, ServiceSpec, StartLimit, StopPolicy,
+};

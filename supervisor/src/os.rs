@@ -87,6 +87,7 @@ pub fn spawn(
     env: &[(OsString, OsString)],
     cwd: Option<&Path>,
     keep_fds: &[RawFd],
+    user: Option<crate::spec::Credentials>,
 ) -> io::Result<Spawned> {
     let (program, args) = argv
         .split_first()
@@ -101,6 +102,10 @@ pub fn spawn(
         .process_group(0);
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
+    }
+    if let Some(c) = user {
+        // std clears supplementary groups (as root), then setgid, then setuid, in the child.
+        cmd.uid(c.uid).gid(c.gid);
     }
     if !keep_fds.is_empty() {
         let keep = keep_fds.to_vec();

@@ -607,7 +607,13 @@ impl Supervisor {
                 notify_path.into_os_string(),
             ));
         }
-        match os::spawn(&svc.spec.argv, &env, svc.spec.cwd.as_deref(), &svc.fds) {
+        match os::spawn(
+            &svc.spec.argv,
+            &env,
+            svc.spec.cwd.as_deref(),
+            &svc.fds,
+            svc.spec.user,
+        ) {
             Ok(spawned) => {
                 tracing::info!(name, pid = spawned.pid.as_raw(), "process spawned");
                 svc.status_text = None;

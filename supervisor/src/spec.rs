@@ -37,6 +37,16 @@ pub struct ServiceSpec {
     pub stop: StopPolicy,
     /// Exit codes that count as success (a one-shot job's expected codes).
     pub success_codes: BTreeSet<i32>,
+    /// Run the child as this user and group instead of ours (root dropping to an unprivileged
+    /// user: supplementary groups are cleared and every capability is lost in the switch).
+    pub user: Option<Credentials>,
+}
+
+/// A user and group id to run a child as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
 }
 
 impl ServiceSpec {
@@ -55,6 +65,7 @@ impl ServiceSpec {
             start_limit: StartLimit::default(),
             stop: StopPolicy::default(),
             success_codes: BTreeSet::from([0]),
+            user: None,
         }
     }
 

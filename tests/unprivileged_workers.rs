@@ -1,0 +1,120 @@
+//! Port 53 without privileges in kresd: the daemon (root) binds the listening sockets and runs
+//! every kresd as the `knot-resolver` user of the test bed, which holds no capability at all,
+//! so it could never bind port 53 itself.
+
+mod common;
+
+use std::path::Path;
+
+use common::{Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
+use nix::sys::signal::Signal;
+use testbed::notify::NotifyListener;
+use testbed::{dns, os, Bed};
+
+/// uid and gid of `name` in the bed's user database.
+fn bed_user(bed: &Bed, name: &str) -> (u32, u32) {
+    let passwd = std::fs::read_to_string(bed.host_path(Path::new("/etc/passwd"))).expect("passwd");
+    let line = passwd
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}:")))
+        .expect("user exists in the bed");
+    let fields: Vec<&str> = line.split(':').collect();
+    (
+        fields[2].parse().expect("uid"),
+        fields[3].parse().expect("gid"),
+    )
+}
+
+/// A `Key:\tvalue` line of /proc/PID/status.
+fn status_field(pid: i32, key: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn port_53_is_served_by_kresd_running_as_an_unprivileged_user() {
+    let bed = Bed::get().expect("bed");
+    let (uid, gid) = bed_user(bed, "knot-resolver");
+    let dir = bed.test_dir("port53").expect("dir");
+    for d in ["run", "cache"] {
+        std::fs::create_dir_all(dir.host(d)).expect("dir");
+        std::os::unix::fs::chown(dir.host(d), Some(uid), Some(gid)).expect("chown");
+    }
+    let port = testbed::free_port().expect("port");
+    let setup = Setup::new("port53")
+        .workers(2)
+        .network("    - interface: 127.0.0.1@53\n")
+        .extra("local-data:\n  records: |\n    p53.test. 300 A 192.0.2.53\n");
+    testbed::write(
+        &dir.host("config.yaml"),
+        &common::config_yaml(&dir, port, &setup),
+    )
+    .expect("config");
+    let mut notify = NotifyListener::bind(&dir.host("notify.sock")).expect("notify");
+    let mut launched = bed
+        .launch(
+            Path::new(common::DAEMON),
+            &[
+                &os("-c"),
+                &os(dir.bed("config.yaml")),
+                &os("--worker-user"),
+                &os("knot-resolver"),
+            ],
+            &[("NOTIFY_SOCKET", &os(dir.bed("notify.sock")))],
+        )
+        .expect("launch");
+    if let Err(e) = notify.wait_for("READY=1", START_TIMEOUT) {
+        panic!("{e:#}\n{}", launched.output.text());
+    }
+
+    let answer = dns::query_udp(
+        "127.0.0.1:53".parse().expect("addr"),
+        "p53.test.",
+        dns::TYPE_A,
+        DNS_TIMEOUT,
+    )
+    .expect("answer on port 53");
+    assert_eq!(
+        answer.a(),
+        vec!["192.0.2.53".parse::<std::net::Ipv4Addr>().expect("ip")]
+    );
+    let tcp = dns::query_tcp(
+        "127.0.0.1:53".parse().expect("addr"),
+        "p53.test.",
+        dns::TYPE_A,
+        DNS_TIMEOUT,
+    )
+    .expect("TCP answer on port 53");
+    assert_eq!(tcp.a().len(), 1);
+
+    let workers: Vec<i32> = launched
+        .descendants()
+        .iter()
+        .filter(|p| p.comm == "kresd")
+        .map(|p| p.pid)
+        .collect();
+    assert_eq!(workers.len(), 2);
+    for pid in workers {
+        let uids = status_field(pid, "Uid:");
+        assert!(
+            uids.split_whitespace().all(|u| u == uid.to_string()),
+            "kresd {pid} runs as {uids}"
+        );
+        for caps in ["CapEff:", "CapPrm:", "CapAmb:"] {
+            assert_eq!(
+                status_field(pid, caps),
+                "0000000000000000",
+                "kresd {pid} {caps}"
+            );
+        }
+    }
+
+    launched.signal(Signal::SIGINT).expect("signal");
+    let status = launched.wait(STOP_TIMEOUT).expect("exit");
+    assert_eq!(status.code(), Some(0), "{}", launched.output.text());
+    assert!(launched.tree().is_empty());
+}
