@@ -221,11 +221,11 @@ async fn serve(
     let mut api_task = None;
     let mut watchdog_task = None;
     if started {
-        watchdog_task = Some(tokio::spawn(crate::watchdog::run(
+        watchdog_task = Some(crate::watchdog::start(
             config_rx.clone(),
             command_tx.clone(),
             stop.child_token(),
-        )));
+        ));
         let state = ApiState {
             config: config_rx,
             supervisor: sup.clone(),

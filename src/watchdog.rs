@@ -51,16 +51,21 @@ enum FileEvent {
 }
 
 /// Watch until `stop`; rebuild the watches whenever the configuration changes.
-pub async fn run(
-    mut config: watch::Receiver<Arc<LoadedConfig>>,
-    manager: mpsc::Sender<ManagerCommand>,
-    stop: CancellationToken,
-) {
-    loop {
-        let files = watched_files(&config.borrow_and_update().model);
-        let (events_tx, mut events) = mpsc::channel(64);
+/// The watches for one set of files: an inotify thread and the channel of its events.
+struct Watching {
+    files: BTreeSet<PathBuf>,
+    events: mpsc::Receiver<FileEvent>,
+    halt: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watching {
+    /// Set up the watches now (synchronously), so no change after this call is missed.
+    fn new(cfg: &KresConfig) -> Watching {
+        let files = watched_files(cfg);
+        let (events_tx, events) = mpsc::channel(64);
         let halt = Arc::new(AtomicBool::new(false));
-        let watcher = if files.is_empty() {
+        let thread = if files.is_empty() {
             None
         } else {
             match spawn_watcher(files.clone(), events_tx, halt.clone()) {
@@ -74,6 +79,43 @@ pub async fn run(
                 }
             }
         };
+        Watching {
+            files,
+            events,
+            halt,
+            thread,
+        }
+    }
+
+    async fn close(self) {
+        self.halt.store(true, Ordering::SeqCst);
+        if let Some(handle) = self.thread {
+            let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+        }
+    }
+}
+
+/// Start watching: the first watches are in place when this returns (call it before READY);
+/// the returned task follows configuration changes until `stop`.
+pub fn start(
+    mut config: watch::Receiver<Arc<LoadedConfig>>,
+    manager: mpsc::Sender<ManagerCommand>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let first = Watching::new(&config.borrow_and_update().model);
+    tokio::spawn(run(config, manager, stop, first))
+}
+
+async fn run(
+    mut config: watch::Receiver<Arc<LoadedConfig>>,
+    manager: mpsc::Sender<ManagerCommand>,
+    stop: CancellationToken,
+    first: Watching,
+) {
+    let mut watching = first;
+    loop {
+        let files = watching.files.clone();
+        let events = &mut watching.events;
         let mut pending: Option<tokio::time::Instant> = None;
         let rebuild = loop {
             let sleep = async {
@@ -108,13 +150,11 @@ pub async fn run(
                 }
             }
         };
-        halt.store(true, Ordering::SeqCst);
-        if let Some(handle) = watcher {
-            let _ = tokio::task::spawn_blocking(move || handle.join()).await;
-        }
+        watching.close().await;
         if !rebuild {
             return;
         }
+        watching = Watching::new(&config.borrow_and_update().model);
     }
 }
 
