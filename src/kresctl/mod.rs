@@ -17,7 +17,6 @@ use client::{ApiClient, Target};
 /// The default API socket when nothing else says where it is.
 pub const DEFAULT_SOCKET: &str = "/run/knot-resolver/kres-api.sock";
 
-/// Command-line utility that helps communicate with Knot Resolver's management API.
 /// Exit codes, shown by `kresctl --help`.
 const EXIT_CODES: &str = "Exit codes:
   0  success
@@ -26,7 +25,12 @@ const EXIT_CODES: &str = "Exit codes:
   2  usage error (unknown command or option, missing or invalid argument)";
 
 #[derive(Parser)]
-#[command(name = "kresctl", version = crate::VERSION, after_long_help = EXIT_CODES)]
+#[command(
+    name = "kresctl",
+    version = crate::VERSION,
+    about = "Command-line utility that helps communicate with Knot Resolver's management API.",
+    after_long_help = EXIT_CODES
+)]
 pub struct Cli {
     /// Path or URL of the management API socket.
     #[arg(
