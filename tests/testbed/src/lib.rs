@@ -154,7 +154,7 @@ impl Bed {
         args: &[&OsStr],
         env: &[(&str, &OsStr)],
     ) -> Result<Launched> {
-        self.launch_with(program, args, env, Stdio::piped())
+        self.spawn_in_bed(Program::Ours(program), args, env)
     }
 
     /// Launch a program that is part of the bed itself (`/usr/sbin/kresd`, `/usr/bin/knot-resolver`).
@@ -164,18 +164,28 @@ impl Bed {
         args: &[&OsStr],
         env: &[(&str, &OsStr)],
     ) -> Result<Launched> {
+        self.spawn_in_bed(Program::Installed(bed_program), args, env)
+    }
+
+    /// Build the launcher for `program` (directly, or through `unshare` + `chroot`) and start it.
+    fn spawn_in_bed(
+        &self,
+        program: Program<'_>,
+        args: &[&OsStr],
+        env: &[(&str, &OsStr)],
+    ) -> Result<Launched> {
         let marker = format!(
             "kr-{}-{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::SeqCst)
         );
-        let mut cmd = match &self.mode {
-            Mode::Native => {
-                let mut c = Command::new(bed_program);
+        let mut cmd = match (&self.mode, program) {
+            (Mode::Native, Program::Ours(path) | Program::Installed(path)) => {
+                let mut c = Command::new(path);
                 c.args(args);
                 c
             }
-            Mode::Chroot { rootfs } => {
+            (Mode::Chroot { rootfs }, Program::Installed(path)) => {
                 let mut c = Command::new("unshare");
                 c.args([
                     "--mount",
@@ -187,34 +197,12 @@ impl Bed {
                     CHROOT_SCRIPT_INSTALLED,
                     "sh",
                 ]);
-                c.arg(rootfs).arg(bed_program).args(args);
+                c.arg(rootfs).arg(path).args(args);
                 c
             }
-        };
-        self.finish_launch(&mut cmd, env, marker, Stdio::piped())
-    }
-
-    fn launch_with(
-        &self,
-        program: &Path,
-        args: &[&OsStr],
-        env: &[(&str, &OsStr)],
-        stdout: Stdio,
-    ) -> Result<Launched> {
-        let marker = format!(
-            "kr-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        );
-        let mut cmd = match &self.mode {
-            Mode::Native => {
-                let mut c = Command::new(program);
-                c.args(args);
-                c
-            }
-            Mode::Chroot { rootfs } => {
-                let dir = program.parent().context("program has no directory")?;
-                let name = program.file_name().context("program has no name")?;
+            (Mode::Chroot { rootfs }, Program::Ours(path)) => {
+                let dir = path.parent().context("program has no directory")?;
+                let name = path.file_name().context("program has no name")?;
                 let mut c = Command::new("unshare");
                 c.args([
                     "--mount",
@@ -233,7 +221,7 @@ impl Bed {
                 c
             }
         };
-        self.finish_launch(&mut cmd, env, marker, stdout)
+        self.finish_launch(&mut cmd, env, marker, Stdio::piped())
     }
 
     fn finish_launch(
@@ -304,6 +292,15 @@ fn remove_stale_scratch(tmp: &Path) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+}
+
+/// What the bed launches.
+#[derive(Clone, Copy)]
+enum Program<'a> {
+    /// One of our binaries (a host path): its directory is mounted into the bed.
+    Ours(&'a Path),
+    /// A program installed in the bed (a bed path).
+    Installed(&'a Path),
 }
 
 /// Mounts /proc, /dev and the build directory inside the rootfs, then chroots into it.
