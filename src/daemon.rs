@@ -1,25 +1,31 @@
-//! The `knot-resolver` daemon: the root of the process tree. It loads the configuration,
-//! takes the rundir lock, starts the supervisor and the manager, serves the API, reports to
-//! systemd, and turns signals into an orderly shutdown.
+//! The `knot-resolver` daemon: the root of the process tree. It reads the operator's
+//! configuration files once, at start-up, for what cannot change at run time (rundir, API
+//! endpoint, log level), takes the rundir lock, owns the supervisor, the notify socket, the
+//! API's listening socket and the upward sd_notify, and runs the manager as a supervised child
+//! process (`manager::process`) that does everything else. Nothing that arrives later (API
+//! requests, reloaded or watched files) is parsed here: if the manager crashes, overflows, is
+//! killed or hangs, it is restarted and adopts the running workers.
 
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook_tokio::Signals;
-use supervisor::task::supervise_task;
+use supervisor::remote::{self, ChildEnd, ChildPolicy, ChildService, FdStore, Link};
 use supervisor::upward::UpwardNotifier;
-use supervisor::Backoff;
-use supervisor::{Supervisor, SupervisorOptions};
-use tokio::sync::{mpsc, watch, Mutex};
+use supervisor::{
+    Backoff, Output, Readiness, RestartPolicy, ServiceSpec, StopPolicy, Supervisor,
+    SupervisorHandle, SupervisorOptions,
+};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{self, ApiState};
-use crate::config::{self, LoadedConfig};
-use crate::manager::listen::SocketOwner;
-use crate::manager::task::{self, ManagerCommand, ManagerContext, ManagerExit};
+use crate::config::{self, ManagementSchema};
+use crate::manager::process::{LINK_FD, MANAGER_NAME, STORED_API};
 use crate::manager::Executables;
 
 /// The default configuration file, as upstream.
@@ -42,22 +48,29 @@ pub enum DaemonError {
         source: std::io::Error,
     },
     #[error("another manager is running in {0} (pid {1})")]
-    Locked(PathBuf, i32),
+    Locked(PathBuf, String),
     #[error("cannot start: {0}")]
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Apply(#[from] crate::manager::ApplyError),
 }
 
+/// How the daemon was started: what the manager process is given too.
+pub struct Invocation {
+    /// The configuration files, as given.
+    pub config_files: Vec<PathBuf>,
+    /// `--worker-user` or its environment form.
+    pub worker_user: Option<String>,
+    /// Our command line after the program name, passed on to the manager process unchanged.
+    pub args: Vec<OsString>,
+}
+
 /// Parse, lock and run. Returns the process exit code.
-pub fn run(
-    config_files: Vec<PathBuf>,
-    socket_owner: SocketOwner,
-    worker_user: Option<String>,
-) -> ExitCode {
-    let files: Vec<PathBuf> = config_files
-        .into_iter()
-        .map(|p| std::path::absolute(&p).unwrap_or(p))
+pub fn run(invocation: Invocation) -> ExitCode {
+    let files: Vec<PathBuf> = invocation
+        .config_files
+        .iter()
+        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
         .collect();
     let loaded = match config::load_files(&files, true) {
         Ok(l) => l,
@@ -68,6 +81,9 @@ pub fn run(
     };
     init_tracing(loaded.model.logging.level.as_str());
     let rundir = loaded.model.rundir.clone();
+    let management = loaded.model.management.clone();
+    drop(loaded);
+    let cwd = std::env::current_dir().ok();
     if let Err(source) = std::env::set_current_dir(&rundir) {
         tracing::error!(
             "{}",
@@ -78,10 +94,22 @@ pub fn run(
         );
         return ExitCode::from(1);
     }
-    let lock = match PidLock::acquire(&rundir) {
+    let lock = match RundirLock::acquire(&rundir) {
         Ok(l) => l,
         Err(e) => {
             tracing::error!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let run_as = match invocation
+        .worker_user
+        .as_deref()
+        .map(resolve_user)
+        .transpose()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("--worker-user: {e}");
             return ExitCode::from(1);
         }
     };
@@ -95,19 +123,21 @@ pub fn run(
             return ExitCode::from(1);
         }
     };
-    let run_as = match worker_user.as_deref().map(resolve_user).transpose() {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!("--worker-user: {e}");
-            return ExitCode::from(1);
-        }
+    let root = Root {
+        rundir,
+        management,
+        run_as,
+        manager_args: invocation.args,
+        manager_cwd: cwd,
     };
-    let code = runtime.block_on(serve(loaded, files, socket_owner, run_as));
+    let code = runtime.block_on(root.serve());
     drop(lock);
     code
 }
 
-fn init_tracing(level: &str) {
+/// Log to stderr in one format for the root and the manager process (which shares the
+/// root's stderr).
+pub(crate) fn init_tracing(level: &str) {
     let level = match level {
         "crit" | "err" => "error",
         "warning" => "warn",
@@ -117,233 +147,25 @@ fn init_tracing(level: &str) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("KRES_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},child=info")));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .try_init();
+        .with_ansi(false);
+    let _ = builder.try_init();
 }
 
-async fn serve(
-    loaded: LoadedConfig,
-    files: Vec<PathBuf>,
-    socket_owner: SocketOwner,
-    run_as: Option<supervisor::Credentials>,
-) -> ExitCode {
-    let started_at = std::time::Instant::now();
-    let upward = UpwardNotifier::from_env();
-    upward.status("Initializing");
-    if let Err(e) = supervisor::os::cloexec_inherited_fds(&[]) {
-        tracing::warn!("cannot mark inherited descriptors close-on-exec: {e}");
-    }
-    let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP]) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!("cannot install signal handlers: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let rundir = loaded.model.rundir.clone();
-    let (sup, sup_task) = match Supervisor::start(SupervisorOptions {
-        notify_socket: rundir.join(NOTIFY_SOCKET_NAME),
-    }) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!("cannot start the supervisor: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    if let Some(c) = run_as {
-        // Children running as that user must be able to send READY=1 to our socket; the
-        // kernel's credentials on each datagram still say which child sent it.
-        if let Err(e) = std::os::unix::fs::chown(sup.notify_socket(), Some(c.uid), Some(c.gid)) {
-            tracing::error!("cannot hand the notify socket to uid {}: {e}", c.uid);
-            return ExitCode::from(1);
-        }
-    }
-    let management = loaded.model.management.clone();
-    let resolve_root = files
-        .first()
-        .and_then(|f| f.parent())
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let (config_tx, config_rx) = watch::channel(Arc::new(loaded));
-    let (command_tx, command_rx) = mpsc::channel(16);
-    let (started_tx, mut started_rx) = watch::channel(false);
-    let stop = CancellationToken::new();
-    let ctx = ManagerContext {
-        supervisor: sup.clone(),
-        executables: Executables {
-            run_as,
-            ..Executables::discover()
-        },
-        files,
-        config: config_tx,
-        commands: Arc::new(Mutex::new(command_rx)),
-        started: started_tx,
-        upward: upward.clone(),
-        stop: stop.clone(),
-        socket_owner,
-        sockets: Default::default(),
-    };
-    let mut manager = tokio::spawn(supervise_task(
-        "manager",
-        Backoff::default(),
-        MANAGER_MAX_FAILURES,
-        stop.clone(),
-        move |inc| task::run(ctx.clone(), inc.number),
-    ));
-
-    let mut exit = 0u8;
-    let mut manager_done = false;
-    let started = tokio::select! {
-        r = started_rx.wait_for(|s| *s) => match r {
-            Ok(_) => true,
-            Err(_) => {
-                // The manager dropped its side: it has ended; learn how.
-                manager_done = true;
-                exit = 1;
-                report_manager_end((&mut manager).await);
-                false
-            }
-        },
-        r = &mut manager => {
-            manager_done = true;
-            exit = 1;
-            report_manager_end(r);
-            false
-        }
-        Some(sig) = signals.next() => {
-            tracing::warn!(signal = sig, "signal received during start-up; stopping");
-            false
-        }
-    };
-    let mut api_task = None;
-    let mut watchdog_task = None;
-    if started {
-        watchdog_task = Some(crate::watchdog::start(
-            config_rx.clone(),
-            command_tx.clone(),
-            stop.child_token(),
-        ));
-        let state = ApiState {
-            config: config_rx,
-            supervisor: sup.clone(),
-            stop: stop.clone(),
-            manager: command_tx.clone(),
-            fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
-            resolve_root,
-            rendered: Default::default(),
-        };
-        let router = api::app(state);
-        let api_stop = stop.child_token();
-        match api::server::Listener::bind(&management) {
-            Ok(listener) => {
-                let endpoint = listener.endpoint();
-                tracing::info!("management API listening on {endpoint}");
-                api_task = Some(tokio::spawn(api::server::serve(listener, router, api_stop)));
-            }
-            Err(e) => {
-                // Upstream stops the whole resolver when the API cannot listen.
-                tracing::error!("{e}");
-                exit = 1;
-                stop.cancel();
-            }
-        }
-        if !stop.is_cancelled() {
-            tracing::info!(
-                "Manager fully initialized and running in {:.3} seconds",
-                started_at.elapsed().as_secs_f64()
-            );
-            upward.ready("Ready");
-        }
-        let watchdog = upward.spawn_watchdog();
-        loop {
-            tokio::select! {
-                Some(sig) = signals.next() => match sig {
-                    SIGHUP => {
-                        tracing::info!("SIGHUP received; reloading the configuration files");
-                        let (reply, _result) = tokio::sync::oneshot::channel();
-                        // The manager reports the outcome (log, RELOADING/READY upward); signals
-                        // keep being handled meanwhile.
-                        let _ = command_tx.send(ManagerCommand::Reload { force: false, reply }).await;
-                    }
-                    _ => {
-                        tracing::info!(signal = sig, "stopping on signal");
-                        break;
-                    }
-                },
-                () = stop.cancelled() => {
-                    if exit == 0 {
-                        tracing::info!("stopping on API request");
-                    }
-                    break;
-                }
-                r = &mut manager, if !manager_done => {
-                    manager_done = true;
-                    if stop.is_cancelled() {
-                        // It ended because a stop was requested (API): not a failure.
-                        tracing::info!("stopping on API request");
-                        break;
-                    }
-                    exit = 1;
-                    report_manager_end(r);
-                    tracing::error!("the manager cannot continue; stopping the resolver");
-                    break;
-                }
-            }
-        }
-        if let Some(w) = watchdog {
-            w.abort();
-        }
-    }
-    upward.stopping("Stopping");
-    stop.cancel();
-    if !manager_done {
-        let _ = manager.await;
-    }
-    if let Some(task) = api_task {
-        let _ = task.await;
-    }
-    if let Some(task) = watchdog_task {
-        let _ = task.await;
-    }
-    // Stop every process; a second SIGINT/SIGTERM kills them at once.
-    let shutdown = sup.shutdown();
-    tokio::pin!(shutdown);
-    let report = loop {
-        tokio::select! {
-            r = &mut shutdown => break r,
-            Some(sig) = signals.next() => {
-                if sig != SIGHUP {
-                    tracing::warn!(signal = sig, "second stop signal: killing all processes");
-                    sup.kill_all();
-                }
-            }
-        }
-    };
-    let _ = sup_task.await;
-    crate::manager::remove_generated_files(&rundir);
-    match report {
-        Ok(r) if !r.unclean.is_empty() => {
-            tracing::warn!(
-                "processes that did not stop cleanly: {}",
-                r.unclean.join(", ")
-            );
-            exit = 1;
-        }
-        Ok(_) => {}
-        Err(e) => {
-            tracing::error!("supervisor: {e}");
-            exit = 1;
-        }
-    }
-    tracing::info!("stopped");
-    ExitCode::from(exit)
-}
-
-/// Consecutive manager-task failures before the resolver gives up and stops.
+/// Consecutive manager failures (crash, hang) before the resolver gives up and stops.
 const MANAGER_MAX_FAILURES: u32 = 5;
+
+/// A manager process that ran this long before it failed has its failure streak forgiven.
+const MANAGER_STABLE_AFTER: Duration = Duration::from_secs(60);
+
+/// A manager that answers no ping for this long is hung and replaced (override:
+/// `KRES_MANAGER_HANG_TIMEOUT` in seconds, for tests).
+const MANAGER_HANG_AFTER: Duration = Duration::from_secs(20);
+
+/// How long the manager may take to stop (finishing API requests in flight) before SIGKILL.
+const MANAGER_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Set (to anything) to enable `POST /debug/panic-manager`, for tests of manager recovery.
 pub const FAULT_INJECTION_VAR: &str = "KRES_FAULT_INJECTION";
@@ -355,8 +177,313 @@ pub const KRESD_BINDS_SOCKETS_VAR: &str = "KRES_KRESD_BINDS_SOCKETS";
 /// Environment form of `--worker-user`.
 pub const WORKER_USER_VAR: &str = "KRES_WORKER_USER";
 
+/// Seconds without an answer after which the manager counts as hung.
+pub const MANAGER_HANG_VAR: &str = "KRES_MANAGER_HANG_TIMEOUT";
+
+/// The root process: what it was told at start-up.
+struct Root {
+    rundir: PathBuf,
+    management: ManagementSchema,
+    run_as: Option<supervisor::Credentials>,
+    /// Our arguments, for the manager process.
+    manager_args: Vec<OsString>,
+    /// Where we were started (relative paths on the command line resolve there).
+    manager_cwd: Option<PathBuf>,
+}
+
+/// Why the root stops.
+enum Stop {
+    /// A signal (SIGINT/SIGTERM).
+    Signal,
+    /// The manager asked, with this exit code (API `/stop`: 0; start-up failure: 1).
+    Requested(u8),
+    /// The manager could not be kept running.
+    ManagerFailed,
+}
+
+impl Root {
+    async fn serve(self) -> ExitCode {
+        let upward = UpwardNotifier::from_env();
+        upward.status("Initializing");
+        if let Err(e) = supervisor::os::cloexec_inherited_fds(&[]) {
+            tracing::warn!("cannot mark inherited descriptors close-on-exec: {e}");
+        }
+        let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("cannot install signal handlers: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        let (sup, sup_task) = match Supervisor::start(SupervisorOptions {
+            notify_socket: self.rundir.join(NOTIFY_SOCKET_NAME),
+        }) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("cannot start the supervisor: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        if let Some(c) = self.run_as {
+            // Children running as that user must be able to send READY=1 to our socket; the
+            // kernel's credentials on each datagram still say which child sent it.
+            if let Err(e) = std::os::unix::fs::chown(sup.notify_socket(), Some(c.uid), Some(c.gid))
+            {
+                tracing::error!("cannot hand the notify socket to uid {}: {e}", c.uid);
+                return ExitCode::from(1);
+            }
+        }
+        let mut store = FdStore::default();
+        // The API socket is ours, so that clients wait in its backlog while the manager
+        // restarts instead of being refused.
+        let api_socket = match crate::api::server::Listener::bind(&self.management) {
+            Ok(listener) => {
+                tracing::info!("management API listening on {}", listener.endpoint());
+                let file = listener.socket_file().map(Path::to_path_buf);
+                match listener.into_fd() {
+                    Ok(fd) => {
+                        let _ = store.put(STORED_API.to_owned(), fd);
+                        file
+                    }
+                    Err(e) => {
+                        tracing::error!("management API: {e}");
+                        return self.finish(&sup, sup_task, &mut signals, 1, None).await;
+                    }
+                }
+            }
+            Err(e) => {
+                // Upstream stops the whole resolver when the API cannot listen.
+                tracing::error!("{e}");
+                return self.finish(&sup, sup_task, &mut signals, 1, None).await;
+            }
+        };
+        let watchdog = upward.spawn_watchdog();
+        let stop = CancellationToken::new();
+        let keeper = self.keep_manager(&sup, &mut store, &upward, stop.clone());
+        tokio::pin!(keeper);
+        let why = loop {
+            tokio::select! {
+                why = &mut keeper => break why,
+                Some(sig) = signals.next() => match sig {
+                    SIGHUP => {
+                        tracing::info!("SIGHUP received; the manager reloads the configuration files");
+                        signal_manager(&sup, nix::sys::signal::Signal::SIGHUP);
+                    }
+                    _ => {
+                        tracing::info!(signal = sig, "stopping on signal");
+                        stop.cancel();
+                        // The keeper returns at once; its answer is ours anyway.
+                        let _ = (&mut keeper).await;
+                        break Stop::Signal;
+                    }
+                },
+            }
+        };
+        if let Some(w) = watchdog {
+            w.abort();
+        }
+        let exit = match why {
+            Stop::Signal => 0,
+            Stop::Requested(code) => {
+                if code == 0 {
+                    tracing::info!("stopping on API request");
+                }
+                code
+            }
+            Stop::ManagerFailed => 1,
+        };
+        upward.stopping("Stopping");
+        self.finish(&sup, sup_task, &mut signals, exit, api_socket)
+            .await
+    }
+
+    /// Stop the manager first (it finishes API requests in flight), then every process; a
+    /// second SIGINT/SIGTERM kills them at once. Then clean the rundir.
+    async fn finish(
+        &self,
+        sup: &SupervisorHandle,
+        sup_task: tokio::task::JoinHandle<()>,
+        signals: &mut Signals,
+        mut exit: u8,
+        api_socket: Option<PathBuf>,
+    ) -> ExitCode {
+        let manager_stopped = sup.remove(MANAGER_NAME);
+        tokio::pin!(manager_stopped);
+        let shutdown = async {
+            let _ = (&mut manager_stopped).await;
+            sup.shutdown().await
+        };
+        tokio::pin!(shutdown);
+        let report = loop {
+            tokio::select! {
+                r = &mut shutdown => break r,
+                Some(sig) = signals.next() => {
+                    if sig != SIGHUP {
+                        tracing::warn!(signal = sig, "second stop signal: killing all processes");
+                        sup.kill_all();
+                    }
+                }
+            }
+        };
+        let _ = sup_task.await;
+        if let Some(path) = api_socket {
+            let _ = std::fs::remove_file(path);
+        }
+        crate::manager::remove_generated_files(&self.rundir);
+        match report {
+            Ok(r) if !r.unclean.is_empty() => {
+                tracing::warn!(
+                    "processes that did not stop cleanly: {}",
+                    r.unclean.join(", ")
+                );
+                exit = 1;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!("supervisor: {e}");
+                exit = 1;
+            }
+        }
+        tracing::info!("stopped");
+        ExitCode::from(exit)
+    }
+
+    /// The manager process's spec: this very binary (`/proc/self/exe`, so an upgraded file on
+    /// disk never mixes versions), our arguments, our environment, our working directory.
+    fn manager_spec(&self) -> ServiceSpec {
+        let mut argv = vec![
+            OsString::from("/proc/self/exe"),
+            OsString::from(crate::manager::process::MANAGER_FLAG),
+        ];
+        argv.extend(self.manager_args.iter().cloned());
+        let mut spec = ServiceSpec::new(MANAGER_NAME, MANAGER_NAME, argv);
+        spec.env = crate::manager::child_base_env();
+        spec.cwd = self.manager_cwd.clone();
+        spec.readiness = Readiness::None;
+        spec.restart = RestartPolicy::Never;
+        spec.output = Output::Inherited;
+        spec.stop = StopPolicy {
+            signal: nix::sys::signal::Signal::SIGTERM,
+            timeout: MANAGER_STOP_TIMEOUT,
+        };
+        spec
+    }
+
+    /// Run the manager process, again and again when it fails, until it asks us to stop, it
+    /// cannot be kept running, or `stop` fires.
+    async fn keep_manager(
+        &self,
+        sup: &SupervisorHandle,
+        store: &mut FdStore,
+        upward: &UpwardNotifier,
+        stop: CancellationToken,
+    ) -> Stop {
+        let executables = Executables::discover();
+        let policy = ChildPolicy {
+            programs: vec![executables.kresd, executables.cache_gc],
+        };
+        let hang_after = std::env::var(MANAGER_HANG_VAR)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map(Duration::from_secs)
+            .unwrap_or(MANAGER_HANG_AFTER);
+        let service = ChildService {
+            sup,
+            policy: &policy,
+            upward,
+            hang_after,
+        };
+        let backoff = Backoff::default();
+        let mut failures = 0u32;
+        let mut incarnation = 0u32;
+        loop {
+            incarnation += 1;
+            let (link, theirs) = match Link::pair() {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!("cannot create the manager's link: {e}");
+                    return Stop::ManagerFailed;
+                }
+            };
+            let started = Instant::now();
+            let end = match self.start_manager(sup, theirs).await {
+                Ok(pid) => {
+                    tracing::debug!(pid, incarnation, "manager process started");
+                    remote::serve_child(link, incarnation, &service, store, stop.clone()).await
+                }
+                Err(e) => ChildEnd::Misbehaved(format!("cannot start: {e}")),
+            };
+            match end {
+                ChildEnd::Exit(code) => return Stop::Requested(code),
+                ChildEnd::Stopped => return Stop::Signal,
+                ChildEnd::Hung => tracing::error!(
+                    "the manager process answered nothing for {} s; replacing it",
+                    hang_after.as_secs()
+                ),
+                ChildEnd::Misbehaved(why) => tracing::error!("the manager process failed: {why}"),
+                ChildEnd::Gone => {}
+            }
+            match sup.remove(MANAGER_NAME).await {
+                Ok(Some(status)) => tracing::error!("the manager process ended: {status}"),
+                Ok(None) => tracing::error!("the manager process ended"),
+                Err(e) => tracing::error!("the manager process: {e}"),
+            }
+            if incarnation == 1 && store_lacks_config(store) {
+                // It never finished the first start: there is nothing running to keep.
+                tracing::error!("the manager failed during start-up; stopping");
+                return Stop::ManagerFailed;
+            }
+            if started.elapsed() >= MANAGER_STABLE_AFTER {
+                failures = 0;
+            }
+            failures += 1;
+            if failures > MANAGER_MAX_FAILURES {
+                tracing::error!("the manager failed {failures} times in a row; stopping");
+                return Stop::ManagerFailed;
+            }
+            let delay = backoff.delay(failures, 0);
+            tracing::warn!(
+                "restarting the manager process in {} ms; the workers keep running",
+                delay.as_millis()
+            );
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = stop.cancelled() => return Stop::Signal,
+            }
+        }
+    }
+
+    async fn start_manager(&self, sup: &SupervisorHandle, link: OwnedFd) -> Result<i32, String> {
+        sup.add_handing(self.manager_spec(), vec![(link, LINK_FD)])
+            .await
+            .map_err(|e| e.to_string())?;
+        sup.start(MANAGER_NAME)
+            .await
+            .map(|p| p.as_raw())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Whether the manager never stored the configuration it runs, i.e. never finished a start.
+fn store_lacks_config(store: &FdStore) -> bool {
+    !store.contains(crate::manager::process::STORED_CONFIG)
+}
+
+/// Send `signal` to the manager process, if it runs.
+fn signal_manager(sup: &SupervisorHandle, signal: nix::sys::signal::Signal) {
+    let snapshot = sup.snapshot();
+    let pid = snapshot
+        .processes
+        .iter()
+        .find(|p| p.name == MANAGER_NAME)
+        .and_then(|p| p.pid);
+    if let Some(pid) = pid {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+    }
+}
+
 /// The uid and gid of `name`, from the user database.
-fn resolve_user(name: &str) -> Result<supervisor::Credentials, String> {
+pub(crate) fn resolve_user(name: &str) -> Result<supervisor::Credentials, String> {
     match nix::unistd::User::from_name(name) {
         Ok(Some(u)) => Ok(supervisor::Credentials {
             uid: u.uid.as_raw(),
@@ -367,81 +494,50 @@ fn resolve_user(name: &str) -> Result<supervisor::Credentials, String> {
     }
 }
 
-fn report_manager_end(
-    r: Result<Result<Option<ManagerExit>, supervisor::task::TaskGaveUp>, tokio::task::JoinError>,
-) {
-    match r {
-        Ok(Ok(Some(ManagerExit::StartFailed(e)))) => tracing::error!("start-up failed: {e}"),
-        Ok(Ok(Some(ManagerExit::Unstable { failed }))) => {
-            tracing::error!(
-                "the resolver is unstable ({} failed); stopping",
-                failed.join(", ")
-            )
-        }
-        Ok(Ok(Some(ManagerExit::Stopped) | None)) => {
-            tracing::error!("the manager ended unexpectedly")
-        }
-        Ok(Err(e)) => tracing::error!("{e}"),
-        Err(e) => tracing::error!("manager supervision failed: {e}"),
-    }
-}
-
-/// The rundir lock: `knot-resolver.pid` created exclusively; a stale one (dead pid) is taken
-/// over once. Removed on drop.
-struct PidLock {
+/// The rundir lock: `knot-resolver.pid`, held with `flock` for the life of the root process
+/// (two starters at the same instant never both run; the kernel drops the lock when its holder
+/// dies, so a stale file, or a pid in it reused by another process, never blocks a start).
+/// It holds our pid for operators; it is removed on drop.
+struct RundirLock {
     path: PathBuf,
+    _file: std::fs::File,
 }
 
-impl PidLock {
-    fn acquire(rundir: &Path) -> Result<PidLock, DaemonError> {
-        use std::io::Write;
+impl RundirLock {
+    fn acquire(rundir: &Path) -> Result<RundirLock, DaemonError> {
+        use std::io::{Read, Seek, Write};
+        use std::os::unix::fs::OpenOptionsExt;
         let path = rundir.join(PID_FILE_NAME);
-        for _ in 0..2 {
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
-                Ok(mut f) => {
-                    writeln!(f, "{}", std::process::id())?;
-                    return Ok(PidLock { path });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let text = std::fs::read_to_string(&path).unwrap_or_default();
-                    match text.trim().parse::<i32>() {
-                        Ok(pid)
-                            if pid > 0 && pid_alive(pid) && pid != std::process::id() as i32 =>
-                        {
-                            return Err(DaemonError::Locked(rundir.to_owned(), pid));
-                        }
-                        _ => {
-                            tracing::warn!("removing stale lock {}", path.display());
-                            std::fs::remove_file(&path)?;
-                        }
-                    }
-                }
-                Err(source) => {
-                    return Err(DaemonError::Rundir {
-                        path: rundir.to_owned(),
-                        source,
-                    })
-                }
-            }
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|source| DaemonError::Rundir {
+                path: rundir.to_owned(),
+                source,
+            })?;
+        if !supervisor::os::try_lock_exclusive(&file)? {
+            let mut holder = String::new();
+            let _ = Read::by_ref(&mut file).take(32).read_to_string(&mut holder);
+            return Err(DaemonError::Locked(
+                rundir.to_owned(),
+                holder.trim().to_owned(),
+            ));
         }
-        Err(DaemonError::Locked(rundir.to_owned(), 0))
+        file.set_len(0)?;
+        file.rewind()?;
+        writeln!(file, "{}", std::process::id())?;
+        Ok(RundirLock { path, _file: file })
     }
 }
 
-fn pid_alive(pid: i32) -> bool {
-    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
-        Ok(()) => true,
-        Err(nix::errno::Errno::EPERM) => true,
-        Err(_) => false,
-    }
-}
-
-impl Drop for PidLock {
+impl Drop for RundirLock {
     fn drop(&mut self) {
+        // Still locked by us while we remove it.
         let _ = std::fs::remove_file(&self.path);
     }
 }

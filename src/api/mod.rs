@@ -269,7 +269,7 @@ async fn processes(State(state): State<ApiState>, Path(kind): Path<String>) -> R
                 m.insert("type".into(), Value::String(upstream_type(&p.kind).into()));
                 m.insert(
                     "status".into(),
-                    Value::String(upstream_status(p.state).into()),
+                    Value::String(upstream_status(p.state.as_str()).into()),
                 );
             }
             v

@@ -102,7 +102,34 @@ impl Listener {
         }
     }
 
-    /// The unix socket file to remove when the server ends.
+    /// The listening descriptor, to hand to another process.
+    pub fn into_fd(self) -> std::io::Result<std::os::fd::OwnedFd> {
+        Ok(match self {
+            Listener::Unix { listener, .. } => listener.into_std()?.into(),
+            Listener::Tcp(listener) => listener.into_std()?.into(),
+        })
+    }
+
+    /// A listener on a descriptor bound elsewhere (the root process) for the endpoint the
+    /// `management` section names.
+    pub fn from_fd(
+        fd: std::os::fd::OwnedFd,
+        management: &ManagementSchema,
+    ) -> std::io::Result<Listener> {
+        if let Some(path) = &management.unix_socket {
+            let std = std::os::unix::net::UnixListener::from(fd);
+            std.set_nonblocking(true)?;
+            return Ok(Listener::Unix {
+                listener: UnixListener::from_std(std)?,
+                path: path.clone(),
+            });
+        }
+        let std = std::net::TcpListener::from(fd);
+        std.set_nonblocking(true)?;
+        Ok(Listener::Tcp(TcpListener::from_std(std)?))
+    }
+
+    /// The unix socket file to remove when the resolver stops.
     pub fn socket_file(&self) -> Option<&Path> {
         match self {
             Listener::Unix { path, .. } => Some(path),
@@ -197,9 +224,8 @@ pub async fn serve(listener: Listener, router: Router, shutdown: CancellationTok
     }
     connections.close();
     connections.wait().await;
-    if let Some(path) = listener.socket_file() {
-        let _ = std::fs::remove_file(path);
-    }
+    // The socket file belongs to whoever bound it (the root process removes it when the
+    // resolver stops; a restarted manager serves it again).
 }
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
@@ -337,7 +363,11 @@ mod tests {
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
         assert!(response.ends_with("done"), "{response}");
         server.await.expect("server ends");
-        assert!(!path.exists(), "socket file removed");
+        // The socket file stays: it belongs to the root process, which bound it.
+        assert!(
+            path.exists(),
+            "socket file kept for the next manager process"
+        );
     }
 
     #[tokio::test(start_paused = true)]

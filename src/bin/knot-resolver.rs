@@ -25,6 +25,10 @@ struct Args {
     /// directory must be writable by that user.
     #[arg(long = "worker-user", value_name = "USER")]
     worker_user: Option<String>,
+    /// Run as the manager process of a `knot-resolver` root process (set by the daemon
+    /// itself; never needed on a command line).
+    #[arg(long = "manager-process", hide = true)]
+    manager_process: bool,
     /// Print the version and exit.
     #[arg(short = 'V', long = "version", action = clap::ArgAction::Version)]
     version: Option<bool>,
@@ -44,5 +48,12 @@ fn main() -> ExitCode {
             .ok()
             .filter(|v| !v.is_empty())
     });
-    knot_resolver::daemon::run(args.config, owner, worker_user)
+    if args.manager_process {
+        return knot_resolver::manager::process::run(args.config, owner, worker_user);
+    }
+    knot_resolver::daemon::run(knot_resolver::daemon::Invocation {
+        config_files: args.config,
+        worker_user,
+        args: std::env::args_os().skip(1).collect(),
+    })
 }

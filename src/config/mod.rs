@@ -190,7 +190,7 @@ fn read_and_merge(paths: &[PathBuf]) -> Result<Value, ConfigError> {
 }
 
 /// The directory relative paths resolve against: the first file's directory.
-fn resolve_root_of(paths: &[PathBuf]) -> PathBuf {
+pub fn resolve_root_of(paths: &[PathBuf]) -> PathBuf {
     match paths.first().and_then(|p| p.parent()) {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
         _ => PathBuf::from("."),

@@ -227,9 +227,112 @@ pub struct SocketTable {
     retired: Vec<Bound>,
     /// Service name → descriptors it was registered with.
     given: BTreeMap<String, Vec<RawFd>>,
+    /// Where the slots' sockets are mirrored for the next manager process, if anywhere.
+    mirror: Option<tokio::sync::mpsc::UnboundedSender<Mirrored>>,
+    /// Names of the sockets mirrored so far.
+    mirrored: std::collections::BTreeSet<String>,
+}
+
+/// A change of the table, for the root process's fd store: a socket to keep (a duplicate of
+/// the descriptor) or one to forget, by its [`stored_name`].
+#[derive(Debug)]
+pub enum Mirrored {
+    Keep(String, std::os::fd::OwnedFd),
+    Forget(String),
+}
+
+/// Prefix of the fd store's names of listening sockets.
+pub const STORED_PREFIX: &str = "sock ";
+
+/// The fd store's name of slot `slot`'s socket for `key`.
+pub fn stored_name(slot: u32, key: &SocketKey) -> String {
+    let transport = match key.transport {
+        Transport::Udp => "udp",
+        Transport::Tcp => "tcp",
+        Transport::Tls => "tls",
+    };
+    format!(
+        "{STORED_PREFIX}{slot} {transport} {} {}",
+        u8::from(key.freebind),
+        key.addr
+    )
+}
+
+/// The slot and key a [`stored_name`] stands for.
+fn parse_stored_name(name: &str) -> Option<(u32, SocketKey)> {
+    let mut parts = name.strip_prefix(STORED_PREFIX)?.split(' ');
+    let slot = parts.next()?.parse().ok()?;
+    let transport = match parts.next()? {
+        "udp" => Transport::Udp,
+        "tcp" => Transport::Tcp,
+        "tls" => Transport::Tls,
+        _ => return None,
+    };
+    let freebind = parts.next()? == "1";
+    let addr = parts.next()?.parse().ok()?;
+    Some((
+        slot,
+        SocketKey {
+            addr,
+            transport,
+            freebind,
+        },
+    ))
 }
 
 impl SocketTable {
+    /// A table holding `stored` sockets (a previous manager process's, from the fd store),
+    /// mirroring its changes to `mirror`. Entries whose names are not understood are dropped.
+    pub fn restore(
+        stored: Vec<(String, std::os::fd::OwnedFd)>,
+        mirror: Option<tokio::sync::mpsc::UnboundedSender<Mirrored>>,
+    ) -> SocketTable {
+        let mut table = SocketTable {
+            mirror,
+            ..SocketTable::default()
+        };
+        for (name, fd) in stored {
+            match parse_stored_name(&name) {
+                Some((slot, key)) => {
+                    table.slots.entry(slot).or_default().push(Bound {
+                        key,
+                        socket: Socket::from(fd),
+                    });
+                    table.mirrored.insert(name);
+                }
+                None => tracing::warn!("ignoring a stored descriptor named {name:?}"),
+            }
+        }
+        for sockets in table.slots.values_mut() {
+            sockets.sort_by_key(|b| b.key);
+        }
+        table
+    }
+
+    /// Tell the mirror what changed since it last heard.
+    fn mirror_changes(&mut self) {
+        let Some(mirror) = &self.mirror else { return };
+        let mut now = std::collections::BTreeSet::new();
+        for (slot, sockets) in &self.slots {
+            for bound in sockets {
+                let name = stored_name(*slot, &bound.key);
+                if !self.mirrored.contains(&name) {
+                    match bound.socket.try_clone() {
+                        Ok(dup) => {
+                            let _ = mirror.send(Mirrored::Keep(name.clone(), dup.into()));
+                        }
+                        Err(e) => tracing::warn!("cannot keep {} for later: {e}", bound.key),
+                    }
+                }
+                now.insert(name);
+            }
+        }
+        for gone in self.mirrored.difference(&now) {
+            let _ = mirror.send(Mirrored::Forget(gone.clone()));
+        }
+        self.mirrored = now;
+    }
+
     /// Bind what slots `0..workers` need for `keys` and do not have yet. Nothing in the table
     /// changes; a failure closes whatever this call bound.
     pub fn prepare(&self, keys: &[SocketKey], workers: u32) -> Result<Prepared, ListenError> {
@@ -273,6 +376,7 @@ impl SocketTable {
         for sockets in self.slots.values_mut() {
             sockets.sort_by_key(|b| b.key);
         }
+        self.mirror_changes();
     }
 
     /// Slot `slot`'s descriptors with kresd's `-S` arguments for them.
@@ -396,6 +500,40 @@ mod tests {
         assert!(
             err.to_string().starts_with("cannot bind 127.0.0.1:"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn the_table_is_mirrored_and_restored_by_name() {
+        let port = free_udp_port();
+        let keys = vec![
+            key(&format!("127.0.0.1:{port}"), Transport::Udp),
+            key(&format!("[::1]:{port}"), Transport::Tls),
+        ];
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut table = SocketTable::restore(Vec::new(), Some(tx));
+        let prepared = table.prepare(&keys, 2).unwrap();
+        table.commit(prepared, &keys, 2);
+        let mut kept = Vec::new();
+        while let Ok(Mirrored::Keep(name, fd)) = rx.try_recv() {
+            kept.push((name, fd));
+        }
+        assert_eq!(kept.len(), 4, "two keys over two slots");
+        // A new process restores the same slots from the stored names.
+        let restored = SocketTable::restore(kept, None);
+        assert_eq!(restored.slot(0).0.len(), 2);
+        assert_eq!(restored.slot(1).0.len(), 2);
+        assert_eq!(restored.slots[&1][1].key, keys[1]);
+        // Scaling down forgets slot 1's sockets.
+        table.commit(Prepared::default(), &keys, 1);
+        let mut forgotten = Vec::new();
+        while let Ok(Mirrored::Forget(name)) = rx.try_recv() {
+            forgotten.push(name);
+        }
+        assert_eq!(forgotten.len(), 2);
+        assert!(
+            forgotten.iter().all(|n| n.starts_with("sock 1 ")),
+            "{forgotten:?}"
         );
     }
 

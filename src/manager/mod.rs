@@ -5,6 +5,7 @@
 
 pub mod executables;
 pub mod listen;
+pub mod process;
 pub mod task;
 
 use std::ffi::OsString;
@@ -694,7 +695,7 @@ fn write_file(path: &Path, text: &str) -> Result<(), ApplyError> {
 }
 
 /// Our environment minus what our own service manager meant for us alone.
-fn child_base_env() -> Vec<(OsString, OsString)> {
+pub(crate) fn child_base_env() -> Vec<(OsString, OsString)> {
     const PRIVATE: &[&str] = &[
         "NOTIFY_SOCKET",
         "WATCHDOG_USEC",

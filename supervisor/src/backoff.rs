@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
-/// A validated restart delay policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A validated restart delay policy. It crosses process boundaries (`remote`) as its fields
+/// and is validated again on arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "BackoffFields")]
 pub struct Backoff {
     /// Delay before the second consecutive restart; it doubles from there.
     base: Duration,
@@ -26,6 +28,24 @@ pub enum BackoffError {
     BaseAboveCap,
     #[error("jitter must be at most 1000 per mille")]
     JitterTooLarge,
+}
+
+/// The fields of a [`Backoff`] as they arrive, before validation.
+#[derive(serde::Deserialize)]
+struct BackoffFields {
+    base: Duration,
+    cap: Duration,
+    floor: Duration,
+    jitter_per_mille: u32,
+    stable_after: Duration,
+}
+
+impl TryFrom<BackoffFields> for Backoff {
+    type Error = BackoffError;
+
+    fn try_from(f: BackoffFields) -> Result<Self, Self::Error> {
+        Backoff::try_new(f.base, f.cap, f.floor, f.jitter_per_mille, f.stable_after)
+    }
 }
 
 impl Backoff {

@@ -13,6 +13,7 @@ pub mod machine;
 pub mod notify;
 pub mod os;
 pub mod output;
+pub mod remote;
 pub mod runner;
 pub mod snapshot;
 pub mod spec;
@@ -25,7 +26,7 @@ pub use nix::unistd::Pid;
 pub use runner::{
     ShutdownReport, Supervisor, SupervisorError, SupervisorHandle, SupervisorOptions,
 };
-pub use snapshot::{ProcessSnapshot, Snapshot};
+pub use snapshot::{ProcessSnapshot, ProcessState, Snapshot};
 pub use spec::{
-    Credentials, ExitStatus, Readiness, RestartPolicy, ServiceSpec, StartLimit, StopPolicy,
+    Credentials, ExitStatus, Output, Readiness, RestartPolicy, ServiceSpec, StartLimit, StopPolicy,
 };

@@ -58,7 +58,7 @@ pub enum AfterStop {
 }
 
 /// Why a service failed.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "reason")]
 pub enum FailReason {
     /// It exited with a status that is not a success.

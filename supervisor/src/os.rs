@@ -74,20 +74,30 @@ pub fn group_exists(pgid: Pid) -> bool {
 /// A process we started, with the read ends of its output pipes.
 pub struct Spawned {
     pub pid: Pid,
-    pub stdout: OwnedFd,
-    pub stderr: OwnedFd,
+    /// The read ends of its output pipes, when its output is captured.
+    pub output: Option<(OwnedFd, OwnedFd)>,
+}
+
+/// A descriptor handed to a child: `ours` appears in the child as `child` (the same number
+/// when they are equal), without close-on-exec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdPass {
+    pub ours: RawFd,
+    pub child: RawFd,
 }
 
 /// Spawn `argv` in its own process group with exactly the environment `env`, stdin from
-/// /dev/null, and stdout/stderr into fresh pipes. `keep_fds` are descriptors passed on at the
-/// same numbers (cleared of close-on-exec in the child only); everything else we hold is
-/// close-on-exec. Signal mask and dispositions are reset by std before exec.
+/// /dev/null, and stdout/stderr into fresh pipes. `pass` are descriptors placed in the child
+/// at the numbers it expects; everything else we hold is close-on-exec. Signal mask and
+/// dispositions are reset by std before exec. The child is killed (SIGKILL) if we die, checked
+/// right after the request against the race of dying before it.
 pub fn spawn(
     argv: &[OsString],
     env: &[(OsString, OsString)],
     cwd: Option<&Path>,
-    keep_fds: &[RawFd],
+    pass: &[FdPass],
     user: Option<crate::spec::Credentials>,
+    output: crate::spec::Output,
 ) -> io::Result<Spawned> {
     let (program, args) = argv
         .split_first()
@@ -97,9 +107,10 @@ pub fn spawn(
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .process_group(0);
+    if output == crate::spec::Output::Captured {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
@@ -107,40 +118,80 @@ pub fn spawn(
         // std clears supplementary groups (as root), then setgid, then setuid, in the child.
         cmd.uid(c.uid).gid(c.gid);
     }
-    if !keep_fds.is_empty() {
-        let keep = keep_fds.to_vec();
-        // SAFETY: the closure runs in the forked child before exec and only calls fcntl, which
-        // is async-signal-safe; it allocates nothing (the Vec was built before fork).
-        unsafe {
-            cmd.pre_exec(move || {
-                for &fd in &keep {
-                    let flags = libc::fcntl(fd, libc::F_GETFD);
-                    if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+    let pass = pass.to_vec();
+    // Descriptors are first moved above every number involved, so that placing one can never
+    // overwrite another that is still to be placed.
+    let above = pass
+        .iter()
+        .flat_map(|p| [p.ours, p.child])
+        .max()
+        .unwrap_or(2)
+        .max(2)
+        + 1;
+    let parent = nix::unistd::getpid().as_raw();
+    // SAFETY: the closure runs in the forked child before exec (after std changed the
+    // credentials, so the parent-death signal is not cleared by that change) and only calls
+    // prctl, getppid, fcntl and dup2, which are async-signal-safe; it allocates nothing (the
+    // Vec was built before fork and is only read).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) < 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // We may have died between fork and prctl: then nobody will send the signal.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            let mut moved = [0 as RawFd; MAX_PASSED_FDS];
+            if pass.len() > MAX_PASSED_FDS {
+                return Err(io::Error::from_raw_os_error(libc::EMFILE));
+            }
+            for (slot, p) in moved.iter_mut().zip(&pass) {
+                if p.ours == p.child {
+                    *slot = p.ours;
+                    continue;
+                }
+                let fd = libc::fcntl(p.ours, libc::F_DUPFD_CLOEXEC, above);
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                *slot = fd;
+            }
+            for (&from, p) in moved.iter().zip(&pass) {
+                if from == p.child {
+                    let flags = libc::fcntl(from, libc::F_GETFD);
+                    if flags < 0 || libc::fcntl(from, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0
+                    {
                         return Err(io::Error::last_os_error());
                     }
+                } else if libc::dup2(from, p.child) < 0 {
+                    // dup2 leaves the new descriptor without close-on-exec.
+                    return Err(io::Error::last_os_error());
                 }
-                Ok(())
-            });
-        }
+            }
+            Ok(())
+        });
     }
     let mut child = cmd.spawn()?;
     let pid =
         Pid::from_raw(i32::try_from(child.id()).map_err(|_| io::Error::other("pid out of range"))?);
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| io::Error::other("no stdout pipe"))?;
-    let stderr = child
-        .stderr
-        .take()
-        .ok_or_else(|| io::Error::other("no stderr pipe"))?;
+    let output = match (child.stdout.take(), child.stderr.take()) {
+        (Some(out), Some(err)) => Some((out.into(), err.into())),
+        _ => None,
+    };
     // `child` is dropped without waiting: reaping belongs to `reap_one` alone.
-    Ok(Spawned {
-        pid,
-        stdout: stdout.into(),
-        stderr: stderr.into(),
-    })
+    Ok(Spawned { pid, output })
 }
+
+/// The most descriptors one child can be handed.
+pub const MAX_PASSED_FDS: usize = 1024;
 
 /// Close a descriptor that arrived with a notification datagram.
 pub fn close_received_fd(fd: RawFd) {
@@ -178,6 +229,13 @@ pub fn cloexec_inherited_fds(keep: &[RawFd]) -> io::Result<()> {
     Ok(())
 }
 
+/// Set `FD_CLOEXEC` on a descriptor we own.
+pub fn set_cloexec(fd: &OwnedFd) -> io::Result<()> {
+    let flags = FdFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFD)?) | FdFlag::FD_CLOEXEC;
+    fcntl(fd, FcntlArg::F_SETFD(flags))?;
+    Ok(())
+}
+
 /// Set or clear `O_NONBLOCK` on a descriptor we own.
 pub fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     let flags = fcntl(fd, FcntlArg::F_GETFL)?;
@@ -185,4 +243,135 @@ pub fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     fcntl(fd, FcntlArg::F_SETFL(flags))?;
     let _ = fd.as_raw_fd();
     Ok(())
+}
+
+/// A connected pair of `SOCK_SEQPACKET` sockets (message boundaries kept, end of file seen
+/// when the peer is gone), both close-on-exec and non-blocking.
+pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+    )
+    .map_err(io::Error::from)
+}
+
+/// Send one packet with `fds` attached, without blocking and without SIGPIPE.
+pub fn send_packet(fd: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let iov = [io::IoSlice::new(data)];
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() {
+        &[]
+    } else {
+        &[ControlMessage::ScmRights(fds)]
+    };
+    let sent = sendmsg::<()>(
+        fd.as_raw_fd(),
+        &iov,
+        cmsgs,
+        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+        None,
+    )
+    .map_err(io::Error::from)?;
+    if sent != data.len() {
+        return Err(io::Error::new(io::ErrorKind::WriteZero, "packet cut short"));
+    }
+    Ok(())
+}
+
+/// One received packet: its length in the buffer, the descriptors that came with it, and
+/// whether data or descriptors did not fit (the packet must then be refused).
+pub struct Packet {
+    pub len: usize,
+    pub fds: Vec<OwnedFd>,
+    pub truncated: bool,
+}
+
+/// The most descriptors one packet may carry.
+pub const MAX_PACKET_FDS: usize = 64;
+
+/// Receive one packet without blocking; `len == 0` without descriptors is the end of file.
+pub fn recv_packet(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Packet> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut cmsg = nix::cmsg_space!([RawFd; MAX_PACKET_FDS]);
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(
+        fd.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+    )
+    .map_err(io::Error::from)?;
+    let truncated = msg
+        .flags
+        .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
+    let len = msg.bytes;
+    let mut fds = Vec::new();
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                for fd in raw {
+                    // SAFETY: the kernel just installed this descriptor for us (close-on-exec)
+                    // in recvmsg; nothing else owns it.
+                    fds.push(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+                }
+            }
+        }
+    }
+    Ok(Packet {
+        len,
+        fds,
+        truncated,
+    })
+}
+
+/// A copy of a memory-backed file holding `data`, sealed against every change (a state the
+/// next incarnation of a service reads back, which nobody can alter meanwhile).
+pub fn sealed_memfd(name: &str, data: &[u8]) -> io::Result<OwnedFd> {
+    use nix::fcntl::SealFlag;
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)?;
+    let mut file = std::fs::File::from(fd);
+    io::Write::write_all(&mut file, data)?;
+    let fd = OwnedFd::from(file);
+    fcntl(
+        &fd,
+        FcntlArg::F_ADD_SEALS(
+            SealFlag::F_SEAL_SEAL
+                | SealFlag::F_SEAL_SHRINK
+                | SealFlag::F_SEAL_GROW
+                | SealFlag::F_SEAL_WRITE,
+        ),
+    )?;
+    Ok(fd)
+}
+
+/// Take ownership of descriptor `fd`, inherited from our parent at a known number; an error
+/// if it is not open.
+pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: the borrow lives only for this fcntl call, which tells whether `fd` is open.
+    fcntl(unsafe { BorrowedFd::borrow_raw(fd) }, FcntlArg::F_GETFD)?;
+    // SAFETY: `fd` is open, and by the protocol with our parent nothing else in this process
+    // owns it: it was inherited at this number for us to take.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// Lock `file` exclusively without waiting (`flock`); false when another holds it. The lock
+/// lives as long as the open file description, and the kernel drops it when its holder dies.
+pub fn try_lock_exclusive(file: &std::fs::File) -> io::Result<bool> {
+    match nix::fcntl::Flock::lock(
+        file.try_clone()?,
+        nix::fcntl::FlockArg::LockExclusiveNonblock,
+    ) {
+        Ok(lock) => {
+            // The lock belongs to the open file description that `file` shares; keep it
+            // when the clone closes.
+            std::mem::forget(lock);
+            Ok(true)
+        }
+        Err((_, Errno::EWOULDBLOCK)) => Ok(false),
+        Err((_, e)) => Err(e.into()),
+    }
 }

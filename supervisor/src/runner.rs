@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -23,13 +23,13 @@ use tokio_util::task::TaskTracker;
 
 use crate::machine::{Action, Announcement, Event, FailReason, ServiceMachine, State};
 use crate::notify::{Notification, NotifySocket};
-use crate::os;
+use crate::os::{self, FdPass};
 use crate::output::{self, Stream};
 use crate::snapshot::{ProcessSnapshot, Snapshot};
 use crate::spec::{ExitStatus, Readiness, ServiceSpec};
 
 /// Errors returned to callers of the handle.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SupervisorError {
     #[error("no service named {0:?}")]
     UnknownService(String),
@@ -43,6 +43,9 @@ pub enum SupervisorError {
     ShuttingDown,
     #[error("the supervisor is gone")]
     Gone,
+    /// A remote caller asked for something it may not have, or the link failed.
+    #[error("refused: {0}")]
+    Refused(String),
 }
 
 /// How the supervisor was set up.
@@ -52,10 +55,11 @@ pub struct SupervisorOptions {
     pub notify_socket: PathBuf,
 }
 
-enum Command {
+pub(crate) enum Command {
     Add {
         spec: ServiceSpec,
-        fds: Vec<RawFd>,
+        fds: Vec<FdPass>,
+        owned: Vec<OwnedFd>,
         reply: oneshot::Sender<Result<(), SupervisorError>>,
     },
     Start {
@@ -98,9 +102,9 @@ pub struct ShutdownReport {
 /// A cheap, cloneable way to command the supervisor.
 #[derive(Clone)]
 pub struct SupervisorHandle {
-    commands: mpsc::UnboundedSender<Command>,
-    snapshot: watch::Receiver<Arc<Snapshot>>,
-    notify_socket: PathBuf,
+    pub(crate) commands: mpsc::UnboundedSender<Command>,
+    pub(crate) snapshot: watch::Receiver<Arc<Snapshot>>,
+    pub(crate) notify_socket: PathBuf,
 }
 
 impl SupervisorHandle {
@@ -118,7 +122,45 @@ impl SupervisorHandle {
     /// Register a service (not started). `fds` are descriptors the child inherits at the
     /// same numbers; the caller keeps them open for as long as the service exists.
     pub async fn add(&self, spec: ServiceSpec, fds: Vec<RawFd>) -> Result<(), SupervisorError> {
-        self.ask(|reply| Command::Add { spec, fds, reply }).await?
+        let fds = fds
+            .into_iter()
+            .map(|fd| FdPass {
+                ours: fd,
+                child: fd,
+            })
+            .collect();
+        self.ask(|reply| Command::Add {
+            spec,
+            fds,
+            owned: Vec::new(),
+            reply,
+        })
+        .await?
+    }
+
+    /// Register a service (not started) that is handed `fds`: each descriptor appears in the
+    /// child at the number paired with it. The supervisor owns them from now on and closes
+    /// them when the service is removed.
+    pub async fn add_handing(
+        &self,
+        spec: ServiceSpec,
+        fds: Vec<(OwnedFd, RawFd)>,
+    ) -> Result<(), SupervisorError> {
+        let pass = fds
+            .iter()
+            .map(|(fd, child)| FdPass {
+                ours: fd.as_raw_fd(),
+                child: *child,
+            })
+            .collect();
+        let owned = fds.into_iter().map(|(fd, _)| fd).collect();
+        self.ask(|reply| Command::Add {
+            spec,
+            fds: pass,
+            owned,
+            reply,
+        })
+        .await?
     }
 
     /// Start a registered service and wait until it is ready (or fails to become ready).
@@ -186,8 +228,10 @@ impl SupervisorHandle {
 struct Service {
     spec: ServiceSpec,
     machine: ServiceMachine,
-    /// Descriptors passed to the child at the same numbers.
-    fds: Vec<RawFd>,
+    /// Descriptors passed to the child, and at which numbers.
+    fds: Vec<FdPass>,
+    /// Descriptors the supervisor was handed with the service; closed with it.
+    _owned: Vec<OwnedFd>,
     /// Callers waiting for readiness.
     ready_waiters: Vec<oneshot::Sender<Result<Pid, SupervisorError>>>,
     /// Callers waiting for the process to be down for good.
@@ -405,8 +449,13 @@ impl Supervisor {
 
     fn on_command(&mut self, command: Command) {
         match command {
-            Command::Add { spec, fds, reply } => {
-                let _ = reply.send(self.add(spec, fds));
+            Command::Add {
+                spec,
+                fds,
+                owned,
+                reply,
+            } => {
+                let _ = reply.send(self.add(spec, fds, owned));
             }
             Command::Start { name, reply } => {
                 if self.shutting_down {
@@ -444,7 +493,7 @@ impl Supervisor {
                     return;
                 }
                 let name = spec.name.clone();
-                if let Err(e) = self.add(spec, Vec::new()) {
+                if let Err(e) = self.add(spec, Vec::new(), Vec::new()) {
                     let _ = reply.send(Err(e));
                     return;
                 }
@@ -483,7 +532,12 @@ impl Supervisor {
         }
     }
 
-    fn add(&mut self, spec: ServiceSpec, fds: Vec<RawFd>) -> Result<(), SupervisorError> {
+    fn add(
+        &mut self,
+        spec: ServiceSpec,
+        fds: Vec<FdPass>,
+        owned: Vec<OwnedFd>,
+    ) -> Result<(), SupervisorError> {
         if self.services.contains_key(&spec.name) {
             return Err(SupervisorError::DuplicateService(spec.name));
         }
@@ -494,6 +548,7 @@ impl Supervisor {
                 spec,
                 machine: ServiceMachine::new(),
                 fds,
+                _owned: owned,
                 ready_waiters: Vec::new(),
                 down_waiters: Vec::new(),
                 run_waiter: None,
@@ -613,6 +668,7 @@ impl Supervisor {
             svc.spec.cwd.as_deref(),
             &svc.fds,
             svc.spec.user,
+            svc.spec.output,
         ) {
             Ok(spawned) => {
                 tracing::info!(name, pid = spawned.pid.as_raw(), "process spawned");
@@ -620,22 +676,24 @@ impl Supervisor {
                 if let Ok(mut t) = svc.tail.lock() {
                     t.clear();
                 }
-                let (n1, n2) = (name.to_owned(), name.to_owned());
-                let (t1, t2) = (svc.tail.clone(), svc.tail.clone());
-                self.output_tasks.spawn(output::drain(
-                    spawned.stdout,
-                    n1,
-                    spawned.pid,
-                    Stream::Stdout,
-                    t1,
-                ));
-                self.output_tasks.spawn(output::drain(
-                    spawned.stderr,
-                    n2,
-                    spawned.pid,
-                    Stream::Stderr,
-                    t2,
-                ));
+                if let Some((stdout, stderr)) = spawned.output {
+                    let (n1, n2) = (name.to_owned(), name.to_owned());
+                    let (t1, t2) = (svc.tail.clone(), svc.tail.clone());
+                    self.output_tasks.spawn(output::drain(
+                        stdout,
+                        n1,
+                        spawned.pid,
+                        Stream::Stdout,
+                        t1,
+                    ));
+                    self.output_tasks.spawn(output::drain(
+                        stderr,
+                        n2,
+                        spawned.pid,
+                        Stream::Stderr,
+                        t2,
+                    ));
+                }
                 Event::Spawned { pid: spawned.pid }
             }
             Err(e) => {

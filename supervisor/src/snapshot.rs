@@ -3,27 +3,27 @@
 
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::machine::{ServiceMachine, State};
 use crate::spec::ExitStatus;
 
 /// The whole table at one moment.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub processes: Vec<ProcessSnapshot>,
     pub shutting_down: bool,
 }
 
 /// One service as an operator sees it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessSnapshot {
     pub name: String,
     pub kind: String,
     pub pid: Option<i32>,
     /// `idle`, `starting`, `running`, `stopping`, `backoff`, `exited`, `failed`.
-    pub state: &'static str,
+    pub state: ProcessState,
     /// When the service entered its current state (wall clock, for display).
     #[serde(with = "unix_seconds")]
     pub since: Option<SystemTime>,
@@ -49,13 +49,13 @@ impl ProcessSnapshot {
         status_text: Option<String>,
     ) -> Self {
         let (state, failure) = match m.state() {
-            State::Idle => ("idle", None),
-            State::Starting { .. } => ("starting", None),
-            State::Running { .. } => ("running", None),
-            State::Stopping { .. } => ("stopping", None),
-            State::Backoff { .. } => ("backoff", None),
-            State::Exited { .. } => ("exited", None),
-            State::Failed { reason, .. } => ("failed", Some(reason.to_string())),
+            State::Idle => (ProcessState::Idle, None),
+            State::Starting { .. } => (ProcessState::Starting, None),
+            State::Running { .. } => (ProcessState::Running, None),
+            State::Stopping { .. } => (ProcessState::Stopping, None),
+            State::Backoff { .. } => (ProcessState::Backoff, None),
+            State::Exited { .. } => (ProcessState::Exited, None),
+            State::Failed { reason, .. } => (ProcessState::Failed, Some(reason.to_string())),
         };
         ProcessSnapshot {
             name: name.to_owned(),
@@ -63,7 +63,11 @@ impl ProcessSnapshot {
             pid: m.pid().map(|p| p.as_raw()),
             state,
             since,
-            ready_at: if state == "running" { ready } else { None },
+            ready_at: if state == ProcessState::Running {
+                ready
+            } else {
+                None
+            },
             restarts: m.restarts(),
             last_exit: m.last_exit().map(|(s, _)| s),
             failure,
@@ -72,8 +76,58 @@ impl ProcessSnapshot {
     }
 }
 
+/// A service's state as snapshots show it, serialised as its lowercase name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessState {
+    Idle,
+    Starting,
+    Running,
+    Stopping,
+    Backoff,
+    Exited,
+    Failed,
+}
+
+impl ProcessState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcessState::Idle => "idle",
+            ProcessState::Starting => "starting",
+            ProcessState::Running => "running",
+            ProcessState::Stopping => "stopping",
+            ProcessState::Backoff => "backoff",
+            ProcessState::Exited => "exited",
+            ProcessState::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for ProcessState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for ProcessState {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 mod unix_seconds {
-    use std::time::SystemTime;
+    use std::time::{Duration, SystemTime};
+
+    use serde::Deserialize;
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<SystemTime>, D::Error> {
+        let secs = Option::<f64>::deserialize(d)?;
+        Ok(secs
+            .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e12)
+            .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs_f64(s)))
+    }
 
     pub fn serialize<S: serde::Serializer>(
         t: &Option<SystemTime>,

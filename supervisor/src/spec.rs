@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 use crate::backoff::Backoff;
 
 /// Everything needed to start, watch and stop one service.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ServiceSpec {
     /// Unique name, used in logs, snapshots and commands (`kresd0`, `cache-gc`).
     pub name: String,
@@ -40,10 +40,24 @@ pub struct ServiceSpec {
     /// Run the child as this user and group instead of ours (root dropping to an unprivileged
     /// user: supplementary groups are cleared and every capability is lost in the switch).
     pub user: Option<Credentials>,
+    /// Where the child's stdout and stderr go.
+    #[serde(default)]
+    pub output: Output,
+}
+
+/// Where a child writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum Output {
+    /// Into pipes we drain into our log, each line with the service's name and pid.
+    #[default]
+    Captured,
+    /// Onto our own stdout and stderr, as ours: for a part of ourselves that logs in our
+    /// format (the resolver's manager process).
+    Inherited,
 }
 
 /// A user and group id to run a child as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Credentials {
     pub uid: u32,
     pub gid: u32,
@@ -66,6 +80,7 @@ impl ServiceSpec {
             stop: StopPolicy::default(),
             success_codes: BTreeSet::from([0]),
             user: None,
+            output: Output::Captured,
         }
     }
 
@@ -79,7 +94,7 @@ impl ServiceSpec {
 }
 
 /// How a service reports readiness.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Readiness {
     /// Ready as soon as it is spawned.
     None,
@@ -88,7 +103,7 @@ pub enum Readiness {
 }
 
 /// What to do when the process exits without being asked to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RestartPolicy {
     /// Restart whatever the exit status.
     Always,
@@ -100,7 +115,7 @@ pub enum RestartPolicy {
 
 /// At most `burst` starts within `interval`; one more fails the service (like systemd's
 /// `StartLimitBurst=` / `StartLimitIntervalSec=`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StartLimit {
     pub burst: u32,
     pub interval: Duration,
@@ -117,8 +132,9 @@ impl Default for StartLimit {
 
 /// How a process is stopped: `signal` to its process group, then SIGKILL to the group after
 /// `timeout`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StopPolicy {
+    #[serde(with = "signal_number")]
     pub signal: Signal,
     pub timeout: Duration,
 }
@@ -133,7 +149,7 @@ impl Default for StopPolicy {
 }
 
 /// How a process ended. Death by signal is kept apart from exit codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExitStatus {
     /// Exited with this code.
@@ -160,5 +176,20 @@ impl std::fmt::Display for ExitStatus {
                 Ok(())
             }
         }
+    }
+}
+
+/// A signal as its number on the wire; an unknown number is an error, never a guess.
+mod signal_number {
+    use nix::sys::signal::Signal;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(signal: &Signal, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i32(*signal as i32)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Signal, D::Error> {
+        let n = i32::deserialize(d)?;
+        Signal::try_from(n).map_err(|_| serde::de::Error::custom(format!("no signal {n}")))
     }
 }

@@ -7,11 +7,40 @@ use std::time::Duration;
 
 use sd_notify::NotifyState;
 
+/// One notification for the service manager, as a process that is not the main one (the
+/// resolver's manager) hands it to the main process to send.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Upward {
+    Ready(String),
+    Status(String),
+    Reloading(String),
+    Stopping(String),
+}
+
+impl Upward {
+    /// The same notification with its status text cut to `max` bytes.
+    pub fn bounded(&self, max: usize) -> Upward {
+        let cut = |s: &String| {
+            let mut s = s.clone();
+            crate::remote::truncate_utf8(&mut s, max);
+            s
+        };
+        match self {
+            Upward::Ready(s) => Upward::Ready(cut(s)),
+            Upward::Status(s) => Upward::Status(cut(s)),
+            Upward::Reloading(s) => Upward::Reloading(cut(s)),
+            Upward::Stopping(s) => Upward::Stopping(cut(s)),
+        }
+    }
+}
+
 /// Notifications to the manager that started us, if any.
 #[derive(Debug, Clone)]
 pub struct UpwardNotifier {
     /// Where to send, from `NOTIFY_SOCKET` at start-up; `None` sends nothing.
     target: Option<std::ffi::OsString>,
+    /// Hand notifications to the main process instead of sending them ([`Self::forwarding`]).
+    forward: Option<tokio::sync::mpsc::UnboundedSender<Upward>>,
     /// Keepalive interval asked for by `WATCHDOG_USEC` (meant for us: `WATCHDOG_PID` unset or ours).
     watchdog: Option<Duration>,
 }
@@ -20,6 +49,7 @@ impl UpwardNotifier {
     pub fn from_env() -> Self {
         UpwardNotifier {
             target: std::env::var_os("NOTIFY_SOCKET").filter(|s| !s.is_empty()),
+            forward: None,
             watchdog: sd_notify::watchdog_enabled(),
         }
     }
@@ -28,6 +58,7 @@ impl UpwardNotifier {
     pub fn to_socket(socket: impl Into<std::ffi::OsString>) -> Self {
         UpwardNotifier {
             target: Some(socket.into()),
+            forward: None,
             watchdog: None,
         }
     }
@@ -42,12 +73,42 @@ impl UpwardNotifier {
     pub fn disabled() -> Self {
         UpwardNotifier {
             target: None,
+            forward: None,
             watchdog: None,
         }
     }
 
+    /// A notifier that hands every notification to `tx` (the link to the main process).
+    pub fn forwarding(tx: tokio::sync::mpsc::UnboundedSender<Upward>) -> Self {
+        UpwardNotifier {
+            target: None,
+            forward: Some(tx),
+            watchdog: None,
+        }
+    }
+
+    /// Send a notification another process handed us.
+    pub fn send_upward(&self, note: &Upward) {
+        match note {
+            Upward::Ready(s) => self.ready(s),
+            Upward::Status(s) => self.status(s),
+            Upward::Reloading(s) => self.reloading(s),
+            Upward::Stopping(s) => self.stopping(s),
+        }
+    }
+
+    fn forwarded(&self, note: impl FnOnce() -> Upward) -> bool {
+        match &self.forward {
+            Some(tx) => {
+                let _ = tx.send(note());
+                true
+            }
+            None => false,
+        }
+    }
+
     pub fn is_enabled(&self) -> bool {
-        self.target.is_some()
+        self.target.is_some() || self.forward.is_some()
     }
 
     fn send(&self, states: &[NotifyState]) {
@@ -63,16 +124,25 @@ impl UpwardNotifier {
     }
 
     pub fn ready(&self, status: &str) {
+        if self.forwarded(|| Upward::Ready(status.to_owned())) {
+            return;
+        }
         self.send(&[NotifyState::Ready, NotifyState::Status(status)]);
     }
 
     pub fn status(&self, status: &str) {
+        if self.forwarded(|| Upward::Status(status.to_owned())) {
+            return;
+        }
         self.send(&[NotifyState::Status(status)]);
     }
 
     /// `RELOADING=1` with the `MONOTONIC_USEC` systemd needs to accept it; follow with
     /// [`ready`](Self::ready) when done.
     pub fn reloading(&self, status: &str) {
+        if self.forwarded(|| Upward::Reloading(status.to_owned())) {
+            return;
+        }
         match NotifyState::monotonic_usec_now() {
             Ok(now) => self.send(&[NotifyState::Reloading, now, NotifyState::Status(status)]),
             Err(e) => tracing::warn!(error = %e, "cannot read the monotonic clock"),
@@ -80,6 +150,9 @@ impl UpwardNotifier {
     }
 
     pub fn stopping(&self, status: &str) {
+        if self.forwarded(|| Upward::Stopping(status.to_owned())) {
+            return;
+        }
         self.send(&[NotifyState::Stopping, NotifyState::Status(status)]);
     }
 

@@ -617,7 +617,10 @@ fn restart_and_remove_commands() {
         let second = env.sup.restart("svc").await.expect("restart");
         assert_ne!(first, second);
         let p = env.process("svc").expect("svc");
-        assert_eq!((p.state, p.pid), ("running", Some(second.as_raw())));
+        assert_eq!(
+            (p.state.as_str(), p.pid),
+            ("running", Some(second.as_raw()))
+        );
         assert_eq!(p.last_exit, signaled(Signal::SIGTERM));
         assert_eq!(
             env.sup.remove("svc").await.expect("remove"),
@@ -656,7 +659,7 @@ fn ready_sent_late_is_awaited() {
                 p.status_text.as_deref() == Some("warming up")
             })
             .await;
-        assert_eq!((p.state, p.ready_at), ("starting", None));
+        assert_eq!((p.state.as_str(), p.ready_at), ("starting", None));
         env.release_one();
         let ready = start.await.expect("join").expect("start");
         assert_eq!(ready.as_raw(), pid);
@@ -717,7 +720,7 @@ fn ready_sent_twice_is_harmless() {
                 p.status_text.as_deref() == Some("after the second")
             })
             .await;
-        assert_eq!((p.state, p.pid), ("running", Some(pid.as_raw())));
+        assert_eq!((p.state.as_str(), p.pid), ("running", Some(pid.as_raw())));
         assert_eq!(p.ready_at, first.ready_at);
         assert_eq!(p.restarts, 0);
     });
@@ -1231,7 +1234,12 @@ fn shutdown_stops_everything_in_parallel() {
             } else {
                 signaled(Signal::SIGTERM)
             };
-            assert_eq!((p.state, p.last_exit), ("idle", expected), "{}", p.name);
+            assert_eq!(
+                (p.state.as_str(), p.last_exit),
+                ("idle", expected),
+                "{}",
+                p.name
+            );
         }
         for _ in 0..4 {
             env.reported_pid("pid ").await;

@@ -1,0 +1,375 @@
+//! The manager as its own process: `knot-resolver --manager-process …`, started and
+//! supervised by the root process (`daemon`). Everything that parses untrusted input runs
+//! here: configuration files on reload, API requests, watched files; so does the config-change
+//! pipeline. It commands the root's supervisor through a `supervisor::remote` link on
+//! descriptor [`LINK_FD`], and keeps in the root's fd store what its next incarnation needs:
+//! the API's listening socket (stored by the root), the running configuration (a sealed
+//! memfd) and the workers' listening sockets. A crash here loses nothing: the next incarnation
+//! adopts the running workers and serves the API socket the root kept open.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::fd::{OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook_tokio::Signals;
+use supervisor::remote::{Link, Parent};
+use supervisor::task::supervise_task;
+use supervisor::Backoff;
+use tokio::sync::{mpsc, watch, Mutex};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, ApiState};
+use crate::config::{self, LoadedConfig, ValidationContext};
+use crate::daemon::{init_tracing, FAULT_INJECTION_VAR};
+use crate::manager::listen::{Mirrored, SocketOwner, SocketTable, STORED_PREFIX};
+use crate::manager::task::{self, ManagerCommand, ManagerContext, ManagerExit};
+use crate::manager::Executables;
+
+/// The hidden command-line flag that makes `knot-resolver` the manager process.
+pub const MANAGER_FLAG: &str = "--manager-process";
+
+/// The descriptor number of the link to the root process.
+pub const LINK_FD: RawFd = 3;
+
+/// The manager's service name in the root's process table.
+pub const MANAGER_NAME: &str = "manager";
+
+/// Fd store name of the API's listening socket.
+pub const STORED_API: &str = "api";
+
+/// Fd store name of the running configuration (JSON in a sealed memfd).
+pub const STORED_CONFIG: &str = "config";
+
+/// The largest stored configuration read back.
+const MAX_STORED_CONFIG: u64 = 512 << 20;
+
+/// Consecutive manager-task failures (panics) before this process gives up; the root then
+/// starts a new one.
+const TASK_MAX_FAILURES: u32 = 5;
+
+/// Run as the manager process. Returns the exit code.
+pub fn run(
+    files: Vec<PathBuf>,
+    socket_owner: SocketOwner,
+    worker_user: Option<String>,
+) -> ExitCode {
+    let link = match supervisor::os::take_inherited_fd(LINK_FD) {
+        Ok(fd) => fd,
+        Err(_) => {
+            eprintln!("knot-resolver: {MANAGER_FLAG} is started by knot-resolver itself");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("knot-resolver manager: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let files: Vec<PathBuf> = files
+        .into_iter()
+        .map(|p| std::path::absolute(&p).unwrap_or(p))
+        .collect();
+    runtime.block_on(serve(link, files, socket_owner, worker_user))
+}
+
+async fn serve(
+    link: OwnedFd,
+    files: Vec<PathBuf>,
+    socket_owner: SocketOwner,
+    worker_user: Option<String>,
+) -> ExitCode {
+    let started_at = std::time::Instant::now();
+    let parent = match Link::from_fd(link) {
+        Ok(link) => Parent::connect(link).await,
+        Err(e) => Err(e),
+    };
+    let mut parent = match parent {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("knot-resolver manager: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut stored: BTreeMap<String, OwnedFd> =
+        std::mem::take(&mut parent.stored).into_iter().collect();
+    let adopting = parent.incarnation > 1;
+    let loaded = match stored.remove(STORED_CONFIG) {
+        Some(fd) => restore_config(fd, &files),
+        None => config::load_files(&files, true).map_err(|e| e.to_string()),
+    };
+    let loaded = match loaded {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("knot-resolver: {e}");
+            let _ = parent.exit(1).await;
+            return ExitCode::from(1);
+        }
+    };
+    init_tracing(loaded.model.logging.level.as_str());
+    let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("cannot install signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let rundir = loaded.model.rundir.clone();
+    if let Err(e) = std::env::set_current_dir(&rundir) {
+        tracing::error!("cannot use rundir {}: {e}", rundir.display());
+        let _ = parent.exit(1).await;
+        return ExitCode::from(1);
+    }
+    let run_as = match worker_user
+        .as_deref()
+        .map(crate::daemon::resolve_user)
+        .transpose()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("--worker-user: {e}");
+            let _ = parent.exit(1).await;
+            return ExitCode::from(1);
+        }
+    };
+    let api_socket = stored.remove(STORED_API);
+    let sockets: Vec<(String, OwnedFd)> = stored
+        .into_iter()
+        .filter(|(name, _)| name.starts_with(STORED_PREFIX))
+        .collect();
+    let parent = Arc::new(parent);
+    let (mirror_tx, mirror_rx) = mpsc::unbounded_channel();
+    tokio::spawn(mirror_sockets(parent.clone(), mirror_rx));
+    let table = SocketTable::restore(sockets, Some(mirror_tx));
+    let management = loaded.model.management.clone();
+    let resolve_root = config::resolve_root_of(&files);
+    let (config_tx, config_rx) = watch::channel(Arc::new(loaded));
+    let (command_tx, command_rx) = mpsc::channel(16);
+    let (started_tx, mut started_rx) = watch::channel(adopting);
+    let stop = CancellationToken::new();
+    let upward = parent.upward.clone();
+    let ctx = ManagerContext {
+        supervisor: parent.handle.clone(),
+        executables: Executables {
+            run_as,
+            ..Executables::discover()
+        },
+        files,
+        config: config_tx,
+        commands: Arc::new(Mutex::new(command_rx)),
+        started: started_tx,
+        upward: upward.clone(),
+        stop: stop.clone(),
+        socket_owner,
+        sockets: Arc::new(std::sync::Mutex::new(table)),
+    };
+    let mut manager = tokio::spawn(supervise_task(
+        "manager",
+        Backoff::default(),
+        TASK_MAX_FAILURES,
+        stop.clone(),
+        move |inc| task::run(ctx.clone(), inc.number),
+    ));
+    // Ask the root to stop everything with `code`, then wait for it to stop us.
+    let mut exit_requested = None;
+    let started = tokio::select! {
+        r = started_rx.wait_for(|s| *s) => match r {
+            Ok(_) => true,
+            Err(_) => {
+                // The task dropped its side: it has ended; learn how.
+                exit_requested = Some(report_manager_end((&mut manager).await));
+                false
+            }
+        },
+        r = &mut manager => {
+            exit_requested = Some(report_manager_end(r));
+            false
+        }
+        () = parent.gone.cancelled() => return ExitCode::from(1),
+        Some(sig) = signals.next() => {
+            tracing::warn!(signal = sig, "signal received during start-up; stopping");
+            return ExitCode::SUCCESS;
+        }
+    };
+    let mut api_task = None;
+    let mut watchdog_task = None;
+    if started {
+        tokio::spawn(keep_config(parent.clone(), config_rx.clone()));
+        watchdog_task = Some(crate::watchdog::start(
+            config_rx.clone(),
+            command_tx.clone(),
+            stop.child_token(),
+        ));
+        let state = ApiState {
+            config: config_rx,
+            supervisor: parent.handle.clone(),
+            stop: stop.clone(),
+            manager: command_tx.clone(),
+            fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
+            resolve_root,
+            rendered: Default::default(),
+        };
+        let router = api::app(state);
+        let listener = api_socket
+            .ok_or_else(|| "the root process kept no API socket".to_string())
+            .and_then(|fd| {
+                api::server::Listener::from_fd(fd, &management).map_err(|e| e.to_string())
+            });
+        match listener {
+            Ok(listener) => {
+                api_task = Some(tokio::spawn(api::server::serve(
+                    listener,
+                    router,
+                    stop.child_token(),
+                )));
+                if adopting {
+                    tracing::warn!(
+                        incarnation = parent.incarnation,
+                        "manager process restarted; adopted the running workers"
+                    );
+                    upward.status("Ready");
+                } else {
+                    tracing::info!(
+                        "Manager fully initialized and running in {:.3} seconds",
+                        started_at.elapsed().as_secs_f64()
+                    );
+                    upward.ready("Ready");
+                }
+            }
+            Err(e) => {
+                tracing::error!("management API: {e}");
+                exit_requested = Some(1);
+            }
+        }
+    }
+    if let Some(code) = exit_requested {
+        let _ = parent.exit(code).await;
+    }
+    let mut manager_done = !started;
+    loop {
+        tokio::select! {
+            Some(sig) = signals.next() => match sig {
+                SIGHUP => {
+                    tracing::info!("SIGHUP received; reloading the configuration files");
+                    let (reply, _result) = tokio::sync::oneshot::channel();
+                    // The manager reports the outcome (log, RELOADING/READY upward); signals
+                    // keep being handled meanwhile.
+                    let _ = command_tx.try_send(ManagerCommand::Reload { force: false, reply });
+                }
+                // The root stops us: finish what the API is doing and go.
+                _ => break,
+            },
+            () = stop.cancelled(), if exit_requested.is_none() => {
+                // `POST /stop`: the root stops everything, us first.
+                exit_requested = Some(0);
+                let _ = parent.exit(0).await;
+            }
+            r = &mut manager, if !manager_done => {
+                manager_done = true;
+                if exit_requested.is_none() && !stop.is_cancelled() {
+                    let code = report_manager_end(r);
+                    exit_requested = Some(code);
+                    let _ = parent.exit(code).await;
+                }
+            }
+            () = parent.gone.cancelled() => break,
+        }
+    }
+    stop.cancel();
+    if let Some(task) = api_task {
+        let _ = task.await;
+    }
+    if let Some(task) = watchdog_task {
+        let _ = task.await;
+    }
+    ExitCode::SUCCESS
+}
+
+/// Read the configuration a previous incarnation stored; it was valid then, so paths are not
+/// checked again (a file that vanished meanwhile must not stop the adoption).
+fn restore_config(fd: OwnedFd, files: &[PathBuf]) -> Result<LoadedConfig, String> {
+    let mut text = String::new();
+    std::fs::File::from(fd)
+        .take(MAX_STORED_CONFIG)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read the stored configuration: {e}"))?;
+    let raw: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("the stored configuration is damaged: {e}"))?;
+    let ctx = ValidationContext {
+        resolve_root: config::resolve_root_of(files),
+        strict: false,
+    };
+    let model = config::validate(&raw, &ctx).map_err(|e| e.to_string())?;
+    Ok(LoadedConfig { raw, model })
+}
+
+/// Keep every configuration that is applied in the root's fd store.
+async fn keep_config(parent: Arc<Parent>, mut config: watch::Receiver<Arc<LoadedConfig>>) {
+    loop {
+        let raw = config.borrow_and_update().raw.clone();
+        let stored = serde_json::to_vec(&raw)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| supervisor::os::sealed_memfd("knot-resolver-config", &bytes));
+        match stored {
+            Ok(fd) => {
+                if let Err(e) = parent.store(STORED_CONFIG, &fd).await {
+                    tracing::warn!("cannot keep the configuration for a restart: {e}");
+                }
+            }
+            Err(e) => tracing::warn!("cannot keep the configuration for a restart: {e}"),
+        }
+        if config.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Mirror the socket table's changes into the root's fd store.
+async fn mirror_sockets(parent: Arc<Parent>, mut changes: mpsc::UnboundedReceiver<Mirrored>) {
+    while let Some(change) = changes.recv().await {
+        let result = match &change {
+            Mirrored::Keep(name, fd) => parent.store(name, fd).await,
+            Mirrored::Forget(name) => parent.forget(name).await,
+        };
+        if let Err(e) = result {
+            tracing::warn!("cannot keep the listening sockets for a restart: {e}");
+        }
+    }
+}
+
+/// Log how the manager task ended; the exit code the resolver should stop with.
+fn report_manager_end(
+    r: Result<Result<Option<ManagerExit>, supervisor::task::TaskGaveUp>, tokio::task::JoinError>,
+) -> u8 {
+    match r {
+        Ok(Ok(Some(ManagerExit::StartFailed(e)))) => {
+            tracing::error!("start-up failed: {e}");
+            1
+        }
+        Ok(Ok(Some(ManagerExit::Unstable { failed }))) => {
+            tracing::error!(
+                "the resolver is unstable ({} failed); stopping",
+                failed.join(", ")
+            );
+            1
+        }
+        Ok(Ok(Some(ManagerExit::Stopped) | None)) => 0,
+        Ok(Err(e)) => {
+            tracing::error!("{e}");
+            1
+        }
+        Err(e) => {
+            tracing::error!("manager supervision failed: {e}");
+            1
+        }
+    }
+}
