@@ -409,7 +409,12 @@ impl Root {
             let end = match self.start_manager(sup, theirs).await {
                 Ok(pid) => {
                     tracing::debug!(pid, incarnation, "manager process started");
-                    remote::serve_child(link, incarnation, &service, store, stop.clone()).await
+                    // The link's other end stays open in the supervisor until the service is
+                    // removed, so an exit shows in the process table, not as end of file.
+                    tokio::select! {
+                        end = remote::serve_child(link, incarnation, &service, store, stop.clone()) => end,
+                        () = exited(sup, pid) => ChildEnd::Gone,
+                    }
                 }
                 Err(e) => ChildEnd::Misbehaved(format!("cannot start: {e}")),
             };
@@ -423,9 +428,17 @@ impl Root {
                 ChildEnd::Misbehaved(why) => tracing::error!("the manager process failed: {why}"),
                 ChildEnd::Gone => {}
             }
+            let last_exit = sup
+                .snapshot()
+                .processes
+                .iter()
+                .find(|p| p.name == MANAGER_NAME)
+                .and_then(|p| p.last_exit);
             match sup.remove(MANAGER_NAME).await {
-                Ok(Some(status)) => tracing::error!("the manager process ended: {status}"),
-                Ok(None) => tracing::error!("the manager process ended"),
+                Ok(status) => match status.or(last_exit) {
+                    Some(status) => tracing::error!("the manager process ended: {status}"),
+                    None => tracing::error!("the manager process ended"),
+                },
                 Err(e) => tracing::error!("the manager process: {e}"),
             }
             if incarnation == 1 && store_lacks_config(store) {
@@ -462,6 +475,18 @@ impl Root {
             .map(|p| p.as_raw())
             .map_err(|e| e.to_string())
     }
+}
+
+/// Wait until process `pid` of the manager service has exited.
+async fn exited(sup: &SupervisorHandle, pid: i32) {
+    let mut snapshots = sup.subscribe();
+    let _ = snapshots
+        .wait_for(|s| {
+            !s.processes
+                .iter()
+                .any(|p| p.name == MANAGER_NAME && p.pid == Some(pid))
+        })
+        .await;
 }
 
 /// Whether the manager never stored the configuration it runs, i.e. never finished a start.

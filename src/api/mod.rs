@@ -60,6 +60,7 @@ pub fn app(state: ApiState) -> Router {
         .route("/processes", get(processes_all))
         .route("/processes/{kind}", get(processes))
         .route("/debug/panic-manager", post(panic_manager))
+        .route("/debug/crash-manager/{how}", post(crash_manager))
         .route("/metrics", get(metrics_redirect))
         .route("/metrics/json", get(metrics_json))
         .route("/metrics/prometheus", get(metrics_prometheus))
@@ -161,6 +162,40 @@ async fn panic_manager(State(state): State<ApiState>) -> Response {
         Ok(()) => (StatusCode::OK, "manager panic requested").into_response(),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "manager is not running").into_response(),
     }
+}
+
+/// Fault injection: crash the manager process the way a bug would: a stack overflow (as a
+/// parser recursing on input nested too deeply), a segmentation fault, an abort. The root
+/// replaces the process.
+async fn crash_manager(
+    State(state): State<ApiState>,
+    axum::extract::Path(how): axum::extract::Path<String>,
+) -> Response {
+    if !state.fault_injection {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    tracing::warn!("fault injection: crashing the manager process ({how})");
+    match how.as_str() {
+        "overflow" => {
+            let n = recurse(std::hint::black_box(1));
+            (StatusCode::OK, n.to_string()).into_response()
+        }
+        "segfault" => {
+            // The first SIGSEGV is taken by Rust's stack-overflow handler, which restores the
+            // default action; the second ends the process as a real fault would.
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSEGV);
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSEGV);
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+        "abort" => std::process::abort(),
+        _ => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+#[allow(unconditional_recursion)]
+fn recurse(n: u64) -> u64 {
+    let frame = std::hint::black_box([n; 64]);
+    recurse(frame[0].wrapping_add(1)).wrapping_add(frame[63])
 }
 
 async fn metrics_redirect() -> Response {

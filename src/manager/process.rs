@@ -8,7 +8,6 @@
 //! adopts the running workers and serves the API socket the root kept open.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::os::fd::{OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +31,9 @@ use crate::manager::Executables;
 
 /// The hidden command-line flag that makes `knot-resolver` the manager process.
 pub const MANAGER_FLAG: &str = "--manager-process";
+
+/// The manager process's name (`comm`).
+pub const PROCESS_NAME: &std::ffi::CStr = c"kres-manager";
 
 /// The descriptor number of the link to the root process.
 pub const LINK_FD: RawFd = 3;
@@ -58,6 +60,8 @@ pub fn run(
     socket_owner: SocketOwner,
     worker_user: Option<String>,
 ) -> ExitCode {
+    // `ps` and `top` show the manager by this name rather than the `exe` it was started as.
+    let _ = nix::sys::prctl::set_name(PROCESS_NAME);
     let link = match supervisor::os::take_inherited_fd(LINK_FD) {
         Ok(fd) => fd,
         Err(_) => {
@@ -103,15 +107,26 @@ async fn serve(
     let mut stored: BTreeMap<String, OwnedFd> =
         std::mem::take(&mut parent.stored).into_iter().collect();
     let adopting = parent.incarnation > 1;
-    let loaded = match stored.remove(STORED_CONFIG) {
-        Some(fd) => restore_config(fd, &files),
+    let loaded = match stored
+        .remove(STORED_CONFIG)
+        .map(|fd| restore_config(fd, &files))
+    {
+        Some(Ok(loaded)) => Ok(loaded),
+        Some(Err(e)) => {
+            // Never seen; the files are the next best thing to adopt the workers with.
+            eprintln!("knot-resolver: {e}; adopting the workers with the configuration files");
+            config::load_files(&files, true).map_err(|e| e.to_string())
+        }
         None => config::load_files(&files, true).map_err(|e| e.to_string()),
     };
     let loaded = match loaded {
         Ok(l) => l,
         Err(e) => {
             eprintln!("knot-resolver: {e}");
-            let _ = parent.exit(1).await;
+            if !adopting {
+                // Nothing runs yet: the resolver cannot start.
+                let _ = parent.exit(1).await;
+            }
             return ExitCode::from(1);
         }
     };
@@ -234,7 +249,7 @@ async fn serve(
                 if adopting {
                     tracing::warn!(
                         incarnation = parent.incarnation,
-                        "manager process restarted; adopted the running workers"
+                        "manager process restarted; serving the API again"
                     );
                     upward.status("Ready");
                 } else {
@@ -297,11 +312,20 @@ async fn serve(
 /// Read the configuration a previous incarnation stored; it was valid then, so paths are not
 /// checked again (a file that vanished meanwhile must not stop the adoption).
 fn restore_config(fd: OwnedFd, files: &[PathBuf]) -> Result<LoadedConfig, String> {
-    let mut text = String::new();
-    std::fs::File::from(fd)
-        .take(MAX_STORED_CONFIG)
-        .read_to_string(&mut text)
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::from(fd);
+    let len = file
+        .metadata()
+        .map_err(|e| format!("cannot read the stored configuration: {e}"))?
+        .len();
+    if len > MAX_STORED_CONFIG {
+        return Err(format!("the stored configuration has {len} bytes"));
+    }
+    // Read at explicit offsets: the file position is shared with every copy of the descriptor.
+    let mut bytes = vec![0u8; usize::try_from(len).map_err(|e| e.to_string())?];
+    file.read_exact_at(&mut bytes, 0)
         .map_err(|e| format!("cannot read the stored configuration: {e}"))?;
+    let text = String::from_utf8(bytes).map_err(|e| e.to_string())?;
     let raw: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("the stored configuration is damaged: {e}"))?;
     let ctx = ValidationContext {

@@ -335,6 +335,8 @@ pub fn sealed_memfd(name: &str, data: &[u8]) -> io::Result<OwnedFd> {
     let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)?;
     let mut file = std::fs::File::from(fd);
     io::Write::write_all(&mut file, data)?;
+    // Whoever receives it reads from the start (the offset is shared with every copy).
+    io::Seek::rewind(&mut file)?;
     let fd = OwnedFd::from(file);
     fcntl(
         &fd,

@@ -471,6 +471,8 @@ pub struct Parent {
     /// Fires when the link is gone (the parent died or closed it).
     pub gone: CancellationToken,
     link: Arc<Link>,
+    /// Dropping the parent closes the link (the proxy task lets go of it).
+    _close: tokio_util::sync::DropGuard,
 }
 
 /// How long the child waits for its welcome.
@@ -515,12 +517,14 @@ impl Parent {
         let (snapshot_tx, snapshot_rx) = watch::channel(first);
         let (upward_tx, upward_rx) = mpsc::unbounded_channel();
         let gone = CancellationToken::new();
+        let close = CancellationToken::new();
         tokio::spawn(proxy(
             link.clone(),
             commands_rx,
             upward_rx,
             snapshot_tx,
             gone.clone(),
+            close.clone(),
         ));
         Ok(Parent {
             handle: SupervisorHandle {
@@ -533,6 +537,7 @@ impl Parent {
             upward: UpwardNotifier::forwarding(upward_tx),
             gone,
             link,
+            _close: close.drop_guard(),
         })
     }
 
@@ -614,6 +619,7 @@ async fn proxy(
     mut upward: mpsc::UnboundedReceiver<Upward>,
     snapshot: watch::Sender<Arc<Snapshot>>,
     gone: CancellationToken,
+    close: CancellationToken,
 ) {
     let pending: Arc<std::sync::Mutex<HashMap<u64, Pending>>> = Default::default();
     let (pong_tx, mut pong_rx) = mpsc::unbounded_channel::<u64>();
@@ -644,19 +650,22 @@ async fn proxy(
     let writer = async {
         let mut next_id = 0u64;
         loop {
-            let (msg, fds) = tokio::select! {
-                Some(seq) = pong_rx.recv() => (ToParent::Pong { seq }, Vec::new()),
-                Some(note) = upward.recv() => (ToParent::Upward(note), Vec::new()),
+            // `owned` keeps descriptors handed to us open until the parent has its copies.
+            let (msg, fds, owned) = tokio::select! {
+                Some(seq) = pong_rx.recv() => (ToParent::Pong { seq }, Vec::new(), Vec::new()),
+                Some(note) = upward.recv() => (ToParent::Upward(note), Vec::new(), Vec::new()),
                 Some(command) = commands.recv() => {
                     next_id += 1;
                     let id = next_id;
-                    let Some((call, fds, waiter, _owned)) = to_call(command) else { continue };
+                    let Some((call, fds, waiter, owned)) = to_call(command) else { continue };
                     lock(&pending).insert(id, waiter);
-                    (ToParent::Call { id, call }, fds)
+                    (ToParent::Call { id, call }, fds, owned)
                 }
                 else => return,
             };
-            if let Err(e) = link.send(&msg, &fds).await {
+            let sent = link.send(&msg, &fds).await;
+            drop(owned);
+            if let Err(e) = sent {
                 if let ToParent::Call { id, .. } = msg {
                     if let Some(waiter) = lock(&pending).remove(&id) {
                         waiter.answer(Err(SupervisorError::Refused(e.to_string())));
@@ -668,6 +677,7 @@ async fn proxy(
     tokio::select! {
         () = reader => {}
         () = writer => {}
+        () = close.cancelled() => {}
     }
     let waiting: Vec<Pending> = lock(&pending).drain().map(|(_, w)| w).collect();
     for waiter in waiting {

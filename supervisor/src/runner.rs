@@ -48,6 +48,9 @@ pub enum SupervisorError {
     Refused(String),
 }
 
+/// Notifications read before reaping, at most; a flood beyond waits for the next pass.
+const MAX_DRAINED_BEFORE_REAPING: usize = 1024;
+
 /// How the supervisor was set up.
 #[derive(Debug, Clone)]
 pub struct SupervisorOptions {
@@ -397,8 +400,9 @@ impl Supervisor {
     }
 
     fn reap(&mut self) {
-        // Attribute any READY=1 sent just before an exit: drain notifications first.
-        loop {
+        // Attribute any READY=1 sent just before an exit: drain notifications first, but
+        // never without end (a child flooding the socket must not hold up reaping).
+        for _ in 0..MAX_DRAINED_BEFORE_REAPING {
             match self.notify.try_recv() {
                 Ok(Some(r)) => self.on_datagram(r.pid, &r.payload),
                 Ok(None) => break,

@@ -1292,3 +1292,162 @@ fn shutdown_refuses_new_work_and_kill_all_kills_at_once() {
         }
     });
 }
+
+#[test]
+fn a_remote_caller_commands_the_supervisor_and_its_store_outlives_it() {
+    use std::os::fd::AsRawFd;
+    use supervisor::remote::{ChildEnd, ChildPolicy, ChildService, FdStore, Link, Parent};
+    use supervisor::upward::UpwardNotifier;
+    scenario("debug,child=info", async |env| {
+        let mut store = FdStore::default();
+        let policy = ChildPolicy {
+            programs: vec![PathBuf::from(HELPER)],
+        };
+        let upward = UpwardNotifier::disabled();
+        let sup = env.sup.clone();
+        let service = ChildService {
+            sup: &sup,
+            policy: &policy,
+            upward: &upward,
+            hang_after: TIMEOUT,
+        };
+        // The first incarnation: a descriptor handed to a service at a number of its choice,
+        // and one stored for later.
+        let (ours, theirs) = Link::pair().expect("link");
+        let stop = tokio_util::sync::CancellationToken::new();
+        let child = async {
+            let parent = Parent::connect(Link::from_fd(theirs).expect("link"))
+                .await
+                .expect("welcome");
+            assert_eq!(parent.incarnation, 1);
+            assert!(parent.stored.is_empty());
+            let (read, _write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+            parent.store("kept", &read).await.expect("store");
+            let (handed, _w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+            // Not a number the helper would get anyway, and not ours in the child.
+            let at = handed.as_raw_fd() + 40;
+            let spec = env.notify_spec("remote", &["notify", "READY=1", "wait"], TIMEOUT);
+            parent
+                .handle
+                .add_handing(spec, vec![(handed, at)])
+                .await
+                .expect("add");
+            let pid = parent.handle.start("remote").await.expect("start");
+            // The snapshot travels back.
+            let mut table = parent.handle.subscribe();
+            table
+                .wait_for(|s| s.processes.iter().any(|p| p.pid == Some(pid.as_raw())))
+                .await
+                .expect("snapshot");
+            // A program outside the policy is refused.
+            let mut bad = ServiceSpec::new("bad", "test", vec!["/bin/sh".into()]);
+            bad.readiness = Readiness::None;
+            let err = parent
+                .handle
+                .add(bad, Vec::new())
+                .await
+                .expect_err("refused");
+            assert!(err.to_string().contains("may not run"), "{err}");
+            parent.exit(7).await.expect("exit");
+            (pid, at)
+        };
+        let (end, (pid, at)) = tokio::join!(
+            supervisor::remote::serve_child(ours, 1, &service, &mut store, stop.clone()),
+            child
+        );
+        assert!(matches!(end, ChildEnd::Exit(7)), "{end:?}");
+        env.allowed_fds.insert(at);
+        let listing =
+            std::fs::read_to_string(env.dir.join("fds").join(pid.to_string())).expect("listing");
+        assert!(
+            listing
+                .lines()
+                .any(|l| l.starts_with(&format!("{at} pipe:"))),
+            "the handed pipe at {at}:\n{listing}"
+        );
+        env.reported_pid("pid ").await;
+        // The next incarnation finds what the first stored, and the running service.
+        assert_eq!(store.len(), 1);
+        let (ours, theirs) = Link::pair().expect("link");
+        let child = async {
+            let parent = Parent::connect(Link::from_fd(theirs).expect("link"))
+                .await
+                .expect("welcome");
+            assert_eq!(parent.incarnation, 2);
+            let names: Vec<&str> = parent.stored.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, ["kept"]);
+            assert!(parent
+                .handle
+                .snapshot()
+                .processes
+                .iter()
+                .any(|p| p.name == "remote" && p.pid == Some(pid.as_raw())));
+            drop(parent);
+        };
+        let (end, ()) = tokio::join!(
+            supervisor::remote::serve_child(ours, 2, &service, &mut store, stop.clone()),
+            child
+        );
+        assert!(matches!(end, ChildEnd::Gone), "{end:?}");
+        env.release_all();
+    });
+}
+
+#[test]
+fn children_die_with_the_supervisor_process() {
+    // A supervisor process (pid1-demo) runs the helper, then is SIGKILLed: the kernel kills
+    // the helper too (PR_SET_PDEATHSIG), so nothing goes on serving after its supervisor.
+    // Its zombie may be reparented to us (a subreaper): one scenario at a time, and reap it.
+    let _serial: MutexGuard<()> = ONE_SUPERVISOR_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("supervisor-pdeathsig-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    mkfifo(&dir.join("reports"));
+    // Read-write, so that opening never blocks and the FIFO never ends.
+    let reports = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("reports"))
+        .expect("open reports");
+    let mut demo = std::process::Command::new(env!("CARGO_BIN_EXE_pid1-demo"))
+        .arg(dir.join("notify.sock"))
+        .arg(HELPER)
+        .args(["report"])
+        .arg(dir.join("reports"))
+        .args(["notify", "READY=1", "sleep", "600000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("pid1-demo");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(reports), &mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(TIMEOUT).expect("the helper reports");
+    let helper: i32 = line
+        .trim()
+        .strip_prefix("pid ")
+        .and_then(|p| p.parse().ok())
+        .expect("pid line");
+    demo.kill().expect("SIGKILL the supervisor");
+    demo.wait().expect("reap it");
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let gone = loop {
+        match proc_stat(helper) {
+            None => break true,
+            Some(stat) if stat.state == 'Z' => break true,
+            Some(_) if std::time::Instant::now() >= deadline => break false,
+            Some(_) => std::thread::yield_now(),
+        }
+    };
+    if !gone {
+        let _ = nix::sys::signal::kill(Pid::from_raw(helper), nix::sys::signal::Signal::SIGKILL);
+    }
+    kill_and_reap_descendants();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(gone, "the helper outlived its supervisor");
+}

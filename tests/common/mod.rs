@@ -264,3 +264,36 @@ impl Upstream {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 }
+
+/// A second daemon of ours on the same configuration, rundir and port as a [`Resolver`], with
+/// its own notify socket.
+pub struct Beside {
+    pub launched: Launched,
+    pub notify: NotifyListener,
+}
+
+/// Launch another daemon on `r`'s configuration, reporting to notify socket `notify`.
+pub fn launch_beside(r: &Resolver, notify: &str) -> Result<Beside> {
+    let listener = NotifyListener::bind(&r.dir.host(notify))?;
+    let notify_path = os(r.dir.bed(notify));
+    let launched = r.bed.launch(
+        Path::new(DAEMON),
+        &[&os("-c"), &os(r.dir.bed("config.yaml"))],
+        &[("NOTIFY_SOCKET", &notify_path)],
+    )?;
+    Ok(Beside {
+        launched,
+        notify: listener,
+    })
+}
+
+impl Beside {
+    /// SIGINT, then exit code 0 and no process of the tree left.
+    pub fn stop(mut self) {
+        use nix::sys::signal::Signal;
+        self.launched.signal(Signal::SIGINT).expect("signal");
+        let status = self.launched.wait(STOP_TIMEOUT).expect("exit");
+        assert_eq!(status.code(), Some(0), "{}", self.launched.output.text());
+        assert!(self.launched.tree().is_empty());
+    }
+}

@@ -1,0 +1,280 @@
+//! The manager runs in its own process, a child of the root: whatever kills or wedges it
+//! (SIGKILL, a segmentation fault, an abort, a hang), the root stays up, the workers keep
+//! answering with unchanged pids, and the next manager process adopts them with the
+//! configuration that was running, on the API socket the root kept open. And nothing of the
+//! tree outlives the root, and two resolvers never share a rundir.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Resolver, Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
+use nix::sys::signal::Signal;
+use testbed::dns;
+
+/// The manager's name in `/proc/PID/comm`.
+const MANAGER: &str = "kres-manager";
+
+/// Asks a question continuously, counting answers and failures, until dropped.
+struct Asker {
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicU32>,
+    failed: Arc<AtomicU32>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Asker {
+    fn start(r: &Resolver, name: &'static str) -> Asker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (answered, failed) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+        let server = r.dns();
+        let thread = {
+            let (stop, answered, failed) = (stop.clone(), answered.clone(), failed.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match dns::query_udp(server, name, dns::TYPE_A, DNS_TIMEOUT) {
+                        Ok(resp) if !resp.a().is_empty() => answered.fetch_add(1, Ordering::SeqCst),
+                        _ => failed.fetch_add(1, Ordering::SeqCst),
+                    };
+                }
+            })
+        };
+        Asker {
+            stop,
+            answered,
+            failed,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop asking; (answered, failed).
+    fn finish(mut self) -> (u32, u32) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("asker thread");
+        }
+        (
+            self.answered.load(Ordering::SeqCst),
+            self.failed.load(Ordering::SeqCst),
+        )
+    }
+}
+
+fn manager_pid(r: &Resolver) -> i32 {
+    let pids = r.pids_named(MANAGER);
+    assert_eq!(
+        pids.len(),
+        1,
+        "one manager process: {:?}",
+        r.launched.tree()
+    );
+    pids[0]
+}
+
+fn etag(r: &Resolver) -> String {
+    let resp = r.http("GET", "/v1/config", b"").expect("API answers");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    resp.header("etag").expect("an ETag").to_owned()
+}
+
+#[test]
+fn a_manager_killed_in_any_way_is_replaced_and_nothing_else_changes() {
+    let setup = Setup::new("manager-killed")
+        .workers(2)
+        .env(knot_resolver::daemon::FAULT_INJECTION_VAR, "1")
+        .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n");
+    let r = common::start(&setup).expect("resolver starts");
+    let root = r.launched.pid();
+    let workers = r.pids_named("kresd");
+    assert_eq!(workers.len(), 2);
+    // A change through the API: the configuration now differs from the file, and a new
+    // manager must come back with it, not with the file.
+    let resp = r
+        .http(
+            "PUT",
+            "/v1/config/local-data/records",
+            br#""alive.test. 300 A 192.0.2.9\nchanged.test. 300 A 192.0.2.10\n""#,
+        )
+        .expect("API answers");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let before = etag(&r);
+    let asker = Asker::start(&r, "alive.test.");
+
+    for (n, fault) in ["SIGKILL", "SIGABRT", "overflow", "segfault", "abort"]
+        .into_iter()
+        .enumerate()
+    {
+        let victim = manager_pid(&r);
+        let pid = nix::unistd::Pid::from_raw(victim);
+        match fault {
+            "SIGKILL" => nix::sys::signal::kill(pid, Signal::SIGKILL).expect("kill"),
+            "SIGABRT" => nix::sys::signal::kill(pid, Signal::SIGABRT).expect("kill"),
+            how => {
+                // The connection is cut when the process dies mid-request.
+                let _ = r.http("POST", &format!("/debug/crash-manager/{how}"), b"");
+            }
+        }
+        let signal = fault;
+        r.launched
+            .output
+            .wait_for_count("serving the API again", n + 1, START_TIMEOUT)
+            .unwrap_or_else(|e| panic!("{signal}: {e:#}"));
+        let replacement = manager_pid(&r);
+        assert_ne!(replacement, victim, "{signal}: a new manager process");
+        // The root is the same process, the workers are the same processes.
+        assert!(
+            r.launched.tree().iter().any(|p| p.pid == root),
+            "{signal}: the root is alive"
+        );
+        assert_eq!(
+            r.pids_named("kresd"),
+            workers,
+            "{signal}: workers unchanged"
+        );
+        // The API is served again with the configuration that was running.
+        assert_eq!(etag(&r), before, "{signal}: configuration intact");
+        let resp = dns::query_udp(r.dns(), "changed.test.", dns::TYPE_A, DNS_TIMEOUT)
+            .expect("DNS answers");
+        assert_eq!(
+            resp.a(),
+            vec![std::net::Ipv4Addr::new(192, 0, 2, 10)],
+            "{signal}"
+        );
+    }
+    // Each death was seen for what it was.
+    let log = r.launched.output.text();
+    for how in ["SIGKILL", "SIGSEGV", "SIGABRT"] {
+        assert!(
+            log.contains(&format!("the manager process ended: killed by {how}")),
+            "{how} reported:\n{log}"
+        );
+    }
+    assert!(log.contains("has overflowed its stack"), "{log}");
+    let (answered, failed) = asker.finish();
+    assert_eq!(failed, 0, "queries failed while the manager was replaced");
+    assert!(answered > 0);
+
+    // The new manager takes changes, and the old workers run them.
+    let out = r
+        .kresctl(&["config", "set", "-p", "/workers", "3"])
+        .expect("kresctl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(r.pids_named("kresd").len(), 3);
+    r.stop();
+}
+
+#[test]
+fn a_hung_manager_is_replaced_and_waiting_clients_are_answered() {
+    let setup = Setup::new("manager-hung")
+        .env(knot_resolver::daemon::MANAGER_HANG_VAR, "2")
+        .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n");
+    let r = common::start(&setup).expect("resolver starts");
+    let workers = r.pids_named("kresd");
+    let victim = manager_pid(&r);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(victim), Signal::SIGSTOP).expect("stop");
+    // A client that connects now waits in the root's listen backlog and is answered by the
+    // next manager: queued, not refused.
+    let api = r.api.clone();
+    let client = std::thread::spawn(move || {
+        testbed::http::request(&api, "GET", "/v1/config", &[], b"").map(|resp| resp.status)
+    });
+    r.launched
+        .output
+        .wait_for("answered nothing for 2 s", START_TIMEOUT)
+        .expect("the hang is noticed");
+    r.launched
+        .output
+        .wait_for("serving the API again", START_TIMEOUT)
+        .expect("a new manager adopts");
+    assert_eq!(
+        client.join().expect("client thread").expect("answered"),
+        200
+    );
+    assert_ne!(manager_pid(&r), victim);
+    assert_eq!(r.pids_named("kresd"), workers);
+    let resp = dns::query_udp(r.dns(), "alive.test.", dns::TYPE_A, DNS_TIMEOUT).expect("DNS");
+    assert_eq!(resp.a(), vec![std::net::Ipv4Addr::new(192, 0, 2, 9)]);
+    r.stop();
+}
+
+#[test]
+fn nothing_outlives_a_killed_root_and_a_new_resolver_takes_its_place() {
+    let setup = Setup::new("root-killed").workers(2);
+    let mut r = common::start(&setup).expect("resolver starts");
+    assert!(
+        r.launched.descendants().len() >= 3,
+        "workers and the manager"
+    );
+    r.launched.signal(Signal::SIGKILL).expect("kill the root");
+    r.launched.wait(STOP_TIMEOUT).expect("the root is gone");
+    // Every child gets SIGKILL from the kernel when its parent dies.
+    let deadline = std::time::Instant::now() + STOP_TIMEOUT;
+    while !r.launched.tree().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "survivors: {:?}",
+            r.launched.tree()
+        );
+        std::thread::yield_now();
+    }
+    // The same rundir and port: the stale pid file does not block, no orphan holds the port.
+    let mut again = common::launch_beside(&r, "notify-again.sock").expect("relaunch");
+    again
+        .notify
+        .wait_for("READY=1", START_TIMEOUT)
+        .expect("the new resolver starts");
+    let resp = dns::query_udp(r.dns(), "localhost.", dns::TYPE_A, DNS_TIMEOUT)
+        .expect("the new resolver answers");
+    assert_eq!(resp.rcode, 0);
+    again.stop();
+}
+
+#[test]
+fn two_starters_at_the_same_instant_never_both_run() {
+    let r = common::launch(&Setup::new("two-starters")).expect("launch");
+    let mut other = common::launch_beside(&r, "notify-other.sock").expect("launch again");
+    let mut r = r;
+    // Exactly one of them runs; the other says why it does not and exits 1.
+    const REFUSAL: &str = "another manager is running";
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    let first_lost = loop {
+        if r.launched.output.count(REFUSAL) > 0 {
+            break true;
+        }
+        if other.launched.output.count(REFUSAL) > 0 {
+            break false;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "neither was refused:\n{}\n{}",
+            r.launched.output.text(),
+            other.launched.output.text()
+        );
+        std::thread::yield_now();
+    };
+    if first_lost {
+        assert_eq!(r.launched.wait(STOP_TIMEOUT).expect("exit").code(), Some(1));
+        other
+            .notify
+            .wait_for("READY=1", START_TIMEOUT)
+            .expect("the other one starts");
+        assert_eq!(other.launched.output.count(REFUSAL), 0);
+        other.stop();
+    } else {
+        assert_eq!(
+            other.launched.wait(STOP_TIMEOUT).expect("exit").code(),
+            Some(1)
+        );
+        r.notify
+            .wait_for("READY=1", START_TIMEOUT)
+            .expect("the first one starts");
+        assert_eq!(r.launched.output.count(REFUSAL), 0);
+        r.stop();
+    }
+}
