@@ -154,9 +154,6 @@ pub(crate) fn init_tracing(level: &str) {
     let _ = builder.try_init();
 }
 
-/// Consecutive manager failures (crash, hang) before the resolver gives up and stops.
-const MANAGER_MAX_FAILURES: u32 = 5;
-
 /// A manager process that ran this long before it failed has its failure streak forgiven.
 const MANAGER_STABLE_AFTER: Duration = Duration::from_secs(60);
 
@@ -446,14 +443,13 @@ impl Root {
                 tracing::error!("the manager failed during start-up; stopping");
                 return Stop::ManagerFailed;
             }
+            // Never given up on while the workers serve: a request that crashes the manager
+            // again and again costs the API, not DNS. The delay grows to the backoff's cap and
+            // is forgiven after a stable period.
             if started.elapsed() >= MANAGER_STABLE_AFTER {
                 failures = 0;
             }
             failures += 1;
-            if failures > MANAGER_MAX_FAILURES {
-                tracing::error!("the manager failed {failures} times in a row; stopping");
-                return Stop::ManagerFailed;
-            }
             let delay = backoff.delay(failures, 0);
             tracing::warn!(
                 "restarting the manager process in {} ms; the workers keep running",

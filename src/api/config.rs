@@ -95,6 +95,9 @@ async fn handle(
                     Err(e @ pointer::PatchError::TestFailed { .. }) => {
                         return (StatusCode::CONFLICT, format!("{e}\n")).into_response();
                     }
+                    Err(e @ pointer::PatchError::TooLarge { .. }) => {
+                        return (StatusCode::PAYLOAD_TOO_LARGE, format!("{e}\n")).into_response();
+                    }
                     Err(e) => {
                         return (
                             StatusCode::BAD_REQUEST,

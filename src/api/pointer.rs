@@ -158,6 +158,100 @@ pub enum PatchError {
     Pointer { index: usize, source: PointerError },
     #[error("operation {index}: test failed: the value at {path} differs")]
     TestFailed { index: usize, path: String },
+    /// The document would outgrow a bound (checked after every operation, before a copy is
+    /// made).
+    #[error("operation {index}: the document would exceed {bound}")]
+    TooLarge { index: usize, bound: String },
+}
+
+/// What a value weighs against the bounds of a document.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Weight {
+    nodes: usize,
+    bytes: usize,
+    /// Collection levels: 0 for a scalar.
+    height: usize,
+}
+
+/// The weight of `v`. Values come from parsed documents, whose depth is bounded, and every
+/// operation keeps it so; the walk recurses at most that deep.
+fn weigh(v: &Value) -> Weight {
+    match v {
+        Value::Array(items) => {
+            let mut w = Weight {
+                nodes: 1,
+                ..Weight::default()
+            };
+            for item in items {
+                let c = weigh(item);
+                w.nodes += c.nodes;
+                w.bytes += c.bytes;
+                w.height = w.height.max(c.height);
+            }
+            w.height += 1;
+            w
+        }
+        Value::Object(map) => {
+            let mut w = Weight {
+                nodes: 1,
+                ..Weight::default()
+            };
+            for (k, item) in map {
+                let c = weigh(item);
+                w.nodes += c.nodes + 1;
+                w.bytes += c.bytes + k.len();
+                w.height = w.height.max(c.height);
+            }
+            w.height += 1;
+            w
+        }
+        Value::String(s) => Weight {
+            nodes: 1,
+            bytes: s.len(),
+            height: 0,
+        },
+        _ => Weight {
+            nodes: 1,
+            bytes: 8,
+            height: 0,
+        },
+    }
+}
+
+/// The running weight of a document under patch, against the parser's bounds.
+struct Budget {
+    total: Weight,
+}
+
+impl Budget {
+    /// Account for `added` placed at `pointer` and `removed` taken away; an error past a bound.
+    fn change(
+        &mut self,
+        index: usize,
+        pointer: &str,
+        added: Weight,
+        removed: Weight,
+    ) -> Result<(), PatchError> {
+        use crate::config::{MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES};
+        let too_large = |bound: String| PatchError::TooLarge { index, bound };
+        let depth = pointer.matches('/').count() + added.height;
+        if depth > MAX_DEPTH {
+            return Err(too_large(format!(
+                "{MAX_DEPTH} levels of nesting at {pointer}"
+            )));
+        }
+        let nodes = (self.total.nodes + added.nodes).saturating_sub(removed.nodes);
+        if nodes > MAX_EXPANDED_NODES {
+            return Err(too_large(format!("{MAX_EXPANDED_NODES} nodes")));
+        }
+        let bytes = (self.total.bytes + added.bytes).saturating_sub(removed.bytes);
+        if bytes > MAX_EXPANDED_BYTES {
+            return Err(too_large(format!("{MAX_EXPANDED_BYTES} bytes")));
+        }
+        self.total.nodes = nodes;
+        self.total.bytes = bytes;
+        Ok(())
+    }
 }
 
 /// Apply an RFC 6902 patch to a copy of `doc`; all or nothing.
@@ -167,6 +261,7 @@ pub fn patch(doc: &Value, ops: &Value) -> Result<Value, PatchError> {
         message: "a JSON Patch is an array of operations".into(),
     })?;
     let mut out = doc.clone();
+    let mut budget = Budget { total: weigh(doc) };
     for (index, op) in list.iter().enumerate() {
         let field = |name: &str| -> Result<&str, PatchError> {
             op.get(name)
@@ -185,13 +280,21 @@ pub fn patch(doc: &Value, ops: &Value) -> Result<Value, PatchError> {
         let p = |source| PatchError::Pointer { index, source };
         let path = field("path")?;
         match field("op")? {
-            "add" => add(&mut out, path, value()?).map_err(p)?,
+            "add" => {
+                let v = value()?;
+                let removed = get(&out, path).map(weigh).unwrap_or_default();
+                budget.change(index, path, weigh(&v), removed)?;
+                add(&mut out, path, v).map_err(p)?
+            }
             "remove" => {
-                remove(&mut out, path).map_err(p)?;
+                let removed = remove(&mut out, path).map_err(p)?;
+                budget.change(index, "", Weight::default(), weigh(&removed))?;
             }
             "replace" => {
-                get(&out, path).map_err(p)?;
-                put(&mut out, path, value()?).map_err(p)?;
+                let removed = weigh(get(&out, path).map_err(p)?);
+                let v = value()?;
+                budget.change(index, path, weigh(&v), removed)?;
+                put(&mut out, path, v).map_err(p)?;
             }
             "move" => {
                 let from = field("from")?;
@@ -199,10 +302,16 @@ pub fn patch(doc: &Value, ops: &Value) -> Result<Value, PatchError> {
                     return Err(p(PointerError::MoveIntoChild(path.to_owned())));
                 }
                 let v = remove(&mut out, from).map_err(p)?;
+                let w = weigh(&v);
+                budget.change(index, path, w, w)?;
                 add(&mut out, path, v).map_err(p)?;
             }
             "copy" => {
-                let v = get(&out, field("from")?).map_err(p)?.clone();
+                let source = get(&out, field("from")?).map_err(p)?;
+                // Weighed before it is copied: the copy itself is what must not grow.
+                let removed = get(&out, path).map(weigh).unwrap_or_default();
+                budget.change(index, path, weigh(source), removed)?;
+                let v = source.clone();
                 add(&mut out, path, v).map_err(p)?;
             }
             "test" => {
@@ -284,6 +393,25 @@ mod tests {
     }
 
     /// The example of jsonpatch.com, as upstream tests it, plus move, copy and test.
+    #[test]
+    fn patches_cannot_outgrow_the_bounds() {
+        // Forty copies that each double a list: refused long before it is large.
+        let mut ops = vec![json!({"op": "add", "path": "/l", "value": ["x".repeat(1000)]})];
+        for _ in 0..40 {
+            ops.push(json!({"op": "copy", "from": "/l", "path": "/l/-"}));
+        }
+        let err = patch(&json!({}), &Value::Array(ops)).expect_err("refused");
+        assert!(matches!(err, PatchError::TooLarge { .. }), "{err}");
+        assert!(err.to_string().contains("would exceed"), "{err}");
+        // Copying a value into itself, level after level: the depth is bounded too.
+        let mut ops = vec![json!({"op": "add", "path": "/a", "value": {}})];
+        for _ in 0..300 {
+            ops.push(json!({"op": "copy", "from": "/a", "path": "/a/a"}));
+        }
+        let err = patch(&json!({}), &Value::Array(ops)).expect_err("refused");
+        assert!(err.to_string().contains("levels of nesting"), "{err}");
+    }
+
     #[test]
     fn patch_operations() {
         let doc = json!({"baz": "qux", "foo": "bar"});

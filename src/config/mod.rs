@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map, Value};
 
 pub use model::*;
-pub use parse::ParseError;
+pub use parse::{ParseError, MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES};
 
 /// The default configuration file of `kresctl validate`.
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/knot-resolver/config.yaml";
@@ -75,12 +75,40 @@ pub struct ValidationError {
     pub causes: Vec<ValidationError>,
 }
 
+/// The most errors one validation reports (the rest are counted): an answer stays small
+/// whatever the document.
+pub const MAX_REPORTED_ERRORS: usize = 100;
+
+/// The longest message or path an error carries; longer ones (quoting a huge value or key)
+/// are cut, saying how long they were.
+pub const MAX_ERROR_TEXT: usize = 2000;
+
+/// `text` cut to `max` bytes on a character boundary, saying how long it was.
+pub(crate) fn cut(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let len = text.len();
+    let mut at = max;
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    text.truncate(at);
+    text.push_str(&format!("… ({len} bytes in all)"));
+    text
+}
+
 impl ValidationError {
     fn from_failure(f: engine::Failure) -> Self {
         ValidationError {
-            path: f.path,
-            message: f.message,
-            causes: f.children.into_iter().map(Self::from_failure).collect(),
+            path: cut(f.path, MAX_ERROR_TEXT),
+            message: cut(f.message, MAX_ERROR_TEXT),
+            causes: f
+                .children
+                .into_iter()
+                .take(MAX_REPORTED_ERRORS)
+                .map(Self::from_failure)
+                .collect(),
         }
     }
 
@@ -216,12 +244,23 @@ pub fn validate(raw: &Value, ctx: &ValidationContext) -> Result<KresConfig, Vali
         strict: ctx.strict,
     };
     let normalized = model::normalize(raw, &ectx).map_err(|fails| {
-        ValidationErrors(
-            fails
-                .into_iter()
-                .map(ValidationError::from_failure)
-                .collect(),
-        )
+        let total = fails.len();
+        let mut errors: Vec<ValidationError> = fails
+            .into_iter()
+            .take(MAX_REPORTED_ERRORS)
+            .map(ValidationError::from_failure)
+            .collect();
+        if total > MAX_REPORTED_ERRORS {
+            errors.push(ValidationError {
+                path: "/".into(),
+                message: format!(
+                    "{} more errors not shown (the first {MAX_REPORTED_ERRORS} are)",
+                    total - MAX_REPORTED_ERRORS
+                ),
+                causes: Vec::new(),
+            });
+        }
+        ValidationErrors(errors)
     })?;
     let model: KresConfig = serde_json::from_value(normalized).map_err(|e| {
         ValidationErrors(vec![ValidationError {

@@ -16,10 +16,15 @@ use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 /// Upper bound on the number of nodes an alias-heavy YAML document may expand to (a guard against
 /// "billion laughs" documents; PyYAML shares aliased objects, we copy them).
-const MAX_EXPANDED_NODES: usize = 1_000_000;
+pub const MAX_EXPANDED_NODES: usize = 1_000_000;
 
-/// Upper bound on collection nesting (deeper values would overflow the stack when dropped).
-const MAX_DEPTH: usize = 256;
+/// Upper bound on collection nesting, aliases included (deeper values would overflow the stack
+/// when walked or dropped).
+pub const MAX_DEPTH: usize = 256;
+
+/// Upper bound on the bytes of scalars a YAML document may hold once its aliases are expanded
+/// (one long string referenced many times must not become gigabytes).
+pub const MAX_EXPANDED_BYTES: usize = 64 << 20;
 
 /// Why a document could not be turned into data.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -49,11 +54,20 @@ pub enum ParseError {
     NotAMapping(&'static str),
 }
 
+/// The longest piece of a parser's message we repeat: parsers quote the input back, and an
+/// answer must stay small whatever the input.
+pub const MAX_QUOTED: usize = 300;
+
+/// `text` cut to [`MAX_QUOTED`] bytes, saying how long it was.
+pub fn short(text: String) -> String {
+    super::cut(text, MAX_QUOTED)
+}
+
 /// Parse text as JSON, and when it is not JSON, as YAML (upstream's `try_to_parse`).
 pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
     match parse_json(text) {
         Ok(v) => Ok(v),
-        Err(JsonFailure::Duplicate(k)) => Err(ParseError::JsonDuplicateKey(k)),
+        Err(JsonFailure::Duplicate(k)) => Err(ParseError::JsonDuplicateKey(short(k))),
         // PyYAML skips a byte order mark at the start of the stream (JSON does not)
         Err(JsonFailure::Syntax(json)) => parse_yaml(text.strip_prefix('\u{feff}').unwrap_or(text))
             .map_err(|e| match e {
@@ -72,7 +86,10 @@ pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
                         caret: '^',
                     }
                 }
-                YamlFailure::Other(yaml) => ParseError::NeitherJsonNorYaml { json, yaml },
+                YamlFailure::Other(yaml) => ParseError::NeitherJsonNorYaml {
+                    json: short(json),
+                    yaml: short(yaml),
+                },
             }),
     }
 }
@@ -81,7 +98,7 @@ pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
 pub fn parse_toml(text: &str) -> Result<Value, ParseError> {
     let table: toml::Table = text
         .parse()
-        .map_err(|e: toml::de::Error| ParseError::Toml(e.to_string()))?;
+        .map_err(|e: toml::de::Error| ParseError::Toml(short(e.to_string())))?;
     Ok(toml_to_json(toml::Value::Table(table)))
 }
 
@@ -317,17 +334,94 @@ enum YamlFailure {
     Other(String),
 }
 
+/// How big a finished node is: what an alias of it adds to the document.
+#[derive(Debug, Clone, Copy, Default)]
+struct Size {
+    nodes: usize,
+    /// Bytes of its scalars (strings by length, other scalars by a small constant).
+    bytes: usize,
+    /// Collection levels: 0 for a scalar.
+    height: usize,
+}
+
+impl Size {
+    /// The size of a resolved scalar (a Python-only value is a small mapping).
+    fn of_scalar(v: &Value) -> Size {
+        match v {
+            Value::String(s) => Size {
+                nodes: 1,
+                bytes: s.len(),
+                height: 0,
+            },
+            Value::Object(o) => Size {
+                nodes: 1 + o.len(),
+                bytes: o
+                    .iter()
+                    .map(|(k, v)| k.len() + v.as_str().map_or(8, str::len))
+                    .sum(),
+                height: 1,
+            },
+            _ => Size {
+                nodes: 1,
+                bytes: 8,
+                height: 0,
+            },
+        }
+    }
+
+    /// Add a child.
+    fn add(&mut self, child: Size) {
+        self.nodes += child.nodes;
+        self.bytes += child.bytes;
+        self.height = self.height.max(child.height);
+    }
+}
+
+/// A mapping key as Python compares keys: `1`, `1.0` and `True` are the same key.
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum KeyForm {
+    Number(u64),
+    NaN,
+    Null,
+    Text(String),
+    Other(String),
+}
+
+impl KeyForm {
+    fn of(v: &Value) -> KeyForm {
+        let num = match v {
+            Value::Number(n) => n.as_f64(),
+            Value::Bool(b) => Some(if *b { 1.0 } else { 0.0 }),
+            _ => None,
+        };
+        match (num, v) {
+            // NaN equals nothing, itself included: it never makes a duplicate, but it must
+            // not collide with another key form either (each NaN is told apart by the caller).
+            (Some(x), _) if x.is_nan() => KeyForm::NaN,
+            (Some(x), _) => KeyForm::Number(if x == 0.0 { 0 } else { x.to_bits() }),
+            (None, Value::Null) => KeyForm::Null,
+            (None, Value::String(s)) => KeyForm::Text(s.clone()),
+            (None, other) => KeyForm::Other(other.to_string()),
+        }
+    }
+}
+
 /// A node under construction.
 enum Frame {
     Seq {
         items: Vec<Value>,
         anchor: usize,
+        size: Size,
     },
     Map {
         map: Map<String, Value>,
         anchor: usize,
+        size: Size,
         pending_key: Option<(String, Marker)>,
+        /// The keys in order (a `!!set` is made of them).
         keys: Vec<Value>,
+        /// The keys as Python compares them, to find a duplicate in constant time.
+        seen: std::collections::HashSet<KeyForm>,
         /// A `!!set` (a mapping whose keys are the items).
         set: bool,
     },
@@ -335,18 +429,11 @@ enum Frame {
 
 struct Builder {
     stack: Vec<Frame>,
-    anchors: HashMap<usize, Value>,
+    anchors: HashMap<usize, (Value, Size)>,
     documents: Vec<Value>,
     error: Option<YamlFailure>,
-    expanded_nodes: usize,
-}
-
-fn count_nodes(v: &Value) -> usize {
-    match v {
-        Value::Array(a) => 1 + a.iter().map(count_nodes).sum::<usize>(),
-        Value::Object(o) => 1 + o.values().map(count_nodes).sum::<usize>(),
-        _ => 1,
-    }
+    /// Nodes and scalar bytes of the document so far, aliases expanded.
+    expanded: Size,
 }
 
 impl Builder {
@@ -356,8 +443,32 @@ impl Builder {
         }
     }
 
-    /// Attach a finished node (`key_value` is the value as it would be used as a mapping key).
-    fn push_node(&mut self, value: Value, mark: Marker) {
+    /// Count a node into the document's budget; false (and the error set) past a bound.
+    fn spend(&mut self, size: Size) -> bool {
+        self.expanded.nodes += size.nodes;
+        self.expanded.bytes += size.bytes;
+        if self.expanded.nodes > MAX_EXPANDED_NODES {
+            self.fail(YamlFailure::Other(format!(
+                "document expands to more than {MAX_EXPANDED_NODES} nodes through aliases"
+            )));
+            return false;
+        }
+        if self.expanded.bytes > MAX_EXPANDED_BYTES {
+            self.fail(YamlFailure::Other(format!(
+                "document expands to more than {MAX_EXPANDED_BYTES} bytes through aliases"
+            )));
+            return false;
+        }
+        true
+    }
+
+    /// Attach a finished node of `size`.
+    fn push_node(&mut self, value: Value, size: Size, mark: Marker) {
+        if let Some(Frame::Seq { size: parent, .. } | Frame::Map { size: parent, .. }) =
+            self.stack.last_mut()
+        {
+            parent.add(size);
+        }
         match self.stack.last_mut() {
             None => self.documents.push(value),
             Some(Frame::Seq { items, .. }) => items.push(value),
@@ -365,6 +476,7 @@ impl Builder {
                 map,
                 pending_key,
                 keys,
+                seen,
                 ..
             }) => match pending_key.take() {
                 None => {
@@ -384,7 +496,12 @@ impl Builder {
                         }
                     };
                     // Python's `key in mapping`: 1 == 1.0 == True, so compare the resolved values.
-                    let dup = keys.iter().any(|k| py_key_eq(k, &value)) || map.contains_key(&key);
+                    let form = KeyForm::of(&value);
+                    let dup =
+                        (form != KeyForm::NaN && seen.contains(&form)) || map.contains_key(&key);
+                    if form != KeyForm::NaN {
+                        seen.insert(form);
+                    }
                     if dup {
                         self.fail(YamlFailure::Duplicate {
                             line: mark.line(),
@@ -403,20 +520,6 @@ impl Builder {
     }
 }
 
-fn py_key_eq(a: &Value, b: &Value) -> bool {
-    fn num(v: &Value) -> Option<f64> {
-        match v {
-            Value::Number(n) => n.as_f64(),
-            Value::Bool(b) => Some(if *b { 1.0 } else { 0.0 }),
-            _ => None,
-        }
-    }
-    match (num(a), num(b)) {
-        (Some(x), Some(y)) => x == y,
-        _ => a == b,
-    }
-}
-
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         if self.error.is_some() {
@@ -429,16 +532,25 @@ impl MarkedEventReceiver for Builder {
             | Event::DocumentStart
             | Event::DocumentEnd => {}
             Event::Alias(id) => match self.anchors.get(&id) {
-                Some(v) => {
-                    let v = v.clone();
-                    self.expanded_nodes += count_nodes(&v);
-                    if self.expanded_nodes > MAX_EXPANDED_NODES {
-                        self.fail(YamlFailure::Other(
-                            "document expands to too many nodes through aliases".into(),
-                        ));
+                Some((_, size)) => {
+                    let size = *size;
+                    // Checked before the copy is made: the copy itself is what must not grow.
+                    if self.stack.len() + size.height > MAX_DEPTH {
+                        self.fail(YamlFailure::Other(format!(
+                            "collections nest deeper than {MAX_DEPTH} levels through an alias at line {}",
+                            mark.line()
+                        )));
                         return;
                     }
-                    self.push_node(v, mark);
+                    if !self.spend(size) {
+                        return;
+                    }
+                    let v = self
+                        .anchors
+                        .get(&id)
+                        .map(|(v, _)| v.clone())
+                        .unwrap_or_default();
+                    self.push_node(v, size, mark);
                 }
                 None => self.fail(YamlFailure::Other(format!(
                     "found undefined alias at line {}",
@@ -448,11 +560,14 @@ impl MarkedEventReceiver for Builder {
             Event::Scalar(text, style, anchor, tag) => {
                 match resolve_scalar(&text, style, tag.as_ref()) {
                     Ok(v) => {
-                        self.expanded_nodes += 1;
-                        if anchor > 0 {
-                            self.anchors.insert(anchor, v.clone());
+                        let size = Size::of_scalar(&v);
+                        if !self.spend(size) {
+                            return;
                         }
-                        self.push_node(v, mark);
+                        if anchor > 0 {
+                            self.anchors.insert(anchor, (v.clone(), size));
+                        }
+                        self.push_node(v, size, mark);
                     }
                     Err(msg) => self.fail(YamlFailure::Other(format!(
                         "{msg} at line {} column {}",
@@ -475,6 +590,7 @@ impl MarkedEventReceiver for Builder {
                 self.stack.push(Frame::Seq {
                     items: Vec::new(),
                     anchor,
+                    size: Size::default(),
                 });
             }
             Event::MappingStart(anchor, tag) => {
@@ -494,31 +610,51 @@ impl MarkedEventReceiver for Builder {
                 self.stack.push(Frame::Map {
                     map: Map::new(),
                     anchor,
+                    size: Size::default(),
                     pending_key: None,
                     keys: Vec::new(),
+                    seen: Default::default(),
                     set,
                 });
             }
             Event::SequenceEnd | Event::MappingEnd => {
-                let (value, anchor) = match self.stack.pop() {
-                    Some(Frame::Seq { items, anchor }) => (Value::Array(items), anchor),
+                let (value, anchor, inner) = match self.stack.pop() {
+                    Some(Frame::Seq {
+                        items,
+                        anchor,
+                        size,
+                    }) => (Value::Array(items), anchor, size),
                     Some(Frame::Map {
                         keys,
                         anchor,
+                        size,
                         set: true,
                         ..
-                    }) => (py_only_value("set", Value::Array(keys)), anchor),
-                    Some(Frame::Map { map, anchor, .. }) => (Value::Object(map), anchor),
+                    }) => (py_only_value("set", Value::Array(keys)), anchor, size),
+                    Some(Frame::Map {
+                        map, anchor, size, ..
+                    }) => (Value::Object(map), anchor, size),
                     None => {
                         self.fail(YamlFailure::Other("unbalanced collection end".into()));
                         return;
                     }
                 };
-                self.expanded_nodes += 1;
-                if anchor > 0 {
-                    self.anchors.insert(anchor, value.clone());
+                let size = Size {
+                    nodes: inner.nodes + 1,
+                    bytes: inner.bytes,
+                    height: inner.height + 1,
+                };
+                if !self.spend(Size {
+                    nodes: 1,
+                    bytes: 0,
+                    height: 0,
+                }) {
+                    return;
                 }
-                self.push_node(value, mark);
+                if anchor > 0 {
+                    self.anchors.insert(anchor, (value.clone(), size));
+                }
+                self.push_node(value, size, mark);
             }
         }
     }
@@ -993,7 +1129,7 @@ fn parse_yaml(text: &str) -> Result<Value, YamlFailure> {
         anchors: HashMap::new(),
         documents: Vec::new(),
         error: None,
-        expanded_nodes: 0,
+        expanded: Size::default(),
     };
     // drive the parser event by event: its own `load` recurses once per nesting level
     let mut parser = Parser::new_from_str(text);
@@ -1126,6 +1262,72 @@ mod tests {
             parse_json_or_yaml(r#"{"a": 1, "a": 2}"#),
             Err(ParseError::JsonDuplicateKey("a".into()))
         );
+        assert!(matches!(
+            parse_json_or_yaml("1: 1\ntrue: 2"),
+            Err(ParseError::YamlDuplicateKey { .. })
+        ));
+        // Many keys: every one is checked against every other without comparing each pair.
+        let many: String = (0..50_000).map(|i| format!("k{i}: {i}\n")).collect();
+        assert_eq!(yaml(&many).as_object().map(|o| o.len()), Some(50_000));
+        let dup = format!("{many}k49999: again\n");
+        assert!(matches!(
+            parse_json_or_yaml(&dup),
+            Err(ParseError::YamlDuplicateKey { line: 50001, .. })
+        ));
+    }
+
+    /// Run `f` on a thread with a small stack, as a proof that it does not recurse per level.
+    fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::Builder::new()
+            .stack_size(1 << 20)
+            .spawn(f)
+            .expect("thread")
+            .join()
+            .expect("no overflow")
+    }
+
+    #[test]
+    fn aliases_cannot_nest_past_the_depth_limit() {
+        // Each anchor nests the previous one a level deeper: 22,000 levels from a few KB.
+        let mut doc = String::from("a0: &a0 [x]\n");
+        for i in 1..22_000 {
+            doc.push_str(&format!("a{i}: &a{i} [*a{}]\n", i - 1));
+        }
+        let err = on_small_stack(move || parse_json_or_yaml(&doc).expect_err("refused"));
+        assert!(err.to_string().contains("deeper than 256 levels"), "{err}");
+        // Up to the limit it is fine.
+        let mut doc = String::from("a0: &a0 [x]\n");
+        for i in 1..200 {
+            doc.push_str(&format!("a{i}: &a{i} [*a{}]\n", i - 1));
+        }
+        assert!(parse_json_or_yaml(&doc).is_ok());
+    }
+
+    #[test]
+    fn aliases_cannot_amplify_past_the_size_limit() {
+        let long = "x".repeat(10_000);
+        let mut doc = format!("s: &s {long}\nl:\n");
+        for _ in 0..50_000 {
+            doc.push_str("  - *s\n");
+        }
+        let err = parse_json_or_yaml(&doc).expect_err("refused");
+        let text = err.to_string();
+        assert!(text.contains("bytes through aliases"), "{text}");
+        // The error does not quote the value back.
+        assert!(text.len() < 2_000, "{} bytes of error", text.len());
+    }
+
+    #[test]
+    fn deep_json_and_toml_are_refused_without_overflow() {
+        let json = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let err = on_small_stack(move || parse_json_or_yaml(&json).expect_err("refused"));
+        assert!(err.to_string().len() < 2_000);
+        let toml = format!("a = {}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let err = on_small_stack(move || parse_toml(&toml).expect_err("refused"));
+        assert!(err.to_string().len() < 2_000, "{err}");
+        let yaml = format!("a: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let err = on_small_stack(move || parse_json_or_yaml(&yaml).expect_err("refused"));
+        assert!(err.to_string().len() < 2_000);
     }
 
     #[test]

@@ -62,6 +62,7 @@ pub fn run(
 ) -> ExitCode {
     // `ps` and `top` show the manager by this name rather than the `exe` it was started as.
     let _ = nix::sys::prctl::set_name(PROCESS_NAME);
+    limit_resources();
     let link = match supervisor::os::take_inherited_fd(LINK_FD) {
         Ok(fd) => fd,
         Err(_) => {
@@ -308,6 +309,34 @@ async fn serve(
     }
     ExitCode::SUCCESS
 }
+
+/// Bound what a runaway manager can take from the machine: its address space (an allocation
+/// beyond aborts it, and the root starts another), and the OOM killer picks it before any
+/// worker.
+fn limit_resources() {
+    use nix::sys::resource::{setrlimit, Resource};
+    let mib = std::env::var(MEMORY_MAX_VAR)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(DEFAULT_MEMORY_MAX_MIB);
+    let bytes = mib.saturating_mul(1 << 20);
+    if let Err(e) = setrlimit(Resource::RLIMIT_AS, bytes, bytes) {
+        eprintln!("knot-resolver manager: cannot limit its address space: {e}");
+    }
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", OOM_SCORE_ADJ) {
+        eprintln!("knot-resolver manager: cannot set its OOM score: {e}");
+    }
+}
+
+/// The manager's address-space limit in MiB (`KRES_MANAGER_MEMORY_MAX`); generous for
+/// configurations of millions of entries, far below what a runaway request would take.
+const DEFAULT_MEMORY_MAX_MIB: u64 = 4096;
+
+/// Environment variable overriding [`DEFAULT_MEMORY_MAX_MIB`].
+pub const MEMORY_MAX_VAR: &str = "KRES_MANAGER_MEMORY_MAX";
+
+/// The manager's OOM score adjustment: the OOM killer takes it before any worker.
+const OOM_SCORE_ADJ: &str = "500";
 
 /// Read the configuration a previous incarnation stored; it was valid then, so paths are not
 /// checked again (a file that vanished meanwhile must not stop the adoption).
