@@ -8,7 +8,6 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use common::{Resolver, Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
 use nix::sys::signal::Signal;
