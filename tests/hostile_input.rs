@@ -194,3 +194,30 @@ fn huge_and_deep_bodies_in_every_format_are_refused() {
     intact(&r, &b, "many errors");
     r.stop();
 }
+
+#[test]
+fn a_hung_policy_loader_is_stopped_at_its_deadline_and_nothing_changes() {
+    let setup = Setup::new("hostile-policy-loader")
+        .workers(2)
+        .env(knot_resolver::manager::POLICY_LOADER_TIMEOUT_VAR, "2")
+        .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n");
+    let r = common::start(&setup).expect("resolver starts");
+    let b = before(&r);
+    // Lua that never ends, run by the policy-loader.
+    let (status, size) = send(
+        &r,
+        "PUT",
+        "/v1/config/lua",
+        "application/json",
+        br#"{"policy-script": "while true do end"}"#,
+    );
+    assert_eq!(status, 400);
+    assert!(size < ANSWER_CEILING);
+    r.launched
+        .output
+        .wait_for("did not finish within 2 s", common::START_TIMEOUT)
+        .expect("the deadline is reported");
+    assert!(r.pids_named("kresd").len() == 2, "no policy-loader left");
+    intact(&r, &b, "hung policy-loader");
+    r.stop();
+}

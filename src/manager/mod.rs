@@ -22,6 +22,21 @@ use crate::{control, lua};
 pub use executables::Executables;
 use listen::{ListenError, SocketOwner, SocketTable};
 
+/// How long the policy-loader may run before it is stopped and the change refused: generous,
+/// for RPZ files of millions of rules. Overridden by [`POLICY_LOADER_TIMEOUT_VAR`] (seconds).
+pub const POLICY_LOADER_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Environment variable overriding [`POLICY_LOADER_TIMEOUT`], in seconds.
+pub const POLICY_LOADER_TIMEOUT_VAR: &str = "KRES_POLICY_LOADER_TIMEOUT";
+
+fn policy_loader_deadline() -> Duration {
+    std::env::var(POLICY_LOADER_TIMEOUT_VAR)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(POLICY_LOADER_TIMEOUT)
+}
+
 /// How long a kresd may take between spawn and `READY=1` (upstream: 60 s).
 pub const WORKER_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -548,12 +563,22 @@ impl Manager {
     pub async fn run_policy_loader(&self, cfg: &KresConfig) -> Result<(), ApplyError> {
         let path = cfg.rundir.join("policy-loader.conf");
         write_file(&path, &lua::render_policy_loader(cfg))?;
-        let outcome = self.supervisor.run(self.policy_loader_spec(cfg)).await;
+        let deadline = policy_loader_deadline();
+        let outcome =
+            tokio::time::timeout(deadline, self.supervisor.run(self.policy_loader_spec(cfg))).await;
+        if outcome.is_err() {
+            // It is still running: stop it; its exit no longer matters.
+            let _ = self.supervisor.stop(POLICY_LOADER_NAME).await;
+        }
         let _ = std::fs::remove_file(&path);
         match outcome {
-            Ok(ExitStatus::Code(0)) => Ok(()),
-            Ok(status) => Err(ApplyError::PolicyLoader(status.to_string())),
-            Err(e) => Err(ApplyError::PolicyLoader(e.to_string())),
+            Ok(Ok(ExitStatus::Code(0))) => Ok(()),
+            Ok(Ok(status)) => Err(ApplyError::PolicyLoader(status.to_string())),
+            Ok(Err(e)) => Err(ApplyError::PolicyLoader(e.to_string())),
+            Err(_) => Err(ApplyError::PolicyLoader(format!(
+                "it did not finish within {} s and was stopped (see {POLICY_LOADER_TIMEOUT_VAR})",
+                deadline.as_secs()
+            ))),
         }
     }
 
@@ -607,6 +632,9 @@ impl Manager {
         spec.user = self.executables.run_as;
         spec.cwd = Some(cfg.rundir.clone());
         spec.restart = RestartPolicy::Never;
+        // Stopped only when it overran its deadline (busy in Lua, deaf to SIGTERM) or on
+        // shutdown: SIGKILL soon.
+        spec.stop.timeout = Duration::from_secs(2);
         spec
     }
 
