@@ -138,23 +138,43 @@ impl Listener {
     }
 }
 
-/// Bind a unix socket, replacing a stale one, and restrict it to our user and group.
+/// Bind a unix socket, replacing a stale socket (never another kind of file: a regular file
+/// or a link at the path is an error naming it), and restrict it to our user and group.
 ///
-/// The socket is created with the process umask and then narrowed; with the usual umask
-/// (022) nobody else can connect in between, as connecting needs write permission.
+/// The socket is created under a umask that leaves it to us alone, then opened to the group
+/// by `chmod`: nobody else can connect in between. The path is checked with `lstat` before and
+/// after, so `chown`/`chmod` never follow a link planted there.
 pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
-    use std::os::unix::fs::PermissionsExt;
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    let listener = UnixListener::bind(path)?;
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = bound?;
+    let meta = std::fs::symlink_metadata(path)?;
+    if !meta.file_type().is_socket() {
+        return Err(std::io::Error::other(format!(
+            "{} was replaced while it was bound",
+            path.display()
+        )));
+    }
     // The group of a new file can come from a setgid directory: make it ours.
-    std::os::unix::fs::chown(
+    nix::unistd::fchownat(
+        nix::fcntl::AT_FDCWD,
         path,
-        Some(nix::unistd::getuid().as_raw()),
-        Some(nix::unistd::getgid().as_raw()),
+        Some(nix::unistd::getuid()),
+        Some(nix::unistd::getgid()),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
     )?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))?;
     Ok(listener)

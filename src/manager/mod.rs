@@ -374,13 +374,17 @@ impl Manager {
     /// either way. Its failure rejects the configuration (upstream throws this verdict away).
     async fn canary(&self, cfg: &KresConfig, instance: u32) -> Result<(), ApplyError> {
         let conf = cfg.rundir.join("canary.conf");
-        write_file(&conf, &lua::render_worker_with(cfg, self.binding()))?;
+        self.write_generated(&conf, &lua::render_worker_with(cfg, self.binding()))?;
         // The canary gets no sockets of the table: it must not take queries it would drop.
         let mut spec = self.worker_spec(cfg, instance, Vec::new());
         spec.name = CANARY_NAME.to_owned();
         spec.kind = KIND_CANARY.to_owned();
         spec.restart = RestartPolicy::Never;
         spec.argv[2] = conf.clone().into_os_string();
+        // Without sockets of its own kresd's post-configuration would listen on 127.0.0.1@53
+        // and ::1@53 by default: taking queries, or failing as an unprivileged user.
+        spec.env
+            .push((OsString::from("KRESD_NO_LISTEN"), OsString::from("1")));
         add_once(&self.supervisor, spec).await?;
         let started = self.supervisor.start(CANARY_NAME).await;
         let output = self
@@ -554,15 +558,20 @@ impl Manager {
     fn write_worker_configs(&self, cfg: &KresConfig, count: u32) -> Result<(), ApplyError> {
         let text = lua::render_worker_with(cfg, self.binding());
         for id in 0..count {
-            write_file(&worker_config_path(&cfg.rundir, id), &text)?;
+            self.write_generated(&worker_config_path(&cfg.rundir, id), &text)?;
         }
         Ok(())
+    }
+
+    /// Write a file the children read: readable by their group when they run as another user.
+    fn write_generated(&self, path: &Path, text: &str) -> Result<(), ApplyError> {
+        write_file_as(path, text, self.executables.run_as.map(|c| c.gid))
     }
 
     /// Run the policy-loader to completion; anything but exit code 0 is an error.
     pub async fn run_policy_loader(&self, cfg: &KresConfig) -> Result<(), ApplyError> {
         let path = cfg.rundir.join("policy-loader.conf");
-        write_file(&path, &lua::render_policy_loader(cfg))?;
+        self.write_generated(&path, &lua::render_policy_loader(cfg))?;
         let deadline = policy_loader_deadline();
         let outcome =
             tokio::time::timeout(deadline, self.supervisor.run(self.policy_loader_spec(cfg))).await;
@@ -712,14 +721,60 @@ pub fn worker_config_path(rundir: &Path, id: u32) -> PathBuf {
     rundir.join(format!("kresd{id}.conf"))
 }
 
-fn write_file(path: &Path, text: &str) -> Result<(), ApplyError> {
-    let tmp = path.with_extension("conf.tmp");
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|source| ApplyError::Write {
-            path: path.to_owned(),
-            source,
-        })
+/// Mode of the files the workers read: they may hold secrets (custom Lua, TLS settings).
+const GENERATED_MODE: u32 = 0o640;
+
+/// Write `path` whole and atomically, safe against links planted in its directory (the
+/// workers' user may write there): a fresh temporary name is created exclusively without
+/// following links, relative to the directory opened without following a link either, then
+/// renamed over `path`. Mode 0640, group `group` (the workers') when given.
+fn write_file_as(path: &Path, text: &str, group: Option<u32>) -> Result<(), ApplyError> {
+    use nix::fcntl::{open, openat, renameat, OFlag};
+    use nix::sys::stat::Mode;
+    let err = |source: std::io::Error| ApplyError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(err(std::io::Error::other("not a file path")));
+    };
+    let dir = open(
+        dir,
+        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
+        Mode::empty(),
+    )
+    .map_err(|e| err(e.into()))?;
+    let suffix = random_hex(8).map_err(err)?;
+    let mut tmp = std::ffi::OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(".{suffix}.tmp"));
+    let fd = openat(
+        &dir,
+        tmp.as_os_str(),
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(GENERATED_MODE),
+    )
+    .map_err(|e| err(e.into()))?;
+    let written = (|| -> std::io::Result<()> {
+        if let Some(gid) = group {
+            nix::unistd::fchown(&fd, None, Some(nix::unistd::Gid::from_raw(gid)))?;
+        }
+        // The mode is set on the descriptor: the umask may have narrowed it.
+        nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(GENERATED_MODE))?;
+        let mut file = std::fs::File::from(fd);
+        std::io::Write::write_all(&mut file, text.as_bytes())?;
+        renameat(&dir, tmp.as_os_str(), &dir, name)?;
+        Ok(())
+    })();
+    if let Err(e) = written {
+        let _ = nix::unistd::unlinkat(
+            &dir,
+            tmp.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+        return Err(err(e));
+    }
+    Ok(())
 }
 
 /// Our environment minus what our own service manager meant for us alone.

@@ -1,0 +1,157 @@
+//! Links planted in the rundir by the workers' user (who may write there) never make the root
+//! daemon write anywhere else: generated files are created under fresh names, exclusively,
+//! without following links, and renamed into place; they are readable by the workers' group
+//! only.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use common::{Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
+use nix::sys::signal::Signal;
+use testbed::notify::NotifyListener;
+use testbed::{dns, os, Bed};
+
+/// uid and gid of `name` in the bed's user database.
+fn bed_user(bed: &Bed, name: &str) -> (u32, u32) {
+    let passwd = std::fs::read_to_string(bed.host_path(Path::new("/etc/passwd"))).expect("passwd");
+    let line = passwd
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}:")))
+        .expect("user exists in the bed");
+    let fields: Vec<&str> = line.split(':').collect();
+    (
+        fields[2].parse().expect("uid"),
+        fields[3].parse().expect("gid"),
+    )
+}
+
+/// Every name the daemon writes in the rundir, and the names its older versions wrote through.
+const PLANTED: &[&str] = &[
+    "kresd0.conf",
+    "kresd1.conf",
+    "kresd2.conf",
+    "kresd0.conf.tmp",
+    "kresd1.conf.tmp",
+    "kresd2.conf.tmp",
+    "canary.conf",
+    "canary.conf.tmp",
+    "policy-loader.conf",
+    "policy-loader.conf.tmp",
+];
+
+#[test]
+fn links_planted_by_the_workers_user_redirect_no_write() {
+    let bed = Bed::get().expect("bed");
+    let (uid, gid) = bed_user(bed, "knot-resolver");
+    let dir = bed.test_dir("planted-links").expect("dir");
+    for d in ["run", "cache"] {
+        std::fs::create_dir_all(dir.host(d)).expect("dir");
+        std::os::unix::fs::chown(dir.host(d), Some(uid), Some(gid)).expect("chown");
+    }
+    // What the links point at: a file the workers' user must never get the daemon to change.
+    let victim = dir.host("victim");
+    std::fs::write(&victim, "precious\n").expect("victim");
+    let run = dir.host("run");
+    let plant = |when: &str| {
+        for (i, name) in PLANTED.iter().enumerate() {
+            let at = run.join(name);
+            let _ = std::fs::remove_file(&at);
+            if i % 2 == 0 {
+                std::os::unix::fs::symlink(&victim, &at).expect("symlink");
+                // As the workers' user planted it.
+                let _ = nix::unistd::fchownat(
+                    nix::fcntl::AT_FDCWD,
+                    &at,
+                    Some(nix::unistd::Uid::from_raw(uid)),
+                    Some(nix::unistd::Gid::from_raw(gid)),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                );
+            } else {
+                std::fs::hard_link(&victim, &at).expect("hard link");
+            }
+        }
+        assert_eq!(
+            std::fs::read_to_string(&victim).expect("victim"),
+            "precious\n",
+            "{when}"
+        );
+    };
+    plant("before the start");
+
+    let port = testbed::free_port().expect("port");
+    let setup = Setup::new("planted-links")
+        .workers(2)
+        .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n");
+    testbed::write(
+        &dir.host("config.yaml"),
+        &common::config_yaml(&dir, port, &setup),
+    )
+    .expect("config");
+    let mut notify = NotifyListener::bind(&dir.host("notify.sock")).expect("notify");
+    let mut launched = bed
+        .launch(
+            Path::new(common::DAEMON),
+            &[
+                &os("-c"),
+                &os(dir.bed("config.yaml")),
+                &os("--worker-user"),
+                &os("knot-resolver"),
+            ],
+            &[("NOTIFY_SOCKET", &os(dir.bed("notify.sock")))],
+        )
+        .expect("launch");
+    if let Err(e) = notify.wait_for("READY=1", START_TIMEOUT) {
+        panic!("{e:#}\n{}", launched.output.text());
+    }
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious\n"
+    );
+    let server = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let answer = dns::query_udp(server, "alive.test.", dns::TYPE_A, DNS_TIMEOUT).expect("DNS");
+    assert_eq!(answer.a().len(), 1);
+
+    // Generated files: the workers' group may read them, nobody else.
+    for name in ["kresd0.conf", "kresd1.conf"] {
+        let meta = std::fs::symlink_metadata(run.join(name)).expect("generated");
+        assert!(meta.file_type().is_file(), "{name} is a file of its own");
+        assert_eq!(meta.mode() & 0o777, 0o640, "{name} mode");
+        assert_eq!((meta.uid(), meta.gid()), (0, gid), "{name} owner");
+    }
+
+    // Planted again while it runs, then a change that rewrites every file (canary,
+    // policy-loader, a rolling restart and a new worker).
+    plant("while running");
+    let api = dir.host("run/kres-api.sock");
+    let resp = testbed::http::request(
+        &api,
+        "PUT",
+        "/v1/config/workers",
+        &[("Content-Type", "application/json")],
+        b"3",
+    )
+    .expect("API");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious\n"
+    );
+    let victim_meta = std::fs::metadata(&victim).expect("victim");
+    assert_eq!(
+        victim_meta.mode() & 0o777,
+        0o644,
+        "the victim's mode is untouched"
+    );
+    let answer = dns::query_udp(server, "alive.test.", dns::TYPE_A, DNS_TIMEOUT).expect("DNS");
+    assert_eq!(answer.a().len(), 1);
+
+    launched.signal(Signal::SIGINT).expect("signal");
+    let status = launched.wait(STOP_TIMEOUT).expect("exit");
+    assert_eq!(status.code(), Some(0), "{}", launched.output.text());
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious\n"
+    );
+}
