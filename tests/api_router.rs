@@ -86,6 +86,7 @@ impl Fixture {
             fault_injection: false,
             resolve_root: dir.0.clone(),
             rendered: Default::default(),
+            tcp_guard: Default::default(),
         };
         Fixture {
             state,

@@ -3,6 +3,7 @@
 //! the process table) and never lock the manager; changes go to the manager as commands.
 
 pub mod config;
+pub mod guard;
 pub mod pointer;
 pub mod server;
 
@@ -40,6 +41,8 @@ pub struct ApiState {
     pub resolve_root: std::path::PathBuf,
     /// The ETag and JSON text of the current configuration, computed once per version.
     pub rendered: config::RenderedCache,
+    /// What requests over TCP are checked against (Host, Origin, bearer token).
+    pub tcp_guard: std::sync::Arc<guard::TcpGuard>,
 }
 
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.
@@ -65,6 +68,10 @@ pub fn app(state: ApiState) -> Router {
         .route("/metrics/json", get(metrics_json))
         .route("/metrics/prometheus", get(metrics_prometheus))
         .route("/cache/clear", post(cache_clear))
+        .layer(axum::middleware::from_fn_with_state(
+            state.tcp_guard.clone(),
+            guard::check,
+        ))
         .with_state(state);
     server::with_limits(router)
 }

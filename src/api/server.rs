@@ -37,6 +37,17 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(120);
 /// every worker.
 pub const CHANGE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
+/// Connections served at once; more wait in the listen backlog until one ends.
+pub const MAX_CONNECTIONS: usize = 128;
+
+/// A client that reads nothing of its answer for this long is cut (its answer, held in
+/// memory, is dropped).
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// On shutdown, requests in flight get this long to finish; then their connections are
+/// dropped, whatever the clients do.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
 /// Mode of the API's unix socket: read-write for the resolver's user and group only.
 pub const SOCKET_MODE: u32 = 0o660;
 
@@ -226,14 +237,28 @@ async fn time_limit(request: Request, next: Next) -> Response {
 /// requests finish (idle keep-alive connections are closed) and return.
 pub async fn serve(listener: Listener, router: Router, shutdown: CancellationToken) {
     let connections = TaskTracker::new();
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        // A free slot first: beyond the cap, clients wait in the backlog, unaccepted.
+        let slot = tokio::select! {
+            () = shutdown.cancelled() => break,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(s) => s,
+                Err(_) => break,
+            },
+        };
         let accepted = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = accept(&listener) => accepted,
         };
         match accepted {
             Ok((io, peer)) => {
-                connections.spawn(connection(io, peer, router.clone(), shutdown.clone()));
+                let io = Box::new(WriteDeadline::new(io, WRITE_TIMEOUT));
+                let conn = connection(io, peer, router.clone(), shutdown.clone());
+                connections.spawn(async move {
+                    conn.await;
+                    drop(slot);
+                });
             }
             Err(e) => {
                 // EMFILE and friends: do not spin.
@@ -243,13 +268,102 @@ pub async fn serve(listener: Listener, router: Router, shutdown: CancellationTok
         }
     }
     connections.close();
-    connections.wait().await;
+    if tokio::time::timeout(SHUTDOWN_GRACE, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "management API: requests still in flight after {} s; closing their connections",
+            SHUTDOWN_GRACE.as_secs()
+        );
+    }
     // The socket file belongs to whoever bound it (the root process removes it when the
     // resolver stops; a restarted manager serves it again).
 }
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
+
+/// A connection whose writes fail with `TimedOut` once the peer has accepted nothing for a
+/// whole `timeout`: a client that never reads cannot hold its answer, and the shutdown,
+/// forever.
+struct WriteDeadline<T> {
+    io: T,
+    timeout: Duration,
+    /// Armed while a write waits for the peer; reset by every byte it takes.
+    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> WriteDeadline<T> {
+    fn new(io: T, timeout: Duration) -> Self {
+        WriteDeadline {
+            io,
+            timeout,
+            stalled: None,
+        }
+    }
+
+    /// After a write that made no progress: `Ready(Err)` once the deadline passed.
+    fn check_stall(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Error> {
+        let timeout = self.timeout;
+        let sleep = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match std::future::Future::poll(sleep.as_mut(), cx) {
+            std::task::Poll::Ready(()) => std::task::Poll::Ready(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client read nothing of its answer in time",
+            )),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for WriteDeadline<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match std::pin::Pin::new(&mut self.io).poll_write(cx, buf) {
+            std::task::Poll::Pending => self.check_stall(cx).map(Err),
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match std::pin::Pin::new(&mut self.io).poll_flush(cx) {
+            std::task::Poll::Pending => self.check_stall(cx).map(Err),
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
 
 /// Who is on the other end of a connection, for the log of changes (a request extension).
 #[derive(Debug, Clone)]
@@ -388,6 +502,60 @@ mod tests {
             path.exists(),
             "socket file kept for the next manager process"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_never_reads_its_answer_is_cut() {
+        let path = socket_path("nonreader.sock");
+        let big = "x".repeat(8 << 20);
+        let router = Router::new().route(
+            "/big",
+            get(move || {
+                let big = big.clone();
+                async move { big }
+            }),
+        );
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(listener(&path), router, shutdown.clone()));
+        let mut client = UnixStream::connect(&path).await.expect("connect");
+        client
+            .write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        // Read nothing for longer than the deadline (the paused clock jumps there).
+        tokio::time::sleep(WRITE_TIMEOUT + Duration::from_secs(1)).await;
+        let mut got = Vec::new();
+        client
+            .read_to_end(&mut got)
+            .await
+            .expect("read until closed");
+        assert!(got.len() < 8 << 20, "cut after {} bytes", got.len());
+        shutdown.cancel();
+        server.await.expect("server ends");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_no_client_beyond_its_grace() {
+        let path = socket_path("stuck.sock");
+        let router = Router::new().route(
+            "/stuck",
+            get(|| async {
+                std::future::pending::<()>().await;
+                "never"
+            }),
+        );
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(listener(&path), router, shutdown.clone()));
+        let mut client = UnixStream::connect(&path).await.expect("connect");
+        client
+            .write_all(b"GET /stuck HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        tokio::task::yield_now().await;
+        let began = tokio::time::Instant::now();
+        shutdown.cancel();
+        server.await.expect("server ends");
+        assert!(began.elapsed() <= SHUTDOWN_GRACE + Duration::from_secs(1));
     }
 
     #[tokio::test(start_paused = true)]

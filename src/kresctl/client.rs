@@ -41,7 +41,18 @@ pub enum ClientError {
     Io(#[from] std::io::Error),
     #[error("invalid request:\n{0}")]
     Invalid(String),
+    #[error("no answer within {} s", .0.as_secs())]
+    Timeout(std::time::Duration),
+    #[error("the answer exceeds {MAX_RESPONSE} bytes")]
+    TooLarge,
 }
+
+/// How long kresctl waits for an answer: a configuration change may take the API's own limit
+/// (15 minutes) for the canary and a rolling restart of many workers.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(16 * 60);
+
+/// The largest answer kresctl reads (a configuration of a million entries fits).
+pub const MAX_RESPONSE: usize = 256 << 20;
 
 impl Target {
     /// Upstream's socket discovery order.
@@ -128,8 +139,10 @@ fn percent_decode(s: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(b);
+            // Bytes, not a slice of the text: what follows '%' may be any character.
+            let hex = |b: u8| (b as char).to_digit(16);
+            if let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((hi * 16 + lo) as u8);
                 i += 3;
                 continue;
             }
@@ -169,8 +182,20 @@ impl ApiClient {
         ApiClient { target }
     }
 
-    /// Send one request and read the whole response.
+    /// Send one request and read the whole response, within [`REQUEST_TIMEOUT`] and
+    /// [`MAX_RESPONSE`].
     pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<ApiResponse, ClientError> {
+        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, path, body))
+            .await
+            .map_err(|_| ClientError::Timeout(REQUEST_TIMEOUT))?
+    }
+
+    async fn exchange(
         &self,
         method: &str,
         path: &str,
@@ -200,17 +225,45 @@ impl ApiClient {
         tokio::spawn(async move {
             let _ = conn.await;
         });
-        let req = Request::builder()
+        let mut req = Request::builder()
             .method(method)
             .uri(path)
             .header("host", host)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body.unwrap_or_default())))?;
+            .header("content-type", "application/json");
+        if let Some(token) = bearer_token()? {
+            req = req.header("authorization", format!("Bearer {token}"));
+        }
+        let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
         let resp = sender.send_request(req).await?;
         let status = resp.status().as_u16();
-        let body = resp.into_body().collect().await?.to_bytes().to_vec();
+        let limited = http_body_util::Limited::new(resp.into_body(), MAX_RESPONSE);
+        let body = match limited.collect().await {
+            Ok(collected) => collected.to_bytes().to_vec(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(ClientError::TooLarge)
+            }
+            Err(e) => return Err(ClientError::Invalid(e.to_string())),
+        };
         Ok(ApiResponse { status, body })
     }
+}
+
+/// The bearer token the API asks of TCP clients, from the file `KRES_API_TOKEN_FILE` names.
+fn bearer_token() -> Result<Option<String>, ClientError> {
+    use std::io::Read;
+    let Some(path) = std::env::var_os(crate::api::guard::TOKEN_FILE_VAR).filter(|p| !p.is_empty())
+    else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(path);
+    let mut text = String::new();
+    std::fs::File::open(&path)
+        .and_then(|f| f.take(4096).read_to_string(&mut text))
+        .map_err(|e| ClientError::Config {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+    Ok(Some(text.trim().to_owned()))
 }
 
 /// `host:port` for a URL or a `Host` header, with an IPv6 address in brackets.
@@ -227,6 +280,45 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> IoStream fo
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn odd_socket_urls_are_errors_or_paths_never_panics() {
+        let odd = [
+            "",
+            "http://",
+            "http://:",
+            "http://host",
+            "http://host:",
+            "http://host:99999",
+            "http://[::1",
+            "http://[::1]:",
+            "http://é:1",
+            "http://%zz:1",
+            "http+unix://",
+            "http+unix://%",
+            "http+unix://%é1",
+            "http+unix://%1é",
+            "http+unix://%%%",
+            "http+unix://%2Frun%2Fx.sock",
+            "ftp://x",
+            "://",
+            "http:///",
+            "http://a:b:c",
+            "\0",
+            "http://\u{0}:1",
+        ];
+        for s in odd {
+            let _ = Target::parse(s);
+        }
+        assert!(matches!(
+            Target::parse("http+unix://%2Frun%2Fx.sock"),
+            Ok(Target::Unix(p)) if p == std::path::Path::new("/run/x.sock")
+        ));
+        assert!(matches!(
+            Target::parse("http://h:99999"),
+            Err(ClientError::BadUrl(_))
+        ));
+    }
     use super::*;
 
     #[test]

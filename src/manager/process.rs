@@ -158,6 +158,23 @@ async fn serve(
         }
     };
     let api_socket = stored.remove(STORED_API);
+    let tcp_guard = match api::guard::TcpGuard::from_env(
+        loaded
+            .model
+            .management
+            .interface
+            .as_ref()
+            .map(|i| i.socket_addr()),
+    ) {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::error!("{e}");
+            if !adopting {
+                let _ = parent.exit(1).await;
+            }
+            return ExitCode::from(1);
+        }
+    };
     let sockets: Vec<(String, OwnedFd)> = stored
         .into_iter()
         .filter(|(name, _)| name.starts_with(STORED_PREFIX))
@@ -233,6 +250,7 @@ async fn serve(
             fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
             resolve_root,
             rendered: Default::default(),
+            tcp_guard: Arc::new(tcp_guard),
         };
         let router = api::app(state);
         let listener = api_socket
