@@ -160,3 +160,122 @@ fn deep_nesting_does_not_overflow() {
         let _ = parse_document(&text, Path::new("deep.yaml"));
     }
 }
+
+/// Nodes, scalar bytes and depth of a value, walked without recursion.
+fn weight(v: &Value) -> (usize, usize, usize) {
+    let (mut nodes, mut bytes, mut depth) = (0, 0, 0);
+    let mut stack = vec![(v, 1usize)];
+    while let Some((v, d)) = stack.pop() {
+        nodes += 1;
+        depth = depth.max(d);
+        match v {
+            Value::Array(a) => stack.extend(a.iter().map(|c| (c, d + 1))),
+            Value::Object(m) => {
+                bytes += m.keys().map(String::len).sum::<usize>();
+                stack.extend(m.values().map(|c| (c, d + 1)));
+            }
+            Value::String(s) => bytes += s.len(),
+            _ => bytes += 8,
+        }
+    }
+    (nodes, bytes, depth)
+}
+
+/// Within the bounds every accepted document keeps.
+fn within_bounds(v: &Value) -> bool {
+    use knot_resolver::config::{MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES};
+    let (nodes, bytes, depth) = weight(v);
+    // Keys count as nodes for the patch budget, not for the parser's: allow both.
+    nodes <= 2 * MAX_EXPANDED_NODES
+        && bytes <= MAX_EXPANDED_BYTES + (1 << 20)
+        && depth <= MAX_DEPTH + 1
+}
+
+/// Run `f` on a thread with a 2 MiB stack (a test thread's): no input may overflow it.
+fn on_test_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(f)
+        .expect("thread")
+        .join()
+        .expect("no panic, no overflow")
+}
+
+/// YAML whose anchors build on each other: `levels` anchors, each holding `fan` aliases of
+/// the previous one, nested `nest` levels deep, with a long string at the bottom.
+fn alias_chain(levels: usize, fan: usize, nest: usize, long: usize) -> String {
+    let mut text = format!("a0: &a0 {}\n", "x".repeat(long.max(1)));
+    for i in 1..levels {
+        let item = format!("*a{}", i - 1);
+        let inner = vec![item; fan].join(", ");
+        let open = "[".repeat(nest);
+        let close = "]".repeat(nest);
+        text.push_str(&format!("a{i}: &a{i} {open}{inner}{close}\n"));
+    }
+    text
+}
+
+/// One JSON Patch operation over a few paths, sometimes nested in each other.
+fn patch_op() -> impl Strategy<Value = Value> {
+    let path = prop::sample::select(vec![
+        "/a", "/a/-", "/a/0", "/a/a", "/a/a/a", "/b", "/b/-", "/b/0", "/c", "",
+    ]);
+    (
+        prop::sample::select(vec!["add", "copy", "move", "remove", "replace", "test"]),
+        path.clone(),
+        path,
+        prop_oneof![
+            Just(Value::Array(vec![])),
+            Just(serde_json::json!({"a": []})),
+            Just(Value::String("y".repeat(100_000))),
+            (0u64..5).prop_map(Value::from),
+        ],
+    )
+        .prop_map(|(op, path, from, value)| {
+            serde_json::json!({"op": op, "path": path, "from": from, "value": value})
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn alias_chains_stay_within_bounds_in_every_format(
+        levels in 1usize..400,
+        fan in 1usize..12,
+        nest in 0usize..4,
+        long in prop::sample::select(vec![1usize, 100, 10_000]),
+    ) {
+        let text = alias_chain(levels, fan, nest, long);
+        let parsed = on_test_stack(move || parse_document(&text, Path::new("chain.yaml")));
+        if let Ok(doc) = parsed {
+            prop_assert!(within_bounds(&doc));
+            // The same data as JSON and TOML parses (or is refused) within the bounds too.
+            let json = serde_json::to_string(&doc).expect("json");
+            let toml = toml::to_string(&doc).unwrap_or_default();
+            let (j, t) = on_test_stack(move || {
+                (
+                    parse_document(&json, Path::new("chain.json")),
+                    parse_document(&toml, Path::new("chain.toml")),
+                )
+            });
+            if let Ok(j) = j {
+                prop_assert!(within_bounds(&j));
+            }
+            if let Ok(t) = t {
+                prop_assert!(within_bounds(&t));
+            }
+            check_no_panic(&doc, false);
+        }
+    }
+
+    #[test]
+    fn patch_sequences_never_outgrow_their_budget(ops in prop::collection::vec(patch_op(), 1..60)) {
+        let ops = Value::Array(ops);
+        let start = serde_json::json!({"a": [], "b": ["x"]});
+        let result = on_test_stack(move || knot_resolver::api::pointer::patch(&start, &ops));
+        if let Ok(doc) = result {
+            prop_assert!(within_bounds(&doc));
+        }
+    }
+}
