@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the benchmarks against upstream's manager in the same run (as root, for the rootfs).
 #   bash bench/run.sh              all of them, with their default run counts
-#   bash bench/run.sh NAME [ARGS]  one of: startup, worker_crash, api, validate, supervisor_scale
+#   bash bench/run.sh NAME [ARGS]  one of: startup, worker_crash, api, validate, supervisor_scale,
+#                                  lossless, scale (--sizes 1000,10000,100000 --runs N --files)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bins -p knot-resolver -p bench -p supervisor

@@ -1,0 +1,250 @@
+//! Large configurations, ours against upstream's in the same run: `local-data` with 1k / 10k /
+//! 100k addresses and records inline, a hosts file of 1M lines and an RPZ of 1M rules. For
+//! each: `kresctl validate`, cold start to READY, `GET /v1/config`, and a policy-only change
+//! (a PUT of one more record, until DNS answers it). Inputs are generated in the test bed at
+//! run time, deterministically. Prints medians and ratios; asserts nothing about timings.
+//!
+//! Usage: cargo build --release --bins && target/release/scale [--sizes 1000,10000] [--runs N]
+//!        [--files] (the 1M-line hosts file and RPZ too)
+
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use bench::{launch, print_header, print_row, until, Flavor};
+use testbed::{dns, Bed, TestDir};
+
+/// Generous bounds for one step on a loaded 2-core machine; never a performance assertion.
+const START_TIMEOUT: Duration = Duration::from_secs(600);
+const STEP_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// What fills `local-data`.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    /// `addresses:` with `n` names.
+    Addresses(usize),
+    /// `records:` with `n` lines of zone data.
+    Records(usize),
+    /// `addresses-files:` naming a hosts file of `n` lines.
+    HostsFile(usize),
+    /// `rpz:` naming a zone of `n` rules.
+    Rpz(usize),
+}
+
+impl Shape {
+    fn label(self) -> String {
+        match self {
+            Shape::Addresses(n) => format!("{} addresses", count(n)),
+            Shape::Records(n) => format!("{} records", count(n)),
+            Shape::HostsFile(n) => format!("hosts file of {} lines", count(n)),
+            Shape::Rpz(n) => format!("RPZ of {} rules", count(n)),
+        }
+    }
+}
+
+fn count(n: usize) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n >= 1000 && n % 1000 == 0 => format!("{}k", n / 1000),
+        n => n.to_string(),
+    }
+}
+
+fn ip(i: usize) -> String {
+    format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255)
+}
+
+/// Write the configuration (and the data file it names) into `dir`.
+fn write_inputs(dir: &TestDir, port: u16, shape: Shape) -> Result<()> {
+    use std::fmt::Write;
+    std::fs::create_dir_all(dir.host("run"))?;
+    std::fs::create_dir_all(dir.host("cache"))?;
+    let mut local = String::from("local-data:\n");
+    match shape {
+        Shape::Addresses(n) => {
+            local.push_str("  addresses:\n");
+            for i in 0..n {
+                writeln!(local, "    h{i}.scale.test: {}", ip(i))?;
+            }
+        }
+        Shape::Records(n) => {
+            local.push_str("  records: |\n");
+            for i in 0..n {
+                writeln!(local, "    r{i}.scale.test. 300 A {}", ip(i))?;
+            }
+        }
+        Shape::HostsFile(n) => {
+            let mut hosts = String::with_capacity(n * 32);
+            for i in 0..n {
+                writeln!(hosts, "{} f{i}.scale.test", ip(i))?;
+            }
+            testbed::write(&dir.host("hosts"), &hosts)?;
+            writeln!(
+                local,
+                "  addresses-files:\n    - {}",
+                dir.bed("hosts").display()
+            )?;
+        }
+        Shape::Rpz(n) => {
+            let mut zone = String::with_capacity(n * 32);
+            zone.push_str("$TTL 300\n@ SOA localhost. nobody.invalid. 1 3600 900 86400 300\n@ NS localhost.\n");
+            for i in 0..n {
+                writeln!(zone, "z{i}.scale.test CNAME .")?;
+            }
+            testbed::write(&dir.host("rpz.zone"), &zone)?;
+            writeln!(
+                local,
+                "  rpz:\n    - file: {}",
+                dir.bed("rpz.zone").display()
+            )?;
+        }
+    }
+    // Every shape keeps the records key for the policy-only change.
+    if !matches!(shape, Shape::Records(_)) {
+        local.push_str("  records: |\n    bench.test. 300 A 192.0.2.7\n");
+    }
+    let text = format!(
+        "workers: 1\nrundir: {run}\nnetwork:\n  listen:\n    - interface: 127.0.0.1@{port}\ncache:\n  storage: {cache}\n  size-max: 100M\nmanagement:\n  unix-socket: {run}/kres-api.sock\nlogging:\n  level: notice\n{local}",
+        run = dir.bed("run").display(),
+        cache = dir.bed("cache").display(),
+    );
+    testbed::write(&dir.host("config.yaml"), &text)
+}
+
+/// Milliseconds of one whole-process `kresctl validate`.
+fn validate(bed: &Bed, flavor: Flavor, dir: &TestDir) -> Result<f64> {
+    let t0 = Instant::now();
+    let out = match flavor {
+        Flavor::Ours => std::process::Command::new(bench::our_binary("kresctl")?)
+            .arg("validate")
+            .arg(dir.host("config.yaml"))
+            .output()?,
+        Flavor::Upstream => bed.run_installed(
+            "/usr/bin/kresctl",
+            &["validate", &dir.bed("config.yaml").to_string_lossy()],
+        )?,
+    };
+    let ms = t0.elapsed().as_secs_f64() * 1000.0;
+    ensure!(
+        out.status.success(),
+        "{} validate failed: {}",
+        flavor.label(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(ms)
+}
+
+/// One run: cold start, GET /v1/config, a policy-only change. Milliseconds of each.
+fn run_once(bed: &Bed, flavor: Flavor, dir: &TestDir, port: u16) -> Result<[f64; 3]> {
+    let t0 = Instant::now();
+    let (mut launched, mut notify) = launch(bed, flavor, dir)?;
+    notify
+        .wait_for("READY=1", START_TIMEOUT)
+        .with_context(|| launched.output.text())?;
+    let start = t0.elapsed().as_secs_f64() * 1000.0;
+    let api = dir.host("run/kres-api.sock");
+
+    let t0 = Instant::now();
+    let resp = testbed::http::request(&api, "GET", "/v1/config", &[], b"")?;
+    ensure!(resp.status == 200, "GET /v1/config: {}", resp.status);
+    let get = t0.elapsed().as_secs_f64() * 1000.0;
+
+    let server = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let records = String::from_utf8_lossy(&resp.body).into_owned();
+    let current: serde_json::Value = serde_json::from_str(&records)?;
+    let mut text = current
+        .pointer("/local-data/records")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    text.push_str("changed.scale.test. 300 A 192.0.2.99\n");
+    let body = serde_json::to_vec(&text)?;
+    let t0 = Instant::now();
+    let resp = testbed::http::request(
+        &api,
+        "PUT",
+        "/v1/config/local-data/records",
+        &[("Content-Type", "application/json")],
+        &body,
+    )?;
+    ensure!(resp.status == 200, "PUT: {} {}", resp.status, resp.text());
+    let (elapsed, ()) = until(t0, STEP_TIMEOUT, || {
+        dns::query_udp(
+            server,
+            "changed.scale.test.",
+            dns::TYPE_A,
+            Duration::from_millis(500),
+        )
+        .ok()
+        .filter(|r| !r.a().is_empty())
+        .map(|_| ())
+    })?;
+    let change = elapsed.as_secs_f64() * 1000.0;
+
+    launched.signal(nix::sys::signal::Signal::SIGINT)?;
+    launched.wait(START_TIMEOUT)?;
+    Ok([start, get, change])
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let sizes: Vec<usize> = arg("--sizes")
+        .unwrap_or_else(|| "1000,10000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let runs: usize = arg("--runs").and_then(|r| r.parse().ok()).unwrap_or(3);
+    let mut shapes: Vec<Shape> = Vec::new();
+    for &n in &sizes {
+        shapes.push(Shape::Addresses(n));
+        shapes.push(Shape::Records(n));
+    }
+    if args.iter().any(|a| a == "--files") {
+        shapes.push(Shape::HostsFile(1_000_000));
+        shapes.push(Shape::Rpz(1_000_000));
+    }
+    let bed = Bed::get()?;
+    println!("scale benchmark: {runs} runs each, medians; ours against upstream's in the same run");
+    print_header();
+    for shape in shapes {
+        let dir = bed.test_dir("bench-scale")?;
+        let port = testbed::free_port()?;
+        write_inputs(&dir, port, shape)?;
+        let size = std::fs::metadata(dir.host("config.yaml"))?.len();
+        let mut samples: [[Vec<f64>; 4]; 2] = Default::default();
+        for i in 0..runs {
+            let order = if i % 2 == 0 {
+                [Flavor::Ours, Flavor::Upstream]
+            } else {
+                [Flavor::Upstream, Flavor::Ours]
+            };
+            for flavor in order {
+                let k = usize::from(flavor == Flavor::Upstream);
+                samples[k][0].push(validate(bed, flavor, &dir)?);
+                let [start, get, change] = run_once(bed, flavor, &dir, port)?;
+                samples[k][1].push(start);
+                samples[k][2].push(get);
+                samples[k][3].push(change);
+            }
+        }
+        let label = shape.label();
+        println!("-- {label} (config file {} KiB)", size / 1024);
+        for (m, name) in [
+            "validate",
+            "cold start to READY",
+            "GET /v1/config",
+            "policy-only change",
+        ]
+        .iter()
+        .enumerate()
+        {
+            print_row(name, "ms", &samples[0][m], &samples[1][m]);
+        }
+    }
+    Ok(())
+}
