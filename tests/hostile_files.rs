@@ -13,20 +13,6 @@ use nix::sys::signal::Signal;
 use testbed::notify::NotifyListener;
 use testbed::{dns, os, Bed};
 
-/// uid and gid of `name` in the bed's user database.
-fn bed_user(bed: &Bed, name: &str) -> (u32, u32) {
-    let passwd = std::fs::read_to_string(bed.host_path(Path::new("/etc/passwd"))).expect("passwd");
-    let line = passwd
-        .lines()
-        .find(|l| l.starts_with(&format!("{name}:")))
-        .expect("user exists in the bed");
-    let fields: Vec<&str> = line.split(':').collect();
-    (
-        fields[2].parse().expect("uid"),
-        fields[3].parse().expect("gid"),
-    )
-}
-
 /// Every name the daemon writes in the rundir, and the names its older versions wrote through.
 const PLANTED: &[&str] = &[
     "kresd0.conf",
@@ -44,7 +30,7 @@ const PLANTED: &[&str] = &[
 #[test]
 fn links_planted_by_the_workers_user_redirect_no_write() {
     let bed = Bed::get().expect("bed");
-    let (uid, gid) = bed_user(bed, "knot-resolver");
+    let (uid, gid) = common::bed_user(bed, "knot-resolver");
     let dir = bed.test_dir("planted-links").expect("dir");
     for d in ["run", "cache"] {
         std::fs::create_dir_all(dir.host(d)).expect("dir");

@@ -24,17 +24,11 @@ struct Before {
     etag: String,
 }
 
-fn etag(r: &Resolver) -> String {
-    let resp = r.http("GET", "/v1/config", b"").expect("API answers");
-    assert_eq!(resp.status, 200, "{}", resp.text());
-    resp.header("etag").expect("an ETag").to_owned()
-}
-
 fn before(r: &Resolver) -> Before {
     Before {
         root: r.launched.pid(),
         workers: r.pids_named("kresd"),
-        etag: etag(r),
+        etag: r.etag(),
     }
 }
 
@@ -76,7 +70,7 @@ fn intact(r: &Resolver, b: &Before, case: &str) {
         b.workers,
         "{case}: workers unchanged"
     );
-    assert_eq!(etag(r), b.etag, "{case}: configuration intact");
+    assert_eq!(r.etag(), b.etag, "{case}: configuration intact");
     let resp =
         dns::query_udp(r.dns(), "alive.test.", dns::TYPE_A, DNS_TIMEOUT).expect("DNS answers");
     assert_eq!(

@@ -6,60 +6,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
-
-use common::{Resolver, Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
+use common::{Asker, Resolver, Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
 use nix::sys::signal::Signal;
 use testbed::dns;
 
 /// The manager's name in `/proc/PID/comm`.
 const MANAGER: &str = "kres-manager";
-
-/// Asks a question continuously, counting answers and failures, until dropped.
-struct Asker {
-    stop: Arc<AtomicBool>,
-    answered: Arc<AtomicU32>,
-    failed: Arc<AtomicU32>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Asker {
-    fn start(r: &Resolver, name: &'static str) -> Asker {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (answered, failed) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
-        let server = r.dns();
-        let thread = {
-            let (stop, answered, failed) = (stop.clone(), answered.clone(), failed.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    match dns::query_udp(server, name, dns::TYPE_A, DNS_TIMEOUT) {
-                        Ok(resp) if !resp.a().is_empty() => answered.fetch_add(1, Ordering::SeqCst),
-                        _ => failed.fetch_add(1, Ordering::SeqCst),
-                    };
-                }
-            })
-        };
-        Asker {
-            stop,
-            answered,
-            failed,
-            thread: Some(thread),
-        }
-    }
-
-    /// Stop asking; (answered, failed).
-    fn finish(mut self) -> (u32, u32) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            t.join().expect("asker thread");
-        }
-        (
-            self.answered.load(Ordering::SeqCst),
-            self.failed.load(Ordering::SeqCst),
-        )
-    }
-}
 
 fn manager_pid(r: &Resolver) -> i32 {
     let pids = r.pids_named(MANAGER);
@@ -70,12 +22,6 @@ fn manager_pid(r: &Resolver) -> i32 {
         r.launched.tree()
     );
     pids[0]
-}
-
-fn etag(r: &Resolver) -> String {
-    let resp = r.http("GET", "/v1/config", b"").expect("API answers");
-    assert_eq!(resp.status, 200, "{}", resp.text());
-    resp.header("etag").expect("an ETag").to_owned()
 }
 
 #[test]
@@ -98,7 +44,7 @@ fn a_manager_killed_in_any_way_is_replaced_and_nothing_else_changes() {
         )
         .expect("API answers");
     assert_eq!(resp.status, 200, "{}", resp.text());
-    let before = etag(&r);
+    let before = r.etag();
     let asker = Asker::start(&r, "alive.test.");
 
     for (n, fault) in ["SIGKILL", "SIGABRT", "overflow", "segfault", "abort"]
@@ -133,7 +79,7 @@ fn a_manager_killed_in_any_way_is_replaced_and_nothing_else_changes() {
             "{signal}: workers unchanged"
         );
         // The API is served again with the configuration that was running.
-        assert_eq!(etag(&r), before, "{signal}: configuration intact");
+        assert_eq!(r.etag(), before, "{signal}: configuration intact");
         let resp = dns::query_udp(r.dns(), "changed.test.", dns::TYPE_A, DNS_TIMEOUT)
             .expect("DNS answers");
         assert_eq!(

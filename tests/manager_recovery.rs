@@ -3,12 +3,8 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
-
-use common::{Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
+use common::{Setup, START_TIMEOUT, STOP_TIMEOUT};
 use nix::sys::signal::Signal;
-use testbed::dns;
 
 #[test]
 fn manager_panic_keeps_workers_serving_and_adopts_them() {
@@ -21,20 +17,7 @@ fn manager_panic_keeps_workers_serving_and_adopts_them() {
     assert_eq!(workers_before.len(), 2);
 
     // Ask continuously while the manager dies and comes back.
-    let stop = Arc::new(AtomicBool::new(false));
-    let (answered, failed) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
-    let server = r.dns();
-    let asker = {
-        let (stop, answered, failed) = (stop.clone(), answered.clone(), failed.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::SeqCst) {
-                match dns::query_udp(server, "alive.test.", dns::TYPE_A, DNS_TIMEOUT) {
-                    Ok(resp) if !resp.a().is_empty() => answered.fetch_add(1, Ordering::SeqCst),
-                    _ => failed.fetch_add(1, Ordering::SeqCst),
-                };
-            }
-        })
-    };
+    let asker = common::Asker::start(&r, "alive.test.");
 
     let resp = r
         .http("POST", "/debug/panic-manager", b"")
@@ -64,14 +47,9 @@ fn manager_panic_keeps_workers_serving_and_adopts_them() {
         .wait_for("incarnation=2", START_TIMEOUT)
         .expect("second restart");
 
-    stop.store(true, Ordering::SeqCst);
-    asker.join().expect("asker thread");
-    assert_eq!(
-        failed.load(Ordering::SeqCst),
-        0,
-        "queries failed during manager restarts"
-    );
-    assert!(answered.load(Ordering::SeqCst) > 0);
+    let (answered, failed) = asker.finish();
+    assert_eq!(failed, 0, "queries failed during manager restarts");
+    assert!(answered > 0);
 
     // Same workers, never restarted, and the API still lists them.
     assert_eq!(r.pids_named("kresd"), workers_before);

@@ -11,20 +11,6 @@ use nix::sys::signal::Signal;
 use testbed::notify::NotifyListener;
 use testbed::{dns, os, Bed};
 
-/// uid and gid of `name` in the bed's user database.
-fn bed_user(bed: &Bed, name: &str) -> (u32, u32) {
-    let passwd = std::fs::read_to_string(bed.host_path(Path::new("/etc/passwd"))).expect("passwd");
-    let line = passwd
-        .lines()
-        .find(|l| l.starts_with(&format!("{name}:")))
-        .expect("user exists in the bed");
-    let fields: Vec<&str> = line.split(':').collect();
-    (
-        fields[2].parse().expect("uid"),
-        fields[3].parse().expect("gid"),
-    )
-}
-
 /// A `Key:\tvalue` line of /proc/PID/status.
 fn status_field(pid: i32, key: &str) -> String {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
@@ -38,7 +24,7 @@ fn status_field(pid: i32, key: &str) -> String {
 #[test]
 fn port_53_is_served_by_kresd_running_as_an_unprivileged_user() {
     let bed = Bed::get().expect("bed");
-    let (uid, gid) = bed_user(bed, "knot-resolver");
+    let (uid, gid) = common::bed_user(bed, "knot-resolver");
     let dir = bed.test_dir("port53").expect("dir");
     for d in ["run", "cache"] {
         std::fs::create_dir_all(dir.host(d)).expect("dir");

@@ -297,3 +297,76 @@ impl Beside {
         assert!(self.launched.tree().is_empty());
     }
 }
+
+/// Asks one question continuously on its own thread, counting answers and failures, until
+/// [`Asker::finish`].
+pub struct Asker {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    answered: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    failed: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Asker {
+    /// Ask for the A record of `name` at `r`'s DNS port; an empty answer counts as a failure.
+    pub fn start(r: &Resolver, name: &'static str) -> Asker {
+        use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+        use std::sync::Arc;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (answered, failed) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+        let server = r.dns();
+        let thread = {
+            let (stop, answered, failed) = (stop.clone(), answered.clone(), failed.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match testbed::dns::query_udp(server, name, testbed::dns::TYPE_A, DNS_TIMEOUT) {
+                        Ok(resp) if !resp.a().is_empty() => answered.fetch_add(1, Ordering::SeqCst),
+                        _ => failed.fetch_add(1, Ordering::SeqCst),
+                    };
+                }
+            })
+        };
+        Asker {
+            stop,
+            answered,
+            failed,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop asking; (answered, failed).
+    pub fn finish(mut self) -> (u32, u32) {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("asker thread");
+        }
+        (
+            self.answered.load(Ordering::SeqCst),
+            self.failed.load(Ordering::SeqCst),
+        )
+    }
+}
+
+impl Resolver {
+    /// The ETag of the running configuration.
+    pub fn etag(&self) -> String {
+        let resp = self.http("GET", "/v1/config", b"").expect("API answers");
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        resp.header("etag").expect("an ETag").to_owned()
+    }
+}
+
+/// uid and gid of `name` in the bed's user database.
+pub fn bed_user(bed: &Bed, name: &str) -> (u32, u32) {
+    let passwd = std::fs::read_to_string(bed.host_path(Path::new("/etc/passwd"))).expect("passwd");
+    let line = passwd
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}:")))
+        .expect("user exists in the bed");
+    let fields: Vec<&str> = line.split(':').collect();
+    (
+        fields[2].parse().expect("uid"),
+        fields[3].parse().expect("gid"),
+    )
+}
