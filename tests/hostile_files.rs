@@ -6,12 +6,10 @@
 mod common;
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
-use common::{Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
+use common::{Setup, DNS_TIMEOUT, STOP_TIMEOUT};
 use nix::sys::signal::Signal;
-use testbed::notify::NotifyListener;
-use testbed::{dns, os, Bed};
+use testbed::{dns, Bed};
 
 /// Every name the daemon writes in the rundir, and the names its older versions wrote through.
 const PLANTED: &[&str] = &[
@@ -70,27 +68,7 @@ fn links_planted_by_the_workers_user_redirect_no_write() {
     let setup = Setup::new("planted-links")
         .workers(2)
         .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n");
-    testbed::write(
-        &dir.host("config.yaml"),
-        &common::config_yaml(&dir, port, &setup),
-    )
-    .expect("config");
-    let mut notify = NotifyListener::bind(&dir.host("notify.sock")).expect("notify");
-    let mut launched = bed
-        .launch(
-            Path::new(common::DAEMON),
-            &[
-                &os("-c"),
-                &os(dir.bed("config.yaml")),
-                &os("--worker-user"),
-                &os("knot-resolver"),
-            ],
-            &[("NOTIFY_SOCKET", &os(dir.bed("notify.sock")))],
-        )
-        .expect("launch");
-    if let Err(e) = notify.wait_for("READY=1", START_TIMEOUT) {
-        panic!("{e:#}\n{}", launched.output.text());
-    }
+    let mut launched = common::start_with_worker_user(bed, &dir, port, &setup);
     assert_eq!(
         std::fs::read_to_string(&victim).expect("victim"),
         "precious\n"

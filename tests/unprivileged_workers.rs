@@ -4,12 +4,9 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::{Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
+use common::{Setup, DNS_TIMEOUT, STOP_TIMEOUT};
 use nix::sys::signal::Signal;
-use testbed::notify::NotifyListener;
-use testbed::{dns, os, Bed};
+use testbed::{dns, Bed};
 
 /// A `Key:\tvalue` line of /proc/PID/status.
 fn status_field(pid: i32, key: &str) -> String {
@@ -35,27 +32,7 @@ fn port_53_is_served_by_kresd_running_as_an_unprivileged_user() {
         .workers(2)
         .network("    - interface: 127.0.0.1@53\n")
         .extra("local-data:\n  records: |\n    p53.test. 300 A 192.0.2.53\n");
-    testbed::write(
-        &dir.host("config.yaml"),
-        &common::config_yaml(&dir, port, &setup),
-    )
-    .expect("config");
-    let mut notify = NotifyListener::bind(&dir.host("notify.sock")).expect("notify");
-    let mut launched = bed
-        .launch(
-            Path::new(common::DAEMON),
-            &[
-                &os("-c"),
-                &os(dir.bed("config.yaml")),
-                &os("--worker-user"),
-                &os("knot-resolver"),
-            ],
-            &[("NOTIFY_SOCKET", &os(dir.bed("notify.sock")))],
-        )
-        .expect("launch");
-    if let Err(e) = notify.wait_for("READY=1", START_TIMEOUT) {
-        panic!("{e:#}\n{}", launched.output.text());
-    }
+    let mut launched = common::start_with_worker_user(bed, &dir, port, &setup);
 
     let answer = dns::query_udp(
         "127.0.0.1:53".parse().expect("addr"),

@@ -370,3 +370,27 @@ pub fn bed_user(bed: &Bed, name: &str) -> (u32, u32) {
         fields[3].parse().expect("gid"),
     )
 }
+
+/// Write `setup`'s configuration into `dir` (for `port`) and start our daemon on it with
+/// `--worker-user knot-resolver`; returns once it notified `READY=1`. The rundir and cache
+/// must already belong to that user.
+pub fn start_with_worker_user(bed: &Bed, dir: &TestDir, port: u16, setup: &Setup) -> Launched {
+    testbed::write(&dir.host("config.yaml"), &config_yaml(dir, port, setup)).expect("config");
+    let mut notify = NotifyListener::bind(&dir.host("notify.sock")).expect("notify");
+    let launched = bed
+        .launch(
+            Path::new(DAEMON),
+            &[
+                &os("-c"),
+                &os(dir.bed("config.yaml")),
+                &os("--worker-user"),
+                &os("knot-resolver"),
+            ],
+            &[("NOTIFY_SOCKET", &os(dir.bed("notify.sock")))],
+        )
+        .expect("launch");
+    if let Err(e) = notify.wait_for("READY=1", START_TIMEOUT) {
+        panic!("{e:#}\n{}", launched.output.text());
+    }
+    launched
+}
