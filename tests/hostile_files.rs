@@ -111,6 +111,41 @@ fn links_planted_by_the_workers_user_redirect_no_write() {
     let answer = dns::query_udp(server, "alive.test.", dns::TYPE_A, DNS_TIMEOUT).expect("DNS");
     assert_eq!(answer.a().len(), 1);
 
+    // A script file only root may read is not read on the workers' behalf: the change is
+    // refused, and its text appears in no generated file.
+    let secret = dir.host("secret.lua");
+    std::fs::write(&secret, "-- top secret 7f3a\n").expect("secret");
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("mode");
+    let body = format!(
+        "{{\"script-file\": \"{}\"}}",
+        dir.bed("secret.lua").display()
+    );
+    let resp = testbed::http::request(
+        &api,
+        "PUT",
+        "/v1/config/lua",
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    )
+    .expect("API");
+    assert_eq!(resp.status, 400, "{}", resp.text());
+    assert!(
+        resp.text().contains("not readable by the workers' user"),
+        "{}",
+        resp.text()
+    );
+    for entry in std::fs::read_dir(&run).expect("rundir").flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            let text = std::fs::read(entry.path()).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&text).contains("top secret 7f3a"),
+                "{} holds the secret",
+                entry.path().display()
+            );
+        }
+    }
+
     launched.signal(Signal::SIGINT).expect("signal");
     let status = launched.wait(STOP_TIMEOUT).expect("exit");
     assert_eq!(status.code(), Some(0), "{}", launched.output.text());

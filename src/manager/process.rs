@@ -157,6 +157,9 @@ async fn serve(
             return ExitCode::from(1);
         }
     };
+    if let Some(user) = run_as {
+        crate::lua::read_files_as(user);
+    }
     let api_socket = stored.remove(STORED_API);
     let tcp_guard = match api::guard::TcpGuard::from_env(
         loaded
