@@ -418,11 +418,19 @@ impl Root {
             match end {
                 ChildEnd::Exit(code) => return Stop::Requested(code),
                 ChildEnd::Stopped => return Stop::Signal,
-                ChildEnd::Hung => tracing::error!(
-                    "the manager process answered nothing for {} s; replacing it",
-                    hang_after.as_secs()
-                ),
-                ChildEnd::Misbehaved(why) => tracing::error!("the manager process failed: {why}"),
+                ChildEnd::Hung => {
+                    tracing::error!(
+                        "the manager process answered nothing for {} s; replacing it",
+                        hang_after.as_secs()
+                    );
+                    // Not trusted to stop gracefully: it would take connections waiting in
+                    // the backlog with it instead of leaving them to its successor.
+                    signal_manager(sup, nix::sys::signal::Signal::SIGKILL);
+                }
+                ChildEnd::Misbehaved(why) => {
+                    tracing::error!("the manager process failed: {why}");
+                    signal_manager(sup, nix::sys::signal::Signal::SIGKILL);
+                }
                 ChildEnd::Gone => {}
             }
             let last_exit = sup
