@@ -158,3 +158,31 @@ fn a_connection_flood_leaves_dns_and_the_root_alone() {
     assert_eq!(r.pids_named("kresd"), workers);
     r.stop();
 }
+
+#[test]
+fn clients_that_never_finish_their_request_head_leave_room_for_others() {
+    let r = common::start(
+        &Setup::new("hostile-slow")
+            .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n"),
+    )
+    .expect("start");
+    let workers = r.pids_named("kresd");
+    // Fifty clients that send part of a request head and then nothing.
+    let mut slow = Vec::new();
+    for _ in 0..50 {
+        let mut s = std::os::unix::net::UnixStream::connect(&r.api).expect("connect");
+        s.write_all(b"GET /v1/config HTTP/1.1\r\nHo")
+            .expect("write");
+        slow.push(s);
+    }
+    // A well-behaved client is answered meanwhile, and DNS too.
+    let resp = r.http("GET", "/v1/config", b"").expect("API answers");
+    assert_eq!(resp.status, 200);
+    let answer = dns::query_udp(r.dns(), "alive.test.", dns::TYPE_A, DNS_TIMEOUT).expect("DNS");
+    assert_eq!(answer.a().len(), 1);
+    assert_eq!(r.pids_named("kresd"), workers);
+    let rss = testbed::procs::rss_kib(r.launched.pid()).expect("root RSS");
+    assert!(rss < 16 * 1024, "root RSS {rss} KiB");
+    drop(slow);
+    r.stop();
+}
