@@ -268,6 +268,44 @@ fn rule(out: &mut String, item: &RuleSchema, nodata: bool, default_ttl: Option<&
     }
 }
 
+/// Statements per function in long runs of rules: LuaJIT allows a function at most 65,536
+/// constants (each rule takes a few), so 100,000 addresses in one chunk fail to load ("main
+/// function has more than 65536 constants"). Each run of this many is its own function.
+const STATEMENTS_PER_FUNCTION: usize = 4096;
+
+/// Splits a long run of statements into immediately called functions.
+#[derive(Default)]
+struct Chunk {
+    /// Statements in the function now open.
+    count: usize,
+    open: bool,
+}
+
+impl Chunk {
+    /// Before a statement: open a function, or close a full one and open the next.
+    fn statement(&mut self, out: &mut String) {
+        if self.open && self.count == STATEMENTS_PER_FUNCTION {
+            line!(out, "end)() end");
+            self.open = false;
+        }
+        // Inside `do … end`: a line starting with `(` right after a call would otherwise
+        // call that call's result.
+        if !self.open {
+            line!(out, "do (function()");
+            self.open = true;
+            self.count = 0;
+        }
+        self.count += 1;
+    }
+
+    /// After the run: close the open function.
+    fn end(self, out: &mut String) {
+        if self.open {
+            line!(out, "end)() end");
+        }
+    }
+}
+
 fn local_data(out: &mut String, cfg: &KresConfig) {
     let ld = &cfg.local_data;
     let defaults = RuleValues {
@@ -276,20 +314,26 @@ fn local_data(out: &mut String, cfg: &KresConfig) {
         tags: None,
     };
     line!(out, "modules = {{ 'hints > iterate' }}");
+    let mut chunk = Chunk::default();
     for (name, addrs) in ld.addresses.iter().flatten() {
         for addr in addrs {
+            chunk.statement(out);
             local_address(out, name.punycode(), *addr, &defaults);
         }
     }
+    chunk.end(out);
     for file in ld.addresses_files.iter().flatten() {
         local_hosts(out, file, &defaults);
     }
     if let Some(records) = ld.records.as_deref().filter(|r| !r.is_empty()) {
         zonefile(out, ZoneSource::Text(records), &defaults, Score::Default);
     }
+    let mut chunk = Chunk::default();
     for item in ld.rules.iter().flatten() {
+        chunk.statement(out);
         rule(out, item, ld.nodata, ld.ttl.as_ref());
     }
+    chunk.end(out);
     for rpz in ld.rpz.iter().flatten() {
         let v = RuleValues {
             nodata: ld.nodata,

@@ -1,0 +1,37 @@
+//! Configurations larger than kresd takes in one Lua chunk: LuaJIT refuses a function with more
+//! than 65,536 constants, and a policy-loader file with one statement per entry of 70,000
+//! `local-data.addresses` has more. The generated Lua splits long runs into functions; the
+//! resolver starts and answers the last entry.
+
+mod common;
+
+use common::{Setup, DNS_TIMEOUT};
+use testbed::dns;
+
+#[test]
+fn seventy_thousand_local_addresses_load_and_answer() {
+    const N: usize = 70_000;
+    let mut extra = String::from("local-data:\n  addresses:\n");
+    for i in 0..N {
+        extra.push_str(&format!(
+            "    h{i}.large.test: 10.{}.{}.{}\n",
+            (i >> 16) & 255,
+            (i >> 8) & 255,
+            i & 255
+        ));
+    }
+    let r = common::start(&Setup::new("large-addresses").extra(&extra)).expect("starts");
+    let last = N - 1;
+    let name = format!("h{last}.large.test.");
+    let resp = dns::query_udp(r.dns(), &name, dns::TYPE_A, DNS_TIMEOUT).expect("DNS");
+    assert_eq!(
+        resp.a(),
+        vec![std::net::Ipv4Addr::new(
+            10,
+            (last >> 16) as u8,
+            (last >> 8) as u8,
+            last as u8
+        )]
+    );
+    r.stop();
+}
