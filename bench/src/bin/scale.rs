@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use bench::{launch, print_header, print_row, until, Flavor};
 use testbed::{dns, Bed, TestDir};
 
@@ -137,9 +137,26 @@ fn validate(bed: &Bed, flavor: Flavor, dir: &TestDir) -> Result<f64> {
 fn run_once(bed: &Bed, flavor: Flavor, dir: &TestDir, port: u16) -> Result<[f64; 3]> {
     let t0 = Instant::now();
     let (mut launched, mut notify) = launch(bed, flavor, dir)?;
-    notify
-        .wait_for("READY=1", START_TIMEOUT)
-        .with_context(|| launched.output.text())?;
+    // In slices, so that a control plane that gave up is reported at once.
+    loop {
+        if notify
+            .wait_for("READY=1", Duration::from_millis(250))
+            .is_ok()
+        {
+            break;
+        }
+        let last_lines = || {
+            let text = launched.output.text();
+            let lines: Vec<&str> = text.lines().rev().take(3).collect();
+            lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        };
+        if launched.tree().is_empty() {
+            anyhow::bail!("exited before READY: {}", last_lines());
+        }
+        if t0.elapsed() > START_TIMEOUT {
+            anyhow::bail!("no READY within {START_TIMEOUT:?}: {}", last_lines());
+        }
+    }
     let start = t0.elapsed().as_secs_f64() * 1000.0;
     let api = dir.host("run/kres-api.sock");
 
@@ -217,6 +234,7 @@ fn main() -> Result<()> {
         write_inputs(&dir, port, shape)?;
         let size = std::fs::metadata(dir.host("config.yaml"))?.len();
         let mut samples: [[Vec<f64>; 4]; 2] = Default::default();
+        let mut failures: Vec<String> = Vec::new();
         for i in 0..runs {
             let order = if i % 2 == 0 {
                 [Flavor::Ours, Flavor::Upstream]
@@ -225,11 +243,18 @@ fn main() -> Result<()> {
             };
             for flavor in order {
                 let k = usize::from(flavor == Flavor::Upstream);
-                samples[k][0].push(validate(bed, flavor, &dir)?);
-                let [start, get, change] = run_once(bed, flavor, &dir, port)?;
-                samples[k][1].push(start);
-                samples[k][2].push(get);
-                samples[k][3].push(change);
+                match validate(bed, flavor, &dir) {
+                    Ok(ms) => samples[k][0].push(ms),
+                    Err(e) => failures.push(format!("{} validate: {e:#}", flavor.label())),
+                }
+                match run_once(bed, flavor, &dir, port) {
+                    Ok([start, get, change]) => {
+                        samples[k][1].push(start);
+                        samples[k][2].push(get);
+                        samples[k][3].push(change);
+                    }
+                    Err(e) => failures.push(format!("{} run: {e:#}", flavor.label())),
+                }
             }
         }
         let label = shape.label();
@@ -244,6 +269,11 @@ fn main() -> Result<()> {
         .enumerate()
         {
             print_row(name, "ms", &samples[0][m], &samples[1][m]);
+        }
+        for failure in &failures {
+            let mut line = failure.clone();
+            line.truncate(400);
+            println!("   FAILED {line}");
         }
     }
     Ok(())
