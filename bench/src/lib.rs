@@ -115,12 +115,22 @@ pub fn until<T>(
 }
 
 /// Resident memory, in KiB, of the control plane: every process of the tree except kresd and
-/// kres-cache-gc.
+/// kres-cache-gc, by RSS (pages shared between them, such as one binary's text in two
+/// processes, counted in each).
 pub fn control_plane_rss_kib(launched: &Launched) -> u64 {
+    control_plane(launched, testbed::procs::rss_kib)
+}
+
+/// The same by PSS: shared pages counted once in the sum (what the control plane costs).
+pub fn control_plane_pss_kib(launched: &Launched) -> u64 {
+    control_plane(launched, testbed::procs::pss_kib)
+}
+
+fn control_plane(launched: &Launched, measure: fn(i32) -> Option<u64>) -> u64 {
     launched
         .tree()
         .iter()
         .filter(|p| p.comm != "kresd" && p.comm != "kres-cache-gc")
-        .filter_map(|p| testbed::procs::rss_kib(p.pid))
+        .filter_map(|p| measure(p.pid))
         .sum()
 }

@@ -7,6 +7,7 @@
 //! Usage: cargo build --release --bins && target/release/scale [--sizes 1000,10000] [--runs N]
 //!        [--files] (the 1M-line hosts file and RPZ too)
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
@@ -133,8 +134,15 @@ fn validate(bed: &Bed, flavor: Flavor, dir: &TestDir) -> Result<f64> {
     Ok(ms)
 }
 
-/// One run: cold start, GET /v1/config, a policy-only change. Milliseconds of each.
-fn run_once(bed: &Bed, flavor: Flavor, dir: &TestDir, port: u16) -> Result<[f64; 3]> {
+/// One run: cold start, GET /v1/config, a policy-only change; milliseconds of each step that
+/// succeeded go to `record(step, ms)` (1, 2, 3), so that a failing change keeps the others.
+fn run_once(
+    bed: &Bed,
+    flavor: Flavor,
+    dir: &TestDir,
+    port: u16,
+    record: &mut dyn FnMut(usize, f64),
+) -> Result<()> {
     let t0 = Instant::now();
     let (mut launched, mut notify) = launch(bed, flavor, dir)?;
     // In slices, so that a control plane that gave up is reported at once.
@@ -157,13 +165,20 @@ fn run_once(bed: &Bed, flavor: Flavor, dir: &TestDir, port: u16) -> Result<[f64;
             anyhow::bail!("no READY within {START_TIMEOUT:?}: {}", last_lines());
         }
     }
-    let start = t0.elapsed().as_secs_f64() * 1000.0;
+    record(1, t0.elapsed().as_secs_f64() * 1000.0);
     let api = dir.host("run/kres-api.sock");
+    let result = change_steps(&api, port, record);
+    launched.signal(nix::sys::signal::Signal::SIGINT)?;
+    launched.wait(START_TIMEOUT)?;
+    result
+}
 
+/// GET /v1/config, then a policy-only change until DNS answers it.
+fn change_steps(api: &Path, port: u16, record: &mut dyn FnMut(usize, f64)) -> Result<()> {
     let t0 = Instant::now();
-    let resp = testbed::http::request(&api, "GET", "/v1/config", &[], b"")?;
+    let resp = testbed::http::request(api, "GET", "/v1/config", &[], b"")?;
     ensure!(resp.status == 200, "GET /v1/config: {}", resp.status);
-    let get = t0.elapsed().as_secs_f64() * 1000.0;
+    record(2, t0.elapsed().as_secs_f64() * 1000.0);
 
     let server = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let records = String::from_utf8_lossy(&resp.body).into_owned();
@@ -177,7 +192,7 @@ fn run_once(bed: &Bed, flavor: Flavor, dir: &TestDir, port: u16) -> Result<[f64;
     let body = serde_json::to_vec(&text)?;
     let t0 = Instant::now();
     let resp = testbed::http::request(
-        &api,
+        api,
         "PUT",
         "/v1/config/local-data/records",
         &[("Content-Type", "application/json")],
@@ -195,11 +210,8 @@ fn run_once(bed: &Bed, flavor: Flavor, dir: &TestDir, port: u16) -> Result<[f64;
         .filter(|r| !r.a().is_empty())
         .map(|_| ())
     })?;
-    let change = elapsed.as_secs_f64() * 1000.0;
-
-    launched.signal(nix::sys::signal::Signal::SIGINT)?;
-    launched.wait(START_TIMEOUT)?;
-    Ok([start, get, change])
+    record(3, elapsed.as_secs_f64() * 1000.0);
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -247,13 +259,9 @@ fn main() -> Result<()> {
                     Ok(ms) => samples[k][0].push(ms),
                     Err(e) => failures.push(format!("{} validate: {e:#}", flavor.label())),
                 }
-                match run_once(bed, flavor, &dir, port) {
-                    Ok([start, get, change]) => {
-                        samples[k][1].push(start);
-                        samples[k][2].push(get);
-                        samples[k][3].push(change);
-                    }
-                    Err(e) => failures.push(format!("{} run: {e:#}", flavor.label())),
+                let mut record = |step: usize, ms: f64| samples[k][step].push(ms);
+                if let Err(e) = run_once(bed, flavor, &dir, port, &mut record) {
+                    failures.push(format!("{} run: {e:#}", flavor.label()));
                 }
             }
         }

@@ -8,7 +8,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use bench::{control_plane_rss_kib, launch, print_header, print_row, until, write_config, Flavor};
+use bench::{
+    control_plane_pss_kib, control_plane_rss_kib, launch, print_header, print_row, until,
+    write_config, Flavor,
+};
 use nix::sys::signal::Signal;
 use testbed::{dns, Bed};
 
@@ -17,6 +20,7 @@ struct Samples {
     ready_ms: Vec<f64>,
     first_answer_ms: Vec<f64>,
     rss_mib: Vec<f64>,
+    pss_mib: Vec<f64>,
     stop_ms: Vec<f64>,
 }
 
@@ -47,6 +51,7 @@ fn one_run(bed: &Bed, flavor: Flavor, workers: u32, samples: &mut Samples) -> Re
         .join()
         .map_err(|_| anyhow::anyhow!("poller panicked"))??;
     let rss = control_plane_rss_kib(&launched);
+    let pss = control_plane_pss_kib(&launched);
     let t1 = Instant::now();
     launched.signal(Signal::SIGINT)?;
     let (stopped, _) = until(t1, Duration::from_secs(120), || {
@@ -56,6 +61,7 @@ fn one_run(bed: &Bed, flavor: Flavor, workers: u32, samples: &mut Samples) -> Re
     samples.ready_ms.push(ready_ms);
     samples.first_answer_ms.push(first.as_secs_f64() * 1000.0);
     samples.rss_mib.push(rss as f64 / 1024.0);
+    samples.pss_mib.push(pss as f64 / 1024.0);
     samples.stop_ms.push(stopped.as_secs_f64() * 1000.0);
     let _ = std::fs::remove_dir_all(&dir.host);
     Ok(())
@@ -104,6 +110,12 @@ fn main() -> Result<()> {
         "MiB",
         &ours.rss_mib,
         &upstream.rss_mib,
+    );
+    print_row(
+        "control-plane PSS after READY",
+        "MiB",
+        &ours.pss_mib,
+        &upstream.pss_mib,
     );
     print_row(
         "SIGINT -> every process gone",

@@ -85,6 +85,16 @@ pub fn rss_kib(pid: i32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// Proportional set size of `pid`, in KiB: its private pages plus its share of pages it
+/// shares (the same binary's text in two processes counts once in their sum).
+pub fn pss_kib(pid: i32) -> Option<u64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 /// SIGKILL every process carrying `marker`, repeatedly until none is left (forks in flight).
 pub fn kill_marked(marker: &str) {
     for _ in 0..20 {
