@@ -10,6 +10,8 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
+use crate::service::WorkerId;
+
 /// Largest reply we accept from a worker.
 const MAX_REPLY: usize = 64 * 1024 * 1024;
 
@@ -29,11 +31,6 @@ pub enum ControlError {
     Oversize { path: PathBuf, len: usize },
     #[error("a control command must be one line")]
     MultiLine,
-}
-
-/// The control socket of worker `id`.
-pub fn socket_path(rundir: &Path, id: u32) -> PathBuf {
-    rundir.join("control").join(id.to_string())
 }
 
 /// Evaluate `expr` in the worker behind `path`. The reply is JSON when kresd could encode the
@@ -83,11 +80,11 @@ pub async fn command(path: &Path, expr: &str, timeout: Duration) -> Result<Value
 /// Evaluate `expr` in every worker of `ids`, concurrently. Failures are per worker.
 pub async fn command_all(
     rundir: &Path,
-    ids: &[u32],
+    ids: &[WorkerId],
     expr: &str,
-) -> Vec<(u32, Result<Value, ControlError>)> {
+) -> Vec<(WorkerId, Result<Value, ControlError>)> {
     let calls = ids.iter().map(|&id| {
-        let path = socket_path(rundir, id);
+        let path = id.control_socket(rundir);
         async move { (id, command(&path, expr, COMMAND_TIMEOUT).await) }
     });
     futures_util::future::join_all(calls).await

@@ -25,8 +25,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, ManagementSchema};
-use crate::manager::process::{LINK_FD, MANAGER_NAME, STORED_API};
+use crate::manager::process::{LINK_FD, STORED_API};
 use crate::manager::Executables;
+use crate::service::{self, ServiceKind};
 
 /// The default configuration file, as upstream.
 pub const DEFAULT_CONFIG: &str = "/etc/knot-resolver/config.yaml";
@@ -304,7 +305,7 @@ impl Root {
         mut exit: u8,
         api_socket: Option<PathBuf>,
     ) -> ExitCode {
-        let manager_stopped = sup.remove(MANAGER_NAME);
+        let manager_stopped = sup.remove(service::MANAGER);
         tokio::pin!(manager_stopped);
         let shutdown = async {
             let _ = (&mut manager_stopped).await;
@@ -326,7 +327,7 @@ impl Root {
         if let Some(path) = api_socket {
             let _ = std::fs::remove_file(path);
         }
-        crate::manager::remove_generated_files(&self.rundir);
+        crate::manager::rundir::remove_generated_files(&self.rundir);
         match report {
             Ok(r) if !r.unclean.is_empty() => {
                 tracing::warn!(
@@ -353,8 +354,8 @@ impl Root {
             OsString::from(crate::manager::process::MANAGER_FLAG),
         ];
         argv.extend(self.manager_args.iter().cloned());
-        let mut spec = ServiceSpec::new(MANAGER_NAME, MANAGER_NAME, argv);
-        spec.env = crate::manager::child_base_env();
+        let mut spec = ServiceSpec::new(service::MANAGER, ServiceKind::Manager.as_str(), argv);
+        spec.env = crate::manager::specs::child_base_env();
         spec.cwd = self.manager_cwd.clone();
         spec.readiness = Readiness::None;
         spec.restart = RestartPolicy::Never;
@@ -437,9 +438,9 @@ impl Root {
                 .snapshot()
                 .processes
                 .iter()
-                .find(|p| p.name == MANAGER_NAME)
+                .find(|p| p.name == service::MANAGER)
                 .and_then(|p| p.last_exit);
-            match sup.remove(MANAGER_NAME).await {
+            match sup.remove(service::MANAGER).await {
                 Ok(status) => match status.or(last_exit) {
                     Some(status) => tracing::error!("the manager process ended: {status}"),
                     None => tracing::error!("the manager process ended"),
@@ -474,7 +475,7 @@ impl Root {
         sup.add_handing(self.manager_spec(), vec![(link, LINK_FD)])
             .await
             .map_err(|e| e.to_string())?;
-        sup.start(MANAGER_NAME)
+        sup.start(service::MANAGER)
             .await
             .map(|p| p.as_raw())
             .map_err(|e| e.to_string())
@@ -488,7 +489,7 @@ async fn exited(sup: &SupervisorHandle, pid: i32) {
         .wait_for(|s| {
             !s.processes
                 .iter()
-                .any(|p| p.name == MANAGER_NAME && p.pid == Some(pid))
+                .any(|p| p.name == service::MANAGER && p.pid == Some(pid))
         })
         .await;
 }
@@ -504,7 +505,7 @@ fn signal_manager(sup: &SupervisorHandle, signal: nix::sys::signal::Signal) {
     let pid = snapshot
         .processes
         .iter()
-        .find(|p| p.name == MANAGER_NAME)
+        .find(|p| p.name == service::MANAGER)
         .and_then(|p| p.pid);
     if let Some(pid) = pid {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);

@@ -12,6 +12,7 @@ pub mod kresctl;
 pub mod lua;
 pub mod manager;
 pub mod metrics;
+pub mod service;
 pub mod watchdog;
 
 /// The version reported by `-V`.

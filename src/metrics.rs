@@ -11,27 +11,10 @@ use supervisor::Snapshot;
 
 use crate::config::MetricsMode;
 use crate::control;
-use crate::manager::KIND_KRESD;
-
-/// Running workers, by id, from the process table (adopted workers included).
-pub fn running_worker_ids(snapshot: &Snapshot) -> Vec<u32> {
-    let mut ids: Vec<u32> = snapshot
-        .processes
-        .iter()
-        .filter(|p| p.kind == KIND_KRESD && p.state == "running")
-        .filter_map(|p| p.name.strip_prefix("kresd").and_then(|n| n.parse().ok()))
-        .collect();
-    ids.sort_unstable();
-    ids
-}
-
-/// Upstream's worker id, used as JSON key and `instance_id` label.
-pub fn instance_id(id: u32) -> String {
-    format!("kresd:kresd{id}")
-}
+use crate::service::WorkerId;
 
 /// Ask every worker for its statistics: `{"kresd:kresd0": {...} | null, ...}`.
-pub async fn collect(rundir: &Path, ids: &[u32], mode: MetricsMode) -> Map<String, Value> {
+pub async fn collect(rundir: &Path, ids: &[WorkerId], mode: MetricsMode) -> Map<String, Value> {
     let expr = match mode {
         MetricsMode::ManagerOnly => None,
         MetricsMode::Lazy => Some("collect_lazy_statistics()"),
@@ -41,7 +24,7 @@ pub async fn collect(rundir: &Path, ids: &[u32], mode: MetricsMode) -> Map<Strin
     match expr {
         None => {
             for &id in ids {
-                out.insert(instance_id(id), Value::Null);
+                out.insert(id.instance_id(), Value::Null);
             }
         }
         Some(expr) => {
@@ -49,15 +32,15 @@ pub async fn collect(rundir: &Path, ids: &[u32], mode: MetricsMode) -> Map<Strin
                 let value = match result {
                     Ok(v @ Value::Object(_)) => v,
                     Ok(other) => {
-                        tracing::warn!(worker = id, reply = %other, "unexpected statistics reply");
+                        tracing::warn!(worker = %id, reply = %other, "unexpected statistics reply");
                         Value::Null
                     }
                     Err(e) => {
-                        tracing::warn!(worker = id, "cannot collect statistics: {e}");
+                        tracing::warn!(worker = %id, "cannot collect statistics: {e}");
                         Value::Null
                     }
                 };
-                out.insert(instance_id(id), value);
+                out.insert(id.instance_id(), value);
             }
         }
     }
@@ -457,7 +440,7 @@ fn render_supervisor(out: &mut String, snapshot: &Snapshot) {
             "kres_supervisor_process_ready",
             "1 if the supervised process is running and ready, otherwise 0",
             "gauge",
-            |p| f64::from(u8::from(p.state == "running")),
+            |p| f64::from(u8::from(p.state == supervisor::ProcessState::Running)),
         ),
         (
             "kres_supervisor_process_restarts_total",

@@ -16,11 +16,12 @@ use std::time::Duration;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{KresConfig, LoadedConfig};
-use crate::manager::task::ManagerCommand;
+use crate::manager::plan::Restart;
+use crate::manager::ManagerHandle;
 
 /// Quiet time after the last change before the renew is sent.
 pub const DEBOUNCE: Duration = Duration::from_millis(500);
@@ -97,18 +98,15 @@ impl Watching {
 
 /// Start watching: the first watches are in place when this returns (call it before READY);
 /// the returned task follows configuration changes until `stop`.
-pub fn start(
-    mut config: watch::Receiver<Arc<LoadedConfig>>,
-    manager: mpsc::Sender<ManagerCommand>,
-    stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
+pub fn start(manager: ManagerHandle, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+    let mut config = manager.subscribe();
     let first = Watching::new(&config.borrow_and_update().model);
     tokio::spawn(run(config, manager, stop, first))
 }
 
 async fn run(
     mut config: watch::Receiver<Arc<LoadedConfig>>,
-    manager: mpsc::Sender<ManagerCommand>,
+    manager: ManagerHandle,
     stop: CancellationToken,
     first: Watching,
 ) {
@@ -158,22 +156,10 @@ async fn run(
     }
 }
 
-async fn renew(manager: &mpsc::Sender<ManagerCommand>) {
-    let (reply, result) = oneshot::channel();
-    if manager
-        .send(ManagerCommand::Renew {
-            force: false,
-            reply,
-        })
-        .await
-        .is_err()
-    {
-        return;
-    }
-    match result.await {
-        Ok(Ok(_)) => tracing::info!("Reloading watched files has finished"),
-        Ok(Err(e)) => tracing::warn!("renewing after a watched file changed failed: {e}"),
-        Err(_) => {}
+/// Renew the configuration; a refusal is logged by the manager.
+async fn renew(manager: &ManagerHandle) {
+    if manager.renew(Restart::WhenNeeded).await.is_ok() {
+        tracing::info!("Reloading watched files has finished");
     }
 }
 

@@ -12,8 +12,9 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use knot_resolver::api::{app, ApiState};
 use knot_resolver::config::LoadedConfig;
-use knot_resolver::manager::task::{ChangeError, ManagerCommand};
-use knot_resolver::manager::{ApplyError, ApplyReport};
+use knot_resolver::manager::handle::ManagerCommand;
+use knot_resolver::manager::plan::{ChangePlan, Restart};
+use knot_resolver::manager::{ApplyError, ChangeError, ManagerHandle};
 use serde_json::{json, Value};
 use supervisor::{Supervisor, SupervisorHandle, SupervisorOptions};
 use tokio::sync::{mpsc, watch};
@@ -79,10 +80,9 @@ impl Fixture {
         let (config, config_rx) = watch::channel(Arc::new(loaded));
         let (manager, commands) = mpsc::channel(4);
         let state = ApiState {
-            config: config_rx,
             supervisor: supervisor.clone(),
             stop: CancellationToken::new(),
-            manager,
+            manager: ManagerHandle::new(manager, config_rx),
             fault_injection: false,
             resolve_root: dir.0.clone(),
             rendered: Default::default(),
@@ -122,7 +122,7 @@ impl Fixture {
             let result = match outcome {
                 Outcome::Applied => {
                     config.send_replace(Arc::new(*new));
-                    Ok(ApplyReport::default())
+                    Ok(ChangePlan::default())
                 }
                 Outcome::CanaryRejected => Err(ChangeError::Apply(ApplyError::Canary {
                     reason: "exited with code 1".into(),
@@ -563,8 +563,11 @@ async fn reload_and_renew_wait_for_the_manager() {
     let router = app(f.state.clone());
     let manager = async {
         match f.commands.recv().await {
-            Some(ManagerCommand::Renew { force: true, reply }) => {
-                let _ = reply.send(Ok(ApplyReport::default()));
+            Some(ManagerCommand::Renew {
+                restart: Restart::Always,
+                reply,
+            }) => {
+                let _ = reply.send(Ok(ChangePlan::default()));
             }
             other => panic!("expected a forced renew, got {other:?}"),
         }

@@ -2,157 +2,153 @@
 //! (GET, HEAD, PUT, DELETE) and JSON Patch (PATCH), with structural ETags and `If-Match` /
 //! `If-None-Match`. Every change is validated as a whole document (400 listing every error)
 //! and applied by the manager, which also re-checks the ETag the change was computed from.
+//! One handler per method; the three that change the document share `change`.
 
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
-use tokio::sync::oneshot;
 
-use super::pointer::{self, PointerError};
+use super::error::{ApiError, BodyError};
+use super::pointer;
 use super::ApiState;
 use crate::config::{self, LoadedConfig, ValidationContext};
 use crate::etag::{etag, header_matches};
-use crate::manager::task::{ChangeError, ManagerCommand};
+use crate::manager::ChangeError;
 
 /// How many times a change without `If-Match` is recomputed when another change won the race.
 const CONFLICT_RETRIES: usize = 3;
 
-pub async fn root(
-    state: State<ApiState>,
-    method: Method,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    handle(state, method, headers, String::new(), body).await
+/// The JSON pointer a request addresses: empty for `/v1/config`, `/a/b` for `/v1/config/a/b`.
+fn pointer_of(rest: Option<Path<String>>) -> String {
+    rest.map(|Path(rest)| format!("/{rest}"))
+        .unwrap_or_default()
 }
 
-pub async fn at(
-    state: State<ApiState>,
-    method: Method,
-    headers: HeaderMap,
-    Path(rest): Path<String>,
-    body: axum::body::Bytes,
-) -> Response {
-    handle(state, method, headers, format!("/{rest}"), body).await
+/// The preconditions of a request against the current ETag: `If-Match` failing is 412;
+/// `If-None-Match` matching is 304 for a read and 412 for a change. Returns whether an
+/// `If-Match` was given (and matched).
+fn check_preconditions(headers: &HeaderMap, tag: &str, read: bool) -> Result<bool, ApiError> {
+    let if_match = header_matches(headers, "if-match", tag);
+    let failed = |status| ApiError::Precondition {
+        status,
+        etag: tag.to_owned(),
+    };
+    if if_match == Some(false) {
+        return Err(failed(StatusCode::PRECONDITION_FAILED));
+    }
+    if header_matches(headers, "if-none-match", tag) == Some(true) {
+        return Err(failed(if read {
+            StatusCode::NOT_MODIFIED
+        } else {
+            StatusCode::PRECONDITION_FAILED
+        }));
+    }
+    Ok(if_match.is_some())
 }
 
-async fn handle(
+/// `GET` (and `HEAD`): the whole document, or the value at the pointer.
+pub async fn get(
     State(state): State<ApiState>,
-    method: Method,
     headers: HeaderMap,
-    ptr: String,
+    rest: Option<Path<String>>,
+) -> Result<Response, ApiError> {
+    let ptr = pointer_of(rest);
+    let current = state.manager.config();
+    let rendered = state.rendered.get(&current);
+    check_preconditions(&headers, &rendered.etag, true)?;
+    let body = if ptr.is_empty() {
+        axum::body::Bytes::clone(&rendered.json)
+    } else {
+        let value = pointer::get(&current.raw, &ptr)?;
+        serde_json::to_vec(value)
+            .map_err(|e| ApiError::Failed(e.to_string()))?
+            .into()
+    };
+    Ok(json_with_etag(body, &rendered.etag))
+}
+
+/// `PUT`: replace (or add) the value at the pointer with the body.
+pub async fn put(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    rest: Option<Path<String>>,
     body: axum::body::Bytes,
-) -> Response {
-    let read = method == Method::GET || method == Method::HEAD;
+) -> Result<Response, ApiError> {
+    let ptr = pointer_of(rest);
+    change(&state, &headers, |doc| {
+        let value = parse_body(&headers, &body)?;
+        let mut doc = doc.clone();
+        pointer::put(&mut doc, &ptr, value)?;
+        Ok(doc)
+    })
+    .await
+}
+
+/// `DELETE`: remove the value at the pointer.
+pub async fn delete(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    rest: Option<Path<String>>,
+) -> Result<Response, ApiError> {
+    let ptr = pointer_of(rest);
+    change(&state, &headers, |doc| {
+        let mut doc = doc.clone();
+        pointer::remove(&mut doc, &ptr)?;
+        Ok(doc)
+    })
+    .await
+}
+
+/// `PATCH`: apply the body, a JSON Patch (RFC 6902), to the whole document.
+pub async fn patch(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    change(&state, &headers, |doc| {
+        let ops = parse_body(&headers, &body)?;
+        Ok(pointer::patch(doc, &ops)?)
+    })
+    .await
+}
+
+/// Check the preconditions, compute the new document from the current one with `edit` (which
+/// also reads the body: a failed precondition answers before a bad body), validate it and have the
+/// manager apply it. When another change won the race in between, a request without
+/// `If-Match` is recomputed (up to [`CONFLICT_RETRIES`] times); one with it gets 412.
+async fn change(
+    state: &ApiState,
+    headers: &HeaderMap,
+    edit: impl Fn(&Value) -> Result<Value, ApiError>,
+) -> Result<Response, ApiError> {
     for _ in 0..CONFLICT_RETRIES {
-        let current: Arc<LoadedConfig> = state.config.borrow().clone();
-        let rendered = state.rendered.get(&current);
-        let tag = rendered.etag.clone();
-        let if_match = header_matches(&headers, "if-match", &tag);
-        let if_none_match = header_matches(&headers, "if-none-match", &tag);
-        if if_match == Some(false) {
-            return with_etag(StatusCode::PRECONDITION_FAILED.into_response(), &tag);
-        }
-        if if_none_match == Some(true) {
-            let status = if read {
-                StatusCode::NOT_MODIFIED
-            } else {
-                StatusCode::PRECONDITION_FAILED
-            };
-            return with_etag(status.into_response(), &tag);
-        }
-        if read {
-            if ptr.is_empty() {
-                let body = axum::body::Bytes::clone(&rendered.json);
-                return with_etag(
-                    (
-                        StatusCode::OK,
-                        [(header::CONTENT_TYPE, "application/json")],
-                        body,
-                    )
-                        .into_response(),
-                    &tag,
-                );
-            }
-            return match pointer::get(&current.raw, &ptr) {
-                Ok(v) => with_etag(compact_json(v), &tag),
-                Err(e) => pointer_error(e),
-            };
-        }
-        let mut doc = current.raw.clone();
-        let changed = match method.as_str() {
-            "PUT" => match parse_body(&headers, &body) {
-                Ok(value) => pointer::put(&mut doc, &ptr, value).map(|()| doc),
-                Err(e) => return e.into_response(),
-            },
-            "DELETE" => pointer::remove(&mut doc, &ptr).map(|_| doc),
-            "PATCH" => match parse_body(&headers, &body) {
-                Ok(ops) => match pointer::patch(&doc, &ops) {
-                    Ok(d) => Ok(d),
-                    Err(e @ pointer::PatchError::TestFailed { .. }) => {
-                        return (StatusCode::CONFLICT, format!("{e}\n")).into_response();
-                    }
-                    Err(e @ pointer::PatchError::TooLarge { .. }) => {
-                        return (StatusCode::PAYLOAD_TOO_LARGE, format!("{e}\n")).into_response();
-                    }
-                    Err(e) => {
-                        return (
-                            StatusCode::BAD_REQUEST,
-                            format!("request processing error:\n{e}\n"),
-                        )
-                            .into_response()
-                    }
-                },
-                Err(e) => return e.into_response(),
-            },
-            _ => return StatusCode::METHOD_NOT_ALLOWED.into_response(),
-        };
-        let doc = match changed {
-            Ok(d) => d,
-            Err(e) => return pointer_error(e),
-        };
+        let current = state.manager.config();
+        let tag = state.rendered.get(&current).etag.clone();
+        let conditional = check_preconditions(headers, &tag, false)?;
+        let doc = edit(&current.raw)?;
         let ctx = ValidationContext {
             resolve_root: state.resolve_root.clone(),
             strict: true,
         };
-        let model = match config::validate(&doc, &ctx) {
-            Ok(m) => m,
-            Err(errors) => {
-                return (
-                    StatusCode::BAD_REQUEST,
-                    format!("Configuration validation error detected:\n{errors}"),
-                )
-                    .into_response();
-            }
-        };
+        let model = config::validate(&doc, &ctx).map_err(ApiError::Invalid)?;
         let new_tag = etag(&doc);
-        let (reply, result) = oneshot::channel();
-        let command = ManagerCommand::Apply {
-            config: Box::new(LoadedConfig { raw: doc, model }),
-            base: Some(tag),
-            reply,
-        };
-        if state.manager.send(command).await.is_err() {
-            return change_error(ChangeError::Unavailable);
-        }
-        match result.await {
-            Ok(Ok(_)) => return with_etag(StatusCode::OK.into_response(), &new_tag),
-            Ok(Err(ChangeError::Conflict)) if if_match.is_none() => continue,
-            Ok(Err(ChangeError::Conflict)) => {
-                return StatusCode::PRECONDITION_FAILED.into_response()
+        let loaded = LoadedConfig { raw: doc, model };
+        match state.manager.apply(loaded, Some(tag)).await {
+            Ok(_) => return Ok(with_etag(StatusCode::OK.into_response(), &new_tag)),
+            Err(ChangeError::Conflict) if !conditional => continue,
+            Err(ChangeError::Conflict) => {
+                return Err(ApiError::Precondition {
+                    status: StatusCode::PRECONDITION_FAILED,
+                    etag: state.rendered.get(&state.manager.config()).etag.clone(),
+                })
             }
-            Ok(Err(e)) => return change_error(e),
-            Err(_) => return change_error(ChangeError::Unavailable),
+            Err(e) => return Err(e.into()),
         }
     }
-    (
-        StatusCode::CONFLICT,
-        "the configuration kept changing; try again\n",
-    )
-        .into_response()
+    Err(ApiError::KeptChanging)
 }
 
 /// The ETag and compact JSON of one configuration version.
@@ -190,16 +186,14 @@ impl RenderedCache {
     }
 }
 
-fn compact_json(v: &Value) -> Response {
-    match serde_json::to_vec(v) {
-        Ok(body) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            body,
-        )
-            .into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
+fn json_with_etag(body: axum::body::Bytes, tag: &str) -> Response {
+    let response = (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response();
+    with_etag(response, tag)
 }
 
 fn with_etag(mut r: Response, tag: &str) -> Response {
@@ -207,35 +201,6 @@ fn with_etag(mut r: Response, tag: &str) -> Response {
         r.headers_mut().insert(header::ETAG, v);
     }
     r
-}
-
-fn pointer_error(e: PointerError) -> Response {
-    let status = match e {
-        PointerError::NotFound(_) => StatusCode::NOT_FOUND,
-        _ => StatusCode::BAD_REQUEST,
-    };
-    (status, format!("{e}\n")).into_response()
-}
-
-/// Why a request body was not accepted.
-#[derive(Debug, thiserror::Error)]
-pub enum BodyError {
-    #[error("the body is not UTF-8")]
-    NotUtf8,
-    #[error("unsupported MIME type '{0}'")]
-    UnsupportedMime(String),
-    #[error("{0}")]
-    Parse(String),
-}
-
-impl IntoResponse for BodyError {
-    fn into_response(self) -> Response {
-        let status = match self {
-            BodyError::UnsupportedMime(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            _ => StatusCode::BAD_REQUEST,
-        };
-        (status, format!("request processing error:\n{self}\n")).into_response()
-    }
 }
 
 /// A request body as JSON, or YAML (`application/yaml`, `text/yaml`…), or TOML.
@@ -264,24 +229,4 @@ pub fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, BodyError> 
     }
     config::parse_document(text, std::path::Path::new(origin))
         .map_err(|e| BodyError::Parse(e.to_string()))
-}
-
-/// The response for a change the manager refused or could not make.
-pub fn change_error(e: ChangeError) -> Response {
-    use crate::manager::ApplyError as A;
-    let status = match &e {
-        ChangeError::Config(_) => StatusCode::BAD_REQUEST,
-        ChangeError::Apply(
-            A::Immutable { .. } | A::Canary { .. } | A::PolicyLoader(_) | A::Listen(_),
-        ) => StatusCode::BAD_REQUEST,
-        ChangeError::Apply(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        ChangeError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        ChangeError::Conflict => StatusCode::CONFLICT,
-    };
-    let prefix = if status == StatusCode::INTERNAL_SERVER_ERROR {
-        "request processing failed"
-    } else {
-        "Configuration validation failed"
-    };
-    (status, format!("{prefix}:\n{e}\n")).into_response()
 }

@@ -3,37 +3,35 @@
 //! the process table) and never lock the manager; changes go to the manager as commands.
 
 pub mod config;
+pub mod error;
 pub mod guard;
 pub mod pointer;
 pub mod server;
 
-use std::sync::Arc;
-
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use supervisor::SupervisorHandle;
 
-use crate::config::LoadedConfig;
-use crate::manager::task::{ChangeError, ManagerCommand};
+use crate::manager::plan::Restart;
+use crate::manager::ManagerHandle;
+use crate::service::{self, ServiceKind};
+use error::ApiError;
 
 /// What the handlers can see and do.
 #[derive(Clone)]
 pub struct ApiState {
-    /// The configuration currently applied.
-    pub config: watch::Receiver<Arc<LoadedConfig>>,
     /// The supervisor, for the process table.
     pub supervisor: SupervisorHandle,
     /// Cancelled by `POST /stop`: the daemon shuts down.
     pub stop: CancellationToken,
-    /// Commands to the manager task.
-    pub manager: mpsc::Sender<ManagerCommand>,
+    /// The manager: the configuration it runs, and changes to it.
+    pub manager: ManagerHandle,
     /// Whether `POST /debug/panic-manager` is enabled (tests of manager recovery only).
     pub fault_injection: bool,
     /// Relative paths in configurations sent to the API resolve against this directory (the
@@ -49,12 +47,12 @@ pub struct ApiState {
 pub fn app(state: ApiState) -> Router {
     let router = Router::new()
         .route("/", get(root))
-        .route("/v1/config", any(config::root))
-        .route("/v1/config/{*pointer}", any(config::at))
-        .route("/reload", post(|s| change(s, Change::Reload, false)))
-        .route("/reload/force", post(|s| change(s, Change::Reload, true)))
-        .route("/renew", post(|s| change(s, Change::Renew, false)))
-        .route("/renew/force", post(|s| change(s, Change::Renew, true)))
+        .route("/v1/config", config_routes())
+        .route("/v1/config/{*pointer}", config_routes())
+        .route("/reload", post(|s| reload(s, Restart::WhenNeeded)))
+        .route("/reload/force", post(|s| reload(s, Restart::Always)))
+        .route("/renew", post(|s| renew(s, Restart::WhenNeeded)))
+        .route("/renew/force", post(|s| renew(s, Restart::Always)))
         .route("/schema", get(schema))
         .route("/schema/ui", get(schema_ui))
         .route("/livez", get(livez))
@@ -83,34 +81,25 @@ async fn root() -> Response {
     )
 }
 
-#[derive(Clone, Copy)]
-enum Change {
-    Reload,
-    Renew,
+/// `/v1/config` and below: one handler per method (`get` answers `HEAD` too).
+fn config_routes() -> axum::routing::MethodRouter<ApiState> {
+    get(config::get)
+        .put(config::put)
+        .delete(config::delete)
+        .patch(config::patch)
 }
 
-/// `POST /reload[/force]`, `/renew[/force]`: synchronous; an invalid file or a rejected
-/// configuration is an error response (upstream answers 200 and only logs).
-async fn change(State(state): State<ApiState>, kind: Change, force: bool) -> Response {
-    let (reply, result) = tokio::sync::oneshot::channel();
-    let command = match kind {
-        Change::Reload => ManagerCommand::Reload { force, reply },
-        Change::Renew => ManagerCommand::Renew { force, reply },
-    };
-    if state.manager.send(command).await.is_err() {
-        return config::change_error(ChangeError::Unavailable);
-    }
-    match result.await {
-        Ok(Ok(_)) => {
-            let text = match kind {
-                Change::Reload => "Reloading...",
-                Change::Renew => "Renewing configuration...",
-            };
-            (StatusCode::OK, text).into_response()
-        }
-        Ok(Err(e)) => config::change_error(e),
-        Err(_) => config::change_error(ChangeError::Unavailable),
-    }
+/// `POST /reload[/force]`: synchronous; an invalid file or a rejected configuration is an
+/// error response (upstream answers 200 and only logs).
+async fn reload(State(state): State<ApiState>, restart: Restart) -> Result<Response, ApiError> {
+    state.manager.reload(restart).await?;
+    Ok((StatusCode::OK, "Reloading...").into_response())
+}
+
+/// `POST /renew[/force]`: apply the running configuration again.
+async fn renew(State(state): State<ApiState>, restart: Restart) -> Result<Response, ApiError> {
+    state.manager.renew(restart).await?;
+    Ok((StatusCode::OK, "Renewing configuration...").into_response())
 }
 
 async fn schema() -> Response {
@@ -143,8 +132,8 @@ async fn livez() -> Response {
 /// Ready when every configured worker is running and ready and we are not stopping.
 async fn readyz(State(state): State<ApiState>) -> Response {
     let snapshot = state.supervisor.snapshot();
-    let wanted = state.config.borrow().model.workers as usize;
-    let ready = crate::metrics::running_worker_ids(&snapshot).len();
+    let wanted = state.manager.config().model.workers as usize;
+    let ready = service::running_workers(&snapshot).len();
     if !snapshot.shutting_down && ready >= wanted {
         (StatusCode::OK, format!("ready: {ready}/{wanted} workers\n")).into_response()
     } else {
@@ -161,14 +150,14 @@ async fn stop(State(state): State<ApiState>) -> Response {
     (StatusCode::OK, "Shutting down...").into_response()
 }
 
-async fn panic_manager(State(state): State<ApiState>) -> Response {
+async fn panic_manager(State(state): State<ApiState>) -> Result<Response, ApiError> {
     if !state.fault_injection {
-        return StatusCode::NOT_FOUND.into_response();
+        return Err(ApiError::NotFound);
     }
-    match state.manager.send(ManagerCommand::Panic).await {
-        Ok(()) => (StatusCode::OK, "manager panic requested").into_response(),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "manager is not running").into_response(),
+    if !state.manager.panic().await {
+        return Err(ApiError::Unavailable("manager is not running".into()));
     }
+    Ok((StatusCode::OK, "manager panic requested").into_response())
 }
 
 /// Fault injection: crash the manager process the way a bug would: a stack overflow (as a
@@ -177,25 +166,27 @@ async fn panic_manager(State(state): State<ApiState>) -> Response {
 async fn crash_manager(
     State(state): State<ApiState>,
     axum::extract::Path(how): axum::extract::Path<String>,
-) -> Response {
+) -> Result<Response, ApiError> {
     if !state.fault_injection {
-        return StatusCode::NOT_FOUND.into_response();
+        return Err(ApiError::NotFound);
     }
     tracing::warn!("fault injection: crashing the manager process ({how})");
     match how.as_str() {
         "overflow" => {
             let n = recurse(std::hint::black_box(1));
-            (StatusCode::OK, n.to_string()).into_response()
+            Ok((StatusCode::OK, n.to_string()).into_response())
         }
         "segfault" => {
             // The first SIGSEGV is taken by Rust's stack-overflow handler, which restores the
             // default action; the second ends the process as a real fault would.
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSEGV);
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSEGV);
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+            Err(ApiError::Failed(
+                "the process survived its segmentation fault".into(),
+            ))
         }
         "abort" => std::process::abort(),
-        _ => StatusCode::NOT_FOUND.into_response(),
+        _ => Err(ApiError::NotFound),
     }
 }
 
@@ -214,8 +205,8 @@ async fn metrics_redirect() -> Response {
 }
 
 async fn collect_stats(state: &ApiState) -> serde_json::Map<String, Value> {
-    let cfg = state.config.borrow().clone();
-    let ids = crate::metrics::running_worker_ids(&state.supervisor.snapshot());
+    let cfg = state.manager.config();
+    let ids = service::running_workers(&state.supervisor.snapshot());
     crate::metrics::collect(&cfg.model.rundir, &ids, cfg.model.monitoring.metrics).await
 }
 
@@ -238,105 +229,74 @@ async fn metrics_prometheus(State(state): State<ApiState>) -> Response {
         .into_response()
 }
 
-async fn cache_clear(State(state): State<ApiState>, body: axum::body::Bytes) -> Response {
+async fn cache_clear(
+    State(state): State<ApiState>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
     let request: Value = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Object(Default::default())
     } else {
-        match serde_json::from_slice(&body) {
-            Ok(v) => v,
-            Err(e) => {
-                return (
-                    StatusCode::BAD_REQUEST,
-                    format!("request processing error:\n{e}"),
-                )
-                    .into_response()
-            }
-        }
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::BadRequest(format!("request processing error:\n{e}")))?
     };
-    let clear = match crate::cache_clear::CacheClear::from_json(&request) {
-        Ok(c) => c,
-        Err(errors) => {
-            let text = format!(
-                "Configuration validation error detected:\n\t{}\n",
-                errors.join("\n\t")
-            );
-            return (StatusCode::BAD_REQUEST, text).into_response();
-        }
+    let clear = crate::cache_clear::CacheClear::from_json(&request).map_err(|errors| {
+        ApiError::BadRequest(format!(
+            "Configuration validation error detected:\n\t{}",
+            errors.join("\n\t")
+        ))
+    })?;
+    let rundir = state.manager.config().model.rundir.clone();
+    let Some(&id) = service::running_workers(&state.supervisor.snapshot()).first() else {
+        return Err(ApiError::Unavailable(
+            "no running worker to clear the cache".into(),
+        ));
     };
-    let rundir = state.config.borrow().model.rundir.clone();
-    let Some(&id) = crate::metrics::running_worker_ids(&state.supervisor.snapshot()).first() else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no running worker to clear the cache\n",
-        )
-            .into_response();
-    };
-    let path = crate::control::socket_path(&rundir, id);
-    match crate::control::command(&path, &clear.render_lua(), crate::control::COMMAND_TIMEOUT).await
-    {
-        Ok(result) => json_response(StatusCode::OK, &result),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("request processing failed:\n{e}\n"),
-        )
-            .into_response(),
-    }
+    let path = id.control_socket(&rundir);
+    let result =
+        crate::control::command(&path, &clear.render_lua(), crate::control::COMMAND_TIMEOUT)
+            .await
+            .map_err(|e| ApiError::Failed(e.to_string()))?;
+    Ok(json_response(StatusCode::OK, &result))
 }
 
-async fn processes_all(state: State<ApiState>) -> Response {
+async fn processes_all(state: State<ApiState>) -> Result<Response, ApiError> {
     processes(state, Path("all".to_owned())).await
 }
 
-async fn processes(State(state): State<ApiState>, Path(kind): Path<String>) -> Response {
-    let filter: Option<&str> = match kind.as_str() {
+/// `GET /processes[/{kind}]`: the supervisor's table with upstream's `type` and `status`.
+async fn processes(
+    State(state): State<ApiState>,
+    Path(kind): Path<String>,
+) -> Result<Response, ApiError> {
+    let filter = match kind.as_str() {
         "all" => None,
-        "kresd" => Some(crate::manager::KIND_KRESD),
-        "gc" => Some(crate::manager::KIND_GC),
+        "kresd" => Some(ServiceKind::Kresd),
+        "gc" => Some(ServiceKind::CacheGc),
         other => {
-            return (
-                StatusCode::BAD_REQUEST,
-                format!("Invalid process type '{other}'"),
-            )
-                .into_response()
+            return Err(ApiError::BadRequest(format!(
+                "Invalid process type '{other}'"
+            )))
         }
     };
     let snapshot = state.supervisor.snapshot();
     let list: Vec<Value> = snapshot
         .processes
         .iter()
-        .filter(|p| filter.is_none_or(|k| p.kind == k))
+        .filter(|p| filter.is_none_or(|k| ServiceKind::of(p) == Some(k)))
         .map(|p| {
             let mut v = serde_json::to_value(p).unwrap_or(Value::Null);
             if let Value::Object(m) = &mut v {
-                m.insert("type".into(), Value::String(upstream_type(&p.kind).into()));
+                let kind = ServiceKind::of(p).map_or("UNKNOWN", ServiceKind::upstream_type);
+                m.insert("type".into(), Value::String(kind.into()));
                 m.insert(
                     "status".into(),
-                    Value::String(upstream_status(p.state.as_str()).into()),
+                    Value::String(service::upstream_status(p.state).into()),
                 );
             }
             v
         })
         .collect();
-    json_response(StatusCode::OK, &Value::Array(list))
-}
-
-fn upstream_type(kind: &str) -> &'static str {
-    match kind {
-        crate::manager::KIND_KRESD => "KRESD",
-        crate::manager::KIND_GC => "GC",
-        crate::manager::KIND_POLICY_LOADER => "POLICY_LOADER",
-        _ => "UNKNOWN",
-    }
-}
-
-fn upstream_status(state: &str) -> &'static str {
-    match state {
-        "running" => "RUNNING",
-        "failed" => "FATAL",
-        "exited" => "EXITED",
-        "backoff" => "UNEXPECTED",
-        _ => "UNKNOWN",
-    }
+    Ok(json_response(StatusCode::OK, &Value::Array(list)))
 }
 
 pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response {

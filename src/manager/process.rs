@@ -26,8 +26,8 @@ use crate::api::{self, ApiState};
 use crate::config::{self, LoadedConfig, ValidationContext};
 use crate::daemon::{init_tracing, FAULT_INJECTION_VAR};
 use crate::manager::listen::{Mirrored, SocketOwner, SocketTable, STORED_PREFIX};
-use crate::manager::task::{self, ManagerCommand, ManagerContext, ManagerExit};
-use crate::manager::Executables;
+use crate::manager::task::{self, ManagerContext, ManagerExit};
+use crate::manager::{Executables, ManagerHandle};
 
 /// The hidden command-line flag that makes `knot-resolver` the manager process.
 pub const MANAGER_FLAG: &str = "--manager-process";
@@ -37,9 +37,6 @@ pub const PROCESS_NAME: &std::ffi::CStr = c"kres-manager";
 
 /// The descriptor number of the link to the root process.
 pub const LINK_FD: RawFd = 3;
-
-/// The manager's service name in the root's process table.
-pub const MANAGER_NAME: &str = "manager";
 
 /// Fd store name of the API's listening socket.
 pub const STORED_API: &str = "api";
@@ -190,6 +187,7 @@ async fn serve(
     let resolve_root = config::resolve_root_of(&files);
     let (config_tx, config_rx) = watch::channel(Arc::new(loaded));
     let (command_tx, command_rx) = mpsc::channel(16);
+    let handle = ManagerHandle::new(command_tx, config_rx);
     let (started_tx, mut started_rx) = watch::channel(adopting);
     let stop = CancellationToken::new();
     let upward = parent.upward.clone();
@@ -239,17 +237,12 @@ async fn serve(
     let mut api_task = None;
     let mut watchdog_task = None;
     if started {
-        tokio::spawn(keep_config(parent.clone(), config_rx.clone()));
-        watchdog_task = Some(crate::watchdog::start(
-            config_rx.clone(),
-            command_tx.clone(),
-            stop.child_token(),
-        ));
+        tokio::spawn(keep_config(parent.clone(), handle.subscribe()));
+        watchdog_task = Some(crate::watchdog::start(handle.clone(), stop.child_token()));
         let state = ApiState {
-            config: config_rx,
             supervisor: parent.handle.clone(),
             stop: stop.clone(),
-            manager: command_tx.clone(),
+            manager: handle.clone(),
             fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
             resolve_root,
             rendered: Default::default(),
@@ -297,10 +290,11 @@ async fn serve(
             Some(sig) = signals.next() => match sig {
                 SIGHUP => {
                     tracing::info!("SIGHUP received; reloading the configuration files");
-                    let (reply, _result) = tokio::sync::oneshot::channel();
                     // The manager reports the outcome (log, RELOADING/READY upward); signals
                     // keep being handled meanwhile.
-                    let _ = command_tx.try_send(ManagerCommand::Reload { force: false, reply });
+                    if !handle.request_reload() {
+                        tracing::warn!("a reload is already queued; SIGHUP ignored");
+                    }
                 }
                 // The root stops us: finish what the API is doing and go.
                 _ => break,

@@ -9,50 +9,15 @@ use std::sync::Arc;
 
 use supervisor::upward::UpwardNotifier;
 use supervisor::SupervisorHandle;
-use tokio::sync::{mpsc, oneshot, watch, Mutex};
+use tokio::sync::{mpsc, watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{self, ConfigError, LoadedConfig};
-use crate::manager::listen::{SocketOwner, SocketTable};
-use crate::manager::{ApplyError, ApplyReport, Executables, Manager};
-
-/// Why a change was not applied.
-#[derive(Debug, thiserror::Error)]
-pub enum ChangeError {
-    /// The configuration files could not be read or are invalid (reload).
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The configuration is valid but cannot be applied (canary, policy-loader, immutable
-    /// sections); the running configuration is unchanged.
-    #[error(transparent)]
-    Apply(#[from] ApplyError),
-    #[error("the manager is restarting; try again")]
-    Unavailable,
-    /// The configuration changed since the change was computed (optimistic concurrency).
-    #[error("the configuration changed meanwhile")]
-    Conflict,
-}
-
-pub type ChangeReply = oneshot::Sender<Result<ApplyReport, ChangeError>>;
-
-/// Requests to the manager, from the API and the daemon.
-#[derive(Debug)]
-pub enum ManagerCommand {
-    /// Apply a validated configuration (API PUT/PATCH/DELETE). `base` is the ETag of the
-    /// document the change was computed from; if the current one differs, nothing happens and
-    /// the reply is `Conflict`.
-    Apply {
-        config: Box<LoadedConfig>,
-        base: Option<String>,
-        reply: ChangeReply,
-    },
-    /// Re-read the configuration files given on the command line and apply them.
-    Reload { force: bool, reply: ChangeReply },
-    /// Apply the current configuration again (policy-loader, rules reset, TLS reload).
-    Renew { force: bool, reply: ChangeReply },
-    /// Fault injection (only when enabled at start-up): make this incarnation panic.
-    Panic,
-}
+use super::handle::{ChangeError, ChangeResult, ManagerCommand};
+use super::listen::{SocketOwner, SocketTable};
+use super::plan::Restart;
+use super::{ApplyError, Executables, Manager};
+use crate::config::{self, LoadedConfig};
+use crate::service;
 
 /// What outlives any one incarnation of the manager task.
 #[derive(Clone)]
@@ -61,7 +26,8 @@ pub struct ManagerContext {
     pub executables: Executables,
     /// The configuration files given on the command line (for reloads).
     pub files: Vec<PathBuf>,
-    /// The configuration currently applied; the API reads it.
+    /// The configuration currently applied: written by the incarnation's `Manager` only;
+    /// the API and the file watcher hold receivers.
     pub config: watch::Sender<Arc<LoadedConfig>>,
     /// Commands; the receiver is handed from incarnation to incarnation.
     pub commands: Arc<Mutex<mpsc::Receiver<ManagerCommand>>>,
@@ -99,19 +65,6 @@ const MAX_FIX_ATTEMPTS: usize = 2;
 const FIX_WINDOW: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
 impl Instability {
-    /// Services the supervisor gave up on (start limit hit, readiness timeouts), which the
-    /// resolver needs: workers and the cache GC.
-    fn failed(snapshot: &supervisor::Snapshot) -> Vec<String> {
-        snapshot
-            .processes
-            .iter()
-            .filter(|p| {
-                p.state == "failed" && (p.kind == super::KIND_KRESD || p.kind == super::KIND_GC)
-            })
-            .map(|p| p.name.clone())
-            .collect()
-    }
-
     /// Whether another fix attempt is allowed now (and count it).
     fn allow_attempt(&mut self) -> bool {
         let now = std::time::Instant::now();
@@ -132,11 +85,10 @@ impl Instability {
 
 /// One incarnation. The first one starts everything; later ones adopt.
 pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyError> {
-    let config = ctx.config.borrow().clone();
     let mut manager = Manager::new(
         ctx.supervisor.clone(),
         ctx.executables.clone(),
-        config,
+        ctx.config.clone(),
         ctx.socket_owner,
         ctx.sockets.clone(),
     );
@@ -167,7 +119,7 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                 if changed.is_err() {
                     return Ok(ManagerExit::Stopped);
                 }
-                let failed = Instability::failed(&processes.borrow_and_update());
+                let failed = service::failed_essentials(&processes.borrow_and_update());
                 if failed.is_empty() {
                     continue;
                 }
@@ -198,16 +150,16 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                 let result = if base.is_some_and(|b| b != current) {
                     Err(ChangeError::Conflict)
                 } else {
-                    apply(&ctx, &mut manager, Arc::new(*config), false).await
+                    apply(&mut manager, Arc::new(*config), Restart::WhenNeeded).await
                 };
                 let _ = reply.send(result);
             }
-            ManagerCommand::Reload { force, reply } => {
+            ManagerCommand::Reload { restart, reply } => {
                 // Whatever asked (SIGHUP, `kresctl reload` as systemd's ExecReload, the API),
                 // the service manager sees the reload begin and end.
                 ctx.upward.reloading("Reloading configuration");
                 let result = match config::load_files(&ctx.files, true) {
-                    Ok(loaded) => apply(&ctx, &mut manager, Arc::new(loaded), force).await,
+                    Ok(loaded) => apply(&mut manager, Arc::new(loaded), restart).await,
                     Err(e) => {
                         tracing::error!(
                             "reload failed; the running configuration is unchanged: {e}"
@@ -223,9 +175,9 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                 ctx.upward.ready(status);
                 let _ = reply.send(result);
             }
-            ManagerCommand::Renew { force, reply } => {
-                let current = manager.config().clone();
-                let result = apply(&ctx, &mut manager, current, force).await;
+            ManagerCommand::Renew { restart, reply } => {
+                let current = manager.config();
+                let result = apply(&mut manager, current, restart).await;
                 if result.is_ok() {
                     tracing::info!("Renewing configuration has finished");
                 }
@@ -236,20 +188,10 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
     }
 }
 
-async fn apply(
-    ctx: &ManagerContext,
-    manager: &mut Manager,
-    config: Arc<LoadedConfig>,
-    force: bool,
-) -> Result<ApplyReport, ChangeError> {
-    match manager.apply(config.clone(), force).await {
-        Ok(report) => {
-            ctx.config.send_replace(config);
-            Ok(report)
-        }
-        Err(e) => {
-            tracing::error!("configuration not applied: {e}");
-            Err(e.into())
-        }
-    }
+/// Apply `config`; a refusal is logged here, once, and answered to whoever asked.
+async fn apply(manager: &mut Manager, config: Arc<LoadedConfig>, restart: Restart) -> ChangeResult {
+    manager.apply(config, restart).await.map_err(|e| {
+        tracing::error!("configuration not applied: {e}");
+        ChangeError::from(e)
+    })
 }

@@ -1,0 +1,136 @@
+//! `ManagerHandle`: how the API, signal handlers and the file watcher ask the manager for a
+//! change, with typed methods and one request/reply helper (like `SupervisorHandle`), and how
+//! they read the configuration it owns. The manager task is the only writer of the running
+//! configuration; everyone else holds a `watch` receiver.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::plan::{ChangePlan, Restart};
+use super::ApplyError;
+use crate::config::{ConfigError, LoadedConfig};
+
+/// Why a change was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// The configuration files could not be read or are invalid (reload).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The configuration is valid but cannot be applied (canary, policy-loader, immutable
+    /// sections); the running configuration is unchanged.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    #[error("the manager is restarting; try again")]
+    Unavailable,
+    /// The configuration changed since the change was computed (optimistic concurrency).
+    #[error("the configuration changed meanwhile")]
+    Conflict,
+}
+
+/// What a change did, or why it did nothing.
+pub type ChangeResult = Result<ChangePlan, ChangeError>;
+
+/// Where the manager sends the outcome of a command.
+pub type ChangeReply = oneshot::Sender<ChangeResult>;
+
+/// Requests to the manager task. Public so that tests can stand in for the manager.
+#[derive(Debug)]
+pub enum ManagerCommand {
+    /// Apply a validated configuration (API PUT/PATCH/DELETE). `base` is the ETag of the
+    /// document the change was computed from; if the current one differs, nothing happens and
+    /// the reply is `Conflict`.
+    Apply {
+        config: Box<LoadedConfig>,
+        base: Option<String>,
+        reply: ChangeReply,
+    },
+    /// Re-read the configuration files given on the command line and apply them.
+    Reload {
+        restart: Restart,
+        reply: ChangeReply,
+    },
+    /// Apply the current configuration again (policy-loader, rules reset, TLS reload).
+    Renew {
+        restart: Restart,
+        reply: ChangeReply,
+    },
+    /// Fault injection (only when enabled at start-up): make this incarnation panic.
+    Panic,
+}
+
+/// The manager's address: cheap to clone, one per caller.
+#[derive(Clone)]
+pub struct ManagerHandle {
+    commands: mpsc::Sender<ManagerCommand>,
+    config: watch::Receiver<Arc<LoadedConfig>>,
+}
+
+impl ManagerHandle {
+    /// A handle sending to `commands` and reading the configuration from `config`.
+    pub fn new(
+        commands: mpsc::Sender<ManagerCommand>,
+        config: watch::Receiver<Arc<LoadedConfig>>,
+    ) -> ManagerHandle {
+        ManagerHandle { commands, config }
+    }
+
+    /// The configuration currently applied.
+    pub fn config(&self) -> Arc<LoadedConfig> {
+        self.config.borrow().clone()
+    }
+
+    /// Every configuration from now on, as it is applied.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<LoadedConfig>> {
+        self.config.clone()
+    }
+
+    /// Apply `config`, unless the running configuration's ETag is no longer `base`.
+    pub async fn apply(&self, config: LoadedConfig, base: Option<String>) -> ChangeResult {
+        self.ask(|reply| ManagerCommand::Apply {
+            config: Box::new(config),
+            base,
+            reply,
+        })
+        .await
+    }
+
+    /// Re-read the configuration files and apply them.
+    pub async fn reload(&self, restart: Restart) -> ChangeResult {
+        self.ask(|reply| ManagerCommand::Reload { restart, reply })
+            .await
+    }
+
+    /// Apply the running configuration again.
+    pub async fn renew(&self, restart: Restart) -> ChangeResult {
+        self.ask(|reply| ManagerCommand::Renew { restart, reply })
+            .await
+    }
+
+    /// Queue a reload without waiting for it (a signal handler must not block); the manager
+    /// logs and reports its outcome. False when the queue is full or the manager gone.
+    pub fn request_reload(&self) -> bool {
+        let (reply, _ignored) = oneshot::channel();
+        self.commands
+            .try_send(ManagerCommand::Reload {
+                restart: Restart::WhenNeeded,
+                reply,
+            })
+            .is_ok()
+    }
+
+    /// Fault injection: make the manager task panic. False when it is not running.
+    pub async fn panic(&self) -> bool {
+        self.commands.send(ManagerCommand::Panic).await.is_ok()
+    }
+
+    /// Send one command and wait for its reply; a manager that is gone or drops the reply
+    /// (it panicked meanwhile) is `Unavailable`.
+    async fn ask(&self, command: impl FnOnce(ChangeReply) -> ManagerCommand) -> ChangeResult {
+        let (reply, result) = oneshot::channel();
+        if self.commands.send(command(reply)).await.is_err() {
+            return Err(ChangeError::Unavailable);
+        }
+        result.await.unwrap_or(Err(ChangeError::Unavailable))
+    }
+}

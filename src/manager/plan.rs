@@ -1,0 +1,609 @@
+//! The change planner: what a new configuration asks of the running processes, decided from
+//! the two configurations and the registered workers alone. It is pure (no I/O, no clock), so
+//! every rule is table-tested here; `Manager::apply` only carries a plan out.
+//!
+//! The rules mirror upstream's manager: a change of a "worker-relevant" section (everything but
+//! `views`, `local-data`, `rundir` and `management`) needs new kresd processes, proven first by
+//! a canary; a change of policy only (`views`, `local-data`) needs the policy-loader and a rules
+//! reset in the running workers; `rundir` and `management` cannot change at run time.
+
+use std::fmt;
+
+use crate::config::KresConfig;
+use crate::service::WorkerId;
+
+/// What a change of a section requires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// New worker processes (the canary first, then a rolling restart).
+    Workers,
+    /// Only a new rules database, which running workers reopen.
+    Rules,
+    /// Nothing can do it at run time: the change is refused.
+    Immutable,
+}
+
+macro_rules! sections {
+    ($($variant:ident => $field:ident, $key:literal, $effect:ident;)*) => {
+        /// A top-level section of the configuration.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Section {
+            $($variant,)*
+        }
+
+        impl Section {
+            /// Every section of the typed configuration, in the schema's order.
+            pub const ALL: &'static [Section] = &[$(Section::$variant,)*];
+
+            /// Its key in the configuration document.
+            pub fn key(self) -> &'static str {
+                match self {
+                    $(Section::$variant => $key,)*
+                }
+            }
+
+            /// What a change of it requires.
+            pub fn effect(self) -> Effect {
+                match self {
+                    $(Section::$variant => Effect::$effect,)*
+                }
+            }
+
+            /// Whether it differs between `old` and `new`.
+            pub fn changed(self, old: &KresConfig, new: &KresConfig) -> bool {
+                match self {
+                    $(Section::$variant => old.$field != new.$field,)*
+                }
+            }
+        }
+    };
+}
+
+sections! {
+    Nsid => nsid, "nsid", Workers;
+    Hostname => hostname, "hostname", Workers;
+    Rundir => rundir, "rundir", Immutable;
+    Workers => workers, "workers", Workers;
+    Management => management, "management", Immutable;
+    Options => options, "options", Workers;
+    Network => network, "network", Workers;
+    Views => views, "views", Rules;
+    LocalData => local_data, "local-data", Rules;
+    Forward => forward, "forward", Workers;
+    Fallback => fallback, "fallback", Workers;
+    Cache => cache, "cache", Workers;
+    Dnssec => dnssec, "dnssec", Workers;
+    Dns64 => dns64, "dns64", Workers;
+    Logging => logging, "logging", Workers;
+    Monitoring => monitoring, "monitoring", Workers;
+    RateLimiting => rate_limiting, "rate-limiting", Workers;
+    Defer => defer, "defer", Workers;
+    Lua => lua, "lua", Workers;
+}
+
+impl Section {
+    /// Its JSON pointer, as error messages name it (`/local-data`).
+    pub fn pointer(self) -> String {
+        format!("/{}", self.key())
+    }
+}
+
+impl fmt::Display for Section {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.key())
+    }
+}
+
+/// Whether workers are restarted although no section that needs it changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restart {
+    /// Only when a worker-relevant section changed.
+    WhenNeeded,
+    /// Always (`/reload/force`, `/renew/force`).
+    Always,
+}
+
+/// A file in the rundir that kresd workers share memory through; stale once the section that
+/// sized it changes, so removed before new workers start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedMemory {
+    /// `ratelimiting`, sized by `rate-limiting`.
+    RateLimiting,
+    /// `defer`, sized by `defer` and the number of workers.
+    Defer,
+}
+
+impl SharedMemory {
+    /// Its file name in the rundir.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            SharedMemory::RateLimiting => "ratelimiting",
+            SharedMemory::Defer => "defer",
+        }
+    }
+}
+
+/// A rolling restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roll {
+    /// The instance number the canary runs as: above every worker of both configurations, so
+    /// its control socket collides with none.
+    pub canary: WorkerId,
+    /// Shared-memory files to remove before any new worker starts.
+    pub unlink: Vec<SharedMemory>,
+    /// Workers removed (scale down), highest first, before the others restart.
+    pub stop: Vec<WorkerId>,
+    /// Workers replaced one at a time, in order.
+    pub restart: Vec<WorkerId>,
+    /// Workers added (scale up), started in parallel at the end.
+    pub start: Vec<WorkerId>,
+}
+
+/// What the workers do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerChange {
+    /// They keep running and reopen the rules database; TLS certificate files are reloaded.
+    ResetRules,
+    /// They are replaced.
+    Roll(Roll),
+}
+
+/// What the cache garbage collector does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GcChange {
+    /// It keeps running (or keeps not running).
+    Keep,
+    /// Any running one is stopped and, if enabled, one with the new arguments started.
+    Replace,
+}
+
+/// Everything one configuration change does, in the order it is done: the policy-loader always
+/// runs (after the canary when there is a roll), then the workers change, then the GC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangePlan {
+    /// The sections that differ.
+    pub changed: Vec<Section>,
+    pub workers: WorkerChange,
+    pub gc: GcChange,
+}
+
+impl Default for ChangePlan {
+    /// The plan of applying the running configuration again: the workers reset their rules.
+    fn default() -> ChangePlan {
+        ChangePlan {
+            changed: Vec::new(),
+            workers: WorkerChange::ResetRules,
+            gc: GcChange::Keep,
+        }
+    }
+}
+
+/// A change that cannot be made at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("[{}] cannot be changed at runtime; restart the resolver to change it", .0.pointer())]
+pub struct Immutable(pub Section);
+
+/// The plan for going from `old` to `new`, when `registered` are the workers the supervisor
+/// has.
+pub fn plan(
+    old: &KresConfig,
+    new: &KresConfig,
+    registered: &[WorkerId],
+    restart: Restart,
+) -> Result<ChangePlan, Immutable> {
+    let changed: Vec<Section> = Section::ALL
+        .iter()
+        .copied()
+        .filter(|s| s.changed(old, new))
+        .collect();
+    if let Some(s) = changed.iter().find(|s| s.effect() == Effect::Immutable) {
+        return Err(Immutable(*s));
+    }
+    let affected = changed.iter().any(|s| s.effect() == Effect::Workers);
+    let workers = if affected || restart == Restart::Always {
+        WorkerChange::Roll(roll(old, new, registered, &changed))
+    } else {
+        WorkerChange::ResetRules
+    };
+    let gc_changed = old.cache.garbage_collector != new.cache.garbage_collector
+        || old.cache.storage != new.cache.storage
+        || old.logging != new.logging;
+    Ok(ChangePlan {
+        changed,
+        workers,
+        gc: if gc_changed {
+            GcChange::Replace
+        } else {
+            GcChange::Keep
+        },
+    })
+}
+
+fn roll(old: &KresConfig, new: &KresConfig, registered: &[WorkerId], changed: &[Section]) -> Roll {
+    let mut unlink = Vec::new();
+    if changed.contains(&Section::RateLimiting) {
+        unlink.push(SharedMemory::RateLimiting);
+    }
+    if changed.contains(&Section::Workers) || changed.contains(&Section::Defer) {
+        unlink.push(SharedMemory::Defer);
+    }
+    let mut registered = registered.to_vec();
+    registered.sort_unstable();
+    registered.dedup();
+    let keep = |w: &WorkerId| w.0 < new.workers;
+    Roll {
+        canary: WorkerId(old.workers.max(new.workers)),
+        unlink,
+        stop: registered
+            .iter()
+            .rev()
+            .filter(|w| !keep(w))
+            .copied()
+            .collect(),
+        restart: registered.iter().filter(|w| keep(w)).copied().collect(),
+        start: missing(new, &registered),
+    }
+}
+
+/// Workers `new` wants that are not registered, in order (after an adoption, or scale up).
+pub fn missing(new: &KresConfig, registered: &[WorkerId]) -> Vec<WorkerId> {
+    WorkerId::all(new.workers)
+        .filter(|w| !registered.contains(w))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::config::{validate, ValidationContext};
+
+    /// The configuration every row starts from: two workers, GC on, nothing else set.
+    fn base() -> Value {
+        json!({
+            "rundir": "/run/knot-resolver",
+            "workers": 2,
+            "cache": {"storage": "/var/cache/knot-resolver"},
+            "management": {"unix-socket": "/run/knot-resolver/kres-api.sock"},
+        })
+    }
+
+    fn typed(raw: &Value) -> KresConfig {
+        let ctx = ValidationContext {
+            resolve_root: Path::new("/etc/knot-resolver").into(),
+            strict: false,
+        };
+        validate(raw, &ctx).unwrap_or_else(|e| panic!("invalid row config {raw}: {e}"))
+    }
+
+    /// `base()` with `changes` (pointer, value) made.
+    fn changed(changes: &[(&str, Value)]) -> KresConfig {
+        let mut raw = base();
+        for (pointer, value) in changes {
+            let (parent, key) = pointer.rsplit_once('/').expect("pointer");
+            let mut at = &mut raw;
+            for part in parent.split('/').skip(1) {
+                at = at
+                    .as_object_mut()
+                    .expect("object")
+                    .entry(part)
+                    .or_insert_with(|| json!({}));
+            }
+            at.as_object_mut()
+                .expect("object")
+                .insert(key.to_owned(), value.clone());
+        }
+        typed(&raw)
+    }
+
+    fn ids(ids: &[u32]) -> Vec<WorkerId> {
+        ids.iter().copied().map(WorkerId).collect()
+    }
+
+    /// A rolling restart of workers 0 and 1 of the base, unlinking `unlink`.
+    fn roll_of_base(unlink: &[SharedMemory]) -> WorkerChange {
+        WorkerChange::Roll(Roll {
+            canary: WorkerId(2),
+            unlink: unlink.to_vec(),
+            stop: vec![],
+            restart: ids(&[0, 1]),
+            start: vec![],
+        })
+    }
+
+    /// One row: a change of the base, the registered workers, the restart mode, and the
+    /// expected plan (or the section refused).
+    struct Row {
+        what: &'static str,
+        changes: Vec<(&'static str, Value)>,
+        registered: Vec<WorkerId>,
+        restart: Restart,
+        expect: Result<ChangePlan, Immutable>,
+    }
+
+    fn row(what: &'static str, changes: Vec<(&'static str, Value)>) -> Row {
+        Row {
+            what,
+            changes,
+            registered: ids(&[0, 1]),
+            restart: Restart::WhenNeeded,
+            expect: Err(Immutable(Section::Rundir)),
+        }
+    }
+
+    impl Row {
+        fn registered(mut self, w: &[u32]) -> Row {
+            self.registered = ids(w);
+            self
+        }
+        fn forced(mut self) -> Row {
+            self.restart = Restart::Always;
+            self
+        }
+        fn expect(mut self, changed: &[Section], workers: WorkerChange, gc: GcChange) -> Row {
+            self.expect = Ok(ChangePlan {
+                changed: changed.to_vec(),
+                workers,
+                gc,
+            });
+            self
+        }
+        fn refused(mut self, section: Section) -> Row {
+            self.expect = Err(Immutable(section));
+            self
+        }
+    }
+
+    /// Run the rows; the sections they saw change.
+    fn check(rows: Vec<Row>) -> Vec<Section> {
+        let old = typed(&base());
+        let mut seen = Vec::new();
+        for r in rows {
+            let new = changed(&r.changes);
+            let got = plan(&old, &new, &r.registered, r.restart);
+            assert_eq!(got, r.expect, "row: {}", r.what);
+            match got {
+                Ok(p) => seen.extend(p.changed),
+                Err(Immutable(s)) => seen.push(s),
+            }
+        }
+        seen
+    }
+
+    use GcChange::{Keep, Replace};
+    use SharedMemory::{Defer, RateLimiting};
+
+    #[test]
+    fn every_section_has_its_effect() {
+        let roll = roll_of_base(&[]);
+        let seen = check(vec![
+            row("nothing", vec![]).expect(&[], WorkerChange::ResetRules, Keep),
+            row("nsid", vec![("/nsid", json!("ns1"))]).expect(&[Section::Nsid], roll.clone(), Keep),
+            row("hostname", vec![("/hostname", json!("elsewhere"))]).expect(
+                &[Section::Hostname],
+                roll.clone(),
+                Keep,
+            ),
+            row("rundir", vec![("/rundir", json!("/run/other"))]).refused(Section::Rundir),
+            row(
+                "management",
+                vec![("/management", json!({"interface": "127.0.0.1@5000"}))],
+            )
+            .refused(Section::Management),
+            row("options", vec![("/options/minimize", json!(false))]).expect(
+                &[Section::Options],
+                roll.clone(),
+                Keep,
+            ),
+            row("network", vec![("/network/tcp-pipeline", json!(50))]).expect(
+                &[Section::Network],
+                roll.clone(),
+                Keep,
+            ),
+            row(
+                "views",
+                vec![(
+                    "/views",
+                    json!([{"subnets": ["10.0.0.0/8"], "answer": "refused"}]),
+                )],
+            )
+            .expect(&[Section::Views], WorkerChange::ResetRules, Keep),
+            row(
+                "local-data",
+                vec![("/local-data/addresses", json!({"a.example": "192.0.2.1"}))],
+            )
+            .expect(&[Section::LocalData], WorkerChange::ResetRules, Keep),
+            row(
+                "forward",
+                vec![(
+                    "/forward",
+                    json!([{"subtree": "example.com", "servers": ["192.0.2.1"]}]),
+                )],
+            )
+            .expect(&[Section::Forward], roll.clone(), Keep),
+            row(
+                "fallback",
+                vec![(
+                    "/fallback",
+                    json!({"enable": true, "servers": ["192.0.2.1"]}),
+                )],
+            )
+            .expect(&[Section::Fallback], roll.clone(), Keep),
+            row("cache size", vec![("/cache/size-max", json!("200M"))]).expect(
+                &[Section::Cache],
+                roll.clone(),
+                Keep,
+            ),
+            row("dnssec", vec![("/dnssec/log-bogus", json!(true))]).expect(
+                &[Section::Dnssec],
+                roll.clone(),
+                Keep,
+            ),
+            row("dns64", vec![("/dns64/enable", json!(true))]).expect(
+                &[Section::Dns64],
+                roll.clone(),
+                Keep,
+            ),
+            row("logging", vec![("/logging/level", json!("debug"))]).expect(
+                &[Section::Logging],
+                roll.clone(),
+                Replace,
+            ),
+            row("monitoring", vec![("/monitoring/metrics", json!("always"))]).expect(
+                &[Section::Monitoring],
+                roll.clone(),
+                Keep,
+            ),
+            row(
+                "rate-limiting",
+                vec![("/rate-limiting", json!({"enable": true, "rate-limit": 100}))],
+            )
+            .expect(
+                &[Section::RateLimiting],
+                roll_of_base(&[RateLimiting]),
+                Keep,
+            ),
+            row("defer", vec![("/defer/log-period", json!("10s"))]).expect(
+                &[Section::Defer],
+                roll_of_base(&[Defer]),
+                Keep,
+            ),
+            row("lua", vec![("/lua/script", json!("-- nothing"))]).expect(
+                &[Section::Lua],
+                roll.clone(),
+                Keep,
+            ),
+            row("workers", vec![("/workers", json!(3))]).expect(
+                &[Section::Workers],
+                WorkerChange::Roll(Roll {
+                    canary: WorkerId(3),
+                    unlink: vec![Defer],
+                    stop: vec![],
+                    restart: ids(&[0, 1]),
+                    start: ids(&[2]),
+                }),
+                Keep,
+            ),
+        ]);
+        // A section added to the configuration without a row here (and so without a decision
+        // about its effect) fails this test.
+        for section in Section::ALL {
+            assert!(seen.contains(section), "no row changes {section}");
+        }
+    }
+
+    #[test]
+    fn every_top_level_key_of_the_schema_is_a_section() {
+        let schema = crate::config::json_schema();
+        let properties = schema["properties"].as_object().expect("schema properties");
+        let keys: Vec<&str> = Section::ALL.iter().map(|s| s.key()).collect();
+        for key in properties.keys().filter(|k| *k != "version") {
+            assert!(keys.contains(&key.as_str()), "{key} has no Section");
+        }
+        assert_eq!(
+            keys.len() + 1,
+            properties.len(),
+            "sections beside the schema's"
+        );
+    }
+
+    #[test]
+    fn forced_restarts_roll_without_unlinking_anything() {
+        check(vec![
+            row("forced, unchanged", vec![])
+                .forced()
+                .expect(&[], roll_of_base(&[]), Keep),
+            row(
+                "forced, policy only",
+                vec![("/local-data/addresses", json!({"a.example": "192.0.2.1"}))],
+            )
+            .forced()
+            .expect(&[Section::LocalData], roll_of_base(&[]), Keep),
+            row(
+                "forced, refused anyway",
+                vec![("/rundir", json!("/run/other"))],
+            )
+            .forced()
+            .refused(Section::Rundir),
+        ]);
+    }
+
+    #[test]
+    fn scaling_stops_from_the_top_and_starts_what_is_missing() {
+        let scaled = |canary, stop: &[u32], restart: &[u32], start: &[u32]| {
+            WorkerChange::Roll(Roll {
+                canary: WorkerId(canary),
+                unlink: vec![Defer],
+                stop: ids(stop),
+                restart: ids(restart),
+                start: ids(start),
+            })
+        };
+        check(vec![
+            row("up 2 → 4", vec![("/workers", json!(4))]).expect(
+                &[Section::Workers],
+                scaled(4, &[], &[0, 1], &[2, 3]),
+                Keep,
+            ),
+            row("down 2 → 1", vec![("/workers", json!(1))]).expect(
+                &[Section::Workers],
+                scaled(2, &[1], &[0], &[]),
+                Keep,
+            ),
+            row("down 4 → 1, highest first", vec![("/workers", json!(1))])
+                .registered(&[0, 1, 2, 3])
+                .expect(&[Section::Workers], scaled(2, &[3, 2, 1], &[0], &[]), Keep),
+            row(
+                "a worker missing after an adoption is started",
+                vec![("/workers", json!(3))],
+            )
+            .registered(&[0, 2])
+            .expect(&[Section::Workers], scaled(3, &[], &[0, 2], &[1]), Keep),
+            row(
+                "several sections at once, in schema order",
+                vec![("/workers", json!(3)), ("/defer/log-period", json!("1s"))],
+            )
+            .expect(
+                &[Section::Workers, Section::Defer],
+                scaled(3, &[], &[0, 1], &[2]),
+                Keep,
+            ),
+        ]);
+    }
+
+    #[test]
+    fn the_cache_gc_is_replaced_when_its_arguments_change() {
+        check(vec![
+            row(
+                "gc interval",
+                vec![("/cache/garbage-collector/interval", json!("5s"))],
+            )
+            .expect(&[Section::Cache], roll_of_base(&[]), Replace),
+            row(
+                "gc off",
+                vec![("/cache/garbage-collector/enable", json!(false))],
+            )
+            .expect(&[Section::Cache], roll_of_base(&[]), Replace),
+            row(
+                "storage",
+                vec![("/cache/storage", json!("/var/cache/other"))],
+            )
+            .expect(&[Section::Cache], roll_of_base(&[]), Replace),
+            row("cache size only", vec![("/cache/size-max", json!("50M"))]).expect(
+                &[Section::Cache],
+                roll_of_base(&[]),
+                Keep,
+            ),
+        ]);
+    }
+
+    #[test]
+    fn missing_workers_are_the_gaps_below_the_count() {
+        let new = changed(&[("/workers", json!(4))]);
+        assert_eq!(missing(&new, &ids(&[1, 3])), ids(&[0, 2]));
+        assert_eq!(missing(&new, &ids(&[0, 1, 2, 3, 4])), ids(&[]));
+    }
+}

@@ -1,0 +1,91 @@
+//! Files the manager keeps in the rundir for the processes it runs: generated Lua written
+//! atomically and safely against links planted by the workers' user, stale shared memory
+//! removed, and what is left cleaned up at shutdown.
+
+use std::path::Path;
+
+use crate::service::WorkerId;
+
+/// Mode of the files the workers read: they may hold secrets (custom Lua, TLS settings).
+const GENERATED_MODE: u32 = 0o640;
+
+/// Remove the worker configurations we generated in the rundir (at shutdown).
+pub fn remove_generated_files(rundir: &Path) {
+    let Ok(entries) = std::fs::read_dir(rundir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let is_worker_conf = name
+            .to_str()
+            .and_then(WorkerId::from_config_file_name)
+            .is_some();
+        if is_worker_conf {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Remove a file the manager generated or that workers share; a missing one is fine.
+pub fn remove(path: &Path) {
+    if let Err(e) = std::fs::remove_file(path) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!("cannot remove {}: {e}", path.display());
+        }
+    }
+}
+
+/// `n` random bytes from the kernel, as lowercase hex.
+pub fn random_hex(n: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Write `path` whole and atomically, safe against links planted in its directory (the
+/// workers' user may write there): a fresh temporary name is created exclusively without
+/// following links, relative to the directory opened without following a link either, then
+/// renamed over `path`. Mode 0640, group `group` (the workers') when given.
+pub fn write_file_as(path: &Path, text: &str, group: Option<u32>) -> std::io::Result<()> {
+    use nix::fcntl::{open, openat, renameat, OFlag};
+    use nix::sys::stat::Mode;
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::other("not a file path"));
+    };
+    let dir = open(
+        dir,
+        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
+        Mode::empty(),
+    )?;
+    let suffix = random_hex(8)?;
+    let mut tmp = std::ffi::OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(".{suffix}.tmp"));
+    let fd = openat(
+        &dir,
+        tmp.as_os_str(),
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(GENERATED_MODE),
+    )?;
+    let written = (|| -> std::io::Result<()> {
+        if let Some(gid) = group {
+            nix::unistd::fchown(&fd, None, Some(nix::unistd::Gid::from_raw(gid)))?;
+        }
+        // The mode is set on the descriptor: the umask may have narrowed it.
+        nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(GENERATED_MODE))?;
+        let mut file = std::fs::File::from(fd);
+        std::io::Write::write_all(&mut file, text.as_bytes())?;
+        renameat(&dir, tmp.as_os_str(), &dir, name)?;
+        Ok(())
+    })();
+    if let Err(e) = written {
+        let _ = nix::unistd::unlinkat(
+            &dir,
+            tmp.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+        return Err(e);
+    }
+    Ok(())
+}
