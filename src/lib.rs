@@ -2,6 +2,8 @@
 //! API and the `kresctl` client. Process supervision lives in the `supervisor` crate; this
 //! crate knows Knot Resolver and never calls `waitpid`.
 
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod cache_clear;
 pub mod config;

@@ -49,7 +49,7 @@ fn main() -> ExitCode {
             .filter(|v| !v.is_empty())
     });
     if args.manager_process {
-        return knot_resolver::manager::process::run(args.config, owner, worker_user);
+        return knot_resolver::daemon::manager_process::run(args.config, owner, worker_user);
     }
     knot_resolver::daemon::run(knot_resolver::daemon::Invocation {
         config_files: args.config,

@@ -5,7 +5,7 @@
 //! garbage collector. It is the only owner of the running configuration.
 //!
 //! Submodules: `handle` (how others ask for changes), `task` (the loop that serves them),
-//! `process` (the manager as its own process), `plan` (what a change needs), `specs` (command
+//! `plan` (what a change needs), `specs` (command
 //! lines of Knot Resolver's programs), `rundir` (the files it writes), `listen` (the listening
 //! sockets), `executables` (where the programs are).
 
@@ -13,7 +13,6 @@ pub mod executables;
 pub mod handle;
 pub mod listen;
 pub mod plan;
-pub mod process;
 pub mod rundir;
 pub mod specs;
 pub mod task;

@@ -8,7 +8,7 @@
 //! adopts the running workers and serves the API socket the root kept open.
 
 use std::collections::BTreeMap;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -22,27 +22,18 @@ use supervisor::Backoff;
 use tokio::sync::{mpsc, watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
+use super::{
+    init_tracing, resolve_user, FAULT_INJECTION_VAR, LINK_FD, MANAGER_FLAG, STORED_API,
+    STORED_CONFIG,
+};
 use crate::api::{self, ApiState};
 use crate::config::{self, LoadedConfig, ValidationContext};
-use crate::daemon::{init_tracing, FAULT_INJECTION_VAR};
 use crate::manager::listen::{Mirrored, SocketOwner, SocketTable, STORED_PREFIX};
 use crate::manager::task::{self, ManagerContext, ManagerExit};
 use crate::manager::{Executables, ManagerHandle};
 
-/// The hidden command-line flag that makes `knot-resolver` the manager process.
-pub const MANAGER_FLAG: &str = "--manager-process";
-
 /// The manager process's name (`comm`).
 pub const PROCESS_NAME: &std::ffi::CStr = c"kres-manager";
-
-/// The descriptor number of the link to the root process.
-pub const LINK_FD: RawFd = 3;
-
-/// Fd store name of the API's listening socket.
-pub const STORED_API: &str = "api";
-
-/// Fd store name of the running configuration (JSON in a sealed memfd).
-pub const STORED_CONFIG: &str = "config";
 
 /// The largest stored configuration read back.
 const MAX_STORED_CONFIG: u64 = 512 << 20;
@@ -142,11 +133,7 @@ async fn serve(
         let _ = parent.exit(1).await;
         return ExitCode::from(1);
     }
-    let run_as = match worker_user
-        .as_deref()
-        .map(crate::daemon::resolve_user)
-        .transpose()
-    {
+    let run_as = match worker_user.as_deref().map(resolve_user).transpose() {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("--worker-user: {e}");

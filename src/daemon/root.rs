@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook_tokio::Signals;
 use supervisor::remote::{self, ChildEnd, ChildPolicy, ChildService, FdStore, Link};
@@ -24,13 +24,10 @@ use supervisor::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::{init_tracing, resolve_user, LINK_FD, MANAGER_HANG_VAR, STORED_API, STORED_CONFIG};
 use crate::config::{self, ManagementSchema};
-use crate::manager::process::{LINK_FD, STORED_API};
 use crate::manager::Executables;
 use crate::service::{self, ServiceKind};
-
-/// The default configuration file, as upstream.
-pub const DEFAULT_CONFIG: &str = "/etc/knot-resolver/config.yaml";
 
 /// Name of the socket kresd workers send `READY=1` to, in the rundir.
 pub const NOTIFY_SOCKET_NAME: &str = "supervisor-notify-socket";
@@ -124,35 +121,30 @@ pub fn run(invocation: Invocation) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let mut manager_argv = vec![
+        OsString::from("/proc/self/exe"),
+        OsString::from(super::MANAGER_FLAG),
+    ];
+    manager_argv.extend(invocation.args);
     let root = Root {
         rundir,
         management,
         run_as,
-        manager_args: invocation.args,
+        manager_argv,
         manager_cwd: cwd,
     };
-    let code = runtime.block_on(root.serve());
+    let code = runtime.block_on(async {
+        let events = match signal_events() {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::error!("cannot install signal handlers: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        root.run(events).await
+    });
     drop(lock);
     code
-}
-
-/// Log to stderr in one format for the root and the manager process (which shares the
-/// root's stderr).
-pub(crate) fn init_tracing(level: &str) {
-    let level = match level {
-        "crit" | "err" => "error",
-        "warning" => "warn",
-        "notice" | "info" => "info",
-        "debug" => "debug",
-        _ => "info",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KRES_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},child=info")));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false);
-    let _ = builder.try_init();
 }
 
 /// A manager process that ran this long before it failed has its failure streak forgiven.
@@ -165,26 +157,14 @@ const MANAGER_HANG_AFTER: Duration = Duration::from_secs(20);
 /// How long the manager may take to stop (finishing API requests in flight) before SIGKILL.
 const MANAGER_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Set (to anything) to enable `POST /debug/panic-manager`, for tests of manager recovery.
-pub const FAULT_INJECTION_VAR: &str = "KRES_FAULT_INJECTION";
-
-/// Set (to anything but `0` or empty) to let kresd bind its own listening sockets, like the
-/// `--kresd-binds-sockets` flag.
-pub const KRESD_BINDS_SOCKETS_VAR: &str = "KRES_KRESD_BINDS_SOCKETS";
-
-/// Environment form of `--worker-user`.
-pub const WORKER_USER_VAR: &str = "KRES_WORKER_USER";
-
-/// Seconds without an answer after which the manager counts as hung.
-pub const MANAGER_HANG_VAR: &str = "KRES_MANAGER_HANG_TIMEOUT";
-
 /// The root process: what it was told at start-up.
 struct Root {
     rundir: PathBuf,
     management: ManagementSchema,
     run_as: Option<supervisor::Credentials>,
-    /// Our arguments, for the manager process.
-    manager_args: Vec<OsString>,
+    /// The manager process's command line: this very binary (`/proc/self/exe`, so an
+    /// upgraded file on disk never mixes versions) with the manager flag and our arguments.
+    manager_argv: Vec<OsString>,
     /// Where we were started (relative paths on the command line resolve there).
     manager_cwd: Option<PathBuf>,
 }
@@ -199,76 +179,137 @@ enum Stop {
     ManagerFailed,
 }
 
+/// What the root is told from outside while it runs: the signals, or a test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootEvent {
+    /// Re-read the configuration files (SIGHUP): passed on to the manager.
+    Reload,
+    /// Stop (SIGINT, SIGTERM); a second one while stopping kills every process.
+    Stop,
+}
+
+/// SIGHUP, SIGINT and SIGTERM as [`RootEvent`]s.
+fn signal_events() -> std::io::Result<impl Stream<Item = RootEvent> + Unpin> {
+    let signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    Ok(signals.map(|sig| {
+        if sig == SIGHUP {
+            RootEvent::Reload
+        } else {
+            tracing::info!(signal = sig, "stop signal received");
+            RootEvent::Stop
+        }
+    }))
+}
+
+/// What the start phase set up and the others use.
+struct Started {
+    sup: SupervisorHandle,
+    sup_task: tokio::task::JoinHandle<()>,
+    /// What the root keeps for the manager's incarnations (the API socket, the
+    /// configuration, the workers' listening sockets).
+    store: FdStore,
+    /// The API's socket file, removed at the end.
+    api_socket: Option<PathBuf>,
+    upward: UpwardNotifier,
+}
+
 impl Root {
-    async fn serve(self) -> ExitCode {
+    /// The three phases: start, serve until `events` or the manager says stop, stop.
+    async fn run(self, mut events: impl Stream<Item = RootEvent> + Unpin) -> ExitCode {
         let upward = UpwardNotifier::from_env();
         upward.status("Initializing");
+        let mut started = match self.start(upward) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("{e}");
+                return ExitCode::from(1);
+            }
+        };
+        let why = match &started.api_socket {
+            Some(_) => self.serve(&mut started, &mut events).await,
+            None => Stop::ManagerFailed,
+        };
+        self.stop(started, why, &mut events).await
+    }
+
+    /// Start the supervisor and bind the API's socket. A failure to bind stops the resolver,
+    /// as upstream does (`api_socket` is then `None`).
+    fn start(&self, upward: UpwardNotifier) -> Result<Started, String> {
         if let Err(e) = supervisor::os::cloexec_inherited_fds(&[]) {
             tracing::warn!("cannot mark inherited descriptors close-on-exec: {e}");
         }
-        let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP]) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!("cannot install signal handlers: {e}");
-                return ExitCode::from(1);
-            }
-        };
-        let (sup, sup_task) = match Supervisor::start(SupervisorOptions {
+        let (sup, sup_task) = Supervisor::start(SupervisorOptions {
             notify_socket: self.rundir.join(NOTIFY_SOCKET_NAME),
-        }) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!("cannot start the supervisor: {e}");
-                return ExitCode::from(1);
-            }
-        };
+        })
+        .map_err(|e| format!("cannot start the supervisor: {e}"))?;
         if let Some(c) = self.run_as {
             // Children running as that user must be able to send READY=1 to our socket; the
             // kernel's credentials on each datagram still say which child sent it.
             if let Err(e) = std::os::unix::fs::chown(sup.notify_socket(), Some(c.uid), Some(c.gid))
             {
-                tracing::error!("cannot hand the notify socket to uid {}: {e}", c.uid);
-                return ExitCode::from(1);
+                sup_task.abort();
+                return Err(format!(
+                    "cannot hand the notify socket to uid {}: {e}",
+                    c.uid
+                ));
             }
         }
         let mut store = FdStore::default();
         // The API socket is ours, so that clients wait in its backlog while the manager
         // restarts instead of being refused.
-        let api_socket = match crate::api::server::Listener::bind(&self.management) {
-            Ok(listener) => {
+        let bound = crate::api::server::Listener::bind(&self.management)
+            .map_err(|e| e.to_string())
+            .and_then(|listener| {
                 tracing::info!("management API listening on {}", listener.endpoint());
                 let file = listener.socket_file().map(Path::to_path_buf);
-                match listener.into_fd() {
-                    Ok(fd) => {
-                        let _ = store.put(STORED_API.to_owned(), fd);
-                        file
-                    }
-                    Err(e) => {
-                        tracing::error!("management API: {e}");
-                        return self.finish(&sup, sup_task, &mut signals, 1, None).await;
-                    }
-                }
-            }
+                let fd = listener
+                    .into_fd()
+                    .map_err(|e| format!("management API: {e}"))?;
+                let _ = store.put(STORED_API.to_owned(), fd);
+                Ok(file)
+            });
+        let api_socket = match bound {
+            // A TCP endpoint has no file: an empty path marks "bound".
+            Ok(file) => Some(file.unwrap_or_default()),
             Err(e) => {
-                // Upstream stops the whole resolver when the API cannot listen.
                 tracing::error!("{e}");
-                return self.finish(&sup, sup_task, &mut signals, 1, None).await;
+                None
             }
         };
-        let watchdog = upward.spawn_watchdog();
+        Ok(Started {
+            sup,
+            sup_task,
+            store,
+            api_socket,
+            upward,
+        })
+    }
+
+    /// Keep the manager process running until it asks to stop, cannot be kept, or `events`
+    /// says stop; reloads go to the manager.
+    async fn serve(
+        &self,
+        started: &mut Started,
+        events: &mut (impl Stream<Item = RootEvent> + Unpin),
+    ) -> Stop {
+        let watchdog = started.upward.spawn_watchdog();
         let stop = CancellationToken::new();
-        let keeper = self.keep_manager(&sup, &mut store, &upward, stop.clone());
+        let keeper = self.keep_manager(
+            &started.sup,
+            &mut started.store,
+            &started.upward,
+            stop.clone(),
+        );
         tokio::pin!(keeper);
         let why = loop {
             tokio::select! {
                 why = &mut keeper => break why,
-                Some(sig) = signals.next() => match sig {
-                    SIGHUP => {
+                Some(event) = events.next() => match event {
+                    RootEvent::Reload => {
                         tracing::info!("SIGHUP received; the manager reloads the configuration files");
-                        signal_manager(&sup, nix::sys::signal::Signal::SIGHUP);
+                        signal_manager(&started.sup, nix::sys::signal::Signal::SIGHUP);
                     }
-                    _ => {
-                        tracing::info!(signal = sig, "stopping on signal");
+                    RootEvent::Stop => {
                         stop.cancel();
                         // The keeper returns at once; its answer is ours anyway.
                         let _ = (&mut keeper).await;
@@ -280,7 +321,18 @@ impl Root {
         if let Some(w) = watchdog {
             w.abort();
         }
-        let exit = match why {
+        why
+    }
+
+    /// Stop the manager first (it finishes API requests in flight), then every process; a
+    /// second stop event kills them at once. Then clean the rundir. Returns the exit code.
+    async fn stop(
+        &self,
+        started: Started,
+        why: Stop,
+        events: &mut (impl Stream<Item = RootEvent> + Unpin),
+    ) -> ExitCode {
+        let mut exit = match why {
             Stop::Signal => 0,
             Stop::Requested(code) => {
                 if code == 0 {
@@ -290,21 +342,8 @@ impl Root {
             }
             Stop::ManagerFailed => 1,
         };
-        upward.stopping("Stopping");
-        self.finish(&sup, sup_task, &mut signals, exit, api_socket)
-            .await
-    }
-
-    /// Stop the manager first (it finishes API requests in flight), then every process; a
-    /// second SIGINT/SIGTERM kills them at once. Then clean the rundir.
-    async fn finish(
-        &self,
-        sup: &SupervisorHandle,
-        sup_task: tokio::task::JoinHandle<()>,
-        signals: &mut Signals,
-        mut exit: u8,
-        api_socket: Option<PathBuf>,
-    ) -> ExitCode {
+        started.upward.stopping("Stopping");
+        let sup = &started.sup;
         let manager_stopped = sup.remove(service::MANAGER);
         tokio::pin!(manager_stopped);
         let shutdown = async {
@@ -315,16 +354,16 @@ impl Root {
         let report = loop {
             tokio::select! {
                 r = &mut shutdown => break r,
-                Some(sig) = signals.next() => {
-                    if sig != SIGHUP {
-                        tracing::warn!(signal = sig, "second stop signal: killing all processes");
+                Some(event) = events.next() => {
+                    if event == RootEvent::Stop {
+                        tracing::warn!("second stop signal: killing all processes");
                         sup.kill_all();
                     }
                 }
             }
         };
-        let _ = sup_task.await;
-        if let Some(path) = api_socket {
+        let _ = started.sup_task.await;
+        if let Some(path) = started.api_socket.filter(|p| !p.as_os_str().is_empty()) {
             let _ = std::fs::remove_file(path);
         }
         crate::manager::rundir::remove_generated_files(&self.rundir);
@@ -346,14 +385,9 @@ impl Root {
         ExitCode::from(exit)
     }
 
-    /// The manager process's spec: this very binary (`/proc/self/exe`, so an upgraded file on
-    /// disk never mixes versions), our arguments, our environment, our working directory.
+    /// The manager process's spec: its command line, our environment, our working directory.
     fn manager_spec(&self) -> ServiceSpec {
-        let mut argv = vec![
-            OsString::from("/proc/self/exe"),
-            OsString::from(crate::manager::process::MANAGER_FLAG),
-        ];
-        argv.extend(self.manager_args.iter().cloned());
+        let argv = self.manager_argv.clone();
         let mut spec = ServiceSpec::new(service::MANAGER, ServiceKind::Manager.as_str(), argv);
         spec.env = crate::manager::specs::child_base_env();
         spec.cwd = self.manager_cwd.clone();
@@ -496,7 +530,7 @@ async fn exited(sup: &SupervisorHandle, pid: i32) {
 
 /// Whether the manager never stored the configuration it runs, i.e. never finished a start.
 fn store_lacks_config(store: &FdStore) -> bool {
-    !store.contains(crate::manager::process::STORED_CONFIG)
+    !store.contains(STORED_CONFIG)
 }
 
 /// Send `signal` to the manager process, if it runs.
@@ -509,18 +543,6 @@ fn signal_manager(sup: &SupervisorHandle, signal: nix::sys::signal::Signal) {
         .and_then(|p| p.pid);
     if let Some(pid) = pid {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
-    }
-}
-
-/// The uid and gid of `name`, from the user database.
-pub(crate) fn resolve_user(name: &str) -> Result<supervisor::Credentials, String> {
-    match nix::unistd::User::from_name(name) {
-        Ok(Some(u)) => Ok(supervisor::Credentials {
-            uid: u.uid.as_raw(),
-            gid: u.gid.as_raw(),
-        }),
-        Ok(None) => Err(format!("no user named {name:?}")),
-        Err(e) => Err(format!("cannot look up user {name:?}: {e}")),
     }
 }
 
@@ -569,5 +591,113 @@ impl Drop for RundirLock {
     fn drop(&mut self) {
         // Still locked by us while we remove it.
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The phases driven by a test: events from a channel instead of signals, and stand-in
+    //! manager programs that never speak the link's protocol.
+
+    use std::io::Read;
+
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    /// A private directory, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            let dir = std::env::temp_dir().join(format!("kres-root-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            TempDir(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn root(dir: &Path, manager_argv: &[&str]) -> Root {
+        Root {
+            rundir: dir.to_owned(),
+            management: ManagementSchema {
+                unix_socket: Some(dir.join("api.sock")),
+                interface: None,
+            },
+            run_as: None,
+            manager_argv: manager_argv.iter().map(OsString::from).collect(),
+            manager_cwd: None,
+        }
+    }
+
+    /// Events for `Root::run` from a channel.
+    fn events(mut rx: mpsc::Receiver<RootEvent>) -> impl Stream<Item = RootEvent> + Unpin {
+        futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+    }
+
+    /// One test, scenarios in sequence: the supervisor reaps with `waitpid(-1)`, so two roots in
+    /// one process at once would reap each other's children.
+    #[tokio::test]
+    async fn phases_driven_without_signals() {
+        a_manager_that_dies_during_start_up_stops_the_root_with_an_error().await;
+        a_stop_event_stops_the_manager_and_exits_cleanly().await;
+    }
+
+    async fn a_manager_that_dies_during_start_up_stops_the_root_with_an_error() {
+        let dir = TempDir::new("dies");
+        let (_events, rx) = mpsc::channel(1);
+        let code = root(&dir.0, &["/bin/sh", "-c", "exit 3"])
+            .run(events(rx))
+            .await;
+        assert_eq!(code, ExitCode::from(1));
+        assert!(
+            !dir.0.join("api.sock").exists(),
+            "the API socket is removed"
+        );
+    }
+
+    async fn a_stop_event_stops_the_manager_and_exits_cleanly() {
+        let dir = TempDir::new("stop");
+        let fifo = dir.0.join("started");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+        // The stand-in manager says its pid through the fifo, then waits to be stopped.
+        let script = format!("echo $$ > {}; exec sleep 600", fifo.display());
+        let (stop, rx) = mpsc::channel(1);
+        let running = tokio::spawn(root(&dir.0, &["/bin/sh", "-c", &script]).run(events(rx)));
+        let pid = tokio::task::spawn_blocking(move || {
+            let mut text = String::new();
+            std::fs::File::open(&fifo)
+                .and_then(|mut f| f.read_to_string(&mut text))
+                .expect("the manager's pid");
+            text.trim().parse::<i32>().expect("a pid")
+        })
+        .await
+        .expect("reader");
+        assert!(
+            dir.0.join("api.sock").exists(),
+            "the API socket is bound while serving"
+        );
+        stop.send(RootEvent::Stop).await.expect("root running");
+        let code = tokio::time::timeout(Duration::from_secs(30), running)
+            .await
+            .expect("stopped in time")
+            .expect("root task");
+        assert_eq!(code, ExitCode::SUCCESS);
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None);
+        assert_eq!(
+            gone,
+            Err(nix::errno::Errno::ESRCH),
+            "the manager is stopped and reaped"
+        );
+        assert!(
+            !dir.0.join("api.sock").exists(),
+            "the API socket is removed"
+        );
     }
 }

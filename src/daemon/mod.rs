@@ -1,0 +1,73 @@
+//! The `knot-resolver` program: the root process (`root`) and the manager process it runs
+//! (`manager_process`, the same binary with [`MANAGER_FLAG`]), and what the two agree on: the
+//! link's descriptor number, the names in the root's fd store, the environment variables both
+//! read, and how both log.
+//!
+//! Dependencies go one way: this module uses `api`, `watchdog` and `manager`; none of them
+//! uses it.
+
+pub mod manager_process;
+pub mod root;
+
+use std::os::fd::RawFd;
+
+pub use root::{run, Invocation};
+
+/// The default configuration file, as upstream.
+pub const DEFAULT_CONFIG: &str = "/etc/knot-resolver/config.yaml";
+
+/// Set (to anything) to enable `POST /debug/panic-manager`, for tests of manager recovery.
+pub const FAULT_INJECTION_VAR: &str = "KRES_FAULT_INJECTION";
+
+/// Set (to anything but `0` or empty) to let kresd bind its own listening sockets, like the
+/// `--kresd-binds-sockets` flag.
+pub const KRESD_BINDS_SOCKETS_VAR: &str = "KRES_KRESD_BINDS_SOCKETS";
+
+/// Environment form of `--worker-user`.
+pub const WORKER_USER_VAR: &str = "KRES_WORKER_USER";
+
+/// Seconds without an answer after which the manager counts as hung.
+pub const MANAGER_HANG_VAR: &str = "KRES_MANAGER_HANG_TIMEOUT";
+
+/// The hidden command-line flag that makes `knot-resolver` the manager process.
+pub const MANAGER_FLAG: &str = "--manager-process";
+
+/// The descriptor number of the link to the root process.
+pub const LINK_FD: RawFd = 3;
+
+/// Fd store name of the API's listening socket.
+pub const STORED_API: &str = "api";
+
+/// Fd store name of the running configuration (JSON in a sealed memfd).
+pub const STORED_CONFIG: &str = "config";
+
+/// Log to stderr in one format for the root and the manager process (which shares the
+/// root's stderr).
+pub fn init_tracing(level: &str) {
+    let level = match level {
+        "crit" | "err" => "error",
+        "warning" => "warn",
+        "notice" | "info" => "info",
+        "debug" => "debug",
+        _ => "info",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KRES_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},child=info")));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    let _ = builder.try_init();
+}
+
+/// The uid and gid of `name`, from the user database.
+pub fn resolve_user(name: &str) -> Result<supervisor::Credentials, String> {
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(u)) => Ok(supervisor::Credentials {
+            uid: u.uid.as_raw(),
+            gid: u.gid.as_raw(),
+        }),
+        Ok(None) => Err(format!("no user named {name:?}")),
+        Err(e) => Err(format!("cannot look up user {name:?}: {e}")),
+    }
+}
