@@ -19,3 +19,22 @@ pub mod watchdog;
 
 /// The version reported by `-V`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Run `main` to completion on a single-threaded runtime, as every process of ours does (the
+/// blocking parts have threads of their own). Exit code 1, said on stderr as `program`, when
+/// the runtime cannot start.
+pub fn block_on(
+    program: &str,
+    main: impl std::future::Future<Output = std::process::ExitCode>,
+) -> std::process::ExitCode {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(main),
+        Err(e) => {
+            eprintln!("{program}: cannot start the async runtime: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

@@ -58,21 +58,14 @@ pub fn run(
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("knot-resolver manager: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
     let files: Vec<PathBuf> = files
         .into_iter()
         .map(|p| std::path::absolute(&p).unwrap_or(p))
         .collect();
-    runtime.block_on(serve(link, files, socket_owner, worker_user))
+    crate::block_on(
+        "knot-resolver manager",
+        serve(link, files, socket_owner, worker_user),
+    )
 }
 
 async fn serve(

@@ -111,16 +111,6 @@ pub fn run(invocation: Invocation) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!("cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
     let mut manager_argv = vec![
         OsString::from("/proc/self/exe"),
         OsString::from(super::MANAGER_FLAG),
@@ -133,7 +123,7 @@ pub fn run(invocation: Invocation) -> ExitCode {
         manager_argv,
         manager_cwd: cwd,
     };
-    let code = runtime.block_on(async {
+    let code = crate::block_on("knot-resolver", async {
         let events = match signal_events() {
             Ok(events) => events,
             Err(e) => {

@@ -296,24 +296,16 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
     let client = ApiClient::new(target);
-    match runtime.block_on(execute(&client, command)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{e}");
-            ExitCode::from(1)
+    crate::block_on("kresctl", async {
+        match execute(&client, command).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(1)
+            }
         }
-    }
+    })
 }
 
 /// `kresctl convert`: validate the files locally (no API) and print or write the Lua the
