@@ -7,14 +7,11 @@
 //! embedded NUL or are not UTF-8 are dropped with a log line; received file descriptors are
 //! closed. Nothing a child sends can make us panic.
 
-use std::io::{self, IoSliceMut};
-use std::os::fd::{AsFd, AsRawFd};
+use std::io;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use nix::cmsg_space;
-use nix::sys::socket::{
-    recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, UnixCredentials,
-};
+use nix::sys::socket::{setsockopt, sockopt};
 use nix::unistd::Pid;
 use tokio::io::Interest;
 use tokio::net::UnixDatagram;
@@ -193,36 +190,11 @@ impl Drop for NotifySocket {
 fn receive_one(fd: &impl AsFd) -> io::Result<Option<Received>> {
     // One byte more than the maximum, so an oversize datagram shows as truncated either way.
     let mut buf = [0u8; NOTIFY_BUFFER_MAX + 1];
-    let mut cmsg = cmsg_space!(UnixCredentials, [std::os::fd::RawFd; 16]);
-    let mut iov = [IoSliceMut::new(&mut buf)];
-    let msg = recvmsg::<()>(
-        fd.as_fd().as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
-    )
-    .map_err(io::Error::from)?;
-    let truncated = msg
-        .flags
-        .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
-    let len = msg.bytes;
-    let mut pid = None;
-    let mut fds_received = 0usize;
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for c in cmsgs {
-            match c {
-                ControlMessageOwned::ScmCredentials(creds) => pid = Some(creds.pid()),
-                ControlMessageOwned::ScmRights(fds) => {
-                    fds_received += fds.len();
-                    for raw in fds {
-                        // Received descriptors are ours to close; we store none of them.
-                        crate::os::close_received_fd(raw);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
+    let packet = crate::os::recv_packet(fd.as_fd(), &mut buf)?;
+    let (len, truncated, pid) = (packet.len, packet.truncated, packet.sender);
+    // Received descriptors are ours to close; we keep none of them.
+    let fds_received = packet.fds.len();
+    drop(packet.fds);
     if truncated || len > NOTIFY_BUFFER_MAX {
         tracing::warn!(len, "dropping oversize or truncated notification");
         return Ok(None);

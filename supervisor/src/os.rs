@@ -193,13 +193,6 @@ pub fn spawn(
 /// The most descriptors one child can be handed.
 pub const MAX_PASSED_FDS: usize = 1024;
 
-/// Close a descriptor that arrived with a notification datagram.
-pub fn close_received_fd(fd: RawFd) {
-    // SAFETY: the kernel just installed this descriptor for us in recvmsg; nothing else owns
-    // it, so taking ownership and dropping it closes it exactly once.
-    drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
-}
-
 /// Mark every inherited descriptor above stderr close-on-exec, except `keep`, so that our
 /// children inherit only what we mean them to.
 pub fn cloexec_inherited_fds(keep: &[RawFd]) -> io::Result<()> {
@@ -281,21 +274,24 @@ pub fn send_packet(fd: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Result
     Ok(())
 }
 
-/// One received packet: its length in the buffer, the descriptors that came with it, and
-/// whether data or descriptors did not fit (the packet must then be refused).
+/// One received packet or datagram: its length in the buffer, the descriptors that came with
+/// it (ours to keep or drop), the sender's pid when the socket passes credentials, and whether
+/// data or descriptors did not fit (the packet must then be refused).
 pub struct Packet {
     pub len: usize,
     pub fds: Vec<OwnedFd>,
+    pub sender: Option<i32>,
     pub truncated: bool,
 }
 
 /// The most descriptors one packet may carry.
 pub const MAX_PACKET_FDS: usize = 64;
 
-/// Receive one packet without blocking; `len == 0` without descriptors is the end of file.
+/// Receive one packet without blocking; `len == 0` without descriptors is the end of file
+/// (on a stream or seqpacket socket).
 pub fn recv_packet(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Packet> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut cmsg = nix::cmsg_space!([RawFd; MAX_PACKET_FDS]);
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixCredentials};
+    let mut cmsg = nix::cmsg_space!(UnixCredentials, [RawFd; MAX_PACKET_FDS]);
     let mut iov = [io::IoSliceMut::new(buf)];
     let msg = recvmsg::<()>(
         fd.as_raw_fd(),
@@ -309,20 +305,26 @@ pub fn recv_packet(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Packet> {
         .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
     let len = msg.bytes;
     let mut fds = Vec::new();
+    let mut sender = None;
     if let Ok(cmsgs) = msg.cmsgs() {
         for c in cmsgs {
-            if let ControlMessageOwned::ScmRights(raw) = c {
-                for fd in raw {
-                    // SAFETY: the kernel just installed this descriptor for us (close-on-exec)
-                    // in recvmsg; nothing else owns it.
-                    fds.push(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+            match c {
+                ControlMessageOwned::ScmRights(raw) => {
+                    for fd in raw {
+                        // SAFETY: the kernel just installed this descriptor for us
+                        // (close-on-exec) in recvmsg; nothing else owns it.
+                        fds.push(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+                    }
                 }
+                ControlMessageOwned::ScmCredentials(creds) => sender = Some(creds.pid()),
+                _ => {}
             }
         }
     }
     Ok(Packet {
         len,
         fds,
+        sender,
         truncated,
     })
 }
