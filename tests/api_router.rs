@@ -72,7 +72,9 @@ impl Fixture {
             ),
         )
         .expect("config");
-        let loaded = knot_resolver::config::load_files(&[file], true).expect("valid config");
+        let loaded =
+            knot_resolver::config::load_files(&[file], knot_resolver::config::PathChecks::Strict)
+                .expect("valid config");
         let (supervisor, _task) = Supervisor::start(SupervisorOptions {
             notify_socket: dir.0.join("notify"),
         })

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use knot_resolver::config::{
-    load_files, parse_document, validate_command, ConfigError, ParseError,
+    load_files, parse_document, validate_command, ConfigError, ParseError, PathChecks,
 };
 
 /// A scratch directory removed when dropped.
@@ -43,7 +43,7 @@ fn several_files_are_deep_merged() {
         "b.json",
         r#"{"cache": {"ttl-min": "1s"}, "logging": {"level": "debug"}}"#,
     );
-    let loaded = load_files(&[a, b], false).expect("valid");
+    let loaded = load_files(&[a, b], knot_resolver::config::PathChecks::Lenient).expect("valid");
     assert_eq!(loaded.model.cache.size_max.bytes(), 10 * 1024 * 1024);
     assert_eq!(loaded.model.cache.ttl_min.seconds(), 1);
     assert_eq!(loaded.model.workers, 2);
@@ -59,7 +59,7 @@ fn merge_collisions_are_errors() {
     let dir = Scratch::new();
     let a = dir.write("a.yaml", "cache:\n  size-max: 10M\n");
     let b = dir.write("b.yaml", "cache:\n  size-max: 20M\n");
-    match load_files(&[a, b], false) {
+    match load_files(&[a, b], knot_resolver::config::PathChecks::Lenient) {
         Err(ConfigError::Parse {
             source: ParseError::Duplicity { path, key },
             ..
@@ -77,7 +77,7 @@ fn toml_files_are_supported() {
         "c.toml",
         "workers = 3\n[network]\ndo-ipv6 = false\n[[network.listen]]\ninterface = '::1@5353'\n",
     );
-    let loaded = load_files(&[t], false).expect("valid");
+    let loaded = load_files(&[t], knot_resolver::config::PathChecks::Lenient).expect("valid");
     assert_eq!(loaded.model.workers, 3);
     assert!(!loaded.model.network.do_ipv6);
     let listen = &loaded.model.network.listen[0];
@@ -94,7 +94,8 @@ fn relative_paths_resolve_against_the_first_file() {
     std::fs::create_dir_all(&sub).expect("mkdir");
     let first = dir.write("sub/first.yaml", "lua:\n  script-file: scripts/x.lua\n");
     let second = dir.write("second.yaml", "local-data:\n  addresses-files: [hosts]\n");
-    let loaded = load_files(&[first, second], false).expect("valid without strict checks");
+    let loaded = load_files(&[first, second], knot_resolver::config::PathChecks::Lenient)
+        .expect("valid without strict checks");
     assert_eq!(
         loaded.model.lua.script_file,
         Some(sub.join("scripts/x.lua"))
@@ -117,7 +118,8 @@ fn strict_mode_checks_paths() {
         "ok.yaml",
         &format!("rundir: {root}\ncache:\n  storage: {root}\nmanagement:\n  unix-socket: {root}/api.sock\n"),
     );
-    load_files(&[ok], true).expect("existing paths pass strict validation");
+    load_files(&[ok], knot_resolver::config::PathChecks::Strict)
+        .expect("existing paths pass strict validation");
 
     let bad = dir.write(
         "bad.yaml",
@@ -126,7 +128,10 @@ fn strict_mode_checks_paths() {
              lua:\n  script-file: script.lua\nnetwork:\n  tls:\n    cert-file: {root}\n    key-file: {root}/ok.yaml\n"
         ),
     );
-    let errors = match load_files(std::slice::from_ref(&bad), true) {
+    let errors = match load_files(
+        std::slice::from_ref(&bad),
+        knot_resolver::config::PathChecks::Strict,
+    ) {
         Err(ConfigError::Invalid(e)) => e,
         other => panic!("expected validation errors, got {other:?}"),
     };
@@ -155,7 +160,8 @@ fn strict_mode_checks_paths() {
     ];
     assert_eq!(got, want);
     // the same document is fine without strict checks
-    load_files(&[bad], false).expect("non-strict validation ignores the file system");
+    load_files(&[bad], knot_resolver::config::PathChecks::Lenient)
+        .expect("non-strict validation ignores the file system");
 }
 
 #[test]
@@ -164,15 +170,18 @@ fn validate_command_exit_codes() {
     let good = dir.write("good.yaml", "workers: 1\n");
     let bad = dir.write("bad.yaml", "workers: 0\n");
     let garbage = dir.write("garbage.yaml", "a: [1, 2\n");
-    assert_eq!(validate_command(std::slice::from_ref(&good), false), 0);
-    assert_eq!(validate_command(&[bad], false), 1);
-    assert_eq!(validate_command(&[garbage], false), 1);
     assert_eq!(
-        validate_command(&[dir.path().join("missing.yaml")], false),
+        validate_command(std::slice::from_ref(&good), PathChecks::Lenient),
+        0
+    );
+    assert_eq!(validate_command(&[bad], PathChecks::Lenient), 1);
+    assert_eq!(validate_command(&[garbage], PathChecks::Lenient), 1);
+    assert_eq!(
+        validate_command(&[dir.path().join("missing.yaml")], PathChecks::Lenient),
         1
     );
     assert_eq!(
-        validate_command(&[good.clone(), good], false),
+        validate_command(&[good.clone(), good], PathChecks::Lenient),
         1,
         "merging a file with itself collides"
     );

@@ -225,13 +225,33 @@ pub fn resolve_root_of(paths: &[PathBuf]) -> PathBuf {
     }
 }
 
+/// Whether validation checks the file system (paths exist, have the right permissions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathChecks {
+    /// Check them, as the manager always does.
+    Strict,
+    /// Only the document's form (`kresctl validate` without `--strict`, `kresctl convert`).
+    Lenient,
+}
+
+impl PathChecks {
+    /// `Strict` when `strict` (a command-line flag).
+    pub fn from_flag(strict: bool) -> PathChecks {
+        if strict {
+            PathChecks::Strict
+        } else {
+            PathChecks::Lenient
+        }
+    }
+}
+
 /// Load several files: parsed, deep-merged in order (mappings merge recursively, any other
 /// collision is an error) and validated; relative paths resolve against the first file's directory.
-pub fn load_files(paths: &[PathBuf], strict: bool) -> Result<LoadedConfig, ConfigError> {
+pub fn load_files(paths: &[PathBuf], checks: PathChecks) -> Result<LoadedConfig, ConfigError> {
     let raw = read_and_merge(paths)?;
     let ctx = ValidationContext {
         resolve_root: resolve_root_of(paths),
-        strict,
+        strict: checks == PathChecks::Strict,
     };
     let model = validate(&raw, &ctx)?;
     Ok(LoadedConfig { raw, model })
@@ -322,7 +342,7 @@ and attempts to access the configured paths directly.";
 
 /// `kresctl validate [--strict] FILE...`: prints upstream's messages and returns the exit code
 /// (0 valid, 1 invalid or unreadable). With no files, the default configuration file is used.
-pub fn validate_command(files: &[PathBuf], strict: bool) -> i32 {
+pub fn validate_command(files: &[PathBuf], checks: PathChecks) -> i32 {
     let default = [PathBuf::from(DEFAULT_CONFIG_FILE)];
     let files = if files.is_empty() {
         &default[..]
@@ -332,7 +352,7 @@ pub fn validate_command(files: &[PathBuf], strict: bool) -> i32 {
     let result = read_and_merge(files).and_then(|raw| {
         let ctx = ValidationContext {
             resolve_root: resolve_root_of(files),
-            strict,
+            strict: checks == PathChecks::Strict,
         };
         validate(&raw, &ctx).map_err(ConfigError::from)
     });
@@ -341,7 +361,7 @@ pub fn validate_command(files: &[PathBuf], strict: bool) -> i32 {
             if let Some(warning) = management_socket_warning(&cfg) {
                 eprintln!("{warning}");
             }
-            if !strict {
+            if checks == PathChecks::Lenient {
                 println!("{NON_STRICT_NOTICE}");
             }
             0

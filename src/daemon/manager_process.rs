@@ -97,9 +97,11 @@ async fn serve(
         Some(Err(e)) => {
             // Never seen; the files are the next best thing to adopt the workers with.
             eprintln!("knot-resolver: {e}; adopting the workers with the configuration files");
-            config::load_files(&files, true).map_err(|e| e.to_string())
+            config::load_files(&files, crate::config::PathChecks::Strict).map_err(|e| e.to_string())
         }
-        None => config::load_files(&files, true).map_err(|e| e.to_string()),
+        None => {
+            config::load_files(&files, crate::config::PathChecks::Strict).map_err(|e| e.to_string())
+        }
     };
     let loaded = match loaded {
         Ok(l) => l,

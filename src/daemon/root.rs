@@ -70,7 +70,7 @@ pub fn run(invocation: Invocation) -> ExitCode {
         .iter()
         .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
         .collect();
-    let loaded = match config::load_files(&files, true) {
+    let loaded = match config::load_files(&files, crate::config::PathChecks::Strict) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("knot-resolver: {e}");

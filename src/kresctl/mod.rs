@@ -271,7 +271,11 @@ pub fn main() -> ExitCode {
     match &command {
         ApiCommand::Validate { strict, input_file } => {
             return ExitCode::from(
-                u8::try_from(crate::config::validate_command(input_file, *strict)).unwrap_or(1),
+                u8::try_from(crate::config::validate_command(
+                    input_file,
+                    crate::config::PathChecks::from_flag(*strict),
+                ))
+                .unwrap_or(1),
             );
         }
         ApiCommand::Schema { live: false, file } => {
@@ -318,17 +322,18 @@ fn convert(args: &ConvertArgs) -> ExitCode {
     } else {
         &args.input_file[..]
     };
-    let loaded = match crate::config::load_files(files, args.strict) {
-        Ok(loaded) => loaded,
-        Err(crate::config::ConfigError::Parse { source, .. }) => {
-            eprintln!("{source}");
-            return ExitCode::from(1);
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(1);
-        }
-    };
+    let loaded =
+        match crate::config::load_files(files, crate::config::PathChecks::from_flag(args.strict)) {
+            Ok(loaded) => loaded,
+            Err(crate::config::ConfigError::Parse { source, .. }) => {
+                eprintln!("{source}");
+                return ExitCode::from(1);
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(1);
+            }
+        };
     let lua = match args.lua_type {
         LuaType::Worker => crate::lua::render_worker(&loaded.model),
         LuaType::PolicyLoader => crate::lua::render_policy_loader(&loaded.model),

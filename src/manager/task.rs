@@ -158,7 +158,8 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                 // Whatever asked (SIGHUP, `kresctl reload` as systemd's ExecReload, the API),
                 // the service manager sees the reload begin and end.
                 ctx.upward.reloading("Reloading configuration");
-                let result = match config::load_files(&ctx.files, true) {
+                let result = match config::load_files(&ctx.files, crate::config::PathChecks::Strict)
+                {
                     Ok(loaded) => apply(&mut manager, Arc::new(loaded), restart).await,
                     Err(e) => {
                         tracing::error!(

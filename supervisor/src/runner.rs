@@ -58,6 +58,15 @@ pub struct SupervisorOptions {
     pub notify_socket: PathBuf,
 }
 
+/// What becomes of a service once it is down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterStop {
+    /// It stays registered and can be started again.
+    Keep,
+    /// It is unregistered.
+    Remove,
+}
+
 pub(crate) enum Command {
     Add {
         spec: ServiceSpec,
@@ -489,8 +498,8 @@ impl Supervisor {
                 svc.ready_waiters.push(reply);
                 self.feed(&name, Event::RestartRequested);
             }
-            Command::Stop { name, reply } => self.stop(name, reply, false),
-            Command::Remove { name, reply } => self.stop(name, reply, true),
+            Command::Stop { name, reply } => self.stop(name, reply, AfterStop::Keep),
+            Command::Remove { name, reply } => self.stop(name, reply, AfterStop::Remove),
             Command::Run { spec, reply } => {
                 if self.shutting_down {
                     let _ = reply.send(Err(SupervisorError::ShuttingDown));
@@ -571,14 +580,14 @@ impl Supervisor {
         &mut self,
         name: String,
         reply: oneshot::Sender<Result<Option<ExitStatus>, SupervisorError>>,
-        remove: bool,
+        after: AfterStop,
     ) {
         let Some(svc) = self.services.get_mut(&name) else {
             let _ = reply.send(Err(SupervisorError::UnknownService(name)));
             return;
         };
         svc.down_waiters.push(reply);
-        svc.remove_when_down |= remove;
+        svc.remove_when_down |= after == AfterStop::Remove;
         self.feed(&name, Event::StopRequested);
     }
 
