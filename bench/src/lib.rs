@@ -97,6 +97,12 @@ pub fn print_header() {
     );
 }
 
+/// Whether `server` answers `name` with at least one A record within `wait`.
+pub fn answers_a(server: std::net::SocketAddr, name: &str, wait: Duration) -> bool {
+    testbed::dns::query_udp(server, name, testbed::dns::TYPE_A, wait)
+        .is_ok_and(|r| !r.a().is_empty())
+}
+
 /// Poll until `f` succeeds or `timeout` passes; returns the elapsed time since `since`.
 pub fn until<T>(
     since: Instant,

@@ -164,15 +164,6 @@ impl Manager {
         self.config.borrow().clone()
     }
 
-    pub fn supervisor(&self) -> &SupervisorHandle {
-        &self.supervisor
-    }
-
-    /// Worker ids the manager knows about.
-    pub fn workers(&self) -> &[WorkerId] {
-        &self.workers
-    }
-
     /// Take over the processes a previous incarnation of the manager left running: the
     /// supervisor kept them; we only learn which workers exist.
     pub fn adopt(&mut self) -> usize {

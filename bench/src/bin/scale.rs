@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
-use bench::{launch, print_header, print_row, until, Flavor};
-use testbed::{dns, Bed, TestDir};
+use bench::{answers_a, launch, print_header, print_row, until, Flavor};
+use testbed::{Bed, TestDir};
 
 /// Generous bounds for one step on a loaded 2-core machine; never a performance assertion.
 const START_TIMEOUT: Duration = Duration::from_secs(600);
@@ -200,15 +200,7 @@ fn change_steps(api: &Path, port: u16, record: &mut dyn FnMut(usize, f64)) -> Re
     )?;
     ensure!(resp.status == 200, "PUT: {} {}", resp.status, resp.text());
     let (elapsed, ()) = until(t0, STEP_TIMEOUT, || {
-        dns::query_udp(
-            server,
-            "changed.scale.test.",
-            dns::TYPE_A,
-            Duration::from_millis(500),
-        )
-        .ok()
-        .filter(|r| !r.a().is_empty())
-        .map(|_| ())
+        answers_a(server, "changed.scale.test.", Duration::from_millis(500)).then_some(())
     })?;
     record(3, elapsed.as_secs_f64() * 1000.0);
     Ok(())

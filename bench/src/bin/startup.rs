@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use bench::{
-    control_plane_pss_kib, control_plane_rss_kib, launch, print_header, print_row, until,
-    write_config, Flavor,
+    answers_a, control_plane_pss_kib, control_plane_rss_kib, launch, print_header, print_row,
+    until, write_config, Flavor,
 };
 use nix::sys::signal::Signal;
-use testbed::{dns, Bed};
+use testbed::Bed;
 
 #[derive(Default)]
 struct Samples {
@@ -34,14 +34,7 @@ fn one_run(bed: &Bed, flavor: Flavor, workers: u32, samples: &mut Samples) -> Re
     // The first answer is polled on its own thread while this one blocks on READY=1.
     let poller = std::thread::spawn(move || {
         until(t0, Duration::from_secs(120), || {
-            dns::query_udp(
-                server,
-                "bench.test.",
-                dns::TYPE_A,
-                Duration::from_millis(20),
-            )
-            .ok()
-            .filter(|r| !r.a().is_empty())
+            answers_a(server, "bench.test.", Duration::from_millis(20)).then_some(())
         })
         .map(|(elapsed, _)| elapsed)
     });

@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use bench::{launch, print_header, print_row, until, write_config, Flavor};
+use bench::{answers_a, launch, print_header, print_row, until, write_config, Flavor};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use testbed::{dns, Bed};
+use testbed::Bed;
 
 /// Longer than the stable period after which our supervisor forgives earlier failures.
 const SPACING: Duration = Duration::from_secs(6);
@@ -37,10 +37,8 @@ fn run(bed: &Bed, flavor: Flavor, kills: usize) -> Result<Vec<f64>> {
         let old = kresd_pid(&launched).context("no kresd")?;
         let t0 = Instant::now();
         kill(Pid::from_raw(old), Signal::SIGKILL)?;
-        let (elapsed, _) = until(t0, Duration::from_secs(60), || {
-            dns::query_udp(server, "bench.test.", dns::TYPE_A, Duration::from_millis(5))
-                .ok()
-                .filter(|r| !r.a().is_empty())
+        let (elapsed, ()) = until(t0, Duration::from_secs(60), || {
+            answers_a(server, "bench.test.", Duration::from_millis(5)).then_some(())
         })?;
         samples.push(elapsed.as_secs_f64() * 1000.0);
         // The new worker must be a different process.
