@@ -408,11 +408,7 @@ fn migrate(args: &MigrateArgs) -> ExitCode {
 
 async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), client::ClientError> {
     match command {
-        ApiCommand::Config(ConfigArgs { op: None }) => {
-            let _ = <Cli as clap::CommandFactory>::command()
-                .find_subcommand_mut("config")
-                .map(|c| c.print_help());
-        }
+        ApiCommand::Config(ConfigArgs { op: None }) => print_help("config"),
         ApiCommand::Config(ConfigArgs {
             op:
                 Some(ConfigOp::Get {
@@ -421,45 +417,23 @@ async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), client::
                     yaml: _,
                     file,
                 }),
+        }) => config_get(client, &path, json, file.as_deref()).await?,
+        ApiCommand::Config(ConfigArgs {
+            op:
+                Some(ConfigOp::Set {
+                    path,
+                    value_or_file,
+                }),
+        }) => config_set(client, &path, value_or_file).await?,
+        ApiCommand::Config(ConfigArgs {
+            op: Some(ConfigOp::Delete { path }),
         }) => {
-            let body = client
-                .request("GET", &format!("/v1/config{path}"), None)
+            client
+                .request("DELETE", &format!("/v1/config{path}"), None)
                 .await?
                 .ok()?;
-            let value: Value = if body.is_empty() {
-                Value::Null
-            } else {
-                serde_json::from_slice(&body)?
-            };
-            let text = if json {
-                format!("{}\n", serde_json::to_string_pretty(&value)?)
-            } else {
-                to_yaml(&value)
-            };
-            match file {
-                Some(f) => {
-                    std::fs::write(&f, text)?;
-                    println!("saved to: {}", f.display());
-                }
-                None => print!("{text}"),
-            }
         }
-        ApiCommand::Pids { proc_type, json } => {
-            let body = client
-                .request("GET", &format!("/processes/{proc_type}"), None)
-                .await?
-                .ok()?;
-            let value: Value = serde_json::from_slice(&body)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&value)?);
-            } else if let Value::Array(list) = value {
-                for p in list {
-                    if let Some(pid) = p.get("pid").and_then(Value::as_i64) {
-                        println!("{pid}");
-                    }
-                }
-            }
-        }
+        ApiCommand::Pids { proc_type, json } => pids(client, &proc_type, json).await?,
         ApiCommand::Stop => {
             client.request("POST", "/stop", None).await?.ok()?;
         }
@@ -474,82 +448,17 @@ async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), client::
             emit(&String::from_utf8_lossy(&body), file.as_deref())?;
         }
         ApiCommand::Processes { json } => {
-            let body = client.request("GET", "/processes", None).await?.ok()?;
-            let value: Value = serde_json::from_slice(&body)?;
+            let value = json_body(&client.request("GET", "/processes", None).await?.ok()?)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&value)?);
             } else {
                 print!("{}", processes_table(&value));
             }
         }
-        ApiCommand::Config(ConfigArgs {
-            op:
-                Some(ConfigOp::Set {
-                    path,
-                    value_or_file,
-                }),
-        }) => {
-            let text = match value_or_file {
-                Some(v) if std::path::Path::new(&v).is_file() => std::fs::read_to_string(&v)?,
-                Some(v) => v,
-                None => {
-                    use std::io::BufRead;
-                    eprint!("Type new configuration: ");
-                    let mut line = String::new();
-                    std::io::stdin().lock().read_line(&mut line)?;
-                    line
-                }
-            };
-            let value = crate::config::parse_document(&text, std::path::Path::new("value.yaml"))
-                .map_err(|e| client::ClientError::Invalid(e.to_string()))?;
-            let body = client
-                .request(
-                    "PUT",
-                    &format!("/v1/config{path}"),
-                    Some(serde_json::to_vec(&value)?),
-                )
-                .await?
-                .ok()?;
-            if !body.is_empty() {
-                println!("{}", String::from_utf8_lossy(&body));
-            }
-        }
-        ApiCommand::Config(ConfigArgs {
-            op: Some(ConfigOp::Delete { path }),
-        }) => {
-            client
-                .request("DELETE", &format!("/v1/config{path}"), None)
-                .await?
-                .ok()?;
-        }
         ApiCommand::Metrics { prometheus, file } => {
-            let path = if prometheus {
-                "/metrics/prometheus"
-            } else {
-                "/metrics/json"
-            };
-            let response = client.request("GET", path, None).await?;
-            if prometheus && response.status == 404 {
-                return Err(client::ClientError::Status {
-                    status: 404,
-                    body: "Prometheus is unavailable due to missing optional dependencies"
-                        .to_owned(),
-                });
-            }
-            let body = response.ok()?;
-            let text = if prometheus {
-                String::from_utf8_lossy(&body).into_owned()
-            } else {
-                let value: Value = serde_json::from_slice(&body)?;
-                format!("{}\n", serde_json::to_string_pretty(&value)?)
-            };
-            emit(&text, file.as_deref())?;
+            metrics(client, prometheus, file.as_deref()).await?;
         }
-        ApiCommand::Cache(CacheArgs { op: None }) => {
-            let _ = <Cli as clap::CommandFactory>::command()
-                .find_subcommand_mut("cache")
-                .map(|c| c.print_help());
-        }
+        ApiCommand::Cache(CacheArgs { op: None }) => print_help("cache"),
         ApiCommand::Cache(CacheArgs {
             op:
                 Some(CacheOp::Clear {
@@ -570,28 +479,141 @@ async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), client::
                 body.insert("rr-type".into(), Value::String(t));
             }
             body.insert("chunk-size".into(), Value::from(chunk_size));
-            let body = Value::Object(body);
-            // Validate locally first, like upstream: a bad request never reaches the resolver.
-            if let Err(errors) = crate::cache_clear::CacheClear::from_json(&body) {
-                return Err(client::ClientError::Invalid(errors.join("\n")));
-            }
-            let response = client
-                .request("POST", "/cache/clear", Some(serde_json::to_vec(&body)?))
-                .await?
-                .ok()?;
-            let value: Value = if response.is_empty() {
-                Value::Null
-            } else {
-                serde_json::from_slice(&response)?
-            };
-            let text = if json {
-                format!("{}\n", serde_json::to_string_pretty(&value)?)
-            } else {
-                to_yaml(&value)
-            };
-            print!("{text}");
+            cache_clear(client, Value::Object(body), json).await?;
         }
     }
+    Ok(())
+}
+
+/// The help of a command given without its subcommand, as upstream prints it.
+fn print_help(command: &str) {
+    let _ = <Cli as clap::CommandFactory>::command()
+        .find_subcommand_mut(command)
+        .map(|c| c.print_help());
+}
+
+/// A JSON response body; an empty one is `null`.
+fn json_body(body: &[u8]) -> Result<Value, client::ClientError> {
+    if body.is_empty() {
+        Ok(Value::Null)
+    } else {
+        Ok(serde_json::from_slice(body)?)
+    }
+}
+
+/// A value as pretty JSON or as YAML, newline-terminated.
+fn json_or_yaml(value: &Value, json: bool) -> Result<String, client::ClientError> {
+    if json {
+        Ok(format!("{}\n", serde_json::to_string_pretty(value)?))
+    } else {
+        Ok(to_yaml(value))
+    }
+}
+
+async fn config_get(
+    client: &ApiClient,
+    path: &str,
+    json: bool,
+    file: Option<&std::path::Path>,
+) -> Result<(), client::ClientError> {
+    let body = client
+        .request("GET", &format!("/v1/config{path}"), None)
+        .await?
+        .ok()?;
+    emit(&json_or_yaml(&json_body(&body)?, json)?, file)
+}
+
+/// `config set`: the value is given, or a file holding it, or typed on standard input.
+async fn config_set(
+    client: &ApiClient,
+    path: &str,
+    value_or_file: Option<String>,
+) -> Result<(), client::ClientError> {
+    let text = match value_or_file {
+        Some(v) if std::path::Path::new(&v).is_file() => std::fs::read_to_string(&v)?,
+        Some(v) => v,
+        None => {
+            use std::io::BufRead;
+            eprint!("Type new configuration: ");
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line)?;
+            line
+        }
+    };
+    let value = crate::config::parse_document(&text, std::path::Path::new("value.yaml"))
+        .map_err(|e| client::ClientError::Invalid(e.to_string()))?;
+    let body = client
+        .request(
+            "PUT",
+            &format!("/v1/config{path}"),
+            Some(serde_json::to_vec(&value)?),
+        )
+        .await?
+        .ok()?;
+    if !body.is_empty() {
+        println!("{}", String::from_utf8_lossy(&body));
+    }
+    Ok(())
+}
+
+async fn pids(client: &ApiClient, proc_type: &str, json: bool) -> Result<(), client::ClientError> {
+    let body = client
+        .request("GET", &format!("/processes/{proc_type}"), None)
+        .await?
+        .ok()?;
+    let value: Value = serde_json::from_slice(&body)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else if let Value::Array(list) = value {
+        for p in list {
+            if let Some(pid) = p.get("pid").and_then(Value::as_i64) {
+                println!("{pid}");
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn metrics(
+    client: &ApiClient,
+    prometheus: bool,
+    file: Option<&std::path::Path>,
+) -> Result<(), client::ClientError> {
+    let path = if prometheus {
+        "/metrics/prometheus"
+    } else {
+        "/metrics/json"
+    };
+    let response = client.request("GET", path, None).await?;
+    if prometheus && response.status == 404 {
+        return Err(client::ClientError::Status {
+            status: 404,
+            body: "Prometheus is unavailable due to missing optional dependencies".to_owned(),
+        });
+    }
+    let body = response.ok()?;
+    let text = if prometheus {
+        String::from_utf8_lossy(&body).into_owned()
+    } else {
+        json_or_yaml(&serde_json::from_slice(&body)?, true)?
+    };
+    emit(&text, file)
+}
+
+async fn cache_clear(
+    client: &ApiClient,
+    body: Value,
+    json: bool,
+) -> Result<(), client::ClientError> {
+    // Validate locally first, like upstream: a bad request never reaches the resolver.
+    if let Err(errors) = crate::cache_clear::CacheClear::from_json(&body) {
+        return Err(client::ClientError::Invalid(errors.join("\n")));
+    }
+    let response = client
+        .request("POST", "/cache/clear", Some(serde_json::to_vec(&body)?))
+        .await?
+        .ok()?;
+    print!("{}", json_or_yaml(&json_body(&response)?, json)?);
     Ok(())
 }
 

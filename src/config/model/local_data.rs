@@ -1,0 +1,165 @@
+//! The `local-data` section: its description (types, defaults, documentation and rules, as in
+//! upstream's datamodel) and the typed form the rest of the crate reads. Field documentation
+//! lives in the description only; it is what `kresctl schema` serves.
+
+use super::blocks::*;
+
+pub(super) fn local_data() -> ObjectDef {
+    let mut rule = section(
+        "knot_resolver.datamodel.local_data_schema.RuleSchema",
+        Some("Local data advanced rule configuration."),
+        vec![
+            f("name", opt(loi(v(&vt::DOMAIN_NAME))), Value::Null, "Hostname(s)."),
+            f("subtree", opt(Ty::Literal(&["empty", "nxdomain", "redirect"])), Value::Null, "Type of subtree."),
+            f("address", opt(loi(ip_address())), Value::Null, "Address(es) to pair with hostname(s)."),
+            f("file", opt(loi(v(&vt::READABLE_FILE))), Value::Null, "Path to file(s) with hostname and IP address(es) pairs in '/etc/hosts' like format."),
+            f("records", opt(v(&vt::ESCAPED_STR)), Value::Null, "Direct addition of records in DNS zone file format."),
+            f("tags", opt(list(v(&vt::ID_PATTERN_TYPE))), Value::Null, "Tags to link with other policy rules."),
+            f("ttl", opt(v(&vt::TIME_UNIT)), Value::Null, "Optional, TTL value used for these answers."),
+            f("nodata", opt(Ty::Bool), Value::Null, "Optional, use NODATA synthesis. NODATA will be synthesized for matching name, but mismatching type(e.g. AAAA query when only A exists)."),
+        ],
+    );
+    rule.validate = Some(|m, _, path| {
+        let address = is_set(m, "address");
+        let subtree = m.get("subtree").and_then(Value::as_str);
+        let sum = [
+            address,
+            subtree.is_some(),
+            is_set(m, "file"),
+            is_set(m, "records"),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count();
+        if sum == 2 && address && matches!(subtree, Some("empty" | "redirect")) {
+            // these combinations still make sense
+        } else if sum > 1 {
+            return fail(
+                path,
+                "only one of 'address', 'subtree' or 'file' can be configured",
+            );
+        } else if sum < 1 {
+            return fail(
+                path,
+                "one of 'address', 'subtree', 'file' or 'records' must be configured",
+            );
+        }
+        let sum2 = [is_set(m, "name"), is_set(m, "file"), is_set(m, "records")]
+            .iter()
+            .filter(|b| **b)
+            .count();
+        if sum2 != 1 {
+            return fail(path, "one of 'name', 'file or 'records' must be configured");
+        }
+        if is_true(m, "nodata") && subtree.is_some() && !address {
+            return fail(path, "'nodata' defined but unused with 'subtree'");
+        }
+        Ok(())
+    });
+    let mut rpz = section(
+        "knot_resolver.datamodel.local_data_schema.RPZSchema",
+        Some("Configuration or Response Policy Zone (RPZ)."),
+        vec![
+            req("file", v(&vt::READABLE_FILE), "Path to the RPZ zone file."),
+            f("watchdog", watchdog_ty(), json!("auto"), "Enables files watchdog for configured RPZ file. Requires the optional 'watchdog' dependency."),
+            f("tags", opt(list(v(&vt::ID_PATTERN_TYPE))), Value::Null, "Tags to link with other policy rules."),
+            f("log", opt(list(Ty::Literal(&["ip", "name"]))), Value::Null, "Enables logging information whenever this RPZ matches."),
+        ],
+    );
+    rpz.transform = Some(|m, _, _| {
+        resolve_watchdog(m);
+        Ok(())
+    });
+    rpz.validate = Some(|m, _, path| {
+        if is_true(m, "watchdog") && !WATCHDOG_AVAILABLE {
+            return fail(path, "'watchdog' is enabled, but the required 'watchdog' dependency (optional) is not installed");
+        }
+        Ok(())
+    });
+    section(
+        "knot_resolver.datamodel.local_data_schema.LocalDataSchema",
+        Some("Local data for forward records (A/AAAA) and reverse records (PTR)."),
+        vec![
+            f("ttl", opt(v(&vt::TIME_UNIT)), Value::Null, "Default TTL value used for added local data/records."),
+            f("nodata", Ty::Bool, json!(true), "Use NODATA synthesis. NODATA will be synthesized for matching name, but mismatching type(e.g. AAAA query when only A exists)."),
+            f("addresses", opt(Ty::Dict(Box::new(v(&vt::DOMAIN_NAME)), Box::new(loi(ip_address())))), Value::Null, "Direct addition of hostname and IP addresses pairs."),
+            f("addresses-files", opt(list(v(&vt::READABLE_FILE))), Value::Null, "Direct addition of hostname and IP addresses pairs from files in '/etc/hosts' like format."),
+            f("records", opt(v(&vt::ESCAPED_STR)), Value::Null, "Direct addition of records in DNS zone file format."),
+            f("rules", opt(list(obj(rule))), Value::Null, "Local data rules."),
+            f("rpz", opt(list(obj(rpz))), Value::Null, "List of Response Policy Zones and its configuration."),
+        ],
+    )
+}
+
+pub(super) fn de_addresses<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<AddressPairs>, D::Error> {
+    use serde::de::Error;
+    let Some(map) = Option::<Map<String, Value>>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity(map.len());
+    for (name, addrs) in map {
+        let name = DomainName::parse(&name).map_err(D::Error::custom)?;
+        let addrs: Vec<std::net::IpAddr> =
+            serde_json::from_value(addrs).map_err(D::Error::custom)?;
+        out.push((name, addrs));
+    }
+    Ok(Some(out))
+}
+
+/// Kinds of subtree rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SubtreeKind {
+    Empty,
+    Nxdomain,
+    Redirect,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RuleSchema {
+    pub name: Option<Vec<DomainName>>,
+    pub subtree: Option<SubtreeKind>,
+    pub address: Option<Vec<std::net::IpAddr>>,
+    pub file: Option<Vec<PathBuf>>,
+    pub records: Option<EscapedStr>,
+    pub tags: Option<Vec<IdPattern>>,
+    pub ttl: Option<TimeUnit>,
+    pub nodata: Option<bool>,
+}
+
+/// What an RPZ match logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RpzLog {
+    Ip,
+    Name,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RpzSchema {
+    pub file: PathBuf,
+    pub watchdog: bool,
+    pub tags: Option<Vec<IdPattern>>,
+    pub log: Option<Vec<RpzLog>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct LocalDataSchema {
+    pub ttl: Option<TimeUnit>,
+    pub nodata: bool,
+    /// Name → addresses, in document order.
+    #[serde(deserialize_with = "de_addresses")]
+    pub addresses: Option<Vec<(DomainName, Vec<std::net::IpAddr>)>>,
+    pub addresses_files: Option<Vec<PathBuf>>,
+    /// Zone-file text.
+    pub records: Option<String>,
+    pub rules: Option<Vec<RuleSchema>>,
+    pub rpz: Option<Vec<RpzSchema>>,
+}
+
+type AddressPairs = Vec<(DomainName, Vec<std::net::IpAddr>)>;

@@ -1,0 +1,265 @@
+//! Both halves of every section agree: the description and the typed form name the same fields,
+//! every object the description can produce has a typed form, and a section's defaults (after its
+//! transforms) deserialise into that form.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::Path;
+
+use serde::de::{DeserializeOwned, Visitor};
+use serde::Deserializer;
+
+use super::*;
+use crate::config::engine::{map_object, Ctx, ObjectDef, Ty};
+
+/// A deserializer that only records which fields a struct asks for.
+struct Probe<'a>(&'a mut Option<&'static [&'static str]>);
+
+#[derive(Debug)]
+struct Probed;
+
+impl fmt::Display for Probed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("probed")
+    }
+}
+
+impl std::error::Error for Probed {}
+
+impl serde::de::Error for Probed {
+    fn custom<T: fmt::Display>(_: T) -> Self {
+        Probed
+    }
+}
+
+impl<'de> Deserializer<'de> for Probe<'_> {
+    type Error = Probed;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Probed> {
+        Err(Probed)
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, Probed> {
+        *self.0 = Some(fields);
+        Err(Probed)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
+}
+
+/// The wire names of a typed form's fields.
+fn fields_of<T: DeserializeOwned>() -> BTreeSet<&'static str> {
+    let mut fields = None;
+    assert!(T::deserialize(Probe(&mut fields)).is_err());
+    fields
+        .expect("a typed form of a section is a struct")
+        .iter()
+        .copied()
+        .collect()
+}
+
+/// One section's typed form: its fields, and a check that a normalized value deserialises into it.
+struct Typed {
+    fields: BTreeSet<&'static str>,
+    accepts: fn(Value) -> Result<(), String>,
+    /// Fields the description has and its transform consumes before the typed form sees them.
+    consumed: &'static [&'static str],
+    /// The smallest valid input: the required fields and the choices the section's rules demand.
+    minimal: Value,
+}
+
+fn typed<T: DeserializeOwned>() -> Typed {
+    Typed {
+        fields: fields_of::<T>(),
+        accepts: |v| {
+            serde_json::from_value::<T>(v)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        },
+        consumed: &[],
+        minimal: json!({}),
+    }
+}
+
+impl Typed {
+    fn minimal(self, minimal: Value) -> Typed {
+        Typed { minimal, ..self }
+    }
+}
+
+/// Every description class and its typed form.
+fn typed_forms() -> Vec<(&'static str, Typed)> {
+    vec![
+        (
+            "KresConfig",
+            Typed {
+                consumed: &["version"],
+                ..typed::<KresConfig>()
+            },
+        ),
+        (
+            "ManagementSchema",
+            typed::<ManagementSchema>().minimal(json!({"unix-socket": "/run/kres-api.sock"})),
+        ),
+        ("OptionsSchema", typed::<OptionsSchema>()),
+        ("NetworkSchema", typed::<NetworkSchema>()),
+        ("EdnsBufferSizeSchema", typed::<EdnsBufferSizeSchema>()),
+        (
+            "AddressRenumberingSchema",
+            typed::<AddressRenumberingSchema>()
+                .minimal(json!({"source": "10.0.0.0/24", "destination": "192.0.2.0"})),
+        ),
+        ("TLSSchema", typed::<TlsSchema>()),
+        ("ProxyProtocolSchema", typed::<ProxyProtocolSchema>()),
+        ("QUICSchema", typed::<QuicSchema>()),
+        (
+            "ListenSchema",
+            typed::<ListenSchema>().minimal(json!({"interface": "127.0.0.1"})),
+        ),
+        (
+            "ViewSchema",
+            typed::<ViewSchema>()
+                .minimal(json!({"subnets": ["192.0.2.0/24"], "answer": "refused"})),
+        ),
+        ("ViewOptionsSchema", typed::<ViewOptionsSchema>()),
+        ("LocalDataSchema", typed::<LocalDataSchema>()),
+        (
+            "RuleSchema",
+            typed::<RuleSchema>().minimal(json!({"name": "example.org", "address": "192.0.2.1"})),
+        ),
+        (
+            "RPZSchema",
+            typed::<RpzSchema>().minimal(json!({"file": "/rpz.zone"})),
+        ),
+        (
+            "ForwardSchema",
+            typed::<ForwardSchema>().minimal(json!({"subtree": ".", "servers": ["127.0.0.1"]})),
+        ),
+        ("ForwardOptionsSchema", typed::<ForwardOptionsSchema>()),
+        (
+            "ForwardServerSchema",
+            typed::<ForwardServerSchema>().minimal(json!({"address": "127.0.0.1"})),
+        ),
+        ("FallbackSchema", typed::<FallbackSchema>()),
+        ("CacheSchema", typed::<CacheSchema>()),
+        ("GarbageCollectorSchema", typed::<GarbageCollectorSchema>()),
+        (
+            "PrefillSchema",
+            typed::<PrefillSchema>()
+                .minimal(json!({"origin": ".", "url": "https://example.org/root.zone"})),
+        ),
+        ("PredictionSchema", typed::<PredictionSchema>()),
+        ("PrefetchSchema", typed::<PrefetchSchema>()),
+        ("DnssecSchema", typed::<DnssecSchema>()),
+        (
+            "TrustAnchorFileSchema",
+            typed::<TrustAnchorFileSchema>().minimal(json!({"file": "/root.key"})),
+        ),
+        ("Dns64Schema", typed::<Dns64Schema>()),
+        ("LoggingSchema", typed::<LoggingSchema>()),
+        ("DnstapSchema", typed::<DnstapSchema>()),
+        ("MonitoringSchema", typed::<MonitoringSchema>()),
+        ("GraphiteSchema", typed::<GraphiteSchema>()),
+        ("RateLimitingSchema", typed::<RateLimitingSchema>()),
+        ("DeferSchema", typed::<DeferSchema>()),
+        ("LuaSchema", typed::<LuaSchema>()),
+    ]
+}
+
+/// Every section object reachable from the root description, each once.
+fn described_objects() -> Vec<&'static ObjectDef> {
+    fn walk<'a>(ty: &'a Ty, out: &mut Vec<&'a ObjectDef>) {
+        match ty {
+            Ty::Optional(inner) | Ty::List(inner) | Ty::ListOrItem(inner) => walk(inner, out),
+            Ty::Dict(key, value) => {
+                walk(key, out);
+                walk(value, out);
+            }
+            Ty::Union(variants) => variants.iter().for_each(|t| walk(t, out)),
+            Ty::Object(def) => object(def, out),
+            Ty::Null
+            | Ty::Bool
+            | Ty::PlainInt
+            | Ty::Int(_)
+            | Ty::Str
+            | Ty::Value(_)
+            | Ty::Literal(_) => {}
+        }
+    }
+    fn object<'a>(def: &'a ObjectDef, out: &mut Vec<&'a ObjectDef>) {
+        if out.iter().any(|d| d.class == def.class) {
+            return;
+        }
+        out.push(def);
+        def.fields.iter().for_each(|f| walk(&f.ty, out));
+    }
+    let mut out = Vec::new();
+    object(root_def(), &mut out);
+    out
+}
+
+fn short(class: &str) -> &str {
+    class.rsplit('.').next().unwrap_or(class)
+}
+
+#[test]
+fn every_described_field_has_a_typed_field_and_back() {
+    let forms = typed_forms();
+    let described = described_objects();
+    for def in &described {
+        let name = short(def.class);
+        let Some((_, form)) = forms.iter().find(|(c, _)| *c == name) else {
+            panic!("section {name} is described but has no typed form in this table");
+        };
+        let in_description: BTreeSet<&str> = def
+            .fields
+            .iter()
+            .map(|f| f.name)
+            .filter(|n| !form.consumed.contains(n))
+            .collect();
+        assert_eq!(
+            in_description, form.fields,
+            "{name}: the description's fields (left) and the typed form's (right) differ"
+        );
+    }
+    for (class, _) in &forms {
+        assert!(
+            described.iter().any(|d| short(d.class) == *class),
+            "{class} has a typed form but the description never produces it"
+        );
+    }
+}
+
+#[test]
+fn every_sections_smallest_input_deserialises_into_its_typed_form() {
+    let forms = typed_forms();
+    let ctx = Ctx {
+        resolve_root: Path::new("/"),
+        strict: false,
+    };
+    for def in described_objects() {
+        let name = short(def.class);
+        let Some((_, form)) = forms.iter().find(|(c, _)| *c == name) else {
+            continue; // reported by the test above
+        };
+        let Value::Object(input) = &form.minimal else {
+            panic!("{name}: the smallest input is not an object");
+        };
+        let normalized = match map_object(def, input, "", &ctx) {
+            Ok(normalized) => normalized,
+            Err(e) => panic!("{name}: {} is refused: {e:?}", form.minimal),
+        };
+        if let Err(e) = (form.accepts)(normalized.clone()) {
+            panic!("{name}: its normalized form {normalized} does not deserialise: {e}");
+        }
+    }
+}
