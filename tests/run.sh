@@ -15,6 +15,10 @@ echo "== provisioning the test bed"
 if ! command -v openssl >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl
 fi
+# The systemd bed boots the rootfs with systemd-nspawn (tests/systemd.rs).
+if ! command -v systemd-nspawn >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd-container
+fi
 if ! command -v kresd >/dev/null || ! kresd --version 2>/dev/null | grep -q 'version 6\.'; then
     bash tests/testbed/provision-rootfs.sh
 fi

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use knot_resolver::config::{LogLevel, LogTarget};
+use knot_resolver::daemon::{logging, LogArgs};
 use knot_resolver::manager::listen::SocketOwner;
 
 /// Knot Resolver: supervisor and manager of kresd workers.
@@ -32,10 +34,25 @@ struct Args {
     /// Print the version and exit.
     #[arg(short = 'V', long = "version", action = clap::ArgAction::Version)]
     version: Option<bool>,
+    /// Startup logging level before the configuration is loaded (then `logging.level`).
+    #[arg(long = "loglevel", value_name = "LEVEL", default_value = "notice",
+          value_parser = ["debug", "info", "notice", "warning", "error", "critical"])]
+    loglevel: String,
+    /// Startup logging target before the configuration is loaded; what `logging.target:
+    /// from-arg` (the default) means. Under systemd, `stdout` and `stderr` go to the journal
+    /// natively too.
+    #[arg(long = "logtarget", value_name = "TARGET", default_value = "stdout",
+          value_parser = ["stdout", "stderr", "syslog"])]
+    logtarget: String,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    let log = LogArgs {
+        level: logging::level_from_arg(&args.loglevel).unwrap_or(LogLevel::Notice),
+        target: logging::target_from_arg(&args.logtarget).unwrap_or(LogTarget::Stdout),
+    };
+    knot_resolver::config::set_logtarget_arg(log.target);
     let env = std::env::var_os(knot_resolver::daemon::KRESD_BINDS_SOCKETS_VAR)
         .is_some_and(|v| !v.is_empty() && v != "0");
     let owner = if args.kresd_binds_sockets || env {
@@ -49,11 +66,12 @@ fn main() -> ExitCode {
             .filter(|v| !v.is_empty())
     });
     if args.manager_process {
-        return knot_resolver::daemon::manager_process::run(args.config, owner, worker_user);
+        return knot_resolver::daemon::manager_process::run(args.config, owner, worker_user, log);
     }
     knot_resolver::daemon::run(knot_resolver::daemon::Invocation {
         config_files: args.config,
         worker_user,
+        log,
         args: std::env::args_os().skip(1).collect(),
     })
 }

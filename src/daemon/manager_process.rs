@@ -22,9 +22,9 @@ use supervisor::Backoff;
 use tokio::sync::{mpsc, watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
+use super::logging::Logging;
 use super::{
-    init_tracing, resolve_user, FAULT_INJECTION_VAR, LINK_FD, MANAGER_FLAG, STORED_API,
-    STORED_CONFIG,
+    resolve_user, LogArgs, FAULT_INJECTION_VAR, LINK_FD, MANAGER_FLAG, STORED_API, STORED_CONFIG,
 };
 use crate::api::{self, ApiState};
 use crate::config::{self, LoadedConfig, ValidationContext};
@@ -47,7 +47,9 @@ pub fn run(
     files: Vec<PathBuf>,
     socket_owner: SocketOwner,
     worker_user: Option<String>,
+    log: LogArgs,
 ) -> ExitCode {
+    let logging = Logging::init(log.level, log.target, &PROCESS_NAME.to_string_lossy());
     // `ps` and `top` show the manager by this name rather than the `exe` it was started as.
     let _ = nix::sys::prctl::set_name(PROCESS_NAME);
     limit_resources();
@@ -64,7 +66,7 @@ pub fn run(
         .collect();
     crate::block_on(
         "knot-resolver manager",
-        serve(link, files, socket_owner, worker_user),
+        serve(link, files, socket_owner, worker_user, logging),
     )
 }
 
@@ -73,6 +75,7 @@ async fn serve(
     files: Vec<PathBuf>,
     socket_owner: SocketOwner,
     worker_user: Option<String>,
+    logging: Option<&'static Logging>,
 ) -> ExitCode {
     let started_at = std::time::Instant::now();
     let parent = match Link::from_fd(link) {
@@ -114,7 +117,9 @@ async fn serve(
             return ExitCode::from(1);
         }
     };
-    init_tracing(loaded.model.logging.level.as_str());
+    if let Some(logging) = logging {
+        logging.configure(loaded.model.logging.level, loaded.model.logging.target);
+    }
     let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP]) {
         Ok(s) => s,
         Err(e) => {
@@ -248,13 +253,13 @@ async fn serve(
                         incarnation = parent.incarnation,
                         "manager process restarted; serving the API again"
                     );
-                    upward.status("Ready");
+                    upward.status(&crate::manager::task::ready_status(&handle.config()));
                 } else {
                     tracing::info!(
                         "Manager fully initialized and running in {:.3} seconds",
                         started_at.elapsed().as_secs_f64()
                     );
-                    upward.ready("Ready");
+                    upward.ready(&crate::manager::task::ready_status(&handle.config()));
                 }
             }
             Err(e) => {

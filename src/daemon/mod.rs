@@ -6,6 +6,7 @@
 //! Dependencies go one way: this module uses `api`, `watchdog` and `manager`; none of them
 //! uses it.
 
+pub mod logging;
 pub mod manager_process;
 pub mod root;
 
@@ -41,23 +42,11 @@ pub const STORED_API: &str = "api";
 /// Fd store name of the running configuration (JSON in a sealed memfd).
 pub const STORED_CONFIG: &str = "config";
 
-/// Log to stderr in one format for the root and the manager process (which shares the
-/// root's stderr).
-pub fn init_tracing(level: &str) {
-    let level = match level {
-        "crit" | "err" => "error",
-        "warning" => "warn",
-        "notice" | "info" => "info",
-        "debug" => "debug",
-        _ => "info",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KRES_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},child=info")));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false);
-    let _ = builder.try_init();
+/// The logging options of the command line (`--loglevel`, `--logtarget`).
+#[derive(Debug, Clone, Copy)]
+pub struct LogArgs {
+    pub level: crate::config::LogLevel,
+    pub target: crate::config::LogTarget,
 }
 
 /// The uid and gid of `name`, from the user database.

@@ -24,7 +24,8 @@ use supervisor::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{init_tracing, resolve_user, LINK_FD, MANAGER_HANG_VAR, STORED_API, STORED_CONFIG};
+use super::logging::Logging;
+use super::{resolve_user, LogArgs, LINK_FD, MANAGER_HANG_VAR, STORED_API, STORED_CONFIG};
 use crate::config::{self, ManagementSchema};
 use crate::manager::Executables;
 use crate::service::{self, ServiceKind};
@@ -59,12 +60,15 @@ pub struct Invocation {
     pub config_files: Vec<PathBuf>,
     /// `--worker-user` or its environment form.
     pub worker_user: Option<String>,
+    /// `--loglevel` and `--logtarget`.
+    pub log: LogArgs,
     /// Our command line after the program name, passed on to the manager process unchanged.
     pub args: Vec<OsString>,
 }
 
 /// Parse, lock and run. Returns the process exit code.
 pub fn run(invocation: Invocation) -> ExitCode {
+    let logging = Logging::init(invocation.log.level, invocation.log.target, "knot-resolver");
     let files: Vec<PathBuf> = invocation
         .config_files
         .iter()
@@ -73,11 +77,13 @@ pub fn run(invocation: Invocation) -> ExitCode {
     let loaded = match config::load_files(&files, crate::config::PathChecks::Strict) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("knot-resolver: {e}");
+            tracing::error!("{e}");
             return ExitCode::from(1);
         }
     };
-    init_tracing(loaded.model.logging.level.as_str());
+    if let Some(logging) = logging {
+        logging.configure(loaded.model.logging.level, loaded.model.logging.target);
+    }
     let rundir = loaded.model.rundir.clone();
     let management = loaded.model.management.clone();
     drop(loaded);

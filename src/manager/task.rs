@@ -83,6 +83,13 @@ impl Instability {
     }
 }
 
+/// What systemd shows as the service's status while it serves `config`.
+pub fn ready_status(config: &crate::config::LoadedConfig) -> String {
+    let workers = config.model.workers;
+    let plural = if workers == 1 { "" } else { "s" };
+    format!("Ready: {workers} worker{plural} configured")
+}
+
 /// One incarnation. The first one starts everything; later ones adopt.
 pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyError> {
     let mut manager = Manager::new(
@@ -168,12 +175,11 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                         Err(e.into())
                     }
                 };
-                let status = if result.is_ok() {
-                    "Ready"
-                } else {
-                    "Ready; the last reload failed, see the log"
-                };
-                ctx.upward.ready(status);
+                let mut status = ready_status(&manager.config());
+                if result.is_err() {
+                    status.push_str("; the last reload failed, see the log");
+                }
+                ctx.upward.ready(&status);
                 let _ = reply.send(result);
             }
             ManagerCommand::Renew { restart, reply } => {

@@ -2,7 +2,18 @@
 //! upstream's datamodel) and the typed form the rest of the crate reads. Field documentation
 //! lives in the description only; it is what `kresctl schema` serves.
 
+use std::sync::OnceLock;
+
 use super::blocks::*;
+
+/// `--logtarget` of this process, when it has one.
+static LOGTARGET_ARG: OnceLock<LogTarget> = OnceLock::new();
+
+/// Record this process's `--logtarget`: what `logging.target: from-arg` resolves to (ahead of
+/// `KRES_LOGTARGET`, which upstream sets from the same option). Only the first call counts.
+pub fn set_logtarget_arg(target: LogTarget) {
+    let _ = LOGTARGET_ARG.set(target);
+}
 
 /// Logging levels, in upstream's order.
 pub const LOG_LEVELS: &[&str] = &["crit", "err", "warning", "notice", "info", "debug"];
@@ -132,8 +143,10 @@ pub(super) fn logging() -> ObjectDef {
     );
     d.transform = Some(|m, _, path| {
         if m.get("target").and_then(Value::as_str) == Some("from-arg") {
-            let target = std::env::var(LOGTARGET_ENV_VAR)
-                .ok()
+            let target = LOGTARGET_ARG
+                .get()
+                .map(|t| t.as_str().to_owned())
+                .or_else(|| std::env::var(LOGTARGET_ENV_VAR).ok())
                 .filter(|t| !t.is_empty())
                 .unwrap_or_else(|| "stdout".into());
             if !LOG_TARGETS.contains(&target.as_str()) {

@@ -11,6 +11,7 @@
 pub mod dns;
 pub mod http;
 pub mod load;
+pub mod machine;
 pub mod notify;
 pub mod procs;
 
@@ -77,6 +78,38 @@ fn provision_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("provision-rootfs.sh")
 }
 
+/// The Debian sid root filesystem, provisioned (once, cached) by `provision-rootfs.sh`.
+pub fn sid_rootfs() -> Result<PathBuf> {
+    static ROOTFS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let provisioned = ROOTFS.get_or_init(|| provision().map_err(|e| format!("{e:#}")));
+    match provisioned {
+        Ok(path) => Ok(path.clone()),
+        Err(e) => bail!("{e}"),
+    }
+}
+
+fn provision() -> Result<PathBuf> {
+    let out = Command::new("bash")
+        .arg(provision_script())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running provision-rootfs.sh")?;
+    if !out.status.success() {
+        bail!("provision-rootfs.sh failed with {}", out.status);
+    }
+    let rootfs = PathBuf::from(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim(),
+    );
+    if !rootfs.join("usr/sbin/kresd").exists() {
+        bail!("rootfs {} has no usr/sbin/kresd", rootfs.display());
+    }
+    Ok(rootfs)
+}
+
 impl Bed {
     /// The bed, set up on first use. An error here fails the test.
     pub fn get() -> Result<&'static Bed> {
@@ -96,24 +129,7 @@ impl Bed {
                 scratch_bed: scratch,
             });
         }
-        let out = Command::new("bash")
-            .arg(provision_script())
-            .stderr(Stdio::inherit())
-            .output()
-            .context("running provision-rootfs.sh")?;
-        if !out.status.success() {
-            bail!("provision-rootfs.sh failed with {}", out.status);
-        }
-        let rootfs = PathBuf::from(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .last()
-                .unwrap_or("")
-                .trim(),
-        );
-        if !rootfs.join("usr/sbin/kresd").exists() {
-            bail!("rootfs {} has no usr/sbin/kresd", rootfs.display());
-        }
+        let rootfs = sid_rootfs()?;
         remove_stale_scratch(&rootfs.join("tmp"));
         let rel = PathBuf::from(format!("tmp/kr-testbed-{}", std::process::id()));
         let scratch_host = rootfs.join(&rel);
@@ -221,7 +237,7 @@ impl Bed {
                 c
             }
         };
-        self.finish_launch(&mut cmd, env, marker, Stdio::piped())
+        self.finish_launch(&mut cmd, env, marker)
     }
 
     fn finish_launch(
@@ -229,8 +245,10 @@ impl Bed {
         cmd: &mut Command,
         env: &[(&str, &OsStr)],
         marker: String,
-        stdout: Stdio,
     ) -> Result<Launched> {
+        // Standard output and standard error into one pipe, read as one stream of lines
+        // (logging goes to stdout by default, as upstream's; an unread pipe would block it).
+        let (reader, writer) = std::io::pipe().context("creating the output pipe")?;
         cmd.env_clear()
             .env(
                 "PATH",
@@ -238,17 +256,18 @@ impl Bed {
             )
             .env(MARKER_VAR, &marker)
             .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(Stdio::piped());
+            .stdout(writer.try_clone().context("duplicating the output pipe")?)
+            .stderr(writer);
         if let Some(log) = std::env::var_os("KRES_LOG") {
             cmd.env("KRES_LOG", log);
         }
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().context("spawning the launcher")?;
-        let stderr = child.stderr.take();
-        let output = Output::collect(stderr);
+        let child = cmd.spawn().context("spawning the launcher")?;
+        // The command holds our write ends until the caller drops it, right after this
+        // returns; from then on EOF comes when the launched tree has closed its copies.
+        let output = Output::collect(Some(reader));
         Ok(Launched {
             child: Some(child),
             marker,
@@ -368,20 +387,20 @@ pub struct Output {
 }
 
 impl Output {
-    fn collect(stderr: Option<std::process::ChildStderr>) -> Output {
+    fn collect(stream: Option<impl std::io::Read + Send + 'static>) -> Output {
         let (eof_tx, eof_rx) = mpsc::channel::<()>();
         let out = Output {
             lines: Default::default(),
             tx: Default::default(),
             eof: std::sync::Arc::new(Mutex::new(Some(eof_rx))),
         };
-        if let Some(stderr) = stderr {
+        if let Some(stream) = stream {
             let o = out.clone();
             std::thread::spawn(move || {
                 // Dropped at EOF, which disconnects the receiver.
                 let _eof = eof_tx;
                 use std::io::BufRead;
-                let reader = std::io::BufReader::new(stderr);
+                let reader = std::io::BufReader::new(stream);
                 for line in reader.split(b'\n').map_while(|l| l.ok()) {
                     let line = String::from_utf8_lossy(&line).into_owned();
                     if std::env::var_os("KRES_TESTBED_ECHO").is_some() {

@@ -1,0 +1,291 @@
+//! Where log lines go. On a terminal or a plain pipe: a compact human format on the stream
+//! `logging.target` names. Under systemd (our stream is the one `JOURNAL_STREAM` names) or with
+//! target `syslog`: journald's native protocol, with `PRIORITY` from the level, the process's
+//! own name as `SYSLOG_IDENTIFIER` and no timestamp of ours. The root process also writes its
+//! children's output lines (the supervisor's `child` events) under the child's name (`kresd0`,
+//! `policy-loader`, `cache-gc`) with the child's pid as `SYSLOG_PID`.
+//!
+//! The level starts as `--loglevel` and becomes `logging.level` once a configuration is loaded
+//! ([`Logging::configure`]), like upstream's.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::format::{Compact, DefaultFields, Format};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{fmt, reload, EnvFilter, Layer, Registry};
+
+use crate::config::{LogLevel, LogTarget};
+
+/// The supervisor's target for lines its children wrote.
+const CHILD_TARGET: &str = "child";
+
+/// At most this many children get a journal identity of their own; lines of any further child
+/// go under the daemon's identifier (the set of children is small and fixed in practice).
+const MAX_CHILD_IDENTITIES: usize = 256;
+
+/// The `--loglevel` spellings (upstream's), as configuration levels.
+pub fn level_from_arg(arg: &str) -> Option<LogLevel> {
+    Some(match arg {
+        "critical" => LogLevel::Crit,
+        "error" => LogLevel::Err,
+        "warning" => LogLevel::Warning,
+        "notice" => LogLevel::Notice,
+        "info" => LogLevel::Info,
+        "debug" => LogLevel::Debug,
+        _ => return None,
+    })
+}
+
+/// The `--logtarget` spellings.
+pub fn target_from_arg(arg: &str) -> Option<LogTarget> {
+    Some(match arg {
+        "stdout" => LogTarget::Stdout,
+        "stderr" => LogTarget::Stderr,
+        "syslog" => LogTarget::Syslog,
+        _ => return None,
+    })
+}
+
+/// The sink lines go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sink {
+    Stdout = 0,
+    Stderr = 1,
+    Journal = 2,
+}
+
+impl Sink {
+    fn from_u8(v: u8) -> Sink {
+        match v {
+            0 => Sink::Stdout,
+            1 => Sink::Stderr,
+            _ => Sink::Journal,
+        }
+    }
+
+    /// The sink for `target`: the journal for `syslog`, and for a stream systemd connected to
+    /// the journal (`JOURNAL_STREAM` names its device and inode).
+    pub fn for_target(target: LogTarget) -> Sink {
+        match target {
+            LogTarget::Syslog => Sink::Journal,
+            LogTarget::Stdout if connected_to_journal(io::stdout().as_fd()) => Sink::Journal,
+            LogTarget::Stderr if connected_to_journal(io::stderr().as_fd()) => Sink::Journal,
+            LogTarget::Stdout => Sink::Stdout,
+            LogTarget::Stderr => Sink::Stderr,
+        }
+    }
+}
+
+/// Whether `fd` is the stream `JOURNAL_STREAM` (`<device>:<inode>`) names.
+fn connected_to_journal(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    let Some(value) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = value.to_str().and_then(|v| v.split_once(':')) else {
+        return false;
+    };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
+        return false;
+    };
+    nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_dev == dev && st.st_ino == ino)
+}
+
+/// The filter for a configuration level. `KRES_LOG` (an `EnvFilter` directive) overrides it.
+fn filter(level: LogLevel) -> EnvFilter {
+    let level = match level {
+        LogLevel::Crit | LogLevel::Err => "error",
+        LogLevel::Warning => "warn",
+        LogLevel::Notice | LogLevel::Info => "info",
+        LogLevel::Debug => "debug",
+    };
+    EnvFilter::try_from_env("KRES_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(format!("{level},{CHILD_TARGET}=info")))
+}
+
+/// The installed logging: its level and sink can change once the configuration is known.
+pub struct Logging {
+    filter: reload::Handle<EnvFilter, Registry>,
+}
+
+static SINK: AtomicU8 = AtomicU8::new(Sink::Stderr as u8);
+
+impl Logging {
+    /// Install the process's logging, once. `identifier` is the process's name in the journal.
+    /// Later calls return `None` and change nothing.
+    pub fn init(level: LogLevel, target: LogTarget, identifier: &str) -> Option<&'static Logging> {
+        static INSTALLED: OnceLock<Logging> = OnceLock::new();
+        if INSTALLED.get().is_some() {
+            return None;
+        }
+        let (filter_layer, handle) = reload::Layer::new(filter(level));
+        let sinks = Sinks::new(identifier);
+        let installed = tracing_subscriber::registry()
+            .with(filter_layer)
+            .with(sinks)
+            .try_init()
+            .is_ok();
+        if !installed {
+            return None;
+        }
+        let logging = INSTALLED.get_or_init(|| Logging { filter: handle });
+        logging.set_target(target);
+        Some(logging)
+    }
+
+    /// Apply a loaded configuration's `logging.level` and `logging.target`.
+    pub fn configure(&self, level: LogLevel, target: LogTarget) {
+        if let Err(e) = self.filter.reload(filter(level)) {
+            tracing::warn!("cannot change the log level: {e}");
+        }
+        self.set_target(target);
+    }
+
+    fn set_target(&self, target: LogTarget) {
+        let mut sink = Sink::for_target(target);
+        if sink == Sink::Journal && !JOURNAL_AVAILABLE.get().copied().unwrap_or(false) {
+            sink = Sink::Stderr;
+        }
+        SINK.store(sink as u8, Ordering::Relaxed);
+    }
+}
+
+/// Whether journald's socket answered when the sinks were built.
+static JOURNAL_AVAILABLE: OnceLock<bool> = OnceLock::new();
+
+/// The sink currently chosen.
+pub fn current_sink() -> Sink {
+    Sink::from_u8(SINK.load(Ordering::Relaxed))
+}
+
+type Human<S, W> = fmt::Layer<S, DefaultFields, Format<Compact>, W>;
+
+/// Every sink, one of which takes each event.
+struct Sinks<S> {
+    stdout: Human<S, fn() -> io::Stdout>,
+    stderr: Human<S, fn() -> io::Stderr>,
+    journal: Option<Journal>,
+}
+
+impl<S> Sinks<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn new(identifier: &str) -> Sinks<S> {
+        let journal = tracing_journald::layer().ok().map(|own| Journal {
+            own: own.with_syslog_identifier(identifier.to_owned()),
+            children: Mutex::new(HashMap::new()),
+        });
+        let _ = JOURNAL_AVAILABLE.set(journal.is_some());
+        Sinks {
+            stdout: fmt::layer()
+                .compact()
+                .with_ansi(false)
+                .with_writer(io::stdout as fn() -> io::Stdout),
+            stderr: fmt::layer()
+                .compact()
+                .with_ansi(false)
+                .with_writer(io::stderr as fn() -> io::Stderr),
+            journal,
+        }
+    }
+}
+
+impl<S> Layer<S> for Sinks<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        self.stdout.on_new_span(attrs, id, ctx.clone());
+        self.stderr.on_new_span(attrs, id, ctx.clone());
+        if let Some(j) = &self.journal {
+            j.own.on_new_span(attrs, id, ctx);
+        }
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        self.stdout.on_record(id, values, ctx.clone());
+        self.stderr.on_record(id, values, ctx.clone());
+        if let Some(j) = &self.journal {
+            j.own.on_record(id, values, ctx);
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        match (current_sink(), &self.journal) {
+            (Sink::Journal, Some(journal)) => journal.on_event(event, ctx),
+            (Sink::Stdout, _) => self.stdout.on_event(event, ctx),
+            _ => self.stderr.on_event(event, ctx),
+        }
+    }
+}
+
+/// The journal: our own identity, and one per child whose lines we pass on.
+struct Journal {
+    own: tracing_journald::Layer,
+    /// Child name → (its pid, a layer writing under its name and pid).
+    children: Mutex<HashMap<String, (i64, tracing_journald::Layer)>>,
+}
+
+impl Journal {
+    fn on_event<S>(&self, event: &Event<'_>, ctx: Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        if event.metadata().target() != CHILD_TARGET {
+            return self.own.on_event(event, ctx);
+        }
+        let mut who = ChildFields::default();
+        event.record(&mut who);
+        let (Some(name), Some(pid)) = (who.name, who.pid) else {
+            return self.own.on_event(event, ctx);
+        };
+        let Ok(mut children) = self.children.lock() else {
+            return self.own.on_event(event, ctx);
+        };
+        let fresh = children.get(&name).is_none_or(|(known, _)| *known != pid);
+        if fresh && (children.len() < MAX_CHILD_IDENTITIES || children.contains_key(&name)) {
+            if let Ok(layer) = tracing_journald::layer() {
+                let layer = layer
+                    .with_syslog_identifier(name.clone())
+                    .with_custom_fields([("SYSLOG_PID", pid.to_string())]);
+                children.insert(name.clone(), (pid, layer));
+            }
+        }
+        match children.get(&name) {
+            Some((_, layer)) => layer.on_event(event, ctx),
+            None => self.own.on_event(event, ctx),
+        }
+    }
+}
+
+/// The `name` and `pid` fields of a child's output event.
+#[derive(Default)]
+struct ChildFields {
+    name: Option<String>,
+    pid: Option<i64>,
+}
+
+impl Visit for ChildFields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "name" {
+            self.name = Some(value.to_owned());
+        }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if field.name() == "pid" {
+            self.pid = Some(value);
+        }
+    }
+
+    fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
+}

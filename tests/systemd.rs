@@ -1,0 +1,291 @@
+//! Under a real systemd (PID 1 of the sid root filesystem, booted with systemd-nspawn; see
+//! `testbed::machine`): the knot-resolver6 package's own unit, unchanged, with our binaries in
+//! place of the Python ones; then our shipped unit; then our unit as `Type=notify-reload`.
+//! Each: start → active with a status, answers; `systemctl reload` applies a change; a bad
+//! reload is refused while the unit stays active and answering; a killed worker comes back;
+//! the journal gets native entries (priority, identifier, no timestamp of ours); `systemctl
+//! stop` leaves no process. Upstream's manager runs through the same steps in a machine of its
+//! own, for the figures printed beside ours (nothing is asserted about its timings).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use serde_json::Value;
+use testbed::machine::{Bind, Machine};
+
+const UNIT: &str = "knot-resolver.service";
+const DAEMON: &str = env!("CARGO_BIN_EXE_knot-resolver");
+const KRESCTL: &str = env!("CARGO_BIN_EXE_kresctl");
+const SHIPPED_UNIT: &str = include_str!("../dist/systemd/knot-resolver.service");
+const WAIT: Duration = Duration::from_secs(30);
+
+fn config(address: &str) -> String {
+    format!(
+        "workers: 2\nnetwork:\n  listen:\n    - interface: 127.0.0.1@53\n\
+         logging:\n  level: info\n\
+         local-data:\n  addresses:\n    t.example: {address}\n"
+    )
+}
+
+fn ours() -> Result<Machine> {
+    Machine::boot(
+        "systemd-ours",
+        &[
+            Bind {
+                host: Path::new(DAEMON),
+                inside: "/usr/bin/knot-resolver",
+            },
+            Bind {
+                host: Path::new(KRESCTL),
+                inside: "/usr/bin/kresctl",
+            },
+        ],
+    )
+}
+
+/// What one pass through the steps measured.
+#[derive(Debug)]
+struct Figures {
+    start: Duration,
+    reload: Duration,
+    stop: Duration,
+    /// `systemctl reload`'s exit status on a refused configuration.
+    bad_reload_status: std::process::ExitStatus,
+    failed_reload_journal: Vec<String>,
+}
+
+fn timed(m: &Machine, argv: &[&str]) -> Result<(Duration, std::process::Output)> {
+    let t = Instant::now();
+    let out = m.run(argv)?;
+    Ok((t.elapsed(), out))
+}
+
+fn must(what: &str, out: &std::process::Output) -> Result<()> {
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+fn wait_answer(m: &Machine, address: &str) -> Result<()> {
+    m.wait_for(&format!("t.example answered with {address}"), WAIT, || {
+        Ok(m.dig_a("t.example")?
+            .iter()
+            .any(|a| a == address)
+            .then_some(()))
+    })
+}
+
+fn kresd_pids(m: &Machine) -> Result<Vec<i32>> {
+    Ok(m.unit_processes(UNIT)?
+        .into_iter()
+        .filter(|(_, comm)| comm == "kresd")
+        .map(|(pid, _)| pid)
+        .collect())
+}
+
+/// The steps every unit goes through. `ours` adds the checks of our own behaviour.
+/// `exit_reports_refusal`: whether `systemctl reload` itself fails on a refused configuration
+/// (with `ExecReload=kresctl reload`; with `Type=notify-reload` systemd has no way to learn of
+/// a refusal, which then shows in the status text and the journal only).
+fn exercise(m: &Machine, ours: bool, exit_reports_refusal: bool) -> Result<Figures> {
+    m.write("/etc/knot-resolver/config.yaml", &config("192.0.2.7"))?;
+    let (start, out) = timed(m, &["systemctl", "start", UNIT])?;
+    must("systemctl start", &out)?;
+    assert_eq!(m.show(UNIT, "ActiveState")?, "active");
+    wait_answer(m, "192.0.2.7")?;
+    if ours {
+        let status = m.show(UNIT, "StatusText")?;
+        assert!(status.contains("2 workers"), "status: {status:?}");
+    }
+
+    m.write("/etc/knot-resolver/config.yaml", &config("192.0.2.8"))?;
+    let (reload, out) = timed(m, &["systemctl", "reload", UNIT])?;
+    must("systemctl reload", &out)?;
+    wait_answer(m, "192.0.2.8")?;
+
+    let before_bad = journal_cursor(m)?;
+    m.write("/etc/knot-resolver/config.yaml", &config("not-an-address"))?;
+    let out = m.run(&["systemctl", "reload", UNIT])?;
+    let out_bad = out.status;
+    if exit_reports_refusal {
+        assert!(!out.status.success(), "a bad reload was accepted");
+    }
+    assert_eq!(m.show(UNIT, "ActiveState")?, "active");
+    assert_eq!(m.dig_a("t.example")?, vec!["192.0.2.8".to_owned()]);
+    let failed_reload_journal = journal_since(m, &before_bad)?;
+    if ours {
+        assert!(
+            failed_reload_journal
+                .iter()
+                .any(|l| l.contains("/local-data/addresses/t.example")),
+            "the refusal names the offending path: {failed_reload_journal:#?}"
+        );
+        let status = m.show(UNIT, "StatusText")?;
+        assert!(status.contains("reload failed"), "status: {status:?}");
+    }
+    m.write("/etc/knot-resolver/config.yaml", &config("192.0.2.8"))?;
+
+    // A worker killed: replaced, the unit stays active.
+    let pids = kresd_pids(m)?;
+    assert_eq!(pids.len(), 2, "{:?}", m.unit_processes(UNIT)?);
+    must("kill", &m.sh(&format!("kill -KILL {}", pids[0]))?)?;
+    m.wait_for("the killed worker replaced", WAIT, || {
+        let now = kresd_pids(m)?;
+        Ok((now.len() == 2 && !now.contains(&pids[0])).then_some(()))
+    })?;
+    assert_eq!(m.show(UNIT, "ActiveState")?, "active");
+    wait_answer(m, "192.0.2.8")?;
+
+    if ours {
+        check_journal(m)?;
+    }
+
+    let (stop, out) = timed(m, &["systemctl", "stop", UNIT])?;
+    must("systemctl stop", &out)?;
+    assert_eq!(m.show(UNIT, "ActiveState")?, "inactive");
+    assert_eq!(m.show(UNIT, "Result")?, "success");
+    assert!(
+        m.unit_processes(UNIT)?.is_empty(),
+        "left: {:?}",
+        m.unit_processes(UNIT)?
+    );
+    Ok(Figures {
+        start,
+        reload,
+        stop,
+        bad_reload_status: out_bad,
+        failed_reload_journal,
+    })
+}
+
+fn journal_cursor(m: &Machine) -> Result<String> {
+    let entries = m.journal(UNIT)?;
+    Ok(entries
+        .last()
+        .and_then(|e| e.get("__CURSOR"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned())
+}
+
+/// The unit's journal lines after `cursor`, as `IDENTIFIER[PID] <PRIORITY>: MESSAGE`.
+fn journal_since(m: &Machine, cursor: &str) -> Result<Vec<String>> {
+    let mut argv = vec!["journalctl", "-u", UNIT, "-o", "json", "--no-pager"];
+    let after = format!("--after-cursor={cursor}");
+    if !cursor.is_empty() {
+        argv.push(&after);
+    }
+    let out = m.ok(&argv)?;
+    Ok(out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|e| {
+            let field = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+            format!(
+                "{}[{}] <{}>: {}",
+                field("SYSLOG_IDENTIFIER"),
+                field("_PID"),
+                field("PRIORITY"),
+                field("MESSAGE")
+            )
+        })
+        .collect())
+}
+
+/// Native journal entries: our own with a priority and no timestamp of ours in the message,
+/// the children's under their own names with their pids, kresd's with its own levels.
+fn check_journal(m: &Machine) -> Result<()> {
+    let entries = m.journal(UNIT)?;
+    let field = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).map(str::to_owned);
+    let by = |id: &str| -> Vec<&Value> {
+        entries
+            .iter()
+            .filter(|e| field(e, "SYSLOG_IDENTIFIER").as_deref() == Some(id))
+            .collect()
+    };
+    let daemon = by("knot-resolver");
+    assert!(!daemon.is_empty(), "no entry of the daemon itself");
+    for e in &daemon {
+        let message = field(e, "MESSAGE").unwrap_or_default();
+        assert!(field(e, "PRIORITY").is_some(), "no PRIORITY: {e}");
+        assert!(
+            !message.starts_with("20") && !message.contains(" INFO "),
+            "a timestamp or level of ours inside the message: {message:?}"
+        );
+    }
+    assert!(!by("kres-manager").is_empty(), "no entry of the manager");
+    let gc = by("cache-gc");
+    assert!(!gc.is_empty(), "no entry under cache-gc");
+    assert!(
+        gc.iter().all(|e| field(e, "SYSLOG_PID").is_some()),
+        "cache-gc entries without SYSLOG_PID"
+    );
+    // kresd logs to the journal itself (`--logtarget=syslog`, so `logging.target` is syslog):
+    // its entries carry kresd's own levels, not the one we give lines we pass on.
+    let kresd: Vec<&Value> = entries
+        .iter()
+        .filter(|e| field(e, "_COMM").as_deref() == Some("kresd"))
+        .collect();
+    let senders: std::collections::BTreeSet<(Option<String>, Option<String>)> = entries
+        .iter()
+        .map(|e| (field(e, "SYSLOG_IDENTIFIER"), field(e, "_COMM")))
+        .collect();
+    assert!(!kresd.is_empty(), "no entry of kresd among {senders:?}");
+    assert!(
+        kresd.iter().all(|e| field(e, "PRIORITY").is_some()),
+        "kresd entries without PRIORITY"
+    );
+    Ok(())
+}
+
+#[test]
+fn under_real_systemd_the_package_unit_and_ours() {
+    let m = ours().expect("booting the machine");
+    // The knot-resolver6 package's unit, unchanged.
+    let package = exercise(&m, true, true).expect("the package's unit");
+    // Our shipped unit in its place.
+    m.write("/etc/systemd/system/knot-resolver.service", SHIPPED_UNIT)
+        .expect("install our unit");
+    m.ok(&["systemctl", "daemon-reload"])
+        .expect("daemon-reload");
+    let shipped = exercise(&m, true, true).expect("our shipped unit");
+    // As Type=notify-reload: systemd sends SIGHUP and waits for RELOADING=1 then READY=1.
+    m.write(
+        "/etc/systemd/system/knot-resolver.service.d/notify-reload.conf",
+        "[Service]\nType=notify-reload\nExecReload=\n",
+    )
+    .expect("drop-in");
+    m.ok(&["systemctl", "daemon-reload"])
+        .expect("daemon-reload");
+    let notify_reload = exercise(&m, true, false).expect("Type=notify-reload");
+    drop(m);
+
+    // Upstream's manager in its own machine, for the figures.
+    let upstream = Machine::boot("systemd-upstream", &[])
+        .and_then(|m| exercise(&m, false, false))
+        .expect("upstream's manager under the same steps");
+    for (name, f) in [
+        ("ours, package unit", &package),
+        ("ours, shipped unit", &shipped),
+        ("ours, notify-reload", &notify_reload),
+        ("upstream", &upstream),
+    ] {
+        eprintln!(
+            "{name:22} start {:>8.1?}  reload {:>8.1?}  stop {:>8.1?}  refused reload: {}",
+            f.start, f.reload, f.stop, f.bad_reload_status
+        );
+    }
+    for (name, f) in [("ours", &package), ("upstream", &upstream)] {
+        eprintln!("-- journal of a failed reload, {name}:");
+        for line in &f.failed_reload_journal {
+            eprintln!("   {line}");
+        }
+    }
+}
