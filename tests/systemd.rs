@@ -119,7 +119,7 @@ fn exercise(m: &Machine, ours: bool, exit_reports_refusal: bool) -> Result<Figur
     }
     assert_eq!(m.show(UNIT, "ActiveState")?, "active");
     assert_eq!(m.dig_a("t.example")?, vec!["192.0.2.8".to_owned()]);
-    let failed_reload_journal = journal_since(m, &before_bad)?;
+    let failed_reload_journal = journal_since(m, before_bad.as_deref())?;
     if ours {
         assert!(
             failed_reload_journal
@@ -165,35 +165,30 @@ fn exercise(m: &Machine, ours: bool, exit_reports_refusal: bool) -> Result<Figur
     })
 }
 
-fn journal_cursor(m: &Machine) -> Result<String> {
-    let entries = m.journal(UNIT)?;
-    Ok(entries
+/// A text field of a journal entry.
+fn field(entry: &Value, key: &str) -> Option<String> {
+    entry.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// The cursor of the unit's last journal entry, if it has one.
+fn journal_cursor(m: &Machine) -> Result<Option<String>> {
+    Ok(m.journal(UNIT, None)?
         .last()
-        .and_then(|e| e.get("__CURSOR"))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned())
+        .and_then(|e| field(e, "__CURSOR")))
 }
 
 /// The unit's journal lines after `cursor`, as `IDENTIFIER[PID] <PRIORITY>: MESSAGE`.
-fn journal_since(m: &Machine, cursor: &str) -> Result<Vec<String>> {
-    let mut argv = vec!["journalctl", "-u", UNIT, "-o", "json", "--no-pager"];
-    let after = format!("--after-cursor={cursor}");
-    if !cursor.is_empty() {
-        argv.push(&after);
-    }
-    let out = m.ok(&argv)?;
-    Ok(out
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+fn journal_since(m: &Machine, cursor: Option<&str>) -> Result<Vec<String>> {
+    Ok(m.journal(UNIT, cursor)?
+        .iter()
         .map(|e| {
-            let field = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+            let f = |k: &str| field(e, k).unwrap_or_default();
             format!(
                 "{}[{}] <{}>: {}",
-                field("SYSLOG_IDENTIFIER"),
-                field("_PID"),
-                field("PRIORITY"),
-                field("MESSAGE")
+                f("SYSLOG_IDENTIFIER"),
+                f("_PID"),
+                f("PRIORITY"),
+                f("MESSAGE")
             )
         })
         .collect())
@@ -202,8 +197,7 @@ fn journal_since(m: &Machine, cursor: &str) -> Result<Vec<String>> {
 /// Native journal entries: our own with a priority and no timestamp of ours in the message,
 /// the children's under their own names with their pids, kresd's with its own levels.
 fn check_journal(m: &Machine) -> Result<()> {
-    let entries = m.journal(UNIT)?;
-    let field = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).map(str::to_owned);
+    let entries = m.journal(UNIT, None)?;
     let by = |id: &str| -> Vec<&Value> {
         entries
             .iter()

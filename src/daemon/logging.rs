@@ -114,6 +114,8 @@ fn filter(level: LogLevel) -> EnvFilter {
 /// The installed logging: its level and sink can change once the configuration is known.
 pub struct Logging {
     filter: reload::Handle<EnvFilter, Registry>,
+    /// Whether journald's socket answered when the sinks were built.
+    journal_available: bool,
 }
 
 static SINK: AtomicU8 = AtomicU8::new(Sink::Stderr as u8);
@@ -128,6 +130,7 @@ impl Logging {
         }
         let (filter_layer, handle) = reload::Layer::new(filter(level));
         let sinks = Sinks::new(identifier);
+        let journal_available = sinks.journal.is_some();
         let installed = tracing_subscriber::registry()
             .with(filter_layer)
             .with(sinks)
@@ -136,7 +139,10 @@ impl Logging {
         if !installed {
             return None;
         }
-        let logging = INSTALLED.get_or_init(|| Logging { filter: handle });
+        let logging = INSTALLED.get_or_init(|| Logging {
+            filter: handle,
+            journal_available,
+        });
         logging.set_target(target);
         Some(logging)
     }
@@ -151,18 +157,15 @@ impl Logging {
 
     fn set_target(&self, target: LogTarget) {
         let mut sink = Sink::for_target(target);
-        if sink == Sink::Journal && !JOURNAL_AVAILABLE.get().copied().unwrap_or(false) {
+        if sink == Sink::Journal && !self.journal_available {
             sink = Sink::Stderr;
         }
         SINK.store(sink as u8, Ordering::Relaxed);
     }
 }
 
-/// Whether journald's socket answered when the sinks were built.
-static JOURNAL_AVAILABLE: OnceLock<bool> = OnceLock::new();
-
 /// The sink currently chosen.
-pub fn current_sink() -> Sink {
+fn current_sink() -> Sink {
     Sink::from_u8(SINK.load(Ordering::Relaxed))
 }
 
@@ -184,7 +187,6 @@ where
             own: own.with_syslog_identifier(identifier.to_owned()),
             children: Mutex::new(HashMap::new()),
         });
-        let _ = JOURNAL_AVAILABLE.set(journal.is_some());
         Sinks {
             stdout: fmt::layer()
                 .compact()

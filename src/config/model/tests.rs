@@ -211,13 +211,19 @@ fn short(class: &str) -> &str {
     class.rsplit('.').next().unwrap_or(class)
 }
 
+/// The typed form of a described object, by its class's short name.
+fn form_of<'a>(forms: &'a [(&'static str, Typed)], def: &ObjectDef) -> Option<&'a Typed> {
+    let name = short(def.class);
+    forms.iter().find(|(c, _)| *c == name).map(|(_, form)| form)
+}
+
 #[test]
 fn every_described_field_has_a_typed_field_and_back() {
     let forms = typed_forms();
     let described = described_objects();
     for def in &described {
         let name = short(def.class);
-        let Some((_, form)) = forms.iter().find(|(c, _)| *c == name) else {
+        let Some(form) = form_of(&forms, def) else {
             panic!("section {name} is described but has no typed form in this table");
         };
         let in_description: BTreeSet<&str> = def
@@ -248,7 +254,7 @@ fn every_sections_smallest_input_deserialises_into_its_typed_form() {
     };
     for def in described_objects() {
         let name = short(def.class);
-        let Some((_, form)) = forms.iter().find(|(c, _)| *c == name) else {
+        let Some(form) = form_of(&forms, def) else {
             continue; // reported by the test above
         };
         let Value::Object(input) = &form.minimal else {

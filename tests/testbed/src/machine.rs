@@ -232,9 +232,17 @@ impl Machine {
         }
     }
 
-    /// The journal of a unit as JSON objects, one per entry.
-    pub fn journal(&self, unit: &str) -> Result<Vec<serde_json::Value>> {
-        let out = self.ok(&["journalctl", "-u", unit, "-o", "json", "--no-pager"])?;
+    /// The journal of a unit as JSON objects, one per entry; only the entries after
+    /// `after_cursor` (a `__CURSOR` value) when one is given.
+    pub fn journal(
+        &self,
+        unit: &str,
+        after_cursor: Option<&str>,
+    ) -> Result<Vec<serde_json::Value>> {
+        let after = after_cursor.map(|c| format!("--after-cursor={c}"));
+        let mut argv = vec!["journalctl", "-u", unit, "-o", "json", "--no-pager"];
+        argv.extend(after.as_deref());
+        let out = self.ok(&argv)?;
         Ok(out
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
