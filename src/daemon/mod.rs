@@ -6,6 +6,7 @@
 //! Dependencies go one way: this module uses `api`, `watchdog` and `manager`; none of them
 //! uses it.
 
+pub mod cli;
 pub mod logging;
 pub mod manager_process;
 pub mod root;

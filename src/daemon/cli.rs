@@ -1,0 +1,55 @@
+//! The command line of `knot-resolver`: upstream 6.5's options (`-c/--config`, `--loglevel`,
+//! `--logtarget`, `-V`, `-h`) with their meaning, and ours as additions.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// Knot Resolver: supervisor and manager of kresd workers.
+#[derive(Parser, Debug)]
+#[command(name = "knot-resolver", version = crate::VERSION, disable_version_flag = true)]
+pub struct Args {
+    /// Configuration file(s); several are deep-merged in order.
+    #[arg(short = 'c', long = "config", num_args = 1.., default_value = crate::daemon::DEFAULT_CONFIG)]
+    pub config: Vec<PathBuf>,
+    /// Let kresd bind its own listening sockets, as under upstream's manager, instead of the
+    /// daemon binding them and passing them to the workers (also `KRES_KRESD_BINDS_SOCKETS=1`).
+    /// Sockets then close while their worker restarts, and kresd needs the privilege to bind
+    /// port 53.
+    #[arg(long = "kresd-binds-sockets")]
+    pub kresd_binds_sockets: bool,
+    /// Run kresd, the policy-loader and kres-cache-gc as this user (and its group) while the
+    /// daemon keeps running as root (also `KRES_WORKER_USER`). The daemon binds the listening
+    /// sockets before, so kresd needs no privilege for port 53. The rundir and the cache
+    /// directory must be writable by that user.
+    #[arg(long = "worker-user", value_name = "USER")]
+    pub worker_user: Option<String>,
+    /// On SIGTERM/SIGINT or `kresctl drain`, first turn `/readyz` to 503 and keep answering
+    /// DNS for this many seconds (so load balancers, Kubernetes endpoints or anycast routing
+    /// steer traffic away), then stop. A second signal stops at once. Default 0: stop at once.
+    #[arg(long = "drain-period", value_name = "SECONDS", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=3600))]
+    pub drain_period: u32,
+    /// Watch the configuration files themselves and reload when one changes (also a
+    /// Kubernetes ConfigMap mount, which is replaced through a symlink). Off by default, as
+    /// upstream, where only `kresctl reload` and SIGHUP re-read them.
+    #[arg(long = "watch-config")]
+    pub watch_config: bool,
+    /// Run as the manager process of a `knot-resolver` root process (set by the daemon
+    /// itself; never needed on a command line).
+    #[arg(long = "manager-process", hide = true)]
+    pub manager_process: bool,
+    /// Print the version and exit.
+    #[arg(short = 'V', long = "version", action = clap::ArgAction::Version)]
+    pub version: Option<bool>,
+    /// Startup logging level before the configuration is loaded (then `logging.level`).
+    #[arg(long = "loglevel", value_name = "LEVEL", default_value = "notice",
+          value_parser = ["debug", "info", "notice", "warning", "error", "critical"])]
+    pub loglevel: String,
+    /// Startup logging target before the configuration is loaded; what `logging.target:
+    /// from-arg` (the default) means. Under systemd, `stdout` and `stderr` go to the journal
+    /// natively too.
+    #[arg(long = "logtarget", value_name = "TARGET", default_value = "stdout",
+          value_parser = ["stdout", "stderr", "syslog"])]
+    pub logtarget: String,
+}
