@@ -19,6 +19,10 @@ fi
 if ! command -v systemd-nspawn >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd-container
 fi
+# The container bed runs podman with runc (tests/container.rs; crun refuses hybrid cgroups).
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc
+fi
 if ! command -v kresd >/dev/null || ! kresd --version 2>/dev/null | grep -q 'version 6\.'; then
     bash tests/testbed/provision-rootfs.sh
 fi

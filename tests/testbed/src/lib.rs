@@ -13,6 +13,7 @@ pub mod http;
 pub mod load;
 pub mod machine;
 pub mod notify;
+pub mod podman;
 pub mod procs;
 
 use std::ffi::{OsStr, OsString};
@@ -570,6 +571,24 @@ impl Drop for Launched {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+/// Poll `check` until it returns `Some`, or fail after `timeout` saying `what`.
+pub fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check()? {
+            return Ok(v);
+        }
+        if std::time::Instant::now() >= deadline {
+            bail!("{what}: not within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

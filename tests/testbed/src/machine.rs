@@ -218,18 +218,9 @@ impl Machine {
         &self,
         what: &str,
         timeout: Duration,
-        mut check: impl FnMut() -> Result<Option<T>>,
+        check: impl FnMut() -> Result<Option<T>>,
     ) -> Result<T> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(v) = check()? {
-                return Ok(v);
-            }
-            if Instant::now() >= deadline {
-                bail!("{what}: not within {timeout:?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        crate::wait_for(what, timeout, check)
     }
 
     /// The journal of a unit as JSON objects, one per entry; only the entries after

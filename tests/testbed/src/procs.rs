@@ -49,6 +49,12 @@ pub fn marked(marker: &str) -> Vec<ProcInfo> {
 pub fn info(pid: i32) -> Option<ProcInfo> {
     let stat =
         std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")).ok()?;
+    parse_stat(&stat)
+}
+
+/// A `/proc/PID/stat` line (read here or inside a container): pid, comm, state, ppid.
+pub fn parse_stat(stat: &str) -> Option<ProcInfo> {
+    let pid = stat.split_once(' ')?.0.parse().ok()?;
     let open = stat.find('(')?;
     let close = stat.rfind(')')?;
     let comm = stat[open + 1..close].to_owned();
