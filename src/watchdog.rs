@@ -1,13 +1,16 @@
 //! The files watchdog: watches the TLS certificate and key (when `network.tls.watchdog`) and
 //! the RPZ files with `watchdog: true`, and renews the configuration when they change, so the
-//! workers reload the certificate and the policy-loader re-reads the RPZ. Events are debounced;
-//! a deleted file only logs a warning until it comes back.
+//! workers reload the certificate and the policy-loader re-reads the RPZ; with
+//! `--watch-config`, it also watches the configuration files and reloads them when they
+//! change. Events are debounced; a deleted file only logs a warning until it comes back.
 //!
 //! Each watched file's parent directory is watched with inotify, so an atomic replacement
 //! (write a temporary file, rename it into place) is seen; upstream misses that case because it
-//! only looks at the source of a move.
+//! only looks at the source of a move. A Kubernetes ConfigMap volume replaces its files by
+//! swapping a `..data` symlink in that directory: any `..`-prefixed entry changing there
+//! counts as a change of the files it holds.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,19 +29,41 @@ use crate::manager::ManagerHandle;
 /// Quiet time after the last change before the renew is sent.
 pub const DEBOUNCE: Duration = Duration::from_millis(500);
 
-/// The files the configuration asks us to watch.
-pub fn watched_files(cfg: &KresConfig) -> BTreeSet<PathBuf> {
-    let mut files = BTreeSet::new();
+/// What a change of a watched file calls for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum OnChange {
+    /// Apply the running configuration again (certificates, RPZ files).
+    Renew,
+    /// Read the configuration files again (`--watch-config`).
+    Reload,
+}
+
+/// Whether the configuration files themselves are watched (`--watch-config`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigFiles {
+    Unwatched,
+    Watched(Vec<PathBuf>),
+}
+
+/// The files to watch: those the configuration names, and the configuration files when
+/// they are watched (a file that is both is reloaded, which renews it too).
+pub fn watched_files(cfg: &KresConfig, config_files: &ConfigFiles) -> BTreeMap<PathBuf, OnChange> {
+    let mut files = BTreeMap::new();
     let tls = &cfg.network.tls;
     if tls.watchdog {
         if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
-            files.insert(cert.clone());
-            files.insert(key.clone());
+            files.insert(cert.clone(), OnChange::Renew);
+            files.insert(key.clone(), OnChange::Renew);
         }
     }
     for rpz in cfg.local_data.rpz.iter().flatten() {
         if rpz.watchdog {
-            files.insert(rpz.file.clone());
+            files.insert(rpz.file.clone(), OnChange::Renew);
+        }
+    }
+    if let ConfigFiles::Watched(config_files) = config_files {
+        for file in config_files {
+            files.insert(file.clone(), OnChange::Reload);
         }
     }
     files
@@ -47,14 +72,14 @@ pub fn watched_files(cfg: &KresConfig) -> BTreeSet<PathBuf> {
 /// What happened to a watched file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum FileEvent {
-    Changed(PathBuf),
+    Changed(PathBuf, OnChange),
     Deleted(PathBuf),
 }
 
 /// Watch until `stop`; rebuild the watches whenever the configuration changes.
 /// The watches for one set of files: an inotify thread and the channel of its events.
 struct Watching {
-    files: BTreeSet<PathBuf>,
+    files: BTreeMap<PathBuf, OnChange>,
     events: mpsc::Receiver<FileEvent>,
     halt: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -62,8 +87,8 @@ struct Watching {
 
 impl Watching {
     /// Set up the watches now (synchronously), so no change after this call is missed.
-    fn new(cfg: &KresConfig) -> Watching {
-        let files = watched_files(cfg);
+    fn new(cfg: &KresConfig, config_files: &ConfigFiles) -> Watching {
+        let files = watched_files(cfg, config_files);
         let (events_tx, events) = mpsc::channel(64);
         let halt = Arc::new(AtomicBool::new(false));
         let thread = if files.is_empty() {
@@ -71,7 +96,7 @@ impl Watching {
         } else {
             match spawn_watcher(files.clone(), events_tx, halt.clone()) {
                 Ok(handle) => {
-                    tracing::info!(files = ?files, "watching files for changes");
+                    tracing::info!(files = ?files.keys(), "watching files for changes");
                     Some(handle)
                 }
                 Err(e) => {
@@ -98,14 +123,19 @@ impl Watching {
 
 /// Start watching: the first watches are in place when this returns (call it before READY);
 /// the returned task follows configuration changes until `stop`.
-pub fn start(manager: ManagerHandle, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+pub fn start(
+    manager: ManagerHandle,
+    config_files: ConfigFiles,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     let mut config = manager.subscribe();
-    let first = Watching::new(&config.borrow_and_update().model);
-    tokio::spawn(run(config, manager, stop, first))
+    let first = Watching::new(&config.borrow_and_update().model, &config_files);
+    tokio::spawn(run(config, config_files, manager, stop, first))
 }
 
 async fn run(
     mut config: watch::Receiver<Arc<LoadedConfig>>,
+    config_files: ConfigFiles,
     manager: ManagerHandle,
     stop: CancellationToken,
     first: Watching,
@@ -114,11 +144,12 @@ async fn run(
     loop {
         let files = watching.files.clone();
         let events = &mut watching.events;
-        let mut pending: Option<tokio::time::Instant> = None;
+        // When the debounce ends, and what it ends in (a reload covers a renew).
+        let mut pending: Option<(tokio::time::Instant, OnChange)> = None;
         let rebuild = loop {
             let sleep = async {
                 match pending {
-                    Some(at) => tokio::time::sleep_until(at).await,
+                    Some((at, _)) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             };
@@ -128,14 +159,15 @@ async fn run(
                     if changed.is_err() {
                         break false;
                     }
-                    if watched_files(&config.borrow().model) != files {
+                    if watched_files(&config.borrow().model, &config_files) != files {
                         break true;
                     }
                 }
                 Some(event) = events.recv() => match event {
-                    FileEvent::Changed(path) => {
+                    FileEvent::Changed(path, on_change) => {
                         tracing::info!(file = %path.display(), "watched file changed");
-                        pending = Some(tokio::time::Instant::now() + DEBOUNCE);
+                        let on_change = pending.map_or(on_change, |(_, p)| p.max(on_change));
+                        pending = Some((tokio::time::Instant::now() + DEBOUNCE, on_change));
                     }
                     FileEvent::Deleted(path) => {
                         tracing::warn!(file = %path.display(), "watched file was deleted; waiting for it to come back");
@@ -143,8 +175,9 @@ async fn run(
                     }
                 },
                 () = sleep => {
-                    pending = None;
-                    renew(&manager).await;
+                    if let Some((_, on_change)) = pending.take() {
+                        apply(&manager, on_change).await;
+                    }
                 }
             }
         };
@@ -152,21 +185,54 @@ async fn run(
         if !rebuild {
             return;
         }
-        watching = Watching::new(&config.borrow_and_update().model);
+        watching = Watching::new(&config.borrow_and_update().model, &config_files);
     }
 }
 
-/// Renew the configuration; a refusal is logged by the manager.
-async fn renew(manager: &ManagerHandle) {
-    if manager.renew(Restart::WhenNeeded).await.is_ok() {
+/// Renew or reload the configuration; a refusal is logged by the manager.
+async fn apply(manager: &ManagerHandle, on_change: OnChange) {
+    let done = match on_change {
+        OnChange::Renew => manager.renew(Restart::WhenNeeded).await,
+        OnChange::Reload => manager.reload(Restart::WhenNeeded).await,
+    };
+    if done.is_ok() {
         tracing::info!("Reloading watched files has finished");
     }
+}
+
+/// What an inotify event for `path` in `dir` means for the watched files: a change or
+/// deletion of that file, or, for a `..` entry (a ConfigMap's `..data` swap), a change of
+/// every configuration file in `dir`.
+fn file_events(
+    files: &BTreeMap<PathBuf, OnChange>,
+    dir: &Path,
+    path: &Path,
+    gone: bool,
+) -> Vec<FileEvent> {
+    if let Some(&on_change) = files.get(path) {
+        return vec![if gone {
+            FileEvent::Deleted(path.to_path_buf())
+        } else {
+            FileEvent::Changed(path.to_path_buf(), on_change)
+        }];
+    }
+    let swapped = path
+        .file_name()
+        .is_some_and(|n| n.as_encoded_bytes().starts_with(b".."));
+    if !swapped || gone {
+        return Vec::new();
+    }
+    files
+        .iter()
+        .filter(|(f, on)| **on == OnChange::Reload && f.parent() == Some(dir))
+        .map(|(f, on)| FileEvent::Changed(f.clone(), *on))
+        .collect()
 }
 
 /// A thread that reads inotify events for the parent directories of `files` and forwards the
 /// ones about `files` until `halt` is set.
 fn spawn_watcher(
-    files: BTreeSet<PathBuf>,
+    files: BTreeMap<PathBuf, OnChange>,
     events: mpsc::Sender<FileEvent>,
     halt: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -179,7 +245,7 @@ fn spawn_watcher(
         | AddWatchFlags::IN_DELETE;
     let mut dirs: Vec<(nix::sys::inotify::WatchDescriptor, PathBuf)> = Vec::new();
     let parents: BTreeSet<PathBuf> = files
-        .iter()
+        .keys()
         .filter_map(|f| f.parent().map(Path::to_path_buf))
         .collect();
     for dir in parents {
@@ -213,19 +279,13 @@ fn spawn_watcher(
                         continue;
                     };
                     let path = dir.join(name);
-                    if !files.contains(&path) {
-                        continue;
-                    }
                     let gone = ev
                         .mask
                         .intersects(AddWatchFlags::IN_DELETE | AddWatchFlags::IN_MOVED_FROM);
-                    let event = if gone {
-                        FileEvent::Deleted(path)
-                    } else {
-                        FileEvent::Changed(path)
-                    };
-                    if events.blocking_send(event).is_err() {
-                        return;
+                    for event in file_events(&files, dir, &path, gone) {
+                        if events.blocking_send(event).is_err() {
+                            return;
+                        }
                     }
                 }
             }

@@ -539,12 +539,21 @@ async fn processes_filters() {
 #[tokio::test]
 async fn probes_and_static_routes() {
     let f = Fixture::new();
+    // No worker exists yet: neither alive (no DNS) nor ready.
     let r = f.send(request("GET", "/livez")).await;
-    assert_eq!(r.status, StatusCode::OK);
-    // No worker exists yet.
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.text().contains("no worker"), "{}", r.text());
     let r = f.send(request("GET", "/readyz")).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(r.text().contains("0/1"), "{}", r.text());
+    // Draining: not ready, whatever the workers (a real daemon's probes while draining are
+    // in tests/graceful_stop.rs; no process is started here, where other tests' supervisors
+    // would reap it).
+    let r = f.send(request("POST", "/drain")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let r = f.send(request("GET", "/readyz")).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.text().contains("draining"), "{}", r.text());
     let r = f.send(request("GET", "/")).await;
     assert_eq!(r.json()["status"], json!("RUNNING"));
     let r = f.send(request("GET", "/schema")).await;

@@ -1,6 +1,9 @@
 //! The files watchdog on real kresd: an RPZ file with `watchdog: true` is re-read when it is
 //! modified in place, replaced by an atomic rename (which upstream misses), or deleted and
-//! created again — without restarting any worker.
+//! created again — without restarting any worker. With `--watch-config`, the configuration
+//! files themselves: rewritten in place, or swapped the way a Kubernetes ConfigMap volume
+//! swaps them (a `..data` symlink renamed over), are reloaded; a broken one is refused while
+//! the running configuration keeps serving.
 
 mod common;
 
@@ -12,6 +15,11 @@ use testbed::dns;
 
 fn rpz(ip: &str) -> String {
     format!("$TTL 300\n@ SOA localhost. root.localhost. 1 3600 600 86400 300\nw.test A {ip}\n")
+}
+
+/// Local data answering `ip` for w.test.
+fn addresses(ip: &str) -> String {
+    format!("local-data:\n  addresses:\n    w.test: {ip}\n")
 }
 
 /// Wait (bounded) until w.test. answers `ip`.
@@ -154,6 +162,70 @@ fn a_replaced_certificate_is_reloaded_into_the_workers() {
     assert!(
         !presents(&r, &first_copy_bed, "first.test"),
         "the old certificate is gone"
+    );
+
+    r.launched.signal(Signal::SIGINT).expect("signal");
+    assert_eq!(r.launched.wait(STOP_TIMEOUT).expect("exit").code(), Some(0));
+}
+
+#[test]
+fn watched_configuration_files_are_reloaded_also_through_a_configmap_swap() {
+    let setup = Setup::new("watch-config")
+        .extra(&addresses("192.0.2.60"))
+        .arg("--watch-config");
+    let mut r = common::start(&setup).expect("start");
+    wait_answer(&r, "192.0.2.60");
+    let config_for = |ip: &str| {
+        let changed = Setup::new("watch-config").extra(&addresses(ip));
+        common::config_yaml(&r.dir, r.port, &changed)
+    };
+    let dir = r.config.parent().expect("config dir").to_owned();
+
+    // Rewritten in place.
+    std::fs::write(&r.config, config_for("192.0.2.61")).expect("rewrite");
+    wait_answer(&r, "192.0.2.61");
+
+    // Becomes a ConfigMap-style mount: config.yaml -> ..data/config.yaml, ..data -> ..v1.
+    std::fs::create_dir_all(dir.join("..v1")).expect("..v1");
+    std::fs::write(dir.join("..v1/config.yaml"), config_for("192.0.2.62")).expect("v1");
+    std::os::unix::fs::symlink("..v1", dir.join("..data")).expect("..data");
+    std::os::unix::fs::symlink("..data/config.yaml", dir.join("config.tmp")).expect("link");
+    std::fs::rename(dir.join("config.tmp"), &r.config).expect("rename over");
+    wait_answer(&r, "192.0.2.62");
+
+    // The kubelet's update: a new directory, a new `..data` renamed over the old one; the
+    // file's own name sees no event.
+    std::fs::create_dir_all(dir.join("..v2")).expect("..v2");
+    std::fs::write(dir.join("..v2/config.yaml"), config_for("192.0.2.63")).expect("v2");
+    std::os::unix::fs::symlink("..v2", dir.join("..data_tmp")).expect("..data_tmp");
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("swap");
+    wait_answer(&r, "192.0.2.63");
+
+    // A broken update is refused; the running configuration keeps answering.
+    let refused = r.launched.output.count("watched file changed");
+    std::fs::create_dir_all(dir.join("..v3")).expect("..v3");
+    std::fs::write(dir.join("..v3/config.yaml"), "workers: many\n").expect("v3");
+    std::os::unix::fs::symlink("..v3", dir.join("..data_tmp")).expect("..data_tmp");
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("swap");
+    r.launched
+        .output
+        .wait_for_count("watched file changed", refused + 1, START_TIMEOUT)
+        .expect("the broken update is seen");
+    r.launched
+        .output
+        .wait_for(
+            "reload failed; the running configuration is unchanged",
+            START_TIMEOUT,
+        )
+        .expect("the broken update is refused");
+    r.launched
+        .output
+        .wait_for("[/workers]", START_TIMEOUT)
+        .expect("the refusal names the offending key");
+    let a = dns::query_udp(r.dns(), "w.test.", dns::TYPE_A, DNS_TIMEOUT).expect("answer");
+    assert_eq!(
+        a.a(),
+        vec!["192.0.2.63".parse::<std::net::Ipv4Addr>().unwrap()]
     );
 
     r.launched.signal(Signal::SIGINT).expect("signal");

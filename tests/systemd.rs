@@ -165,6 +165,61 @@ fn exercise(m: &Machine, ours: bool, exit_reports_refusal: bool) -> Result<Figur
     })
 }
 
+/// systemd's timeouts, with our shipped unit: a policy-loader that outlasts
+/// `TimeoutStartSec` extends it (`EXTEND_TIMEOUT_USEC`) and the start succeeds; with
+/// `WatchdogSec=`, keepalives arrive, and a root that stops answering (SIGSTOP) is killed
+/// by systemd's watchdog and started again (`Restart=on-failure`), answering again.
+fn timeouts(m: &Machine) -> Result<()> {
+    let dropin = "/etc/systemd/system/knot-resolver.service.d/timeouts.conf";
+    // The policy-loader runs the policy script: 6 s against a 3 s start timeout.
+    m.write(
+        "/etc/knot-resolver/config.yaml",
+        &(config("192.0.2.9") + "lua:\n  policy-script: os.execute('sleep 6')\n"),
+    )?;
+    m.write(dropin, "[Service]\nTimeoutStartSec=3s\n")?;
+    m.ok(&["systemctl", "daemon-reload"])?;
+    let out = m.run(&["systemctl", "start", UNIT])?;
+    must("systemctl start with a slow policy-loader", &out)?;
+    assert_eq!(m.show(UNIT, "ActiveState")?, "active");
+    wait_answer(m, "192.0.2.9")?;
+    must("systemctl stop", &m.run(&["systemctl", "stop", UNIT])?)?;
+
+    m.write("/etc/knot-resolver/config.yaml", &config("192.0.2.10"))?;
+    m.write(
+        dropin,
+        "[Service]\nWatchdogSec=1s\nTimeoutAbortSec=2s\nRestartSec=100ms\n",
+    )?;
+    m.ok(&["systemctl", "daemon-reload"])?;
+    must("systemctl start", &m.run(&["systemctl", "start", UNIT])?)?;
+    wait_answer(m, "192.0.2.10")?;
+    // Each keepalive moves the watchdog timestamp.
+    let mut seen = std::collections::BTreeSet::new();
+    m.wait_for("three watchdog keepalives", WAIT, || {
+        seen.insert(m.show(UNIT, "WatchdogTimestampMonotonic")?);
+        Ok((seen.len() >= 3).then_some(()))
+    })?;
+    assert_eq!(m.show(UNIT, "ActiveState")?, "active");
+    let main_pid = m.show(UNIT, "MainPID")?;
+    let restarts: u32 = m.show(UNIT, "NRestarts")?.parse()?;
+    let before = journal_cursor(m)?;
+    must("SIGSTOP", &m.sh(&format!("kill -STOP {main_pid}"))?)?;
+    m.wait_for("the hung root replaced", WAIT, || {
+        let now: u32 = m.show(UNIT, "NRestarts")?.parse()?;
+        let active = m.show(UNIT, "ActiveState")? == "active";
+        Ok((now > restarts && active && m.show(UNIT, "MainPID")? != main_pid).then_some(()))
+    })?;
+    wait_answer(m, "192.0.2.10")?;
+    let journal = journal_since(m, before.as_deref())?;
+    assert!(
+        journal.iter().any(|l| l.contains("Watchdog timeout")),
+        "systemd's watchdog fired: {journal:#?}"
+    );
+    must("systemctl stop", &m.run(&["systemctl", "stop", UNIT])?)?;
+    m.sh(&format!("rm -f {dropin}"))?;
+    m.ok(&["systemctl", "daemon-reload"])?;
+    Ok(())
+}
+
 /// A text field of a journal entry.
 fn field(entry: &Value, key: &str) -> Option<String> {
     entry.get(key).and_then(Value::as_str).map(str::to_owned)
@@ -250,6 +305,7 @@ fn under_real_systemd_the_package_unit_and_ours() {
     m.ok(&["systemctl", "daemon-reload"])
         .expect("daemon-reload");
     let shipped = exercise(&m, true, true).expect("our shipped unit");
+    timeouts(&m).expect("start timeout extended, watchdog honoured");
     // As Type=notify-reload: systemd sends SIGHUP and waits for RELOADING=1 then READY=1.
     m.write(
         "/etc/systemd/system/knot-resolver.service.d/notify-reload.conf",

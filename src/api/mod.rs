@@ -58,6 +58,7 @@ pub fn app(state: ApiState) -> Router {
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/stop", post(stop))
+        .route("/drain", post(drain))
         .route("/processes", get(processes_all))
         .route("/processes/{kind}", get(processes))
         .route("/debug/panic-manager", post(panic_manager))
@@ -125,24 +126,55 @@ async fn schema_ui() -> Response {
         .into_response()
 }
 
-async fn livez() -> Response {
-    (StatusCode::OK, "alive\n").into_response()
+/// Alive while a worker is running: the API answers, and DNS can be answered. Draining and
+/// stopping resolvers are alive as long as they serve.
+async fn livez(State(state): State<ApiState>) -> Response {
+    let snapshot = state.supervisor.snapshot();
+    let running = service::running_workers(&snapshot).len();
+    if running > 0 {
+        (
+            StatusCode::OK,
+            format!("alive: {running} workers running\n"),
+        )
+            .into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not alive: no worker is running\n",
+        )
+            .into_response()
+    }
 }
 
-/// Ready when every configured worker is running and ready and we are not stopping.
+/// Ready when every configured worker is running and ready and we are neither draining nor
+/// stopping.
 async fn readyz(State(state): State<ApiState>) -> Response {
     let snapshot = state.supervisor.snapshot();
     let wanted = state.manager.config().model.workers as usize;
     let ready = service::running_workers(&snapshot).len();
-    if !snapshot.shutting_down && ready >= wanted {
-        (StatusCode::OK, format!("ready: {ready}/{wanted} workers\n")).into_response()
+    let not_ready = |why: String| (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
+    if snapshot.shutting_down {
+        not_ready("not ready: stopping\n".into())
+    } else if snapshot.draining {
+        not_ready(format!(
+            "not ready: draining ({ready}/{wanted} workers answering)\n"
+        ))
+    } else if ready < wanted {
+        not_ready(format!("not ready: {ready}/{wanted} workers\n"))
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {ready}/{wanted} workers\n"),
-        )
-            .into_response()
+        (StatusCode::OK, format!("ready: {ready}/{wanted} workers\n")).into_response()
     }
+}
+
+/// `POST /drain`: the root turns readiness off, keeps serving for its drain period, then
+/// stops everything (as on SIGTERM).
+async fn drain(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    state
+        .supervisor
+        .drain()
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    Ok((StatusCode::OK, "Draining...").into_response())
 }
 
 async fn stop(State(state): State<ApiState>) -> Response {

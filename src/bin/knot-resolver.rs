@@ -1,10 +1,12 @@
 //! `knot-resolver`: the daemon.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use knot_resolver::config::{LogLevel, LogTarget};
 use knot_resolver::daemon::cli::Args;
+use knot_resolver::daemon::manager_process::{self, ManagerInvocation};
 use knot_resolver::daemon::{logging, LogArgs};
 use knot_resolver::manager::listen::SocketOwner;
 
@@ -28,12 +30,19 @@ fn main() -> ExitCode {
             .filter(|v| !v.is_empty())
     });
     if args.manager_process {
-        return knot_resolver::daemon::manager_process::run(args.config, owner, worker_user, log);
+        return manager_process::run(ManagerInvocation {
+            files: args.config,
+            socket_owner: owner,
+            worker_user,
+            log,
+            watch_config: args.watch_config,
+        });
     }
     knot_resolver::daemon::run(knot_resolver::daemon::Invocation {
         config_files: args.config,
         worker_user,
         log,
+        drain_period: Duration::from_secs(args.drain_period.into()),
         args: std::env::args_os().skip(1).collect(),
     })
 }

@@ -31,6 +31,7 @@ use crate::config::{self, LoadedConfig, ValidationContext};
 use crate::manager::listen::{Mirrored, SocketOwner, SocketTable, STORED_PREFIX};
 use crate::manager::task::{self, ManagerContext, ManagerExit};
 use crate::manager::{Executables, ManagerHandle};
+use crate::watchdog::ConfigFiles;
 
 /// The manager process's name (`comm`).
 pub const PROCESS_NAME: &std::ffi::CStr = c"kres-manager";
@@ -42,13 +43,27 @@ const MAX_STORED_CONFIG: u64 = 512 << 20;
 /// starts a new one.
 const TASK_MAX_FAILURES: u32 = 5;
 
+/// What the manager process is told on its command line (the daemon's own arguments).
+pub struct ManagerInvocation {
+    /// The configuration files, as given.
+    pub files: Vec<PathBuf>,
+    pub socket_owner: SocketOwner,
+    /// `--worker-user` or its environment form.
+    pub worker_user: Option<String>,
+    pub log: LogArgs,
+    /// `--watch-config`: reload when a configuration file changes.
+    pub watch_config: bool,
+}
+
 /// Run as the manager process. Returns the exit code.
-pub fn run(
-    files: Vec<PathBuf>,
-    socket_owner: SocketOwner,
-    worker_user: Option<String>,
-    log: LogArgs,
-) -> ExitCode {
+pub fn run(invocation: ManagerInvocation) -> ExitCode {
+    let ManagerInvocation {
+        files,
+        socket_owner,
+        worker_user,
+        log,
+        watch_config,
+    } = invocation;
     let logging = Logging::init(log.level, log.target, &PROCESS_NAME.to_string_lossy());
     // `ps` and `top` show the manager by this name rather than the `exe` it was started as.
     let _ = nix::sys::prctl::set_name(PROCESS_NAME);
@@ -64,15 +79,21 @@ pub fn run(
         .into_iter()
         .map(|p| std::path::absolute(&p).unwrap_or(p))
         .collect();
+    let watched = if watch_config {
+        ConfigFiles::Watched(files.clone())
+    } else {
+        ConfigFiles::Unwatched
+    };
     crate::block_on(
         "knot-resolver manager",
-        serve(link, files, socket_owner, worker_user, logging),
+        serve(link, files, watched, socket_owner, worker_user, logging),
     )
 }
 
 async fn serve(
     link: OwnedFd,
     files: Vec<PathBuf>,
+    watched: ConfigFiles,
     socket_owner: SocketOwner,
     worker_user: Option<String>,
     logging: Option<&'static Logging>,
@@ -225,7 +246,11 @@ async fn serve(
     let mut watchdog_task = None;
     if started {
         tokio::spawn(keep_config(parent.clone(), handle.subscribe()));
-        watchdog_task = Some(crate::watchdog::start(handle.clone(), stop.child_token()));
+        watchdog_task = Some(crate::watchdog::start(
+            handle.clone(),
+            watched,
+            stop.child_token(),
+        ));
         let state = ApiState {
             supervisor: parent.handle.clone(),
             stop: stop.clone(),

@@ -62,6 +62,8 @@ pub struct Invocation {
     pub worker_user: Option<String>,
     /// `--loglevel` and `--logtarget`.
     pub log: LogArgs,
+    /// `--drain-period`: how long DNS keeps being answered, readiness off, before a stop.
+    pub drain_period: Duration,
     /// Our command line after the program name, passed on to the manager process unchanged.
     pub args: Vec<OsString>,
 }
@@ -125,6 +127,7 @@ pub fn run(invocation: Invocation) -> ExitCode {
     let root = Root {
         rundir,
         management,
+        drain_period: invocation.drain_period,
         run_as,
         manager_argv,
         manager_cwd: cwd,
@@ -157,6 +160,8 @@ const MANAGER_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 struct Root {
     rundir: PathBuf,
     management: ManagementSchema,
+    /// How long a stop is announced (readiness off) while DNS keeps being answered.
+    drain_period: Duration,
     run_as: Option<supervisor::Credentials>,
     /// The manager process's command line: this very binary (`/proc/self/exe`, so an
     /// upgraded file on disk never mixes versions) with the manager flag and our arguments.
@@ -173,6 +178,12 @@ enum Stop {
     Requested(u8),
     /// The manager could not be kept running.
     ManagerFailed,
+}
+
+/// How serving ended: the manager's keeper decided why, or the root stops it now.
+enum Served {
+    Ended(Stop),
+    StopNow,
 }
 
 /// What the root is told from outside while it runs: the signals, or a test.
@@ -282,7 +293,10 @@ impl Root {
     }
 
     /// Keep the manager process running until it asks to stop, cannot be kept, or `events`
-    /// says stop; reloads go to the manager.
+    /// says stop; reloads go to the manager. A stop is first announced for the drain period
+    /// (the supervisor's snapshot says `draining`, which turns `/readyz` off) when there is
+    /// one; `kresctl drain` announces it through the manager. A second stop event during the
+    /// drain stops at once.
     async fn serve(
         &self,
         started: &mut Started,
@@ -290,6 +304,9 @@ impl Root {
     ) -> Stop {
         let watchdog = started.upward.spawn_watchdog();
         let stop = CancellationToken::new();
+        let mut snapshots = started.sup.subscribe();
+        let sup = started.sup.clone();
+        let upward = started.upward.clone();
         let keeper = self.keep_manager(
             &started.sup,
             &mut started.store,
@@ -297,21 +314,59 @@ impl Root {
             stop.clone(),
         );
         tokio::pin!(keeper);
-        let why = loop {
+        // When the drain ends, once it has begun.
+        let mut drain_ends: Option<Instant> = None;
+        let served = loop {
+            let drained = async {
+                match drain_ends {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                why = &mut keeper => break why,
+                why = &mut keeper => break Served::Ended(why),
                 Some(event) = events.next() => match event {
                     RootEvent::Reload => {
                         tracing::info!("SIGHUP received; the manager reloads the configuration files");
-                        signal_manager(&started.sup, nix::sys::signal::Signal::SIGHUP);
+                        signal_manager(&sup, nix::sys::signal::Signal::SIGHUP);
                     }
+                    RootEvent::Stop if self.drain_period.is_zero() || drain_ends.is_some() => break Served::StopNow,
                     RootEvent::Stop => {
-                        stop.cancel();
-                        // The keeper returns at once; its answer is ours anyway.
-                        let _ = (&mut keeper).await;
-                        break Stop::Signal;
+                        // Seen below as the snapshot's `draining`, like a drain from the API.
+                        if let Err(e) = sup.drain().await {
+                            tracing::error!("cannot drain: {e}");
+                            break Served::StopNow;
+                        }
                     }
                 },
+                changed = snapshots.changed(), if drain_ends.is_none() => {
+                    if changed.is_err() {
+                        break Served::StopNow;
+                    }
+                    if !snapshots.borrow_and_update().draining {
+                        continue;
+                    }
+                    if self.drain_period.is_zero() {
+                        break Served::StopNow;
+                    }
+                    let secs = self.drain_period.as_secs();
+                    tracing::info!("draining: not ready any more, answering for {secs} s, then stopping");
+                    upward.stopping(&format!("Draining: answering for {secs} s, then stopping"));
+                    drain_ends = Some(Instant::now() + self.drain_period);
+                }
+                () = drained => {
+                    tracing::info!("drain period over; stopping");
+                    break Served::StopNow;
+                }
+            }
+        };
+        let why = match served {
+            Served::Ended(why) => why,
+            Served::StopNow => {
+                stop.cancel();
+                // The keeper returns at once; its answer is ours anyway.
+                let _ = (&mut keeper).await;
+                Stop::Signal
             }
         };
         if let Some(w) = watchdog {
@@ -626,6 +681,7 @@ mod tests {
                 unix_socket: Some(dir.join("api.sock")),
                 interface: None,
             },
+            drain_period: Duration::ZERO,
             run_as: None,
             manager_argv: manager_argv.iter().map(OsString::from).collect(),
             manager_cwd: None,

@@ -79,6 +79,17 @@ enum ApiCommand {
     },
     /// Stop the resolver (all its processes).
     Stop,
+    /// Stop gracefully: readiness (`/readyz`) turns off at once, DNS keeps being answered
+    /// for the daemon's `--drain-period`, then everything stops (as on SIGTERM).
+    Drain,
+    /// Check the resolver's health for a container or probe: exit 0 when `/livez` says alive
+    /// (the API answers and a worker is running), 1 otherwise.
+    Health {
+        /// Check readiness (`/readyz`) instead: every configured worker is ready and the
+        /// resolver is not draining or stopping.
+        #[arg(long)]
+        ready: bool,
+    },
     /// Reload the configuration files the resolver was started with.
     Reload {
         /// Restart the workers even when their configuration is unchanged.
@@ -436,6 +447,15 @@ async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), client::
         ApiCommand::Pids { proc_type, json } => pids(client, &proc_type, json).await?,
         ApiCommand::Stop => {
             client.request("POST", "/stop", None).await?.ok()?;
+        }
+        ApiCommand::Drain => {
+            let body = client.request("POST", "/drain", None).await?.ok()?;
+            print!("{}", String::from_utf8_lossy(&body));
+        }
+        ApiCommand::Health { ready } => {
+            let path = if ready { "/readyz" } else { "/livez" };
+            let body = client.request("GET", path, None).await?.ok()?;
+            print!("{}", String::from_utf8_lossy(&body));
         }
         ApiCommand::Reload { force } => {
             let path = if force { "/reload/force" } else { "/reload" };

@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use supervisor::upward::UpwardNotifier;
 use supervisor::{ExitStatus, ServiceSpec, SupervisorError, SupervisorHandle};
 use tokio::sync::watch;
 
@@ -36,6 +37,12 @@ use specs::Specs;
 /// How long the policy-loader may run before it is stopped and the change refused: generous,
 /// for RPZ files of millions of rules. Overridden by [`POLICY_LOADER_TIMEOUT_VAR`] (seconds).
 pub const POLICY_LOADER_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// While a policy-loader runs, systemd is told every [`EXTEND_TIMEOUT_EVERY`] (the first
+/// time after [`EXTEND_TIMEOUT_AFTER`]) to wait [`EXTEND_TIMEOUT_BY`] longer.
+const EXTEND_TIMEOUT_AFTER: Duration = Duration::from_millis(500);
+const EXTEND_TIMEOUT_EVERY: Duration = Duration::from_secs(10);
+const EXTEND_TIMEOUT_BY: Duration = Duration::from_secs(30);
 
 /// Environment variable overriding [`POLICY_LOADER_TIMEOUT`], in seconds.
 pub const POLICY_LOADER_TIMEOUT_VAR: &str = "KRES_POLICY_LOADER_TIMEOUT";
@@ -100,6 +107,8 @@ pub struct Manager {
     /// The daemon's listening sockets; shared with later incarnations of the manager, because
     /// the supervisor's specs refer to their descriptor numbers.
     sockets: Arc<Mutex<SocketTable>>,
+    /// The service manager above us (systemd): told to wait longer while a policy-loader runs.
+    upward: UpwardNotifier,
 }
 
 impl Manager {
@@ -109,6 +118,7 @@ impl Manager {
         config: watch::Sender<Arc<LoadedConfig>>,
         owner: SocketOwner,
         sockets: Arc<Mutex<SocketTable>>,
+        upward: UpwardNotifier,
     ) -> Self {
         Manager {
             supervisor,
@@ -117,6 +127,7 @@ impl Manager {
             workers: Vec::new(),
             owner,
             sockets,
+            upward,
         }
     }
 
@@ -475,9 +486,23 @@ impl Manager {
         let path = cfg.rundir.join(specs::POLICY_LOADER_CONF);
         self.write_generated(&path, &lua::render_policy_loader(cfg))?;
         let deadline = policy_loader_deadline();
-        let outcome =
-            tokio::time::timeout(deadline, self.supervisor.run(self.specs.policy_loader(cfg)))
-                .await;
+        let run =
+            tokio::time::timeout(deadline, self.supervisor.run(self.specs.policy_loader(cfg)));
+        tokio::pin!(run);
+        // A large RPZ takes minutes: systemd's start (or reload) timeout moves forward while
+        // the policy-loader runs, within its own deadline, so units need no huge
+        // TimeoutStartSec. The first extension comes after a moment, so the usual quick run
+        // sends none.
+        let mut extend = tokio::time::interval_at(
+            tokio::time::Instant::now() + EXTEND_TIMEOUT_AFTER,
+            EXTEND_TIMEOUT_EVERY,
+        );
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut run => break outcome,
+                _ = extend.tick() => self.upward.extend_timeout(EXTEND_TIMEOUT_BY),
+            }
+        };
         if outcome.is_err() {
             // It is still running: stop it; its exit no longer matters.
             let _ = self.supervisor.stop(service::POLICY_LOADER).await;

@@ -98,6 +98,7 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
         ctx.config.clone(),
         ctx.socket_owner,
         ctx.sockets.clone(),
+        ctx.upward.clone(),
     );
     if !*ctx.started.borrow() {
         ctx.upward.status("Starting services");

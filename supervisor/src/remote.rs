@@ -155,6 +155,7 @@ pub enum Call {
     Tail {
         name: String,
     },
+    Drain,
 }
 
 /// A call's result.
@@ -433,6 +434,7 @@ async fn execute(
             policy.check(&spec)?;
             sup.run(*spec).await.map(Answer::Exited)
         }
+        Call::Drain => sup.drain().await.map(|()| Answer::Done),
         Call::Tail { name } => sup.output_tail(&name).await.map(|lines| {
             Answer::Tail(
                 lines
@@ -740,6 +742,7 @@ fn to_call(command: Command) -> Option<(Call, Vec<RawFd>, Pending, Vec<OwnedFd>)
             let _ = reply.send(Default::default());
             return None;
         }
+        Command::Drain { reply } => (Call::Drain, vec![], Pending::Done(reply), vec![]),
         Command::KillAll => return None,
     })
 }

@@ -98,6 +98,9 @@ pub(crate) enum Command {
         reply: oneshot::Sender<ShutdownReport>,
     },
     KillAll,
+    Drain {
+        reply: oneshot::Sender<Result<(), SupervisorError>>,
+    },
     Tail {
         name: String,
         reply: oneshot::Sender<Result<Vec<String>, SupervisorError>>,
@@ -215,6 +218,12 @@ impl SupervisorHandle {
         self.ask(|reply| Command::Tail { name, reply }).await?
     }
 
+    /// Announce the stop to come: the snapshot says `draining` from now on, while every
+    /// service keeps running. Only the main process decides when the stop comes.
+    pub async fn drain(&self) -> Result<(), SupervisorError> {
+        self.ask(|reply| Command::Drain { reply }).await?
+    }
+
     /// SIGKILL every live process group at once (a second SIGINT/SIGTERM).
     pub fn kill_all(&self) {
         let _ = self.commands.send(Command::KillAll);
@@ -273,6 +282,8 @@ pub struct Supervisor {
     timers: BinaryHeap<Reverse<Instant>>,
     shutdown_reply: Option<oneshot::Sender<ShutdownReport>>,
     shutting_down: bool,
+    /// Set by [`SupervisorHandle::drain`]; never cleared (a drain ends in the stop).
+    draining: bool,
     rng: u64,
     output_tasks: TaskTracker,
     /// Process groups whose leader we reaped and swept with SIGKILL, while members may still
@@ -306,6 +317,7 @@ impl Supervisor {
             timers: BinaryHeap::new(),
             shutdown_reply: None,
             shutting_down: false,
+            draining: false,
             rng: seed | 1,
             output_tasks: TaskTracker::new(),
             lingering_groups: Vec::new(),
@@ -532,6 +544,10 @@ impl Supervisor {
                     None => Err(SupervisorError::UnknownService(name)),
                 };
                 let _ = reply.send(result);
+            }
+            Command::Drain { reply } => {
+                self.draining = true;
+                let _ = reply.send(Ok(()));
             }
             Command::KillAll => {
                 for (name, svc) in &mut self.services {
@@ -800,6 +816,7 @@ impl Supervisor {
         let snapshot = Arc::new(Snapshot {
             processes,
             shutting_down: self.shutting_down,
+            draining: self.draining,
         });
         self.snapshot_tx.send_if_modified(|old| {
             if **old == *snapshot {

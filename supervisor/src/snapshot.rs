@@ -14,6 +14,10 @@ use crate::spec::ExitStatus;
 pub struct Snapshot {
     pub processes: Vec<ProcessSnapshot>,
     pub shutting_down: bool,
+    /// The main process announced its stop ([`crate::SupervisorHandle::drain`]): every
+    /// service still runs and serves, but clients should be steered elsewhere until the stop.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 /// One service as an operator sees it.

@@ -15,6 +15,8 @@ pub enum Upward {
     Status(String),
     Reloading(String),
     Stopping(String),
+    /// `EXTEND_TIMEOUT_USEC`: the current start, reload or stop takes this much longer.
+    ExtendTimeout(Duration),
 }
 
 impl Upward {
@@ -30,6 +32,7 @@ impl Upward {
             Upward::Status(s) => Upward::Status(cut(s)),
             Upward::Reloading(s) => Upward::Reloading(cut(s)),
             Upward::Stopping(s) => Upward::Stopping(cut(s)),
+            Upward::ExtendTimeout(by) => Upward::ExtendTimeout(*by),
         }
     }
 }
@@ -94,6 +97,7 @@ impl UpwardNotifier {
             Upward::Status(s) => self.status(s),
             Upward::Reloading(s) => self.reloading(s),
             Upward::Stopping(s) => self.stopping(s),
+            Upward::ExtendTimeout(by) => self.extend_timeout(*by),
         }
     }
 
@@ -154,6 +158,16 @@ impl UpwardNotifier {
             return;
         }
         self.send(&[NotifyState::Stopping, NotifyState::Status(status)]);
+    }
+
+    /// `EXTEND_TIMEOUT_USEC`: whatever the service manager is waiting for (start, reload,
+    /// stop) may take `by` longer from now. Capped at what the protocol carries (71 minutes).
+    pub fn extend_timeout(&self, by: Duration) {
+        if self.forwarded(|| Upward::ExtendTimeout(by)) {
+            return;
+        }
+        let usec = u32::try_from(by.as_micros()).unwrap_or(u32::MAX);
+        self.send(&[NotifyState::ExtendTimeoutUsec(usec)]);
     }
 
     /// Send `WATCHDOG=1` every half interval, if the service manager asked for it, until the

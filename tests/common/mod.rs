@@ -36,6 +36,8 @@ pub struct Setup {
     /// The body of the `management` section (indented YAML lines); the API socket in the
     /// rundir when `None`.
     pub management: Option<String>,
+    /// More arguments of the daemon, after `-c CONFIG`.
+    pub args: Vec<String>,
 }
 
 impl Setup {
@@ -49,7 +51,13 @@ impl Setup {
             cache: String::new(),
             network: String::new(),
             management: None,
+            args: Vec::new(),
         }
+    }
+    /// Add an argument of the daemon.
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.to_owned());
+        self
     }
     /// Replace the body of the `management` section.
     pub fn management(mut self, yaml: &str) -> Self {
@@ -129,11 +137,10 @@ pub fn launch(s: &Setup) -> Result<Resolver> {
     let extra_env: Vec<(&str, std::ffi::OsString)> =
         s.env.iter().map(|(k, v)| (*k, os(v))).collect();
     env.extend(extra_env.iter().map(|(k, v)| (*k, v.as_os_str())));
-    let launched = bed.launch(
-        Path::new(DAEMON),
-        &[&os("-c"), &os(dir.bed("config.yaml"))],
-        &env,
-    )?;
+    let mut args = vec![os("-c"), os(dir.bed("config.yaml"))];
+    args.extend(s.args.iter().map(os));
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let launched = bed.launch(Path::new(DAEMON), &args, &env)?;
     let api = dir.host("run/kres-api.sock");
     Ok(Resolver {
         bed,
