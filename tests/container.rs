@@ -209,7 +209,12 @@ fn check_health_follows_dns(ct: &Container) -> Result<()> {
         })
     })?;
     assert!(ct.dig_a(NAME)?.is_empty(), "DNS still answered");
-    eprintln!("health check once kresd is gone: {said}");
+    let why = ct.last_health_output()?;
+    assert!(
+        why.contains("not alive"),
+        "podman: {said}; the check: {why}"
+    );
+    assert_eq!(pid1(ct)?.info.comm, "knot-resolver", "the daemon stays up");
     Ok(())
 }
 

@@ -503,6 +503,19 @@ impl Container {
         }
     }
 
+    /// What the last health check printed, as podman stored it (`State.Health.Log`).
+    pub fn last_health_output(&self) -> Result<String> {
+        let health: serde_json::Value =
+            serde_json::from_str(&self.inspect("{{json .State.Health}}")?)
+                .context("parsing State.Health")?;
+        health["Log"]
+            .as_array()
+            .and_then(|log| log.last())
+            .and_then(|run| run["Output"].as_str())
+            .map(str::to_owned)
+            .context("no health check has run")
+    }
+
     /// `podman stop -t grace`, timed; then the container's exit code.
     pub fn stop(&self, grace: Duration) -> Result<Stopped> {
         let grace = grace.as_secs().to_string();
