@@ -7,15 +7,15 @@
 //! Python manager, which execs supervisord) runs in an image of the same base with the same
 //! configuration, for the figures printed beside ours (nothing is asserted about them).
 
-use std::path::Path;
+mod common;
+
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use testbed::podman::{Bind, Container, Context, Health, Image, Podman, Process, Stopped};
 
-const DAEMON: &str = env!("CARGO_BIN_EXE_knot-resolver");
-const KRESCTL: &str = env!("CARGO_BIN_EXE_kresctl");
-const CONTAINERFILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/dist/container/Containerfile");
+use common::DAEMON;
+
 const SHIPPED_CONFIG: &str = include_str!("../dist/container/config.yaml");
 
 /// Upstream's entrypoint over the same base: what the knot-resolver6 package installs.
@@ -44,14 +44,6 @@ struct Figures {
     stopped: Stopped,
     pid1: String,
     worker_users: String,
-}
-
-fn build_ours(podman: &Podman) -> Result<Image> {
-    let context = Context::new("image-ours")?;
-    context.add_binary("bin/knot-resolver", Path::new(DAEMON))?;
-    context.add_binary("bin/kresctl", Path::new(KRESCTL))?;
-    context.write("config.yaml", SHIPPED_CONFIG)?;
-    Image::build(podman, "ours", Path::new(CONTAINERFILE), &context)
 }
 
 fn build_upstream(podman: &Podman) -> Result<Image> {
@@ -255,7 +247,7 @@ fn exercise(
 fn our_image_under_podman_beside_upstreams() {
     let began = Instant::now();
     let podman = Podman::get().expect("podman bed");
-    let ours = build_ours(podman).expect("building our image");
+    let ours = common::our_image(podman).expect("building our image");
     assert_eq!(
         ours.inspect("{{.Config.StopSignal}}").expect("inspect"),
         "SIGTERM"

@@ -401,3 +401,18 @@ pub fn start_with_worker_user(bed: &Bed, dir: &TestDir, port: u16, setup: &Setup
     }
     launched
 }
+
+/// Our container image (`dist/container/Containerfile`) over the podman bed's base, from this
+/// test build's binaries laid out as the Containerfile expects (`bin/`, `config.yaml`).
+pub fn our_image(podman: &testbed::podman::Podman) -> Result<testbed::podman::Image> {
+    use testbed::podman::{Context, Image};
+    let context = Context::new("image-ours")?;
+    context.add_binary("bin/knot-resolver", Path::new(DAEMON))?;
+    context.add_binary("bin/kresctl", Path::new(KRESCTL))?;
+    context.write(
+        "config.yaml",
+        include_str!("../../dist/container/config.yaml"),
+    )?;
+    let containerfile = Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/container/Containerfile");
+    Image::build(podman, "ours", &containerfile, &context)
+}

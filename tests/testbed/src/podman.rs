@@ -13,8 +13,9 @@
 //! - health checks are only stored by `podman run` (their timers need systemd): tests run
 //!   them with [`Container::health`].
 //!
-//! Dropping a [`Container`] removes it, dropping an [`Image`] removes the image, and dropping
-//! a [`Context`] removes its directory.
+//! Dropping a [`Container`] removes it with its anonymous volumes, dropping an [`Image`]
+//! removes the image, dropping a [`Kube`] takes its pods down and removes what playing them
+//! made (named volumes, secrets), and dropping a [`Context`] removes its directory.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -28,11 +29,24 @@ use crate::procs::ProcInfo;
 /// Where podman reads the engine's configuration.
 const CONTAINERS_CONF: &str = "/etc/containers/containers.conf";
 
-/// The base image's name; its tag is the rootfs's provisioning time.
+/// The base image's name; its tag is the rootfs's provisioning time and [`BASE_RECIPE`].
 const BASE_REPOSITORY: &str = "localhost/kres-sid-base";
+
+/// The version of how the base image is imported: a change of [`BASE_CHANGES`] bumps it, so
+/// that an image imported the old way is not reused.
+const BASE_RECIPE: u32 = 2;
+
+/// Image settings given to `podman import` (an imported root filesystem has none): the
+/// `PATH` Debian's own images set, without which `podman kube play` finds no command.
+const BASE_CHANGES: &[&str] =
+    &["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"];
 
 /// Serializes base-image imports between test processes.
 const IMPORT_LOCK: &str = "/var/tmp/kres-podman-base.lock";
+
+/// Serializes played pods between test processes: podman names the volumes and secrets of a
+/// played file after the file's own names, the same in every run.
+const KUBE_LOCK: &str = "/var/tmp/kres-podman-kube.lock";
 
 /// How long `podman rm` waits for a container before killing it at teardown.
 const REMOVE_GRACE: &str = "0";
@@ -142,11 +156,8 @@ fn import_base() -> Result<String> {
         .duration_since(UNIX_EPOCH)
         .context("provisioning stamp before 1970")?
         .as_secs();
-    let image = format!("{BASE_REPOSITORY}:{stamp}");
-    let lock = std::fs::File::create(IMPORT_LOCK).context("creating the import lock")?;
-    let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| e)
-        .context("locking the import lock")?;
+    let image = format!("{BASE_REPOSITORY}:{stamp}-{BASE_RECIPE}");
+    let _lock = lock(IMPORT_LOCK)?;
     if exists(&["image", "exists", &image])? {
         return Ok(image);
     }
@@ -164,8 +175,13 @@ fn import_base() -> Result<String> {
         .spawn()
         .context("starting tar")?;
     let archive = tar.stdout.take().context("tar's output")?;
-    let imported = Command::new("podman")
-        .args(["import", "-", &image])
+    let mut import = Command::new("podman");
+    import.arg("import");
+    for change in BASE_CHANGES {
+        import.args(["--change", change]);
+    }
+    let imported = import
+        .args(["-", &image])
         .stdin(archive)
         .output()
         .context("running podman import")?;
@@ -189,6 +205,14 @@ fn import_base() -> Result<String> {
         let _ = podman(&["rmi", old]);
     }
     Ok(image)
+}
+
+/// Hold an exclusive lock on `path` (created if missing) until the result is dropped.
+fn lock(path: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    let file = std::fs::File::create(path).with_context(|| format!("creating {path}"))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .with_context(|| format!("locking {path}"))
 }
 
 /// Run podman; its output, whatever its exit status.
@@ -353,9 +377,19 @@ pub struct Bind<'a> {
     pub inside: &'a str,
 }
 
+/// What removes a container when its handle goes.
+#[derive(Debug, Clone, Copy)]
+enum Owner {
+    /// Started by [`Container::run`]: the handle removes it.
+    Handle,
+    /// Part of a played pod: [`Kube`] takes it down.
+    Pod,
+}
+
 /// A container.
 pub struct Container {
     pub name: String,
+    owner: Owner,
 }
 
 /// How `podman stop` went.
@@ -407,7 +441,10 @@ impl Container {
         // podman 4.3 prints errors about the missing systemd (health check timers) and still
         // starts the container: its exit status is what counts.
         checked(&argv)?;
-        Ok(Container { name })
+        Ok(Container {
+            name,
+            owner: Owner::Handle,
+        })
     }
 
     /// Run a command inside the container (as root) and wait for it.
@@ -529,6 +566,25 @@ impl Container {
         Ok(Stopped { took, exit_code })
     }
 
+    /// The exit codes of the container's deaths so far, oldest first (its `died` events).
+    pub fn died(&self) -> Result<Vec<i32>> {
+        let id = self.inspect("{{.Id}}")?;
+        let filter = format!("container={id}");
+        let out = checked(&[
+            "events",
+            "--stream=false",
+            "--filter",
+            &filter,
+            "--filter",
+            "event=died",
+            "--format",
+            "{{.ContainerExitCode}}",
+        ])?;
+        out.lines()
+            .map(|l| l.trim().parse().with_context(|| format!("exit code {l:?}")))
+            .collect()
+    }
+
     /// Send a signal to the container's PID 1 (`podman kill -s`).
     pub fn kill(&self, signal: &str) -> Result<()> {
         checked(&["kill", "-s", signal, &self.name])?;
@@ -548,7 +604,86 @@ impl Container {
 
 impl Drop for Container {
     fn drop(&mut self) {
-        let _ = podman(&["rm", "-f", "-t", REMOVE_GRACE, &self.name]);
+        match self.owner {
+            Owner::Handle => {
+                let _ = podman(&["rm", "-f", "-v", "-t", REMOVE_GRACE, &self.name]);
+            }
+            Owner::Pod => {}
+        }
+    }
+}
+
+/// Something `podman kube play` makes besides pods, named after the played file's names:
+/// removed before playing (left over from an interrupted run) and after taking the pods down.
+#[derive(Debug, Clone)]
+pub enum Made {
+    /// A named volume: an `emptyDir` (named after the pod's volume) or a ConfigMap's files
+    /// (named after the ConfigMap).
+    Volume(String),
+    /// A podman secret made from a `Secret` document.
+    Secret(String),
+}
+
+impl Made {
+    fn remove(&self) {
+        let _ = match self {
+            Made::Volume(name) => podman(&["volume", "rm", "-f", name]),
+            Made::Secret(name) => podman(&["secret", "rm", name]),
+        };
+    }
+}
+
+/// Pods played from a Kubernetes YAML file (`podman kube play --network none`: loopback
+/// only), taken down on drop. One played file at a time on the machine.
+pub struct Kube {
+    file: PathBuf,
+    made: Vec<Made>,
+    /// Held while the pods exist.
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl Kube {
+    /// Play `file`, which makes `made` besides its pods. A Deployment's pods are named
+    /// `NAME-pod-N`, their containers `NAME-pod-N-CONTAINER`.
+    pub fn play(file: &Path, made: Vec<Made>) -> Result<Kube> {
+        let lock = lock(KUBE_LOCK)?;
+        let path = file.to_string_lossy();
+        let _ = podman(&["kube", "down", &path]);
+        for m in &made {
+            m.remove();
+        }
+        let kube = Kube {
+            file: file.to_owned(),
+            made,
+            _lock: lock,
+        };
+        // podman 4.3 prints errors about the missing systemd (health check timers) and still
+        // starts the pods: its exit status is what counts.
+        checked(&["kube", "play", "--network", "none", &path])?;
+        Ok(kube)
+    }
+
+    /// A container of a played pod, by podman's name.
+    pub fn container(&self, name: &str) -> Container {
+        Container {
+            name: name.to_owned(),
+            owner: Owner::Pod,
+        }
+    }
+
+    /// Where a named volume of the pods lives on the host (a ConfigMap's files, …).
+    pub fn volume_dir(&self, name: &str) -> Result<PathBuf> {
+        let dir = checked(&["volume", "inspect", "--format", "{{.Mountpoint}}", name])?;
+        Ok(PathBuf::from(dir.trim_end()))
+    }
+}
+
+impl Drop for Kube {
+    fn drop(&mut self) {
+        let _ = podman(&["kube", "down", &self.file.to_string_lossy()]);
+        for m in &self.made {
+            m.remove();
+        }
     }
 }
 
