@@ -11,7 +11,13 @@
 //! - every container and every played pod gets `--network none`: loopback only, never the
 //!   default bridge, slirp4netns or the host's network;
 //! - health checks are only stored by `podman run` (their timers need systemd): tests run
-//!   them with [`Container::health`].
+//!   them with [`Container::health`];
+//! - `podman kube play` (4.3) turns a liveness probe into the health check and ignores
+//!   readiness probes; it would publish container ports on the host (refused on `--network
+//!   none`: a played file leaves `ports` out); it makes `emptyDir`s (even `medium: Memory`),
+//!   ConfigMaps and Secrets named volumes on disk, writes a Secret's `data` undecoded, panics
+//!   on a `secret` volume without an explicit `optional`, and `podman stop` refuses every exec
+//!   while it waits (signal with [`Container::kill`] to watch a graceful stop).
 //!
 //! Dropping a [`Container`] removes it with its anonymous volumes, dropping an [`Image`]
 //! removes the image, dropping a [`Kube`] takes its pods down and removes what playing them
@@ -54,7 +60,7 @@ const REMOVE_GRACE: &str = "0";
 /// The podman bed, set up once per test process.
 #[derive(Debug)]
 pub struct Podman {
-    /// The base image built from the sid rootfs (`localhost/kres-sid-base:STAMP`).
+    /// The base image imported from the sid rootfs (`localhost/kres-sid-base:STAMP-RECIPE`).
     pub base: String,
 }
 
