@@ -122,8 +122,11 @@ fn allowed_host(host: &str, endpoint: SocketAddr) -> bool {
     if name.eq_ignore_ascii_case("localhost") {
         return true;
     }
+    // A wildcard endpoint (`0.0.0.0`, `::`) is reached at any of the host's addresses: a
+    // scraper or probe names the one it used (a pod IP). An address is no name a rebinding
+    // page could have resolved, so it is as safe as the configured one.
     match name.parse::<std::net::IpAddr>() {
-        Ok(ip) => ip == endpoint.ip() || ip.is_loopback(),
+        Ok(ip) => ip == endpoint.ip() || ip.is_loopback() || endpoint.ip().is_unspecified(),
         Err(_) => false,
     }
 }
@@ -217,6 +220,16 @@ mod tests {
             check(&[("host", "[2001:db8::1]"), ("authorization", "Bearer s3cre")]),
             Some(401)
         );
+        // A wildcard endpoint takes any address, never a name.
+        let any = TcpGuard {
+            endpoint: Some("0.0.0.0:5000".parse().expect("addr")),
+            token: None,
+        };
+        let check = |h: &[(&str, &str)]| any.refusal(&request(h)).map(|(s, _)| s.as_u16());
+        assert_eq!(check(&[("host", "10.1.2.3:5000")]), None);
+        assert_eq!(check(&[("host", "[fd00::7]:5000")]), None);
+        assert_eq!(check(&[("host", "resolver.example:5000")]), Some(421));
+        assert_eq!(check(&[("host", "10.1.2.3:5001")]), Some(421));
         // Without a TCP endpoint (the unix socket) nothing is checked.
         let unix = TcpGuard::default();
         assert!(unix.refusal(&request(&[])).is_none());
