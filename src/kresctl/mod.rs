@@ -676,6 +676,10 @@ fn processes_table(value: &Value) -> String {
             }
             _ => "-".into(),
         };
+        let last_exit = match p.get("kill_reason").and_then(Value::as_str) {
+            Some(reason) => format!("{last_exit} ({reason})"),
+            None => last_exit,
+        };
         out.push_str(&format!(
             "{:<16} {:<14} {:>8} {:<9} {:>10} {:>12} {:>8}  {}\n",
             s("name"),
