@@ -7,8 +7,8 @@
 //!   daemon (Ready status, answers); `systemctl stop` and `start` work on it;
 //! - purging removes every diversion: upstream's files are back as knot-resolver6 has them,
 //!   and the running resolver is upstream's manager again, answering;
-//! - installed and purged again while the resolver is stopped, it stays stopped, and
-//!   upstream's manager then starts on its own unit.
+//! - installed (twice, so also upgraded) and purged again while the resolver is stopped, it
+//!   stays stopped, and upstream's manager then starts on its own unit.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -286,12 +286,18 @@ fn purged(m: &Machine) -> Result<()> {
     Ok(())
 }
 
-/// With the resolver stopped, installing and purging again leave it stopped; then upstream's
-/// manager starts on its own unit.
+/// With the resolver stopped, installing (twice: the second is dpkg's upgrade path) and
+/// purging again leave it stopped; then upstream's manager starts on its own unit.
 fn again_while_stopped(m: &Machine) -> Result<()> {
-    m.ok(&["dpkg", "-i", DEB_INSIDE])?;
-    assert_eq!(our_diversions(m)?.len(), DIVERTED.len());
-    assert_eq!(m.show(UNIT, "ActiveState")?, "inactive");
+    for _ in 0..2 {
+        m.ok(&["dpkg", "-i", DEB_INSIDE])?;
+        assert_eq!(our_diversions(m)?.len(), DIVERTED.len());
+        assert_eq!(
+            m.ok(&["/usr/bin/knot-resolver", "-V"])?,
+            format!("knot-resolver {}\n", knot_resolver::VERSION)
+        );
+        assert_eq!(m.show(UNIT, "ActiveState")?, "inactive");
+    }
     m.ok(&["dpkg", "--purge", "knot-resolver-rs"])?;
     assert_eq!(our_diversions(m)?, Vec::<String>::new());
     assert_eq!(m.show(UNIT, "ActiveState")?, "inactive");
