@@ -19,7 +19,7 @@ use clap_mangen::roff::{bold, italic, roman, Inline, Roff};
 use clap_mangen::Man;
 
 /// The manual section both programs belong to (system administration).
-pub const SECTION: &str = "8";
+const SECTION: &str = "8";
 
 /// The manual named in every page's title line.
 const MANUAL: &str = "Knot Resolver";
