@@ -127,7 +127,12 @@ fn the_pod_probes_drains_and_runs_unprivileged() {
         .and_then(|e| e["value"].as_str())
         .expect("a bearer token for the TCP API");
 
-    // Arguments: the configuration it mounts, unprivileged workers, watch, drain.
+    // The command line: the daemon with the configuration it mounts, unprivileged workers,
+    // watch, drain.
+    assert_eq!(
+        strings(at(container, &["command"])),
+        vec!["/usr/bin/knot-resolver"]
+    );
     let args = strings(at(container, &["args"]));
     assert!(args.contains(&"--config=/etc/knot-resolver/config.yaml".to_owned()));
     assert!(args.contains(&"--watch-config".to_owned()));
