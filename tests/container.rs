@@ -229,7 +229,8 @@ fn exercise(
         }],
         &[],
     )?;
-    let first_answer = wait_answer(&ct, started)?;
+    let first_answer =
+        wait_answer(&ct, started).map_err(|e| e.context(ct.logs().unwrap_or_default()))?;
     let pid1 = pid1(&ct)?.info.comm;
     let worker_users = worker_users(&ct)?;
     checks(&ct)?;

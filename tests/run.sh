@@ -23,6 +23,12 @@ fi
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc
 fi
+# The package test (tests/package.rs) builds a .deb: cargo-deb, installed once into a cache
+# outside the clone (dist/debian/cargo-deb.sh), and dpkg-shlibdeps for its dependencies.
+if ! command -v dpkg-shlibdeps >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dpkg-dev
+fi
+bash dist/debian/cargo-deb.sh >/dev/null
 if ! command -v kresd >/dev/null || ! kresd --version 2>/dev/null | grep -q 'version 6\.'; then
     bash tests/testbed/provision-rootfs.sh
 fi

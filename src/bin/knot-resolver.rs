@@ -36,6 +36,8 @@ fn main() -> ExitCode {
             worker_user,
             log,
             watch_config: args.watch_config,
+            worker_hang_timeout: (args.worker_hang_timeout > 0)
+                .then(|| Duration::from_secs(args.worker_hang_timeout.into())),
         });
     }
     knot_resolver::daemon::run(knot_resolver::daemon::Invocation {

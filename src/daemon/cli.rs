@@ -35,6 +35,12 @@ pub struct Args {
     /// upstream, where only `kresctl reload` and SIGHUP re-read them.
     #[arg(long = "watch-config")]
     pub watch_config: bool,
+    /// Ask every running kresd a trivial question on its control socket; one that does not
+    /// answer within this many seconds (stopped, looping in Lua, deadlocked) is killed and
+    /// restarted, with the reason in `/processes` and the log. 0 turns the check off.
+    #[arg(long = "worker-hang-timeout", value_name = "SECONDS", default_value_t = 15,
+          value_parser = clap::value_parser!(u32).range(0..=3600))]
+    pub worker_hang_timeout: u32,
     /// Run as the manager process of a `knot-resolver` root process (set by the daemon
     /// itself; never needed on a command line).
     #[arg(long = "manager-process", hide = true)]

@@ -53,6 +53,9 @@ pub struct ManagerInvocation {
     pub log: LogArgs,
     /// `--watch-config`: reload when a configuration file changes.
     pub watch_config: bool,
+    /// `--worker-hang-timeout`: how long a worker may leave its control socket unanswered
+    /// before it is killed; `None`: never.
+    pub worker_hang_timeout: Option<std::time::Duration>,
 }
 
 /// Run as the manager process. Returns the exit code.
@@ -63,6 +66,7 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
         worker_user,
         log,
         watch_config,
+        worker_hang_timeout,
     } = invocation;
     let logging = Logging::init(log.level, log.target, &PROCESS_NAME.to_string_lossy());
     // `ps` and `top` show the manager by this name rather than the `exe` it was started as.
@@ -86,14 +90,30 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
     };
     crate::block_on(
         "knot-resolver manager",
-        serve(link, files, watched, socket_owner, worker_user, logging),
+        serve(
+            link,
+            files,
+            Watches {
+                config: watched,
+                hang_timeout: worker_hang_timeout,
+            },
+            socket_owner,
+            worker_user,
+            logging,
+        ),
     )
+}
+
+/// What the manager watches besides its API: files, and the workers' answers.
+struct Watches {
+    config: ConfigFiles,
+    hang_timeout: Option<std::time::Duration>,
 }
 
 async fn serve(
     link: OwnedFd,
     files: Vec<PathBuf>,
-    watched: ConfigFiles,
+    watches: Watches,
     socket_owner: SocketOwner,
     worker_user: Option<String>,
     logging: Option<&'static Logging>,
@@ -246,9 +266,18 @@ async fn serve(
     let mut watchdog_task = None;
     if started {
         tokio::spawn(keep_config(parent.clone(), handle.subscribe()));
+        if let Some(deadline) = watches.hang_timeout {
+            // Ends with `stop`; nothing to wait for.
+            crate::manager::liveness::start(
+                parent.handle.clone(),
+                handle.clone(),
+                deadline,
+                stop.child_token(),
+            );
+        }
         watchdog_task = Some(crate::watchdog::start(
             handle.clone(),
-            watched,
+            watches.config,
             stop.child_token(),
         ));
         let state = ApiState {

@@ -247,6 +247,16 @@ enum ConfigOp {
     },
 }
 
+/// kresctl's completion script for `shell`, generated from its clap definition: what
+/// `kresctl completion SHELL` prints and what the package installs.
+pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    // Into a buffer: the generator panics on a write error (a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "kresctl", &mut script);
+    script
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let Some(command) = cli.command else {
@@ -262,12 +272,8 @@ pub fn main() -> ExitCode {
                 CompletionShell::Zsh => clap_complete::Shell::Zsh,
                 CompletionShell::Fish => clap_complete::Shell::Fish,
             };
-            let mut command = <Cli as clap::CommandFactory>::command();
-            // Into a buffer first: the generator panics on a write error (a closed pipe).
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut command, "kresctl", &mut script);
             use std::io::Write;
-            return match std::io::stdout().write_all(&script) {
+            return match std::io::stdout().write_all(&completion_script(shell)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
                 Err(e) => {
@@ -675,6 +681,10 @@ fn processes_table(value: &Value) -> String {
                 }
             }
             _ => "-".into(),
+        };
+        let last_exit = match p.get("kill_reason").and_then(Value::as_str) {
+            Some(reason) => format!("{last_exit} ({reason})"),
+            None => last_exit,
         };
         out.push_str(&format!(
             "{:<16} {:<14} {:>8} {:<9} {:>10} {:>12} {:>8}  {}\n",

@@ -12,6 +12,7 @@
 pub mod executables;
 pub mod handle;
 pub mod listen;
+pub mod liveness;
 pub mod plan;
 pub mod rundir;
 pub mod specs;

@@ -156,6 +156,10 @@ pub enum Call {
         name: String,
     },
     Drain,
+    Kill {
+        name: String,
+        reason: String,
+    },
 }
 
 /// A call's result.
@@ -435,6 +439,7 @@ async fn execute(
             sup.run(*spec).await.map(Answer::Exited)
         }
         Call::Drain => sup.drain().await.map(|()| Answer::Done),
+        Call::Kill { name, reason } => sup.kill(&name, &reason).await.map(|()| Answer::Done),
         Call::Tail { name } => sup.output_tail(&name).await.map(|lines| {
             Answer::Tail(
                 lines
@@ -743,6 +748,16 @@ fn to_call(command: Command) -> Option<(Call, Vec<RawFd>, Pending, Vec<OwnedFd>)
             return None;
         }
         Command::Drain { reply } => (Call::Drain, vec![], Pending::Done(reply), vec![]),
+        Command::Kill {
+            name,
+            reason,
+            reply,
+        } => (
+            Call::Kill { name, reason },
+            vec![],
+            Pending::Done(reply),
+            vec![],
+        ),
         Command::KillAll => return None,
     })
 }

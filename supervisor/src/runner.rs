@@ -39,6 +39,8 @@ pub enum SupervisorError {
     StartFailed { name: String, reason: FailReason },
     #[error("{name} went down while starting")]
     StoppedWhileStarting { name: String },
+    #[error("{0} has no process")]
+    NotRunning(String),
     #[error("the supervisor is shutting down")]
     ShuttingDown,
     #[error("the supervisor is gone")]
@@ -99,6 +101,11 @@ pub(crate) enum Command {
     },
     KillAll,
     Drain {
+        reply: oneshot::Sender<Result<(), SupervisorError>>,
+    },
+    Kill {
+        name: String,
+        reason: String,
         reply: oneshot::Sender<Result<(), SupervisorError>>,
     },
     Tail {
@@ -224,6 +231,19 @@ impl SupervisorHandle {
         self.ask(|reply| Command::Drain { reply }).await?
     }
 
+    /// SIGKILL the process group of `name`'s current process, recording `reason` in the
+    /// snapshot; its restart policy then applies as to any death by signal. For a process
+    /// that stopped answering (stopped, looping, deadlocked), which no SIGTERM would end.
+    pub async fn kill(&self, name: &str, reason: &str) -> Result<(), SupervisorError> {
+        let (name, reason) = (name.to_owned(), reason.to_owned());
+        self.ask(|reply| Command::Kill {
+            name,
+            reason,
+            reply,
+        })
+        .await?
+    }
+
     /// SIGKILL every live process group at once (a second SIGINT/SIGTERM).
     pub fn kill_all(&self) {
         let _ = self.commands.send(Command::KillAll);
@@ -270,6 +290,8 @@ struct Service {
     status_text: Option<String>,
     /// The last lines of output of the current or last process.
     tail: output::Tail,
+    /// Why its last process was killed on request.
+    kill_reason: Option<String>,
 }
 
 /// The actor. Create with [`Supervisor::start`].
@@ -545,6 +567,25 @@ impl Supervisor {
                 };
                 let _ = reply.send(result);
             }
+            Command::Kill {
+                name,
+                reason,
+                reply,
+            } => {
+                let result = match self.services.get_mut(&name) {
+                    None => Err(SupervisorError::UnknownService(name)),
+                    Some(svc) => match svc.machine.pid() {
+                        None => Err(SupervisorError::NotRunning(name)),
+                        Some(pid) => {
+                            tracing::warn!(name, pid = pid.as_raw(), reason, "killing");
+                            svc.kill_reason = Some(reason);
+                            let _ = os::signal_group(pid, Signal::SIGKILL);
+                            Ok(())
+                        }
+                    },
+                };
+                let _ = reply.send(result);
+            }
             Command::Drain { reply } => {
                 self.draining = true;
                 let _ = reply.send(Ok(()));
@@ -587,6 +628,7 @@ impl Supervisor {
                 ready_wall: None,
                 status_text: None,
                 tail: output::Tail::default(),
+                kill_reason: None,
             },
         );
         Ok(())
@@ -797,7 +839,6 @@ impl Supervisor {
     }
 
     fn publish(&mut self) {
-        let now = Instant::now();
         let processes = self
             .services
             .iter()
@@ -806,10 +847,10 @@ impl Supervisor {
                     name,
                     svc.spec.kind.clone(),
                     &svc.machine,
-                    now,
                     svc.since_wall,
                     svc.ready_wall,
                     svc.status_text.clone(),
+                    svc.kill_reason.clone(),
                 )
             })
             .collect();

@@ -4,7 +4,6 @@
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
 
 use crate::machine::{ServiceMachine, State};
 use crate::spec::ExitStatus;
@@ -40,6 +39,10 @@ pub struct ProcessSnapshot {
     pub failure: Option<String>,
     /// The last `STATUS=` line the process sent.
     pub status_text: Option<String>,
+    /// Why the last process of this service was killed on request
+    /// ([`crate::SupervisorHandle::kill`]: it stopped answering, say).
+    #[serde(default)]
+    pub kill_reason: Option<String>,
 }
 
 impl ProcessSnapshot {
@@ -47,10 +50,10 @@ impl ProcessSnapshot {
         name: &str,
         kind: String,
         m: &ServiceMachine,
-        _now: Instant,
         since: Option<SystemTime>,
         ready: Option<SystemTime>,
         status_text: Option<String>,
+        kill_reason: Option<String>,
     ) -> Self {
         let (state, failure) = match m.state() {
             State::Idle => (ProcessState::Idle, None),
@@ -76,6 +79,7 @@ impl ProcessSnapshot {
             last_exit: m.last_exit().map(|(s, _)| s),
             failure,
             status_text,
+            kill_reason,
         }
     }
 }

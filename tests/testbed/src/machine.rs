@@ -173,6 +173,18 @@ impl Machine {
         std::fs::write(&path, contents).with_context(|| format!("writing {inside}"))
     }
 
+    /// Copy a file of the host into the machine (through the host's view of its root),
+    /// keeping its permissions.
+    pub fn copy_in(&self, host: &Path, inside: &str) -> Result<()> {
+        let path = self.root.join(inside.trim_start_matches('/'));
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::copy(host, &path)
+            .with_context(|| format!("copying {} to {inside}", host.display()))?;
+        Ok(())
+    }
+
     /// A unit's properties (`systemctl show -p …`).
     pub fn show(&self, unit: &str, property: &str) -> Result<String> {
         let out = self.ok(&["systemctl", "show", "--value", "-p", property, unit])?;
