@@ -87,15 +87,7 @@ fn build_deb(scratch: &Path, date: &str) -> Result<PathBuf> {
         .arg(scratch.join("out"))
         .output()
         .context("running build-deb.sh")?;
-    if !out.status.success() {
-        bail!(
-            "build-deb.sh failed with {}: {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = testbed::succeeded("build-deb.sh", &out)?;
     let deb = PathBuf::from(stdout.lines().last().context("no path printed")?.trim());
     if !deb.is_file() {
         bail!("build-deb.sh printed {deb:?}, which is not a file");

@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use serde_json::Value;
 use testbed::machine::{Bind, Machine};
 
@@ -62,15 +62,7 @@ fn timed(m: &Machine, argv: &[&str]) -> Result<(Duration, std::process::Output)>
 }
 
 fn must(what: &str, out: &std::process::Output) -> Result<()> {
-    if !out.status.success() {
-        bail!(
-            "{what} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
+    testbed::succeeded(what, out).map(drop)
 }
 
 fn wait_answer(m: &Machine, address: &str) -> Result<()> {

@@ -575,6 +575,43 @@ impl Drop for Launched {
 }
 
 /// Poll `check` until it returns `Some`, or fail after `timeout` saying `what`.
+/// `out`'s standard output when it succeeded; otherwise an error saying `what` failed, with
+/// its status and everything it printed.
+pub fn succeeded(what: impl std::fmt::Display, out: &std::process::Output) -> Result<String> {
+    if !out.status.success() {
+        anyhow::bail!(
+            "{what} failed with {}: {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The command line asking `name`'s A records of the resolver on 127.0.0.1:53 (kdig, short
+/// answers, one try); read its output with [`short_answers`].
+pub fn kdig_a(name: &str) -> [&str; 7] {
+    [
+        "kdig",
+        "+short",
+        "+time=2",
+        "+retry=0",
+        "@127.0.0.1",
+        name,
+        "A",
+    ]
+}
+
+/// The answers `kdig +short` printed (its comment lines left out).
+pub fn short_answers(out: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with(';'))
+        .map(str::to_owned)
+        .collect()
+}
+
 pub fn wait_for<T>(
     what: &str,
     timeout: Duration,

@@ -152,16 +152,7 @@ impl Machine {
 
     /// Run a command that must succeed; its standard output.
     pub fn ok(&self, argv: &[&str]) -> Result<String> {
-        let out = self.run(argv)?;
-        if !out.status.success() {
-            bail!(
-                "{argv:?} failed with {}: {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        crate::succeeded(format!("{argv:?}"), &self.run(argv)?)
     }
 
     /// Write a file inside the machine (through the host's view of its root).
@@ -209,20 +200,7 @@ impl Machine {
 
     /// Ask `name` for its A records from inside the machine (kdig on 127.0.0.1:53).
     pub fn dig_a(&self, name: &str) -> Result<Vec<String>> {
-        let out = self.run(&[
-            "kdig",
-            "+short",
-            "+time=2",
-            "+retry=0",
-            "@127.0.0.1",
-            name,
-            "A",
-        ])?;
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.starts_with(';'))
-            .map(str::to_owned)
-            .collect())
+        Ok(crate::short_answers(&self.run(&crate::kdig_a(name))?))
     }
 
     /// Poll `check` until it returns `Some`, or fail after `timeout` saying `what`.

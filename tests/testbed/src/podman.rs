@@ -232,16 +232,7 @@ fn podman(args: &[&str]) -> Result<Output> {
 
 /// Run podman, which must succeed; its standard output.
 fn checked(args: &[&str]) -> Result<String> {
-    let out = podman(args)?;
-    if !out.status.success() {
-        bail!(
-            "podman {args:?} failed with {}: {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    crate::succeeded(format!("podman {args:?}"), &podman(args)?)
 }
 
 /// Run a podman question answered by its exit status (`image exists`, …).
@@ -467,17 +458,7 @@ impl Container {
 
     /// Run a command that must succeed; its standard output.
     pub fn ok(&self, argv: &[&str]) -> Result<String> {
-        let out = self.exec(argv)?;
-        if !out.status.success() {
-            bail!(
-                "{argv:?} in {} failed with {}: {}{}",
-                self.name,
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        crate::succeeded(format!("{argv:?} in {}", self.name), &self.exec(argv)?)
     }
 
     /// Every process of the container (zombies included), as the container sees them; the
@@ -504,20 +485,7 @@ impl Container {
 
     /// Ask `name` for its A records from inside the container (kdig on 127.0.0.1:53).
     pub fn dig_a(&self, name: &str) -> Result<Vec<String>> {
-        let out = self.exec(&[
-            "kdig",
-            "+short",
-            "+time=2",
-            "+retry=0",
-            "@127.0.0.1",
-            name,
-            "A",
-        ])?;
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.starts_with(';'))
-            .map(str::to_owned)
-            .collect())
+        Ok(crate::short_answers(&self.exec(&crate::kdig_a(name))?))
     }
 
     /// A field of `podman container inspect` (a Go template such as `{{.State.Pid}}`).
