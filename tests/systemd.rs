@@ -212,9 +212,20 @@ fn timeouts(m: &Machine) -> Result<()> {
     Ok(())
 }
 
-/// A text field of a journal entry.
+/// A text field of a journal entry. journalctl gives a field with control characters (a
+/// multi-line message) as an array of bytes.
 fn field(entry: &Value, key: &str) -> Option<String> {
-    entry.get(key).and_then(Value::as_str).map(str::to_owned)
+    match entry.get(key)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(bytes) => {
+            let bytes: Vec<u8> = bytes
+                .iter()
+                .filter_map(|b| b.as_u64().and_then(|b| u8::try_from(b).ok()))
+                .collect();
+            Some(String::from_utf8_lossy(&bytes).into_owned())
+        }
+        _ => None,
+    }
 }
 
 /// The cursor of the unit's last journal entry, if it has one.
