@@ -110,7 +110,8 @@ fn change_status(e: &ChangeError) -> StatusCode {
             ApplyError::Immutable(_)
             | ApplyError::Canary { .. }
             | ApplyError::PolicyLoader(_)
-            | ApplyError::Listen(_),
+            | ApplyError::Listen(_)
+            | ApplyError::RolledBack(_),
         ) => StatusCode::BAD_REQUEST,
         ChangeError::Apply(_) => StatusCode::INTERNAL_SERVER_ERROR,
         ChangeError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,

@@ -80,6 +80,17 @@ pub enum ApplyError {
     Immutable(#[from] plan::Immutable),
     #[error("the new configuration was rejected: a canary kresd {reason}{}", format_tail(.output))]
     Canary { reason: String, output: Vec<String> },
+    /// A worker did not come back during the roll although the canary passed; every worker
+    /// was brought back to the running configuration.
+    #[error("the new configuration was not applied: {0}; every worker was brought back to the running configuration")]
+    RolledBack(Box<ApplyError>),
+    /// As [`ApplyError::RolledBack`], but going back failed too: the workers may be running
+    /// two configurations.
+    #[error("the new configuration was not applied: {cause}; going back to the running configuration failed too: {back}")]
+    RollbackFailed {
+        cause: Box<ApplyError>,
+        back: Box<ApplyError>,
+    },
 }
 
 fn format_tail(lines: &[String]) -> String {
@@ -229,7 +240,9 @@ impl Manager {
                 let prepared = self.prepare_sockets(cfg)?;
                 self.canary(cfg, roll.canary).await?;
                 self.run_policy_loader(cfg).await?;
-                self.roll(cfg, roll, prepared).await?;
+                if let Err(cause) = self.roll(cfg, roll, prepared).await {
+                    return Err(self.roll_back(cfg, &old.model, cause).await);
+                }
             }
             WorkerChange::ResetRules => {
                 self.run_policy_loader(cfg).await?;
@@ -267,25 +280,78 @@ impl Manager {
             self.workers.retain(|w| w != id);
         }
         self.commit_sockets(cfg, prepared);
-        for &id in &roll.restart {
-            let name = id.name();
-            if self.table().is_current(&name, id.0) {
-                self.supervisor
-                    .restart(&name)
-                    .await
-                    .map_err(|source| ApplyError::Worker { name, source })?;
-            } else {
-                // Its sockets changed: register it again with the new ones.
-                self.remove_service(&name).await?;
-                self.spawn_worker_task(cfg, id).await?;
+        let batch = restart_batch(roll.restart.len() + roll.start.len(), self.owner);
+        for ids in roll.restart.chunks(batch) {
+            let restarts = ids.iter().map(|&id| self.restart_worker(cfg, id));
+            for result in futures_util::future::join_all(restarts).await {
+                result?;
             }
         }
         self.table().close_unused();
         let starts = roll.start.iter().map(|id| self.spawn_worker_task(cfg, *id));
-        for result in futures_util::future::join_all(starts).await {
-            self.workers.push(result?);
+        let mut failed = None;
+        for (id, result) in roll
+            .start
+            .iter()
+            .zip(futures_util::future::join_all(starts).await)
+        {
+            match result {
+                Ok(id) => self.workers.push(id),
+                Err(e) => {
+                    // Not left restarting with a configuration that does not run.
+                    let _ = self.remove_service(&id.name()).await;
+                    failed.get_or_insert(e);
+                }
+            }
         }
         self.workers.sort_unstable();
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// A roll failed after the canary passed (a worker did not come back): bring every worker
+    /// back to `running` (the policy-loader's rules too), so that workers never serve two
+    /// configurations. No canary: `running` is known to run. Returns what the change ends in.
+    async fn roll_back(
+        &mut self,
+        tried: &KresConfig,
+        running: &KresConfig,
+        cause: ApplyError,
+    ) -> ApplyError {
+        tracing::error!("{cause}; bringing every worker back to the running configuration");
+        let back = async {
+            let plan = plan::plan(tried, running, &self.workers, Restart::Always)?;
+            let WorkerChange::Roll(roll) = &plan.workers else {
+                return Ok(());
+            };
+            let prepared = self.prepare_sockets(running)?;
+            self.run_policy_loader(running).await?;
+            self.roll(running, roll, prepared).await
+        };
+        match back.await {
+            Ok(()) => {
+                tracing::warn!("every worker is back on the running configuration");
+                ApplyError::RolledBack(Box::new(cause))
+            }
+            Err(back) => ApplyError::RollbackFailed {
+                cause: Box::new(cause),
+                back: Box::new(back),
+            },
+        }
+    }
+
+    /// Restart worker `id` with the new configuration and wait for its READY.
+    async fn restart_worker(&self, cfg: &KresConfig, id: WorkerId) -> Result<(), ApplyError> {
+        let name = id.name();
+        if self.table().is_current(&name, id.0) {
+            self.supervisor
+                .restart(&name)
+                .await
+                .map_err(|source| ApplyError::Worker { name, source })?;
+        } else {
+            // Its sockets changed: register it again with the new ones.
+            self.remove_service(&name).await?;
+            self.spawn_worker_task(cfg, id).await?;
+        }
         Ok(())
     }
 
@@ -518,6 +584,17 @@ impl Manager {
                 deadline.as_secs()
             ))),
         }
+    }
+}
+
+/// How many workers a roll restarts at once. With the daemon's sockets a restarting
+/// worker's queries wait in its socket (kresd starts in about 25 ms), so a quarter of the
+/// workers restart together and three quarters keep serving; when kresd binds its own
+/// sockets, they close while it restarts, so one at a time.
+fn restart_batch(workers: usize, owner: SocketOwner) -> usize {
+    match owner {
+        SocketOwner::Daemon => (workers / 4).max(1),
+        SocketOwner::Kresd => 1,
     }
 }
 

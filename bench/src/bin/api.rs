@@ -3,7 +3,8 @@
 //! returns), a policy-only change applied and visible in DNS, and metrics collection latency
 //! with 8 workers. Prints medians side by side.
 //!
-//! Usage: cargo build --release --bins && target/release/api [RUNS]
+//! Usage: cargo build --release --bins && target/release/api [RUNS] [WORKERS]
+//! (WORKERS: how many workers the worker-affecting change restarts, default 2)
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -96,8 +97,8 @@ struct Samples {
     metrics_8_ms: Vec<f64>,
 }
 
-fn measure(bed: &Bed, flavor: Flavor, runs: usize, s: &mut Samples) -> Result<()> {
-    let r = start(bed, flavor, 2)?;
+fn measure(bed: &Bed, flavor: Flavor, runs: usize, workers: u32, s: &mut Samples) -> Result<()> {
+    let r = start(bed, flavor, workers)?;
     for _ in 0..runs {
         let t0 = Instant::now();
         let mut n = 0u32;
@@ -164,16 +165,18 @@ fn measure(bed: &Bed, flavor: Flavor, runs: usize, s: &mut Samples) -> Result<()
 }
 
 fn main() -> Result<()> {
-    let runs: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(5);
+    let mut args = std::env::args().skip(1);
+    let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
+    let workers: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
     let bed = Bed::get()?;
     let (mut ours, mut upstream) = (Samples::default(), Samples::default());
-    measure(bed, Flavor::Ours, runs, &mut ours)?;
-    measure(bed, Flavor::Upstream, runs, &mut upstream)?;
-    measure(bed, Flavor::Ours, runs, &mut ours)?;
-    println!("management API benchmark: {runs} samples per block, blocks ours/upstream/ours");
+    measure(bed, Flavor::Ours, runs, workers, &mut ours)?;
+    measure(bed, Flavor::Upstream, runs, workers, &mut upstream)?;
+    measure(bed, Flavor::Ours, runs, workers, &mut ours)?;
+    println!(
+        "management API benchmark: {runs} samples per block, blocks ours/upstream/ours, \
+         {workers} workers for the worker-affecting change"
+    );
     print_header();
     print_row(
         "GET /v1/config, new connection each",
