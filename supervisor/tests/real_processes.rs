@@ -634,6 +634,51 @@ fn restart_and_remove_commands() {
     });
 }
 
+#[test]
+fn a_process_killed_on_request_is_restarted_with_the_reason_kept() {
+    scenario("debug,child=info", async |env| {
+        // A process that answers nothing and ignores SIGTERM: only SIGKILL ends it.
+        let spec = env.spec("svc", &["ignore-term", "wait"]);
+        env.sup.add(spec, Vec::new()).await.expect("add");
+        let first = env.sup.start("svc").await.expect("start");
+        assert_eq!(env.reported_pid("pid ").await, first.as_raw());
+        env.sup.kill("svc", "hung: no answer").await.expect("kill");
+        let second = env.reported_pid("pid ").await;
+        assert_ne!(second, first.as_raw());
+        let p = env
+            .wait_state("svc", "running again", |p| p.pid == Some(second))
+            .await;
+        assert_eq!(p.last_exit, signaled(Signal::SIGKILL));
+        assert_eq!(p.restarts, 1);
+        let snapshot = env.sup.snapshot();
+        let svc = snapshot
+            .processes
+            .iter()
+            .find(|p| p.name == "svc")
+            .expect("svc");
+        assert_eq!(svc.kill_reason.as_deref(), Some("hung: no answer"));
+        assert_eq!(
+            env.sup.kill("nothing", "x").await,
+            Err(SupervisorError::UnknownService("nothing".into()))
+        );
+    });
+}
+
+#[test]
+fn a_drain_is_announced_in_the_snapshot_while_everything_keeps_running() {
+    scenario("debug,child=info", async |env| {
+        let spec = env.notify_spec("svc", &["notify", "READY=1", "wait"], TIMEOUT);
+        env.sup.add(spec, Vec::new()).await.expect("add");
+        let pid = env.sup.start("svc").await.expect("start");
+        assert!(!env.sup.snapshot().draining);
+        env.sup.drain().await.expect("drain");
+        let snapshot = env.sup.snapshot();
+        assert!(snapshot.draining && !snapshot.shutting_down);
+        let p = env.process("svc").expect("svc");
+        assert_eq!((p.state.as_str(), p.pid), ("running", Some(pid.as_raw())));
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Readiness
 // ---------------------------------------------------------------------------------------------
