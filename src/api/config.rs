@@ -2,11 +2,13 @@
 //! (GET, HEAD, PUT, DELETE) and JSON Patch (PATCH), with structural ETags and `If-Match` /
 //! `If-None-Match`. Every change is validated as a whole document (400 listing every error)
 //! and applied by the manager, which also re-checks the ETag the change was computed from.
-//! One handler per method; the three that change the document share `change`.
+//! One handler per method; the three that change the document share `change`. With
+//! `?dry-run=true` a change goes as far as it can without changing anything (validation, the
+//! plan, sockets, the canary) and the answer says what it would do.
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
@@ -16,6 +18,7 @@ use super::pointer;
 use super::ApiState;
 use crate::config::{self, LoadedConfig, ValidationContext};
 use crate::etag::{etag, header_matches};
+use crate::manager::plan::{ChangePlan, GcChange, WorkerChange};
 use crate::manager::ChangeError;
 
 /// How many times a change without `If-Match` is recomputed when another change won the race.
@@ -70,15 +73,23 @@ pub async fn get(
     Ok(json_with_etag(body, &rendered.etag))
 }
 
+/// The query of a change: `?dry-run=true` asks what it would do.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct ChangeQuery {
+    #[serde(default, rename = "dry-run")]
+    dry_run: bool,
+}
+
 /// `PUT`: replace (or add) the value at the pointer with the body.
 pub async fn put(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    Query(query): Query<ChangeQuery>,
     rest: Option<Path<String>>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let ptr = pointer_of(rest);
-    change(&state, &headers, |doc| {
+    change(&state, &headers, &query, |doc| {
         let value = parse_body(&headers, &body)?;
         let mut doc = doc.clone();
         pointer::put(&mut doc, &ptr, value)?;
@@ -91,10 +102,11 @@ pub async fn put(
 pub async fn delete(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    Query(query): Query<ChangeQuery>,
     rest: Option<Path<String>>,
 ) -> Result<Response, ApiError> {
     let ptr = pointer_of(rest);
-    change(&state, &headers, |doc| {
+    change(&state, &headers, &query, |doc| {
         let mut doc = doc.clone();
         pointer::remove(&mut doc, &ptr)?;
         Ok(doc)
@@ -106,9 +118,10 @@ pub async fn delete(
 pub async fn patch(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    Query(query): Query<ChangeQuery>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    change(&state, &headers, |doc| {
+    change(&state, &headers, &query, |doc| {
         let ops = parse_body(&headers, &body)?;
         Ok(pointer::patch(doc, &ops)?)
     })
@@ -122,6 +135,7 @@ pub async fn patch(
 async fn change(
     state: &ApiState,
     headers: &HeaderMap,
+    query: &ChangeQuery,
     edit: impl Fn(&Value) -> Result<Value, ApiError>,
 ) -> Result<Response, ApiError> {
     for _ in 0..CONFLICT_RETRIES {
@@ -136,7 +150,18 @@ async fn change(
         let model = config::validate(&doc, &ctx).map_err(ApiError::Invalid)?;
         let new_tag = etag(&doc);
         let loaded = LoadedConfig { raw: doc, model };
-        match state.manager.apply(loaded, Some(tag)).await {
+        let outcome = if query.dry_run {
+            state.manager.dry_run(loaded, Some(tag)).await
+        } else {
+            state.manager.apply(loaded, Some(tag)).await
+        };
+        match outcome {
+            Ok(plan) if query.dry_run => {
+                return Ok(super::json_response(
+                    StatusCode::OK,
+                    &plan_json(&plan, &new_tag),
+                ))
+            }
             Ok(_) => return Ok(with_etag(StatusCode::OK.into_response(), &new_tag)),
             Err(ChangeError::Conflict) if !conditional => continue,
             Err(ChangeError::Conflict) => {
@@ -149,6 +174,34 @@ async fn change(
         }
     }
     Err(ApiError::KeptChanging)
+}
+
+/// What a dry run answers: what the change would do, and the ETag the result would have.
+fn plan_json(plan: &ChangePlan, new_tag: &str) -> Value {
+    let names = |ids: &[crate::service::WorkerId]| -> Vec<String> {
+        ids.iter().map(|id| id.name()).collect()
+    };
+    let workers = match &plan.workers {
+        WorkerChange::ResetRules => serde_json::json!({"action": "rules-reset"}),
+        WorkerChange::Roll(roll) => serde_json::json!({
+            "action": "restart",
+            "canary": roll.unlink.is_empty(),
+            "stop": names(&roll.stop),
+            "restart": names(&roll.restart),
+            "start": names(&roll.start),
+            "unlink": roll.unlink.iter().map(|s| s.file_name()).collect::<Vec<_>>(),
+        }),
+    };
+    serde_json::json!({
+        "dry-run": true,
+        "changed": plan.changed.iter().map(|s| s.key()).collect::<Vec<_>>(),
+        "workers": workers,
+        "cache-gc": match plan.gc {
+            GcChange::Keep => "keep",
+            GcChange::Replace => "replace",
+        },
+        "etag": new_tag,
+    })
 }
 
 /// The ETag and compact JSON of one configuration version.

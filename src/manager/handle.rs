@@ -45,6 +45,13 @@ pub enum ManagerCommand {
         base: Option<String>,
         reply: ChangeReply,
     },
+    /// Everything `Apply` does before it changes anything (plan, sockets bound, the canary),
+    /// then nothing: the reply is the plan an `Apply` would carry out now.
+    DryRun {
+        config: Box<LoadedConfig>,
+        base: Option<String>,
+        reply: ChangeReply,
+    },
     /// Re-read the configuration files given on the command line and apply them.
     Reload {
         restart: Restart,
@@ -86,6 +93,16 @@ impl ManagerHandle {
     }
 
     /// Apply `config`, unless the running configuration's ETag is no longer `base`.
+    /// What applying `config` would do, proven as far as it can be without changing anything.
+    pub async fn dry_run(&self, config: LoadedConfig, base: Option<String>) -> ChangeResult {
+        self.ask(|reply| ManagerCommand::DryRun {
+            config: Box::new(config),
+            base,
+            reply,
+        })
+        .await
+    }
+
     pub async fn apply(&self, config: LoadedConfig, base: Option<String>) -> ChangeResult {
         self.ask(|reply| ManagerCommand::Apply {
             config: Box::new(config),

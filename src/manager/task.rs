@@ -162,6 +162,19 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                 };
                 let _ = reply.send(result);
             }
+            ManagerCommand::DryRun {
+                config,
+                base,
+                reply,
+            } => {
+                let current = crate::etag::etag(&manager.config().raw);
+                let result = if base.is_some_and(|b| b != current) {
+                    Err(ChangeError::Conflict)
+                } else {
+                    manager.dry_run(&config).await.map_err(ChangeError::from)
+                };
+                let _ = reply.send(result);
+            }
             ManagerCommand::Reload { restart, reply } => {
                 // Whatever asked (SIGHUP, `kresctl reload` as systemd's ExecReload, the API),
                 // the service manager sees the reload begin and end.
