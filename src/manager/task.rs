@@ -154,11 +154,9 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                 base,
                 reply,
             } => {
-                let current = crate::etag::etag(&manager.config().raw);
-                let result = if base.is_some_and(|b| b != current) {
-                    Err(ChangeError::Conflict)
-                } else {
-                    apply(&mut manager, Arc::new(*config), Restart::WhenNeeded).await
+                let result = match stale(&manager, base) {
+                    Some(conflict) => Err(conflict),
+                    None => apply(&mut manager, Arc::new(*config), Restart::WhenNeeded).await,
                 };
                 let _ = reply.send(result);
             }
@@ -167,11 +165,9 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                 base,
                 reply,
             } => {
-                let current = crate::etag::etag(&manager.config().raw);
-                let result = if base.is_some_and(|b| b != current) {
-                    Err(ChangeError::Conflict)
-                } else {
-                    manager.dry_run(&config).await.map_err(ChangeError::from)
+                let result = match stale(&manager, base) {
+                    Some(conflict) => Err(conflict),
+                    None => manager.dry_run(&config).await.map_err(ChangeError::from),
                 };
                 let _ = reply.send(result);
             }
@@ -207,6 +203,13 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
             ManagerCommand::Panic => panic!("fault injection: manager task panic requested"),
         }
     }
+}
+
+/// `Conflict` when the change was computed from `base`, which is no longer what runs.
+fn stale(manager: &Manager, base: Option<String>) -> Option<ChangeError> {
+    let current = crate::etag::etag(&manager.config().raw);
+    base.is_some_and(|b| b != current)
+        .then_some(ChangeError::Conflict)
 }
 
 /// Apply `config`; a refusal is logged here, once, and answered to whoever asked.
