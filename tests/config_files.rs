@@ -213,3 +213,17 @@ fn parse_document_reports_formats() {
         serde_json::Value::Null
     );
 }
+
+#[test]
+fn an_endless_or_oversize_file_is_refused_not_read_without_end() {
+    // A watched configuration file (`--watch-config`) replaced by an endless one.
+    let err = load_files(&[PathBuf::from("/dev/zero")], PathChecks::Lenient)
+        .expect_err("an endless file is refused");
+    match &err {
+        ConfigError::Read { path, source } => {
+            assert_eq!(path, Path::new("/dev/zero"));
+            assert!(source.to_string().contains("larger than"), "{source}");
+        }
+        other => panic!("unexpected error: {other}"),
+    }
+}

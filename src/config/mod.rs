@@ -192,13 +192,33 @@ pub fn parse_document(text: &str, origin: &Path) -> Result<Value, ConfigError> {
 }
 
 /// Read, parse and deep-merge several files in order, without validating.
+/// Read one configuration file, at most [`MAX_EXPANDED_BYTES`] of it (what a document may
+/// expand to): a file that is larger, or endless (`/dev/zero`), is an error, not a read
+/// without end. Watched files (`--watch-config`) are read whenever they change.
+fn read_config_file(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let read = |source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(read)?
+        .take(MAX_EXPANDED_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(read)?;
+    if text.len() > MAX_EXPANDED_BYTES {
+        return Err(read(std::io::Error::other(format!(
+            "larger than {MAX_EXPANDED_BYTES} bytes"
+        ))));
+    }
+    Ok(text)
+}
+
 fn read_and_merge(paths: &[PathBuf]) -> Result<Value, ConfigError> {
     let mut merged = Map::new();
     for path in paths {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.clone(),
-            source,
-        })?;
+        let text = read_config_file(path)?;
         let doc = match parse_document(&text, path)? {
             Value::Null => Map::new(),
             Value::Object(m) => m,

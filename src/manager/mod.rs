@@ -266,15 +266,14 @@ impl Manager {
     }
 
     /// What [`Manager::apply`] would do with `new`, proven up to the point where it would
-    /// change something: the plan, the Lua rendered, new sockets bound (and closed again), the
-    /// canary started and removed. The policy-loader does not run (it would rebuild the rules
+    /// change something: the plan, new sockets bound (and closed again), the canary started
+    /// with the rendered worker Lua and removed. The policy-loader does not run (it would rebuild the rules
     /// database the workers read). When the change unlinks shared memory the canary is
     /// skipped: it could not open the files the running workers hold.
     pub async fn dry_run(&self, new: &LoadedConfig) -> Result<ChangePlan, ApplyError> {
         let old = self.config();
         let cfg = &new.model;
         let plan = plan::plan(&old.model, cfg, &self.workers, Restart::WhenNeeded)?;
-        let _ = lua::render_policy_loader(cfg);
         if let WorkerChange::Roll(roll) = &plan.workers {
             let _bound_then_closed = self.prepare_sockets(cfg)?;
             if roll.unlink.is_empty() {

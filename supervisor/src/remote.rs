@@ -439,7 +439,10 @@ async fn execute(
             sup.run(*spec).await.map(Answer::Exited)
         }
         Call::Drain => sup.drain().await.map(|()| Answer::Done),
-        Call::Kill { name, reason } => sup.kill(&name, &reason).await.map(|()| Answer::Done),
+        Call::Kill { name, mut reason } => {
+            truncate_utf8(&mut reason, MAX_STATUS);
+            sup.kill(&name, &reason).await.map(|()| Answer::Done)
+        }
         Call::Tail { name } => sup.output_tail(&name).await.map(|lines| {
             Answer::Tail(
                 lines

@@ -1427,6 +1427,28 @@ fn a_remote_caller_commands_the_supervisor_and_its_store_outlives_it() {
                 .processes
                 .iter()
                 .any(|p| p.name == "remote" && p.pid == Some(pid.as_raw())));
+            // A kill's reason is cut to what a status may carry, whatever the child sends.
+            parent
+                .handle
+                .kill("remote", &"r".repeat(100_000))
+                .await
+                .expect("kill");
+            let mut table = parent.handle.subscribe();
+            let table = table
+                .wait_for(|s| {
+                    s.processes
+                        .iter()
+                        .any(|p| p.name == "remote" && p.kill_reason.is_some())
+                })
+                .await
+                .expect("snapshot")
+                .clone();
+            let reason = table
+                .processes
+                .iter()
+                .find_map(|p| p.kill_reason.clone())
+                .expect("a reason");
+            assert_eq!(reason.len(), supervisor::remote::MAX_STATUS);
             drop(parent);
         };
         let (end, ()) = tokio::join!(
