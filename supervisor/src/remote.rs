@@ -337,6 +337,8 @@ pub async fn serve_child(
                 let (msg, mut fds) = match received {
                     Ok(Some(m)) => m,
                     Ok(None) => break ChildEnd::Gone,
+                    // It closed its end with our messages (snapshots) still unread in it.
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break ChildEnd::Gone,
                     Err(e) => break ChildEnd::Misbehaved(e.to_string()),
                 };
                 match msg {
