@@ -21,16 +21,20 @@ pub enum ServiceKind {
     CacheGc,
     /// The manager process (in the root's table only).
     Manager,
+    /// The binary of an in-place upgrade, asked whether it can adopt the running processes
+    /// (in the root's table only, for a moment).
+    UpgradeProbe,
 }
 
 impl ServiceKind {
     /// Every kind, for tests and listings.
-    pub const ALL: [ServiceKind; 5] = [
+    pub const ALL: [ServiceKind; 6] = [
         ServiceKind::Kresd,
         ServiceKind::Canary,
         ServiceKind::PolicyLoader,
         ServiceKind::CacheGc,
         ServiceKind::Manager,
+        ServiceKind::UpgradeProbe,
     ];
 
     /// The string the supervisor's table carries.
@@ -41,6 +45,7 @@ impl ServiceKind {
             ServiceKind::PolicyLoader => "policy-loader",
             ServiceKind::CacheGc => "gc",
             ServiceKind::Manager => "manager",
+            ServiceKind::UpgradeProbe => "upgrade-probe",
         }
     }
 
@@ -61,7 +66,7 @@ impl ServiceKind {
             ServiceKind::CacheGc => "GC",
             ServiceKind::PolicyLoader => "POLICY_LOADER",
             // Upstream runs neither: its manager is not supervised, and it has no canary.
-            ServiceKind::Canary | ServiceKind::Manager => "UNKNOWN",
+            ServiceKind::Canary | ServiceKind::Manager | ServiceKind::UpgradeProbe => "UNKNOWN",
         }
     }
 
@@ -86,6 +91,8 @@ pub const POLICY_LOADER: &str = "policy-loader";
 pub const CACHE_GC: &str = "cache-gc";
 /// The service name of the manager process in the root's table.
 pub const MANAGER: &str = "manager";
+/// The service name of an upgrade's probe in the root's table.
+pub const UPGRADE_PROBE: &str = "upgrade-probe";
 
 /// A kresd worker's number: `SYSTEMD_INSTANCE`, the `N` of `kresdN`, its configuration file
 /// and its control socket.

@@ -89,6 +89,7 @@ impl Fixture {
             resolve_root: dir.0.clone(),
             rendered: Default::default(),
             tcp_guard: Default::default(),
+            upgrade: None,
         };
         Fixture {
             state,

@@ -50,6 +50,10 @@ pub enum ApiError {
     /// A route that exists only with fault injection enabled, or an unknown `{how}`.
     #[error("not found")]
     NotFound,
+    /// The request cannot be carried out as things are (an upgrade whose new binary failed
+    /// its probe).
+    #[error("{0}")]
+    Conflict(String),
     /// Something the request needs is not there now (no running worker, no manager).
     #[error("{0}")]
     Unavailable(String),
@@ -72,7 +76,7 @@ impl ApiError {
             ApiError::Patch(_) => StatusCode::BAD_REQUEST,
             ApiError::Change(e) => change_status(e),
             ApiError::Precondition { status, .. } => *status,
-            ApiError::KeptChanging => StatusCode::CONFLICT,
+            ApiError::KeptChanging | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,

@@ -7,6 +7,7 @@ pub mod error;
 pub mod guard;
 pub mod pointer;
 pub mod server;
+pub mod upgrade;
 
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -41,6 +42,8 @@ pub struct ApiState {
     pub rendered: config::RenderedCache,
     /// What requests over TCP are checked against (Host, Origin, bearer token).
     pub tcp_guard: std::sync::Arc<guard::TcpGuard>,
+    /// How the last in-place upgrade of the daemon ended, as the root told this manager.
+    pub upgrade: Option<std::sync::Arc<upgrade::UpgradeRecord>>,
 }
 
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.
@@ -59,6 +62,7 @@ pub fn app(state: ApiState) -> Router {
         .route("/readyz", get(readyz))
         .route("/stop", post(stop))
         .route("/drain", post(drain))
+        .route("/upgrade", get(upgrade::status).post(upgrade::begin))
         .route("/processes", get(processes_all))
         .route("/processes/{kind}", get(processes))
         .route("/debug/panic-manager", post(panic_manager))
@@ -78,7 +82,7 @@ pub fn app(state: ApiState) -> Router {
 async fn root() -> Response {
     json_response(
         StatusCode::OK,
-        &json!({"msg": "Knot Resolver Manager is running! The configuration endpoint is at /config", "status": "RUNNING"}),
+        &json!({"msg": "Knot Resolver Manager is running! The configuration endpoint is at /config", "status": "RUNNING", "version": crate::build_version()}),
     )
 }
 

@@ -12,6 +12,9 @@ use knot_resolver::manager::listen::SocketOwner;
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(format) = args.upgrade_probe {
+        return knot_resolver::daemon::upgrade::probe(format);
+    }
     let log = LogArgs {
         level: logging::level_from_arg(&args.loglevel).unwrap_or(LogLevel::Notice),
         target: logging::target_from_arg(&args.logtarget).unwrap_or(LogTarget::Stdout),

@@ -45,6 +45,10 @@ pub struct Args {
     /// itself; never needed on a command line).
     #[arg(long = "manager-process", hide = true)]
     pub manager_process: bool,
+    /// Exit 0 when this binary can adopt the running processes from a state of this format
+    /// (asked by the daemon of its new binary before an in-place upgrade).
+    #[arg(long = "upgrade-probe", value_name = "FORMAT", hide = true)]
+    pub upgrade_probe: Option<u32>,
     /// Print the version and exit.
     #[arg(short = 'V', long = "version", action = clap::ArgAction::Version)]
     pub version: Option<bool>,

@@ -186,6 +186,10 @@ async fn serve(
         crate::lua::read_files_as(user);
     }
     let api_socket = stored.remove(STORED_API);
+    let upgrade = stored
+        .remove(super::upgrade::STORED_UPGRADE)
+        .and_then(read_upgrade_record)
+        .map(Arc::new);
     let tcp_guard = match api::guard::TcpGuard::from_env(
         loaded
             .model
@@ -288,6 +292,7 @@ async fn serve(
             resolve_root,
             rendered: Default::default(),
             tcp_guard: Arc::new(tcp_guard),
+            upgrade,
         };
         let router = api::app(state);
         let listener = api_socket
@@ -307,7 +312,9 @@ async fn serve(
                         incarnation = parent.incarnation,
                         "manager process restarted; serving the API again"
                     );
-                    upward.status(&crate::manager::task::ready_status(&handle.config()));
+                    // READY=1 again ends the reload an in-place upgrade announced; at any
+                    // other time systemd takes it as the status it carries.
+                    upward.ready(&crate::manager::task::ready_status(&handle.config()));
                 } else {
                     tracing::info!(
                         "Manager fully initialized and running in {:.3} seconds",
@@ -419,6 +426,19 @@ fn restore_config(fd: OwnedFd, files: &[PathBuf]) -> Result<LoadedConfig, String
     };
     let model = config::validate(&raw, &ctx).map_err(|e| e.to_string())?;
     Ok(LoadedConfig { raw, model })
+}
+
+/// The record of the last upgrade the root stored; `None` when it cannot be read.
+fn read_upgrade_record(fd: OwnedFd) -> Option<crate::api::upgrade::UpgradeRecord> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::from(fd);
+    let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
+    if len > crate::api::upgrade::MAX_RECORD {
+        return None;
+    }
+    let mut bytes = vec![0u8; len];
+    file.read_exact_at(&mut bytes, 0).ok()?;
+    crate::api::upgrade::UpgradeRecord::parse(&bytes)
 }
 
 /// Keep every configuration that is applied in the root's fd store.

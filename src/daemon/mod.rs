@@ -10,6 +10,7 @@ pub mod cli;
 pub mod logging;
 pub mod manager_process;
 pub mod root;
+pub mod upgrade;
 
 use std::os::fd::RawFd;
 

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR2};
 use signal_hook_tokio::Signals;
 use supervisor::remote::{self, ChildEnd, ChildPolicy, ChildService, FdStore, Link};
 use supervisor::upward::UpwardNotifier;
@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::logging::Logging;
-use super::{resolve_user, LogArgs, LINK_FD, MANAGER_HANG_VAR, STORED_API, STORED_CONFIG};
+use super::{resolve_user, upgrade, LogArgs, LINK_FD, MANAGER_HANG_VAR, STORED_API, STORED_CONFIG};
 use crate::config::{self, ManagementSchema};
 use crate::manager::Executables;
 use crate::service::{self, ServiceKind};
@@ -71,6 +71,9 @@ pub struct Invocation {
 /// Parse, lock and run. Returns the process exit code.
 pub fn run(invocation: Invocation) -> ExitCode {
     let logging = Logging::init(invocation.log.level, invocation.log.target, "knot-resolver");
+    if let Some(inherited) = upgrade::inherited() {
+        return resume(invocation, inherited, logging);
+    }
     let files: Vec<PathBuf> = invocation
         .config_files
         .iter()
@@ -86,6 +89,7 @@ pub fn run(invocation: Invocation) -> ExitCode {
     if let Some(logging) = logging {
         logging.configure(loaded.model.logging.level, loaded.model.logging.target);
     }
+    let log = (loaded.model.logging.level, loaded.model.logging.target);
     let rundir = loaded.model.rundir.clone();
     let management = loaded.model.management.clone();
     drop(loaded);
@@ -119,20 +123,24 @@ pub fn run(invocation: Invocation) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let mut manager_argv = vec![
-        OsString::from("/proc/self/exe"),
-        OsString::from(super::MANAGER_FLAG),
-    ];
-    manager_argv.extend(invocation.args);
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            tracing::error!("cannot tell which binary runs: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let root = Root {
         rundir,
-        management,
         drain_period: invocation.drain_period,
         run_as,
-        manager_argv,
+        manager_argv: manager_argv(&invocation.args),
         manager_cwd: cwd,
+        exe,
+        argv: std::env::args_os().collect(),
+        log,
     };
-    let code = crate::block_on("knot-resolver", async {
+    crate::block_on("knot-resolver", async {
         let events = match signal_events() {
             Ok(events) => events,
             Err(e) => {
@@ -140,10 +148,162 @@ pub fn run(invocation: Invocation) -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        root.run(events).await
+        root.run(Begin::Start(management, Some(lock)), events).await
+    })
+}
+
+/// The manager process's command line: this very binary (`/proc/self/exe`, so that a file
+/// replaced on disk never mixes versions) with the manager flag and our arguments.
+fn manager_argv(args: &[OsString]) -> Vec<OsString> {
+    let mut argv = vec![
+        OsString::from("/proc/self/exe"),
+        OsString::from(super::MANAGER_FLAG),
+    ];
+    argv.extend(args.iter().cloned());
+    argv
+}
+
+/// Run as the new image of an in-place upgrade: adopt what the old one handed over, or fall
+/// back to the old binary when that cannot be read.
+fn resume(
+    invocation: Invocation,
+    inherited: Result<upgrade::Inherited, String>,
+    logging: Option<&'static Logging>,
+) -> ExitCode {
+    let inherited = match inherited {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::error!("cannot adopt the running processes: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let image = upgrade::read_image(&inherited.state).and_then(|image| {
+        upgrade::check_descriptors(&image)?;
+        if inherited.fallback.is_some() && upgrade::refusal_injected() {
+            return Err("refused by fault injection".into());
+        }
+        Ok(image)
     });
-    drop(lock);
-    code
+    let image = match image {
+        Ok(image) => image,
+        Err(e) => {
+            tracing::error!("cannot adopt the running processes: {e}");
+            if let Some(old) = &inherited.fallback {
+                tracing::error!("falling back to the binary that ran before");
+                let argv: Vec<OsString> = std::env::args_os().collect();
+                let e = upgrade::exec_fallback(old, inherited.state, &argv);
+                tracing::error!("cannot fall back to the binary that ran before: {e}");
+            }
+            return ExitCode::from(1);
+        }
+    };
+    if let Some(logging) = logging {
+        logging.configure(image.log_level, image.log_target);
+    }
+    let adopted = Adopted::take(&image);
+    if let Err(e) = supervisor::os::cloexec_inherited_fds(&[]) {
+        tracing::warn!("cannot mark inherited descriptors close-on-exec: {e}");
+    }
+    let adopted = match adopted {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::error!("cannot adopt the running processes: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let run_as = match invocation
+        .worker_user
+        .as_deref()
+        .map(resolve_user)
+        .transpose()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("--worker-user: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let root = Root {
+        rundir: image.rundir.clone(),
+        drain_period: invocation.drain_period,
+        run_as,
+        manager_argv: manager_argv(&invocation.args),
+        manager_cwd: image.manager_cwd.clone(),
+        exe: image.exe.clone(),
+        argv: image.argv.clone(),
+        log: (image.log_level, image.log_target),
+    };
+    let outcome = match inherited.fallback {
+        Some(_) => None,
+        None => Some(
+            "the new binary could not adopt the running processes; the one before runs again"
+                .to_owned(),
+        ),
+    };
+    crate::block_on("knot-resolver", async {
+        let events = match signal_events() {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::error!("cannot install signal handlers: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        let begin = Begin::Resume {
+            adopted,
+            from: image.version,
+            failed: outcome,
+        };
+        root.run(begin, events).await
+    })
+}
+
+/// What a new image takes over from the old one's [`upgrade::RootImage`].
+struct Adopted {
+    lock: Option<RundirLock>,
+    store: FdStore,
+    handover: supervisor::handover::Handover,
+    api_socket: Option<PathBuf>,
+    incarnations: u32,
+    generation: u32,
+}
+
+impl Adopted {
+    /// Take every descriptor the image names.
+    fn take(image: &upgrade::RootImage) -> Result<Adopted, String> {
+        let lock = image
+            .lock_fd
+            .map(upgrade::take_back)
+            .transpose()
+            .map_err(|e| format!("the rundir lock: {e}"))?;
+        let mut entries = Vec::with_capacity(image.store.len());
+        for (name, fd) in &image.store {
+            let fd = upgrade::take_back(*fd).map_err(|e| format!("stored {name}: {e}"))?;
+            entries.push((name.clone(), fd));
+        }
+        let handover = supervisor::handover::Handover::claim(image.supervisor.clone())
+            .map_err(|e| format!("the process table: {e}"))?;
+        Ok(Adopted {
+            lock: lock.map(|fd| RundirLock::adopt(&image.rundir, fd)),
+            store: FdStore::from_entries(entries),
+            handover,
+            api_socket: image.api_socket.clone(),
+            incarnations: image.incarnations,
+            generation: image.generation,
+        })
+    }
+}
+
+/// How the root begins: a start from the configuration, or the adoption of an upgrade.
+enum Begin {
+    /// Bind the API's endpoint, and run holding the rundir lock (none in unit tests).
+    Start(ManagementSchema, Option<RundirLock>),
+    /// Adopt an old image's processes; `failed` when the upgrade failed and this is the old
+    /// binary again.
+    Resume {
+        adopted: Adopted,
+        from: String,
+        failed: Option<String>,
+    },
 }
 
 /// A manager process that ran this long before it failed has its failure streak forgiven.
@@ -159,7 +319,6 @@ const MANAGER_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// The root process: what it was told at start-up.
 struct Root {
     rundir: PathBuf,
-    management: ManagementSchema,
     /// How long a stop is announced (readiness off) while DNS keeps being answered.
     drain_period: Duration,
     run_as: Option<supervisor::Credentials>,
@@ -168,10 +327,17 @@ struct Root {
     manager_argv: Vec<OsString>,
     /// Where we were started (relative paths on the command line resolve there).
     manager_cwd: Option<PathBuf>,
+    /// What an upgrade re-executes: the daemon's original path, and our command line.
+    exe: PathBuf,
+    argv: Vec<OsString>,
+    /// The log level and target the configuration set at start-up.
+    log: (crate::config::LogLevel, crate::config::LogTarget),
 }
 
-/// Why the root stops.
+/// Why the root stops serving.
 enum Stop {
+    /// An upgrade begins: the new binary passed its probe and the manager is stopped.
+    Upgrade,
     /// A signal (SIGINT/SIGTERM).
     Signal,
     /// The manager asked, with this exit code (API `/stop`: 0; start-up failure: 1).
@@ -180,10 +346,12 @@ enum Stop {
     ManagerFailed,
 }
 
-/// How serving ended: the manager's keeper decided why, or the root stops it now.
+/// How serving ended: the manager's keeper decided why, or the root stops it now, or an
+/// upgrade begins.
 enum Served {
     Ended(Stop),
     StopNow,
+    Upgrade,
 }
 
 /// What the root is told from outside while it runs: the signals, or a test.
@@ -193,15 +361,17 @@ pub enum RootEvent {
     Reload,
     /// Stop (SIGINT, SIGTERM); a second one while stopping kills every process.
     Stop,
+    /// Upgrade in place (SIGUSR2): re-execute the binary at the daemon's original path.
+    Upgrade,
 }
 
-/// SIGHUP, SIGINT and SIGTERM as [`RootEvent`]s.
+/// SIGHUP, SIGINT, SIGTERM and SIGUSR2 as [`RootEvent`]s.
 fn signal_events() -> std::io::Result<impl Stream<Item = RootEvent> + Unpin> {
-    let signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
-    Ok(signals.map(|sig| {
-        if sig == SIGHUP {
-            RootEvent::Reload
-        } else {
+    let signals = Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR2])?;
+    Ok(signals.map(|sig| match sig {
+        SIGHUP => RootEvent::Reload,
+        SIGUSR2 => RootEvent::Upgrade,
+        _ => {
             tracing::info!(signal = sig, "stop signal received");
             RootEvent::Stop
         }
@@ -218,30 +388,101 @@ struct Started {
     /// The API's socket file, removed at the end.
     api_socket: Option<PathBuf>,
     upward: UpwardNotifier,
+    /// The rundir lock, held for the life of the process (none in unit tests).
+    lock: Option<RundirLock>,
+    /// Manager incarnations so far, upgrades tried so far.
+    incarnations: u32,
+    generation: u32,
+    /// The binary this image runs, opened at its start: an upgrade's fallback.
+    own_binary: Option<OwnedFd>,
 }
 
 impl Root {
-    /// The three phases: start, serve until `events` or the manager says stop, stop.
-    async fn run(self, mut events: impl Stream<Item = RootEvent> + Unpin) -> ExitCode {
+    /// The phases: start (or adopt), serve until `events` or the manager says stop or
+    /// upgrade, upgrade (which ends this image, or serves on when it fails), stop.
+    async fn run(
+        self,
+        begin: Begin,
+        mut events: impl Stream<Item = RootEvent> + Unpin,
+    ) -> ExitCode {
         let upward = UpwardNotifier::from_env();
-        upward.status("Initializing");
-        let mut started = match self.start(upward) {
+        let started = match begin {
+            Begin::Start(management, lock) => {
+                upward.status("Initializing");
+                self.start(&management, lock, upward)
+            }
+            Begin::Resume {
+                adopted,
+                from,
+                failed,
+            } => self.adopt(adopted, &from, failed, upward),
+        };
+        let mut started = match started {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!("{e}");
                 return ExitCode::from(1);
             }
         };
-        let why = match &started.api_socket {
-            Some(_) => self.serve(&mut started, &mut events).await,
-            None => Stop::ManagerFailed,
+        loop {
+            let why = match &started.api_socket {
+                Some(_) => self.serve(&mut started, &mut events).await,
+                None => Stop::ManagerFailed,
+            };
+            if let Stop::Upgrade = why {
+                // Returns only when the upgrade failed; this image serves on.
+                let error = self.upgrade(&mut started).await;
+                tracing::error!("upgrade failed: {error}; serving on");
+                let from = crate::build_version();
+                record_upgrade(&mut started, &from, Some(error));
+                continue;
+            }
+            return self.stop(started, why, &mut events).await;
+        }
+    }
+
+    /// Adopt what an old image handed over; the next manager incarnation adopts the workers.
+    fn adopt(
+        &self,
+        adopted: Adopted,
+        from: &str,
+        failed: Option<String>,
+        upward: UpwardNotifier,
+    ) -> Result<Started, String> {
+        let (sup, sup_task) = Supervisor::adopt(adopted.handover)
+            .map_err(|e| format!("cannot adopt the process table: {e}"))?;
+        let mut started = Started {
+            sup,
+            sup_task,
+            store: adopted.store,
+            api_socket: adopted.api_socket,
+            upward,
+            lock: adopted.lock,
+            incarnations: adopted.incarnations,
+            generation: adopted.generation,
+            own_binary: upgrade::open_own_binary().ok(),
         };
-        self.stop(started, why, &mut events).await
+        let workers = started.sup.snapshot().processes.len();
+        match &failed {
+            None => tracing::info!(
+                from,
+                to = crate::build_version(),
+                "upgraded in place; adopted {workers} processes"
+            ),
+            Some(why) => tracing::error!("{why}"),
+        }
+        record_upgrade(&mut started, from, failed);
+        Ok(started)
     }
 
     /// Start the supervisor and bind the API's socket. A failure to bind stops the resolver,
     /// as upstream does (`api_socket` is then `None`).
-    fn start(&self, upward: UpwardNotifier) -> Result<Started, String> {
+    fn start(
+        &self,
+        management: &ManagementSchema,
+        lock: Option<RundirLock>,
+        upward: UpwardNotifier,
+    ) -> Result<Started, String> {
         if let Err(e) = supervisor::os::cloexec_inherited_fds(&[]) {
             tracing::warn!("cannot mark inherited descriptors close-on-exec: {e}");
         }
@@ -264,7 +505,7 @@ impl Root {
         let mut store = FdStore::default();
         // The API socket is ours, so that clients wait in its backlog while the manager
         // restarts instead of being refused.
-        let bound = crate::api::server::Listener::bind(&self.management)
+        let bound = crate::api::server::Listener::bind(management)
             .map_err(|e| e.to_string())
             .and_then(|listener| {
                 tracing::info!("management API listening on {}", listener.endpoint());
@@ -289,7 +530,118 @@ impl Root {
             store,
             api_socket,
             upward,
+            lock,
+            incarnations: 0,
+            generation: 0,
+            own_binary: upgrade::open_own_binary()
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        "cannot open our own binary (an upgrade could not fall back): {e}"
+                    )
+                })
+                .ok(),
         })
+    }
+
+    /// Ask the binary at our path whether it can adopt what we would hand it; its exit
+    /// status says (a missing, broken or older binary fails here, before anything stops).
+    async fn probe(&self, sup: &SupervisorHandle) -> Result<(), String> {
+        let argv = vec![
+            self.exe.clone().into_os_string(),
+            OsString::from(upgrade::PROBE_FLAG),
+            OsString::from(upgrade::STATE_FORMAT.to_string()),
+        ];
+        let mut spec = ServiceSpec::new(
+            service::UPGRADE_PROBE,
+            ServiceKind::UpgradeProbe.as_str(),
+            argv,
+        );
+        spec.env = crate::manager::specs::child_base_env();
+        spec.readiness = Readiness::None;
+        spec.restart = RestartPolicy::Never;
+        let exe = self.exe.display();
+        match tokio::time::timeout(PROBE_TIMEOUT, sup.run(spec)).await {
+            Ok(Ok(supervisor::ExitStatus::Code(0))) => Ok(()),
+            Ok(Ok(status)) => Err(format!(
+                "{exe} cannot adopt the running processes ({} {}: {status})",
+                upgrade::PROBE_FLAG,
+                upgrade::STATE_FORMAT
+            )),
+            Ok(Err(e)) => Err(format!("{exe}: {e}")),
+            Err(_) => {
+                let _ = sup.remove(service::UPGRADE_PROBE).await;
+                Err(format!(
+                    "{exe} did not answer its probe within {} s",
+                    PROBE_TIMEOUT.as_secs()
+                ))
+            }
+        }
+    }
+
+    /// Carry out an upgrade whose probe passed, the manager process stopped: hand the process
+    /// table over, and re-execute. Returns only when that fails, why, with everything taken
+    /// back and supervised again.
+    async fn upgrade(&self, started: &mut Started) -> String {
+        started.upward.reloading(&format!(
+            "Upgrading in place: re-executing {}",
+            self.exe.display()
+        ));
+        let handover = match settle_and_hand_over(&started.sup).await {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        let _ = (&mut started.sup_task).await;
+        let image = self.pass_on(started, handover);
+        tracing::info!(exe = %self.exe.display(), "re-executing");
+        let error = upgrade::exec(&self.exe, &image, started.own_binary.as_ref());
+        let error = format!("cannot execute {}: {error}", self.exe.display());
+        // Still this image: take everything back.
+        match Adopted::take(&image) {
+            Ok(adopted) => match Supervisor::adopt(adopted.handover) {
+                Ok((sup, task)) => {
+                    started.sup = sup;
+                    started.sup_task = task;
+                    started.store = adopted.store;
+                    started.lock = adopted.lock;
+                }
+                Err(e) => tracing::error!("cannot supervise the processes again: {e}"),
+            },
+            Err(e) => tracing::error!("cannot take the processes back: {e}"),
+        }
+        error
+    }
+
+    /// The image of this process for the next one, every descriptor it names left open.
+    /// On failure, the image of what was passed on so far (to take back) and why.
+    fn pass_on(
+        &self,
+        started: &mut Started,
+        handover: supervisor::handover::Handover,
+    ) -> upgrade::RootImage {
+        upgrade::RootImage {
+            format: upgrade::STATE_FORMAT,
+            version: crate::build_version(),
+            exe: self.exe.clone(),
+            argv: self.argv.clone(),
+            rundir: self.rundir.clone(),
+            manager_cwd: self.manager_cwd.clone(),
+            api_socket: started.api_socket.clone(),
+            log_level: self.log.0,
+            log_target: self.log.1,
+            lock_fd: started
+                .lock
+                .take()
+                .and_then(RundirLock::into_fd)
+                .map(upgrade::pass_on),
+            store: std::mem::take(&mut started.store)
+                .into_entries()
+                .into_iter()
+                .map(|(name, fd)| (name, upgrade::pass_on(fd)))
+                .collect(),
+            supervisor: handover.release(),
+            incarnations: started.incarnations,
+            generation: started.generation,
+        }
     }
 
     /// Keep the manager process running until it asks to stop, cannot be kept, or `events`
@@ -307,10 +659,15 @@ impl Root {
         let mut snapshots = started.sup.subscribe();
         let sup = started.sup.clone();
         let upward = started.upward.clone();
+        let (reexec_tx, mut reexec_rx) = tokio::sync::mpsc::unbounded_channel();
         let keeper = self.keep_manager(
-            &started.sup,
-            &mut started.store,
-            &started.upward,
+            Keeper {
+                sup: &started.sup,
+                store: &mut started.store,
+                upward: &started.upward,
+                incarnations: &mut started.incarnations,
+                reexec: &reexec_tx,
+            },
             stop.clone(),
         );
         tokio::pin!(keeper);
@@ -325,10 +682,25 @@ impl Root {
             };
             tokio::select! {
                 why = &mut keeper => break Served::Ended(why),
+                Some(request) = reexec_rx.recv() => {
+                    let begins = self.probe(&sup).await;
+                    let _ = request.reply.send(begins.clone());
+                    match begins {
+                        Ok(()) => break Served::Upgrade,
+                        Err(e) => tracing::error!("upgrade refused: {e}"),
+                    }
+                }
                 Some(event) = events.next() => match event {
                     RootEvent::Reload => {
                         tracing::info!("SIGHUP received; the manager reloads the configuration files");
                         signal_manager(&sup, nix::sys::signal::Signal::SIGHUP);
+                    }
+                    RootEvent::Upgrade => {
+                        tracing::info!("SIGUSR2 received; upgrading in place");
+                        match self.probe(&sup).await {
+                            Ok(()) => break Served::Upgrade,
+                            Err(e) => tracing::error!("upgrade refused: {e}"),
+                        }
                     }
                     RootEvent::Stop if self.drain_period.is_zero() || drain_ends.is_some() => break Served::StopNow,
                     RootEvent::Stop => {
@@ -368,6 +740,11 @@ impl Root {
                 let _ = (&mut keeper).await;
                 Stop::Signal
             }
+            Served::Upgrade => {
+                stop.cancel();
+                let _ = (&mut keeper).await;
+                Stop::Upgrade
+            }
         };
         if let Some(w) = watchdog {
             w.abort();
@@ -384,7 +761,7 @@ impl Root {
         events: &mut (impl Stream<Item = RootEvent> + Unpin),
     ) -> ExitCode {
         let mut exit = match why {
-            Stop::Signal => 0,
+            Stop::Signal | Stop::Upgrade => 0,
             Stop::Requested(code) => {
                 if code == 0 {
                     tracing::info!("stopping on API request");
@@ -454,13 +831,14 @@ impl Root {
 
     /// Run the manager process, again and again when it fails, until it asks us to stop, it
     /// cannot be kept running, or `stop` fires.
-    async fn keep_manager(
-        &self,
-        sup: &SupervisorHandle,
-        store: &mut FdStore,
-        upward: &UpwardNotifier,
-        stop: CancellationToken,
-    ) -> Stop {
+    async fn keep_manager(&self, keeper: Keeper<'_>, stop: CancellationToken) -> Stop {
+        let Keeper {
+            sup,
+            store,
+            upward,
+            incarnations,
+            reexec,
+        } = keeper;
         let executables = Executables::discover();
         let policy = ChildPolicy {
             programs: vec![executables.kresd, executables.cache_gc],
@@ -475,12 +853,14 @@ impl Root {
             policy: &policy,
             upward,
             hang_after,
+            reexec: Some(reexec),
         };
         let backoff = Backoff::default();
         let mut failures = 0u32;
-        let mut incarnation = 0u32;
+        let first = *incarnations + 1;
         loop {
-            incarnation += 1;
+            *incarnations += 1;
+            let incarnation = *incarnations;
             let (link, theirs) = match Link::pair() {
                 Ok(p) => p,
                 Err(e) => {
@@ -532,7 +912,7 @@ impl Root {
                 },
                 Err(e) => tracing::error!("the manager process: {e}"),
             }
-            if incarnation == 1 && store_lacks_config(store) {
+            if incarnation == first && store_lacks_config(store) {
                 // It never finished the first start: there is nothing running to keep.
                 tracing::error!("the manager failed during start-up; stopping");
                 return Stop::ManagerFailed;
@@ -564,6 +944,71 @@ impl Root {
             .await
             .map(|p| p.as_raw())
             .map_err(|e| e.to_string())
+    }
+}
+
+/// What keeps the manager process running: the supervisor, the fd store, systemd above us,
+/// the incarnation count, and where its upgrade requests go.
+struct Keeper<'a> {
+    sup: &'a SupervisorHandle,
+    store: &'a mut FdStore,
+    upward: &'a UpwardNotifier,
+    incarnations: &'a mut u32,
+    reexec: &'a tokio::sync::mpsc::UnboundedSender<supervisor::remote::ReexecRequest>,
+}
+
+/// How long the new binary may take to answer its probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an upgrade waits for the process table to settle (no process starting or
+/// stopping) before it gives up.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Stop the manager process (it finishes API requests in flight), wait until no process is
+/// starting or stopping, and take the table from the supervisor.
+async fn settle_and_hand_over(
+    sup: &SupervisorHandle,
+) -> Result<supervisor::handover::Handover, String> {
+    let _ = sup.remove(service::MANAGER).await;
+    let mut snapshots = sup.subscribe();
+    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        snapshots.borrow_and_update();
+        match sup.hand_over().await {
+            Ok(handover) => return Ok(handover),
+            Err(supervisor::SupervisorError::Busy(why)) => {
+                match tokio::time::timeout_at(deadline, snapshots.changed()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Err("the supervisor is gone".into()),
+                    Err(_) => return Err(format!("the processes did not settle: {why}")),
+                }
+            }
+            Err(e) => return Err(format!("cannot hand the process table over: {e}")),
+        }
+    }
+}
+
+/// Record how an upgrade ended in the fd store, for every manager incarnation to come.
+fn record_upgrade(started: &mut Started, from: &str, failed: Option<String>) {
+    started.generation += 1;
+    let record = crate::api::upgrade::UpgradeRecord {
+        generation: started.generation,
+        outcome: match failed {
+            None => crate::api::upgrade::UpgradeOutcome::Upgraded,
+            Some(_) => crate::api::upgrade::UpgradeOutcome::Failed,
+        },
+        from: from.to_owned(),
+        to: crate::build_version(),
+        at: std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        error: failed,
+    };
+    let kept = upgrade::record(&record)
+        .map_err(|e| e.to_string())
+        .and_then(|fd| started.store.put(upgrade::STORED_UPGRADE.to_owned(), fd));
+    if let Err(e) = kept {
+        tracing::warn!("cannot record the upgrade: {e}");
     }
 }
 
@@ -603,7 +1048,8 @@ fn signal_manager(sup: &SupervisorHandle, signal: nix::sys::signal::Signal) {
 /// It holds our pid for operators; it is removed on drop.
 struct RundirLock {
     path: PathBuf,
-    _file: std::fs::File,
+    /// `None` once handed to the next image, which removes the file at its stop.
+    file: Option<std::fs::File>,
 }
 
 impl RundirLock {
@@ -634,12 +1080,31 @@ impl RundirLock {
         file.set_len(0)?;
         file.rewind()?;
         writeln!(file, "{}", std::process::id())?;
-        Ok(RundirLock { path, _file: file })
+        Ok(RundirLock {
+            path,
+            file: Some(file),
+        })
+    }
+
+    /// The lock an earlier image of this process held (same pid, same lock).
+    fn adopt(rundir: &Path, fd: OwnedFd) -> RundirLock {
+        RundirLock {
+            path: rundir.join(PID_FILE_NAME),
+            file: Some(std::fs::File::from(fd)),
+        }
+    }
+
+    /// The locked file, for the next image; the file stays.
+    fn into_fd(mut self) -> Option<OwnedFd> {
+        self.file.take().map(OwnedFd::from)
     }
 }
 
 impl Drop for RundirLock {
     fn drop(&mut self) {
+        if self.file.is_none() {
+            return;
+        }
         // Still locked by us while we remove it.
         let _ = std::fs::remove_file(&self.path);
     }
@@ -677,15 +1142,28 @@ mod tests {
     fn root(dir: &Path, manager_argv: &[&str]) -> Root {
         Root {
             rundir: dir.to_owned(),
-            management: ManagementSchema {
-                unix_socket: Some(dir.join("api.sock")),
-                interface: None,
-            },
             drain_period: Duration::ZERO,
             run_as: None,
             manager_argv: manager_argv.iter().map(OsString::from).collect(),
             manager_cwd: None,
+            exe: PathBuf::from("/nonexistent"),
+            argv: Vec::new(),
+            log: (
+                crate::config::LogLevel::Info,
+                crate::config::LogTarget::Stderr,
+            ),
         }
+    }
+
+    /// A start with the API on a socket in `dir`, without the rundir lock.
+    fn begin(dir: &Path) -> Begin {
+        Begin::Start(
+            ManagementSchema {
+                unix_socket: Some(dir.join("api.sock")),
+                interface: None,
+            },
+            None,
+        )
     }
 
     /// Events for `Root::run` from a channel.
@@ -705,7 +1183,7 @@ mod tests {
         let dir = TempDir::new("dies");
         let (_events, rx) = mpsc::channel(1);
         let code = root(&dir.0, &["/bin/sh", "-c", "exit 3"])
-            .run(events(rx))
+            .run(begin(&dir.0), events(rx))
             .await;
         assert_eq!(code, ExitCode::from(1));
         assert!(
@@ -721,7 +1199,8 @@ mod tests {
         // The stand-in manager says its pid through the fifo, then waits to be stopped.
         let script = format!("echo $$ > {}; exec sleep 600", fifo.display());
         let (stop, rx) = mpsc::channel(1);
-        let running = tokio::spawn(root(&dir.0, &["/bin/sh", "-c", &script]).run(events(rx)));
+        let running =
+            tokio::spawn(root(&dir.0, &["/bin/sh", "-c", &script]).run(begin(&dir.0), events(rx)));
         let pid = tokio::task::spawn_blocking(move || {
             let mut text = String::new();
             std::fs::File::open(&fifo)

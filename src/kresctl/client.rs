@@ -45,6 +45,12 @@ pub enum ClientError {
     Timeout(std::time::Duration),
     #[error("the answer exceeds {MAX_RESPONSE} bytes")]
     TooLarge,
+    /// The server lacks a route of ours (upstream's manager).
+    #[error("{0}")]
+    NotOffered(String),
+    /// The request was carried out and did not succeed (an upgrade that failed).
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// How long kresctl waits for an answer: a configuration change may take the API's own limit

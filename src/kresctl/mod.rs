@@ -82,6 +82,11 @@ enum ApiCommand {
     /// Stop gracefully: readiness (`/readyz`) turns off at once, DNS keeps being answered
     /// for the daemon's `--drain-period`, then everything stops (as on SIGTERM).
     Drain,
+    /// Upgrade the daemon in place: it re-executes its binary (a newer version installed at
+    /// the same path), keeping its pid, every worker and every socket, so DNS is answered
+    /// throughout. Waits until the upgrade has ended and prints the versions; exit 1 when it
+    /// failed (the version that ran before keeps running).
+    Upgrade,
     /// Check the resolver's health for a container or probe: exit 0 when `/livez` says alive
     /// (the API answers and a worker is running), 1 otherwise.
     Health {
@@ -458,6 +463,7 @@ async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), client::
             let body = client.request("POST", "/drain", None).await?.ok()?;
             print!("{}", String::from_utf8_lossy(&body));
         }
+        ApiCommand::Upgrade => upgrade(client).await?,
         ApiCommand::Health { ready } => {
             let path = if ready { "/readyz" } else { "/livez" };
             let body = client.request("GET", path, None).await?.ok()?;
@@ -580,6 +586,56 @@ async fn config_set(
         println!("{}", String::from_utf8_lossy(&body));
     }
     Ok(())
+}
+
+/// How long `kresctl upgrade` waits for the upgraded daemon to say how it went.
+const UPGRADE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// `GET /upgrade`: the running version and the last upgrade's generation (0: none yet).
+async fn upgrade_status(client: &ApiClient) -> Result<(String, u64, Value), client::ClientError> {
+    let response = client.request("GET", "/upgrade", None).await?;
+    if response.status == 404 {
+        return Err(client::ClientError::NotOffered(
+            "the server does not offer in-place upgrades (no /upgrade route: upstream's \
+             manager?); restart it instead"
+                .into(),
+        ));
+    }
+    let status: Value = serde_json::from_slice(&response.ok()?)?;
+    let version = status["version"].as_str().unwrap_or("?").to_owned();
+    let generation = status["last"]["generation"].as_u64().unwrap_or(0);
+    Ok((version, generation, status))
+}
+
+async fn upgrade(client: &ApiClient) -> Result<(), client::ClientError> {
+    let (before, generation, _) = upgrade_status(client).await?;
+    client.request("POST", "/upgrade", None).await?.ok()?;
+    eprintln!("upgrading from {before}…");
+    let deadline = tokio::time::Instant::now() + UPGRADE_TIMEOUT;
+    loop {
+        // While the manager process is replaced, the request waits in the API socket's
+        // backlog; an error here is a moment of it, not the end.
+        if let Ok((now, g, status)) = upgrade_status(client).await {
+            if g > generation {
+                let last = &status["last"];
+                if last["outcome"] == "upgraded" {
+                    println!(
+                        "upgraded: {} -> {now}",
+                        last["from"].as_str().unwrap_or(&before)
+                    );
+                    return Ok(());
+                }
+                return Err(client::ClientError::Failed(format!(
+                    "upgrade failed: {}; {now} runs on",
+                    last["error"].as_str().unwrap_or("no reason given")
+                )));
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(client::ClientError::Timeout(UPGRADE_TIMEOUT));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 async fn pids(client: &ApiClient, proc_type: &str, json: bool) -> Result<(), client::ClientError> {

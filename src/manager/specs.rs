@@ -195,6 +195,10 @@ impl Specs {
     }
 }
 
+/// Where a new image of the daemon finds its state after an in-place upgrade
+/// (`daemon::upgrade`); never passed to a child.
+pub const UPGRADE_STATE_VAR: &str = "KRES_UPGRADE_STATE";
+
 /// Our environment minus what our own service manager meant for us alone.
 pub(crate) fn child_base_env() -> Vec<(OsString, OsString)> {
     const PRIVATE: &[&str] = &[
@@ -204,6 +208,7 @@ pub(crate) fn child_base_env() -> Vec<(OsString, OsString)> {
         "LISTEN_FDS",
         "LISTEN_PID",
         "LISTEN_FDNAMES",
+        UPGRADE_STATE_VAR,
     ];
     std::env::vars_os()
         .filter(|(k, _)| !PRIVATE.iter().any(|p| k == p))

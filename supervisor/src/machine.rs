@@ -7,6 +7,7 @@
 //! as tables with a fake clock.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -503,6 +504,120 @@ impl ServiceMachine {
             actions.push(Action::Spawn);
         } else {
             actions.push(Action::WakeAt(until));
+        }
+    }
+}
+
+/// A service's machine as one process image hands it to the next (`crate::handover`): its
+/// state and history with every instant turned into an age, since an `Instant` means nothing
+/// outside the process that took it. Only settled states can be handed over; a process that
+/// is starting or stopping waits for its outcome in the image that asked for it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MachineImage {
+    pub state: StateImage,
+    pub streak: u32,
+    /// Ages of the automatic restarts within the start-limit window.
+    pub restarts_in_window: Vec<Duration>,
+    pub last_spawn: Option<Duration>,
+    pub restarts: u32,
+    pub last_exit: Option<(ExitStatus, Duration)>,
+    pub pending_restart: bool,
+}
+
+/// A settled [`State`], its instants as ages (for `Backoff`, the time left).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StateImage {
+    Idle,
+    Running {
+        pid: i32,
+        since: Duration,
+        ready_at: Duration,
+    },
+    Backoff {
+        left: Duration,
+    },
+    Exited {
+        status: ExitStatus,
+        at: Duration,
+    },
+    Failed {
+        reason: FailReason,
+        at: Duration,
+    },
+}
+
+impl ServiceMachine {
+    /// The machine as of `now`, or `None` while its process is starting or stopping.
+    pub fn image(&self, now: Instant) -> Option<MachineImage> {
+        let age = |t: Instant| now.saturating_duration_since(t);
+        let state = match &self.state {
+            State::Idle => StateImage::Idle,
+            State::Running {
+                pid,
+                since,
+                ready_at,
+            } => StateImage::Running {
+                pid: pid.as_raw(),
+                since: age(*since),
+                ready_at: age(*ready_at),
+            },
+            State::Backoff { until } => StateImage::Backoff {
+                left: until.saturating_duration_since(now),
+            },
+            State::Exited { status, at } => StateImage::Exited {
+                status: *status,
+                at: age(*at),
+            },
+            State::Failed { reason, at } => StateImage::Failed {
+                reason: reason.clone(),
+                at: age(*at),
+            },
+            State::Starting { .. } | State::Stopping { .. } => return None,
+        };
+        Some(MachineImage {
+            state,
+            streak: self.streak,
+            restarts_in_window: self.restarts_in_window.iter().map(|t| age(*t)).collect(),
+            last_spawn: self.last_spawn.map(age),
+            restarts: self.restarts,
+            last_exit: self.last_exit.map(|(s, t)| (s, age(t))),
+            pending_restart: self.pending_restart,
+        })
+    }
+
+    /// The machine an image describes, its ages counted back from `now`.
+    pub fn from_image(image: MachineImage, now: Instant) -> ServiceMachine {
+        let ago = |d: Duration| now.checked_sub(d).unwrap_or(now);
+        let state = match image.state {
+            StateImage::Idle => State::Idle,
+            StateImage::Running {
+                pid,
+                since,
+                ready_at,
+            } => State::Running {
+                pid: Pid::from_raw(pid),
+                since: ago(since),
+                ready_at: ago(ready_at),
+            },
+            StateImage::Backoff { left } => State::Backoff { until: now + left },
+            StateImage::Exited { status, at } => State::Exited {
+                status,
+                at: ago(at),
+            },
+            StateImage::Failed { reason, at } => State::Failed {
+                reason,
+                at: ago(at),
+            },
+        };
+        ServiceMachine {
+            state,
+            streak: image.streak,
+            restarts_in_window: image.restarts_in_window.into_iter().map(ago).collect(),
+            last_spawn: image.last_spawn.map(ago),
+            restarts: image.restarts,
+            last_exit: image.last_exit.map(|(s, d)| (s, ago(d))),
+            pending_restart: image.pending_restart,
         }
     }
 }
@@ -1242,5 +1357,55 @@ mod tests {
             h.on(k * 600, Event::Spawned { pid: pid(p) });
         }
         assert_eq!(h.m.restarts(), 9);
+    }
+
+    #[test]
+    fn an_image_carries_settled_states_and_their_history_into_another_clock() {
+        let mut h = Harness::new(spec(NOTIFY, RestartPolicy::Always));
+        h.spawn(0, 10);
+        assert_eq!(h.m.image(h.at(1)), None, "a starting process is not handed over");
+        h.on(100, Event::ReadyReceived { pid: pid(10) });
+        h.on(
+            5000,
+            Event::Exited {
+                pid: pid(10),
+                status: ExitStatus::Code(1),
+            },
+        );
+        // In backoff until some time after 5000: 4 s into it, the image says what is left.
+        let State::Backoff { until } = *h.m.state() else {
+            panic!("backoff expected: {:?}", h.m.state());
+        };
+        let image = h.m.image(h.at(5000)).expect("a settled state");
+        let later = h.at(60_000);
+        let m = ServiceMachine::from_image(image.clone(), later);
+        assert_eq!(
+            *m.state(),
+            State::Backoff {
+                until: later + (until - h.at(5000))
+            }
+        );
+        assert_eq!((m.restarts(), m.streak), (h.m.restarts(), h.m.streak));
+        assert_eq!(m.last_exit().map(|(s, _)| s), Some(ExitStatus::Code(1)));
+        assert_eq!(m.last_exit().map(|(_, t)| later - t), Some(ms(0)));
+        // Round trip: the same image again.
+        assert_eq!(m.image(later), Some(image));
+
+        // A running process keeps its pid and its age.
+        let mut h = Harness::new(spec(NOTIFY, RestartPolicy::Always));
+        h.spawn(0, 20);
+        h.on(100, Event::ReadyReceived { pid: pid(20) });
+        let image = h.m.image(h.at(1100)).expect("running is settled");
+        let m = ServiceMachine::from_image(image, later);
+        assert_eq!(
+            *m.state(),
+            State::Running {
+                pid: pid(20),
+                since: later - ms(1100),
+                ready_at: later - ms(1000),
+            }
+        );
+        h.on(2000, Event::StopRequested);
+        assert_eq!(h.m.image(h.at(2001)), None, "a stopping process is not handed over");
     }
 }

@@ -123,6 +123,9 @@ pub struct Received {
 pub struct NotifySocket {
     socket: UnixDatagram,
     path: PathBuf,
+    /// Whether dropping it removes the socket's file: not once it was handed to the next
+    /// process image, which keeps receiving on it.
+    remove_on_drop: bool,
 }
 
 impl NotifySocket {
@@ -140,7 +143,29 @@ impl NotifySocket {
         Ok(NotifySocket {
             socket: UnixDatagram::from_std(socket)?,
             path: path.to_owned(),
+            remove_on_drop: true,
         })
+    }
+
+    /// A socket bound at `path` by an earlier image of this process (its options, credentials
+    /// passing included, and any datagram queued meanwhile come with it).
+    pub fn from_fd(fd: std::os::fd::OwnedFd, path: PathBuf) -> io::Result<NotifySocket> {
+        let socket = std::os::unix::net::UnixDatagram::from(fd);
+        socket.set_nonblocking(true)?;
+        Ok(NotifySocket {
+            socket: UnixDatagram::from_std(socket)?,
+            path,
+            remove_on_drop: true,
+        })
+    }
+
+    /// A descriptor of the socket for the next process image; this one no longer removes the
+    /// file when dropped.
+    pub fn hand_over(&mut self) -> io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd;
+        let fd = self.socket.as_fd().try_clone_to_owned()?;
+        self.remove_on_drop = false;
+        Ok(fd)
     }
 
     pub fn path(&self) -> &Path {
@@ -182,7 +207,9 @@ impl NotifySocket {
 
 impl Drop for NotifySocket {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if self.remove_on_drop {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

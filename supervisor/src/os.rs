@@ -352,6 +352,22 @@ pub fn sealed_memfd(name: &str, data: &[u8]) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Whether descriptor `fd` is open (an error saying which one when it is not).
+pub fn check_open(fd: RawFd) -> io::Result<()> {
+    // SAFETY: the borrow lives only for this fcntl call, which tells whether `fd` is open.
+    fcntl(unsafe { BorrowedFd::borrow_raw(fd) }, FcntlArg::F_GETFD)
+        .map(drop)
+        .map_err(|e| io::Error::other(format!("descriptor {fd}: {e}")))
+}
+
+/// Clear `FD_CLOEXEC` on `fd`, so that it stays open across our own `execve` (an in-place
+/// upgrade hands it to the next image of this process).
+pub fn clear_cloexec(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let flags = FdFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFD)?) - FdFlag::FD_CLOEXEC;
+    fcntl(fd, FcntlArg::F_SETFD(flags))?;
+    Ok(())
+}
+
 /// Take ownership of descriptor `fd`, inherited from our parent at a known number; an error
 /// if it is not open.
 pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
+use tokio_util::sync::CancellationToken;
 
 /// Longest line emitted as one event; longer ones are split.
 pub const MAX_LINE: usize = 4096;
@@ -35,8 +36,16 @@ impl Stream {
     }
 }
 
-/// Drain `fd` until EOF (every writer, grandchildren included, has closed it).
-pub async fn drain(fd: OwnedFd, name: String, pid: Pid, stream: Stream, tail: Tail) {
+/// Drain `fd` until EOF (every writer, grandchildren included, has closed it), or until `stop`
+/// fires (the supervisor hands the pipe to its next process image).
+pub async fn drain(
+    fd: OwnedFd,
+    name: String,
+    pid: Pid,
+    stream: Stream,
+    tail: Tail,
+    stop: CancellationToken,
+) {
     if let Err(e) = crate::os::set_nonblocking(&fd) {
         tracing::warn!(name, pid = pid.as_raw(), error = %e, "cannot read child output");
         return;
@@ -51,7 +60,11 @@ pub async fn drain(fd: OwnedFd, name: String, pid: Pid, stream: Stream, tail: Ta
     let mut pending: Vec<u8> = Vec::with_capacity(256);
     let mut buf = [0u8; 8192];
     loop {
-        let n = match rx.read(&mut buf).await {
+        let read = tokio::select! {
+            read = rx.read(&mut buf) => read,
+            () = stop.cancelled() => break,
+        };
+        let n = match read {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,

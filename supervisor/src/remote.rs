@@ -160,6 +160,9 @@ pub enum Call {
         name: String,
         reason: String,
     },
+    /// Ask the parent to re-execute itself, keeping its children (an in-place upgrade); the
+    /// answer says whether it begins.
+    Reexec,
 }
 
 /// A call's result.
@@ -228,6 +231,18 @@ impl FdStore {
         self.entries.len()
     }
 
+    /// Every entry, by name (for the next image of the process that holds the store).
+    pub fn into_entries(self) -> Vec<(String, OwnedFd)> {
+        self.entries.into_iter().collect()
+    }
+
+    /// A store holding `entries` (from an earlier image of this process), unchecked.
+    pub fn from_entries(entries: impl IntoIterator<Item = (String, OwnedFd)>) -> FdStore {
+        FdStore {
+            entries: entries.into_iter().collect(),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -284,6 +299,14 @@ pub struct ChildService<'a> {
     pub upward: &'a UpwardNotifier,
     /// A child that answers no ping for this long is hung.
     pub hang_after: Duration,
+    /// Where its re-execution requests go, if the parent offers that.
+    pub reexec: Option<&'a mpsc::UnboundedSender<ReexecRequest>>,
+}
+
+/// A directing child's request that the parent re-execute itself: `reply` says whether it
+/// begins (the child is stopped in the course of it) or why not.
+pub struct ReexecRequest {
+    pub reply: oneshot::Sender<Result<(), String>>,
 }
 
 /// Serve one incarnation of a directing child on `link`: welcome it with `store`, execute
@@ -301,6 +324,7 @@ pub async fn serve_child(
         policy,
         upward,
         hang_after,
+        reexec,
     } = *service;
     let link = Arc::new(link);
     let welcome = ToChild::Welcome {
@@ -325,7 +349,7 @@ pub async fn serve_child(
     // Everything we send goes through one writer, so that reading never waits on a child
     // that does not read: replies queue (bounded by the calls in flight), snapshots coalesce.
     let (out_tx, out_rx) = mpsc::unbounded_channel::<ToChild>();
-    let writer = tokio::spawn(write_to_child(link.clone(), out_rx, snapshots));
+    let mut writer = tokio::spawn(write_to_child(link.clone(), out_rx, snapshots));
     let mut ping = tokio::time::interval_at(Instant::now() + PING_INTERVAL, PING_INTERVAL);
     let mut seq = 0u64;
     let mut answered = Instant::now();
@@ -351,8 +375,12 @@ pub async fn serve_child(
                         let out = out_tx.clone();
                         let policy = policy.clone();
                         let in_flight = in_flight.clone();
+                        let reexec = reexec.cloned();
                         tokio::spawn(async move {
-                            let result = execute(&sup, &policy, call, fds).await;
+                            let result = match call {
+                                Call::Reexec => request_reexec(reexec).await,
+                                call => execute(&sup, &policy, call, fds).await,
+                            };
                             in_flight.fetch_sub(1, Ordering::Relaxed);
                             let _ = out.send(ToChild::Reply { id, result });
                         });
@@ -384,10 +412,34 @@ pub async fn serve_child(
             }
         }
     };
-    // Calls in flight finish on the supervisor; their answers have nobody to go to.
+    if matches!(end, ChildEnd::Stopped) {
+        // The child lives on for a moment (it is stopped next): answers on their way, such
+        // as a re-execution's go-ahead, still reach it. Calls that take longer finish on the
+        // supervisor unanswered.
+        drop(out_tx);
+        let _ = tokio::time::timeout(FLUSH_ON_STOP, &mut writer).await;
+    }
     writer.abort();
     end
 }
+
+/// Pass a re-execution request to the parent's owner and wait for its answer.
+async fn request_reexec(
+    to: Option<mpsc::UnboundedSender<ReexecRequest>>,
+) -> Result<Answer, SupervisorError> {
+    let to = to.ok_or_else(|| SupervisorError::Refused("re-executing is not offered".into()))?;
+    let (reply, answer) = oneshot::channel();
+    to.send(ReexecRequest { reply })
+        .map_err(|_| SupervisorError::Gone)?;
+    match answer.await {
+        Ok(Ok(())) => Ok(Answer::Done),
+        Ok(Err(why)) => Err(SupervisorError::Refused(why)),
+        Err(_) => Err(SupervisorError::Gone),
+    }
+}
+
+/// How long answers still on their way may take to reach a child when serving it stops.
+const FLUSH_ON_STOP: Duration = Duration::from_secs(1);
 
 /// The most supervisor calls a child may have waiting at once.
 const MAX_IN_FLIGHT: usize = 4096;
@@ -400,7 +452,11 @@ async fn write_to_child(
 ) {
     loop {
         let msg = tokio::select! {
-            Some(msg) = out.recv() => msg,
+            msg = out.recv() => match msg {
+                Some(msg) => msg,
+                // Serving stops, and every answer was sent.
+                None => return,
+            },
             changed = snapshots.changed() => {
                 if changed.is_err() {
                     return;
@@ -441,6 +497,9 @@ async fn execute(
             sup.run(*spec).await.map(Answer::Exited)
         }
         Call::Drain => sup.drain().await.map(|()| Answer::Done),
+        Call::Reexec => Err(SupervisorError::Refused(
+            "re-executing is not offered".into(),
+        )),
         Call::Kill { name, mut reason } => {
             truncate_utf8(&mut reason, MAX_STATUS);
             sup.kill(&name, &reason).await.map(|()| Answer::Done)
@@ -763,6 +822,13 @@ fn to_call(command: Command) -> Option<(Call, Vec<RawFd>, Pending, Vec<OwnedFd>)
             Pending::Done(reply),
             vec![],
         ),
+        Command::Reexec { reply } => (Call::Reexec, vec![], Pending::Done(reply), vec![]),
         Command::KillAll => return None,
+        Command::HandOver { reply } => {
+            let _ = reply.send(Err(SupervisorError::Refused(
+                "only the supervisor's own process hands it over".into(),
+            )));
+            return None;
+        }
     })
 }

@@ -19,8 +19,10 @@ use signal_hook::consts::SIGCHLD;
 use signal_hook_tokio::Signals;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::handover::{self, Handover, ServiceImage, SupervisorImage};
 use crate::machine::{Action, Announcement, Event, FailReason, ServiceMachine, State};
 use crate::notify::{Notification, NotifySocket};
 use crate::os::{self, FdPass};
@@ -45,6 +47,9 @@ pub enum SupervisorError {
     ShuttingDown,
     #[error("the supervisor is gone")]
     Gone,
+    /// The process table is not settled (a process starting or stopping); try again.
+    #[error("busy: {0}")]
+    Busy(String),
     /// A remote caller asked for something it may not have, or the link failed.
     #[error("refused: {0}")]
     Refused(String),
@@ -111,6 +116,12 @@ pub(crate) enum Command {
     Tail {
         name: String,
         reply: oneshot::Sender<Result<Vec<String>, SupervisorError>>,
+    },
+    HandOver {
+        reply: oneshot::Sender<Result<Handover, SupervisorError>>,
+    },
+    Reexec {
+        reply: oneshot::Sender<Result<(), SupervisorError>>,
     },
 }
 
@@ -244,6 +255,21 @@ impl SupervisorHandle {
         .await?
     }
 
+    /// End the actor and hand its process table over, for the next image of this process
+    /// (an in-place upgrade) or for [`Supervisor::adopt`] in this one: every child keeps
+    /// running, unwatched until then. `Busy` while a process is starting or stopping.
+    pub async fn hand_over(&self) -> Result<Handover, SupervisorError> {
+        self.ask(|reply| Command::HandOver { reply }).await?
+    }
+
+    /// Ask the process that owns the supervisor to re-execute itself, keeping every child (an
+    /// in-place upgrade), if it offers that: the request of a directing child travels over
+    /// its link to the parent ([`crate::remote::ChildService::reexec`]). The answer says
+    /// whether the re-execution begins; the caller is stopped in its course.
+    pub async fn request_reexec(&self) -> Result<(), SupervisorError> {
+        self.ask(|reply| Command::Reexec { reply }).await?
+    }
+
     /// SIGKILL every live process group at once (a second SIGINT/SIGTERM).
     pub fn kill_all(&self) {
         let _ = self.commands.send(Command::KillAll);
@@ -272,7 +298,10 @@ struct Service {
     /// Descriptors passed to the child, and at which numbers.
     fds: Vec<FdPass>,
     /// Descriptors the supervisor was handed with the service; closed with it.
-    _owned: Vec<OwnedFd>,
+    owned: Vec<OwnedFd>,
+    /// Copies of the read ends of the current process's output pipes, for a handover (the
+    /// drain tasks read the originals).
+    output: Option<(OwnedFd, OwnedFd)>,
     /// Callers waiting for readiness.
     ready_waiters: Vec<oneshot::Sender<Result<Pid, SupervisorError>>>,
     /// Callers waiting for the process to be down for good.
@@ -308,6 +337,10 @@ pub struct Supervisor {
     draining: bool,
     rng: u64,
     output_tasks: TaskTracker,
+    /// Ends the output drain tasks when the pipes are handed over.
+    output_stop: CancellationToken,
+    /// The table was handed over: the actor ends after this pass.
+    handed_over: bool,
     /// Process groups whose leader we reaped and swept with SIGKILL, while members may still
     /// be dying. Shutdown waits until they are empty, so that nothing of a service outlives
     /// the supervisor and every member is reaped here rather than left a zombie.
@@ -322,6 +355,74 @@ impl Supervisor {
     ) -> io::Result<(SupervisorHandle, tokio::task::JoinHandle<()>)> {
         os::become_subreaper()?;
         let notify = NotifySocket::bind(&options.notify_socket)?;
+        let (sup, handle) = Supervisor::new(notify)?;
+        Ok((handle, tokio::spawn(sup.run())))
+    }
+
+    /// Take over the process table `handover` describes, from an earlier image of this process
+    /// (after `execve`, through [`Handover::claim`]) or from an actor of this one whose
+    /// handover was not used: every child is adopted as it runs, none is restarted. Children
+    /// that exited meanwhile are reaped at once and their restart policy applies.
+    pub fn adopt(
+        handover: Handover,
+    ) -> io::Result<(SupervisorHandle, tokio::task::JoinHandle<()>)> {
+        os::become_subreaper()?;
+        let (image, mut fds) = handover.into_parts();
+        let mut take = |fd: RawFd| {
+            fds.remove(&fd)
+                .ok_or_else(|| io::Error::other(format!("descriptor {fd} was not handed over")))
+        };
+        let notify = NotifySocket::from_fd(take(image.notify_fd)?, image.notify_socket)?;
+        let (mut sup, handle) = Supervisor::new(notify)?;
+        sup.draining = image.draining;
+        let now = Instant::now();
+        for service in image.services {
+            let mut owned = Vec::with_capacity(service.fds.len());
+            for &(ours, _) in &service.fds {
+                owned.push(take(ours)?);
+            }
+            let output = match service.output {
+                Some((out, err)) => Some((take(out)?, take(err)?)),
+                None => None,
+            };
+            let machine = ServiceMachine::from_image(service.machine, now);
+            if let State::Backoff { until } = machine.state() {
+                sup.timers.push(Reverse(*until));
+            }
+            let name = service.spec.name.clone();
+            let svc = Service {
+                spec: service.spec,
+                machine,
+                fds: service
+                    .fds
+                    .iter()
+                    .map(|&(ours, child)| FdPass { ours, child })
+                    .collect(),
+                owned,
+                output: None,
+                ready_waiters: Vec::new(),
+                down_waiters: Vec::new(),
+                run_waiter: None,
+                remove_when_down: false,
+                killed: false,
+                since_wall: handover::wall_from_image(service.since_wall),
+                ready_wall: handover::wall_from_image(service.ready_wall),
+                status_text: service.status_text,
+                tail: output::Tail::default(),
+                kill_reason: service.kill_reason,
+            };
+            sup.services.insert(name.clone(), svc);
+            if let (Some(pid), Some((out, err))) = (sup.services[&name].machine.pid(), output) {
+                sup.drain_output(&name, pid, out, err);
+            }
+        }
+        // Whatever exited while nobody watched is a zombie waiting for us.
+        sup.reap();
+        sup.publish();
+        Ok((handle, tokio::spawn(sup.run())))
+    }
+
+    fn new(notify: NotifySocket) -> io::Result<(Supervisor, SupervisorHandle)> {
         let sigchld = Signals::new([SIGCHLD])?;
         let (tx, rx) = mpsc::unbounded_channel();
         let (snapshot_tx, snapshot_rx) = watch::channel(Arc::new(Snapshot::default()));
@@ -330,6 +431,11 @@ impl Supervisor {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0x9e37_79b9_7f4a_7c15)
             ^ u64::from(std::process::id());
+        let handle = SupervisorHandle {
+            commands: tx,
+            snapshot: snapshot_rx,
+            notify_socket: notify.path().to_owned(),
+        };
         let sup = Supervisor {
             services: BTreeMap::new(),
             notify,
@@ -342,17 +448,11 @@ impl Supervisor {
             draining: false,
             rng: seed | 1,
             output_tasks: TaskTracker::new(),
+            output_stop: CancellationToken::new(),
+            handed_over: false,
             lingering_groups: Vec::new(),
         };
-        let join = tokio::spawn(sup.run());
-        Ok((
-            SupervisorHandle {
-                commands: tx,
-                snapshot: snapshot_rx,
-                notify_socket: options.notify_socket,
-            },
-            join,
-        ))
+        Ok((sup, handle))
     }
 
     async fn run(mut self) {
@@ -375,6 +475,10 @@ impl Supervisor {
                     }
                 },
                 () = sleep_until_opt(wake) => self.on_timer(),
+            }
+            if self.handed_over {
+                // Nothing of the table is left here; the next image publishes it.
+                return;
             }
             self.publish();
             if self.shutting_down && self.all_down() && self.lingering_groups.is_empty() {
@@ -586,6 +690,16 @@ impl Supervisor {
                 };
                 let _ = reply.send(result);
             }
+            Command::HandOver { reply } => {
+                let _ = reply.send(self.hand_over());
+            }
+            Command::Reexec { reply } => {
+                // In this process the owner re-executes through `hand_over`; only a
+                // directing child asks, over its link.
+                let _ = reply.send(Err(SupervisorError::Refused(
+                    "re-executing is asked of the parent of a directing child".into(),
+                )));
+            }
             Command::Drain { reply } => {
                 self.draining = true;
                 let _ = reply.send(Ok(()));
@@ -618,7 +732,8 @@ impl Supervisor {
                 spec,
                 machine: ServiceMachine::new(),
                 fds,
-                _owned: owned,
+                owned,
+                output: None,
                 ready_waiters: Vec::new(),
                 down_waiters: Vec::new(),
                 run_waiter: None,
@@ -747,23 +862,9 @@ impl Supervisor {
                 if let Ok(mut t) = svc.tail.lock() {
                     t.clear();
                 }
+                svc.output = None;
                 if let Some((stdout, stderr)) = spawned.output {
-                    let (n1, n2) = (name.to_owned(), name.to_owned());
-                    let (t1, t2) = (svc.tail.clone(), svc.tail.clone());
-                    self.output_tasks.spawn(output::drain(
-                        stdout,
-                        n1,
-                        spawned.pid,
-                        Stream::Stdout,
-                        t1,
-                    ));
-                    self.output_tasks.spawn(output::drain(
-                        stderr,
-                        n2,
-                        spawned.pid,
-                        Stream::Stderr,
-                        t2,
-                    ));
+                    self.drain_output(name, spawned.pid, stdout, stderr);
                 }
                 Event::Spawned { pid: spawned.pid }
             }
@@ -774,6 +875,100 @@ impl Supervisor {
                 }
             }
         }
+    }
+
+    /// Log what process `pid` of `name` writes, keeping copies of the pipes for a handover.
+    fn drain_output(&mut self, name: &str, pid: Pid, stdout: OwnedFd, stderr: OwnedFd) {
+        let Some(svc) = self.services.get_mut(name) else {
+            return;
+        };
+        match (stdout.try_clone(), stderr.try_clone()) {
+            (Ok(out), Ok(err)) => svc.output = Some((out, err)),
+            // Without copies the pipes cannot be handed over; the process would lose its
+            // output at an upgrade, not its life.
+            _ => tracing::warn!(name, "cannot keep copies of the output pipes"),
+        }
+        for (fd, stream) in [(stdout, Stream::Stdout), (stderr, Stream::Stderr)] {
+            self.output_tasks.spawn(output::drain(
+                fd,
+                name.to_owned(),
+                pid,
+                stream,
+                svc.tail.clone(),
+                self.output_stop.clone(),
+            ));
+        }
+    }
+
+    /// Give up the table (see [`SupervisorHandle::hand_over`]); the actor ends after this pass.
+    fn hand_over(&mut self) -> Result<Handover, SupervisorError> {
+        if self.shutting_down {
+            return Err(SupervisorError::ShuttingDown);
+        }
+        if !self.lingering_groups.is_empty() {
+            return Err(SupervisorError::Busy(
+                "process groups are still emptying".into(),
+            ));
+        }
+        let now = Instant::now();
+        let mut images = Vec::with_capacity(self.services.len());
+        for (name, svc) in &self.services {
+            let waited_on = !svc.ready_waiters.is_empty()
+                || !svc.down_waiters.is_empty()
+                || svc.run_waiter.is_some()
+                || svc.remove_when_down;
+            let machine = svc.machine.image(now).filter(|_| !waited_on);
+            let Some(machine) = machine else {
+                return Err(SupervisorError::Busy(format!(
+                    "{name} is starting or stopping"
+                )));
+            };
+            if svc.fds.len() != svc.owned.len() {
+                return Err(SupervisorError::Refused(format!(
+                    "{name} holds descriptors the supervisor does not own"
+                )));
+            }
+            images.push(ServiceImage {
+                spec: svc.spec.clone(),
+                machine,
+                fds: svc.fds.iter().map(|p| (p.ours, p.child)).collect(),
+                output: None,
+                since_wall: handover::wall_to_image(svc.since_wall),
+                ready_wall: handover::wall_to_image(svc.ready_wall),
+                status_text: svc.status_text.clone(),
+                kill_reason: svc.kill_reason.clone(),
+            });
+        }
+        let notify = self
+            .notify
+            .hand_over()
+            .map_err(|e| SupervisorError::Refused(format!("notify socket: {e}")))?;
+        let mut fds = vec![];
+        let notify_fd = notify.as_raw_fd();
+        fds.push(notify);
+        for (image, svc) in images.iter_mut().zip(self.services.values_mut()) {
+            fds.append(&mut svc.owned);
+            if svc.machine.pid().is_some() {
+                if let Some((out, err)) = svc.output.take() {
+                    image.output = Some((out.as_raw_fd(), err.as_raw_fd()));
+                    fds.push(out);
+                    fds.push(err);
+                }
+            }
+        }
+        // From here on the next image reads the pipes; ours stop reading.
+        self.output_stop.cancel();
+        self.services.clear();
+        self.handed_over = true;
+        Ok(Handover {
+            image: SupervisorImage {
+                notify_socket: self.notify.path().to_owned(),
+                notify_fd,
+                draining: self.draining,
+                services: images,
+            },
+            fds,
+        })
     }
 
     fn announce(&mut self, name: &str, announcement: Announcement) {

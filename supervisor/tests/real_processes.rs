@@ -665,6 +665,80 @@ fn a_process_killed_on_request_is_restarted_with_the_reason_kept() {
 }
 
 #[test]
+fn a_handed_over_table_is_adopted_without_restarting_anything() {
+    scenario("debug,child=info", async |env| {
+        // A service handed a descriptor at a number of its own, and a plain one.
+        let (handed, _writer) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+        let at = 40;
+        env.allowed_fds.insert(at);
+        let spec = env.notify_spec("a", &["notify", "READY=1", "wait"], TIMEOUT);
+        env.sup
+            .add_handing(spec, vec![(handed, at)])
+            .await
+            .expect("add a");
+        let a = env.sup.start("a").await.expect("start a");
+        env.sup
+            .add(env.spec("b", &["wait"]), Vec::new())
+            .await
+            .expect("add b");
+        let b = env.sup.start("b").await.expect("start b");
+        env.reported_pid("pid ").await;
+        env.reported_pid("pid ").await;
+
+        // Not while a process is starting: nobody else could tell its caller it is ready.
+        let spec = env.notify_spec("c", &["wait"], TIMEOUT);
+        env.sup.add(spec, Vec::new()).await.expect("add c");
+        let sup = env.sup.clone();
+        let starting = tokio::spawn(async move { sup.start("c").await });
+        env.wait_state("c", "starting", |p| p.state == "starting")
+            .await;
+        env.reported_pid("pid ").await;
+        assert!(matches!(
+            env.sup.hand_over().await,
+            Err(SupervisorError::Busy(_))
+        ));
+        env.sup.remove("c").await.expect("remove c");
+        assert!(starting.await.expect("join").is_err());
+
+        let handover = env.sup.hand_over().await.expect("hand over");
+        assert!(
+            matches!(env.sup.start("a").await, Err(SupervisorError::Gone)),
+            "the actor ended with the handover"
+        );
+        // As across execve: the image as text, the descriptors left open by number.
+        let text = serde_json::to_string(&handover.image()).expect("image");
+        let image = handover.release();
+        assert_eq!(serde_json::to_string(&image).expect("image"), text);
+        // A death while nobody watches.
+        kill(b, Signal::SIGKILL).expect("kill b");
+        let claimed =
+            supervisor::handover::Handover::claim(serde_json::from_str(&text).expect("parse"))
+                .expect("claim");
+        let (sup, _actor) = Supervisor::adopt(claimed).expect("adopt");
+        env.sup = sup;
+
+        let p = env.process("a").expect("a adopted");
+        assert_eq!((p.state.as_str(), p.pid), ("running", Some(a.as_raw())));
+        let p = env
+            .wait_state("b", "restarted", |p| {
+                p.pid.is_some() && p.pid != Some(b.as_raw())
+            })
+            .await;
+        assert_eq!((p.last_exit, p.restarts), (signaled(Signal::SIGKILL), 1));
+        env.reported_pid("pid ").await;
+        // What was handed still reaches a's next process at its number.
+        let again = env.sup.restart("a").await.expect("restart a");
+        env.reported_pid("pid ").await;
+        let listing =
+            std::fs::read_to_string(env.dir.join("fds").join(again.to_string())).expect("listing");
+        assert!(
+            listing.lines().any(|l| l.starts_with(&format!("{at} "))),
+            "descriptor {at} handed after the adoption: {listing}"
+        );
+    });
+}
+
+#[test]
 fn a_drain_is_announced_in_the_snapshot_while_everything_keeps_running() {
     scenario("debug,child=info", async |env| {
         let spec = env.notify_spec("svc", &["notify", "READY=1", "wait"], TIMEOUT);
@@ -1350,12 +1424,22 @@ fn a_remote_caller_commands_the_supervisor_and_its_store_outlives_it() {
         };
         let upward = UpwardNotifier::disabled();
         let sup = env.sup.clone();
+        let (reexec_tx, mut reexec_rx) = tokio::sync::mpsc::unbounded_channel();
         let service = ChildService {
             sup: &sup,
             policy: &policy,
             upward: &upward,
             hang_after: TIMEOUT,
+            reexec: Some(&reexec_tx),
         };
+        // The parent's owner answers re-execution requests: the first is refused, with why.
+        let owner = tokio::spawn(async move {
+            let first: supervisor::remote::ReexecRequest =
+                reexec_rx.recv().await.expect("a request");
+            let _ = first.reply.send(Err("the new binary is broken".into()));
+            let second = reexec_rx.recv().await.expect("a request");
+            let _ = second.reply.send(Ok(()));
+        });
         // The first incarnation: a descriptor handed to a service at a number of its choice,
         // and one stored for later.
         let (ours, theirs) = Link::pair().expect("link");
@@ -1393,6 +1477,13 @@ fn a_remote_caller_commands_the_supervisor_and_its_store_outlives_it() {
                 .await
                 .expect_err("refused");
             assert!(err.to_string().contains("may not run"), "{err}");
+            // A re-execution request reaches the parent's owner, and its answer comes back.
+            let refused = parent.handle.request_reexec().await.expect_err("refused");
+            assert!(
+                refused.to_string().contains("the new binary is broken"),
+                "{refused}"
+            );
+            parent.handle.request_reexec().await.expect("begins");
             parent.exit(7).await.expect("exit");
             (pid, at)
         };
@@ -1401,6 +1492,7 @@ fn a_remote_caller_commands_the_supervisor_and_its_store_outlives_it() {
             child
         );
         assert!(matches!(end, ChildEnd::Exit(7)), "{end:?}");
+        owner.await.expect("the owner saw both requests");
         env.allowed_fds.insert(at);
         let listing =
             std::fs::read_to_string(env.dir.join("fds").join(pid.to_string())).expect("listing");

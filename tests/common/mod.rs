@@ -38,6 +38,8 @@ pub struct Setup {
     pub management: Option<String>,
     /// More arguments of the daemon, after `-c CONFIG`.
     pub args: Vec<String>,
+    /// The daemon's binary, when not the one cargo built (a copy an upgrade replaces).
+    pub program: Option<PathBuf>,
 }
 
 impl Setup {
@@ -52,7 +54,13 @@ impl Setup {
             network: String::new(),
             management: None,
             args: Vec::new(),
+            program: None,
         }
+    }
+    /// Run the daemon from `path` instead of the binary cargo built.
+    pub fn program(mut self, path: &Path) -> Self {
+        self.program = Some(path.to_owned());
+        self
     }
     /// Add an argument of the daemon.
     pub fn arg(mut self, arg: &str) -> Self {
@@ -140,7 +148,8 @@ pub fn launch(s: &Setup) -> Result<Resolver> {
     let mut args = vec![os("-c"), os(dir.bed("config.yaml"))];
     args.extend(s.args.iter().map(os));
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-    let launched = bed.launch(Path::new(DAEMON), &args, &env)?;
+    let program = s.program.clone().unwrap_or_else(|| PathBuf::from(DAEMON));
+    let launched = bed.launch(&program, &args, &env)?;
     let api = dir.host("run/kres-api.sock");
     Ok(Resolver {
         bed,

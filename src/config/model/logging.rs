@@ -179,7 +179,7 @@ pub(super) fn logging() -> ObjectDef {
 }
 
 /// Logging verbosity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LogLevel {
     Crit,
@@ -205,7 +205,7 @@ impl LogLevel {
 }
 
 /// Where logs go (`from-arg` resolved).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LogTarget {
     Syslog,
