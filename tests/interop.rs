@@ -143,6 +143,11 @@ fn our_kresctl_drives_upstreams_daemon() {
         "{}",
         String::from_utf8_lossy(&del.stderr)
     );
+    // Upstream has no in-place upgrade: our kresctl says so, and nothing happens to it.
+    let upgrade = kresctl(&["upgrade"]);
+    let said = String::from_utf8_lossy(&upgrade.stderr);
+    assert_eq!(upgrade.status.code(), Some(1), "{said}");
+    assert!(said.contains("does not offer in-place upgrades"), "{said}");
     ok(&kresctl(&["stop"]));
     let status = upstream
         .launched

@@ -1363,7 +1363,11 @@ mod tests {
     fn an_image_carries_settled_states_and_their_history_into_another_clock() {
         let mut h = Harness::new(spec(NOTIFY, RestartPolicy::Always));
         h.spawn(0, 10);
-        assert_eq!(h.m.image(h.at(1)), None, "a starting process is not handed over");
+        assert_eq!(
+            h.m.image(h.at(1)),
+            None,
+            "a starting process is not handed over"
+        );
         h.on(100, Event::ReadyReceived { pid: pid(10) });
         h.on(
             5000,
@@ -1406,6 +1410,10 @@ mod tests {
             }
         );
         h.on(2000, Event::StopRequested);
-        assert_eq!(h.m.image(h.at(2001)), None, "a stopping process is not handed over");
+        assert_eq!(
+            h.m.image(h.at(2001)),
+            None,
+            "a stopping process is not handed over"
+        );
     }
 }
