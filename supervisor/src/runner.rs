@@ -27,6 +27,7 @@ use crate::os::{self, FdPass};
 use crate::output::{self, Stream};
 use crate::snapshot::{ProcessSnapshot, Snapshot};
 use crate::spec::{ExitStatus, Readiness, ServiceSpec};
+use crate::steering::{self, Steering};
 
 /// Errors returned to callers of the handle.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -265,6 +266,32 @@ impl SupervisorHandle {
     }
 }
 
+/// A stop the caller asked for, carried out once a steered service's queues are drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopKind {
+    Stop,
+    Restart,
+}
+
+impl StopKind {
+    fn event(self) -> Event {
+        match self {
+            StopKind::Stop => Event::StopRequested,
+            StopKind::Restart => Event::RestartRequested,
+        }
+    }
+}
+
+/// Why a steered service whose process runs and is ready takes no new queries.
+#[derive(Debug, Clone, Copy)]
+enum Withdrawal {
+    /// Steered away before `then`, which goes ahead once its sockets' queues are empty or at
+    /// `deadline`, whichever comes first.
+    Draining { deadline: Instant, then: StopKind },
+    /// Killed on request; its death is yet to be reaped.
+    Killed,
+}
+
 /// One registered service.
 struct Service {
     spec: ServiceSpec,
@@ -292,6 +319,18 @@ struct Service {
     tail: output::Tail,
     /// Why its last process was killed on request.
     kill_reason: Option<String>,
+    /// Set while a steered service's running process is steered away from.
+    withdrawal: Option<Withdrawal>,
+}
+
+impl Service {
+    /// Whether the steering programs may send it new datagrams and connections: it opted in,
+    /// its process is ready, and nobody is stopping or killing it.
+    fn takes_queries(&self) -> bool {
+        self.spec.reuseport_index.is_some()
+            && matches!(self.machine.state(), State::Running { .. })
+            && self.withdrawal.is_none()
+    }
 }
 
 /// The actor. Create with [`Supervisor::start`].
@@ -312,6 +351,8 @@ pub struct Supervisor {
     /// be dying. Shutdown waits until they are empty, so that nothing of a service outlives
     /// the supervisor and every member is reaped here rather than left a zombie.
     lingering_groups: Vec<Pid>,
+    /// The reuseport groups of the steered services' sockets, and their programs.
+    steering: Steering,
 }
 
 impl Supervisor {
@@ -343,6 +384,7 @@ impl Supervisor {
             rng: seed | 1,
             output_tasks: TaskTracker::new(),
             lingering_groups: Vec::new(),
+            steering: Steering::default(),
         };
         let join = tokio::spawn(sup.run());
         Ok((
@@ -376,6 +418,7 @@ impl Supervisor {
                 },
                 () = sleep_until_opt(wake) => self.on_timer(),
             }
+            self.steer();
             self.publish();
             if self.shutting_down && self.all_down() && self.lingering_groups.is_empty() {
                 break;
@@ -464,7 +507,15 @@ impl Supervisor {
                         let _ = os::signal_group(pid, Signal::SIGKILL);
                         self.lingering_groups.push(pid);
                         tracing::info!(name, pid = pid.as_raw(), %status, "process exited");
+                        let withdrawn = self
+                            .services
+                            .get_mut(&name)
+                            .and_then(|s| s.withdrawal.take());
                         self.feed(&name, Event::Exited { pid, status });
+                        // A stop that waited for the queues is still owed to its callers.
+                        if let Some(Withdrawal::Draining { then, .. }) = withdrawn {
+                            self.feed(&name, then.event());
+                        }
                     }
                     None => {
                         tracing::info!(pid = pid.as_raw(), %status, "reaped an orphaned process")
@@ -488,6 +539,7 @@ impl Supervisor {
         while matches!(self.timers.peek(), Some(Reverse(t)) if *t <= now) {
             self.timers.pop();
         }
+        self.check_drains(now);
         let names: Vec<String> = self.services.keys().cloned().collect();
         for name in names {
             self.feed(&name, Event::Tick);
@@ -513,6 +565,12 @@ impl Supervisor {
                     let _ = reply.send(Err(SupervisorError::UnknownService(name)));
                     return;
                 };
+                if let Some(Withdrawal::Draining { then, .. }) = &mut svc.withdrawal {
+                    // Being stopped: it comes back afterwards, as a stopping process would.
+                    *then = StopKind::Restart;
+                    svc.ready_waiters.push(reply);
+                    return;
+                }
                 if let State::Running { pid, .. } = svc.machine.state() {
                     let _ = reply.send(Ok(*pid));
                     return;
@@ -530,7 +588,7 @@ impl Supervisor {
                     return;
                 };
                 svc.ready_waiters.push(reply);
-                self.feed(&name, Event::RestartRequested);
+                self.stop_or_drain(&name, StopKind::Restart);
             }
             Command::Stop { name, reply } => self.stop(name, reply, AfterStop::Keep),
             Command::Remove { name, reply } => self.stop(name, reply, AfterStop::Remove),
@@ -579,6 +637,9 @@ impl Supervisor {
                         Some(pid) => {
                             tracing::warn!(name, pid = pid.as_raw(), reason, "killing");
                             svc.kill_reason = Some(reason);
+                            if svc.spec.reuseport_index.is_some() && svc.withdrawal.is_none() {
+                                svc.withdrawal = Some(Withdrawal::Killed);
+                            }
                             let _ = os::signal_group(pid, Signal::SIGKILL);
                             Ok(())
                         }
@@ -612,6 +673,10 @@ impl Supervisor {
             return Err(SupervisorError::DuplicateService(spec.name));
         }
         let name = spec.name.clone();
+        if let Some(index) = spec.reuseport_index {
+            let handed: Vec<RawFd> = fds.iter().map(|p| p.ours).collect();
+            self.steering.join(&name, index, &handed);
+        }
         self.services.insert(
             name,
             Service {
@@ -629,6 +694,7 @@ impl Supervisor {
                 status_text: None,
                 tail: output::Tail::default(),
                 kill_reason: None,
+                withdrawal: None,
             },
         );
         Ok(())
@@ -646,13 +712,97 @@ impl Supervisor {
         };
         svc.down_waiters.push(reply);
         svc.remove_when_down |= after == AfterStop::Remove;
-        self.feed(&name, Event::StopRequested);
+        self.stop_or_drain(&name, StopKind::Stop);
+    }
+
+    /// Stop or restart `name` now, or, when it takes queries and others can take its share,
+    /// steer away from it first and carry the stop out once its queues are empty
+    /// ([`Supervisor::check_drains`]).
+    fn stop_or_drain(&mut self, name: &str, kind: StopKind) {
+        let Some(svc) = self.services.get_mut(name) else {
+            return;
+        };
+        if let Some(Withdrawal::Draining { then, .. }) = &mut svc.withdrawal {
+            // The latest request decides, as for a process that is already stopping.
+            *then = kind;
+            return;
+        }
+        let services = &self.services;
+        let drain = !self.shutting_down
+            && services.get(name).is_some_and(Service::takes_queries)
+            && self.steering.others_take_over(name, |n| {
+                services.get(n).is_some_and(Service::takes_queries)
+            });
+        if !drain {
+            self.feed(name, kind.event());
+            return;
+        }
+        let now = Instant::now();
+        if let Some(svc) = self.services.get_mut(name) {
+            tracing::debug!(
+                name,
+                "steered away from; draining its queues before it stops"
+            );
+            svc.withdrawal = Some(Withdrawal::Draining {
+                deadline: now + steering::DRAIN_LIMIT,
+                then: kind,
+            });
+        }
+        self.timers.push(Reverse(now + steering::DRAIN_POLL));
+    }
+
+    /// Carry out the stops of drained services: their queues are empty, or they waited long
+    /// enough.
+    fn check_drains(&mut self, now: Instant) {
+        let draining: Vec<(String, Instant, StopKind)> = self
+            .services
+            .iter()
+            .filter_map(|(name, s)| match s.withdrawal {
+                Some(Withdrawal::Draining { deadline, then }) => {
+                    Some((name.clone(), deadline, then))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut again = false;
+        for (name, deadline, then) in draining {
+            let queued = self.steering.queued(&name);
+            if queued > 0 && now < deadline {
+                again = true;
+                continue;
+            }
+            if queued > 0 {
+                tracing::debug!(name, queued, "queues not drained in time; stopping anyway");
+            } else {
+                tracing::debug!(name, "queues drained; stopping");
+            }
+            if let Some(svc) = self.services.get_mut(&name) {
+                svc.withdrawal = None;
+            }
+            self.feed(&name, then.event());
+        }
+        if again {
+            self.timers.push(Reverse(now + steering::DRAIN_POLL));
+        }
+    }
+
+    /// Point every reuseport group at the services that take queries now.
+    fn steer(&mut self) {
+        let services = &self.services;
+        self.steering
+            .update(|n| services.get(n).is_some_and(Service::takes_queries));
     }
 
     fn begin_shutdown(&mut self) {
         self.shutting_down = true;
         let names: Vec<String> = self.services.keys().cloned().collect();
         for name in names {
+            // Everything stops now; a drain in progress is overtaken.
+            if let Some(svc) = self.services.get_mut(&name) {
+                if matches!(svc.withdrawal, Some(Withdrawal::Draining { .. })) {
+                    svc.withdrawal = None;
+                }
+            }
             self.feed(&name, Event::StopRequested);
         }
     }
@@ -714,6 +864,7 @@ impl Supervisor {
                 && svc.run_waiter.is_none();
             if svc.remove_when_down && down {
                 self.services.remove(name);
+                self.steering.leave(name);
             }
         }
     }
@@ -843,7 +994,7 @@ impl Supervisor {
             .services
             .iter()
             .map(|(name, svc)| {
-                ProcessSnapshot::of(
+                let mut p = ProcessSnapshot::of(
                     name,
                     svc.spec.kind.clone(),
                     &svc.machine,
@@ -851,7 +1002,12 @@ impl Supervisor {
                     svc.ready_wall,
                     svc.status_text.clone(),
                     svc.kill_reason.clone(),
-                )
+                );
+                p.takes_queries = svc
+                    .spec
+                    .reuseport_index
+                    .map(|_| svc.takes_queries() && self.steering.is_member(name));
+                p
             })
             .collect();
         let snapshot = Arc::new(Snapshot {
