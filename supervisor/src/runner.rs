@@ -286,8 +286,12 @@ impl StopKind {
 #[derive(Debug, Clone, Copy)]
 enum Withdrawal {
     /// Steered away before `then`, which goes ahead once its sockets' queues are empty or at
-    /// `deadline`, whichever comes first.
-    Draining { deadline: Instant, then: StopKind },
+    /// `deadline`, whichever comes first; `polls` counts the looks at its queues.
+    Draining {
+        deadline: Instant,
+        then: StopKind,
+        polls: u32,
+    },
     /// Killed on request; its death is yet to be reaped.
     Killed,
 }
@@ -746,6 +750,7 @@ impl Supervisor {
             svc.withdrawal = Some(Withdrawal::Draining {
                 deadline: now + steering::DRAIN_LIMIT,
                 then: kind,
+                polls: 0,
             });
         }
         self.timers.push(Reverse(now + steering::DRAIN_POLL));
@@ -754,27 +759,36 @@ impl Supervisor {
     /// Carry out the stops of drained services: their queues are empty, or they waited long
     /// enough.
     fn check_drains(&mut self, now: Instant) {
-        let draining: Vec<(String, Instant, StopKind)> = self
+        let draining: Vec<String> = self
             .services
             .iter()
-            .filter_map(|(name, s)| match s.withdrawal {
-                Some(Withdrawal::Draining { deadline, then }) => {
-                    Some((name.clone(), deadline, then))
-                }
-                _ => None,
-            })
+            .filter(|(_, s)| matches!(s.withdrawal, Some(Withdrawal::Draining { .. })))
+            .map(|(name, _)| name.clone())
             .collect();
         let mut again = false;
-        for (name, deadline, then) in draining {
+        for name in draining {
             let queued = self.steering.queued(&name);
-            if queued > 0 && now < deadline {
+            let Some(Some(Withdrawal::Draining {
+                deadline,
+                then,
+                polls,
+            })) = self.services.get_mut(&name).map(|s| &mut s.withdrawal)
+            else {
+                continue;
+            };
+            let (then, polls_so_far) = (*then, *polls);
+            *polls += 1;
+            if queued > 0 && now < *deadline {
+                if polls_so_far == 0 {
+                    tracing::debug!(name, queued, "queues not empty yet; waiting");
+                }
                 again = true;
                 continue;
             }
             if queued > 0 {
                 tracing::debug!(name, queued, "queues not drained in time; stopping anyway");
             } else {
-                tracing::debug!(name, "queues drained; stopping");
+                tracing::debug!(name, polls = polls_so_far + 1, "queues drained; stopping");
             }
             if let Some(svc) = self.services.get_mut(&name) {
                 svc.withdrawal = None;

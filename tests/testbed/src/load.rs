@@ -413,3 +413,45 @@ fn receive(socket: &UdpSocket, shared: &Shared, index: usize) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(latencies_ms: &[(u64, u64)]) -> LoadReport {
+        LoadReport {
+            answers: latencies_ms
+                .iter()
+                .map(|&(sent, latency)| Answered {
+                    sent_at: Duration::from_millis(sent),
+                    latency: Duration::from_millis(latency),
+                })
+                .collect(),
+            ..LoadReport::default()
+        }
+    }
+
+    #[test]
+    fn percentiles_are_nearest_ranks_within_the_window() {
+        // 100 answers sent at 0..100 ms with latencies 1..=100 ms, and one outside the window.
+        let mut rows: Vec<(u64, u64)> = (0..100).map(|i| (i, i + 1)).collect();
+        rows.push((500, 1000));
+        let r = report(&rows);
+        let p = r
+            .latency(Duration::ZERO, Duration::from_millis(100))
+            .expect("answers");
+        assert_eq!(p.count, 100);
+        assert_eq!(p.p50, Duration::from_millis(50));
+        assert_eq!(p.p99, Duration::from_millis(99));
+        assert_eq!(p.p999, Duration::from_millis(100));
+        assert_eq!(p.max, Duration::from_millis(100));
+        let all = r
+            .latency(Duration::ZERO, Duration::from_secs(1))
+            .expect("answers");
+        assert_eq!(all.max, Duration::from_millis(1000));
+        assert_eq!(
+            r.latency(Duration::from_secs(2), Duration::from_secs(3)),
+            None
+        );
+    }
+}
