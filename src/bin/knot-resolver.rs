@@ -8,7 +8,7 @@ use knot_resolver::config::{LogLevel, LogTarget};
 use knot_resolver::daemon::cli::Args;
 use knot_resolver::daemon::manager_process::{self, ManagerInvocation};
 use knot_resolver::daemon::{logging, LogArgs};
-use knot_resolver::manager::listen::SocketOwner;
+use knot_resolver::manager::listen::{SocketOwner, Steering};
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -20,12 +20,16 @@ fn main() -> ExitCode {
         target: logging::target_from_arg(&args.logtarget).unwrap_or(LogTarget::Stdout),
     };
     knot_resolver::config::set_logtarget_arg(log.target);
-    let env = std::env::var_os(knot_resolver::daemon::KRESD_BINDS_SOCKETS_VAR)
-        .is_some_and(|v| !v.is_empty() && v != "0");
-    let owner = if args.kresd_binds_sockets || env {
+    let set = |var: &str| std::env::var_os(var).is_some_and(|v| !v.is_empty() && v != "0");
+    let steering = if args.no_steering || set(knot_resolver::daemon::NO_STEERING_VAR) {
+        Steering::Off
+    } else {
+        Steering::Live
+    };
+    let owner = if args.kresd_binds_sockets || set(knot_resolver::daemon::KRESD_BINDS_SOCKETS_VAR) {
         SocketOwner::Kresd
     } else {
-        SocketOwner::Daemon
+        SocketOwner::Daemon(steering)
     };
     let worker_user = args.worker_user.or_else(|| {
         std::env::var(knot_resolver::daemon::WORKER_USER_VAR)

@@ -18,6 +18,12 @@ pub struct Args {
     /// port 53.
     #[arg(long = "kresd-binds-sockets")]
     pub kresd_binds_sockets: bool,
+    /// Do not steer queries away from workers that are dead, restarting, stopping or not yet
+    /// ready (also `KRES_NO_STEERING=1`): the kernel's hash spreads them over every worker's
+    /// sockets, and a worker's share waits in its queue until it is back; stopping a worker
+    /// does not wait for its queues to empty. Without effect with `--kresd-binds-sockets`.
+    #[arg(long = "no-steering")]
+    pub no_steering: bool,
     /// Run kresd, the policy-loader and kres-cache-gc as this user (and its group) while the
     /// daemon keeps running as root (also `KRES_WORKER_USER`). The daemon binds the listening
     /// sockets before, so kresd needs no privilege for port 53. The rundir and the cache

@@ -26,6 +26,10 @@ pub const FAULT_INJECTION_VAR: &str = "KRES_FAULT_INJECTION";
 /// `--kresd-binds-sockets` flag.
 pub const KRESD_BINDS_SOCKETS_VAR: &str = "KRES_KRESD_BINDS_SOCKETS";
 
+/// Set (to anything but `0` or empty) to leave the workers' reuseport groups to the kernel's
+/// hash, like the `--no-steering` flag.
+pub const NO_STEERING_VAR: &str = "KRES_NO_STEERING";
+
 /// Environment form of `--worker-user`.
 pub const WORKER_USER_VAR: &str = "KRES_WORKER_USER";
 

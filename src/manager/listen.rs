@@ -4,6 +4,17 @@
 //! slot N's sockets; when it restarts or crashes its sockets stay open, so queries wait in the
 //! kernel's queue instead of being dropped or rehashed to a closed socket.
 //!
+//! **A slot's socket is index `slot` of its reuseport group**, by construction, because the
+//! supervisor's steering programs (`supervisor::steering`) name sockets by that index. The
+//! kernel orders a group by joining (UDP: `bind`, TCP: `listen`) and, when a socket closes,
+//! moves the last one into its place. So: [`SocketTable::prepare`] binds slot after slot (a
+//! new slot joins after every slot below it); slots are only ever removed from the top
+//! (`workers` shrinks), and whatever order the removed ones close in, a swap only moves
+//! sockets of removed slots, above every kept one; and a socket already bound for a slot is
+//! kept when only its labels change (`IP_FREEBIND`, which only matters at `bind`, or plain TCP
+//! becoming DoT on the same address), so a slot never gets a second socket in one group.
+//! `tests::every_slot_is_its_index_in_the_group` proves it with packets.
+//!
 //! The table outlives any one incarnation of the manager task (it lives in the manager's
 //! context), because the supervisor holds only descriptor numbers: a socket is closed only
 //! when no registered worker was given it.
@@ -33,11 +44,23 @@ const TCP_BACKLOG: i32 = 1024;
 /// Who binds the listening sockets kresd accepts as descriptors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SocketOwner {
-    /// The daemon binds them and passes them with `-S` (the default).
-    Daemon,
+    /// The daemon binds them and passes them with `-S` (the default), and steers their
+    /// reuseport groups or not.
+    Daemon(Steering),
     /// kresd binds them itself from the Lua configuration, as under upstream's manager
     /// (`--kresd-binds-sockets` or `KRES_KRESD_BINDS_SOCKETS=1`).
     Kresd,
+}
+
+/// Whether the supervisor steers the workers' reuseport groups to the workers that are ready
+/// (`supervisor::steering`): a worker's index in every group is its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steering {
+    /// New queries go only to ready workers; stops wait until the worker's queues drained.
+    Live,
+    /// The kernel's hash picks among all slots, live or not (`--no-steering`,
+    /// `KRES_NO_STEERING=1`): a dead worker's share waits in its queue.
+    Off,
 }
 
 /// How a descriptor is named on kresd's command line.
@@ -58,6 +81,15 @@ pub struct SocketKey {
     pub transport: Transport,
     /// `IP_FREEBIND`: bind an address that is not (yet) configured.
     pub freebind: bool,
+}
+
+impl SocketKey {
+    /// Whether a socket bound for `self` is the one `other` needs: same address and same
+    /// kind of socket (so the same reuseport group); the rest are labels.
+    fn same_socket(&self, other: &SocketKey) -> bool {
+        self.addr == other.addr
+            && (self.transport == Transport::Udp) == (other.transport == Transport::Udp)
+    }
 }
 
 impl std::fmt::Display for SocketKey {
@@ -225,8 +257,8 @@ pub struct SocketTable {
     slots: BTreeMap<u32, Vec<Bound>>,
     /// Out of the configuration, closed once no worker in `given` holds them.
     retired: Vec<Bound>,
-    /// Service name → descriptors it was registered with.
-    given: BTreeMap<String, Vec<RawFd>>,
+    /// Service name → descriptors it was registered with, and their `-S` arguments.
+    given: BTreeMap<String, (Vec<RawFd>, Vec<OsString>)>,
     /// Where the slots' sockets are mirrored for the next manager process, if anywhere.
     mirror: Option<tokio::sync::mpsc::UnboundedSender<Mirrored>>,
     /// Names of the sockets mirrored so far.
@@ -333,14 +365,15 @@ impl SocketTable {
         self.mirrored = now;
     }
 
-    /// Bind what slots `0..workers` need for `keys` and do not have yet. Nothing in the table
+    /// Bind what slots `0..workers` need for `keys` and do not have yet, slot after slot (so
+    /// that each new socket's index in its reuseport group is its slot). Nothing in the table
     /// changes; a failure closes whatever this call bound.
     pub fn prepare(&self, keys: &[SocketKey], workers: u32) -> Result<Prepared, ListenError> {
         let mut prepared = Prepared::default();
         for slot in 0..workers {
             let have = self.slots.get(&slot);
             for &key in keys {
-                if have.is_some_and(|v| v.iter().any(|b| b.key == key)) {
+                if have.is_some_and(|v| v.iter().any(|b| b.key.same_socket(&key))) {
                     continue;
                 }
                 let socket = bind(key)?;
@@ -359,8 +392,11 @@ impl SocketTable {
     pub fn commit(&mut self, mut prepared: Prepared, keys: &[SocketKey], workers: u32) {
         let old = std::mem::take(&mut self.slots);
         for (slot, sockets) in old {
-            for bound in sockets {
-                if slot < workers && keys.contains(&bound.key) {
+            for mut bound in sockets {
+                let wanted = keys.iter().find(|k| k.same_socket(&bound.key));
+                if let (true, Some(&key)) = (slot < workers, wanted) {
+                    // Kept, with the labels asked for now.
+                    bound.key = key;
                     self.slots.entry(slot).or_default().push(bound);
                 } else {
                     self.retired.push(bound);
@@ -395,9 +431,10 @@ impl SocketTable {
         (fds, args)
     }
 
-    /// Record that service `name` was registered with `fds` (replacing what it had).
-    pub fn given(&mut self, name: &str, fds: Vec<RawFd>) {
-        self.given.insert(name.to_owned(), fds);
+    /// Record that service `name` was registered with slot `slot`'s descriptors and
+    /// arguments, as [`SocketTable::slot`] gives them now (replacing what it had).
+    pub fn given(&mut self, name: &str, slot: u32) {
+        self.given.insert(name.to_owned(), self.slot(slot));
     }
 
     /// Record that service `name` is gone, then close what nobody holds.
@@ -406,9 +443,9 @@ impl SocketTable {
         self.close_unused();
     }
 
-    /// Whether service `name` holds exactly the descriptors of slot `slot`.
+    /// Whether service `name` holds exactly the descriptors of slot `slot`, named as now.
     pub fn is_current(&self, name: &str, slot: u32) -> bool {
-        self.given.get(name).map(Vec::as_slice) == Some(self.slot(slot).0.as_slice())
+        self.given.get(name) == Some(&self.slot(slot))
     }
 
     /// Close the retired sockets no registered service holds.
@@ -416,7 +453,7 @@ impl SocketTable {
         let given = &self.given;
         self.retired.retain(|b| {
             let fd = b.socket.as_raw_fd();
-            let held = given.values().any(|fds| fds.contains(&fd));
+            let held = given.values().any(|(fds, _)| fds.contains(&fd));
             if !held {
                 tracing::info!("closing listening socket {}", b.key);
             }
@@ -458,7 +495,7 @@ mod tests {
         let (fds0, args0) = table.slot(0);
         assert_eq!(fds0.len(), 2);
         assert_eq!(args0[0], "-S");
-        table.given("kresd0", fds0.clone());
+        table.given("kresd0", 0);
         // The same configuration binds nothing new and keeps every descriptor.
         let prepared = table.prepare(&keys, 2).unwrap();
         assert!(prepared.slots.is_empty());
@@ -478,8 +515,7 @@ mod tests {
         let mut table = SocketTable::default();
         let prepared = table.prepare(&keys, 1).unwrap();
         table.commit(prepared, &keys, 1);
-        let (fds, _) = table.slot(0);
-        table.given("kresd0", fds);
+        table.given("kresd0", 0);
         table.commit(Prepared::default(), &[], 1);
         table.close_unused();
         assert_eq!(table.retired.len(), 1, "kresd0 still holds it");
@@ -534,6 +570,119 @@ mod tests {
         assert!(
             forgotten.iter().all(|n| n.starts_with("sock 1 ")),
             "{forgotten:?}"
+        );
+    }
+
+    /// Which slot's socket of `transport` receives a datagram or connection to `addr` while
+    /// the group's program returns index `index`.
+    fn receiver(table: &SocketTable, transport: Transport, addr: SocketAddr, index: u32) -> u32 {
+        use std::os::fd::AsFd;
+        let sockets: Vec<(u32, Socket)> = table
+            .slots
+            .iter()
+            .flat_map(|(slot, v)| v.iter().map(move |b| (*slot, b)))
+            .filter(|(_, b)| b.key.transport == transport)
+            .map(|(slot, b)| (slot, b.socket.try_clone().unwrap()))
+            .collect();
+        let program = supervisor::steering::program(&[index]);
+        supervisor::os::attach_reuseport_program(sockets[0].1.as_fd(), &program).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16];
+        // The client's end stays open until the server's end was found.
+        let _client: Box<dyn std::any::Any> = match transport {
+            Transport::Udp => {
+                let c = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                c.send_to(b"q", addr).unwrap();
+                Box::new(c)
+            }
+            Transport::Tcp | Transport::Tls => {
+                Box::new(std::net::TcpStream::connect(addr).unwrap())
+            }
+        };
+        loop {
+            for (slot, s) in &sockets {
+                let got = match transport {
+                    Transport::Udp => s.recv(&mut buf).is_ok(),
+                    Transport::Tcp | Transport::Tls => s.accept().is_ok(),
+                };
+                if got {
+                    return *slot;
+                }
+            }
+            assert!(std::time::Instant::now() < deadline, "nothing arrived");
+        }
+    }
+
+    /// Every slot's socket is at its own index, for UDP and TCP.
+    fn assert_slots_are_indexes(table: &SocketTable, addr: SocketAddr, workers: u32) {
+        for transport in [Transport::Udp, Transport::Tcp] {
+            for slot in 0..workers {
+                assert_eq!(
+                    receiver(table, transport, addr, slot),
+                    slot,
+                    "{transport:?} index {slot} of {workers}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_slot_is_its_index_in_the_group() {
+        let port = free_udp_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let keys = vec![
+            key(&addr.to_string(), Transport::Udp),
+            key(&addr.to_string(), Transport::Tcp),
+        ];
+        let mut table = SocketTable::default();
+        let scale = |table: &mut SocketTable, keys: &[SocketKey], workers: u32| {
+            let prepared = table.prepare(keys, workers).unwrap();
+            table.commit(prepared, keys, workers);
+            table.close_unused();
+            assert_slots_are_indexes(table, addr, workers);
+        };
+        scale(&mut table, &keys, 3);
+        // Up: new slots join after the others.
+        scale(&mut table, &keys, 4);
+        // Down by two: the removed slots close in whatever order, the kept ones stay put.
+        scale(&mut table, &keys, 2);
+        scale(&mut table, &keys, 5);
+        scale(&mut table, &keys, 1);
+        scale(&mut table, &keys, 3);
+        // A label that only matters at bind time keeps the socket: no second one joins.
+        let before = table.slot(2).0;
+        let freebind: Vec<SocketKey> = keys
+            .iter()
+            .map(|k| SocketKey {
+                freebind: true,
+                ..*k
+            })
+            .collect();
+        scale(&mut table, &freebind, 3);
+        assert_eq!(table.slot(2).0, before);
+        assert!(table.slots[&2].iter().all(|b| b.key.freebind));
+    }
+
+    #[test]
+    fn plain_tcp_becoming_dot_keeps_its_socket_under_a_new_name() {
+        let port = free_udp_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut table = SocketTable::default();
+        let tcp = vec![key(&addr, Transport::Tcp)];
+        let prepared = table.prepare(&tcp, 1).unwrap();
+        table.commit(prepared, &tcp, 1);
+        table.given("kresd0", 0);
+        let (fds, _) = table.slot(0);
+        let tls = vec![key(&addr, Transport::Tls)];
+        let prepared = table.prepare(&tls, 1).unwrap();
+        assert!(prepared.slots.is_empty(), "nothing new is bound");
+        table.commit(prepared, &tls, 1);
+        let (now, args) = table.slot(0);
+        assert_eq!(now, fds);
+        assert_eq!(args[1], OsString::from(format!("{}:tls", fds[0])));
+        assert!(
+            !table.is_current("kresd0", 0),
+            "its arguments changed: registered again"
         );
     }
 

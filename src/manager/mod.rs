@@ -31,7 +31,7 @@ use crate::service::{self, WorkerId};
 use crate::{control, lua};
 pub use executables::Executables;
 pub use handle::{ChangeError, ManagerHandle};
-use listen::{ListenError, SocketOwner, SocketTable};
+use listen::{ListenError, SocketOwner, SocketTable, Steering};
 use plan::{ChangePlan, GcChange, Restart, Roll, WorkerChange};
 use specs::Specs;
 
@@ -153,7 +153,7 @@ impl Manager {
     /// How the workers' Lua treats the sockets the daemon can bind.
     fn binding(&self) -> lua::SocketBinding {
         match self.owner {
-            SocketOwner::Daemon => lua::SocketBinding::Daemon,
+            SocketOwner::Daemon(_) => lua::SocketBinding::Daemon,
             SocketOwner::Kresd => lua::SocketBinding::Kresd,
         }
     }
@@ -527,8 +527,12 @@ impl Manager {
         id: WorkerId,
     ) -> impl std::future::Future<Output = Result<WorkerId, ApplyError>> {
         let (fds, args) = self.table().slot(id.0);
-        let spec = self.specs.worker(cfg, id, args);
-        self.table().given(&spec.name, fds.clone());
+        let mut spec = self.specs.worker(cfg, id, args);
+        if self.owner == SocketOwner::Daemon(Steering::Live) && !fds.is_empty() {
+            // Every slot's socket is index `slot` of its reuseport group (`listen`).
+            spec.reuseport_index = Some(id.0);
+        }
+        self.table().given(&spec.name, id.0);
         let sup = self.supervisor.clone();
         async move {
             let name = spec.name.clone();
@@ -611,7 +615,7 @@ impl Manager {
 /// sockets, they close while it restarts, so one at a time.
 fn restart_batch(workers: usize, owner: SocketOwner) -> usize {
     match owner {
-        SocketOwner::Daemon => (workers / 4).max(1),
+        SocketOwner::Daemon(_) => (workers / 4).max(1),
         SocketOwner::Kresd => 1,
     }
 }

@@ -17,6 +17,7 @@ pub mod remote;
 pub mod runner;
 pub mod snapshot;
 pub mod spec;
+pub mod steering;
 pub mod task;
 pub mod upward;
 

@@ -395,3 +395,146 @@ pub fn try_lock_exclusive(file: &std::fs::File) -> io::Result<bool> {
         Err((_, e)) => Err(e.into()),
     }
 }
+
+/// What kind of socket a descriptor is and where it listens, if it is a bound IP socket: the
+/// key of its `SO_REUSEPORT` group (sockets of one group share type and local address).
+pub fn socket_group(fd: BorrowedFd<'_>) -> Option<(SocketType, std::net::SocketAddr)> {
+    use nix::sys::socket::{getsockname, getsockopt, sockopt, SockType, SockaddrStorage};
+    if !getsockopt(&fd, sockopt::ReusePort).ok()? {
+        return None;
+    }
+    let kind = match getsockopt(&fd, sockopt::SockType).ok()? {
+        SockType::Datagram => SocketType::Datagram,
+        SockType::Stream => SocketType::Stream,
+        _ => return None,
+    };
+    let local: SockaddrStorage = getsockname(fd.as_raw_fd()).ok()?;
+    let addr = if let Some(v4) = local.as_sockaddr_in() {
+        std::net::SocketAddr::from(std::net::SocketAddrV4::from(*v4))
+    } else if let Some(v6) = local.as_sockaddr_in6() {
+        std::net::SocketAddr::from(std::net::SocketAddrV6::from(*v6))
+    } else {
+        return None;
+    };
+    Some((kind, addr))
+}
+
+/// The two kinds of socket a reuseport group can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SocketType {
+    /// UDP: the group is joined at `bind`.
+    Datagram,
+    /// TCP: the group is joined at `listen`.
+    Stream,
+}
+
+/// The identity of the open socket behind a descriptor (its inode), which every duplicate
+/// shares.
+pub fn socket_inode(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    Ok(nix::sys::stat::fstat(fd)?.st_ino)
+}
+
+/// Attach a classic BPF program to the `SO_REUSEPORT` group of `fd` (`SO_ATTACH_REUSEPORT_CBPF`):
+/// from now on the kernel picks the group's socket whose index the program returns (an index
+/// out of range falls back to its hash). `program` must be a valid classic BPF program.
+pub fn attach_reuseport_program(
+    fd: BorrowedFd<'_>,
+    program: &[libc::sock_filter],
+) -> io::Result<()> {
+    let len = u16::try_from(program.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "program too long"))?;
+    let fprog = libc::sock_fprog {
+        len,
+        // The kernel only reads the instructions (it copies them in).
+        filter: program.as_ptr().cast_mut(),
+    };
+    // SAFETY: `fprog` points at `len` initialised instructions that outlive the call; the
+    // option value is exactly a `sock_fprog`, and the kernel copies the program before
+    // returning. The descriptor is borrowed, so it is open.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            std::ptr::addr_of!(fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Detach the program of `fd`'s `SO_REUSEPORT` group: the kernel's hash picks again. A group
+/// without a program is not an error.
+pub fn detach_reuseport_program(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let zero: libc::c_int = 0;
+    // SAFETY: the option value is an int that outlives the call; the descriptor is borrowed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_DETACH_REUSEPORT_BPF,
+            std::ptr::addr_of!(zero).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOENT) {
+            return Ok(());
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// What waits in a socket for its owner to take: for a UDP socket the size of the next
+/// datagram (`FIONREAD`, 0 when none), for a listening TCP socket the length of its accept
+/// queue (`TCP_INFO`'s `tcpi_unacked` means that on a listener).
+pub fn queued(fd: BorrowedFd<'_>, kind: SocketType) -> io::Result<u64> {
+    match kind {
+        SocketType::Datagram => {
+            let mut n: libc::c_int = 0;
+            // SAFETY: FIONREAD writes one int through the pointer, which is valid for the
+            // call; the descriptor is borrowed.
+            let rc =
+                unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, std::ptr::addr_of_mut!(n)) };
+            if rc < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(u64::try_from(n).unwrap_or(0))
+        }
+        SocketType::Stream => {
+            // SAFETY: `tcp_info` is plain old data; all zeroes is a valid value.
+            let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+            // SAFETY: the kernel writes at most `len` bytes into `info`, which is valid and
+            // that large, and stores the length it wrote in `len`; the descriptor is borrowed.
+            let rc = unsafe {
+                libc::getsockopt(
+                    fd.as_raw_fd(),
+                    libc::IPPROTO_TCP,
+                    libc::TCP_INFO,
+                    std::ptr::addr_of_mut!(info).cast(),
+                    &mut len,
+                )
+            };
+            if rc < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(u64::from(info.tcpi_unacked))
+        }
+    }
+}
+
+/// A duplicate (close-on-exec) of a descriptor a caller lent us for as long as a service
+/// exists ([`crate::SupervisorHandle::add`]).
+pub fn duplicate_raw(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: the borrow lives only for this call; the caller of `add` keeps `fd` open for as
+    // long as the service exists, and this runs while it is being registered. A descriptor
+    // that is not open makes the duplication fail with EBADF.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    borrowed.try_clone_to_owned()
+}

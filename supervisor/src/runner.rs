@@ -29,6 +29,7 @@ use crate::os::{self, FdPass};
 use crate::output::{self, Stream};
 use crate::snapshot::{ProcessSnapshot, Snapshot};
 use crate::spec::{ExitStatus, Readiness, ServiceSpec};
+use crate::steering::{self, Steering};
 
 /// Errors returned to callers of the handle.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -291,6 +292,36 @@ impl SupervisorHandle {
     }
 }
 
+/// A stop the caller asked for, carried out once a steered service's queues are drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopKind {
+    Stop,
+    Restart,
+}
+
+impl StopKind {
+    fn event(self) -> Event {
+        match self {
+            StopKind::Stop => Event::StopRequested,
+            StopKind::Restart => Event::RestartRequested,
+        }
+    }
+}
+
+/// Why a steered service whose process runs and is ready takes no new queries.
+#[derive(Debug, Clone, Copy)]
+enum Withdrawal {
+    /// Steered away before `then`, which goes ahead once its sockets' queues are empty or at
+    /// `deadline`, whichever comes first; `polls` counts the looks at its queues.
+    Draining {
+        deadline: Instant,
+        then: StopKind,
+        polls: u32,
+    },
+    /// Killed on request; its death is yet to be reaped.
+    Killed,
+}
+
 /// One registered service.
 struct Service {
     spec: ServiceSpec,
@@ -321,6 +352,18 @@ struct Service {
     tail: output::Tail,
     /// Why its last process was killed on request.
     kill_reason: Option<String>,
+    /// Set while a steered service's running process is steered away from.
+    withdrawal: Option<Withdrawal>,
+}
+
+impl Service {
+    /// Whether the steering programs may send it new datagrams and connections: it opted in,
+    /// its process is ready, and nobody is stopping or killing it.
+    fn takes_queries(&self) -> bool {
+        self.spec.reuseport_index.is_some()
+            && matches!(self.machine.state(), State::Running { .. })
+            && self.withdrawal.is_none()
+    }
 }
 
 /// The actor. Create with [`Supervisor::start`].
@@ -345,6 +388,8 @@ pub struct Supervisor {
     /// be dying. Shutdown waits until they are empty, so that nothing of a service outlives
     /// the supervisor and every member is reaped here rather than left a zombie.
     lingering_groups: Vec<Pid>,
+    /// The reuseport groups of the steered services' sockets, and their programs.
+    steering: Steering,
 }
 
 impl Supervisor {
@@ -410,7 +455,12 @@ impl Supervisor {
                 status_text: service.status_text,
                 tail: output::Tail::default(),
                 kill_reason: service.kill_reason,
+                withdrawal: None,
             };
+            if let Some(index) = svc.spec.reuseport_index {
+                let handed: Vec<RawFd> = svc.fds.iter().map(|p| p.ours).collect();
+                sup.steering.join(&name, index, &handed);
+            }
             sup.services.insert(name.clone(), svc);
             if let (Some(pid), Some((out, err))) = (sup.services[&name].machine.pid(), output) {
                 sup.drain_output(&name, pid, out, err);
@@ -418,6 +468,7 @@ impl Supervisor {
         }
         // Whatever exited while nobody watched is a zombie waiting for us.
         sup.reap();
+        sup.steer();
         sup.publish();
         Ok((handle, tokio::spawn(sup.run())))
     }
@@ -451,6 +502,7 @@ impl Supervisor {
             output_stop: CancellationToken::new(),
             handed_over: false,
             lingering_groups: Vec::new(),
+            steering: Steering::default(),
         };
         Ok((sup, handle))
     }
@@ -480,6 +532,7 @@ impl Supervisor {
                 // Nothing of the table is left here; the next image publishes it.
                 return;
             }
+            self.steer();
             self.publish();
             if self.shutting_down && self.all_down() && self.lingering_groups.is_empty() {
                 break;
@@ -568,7 +621,15 @@ impl Supervisor {
                         let _ = os::signal_group(pid, Signal::SIGKILL);
                         self.lingering_groups.push(pid);
                         tracing::info!(name, pid = pid.as_raw(), %status, "process exited");
+                        let withdrawn = self
+                            .services
+                            .get_mut(&name)
+                            .and_then(|s| s.withdrawal.take());
                         self.feed(&name, Event::Exited { pid, status });
+                        // A stop that waited for the queues is still owed to its callers.
+                        if let Some(Withdrawal::Draining { then, .. }) = withdrawn {
+                            self.feed(&name, then.event());
+                        }
                     }
                     None => {
                         tracing::info!(pid = pid.as_raw(), %status, "reaped an orphaned process")
@@ -592,6 +653,7 @@ impl Supervisor {
         while matches!(self.timers.peek(), Some(Reverse(t)) if *t <= now) {
             self.timers.pop();
         }
+        self.check_drains(now);
         let names: Vec<String> = self.services.keys().cloned().collect();
         for name in names {
             self.feed(&name, Event::Tick);
@@ -617,6 +679,12 @@ impl Supervisor {
                     let _ = reply.send(Err(SupervisorError::UnknownService(name)));
                     return;
                 };
+                if let Some(Withdrawal::Draining { then, .. }) = &mut svc.withdrawal {
+                    // Being stopped: it comes back afterwards, as a stopping process would.
+                    *then = StopKind::Restart;
+                    svc.ready_waiters.push(reply);
+                    return;
+                }
                 if let State::Running { pid, .. } = svc.machine.state() {
                     let _ = reply.send(Ok(*pid));
                     return;
@@ -634,7 +702,7 @@ impl Supervisor {
                     return;
                 };
                 svc.ready_waiters.push(reply);
-                self.feed(&name, Event::RestartRequested);
+                self.stop_or_drain(&name, StopKind::Restart);
             }
             Command::Stop { name, reply } => self.stop(name, reply, AfterStop::Keep),
             Command::Remove { name, reply } => self.stop(name, reply, AfterStop::Remove),
@@ -683,6 +751,9 @@ impl Supervisor {
                         Some(pid) => {
                             tracing::warn!(name, pid = pid.as_raw(), reason, "killing");
                             svc.kill_reason = Some(reason);
+                            if svc.spec.reuseport_index.is_some() && svc.withdrawal.is_none() {
+                                svc.withdrawal = Some(Withdrawal::Killed);
+                            }
                             let _ = os::signal_group(pid, Signal::SIGKILL);
                             Ok(())
                         }
@@ -726,6 +797,10 @@ impl Supervisor {
             return Err(SupervisorError::DuplicateService(spec.name));
         }
         let name = spec.name.clone();
+        if let Some(index) = spec.reuseport_index {
+            let handed: Vec<RawFd> = fds.iter().map(|p| p.ours).collect();
+            self.steering.join(&name, index, &handed);
+        }
         self.services.insert(
             name,
             Service {
@@ -744,6 +819,7 @@ impl Supervisor {
                 status_text: None,
                 tail: output::Tail::default(),
                 kill_reason: None,
+                withdrawal: None,
             },
         );
         Ok(())
@@ -761,13 +837,107 @@ impl Supervisor {
         };
         svc.down_waiters.push(reply);
         svc.remove_when_down |= after == AfterStop::Remove;
-        self.feed(&name, Event::StopRequested);
+        self.stop_or_drain(&name, StopKind::Stop);
+    }
+
+    /// Stop or restart `name` now, or, when it takes queries and others can take its share,
+    /// steer away from it first and carry the stop out once its queues are empty
+    /// ([`Supervisor::check_drains`]).
+    fn stop_or_drain(&mut self, name: &str, kind: StopKind) {
+        let Some(svc) = self.services.get_mut(name) else {
+            return;
+        };
+        if let Some(Withdrawal::Draining { then, .. }) = &mut svc.withdrawal {
+            // The latest request decides, as for a process that is already stopping.
+            *then = kind;
+            return;
+        }
+        let services = &self.services;
+        let drain = !self.shutting_down
+            && services.get(name).is_some_and(Service::takes_queries)
+            && self.steering.others_take_over(name, |n| {
+                services.get(n).is_some_and(Service::takes_queries)
+            });
+        if !drain {
+            self.feed(name, kind.event());
+            return;
+        }
+        let now = Instant::now();
+        if let Some(svc) = self.services.get_mut(name) {
+            tracing::debug!(
+                name,
+                "steered away from; draining its queues before it stops"
+            );
+            svc.withdrawal = Some(Withdrawal::Draining {
+                deadline: now + steering::DRAIN_LIMIT,
+                then: kind,
+                polls: 0,
+            });
+        }
+        self.timers.push(Reverse(now + steering::DRAIN_POLL));
+    }
+
+    /// Carry out the stops of drained services: their queues are empty, or they waited long
+    /// enough.
+    fn check_drains(&mut self, now: Instant) {
+        let draining: Vec<String> = self
+            .services
+            .iter()
+            .filter(|(_, s)| matches!(s.withdrawal, Some(Withdrawal::Draining { .. })))
+            .map(|(name, _)| name.clone())
+            .collect();
+        let mut again = false;
+        for name in draining {
+            let queued = self.steering.queued(&name);
+            let Some(Some(Withdrawal::Draining {
+                deadline,
+                then,
+                polls,
+            })) = self.services.get_mut(&name).map(|s| &mut s.withdrawal)
+            else {
+                continue;
+            };
+            let (then, polls_so_far) = (*then, *polls);
+            *polls += 1;
+            if queued > 0 && now < *deadline {
+                if polls_so_far == 0 {
+                    tracing::debug!(name, queued, "queues not empty yet; waiting");
+                }
+                again = true;
+                continue;
+            }
+            if queued > 0 {
+                tracing::debug!(name, queued, "queues not drained in time; stopping anyway");
+            } else {
+                tracing::debug!(name, polls = polls_so_far + 1, "queues drained; stopping");
+            }
+            if let Some(svc) = self.services.get_mut(&name) {
+                svc.withdrawal = None;
+            }
+            self.feed(&name, then.event());
+        }
+        if again {
+            self.timers.push(Reverse(now + steering::DRAIN_POLL));
+        }
+    }
+
+    /// Point every reuseport group at the services that take queries now.
+    fn steer(&mut self) {
+        let services = &self.services;
+        self.steering
+            .update(|n| services.get(n).is_some_and(Service::takes_queries));
     }
 
     fn begin_shutdown(&mut self) {
         self.shutting_down = true;
         let names: Vec<String> = self.services.keys().cloned().collect();
         for name in names {
+            // Everything stops now; a drain in progress is overtaken.
+            if let Some(svc) = self.services.get_mut(&name) {
+                if matches!(svc.withdrawal, Some(Withdrawal::Draining { .. })) {
+                    svc.withdrawal = None;
+                }
+            }
             self.feed(&name, Event::StopRequested);
         }
     }
@@ -829,6 +999,7 @@ impl Supervisor {
                 && svc.run_waiter.is_none();
             if svc.remove_when_down && down {
                 self.services.remove(name);
+                self.steering.leave(name);
             }
         }
     }
@@ -916,7 +1087,8 @@ impl Supervisor {
             let waited_on = !svc.ready_waiters.is_empty()
                 || !svc.down_waiters.is_empty()
                 || svc.run_waiter.is_some()
-                || svc.remove_when_down;
+                || svc.remove_when_down
+                || svc.withdrawal.is_some();
             let machine = svc.machine.image(now).filter(|_| !waited_on);
             let Some(machine) = machine else {
                 return Err(SupervisorError::Busy(format!(
@@ -1038,7 +1210,7 @@ impl Supervisor {
             .services
             .iter()
             .map(|(name, svc)| {
-                ProcessSnapshot::of(
+                let mut p = ProcessSnapshot::of(
                     name,
                     svc.spec.kind.clone(),
                     &svc.machine,
@@ -1046,7 +1218,12 @@ impl Supervisor {
                     svc.ready_wall,
                     svc.status_text.clone(),
                     svc.kill_reason.clone(),
-                )
+                );
+                p.takes_queries = svc
+                    .spec
+                    .reuseport_index
+                    .map(|_| svc.takes_queries() && self.steering.is_member(name));
+                p
             })
             .collect();
         let snapshot = Arc::new(Snapshot {

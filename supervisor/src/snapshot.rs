@@ -43,6 +43,10 @@ pub struct ProcessSnapshot {
     /// ([`crate::SupervisorHandle::kill`]: it stopped answering, say).
     #[serde(default)]
     pub kill_reason: Option<String>,
+    /// For a steered service ([`crate::ServiceSpec::reuseport_index`]): whether new datagrams
+    /// and connections of its sockets' groups go to it now (ready, not being stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub takes_queries: Option<bool>,
 }
 
 impl ProcessSnapshot {
@@ -80,6 +84,7 @@ impl ProcessSnapshot {
             failure,
             status_text,
             kill_reason,
+            takes_queries: None,
         }
     }
 }

@@ -1610,3 +1610,99 @@ fn children_die_with_the_supervisor_process() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(gone, "the helper outlived its supervisor");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Steering
+// ---------------------------------------------------------------------------------------------
+
+/// Two UDP sockets in one `SO_REUSEPORT` group on a free loopback port, index 0 and 1.
+fn reuseport_pair() -> Vec<std::net::UdpSocket> {
+    use nix::sys::socket::{bind, setsockopt, socket, sockopt};
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn};
+    use std::os::fd::AsRawFd;
+    let mut port = 0;
+    let mut out = Vec::new();
+    for _ in 0..2 {
+        let s = socket(
+            AddressFamily::Inet,
+            SockType::Datagram,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .expect("socket");
+        setsockopt(&s, sockopt::ReusePort, &true).expect("SO_REUSEPORT");
+        bind(s.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, port)).expect("bind");
+        let s = std::net::UdpSocket::from(s);
+        port = s.local_addr().expect("address").port();
+        s.set_nonblocking(true).expect("non-blocking");
+        out.push(s);
+    }
+    out
+}
+
+#[test]
+fn a_steered_service_is_stopped_once_its_queue_is_empty() {
+    scenario("debug,child=info", async |env| {
+        use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+        use supervisor::os::{queued, SocketType};
+        let group = reuseport_pair();
+        for (index, name) in [(0u32, "a"), (1, "b")] {
+            let mut spec = env.spec(name, &["trap-term", "wait"]);
+            spec.reuseport_index = Some(index);
+            let handed: OwnedFd = group[index as usize].try_clone().expect("dup").into();
+            let at = handed.as_raw_fd();
+            env.allowed_fds.insert(at);
+            env.sup
+                .add_handing(spec, vec![(handed, at)])
+                .await
+                .expect("add");
+            env.sup.start(name).await.expect("start");
+            env.reported_pid("pid ").await;
+            env.wait_state(name, "taking queries", |p| p.takes_queries == Some(true))
+                .await;
+        }
+        // Neither helper reads its socket: send until b's queue holds something.
+        let to = group[0].local_addr().expect("address");
+        let mut sent = 0;
+        while queued(group[1].as_fd(), SocketType::Datagram).expect("FIONREAD") == 0 {
+            assert!(sent < 1000, "nothing reached b's socket");
+            // A new source port each time: the program picks at random anyway.
+            let client = std::net::UdpSocket::bind("127.0.0.1:0").expect("client");
+            client.send_to(b"query", to).expect("send");
+            sent += 1;
+        }
+        let sup = env.sup.clone();
+        let stopping = tokio::spawn(async move { sup.stop("b").await });
+        // Steered away from at once, but not signalled while a query waits in its queue.
+        env.wait_state("b", "steered away", |p| p.takes_queries == Some(false))
+            .await;
+        env.logs
+            .wait_for_line(&["queues not empty yet; waiting", "name=\"b\""])
+            .await;
+        let b = env.process("b").expect("b");
+        assert_eq!(b.state, "running", "{b:?}");
+        assert!(queued(group[1].as_fd(), SocketType::Datagram).expect("FIONREAD") > 0);
+        assert_eq!(env.process("a").and_then(|p| p.takes_queries), Some(true));
+        // Its queue emptied (we read it for the helper), the stop goes ahead: SIGTERM, exit 0.
+        let mut buf = [0u8; 64];
+        while group[1].recv(&mut buf).is_ok() {}
+        let down = tokio::time::timeout(TIMEOUT, stopping)
+            .await
+            .expect("stopped")
+            .expect("task")
+            .expect("stop");
+        assert_eq!(down, Some(ExitStatus::Code(0)));
+        env.logs
+            .wait_for_line(&["queues drained; stopping", "name=\"b\""])
+            .await;
+        // The one left is stopped at once: nobody could take its share.
+        env.sup.stop("a").await.expect("stop a");
+        let text = env.logs.text();
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.contains("steered away from") && l.contains("name=\"a\"")),
+            "{text}"
+        );
+    });
+}

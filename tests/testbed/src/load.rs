@@ -1,6 +1,7 @@
 //! A UDP load generator for loss measurements: paced queries from several source sockets (so
 //! `SO_REUSEPORT` spreads them over every worker), each query tracked by its socket and id until
-//! answered. Bounded in count and in time; loopback only by intent (the caller picks the
+//! answered, with every answer's latency kept (so a window around an event, a crash say, can be
+//! compared with the steady state). Bounded in count and in time; loopback only by intent (the caller picks the
 //! server, tests and benchmarks use 127.0.0.1).
 
 use std::net::{SocketAddr, UdpSocket};
@@ -67,6 +68,37 @@ pub struct LoadReport {
     pub lost_at: Vec<Duration>,
     pub max_latency: Duration,
     pub elapsed: Duration,
+    /// Every answer, by send time.
+    pub answers: Vec<Answered>,
+}
+
+/// One answered query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answered {
+    /// When it was sent, from the start of the load.
+    pub sent_at: Duration,
+    /// How long its answer took.
+    pub latency: Duration,
+}
+
+/// Latency of the answers to the queries sent in a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Percentiles {
+    pub count: usize,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub p999: Duration,
+    pub max: Duration,
+}
+
+impl std::fmt::Display for Percentiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} answers: p50 {:.2?}, p99 {:.2?}, p99.9 {:.2?}, max {:.2?}",
+            self.count, self.p50, self.p99, self.p999, self.max
+        )
+    }
 }
 
 impl std::fmt::Display for LoadReport {
@@ -109,6 +141,32 @@ impl LoadReport {
         out
     }
 
+    /// Latency percentiles of the answers to the queries sent in `from..to` (from the start of
+    /// the load); `None` when none was answered.
+    pub fn latency(&self, from: Duration, to: Duration) -> Option<Percentiles> {
+        let mut l: Vec<Duration> = self
+            .answers
+            .iter()
+            .filter(|a| a.sent_at >= from && a.sent_at < to)
+            .map(|a| a.latency)
+            .collect();
+        l.sort_unstable();
+        let last = l.len().checked_sub(1)?;
+        // Nearest rank: the smallest latency at least `q` of the answers do not exceed.
+        let at = |q: f64| {
+            l[((q * l.len() as f64).ceil() as usize)
+                .saturating_sub(1)
+                .min(last)]
+        };
+        Some(Percentiles {
+            count: l.len(),
+            p50: at(0.50),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: l[last],
+        })
+    }
+
     /// Achieved rate, queries per second.
     pub fn rate(&self) -> f64 {
         self.sent as f64 / self.elapsed.as_secs_f64().max(1e-9)
@@ -130,6 +188,9 @@ struct Shared {
     send_failures: AtomicU64,
     max_latency_us: AtomicU64,
     pending: Vec<Pending>,
+    /// Per source socket (one receiver each, so no contention): (sent at, latency) of every
+    /// answer, in microseconds.
+    answers: Vec<Mutex<Vec<(u32, u32)>>>,
 }
 
 /// Load running in background threads.
@@ -188,6 +249,7 @@ impl Load {
                     slots: Mutex::new(vec![None; 65536]),
                 })
                 .collect(),
+            answers: (0..spec.sockets).map(|_| Mutex::new(Vec::new())).collect(),
         });
         let mut receivers = Vec::new();
         for (i, s) in sockets.iter().enumerate() {
@@ -257,6 +319,15 @@ impl Load {
             lost_at.extend(slots.iter().flatten().map(|t| *t - self.shared.start));
         }
         lost_at.sort_unstable();
+        let mut answers: Vec<Answered> = Vec::new();
+        for a in &self.shared.answers {
+            let a = a.lock().unwrap_or_else(|e| e.into_inner());
+            answers.extend(a.iter().map(|&(sent, latency)| Answered {
+                sent_at: Duration::from_micros(sent.into()),
+                latency: Duration::from_micros(latency.into()),
+            }));
+        }
+        answers.sort_unstable_by_key(|a| a.sent_at);
         let s = &self.shared;
         LoadReport {
             sent: s.sent.load(Ordering::SeqCst),
@@ -267,6 +338,7 @@ impl Load {
             lost_at,
             max_latency: Duration::from_micros(s.max_latency_us.load(Ordering::SeqCst)),
             elapsed,
+            answers,
         }
     }
 }
@@ -327,9 +399,59 @@ fn receive(socket: &UdpSocket, shared: &Shared, index: usize) {
         let Some(sent_at) = sent_at else { continue };
         let latency = u64::try_from(sent_at.elapsed().as_micros()).unwrap_or(u64::MAX);
         shared.max_latency_us.fetch_max(latency, Ordering::Relaxed);
+        let since_start = sent_at.saturating_duration_since(shared.start).as_micros();
+        shared.answers[index]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((
+                u32::try_from(since_start).unwrap_or(u32::MAX),
+                u32::try_from(latency).unwrap_or(u32::MAX),
+            ));
         shared.answered.fetch_add(1, Ordering::Relaxed);
         if buf[3] & 0x0f != dns::RCODE_NOERROR {
             shared.errors.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(latencies_ms: &[(u64, u64)]) -> LoadReport {
+        LoadReport {
+            answers: latencies_ms
+                .iter()
+                .map(|&(sent, latency)| Answered {
+                    sent_at: Duration::from_millis(sent),
+                    latency: Duration::from_millis(latency),
+                })
+                .collect(),
+            ..LoadReport::default()
+        }
+    }
+
+    #[test]
+    fn percentiles_are_nearest_ranks_within_the_window() {
+        // 100 answers sent at 0..100 ms with latencies 1..=100 ms, and one outside the window.
+        let mut rows: Vec<(u64, u64)> = (0..100).map(|i| (i, i + 1)).collect();
+        rows.push((500, 1000));
+        let r = report(&rows);
+        let p = r
+            .latency(Duration::ZERO, Duration::from_millis(100))
+            .expect("answers");
+        assert_eq!(p.count, 100);
+        assert_eq!(p.p50, Duration::from_millis(50));
+        assert_eq!(p.p99, Duration::from_millis(99));
+        assert_eq!(p.p999, Duration::from_millis(100));
+        assert_eq!(p.max, Duration::from_millis(100));
+        let all = r
+            .latency(Duration::ZERO, Duration::from_secs(1))
+            .expect("answers");
+        assert_eq!(all.max, Duration::from_millis(1000));
+        assert_eq!(
+            r.latency(Duration::from_secs(2), Duration::from_secs(3)),
+            None
+        );
     }
 }
