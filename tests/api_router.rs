@@ -12,6 +12,7 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use knot_resolver::api::{app, ApiState};
 use knot_resolver::config::LoadedConfig;
+use knot_resolver::events::EventLog;
 use knot_resolver::manager::handle::ManagerCommand;
 use knot_resolver::manager::plan::{ChangePlan, Restart};
 use knot_resolver::manager::{ApplyError, ChangeError, ManagerHandle};
@@ -89,6 +90,7 @@ impl Fixture {
             resolve_root: dir.0.clone(),
             rendered: Default::default(),
             tcp_guard: Default::default(),
+            events: EventLog::new("test"),
         };
         Fixture {
             state,

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod guard;
 pub mod pointer;
 pub mod server;
@@ -28,7 +29,8 @@ use error::ApiError;
 pub struct ApiState {
     /// The supervisor, for the process table.
     pub supervisor: SupervisorHandle,
-    /// Cancelled by `POST /stop`: the daemon shuts down.
+    /// Cancelled by `POST /stop` (the daemon shuts down) and when this manager process stops
+    /// (event streams end with it).
     pub stop: CancellationToken,
     /// The manager: the configuration it runs, and changes to it.
     pub manager: ManagerHandle,
@@ -41,6 +43,8 @@ pub struct ApiState {
     pub rendered: config::RenderedCache,
     /// What requests over TCP are checked against (Host, Origin, bearer token).
     pub tcp_guard: std::sync::Arc<guard::TcpGuard>,
+    /// What the resolver does, for `GET /events`.
+    pub events: crate::events::EventLog,
 }
 
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.
@@ -61,6 +65,7 @@ pub fn app(state: ApiState) -> Router {
         .route("/drain", post(drain))
         .route("/processes", get(processes_all))
         .route("/processes/{kind}", get(processes))
+        .route("/events", get(events::follow))
         .route("/debug/panic-manager", post(panic_manager))
         .route("/debug/crash-manager/{how}", post(crash_manager))
         .route("/metrics", get(metrics_redirect))

@@ -15,8 +15,10 @@ use tokio_util::sync::CancellationToken;
 use super::handle::{ChangeError, ChangeResult, ManagerCommand};
 use super::listen::{SocketOwner, SocketTable};
 use super::plan::Restart;
+use super::plan::{ChangePlan, GcChange, WorkerChange};
 use super::{ApplyError, Executables, Manager};
 use crate::config::{self, LoadedConfig};
+use crate::events::{self, Cause, Event, EventLog, GcChanged, WorkersChanged};
 use crate::service;
 
 /// What outlives any one incarnation of the manager task.
@@ -40,6 +42,8 @@ pub struct ManagerContext {
     pub socket_owner: SocketOwner,
     /// The daemon's listening sockets; they outlive every incarnation.
     pub sockets: Arc<std::sync::Mutex<SocketTable>>,
+    /// Where every change's outcome is told to followers of `/events`.
+    pub events: EventLog,
 }
 
 /// How an incarnation ended on purpose. Errors are not here: an incarnation that returns an
@@ -158,6 +162,7 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                     Some(conflict) => Err(conflict),
                     None => apply(&mut manager, Arc::new(*config), Restart::WhenNeeded).await,
                 };
+                tell(&ctx.events, Cause::Api, &result);
                 let _ = reply.send(result);
             }
             ManagerCommand::DryRun {
@@ -175,6 +180,9 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                 // Whatever asked (SIGHUP, `kresctl reload` as systemd's ExecReload, the API),
                 // the service manager sees the reload begin and end.
                 ctx.upward.reloading("Reloading configuration");
+                ctx.events.publish(Event::ConfigReloading {
+                    force: restart == Restart::Always,
+                });
                 let result = match config::load_files(&ctx.files, crate::config::PathChecks::Strict)
                 {
                     Ok(loaded) => apply(&mut manager, Arc::new(loaded), restart).await,
@@ -190,14 +198,19 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                     status.push_str("; the last reload failed, see the log");
                 }
                 ctx.upward.ready(&status);
+                tell(&ctx.events, Cause::Reload, &result);
                 let _ = reply.send(result);
             }
             ManagerCommand::Renew { restart, reply } => {
+                ctx.events.publish(Event::ConfigRenewing {
+                    force: restart == Restart::Always,
+                });
                 let current = manager.config();
                 let result = apply(&mut manager, current, restart).await;
                 if result.is_ok() {
                     tracing::info!("Renewing configuration has finished");
                 }
+                tell(&ctx.events, Cause::Renew, &result);
                 let _ = reply.send(result);
             }
             ManagerCommand::Panic => panic!("fault injection: manager task panic requested"),
@@ -218,4 +231,58 @@ async fn apply(manager: &mut Manager, config: Arc<LoadedConfig>, restart: Restar
         tracing::error!("configuration not applied: {e}");
         ChangeError::from(e)
     })
+}
+
+/// Tell followers of `/events` how a change asked by `cause` ended. A conflict or an absent
+/// manager is no change of the configuration: nothing is told.
+fn tell(log: &EventLog, cause: Cause, result: &ChangeResult) {
+    if let Some(event) = outcome(cause, result) {
+        log.publish(event);
+    }
+}
+
+/// The event of a change's outcome.
+fn outcome(cause: Cause, result: &ChangeResult) -> Option<Event> {
+    let reason = |e: &dyn std::fmt::Display| events::bounded_reason(&e.to_string());
+    match result {
+        Ok(plan) => Some(applied(cause, plan)),
+        Err(ChangeError::Conflict | ChangeError::Unavailable) => None,
+        Err(ChangeError::Apply(e @ ApplyError::RolledBack(_))) => Some(Event::ConfigRolledBack {
+            cause,
+            reason: reason(e),
+            recovered: true,
+        }),
+        Err(ChangeError::Apply(e @ ApplyError::RollbackFailed { .. })) => {
+            Some(Event::ConfigRolledBack {
+                cause,
+                reason: reason(e),
+                recovered: false,
+            })
+        }
+        Err(e) => Some(Event::ConfigRefused {
+            cause,
+            reason: reason(e),
+        }),
+    }
+}
+
+/// What an applied plan did, as followers read it.
+fn applied(cause: Cause, plan: &ChangePlan) -> Event {
+    let names = |ids: &[service::WorkerId]| ids.iter().map(|id| id.name()).collect();
+    Event::ConfigApplied {
+        cause,
+        sections: plan.changed.iter().map(|s| s.key().to_owned()).collect(),
+        workers: match &plan.workers {
+            WorkerChange::ResetRules => WorkersChanged::RulesReset,
+            WorkerChange::Roll(roll) => WorkersChanged::Restart {
+                stop: names(&roll.stop),
+                restart: names(&roll.restart),
+                start: names(&roll.start),
+            },
+        },
+        cache_gc: match plan.gc {
+            GcChange::Keep => GcChanged::Keep,
+            GcChange::Replace => GcChanged::Replace,
+        },
+    }
 }

@@ -290,8 +290,8 @@ struct Service {
     status_text: Option<String>,
     /// The last lines of output of the current or last process.
     tail: output::Tail,
-    /// Why its last process was killed on request.
-    kill_reason: Option<String>,
+    /// Which of its processes was last killed on request, and why.
+    kill_reason: Option<(Pid, String)>,
 }
 
 /// The actor. Create with [`Supervisor::start`].
@@ -578,7 +578,7 @@ impl Supervisor {
                         None => Err(SupervisorError::NotRunning(name)),
                         Some(pid) => {
                             tracing::warn!(name, pid = pid.as_raw(), reason, "killing");
-                            svc.kill_reason = Some(reason);
+                            svc.kill_reason = Some((pid, reason));
                             let _ = os::signal_group(pid, Signal::SIGKILL);
                             Ok(())
                         }
@@ -850,7 +850,7 @@ impl Supervisor {
                     svc.since_wall,
                     svc.ready_wall,
                     svc.status_text.clone(),
-                    svc.kill_reason.clone(),
+                    svc.kill_reason.as_ref(),
                 )
             })
             .collect();
