@@ -14,6 +14,10 @@ use crate::events::{Event, Record};
 /// for this long is taken for dead.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// After a table could not be read, how long `processes --watch` waits for the stream to end
+/// (the resolver stops) before it reports the failure.
+const STOPPING_GRACE: Duration = Duration::from_secs(5);
+
 /// How long the answer's head may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -206,7 +210,14 @@ pub async fn watch_processes(client: &ApiClient, json: bool) -> Result<(), Clien
         }
         if record.event.is_process() {
             println!("\n{}", human(&message, Some(&record)));
-            super::print_processes(client, json).await?;
+            if let Err(e) = super::print_processes(client, json).await {
+                // A resolver that stops answers no more requests, and its stream ends: that
+                // is the end of watching, not a failure.
+                match tokio::time::timeout(STOPPING_GRACE, stream.next()).await {
+                    Ok(Ok(None)) => break,
+                    _ => return Err(e),
+                }
+            }
         }
     }
     eprintln!("the resolver ended the event stream");
