@@ -82,6 +82,9 @@ pub enum Event {
     },
     /// A service left the process table (a worker removed by a change).
     ProcessRemoved { name: String },
+    /// This manager process started (`incarnation` 1 with the resolver; more after the
+    /// previous one failed and was replaced): the first event of every epoch.
+    ManagerStarted { incarnation: u32 },
     /// The resolver drains: readiness is off, DNS is still answered until the stop.
     Draining,
     /// The resolver stops every process.
@@ -161,6 +164,7 @@ impl Event {
             Event::ProcessHung { .. } => "process-hung",
             Event::ProcessFailed { .. } => "process-failed",
             Event::ProcessRemoved { .. } => "process-removed",
+            Event::ManagerStarted { .. } => "manager-started",
             Event::Draining => "draining",
             Event::Stopping => "stopping",
             Event::ConfigReloading { .. } => "config-reloading",
@@ -204,6 +208,7 @@ impl fmt::Display for Event {
                 None => write!(f, "{kind} {name}"),
             },
             Event::ProcessRemoved { name } => write!(f, "{kind} {name}"),
+            Event::ManagerStarted { incarnation } => write!(f, "{kind}, incarnation {incarnation}"),
             Event::Draining | Event::Stopping => f.write_str(kind),
             Event::ConfigReloading { force } | Event::ConfigRenewing { force } => {
                 write!(f, "{kind}{}", if *force { " (forced)" } else { "" })
@@ -1110,6 +1115,7 @@ mod tests {
                 reason: s("y"),
             },
             Event::Draining,
+            Event::ManagerStarted { incarnation: 2 },
         ];
         let log = EventLog::new("3.f");
         for event in events {

@@ -223,6 +223,15 @@ fn a_follower_sees_crashes_and_changes_and_resumes_exactly_after_its_last_id() {
             .is_some_and(|r| r.contains("the manager restarted")),
         "{data}"
     );
+    // Then what the new manager kept, from its first event on.
+    let first = after_crash
+        .next(WAIT)
+        .expect("an event")
+        .expect("not ended");
+    let data: Value = serde_json::from_str(&first.data).expect("JSON");
+    assert_eq!(data["kind"], "manager-started", "{data}");
+    assert_eq!(data["incarnation"], 2, "{data}");
+    assert_eq!(first.id.as_deref().map(seq), Some(1));
     // The new manager's events flow: a worker killed now is seen, under the new epoch.
     let mut seen = Vec::new();
     let old = kill_worker(&r);

@@ -220,6 +220,9 @@ async fn serve(
     let (started_tx, mut started_rx) = watch::channel(adopting);
     let stop = CancellationToken::new();
     let events = EventLog::new(&events_epoch(parent.incarnation));
+    events.publish(crate::events::Event::ManagerStarted {
+        incarnation: parent.incarnation,
+    });
     // From the first table on: a first incarnation's followers can resume into its start-up.
     tokio::spawn(crate::events::follow_processes(
         parent.handle.subscribe(),
