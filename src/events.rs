@@ -89,10 +89,11 @@ pub enum Event {
     Draining,
     /// The resolver stops every process.
     Stopping,
-    /// The configuration files are read again (SIGHUP, `/reload`, `kresctl reload`).
-    ConfigReloading { force: bool },
-    /// The running configuration is applied again (`/renew`, a watched file changed).
-    ConfigRenewing { force: bool },
+    /// The configuration files are read again (SIGHUP, `/reload`, `kresctl reload`, a watched
+    /// configuration file changed).
+    ConfigReloading { force: bool, origin: Origin },
+    /// The running configuration is applied again (`/renew`, a watched file it names changed).
+    ConfigRenewing { force: bool, origin: Origin },
     /// A configuration change was applied.
     ConfigApplied {
         cause: Cause,
@@ -117,6 +118,28 @@ pub enum Event {
     },
     /// To one follower only, last: it fell behind by `lost` events and is cut.
     EventsLagged { lost: u64 },
+}
+
+/// Who asked for a reload or a renew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    /// A request to the management API (`kresctl reload`, systemd's `ExecReload`).
+    Api,
+    /// SIGHUP.
+    Signal,
+    /// The files watchdog: a watched file changed.
+    WatchedFile,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Origin::Api => "asked through the API",
+            Origin::Signal => "on SIGHUP",
+            Origin::WatchedFile => "a watched file changed",
+        })
+    }
 }
 
 /// What asked for a configuration change.
@@ -210,8 +233,12 @@ impl fmt::Display for Event {
             Event::ProcessRemoved { name } => write!(f, "{kind} {name}"),
             Event::ManagerStarted { incarnation } => write!(f, "{kind}, incarnation {incarnation}"),
             Event::Draining | Event::Stopping => f.write_str(kind),
-            Event::ConfigReloading { force } | Event::ConfigRenewing { force } => {
-                write!(f, "{kind}{}", if *force { " (forced)" } else { "" })
+            Event::ConfigReloading { force, origin } | Event::ConfigRenewing { force, origin } => {
+                write!(
+                    f,
+                    "{kind} ({origin}{})",
+                    if *force { ", forced" } else { "" }
+                )
             }
             Event::ConfigApplied {
                 cause,
@@ -1116,6 +1143,10 @@ mod tests {
             },
             Event::Draining,
             Event::ManagerStarted { incarnation: 2 },
+            Event::ConfigReloading {
+                force: false,
+                origin: Origin::Signal,
+            },
         ];
         let log = EventLog::new("3.f");
         for event in events {

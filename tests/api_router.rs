@@ -578,6 +578,7 @@ async fn reload_and_renew_wait_for_the_manager() {
         match f.commands.recv().await {
             Some(ManagerCommand::Renew {
                 restart: Restart::Always,
+                origin: knot_resolver::events::Origin::Api,
                 reply,
             }) => {
                 let _ = reply.send(Ok(ChangePlan::default()));

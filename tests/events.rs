@@ -157,9 +157,18 @@ fn a_follower_sees_crashes_and_changes_and_resumes_exactly_after_its_last_id() {
     });
     let out = r.kresctl(&["reload"]).expect("kresctl reload");
     assert!(out.status.success(), "{out:?}");
-    wait_for(&mut witness, &mut witnessed, "config-reloading", |_| true);
+    wait_for(&mut witness, &mut witnessed, "config-reloading", |d| {
+        d["origin"] == "api"
+    });
     wait_for(&mut witness, &mut witnessed, "config-applied", |d| {
         d["cause"] == "reload" && d["sections"] == json!(["local-data"])
+    });
+    r.launched.signal(Signal::SIGHUP).expect("SIGHUP");
+    wait_for(&mut witness, &mut witnessed, "config-reloading", |d| {
+        d["origin"] == "signal"
+    });
+    wait_for(&mut witness, &mut witnessed, "config-applied", |d| {
+        d["cause"] == "reload" && d["sections"] == json!([])
     });
     let old = kill_worker(&r);
     wait_replaced(&mut witness, &mut witnessed, old);

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use supervisor::SupervisorHandle;
 
+use crate::events::Origin;
 use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
 use crate::service::{self, ServiceKind};
@@ -98,13 +99,13 @@ fn config_routes() -> axum::routing::MethodRouter<ApiState> {
 /// `POST /reload[/force]`: synchronous; an invalid file or a rejected configuration is an
 /// error response (upstream answers 200 and only logs).
 async fn reload(State(state): State<ApiState>, restart: Restart) -> Result<Response, ApiError> {
-    state.manager.reload(restart).await?;
+    state.manager.reload(restart, Origin::Api).await?;
     Ok((StatusCode::OK, "Reloading...").into_response())
 }
 
 /// `POST /renew[/force]`: apply the running configuration again.
 async fn renew(State(state): State<ApiState>, restart: Restart) -> Result<Response, ApiError> {
-    state.manager.renew(restart).await?;
+    state.manager.renew(restart, Origin::Api).await?;
     Ok((StatusCode::OK, "Renewing configuration...").into_response())
 }
 

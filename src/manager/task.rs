@@ -176,12 +176,17 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                 };
                 let _ = reply.send(result);
             }
-            ManagerCommand::Reload { restart, reply } => {
+            ManagerCommand::Reload {
+                restart,
+                origin,
+                reply,
+            } => {
                 // Whatever asked (SIGHUP, `kresctl reload` as systemd's ExecReload, the API),
                 // the service manager sees the reload begin and end.
                 ctx.upward.reloading("Reloading configuration");
                 ctx.events.publish(Event::ConfigReloading {
                     force: restart == Restart::Always,
+                    origin,
                 });
                 let result = match config::load_files(&ctx.files, crate::config::PathChecks::Strict)
                 {
@@ -201,9 +206,14 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                 tell(&ctx.events, Cause::Reload, &result);
                 let _ = reply.send(result);
             }
-            ManagerCommand::Renew { restart, reply } => {
+            ManagerCommand::Renew {
+                restart,
+                origin,
+                reply,
+            } => {
                 ctx.events.publish(Event::ConfigRenewing {
                     force: restart == Restart::Always,
+                    origin,
                 });
                 let current = manager.config();
                 let result = apply(&mut manager, current, restart).await;
