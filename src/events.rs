@@ -87,7 +87,8 @@ pub enum Event {
     ManagerStarted { incarnation: u32 },
     /// The resolver drains: readiness is off, DNS is still answered until the stop.
     Draining,
-    /// The resolver stops every process.
+    /// To every follower, last: this manager process stops (the resolver stops), and the
+    /// stream ends with it.
     Stopping,
     /// The configuration files are read again (SIGHUP, `/reload`, `kresctl reload`, a watched
     /// configuration file changed).
@@ -387,6 +388,11 @@ pub struct Record {
 }
 
 impl Record {
+    /// A notice to one follower: no id, published now.
+    pub fn notice(event: Event) -> Record {
+        Record::now(None, event)
+    }
+
     fn now(id: Option<EventId>, event: Event) -> Record {
         let time = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -612,9 +618,6 @@ pub fn process_events(old: &Snapshot, new: &Snapshot) -> Vec<Event> {
     }
     if new.draining && !old.draining {
         events.push(Event::Draining);
-    }
-    if new.shutting_down && !old.shutting_down {
-        events.push(Event::Stopping);
     }
     events
 }
@@ -1011,14 +1014,14 @@ mod tests {
                 ],
             },
             Row {
-                name: "draining, then stopping",
+                name: "draining",
                 old: table(vec![]),
                 new: Snapshot {
                     processes: vec![],
-                    shutting_down: true,
+                    shutting_down: false,
                     draining: true,
                 },
-                want: vec![Event::Draining, Event::Stopping],
+                want: vec![Event::Draining],
             },
         ]);
     }

@@ -754,7 +754,10 @@ async fn an_event_stream_outlives_the_request_time_limit_and_ends_at_the_stop() 
     let id = f.state.events.publish(removed(0)).to_string();
     let message = next_frame(&mut body).await.expect("the event");
     assert_eq!(field(&message, "id"), Some(id.as_str()), "{message}");
-    // The daemon stops: the stream ends (the server's graceful stop waits for nobody).
+    // The daemon stops: the stream says so and ends (the server's graceful stop waits for
+    // nobody).
     f.state.stop.cancel();
+    let last = next_frame(&mut body).await.expect("a last notice");
+    assert_eq!(field(&last, "event"), Some("stopping"), "{last}");
     assert_eq!(next_frame(&mut body).await, None);
 }

@@ -311,7 +311,7 @@ impl Following {
     }
 
     /// Wait for the process to end; its exit status and standard error.
-    fn finish(mut self) -> (std::process::ExitStatus, String) {
+    fn finish(mut self) -> (std::process::ExitStatus, String, Vec<String>) {
         let mut stderr = self.child.stderr.take().expect("stderr");
         let mut child = self.child;
         let (tx, ended) = mpsc::channel();
@@ -324,7 +324,10 @@ impl Following {
             .expect("wait");
         let mut text = String::new();
         let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
-        (status, text)
+        // Its standard output is closed: the reader ends after the last line.
+        let mut printed = self.seen;
+        printed.extend(self.lines.iter());
+        (status, text, printed)
     }
 }
 
@@ -391,7 +394,8 @@ fn kresctl_events_and_processes_watch_follow_the_resolver_until_it_stops() {
         ("events --json", json),
         ("processes --watch", watch),
     ] {
-        let (printed, (status, stderr)) = (follower.seen.join("\n"), follower.finish());
+        let (status, stderr, printed) = follower.finish();
+        let printed = printed.join("\n");
         assert!(
             status.success(),
             "kresctl {name}: {status:?}\n{stderr}\nprinted:\n{printed}"
@@ -400,6 +404,10 @@ fn kresctl_events_and_processes_watch_follow_the_resolver_until_it_stops() {
             stderr.contains("the resolver ended the event stream"),
             "{stderr}"
         );
+        if name.starts_with("events") {
+            let last = printed.lines().last().unwrap_or_default();
+            assert!(last.contains("stopping"), "kresctl {name}: {printed}");
+        }
     }
     eprintln!(
         "followers ended {:?} after the stop began",

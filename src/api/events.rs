@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
 use super::ApiState;
-use crate::events::{Follower, Record};
+use crate::events::{Event, Follower, Record};
 
 /// A comment line is sent when nothing else was for this long: proxies and clients see the
 /// stream is alive, and a client gone away is noticed by the next write.
@@ -53,17 +53,24 @@ pub async fn follow(
         .into_response())
 }
 
-/// The follower's events as SSE messages, until it is cut or `stop` fires.
+/// The follower's events as SSE messages, until it is cut, or `stop` fires (then a last
+/// `stopping` notice says why the stream ends).
 fn messages(
     follower: Follower,
     stop: CancellationToken,
 ) -> impl Stream<Item = Result<sse::Event, Infallible>> {
-    futures_util::stream::unfold((follower, stop), |(mut follower, stop)| async move {
-        let record = tokio::select! {
-            () = stop.cancelled() => None,
-            record = follower.next() => record,
-        }?;
-        Some((Ok(message(&record)), (follower, stop)))
+    futures_util::stream::unfold(Some((follower, stop)), |state| async move {
+        let (mut follower, stop) = state?;
+        tokio::select! {
+            () = stop.cancelled() => {
+                let notice = Record::notice(Event::Stopping);
+                Some((Ok(message(&notice)), None))
+            }
+            record = follower.next() => {
+                let record = record?;
+                Some((Ok(message(&record)), Some((follower, stop))))
+            }
+        }
     })
 }
 

@@ -192,7 +192,8 @@ pub async fn follow(client: &ApiClient, json: bool, last: Option<&str>) -> Resul
     Ok(())
 }
 
-/// `kresctl processes --watch`: the table, then again after every process event.
+/// `kresctl processes --watch`: the table, then again after every process event (with
+/// `json`: the event's JSON object, then the table's).
 pub async fn watch_processes(client: &ApiClient, json: bool) -> Result<(), ClientError> {
     // Following first: nothing that happens after the first table is missed.
     let mut stream = EventStream::open(client, None).await?;
@@ -209,19 +210,39 @@ pub async fn watch_processes(client: &ApiClient, json: bool) -> Result<(), Clien
             return Err(lagged(last_seen.as_deref()));
         }
         if record.event.is_process() {
-            println!("\n{}", human(&message, Some(&record)));
+            if json {
+                println!("{}", message.data);
+            } else {
+                println!("\n{}", human(&message, Some(&record)));
+            }
             if let Err(e) = super::print_processes(client, json).await {
                 // A resolver that stops answers no more requests, and its stream ends: that
                 // is the end of watching, not a failure.
-                match tokio::time::timeout(STOPPING_GRACE, stream.next()).await {
-                    Ok(Ok(None)) => break,
-                    _ => return Err(e),
+                if ends_soon(&mut stream).await {
+                    break;
                 }
+                return Err(e);
             }
         }
     }
     eprintln!("the resolver ended the event stream");
     Ok(())
+}
+
+/// Whether `stream` ends within [`STOPPING_GRACE`], a `stopping` notice at most before.
+async fn ends_soon(stream: &mut EventStream) -> bool {
+    let end = async {
+        loop {
+            match stream.next().await {
+                Ok(None) => return true,
+                Ok(Some(message)) if message.event.as_deref() == Some("stopping") => {}
+                _ => return false,
+            }
+        }
+    };
+    tokio::time::timeout(STOPPING_GRACE, end)
+        .await
+        .unwrap_or(false)
 }
 
 fn lagged(last: Option<&str>) -> ClientError {
