@@ -14,8 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::handle::{ChangeError, ChangeResult, ManagerCommand};
 use super::listen::{SocketOwner, SocketTable};
-use super::plan::Restart;
-use super::plan::{ChangePlan, GcChange, WorkerChange};
+use super::plan::{ChangePlan, GcChange, Restart, WorkerChange};
 use super::{ApplyError, Executables, Manager};
 use crate::config::{self, LoadedConfig};
 use crate::events::{self, Cause, Event, EventLog, GcChanged, WorkersChanged};
@@ -294,5 +293,103 @@ fn applied(cause: Cause, plan: &ChangePlan) -> Event {
             GcChange::Keep => GcChanged::Keep,
             GcChange::Replace => GcChanged::Replace,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manager::plan::{Immutable, Roll, Section};
+    use crate::service::WorkerId;
+
+    fn refused(reason: &str) -> Event {
+        Event::ConfigRefused {
+            cause: Cause::Api,
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn every_outcome_of_a_change_is_told_as_its_event() {
+        let failed = || Box::new(ApplyError::PolicyLoader("exit code 1".into()));
+        let roll = ChangePlan {
+            changed: vec![Section::Workers, Section::Cache],
+            workers: WorkerChange::Roll(Roll {
+                canary: WorkerId(3),
+                unlink: vec![],
+                stop: vec![WorkerId(2)],
+                restart: vec![WorkerId(0), WorkerId(1)],
+                start: vec![],
+            }),
+            gc: GcChange::Replace,
+        };
+        let rows: Vec<(&str, ChangeResult, Option<Event>)> = vec![
+            (
+                "a roll",
+                Ok(roll),
+                Some(Event::ConfigApplied {
+                    cause: Cause::Api,
+                    sections: vec!["workers".into(), "cache".into()],
+                    workers: WorkersChanged::Restart {
+                        stop: vec!["kresd2".into()],
+                        restart: vec!["kresd0".into(), "kresd1".into()],
+                        start: vec![],
+                    },
+                    cache_gc: GcChanged::Replace,
+                }),
+            ),
+            (
+                "a rules reset",
+                Ok(ChangePlan::default()),
+                Some(Event::ConfigApplied {
+                    cause: Cause::Api,
+                    sections: vec![],
+                    workers: WorkersChanged::RulesReset,
+                    cache_gc: GcChanged::Keep,
+                }),
+            ),
+            (
+                "an immutable section",
+                Err(ApplyError::Immutable(Immutable(Section::Rundir)).into()),
+                Some(refused(
+                    "[/rundir] cannot be changed at runtime; restart the resolver to change it",
+                )),
+            ),
+            (
+                "rolled back",
+                Err(ApplyError::RolledBack(failed()).into()),
+                Some(Event::ConfigRolledBack {
+                    cause: Cause::Api,
+                    reason: ApplyError::RolledBack(failed()).to_string(),
+                    recovered: true,
+                }),
+            ),
+            (
+                "rolled back, and that failed too",
+                Err(ApplyError::RollbackFailed {
+                    cause: failed(),
+                    back: failed(),
+                }
+                .into()),
+                Some(Event::ConfigRolledBack {
+                    cause: Cause::Api,
+                    reason: ApplyError::RollbackFailed {
+                        cause: failed(),
+                        back: failed(),
+                    }
+                    .to_string(),
+                    recovered: false,
+                }),
+            ),
+            (
+                "a conflict: nothing changed",
+                Err(ChangeError::Conflict),
+                None,
+            ),
+            ("no manager", Err(ChangeError::Unavailable), None),
+        ];
+        for (name, result, want) in rows {
+            assert_eq!(outcome(Cause::Api, &result), want, "{name}");
+        }
     }
 }
