@@ -10,6 +10,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod etag;
+pub mod events;
 pub mod kresctl;
 pub mod lua;
 pub mod manager;

@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{KresConfig, LoadedConfig};
+use crate::events::Origin;
 use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
 
@@ -192,8 +193,16 @@ async fn run(
 /// Renew or reload the configuration; a refusal is logged by the manager.
 async fn apply(manager: &ManagerHandle, on_change: OnChange) {
     let done = match on_change {
-        OnChange::Renew => manager.renew(Restart::WhenNeeded).await,
-        OnChange::Reload => manager.reload(Restart::WhenNeeded).await,
+        OnChange::Renew => {
+            manager
+                .renew(Restart::WhenNeeded, Origin::WatchedFile)
+                .await
+        }
+        OnChange::Reload => {
+            manager
+                .reload(Restart::WhenNeeded, Origin::WatchedFile)
+                .await
+        }
     };
     if done.is_ok() {
         tracing::info!("Reloading watched files has finished");

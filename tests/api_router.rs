@@ -12,6 +12,7 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use knot_resolver::api::{app, ApiState};
 use knot_resolver::config::LoadedConfig;
+use knot_resolver::events::EventLog;
 use knot_resolver::manager::handle::ManagerCommand;
 use knot_resolver::manager::plan::{ChangePlan, Restart};
 use knot_resolver::manager::{ApplyError, ChangeError, ManagerHandle};
@@ -90,6 +91,7 @@ impl Fixture {
             rendered: Default::default(),
             tcp_guard: Default::default(),
             upgrade: None,
+            events: EventLog::new("test"),
         };
         Fixture {
             state,
@@ -577,6 +579,7 @@ async fn reload_and_renew_wait_for_the_manager() {
         match f.commands.recv().await {
             Some(ManagerCommand::Renew {
                 restart: Restart::Always,
+                origin: knot_resolver::events::Origin::Api,
                 reply,
             }) => {
                 let _ = reply.send(Ok(ChangePlan::default()));
@@ -618,4 +621,144 @@ async fn a_change_the_manager_never_answers_times_out() {
     assert!(r.text().contains("no answer within"), "{}", r.text());
     assert!(started.elapsed() >= knot_resolver::api::server::CHANGE_TIMEOUT);
     drop(f.commands);
+}
+
+/// The next frame of a streamed body as text (axum writes one SSE message per frame); `None`
+/// at the end.
+async fn next_frame(body: &mut Body) -> Option<String> {
+    let frame = tokio::time::timeout(std::time::Duration::from_secs(60), body.frame())
+        .await
+        .expect("a frame or the end");
+    frame.map(|f| {
+        let data = f.expect("frame").into_data().expect("data");
+        String::from_utf8_lossy(&data).into_owned()
+    })
+}
+
+/// `GET /events` with `headers`, its status and its body to read as it comes.
+async fn open_events(f: &Fixture, uri: &str, headers: &[(&str, &str)]) -> (StatusCode, Body) {
+    let mut request = Request::builder().method("GET").uri(uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = app(f.state.clone())
+        .oneshot(request.body(Body::empty()).expect("request"))
+        .await
+        .expect("infallible");
+    (response.status(), response.into_body())
+}
+
+/// The value of field `name` in one SSE message.
+fn field<'a>(message: &'a str, name: &str) -> Option<&'a str> {
+    message
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+}
+
+fn removed(n: usize) -> knot_resolver::events::Event {
+    knot_resolver::events::Event::ProcessRemoved {
+        name: format!("kresd{n}"),
+    }
+}
+
+#[tokio::test]
+async fn a_follower_that_stops_reading_is_cut_and_publishing_never_waits() {
+    let f = Fixture::new();
+    let (status, mut body) = open_events(&f, "/events", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    // Ten thousand events while the client reads nothing.
+    let started = std::time::Instant::now();
+    for n in 0..10_000 {
+        f.state.events.publish(removed(n));
+    }
+    eprintln!(
+        "10,000 events published past a stalled follower in {:?}",
+        started.elapsed()
+    );
+    let mut messages = Vec::new();
+    while let Some(message) = next_frame(&mut body).await {
+        messages.push(message);
+    }
+    let last = messages.last().expect("a message");
+    assert_eq!(field(last, "event"), Some("events-lagged"), "{last}");
+    assert_eq!(field(last, "id"), None, "a notice has no id: {last}");
+    let data: Value = serde_json::from_str(field(last, "data").expect("data")).expect("JSON");
+    assert!(data["lost"].as_u64().is_some_and(|n| n > 0), "{data}");
+    assert!(messages.len() < 10_000, "{} messages", messages.len());
+    eprintln!(
+        "the stalled follower got {} messages, then was cut",
+        messages.len()
+    );
+}
+
+#[tokio::test]
+async fn a_follower_resumes_after_its_last_event_id_and_followers_are_capped() {
+    let f = Fixture::new();
+    let ids: Vec<String> = (0..3)
+        .map(|n| f.state.events.publish(removed(n)).to_string())
+        .collect();
+    for (uri, header) in [
+        ("/events", vec![("last-event-id", ids[0].as_str())]),
+        (&*format!("/events?last-event-id={}", ids[0]), vec![]),
+    ] {
+        let (status, mut body) = open_events(&f, uri, &header).await;
+        assert_eq!(status, StatusCode::OK);
+        for id in &ids[1..] {
+            let message = next_frame(&mut body).await.expect("a message");
+            assert_eq!(field(&message, "id"), Some(id.as_str()), "{message}");
+            assert_eq!(field(&message, "event"), Some("process-removed"));
+        }
+    }
+    // An id of another incarnation: told first, then what is kept.
+    let (_, mut body) = open_events(&f, "/events", &[("last-event-id", "1.0-2")]).await;
+    let first = next_frame(&mut body).await.expect("a message");
+    assert_eq!(field(&first, "event"), Some("events-missed"), "{first}");
+    let second = next_frame(&mut body).await.expect("a message");
+    assert_eq!(field(&second, "id"), Some(ids[0].as_str()), "{second}");
+
+    // At most MAX_FOLLOWERS at once (the one above still counts); 503 beyond.
+    drop(body);
+    let mut open = Vec::new();
+    for _ in 0..knot_resolver::events::MAX_FOLLOWERS {
+        let (status, body) = open_events(&f, "/events", &[]).await;
+        assert_eq!(status, StatusCode::OK);
+        open.push(body);
+    }
+    let refused = f.send(request("GET", "/events")).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        refused.text().contains("too many event streams"),
+        "{}",
+        refused.text()
+    );
+    open.pop();
+    let (status, _body) = open_events(&f, "/events", &[]).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a closed stream gives its place back"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_event_stream_outlives_the_request_time_limit_and_ends_at_the_stop() {
+    let f = Fixture::new();
+    let (status, mut body) = open_events(&f, "/events", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    // Past the time limit of a GET (the paused clock jumps there).
+    tokio::time::sleep(
+        knot_resolver::api::server::READ_TIMEOUT + std::time::Duration::from_secs(1),
+    )
+    .await;
+    let keep_alive = next_frame(&mut body).await.expect("a keep-alive");
+    assert!(keep_alive.starts_with(':'), "{keep_alive:?}");
+    let id = f.state.events.publish(removed(0)).to_string();
+    let message = next_frame(&mut body).await.expect("the event");
+    assert_eq!(field(&message, "id"), Some(id.as_str()), "{message}");
+    // The daemon stops: the stream says so and ends (the server's graceful stop waits for
+    // nobody).
+    f.state.stop.cancel();
+    let last = next_frame(&mut body).await.expect("a last notice");
+    assert_eq!(field(&last, "event"), Some("stopping"), "{last}");
+    assert_eq!(next_frame(&mut body).await, None);
 }

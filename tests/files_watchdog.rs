@@ -58,10 +58,24 @@ fn rpz_changes_are_picked_up_without_restarting_workers() {
     let mut r = common::start(&setup).expect("start");
     let workers = r.pids_named("kresd");
     wait_answer(&r, "192.0.2.50");
+    let mut events = testbed::http::EventStream::open(&r.api, "/events", &[]).expect("events");
 
     // In place.
     std::fs::write(&rpz_host, rpz("192.0.2.51")).expect("rewrite");
     wait_answer(&r, "192.0.2.51");
+    // Followers of /events see a renew asked by the watchdog.
+    let renewing = loop {
+        let message = events
+            .next(START_TIMEOUT)
+            .expect("an event")
+            .expect("not ended");
+        let data: serde_json::Value = serde_json::from_str(&message.data).expect("JSON");
+        if data["kind"] == "config-renewing" {
+            break data;
+        }
+    };
+    assert_eq!(renewing["origin"], "watched-file", "{renewing}");
+    drop(events);
 
     // Atomic replacement: a temporary file renamed over the watched one.
     let tmp = rpz_host.with_extension("tmp");

@@ -1,7 +1,7 @@
 //! Hung workers on real kresd: a worker stopped with SIGSTOP keeps its pid and its sockets,
 //! but stops answering its control socket; with `--worker-hang-timeout` it is killed and
-//! restarted, the reason is in `/processes` and the log, and DNS is answered meanwhile by the
-//! other worker.
+//! restarted, the reason is in `/processes`, the log and `/events`, and DNS is answered
+//! meanwhile by the other worker.
 
 mod common;
 
@@ -36,6 +36,7 @@ fn a_stopped_worker_is_killed_and_replaced() {
         .extra(RECORDS)
         .arg("--worker-hang-timeout=2");
     let r = common::start(&setup).expect("start");
+    let mut events = testbed::http::EventStream::open(&r.api, "/events", &[]).expect("events");
     assert!(answered(&r));
     let before = r.pids_named("kresd");
     assert_eq!(before.len(), 2, "{before:?}");
@@ -85,5 +86,34 @@ fn a_stopped_worker_is_killed_and_replaced() {
     assert!(reasons[0].contains("hung"), "{reasons:?}");
     // The other worker was never touched.
     assert!(r.pids_named("kresd").contains(&before[1]));
+
+    // Followers of /events saw the hang with its reason, then the exit by SIGKILL.
+    let hung = loop {
+        let message = events
+            .next(START_TIMEOUT)
+            .expect("an event")
+            .expect("not ended");
+        let data: Value = serde_json::from_str(&message.data).expect("JSON");
+        if data["kind"] == "process-hung" {
+            break data;
+        }
+    };
+    assert_eq!(hung["pid"], stopped, "{hung}");
+    assert!(
+        hung["reason"].as_str().is_some_and(|r| r.contains("hung")),
+        "{hung}"
+    );
+    let exited = loop {
+        let message = events
+            .next(START_TIMEOUT)
+            .expect("an event")
+            .expect("not ended");
+        let data: Value = serde_json::from_str(&message.data).expect("JSON");
+        if data["kind"] == "process-exited" {
+            break data;
+        }
+    };
+    assert_eq!(exited["pid"], stopped, "{exited}");
+    assert_eq!(exited["status"]["signaled"]["signal"], 9, "{exited}");
     r.stop();
 }

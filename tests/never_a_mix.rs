@@ -1,7 +1,7 @@
 //! Never a mix, on real kresd under load: a change whose canary and first worker start but
 //! whose second worker does not (a Lua script that fails from its third run on) is rolled
-//! back; every worker ends on the running configuration, the API says so, and no query of
-//! the load is lost.
+//! back; every worker ends on the running configuration, the API and `/events` say so, and no
+//! query of the load is lost.
 
 mod common;
 
@@ -57,6 +57,7 @@ fn a_worker_that_does_not_come_back_rolls_the_change_back() {
         .expect("the tried configuration parses")
         .to_string();
 
+    let mut events = testbed::http::EventStream::open(&r.api, "/events", &[]).expect("events");
     let load = Load::start(LoadSpec::new(r.dns(), 2000, "mix.test.")).expect("load");
     assert!(
         load.wait_answers(200, START_TIMEOUT),
@@ -93,6 +94,26 @@ fn a_worker_that_does_not_come_back_rolls_the_change_back() {
             "worker {n} runs the new configuration"
         );
     }
+    // Followers of /events learnt the change was rolled back, and why.
+    let rolled_back = loop {
+        let message = events
+            .next(START_TIMEOUT)
+            .expect("an event")
+            .expect("not ended");
+        let data: serde_json::Value = serde_json::from_str(&message.data).expect("JSON");
+        assert_ne!(data["kind"], "config-applied", "{data}");
+        if data["kind"] == "config-rolled-back" {
+            break data;
+        }
+    };
+    assert_eq!(rolled_back["recovered"], true, "{rolled_back}");
+    assert_eq!(rolled_back["cause"], "api", "{rolled_back}");
+    assert!(
+        rolled_back["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("kresd1")),
+        "{rolled_back}"
+    );
     let config = r.http("GET", "/v1/config", b"").expect("GET");
     assert!(!config.text().contains("mix_marker"), "{}", config.text());
     assert_eq!(r.pids_named("kresd").len(), 2);

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod guard;
 pub mod pointer;
 pub mod server;
@@ -19,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use supervisor::SupervisorHandle;
 
+use crate::events::Origin;
 use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
 use crate::service::{self, ServiceKind};
@@ -29,7 +31,8 @@ use error::ApiError;
 pub struct ApiState {
     /// The supervisor, for the process table.
     pub supervisor: SupervisorHandle,
-    /// Cancelled by `POST /stop`: the daemon shuts down.
+    /// Cancelled by `POST /stop` (the daemon shuts down) and when this manager process stops
+    /// (event streams end with it).
     pub stop: CancellationToken,
     /// The manager: the configuration it runs, and changes to it.
     pub manager: ManagerHandle,
@@ -44,6 +47,8 @@ pub struct ApiState {
     pub tcp_guard: std::sync::Arc<guard::TcpGuard>,
     /// How the last in-place upgrade of the daemon ended, as the root told this manager.
     pub upgrade: Option<std::sync::Arc<upgrade::UpgradeRecord>>,
+    /// What the resolver does, for `GET /events`.
+    pub events: crate::events::EventLog,
 }
 
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.
@@ -65,6 +70,7 @@ pub fn app(state: ApiState) -> Router {
         .route("/upgrade", get(upgrade::status).post(upgrade::begin))
         .route("/processes", get(processes_all))
         .route("/processes/{kind}", get(processes))
+        .route("/events", get(events::follow))
         .route("/debug/panic-manager", post(panic_manager))
         .route("/debug/crash-manager/{how}", post(crash_manager))
         .route("/metrics", get(metrics_redirect))
@@ -97,13 +103,13 @@ fn config_routes() -> axum::routing::MethodRouter<ApiState> {
 /// `POST /reload[/force]`: synchronous; an invalid file or a rejected configuration is an
 /// error response (upstream answers 200 and only logs).
 async fn reload(State(state): State<ApiState>, restart: Restart) -> Result<Response, ApiError> {
-    state.manager.reload(restart).await?;
+    state.manager.reload(restart, Origin::Api).await?;
     Ok((StatusCode::OK, "Reloading...").into_response())
 }
 
 /// `POST /renew[/force]`: apply the running configuration again.
 async fn renew(State(state): State<ApiState>, restart: Restart) -> Result<Response, ApiError> {
-    state.manager.renew(restart).await?;
+    state.manager.renew(restart, Origin::Api).await?;
     Ok((StatusCode::OK, "Renewing configuration...").into_response())
 }
 

@@ -28,6 +28,7 @@ use super::{
 };
 use crate::api::{self, ApiState};
 use crate::config::{self, LoadedConfig, ValidationContext};
+use crate::events::EventLog;
 use crate::manager::listen::{Mirrored, SocketOwner, SocketTable, STORED_PREFIX};
 use crate::manager::task::{self, ManagerContext, ManagerExit};
 use crate::manager::{Executables, ManagerHandle};
@@ -222,6 +223,16 @@ async fn serve(
     let handle = ManagerHandle::new(command_tx, config_rx);
     let (started_tx, mut started_rx) = watch::channel(adopting);
     let stop = CancellationToken::new();
+    let events = EventLog::new(&events_epoch(parent.incarnation));
+    events.publish(crate::events::Event::ManagerStarted {
+        incarnation: parent.incarnation,
+    });
+    // From the first table on: a first incarnation's followers can resume into its start-up.
+    tokio::spawn(crate::events::follow_processes(
+        parent.handle.subscribe(),
+        events.clone(),
+        stop.child_token(),
+    ));
     let upward = parent.upward.clone();
     let ctx = ManagerContext {
         supervisor: parent.handle.clone(),
@@ -237,6 +248,7 @@ async fn serve(
         stop: stop.clone(),
         socket_owner,
         sockets: Arc::new(std::sync::Mutex::new(table)),
+        events: events.clone(),
     };
     let mut manager = tokio::spawn(supervise_task(
         "manager",
@@ -293,6 +305,7 @@ async fn serve(
             rendered: Default::default(),
             tcp_guard: Arc::new(tcp_guard),
             upgrade,
+            events,
         };
         let router = api::app(state);
         let listener = api_socket
@@ -371,6 +384,17 @@ async fn serve(
         let _ = task.await;
     }
     ExitCode::SUCCESS
+}
+
+/// The epoch of the event ids of this manager process: its incarnation and its start
+/// (microseconds since the Unix epoch, in hex), so ids of an earlier incarnation, or of an
+/// earlier run of the resolver, are never taken for ours.
+fn events_epoch(incarnation: u32) -> String {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    format!("{incarnation}.{started:x}")
 }
 
 /// Bound what a runaway manager can take from the machine: its address space (an allocation

@@ -51,6 +51,12 @@ pub enum ClientError {
     /// The request was carried out and did not succeed (an upgrade that failed).
     #[error("{0}")]
     Failed(String),
+    /// `GET /events` answered 404: upstream's manager, or a version of ours before it.
+    #[error("the resolver's management API does not offer /events (it is upstream's manager or an older knot-resolver); there are no events to follow")]
+    NoEvents,
+    /// The event stream broke off or carried something that is not one.
+    #[error("event stream: {0}")]
+    EventStream(String),
 }
 
 /// How long kresctl waits for an answer: a configuration change may take the API's own limit
@@ -207,6 +213,28 @@ impl ApiClient {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<ApiResponse, ClientError> {
+        let resp = self.send(method, path, &[], body).await?;
+        let status = resp.status().as_u16();
+        let limited = http_body_util::Limited::new(resp.into_body(), MAX_RESPONSE);
+        let body = match limited.collect().await {
+            Ok(collected) => collected.to_bytes().to_vec(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(ClientError::TooLarge)
+            }
+            Err(e) => return Err(ClientError::Invalid(e.to_string())),
+        };
+        Ok(ApiResponse { status, body })
+    }
+
+    /// Send one request with `headers` and return the answer as it starts: its body is read
+    /// by the caller, as it comes (an event stream has no end).
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
         let (host, io): (String, Box<dyn IoStream>) = match &self.target {
             Target::Unix(p) => {
                 let s = tokio::net::UnixStream::connect(p).await.map_err(|source| {
@@ -236,21 +264,14 @@ impl ApiClient {
             .uri(path)
             .header("host", host)
             .header("content-type", "application/json");
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
         if let Some(token) = bearer_token()? {
             req = req.header("authorization", format!("Bearer {token}"));
         }
         let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
-        let resp = sender.send_request(req).await?;
-        let status = resp.status().as_u16();
-        let limited = http_body_util::Limited::new(resp.into_body(), MAX_RESPONSE);
-        let body = match limited.collect().await {
-            Ok(collected) => collected.to_bytes().to_vec(),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                return Err(ClientError::TooLarge)
-            }
-            Err(e) => return Err(ClientError::Invalid(e.to_string())),
-        };
-        Ok(ApiResponse { status, body })
+        Ok(sender.send_request(req).await?)
     }
 }
 

@@ -4,6 +4,7 @@
 //! `completion`.
 
 pub mod client;
+pub mod events;
 pub mod migrate;
 
 use std::path::PathBuf;
@@ -123,6 +124,21 @@ enum ApiCommand {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Keep following: print the table again after every process event (spawned, ready,
+        /// exited, restarted, hung, failed).
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Follow what the resolver does, one line per event: processes spawned, ready, exited,
+    /// restarted, hung or failed; configuration changes applied, refused or rolled back;
+    /// reloads, renews, drain. Runs until the resolver ends the stream.
+    Events {
+        /// Print each event as its JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Resume after this event id (as printed before): the events since, then new ones.
+        #[arg(long, value_name = "ID")]
+        last_event_id: Option<String>,
     },
     /// Print the workers' metrics (JSON, or Prometheus text).
     Metrics {
@@ -479,14 +495,14 @@ async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), client::
             let body = client.request("GET", "/schema", None).await?.ok()?;
             emit(&String::from_utf8_lossy(&body), file.as_deref())?;
         }
-        ApiCommand::Processes { json } => {
-            let value = json_body(&client.request("GET", "/processes", None).await?.ok()?)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&value)?);
-            } else {
-                print!("{}", processes_table(&value));
-            }
+        ApiCommand::Processes { json, watch: false } => print_processes(client, json).await?,
+        ApiCommand::Processes { json, watch: true } => {
+            events::watch_processes(client, json).await?;
         }
+        ApiCommand::Events {
+            json,
+            last_event_id,
+        } => events::follow(client, json, last_event_id.as_deref()).await?,
         ApiCommand::Metrics { prometheus, file } => {
             metrics(client, prometheus, file.as_deref()).await?;
         }
@@ -513,6 +529,17 @@ async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), client::
             body.insert("chunk-size".into(), Value::from(chunk_size));
             cache_clear(client, Value::Object(body), json).await?;
         }
+    }
+    Ok(())
+}
+
+/// `kresctl processes`: the process table, as a table or JSON.
+async fn print_processes(client: &ApiClient, json: bool) -> Result<(), client::ClientError> {
+    let value = json_body(&client.request("GET", "/processes", None).await?.ok()?)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{}", processes_table(&value));
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::plan::{ChangePlan, Restart};
 use super::ApplyError;
 use crate::config::{ConfigError, LoadedConfig};
+use crate::events::Origin;
 
 /// Why a change was not applied.
 #[derive(Debug, thiserror::Error)]
@@ -55,11 +56,15 @@ pub enum ManagerCommand {
     /// Re-read the configuration files given on the command line and apply them.
     Reload {
         restart: Restart,
+        /// Who asked (for followers of `/events`).
+        origin: Origin,
         reply: ChangeReply,
     },
     /// Apply the current configuration again (policy-loader, rules reset, TLS reload).
     Renew {
         restart: Restart,
+        /// Who asked (for followers of `/events`).
+        origin: Origin,
         reply: ChangeReply,
     },
     /// Fault injection (only when enabled at start-up): make this incarnation panic.
@@ -112,16 +117,24 @@ impl ManagerHandle {
         .await
     }
 
-    /// Re-read the configuration files and apply them.
-    pub async fn reload(&self, restart: Restart) -> ChangeResult {
-        self.ask(|reply| ManagerCommand::Reload { restart, reply })
-            .await
+    /// Re-read the configuration files and apply them, as `origin` asks.
+    pub async fn reload(&self, restart: Restart, origin: Origin) -> ChangeResult {
+        self.ask(|reply| ManagerCommand::Reload {
+            restart,
+            origin,
+            reply,
+        })
+        .await
     }
 
-    /// Apply the running configuration again.
-    pub async fn renew(&self, restart: Restart) -> ChangeResult {
-        self.ask(|reply| ManagerCommand::Renew { restart, reply })
-            .await
+    /// Apply the running configuration again, as `origin` asks.
+    pub async fn renew(&self, restart: Restart, origin: Origin) -> ChangeResult {
+        self.ask(|reply| ManagerCommand::Renew {
+            restart,
+            origin,
+            reply,
+        })
+        .await
     }
 
     /// Queue a reload without waiting for it (a signal handler must not block); the manager
@@ -131,6 +144,7 @@ impl ManagerHandle {
         self.commands
             .try_send(ManagerCommand::Reload {
                 restart: Restart::WhenNeeded,
+                origin: Origin::Signal,
                 reply,
             })
             .is_ok()

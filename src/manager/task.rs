@@ -14,9 +14,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::handle::{ChangeError, ChangeResult, ManagerCommand};
 use super::listen::{SocketOwner, SocketTable};
-use super::plan::Restart;
+use super::plan::{ChangePlan, GcChange, Restart, WorkerChange};
 use super::{ApplyError, Executables, Manager};
 use crate::config::{self, LoadedConfig};
+use crate::events::{self, Cause, Event, EventLog, GcChanged, WorkersChanged};
 use crate::service;
 
 /// What outlives any one incarnation of the manager task.
@@ -40,6 +41,8 @@ pub struct ManagerContext {
     pub socket_owner: SocketOwner,
     /// The daemon's listening sockets; they outlive every incarnation.
     pub sockets: Arc<std::sync::Mutex<SocketTable>>,
+    /// Where every change's outcome is told to followers of `/events`.
+    pub events: EventLog,
 }
 
 /// How an incarnation ended on purpose. Errors are not here: an incarnation that returns an
@@ -158,6 +161,7 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                     Some(conflict) => Err(conflict),
                     None => apply(&mut manager, Arc::new(*config), Restart::WhenNeeded).await,
                 };
+                tell(&ctx.events, Cause::Api, &result);
                 let _ = reply.send(result);
             }
             ManagerCommand::DryRun {
@@ -171,10 +175,18 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                 };
                 let _ = reply.send(result);
             }
-            ManagerCommand::Reload { restart, reply } => {
+            ManagerCommand::Reload {
+                restart,
+                origin,
+                reply,
+            } => {
                 // Whatever asked (SIGHUP, `kresctl reload` as systemd's ExecReload, the API),
                 // the service manager sees the reload begin and end.
                 ctx.upward.reloading("Reloading configuration");
+                ctx.events.publish(Event::ConfigReloading {
+                    force: restart == Restart::Always,
+                    origin,
+                });
                 let result = match config::load_files(&ctx.files, crate::config::PathChecks::Strict)
                 {
                     Ok(loaded) => apply(&mut manager, Arc::new(loaded), restart).await,
@@ -190,14 +202,24 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                     status.push_str("; the last reload failed, see the log");
                 }
                 ctx.upward.ready(&status);
+                tell(&ctx.events, Cause::Reload, &result);
                 let _ = reply.send(result);
             }
-            ManagerCommand::Renew { restart, reply } => {
+            ManagerCommand::Renew {
+                restart,
+                origin,
+                reply,
+            } => {
+                ctx.events.publish(Event::ConfigRenewing {
+                    force: restart == Restart::Always,
+                    origin,
+                });
                 let current = manager.config();
                 let result = apply(&mut manager, current, restart).await;
                 if result.is_ok() {
                     tracing::info!("Renewing configuration has finished");
                 }
+                tell(&ctx.events, Cause::Renew, &result);
                 let _ = reply.send(result);
             }
             ManagerCommand::Panic => panic!("fault injection: manager task panic requested"),
@@ -218,4 +240,156 @@ async fn apply(manager: &mut Manager, config: Arc<LoadedConfig>, restart: Restar
         tracing::error!("configuration not applied: {e}");
         ChangeError::from(e)
     })
+}
+
+/// Tell followers of `/events` how a change asked by `cause` ended. A conflict or an absent
+/// manager is no change of the configuration: nothing is told.
+fn tell(log: &EventLog, cause: Cause, result: &ChangeResult) {
+    if let Some(event) = outcome(cause, result) {
+        log.publish(event);
+    }
+}
+
+/// The event of a change's outcome.
+fn outcome(cause: Cause, result: &ChangeResult) -> Option<Event> {
+    let reason = |e: &dyn std::fmt::Display| events::bounded_reason(&e.to_string());
+    match result {
+        Ok(plan) => Some(applied(cause, plan)),
+        Err(ChangeError::Conflict | ChangeError::Unavailable) => None,
+        Err(ChangeError::Apply(e @ ApplyError::RolledBack(_))) => Some(Event::ConfigRolledBack {
+            cause,
+            reason: reason(e),
+            recovered: true,
+        }),
+        Err(ChangeError::Apply(e @ ApplyError::RollbackFailed { .. })) => {
+            Some(Event::ConfigRolledBack {
+                cause,
+                reason: reason(e),
+                recovered: false,
+            })
+        }
+        Err(e) => Some(Event::ConfigRefused {
+            cause,
+            reason: reason(e),
+        }),
+    }
+}
+
+/// What an applied plan did, as followers read it.
+fn applied(cause: Cause, plan: &ChangePlan) -> Event {
+    let names = |ids: &[service::WorkerId]| ids.iter().map(|id| id.name()).collect();
+    Event::ConfigApplied {
+        cause,
+        sections: plan.changed.iter().map(|s| s.key().to_owned()).collect(),
+        workers: match &plan.workers {
+            WorkerChange::ResetRules => WorkersChanged::RulesReset,
+            WorkerChange::Roll(roll) => WorkersChanged::Restart {
+                stop: names(&roll.stop),
+                restart: names(&roll.restart),
+                start: names(&roll.start),
+            },
+        },
+        cache_gc: match plan.gc {
+            GcChange::Keep => GcChanged::Keep,
+            GcChange::Replace => GcChanged::Replace,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manager::plan::{Immutable, Roll, Section};
+    use crate::service::WorkerId;
+
+    fn refused(reason: &str) -> Event {
+        Event::ConfigRefused {
+            cause: Cause::Api,
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn every_outcome_of_a_change_is_told_as_its_event() {
+        let failed = || Box::new(ApplyError::PolicyLoader("exit code 1".into()));
+        let roll = ChangePlan {
+            changed: vec![Section::Workers, Section::Cache],
+            workers: WorkerChange::Roll(Roll {
+                canary: WorkerId(3),
+                unlink: vec![],
+                stop: vec![WorkerId(2)],
+                restart: vec![WorkerId(0), WorkerId(1)],
+                start: vec![],
+            }),
+            gc: GcChange::Replace,
+        };
+        let rows: Vec<(&str, ChangeResult, Option<Event>)> = vec![
+            (
+                "a roll",
+                Ok(roll),
+                Some(Event::ConfigApplied {
+                    cause: Cause::Api,
+                    sections: vec!["workers".into(), "cache".into()],
+                    workers: WorkersChanged::Restart {
+                        stop: vec!["kresd2".into()],
+                        restart: vec!["kresd0".into(), "kresd1".into()],
+                        start: vec![],
+                    },
+                    cache_gc: GcChanged::Replace,
+                }),
+            ),
+            (
+                "a rules reset",
+                Ok(ChangePlan::default()),
+                Some(Event::ConfigApplied {
+                    cause: Cause::Api,
+                    sections: vec![],
+                    workers: WorkersChanged::RulesReset,
+                    cache_gc: GcChanged::Keep,
+                }),
+            ),
+            (
+                "an immutable section",
+                Err(ApplyError::Immutable(Immutable(Section::Rundir)).into()),
+                Some(refused(
+                    "[/rundir] cannot be changed at runtime; restart the resolver to change it",
+                )),
+            ),
+            (
+                "rolled back",
+                Err(ApplyError::RolledBack(failed()).into()),
+                Some(Event::ConfigRolledBack {
+                    cause: Cause::Api,
+                    reason: ApplyError::RolledBack(failed()).to_string(),
+                    recovered: true,
+                }),
+            ),
+            (
+                "rolled back, and that failed too",
+                Err(ApplyError::RollbackFailed {
+                    cause: failed(),
+                    back: failed(),
+                }
+                .into()),
+                Some(Event::ConfigRolledBack {
+                    cause: Cause::Api,
+                    reason: ApplyError::RollbackFailed {
+                        cause: failed(),
+                        back: failed(),
+                    }
+                    .to_string(),
+                    recovered: false,
+                }),
+            ),
+            (
+                "a conflict: nothing changed",
+                Err(ChangeError::Conflict),
+                None,
+            ),
+            ("no manager", Err(ChangeError::Unavailable), None),
+        ];
+        for (name, result, want) in rows {
+            assert_eq!(outcome(Cause::Api, &result), want, "{name}");
+        }
+    }
 }

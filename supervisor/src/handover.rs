@@ -47,7 +47,8 @@ pub struct ServiceImage {
     pub since_wall: Option<Duration>,
     pub ready_wall: Option<Duration>,
     pub status_text: Option<String>,
-    pub kill_reason: Option<String>,
+    /// Which process was last killed on request, and why.
+    pub kill_reason: Option<(i32, String)>,
 }
 
 /// A supervisor's image with the descriptors it names, held open.

@@ -350,8 +350,8 @@ struct Service {
     status_text: Option<String>,
     /// The last lines of output of the current or last process.
     tail: output::Tail,
-    /// Why its last process was killed on request.
-    kill_reason: Option<String>,
+    /// Which of its processes was last killed on request, and why.
+    kill_reason: Option<(Pid, String)>,
     /// Set while a steered service's running process is steered away from.
     withdrawal: Option<Withdrawal>,
 }
@@ -454,7 +454,9 @@ impl Supervisor {
                 ready_wall: handover::wall_from_image(service.ready_wall),
                 status_text: service.status_text,
                 tail: output::Tail::default(),
-                kill_reason: service.kill_reason,
+                kill_reason: service
+                    .kill_reason
+                    .map(|(pid, reason)| (Pid::from_raw(pid), reason)),
                 withdrawal: None,
             };
             if let Some(index) = svc.spec.reuseport_index {
@@ -750,7 +752,7 @@ impl Supervisor {
                         None => Err(SupervisorError::NotRunning(name)),
                         Some(pid) => {
                             tracing::warn!(name, pid = pid.as_raw(), reason, "killing");
-                            svc.kill_reason = Some(reason);
+                            svc.kill_reason = Some((pid, reason));
                             if svc.spec.reuseport_index.is_some() && svc.withdrawal.is_none() {
                                 svc.withdrawal = Some(Withdrawal::Killed);
                             }
@@ -1108,7 +1110,10 @@ impl Supervisor {
                 since_wall: handover::wall_to_image(svc.since_wall),
                 ready_wall: handover::wall_to_image(svc.ready_wall),
                 status_text: svc.status_text.clone(),
-                kill_reason: svc.kill_reason.clone(),
+                kill_reason: svc
+                    .kill_reason
+                    .as_ref()
+                    .map(|(pid, reason)| (pid.as_raw(), reason.clone())),
             });
         }
         let notify = self
@@ -1217,7 +1222,7 @@ impl Supervisor {
                     svc.since_wall,
                     svc.ready_wall,
                     svc.status_text.clone(),
-                    svc.kill_reason.clone(),
+                    svc.kill_reason.as_ref(),
                 );
                 p.takes_queries = svc
                     .spec

@@ -47,6 +47,10 @@ pub struct ProcessSnapshot {
     /// and connections of its sockets' groups go to it now (ready, not being stopped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub takes_queries: Option<bool>,
+    /// The pid of the process [`ProcessSnapshot::kill_reason`] is about: every kill on request
+    /// names another, so a reader comparing snapshots tells a second kill from the first.
+    #[serde(default)]
+    pub killed_pid: Option<i32>,
 }
 
 impl ProcessSnapshot {
@@ -57,7 +61,7 @@ impl ProcessSnapshot {
         since: Option<SystemTime>,
         ready: Option<SystemTime>,
         status_text: Option<String>,
-        kill_reason: Option<String>,
+        kill: Option<&(nix::unistd::Pid, String)>,
     ) -> Self {
         let (state, failure) = match m.state() {
             State::Idle => (ProcessState::Idle, None),
@@ -83,7 +87,8 @@ impl ProcessSnapshot {
             last_exit: m.last_exit().map(|(s, _)| s),
             failure,
             status_text,
-            kill_reason,
+            kill_reason: kill.map(|(_, reason)| reason.clone()),
+            killed_pid: kill.map(|(pid, _)| pid.as_raw()),
             takes_queries: None,
         }
     }

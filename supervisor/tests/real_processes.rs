@@ -657,6 +657,8 @@ fn a_process_killed_on_request_is_restarted_with_the_reason_kept() {
             .find(|p| p.name == "svc")
             .expect("svc");
         assert_eq!(svc.kill_reason.as_deref(), Some("hung: no answer"));
+        // The reason names the process it was about, not the one running now.
+        assert_eq!(svc.killed_pid, Some(first.as_raw()));
         assert_eq!(
             env.sup.kill("nothing", "x").await,
             Err(SupervisorError::UnknownService("nothing".into()))

@@ -1,0 +1,85 @@
+//! `GET /events`: the event log (`crate::events`) as server-sent events, for operators and
+//! tools that follow what the resolver does (`kresctl events`, `kresctl processes --watch`).
+//!
+//! Every event is an SSE message with `id:` (to resume from), `event:` (its kind) and one JSON
+//! `data:` line. A client resumes with the `Last-Event-ID` header (or `?last-event-id=`). The
+//! stream is not bounded by the per-request time limit (that bounds the answer's head only),
+//! carries a keep-alive comment every [`KEEP_ALIVE`], and ends when the resolver stops, so the
+//! server's graceful shutdown never waits for a follower.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{self, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::Stream;
+use tokio_util::sync::CancellationToken;
+
+use super::error::ApiError;
+use super::ApiState;
+use crate::events::{Event, Follower, Record};
+
+/// A comment line is sent when nothing else was for this long: proxies and clients see the
+/// stream is alive, and a client gone away is noticed by the next write.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The query alternative to the `Last-Event-ID` header.
+#[derive(serde::Deserialize)]
+pub struct EventsQuery {
+    #[serde(rename = "last-event-id")]
+    last_event_id: Option<String>,
+}
+
+/// `GET /events`: 503 beyond the cap on followers.
+pub async fn follow(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Query(query): Query<EventsQuery>,
+) -> Result<Response, ApiError> {
+    let header = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let last = header.or(query.last_event_id);
+    let follower = state
+        .events
+        .follow(last.as_deref())
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    let stream = messages(follower, state.stop.clone());
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response())
+}
+
+/// The follower's events as SSE messages, until it is cut, or `stop` fires (then a last
+/// `stopping` notice says why the stream ends).
+fn messages(
+    follower: Follower,
+    stop: CancellationToken,
+) -> impl Stream<Item = Result<sse::Event, Infallible>> {
+    futures_util::stream::unfold(Some((follower, stop)), |state| async move {
+        let (mut follower, stop) = state?;
+        tokio::select! {
+            () = stop.cancelled() => {
+                let notice = Record::notice(Event::Stopping);
+                Some((Ok(message(&notice)), None))
+            }
+            record = follower.next() => {
+                let record = record?;
+                Some((Ok(message(&record)), Some((follower, stop))))
+            }
+        }
+    })
+}
+
+/// One record as an SSE message: `id:` when it has one, `event:` its kind, `data:` its JSON.
+fn message(record: &Record) -> sse::Event {
+    let data = serde_json::to_string(record).unwrap_or_else(|_| "{}".to_owned());
+    let message = sse::Event::default().event(record.event.kind()).data(data);
+    match &record.id {
+        Some(id) => message.id(id.to_string()),
+        None => message,
+    }
+}

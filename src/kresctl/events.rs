@@ -1,0 +1,336 @@
+//! `kresctl events` and `kresctl processes --watch`: follow the resolver's event stream
+//! (`GET /events`, server-sent events) and print it as it comes, so an operator sees crashes,
+//! restarts and configuration changes without polling. Against a resolver without the route
+//! (upstream's manager answers 404) they say so and fail.
+
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+
+use super::client::{ApiClient, ClientError};
+use crate::events::{Event, Record};
+
+/// A stream that sends nothing, not even the keep-alive comment the API sends every 15 s,
+/// for this long is taken for dead.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// After a table could not be read, how long `processes --watch` waits for the stream to end
+/// (the resolver stops) before it reports the failure.
+const STOPPING_GRACE: Duration = Duration::from_secs(5);
+
+/// How long the answer's head may take.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest line, and the longest message, read from the stream.
+const MAX_LINE: usize = 1 << 20;
+
+/// One server-sent message: what its `id:`, `event:` and `data:` lines said.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub id: Option<String>,
+    pub event: Option<String>,
+    pub data: String,
+}
+
+/// Server-sent events from bytes, as they arrive (the text/event-stream format: fields per
+/// line, a blank line ends a message, lines starting with `:` are comments).
+#[derive(Default)]
+struct Parser {
+    /// Bytes after the last complete line.
+    partial: Vec<u8>,
+    /// The message being read.
+    message: Message,
+    /// Whether the message has a field yet (a blank line after comments is no message).
+    started: bool,
+    /// Complete messages not yet taken.
+    ready: std::collections::VecDeque<Message>,
+}
+
+impl Parser {
+    fn push(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        let mut rest = bytes;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            self.partial.extend_from_slice(&rest[..end]);
+            rest = &rest[end + 1..];
+            let mut line = std::mem::take(&mut self.partial);
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            self.line(&String::from_utf8_lossy(&line))?;
+        }
+        self.partial.extend_from_slice(rest);
+        if self.partial.len() > MAX_LINE {
+            return Err(ClientError::EventStream(format!(
+                "a line longer than {MAX_LINE} bytes"
+            )));
+        }
+        Ok(())
+    }
+
+    fn line(&mut self, line: &str) -> Result<(), ClientError> {
+        if line.is_empty() {
+            if std::mem::take(&mut self.started) {
+                self.ready.push_back(std::mem::take(&mut self.message));
+            }
+            return Ok(());
+        }
+        if line.starts_with(':') {
+            return Ok(());
+        }
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        self.started = true;
+        match field {
+            "id" => self.message.id = Some(value.to_owned()),
+            "event" => self.message.event = Some(value.to_owned()),
+            "data" => {
+                if !self.message.data.is_empty() {
+                    self.message.data.push('\n');
+                }
+                self.message.data.push_str(value);
+                if self.message.data.len() > MAX_LINE {
+                    return Err(ClientError::EventStream(format!(
+                        "a message longer than {MAX_LINE} bytes"
+                    )));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// An open `GET /events`.
+pub struct EventStream {
+    body: hyper::body::Incoming,
+    parser: Parser,
+}
+
+impl EventStream {
+    /// Follow the events after `last` (an id seen before), or from now on.
+    pub async fn open(client: &ApiClient, last: Option<&str>) -> Result<EventStream, ClientError> {
+        let headers: Vec<(&str, &str)> = last.map(|l| ("last-event-id", l)).into_iter().collect();
+        let response =
+            tokio::time::timeout(OPEN_TIMEOUT, client.send("GET", "/events", &headers, None))
+                .await
+                .map_err(|_| ClientError::Timeout(OPEN_TIMEOUT))??;
+        let status = response.status().as_u16();
+        let is_stream = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        match status {
+            200 if is_stream => Ok(EventStream {
+                body: response.into_body(),
+                parser: Parser::default(),
+            }),
+            200 => Err(ClientError::EventStream(
+                "the answer to /events is not an event stream".into(),
+            )),
+            404 => Err(ClientError::NoEvents),
+            _ => {
+                let limited = http_body_util::Limited::new(response.into_body(), MAX_LINE);
+                let body = match tokio::time::timeout(OPEN_TIMEOUT, limited.collect()).await {
+                    Ok(Ok(collected)) => {
+                        String::from_utf8_lossy(&collected.to_bytes()).into_owned()
+                    }
+                    _ => String::new(),
+                };
+                Err(ClientError::Status { status, body })
+            }
+        }
+    }
+
+    /// The next message; `None` when the resolver ended the stream.
+    pub async fn next(&mut self) -> Result<Option<Message>, ClientError> {
+        loop {
+            if let Some(message) = self.parser.ready.pop_front() {
+                return Ok(Some(message));
+            }
+            let frame = tokio::time::timeout(IDLE_TIMEOUT, self.body.frame())
+                .await
+                .map_err(|_| {
+                    ClientError::EventStream(format!(
+                        "nothing came for {} s, not even a keep-alive",
+                        IDLE_TIMEOUT.as_secs()
+                    ))
+                })?;
+            match frame {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(ClientError::EventStream(e.to_string())),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.parser.push(&data)?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `kresctl events`: one line per event (its JSON with `json`), until the resolver ends the
+/// stream (exit 0) or cuts this follower for falling behind (exit 1).
+pub async fn follow(client: &ApiClient, json: bool, last: Option<&str>) -> Result<(), ClientError> {
+    let mut stream = EventStream::open(client, last).await?;
+    let mut last_seen = last.map(str::to_owned);
+    while let Some(message) = stream.next().await? {
+        let record = serde_json::from_str::<Record>(&message.data).ok();
+        if json {
+            println!("{}", message.data);
+        } else {
+            println!("{}", human(&message, record.as_ref()));
+        }
+        if message.id.is_some() {
+            last_seen.clone_from(&message.id);
+        }
+        if let Some(Event::EventsLagged { .. }) = record.as_ref().map(|r| &r.event) {
+            return Err(lagged(last_seen.as_deref()));
+        }
+    }
+    eprintln!("the resolver ended the event stream");
+    Ok(())
+}
+
+/// `kresctl processes --watch`: the table, then again after every process event (with
+/// `json`: the event's JSON object, then the table's).
+pub async fn watch_processes(client: &ApiClient, json: bool) -> Result<(), ClientError> {
+    // Following first: nothing that happens after the first table is missed.
+    let mut stream = EventStream::open(client, None).await?;
+    super::print_processes(client, json).await?;
+    let mut last_seen = None;
+    while let Some(message) = stream.next().await? {
+        if message.id.is_some() {
+            last_seen.clone_from(&message.id);
+        }
+        let Ok(record) = serde_json::from_str::<Record>(&message.data) else {
+            continue;
+        };
+        if let Event::EventsLagged { .. } = record.event {
+            return Err(lagged(last_seen.as_deref()));
+        }
+        if record.event.is_process() {
+            if json {
+                println!("{}", message.data);
+            } else {
+                println!("\n{}", human(&message, Some(&record)));
+            }
+            if let Err(e) = super::print_processes(client, json).await {
+                // A resolver that stops answers no more requests, and its stream ends: that
+                // is the end of watching, not a failure.
+                if ends_soon(&mut stream).await {
+                    break;
+                }
+                return Err(e);
+            }
+        }
+    }
+    eprintln!("the resolver ended the event stream");
+    Ok(())
+}
+
+/// Whether `stream` ends within [`STOPPING_GRACE`], a `stopping` notice at most before.
+async fn ends_soon(stream: &mut EventStream) -> bool {
+    let end = async {
+        loop {
+            match stream.next().await {
+                Ok(None) => return true,
+                Ok(Some(message)) if message.event.as_deref() == Some("stopping") => {}
+                _ => return false,
+            }
+        }
+    };
+    tokio::time::timeout(STOPPING_GRACE, end)
+        .await
+        .unwrap_or(false)
+}
+
+fn lagged(last: Option<&str>) -> ClientError {
+    ClientError::EventStream(match last {
+        Some(id) => {
+            format!("this client fell behind and was cut; resume with --last-event-id {id}")
+        }
+        None => "this client fell behind and was cut".into(),
+    })
+}
+
+/// One line for an operator: time (UTC), id, and the event; a kind this kresctl does not
+/// know is printed with its data as it came.
+fn human(message: &Message, record: Option<&Record>) -> String {
+    let id = message.id.as_deref().unwrap_or("-");
+    match record {
+        Some(r) => format!("{} {id} {}", utc(r.time), r.event),
+        None => format!(
+            "{id} {} {}",
+            message.event.as_deref().unwrap_or("message"),
+            message.data
+        ),
+    }
+}
+
+/// Unix seconds as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+fn utc(seconds: f64) -> String {
+    let millis = (seconds.max(0.0) * 1000.0) as i64;
+    let (days, ms) = (millis.div_euclid(86_400_000), millis.rem_euclid(86_400_000));
+    // Days to a civil date (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        ms / 3_600_000,
+        ms / 60_000 % 60,
+        ms / 1000 % 60,
+        ms % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_read_across_any_split_of_the_bytes() {
+        let text = ": keep-alive\n\nevent: process-ready\ndata: {\"a\":1}\nid: 1.f-3\n\n:c\r\nid: 1.f-4\r\ndata: x\r\ndata: y\r\n\r\n";
+        let want = vec![
+            Message {
+                id: Some("1.f-3".into()),
+                event: Some("process-ready".into()),
+                data: "{\"a\":1}".into(),
+            },
+            Message {
+                id: Some("1.f-4".into()),
+                event: None,
+                data: "x\ny".into(),
+            },
+        ];
+        for split in 0..text.len() {
+            let mut parser = Parser::default();
+            parser.push(&text.as_bytes()[..split]).expect("push");
+            parser.push(&text.as_bytes()[split..]).expect("push");
+            let got: Vec<Message> = parser.ready.drain(..).collect();
+            assert_eq!(got, want, "split at {split}");
+        }
+    }
+
+    #[test]
+    fn an_endless_line_is_refused() {
+        let mut parser = Parser::default();
+        let chunk = vec![b'x'; 64 << 10];
+        let refused = (0..32).any(|_| parser.push(&chunk).is_err());
+        assert!(refused);
+    }
+
+    #[test]
+    fn times_are_utc() {
+        assert_eq!(utc(0.0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc(951_782_400.5), "2000-02-29T00:00:00.500Z");
+        assert_eq!(utc(1_795_448_265.25), "2026-11-23T15:37:45.250Z");
+    }
+}
