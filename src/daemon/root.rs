@@ -111,17 +111,8 @@ pub fn run(invocation: Invocation) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let run_as = match invocation
-        .worker_user
-        .as_deref()
-        .map(resolve_user)
-        .transpose()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!("--worker-user: {e}");
-            return ExitCode::from(1);
-        }
+    let Ok(run_as) = worker_credentials(&invocation) else {
+        return ExitCode::from(1);
     };
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
@@ -140,6 +131,11 @@ pub fn run(invocation: Invocation) -> ExitCode {
         argv: std::env::args_os().collect(),
         log,
     };
+    serve_root(root, Begin::Start(management, Some(lock)))
+}
+
+/// Run the root process from `begin` on its runtime, its events the signals.
+fn serve_root(root: Root, begin: Begin) -> ExitCode {
     crate::block_on("knot-resolver", async {
         let events = match signal_events() {
             Ok(events) => events,
@@ -148,8 +144,18 @@ pub fn run(invocation: Invocation) -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        root.run(Begin::Start(management, Some(lock)), events).await
+        root.run(begin, events).await
     })
+}
+
+/// The credentials of `--worker-user`, if given; an error is logged.
+fn worker_credentials(invocation: &Invocation) -> Result<Option<supervisor::Credentials>, ()> {
+    invocation
+        .worker_user
+        .as_deref()
+        .map(resolve_user)
+        .transpose()
+        .map_err(|e| tracing::error!("--worker-user: {e}"))
 }
 
 /// The manager process's command line: this very binary (`/proc/self/exe`, so that a file
@@ -211,17 +217,8 @@ fn resume(
             return ExitCode::from(1);
         }
     };
-    let run_as = match invocation
-        .worker_user
-        .as_deref()
-        .map(resolve_user)
-        .transpose()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!("--worker-user: {e}");
-            return ExitCode::from(1);
-        }
+    let Ok(run_as) = worker_credentials(&invocation) else {
+        return ExitCode::from(1);
     };
     let root = Root {
         rundir: image.rundir.clone(),
@@ -240,21 +237,12 @@ fn resume(
                 .to_owned(),
         ),
     };
-    crate::block_on("knot-resolver", async {
-        let events = match signal_events() {
-            Ok(events) => events,
-            Err(e) => {
-                tracing::error!("cannot install signal handlers: {e}");
-                return ExitCode::from(1);
-            }
-        };
-        let begin = Begin::Resume {
-            adopted,
-            from: image.version,
-            failed: outcome,
-        };
-        root.run(begin, events).await
-    })
+    let begin = Begin::Resume {
+        adopted,
+        from: image.version,
+        failed: outcome,
+    };
+    serve_root(root, begin)
 }
 
 /// What a new image takes over from the old one's [`upgrade::RootImage`].

@@ -357,6 +357,28 @@ struct Service {
 }
 
 impl Service {
+    /// A service just registered: idle, nothing known of a process yet.
+    fn new(spec: ServiceSpec, fds: Vec<FdPass>, owned: Vec<OwnedFd>) -> Service {
+        Service {
+            spec,
+            machine: ServiceMachine::new(),
+            fds,
+            owned,
+            output: None,
+            ready_waiters: Vec::new(),
+            down_waiters: Vec::new(),
+            run_waiter: None,
+            remove_when_down: false,
+            killed: false,
+            since_wall: None,
+            ready_wall: None,
+            status_text: None,
+            tail: output::Tail::default(),
+            kill_reason: None,
+            withdrawal: None,
+        }
+    }
+
     /// Whether the steering programs may send it new datagrams and connections: it opted in,
     /// its process is ready, and nobody is stopping or killing it.
     fn takes_queries(&self) -> bool {
@@ -435,30 +457,19 @@ impl Supervisor {
                 sup.timers.push(Reverse(*until));
             }
             let name = service.spec.name.clone();
-            let svc = Service {
-                spec: service.spec,
-                machine,
-                fds: service
-                    .fds
-                    .iter()
-                    .map(|&(ours, child)| FdPass { ours, child })
-                    .collect(),
-                owned,
-                output: None,
-                ready_waiters: Vec::new(),
-                down_waiters: Vec::new(),
-                run_waiter: None,
-                remove_when_down: false,
-                killed: false,
-                since_wall: handover::wall_from_image(service.since_wall),
-                ready_wall: handover::wall_from_image(service.ready_wall),
-                status_text: service.status_text,
-                tail: output::Tail::default(),
-                kill_reason: service
-                    .kill_reason
-                    .map(|(pid, reason)| (Pid::from_raw(pid), reason)),
-                withdrawal: None,
-            };
+            let fds = service
+                .fds
+                .iter()
+                .map(|&(ours, child)| FdPass { ours, child })
+                .collect();
+            let mut svc = Service::new(service.spec, fds, owned);
+            svc.machine = machine;
+            svc.since_wall = handover::wall_from_image(service.since_wall);
+            svc.ready_wall = handover::wall_from_image(service.ready_wall);
+            svc.status_text = service.status_text;
+            svc.kill_reason = service
+                .kill_reason
+                .map(|(pid, reason)| (Pid::from_raw(pid), reason));
             if let Some(index) = svc.spec.reuseport_index {
                 let handed: Vec<RawFd> = svc.fds.iter().map(|p| p.ours).collect();
                 sup.steering.join(&name, index, &handed);
@@ -803,27 +814,7 @@ impl Supervisor {
             let handed: Vec<RawFd> = fds.iter().map(|p| p.ours).collect();
             self.steering.join(&name, index, &handed);
         }
-        self.services.insert(
-            name,
-            Service {
-                spec,
-                machine: ServiceMachine::new(),
-                fds,
-                owned,
-                output: None,
-                ready_waiters: Vec::new(),
-                down_waiters: Vec::new(),
-                run_waiter: None,
-                remove_when_down: false,
-                killed: false,
-                since_wall: None,
-                ready_wall: None,
-                status_text: None,
-                tail: output::Tail::default(),
-                kill_reason: None,
-                withdrawal: None,
-            },
-        );
+        self.services.insert(name, Service::new(spec, fds, owned));
         Ok(())
     }
 
