@@ -4,31 +4,16 @@
 
 mod common;
 
-use common::{Setup, DNS_TIMEOUT, START_TIMEOUT};
+use common::{Setup, START_TIMEOUT};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
-use testbed::dns;
 
 fn records(ip: &str) -> String {
     format!("local-data:\n  records: |\n    p.test. 300 A {ip}\n")
 }
 
 fn a(r: &common::Resolver) -> Vec<String> {
-    dns::query_udp(r.dns(), "p.test.", dns::TYPE_A, DNS_TIMEOUT)
-        .expect("answer")
-        .a()
-        .iter()
-        .map(|a| a.to_string())
-        .collect()
-}
-
-fn put(r: &common::Resolver, pointer: &str, value: Value) -> testbed::http::HttpResponse {
-    r.http(
-        "PUT",
-        &format!("/v1/config{pointer}"),
-        value.to_string().as_bytes(),
-    )
-    .expect("PUT")
+    r.a_records("p.test.")
 }
 
 #[test]
@@ -44,7 +29,7 @@ fn a_worker_breaking_config_is_refused_and_the_old_one_keeps_serving() {
     // (tests/listen_sockets.rs covers the canary's refusal when kresd binds its sockets).
     let listen =
         json!([{"interface": format!("127.0.0.1@{}", r.port)}, {"interface": "192.0.2.1@53"}]);
-    let resp = put(&r, "/network/listen", listen);
+    let resp = r.put_json("/network/listen", listen);
     assert_eq!(resp.status, 400, "{}", resp.text());
     let text = resp.text();
     assert!(text.contains("cannot bind 192.0.2.1:53"), "{text}");
@@ -71,8 +56,7 @@ fn lua_that_errors_is_refused_by_the_canary() {
     )
     .expect("start");
     let before = r.pids_named("kresd");
-    let resp = put(
-        &r,
+    let resp = r.put_json(
         "/lua",
         json!({"script": "error('the canary must catch this')"}),
     );
@@ -124,11 +108,7 @@ fn a_policy_only_change_is_answered_without_restarting_workers() {
     .expect("start");
     let before = r.pids_named("kresd");
     assert_eq!(a(&r), vec!["192.0.2.3"]);
-    let resp = put(
-        &r,
-        "/local-data/records",
-        json!("p.test. 300 A 192.0.2.33\n"),
-    );
+    let resp = r.put_json("/local-data/records", json!("p.test. 300 A 192.0.2.33\n"));
     assert_eq!(resp.status, 200, "{}", resp.text());
     // Every worker answers the new data: ask enough times to hit both.
     for _ in 0..10 {

@@ -57,15 +57,6 @@ fn seq(id: &str) -> u64 {
         .unwrap_or_else(|| panic!("not an event id: {id}"))
 }
 
-fn put(r: &common::Resolver, pointer: &str, value: Value) -> testbed::http::HttpResponse {
-    r.http(
-        "PUT",
-        &format!("/v1/config{pointer}"),
-        value.to_string().as_bytes(),
-    )
-    .expect("PUT")
-}
-
 fn kill_worker(r: &common::Resolver) -> i32 {
     let pids = r.pids_named("kresd");
     assert_eq!(pids.len(), 1, "{pids:?}");
@@ -108,8 +99,7 @@ fn a_follower_sees_crashes_and_changes_and_resumes_exactly_after_its_last_id() {
     assert_eq!(r.pids_named("kresd"), vec![new]);
 
     // A change applied: what the plan did.
-    let resp = put(
-        &r,
+    let resp = r.put_json(
         "/local-data",
         json!({"addresses": {"two.events.test": "192.0.2.2"}}),
     );
@@ -120,8 +110,7 @@ fn a_follower_sees_crashes_and_changes_and_resumes_exactly_after_its_last_id() {
     assert_eq!(applied["workers"]["action"], "rules-reset");
 
     // A change refused by the canary, with its reason.
-    let resp = put(
-        &r,
+    let resp = r.put_json(
         "/lua",
         json!({"script": "error('the events stream must carry this')"}),
     );
@@ -146,8 +135,7 @@ fn a_follower_sees_crashes_and_changes_and_resumes_exactly_after_its_last_id() {
     let header = [("Last-Event-ID", last.as_str())];
     let mut witness = EventStream::open(&r.api, "/events", &header).expect("GET /events");
     let mut witnessed = Vec::new();
-    let resp = put(
-        &r,
+    let resp = r.put_json(
         "/local-data",
         json!({"addresses": {"three.events.test": "192.0.2.3"}}),
     );

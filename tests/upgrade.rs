@@ -11,7 +11,6 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use common::{Setup, DAEMON, START_TIMEOUT};
 use testbed::load::{Load, LoadSpec};
@@ -179,20 +178,8 @@ fn an_upgrade_under_load_keeps_every_process_and_loses_nothing() {
     assert_eq!(status(&r)["last"]["generation"], 2);
     assert_eq!(r.pids_named("kresd"), workers);
     assert_eq!(r.launched.pid(), root);
-    assert_eq!(answers(&r), ["192.0.2.77"]);
+    assert_eq!(r.a_records("upgrade.test."), ["192.0.2.77"]);
     r.stop();
-}
-
-/// The A records the resolver answers for `upgrade.test`.
-fn answers(r: &common::Resolver) -> Vec<String> {
-    let response = testbed::dns::query_udp(
-        r.dns(),
-        "upgrade.test.",
-        testbed::dns::TYPE_A,
-        Duration::from_secs(5),
-    )
-    .expect("an answer");
-    response.a().iter().map(|a| a.to_string()).collect()
 }
 
 #[test]
@@ -224,6 +211,6 @@ fn a_new_image_that_cannot_adopt_falls_back_to_the_old_binary() {
     assert_eq!(after["last"]["outcome"], "failed");
     assert_eq!(r.launched.pid(), root);
     assert_eq!(r.pids_named("kresd"), workers, "no worker was restarted");
-    assert_eq!(answers(&r), ["192.0.2.77"]);
+    assert_eq!(r.a_records("upgrade.test."), ["192.0.2.77"]);
     r.stop();
 }

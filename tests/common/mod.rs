@@ -222,6 +222,26 @@ impl Resolver {
         )
     }
 
+    /// `PUT /v1/config{pointer}` with `value` as JSON.
+    pub fn put_json(&self, pointer: &str, value: serde_json::Value) -> testbed::http::HttpResponse {
+        self.http(
+            "PUT",
+            &format!("/v1/config{pointer}"),
+            value.to_string().as_bytes(),
+        )
+        .expect("PUT")
+    }
+
+    /// The A records the resolver answers for `name`, as text.
+    pub fn a_records(&self, name: &str) -> Vec<String> {
+        testbed::dns::query_udp(self.dns(), name, testbed::dns::TYPE_A, DNS_TIMEOUT)
+            .expect("answer")
+            .a()
+            .iter()
+            .map(|a| a.to_string())
+            .collect()
+    }
+
     /// Pids of the live processes named `comm`, sorted.
     pub fn pids_named(&self, comm: &str) -> Vec<i32> {
         let mut v: Vec<i32> = self.children_named(comm).iter().map(|p| p.pid).collect();
