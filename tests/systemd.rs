@@ -342,3 +342,119 @@ fn under_real_systemd_the_package_unit_and_ours() {
         }
     }
 }
+
+/// A `systemctl restart` of our unit under load, with the sockets kept in systemd's
+/// descriptor store, and without (`FileDescriptorStoreMax=0`) for the figures beside it.
+/// Queries sent while nothing runs wait in the kept sockets and are answered by the new
+/// workers. Returns (lost, sent, restart time).
+fn restart_under_load(m: &Machine, rate: u32) -> Result<(u64, u64, Duration)> {
+    let before = m.show(UNIT, "MainPID")?;
+    let load = m.in_network(|| {
+        testbed::load::Load::start(testbed::load::LoadSpec::new(
+            "127.0.0.1:53".parse()?,
+            rate,
+            "t.example",
+        ))
+    })?;
+    anyhow::ensure!(
+        load.wait_answers(u64::from(rate / 4), WAIT),
+        "no steady answers before the restart"
+    );
+    let (restart, out) = timed(m, &["systemctl", "restart", UNIT])?;
+    must("systemctl restart", &out)?;
+    anyhow::ensure!(
+        load.wait_answers(u64::from(rate / 4), WAIT),
+        "no answers after the restart"
+    );
+    let report = load.stop();
+    assert_ne!(m.show(UNIT, "MainPID")?, before, "the daemon was restarted");
+    Ok((report.sent - report.answered, report.sent, restart))
+}
+
+#[test]
+fn systemctl_restart_keeps_the_sockets_bound() {
+    let m = ours().expect("booting the machine");
+    m.write("/etc/systemd/system/knot-resolver.service", SHIPPED_UNIT)
+        .expect("install our unit");
+    m.write("/etc/knot-resolver/config.yaml", &config("192.0.2.7"))
+        .expect("config");
+    // More restarts in a row than systemd's default start limit allows.
+    m.write(
+        "/etc/systemd/system/knot-resolver.service.d/restarts.conf",
+        "[Unit]\nStartLimitIntervalSec=0\n",
+    )
+    .expect("drop-in");
+    m.ok(&["systemctl", "daemon-reload"])
+        .expect("daemon-reload");
+    m.ok(&["systemctl", "start", UNIT]).expect("start");
+    wait_answer(&m, "192.0.2.7").expect("answers");
+    let api = "/run/knot-resolver/kres-api.sock";
+    let inode = |m: &Machine| m.ok(&["stat", "-c", "%i", api]);
+    let api_before = inode(&m).expect("the API socket");
+    let cursor = journal_cursor(&m).expect("cursor");
+
+    let rate = 2000;
+    let (lost, sent, restart) = restart_under_load(&m, rate).expect("restart under load");
+    let journal = journal_since(&m, cursor.as_deref()).expect("journal");
+    assert!(
+        journal
+            .iter()
+            .any(|l| l.contains("the service manager kept") && l.contains("listening sockets")),
+        "the new daemon took its sockets from systemd: {journal:#?}"
+    );
+    assert_eq!(
+        inode(&m).expect("the API socket"),
+        api_before,
+        "the API socket was kept, not bound anew"
+    );
+    // The API answers on the kept socket.
+    m.ok(&["kresctl", "--socket", api, "config", "get"])
+        .expect("kresctl on the kept API socket");
+    assert_eq!(
+        lost, 0,
+        "{lost} of {sent} queries lost through systemctl restart"
+    );
+
+    // A configuration that drops one of the addresses: the new daemon closes the socket it
+    // no longer needs and has systemd forget it (the next restart does not get it back).
+    m.write(
+        "/etc/knot-resolver/config.yaml",
+        &config("192.0.2.7").replace("workers: 2", "workers: 1"),
+    )
+    .expect("config");
+    m.ok(&["systemctl", "restart", UNIT]).expect("restart");
+    wait_answer(&m, "192.0.2.7").expect("answers with one worker");
+    let cursor = journal_cursor(&m).expect("cursor");
+    m.ok(&["systemctl", "restart", UNIT]).expect("restart");
+    wait_answer(&m, "192.0.2.7").expect("answers");
+    let journal = journal_since(&m, cursor.as_deref()).expect("journal");
+    // One worker: UDP and TCP on 127.0.0.1@53, and the API socket.
+    assert!(
+        journal
+            .iter()
+            .any(|l| l.contains("the service manager kept 3 listening sockets")),
+        "systemd kept only what one worker and the API use: {journal:#?}"
+    );
+    m.write("/etc/knot-resolver/config.yaml", &config("192.0.2.7"))
+        .expect("config");
+    m.ok(&["systemctl", "restart", UNIT]).expect("restart");
+    wait_answer(&m, "192.0.2.7").expect("answers");
+
+    // The same restart with nothing kept, for the figures.
+    m.write(
+        "/etc/systemd/system/knot-resolver.service.d/no-store.conf",
+        "[Service]\nFileDescriptorStoreMax=0\n",
+    )
+    .expect("drop-in");
+    m.ok(&["systemctl", "daemon-reload"])
+        .expect("daemon-reload");
+    m.ok(&["systemctl", "restart", UNIT]).expect("restart");
+    wait_answer(&m, "192.0.2.7").expect("answers");
+    let (lost_unkept, sent_unkept, restart_unkept) =
+        restart_under_load(&m, rate).expect("restart under load without the store");
+    m.ok(&["systemctl", "stop", UNIT]).expect("stop");
+    eprintln!(
+        "systemctl restart at {rate} q/s: sockets kept: {lost} of {sent} lost, restart {restart:.1?}; \
+         not kept: {lost_unkept} of {sent_unkept} lost, restart {restart_unkept:.1?}"
+    );
+}

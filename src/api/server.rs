@@ -140,6 +140,39 @@ impl Listener {
         Ok(Listener::Tcp(TcpListener::from_std(std)?))
     }
 
+    /// Whether `fd` listens on the endpoint `management` names: a socket kept across a restart
+    /// by the service manager, to serve on instead of binding anew (clients waiting in its
+    /// backlog are then answered, not refused). A unix socket must still have its file.
+    pub fn kept_for(fd: std::os::fd::BorrowedFd<'_>, management: &ManagementSchema) -> bool {
+        use nix::sys::socket::{getsockname, getsockopt, sockopt, SockaddrIn, SockaddrIn6};
+        use nix::sys::socket::{SockaddrStorage, UnixAddr};
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::FileTypeExt;
+        if !getsockopt(&fd, sockopt::AcceptConn).unwrap_or(false) {
+            return false;
+        }
+        if let Some(path) = &management.unix_socket {
+            let bound = getsockname::<UnixAddr>(fd.as_raw_fd())
+                .ok()
+                .and_then(|a| a.path().map(Path::to_path_buf));
+            return bound.as_deref() == Some(path.as_path())
+                && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+        }
+        let Some(iface) = &management.interface else {
+            return false;
+        };
+        let bound = getsockname::<SockaddrStorage>(fd.as_raw_fd()).ok();
+        let bound: Option<std::net::SocketAddr> = bound.and_then(|a| {
+            a.as_sockaddr_in()
+                .map(|v4: &SockaddrIn| std::net::SocketAddr::V4((*v4).into()))
+                .or_else(|| {
+                    a.as_sockaddr_in6()
+                        .map(|v6: &SockaddrIn6| std::net::SocketAddr::V6((*v6).into()))
+                })
+        });
+        bound == Some(iface.socket_addr())
+    }
+
     /// The unix socket file to remove when the resolver stops.
     pub fn socket_file(&self) -> Option<&Path> {
         match self {

@@ -7,7 +7,7 @@
 //! killed or hangs, it is restarted and adopts the running workers.
 
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -491,19 +491,57 @@ impl Root {
             }
         }
         let mut store = FdStore::default();
+        let mut kept_api = None;
+        // What systemd kept for us across a restart (`FDSTORE=1`): the API socket and the
+        // workers' listening sockets, with queries and connections waiting in them.
+        for (name, fd) in supervisor::upward::listen_fds() {
+            if name == STORED_API {
+                kept_api = Some(fd);
+            } else if keeps_upward(&name) {
+                let _ = store.put(name, fd);
+            } else {
+                tracing::warn!("closing a descriptor passed as {name:?}, which is not ours");
+            }
+        }
+        if !store.is_empty() || kept_api.is_some() {
+            tracing::info!(
+                "the service manager kept {} listening sockets for us",
+                store.len() + usize::from(kept_api.is_some())
+            );
+        }
         // The API socket is ours, so that clients wait in its backlog while the manager
         // restarts instead of being refused.
-        let bound = crate::api::server::Listener::bind(management)
-            .map_err(|e| e.to_string())
-            .and_then(|listener| {
-                tracing::info!("management API listening on {}", listener.endpoint());
-                let file = listener.socket_file().map(Path::to_path_buf);
-                let fd = listener
-                    .into_fd()
-                    .map_err(|e| format!("management API: {e}"))?;
+        let kept_api = kept_api.filter(|fd| {
+            let kept = crate::api::server::Listener::kept_for(fd.as_fd(), management);
+            if !kept {
+                upward.remove_stored_fd(STORED_API);
+            }
+            kept
+        });
+        let bound = match kept_api {
+            Some(fd) => {
+                let file = management.unix_socket.clone();
+                tracing::info!(
+                    "management API listening on {} (kept across the restart)",
+                    file.as_deref()
+                        .map_or_else(String::new, |p| p.display().to_string())
+                );
                 let _ = store.put(STORED_API.to_owned(), fd);
                 Ok(file)
-            });
+            }
+            None => crate::api::server::Listener::bind(management)
+                .map_err(|e| e.to_string())
+                .and_then(|listener| {
+                    tracing::info!("management API listening on {}", listener.endpoint());
+                    let file = listener.socket_file().map(Path::to_path_buf);
+                    let fd = listener
+                        .into_fd()
+                        .map_err(|e| format!("management API: {e}"))?;
+                    upward.store_fd(STORED_API, fd.as_fd());
+                    let _ = store.put(STORED_API.to_owned(), fd);
+                    Ok(file)
+                }),
+        };
         let api_socket = match bound {
             // A TCP endpoint has no file: an empty path marks "bound".
             Ok(file) => Some(file.unwrap_or_default()),
@@ -779,7 +817,13 @@ impl Root {
             }
         };
         let _ = started.sup_task.await;
-        if let Some(path) = started.api_socket.filter(|p| !p.as_os_str().is_empty()) {
+        // A socket systemd keeps for our next start keeps its file too (clients connecting
+        // during a restart wait in its backlog); otherwise nobody listens on it any more.
+        let kept = started.upward.fd_store_capacity() > 0;
+        if let Some(path) = started
+            .api_socket
+            .filter(|p| !kept && !p.as_os_str().is_empty())
+        {
             let _ = std::fs::remove_file(path);
         }
         crate::manager::rundir::remove_generated_files(&self.rundir);
@@ -842,6 +886,7 @@ impl Root {
             upward,
             hang_after,
             reexec: Some(reexec),
+            keep_upward: keeps_upward,
         };
         let backoff = Backoff::default();
         let mut failures = 0u32;
@@ -1010,6 +1055,12 @@ async fn exited(sup: &SupervisorHandle, pid: i32) {
                 .any(|p| p.name == service::MANAGER && p.pid == Some(pid))
         })
         .await;
+}
+
+/// Which stored descriptors systemd keeps for us across restarts too: the API socket and the
+/// workers' listening sockets (not the configuration, which a restart reads anew).
+fn keeps_upward(name: &str) -> bool {
+    name == STORED_API || name.starts_with(crate::manager::listen::STORED_PREFIX)
 }
 
 /// Whether the manager never stored the configuration it runs, i.e. never finished a start.

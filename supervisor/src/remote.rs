@@ -301,6 +301,9 @@ pub struct ChildService<'a> {
     pub hang_after: Duration,
     /// Where its re-execution requests go, if the parent offers that.
     pub reexec: Option<&'a mpsc::UnboundedSender<ReexecRequest>>,
+    /// Which of its stored descriptors also go to the service manager's store through
+    /// `upward` (kept across restarts of the whole service), by name.
+    pub keep_upward: fn(&str) -> bool,
 }
 
 /// A directing child's request that the parent re-execute itself: `reply` says whether it
@@ -325,6 +328,7 @@ pub async fn serve_child(
         upward,
         hang_after,
         reexec,
+        keep_upward,
     } = *service;
     let link = Arc::new(link);
     let welcome = ToChild::Welcome {
@@ -389,11 +393,19 @@ pub async fn serve_child(
                         let Some(fd) = fds.pop().filter(|_| fds.is_empty()) else {
                             break ChildEnd::Misbehaved("store without exactly one descriptor".into());
                         };
+                        if keep_upward(&name) {
+                            upward.store_fd(&name, fd.as_fd());
+                        }
                         if let Err(e) = store.put(name, fd) {
                             break ChildEnd::Misbehaved(e);
                         }
                     }
-                    ToParent::Forget { name } => store.forget(&name),
+                    ToParent::Forget { name } => {
+                        if keep_upward(&name) && store.contains(&name) {
+                            upward.remove_stored_fd(&name);
+                        }
+                        store.forget(&name);
+                    }
                     ToParent::Upward(note) => upward.send_upward(&note.bounded(MAX_STATUS)),
                     ToParent::Exit { code } => break ChildEnd::Exit(code),
                     ToParent::Pong { seq: s } => {

@@ -46,6 +46,9 @@ pub struct UpwardNotifier {
     forward: Option<tokio::sync::mpsc::UnboundedSender<Upward>>,
     /// Keepalive interval asked for by `WATCHDOG_USEC` (meant for us: `WATCHDOG_PID` unset or ours).
     watchdog: Option<Duration>,
+    /// How many descriptors the service manager keeps for us across restarts (`FDSTORE`,
+    /// set by systemd ≥ 254 from `FileDescriptorStoreMax=`); 0 when it keeps none.
+    fd_store: usize,
 }
 
 impl UpwardNotifier {
@@ -54,6 +57,62 @@ impl UpwardNotifier {
             target: std::env::var_os("NOTIFY_SOCKET").filter(|s| !s.is_empty()),
             forward: None,
             watchdog: sd_notify::watchdog_enabled(),
+            fd_store: std::env::var("FDSTORE")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+        }
+    }
+
+    /// The same notifier, told the service manager keeps up to `max` descriptors for us.
+    pub fn with_fd_store(mut self, max: usize) -> Self {
+        self.fd_store = max;
+        self
+    }
+
+    /// How many descriptors the service manager keeps for us across restarts (0: none).
+    pub fn fd_store_capacity(&self) -> usize {
+        if self.target.is_some() {
+            self.fd_store
+        } else {
+            0
+        }
+    }
+
+    /// Hand a duplicate of `fd` to the service manager's descriptor store under `name`
+    /// (`FDSTORE=1`, `FDNAME=` encoded by [`encode_fd_name`]), replacing what it kept under
+    /// that name. It hands the descriptor back at our next start ([`listen_fds`]). Nothing is
+    /// sent when the service manager keeps no descriptors for us.
+    pub fn store_fd(&self, name: &str, fd: std::os::fd::BorrowedFd<'_>) {
+        use std::os::fd::AsRawFd;
+        if self.fd_store_capacity() == 0 {
+            return;
+        }
+        let Some(encoded) = encode_fd_name(name) else {
+            tracing::warn!("cannot keep {name:?} in the service manager's store: name too long");
+            return;
+        };
+        let Some(target) = &self.target else { return };
+        let remove = format!("FDSTOREREMOVE=1\nFDNAME={encoded}\n");
+        let store = format!("FDSTORE=1\nFDNAME={encoded}\n");
+        let sent = send_datagram(target, remove.as_bytes(), &[])
+            .and_then(|()| send_datagram(target, store.as_bytes(), &[fd.as_raw_fd()]));
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, "cannot keep {name:?} in the service manager's store");
+        }
+    }
+
+    /// Have the service manager close what it keeps under `name` (`FDSTOREREMOVE=1`).
+    pub fn remove_stored_fd(&self, name: &str) {
+        if self.fd_store_capacity() == 0 {
+            return;
+        }
+        let (Some(target), Some(encoded)) = (&self.target, encode_fd_name(name)) else {
+            return;
+        };
+        let msg = format!("FDSTOREREMOVE=1\nFDNAME={encoded}\n");
+        if let Err(e) = send_datagram(target, msg.as_bytes(), &[]) {
+            tracing::warn!(error = %e, "cannot remove {name:?} from the service manager's store");
         }
     }
 
@@ -63,6 +122,7 @@ impl UpwardNotifier {
             target: Some(socket.into()),
             forward: None,
             watchdog: None,
+            fd_store: 0,
         }
     }
 
@@ -78,6 +138,7 @@ impl UpwardNotifier {
             target: None,
             forward: None,
             watchdog: None,
+            fd_store: 0,
         }
     }
 
@@ -87,6 +148,7 @@ impl UpwardNotifier {
             target: None,
             forward: Some(tx),
             watchdog: None,
+            fd_store: 0,
         }
     }
 
@@ -122,7 +184,7 @@ impl UpwardNotifier {
             msg.push_str(&s.to_string());
             msg.push('\n');
         }
-        if let Err(e) = send_datagram(target, msg.as_bytes()) {
+        if let Err(e) = send_datagram(target, msg.as_bytes(), &[]) {
             tracing::warn!(error = %e, "cannot notify the service manager");
         }
     }
@@ -186,18 +248,37 @@ impl UpwardNotifier {
     }
 }
 
-/// Send one datagram to a `NOTIFY_SOCKET` value.
-fn send_datagram(target: &std::ffi::OsStr, msg: &[u8]) -> std::io::Result<()> {
-    use std::os::linux::net::SocketAddrExt;
+/// Send one datagram, with `fds` attached, to a `NOTIFY_SOCKET` value.
+fn send_datagram(
+    target: &std::ffi::OsStr,
+    msg: &[u8],
+    fds: &[std::os::fd::RawFd],
+) -> std::io::Result<()> {
+    use nix::sys::socket::{sendmsg, socket, AddressFamily, ControlMessage, MsgFlags};
+    use nix::sys::socket::{SockFlag, SockType, UnixAddr};
+    use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::net::{SocketAddr, UnixDatagram};
     let bytes = target.as_bytes();
     let addr = match bytes.strip_prefix(b"@") {
-        Some(name) => SocketAddr::from_abstract_name(name)?,
-        None => SocketAddr::from_pathname(std::path::Path::new(target))?,
+        Some(name) => UnixAddr::new_abstract(name)?,
+        None => UnixAddr::new(std::path::Path::new(target))?,
     };
-    let socket = UnixDatagram::unbound()?;
-    let sent = socket.send_to_addr(msg, &addr)?;
+    let socket = socket(
+        AddressFamily::Unix,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    let iov = [std::io::IoSlice::new(msg)];
+    let rights = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &rights };
+    let sent = sendmsg(
+        socket.as_raw_fd(),
+        &iov,
+        cmsgs,
+        MsgFlags::MSG_NOSIGNAL,
+        Some(&addr),
+    )?;
     if sent != msg.len() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::WriteZero,
@@ -206,6 +287,80 @@ fn send_datagram(target: &std::ffi::OsStr, msg: &[u8]) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// The longest `FDNAME=` systemd takes.
+const MAX_FD_NAME: usize = 255;
+
+/// `name` as an `FDNAME=` value: systemd refuses ':' (the separator of `LISTEN_FDNAMES`),
+/// control characters and non-ASCII, so those bytes and '%' are written `%XX`. `None` when
+/// the result is longer than systemd takes.
+pub fn encode_fd_name(name: &str) -> Option<String> {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b == b'%' || b == b':' || !(0x20..0x7f).contains(&b) {
+            let _ = write!(out, "%{b:02X}");
+        } else {
+            out.push(char::from(b));
+        }
+    }
+    (!out.is_empty() && out.len() <= MAX_FD_NAME).then_some(out)
+}
+
+/// The name [`encode_fd_name`] encoded; `None` for what it never writes.
+pub fn decode_fd_name(encoded: &str) -> Option<String> {
+    let bytes = encoded.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The descriptors the service manager passed us at start (`LISTEN_FDS`, from 3 on, meant
+/// for us: `LISTEN_PID` is our pid), with their decoded `LISTEN_FDNAMES`, now ours (and
+/// close-on-exec). Descriptors whose names are not ours are returned with the name
+/// systemd gave them. Empty when nothing was passed.
+pub fn listen_fds() -> Vec<(String, std::os::fd::OwnedFd)> {
+    let for_us = std::env::var("LISTEN_PID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|p| p == std::process::id());
+    let count: i32 = std::env::var("LISTEN_FDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    if !for_us || count <= 0 {
+        return Vec::new();
+    }
+    let names = std::env::var("LISTEN_FDNAMES").unwrap_or_default();
+    let mut names = names.split(':');
+    let mut fds = Vec::new();
+    for fd in 3..3i32.saturating_add(count.min(MAX_LISTEN_FDS)) {
+        let name = names.next().unwrap_or("unknown");
+        let name = decode_fd_name(name).unwrap_or_else(|| name.to_owned());
+        match crate::os::take_inherited_fd(fd).and_then(|owned| {
+            crate::os::set_cloexec(&owned)?;
+            Ok(owned)
+        }) {
+            Ok(owned) => fds.push((name, owned)),
+            Err(e) => tracing::warn!("LISTEN_FDS names descriptor {fd}, which is not open: {e}"),
+        }
+    }
+    fds
+}
+
+/// The most descriptors taken from `LISTEN_FDS` (systemd's own store holds at most 4,096 by
+/// default; more than our own store takes is never ours).
+const MAX_LISTEN_FDS: i32 = crate::remote::MAX_STORED as i32;
 
 #[cfg(test)]
 mod tests {
@@ -242,6 +397,91 @@ mod tests {
         assert!(
             UpwardNotifier::to_socket("@x").spawn_watchdog().is_none(),
             "no keepalives unless asked for"
+        );
+    }
+
+    #[test]
+    fn fd_names_encode_what_systemd_refuses() {
+        for name in [
+            "api",
+            "sock 0 udp 0 127.0.0.1:53",
+            "sock 12 tls 1 [::1]:853",
+            "100% odd\tname\u{e9}",
+        ] {
+            let encoded = encode_fd_name(name).expect("encodable");
+            assert!(
+                encoded
+                    .bytes()
+                    .all(|b| (0x20..0x7f).contains(&b) && b != b':'),
+                "{encoded:?}"
+            );
+            assert_eq!(decode_fd_name(&encoded).as_deref(), Some(name));
+        }
+        assert_eq!(
+            encode_fd_name("sock 0 udp 0 127.0.0.1:53").as_deref(),
+            Some("sock 0 udp 0 127.0.0.1%3A53")
+        );
+        assert_eq!(encode_fd_name(""), None);
+        assert_eq!(
+            encode_fd_name(&":".repeat(86)),
+            None,
+            "longer than 255 encoded"
+        );
+        assert_eq!(decode_fd_name("bad%zz"), None);
+        assert_eq!(decode_fd_name("cut%3"), None);
+    }
+
+    #[test]
+    fn descriptors_go_to_the_store_only_when_it_keeps_them() {
+        use std::os::fd::AsFd;
+        let name = format!("kres-upward-fdstore-{}", std::process::id());
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract address");
+        let socket = UnixDatagram::bind_addr(&addr).expect("bind");
+        let kept = std::net::UdpSocket::bind("127.0.0.1:0").expect("a socket to keep");
+        let receive_with_fds = |socket: &UnixDatagram| {
+            let mut buf = [0u8; 4096];
+            let packet = crate::os::recv_packet(socket.as_fd(), &mut buf).expect("a datagram");
+            (
+                String::from_utf8_lossy(&buf[..packet.len]).into_owned(),
+                packet.fds.len(),
+            )
+        };
+        // Not offered (no FDSTORE): nothing sent; the next datagram is the status after it.
+        let plain = UpwardNotifier::to_socket(format!("@{name}"));
+        assert_eq!(plain.fd_store_capacity(), 0);
+        plain.store_fd("api", kept.as_fd());
+        plain.remove_stored_fd("api");
+        plain.status("after");
+        assert_eq!(receive(&socket), "STATUS=after\n");
+
+        let store = UpwardNotifier::to_socket(format!("@{name}")).with_fd_store(16);
+        store.store_fd("sock 0 udp 0 127.0.0.1:53", kept.as_fd());
+        assert_eq!(
+            receive_with_fds(&socket),
+            (
+                "FDSTOREREMOVE=1\nFDNAME=sock 0 udp 0 127.0.0.1%3A53\n".to_owned(),
+                0
+            ),
+            "what was kept under the name before is replaced"
+        );
+        assert_eq!(
+            receive_with_fds(&socket),
+            (
+                "FDSTORE=1\nFDNAME=sock 0 udp 0 127.0.0.1%3A53\n".to_owned(),
+                1
+            )
+        );
+        store.remove_stored_fd("api");
+        assert_eq!(
+            receive_with_fds(&socket),
+            ("FDSTOREREMOVE=1\nFDNAME=api\n".to_owned(), 0)
+        );
+        assert_eq!(
+            UpwardNotifier::disabled()
+                .with_fd_store(16)
+                .fd_store_capacity(),
+            0,
+            "nowhere to send"
         );
     }
 

@@ -1433,6 +1433,7 @@ fn a_remote_caller_commands_the_supervisor_and_its_store_outlives_it() {
             upward: &upward,
             hang_after: TIMEOUT,
             reexec: Some(&reexec_tx),
+            keep_upward: |_| false,
         };
         // The parent's owner answers re-execution requests: the first is refused, with why.
         let owner = tokio::spawn(async move {

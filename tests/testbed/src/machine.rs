@@ -203,6 +203,24 @@ impl Machine {
         Ok(crate::short_answers(&self.run(&crate::kdig_a(name))?))
     }
 
+    /// Run `f` on a thread inside the machine's network namespace: sockets it creates (a
+    /// [`crate::load::Load`]'s, say) talk to the machine's loopback, whatever thread uses
+    /// them later.
+    pub fn in_network<T: Send>(&self, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+        let netns = std::fs::File::open(format!("/proc/{}/ns/net", self.leader))
+            .context("opening the machine's network namespace")?;
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET)
+                        .context("entering the machine's network namespace")?;
+                    f()
+                })
+                .join()
+                .map_err(|_| anyhow::anyhow!("the thread in the machine's network panicked"))?
+        })
+    }
+
     /// Poll `check` until it returns `Some`, or fail after `timeout` saying `what`.
     pub fn wait_for<T>(
         &self,
