@@ -129,3 +129,94 @@ fn a_dry_run_changes_nothing_and_predicts_the_change() {
     assert_eq!((workers(&r), etag(&r)), (pids, tag), "unchanged");
     r.stop();
 }
+
+/// Run our kresctl; its exit code, standard output and standard error.
+fn kresctl(r: &Resolver, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = r.kresctl(args).expect("kresctl");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn kresctl_config_diff_and_apply_dry_run_predict_what_apply_does() {
+    let setup = Setup::new("config-diff").workers(2).extra(RECORDS);
+    let r = common::start(&setup).expect("start");
+    let (pids, tag) = (workers(&r), etag(&r));
+    let mut wanted = json(&r.http("GET", "/v1/config", b"").expect("GET"));
+    wanted["workers"] = Value::from(3);
+    wanted["local-data"]["addresses"]["dry.test"] = Value::from("192.0.2.102");
+    let file = std::env::temp_dir().join(format!("kres-config-diff-{}.json", std::process::id()));
+    std::fs::write(&file, serde_json::to_vec(&wanted).expect("JSON")).expect("write");
+    let file_arg = file.to_str().expect("a UTF-8 path");
+
+    let (code, out, err) = kresctl(&r, &["config", "diff", file_arg]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("~ /workers: 2 -> 3"), "{out}");
+    assert!(
+        out.contains(r#"~ /local-data/addresses/dry.test: "192.0.2.100" -> "192.0.2.102""#),
+        "{out}"
+    );
+    assert!(out.contains("sections changed: "), "{out}");
+
+    let (code, out, err) = kresctl(&r, &["apply", "--dry-run", "--json", file_arg]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let predicted: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(
+        predicted["differences"].as_array().map(Vec::len),
+        Some(2),
+        "{predicted:#}"
+    );
+    let plan = &predicted["plan"];
+    assert_eq!(plan["workers"]["action"], "restart", "{plan:#}");
+    assert_eq!(
+        (workers(&r), etag(&r)),
+        (pids.clone(), tag),
+        "a diff changes nothing"
+    );
+    assert!(answers(&r, "192.0.2.100"), "the rules are unchanged");
+
+    let (code, out, err) = kresctl(&r, &["apply", file_arg]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        Some(etag(&r).as_str()),
+        plan["etag"].as_str(),
+        "the predicted ETag"
+    );
+    let after = workers(&r);
+    let restart = names(&plan["workers"]["restart"]);
+    for (name, pid) in &pids {
+        assert_eq!(
+            after.get(name) != Some(pid),
+            restart.contains(name),
+            "{name}: restarted exactly when predicted ({restart:?})"
+        );
+    }
+    let added: Vec<String> = after
+        .keys()
+        .filter(|n| !pids.contains_key(*n))
+        .cloned()
+        .collect();
+    assert_eq!(
+        added,
+        names(&plan["workers"]["start"]),
+        "started as predicted"
+    );
+    assert!(answers(&r, "192.0.2.102"));
+    let (code, out, _) = kresctl(&r, &["config", "diff", file_arg]);
+    assert_eq!(code, Some(0));
+    assert!(out.starts_with("no differences"), "{out}");
+
+    // A file the resolver would refuse: the error names the path, nothing changes.
+    wanted["workers"] = Value::from("many");
+    std::fs::write(&file, serde_json::to_vec(&wanted).expect("JSON")).expect("write");
+    let tag = etag(&r);
+    let (code, out, err) = kresctl(&r, &["config", "diff", file_arg]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("/workers"), "{err}");
+    assert_eq!(etag(&r), tag);
+    let _ = std::fs::remove_file(&file);
+    r.stop();
+}

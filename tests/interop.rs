@@ -148,6 +148,27 @@ fn our_kresctl_drives_upstreams_daemon() {
     let said = String::from_utf8_lossy(&upgrade.stderr);
     assert_eq!(upgrade.status.code(), Some(1), "{said}");
     assert!(said.contains("does not offer in-place upgrades"), "{said}");
+    // Upstream has no dry run (it would apply a `?dry-run=true` PUT): our kresctl shows the
+    // differences, says it cannot tell more, and sends no change.
+    let mut wanted: Value =
+        serde_json::from_str(&ok(&kresctl(&["config", "get", "--json"]))).expect("JSON");
+    wanted["workers"] = Value::from(3);
+    let file = std::env::temp_dir().join(format!("kres-interop-diff-{}.json", std::process::id()));
+    std::fs::write(&file, serde_json::to_vec(&wanted).expect("JSON")).expect("write");
+    let diff = kresctl(&["config", "diff", file.to_str().expect("UTF-8")]);
+    let said = String::from_utf8_lossy(&diff.stderr);
+    assert_eq!(diff.status.code(), Some(1), "{said}");
+    assert!(said.contains("offers no dry run"), "{said}");
+    assert!(
+        String::from_utf8_lossy(&diff.stdout).contains("~ /workers: 2 -> 3"),
+        "the differences are shown"
+    );
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(
+        ok(&kresctl(&["pids", "kresd"])).lines().count(),
+        2,
+        "nothing applied"
+    );
     ok(&kresctl(&["stop"]));
     let status = upstream
         .launched

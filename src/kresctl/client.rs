@@ -169,6 +169,8 @@ fn percent_decode(s: &str) -> String {
 pub struct ApiResponse {
     pub status: u16,
     pub body: Vec<u8>,
+    /// The `ETag` header, if the answer had one.
+    pub etag: Option<String>,
 }
 
 impl ApiResponse {
@@ -202,7 +204,18 @@ impl ApiClient {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<ApiResponse, ClientError> {
-        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, path, body))
+        self.request_with(method, path, &[], body).await
+    }
+
+    /// [`ApiClient::request`] with request headers (`If-Match`, say).
+    pub async fn request_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Result<ApiResponse, ClientError> {
+        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, path, headers, body))
             .await
             .map_err(|_| ClientError::Timeout(REQUEST_TIMEOUT))?
     }
@@ -211,10 +224,16 @@ impl ApiClient {
         &self,
         method: &str,
         path: &str,
+        headers: &[(&str, &str)],
         body: Option<Vec<u8>>,
     ) -> Result<ApiResponse, ClientError> {
-        let resp = self.send(method, path, &[], body).await?;
+        let resp = self.send(method, path, headers, body).await?;
         let status = resp.status().as_u16();
+        let etag = resp
+            .headers()
+            .get(hyper::header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let limited = http_body_util::Limited::new(resp.into_body(), MAX_RESPONSE);
         let body = match limited.collect().await {
             Ok(collected) => collected.to_bytes().to_vec(),
@@ -223,7 +242,7 @@ impl ApiClient {
             }
             Err(e) => return Err(ClientError::Invalid(e.to_string())),
         };
-        Ok(ApiResponse { status, body })
+        Ok(ApiResponse { status, body, etag })
     }
 
     /// Send one request with `headers` and return the answer as it starts: its body is read

@@ -4,6 +4,7 @@
 //! `completion`.
 
 pub mod client;
+pub mod diff;
 pub mod events;
 pub mod migrate;
 
@@ -77,6 +78,19 @@ enum ApiCommand {
         /// Print the full process objects as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Make configuration files the running configuration (as `PUT /v1/config`), refused if
+    /// it changed since kresctl read it.
+    Apply {
+        /// Only show what would change, as `kresctl config diff` does; nothing changes.
+        #[arg(long)]
+        dry_run: bool,
+        /// With --dry-run: print JSON.
+        #[arg(long, requires = "dry_run")]
+        json: bool,
+        /// The files, deep-merged in order.
+        #[arg(required = true)]
+        input_file: Vec<PathBuf>,
     },
     /// Stop the resolver (all its processes).
     Stop,
@@ -265,6 +279,18 @@ enum ConfigOp {
         /// JSON pointer into the configuration (`/local-data`).
         #[arg(short = 'p', long = "path", default_value = "")]
         path: String,
+    },
+    /// Show what configuration files would change in the running resolver: the differences
+    /// path by path, and what the resolver would do (sections changed, workers restarted or
+    /// only rules reset, processes started or stopped), from its own dry run. Nothing
+    /// changes.
+    Diff {
+        /// Print the differences (a JSON Patch) and the resolver's plan as JSON.
+        #[arg(long)]
+        json: bool,
+        /// The files, deep-merged in order.
+        #[arg(required = true)]
+        input_file: Vec<PathBuf>,
     },
 }
 
@@ -471,6 +497,19 @@ async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), client::
                 .await?
                 .ok()?;
         }
+        ApiCommand::Config(ConfigArgs {
+            op: Some(ConfigOp::Diff { json, input_file }),
+        }) => diff::diff(client, &input_file, json).await?,
+        ApiCommand::Apply {
+            dry_run: true,
+            json,
+            input_file,
+        } => diff::diff(client, &input_file, json).await?,
+        ApiCommand::Apply {
+            dry_run: false,
+            input_file,
+            ..
+        } => diff::apply(client, &input_file).await?,
         ApiCommand::Pids { proc_type, json } => pids(client, &proc_type, json).await?,
         ApiCommand::Stop => {
             client.request("POST", "/stop", None).await?.ok()?;

@@ -1,0 +1,312 @@
+//! `kresctl config diff FILE…` and `kresctl apply [--dry-run] FILE…`: what configuration
+//! files would change in the running resolver, before anything changes. Two answers: the
+//! differences between the running configuration (`GET /v1/config`) and the files, path by
+//! path (a JSON Patch that turns the one into the other), and what the resolver itself says
+//! it would do with them (`PUT /v1/config?dry-run=true`: the sections that change, whether
+//! workers restart or only the rules are reset, which start or stop, the cache GC). The dry
+//! run is sent with the running configuration's ETag, so both answers are of the same
+//! version; `apply` sends the files the same way, so a change made meanwhile by someone else
+//! is refused (412) rather than overwritten.
+
+use std::path::PathBuf;
+
+use serde_json::{json, Map, Value};
+
+use super::client::{ApiClient, ClientError};
+
+/// One difference: what a JSON Patch operation does at `path` of the running configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Difference {
+    Add {
+        path: String,
+        value: Value,
+    },
+    Remove {
+        path: String,
+        old: Value,
+    },
+    Replace {
+        path: String,
+        old: Value,
+        value: Value,
+    },
+}
+
+impl Difference {
+    /// As a JSON Patch operation (RFC 6902), with the running value as `old`.
+    fn to_json(&self) -> Value {
+        match self {
+            Difference::Add { path, value } => json!({"op": "add", "path": path, "value": value}),
+            Difference::Remove { path, old } => json!({"op": "remove", "path": path, "old": old}),
+            Difference::Replace { path, old, value } => {
+                json!({"op": "replace", "path": path, "old": old, "value": value})
+            }
+        }
+    }
+
+    /// One line: `+ /path: value`, `- /path: old`, `~ /path: old -> value`.
+    fn line(&self) -> String {
+        let show = |v: &Value| serde_json::to_string(v).unwrap_or_default();
+        match self {
+            Difference::Add { path, value } => format!("+ {path}: {}", show(value)),
+            Difference::Remove { path, old } => format!("- {path}: {}", show(old)),
+            Difference::Replace { path, old, value } => {
+                format!("~ {path}: {} -> {}", show(old), show(value))
+            }
+        }
+    }
+}
+
+/// The differences that turn `old` into `new`, objects compared key by key (in key order),
+/// anything else (lists among them) as a whole.
+pub fn differences(old: &Value, new: &Value) -> Vec<Difference> {
+    let mut out = Vec::new();
+    walk(old, new, &mut String::new(), &mut out);
+    out
+}
+
+fn walk(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Difference>) {
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for key in keys {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                match (a.get(key), b.get(key)) {
+                    (Some(x), Some(y)) => walk(x, y, path, out),
+                    (Some(x), None) => out.push(Difference::Remove {
+                        path: path.clone(),
+                        old: x.clone(),
+                    }),
+                    (None, Some(y)) => out.push(Difference::Add {
+                        path: path.clone(),
+                        value: y.clone(),
+                    }),
+                    (None, None) => {}
+                }
+                path.truncate(len);
+            }
+        }
+        (a, b) if a == b => {}
+        (a, b) => out.push(Difference::Replace {
+            path: path.clone(),
+            old: a.clone(),
+            value: b.clone(),
+        }),
+    }
+}
+
+/// What the resolver says it would do, as lines.
+fn plan_lines(plan: &Value) -> Vec<String> {
+    let list = |v: &Value| -> String {
+        let names: Vec<&str> = v
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        }
+    };
+    let mut lines = vec![format!("sections changed: {}", list(&plan["changed"]))];
+    let workers = &plan["workers"];
+    lines.push(match workers["action"].as_str() {
+        Some("rules-reset") => "workers: kept running; only the rules are reset".to_owned(),
+        Some("restart") => format!(
+            "workers: restarted: {}; started: {}; stopped: {}{}",
+            list(&workers["restart"]),
+            list(&workers["start"]),
+            list(&workers["stop"]),
+            if workers["canary"] == Value::Bool(true) {
+                " (a canary is tried first)"
+            } else {
+                ""
+            }
+        ),
+        Some(other) => format!("workers: {other}"),
+        None => "workers: (the answer does not say)".to_owned(),
+    });
+    if let Some(gc) = plan["cache-gc"].as_str() {
+        lines.push(format!(
+            "cache-gc: {}",
+            if gc == "replace" { "restarted" } else { "kept" }
+        ));
+    }
+    lines
+}
+
+/// The running configuration and its ETag.
+async fn running(client: &ApiClient) -> Result<(Value, Option<String>), ClientError> {
+    let response = client.request("GET", "/v1/config", None).await?;
+    let etag = response.etag.clone();
+    let body = response.ok()?;
+    Ok((serde_json::from_slice(&body)?, etag))
+}
+
+/// The configuration the files make, deep-merged in order and checked locally (paths are
+/// checked by the resolver, where they are used).
+fn load(files: &[PathBuf]) -> Result<Value, ClientError> {
+    crate::config::load_files(files, crate::config::PathChecks::Lenient)
+        .map(|loaded| loaded.raw)
+        .map_err(|e| ClientError::Invalid(e.to_string()))
+}
+
+/// Whether the server is ours: upstream's manager ignores `?dry-run=true` and would apply
+/// the change. `GET /upgrade` is a route only ours has.
+async fn offers_dry_run(client: &ApiClient) -> Result<bool, ClientError> {
+    Ok(client.request("GET", "/upgrade", None).await?.status != 404)
+}
+
+/// `PUT /v1/config`, for real or as a dry run, against the version `etag` names.
+async fn put(
+    client: &ApiClient,
+    config: &Value,
+    etag: Option<&str>,
+    dry_run: bool,
+) -> Result<Vec<u8>, ClientError> {
+    let path = if dry_run {
+        "/v1/config?dry-run=true"
+    } else {
+        "/v1/config"
+    };
+    let headers: Vec<(&str, &str)> = etag.map(|t| ("If-Match", t)).into_iter().collect();
+    let response = client
+        .request_with("PUT", path, &headers, Some(serde_json::to_vec(config)?))
+        .await?;
+    if response.status == 412 {
+        return Err(ClientError::Failed(
+            "the running configuration changed while kresctl compared it; nothing was \
+             changed, run it again"
+                .into(),
+        ));
+    }
+    response.ok()
+}
+
+/// `config diff` and `apply --dry-run`: print the differences and the resolver's own
+/// prediction. Nothing changes.
+pub async fn diff(client: &ApiClient, files: &[PathBuf], json: bool) -> Result<(), ClientError> {
+    let new = load(files)?;
+    let (old, etag) = running(client).await?;
+    let found = differences(&old, &new);
+    let plan = if offers_dry_run(client).await? {
+        let body = put(client, &new, etag.as_deref(), true).await?;
+        Some(serde_json::from_slice::<Value>(&body)?)
+    } else {
+        None
+    };
+    if json {
+        let mut out = Map::new();
+        out.insert(
+            "differences".into(),
+            Value::Array(found.iter().map(Difference::to_json).collect()),
+        );
+        out.insert("plan".into(), plan.clone().unwrap_or(Value::Null));
+        println!("{}", serde_json::to_string_pretty(&Value::Object(out))?);
+    } else {
+        if found.is_empty() {
+            println!("no differences to the running configuration");
+        }
+        for d in &found {
+            println!("{}", d.line());
+        }
+        for line in plan.iter().flat_map(plan_lines) {
+            println!("{line}");
+        }
+    }
+    match plan {
+        Some(_) => Ok(()),
+        None => Err(ClientError::NotOffered(
+            "the resolver's management API offers no dry run (it is upstream's manager or an \
+             older knot-resolver): the differences are all kresctl can tell; nothing was \
+             changed"
+                .into(),
+        )),
+    }
+}
+
+/// `apply`: send the files as the new configuration, against the running version.
+pub async fn apply(client: &ApiClient, files: &[PathBuf]) -> Result<(), ClientError> {
+    let new = load(files)?;
+    let (_, etag) = running(client).await?;
+    let body = put(client, &new, etag.as_deref(), false).await?;
+    if !body.is_empty() {
+        println!("{}", String::from_utf8_lossy(&body));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differences_are_a_patch_from_the_running_configuration() {
+        let old = json!({"workers": 2, "cache": {"size-max": "100M"}, "a/b": {"x~": 1},
+                         "listen": [1, 2], "gone": {"deep": true}});
+        let new = json!({"workers": 3, "cache": {"size-max": "100M", "ttl-max": "2d"},
+                         "a/b": {"x~": 2}, "listen": [1, 2, 3], "gone": null});
+        assert_eq!(
+            differences(&old, &new),
+            vec![
+                Difference::Replace {
+                    path: "/a~1b/x~0".into(),
+                    old: json!(1),
+                    value: json!(2)
+                },
+                Difference::Add {
+                    path: "/cache/ttl-max".into(),
+                    value: json!("2d")
+                },
+                Difference::Replace {
+                    path: "/gone".into(),
+                    old: json!({"deep": true}),
+                    value: Value::Null
+                },
+                Difference::Replace {
+                    path: "/listen".into(),
+                    old: json!([1, 2]),
+                    value: json!([1, 2, 3])
+                },
+                Difference::Replace {
+                    path: "/workers".into(),
+                    old: json!(2),
+                    value: json!(3)
+                },
+            ]
+        );
+        assert!(differences(&old, &old).is_empty());
+        let removed = differences(&json!({"x": {"y": 1}}), &json!({}));
+        assert_eq!(removed[0].line(), r#"- /x: {"y":1}"#);
+        assert_eq!(
+            removed[0].to_json(),
+            json!({"op": "remove", "path": "/x", "old": {"y": 1}})
+        );
+    }
+
+    #[test]
+    fn plans_read_as_lines() {
+        let plan = json!({"dry-run": true, "changed": ["workers", "cache"],
+            "workers": {"action": "restart", "canary": true, "restart": ["kresd1", "kresd2"],
+                        "start": ["kresd3"], "stop": [], "unlink": []},
+            "cache-gc": "keep", "etag": "\"x\""});
+        assert_eq!(
+            plan_lines(&plan),
+            vec![
+                "sections changed: workers, cache",
+                "workers: restarted: kresd1, kresd2; started: kresd3; stopped: none (a canary is tried first)",
+                "cache-gc: kept",
+            ]
+        );
+        let reset = json!({"changed": ["local-data"], "workers": {"action": "rules-reset"},
+                           "cache-gc": "keep"});
+        assert_eq!(
+            plan_lines(&reset)[1],
+            "workers: kept running; only the rules are reset"
+        );
+    }
+}
