@@ -85,6 +85,16 @@ pub enum Event {
     /// This manager process started (`incarnation` 1 with the resolver; more after the
     /// previous one failed and was replaced): the first event of every epoch.
     ManagerStarted { incarnation: u32 },
+    /// The daemon was upgraded in place (`kresctl upgrade`, SIGUSR2) and this is the first
+    /// manager process since: `outcome` upgraded (`to` runs now), or failed (`from` runs on,
+    /// `error` says why). Published once per upgrade, right after `manager-started`.
+    Upgrade {
+        generation: u32,
+        outcome: crate::api::upgrade::UpgradeOutcome,
+        from: String,
+        to: String,
+        error: Option<String>,
+    },
     /// The resolver drains: readiness is off, DNS is still answered until the stop.
     Draining,
     /// To every follower, last: this manager process stops (the resolver stops), and the
@@ -189,6 +199,7 @@ impl Event {
             Event::ProcessFailed { .. } => "process-failed",
             Event::ProcessRemoved { .. } => "process-removed",
             Event::ManagerStarted { .. } => "manager-started",
+            Event::Upgrade { .. } => "upgrade",
             Event::Draining => "draining",
             Event::Stopping => "stopping",
             Event::ConfigReloading { .. } => "config-reloading",
@@ -233,6 +244,16 @@ impl fmt::Display for Event {
             },
             Event::ProcessRemoved { name } => write!(f, "{kind} {name}"),
             Event::ManagerStarted { incarnation } => write!(f, "{kind}, incarnation {incarnation}"),
+            Event::Upgrade {
+                generation,
+                from,
+                to,
+                error,
+                ..
+            } => match error {
+                None => write!(f, "{kind} {generation}: upgraded in place, {from} -> {to}"),
+                Some(why) => write!(f, "{kind} {generation} failed: {why}; {from} runs on"),
+            },
             Event::Draining | Event::Stopping => f.write_str(kind),
             Event::ConfigReloading { force, origin } | Event::ConfigRenewing { force, origin } => {
                 write!(

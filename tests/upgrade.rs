@@ -134,6 +134,26 @@ fn an_upgrade_under_load_keeps_every_process_and_loses_nothing() {
         root_answer.text()
     );
 
+    // The new manager announces the upgrade on /events, once, right after its start.
+    let mut events =
+        testbed::http::EventStream::open(&r.api, "/events", &[("Last-Event-ID", "0.0-0")])
+            .expect("GET /events");
+    let kinds: Vec<serde_json::Value> = (0..3)
+        .map(|_| {
+            let m = events
+                .next(START_TIMEOUT)
+                .expect("an event")
+                .expect("not ended");
+            serde_json::from_str(&m.data).expect("JSON")
+        })
+        .collect();
+    assert_eq!(kinds[0]["kind"], "events-missed", "{kinds:#?}");
+    assert_eq!(kinds[1]["kind"], "manager-started", "{kinds:#?}");
+    assert_eq!(kinds[2]["kind"], "upgrade", "{kinds:#?}");
+    assert_eq!(kinds[2]["outcome"], "upgraded", "{kinds:#?}");
+    assert_eq!(kinds[2]["to"], newer.as_str(), "{kinds:#?}");
+    drop(events);
+
     // A broken binary at the path: refused before anything stops.
     let manager = r.pids_named("kres-manager");
     for broken in [&b"not a binary at all\n"[..], b"#!/bin/sh\nexit 3\n"] {

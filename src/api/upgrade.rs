@@ -29,6 +29,10 @@ pub struct UpgradeRecord {
     /// Why it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The manager incarnation that starts first after it: the one that announces it on
+    /// `/events` (0 in records of versions before it).
+    #[serde(default)]
+    pub first_incarnation: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

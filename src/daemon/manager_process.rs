@@ -227,6 +227,17 @@ async fn serve(
     events.publish(crate::events::Event::ManagerStarted {
         incarnation: parent.incarnation,
     });
+    if let Some(record) = upgrade.as_deref() {
+        if record.first_incarnation == parent.incarnation {
+            events.publish(crate::events::Event::Upgrade {
+                generation: record.generation,
+                outcome: record.outcome,
+                from: record.from.clone(),
+                to: record.to.clone(),
+                error: record.error.clone(),
+            });
+        }
+    }
     // From the first table on: a first incarnation's followers can resume into its start-up.
     tokio::spawn(crate::events::follow_processes(
         parent.handle.subscribe(),

@@ -1036,6 +1036,7 @@ fn record_upgrade(started: &mut Started, from: &str, failed: Option<String>) {
             .duration_since(std::time::SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         error: failed,
+        first_incarnation: started.incarnations + 1,
     };
     let kept = upgrade::record(&record)
         .map_err(|e| e.to_string())
