@@ -128,9 +128,7 @@ impl UnixRoles {
         else {
             return None;
         };
-        let member = |group: Option<u32>| {
-            group.is_some_and(|g| *gid == g || groups.iter().any(|&member| member == g))
-        };
+        let member = |group: Option<u32>| group.is_some_and(|g| *gid == g || groups.contains(&g));
         if *uid == 0 || *uid == self.own_uid || member(self.groups.admin) {
             Some(Role::Admin)
         } else if member(self.groups.read_only) {
