@@ -10,6 +10,9 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
+use knot_resolver::api::guard::{Guard, TcpGuard};
+use knot_resolver::api::roles::{ApiGroups, UnixRoles};
+use knot_resolver::api::server::Peer;
 use knot_resolver::api::{app, ApiState};
 use knot_resolver::config::LoadedConfig;
 use knot_resolver::events::EventLog;
@@ -89,7 +92,7 @@ impl Fixture {
             fault_injection: false,
             resolve_root: dir.0.clone(),
             rendered: Default::default(),
-            tcp_guard: Default::default(),
+            guard: Default::default(),
             upgrade: None,
             events: EventLog::new("test"),
         };
@@ -761,4 +764,262 @@ async fn an_event_stream_outlives_the_request_time_limit_and_ends_at_the_stop() 
     let last = next_frame(&mut body).await.expect("a last notice");
     assert_eq!(field(&last, "event"), Some("stopping"), "{last}");
     assert_eq!(next_frame(&mut body).await, None);
+}
+
+// Roles: the client's role by unix peer credentials or TCP bearer token, checked before any
+// handler runs.
+
+/// The admin and read-only groups of the role tests, and the daemon's own uid.
+const ADMIN_GID: u32 = 4010;
+const READER_GID: u32 = 4020;
+const OWN_UID: u32 = 995;
+
+/// A unix peer as the server records it.
+fn unix_peer(uid: u32, gid: u32, groups: &[u32]) -> Peer {
+    Peer::Unix {
+        uid,
+        gid,
+        pid: Some(4242),
+        groups: Arc::from(groups),
+    }
+}
+
+/// `request` as it reaches the router from `peer`.
+fn from(peer: &Peer, mut request: Request<Body>) -> Request<Body> {
+    request.extensions_mut().insert(peer.clone());
+    request
+}
+
+impl Fixture {
+    /// A fixture whose unix socket gives roles by the groups above.
+    fn with_groups() -> Fixture {
+        let mut f = Fixture::new();
+        f.state.guard = Arc::new(Guard {
+            tcp: TcpGuard::default(),
+            unix: UnixRoles::new(
+                ApiGroups {
+                    admin: Some(ADMIN_GID),
+                    read_only: Some(READER_GID),
+                },
+                OWN_UID,
+            ),
+        });
+        f
+    }
+
+    /// A fixture listening on TCP 127.0.0.1:5000 with an admin and a read-only token.
+    fn with_tokens() -> Fixture {
+        let mut f = Fixture::new();
+        f.state.guard = Arc::new(Guard {
+            tcp: TcpGuard {
+                endpoint: Some("127.0.0.1:5000".parse().expect("addr")),
+                token: Some(Arc::from("admin-secret")),
+                read_only_token: Some(Arc::from("reader-secret")),
+            },
+            unix: UnixRoles::default(),
+        });
+        f
+    }
+
+    /// Send a request the role check must refuse: the manager hears nothing of it.
+    async fn refused(&mut self, request: Request<Body>) -> Reply {
+        let reply = self.send(request).await;
+        assert!(
+            self.commands.try_recv().is_err(),
+            "a refused request reached the manager"
+        );
+        reply
+    }
+}
+
+/// A request over TCP to 127.0.0.1:5000 with `token`, if any.
+fn over_tcp(token: Option<&str>, mut request: Request<Body>) -> Request<Body> {
+    let headers = request.headers_mut();
+    headers.insert("host", "127.0.0.1:5000".parse().expect("header"));
+    if let Some(token) = token {
+        let value = format!("Bearer {token}");
+        headers.insert("authorization", value.parse().expect("header"));
+    }
+    request
+        .extensions_mut()
+        .insert(Peer::Tcp("127.0.0.1:40000".parse().expect("addr")));
+    request
+}
+
+#[tokio::test]
+async fn admins_by_uid_or_group_read_and_change() {
+    let admins = [
+        unix_peer(0, 0, &[]),
+        unix_peer(OWN_UID, OWN_UID, &[]),
+        unix_peer(1000, ADMIN_GID, &[]),
+        unix_peer(1000, 1000, &[READER_GID, ADMIN_GID]),
+    ];
+    for (n, peer) in admins.iter().enumerate() {
+        let mut f = Fixture::with_groups();
+        let r = f.send(from(peer, request("GET", "/v1/config"))).await;
+        assert_eq!(r.status, StatusCode::OK, "{peer}");
+        let (r, applied) = f
+            .change(
+                from(peer, json_body("PUT", "/v1/config/workers", json!(n + 2))),
+                Outcome::Applied,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{peer}: {}", r.text());
+        assert_eq!(applied["workers"], json!(n + 2));
+    }
+}
+
+#[tokio::test]
+async fn a_reader_reads_and_every_change_is_403() {
+    for peer in [
+        unix_peer(1000, 1000, &[READER_GID]),
+        unix_peer(1000, READER_GID, &[]),
+    ] {
+        let mut f = Fixture::with_groups();
+        let before = f.send(from(&peer, request("GET", "/v1/config"))).await;
+        assert_eq!(before.status, StatusCode::OK, "{peer}");
+        for path in [
+            "/v1/config/workers",
+            "/processes",
+            "/schema",
+            "/",
+            "/upgrade",
+        ] {
+            let r = f.send(from(&peer, request("GET", path))).await;
+            assert_eq!(r.status, StatusCode::OK, "{peer} GET {path}: {}", r.text());
+        }
+        let r = f.send(from(&peer, request("HEAD", "/v1/config"))).await;
+        assert_eq!(r.status, StatusCode::OK);
+        let changes = [
+            json_body("PUT", "/v1/config/workers", json!(2)),
+            request("DELETE", "/v1/config/cache"),
+            with_body(
+                "PATCH",
+                "/v1/config",
+                "application/json-patch+json",
+                r#"[{"op":"replace","path":"/workers","value":2}]"#,
+            ),
+            request("POST", "/reload"),
+            request("POST", "/renew/force"),
+            request("POST", "/stop"),
+            request("POST", "/drain"),
+            request("POST", "/upgrade"),
+            json_body("POST", "/cache/clear", json!({})),
+            // A GET nobody listed as a read is closed too.
+            request("GET", "/debug/panic-manager"),
+        ];
+        for change in changes {
+            let what = format!("{} {}", change.method(), change.uri());
+            let r = f.refused(from(&peer, change)).await;
+            assert_eq!(r.status, StatusCode::FORBIDDEN, "{peer} {what}");
+            assert_eq!(
+                r.text(),
+                format!("{what} needs the admin role; this client has the read-only role\n")
+            );
+        }
+        assert!(!f.state.stop.is_cancelled(), "POST /stop was refused");
+        let after = f.send(from(&peer, request("GET", "/v1/config"))).await;
+        assert_eq!((after.etag, after.body), (before.etag, before.body));
+    }
+}
+
+#[tokio::test]
+async fn a_peer_in_neither_group_gets_403_for_everything() {
+    let mut f = Fixture::with_groups();
+    for peer in [unix_peer(1000, 1000, &[27, 100]), Peer::Unknown] {
+        let r = f.refused(from(&peer, request("GET", "/v1/config"))).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN);
+        assert_eq!(
+            r.text(),
+            "GET /v1/config needs the read-only or the admin role; this client has no role\n"
+        );
+        let r = f
+            .refused(from(
+                &peer,
+                json_body("PUT", "/v1/config/workers", json!(2)),
+            ))
+            .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN);
+    }
+    // A request that carries no peer at all is nobody's.
+    let r = f.refused(request("GET", "/livez")).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn without_groups_every_unix_peer_is_an_admin() {
+    let mut f = Fixture::new();
+    let peer = unix_peer(1000, 1000, &[]);
+    let (r, _) = f
+        .change(
+            from(&peer, json_body("PUT", "/v1/config/workers", json!(2))),
+            Outcome::Applied,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+}
+
+#[tokio::test]
+async fn tcp_tokens_give_their_roles() {
+    let mut f = Fixture::with_tokens();
+    // The read-only token reads, and changes nothing.
+    let before = f
+        .send(over_tcp(
+            Some("reader-secret"),
+            request("GET", "/v1/config"),
+        ))
+        .await;
+    assert_eq!(before.status, StatusCode::OK);
+    let r = f
+        .send(over_tcp(
+            Some("reader-secret"),
+            request("GET", "/processes"),
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = f
+        .refused(over_tcp(
+            Some("reader-secret"),
+            json_body("PUT", "/v1/config/workers", json!(2)),
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.text(),
+        "PUT /v1/config/workers needs the admin role; this client has the read-only role\n"
+    );
+    let r = f
+        .refused(over_tcp(Some("reader-secret"), request("POST", "/reload")))
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // No token, or a wrong one: 401, for reads too.
+    for token in [None, Some("reader-secre"), Some("admin-secret2"), Some("")] {
+        let r = f
+            .refused(over_tcp(token, request("GET", "/v1/config")))
+            .await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{token:?}");
+        let r = f
+            .refused(over_tcp(
+                token,
+                json_body("PUT", "/v1/config/workers", json!(2)),
+            ))
+            .await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{token:?}");
+    }
+    let after = f
+        .send(over_tcp(Some("admin-secret"), request("GET", "/v1/config")))
+        .await;
+    assert_eq!((after.etag, after.body), (before.etag, before.body));
+    // The admin token changes.
+    let (r, applied) = f
+        .change(
+            over_tcp(
+                Some("admin-secret"),
+                json_body("PUT", "/v1/config/workers", json!(3)),
+            ),
+            Outcome::Applied,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(applied["workers"], json!(3));
 }

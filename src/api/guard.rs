@@ -1,9 +1,12 @@
-//! Who may talk to the API over TCP. The unix socket is guarded by its file permissions; a TCP
-//! endpoint by what a request says of itself: its `Host` must be the configured address or a
+//! Who may talk to the API, and with which role (`api::roles`). Every request passes
+//! [`check`]: a unix peer gets its role from its credentials ([`UnixRoles`]); a TCP request is
+//! checked for what it says of itself: its `Host` must be the configured address or a
 //! loopback name (a page of another site that a browser resolved to us — DNS rebinding — is
 //! refused), a browser's `Origin` must be that same host (no cross-site requests), and when
-//! the operator set a bearer token (a file named by `KRES_API_TOKEN_FILE`; the configuration
-//! schema stays upstream's), it must come with every request.
+//! the operator set bearer tokens (files named by `KRES_API_TOKEN_FILE` for the admin role,
+//! `KRES_API_READ_ONLY_TOKEN_FILE` for the read-only one; the configuration schema stays
+//! upstream's), one must come with every request. Then the request's method and path say
+//! which role it needs ([`roles::needed`]); too little is a 403, logged.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,31 +16,85 @@ use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::roles::{self, Role, UnixRoles};
 use super::server::Peer;
 
-/// Environment variable naming a file whose content (trimmed) is the bearer token TCP clients
-/// must send (`Authorization: Bearer …`).
+/// Environment variable naming a file whose content (trimmed) is the bearer token of the
+/// admin role over TCP (`Authorization: Bearer …`).
 pub const TOKEN_FILE_VAR: &str = "KRES_API_TOKEN_FILE";
+
+/// Environment variable naming a file whose content (trimmed) is the bearer token of the
+/// read-only role over TCP. Needs [`TOKEN_FILE_VAR`] too.
+pub const READ_ONLY_TOKEN_FILE_VAR: &str = "KRES_API_READ_ONLY_TOKEN_FILE";
 
 /// The largest token file read.
 const MAX_TOKEN_FILE: u64 = 4096;
+
+/// What every request is checked against.
+#[derive(Debug, Clone, Default)]
+pub struct Guard {
+    /// TCP requests: Host, Origin, bearer tokens.
+    pub tcp: TcpGuard,
+    /// Unix peers: roles by credentials.
+    pub unix: UnixRoles,
+}
 
 /// What TCP requests are checked against.
 #[derive(Debug, Clone, Default)]
 pub struct TcpGuard {
     /// The configured TCP endpoint, if the API listens on TCP.
     pub endpoint: Option<SocketAddr>,
-    /// The bearer token, if one was configured.
+    /// The bearer token of the admin role, if one was configured.
     pub token: Option<Arc<str>>,
+    /// The bearer token of the read-only role, if one was configured (never without
+    /// `token`).
+    pub read_only_token: Option<Arc<str>>,
 }
 
+/// Why a request was refused before its role was known: the status and the text.
+type Refusal = (StatusCode, &'static str);
+
 impl TcpGuard {
-    /// The guard for `endpoint`, with the token from [`TOKEN_FILE_VAR`] if set.
+    /// The guard for `endpoint`, with the tokens from [`TOKEN_FILE_VAR`] and
+    /// [`READ_ONLY_TOKEN_FILE_VAR`] if set.
     pub fn from_env(endpoint: Option<SocketAddr>) -> Result<TcpGuard, String> {
-        let token = match std::env::var_os(TOKEN_FILE_VAR) {
-            Some(path) if !path.is_empty() => Some(read_token(std::path::Path::new(&path))?),
-            _ => None,
-        };
+        let file = |var| std::env::var_os(var).filter(|path| !path.is_empty());
+        let admin = file(TOKEN_FILE_VAR);
+        let reader = file(READ_ONLY_TOKEN_FILE_VAR);
+        TcpGuard::from_files(
+            endpoint,
+            admin.as_deref().map(std::path::Path::new),
+            reader.as_deref().map(std::path::Path::new),
+        )
+    }
+
+    /// The guard for `endpoint`, with the admin token and the read-only token in these files.
+    fn from_files(
+        endpoint: Option<SocketAddr>,
+        admin: Option<&std::path::Path>,
+        reader: Option<&std::path::Path>,
+    ) -> Result<TcpGuard, String> {
+        let token = admin.map(|f| read_token(f, TOKEN_FILE_VAR)).transpose()?;
+        let read_only_token = reader
+            .map(|f| read_token(f, READ_ONLY_TOKEN_FILE_VAR))
+            .transpose()?;
+        match (&token, &read_only_token) {
+            (None, Some(_)) => {
+                return Err(format!(
+                    "{READ_ONLY_TOKEN_FILE_VAR} needs {TOKEN_FILE_VAR} too: without an admin \
+                     token anyone could change the resolver over TCP"
+                ))
+            }
+            (Some(admin), Some(reader))
+                if constant_time_eq(admin.as_bytes(), reader.as_bytes()) =>
+            {
+                return Err(format!(
+                    "the files of {TOKEN_FILE_VAR} and {READ_ONLY_TOKEN_FILE_VAR} hold the same \
+                     token"
+                ))
+            }
+            _ => {}
+        }
         if let Some(addr) = endpoint {
             if !addr.ip().is_loopback() {
                 tracing::warn!(
@@ -51,57 +108,78 @@ impl TcpGuard {
                 );
             }
         }
-        Ok(TcpGuard { endpoint, token })
+        Ok(TcpGuard {
+            endpoint,
+            token,
+            read_only_token,
+        })
     }
 
-    /// Why a request from a TCP peer is refused, if it is.
-    fn refusal(&self, request: &Request) -> Option<(StatusCode, &'static str)> {
-        let endpoint = self.endpoint?;
+    /// The role of a request from a TCP peer, or why it is refused whatever it asks.
+    fn admit(&self, request: &Request) -> Result<Role, Refusal> {
         let headers = request.headers();
-        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-        if !host.is_some_and(|h| allowed_host(h, endpoint)) {
-            return Some((
-                StatusCode::MISDIRECTED_REQUEST,
-                "the Host header names neither this endpoint nor a loopback name\n",
-            ));
-        }
-        if let Some(origin) = headers.get(header::ORIGIN) {
-            let same = origin
-                .to_str()
-                .ok()
-                .and_then(|o| o.strip_prefix("http://"))
-                .is_some_and(|o| allowed_host(o, endpoint));
-            if !same {
-                return Some((StatusCode::FORBIDDEN, "cross-origin requests are refused\n"));
-            }
-        }
-        if let Some(token) = &self.token {
-            let sent = headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "));
-            if !sent.is_some_and(|s| constant_time_eq(s.as_bytes(), token.as_bytes())) {
-                return Some((
-                    StatusCode::UNAUTHORIZED,
-                    "a valid bearer token is required\n",
+        if let Some(endpoint) = self.endpoint {
+            let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+            if !host.is_some_and(|h| allowed_host(h, endpoint)) {
+                return Err((
+                    StatusCode::MISDIRECTED_REQUEST,
+                    "the Host header names neither this endpoint nor a loopback name\n",
                 ));
             }
+            if let Some(origin) = headers.get(header::ORIGIN) {
+                let same = origin
+                    .to_str()
+                    .ok()
+                    .and_then(|o| o.strip_prefix("http://"))
+                    .is_some_and(|o| allowed_host(o, endpoint));
+                if !same {
+                    return Err((StatusCode::FORBIDDEN, "cross-origin requests are refused\n"));
+                }
+            }
         }
-        None
+        if self.token.is_none() && self.read_only_token.is_none() {
+            return Ok(Role::Admin);
+        }
+        let sent = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::as_bytes);
+        // Both comparisons always run: the time taken says nothing of which token matched.
+        let matches = |token: &Option<Arc<str>>| match (sent, token) {
+            (Some(sent), Some(token)) => constant_time_eq(sent, token.as_bytes()),
+            _ => false,
+        };
+        let (admin, reader) = (matches(&self.token), matches(&self.read_only_token));
+        if admin {
+            Ok(Role::Admin)
+        } else if reader {
+            Ok(Role::ReadOnly)
+        } else {
+            Err((
+                StatusCode::UNAUTHORIZED,
+                "a valid bearer token is required\n",
+            ))
+        }
     }
 }
 
 /// Read a token file: one line of printable ASCII.
-fn read_token(path: &std::path::Path) -> Result<Arc<str>, String> {
+fn read_token(path: &std::path::Path, var: &str) -> Result<Arc<str>, String> {
     use std::io::Read;
     let mut text = String::new();
     std::fs::File::open(path)
         .and_then(|f| f.take(MAX_TOKEN_FILE).read_to_string(&mut text))
-        .map_err(|e| format!("cannot read the API token file {}: {e}", path.display()))?;
+        .map_err(|e| {
+            format!(
+                "cannot read the API token file {} ({var}): {e}",
+                path.display()
+            )
+        })?;
     let token = text.trim();
     if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(format!(
-            "the API token file {} must hold one token of printable characters",
+            "the API token file {} ({var}) must hold one token of printable characters",
             path.display()
         ));
     }
@@ -139,24 +217,50 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The middleware: requests from TCP peers go through [`TcpGuard`]; refusals are logged.
-pub async fn check(State(guard): State<Arc<TcpGuard>>, request: Request, next: Next) -> Response {
-    let tcp_peer = match request.extensions().get::<Peer>() {
-        Some(Peer::Tcp(addr)) => Some(*addr),
-        _ => None,
+/// The text of a 403: the role the request needs and the one the client has.
+fn forbidden_text(request: &Request, needed: Role, granted: Option<Role>) -> String {
+    let has = match granted {
+        Some(role) => format!("this client has the {role} role"),
+        None => "this client has no role".to_owned(),
     };
-    if let Some(addr) = tcp_peer {
-        if let Some((status, why)) = guard.refusal(&request) {
-            tracing::warn!(
-                "API {} {} from {addr} refused: {}",
-                request.method(),
-                request.uri().path(),
-                why.trim_end()
-            );
-            return (status, why).into_response();
-        }
+    let needs = match needed {
+        Role::Admin => "the admin role".to_owned(),
+        Role::ReadOnly => "the read-only or the admin role".to_owned(),
+    };
+    format!(
+        "{} {} needs {needs}; {has}\n",
+        request.method(),
+        request.uri().path()
+    )
+}
+
+/// The middleware: every request gets its client's role (TCP requests are checked first) and
+/// goes on only when that role may make it; refusals are logged.
+pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    let peer = request.extensions().get::<Peer>();
+    let granted = match peer {
+        Some(Peer::Tcp(addr)) => match guard.tcp.admit(&request) {
+            Ok(role) => Some(role),
+            Err((status, why)) => {
+                tracing::warn!(
+                    "API {} {} from {addr} refused: {}",
+                    request.method(),
+                    request.uri().path(),
+                    why.trim_end()
+                );
+                return (status, why).into_response();
+            }
+        },
+        other => guard.unix.role_of(other),
+    };
+    let needed = roles::needed(request.method(), request.uri().path());
+    if granted.is_some_and(|role| role >= needed) {
+        return next.run(request).await;
     }
-    next.run(request).await
+    let text = forbidden_text(&request, needed, granted);
+    let peer = peer.map_or_else(|| "an unknown peer".to_owned(), Peer::to_string);
+    tracing::warn!("API request from {peer} refused: {}", text.trim_end());
+    (StatusCode::FORBIDDEN, text).into_response()
 }
 
 #[cfg(test)]
@@ -176,8 +280,9 @@ mod tests {
         let guard = TcpGuard {
             endpoint: Some("127.0.0.1:5000".parse().expect("addr")),
             token: None,
+            read_only_token: None,
         };
-        let check = |h: &[(&str, &str)]| guard.refusal(&request(h)).map(|(s, _)| s.as_u16());
+        let check = |h: &[(&str, &str)]| guard.admit(&request(h)).err().map(|(s, _)| s.as_u16());
         assert_eq!(check(&[("host", "127.0.0.1:5000")]), None);
         assert_eq!(check(&[("host", "localhost:5000")]), None);
         assert_eq!(check(&[("host", "[::1]:5000")]), None);
@@ -206,8 +311,9 @@ mod tests {
         let v6 = TcpGuard {
             endpoint: Some("[2001:db8::1]:80".parse().expect("addr")),
             token: Some(Arc::from("s3cret")),
+            read_only_token: None,
         };
-        let check = |h: &[(&str, &str)]| v6.refusal(&request(h)).map(|(s, _)| s.as_u16());
+        let check = |h: &[(&str, &str)]| v6.admit(&request(h)).err().map(|(s, _)| s.as_u16());
         assert_eq!(check(&[("host", "[2001:db8::1]:80")]), Some(401));
         assert_eq!(
             check(&[
@@ -224,14 +330,66 @@ mod tests {
         let any = TcpGuard {
             endpoint: Some("0.0.0.0:5000".parse().expect("addr")),
             token: None,
+            read_only_token: None,
         };
-        let check = |h: &[(&str, &str)]| any.refusal(&request(h)).map(|(s, _)| s.as_u16());
+        let check = |h: &[(&str, &str)]| any.admit(&request(h)).err().map(|(s, _)| s.as_u16());
         assert_eq!(check(&[("host", "10.1.2.3:5000")]), None);
         assert_eq!(check(&[("host", "[fd00::7]:5000")]), None);
         assert_eq!(check(&[("host", "resolver.example:5000")]), Some(421));
         assert_eq!(check(&[("host", "10.1.2.3:5001")]), Some(421));
         // Without a TCP endpoint (the unix socket) nothing is checked.
         let unix = TcpGuard::default();
-        assert!(unix.refusal(&request(&[])).is_none());
+        assert_eq!(unix.admit(&request(&[])), Ok(Role::Admin));
+    }
+
+    #[test]
+    fn each_token_gives_its_role() {
+        let guard = TcpGuard {
+            endpoint: Some("127.0.0.1:5000".parse().expect("addr")),
+            token: Some(Arc::from("admin-token")),
+            read_only_token: Some(Arc::from("reader-token")),
+        };
+        let role = |auth: Option<&str>| {
+            let mut h = vec![("host", "127.0.0.1:5000")];
+            h.extend(auth.map(|a| ("authorization", a)));
+            guard.admit(&request(&h)).map_err(|(s, _)| s.as_u16())
+        };
+        assert_eq!(role(Some("Bearer admin-token")), Ok(Role::Admin));
+        assert_eq!(role(Some("Bearer reader-token")), Ok(Role::ReadOnly));
+        assert_eq!(role(Some("Bearer reader-toke")), Err(401));
+        assert_eq!(role(Some("Bearer admin-token ")), Err(401));
+        assert_eq!(role(Some("reader-token")), Err(401));
+        assert_eq!(role(None), Err(401));
+    }
+
+    #[test]
+    fn token_files_are_checked_together() {
+        let dir = std::env::temp_dir().join(format!("kres-guard-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).expect("write");
+            path
+        };
+        let admin = file("admin", "one-token\n");
+        let same = file("same", "  one-token  \n");
+        let reader = file("reader", "other-token\n");
+        let blank = file("blank", "\n");
+        assert_eq!(
+            read_token(&admin, TOKEN_FILE_VAR).as_deref(),
+            Ok("one-token")
+        );
+        assert!(read_token(&blank, TOKEN_FILE_VAR).is_err());
+        assert!(read_token(&dir.join("missing"), TOKEN_FILE_VAR).is_err());
+        let endpoint = Some("127.0.0.1:5000".parse().expect("addr"));
+        let both = TcpGuard::from_files(endpoint, Some(&admin), Some(&reader)).expect("two tokens");
+        assert_eq!(both.token.as_deref(), Some("one-token"));
+        assert_eq!(both.read_only_token.as_deref(), Some("other-token"));
+        // A read-only token alone would leave changes open to anyone; one token for both
+        // roles is a mistake.
+        assert!(TcpGuard::from_files(endpoint, None, Some(&reader)).is_err());
+        assert!(TcpGuard::from_files(endpoint, Some(&admin), Some(&same)).is_err());
+        assert!(TcpGuard::from_files(endpoint, Some(&admin), Some(&blank)).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -7,6 +7,7 @@ pub mod error;
 pub mod events;
 pub mod guard;
 pub mod pointer;
+pub mod roles;
 pub mod server;
 pub mod upgrade;
 
@@ -43,8 +44,9 @@ pub struct ApiState {
     pub resolve_root: std::path::PathBuf,
     /// The ETag and JSON text of the current configuration, computed once per version.
     pub rendered: config::RenderedCache,
-    /// What requests over TCP are checked against (Host, Origin, bearer token).
-    pub tcp_guard: std::sync::Arc<guard::TcpGuard>,
+    /// What every request is checked against: the client's role (by unix peer credentials
+    /// or bearer token) and, over TCP, Host and Origin.
+    pub guard: std::sync::Arc<guard::Guard>,
     /// How the last in-place upgrade of the daemon ended, as the root told this manager.
     pub upgrade: Option<std::sync::Arc<upgrade::UpgradeRecord>>,
     /// What the resolver does, for `GET /events`.
@@ -78,7 +80,7 @@ pub fn app(state: ApiState) -> Router {
         .route("/metrics/prometheus", get(metrics_prometheus))
         .route("/cache/clear", post(cache_clear))
         .layer(axum::middleware::from_fn_with_state(
-            state.tcp_guard.clone(),
+            state.guard.clone(),
             guard::check,
         ))
         .with_state(state);

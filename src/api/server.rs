@@ -48,7 +48,8 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// dropped, whatever the clients do.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
-/// Mode of the API's unix socket: read-write for the resolver's user and group only.
+/// Mode of the API's unix socket: read-write for the resolver's user and the socket's group
+/// only (ours, or the read-only or admin group of the API's roles).
 pub const SOCKET_MODE: u32 = 0o660;
 
 /// Where the API listens, bound.
@@ -75,10 +76,11 @@ pub enum BindError {
 
 impl Listener {
     /// Bind the endpoint the `management` section names: the unix socket (a stale socket
-    /// file is replaced; mode 0660, owned by our uid and gid) or TCP `ip@port`.
-    pub fn bind(management: &ManagementSchema) -> Result<Listener, BindError> {
+    /// file is replaced; mode 0660, owned by our uid and by `group`, our gid when `None`) or
+    /// TCP `ip@port`.
+    pub fn bind(management: &ManagementSchema, group: Option<u32>) -> Result<Listener, BindError> {
         if let Some(path) = &management.unix_socket {
-            return bind_unix(path)
+            return bind_unix(path, group)
                 .map(|listener| Listener::Unix {
                     listener,
                     path: path.clone(),
@@ -143,7 +145,11 @@ impl Listener {
     /// Whether `fd` listens on the endpoint `management` names: a socket kept across a restart
     /// by the service manager, to serve on instead of binding anew (clients waiting in its
     /// backlog are then answered, not refused). A unix socket must still have its file.
-    pub fn kept_for(fd: std::os::fd::BorrowedFd<'_>, management: &ManagementSchema) -> bool {
+    pub fn kept_for(
+        fd: std::os::fd::BorrowedFd<'_>,
+        management: &ManagementSchema,
+        group: Option<u32>,
+    ) -> bool {
         use nix::sys::socket::{getsockname, getsockopt, sockopt, SockaddrIn, SockaddrIn6};
         use nix::sys::socket::{SockaddrStorage, UnixAddr};
         use std::os::fd::AsRawFd;
@@ -155,8 +161,16 @@ impl Listener {
             let bound = getsockname::<UnixAddr>(fd.as_raw_fd())
                 .ok()
                 .and_then(|a| a.path().map(Path::to_path_buf));
+            // Its file as `bind_unix` leaves it: ours, for the group asked for now.
+            let group = group.unwrap_or_else(|| nix::unistd::getgid().as_raw());
             return bound.as_deref() == Some(path.as_path())
-                && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+                && std::fs::symlink_metadata(path).is_ok_and(|m| {
+                    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+                    m.file_type().is_socket()
+                        && m.uid() == nix::unistd::getuid().as_raw()
+                        && m.gid() == group
+                        && m.permissions().mode() & 0o777 == SOCKET_MODE
+                });
         }
         let Some(iface) = &management.interface else {
             return false;
@@ -183,12 +197,13 @@ impl Listener {
 }
 
 /// Bind a unix socket, replacing a stale socket (never another kind of file: a regular file
-/// or a link at the path is an error naming it), and restrict it to our user and group.
+/// or a link at the path is an error naming it), and restrict it to our user and `group` (our
+/// own when `None`).
 ///
 /// The socket is created under a umask that leaves it to us alone, then opened to the group
 /// by `chmod`: nobody else can connect in between. The path is checked with `lstat` before and
 /// after, so `chown`/`chmod` never follow a link planted there.
-pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
+pub fn bind_unix(path: &Path, group: Option<u32>) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
@@ -212,12 +227,13 @@ pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
             path.display()
         )));
     }
-    // The group of a new file can come from a setgid directory: make it ours.
+    // The group of a new file can come from a setgid directory: make it the one we want.
+    let group = group.map_or_else(nix::unistd::getgid, nix::unistd::Gid::from_raw);
     nix::unistd::fchownat(
         nix::fcntl::AT_FDCWD,
         path,
         Some(nix::unistd::getuid()),
-        Some(nix::unistd::getgid()),
+        Some(group),
         nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
     )?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))?;
@@ -285,11 +301,12 @@ pub async fn serve(listener: Listener, router: Router, shutdown: CancellationTok
             accepted = accept(&listener) => accepted,
         };
         match accepted {
-            Ok((io, peer)) => {
-                let io = Box::new(WriteDeadline::new(io, WRITE_TIMEOUT));
-                let conn = connection(io, peer, router.clone(), shutdown.clone());
+            Ok(accepted) => {
+                let (router, shutdown) = (router.clone(), shutdown.clone());
                 connections.spawn(async move {
-                    conn.await;
+                    let (io, peer) = accepted.into_io().await;
+                    let io = Box::new(WriteDeadline::new(io, WRITE_TIMEOUT));
+                    connection(io, peer, router, shutdown).await;
                     drop(slot);
                 });
             }
@@ -398,13 +415,18 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
     }
 }
 
-/// Who is on the other end of a connection, for the log of changes (a request extension).
+/// Who is on the other end of a connection, for the log of changes and for its role (a
+/// request extension).
 #[derive(Debug, Clone)]
 pub enum Peer {
-    /// The kernel's credentials of the connecting process (`SO_PEERCRED`).
+    /// The kernel's credentials of the connecting process (`SO_PEERCRED`, `SO_PEERGROUPS`),
+    /// as they were when it connected.
     Unix {
         uid: u32,
+        gid: u32,
         pid: Option<i32>,
+        /// Supplementary groups.
+        groups: std::sync::Arc<[u32]>,
     },
     Tcp(std::net::SocketAddr),
     Unknown,
@@ -413,34 +435,84 @@ pub enum Peer {
 impl std::fmt::Display for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Peer::Unix {
-                uid,
-                pid: Some(pid),
-            } => write!(f, "uid {uid} pid {pid}"),
-            Peer::Unix { uid, pid: None } => write!(f, "uid {uid}"),
+            Peer::Unix { uid, gid, pid, .. } => {
+                write!(f, "uid {uid} gid {gid}")?;
+                match pid {
+                    Some(pid) => write!(f, " pid {pid}"),
+                    None => Ok(()),
+                }
+            }
             Peer::Tcp(addr) => write!(f, "{addr}"),
             Peer::Unknown => f.write_str("an unknown peer"),
         }
     }
 }
 
-async fn accept(listener: &Listener) -> std::io::Result<(Box<dyn Io>, Peer)> {
-    Ok(match listener {
-        Listener::Unix { listener, .. } => {
-            let (s, _) = listener.accept().await?;
-            let peer = match s.peer_cred() {
-                Ok(c) => Peer::Unix {
-                    uid: c.uid(),
-                    pid: c.pid(),
-                },
-                Err(_) => Peer::Unknown,
-            };
-            (Box::new(s), peer)
+/// A connection just accepted; who is at its other end is learnt in its own task.
+enum Accepted {
+    Unix(tokio::net::UnixStream),
+    Tcp(tokio::net::TcpStream, std::net::SocketAddr),
+}
+
+impl Accepted {
+    /// The stream, and its peer.
+    async fn into_io(self) -> (Box<dyn Io>, Peer) {
+        match self {
+            Accepted::Unix(s) => {
+                let peer = unix_peer(&s).await;
+                (Box::new(s), peer)
+            }
+            Accepted::Tcp(s, addr) => (Box::new(s), Peer::Tcp(addr)),
         }
+    }
+}
+
+/// The credentials of a unix socket's peer. The supplementary groups come from the kernel
+/// (`SO_PEERGROUPS`); before Linux 4.13, from the group database for the peer's uid.
+async fn unix_peer(s: &tokio::net::UnixStream) -> Peer {
+    use std::os::fd::AsFd;
+    let Ok(cred) = s.peer_cred() else {
+        return Peer::Unknown;
+    };
+    let (uid, gid) = (cred.uid(), cred.gid());
+    let groups = match supervisor::os::peer_groups(s.as_fd()) {
+        Ok(groups) => groups,
+        Err(e) => {
+            tracing::debug!("SO_PEERGROUPS: {e}; reading the groups of uid {uid}");
+            tokio::task::spawn_blocking(move || groups_of_user(uid, gid))
+                .await
+                .unwrap_or_default()
+        }
+    };
+    Peer::Unix {
+        uid,
+        gid,
+        pid: cred.pid(),
+        groups: groups.into(),
+    }
+}
+
+/// The groups the user database gives `uid` (none when it has no name).
+fn groups_of_user(uid: u32, gid: u32) -> Vec<u32> {
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid));
+    let Ok(Some(user)) = user else {
+        return Vec::new();
+    };
+    let Ok(name) = std::ffi::CString::new(user.name) else {
+        return Vec::new();
+    };
+    nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(gid))
+        .map(|groups| groups.into_iter().map(|g| g.as_raw()).collect())
+        .unwrap_or_default()
+}
+
+async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
+    Ok(match listener {
+        Listener::Unix { listener, .. } => Accepted::Unix(listener.accept().await?.0),
         Listener::Tcp(l) => {
             let (s, addr) = l.accept().await?;
             let _ = s.set_nodelay(true);
-            (Box::new(s), Peer::Tcp(addr))
+            Accepted::Tcp(s, addr)
         }
     })
 }
@@ -486,7 +558,7 @@ mod tests {
 
     fn listener(path: &Path) -> Listener {
         Listener::Unix {
-            listener: bind_unix(path).expect("bind"),
+            listener: bind_unix(path, None).expect("bind"),
             path: path.to_owned(),
         }
     }
@@ -626,14 +698,20 @@ mod tests {
             .build()
             .expect("runtime");
         let _guard = rt.enter();
-        let _listener = bind_unix(&path).expect("bind");
+        let _listener = bind_unix(&path, None).expect("bind");
         let meta = std::fs::metadata(&path).expect("stat");
         assert_eq!(meta.permissions().mode() & 0o7777, SOCKET_MODE);
         assert_eq!(meta.uid(), nix::unistd::getuid().as_raw());
         assert_eq!(meta.gid(), nix::unistd::getgid().as_raw());
         // A stale socket file is replaced.
         drop(_listener);
-        assert!(bind_unix(&path).is_ok());
+        assert!(bind_unix(&path, None).is_ok());
+        // With a group for the API's roles, the socket is that group's.
+        let other = nix::unistd::getgid().as_raw() + 1;
+        let _listener = bind_unix(&path, Some(other)).expect("bind for a group");
+        let meta = std::fs::metadata(&path).expect("stat");
+        assert_eq!(meta.permissions().mode() & 0o7777, SOCKET_MODE);
+        assert_eq!(meta.gid(), other);
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -31,16 +31,24 @@ fn main() -> ExitCode {
     } else {
         SocketOwner::Daemon(steering)
     };
-    let worker_user = args.worker_user.or_else(|| {
-        std::env::var(knot_resolver::daemon::WORKER_USER_VAR)
-            .ok()
-            .filter(|v| !v.is_empty())
-    });
+    let from_env = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
+    let worker_user = args
+        .worker_user
+        .or_else(|| from_env(knot_resolver::daemon::WORKER_USER_VAR));
+    let api_groups = knot_resolver::daemon::ApiGroupNames {
+        admin: args
+            .api_admin_group
+            .or_else(|| from_env(knot_resolver::daemon::API_ADMIN_GROUP_VAR)),
+        read_only: args
+            .api_read_only_group
+            .or_else(|| from_env(knot_resolver::daemon::API_READ_ONLY_GROUP_VAR)),
+    };
     if args.manager_process {
         return manager_process::run(ManagerInvocation {
             files: args.config,
             socket_owner: owner,
             worker_user,
+            api_groups,
             log,
             watch_config: args.watch_config,
             worker_hang_timeout: (args.worker_hang_timeout > 0)
@@ -50,6 +58,7 @@ fn main() -> ExitCode {
     knot_resolver::daemon::run(knot_resolver::daemon::Invocation {
         config_files: args.config,
         worker_user,
+        api_groups,
         log,
         drain_period: Duration::from_secs(args.drain_period.into()),
         args: std::env::args_os().skip(1).collect(),

@@ -30,6 +30,18 @@ pub struct Args {
     /// directory must be writable by that user.
     #[arg(long = "worker-user", value_name = "USER")]
     pub worker_user: Option<String>,
+    /// Members of this group (primary or supplementary) may do everything through the API's
+    /// unix socket, like root and the daemon's own user (also `KRES_API_ADMIN_GROUP`). Once
+    /// this or `--api-read-only-group` is given, a client in neither group gets 403.
+    #[arg(long = "api-admin-group", value_name = "GROUP")]
+    pub api_admin_group: Option<String>,
+    /// Members of this group may only read through the API's unix socket: the configuration,
+    /// the schema, metrics, processes, events, the upgrade status and health (also
+    /// `KRES_API_READ_ONLY_GROUP`). The socket file is given to this group (mode 0660), so
+    /// its members can connect. Over TCP, the file named by `KRES_API_READ_ONLY_TOKEN_FILE`
+    /// holds the read-only bearer token instead.
+    #[arg(long = "api-read-only-group", value_name = "GROUP")]
+    pub api_read_only_group: Option<String>,
     /// On SIGTERM/SIGINT or `kresctl drain`, first turn `/readyz` to 503 and keep answering
     /// DNS for this many seconds (so load balancers, Kubernetes endpoints or anycast routing
     /// steer traffic away), then stop. A second signal stops at once. Default 0: stop at once.

@@ -51,6 +51,8 @@ pub struct ManagerInvocation {
     pub socket_owner: SocketOwner,
     /// `--worker-user` or its environment form.
     pub worker_user: Option<String>,
+    /// The groups of the API's roles on its unix socket.
+    pub api_groups: super::ApiGroupNames,
     pub log: LogArgs,
     /// `--watch-config`: reload when a configuration file changes.
     pub watch_config: bool,
@@ -65,6 +67,7 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
         files,
         socket_owner,
         worker_user,
+        api_groups,
         log,
         watch_config,
         worker_hang_timeout,
@@ -100,6 +103,7 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
             },
             socket_owner,
             worker_user,
+            api_groups,
             logging,
         ),
     )
@@ -117,6 +121,7 @@ async fn serve(
     watches: Watches,
     socket_owner: SocketOwner,
     worker_user: Option<String>,
+    api_groups: super::ApiGroupNames,
     logging: Option<&'static Logging>,
 ) -> ExitCode {
     let started_at = std::time::Instant::now();
@@ -191,14 +196,23 @@ async fn serve(
         .remove(super::upgrade::STORED_UPGRADE)
         .and_then(read_upgrade_record)
         .map(Arc::new);
-    let tcp_guard = match api::guard::TcpGuard::from_env(
+    let tcp_guard = api::guard::TcpGuard::from_env(
         loaded
             .model
             .management
             .interface
             .as_ref()
             .map(|i| i.socket_addr()),
-    ) {
+    );
+    let guard = tcp_guard.and_then(|tcp| {
+        let groups = api_groups.resolve(&loaded.model.management)?;
+        let own_uid = nix::unistd::geteuid().as_raw();
+        Ok(api::guard::Guard {
+            tcp,
+            unix: api::roles::UnixRoles::new(groups, own_uid),
+        })
+    });
+    let guard = match guard {
         Ok(g) => g,
         Err(e) => {
             tracing::error!("{e}");
@@ -314,7 +328,7 @@ async fn serve(
             fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
             resolve_root,
             rendered: Default::default(),
-            tcp_guard: Arc::new(tcp_guard),
+            guard: Arc::new(guard),
             upgrade,
             events,
         };

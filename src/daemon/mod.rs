@@ -33,6 +33,12 @@ pub const NO_STEERING_VAR: &str = "KRES_NO_STEERING";
 /// Environment form of `--worker-user`.
 pub const WORKER_USER_VAR: &str = "KRES_WORKER_USER";
 
+/// Environment form of `--api-admin-group`.
+pub const API_ADMIN_GROUP_VAR: &str = "KRES_API_ADMIN_GROUP";
+
+/// Environment form of `--api-read-only-group`.
+pub const API_READ_ONLY_GROUP_VAR: &str = "KRES_API_READ_ONLY_GROUP";
+
 /// Seconds without an answer after which the manager counts as hung.
 pub const MANAGER_HANG_VAR: &str = "KRES_MANAGER_HANG_TIMEOUT";
 
@@ -64,5 +70,59 @@ pub fn resolve_user(name: &str) -> Result<supervisor::Credentials, String> {
         }),
         Ok(None) => Err(format!("no user named {name:?}")),
         Err(e) => Err(format!("cannot look up user {name:?}: {e}")),
+    }
+}
+
+/// The groups of the API's roles on its unix socket, by name, as the command line or the
+/// environment gave them.
+#[derive(Debug, Clone, Default)]
+pub struct ApiGroupNames {
+    /// `--api-admin-group` or [`API_ADMIN_GROUP_VAR`].
+    pub admin: Option<String>,
+    /// `--api-read-only-group` or [`API_READ_ONLY_GROUP_VAR`].
+    pub read_only: Option<String>,
+}
+
+impl ApiGroupNames {
+    /// The groups as ids, for an API at the endpoint `management` names. An unknown group, the
+    /// same group for both roles, or groups for an API that listens on TCP (where the
+    /// bearer tokens give the roles) are errors, so that the resolver does not start with
+    /// less protection than the operator asked for.
+    pub fn resolve(
+        &self,
+        management: &crate::config::ManagementSchema,
+    ) -> Result<crate::api::roles::ApiGroups, String> {
+        let gid = |option: &str, name: &Option<String>| {
+            name.as_deref()
+                .map(|n| resolve_group(n).map_err(|e| format!("{option}: {e}")))
+                .transpose()
+        };
+        let groups = crate::api::roles::ApiGroups {
+            admin: gid("--api-admin-group", &self.admin)?,
+            read_only: gid("--api-read-only-group", &self.read_only)?,
+        };
+        if groups.admin.is_some() && groups.admin == groups.read_only {
+            return Err(
+                "--api-admin-group and --api-read-only-group name the same group".to_owned(),
+            );
+        }
+        if groups.any() && management.unix_socket.is_none() {
+            return Err(format!(
+                "--api-admin-group and --api-read-only-group apply to the API's unix socket; \
+                 it listens on TCP, where {} and {} give the roles",
+                crate::api::guard::TOKEN_FILE_VAR,
+                crate::api::guard::READ_ONLY_TOKEN_FILE_VAR
+            ));
+        }
+        Ok(groups)
+    }
+}
+
+/// The gid of the group `name`, from the group database.
+pub fn resolve_group(name: &str) -> Result<u32, String> {
+    match nix::unistd::Group::from_name(name) {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        Ok(None) => Err(format!("no group named {name:?}")),
+        Err(e) => Err(format!("cannot look up group {name:?}: {e}")),
     }
 }

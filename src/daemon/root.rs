@@ -60,6 +60,8 @@ pub struct Invocation {
     pub config_files: Vec<PathBuf>,
     /// `--worker-user` or its environment form.
     pub worker_user: Option<String>,
+    /// `--api-admin-group`, `--api-read-only-group` or their environment forms.
+    pub api_groups: super::ApiGroupNames,
     /// `--loglevel` and `--logtarget`.
     pub log: LogArgs,
     /// `--drain-period`: how long DNS keeps being answered, readiness off, before a stop.
@@ -93,6 +95,13 @@ pub fn run(invocation: Invocation) -> ExitCode {
     let rundir = loaded.model.rundir.clone();
     let management = loaded.model.management.clone();
     drop(loaded);
+    let api_groups = match invocation.api_groups.resolve(&management) {
+        Ok(groups) => groups,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(1);
+        }
+    };
     let cwd = std::env::current_dir().ok();
     if let Err(source) = std::env::set_current_dir(&rundir) {
         tracing::error!(
@@ -124,6 +133,7 @@ pub fn run(invocation: Invocation) -> ExitCode {
     let root = Root {
         rundir,
         drain_period: invocation.drain_period,
+        api_socket_group: api_groups.socket_group(),
         run_as,
         manager_argv: manager_argv(&invocation.args),
         manager_cwd: cwd,
@@ -223,6 +233,8 @@ fn resume(
     let root = Root {
         rundir: image.rundir.clone(),
         drain_period: invocation.drain_period,
+        // The API socket is adopted as it was bound.
+        api_socket_group: None,
         run_as,
         manager_argv: manager_argv(&invocation.args),
         manager_cwd: image.manager_cwd.clone(),
@@ -309,6 +321,9 @@ struct Root {
     rundir: PathBuf,
     /// How long a stop is announced (readiness off) while DNS keeps being answered.
     drain_period: Duration,
+    /// The group the API's unix socket is given to (the read-only or admin group of the
+    /// API's roles), when not ours.
+    api_socket_group: Option<u32>,
     run_as: Option<supervisor::Credentials>,
     /// The manager process's command line: this very binary (`/proc/self/exe`, so an
     /// upgraded file on disk never mixes versions) with the manager flag and our arguments.
@@ -512,7 +527,11 @@ impl Root {
         // The API socket is ours, so that clients wait in its backlog while the manager
         // restarts instead of being refused.
         let kept_api = kept_api.filter(|fd| {
-            let kept = crate::api::server::Listener::kept_for(fd.as_fd(), management);
+            let kept = crate::api::server::Listener::kept_for(
+                fd.as_fd(),
+                management,
+                self.api_socket_group,
+            );
             if !kept {
                 upward.remove_stored_fd(STORED_API);
             }
@@ -529,7 +548,7 @@ impl Root {
                 let _ = store.put(STORED_API.to_owned(), fd);
                 Ok(file)
             }
-            None => crate::api::server::Listener::bind(management)
+            None => crate::api::server::Listener::bind(management, self.api_socket_group)
                 .map_err(|e| e.to_string())
                 .and_then(|listener| {
                     tracing::info!("management API listening on {}", listener.endpoint());
@@ -1183,6 +1202,7 @@ mod tests {
         Root {
             rundir: dir.to_owned(),
             drain_period: Duration::ZERO,
+            api_socket_group: None,
             run_as: None,
             manager_argv: manager_argv.iter().map(OsString::from).collect(),
             manager_cwd: None,

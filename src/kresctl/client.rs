@@ -35,6 +35,9 @@ pub enum ClientError {
     Request(#[from] hyper::http::Error),
     #[error("status: {status}\nbody:\n{body}")]
     Status { status: u16, body: String },
+    /// 403: the client's role (by its uid and groups, or its bearer token) may not do this.
+    #[error("permission denied: {}", .0.trim_end())]
+    Forbidden(String),
     #[error("invalid JSON from the API: {0}")]
     Json(#[from] serde_json::Error),
     #[error("{0}")]
@@ -179,10 +182,20 @@ impl ApiResponse {
         if (200..300).contains(&self.status) {
             Ok(self.body)
         } else {
-            Err(ClientError::Status {
-                status: self.status,
-                body: String::from_utf8_lossy(&self.body).into_owned(),
-            })
+            Err(ClientError::from_status(
+                self.status,
+                String::from_utf8_lossy(&self.body).into_owned(),
+            ))
+        }
+    }
+}
+
+impl ClientError {
+    /// The error of an answer with a status that is no success.
+    pub fn from_status(status: u16, body: String) -> ClientError {
+        match status {
+            403 => ClientError::Forbidden(body),
+            _ => ClientError::Status { status, body },
         }
     }
 }
@@ -294,10 +307,13 @@ impl ApiClient {
     }
 }
 
-/// The bearer token the API asks of TCP clients, from the file `KRES_API_TOKEN_FILE` names.
+/// The bearer token the API asks of TCP clients, from the file `KRES_API_TOKEN_FILE` names
+/// (the admin token), else from the one `KRES_API_READ_ONLY_TOKEN_FILE` names.
 fn bearer_token() -> Result<Option<String>, ClientError> {
     use std::io::Read;
-    let Some(path) = std::env::var_os(crate::api::guard::TOKEN_FILE_VAR).filter(|p| !p.is_empty())
+    let file = |var| std::env::var_os(var).filter(|p| !p.is_empty());
+    let Some(path) = file(crate::api::guard::TOKEN_FILE_VAR)
+        .or_else(|| file(crate::api::guard::READ_ONLY_TOKEN_FILE_VAR))
     else {
         return Ok(None);
     };
@@ -326,6 +342,31 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> IoStream fo
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_refusal_by_role_says_so_with_the_servers_words() {
+        let answer = super::ApiResponse {
+            status: 403,
+            body: b"POST /reload needs the admin role; this client has the read-only role\n"
+                .to_vec(),
+            etag: None,
+        };
+        let e = answer.ok().expect_err("403 is an error");
+        assert_eq!(
+            e.to_string(),
+            "permission denied: POST /reload needs the admin role; this client has \
+             the read-only role"
+        );
+        let other = super::ApiResponse {
+            status: 409,
+            body: b"no\n".to_vec(),
+            etag: None,
+        };
+        assert!(matches!(
+            other.ok(),
+            Err(super::ClientError::Status { status: 409, .. })
+        ));
+    }
 
     #[test]
     fn odd_socket_urls_are_errors_or_paths_never_panics() {

@@ -137,7 +137,7 @@ impl EventStream {
                     }
                     _ => String::new(),
                 };
-                Err(ClientError::Status { status, body })
+                Err(ClientError::from_status(status, body))
             }
         }
     }

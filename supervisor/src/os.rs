@@ -538,3 +538,70 @@ pub fn duplicate_raw(fd: RawFd) -> io::Result<OwnedFd> {
     let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
     borrowed.try_clone_to_owned()
 }
+
+/// `SO_PEERGROUPS` (Linux 4.13): libc does not export it for Linux yet. SPARC numbers its
+/// socket options apart from the generic ones.
+#[cfg(any(target_arch = "sparc", target_arch = "sparc64"))]
+const SO_PEERGROUPS: libc::c_int = 0x003d;
+#[cfg(not(any(target_arch = "sparc", target_arch = "sparc64")))]
+const SO_PEERGROUPS: libc::c_int = 59;
+
+/// The most supplementary groups a process can have (`NGROUPS_MAX` on Linux).
+const MAX_PEER_GROUPS: usize = 65_536;
+
+/// The supplementary groups of the process at the other end of a connected unix socket, as
+/// they were when it connected (`SO_PEERGROUPS`). Fails with `ENOPROTOOPT` on kernels older
+/// than 4.13.
+pub fn peer_groups(fd: BorrowedFd<'_>) -> io::Result<Vec<u32>> {
+    let mut groups: Vec<libc::gid_t> = vec![0; 32];
+    loop {
+        let mut len = libc::socklen_t::try_from(groups.len() * std::mem::size_of::<libc::gid_t>())
+            .map_err(|_| io::Error::from_raw_os_error(libc::ERANGE))?;
+        // SAFETY: the kernel writes at most `len` bytes into `groups`, which is valid and that
+        // large, and stores the length it wrote (or, with ERANGE, the length it needs) in
+        // `len`; the descriptor is borrowed, so it is open.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let wanted =
+            usize::try_from(len).unwrap_or(usize::MAX) / std::mem::size_of::<libc::gid_t>();
+        if rc == 0 {
+            groups.truncate(wanted);
+            return Ok(groups);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ERANGE)
+            || wanted <= groups.len()
+            || wanted > MAX_PEER_GROUPS
+        {
+            return Err(e);
+        }
+        groups.resize(wanted, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn the_peer_of_a_socket_pair_has_our_supplementary_groups() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().expect("pair");
+        let mut theirs = peer_groups(a.as_fd()).expect("SO_PEERGROUPS");
+        let mut ours: Vec<u32> = nix::unistd::getgroups()
+            .expect("getgroups")
+            .into_iter()
+            .map(|g| g.as_raw())
+            .collect();
+        theirs.sort_unstable();
+        ours.sort_unstable();
+        assert_eq!(theirs, ours);
+    }
+}
