@@ -92,6 +92,14 @@ fn upstream_kresctl_drives_our_daemon() {
     // (kresctl 6.5.0 has no `pids` command; /processes is covered by our own tests.)
     ok(&upstream_kresctl(bed, &sock, &["schema", "--live"]));
     ok(&upstream_kresctl(bed, &sock, &["cache", "clear"]));
+    // Our kresctl prints the daemon's OpenAPI description, the one it has built in too.
+    let served: Value =
+        serde_json::from_str(&ok(&r.kresctl(&["openapi"]).expect("kresctl"))).expect("JSON");
+    let local: Value =
+        serde_json::from_str(&ok(&r.kresctl(&["openapi", "--local"]).expect("kresctl")))
+            .expect("JSON");
+    assert_eq!(served["openapi"], "3.1.0");
+    assert_eq!(served, local);
 
     ok(&upstream_kresctl(bed, &sock, &["stop"]));
     let status = r.launched.wait(STOP_TIMEOUT).expect("exit");
@@ -168,6 +176,14 @@ fn our_kresctl_drives_upstreams_daemon() {
         ok(&kresctl(&["pids", "kresd"])).lines().count(),
         2,
         "nothing applied"
+    );
+    // Nor an OpenAPI description.
+    let openapi = kresctl(&["openapi"]);
+    let said = String::from_utf8_lossy(&openapi.stderr);
+    assert_eq!(openapi.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("does not offer an OpenAPI description"),
+        "{said}"
     );
     ok(&kresctl(&["stop"]));
     let status = upstream

@@ -29,6 +29,15 @@ if ! command -v dpkg-shlibdeps >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dpkg-dev
 fi
 bash dist/debian/cargo-deb.sh >/dev/null
+# tests/api_openapi.rs checks the API's OpenAPI document with a real validator (and answers
+# with jsonschema, which it brings); the test fails, never skips, without it.
+if ! python3 -c "import openapi_spec_validator, jsonschema, referencing" 2>/dev/null; then
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip
+    fi
+    python3 -m pip install --quiet "openapi-spec-validator==0.9.0" \
+        || python3 -m pip install --quiet --break-system-packages "openapi-spec-validator==0.9.0"
+fi
 if ! command -v kresd >/dev/null || ! kresd --version 2>/dev/null | grep -q 'version 6\.'; then
     bash tests/testbed/provision-rootfs.sh
 fi

@@ -26,13 +26,49 @@ use crate::events::{Event, Follower, Record};
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The query alternative to the `Last-Event-ID` header.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
+    /// As the `Last-Event-ID` header, for clients that cannot set headers; the header wins.
     #[serde(rename = "last-event-id")]
+    #[param(rename = "last-event-id")]
     last_event_id: Option<String>,
 }
 
-/// `GET /events`: 503 beyond the cap on followers.
+/// `Last-Event-ID`.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // Only described: the handler reads the header.
+struct LastEventId {
+    /// Resume after this event: the `id:` of the last event the client got. Events after it
+    /// that the log still keeps come first; when some are gone, an `events-missed` notice
+    /// precedes them. An id of another manager process (or none) starts from now.
+    #[param(rename = "Last-Event-ID")]
+    last_event_id: Option<String>,
+}
+
+/// Follow what the resolver does, as server-sent events.
+///
+/// Every event is an SSE message with `id:` (`<epoch>-<seq>`, to resume from), `event:` (its
+/// kind: `process-spawned`, `process-ready`, `process-exited`, `process-restarted`,
+/// `process-hung`, `process-failed`, `process-removed`, `manager-started`, `draining`,
+/// `config-reloading`, `config-renewing`, `config-applied`, `config-refused`,
+/// `config-rolled-back`) and one JSON
+/// `data:` line. Notices without `id:`: `events-missed`, `events-lagged` (the client fell behind
+/// and the stream ends), `stopping` (the resolver stops and the stream ends). A comment line is
+/// sent every 15 s when nothing else was.
+#[utoipa::path(
+    get,
+    path = "/events",
+    tag = "status",
+    params(LastEventId, EventsQuery),
+    responses(
+        (status = 200, description = "An endless stream of events.", body = String,
+         content_type = "text/event-stream"),
+        (status = 503, description = "Too many followers (at most 32 at once).", body = String,
+         content_type = "text/plain"),
+    ),
+)]
 pub async fn follow(
     State(state): State<ApiState>,
     headers: HeaderMap,

@@ -1,11 +1,13 @@
 //! The management HTTP API, served on a unix socket or TCP. One `app(state)` builds the
 //! router, so tests drive it without a socket; handlers read snapshots (the current config,
 //! the process table) and never lock the manager; changes go to the manager as commands.
+//! Every route is registered once, in `routes()`, with its OpenAPI description (`openapi`).
 
 pub mod config;
 pub mod error;
 pub mod events;
 pub mod guard;
+pub mod openapi;
 pub mod pointer;
 pub mod roles;
 pub mod server;
@@ -14,10 +16,12 @@ pub mod upgrade;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::Router;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use supervisor::SupervisorHandle;
 
@@ -55,30 +59,8 @@ pub struct ApiState {
 
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.
 pub fn app(state: ApiState) -> Router {
-    let router = Router::new()
-        .route("/", get(root))
-        .route("/v1/config", config_routes())
-        .route("/v1/config/{*pointer}", config_routes())
-        .route("/reload", post(|s| reload(s, Restart::WhenNeeded)))
-        .route("/reload/force", post(|s| reload(s, Restart::Always)))
-        .route("/renew", post(|s| renew(s, Restart::WhenNeeded)))
-        .route("/renew/force", post(|s| renew(s, Restart::Always)))
-        .route("/schema", get(schema))
-        .route("/schema/ui", get(schema_ui))
-        .route("/livez", get(livez))
-        .route("/readyz", get(readyz))
-        .route("/stop", post(stop))
-        .route("/drain", post(drain))
-        .route("/upgrade", get(upgrade::status).post(upgrade::begin))
-        .route("/processes", get(processes_all))
-        .route("/processes/{kind}", get(processes))
-        .route("/events", get(events::follow))
-        .route("/debug/panic-manager", post(panic_manager))
-        .route("/debug/crash-manager/{how}", post(crash_manager))
-        .route("/metrics", get(metrics_redirect))
-        .route("/metrics/json", get(metrics_json))
-        .route("/metrics/prometheus", get(metrics_prometheus))
-        .route("/cache/clear", post(cache_clear))
+    let (router, _) = routes().split_for_parts();
+    let router = router
         .layer(axum::middleware::from_fn_with_state(
             state.guard.clone(),
             guard::check,
@@ -87,34 +69,183 @@ pub fn app(state: ApiState) -> Router {
     server::with_limits(router)
 }
 
+/// Every route the API serves, each with its description: `routes!` routes a handler at the
+/// path and methods of its `#[utoipa::path]` and adds that description to the document, so
+/// the router and `GET /openapi.json` come from this one registration. Never add a route with
+/// `.route()`: it would be served undocumented (`tests/api_openapi.rs` finds it).
+pub fn routes() -> OpenApiRouter<ApiState> {
+    use utoipa::OpenApi;
+    OpenApiRouter::with_openapi(openapi::Base::openapi())
+        .routes(routes!(root))
+        .routes(routes!(
+            config::get_document,
+            config::put_document,
+            config::delete_document,
+            config::patch_document
+        ))
+        .routes(routes!(
+            config::get_value,
+            config::put_value,
+            config::delete_value,
+            config::patch_value
+        ))
+        .routes(routes!(reload))
+        .routes(routes!(reload_force))
+        .routes(routes!(renew))
+        .routes(routes!(renew_force))
+        .routes(routes!(schema))
+        .routes(routes!(schema_ui))
+        .routes(routes!(openapi::serve))
+        .routes(routes!(livez))
+        .routes(routes!(readyz))
+        .routes(routes!(stop))
+        .routes(routes!(drain))
+        .routes(routes!(upgrade::status, upgrade::begin))
+        .routes(routes!(processes_all))
+        .routes(routes!(processes))
+        .routes(routes!(events::follow))
+        .routes(routes!(panic_manager))
+        .routes(routes!(crash_manager))
+        .routes(routes!(metrics_redirect))
+        .routes(routes!(metrics_json))
+        .routes(routes!(metrics_prometheus))
+        .routes(routes!(cache_clear))
+}
+
+/// What `GET /` answers.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ManagerStatus {
+    /// Upstream's greeting.
+    msg: &'static str,
+    /// Always `RUNNING`.
+    status: &'static str,
+    /// The version of the running daemon (`6.x.y`, `+label` when the build has one).
+    version: String,
+}
+
+/// Whether the manager runs, and its version.
+#[utoipa::path(
+    get,
+    path = "/",
+    tag = "status",
+    responses((status = 200, description = "The manager runs.", body = ManagerStatus)),
+)]
 async fn root() -> Response {
-    json_response(
+    json_value(
         StatusCode::OK,
-        &json!({"msg": "Knot Resolver Manager is running! The configuration endpoint is at /config", "status": "RUNNING", "version": crate::build_version()}),
+        &ManagerStatus {
+            msg: "Knot Resolver Manager is running! The configuration endpoint is at /config",
+            status: "RUNNING",
+            version: crate::build_version(),
+        },
     )
 }
 
-/// `/v1/config` and below: one handler per method (`get` answers `HEAD` too).
-fn config_routes() -> axum::routing::MethodRouter<ApiState> {
-    get(config::get)
-        .put(config::put)
-        .delete(config::delete)
-        .patch(config::patch)
+/// Read the configuration files again and apply them.
+///
+/// Synchronous: answers once the change is applied. An invalid file or a rejected
+/// configuration is an error answer (upstream answers 200 and only logs).
+#[utoipa::path(
+    post,
+    path = "/reload",
+    tag = "control",
+    responses(
+        (status = 200, description = "Applied.", body = String, content_type = "text/plain",
+         example = "Reloading..."),
+        (status = 400, description = "A file does not parse, the configuration is invalid, or \
+the manager refused it (an immutable section changed, the canary or the policy-loader failed, a \
+socket could not be bound, a rolling restart was rolled back).", body = String,
+         content_type = "text/plain"),
+        (status = 500, description = "Applying failed.", body = String, content_type = "text/plain"),
+        (status = 503, description = "The manager is not running.", body = String,
+         content_type = "text/plain"),
+    ),
+)]
+async fn reload(state: State<ApiState>) -> Result<Response, ApiError> {
+    reload_with(state, Restart::WhenNeeded).await
 }
 
-/// `POST /reload[/force]`: synchronous; an invalid file or a rejected configuration is an
-/// error response (upstream answers 200 and only logs).
-async fn reload(State(state): State<ApiState>, restart: Restart) -> Result<Response, ApiError> {
+/// Read the configuration files again and apply them, restarting every worker.
+#[utoipa::path(
+    post,
+    path = "/reload/force",
+    tag = "control",
+    responses(
+        (status = 200, description = "Applied.", body = String, content_type = "text/plain",
+         example = "Reloading..."),
+        (status = 400, description = "As for `POST /reload`.", body = String,
+         content_type = "text/plain"),
+        (status = 500, description = "Applying failed.", body = String, content_type = "text/plain"),
+        (status = 503, description = "The manager is not running.", body = String,
+         content_type = "text/plain"),
+    ),
+)]
+async fn reload_force(state: State<ApiState>) -> Result<Response, ApiError> {
+    reload_with(state, Restart::Always).await
+}
+
+/// `POST /reload[/force]`.
+async fn reload_with(
+    State(state): State<ApiState>,
+    restart: Restart,
+) -> Result<Response, ApiError> {
     state.manager.reload(restart, Origin::Api).await?;
     Ok((StatusCode::OK, "Reloading...").into_response())
 }
 
-/// `POST /renew[/force]`: apply the running configuration again.
-async fn renew(State(state): State<ApiState>, restart: Restart) -> Result<Response, ApiError> {
+/// Apply the running configuration again.
+#[utoipa::path(
+    post,
+    path = "/renew",
+    tag = "control",
+    responses(
+        (status = 200, description = "Applied.", body = String, content_type = "text/plain",
+         example = "Renewing configuration..."),
+        (status = 400, description = "The manager refused it (the canary or the \
+policy-loader failed, a socket could not be bound, a rolling restart was rolled back).",
+         body = String, content_type = "text/plain"),
+        (status = 500, description = "Applying failed.", body = String, content_type = "text/plain"),
+        (status = 503, description = "The manager is not running.", body = String,
+         content_type = "text/plain"),
+    ),
+)]
+async fn renew(state: State<ApiState>) -> Result<Response, ApiError> {
+    renew_with(state, Restart::WhenNeeded).await
+}
+
+/// Apply the running configuration again, restarting every worker.
+#[utoipa::path(
+    post,
+    path = "/renew/force",
+    tag = "control",
+    responses(
+        (status = 200, description = "Applied.", body = String, content_type = "text/plain",
+         example = "Renewing configuration..."),
+        (status = 400, description = "As for `POST /renew`.", body = String,
+         content_type = "text/plain"),
+        (status = 500, description = "Applying failed.", body = String, content_type = "text/plain"),
+        (status = 503, description = "The manager is not running.", body = String,
+         content_type = "text/plain"),
+    ),
+)]
+async fn renew_force(state: State<ApiState>) -> Result<Response, ApiError> {
+    renew_with(state, Restart::Always).await
+}
+
+/// `POST /renew[/force]`.
+async fn renew_with(State(state): State<ApiState>, restart: Restart) -> Result<Response, ApiError> {
     state.manager.renew(restart, Origin::Api).await?;
     Ok((StatusCode::OK, "Renewing configuration...").into_response())
 }
 
+/// The configuration's JSON schema.
+#[utoipa::path(
+    get,
+    path = "/schema",
+    tag = "schema",
+    responses((status = 200, description = "A JSON Schema (draft 2020-12) of the \
+configuration; the same as `#/components/schemas/KresConfig` of this document.", body = Object)),
+)]
 async fn schema() -> Response {
     let text = serde_json::to_string_pretty(&crate::config::json_schema()).unwrap_or_default();
     (
@@ -128,7 +259,16 @@ async fn schema() -> Response {
         .into_response()
 }
 
-/// A self-contained page that renders `/schema` as a tree; no external site is involved.
+/// A page that renders `/schema` as a tree.
+///
+/// Self-contained: no external site is involved.
+#[utoipa::path(
+    get,
+    path = "/schema/ui",
+    tag = "schema",
+    responses((status = 200, description = "An HTML page.", body = String,
+               content_type = "text/html")),
+)]
 async fn schema_ui() -> Response {
     (
         StatusCode::OK,
@@ -138,8 +278,21 @@ async fn schema_ui() -> Response {
         .into_response()
 }
 
-/// Alive while a worker is running: the API answers, and DNS can be answered. Draining and
-/// stopping resolvers are alive as long as they serve.
+/// Liveness: alive while a worker is running.
+///
+/// The API answers, and DNS can be answered. Draining and stopping resolvers are alive as long
+/// as they serve.
+#[utoipa::path(
+    get,
+    path = "/livez",
+    tag = "status",
+    responses(
+        (status = 200, description = "Alive.", body = String, content_type = "text/plain",
+         example = "alive: 2 workers running\n"),
+        (status = 503, description = "No worker is running.", body = String,
+         content_type = "text/plain"),
+    ),
+)]
 async fn livez(State(state): State<ApiState>) -> Response {
     let snapshot = state.supervisor.snapshot();
     let running = service::running_workers(&snapshot).len();
@@ -158,8 +311,19 @@ async fn livez(State(state): State<ApiState>) -> Response {
     }
 }
 
-/// Ready when every configured worker is running and ready and we are neither draining nor
-/// stopping.
+/// Readiness: every configured worker runs and is ready, and the resolver is neither
+/// draining nor stopping.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "status",
+    responses(
+        (status = 200, description = "Ready.", body = String, content_type = "text/plain",
+         example = "ready: 2/2 workers\n"),
+        (status = 503, description = "Not ready: stopping, draining, or fewer workers ready \
+than configured.", body = String, content_type = "text/plain"),
+    ),
+)]
 async fn readyz(State(state): State<ApiState>) -> Response {
     let snapshot = state.supervisor.snapshot();
     let wanted = state.manager.config().model.workers as usize;
@@ -178,8 +342,21 @@ async fn readyz(State(state): State<ApiState>) -> Response {
     }
 }
 
-/// `POST /drain`: the root turns readiness off, keeps serving for its drain period, then
+/// Drain, then stop.
+///
+/// The daemon turns readiness off, keeps serving for its drain period (`--drain-period`), then
 /// stops everything (as on SIGTERM).
+#[utoipa::path(
+    post,
+    path = "/drain",
+    tag = "control",
+    responses(
+        (status = 200, description = "Draining begins.", body = String,
+         content_type = "text/plain", example = "Draining..."),
+        (status = 503, description = "The supervisor cannot be reached.", body = String,
+         content_type = "text/plain"),
+    ),
+)]
 async fn drain(State(state): State<ApiState>) -> Result<Response, ApiError> {
     state
         .supervisor
@@ -189,11 +366,33 @@ async fn drain(State(state): State<ApiState>) -> Result<Response, ApiError> {
     Ok((StatusCode::OK, "Draining...").into_response())
 }
 
+/// Stop the resolver: every worker, the cache GC, the manager.
+#[utoipa::path(
+    post,
+    path = "/stop",
+    tag = "control",
+    responses((status = 200, description = "Stopping begins.", body = String,
+               content_type = "text/plain", example = "Shutting down...")),
+)]
 async fn stop(State(state): State<ApiState>) -> Response {
     state.stop.cancel();
     (StatusCode::OK, "Shutting down...").into_response()
 }
 
+/// Fault injection: panic the manager task (it is restarted in-process).
+#[utoipa::path(
+    post,
+    path = "/debug/panic-manager",
+    tag = "fault-injection",
+    responses(
+        (status = 200, description = "The panic was requested.", body = String,
+         content_type = "text/plain"),
+        (status = 404, description = "Fault injection is off (the daemon runs without \
+`KRES_FAULT_INJECTION`); empty body."),
+        (status = 503, description = "The manager task is not running.", body = String,
+         content_type = "text/plain"),
+    ),
+)]
 async fn panic_manager(State(state): State<ApiState>) -> Result<Response, ApiError> {
     if !state.fault_injection {
         return Err(ApiError::NotFound);
@@ -204,9 +403,22 @@ async fn panic_manager(State(state): State<ApiState>) -> Result<Response, ApiErr
     Ok((StatusCode::OK, "manager panic requested").into_response())
 }
 
-/// Fault injection: crash the manager process the way a bug would: a stack overflow (as a
-/// parser recursing on input nested too deeply), a segmentation fault, an abort. The root
-/// replaces the process.
+/// Fault injection: crash the manager process the way a bug would.
+///
+/// A stack overflow (as a parser recursing on input nested too deeply), a segmentation fault,
+/// an abort. The root replaces the process; the request gets no answer (the connection closes).
+#[utoipa::path(
+    post,
+    path = "/debug/crash-manager/{how}",
+    tag = "fault-injection",
+    params(("how" = inline(CrashKind), Path, description = "How the manager process dies.")),
+    responses(
+        (status = 404, description = "Fault injection is off, or `how` is none of the kinds; \
+empty body."),
+        (status = 500, description = "The process survived its segmentation fault.",
+         body = String, content_type = "text/plain"),
+    ),
+)]
 async fn crash_manager(
     State(state): State<ApiState>,
     axum::extract::Path(how): axum::extract::Path<String>,
@@ -234,12 +446,30 @@ async fn crash_manager(
     }
 }
 
+/// How `POST /debug/crash-manager/{how}` crashes the manager process.
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)] // Only described: the handler matches the path's text.
+enum CrashKind {
+    Overflow,
+    Segfault,
+    Abort,
+}
+
 #[allow(unconditional_recursion)]
 fn recurse(n: u64) -> u64 {
     let frame = std::hint::black_box([n; 64]);
     recurse(frame[0].wrapping_add(1)).wrapping_add(frame[63])
 }
 
+/// Upstream's metrics path: redirects to `/metrics/json`.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "metrics",
+    responses((status = 301, description = "See `/metrics/json`.",
+               headers(("Location" = String, description = "`/metrics/json`")))),
+)]
 async fn metrics_redirect() -> Response {
     (
         StatusCode::MOVED_PERMANENTLY,
@@ -254,11 +484,28 @@ async fn collect_stats(state: &ApiState) -> serde_json::Map<String, Value> {
     crate::metrics::collect(&cfg.model.rundir, &ids, cfg.model.monitoring.metrics).await
 }
 
+/// Every running worker's statistics, by worker.
+#[utoipa::path(
+    get,
+    path = "/metrics/json",
+    tag = "metrics",
+    responses((status = 200, description = "An object with one member per running worker \
+(`kresd:kresd0`, …), each kresd's `stats` as kresd reports them; a worker that does not answer \
+is left out.", body = Object)),
+)]
 async fn metrics_json(State(state): State<ApiState>) -> Response {
     let stats = collect_stats(&state).await;
-    json_response(StatusCode::OK, &Value::Object(stats))
+    json_value(StatusCode::OK, &stats)
 }
 
+/// Statistics in Prometheus's text format, with the supervisor's own.
+#[utoipa::path(
+    get,
+    path = "/metrics/prometheus",
+    tag = "metrics",
+    responses((status = 200, description = "Prometheus text exposition format 0.0.4.",
+               body = String, content_type = "text/plain; version=0.0.4")),
+)]
 async fn metrics_prometheus(State(state): State<ApiState>) -> Response {
     let stats = collect_stats(&state).await;
     let text = crate::metrics::render_prometheus(&stats, &state.supervisor.snapshot());
@@ -273,6 +520,27 @@ async fn metrics_prometheus(State(state): State<ApiState>) -> Response {
         .into_response()
 }
 
+/// Clear the cache (shared by every worker), or part of it.
+#[utoipa::path(
+    post,
+    path = "/cache/clear",
+    tag = "control",
+    request_body(content = Object, content_type = "application/json", description = "Upstream's \
+cache-clear request: `name` (a domain name), `exact-name` (boolean), `rr-type` (an RR type, with \
+`exact-name`), `chunk-size` (a positive integer); every member optional. An empty body clears \
+everything."),
+    responses(
+        (status = 200, description = "kresd's answer to `cache.clear()`.", body = Object),
+        (status = 400, description = "The body is not JSON, or not a valid request.",
+         body = String, content_type = "text/plain"),
+        (status = 413, description = "The body is larger than the limit.", body = String,
+         content_type = "text/plain"),
+        (status = 500, description = "The worker's control socket failed.", body = String,
+         content_type = "text/plain"),
+        (status = 503, description = "No worker is running.", body = String,
+         content_type = "text/plain"),
+    ),
+)]
 async fn cache_clear(
     State(state): State<ApiState>,
     body: axum::body::Bytes,
@@ -300,19 +568,61 @@ async fn cache_clear(
         crate::control::command(&path, &clear.render_lua(), crate::control::COMMAND_TIMEOUT)
             .await
             .map_err(|e| ApiError::Failed(e.to_string()))?;
-    Ok(json_response(StatusCode::OK, &result))
+    Ok(json_value(StatusCode::OK, &result))
 }
 
+/// Every supervised process.
+#[utoipa::path(
+    get,
+    path = "/processes",
+    tag = "status",
+    responses((status = 200, description = "The process table.", body = Vec<ProcessEntry>)),
+)]
 async fn processes_all(state: State<ApiState>) -> Result<Response, ApiError> {
-    processes(state, Path("all".to_owned())).await
+    processes_of(state, "all").await
+}
+
+/// The supervised processes of one kind.
+#[utoipa::path(
+    get,
+    path = "/processes/{kind}",
+    tag = "status",
+    params(("kind" = inline(ProcessFilter), Path, description = "Which processes.")),
+    responses(
+        (status = 200, description = "The processes of that kind.", body = Vec<ProcessEntry>),
+        (status = 400, description = "An unknown kind.", body = String,
+         content_type = "text/plain", example = "Invalid process type 'x'\n"),
+    ),
+)]
+async fn processes(state: State<ApiState>, Path(kind): Path<String>) -> Result<Response, ApiError> {
+    processes_of(state, &kind).await
+}
+
+/// Which processes `GET /processes/{kind}` lists.
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)] // Only described: the handler matches the path's text.
+enum ProcessFilter {
+    All,
+    Kresd,
+    Gc,
+}
+
+/// One process of `GET /processes`: the supervisor's snapshot with upstream's `type` and
+/// `status`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ProcessEntry<'a> {
+    #[serde(flatten)]
+    process: &'a supervisor::ProcessSnapshot,
+    /// Upstream's kind: `KRESD`, `GC`, `POLICY_LOADER`, or `UNKNOWN`.
+    r#type: &'static str,
+    /// Upstream's status: `RUNNING`, `FATAL`, `EXITED`, `UNEXPECTED`, or `UNKNOWN`.
+    status: &'static str,
 }
 
 /// `GET /processes[/{kind}]`: the supervisor's table with upstream's `type` and `status`.
-async fn processes(
-    State(state): State<ApiState>,
-    Path(kind): Path<String>,
-) -> Result<Response, ApiError> {
-    let filter = match kind.as_str() {
+async fn processes_of(State(state): State<ApiState>, kind: &str) -> Result<Response, ApiError> {
+    let filter = match kind {
         "all" => None,
         "kresd" => Some(ServiceKind::Kresd),
         "gc" => Some(ServiceKind::CacheGc),
@@ -323,27 +633,21 @@ async fn processes(
         }
     };
     let snapshot = state.supervisor.snapshot();
-    let list: Vec<Value> = snapshot
+    let list: Vec<ProcessEntry> = snapshot
         .processes
         .iter()
         .filter(|p| filter.is_none_or(|k| ServiceKind::of(p) == Some(k)))
-        .map(|p| {
-            let mut v = serde_json::to_value(p).unwrap_or(Value::Null);
-            if let Value::Object(m) = &mut v {
-                let kind = ServiceKind::of(p).map_or("UNKNOWN", ServiceKind::upstream_type);
-                m.insert("type".into(), Value::String(kind.into()));
-                m.insert(
-                    "status".into(),
-                    Value::String(service::upstream_status(p.state).into()),
-                );
-            }
-            v
+        .map(|p| ProcessEntry {
+            process: p,
+            r#type: ServiceKind::of(p).map_or("UNKNOWN", ServiceKind::upstream_type),
+            status: service::upstream_status(p.state),
         })
         .collect();
-    Ok(json_response(StatusCode::OK, &Value::Array(list)))
+    Ok(json_value(StatusCode::OK, &list))
 }
 
-pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response {
+/// A serialisable value as a JSON answer.
+pub(crate) fn json_value(status: StatusCode, value: &impl Serialize) -> Response {
     match serde_json::to_vec_pretty(value) {
         Ok(body) => (status, [(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),

@@ -9,13 +9,12 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::error::ApiError;
-use super::{json_response, ApiState};
+use super::{json_value, ApiState};
 
 /// How the last upgrade ended, as the root records it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct UpgradeRecord {
     /// Upgrades tried since the daemon started (1 for the first).
@@ -35,7 +34,7 @@ pub struct UpgradeRecord {
     pub first_incarnation: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum UpgradeOutcome {
     Upgraded,
@@ -55,28 +54,69 @@ impl UpgradeRecord {
     }
 }
 
-/// `GET /upgrade`: the running version and how the last upgrade ended.
+/// What `GET /upgrade` answers.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct UpgradeStatus<'a> {
+    /// The running version.
+    version: String,
+    /// How the last upgrade ended; `null` when none was tried since the daemon started.
+    last: Option<&'a UpgradeRecord>,
+}
+
+/// What `POST /upgrade` answers when the upgrade begins.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct UpgradeBegun {
+    msg: &'static str,
+    /// The version running before.
+    from: String,
+    /// The generation the upgrade will have in `GET /upgrade`.
+    generation: u32,
+}
+
+/// The running version, and how the last in-place upgrade ended.
+#[utoipa::path(
+    get,
+    path = "/upgrade",
+    tag = "status",
+    responses((status = 200, description = "The version and the last upgrade.",
+               body = UpgradeStatus)),
+)]
 pub(super) async fn status(State(state): State<ApiState>) -> Response {
-    json_response(
+    json_value(
         StatusCode::OK,
-        &json!({
-            "version": crate::build_version(),
-            "last": state.upgrade.as_deref(),
-        }),
+        &UpgradeStatus {
+            version: crate::build_version(),
+            last: state.upgrade.as_deref(),
+        },
     )
 }
 
-/// `POST /upgrade`: ask the root to re-execute itself; 202 once the new binary passed its
-/// probe and the upgrade begins, 409 with the reason when it does not.
+/// Upgrade in place: the daemon re-executes its binary (a newer version installed there).
+///
+/// The pid, every worker and every socket stay. The answer only says whether the upgrade
+/// begins (the new binary passed its probe); `GET /upgrade` says how it ended.
+#[utoipa::path(
+    post,
+    path = "/upgrade",
+    tag = "control",
+    responses(
+        (status = 202, description = "The new binary passed its probe; the upgrade begins.",
+         body = UpgradeBegun),
+        (status = 409, description = "Refused before anything stopped (the new binary failed \
+its probe); the reason in the body.", body = String, content_type = "text/plain"),
+        (status = 503, description = "The daemon cannot be asked now.", body = String,
+         content_type = "text/plain"),
+    ),
+)]
 pub(super) async fn begin(State(state): State<ApiState>) -> Result<Response, ApiError> {
     match state.supervisor.request_reexec().await {
-        Ok(()) => Ok(json_response(
+        Ok(()) => Ok(json_value(
             StatusCode::ACCEPTED,
-            &json!({
-                "msg": "upgrading: the daemon re-executes its binary; GET /upgrade says how it ended",
-                "from": crate::build_version(),
-                "generation": state.upgrade.as_ref().map_or(0, |r| r.generation) + 1,
-            }),
+            &UpgradeBegun {
+                msg: "upgrading: the daemon re-executes its binary; GET /upgrade says how it ended",
+                from: crate::build_version(),
+                generation: state.upgrade.as_ref().map_or(0, |r| r.generation) + 1,
+            },
         )),
         Err(supervisor::SupervisorError::Refused(why)) => Err(ApiError::Conflict(why)),
         Err(e) => Err(ApiError::Unavailable(e.to_string())),

@@ -133,6 +133,14 @@ enum ApiCommand {
         /// Write the schema to this file instead.
         file: Option<PathBuf>,
     },
+    /// Print the OpenAPI 3.1 description of the management API, as the resolver serves it.
+    Openapi {
+        /// Print the description built into this kresctl instead of asking the resolver.
+        #[arg(long)]
+        local: bool,
+        /// Write the document to this file instead.
+        file: Option<PathBuf>,
+    },
     /// Show the supervised processes: name, kind, pid, state, uptime, readiness, restarts.
     Processes {
         /// Print JSON instead of a table.
@@ -342,10 +350,14 @@ pub fn main() -> ExitCode {
                 .unwrap_or(1),
             );
         }
-        ApiCommand::Schema { live: false, file } => {
+        ApiCommand::Schema { live: false, file } | ApiCommand::Openapi { local: true, file } => {
+            let document = match &command {
+                ApiCommand::Schema { .. } => crate::config::json_schema(),
+                _ => crate::api::openapi::document().clone(),
+            };
             let text = format!(
                 "{}\n",
-                serde_json::to_string_pretty(&crate::config::json_schema()).unwrap_or_default()
+                serde_json::to_string_pretty(&document).unwrap_or_default()
             );
             return match emit(&text, file.as_deref()) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -533,6 +545,22 @@ async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), client::
         ApiCommand::Schema { live: _, file } => {
             let body = client.request("GET", "/schema", None).await?.ok()?;
             emit(&String::from_utf8_lossy(&body), file.as_deref())?;
+        }
+        ApiCommand::Openapi { local: _, file } => {
+            let response = client.request("GET", "/openapi.json", None).await?;
+            if response.status == 404 {
+                return Err(client::ClientError::NotOffered(
+                    "the server does not offer an OpenAPI description (no /openapi.json route: \
+                     upstream's manager or an older knot-resolver); `kresctl openapi --local` \
+                     prints this kresctl's"
+                        .into(),
+                ));
+            }
+            let mut text = String::from_utf8_lossy(&response.ok()?).into_owned();
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            emit(&text, file.as_deref())?;
         }
         ApiCommand::Processes { json, watch: false } => print_processes(client, json).await?,
         ApiCommand::Processes { json, watch: true } => {

@@ -21,17 +21,21 @@ pub struct Snapshot {
 
 /// One service as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProcessSnapshot {
     pub name: String,
     pub kind: String,
     pub pid: Option<i32>,
     /// `idle`, `starting`, `running`, `stopping`, `backoff`, `exited`, `failed`.
     pub state: ProcessState,
-    /// When the service entered its current state (wall clock, for display).
+    /// When the service entered its current state (wall clock, for display), seconds since
+    /// the epoch.
     #[serde(with = "unix_seconds")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<f64>))]
     pub since: Option<SystemTime>,
-    /// When the current process became ready.
+    /// When the current process became ready, seconds since the epoch.
     #[serde(with = "unix_seconds")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<f64>))]
     pub ready_at: Option<SystemTime>,
     pub restarts: u32,
     pub last_exit: Option<ExitStatus>,
@@ -96,6 +100,7 @@ impl ProcessSnapshot {
 
 /// A service's state as snapshots show it, serialised as its lowercase name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ProcessState {
     Idle,

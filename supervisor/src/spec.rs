@@ -158,6 +158,7 @@ impl Default for StopPolicy {
 
 /// How a process ended. Death by signal is kept apart from exit codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum ExitStatus {
     /// Exited with this code.

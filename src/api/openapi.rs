@@ -1,0 +1,324 @@
+//! `GET /openapi.json`: an OpenAPI 3.1 description of the management API, generated from the
+//! route registration itself. `api::routes()` registers every handler through
+//! `utoipa_axum::routes!`, which reads the handler's `#[utoipa::path]` and both routes it and
+//! describes it, so the router cannot serve a route the document lacks. This module adds
+//! what the layers around every route do (the TCP guard's 401/403/421, the time limit's 503,
+//! `HEAD` beside every `GET`), the security scheme, and the configuration's JSON schema
+//! (`crate::config::json_schema()`, the one `/schema` serves) as the schema of
+//! `/v1/config` bodies.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+use utoipa::openapi::schema::{ObjectBuilder, Schema};
+use utoipa::openapi::RefOr;
+
+use super::server::{BODY_LIMIT, CHANGE_TIMEOUT, HEADER_READ_TIMEOUT, READ_TIMEOUT};
+
+/// The name of the configuration's schema among the document's component schemas.
+pub const CONFIG_SCHEMA: &str = "KresConfig";
+
+/// The configuration document, as bodies of `/v1/config` name it. Its schema in the document
+/// is `crate::config::json_schema()`, put in place by [`document`]; what utoipa sees is a
+/// placeholder of the same name, so every body refers to `#/components/schemas/KresConfig`.
+pub struct ConfigDocument;
+
+impl utoipa::PartialSchema for ConfigDocument {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .description(Some("the configuration's JSON schema (GET /schema)"))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for ConfigDocument {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed(CONFIG_SCHEMA)
+    }
+}
+
+/// What the document says before any route is registered: title, tags, the security scheme.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Knot Resolver management API",
+        license(name = "GPL-3.0-or-later", identifier = "GPL-3.0-or-later"),
+    ),
+    tags(
+        (name = "status", description = "What runs, and how it does."),
+        (name = "config", description = "The configuration, read and changed as JSON (JSON \
+pointers, JSON Patch, structural ETags)."),
+        (name = "control", description = "Reload, renew, stop, drain, upgrade, clear the cache."),
+        (name = "metrics", description = "Statistics of the workers."),
+        (name = "schema", description = "Descriptions: the configuration's JSON schema, this \
+document."),
+        (name = "fault-injection", description = "Fault injection, for tests of the manager's \
+recovery only: every such route answers 404 unless the daemon was started with \
+`KRES_FAULT_INJECTION` set."),
+    ),
+)]
+pub struct Base;
+
+/// The document, computed once from the route registration (`api::routes()`).
+pub fn document() -> &'static Value {
+    static DOCUMENT: OnceLock<Value> = OnceLock::new();
+    DOCUMENT.get_or_init(|| finish(super::routes().into_openapi()))
+}
+
+/// `GET /openapi.json`.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "schema",
+    responses(
+        (status = 200, description = "This document (OpenAPI 3.1).", body = Object,
+         content_type = "application/json"),
+    ),
+)]
+pub(super) async fn serve() -> Response {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    let text = TEXT.get_or_init(|| serde_json::to_string_pretty(document()).unwrap_or_default());
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+        ],
+        text.as_str(),
+    )
+        .into_response()
+}
+
+/// The methods an OpenAPI path item may hold, lowercase as its keys.
+pub const METHODS: [&str; 8] = [
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+/// What the routes' descriptions leave to the layers around every route, and the configuration
+/// schema in its place.
+fn finish(openapi: utoipa::openapi::OpenApi) -> Value {
+    let mut doc = serde_json::to_value(&openapi).unwrap_or_else(|_| json!({}));
+    doc["info"]["version"] = json!(crate::build_version());
+    doc["info"]["description"] = json!(description());
+    doc["components"]["schemas"][CONFIG_SCHEMA] = config_schema();
+    doc["components"]["securitySchemes"] = json!({
+        "bearerAuth": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "Over TCP, when the daemon was started with KRES_API_TOKEN_FILE naming \
+    a file that holds the token: `Authorization: Bearer <token>` on every request. Never asked on \
+    the unix socket.",
+        }
+    });
+    // No requirement (the unix socket, or TCP without a token), or the bearer token.
+    doc["security"] = json!([{}, {"bearerAuth": []}]);
+    doc["components"]["responses"] = common_responses();
+    if let Some(Value::Object(paths)) = doc.get_mut("paths").map(Value::take) {
+        let paths: Map<String, Value> = paths
+            .into_iter()
+            .map(|(path, mut item)| {
+                add_head(&mut item);
+                for method in METHODS {
+                    if let Some(op) = item.get_mut(method) {
+                        add_layer_responses(op, method);
+                    }
+                }
+                (openapi_path(&path), item)
+            })
+            .collect();
+        doc["paths"] = Value::Object(paths);
+    }
+    doc
+}
+
+/// The configuration's JSON schema as a component schema: the same as `/schema`, without its
+/// `$id` (an identifier of upstream's published file, which would make it the base of
+/// references inside the document), and with `null` in the `enum` of nullable enumerations.
+/// `/schema` keeps upstream's form, where `{"type": ["string", "null"], "enum": [...],
+/// "default": null}` refuses its own default (the configuration's validator accepts `null`
+/// there); OpenAPI validators check defaults against their schemas.
+fn config_schema() -> Value {
+    let mut schema = crate::config::json_schema();
+    if let Value::Object(m) = &mut schema {
+        m.shift_remove("$id");
+    }
+    allow_null_in_nullable_enums(&mut schema);
+    schema
+}
+
+/// Add `null` to every `enum` whose node's `type` allows it. The schema is ours and its depth
+/// bounded by the configuration model's.
+fn allow_null_in_nullable_enums(node: &mut Value) {
+    match node {
+        Value::Object(m) => {
+            let nullable = m
+                .get("type")
+                .and_then(Value::as_array)
+                .is_some_and(|types| types.iter().any(|t| t == "null"));
+            if let (true, Some(Value::Array(values))) = (nullable, m.get_mut("enum")) {
+                if !values.contains(&Value::Null) {
+                    values.push(Value::Null);
+                }
+            }
+            m.values_mut().for_each(allow_null_in_nullable_enums);
+        }
+        Value::Array(items) => items.iter_mut().for_each(allow_null_in_nullable_enums),
+        _ => {}
+    }
+}
+
+/// axum's catch-all `{*name}` as an OpenAPI template variable `{name}` (which may then hold
+/// slashes, as the parameter's description says).
+fn openapi_path(path: &str) -> String {
+    path.replace("{*", "{")
+}
+
+/// `HEAD` beside every `GET` (axum answers it with the `GET` handler, without the body).
+fn add_head(item: &mut Value) {
+    let Some(get) = item.get("get") else { return };
+    if item.get("head").is_some() {
+        return;
+    }
+    let mut head = get.clone();
+    if let Some(id) = head.get("operationId").and_then(Value::as_str) {
+        head["operationId"] = json!(format!("{id}_head"));
+    }
+    head["summary"] = json!(format!(
+        "{} (headers only)",
+        head.get("summary")
+            .and_then(Value::as_str)
+            .unwrap_or("HEAD")
+    ));
+    if let Some(Value::Object(responses)) = head.get_mut("responses") {
+        for response in responses.values_mut() {
+            if let Value::Object(r) = response {
+                r.shift_remove("content");
+            }
+        }
+    }
+    item["head"] = head;
+}
+
+/// The answers of the layers every route is behind: the TCP guard and the time limit.
+fn add_layer_responses(op: &mut Value, method: &str) {
+    let Some(Value::Object(responses)) = op.get_mut("responses") else {
+        return;
+    };
+    for (status, name) in [
+        ("401", "Unauthorized"),
+        ("403", "Forbidden"),
+        ("421", "MisdirectedRequest"),
+    ] {
+        responses
+            .entry(status)
+            .or_insert_with(|| json!({"$ref": format!("#/components/responses/{name}")}));
+    }
+    let limit = if method == "get" || method == "head" {
+        READ_TIMEOUT
+    } else {
+        CHANGE_TIMEOUT
+    };
+    let timed_out = format!(
+        "No answer within {} s: `request processing failed:\\nno answer within {} seconds\\n`.",
+        limit.as_secs(),
+        limit.as_secs()
+    );
+    match responses.get_mut("503") {
+        Some(Value::Object(r)) => {
+            let before = r
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let both = format!("{before} Or: {timed_out}");
+            r.insert("description".into(), json!(both));
+        }
+        _ => {
+            responses.insert("503".into(), text_response(&timed_out));
+        }
+    }
+}
+
+/// A response with a plain-text body.
+fn text_response(description: &str) -> Value {
+    json!({
+        "description": description,
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+    })
+}
+
+/// The guard's refusals, shared by every operation.
+fn common_responses() -> Value {
+    json!({
+        "Unauthorized": text_response(
+            "TCP only: a bearer token is configured and the request has no valid \
+             `Authorization: Bearer` header."),
+        "Forbidden": text_response(
+            "The client's role does not allow the request (`POST /reload needs the admin role; \
+             this client has the read-only role`: unix peers by their groups, TCP clients by \
+             their bearer token), or over TCP the request's `Origin` is not this endpoint (a \
+             cross-site request)."),
+        "MisdirectedRequest": text_response(
+            "TCP only: the `Host` header names neither this endpoint nor a loopback name (DNS \
+             rebinding)."),
+    })
+}
+
+/// What the document says of every route, with the server's limits.
+fn description() -> String {
+    format!(
+        "The management API of Knot Resolver 6's manager (the knot-resolver daemon), served on a \
+unix socket (guarded by its file permissions) or on TCP (`management.interface`).\n\n\
+Answers every route can give:\n\
+- `404` (empty body) for a path no route serves; `405` with an `Allow` header listing the \
+methods served, for a method a path does not serve.\n\
+- Every `GET` also answers `HEAD`, with the same status and headers and no body.\n\
+- Over TCP only: `421` when `Host` names neither the endpoint nor a loopback name, `403` for a \
+cross-origin `Origin`, `401` without the bearer token when one is configured \
+(`KRES_API_TOKEN_FILE`, the `bearerAuth` security scheme).\n\
+- `403` when the client's role does not allow the request: only `GET` and `HEAD` of the reading \
+routes are open to the read-only role (unix peers in `--api-read-only-group`, TCP clients with \
+the read-only token); everything else needs the admin role.\n\
+- `503` when the handler found no answer within its time limit ({read} s for GET and HEAD, \
+{change} s for other methods).\n\
+- A request head not read within {head} s closes the connection without an answer (no `408` \
+is sent); a malformed head is answered `400`, an overlong URI `414`, overlong headers `431`, \
+before any route is reached.\n\
+- Where a route reads a request body, bodies over {body} bytes are refused with `413`.\n\n\
+Error bodies are plain text ending with a newline, in upstream's words where upstream has them.",
+        read = READ_TIMEOUT.as_secs(),
+        change = CHANGE_TIMEOUT.as_secs(),
+        head = HEADER_READ_TIMEOUT.as_secs(),
+        body = BODY_LIMIT,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nullable_enumerations_take_null() {
+        let mut schema = json!({"properties": {
+            "answer": {"type": ["string", "null"], "enum": ["allow"], "default": null},
+            "mode": {"type": "string", "enum": ["a"]},
+        }});
+        allow_null_in_nullable_enums(&mut schema);
+        assert_eq!(
+            schema["properties"]["answer"]["enum"],
+            json!(["allow", null])
+        );
+        assert_eq!(schema["properties"]["mode"]["enum"], json!(["a"]));
+    }
+
+    #[test]
+    fn catch_all_segments_become_template_variables() {
+        assert_eq!(
+            openapi_path("/v1/config/{*pointer}"),
+            "/v1/config/{pointer}"
+        );
+        assert_eq!(openapi_path("/processes/{kind}"), "/processes/{kind}");
+    }
+}
