@@ -18,7 +18,7 @@ use super::pointer;
 use super::ApiState;
 use crate::config::{self, LoadedConfig, ValidationContext};
 use crate::etag::{etag, header_matches};
-use crate::manager::plan::{ChangePlan, GcChange, WorkerChange};
+use crate::manager::plan::{ChangePlan, GcChange, RulesChange, WorkerChange};
 use crate::manager::ChangeError;
 
 /// How many times a change without `If-Match` is recomputed when another change won the race.
@@ -183,6 +183,11 @@ fn plan_json(plan: &ChangePlan, new_tag: &str) -> Value {
     };
     let workers = match &plan.workers {
         WorkerChange::ResetRules => serde_json::json!({"action": "rules-reset"}),
+        WorkerChange::Live(live) => serde_json::json!({
+            "action": "live",
+            "workers": names(&live.workers),
+            "rules-reset": live.rules == RulesChange::Reset,
+        }),
         WorkerChange::Roll(roll) => serde_json::json!({
             "action": "restart",
             "canary": roll.unlink.is_empty(),
