@@ -171,6 +171,15 @@ pub enum Cause {
 pub enum WorkersChanged {
     /// They kept running and reopened the rules.
     RulesReset,
+    /// They kept running and took a logging change through their control sockets:
+    /// `workers` were told, `restarted` did not take it and were restarted instead;
+    /// `rules-reset`: they reopened the rules too.
+    Live {
+        workers: Vec<String>,
+        restarted: Vec<String>,
+        #[serde(rename = "rules-reset")]
+        rules_reset: bool,
+    },
     /// They were replaced: removed (`stop`), restarted, started.
     Restart {
         stop: Vec<String>,
@@ -276,6 +285,19 @@ impl fmt::Display for Event {
                 }
                 match workers {
                     WorkersChanged::RulesReset => f.write_str("; workers reset their rules")?,
+                    WorkersChanged::Live {
+                        workers,
+                        restarted,
+                        rules_reset,
+                    } => {
+                        write!(f, "; applied live to {} workers", workers.len())?;
+                        if !restarted.is_empty() {
+                            write!(f, ", restarted {} instead", restarted.join(","))?;
+                        }
+                        if *rules_reset {
+                            f.write_str("; workers reset their rules")?;
+                        }
+                    }
                     WorkersChanged::Restart {
                         stop,
                         restart,
@@ -1156,6 +1178,16 @@ mod tests {
                     start: vec![],
                 },
                 cache_gc: GcChanged::Keep,
+            },
+            Event::ConfigApplied {
+                cause: Cause::Api,
+                sections: vec![s("logging")],
+                workers: WorkersChanged::Live {
+                    workers: vec![s("kresd0"), s("kresd1")],
+                    restarted: vec![s("kresd1")],
+                    rules_reset: false,
+                },
+                cache_gc: GcChanged::Replace,
             },
             Event::ConfigRolledBack {
                 cause: Cause::Reload,

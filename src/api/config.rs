@@ -20,7 +20,7 @@ use super::pointer;
 use super::ApiState;
 use crate::config::{self, LoadedConfig, ValidationContext};
 use crate::etag::{etag, header_matches};
-use crate::manager::plan::{ChangePlan, GcChange, WorkerChange};
+use crate::manager::plan::{ChangePlan, GcChange, RulesChange, WorkerChange};
 use crate::manager::ChangeError;
 
 /// How many times a change without `If-Match` is recomputed when another change won the race.
@@ -521,6 +521,15 @@ pub struct DryRun {
 pub enum WorkersAction {
     /// The workers keep running; their rules are reloaded.
     RulesReset,
+    /// The change reaches the running workers through their control sockets (a `logging`
+    /// change): no worker restarts.
+    Live {
+        /// The workers told, by name.
+        workers: Vec<String>,
+        /// Whether their rules are reloaded too.
+        #[serde(rename = "rules-reset")]
+        rules_reset: bool,
+    },
     /// A rolling restart.
     Restart {
         /// Whether a canary worker tries the configuration first.
@@ -548,6 +557,10 @@ fn dry_run_answer(plan: &ChangePlan, new_tag: &str) -> DryRun {
     };
     let workers = match &plan.workers {
         WorkerChange::ResetRules => WorkersAction::RulesReset,
+        WorkerChange::Live(live) => WorkersAction::Live {
+            workers: names(&live.workers),
+            rules_reset: live.rules == RulesChange::Reset,
+        },
         WorkerChange::Roll(roll) => WorkersAction::Restart {
             canary: roll.unlink.is_empty(),
             stop: names(&roll.stop),

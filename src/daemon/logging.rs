@@ -6,7 +6,9 @@
 //! `policy-loader`, `cache-gc`) with the child's pid as `SYSLOG_PID`.
 //!
 //! The level starts as `--loglevel` and becomes `logging.level` once a configuration is loaded
-//! ([`Logging::configure`]), like upstream's.
+//! ([`Logging::configure`]), like upstream's. The manager process follows every applied
+//! configuration's `logging` ([`Logging::follow`]; `debug` when the `manager` group is listed,
+//! as upstream's manager does); the root keeps what it read at start-up.
 
 use std::collections::HashMap;
 use std::io;
@@ -23,7 +25,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, reload, EnvFilter, Layer, Registry};
 
-use crate::config::{LogLevel, LogTarget};
+use crate::config::{LoadedConfig, LogLevel, LogTarget, LoggingSchema};
 
 /// The supervisor's target for lines its children wrote.
 const CHILD_TARGET: &str = "child";
@@ -155,12 +157,47 @@ impl Logging {
         self.set_target(target);
     }
 
+    /// Apply `logging` as the manager process logs: its level, `debug` with the `manager`
+    /// group.
+    pub fn configure_manager(&self, logging: &LoggingSchema) {
+        self.configure(manager_level(logging), logging.target);
+    }
+
+    /// Apply the `logging` of every configuration `config` publishes from now on, until its
+    /// sender is gone.
+    pub async fn follow(
+        &self,
+        mut config: tokio::sync::watch::Receiver<std::sync::Arc<LoadedConfig>>,
+    ) {
+        let mut applied = config.borrow_and_update().model.logging.clone();
+        while config.changed().await.is_ok() {
+            let logging = config.borrow_and_update().model.logging.clone();
+            if logging != applied {
+                self.configure_manager(&logging);
+                tracing::debug!(
+                    level = logging.level.as_str(),
+                    "the manager's logging follows the configuration"
+                );
+                applied = logging;
+            }
+        }
+    }
+
     fn set_target(&self, target: LogTarget) {
         let mut sink = Sink::for_target(target);
         if sink == Sink::Journal && !self.journal_available {
             sink = Sink::Stderr;
         }
         SINK.store(sink as u8, Ordering::Relaxed);
+    }
+}
+
+/// The manager's level for `logging`: `debug` when its group is listed, else the level.
+pub fn manager_level(logging: &LoggingSchema) -> LogLevel {
+    if logging.groups.iter().flatten().any(|g| g == "manager") {
+        LogLevel::Debug
+    } else {
+        logging.level
     }
 }
 

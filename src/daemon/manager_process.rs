@@ -165,7 +165,7 @@ async fn serve(
         }
     };
     if let Some(logging) = logging {
-        logging.configure(loaded.model.logging.level, loaded.model.logging.target);
+        logging.configure_manager(&loaded.model.logging);
     }
     let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP]) {
         Ok(s) => s,
@@ -307,6 +307,9 @@ async fn serve(
     let mut watchdog_task = None;
     if started {
         tokio::spawn(keep_config(parent.clone(), handle.subscribe()));
+        if let Some(logging) = logging {
+            tokio::spawn(logging.follow(handle.subscribe()));
+        }
         if let Some(deadline) = watches.hang_timeout {
             // Ends with `stop`; nothing to wait for.
             crate::manager::liveness::start(

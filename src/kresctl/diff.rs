@@ -116,6 +116,15 @@ fn plan_lines(plan: &Value) -> Vec<String> {
     let workers = &plan["workers"];
     lines.push(match workers["action"].as_str() {
         Some("rules-reset") => "workers: kept running; only the rules are reset".to_owned(),
+        Some("live") => format!(
+            "workers: kept running; the change reaches them live: {}{}",
+            list(&workers["workers"]),
+            if workers["rules-reset"] == Value::Bool(true) {
+                "; the rules are reset too"
+            } else {
+                ""
+            }
+        ),
         Some("restart") => format!(
             "workers: restarted: {}; started: {}; stopped: {}{}",
             list(&workers["restart"]),
@@ -307,6 +316,15 @@ mod tests {
         assert_eq!(
             plan_lines(&reset)[1],
             "workers: kept running; only the rules are reset"
+        );
+        let live = json!({"changed": ["logging"], "cache-gc": "replace",
+            "workers": {"action": "live", "workers": ["kresd0", "kresd1"], "rules-reset": false}});
+        assert_eq!(
+            plan_lines(&live)[1..],
+            [
+                "workers: kept running; the change reaches them live: kresd0, kresd1",
+                "cache-gc: restarted"
+            ]
         );
     }
 }

@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 pub use policy::render_policy_loader;
-pub use sections::{read_files_as, MAX_SCRIPT_FILE};
+pub use sections::{live_logging, read_files_as, MAX_SCRIPT_FILE};
 pub use worker::{render_worker, render_worker_with, SocketBinding};
 
 /// Append one formatted line (writing to a `String` cannot fail).

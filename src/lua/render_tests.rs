@@ -128,6 +128,33 @@ fn process_group_debug_levels() {
 }
 
 #[test]
+fn live_logging_sets_what_the_worker_file_sets_and_clears_old_groups() {
+    let rows = [
+        (
+            "logging:\n  level: notice\n  groups: [kresd, io, manager]\n  target: stderr\n",
+            "debug",
+            "(function() log_level('debug') log_target('stderr') log_groups({'io',}) return log_level() end)()",
+        ),
+        (
+            "logging:\n  level: info\n  target: stdout\n",
+            "info",
+            "(function() log_level('info') log_target('stdout') log_groups({}) return log_level() end)()",
+        ),
+    ];
+    for (yaml, level, expr) in rows {
+        let cfg = cfg(yaml);
+        assert_eq!(
+            super::live_logging(&cfg),
+            (expr.to_owned(), level),
+            "{yaml}"
+        );
+        let text = render_worker(&cfg);
+        assert!(text.contains(&format!("log_level('{level}')")), "{text}");
+        assert!(!expr.contains('\n'), "one control command");
+    }
+}
+
+#[test]
 fn defer_is_configured_in_workers_and_disabled_in_the_policy_loader() {
     let yaml = "rundir: /run/kr\nworkers: 3\ndefer:\n  enable: true\n  log-period: 1500ms\n";
     check(

@@ -15,23 +15,53 @@ const NON_KRESD_GROUPS: &[&str] = crate::config::NON_KRESD_LOG_GROUPS;
 /// process's own group: `kresd` or `policy-loader`) is listed in `logging.groups`.
 pub(super) fn logging(out: &mut String, cfg: &KresConfig, debug_group: &str) {
     let logging = &cfg.logging;
-    let groups = logging.groups.as_deref().unwrap_or_default();
-    let level = if groups.iter().any(|g| g == debug_group) {
-        "debug"
-    } else {
-        logging.level.as_str()
-    };
     line!(out, "-- logging.level");
-    line!(out, "log_level({})", quote(level));
+    line!(
+        out,
+        "log_level({})",
+        quote(effective_level(cfg, debug_group))
+    );
     line!(out, "-- logging.target");
     line!(out, "log_target({})", quote(logging.target.as_str()));
-    if !groups.is_empty() {
-        let kresd_groups = groups
-            .iter()
-            .filter(|g| !NON_KRESD_GROUPS.contains(&g.as_str()));
+    if logging.groups.as_deref().is_some_and(|g| !g.is_empty()) {
         line!(out, "-- logging.groups");
-        line!(out, "log_groups({})", string_table(kresd_groups));
+        line!(out, "log_groups({})", kresd_groups(cfg));
     }
+}
+
+/// The level a process whose own group is `debug_group` logs at.
+fn effective_level(cfg: &KresConfig, debug_group: &str) -> &'static str {
+    let groups = cfg.logging.groups.as_deref().unwrap_or_default();
+    if groups.iter().any(|g| g == debug_group) {
+        "debug"
+    } else {
+        cfg.logging.level.as_str()
+    }
+}
+
+/// The table of `logging.groups` that are kresd's own.
+fn kresd_groups(cfg: &KresConfig) -> String {
+    let groups = cfg.logging.groups.as_deref().unwrap_or_default();
+    string_table(
+        groups
+            .iter()
+            .filter(|g| !NON_KRESD_GROUPS.contains(&g.as_str())),
+    )
+}
+
+/// The logging of a running worker set to what [`logging`] renders for `cfg`, as one control
+/// command (an expression: the control socket evaluates `return (expr)`). The groups are
+/// always given, so groups no longer listed are cleared (`log_groups` replaces the set). It
+/// evaluates to the level the worker then logs at, which is the second value.
+pub fn live_logging(cfg: &KresConfig) -> (String, &'static str) {
+    let level = effective_level(cfg, "kresd");
+    let expr = format!(
+        "(function() log_level({}) log_target({}) log_groups({}) return log_level() end)()",
+        quote(level),
+        quote(cfg.logging.target.as_str()),
+        kresd_groups(cfg),
+    );
+    (expr, level)
 }
 
 /// The forward options table.

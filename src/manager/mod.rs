@@ -1,8 +1,9 @@
 //! The manager: turns a validated configuration into running processes. It asks the planner
 //! (`plan`) what a change needs and carries the plan out through the supervisor: it writes the
 //! Lua files, runs the policy-loader to completion, proves a new configuration with a canary,
-//! replaces the workers one at a time (or has them reset their rules), and replaces the cache
-//! garbage collector. It is the only owner of the running configuration.
+//! replaces the workers one at a time (or has them reset their rules, or take a logging change
+//! through their control sockets), and replaces the cache garbage collector. It is the only
+//! owner of the running configuration.
 //!
 //! Submodules: `handle` (how others ask for changes), `task` (the loop that serves them),
 //! `plan` (what a change needs), `specs` (command
@@ -32,7 +33,7 @@ use crate::{control, lua};
 pub use executables::Executables;
 pub use handle::{ChangeError, ManagerHandle};
 use listen::{ListenError, SocketOwner, SocketTable, Steering};
-use plan::{ChangePlan, GcChange, Restart, Roll, WorkerChange};
+use plan::{ChangePlan, GcChange, Live, Restart, Roll, RulesChange, WorkerChange};
 use specs::Specs;
 
 /// How long the policy-loader may run before it is stopped and the change refused: generous,
@@ -229,8 +230,8 @@ impl Manager {
     ) -> Result<ChangePlan, ApplyError> {
         let old = self.config();
         let cfg = &new.model;
-        let plan = plan::plan(&old.model, cfg, &self.workers, restart)?;
-        match &plan.workers {
+        let mut plan = plan::plan(&old.model, cfg, &self.workers, restart)?;
+        match &mut plan.workers {
             WorkerChange::Roll(roll) => {
                 for shared in &roll.unlink {
                     rundir::remove(&cfg.rundir.join(shared.file_name()));
@@ -249,18 +250,48 @@ impl Manager {
                 self.reset_rules(cfg).await;
                 self.reload_tls_files(cfg).await;
             }
+            WorkerChange::Live(live) => {
+                if live.rules == RulesChange::Reset {
+                    self.run_policy_loader(cfg).await?;
+                }
+                // Written first: a worker that restarts from now on (on its own or below)
+                // starts on the new logging.
+                self.write_worker_configs(cfg)?;
+                match self.live(cfg, live).await {
+                    Ok(restarted) => live.restarted = restarted,
+                    Err(cause) => return Err(self.roll_back(cfg, &old.model, cause).await),
+                }
+                if live.rules == RulesChange::Reset {
+                    self.reset_rules(cfg).await;
+                    self.reload_tls_files(cfg).await;
+                }
+            }
         }
         if plan.gc == GcChange::Replace {
             self.replace_gc(cfg).await?;
         }
         self.config.send_replace(new.clone());
-        if let WorkerChange::Roll(_) = plan.workers {
-            self.sync_tls_sticket_secret(cfg).await;
-            // Upstream's wording, only when workers were (re)started: packaging checks and
-            // operators grep for it.
-            tracing::info!("Config applied successfully to all workers");
-        } else {
-            tracing::info!("Config applied; workers kept running (policy rules reloaded)");
+        match &plan.workers {
+            WorkerChange::Roll(_) => {
+                self.sync_tls_sticket_secret(cfg).await;
+                // Upstream's wording, only when workers were (re)started: packaging checks and
+                // operators grep for it.
+                tracing::info!("Config applied successfully to all workers");
+            }
+            WorkerChange::Live(live) => {
+                if !live.restarted.is_empty() {
+                    // Restarted workers have a fresh session-ticket secret: share one again.
+                    self.sync_tls_sticket_secret(cfg).await;
+                }
+                tracing::info!(
+                    workers = live.workers.len(),
+                    restarted = live.restarted.len(),
+                    "Config applied; logging changed live in the running workers"
+                );
+            }
+            WorkerChange::ResetRules => {
+                tracing::info!("Config applied; workers kept running (policy rules reloaded)")
+            }
         }
         Ok(plan)
     }
@@ -399,6 +430,33 @@ impl Manager {
                 output,
             }),
         }
+    }
+
+    /// Give every worker of `live` the logging of `cfg` through its control socket; one that
+    /// does not take it (its socket fails, does not answer in time, or answers anything but
+    /// the new level) is restarted on the configuration already written, so that every worker
+    /// ends on the same logging. Returns the workers restarted; an error when one of them did
+    /// not come back.
+    async fn live(&self, cfg: &KresConfig, live: &Live) -> Result<Vec<WorkerId>, ApplyError> {
+        let (expr, level) = lua::live_logging(cfg);
+        let mut failed = Vec::new();
+        for (id, result) in control::command_all(&cfg.rundir, &live.workers, &expr).await {
+            match result {
+                Ok(serde_json::Value::String(s)) if s == level => {}
+                Ok(other) => {
+                    tracing::warn!(worker = %id, answer = %other, "did not take the logging change live; restarting it");
+                    failed.push(id);
+                }
+                Err(e) => {
+                    tracing::warn!(worker = %id, "did not take the logging change live: {e}; restarting it");
+                    failed.push(id);
+                }
+            }
+        }
+        for &id in &failed {
+            self.restart_worker(cfg, id).await?;
+        }
+        Ok(failed)
     }
 
     /// Tell every running worker to reopen the newest rules database.

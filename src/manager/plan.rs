@@ -6,6 +6,13 @@
 //! `views`, `local-data`, `rundir` and `management`) needs new kresd processes, proven first by
 //! a canary; a change of policy only (`views`, `local-data`) needs the policy-loader and a rules
 //! reset in the running workers; `rundir` and `management` cannot change at run time.
+//!
+//! Unlike upstream, a change of `logging` alone (level, target, groups) reaches the running
+//! workers through their control sockets (`log_level`, `log_target` and `log_groups` take effect
+//! at once in kresd): no worker restarts. `logging.dnstap` (a module loaded at start), and
+//! any logging change while custom Lua runs (it may set the level itself, so a restarted
+//! worker could end on another level than a live one) or with `lua.script-only` (no logging
+//! in the workers' Lua at all), still restart the workers.
 
 use std::fmt;
 
@@ -17,6 +24,9 @@ use crate::service::WorkerId;
 pub enum Effect {
     /// New worker processes (the canary first, then a rolling restart).
     Workers,
+    /// Running workers take it through their control sockets; [`Section::effect_of`] says
+    /// when a change of such a section needs new workers after all.
+    Live,
     /// Only a new rules database, which running workers reopen.
     Rules,
     /// Nothing can do it at run time: the change is refused.
@@ -74,7 +84,7 @@ sections! {
     Cache => cache, "cache", Workers;
     Dnssec => dnssec, "dnssec", Workers;
     Dns64 => dns64, "dns64", Workers;
-    Logging => logging, "logging", Workers;
+    Logging => logging, "logging", Live;
     Monitoring => monitoring, "monitoring", Workers;
     RateLimiting => rate_limiting, "rate-limiting", Workers;
     Defer => defer, "defer", Workers;
@@ -86,6 +96,25 @@ impl Section {
     pub fn pointer(self) -> String {
         format!("/{}", self.key())
     }
+
+    /// What changing it from `old` to `new` requires: its [`Section::effect`], except for a
+    /// `logging` change that running workers cannot take live.
+    pub fn effect_of(self, old: &KresConfig, new: &KresConfig) -> Effect {
+        match self {
+            Section::Logging if !logging_is_live(old, new) => Effect::Workers,
+            s => s.effect(),
+        }
+    }
+}
+
+/// Whether a change of `logging` from `old` to `new` can be made in the running workers alone:
+/// `dnstap` unchanged (the module is loaded at start), and nothing else in the workers' Lua
+/// that could set logging (no custom Lua; not `lua.script-only`, which renders no logging).
+fn logging_is_live(old: &KresConfig, new: &KresConfig) -> bool {
+    let plain = |c: &KresConfig| {
+        !c.lua.script_only && c.lua.script.is_none() && c.lua.script_file.is_none()
+    };
+    old.logging.dnstap == new.logging.dnstap && plain(old) && plain(new)
 }
 
 impl fmt::Display for Section {
@@ -139,11 +168,36 @@ pub struct Roll {
     pub start: Vec<WorkerId>,
 }
 
+/// A change the running workers take through their control sockets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Live {
+    /// The workers told, in order (every registered one).
+    pub workers: Vec<WorkerId>,
+    /// Whether the policy-loader runs and the workers reset their rules too (a `views` or
+    /// `local-data` change in the same configuration).
+    pub rules: RulesChange,
+    /// Workers that did not take it (their control socket failed or did not answer) and were
+    /// restarted instead, on the configuration already written for them. Filled in when the
+    /// change is carried out; a plan has none.
+    pub restarted: Vec<WorkerId>,
+}
+
+/// Whether the rules database is rebuilt and reopened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RulesChange {
+    /// Untouched: the policy-loader does not run.
+    Keep,
+    /// The policy-loader rebuilds it and every running worker reopens it.
+    Reset,
+}
+
 /// What the workers do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkerChange {
     /// They keep running and reopen the rules database; TLS certificate files are reloaded.
     ResetRules,
+    /// They keep running and take the change through their control sockets.
+    Live(Live),
     /// They are replaced.
     Roll(Roll),
 }
@@ -157,8 +211,9 @@ pub enum GcChange {
     Replace,
 }
 
-/// Everything one configuration change does, in the order it is done: the policy-loader always
-/// runs (after the canary when there is a roll), then the workers change, then the GC.
+/// Everything one configuration change does, in the order it is done: the policy-loader runs
+/// (after the canary when there is a roll; not for a live change that leaves the rules alone),
+/// then the workers change, then the GC.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangePlan {
     /// The sections that differ.
@@ -199,15 +254,29 @@ pub fn plan(
     if let Some(s) = changed.iter().find(|s| s.effect() == Effect::Immutable) {
         return Err(Immutable(*s));
     }
-    let affected = changed.iter().any(|s| s.effect() == Effect::Workers);
-    let workers = if affected || restart == Restart::Always {
+    let needs = |effect: Effect| changed.iter().any(|s| s.effect_of(old, new) == effect);
+    let workers = if needs(Effect::Workers) || restart == Restart::Always {
         WorkerChange::Roll(roll(old, new, registered, &changed))
+    } else if needs(Effect::Live) {
+        let mut workers = registered.to_vec();
+        workers.sort_unstable();
+        workers.dedup();
+        WorkerChange::Live(Live {
+            workers,
+            rules: if needs(Effect::Rules) {
+                RulesChange::Reset
+            } else {
+                RulesChange::Keep
+            },
+            restarted: Vec::new(),
+        })
     } else {
         WorkerChange::ResetRules
     };
+    // The GC reads logging only as its `-v` flag.
     let gc_changed = old.cache.garbage_collector != new.cache.garbage_collector
         || old.cache.storage != new.cache.storage
-        || old.logging != new.logging;
+        || super::specs::cache_gc_verbose(old) != super::specs::cache_gc_verbose(new);
     Ok(ChangePlan {
         changed,
         workers,
@@ -311,6 +380,15 @@ mod tests {
             stop: vec![],
             restart: ids(&[0, 1]),
             start: vec![],
+        })
+    }
+
+    /// A live change of `workers`.
+    fn live(workers: &[u32], rules: RulesChange) -> WorkerChange {
+        WorkerChange::Live(Live {
+            workers: ids(workers),
+            rules,
+            restarted: vec![],
         })
     }
 
@@ -447,10 +525,10 @@ mod tests {
                 roll.clone(),
                 Keep,
             ),
-            row("logging", vec![("/logging/level", json!("debug"))]).expect(
+            row("logging", vec![("/logging/level", json!("info"))]).expect(
                 &[Section::Logging],
-                roll.clone(),
-                Replace,
+                live(&[0, 1], RulesChange::Keep),
+                Keep,
             ),
             row("monitoring", vec![("/monitoring/metrics", json!("always"))]).expect(
                 &[Section::Monitoring],
@@ -598,6 +676,96 @@ mod tests {
                 Keep,
             ),
         ]);
+    }
+
+    #[test]
+    fn logging_is_live_unless_something_else_needs_new_workers() {
+        let logging = Section::Logging;
+        let roll = roll_of_base(&[]);
+        check(vec![
+            row("level", vec![("/logging/level", json!("warning"))]).expect(
+                &[logging],
+                live(&[0, 1], RulesChange::Keep),
+                Keep,
+            ),
+            row(
+                "groups and target",
+                vec![
+                    ("/logging/groups", json!(["io", "cache"])),
+                    ("/logging/target", json!("stderr")),
+                ],
+            )
+            .expect(&[logging], live(&[0, 1], RulesChange::Keep), Keep),
+            row(
+                "the workers registered, in order",
+                vec![("/logging/level", json!("info"))],
+            )
+            .registered(&[1, 0, 2])
+            .expect(&[logging], live(&[0, 1, 2], RulesChange::Keep), Keep),
+            row(
+                "debug: the GC runs verbose, so it is replaced",
+                vec![("/logging/level", json!("debug"))],
+            )
+            .expect(&[logging], live(&[0, 1], RulesChange::Keep), Replace),
+            row(
+                "the cache-gc group: the same",
+                vec![("/logging/groups", json!(["cache-gc"]))],
+            )
+            .expect(&[logging], live(&[0, 1], RulesChange::Keep), Replace),
+            row(
+                "with local-data: the rules are reset too",
+                vec![
+                    ("/logging/level", json!("info")),
+                    ("/local-data/addresses", json!({"a.example": "192.0.2.1"})),
+                ],
+            )
+            .expect(
+                &[Section::LocalData, logging],
+                live(&[0, 1], RulesChange::Reset),
+                Keep,
+            ),
+            row(
+                "with a section that needs new workers: a roll",
+                vec![
+                    ("/logging/level", json!("info")),
+                    ("/options/minimize", json!(false)),
+                ],
+            )
+            .expect(&[Section::Options, logging], roll.clone(), Keep),
+            row(
+                "dnstap: a module loaded at start",
+                vec![(
+                    "/logging/dnstap",
+                    json!({"enable": true, "unix-socket": "/tmp/dnstap.sock"}),
+                )],
+            )
+            .expect(&[logging], roll.clone(), Keep),
+            row("forced", vec![("/logging/level", json!("info"))])
+                .forced()
+                .expect(&[logging], roll.clone(), Keep),
+        ]);
+    }
+
+    #[test]
+    fn custom_lua_keeps_logging_changes_rolling() {
+        // Custom Lua may set the level itself: a worker restarted later would run it again and
+        // end on another level than one changed live.
+        for lua in [
+            json!({"script": "-- nothing"}),
+            json!({"script-only": true, "script": "-- nothing"}),
+        ] {
+            let mut raw = base();
+            raw["lua"] = lua.clone();
+            let old = typed(&raw);
+            raw["logging"] = json!({"level": "info"});
+            let new = typed(&raw);
+            let got = plan(&old, &new, &ids(&[0, 1]), Restart::WhenNeeded);
+            assert_eq!(
+                got.map(|p| p.workers),
+                Ok(roll_of_base(&[])),
+                "with lua {lua}"
+            );
+        }
     }
 
     #[test]

@@ -180,8 +180,7 @@ impl Specs {
             argv.push(flag.into());
             argv.push(value.to_string().into());
         }
-        let debug_group = cfg.logging.groups.iter().flatten().any(|g| g == "cache-gc");
-        if cfg.logging.level == LogLevel::Debug || debug_group {
+        if cache_gc_verbose(cfg) {
             argv.push("-v".into());
         }
         if gc.dry_run {
@@ -193,6 +192,13 @@ impl Specs {
         spec.cwd = Some(cfg.rundir.clone());
         spec
     }
+}
+
+/// Whether kres-cache-gc runs verbose (`-v`): at level `debug` or with the `cache-gc` group,
+/// as upstream decides. The only part of `logging` the GC reads; it cannot change it live.
+pub fn cache_gc_verbose(cfg: &KresConfig) -> bool {
+    cfg.logging.level == LogLevel::Debug
+        || cfg.logging.groups.iter().flatten().any(|g| g == "cache-gc")
 }
 
 /// Where a new image of the daemon finds its state after an in-place upgrade

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::handle::{ChangeError, ChangeResult, ManagerCommand};
 use super::listen::{SocketOwner, SocketTable};
-use super::plan::{ChangePlan, GcChange, Restart, WorkerChange};
+use super::plan::{ChangePlan, GcChange, Restart, RulesChange, WorkerChange};
 use super::{ApplyError, Executables, Manager};
 use crate::config::{self, LoadedConfig};
 use crate::events::{self, Cause, Event, EventLog, GcChanged, WorkersChanged};
@@ -283,6 +283,11 @@ fn applied(cause: Cause, plan: &ChangePlan) -> Event {
         sections: plan.changed.iter().map(|s| s.key().to_owned()).collect(),
         workers: match &plan.workers {
             WorkerChange::ResetRules => WorkersChanged::RulesReset,
+            WorkerChange::Live(live) => WorkersChanged::Live {
+                workers: names(&live.workers),
+                restarted: names(&live.restarted),
+                rules_reset: live.rules == RulesChange::Reset,
+            },
             WorkerChange::Roll(roll) => WorkersChanged::Restart {
                 stop: names(&roll.stop),
                 restart: names(&roll.restart),
@@ -299,7 +304,7 @@ fn applied(cause: Cause, plan: &ChangePlan) -> Event {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manager::plan::{Immutable, Roll, Section};
+    use crate::manager::plan::{Immutable, Live, Roll, Section};
     use crate::service::WorkerId;
 
     fn refused(reason: &str) -> Event {
@@ -345,6 +350,28 @@ mod tests {
                     cause: Cause::Api,
                     sections: vec![],
                     workers: WorkersChanged::RulesReset,
+                    cache_gc: GcChanged::Keep,
+                }),
+            ),
+            (
+                "a live logging change, one worker restarted instead",
+                Ok(ChangePlan {
+                    changed: vec![Section::Logging],
+                    workers: WorkerChange::Live(Live {
+                        workers: vec![WorkerId(0), WorkerId(1)],
+                        rules: RulesChange::Reset,
+                        restarted: vec![WorkerId(1)],
+                    }),
+                    gc: GcChange::Keep,
+                }),
+                Some(Event::ConfigApplied {
+                    cause: Cause::Api,
+                    sections: vec!["logging".into()],
+                    workers: WorkersChanged::Live {
+                        workers: vec!["kresd0".into(), "kresd1".into()],
+                        restarted: vec!["kresd1".into()],
+                        rules_reset: true,
+                    },
                     cache_gc: GcChanged::Keep,
                 }),
             ),

@@ -1,7 +1,8 @@
 //! The management plane under use, ours against upstream's in the same run: sequential
 //! `GET /v1/config` requests per second, a worker-affecting change applied (API call
-//! returns), a policy-only change applied and visible in DNS, and metrics collection latency
-//! with 8 workers. Prints medians side by side.
+//! returns), a policy-only change applied and visible in DNS, a `logging.level` change applied
+//! (ours: live in the running workers; upstream's: a rolling restart), and metrics collection
+//! latency with 8 workers. Prints medians side by side.
 //!
 //! Usage: cargo build --release --bins && target/release/api [RUNS] [WORKERS]
 //! (WORKERS: how many workers the worker-affecting change restarts, default 2)
@@ -94,6 +95,7 @@ struct Samples {
     get_rps: Vec<f64>,
     worker_change_ms: Vec<f64>,
     policy_change_ms: Vec<f64>,
+    logging_change_ms: Vec<f64>,
     metrics_8_ms: Vec<f64>,
 }
 
@@ -147,6 +149,17 @@ fn measure(bed: &Bed, flavor: Flavor, runs: usize, workers: u32, s: &mut Samples
             );
         }
         s.policy_change_ms.push(ms(t0.elapsed()));
+    }
+    for i in 0..runs {
+        let level = if i % 2 == 0 { "info" } else { "notice" };
+        let t0 = Instant::now();
+        request(
+            &r,
+            "PUT",
+            "/v1/config/logging/level",
+            &format!("\"{level}\""),
+        )?;
+        s.logging_change_ms.push(ms(t0.elapsed()));
     }
     stop(r);
     let r = start(bed, flavor, 8)?;
@@ -206,6 +219,12 @@ fn main() -> Result<()> {
         "ms",
         &ours.policy_change_ms,
         &upstream.policy_change_ms,
+    );
+    print_row(
+        "logging.level change applied",
+        "ms",
+        &ours.logging_change_ms,
+        &upstream.logging_change_ms,
     );
     print_row(
         "GET /metrics/json, 8 workers",
