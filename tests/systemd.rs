@@ -28,9 +28,10 @@ fn config(address: &str) -> String {
     )
 }
 
-fn ours() -> Result<Machine> {
+/// A machine named `name` (one per test: tests run at once) with our binaries.
+fn ours(name: &str) -> Result<Machine> {
     Machine::boot(
-        "systemd-ours",
+        name,
         &[
             Bind {
                 host: Path::new(DAEMON),
@@ -299,7 +300,7 @@ fn check_journal(m: &Machine) -> Result<()> {
 
 #[test]
 fn under_real_systemd_the_package_unit_and_ours() {
-    let m = ours().expect("booting the machine");
+    let m = ours("systemd-ours").expect("booting the machine");
     // The knot-resolver6 package's unit, unchanged.
     let package = exercise(&m, true, true).expect("the package's unit");
     // Our shipped unit in its place.
@@ -373,7 +374,7 @@ fn restart_under_load(m: &Machine, rate: u32) -> Result<(u64, u64, Duration)> {
 
 #[test]
 fn systemctl_restart_keeps_the_sockets_bound() {
-    let m = ours().expect("booting the machine");
+    let m = ours("systemd-restart").expect("booting the machine");
     m.write("/etc/systemd/system/knot-resolver.service", SHIPPED_UNIT)
         .expect("install our unit");
     m.write("/etc/knot-resolver/config.yaml", &config("192.0.2.7"))
