@@ -51,6 +51,29 @@ fn answers(r: &Resolver, ip: &str) -> bool {
         .is_ok_and(|a| a.a().iter().any(|a| a.to_string() == ip))
 }
 
+/// The workers `after` a change are those `before` it, with exactly `restart` restarted (new
+/// pids) and `start` added.
+fn did_as_predicted(
+    before: &BTreeMap<String, i64>,
+    after: &BTreeMap<String, i64>,
+    restart: &[String],
+    start: &[String],
+) {
+    for (name, pid) in before {
+        assert_eq!(
+            after.get(name) != Some(pid),
+            restart.contains(name),
+            "{name}: restarted exactly when predicted ({restart:?})"
+        );
+    }
+    let added: Vec<String> = after
+        .keys()
+        .filter(|n| !before.contains_key(*n))
+        .cloned()
+        .collect();
+    assert_eq!(added, start, "started as predicted");
+}
+
 #[test]
 fn a_dry_run_changes_nothing_and_predicts_the_change() {
     let setup = Setup::new("dry-run").workers(2).extra(RECORDS);
@@ -88,20 +111,7 @@ fn a_dry_run_changes_nothing_and_predicts_the_change() {
         plan["etag"].as_str(),
         "the predicted ETag"
     );
-    let after = workers(&r);
-    for (name, pid) in &pids {
-        assert_eq!(
-            after.get(name) != Some(pid),
-            restart.contains(name),
-            "{name}: restarted exactly when predicted ({restart:?})"
-        );
-    }
-    let added: Vec<String> = after
-        .keys()
-        .filter(|n| !pids.contains_key(*n))
-        .cloned()
-        .collect();
-    assert_eq!(added, start, "started as predicted");
+    did_as_predicted(&pids, &workers(&r), &restart, &start);
 
     // A local-data change: predicted as a rules reset, and done as one.
     let ops =
@@ -185,24 +195,11 @@ fn kresctl_config_diff_and_apply_dry_run_predict_what_apply_does() {
         plan["etag"].as_str(),
         "the predicted ETag"
     );
-    let after = workers(&r);
-    let restart = names(&plan["workers"]["restart"]);
-    for (name, pid) in &pids {
-        assert_eq!(
-            after.get(name) != Some(pid),
-            restart.contains(name),
-            "{name}: restarted exactly when predicted ({restart:?})"
-        );
-    }
-    let added: Vec<String> = after
-        .keys()
-        .filter(|n| !pids.contains_key(*n))
-        .cloned()
-        .collect();
-    assert_eq!(
-        added,
-        names(&plan["workers"]["start"]),
-        "started as predicted"
+    did_as_predicted(
+        &pids,
+        &workers(&r),
+        &names(&plan["workers"]["restart"]),
+        &names(&plan["workers"]["start"]),
     );
     assert!(answers(&r, "192.0.2.102"));
     let (code, out, _) = kresctl(&r, &["config", "diff", file_arg]);
