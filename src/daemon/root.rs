@@ -76,6 +76,7 @@ pub fn run(invocation: Invocation) -> ExitCode {
     if let Some(inherited) = upgrade::inherited() {
         return resume(invocation, inherited, logging);
     }
+    raise_open_files_limit();
     let files: Vec<PathBuf> = invocation
         .config_files
         .iter()
@@ -113,15 +114,21 @@ pub fn run(invocation: Invocation) -> ExitCode {
         );
         return ExitCode::from(1);
     }
+    let Ok(run_as) = worker_credentials(&invocation) else {
+        return ExitCode::from(1);
+    };
+    if let Some(workers) = run_as {
+        if let Err(e) = keep_rundir_from_workers(&rundir, workers) {
+            tracing::error!("cannot secure rundir {}: {e}", rundir.display());
+            return ExitCode::from(1);
+        }
+    }
     let lock = match RundirLock::acquire(&rundir) {
         Ok(l) => l,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::from(1);
         }
-    };
-    let Ok(run_as) = worker_credentials(&invocation) else {
-        return ExitCode::from(1);
     };
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
@@ -142,6 +149,20 @@ pub fn run(invocation: Invocation) -> ExitCode {
         log,
     };
     serve_root(root, Begin::Start(management, Some(lock)))
+}
+
+/// Raise our soft limit on open descriptors to the hard one (the children inherit it); the
+/// manager counts what a configuration needs against the result.
+fn raise_open_files_limit() {
+    match supervisor::os::raise_open_files_limit() {
+        Ok(limit) if limit.now > limit.was => tracing::debug!(
+            "raised the limit on open descriptors from {} to {}",
+            limit.was,
+            limit.now
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot raise the limit on open descriptors: {e}"),
+    }
 }
 
 /// Run the root process from `begin` on its runtime, its events the signals.
@@ -166,6 +187,50 @@ fn worker_credentials(invocation: &Invocation) -> Result<Option<supervisor::Cred
         .map(resolve_user)
         .transpose()
         .map_err(|e| tracing::error!("--worker-user: {e}"))
+}
+
+/// Mode of the rundir when the workers run as another user: they create their control
+/// sockets in it (group write), but the sticky bit keeps them from removing or replacing what
+/// the root and the manager keep there (the API and notify sockets, the pid file, the
+/// generated Lua), or squatting it between two binds.
+const SHARED_RUNDIR_MODE: u32 = 0o1770;
+
+/// When we run as root and the workers as `workers`: make the rundir ours, the workers'
+/// group's, mode 1770, whatever made it (a Kubernetes `emptyDir` is 0777, an older image gave
+/// it to the workers' user). Done through a descriptor opened without following a link.
+fn keep_rundir_from_workers(
+    rundir: &Path,
+    workers: supervisor::Credentials,
+) -> std::io::Result<()> {
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::{fchmod, fstat, Mode};
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let dir = open(
+        rundir,
+        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let meta = fstat(&dir)?;
+    let mode = meta.st_mode & 0o7777;
+    if meta.st_uid == 0 && meta.st_gid == workers.gid && mode == SHARED_RUNDIR_MODE {
+        return Ok(());
+    }
+    nix::unistd::fchown(
+        &dir,
+        Some(nix::unistd::Uid::from_raw(0)),
+        Some(nix::unistd::Gid::from_raw(workers.gid)),
+    )?;
+    fchmod(&dir, Mode::from_bits_truncate(SHARED_RUNDIR_MODE))?;
+    tracing::info!(
+        "rundir {}: owner 0, group {}, mode {SHARED_RUNDIR_MODE:o} (was owner {}, group {}, mode {mode:o}), so the workers cannot replace the daemon's sockets and files",
+        rundir.display(),
+        workers.gid,
+        meta.st_uid,
+        meta.st_gid
+    );
+    Ok(())
 }
 
 /// The manager process's command line: this very binary (`/proc/self/exe`, so that a file
@@ -489,22 +554,12 @@ impl Root {
         if let Err(e) = supervisor::os::cloexec_inherited_fds(&[]) {
             tracing::warn!("cannot mark inherited descriptors close-on-exec: {e}");
         }
+        // Children running as another user must be able to send READY=1 to our socket.
         let (sup, sup_task) = Supervisor::start(SupervisorOptions {
             notify_socket: self.rundir.join(NOTIFY_SOCKET_NAME),
+            notify_senders: self.run_as.map(|c| c.gid),
         })
         .map_err(|e| format!("cannot start the supervisor: {e}"))?;
-        if let Some(c) = self.run_as {
-            // Children running as that user must be able to send READY=1 to our socket; the
-            // kernel's credentials on each datagram still say which child sent it.
-            if let Err(e) = std::os::unix::fs::chown(sup.notify_socket(), Some(c.uid), Some(c.gid))
-            {
-                sup_task.abort();
-                return Err(format!(
-                    "cannot hand the notify socket to uid {}: {e}",
-                    c.uid
-                ));
-            }
-        }
         let mut store = FdStore::default();
         let mut kept_api = None;
         // What systemd kept for us across a restart (`FDSTORE=1`): the API socket and the
@@ -1114,20 +1169,11 @@ struct RundirLock {
 impl RundirLock {
     fn acquire(rundir: &Path) -> Result<RundirLock, DaemonError> {
         use std::io::{Read, Seek, Write};
-        use std::os::unix::fs::OpenOptionsExt;
         let path = rundir.join(PID_FILE_NAME);
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o644)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|source| DaemonError::Rundir {
-                path: rundir.to_owned(),
-                source,
-            })?;
+        let mut file = open_pid_file(&path).map_err(|source| DaemonError::Rundir {
+            path: rundir.to_owned(),
+            source,
+        })?;
         if !supervisor::os::try_lock_exclusive(&file)? {
             let mut holder = String::new();
             let _ = Read::by_ref(&mut file).take(32).read_to_string(&mut holder);
@@ -1156,6 +1202,101 @@ impl RundirLock {
     /// The locked file, for the next image; the file stays.
     fn into_fd(mut self) -> Option<OwnedFd> {
         self.file.take().map(OwnedFd::from)
+    }
+}
+
+/// Open the pid file for locking and writing, never through a link and never into a file
+/// that is not ours: a file there is used only when it is a regular file of our user with a
+/// single link (a stale one of an earlier run); anything else (a link, a hard link to another
+/// file, someone else's file, a fifo) is removed and the file created anew with `O_EXCL`.
+fn open_pid_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let ours = |meta: &std::fs::Metadata| {
+        meta.is_file() && meta.uid() == nix::unistd::geteuid().as_raw() && meta.nlink() == 1
+    };
+    for _ in 0..4 {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if ours(&meta) => {
+                match std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+                    .open(path)
+                {
+                    // Checked again through the descriptor: the name may have been replaced
+                    // since the `lstat`.
+                    Ok(file) if ours(&file.metadata()?) => return Ok(file),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {}
+                    Err(e) => return Err(e),
+                }
+                tracing::warn!("replacing {}, which is not our pid file", path.display());
+                remove_if_present(path)?;
+            }
+            Ok(meta) if meta.is_dir() => {
+                return Err(std::io::Error::other(format!(
+                    "{} is a directory",
+                    path.display()
+                )))
+            }
+            Ok(meta) => {
+                if meta.is_file() && held_by_another(path)? {
+                    // Another resolver's lock, running as another user: keep out of its way
+                    // (the caller's own lock attempt reports who holds it).
+                    return std::fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+                        .open(path);
+                }
+                tracing::warn!("replacing {}, which is not our pid file", path.display());
+                remove_if_present(path)?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o644)
+                    .custom_flags(nix::libc::O_NOFOLLOW)
+                    .open(path)
+                {
+                    Ok(file) => return Ok(file),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "{} keeps being replaced",
+        path.display()
+    )))
+}
+
+/// Whether the regular file at `path` is locked by a live process (opened read-only, never
+/// through a link, only to ask).
+fn held_by_another(path: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    Ok(file.metadata()?.is_file() && !supervisor::os::try_lock_exclusive(&file)?)
+}
+
+/// Remove `path` (never what a link there points to); already gone is fine.
+fn remove_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -1290,5 +1431,71 @@ mod tests {
             !dir.0.join("api.sock").exists(),
             "the API socket is removed"
         );
+    }
+
+    #[test]
+    fn the_pid_file_never_writes_through_a_link_or_into_a_file_not_ours() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = TempDir::new("pidfile");
+        let target = dir.0.join("precious");
+        std::fs::write(&target, "keep me").expect("target");
+        let pid_file = dir.0.join(PID_FILE_NAME);
+        std::os::unix::fs::symlink(&target, &pid_file).expect("plant a link");
+        let lock = RundirLock::acquire(&dir.0).expect("lock through a planted link");
+        assert_eq!(std::fs::read_to_string(&target).expect("target"), "keep me");
+        let meta = std::fs::symlink_metadata(&pid_file).expect("stat");
+        assert!(meta.is_file(), "the link was replaced by our own file");
+        assert_eq!(
+            std::fs::read_to_string(&pid_file).expect("pid file").trim(),
+            std::process::id().to_string()
+        );
+        drop(lock);
+        // A hard link to another file is never truncated.
+        std::fs::hard_link(&target, &pid_file).expect("plant a hard link");
+        let lock = RundirLock::acquire(&dir.0).expect("lock beside a hard link");
+        assert_eq!(std::fs::read_to_string(&target).expect("target"), "keep me");
+        assert_eq!(std::fs::metadata(&target).expect("stat").nlink(), 1);
+        drop(lock);
+    }
+
+    #[test]
+    fn a_pid_file_locked_by_another_process_is_reported_not_replaced() {
+        let dir = TempDir::new("pidfile-held");
+        let held = RundirLock::acquire(&dir.0).expect("first");
+        match RundirLock::acquire(&dir.0) {
+            Err(DaemonError::Locked(_, holder)) => {
+                assert_eq!(holder, std::process::id().to_string())
+            }
+            other => panic!("expected the lock to be held, got {:?}", other.err()),
+        }
+        drop(held);
+        RundirLock::acquire(&dir.0).expect("free again");
+    }
+
+    #[test]
+    fn a_rundir_the_workers_could_write_is_made_sticky_and_ours() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        // Only root changes owners, and the daemon does this only as root.
+        assert!(nix::unistd::geteuid().is_root(), "the tests run as root");
+        let dir = TempDir::new("rundir-shared");
+        let workers = supervisor::Credentials {
+            uid: 4242,
+            gid: 4243,
+        };
+        // A Kubernetes emptyDir, and a directory given to the workers' user.
+        for (uid, mode) in [(0, 0o777), (workers.uid, 0o755)] {
+            std::os::unix::fs::chown(&dir.0, Some(uid), Some(0)).expect("chown");
+            std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(mode)).expect("mode");
+            keep_rundir_from_workers(&dir.0, workers).expect("secured");
+            let meta = std::fs::metadata(&dir.0).expect("stat");
+            assert_eq!(
+                (meta.uid(), meta.gid(), meta.mode() & 0o7777),
+                (0, workers.gid, SHARED_RUNDIR_MODE)
+            );
+        }
+        // A link is never followed.
+        let link = dir.0.join("link");
+        std::os::unix::fs::symlink(&dir.0, &link).expect("link");
+        keep_rundir_from_workers(&link, workers).expect_err("a link is refused");
     }
 }
