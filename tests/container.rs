@@ -142,6 +142,57 @@ fn check_identities(ct: &Container) -> Result<()> {
     Ok(())
 }
 
+/// The workers' user can create its control sockets in the runtime directory, but can neither
+/// remove nor replace nor squat what the daemon keeps there: the API socket, the notify
+/// socket, the pid file. The API keeps answering on the daemon's own socket.
+fn check_workers_cannot_touch_our_files(ct: &Container) -> Result<()> {
+    let run = "/run/knot-resolver";
+    let stat = ct.ok(&["stat", "-c", "%u %G %a", run])?;
+    assert_eq!(stat.trim(), "0 knot-resolver 1770", "the runtime directory");
+    let api = format!("{run}/kres-api.sock");
+    let inode_before = ct.ok(&["stat", "-c", "%i %u", &api])?;
+    for file in [
+        "kres-api.sock",
+        "supervisor-notify-socket",
+        "knot-resolver.pid",
+    ] {
+        let path = format!("{run}/{file}");
+        for attempt in [
+            format!("rm -f {path}"),
+            format!("mv -f {path} {run}/moved"),
+            format!("ln -sf /etc/shadow {path}"),
+            format!("ln -f /etc/shadow {path}"),
+        ] {
+            let out = ct.exec(&[
+                "setpriv",
+                "--reuid=knot-resolver",
+                "--regid=knot-resolver",
+                "--init-groups",
+                "sh",
+                "-c",
+                &attempt,
+            ])?;
+            assert!(
+                !out.status.success(),
+                "the workers' user could `{attempt}`: {out:?}"
+            );
+        }
+    }
+    // It may still create its own files there (its control sockets live in `control/`).
+    let own = ct.exec(&[
+        "setpriv",
+        "--reuid=knot-resolver",
+        "--regid=knot-resolver",
+        "--init-groups",
+        "touch",
+        "/run/knot-resolver/workers-file",
+    ])?;
+    assert!(own.status.success(), "{own:?}");
+    assert_eq!(ct.ok(&["stat", "-c", "%i %u", &api])?, inode_before);
+    ct.ok(&["/usr/bin/kresctl", "-s", &api, "health"])?;
+    Ok(())
+}
+
 /// A worker killed with SIGKILL is replaced (by a process of the same user) and DNS answers.
 fn check_worker_comes_back(ct: &Container) -> Result<()> {
     let before = workers(ct)?;
@@ -258,6 +309,7 @@ fn our_image_under_podman_beside_upstreams() {
 
     let figures = exercise(&ours, "ours", |ct| {
         check_identities(ct)?;
+        check_workers_cannot_touch_our_files(ct)?;
         check_worker_comes_back(ct)?;
         check_orphans_reaped(ct)?;
         assert_eq!(ct.health()?, Health::Healthy);

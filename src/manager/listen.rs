@@ -123,10 +123,10 @@ pub enum ListenError {
     /// The root process could not hold the sockets: refused before anything is bound.
     #[error(
         "{workers} workers with {sockets} listening sockets each need about {needed} open \
-         descriptors in the root process (two of each socket, {PER_WORKER_DESCRIPTORS} more per \
-         worker, {BASE_DESCRIPTORS} of its own), but its limit is {limit}: raise the limit \
-         (LimitNOFILE= in the systemd unit, --ulimit nofile= in a container) or lower \
-         /workers or the addresses of /network/listen"
+         descriptors in the root process ({COPIES_PER_SOCKET} of each socket, \
+         {PER_WORKER_DESCRIPTORS} more per worker, {BASE_DESCRIPTORS} of its own), but its \
+         limit is {limit}: raise the limit (LimitNOFILE= in the systemd unit, --ulimit \
+         nofile= in a container) or lower /workers or the addresses of /network/listen"
     )]
     TooManyDescriptors {
         workers: u32,
@@ -145,16 +145,20 @@ pub const BASE_DESCRIPTORS: u64 = 64;
 /// worker's output pipes and a pidfd's worth of room.
 pub const PER_WORKER_DESCRIPTORS: u64 = 4;
 
-/// How many descriptors the root process needs to run `workers` workers with `sockets`
-/// daemon-bound listening sockets each: its supervisor owns one copy of every socket it hands
-/// a worker, and its fd store another (the one the next manager incarnation, an in-place
+/// Copies the root process holds of every socket it hands a worker: its supervisor's (placed
+/// in the worker at every restart), the steering's (the reuseport program is attached and the
+/// queue read through it), and the fd store's (what the next manager incarnation, an in-place
 /// upgrade or systemd's store gets back).
+pub const COPIES_PER_SOCKET: u64 = 3;
+
+/// How many descriptors the root process needs to run `workers` workers with `sockets`
+/// daemon-bound listening sockets each.
 pub fn descriptors_needed(workers: u32, sockets: usize) -> u64 {
     let sockets = u64::try_from(sockets).unwrap_or(u64::MAX);
     u64::from(workers)
         .saturating_mul(
             sockets
-                .saturating_mul(2)
+                .saturating_mul(COPIES_PER_SOCKET)
                 .saturating_add(PER_WORKER_DESCRIPTORS),
         )
         .saturating_add(BASE_DESCRIPTORS)
@@ -522,14 +526,14 @@ mod tests {
         // 16 workers, 16 addresses over UDP and TCP: more than systemd's default soft limit.
         assert_eq!(
             super::descriptors_needed(16, 32),
-            16 * (2 * 32 + super::PER_WORKER_DESCRIPTORS) + super::BASE_DESCRIPTORS
+            16 * (3 * 32 + super::PER_WORKER_DESCRIPTORS) + super::BASE_DESCRIPTORS
         );
         let refused = super::check_descriptors(16, 32, 1024).expect_err("does not fit");
         let text = refused.to_string();
         for number in [
             "16 workers",
             "32 listening sockets",
-            "1152",
+            "1664",
             "limit is 1024",
         ] {
             assert!(text.contains(number), "{number:?} missing from {text:?}");

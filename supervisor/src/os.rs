@@ -670,7 +670,7 @@ pub fn bind_unix_private<S>(
         }
         Ok(_) | Err(_) => {}
     }
-    let private = make_private_dir(parent, name)?;
+    let private = make_private_dir(parent)?;
     let dir = match open(
         &private,
         OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
@@ -690,7 +690,15 @@ pub fn bind_unix_private<S>(
                 private.display()
             )));
         }
-        let socket = bind(&private.join(name))?;
+        // A unix socket's path is short (108 bytes); the directory's descriptor names the
+        // same place in fewer when the path grew too long.
+        let mut at = private.join(name);
+        if at.as_os_str().len() >= SUN_PATH_MAX {
+            at = Path::new("/proc/self/fd")
+                .join(dir.as_raw_fd().to_string())
+                .join(name);
+        }
+        let socket = bind(&at)?;
         // From here on only our directory's descriptor names the file: whoever can write the
         // parent cannot reach into it.
         let meta = fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
@@ -724,23 +732,22 @@ pub fn bind_unix_private<S>(
     outcome
 }
 
-/// A new directory beside `name` in `parent` that only we can enter (its name is new: an
-/// existing one, ours from a crash or planted, is never reused).
-fn make_private_dir(parent: &Path, name: &std::ffi::OsStr) -> io::Result<std::path::PathBuf> {
+/// Room for a path in `sockaddr_un` (108 bytes with its terminating NUL).
+const SUN_PATH_MAX: usize = 108;
+
+/// A new directory in `parent` that only we can enter (its name is new: an existing one, ours
+/// from a crash or planted, is never reused).
+fn make_private_dir(parent: &Path) -> io::Result<std::path::PathBuf> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     let mut last = None;
     for attempt in 0..8u32 {
-        let mut leaf = std::ffi::OsString::from(".");
-        leaf.push(name);
-        leaf.push(format!(
-            ".{}.{:x}.bind",
-            std::process::id(),
-            nanos.wrapping_add(attempt.wrapping_mul(0x9e37_79b9))
+        let candidate = parent.join(format!(
+            ".bind-{:08x}",
+            nanos ^ std::process::id().rotate_left(16) ^ attempt.wrapping_mul(0x9e37_79b9)
         ));
-        let candidate = parent.join(leaf);
         match nix::unistd::mkdir(&candidate, nix::sys::stat::Mode::S_IRWXU) {
             Ok(()) => return Ok(candidate),
             Err(Errno::EEXIST) => last = Some(Errno::EEXIST),
