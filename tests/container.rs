@@ -139,6 +139,24 @@ fn check_identities(ct: &Container) -> Result<()> {
     for p in unprivileged {
         assert_eq!(p.uid, user, "{p:?} runs as knot-resolver ({user})");
     }
+    // The manager process, which parses every request, is not root either: the workers' user,
+    // binding ports below 1024 its only capability (bit 10), no way to gain more.
+    let manager = procs
+        .iter()
+        .find(|p| p.info.comm == "kres-manager")
+        .expect("the manager process");
+    assert_eq!(manager.uid, user, "{manager:?}");
+    let status = ct.ok(&["cat", &format!("/proc/{}/status", manager.info.pid)])?;
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("CapEff:"), "0000000000000400", "{status}");
+    assert_eq!(field("CapAmb:"), "0000000000000400", "{status}");
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
     Ok(())
 }
 

@@ -96,7 +96,7 @@ pub fn spawn(
     env: &[(OsString, OsString)],
     cwd: Option<&Path>,
     pass: &[FdPass],
-    user: Option<crate::spec::Credentials>,
+    user: Option<(crate::spec::Credentials, crate::spec::KeptCapabilities)>,
     output: crate::spec::Output,
 ) -> io::Result<Spawned> {
     let (program, args) = argv
@@ -114,10 +114,19 @@ pub fn spawn(
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
-    if let Some(c) = user {
-        // std clears supplementary groups (as root), then setgid, then setuid, in the child.
-        cmd.uid(c.uid).gid(c.gid);
+    // Capabilities to keep through a switch of user: then the switch is ours, in the child.
+    let mut switch = None;
+    match user {
+        Some((c, crate::spec::KeptCapabilities::None)) => {
+            // std clears supplementary groups (as root), then setgid, then setuid.
+            cmd.uid(c.uid).gid(c.gid);
+        }
+        Some((c, crate::spec::KeptCapabilities::BindServicePorts)) => {
+            switch = Some((c, 1u32 << CAP_NET_BIND_SERVICE));
+        }
+        None => {}
     }
+    let no_new_privs = user.is_some();
     let pass = pass.to_vec();
     // Descriptors are first moved above every number involved, so that placing one can never
     // overwrite another that is still to be placed.
@@ -135,6 +144,13 @@ pub fn spawn(
     // Vec was built before fork and is only read).
     unsafe {
         cmd.pre_exec(move || {
+            // A change of credentials clears the parent-death signal: it comes first.
+            if let Some((c, kept)) = switch {
+                switch_user_keeping(c, kept)?;
+            }
+            if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
             if libc::prctl(
                 libc::PR_SET_PDEATHSIG,
                 libc::SIGKILL as libc::c_ulong,
@@ -188,6 +204,85 @@ pub fn spawn(
     };
     // `child` is dropped without waiting: reaping belongs to `reap_one` alone.
     Ok(Spawned { pid, output })
+}
+
+/// `CAP_NET_BIND_SERVICE` (linux/capability.h).
+const CAP_NET_BIND_SERVICE: u32 = 10;
+
+/// `_LINUX_CAPABILITY_VERSION_3`: capability sets of two 32-bit words.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`, one of the two words of each set.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// In a forked child, as root: become `c` (no supplementary groups) keeping exactly the
+/// capabilities of the low word `kept`, as effective, permitted, inheritable and ambient
+/// capabilities, so they survive `execve`. Only async-signal-safe system calls.
+///
+/// # Safety
+/// Called between fork and exec only (it changes the calling process's credentials).
+unsafe fn switch_user_keeping(c: crate::spec::Credentials, kept: u32) -> io::Result<()> {
+    let check = |r: libc::c_int| {
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    };
+    // SAFETY: plain system calls on this process's own credentials; `header` and `data` live
+    // on this stack frame for the duration of `capset`, which only reads them.
+    unsafe {
+        check(libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0))?;
+        check(libc::setgroups(0, std::ptr::null()))?;
+        check(libc::setresgid(c.gid, c.gid, c.gid))?;
+        check(libc::setresuid(c.uid, c.uid, c.uid))?;
+        let header = CapHeader {
+            version: CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let data = [
+            CapData {
+                effective: kept,
+                permitted: kept,
+                inheritable: kept,
+            },
+            CapData {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            },
+        ];
+        let r = libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr());
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for cap in 0..32u32 {
+            if kept & (1 << cap) != 0 {
+                check(libc::prctl(
+                    libc::PR_CAP_AMBIENT,
+                    libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                    libc::c_ulong::from(cap),
+                    0,
+                    0,
+                ))?;
+            }
+        }
+        check(libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0))?;
+    }
+    Ok(())
 }
 
 /// The most descriptors one child can be handed.

@@ -1021,7 +1021,7 @@ impl Supervisor {
             &env,
             svc.spec.cwd.as_deref(),
             &svc.fds,
-            svc.spec.user,
+            svc.spec.user.map(|u| (u, svc.spec.keep)),
             svc.spec.output,
         ) {
             Ok(spawned) => {
