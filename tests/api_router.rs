@@ -81,6 +81,7 @@ impl Fixture {
                 .expect("valid config");
         let (supervisor, _task) = Supervisor::start(SupervisorOptions {
             notify_socket: dir.0.join("notify"),
+            notify_senders: None,
         })
         .expect("supervisor");
         let (config, config_rx) = watch::channel(Arc::new(loaded));

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use knot_resolver::config::{json_schema, parse_document, validate, ValidationContext};
+use knot_resolver::config::{json_schema, parse_document, validate, PathChecks, ValidationContext};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
@@ -83,10 +83,10 @@ fn document(keys: Vec<String>) -> impl Strategy<Value = Value> {
     })
 }
 
-fn check_no_panic(doc: &Value, strict: bool) {
+fn check_no_panic(doc: &Value, checks: PathChecks) {
     let ctx = ValidationContext {
         resolve_root: PathBuf::from("/nonexistent-root"),
-        strict,
+        checks,
     };
     if let Err(errors) = validate(doc, &ctx) {
         assert!(!errors.0.is_empty());
@@ -114,20 +114,27 @@ proptest! {
     #[test]
     fn parser_never_panics_on_yamlish_text(text in "[a-z:\\-\\[\\]{}&*!|>'\"#@%, \n0-9.~<]{0,120}") {
         if let Ok(doc) = parse_document(&text, Path::new("x.yaml")) {
-            check_no_panic(&doc, false);
+            check_no_panic(&doc, PathChecks::Lenient);
         }
     }
 
     #[test]
-    fn validator_never_panics(doc in document(schema_keys()), strict in any::<bool>()) {
-        check_no_panic(&doc, strict);
+    fn validator_never_panics(
+        doc in document(schema_keys()),
+        checks in prop_oneof![
+            Just(PathChecks::Lenient),
+            Just(PathChecks::Strict),
+            Just(PathChecks::Manager),
+        ],
+    ) {
+        check_no_panic(&doc, checks);
     }
 
     #[test]
     fn validator_never_panics_on_sections(section in prop::sample::select(schema_keys()), value in document(schema_keys())) {
         let mut root = Map::new();
         root.insert(section, value);
-        check_no_panic(&Value::Object(root), false);
+        check_no_panic(&Value::Object(root), PathChecks::Lenient);
     }
 }
 
@@ -154,7 +161,7 @@ fn deep_nesting_does_not_overflow() {
             "]".repeat(depth)
         );
         if let Ok(doc) = parse_document(&text, Path::new("deep.yaml")) {
-            check_no_panic(&doc, false);
+            check_no_panic(&doc, PathChecks::Lenient);
         }
         let text = format!("{}1", "- ".repeat(depth / 10));
         let _ = parse_document(&text, Path::new("deep.yaml"));
@@ -265,7 +272,7 @@ proptest! {
             if let Ok(t) = t {
                 prop_assert!(within_bounds(&t));
             }
-            check_no_panic(&doc, false);
+            check_no_panic(&doc, PathChecks::Lenient);
         }
     }
 

@@ -11,7 +11,7 @@ use knot_resolver::config::{
 fn ctx() -> ValidationContext {
     ValidationContext {
         resolve_root: PathBuf::from("/etc/knot-resolver"),
-        strict: false,
+        checks: knot_resolver::config::PathChecks::Lenient,
     }
 }
 

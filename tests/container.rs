@@ -139,6 +139,75 @@ fn check_identities(ct: &Container) -> Result<()> {
     for p in unprivileged {
         assert_eq!(p.uid, user, "{p:?} runs as knot-resolver ({user})");
     }
+    // The manager process, which parses every request, is not root either: the workers' user,
+    // binding ports below 1024 its only capability (bit 10), no way to gain more.
+    let manager = procs
+        .iter()
+        .find(|p| p.info.comm == "kres-manager")
+        .expect("the manager process");
+    assert_eq!(manager.uid, user, "{manager:?}");
+    let status = ct.ok(&["cat", &format!("/proc/{}/status", manager.info.pid)])?;
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("CapEff:"), "0000000000000400", "{status}");
+    assert_eq!(field("CapAmb:"), "0000000000000400", "{status}");
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    Ok(())
+}
+
+/// The workers' user can create its control sockets in the runtime directory, but can neither
+/// remove nor replace nor squat what the daemon keeps there: the API socket, the notify
+/// socket, the pid file. The API keeps answering on the daemon's own socket.
+fn check_workers_cannot_touch_our_files(ct: &Container) -> Result<()> {
+    let run = "/run/knot-resolver";
+    let stat = ct.ok(&["stat", "-c", "%u %G %a", run])?;
+    assert_eq!(stat.trim(), "0 knot-resolver 1770", "the runtime directory");
+    let api = format!("{run}/kres-api.sock");
+    let inode_before = ct.ok(&["stat", "-c", "%i %u", &api])?;
+    for file in [
+        "kres-api.sock",
+        "supervisor-notify-socket",
+        "knot-resolver.pid",
+    ] {
+        let path = format!("{run}/{file}");
+        for attempt in [
+            format!("rm -f {path}"),
+            format!("mv -f {path} {run}/moved"),
+            format!("ln -sf /etc/shadow {path}"),
+            format!("ln -f /etc/shadow {path}"),
+        ] {
+            let out = ct.exec(&[
+                "setpriv",
+                "--reuid=knot-resolver",
+                "--regid=knot-resolver",
+                "--init-groups",
+                "sh",
+                "-c",
+                &attempt,
+            ])?;
+            assert!(
+                !out.status.success(),
+                "the workers' user could `{attempt}`: {out:?}"
+            );
+        }
+    }
+    // It may still create its own files there (its control sockets live in `control/`).
+    let own = ct.exec(&[
+        "setpriv",
+        "--reuid=knot-resolver",
+        "--regid=knot-resolver",
+        "--init-groups",
+        "touch",
+        "/run/knot-resolver/workers-file",
+    ])?;
+    assert!(own.status.success(), "{own:?}");
+    assert_eq!(ct.ok(&["stat", "-c", "%i %u", &api])?, inode_before);
+    ct.ok(&["/usr/bin/kresctl", "-s", &api, "health"])?;
     Ok(())
 }
 
@@ -258,6 +327,7 @@ fn our_image_under_podman_beside_upstreams() {
 
     let figures = exercise(&ours, "ours", |ct| {
         check_identities(ct)?;
+        check_workers_cannot_touch_our_files(ct)?;
         check_worker_comes_back(ct)?;
         check_orphans_reaped(ct)?;
         assert_eq!(ct.health()?, Health::Healthy);

@@ -245,7 +245,7 @@ fn hostile_strings_reach_lua_unchanged() {
     let dir = bed.test_dir("lua-escaping").expect("dir");
     let ctx = ValidationContext {
         resolve_root: PathBuf::from("/"),
-        strict: false,
+        checks: knot_resolver::config::PathChecks::Lenient,
     };
     let mut runner = TestRunner::default();
     let strategy = case();

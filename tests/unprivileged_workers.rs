@@ -76,6 +76,74 @@ fn port_53_is_served_by_kresd_running_as_an_unprivileged_user() {
         }
     }
 
+    // The manager process, which parses every request and file, is not root: the workers'
+    // user, no capability but binding ports below 1024 (it bound port 53 for them), no way to
+    // gain more, and undumpable (no worker of its user can attach to it).
+    let manager = launched
+        .descendants()
+        .into_iter()
+        .find(|p| p.comm == "kres-manager")
+        .expect("the manager process");
+    let uids = status_field(manager.pid, "Uid:");
+    assert!(
+        uids.split_whitespace().all(|u| u == uid.to_string()),
+        "the manager runs as {uids}"
+    );
+    let gids = status_field(manager.pid, "Gid:");
+    assert!(
+        gids.split_whitespace().all(|g| g == gid.to_string()),
+        "the manager's groups: {gids}"
+    );
+    assert_eq!(status_field(manager.pid, "Groups:"), "");
+    // Bit 10: CAP_NET_BIND_SERVICE.
+    for caps in ["CapEff:", "CapPrm:", "CapAmb:"] {
+        assert_eq!(
+            status_field(manager.pid, caps),
+            "0000000000000400",
+            "the manager's {caps}"
+        );
+    }
+    assert_eq!(status_field(manager.pid, "NoNewPrivs:"), "1");
+    let dumpable = std::fs::metadata(format!("/proc/{}/mem", manager.pid)).expect("mem");
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&dumpable),
+        0,
+        "undumpable: its /proc files are root's"
+    );
+    eprintln!(
+        "manager {}: Uid {uids}, CapEff {}, NoNewPrivs {}",
+        manager.pid,
+        status_field(manager.pid, "CapEff:"),
+        status_field(manager.pid, "NoNewPrivs:")
+    );
+    // As that user it still writes the workers' files and rolls them on port 53.
+    let api = dir.host("run/kres-api.sock");
+    let changed = testbed::http::request(
+        &api,
+        "PUT",
+        "/v1/config/local-data/records",
+        &[("Content-Type", "application/json")],
+        br#""p53.test. 300 A 192.0.2.54\n""#,
+    )
+    .expect("PUT");
+    assert_eq!(
+        changed.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&changed.body)
+    );
+    let answer = dns::query_udp(
+        "127.0.0.1:53".parse().expect("addr"),
+        "p53.test.",
+        dns::TYPE_A,
+        DNS_TIMEOUT,
+    )
+    .expect("answer after the change");
+    assert_eq!(
+        answer.a(),
+        vec!["192.0.2.54".parse::<std::net::Ipv4Addr>().expect("ip")]
+    );
+
     launched.signal(Signal::SIGINT).expect("signal");
     let status = launched.wait(STOP_TIMEOUT).expect("exit");
     assert_eq!(status.code(), Some(0), "{}", launched.output.text());

@@ -468,7 +468,7 @@ async fn change(
         let doc = edit(&current.raw)?;
         let ctx = ValidationContext {
             resolve_root: state.resolve_root.clone(),
-            strict: true,
+            checks: crate::config::PathChecks::Manager,
         };
         let model = config::validate(&doc, &ctx).map_err(ApiError::Invalid)?;
         let new_tag = etag(&doc);

@@ -196,48 +196,25 @@ impl Listener {
     }
 }
 
-/// Bind a unix socket, replacing a stale socket (never another kind of file: a regular file
-/// or a link at the path is an error naming it), and restrict it to our user and `group` (our
-/// own when `None`).
+/// Bind a unix socket, replacing a stale socket or a link (never another kind of file: a
+/// regular file or a directory at the path is an error naming it), and restrict it to our
+/// user and `group` (our own when `None`), mode 0660.
 ///
-/// The socket is created under a umask that leaves it to us alone, then opened to the group
-/// by `chmod`: nobody else can connect in between. The path is checked with `lstat` before and
-/// after, so `chown`/`chmod` never follow a link planted there.
+/// The socket gets its owner and mode in a directory only we can write before it is renamed
+/// into place (`supervisor::os::bind_unix_private`): nobody else can connect in between, and
+/// nothing planted at the path, or swapped in while it is bound, is ever followed by `chown`
+/// or `chmod`.
 pub fn bind_unix(path: &Path, group: Option<u32>) -> std::io::Result<UnixListener> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
-        Ok(_) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                format!("{} exists and is not a socket", path.display()),
-            ))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
-    let bound = UnixListener::bind(path);
-    nix::sys::stat::umask(old);
-    let listener = bound?;
-    let meta = std::fs::symlink_metadata(path)?;
-    if !meta.file_type().is_socket() {
-        return Err(std::io::Error::other(format!(
-            "{} was replaced while it was bound",
-            path.display()
-        )));
-    }
-    // The group of a new file can come from a setgid directory: make it the one we want.
-    let group = group.map_or_else(nix::unistd::getgid, nix::unistd::Gid::from_raw);
-    nix::unistd::fchownat(
-        nix::fcntl::AT_FDCWD,
-        path,
-        Some(nix::unistd::getuid()),
-        Some(group),
-        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-    )?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))?;
-    Ok(listener)
+    let access = supervisor::os::SocketAccess {
+        uid: nix::unistd::geteuid().as_raw(),
+        gid: group.unwrap_or_else(|| nix::unistd::getegid().as_raw()),
+        mode: SOCKET_MODE,
+    };
+    let listener = supervisor::os::bind_unix_private(path, access, |p| {
+        std::os::unix::net::UnixListener::bind(p)
+    })?;
+    listener.set_nonblocking(true)?;
+    UnixListener::from_std(listener)
 }
 
 /// The limits every request goes through: the body size and the time limits.

@@ -17,8 +17,8 @@ use serde_json::{json, Map, Value};
 pub(crate) struct Ctx<'a> {
     /// Relative paths resolve against this directory.
     pub resolve_root: &'a Path,
-    /// Check path existence and permissions.
-    pub strict: bool,
+    /// Which paths to check for existence and permissions.
+    pub checks: super::PathChecks,
 }
 
 /// One validation failure; `children` are the per-variant failures of a union.
@@ -738,7 +738,7 @@ fn schema_default(ty: &Ty, raw: &Value) -> Value {
     }
     let ctx = Ctx {
         resolve_root: Path::new("/"),
-        strict: false,
+        checks: crate::config::PathChecks::Lenient,
     };
     match map_value(ty, raw, "", &ctx) {
         Ok(v) => underscore_keys(&v),

@@ -49,8 +49,8 @@ pub const DEFAULT_CONFIG_FILE: &str = "/etc/knot-resolver/config.yaml";
 pub struct ValidationContext {
     /// Relative paths in the configuration resolve against this directory.
     pub resolve_root: PathBuf,
-    /// Check that paths exist and have the right permissions (the manager always does).
-    pub strict: bool,
+    /// Which paths to check for existence and permissions.
+    pub checks: PathChecks,
 }
 
 /// A loaded configuration: what the user wrote, and what it means.
@@ -248,8 +248,12 @@ pub fn resolve_root_of(paths: &[PathBuf]) -> PathBuf {
 /// Whether validation checks the file system (paths exist, have the right permissions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PathChecks {
-    /// Check them, as the manager always does.
+    /// Check them all, as the root process does at start (`kresctl validate --strict`).
     Strict,
+    /// Check them as the manager process does, as the user it runs as: all but the
+    /// management API's unix socket, which the root process bound at start (maybe as another
+    /// user, root) and which cannot change while the resolver runs.
+    Manager,
     /// Only the document's form (`kresctl validate` without `--strict`, `kresctl convert`).
     Lenient,
 }
@@ -271,7 +275,7 @@ pub fn load_files(paths: &[PathBuf], checks: PathChecks) -> Result<LoadedConfig,
     let raw = read_and_merge(paths)?;
     let ctx = ValidationContext {
         resolve_root: resolve_root_of(paths),
-        strict: checks == PathChecks::Strict,
+        checks,
     };
     let model = validate(&raw, &ctx)?;
     Ok(LoadedConfig { raw, model })
@@ -281,7 +285,7 @@ pub fn load_files(paths: &[PathBuf], checks: PathChecks) -> Result<LoadedConfig,
 pub fn validate(raw: &Value, ctx: &ValidationContext) -> Result<KresConfig, ValidationErrors> {
     let ectx = engine::Ctx {
         resolve_root: &ctx.resolve_root,
-        strict: ctx.strict,
+        checks: ctx.checks,
     };
     let normalized = model::normalize(raw, &ectx).map_err(|fails| {
         let total = fails.len();
@@ -372,7 +376,7 @@ pub fn validate_command(files: &[PathBuf], checks: PathChecks) -> i32 {
     let result = read_and_merge(files).and_then(|raw| {
         let ctx = ValidationContext {
             resolve_root: resolve_root_of(files),
-            strict: checks == PathChecks::Strict,
+            checks,
         };
         validate(&raw, &ctx).map_err(ConfigError::from)
     });

@@ -5,6 +5,8 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::config::PathChecks;
+
 use serde_json::{json, Value};
 
 use super::engine::{
@@ -264,6 +266,9 @@ enum PathKind {
     ReadableFile,
     WritableDir,
     WritableFilePath,
+    /// The management API's unix socket: checked as a writable file path, except in the
+    /// manager process ([`PathChecks::Manager`]).
+    ApiSocket,
 }
 
 /// Who must be able to use the path: upstream checks the service user `knot-resolver`; we check the
@@ -370,7 +375,7 @@ fn strict_checks(p: &Path, kind: PathKind) -> Result<(), String> {
                 ));
             }
         }
-        PathKind::WritableFilePath => {
+        PathKind::WritableFilePath | PathKind::ApiSocket => {
             let parent = p.parent().unwrap_or(Path::new("/"));
             if !parent.is_dir() {
                 return Err(format!(
@@ -423,7 +428,11 @@ fn check_path(v: &Value, ctx: &Ctx<'_>, kind: PathKind) -> Result<Value, String>
         ));
     };
     let resolved = resolve(raw, ctx);
-    if ctx.strict {
+    let checked = match (ctx.checks, kind) {
+        (PathChecks::Lenient, _) | (PathChecks::Manager, PathKind::ApiSocket) => false,
+        (PathChecks::Strict | PathChecks::Manager, _) => true,
+    };
+    if checked {
         strict_checks(&resolved, kind)?;
     }
     Ok(Value::String(resolved.to_string_lossy().into_owned()))
@@ -442,5 +451,11 @@ pub(crate) static WRITABLE_DIR: ValueType = ValueType {
 pub(crate) static WRITABLE_FILE_PATH: ValueType = ValueType {
     class: "files.WritableFilePath",
     check: |v, c| check_path(v, c, PathKind::WritableFilePath),
+    schema: string_schema,
+};
+/// `management.unix-socket`: a writable file path, bound by the root process.
+pub(crate) static API_SOCKET_PATH: ValueType = ValueType {
+    class: "files.WritableFilePath",
+    check: |v, c| check_path(v, c, PathKind::ApiSocket),
     schema: string_schema,
 };

@@ -147,11 +147,11 @@ async fn serve(
         Some(Err(e)) => {
             // Never seen; the files are the next best thing to adopt the workers with.
             eprintln!("knot-resolver: {e}; adopting the workers with the configuration files");
-            config::load_files(&files, crate::config::PathChecks::Strict).map_err(|e| e.to_string())
+            config::load_files(&files, crate::config::PathChecks::Manager)
+                .map_err(|e| e.to_string())
         }
-        None => {
-            config::load_files(&files, crate::config::PathChecks::Strict).map_err(|e| e.to_string())
-        }
+        None => config::load_files(&files, crate::config::PathChecks::Manager)
+            .map_err(|e| e.to_string()),
     };
     let loaded = match loaded {
         Ok(l) => l,
@@ -441,6 +441,11 @@ fn limit_resources() {
     if let Err(e) = std::fs::write("/proc/self/oom_score_adj", OOM_SCORE_ADJ) {
         eprintln!("knot-resolver manager: cannot set its OOM score: {e}");
     }
+    // The workers may run as our user: none of them may attach to us (ptrace) or read our
+    // memory through /proc. Last, since it also makes our own /proc files root's.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("knot-resolver manager: cannot make itself undumpable: {e}");
+    }
 }
 
 /// The manager's address-space limit in MiB (`KRES_MANAGER_MEMORY_MAX`); generous for
@@ -474,7 +479,7 @@ fn restore_config(fd: OwnedFd, files: &[PathBuf]) -> Result<LoadedConfig, String
         .map_err(|e| format!("the stored configuration is damaged: {e}"))?;
     let ctx = ValidationContext {
         resolve_root: config::resolve_root_of(files),
-        strict: false,
+        checks: crate::config::PathChecks::Lenient,
     };
     let model = config::validate(&raw, &ctx).map_err(|e| e.to_string())?;
     Ok(LoadedConfig { raw, model })

@@ -11,7 +11,7 @@ fn cfg(yaml: &str) -> KresConfig {
     let raw = parse_document(yaml, Path::new("/etc/knot-resolver/config.yaml")).expect("YAML");
     let ctx = ValidationContext {
         resolve_root: "/etc/knot-resolver".into(),
-        strict: false,
+        checks: crate::config::PathChecks::Lenient,
     };
     validate(&raw, &ctx).unwrap_or_else(|e| panic!("invalid test config: {e}"))
 }

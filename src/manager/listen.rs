@@ -120,6 +120,63 @@ pub enum ListenError {
     },
     #[error("interface '{0}' has no IP address to listen on")]
     NoAddress(String),
+    /// The root process could not hold the sockets: refused before anything is bound.
+    #[error(
+        "{workers} workers with {sockets} listening sockets each need about {needed} open \
+         descriptors in the root process ({COPIES_PER_SOCKET} of each socket, \
+         {PER_WORKER_DESCRIPTORS} more per worker, {BASE_DESCRIPTORS} of its own), but its \
+         limit is {limit}: raise the limit (LimitNOFILE= in the systemd unit, --ulimit \
+         nofile= in a container) or lower /workers or the addresses of /network/listen"
+    )]
+    TooManyDescriptors {
+        workers: u32,
+        sockets: usize,
+        needed: u64,
+        limit: u64,
+    },
+}
+
+/// Descriptors the root process holds for itself whatever the configuration: the notify
+/// socket, the manager's link and pipes, the API socket and its fd-store copy, the signal and
+/// event descriptors of its runtime, with room to spare.
+pub const BASE_DESCRIPTORS: u64 = 64;
+
+/// Descriptors the root process holds per worker besides its sockets: the read ends of the
+/// worker's output pipes and a pidfd's worth of room.
+pub const PER_WORKER_DESCRIPTORS: u64 = 4;
+
+/// Copies the root process holds of every socket it hands a worker: its supervisor's (placed
+/// in the worker at every restart), the steering's (the reuseport program is attached and the
+/// queue read through it), and the fd store's (what the next manager incarnation, an in-place
+/// upgrade or systemd's store gets back).
+pub const COPIES_PER_SOCKET: u64 = 3;
+
+/// How many descriptors the root process needs to run `workers` workers with `sockets`
+/// daemon-bound listening sockets each.
+pub fn descriptors_needed(workers: u32, sockets: usize) -> u64 {
+    let sockets = u64::try_from(sockets).unwrap_or(u64::MAX);
+    u64::from(workers)
+        .saturating_mul(
+            sockets
+                .saturating_mul(COPIES_PER_SOCKET)
+                .saturating_add(PER_WORKER_DESCRIPTORS),
+        )
+        .saturating_add(BASE_DESCRIPTORS)
+}
+
+/// Refuse a configuration whose sockets the root process cannot hold under `limit` (its
+/// `RLIMIT_NOFILE`, which the manager process shares).
+pub fn check_descriptors(workers: u32, sockets: usize, limit: u64) -> Result<(), ListenError> {
+    let needed = descriptors_needed(workers, sockets);
+    if needed > limit {
+        return Err(ListenError::TooManyDescriptors {
+            workers,
+            sockets,
+            needed,
+            limit,
+        });
+    }
+    Ok(())
 }
 
 /// The sockets `network` asks the daemon to bind, deduplicated, in a stable order.
@@ -464,6 +521,28 @@ impl SocketTable {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn descriptors_are_counted_against_the_limit() {
+        // 16 workers, 16 addresses over UDP and TCP: more than systemd's default soft limit.
+        assert_eq!(
+            super::descriptors_needed(16, 32),
+            16 * (3 * 32 + super::PER_WORKER_DESCRIPTORS) + super::BASE_DESCRIPTORS
+        );
+        let refused = super::check_descriptors(16, 32, 1024).expect_err("does not fit");
+        let text = refused.to_string();
+        for number in [
+            "16 workers",
+            "32 listening sockets",
+            "1664",
+            "limit is 1024",
+        ] {
+            assert!(text.contains(number), "{number:?} missing from {text:?}");
+        }
+        super::check_descriptors(16, 32, 524_288).expect("fits under systemd's hard limit");
+        super::check_descriptors(1, 2, super::descriptors_needed(1, 2)).expect("exactly fits");
+        assert_eq!(super::descriptors_needed(u32::MAX, usize::MAX), u64::MAX);
+    }
+
     use super::*;
 
     fn key(addr: &str, transport: Transport) -> SocketKey {

@@ -165,6 +165,10 @@ impl Manager {
             return Ok(None);
         }
         let keys = listen::wanted(&cfg.network)?;
+        match supervisor::os::open_files_limit() {
+            Ok(limit) => listen::check_descriptors(cfg.workers, keys.len(), limit)?,
+            Err(e) => tracing::warn!("cannot read the limit on open descriptors: {e}"),
+        }
         let prepared = self.table().prepare(&keys, cfg.workers)?;
         Ok(Some((prepared, keys)))
     }

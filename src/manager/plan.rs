@@ -343,7 +343,7 @@ mod tests {
     fn typed(raw: &Value) -> KresConfig {
         let ctx = ValidationContext {
             resolve_root: Path::new("/etc/knot-resolver").into(),
-            strict: false,
+            checks: crate::config::PathChecks::Lenient,
         };
         validate(raw, &ctx).unwrap_or_else(|e| panic!("invalid row config {raw}: {e}"))
     }

@@ -187,16 +187,16 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                     force: restart == Restart::Always,
                     origin,
                 });
-                let result = match config::load_files(&ctx.files, crate::config::PathChecks::Strict)
-                {
-                    Ok(loaded) => apply(&mut manager, Arc::new(loaded), restart).await,
-                    Err(e) => {
-                        tracing::error!(
-                            "reload failed; the running configuration is unchanged: {e}"
-                        );
-                        Err(e.into())
-                    }
-                };
+                let result =
+                    match config::load_files(&ctx.files, crate::config::PathChecks::Manager) {
+                        Ok(loaded) => apply(&mut manager, Arc::new(loaded), restart).await,
+                        Err(e) => {
+                            tracing::error!(
+                                "reload failed; the running configuration is unchanged: {e}"
+                            );
+                            Err(e.into())
+                        }
+                    };
                 let mut status = ready_status(&manager.config());
                 if result.is_err() {
                     status.push_str("; the last reload failed, see the log");

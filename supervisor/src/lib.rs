@@ -29,5 +29,6 @@ pub use runner::{
 };
 pub use snapshot::{ProcessSnapshot, ProcessState, Snapshot};
 pub use spec::{
-    Credentials, ExitStatus, Output, Readiness, RestartPolicy, ServiceSpec, StartLimit, StopPolicy,
+    Credentials, ExitStatus, KeptCapabilities, Output, Readiness, RestartPolicy, ServiceSpec,
+    StartLimit, StopPolicy,
 };

@@ -129,15 +129,21 @@ pub struct NotifySocket {
 }
 
 impl NotifySocket {
-    /// Bind a datagram socket at `path` (a stale file there is removed first).
-    pub fn bind(path: &Path) -> io::Result<NotifySocket> {
-        match std::fs::remove_file(path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+    /// Bind a datagram socket at `path` (a stale socket or a link there is replaced) that our
+    /// user, and the members of `senders` when given, may send to (mode 0600 or 0620). The
+    /// file gets its owner and mode before it appears at `path`
+    /// ([`os::bind_unix_private`](crate::os::bind_unix_private)), so nothing planted in a
+    /// directory the children can write is ever followed.
+    pub fn bind(path: &Path, senders: Option<u32>) -> io::Result<NotifySocket> {
+        let access = crate::os::SocketAccess {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: senders.unwrap_or_else(|| nix::unistd::getegid().as_raw()),
+            mode: if senders.is_some() { 0o620 } else { 0o600 },
+        };
         // std opens sockets close-on-exec.
-        let socket = std::os::unix::net::UnixDatagram::bind(path)?;
+        let socket = crate::os::bind_unix_private(path, access, |p| {
+            std::os::unix::net::UnixDatagram::bind(p)
+        })?;
         socket.set_nonblocking(true)?;
         setsockopt(&socket, sockopt::PassCred, &true)?;
         Ok(NotifySocket {
@@ -386,7 +392,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("notify-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join("sock");
-        let sock = NotifySocket::bind(&path).expect("bind");
+        let sock = NotifySocket::bind(&path, None).expect("bind");
         let client = std::os::unix::net::UnixDatagram::unbound().expect("client");
         client
             .send_to(&vec![b'a'; NOTIFY_BUFFER_MAX + 10], &path)

@@ -96,7 +96,7 @@ pub fn spawn(
     env: &[(OsString, OsString)],
     cwd: Option<&Path>,
     pass: &[FdPass],
-    user: Option<crate::spec::Credentials>,
+    user: Option<(crate::spec::Credentials, crate::spec::KeptCapabilities)>,
     output: crate::spec::Output,
 ) -> io::Result<Spawned> {
     let (program, args) = argv
@@ -114,10 +114,19 @@ pub fn spawn(
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
-    if let Some(c) = user {
-        // std clears supplementary groups (as root), then setgid, then setuid, in the child.
-        cmd.uid(c.uid).gid(c.gid);
+    // Capabilities to keep through a switch of user: then the switch is ours, in the child.
+    let mut switch = None;
+    match user {
+        Some((c, crate::spec::KeptCapabilities::None)) => {
+            // std clears supplementary groups (as root), then setgid, then setuid.
+            cmd.uid(c.uid).gid(c.gid);
+        }
+        Some((c, crate::spec::KeptCapabilities::BindServicePorts)) => {
+            switch = Some((c, 1u32 << CAP_NET_BIND_SERVICE));
+        }
+        None => {}
     }
+    let no_new_privs = user.is_some();
     let pass = pass.to_vec();
     // Descriptors are first moved above every number involved, so that placing one can never
     // overwrite another that is still to be placed.
@@ -135,6 +144,13 @@ pub fn spawn(
     // Vec was built before fork and is only read).
     unsafe {
         cmd.pre_exec(move || {
+            // A change of credentials clears the parent-death signal: it comes first.
+            if let Some((c, kept)) = switch {
+                switch_user_keeping(c, kept)?;
+            }
+            if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
             if libc::prctl(
                 libc::PR_SET_PDEATHSIG,
                 libc::SIGKILL as libc::c_ulong,
@@ -188,6 +204,85 @@ pub fn spawn(
     };
     // `child` is dropped without waiting: reaping belongs to `reap_one` alone.
     Ok(Spawned { pid, output })
+}
+
+/// `CAP_NET_BIND_SERVICE` (linux/capability.h).
+const CAP_NET_BIND_SERVICE: u32 = 10;
+
+/// `_LINUX_CAPABILITY_VERSION_3`: capability sets of two 32-bit words.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`, one of the two words of each set.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// In a forked child, as root: become `c` (no supplementary groups) keeping exactly the
+/// capabilities of the low word `kept`, as effective, permitted, inheritable and ambient
+/// capabilities, so they survive `execve`. Only async-signal-safe system calls.
+///
+/// # Safety
+/// Called between fork and exec only (it changes the calling process's credentials).
+unsafe fn switch_user_keeping(c: crate::spec::Credentials, kept: u32) -> io::Result<()> {
+    let check = |r: libc::c_int| {
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    };
+    // SAFETY: plain system calls on this process's own credentials; `header` and `data` live
+    // on this stack frame for the duration of `capset`, which only reads them.
+    unsafe {
+        check(libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0))?;
+        check(libc::setgroups(0, std::ptr::null()))?;
+        check(libc::setresgid(c.gid, c.gid, c.gid))?;
+        check(libc::setresuid(c.uid, c.uid, c.uid))?;
+        let header = CapHeader {
+            version: CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let data = [
+            CapData {
+                effective: kept,
+                permitted: kept,
+                inheritable: kept,
+            },
+            CapData {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            },
+        ];
+        let r = libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr());
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for cap in 0..32u32 {
+            if kept & (1 << cap) != 0 {
+                check(libc::prctl(
+                    libc::PR_CAP_AMBIENT,
+                    libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                    libc::c_ulong::from(cap),
+                    0,
+                    0,
+                ))?;
+            }
+        }
+        check(libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0))?;
+    }
+    Ok(())
 }
 
 /// The most descriptors one child can be handed.
@@ -586,6 +681,180 @@ pub fn peer_groups(fd: BorrowedFd<'_>) -> io::Result<Vec<u32>> {
     }
 }
 
+/// The limit on open descriptors (`RLIMIT_NOFILE`) before and after [`raise_open_files_limit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenFilesLimit {
+    /// The soft limit the process was started with.
+    pub was: u64,
+    /// The soft limit now in force (the hard limit, unless raising failed).
+    pub now: u64,
+}
+
+/// Raise the soft limit on open descriptors to the hard limit. The soft limit that services
+/// start with (1,024 under systemd and most runtimes) exists for programs that still use
+/// `select(2)`; nothing here does, and the root holds two descriptors of every listening
+/// socket of every worker. Children inherit the raised limit.
+pub fn raise_open_files_limit() -> io::Result<OpenFilesLimit> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft >= hard {
+        return Ok(OpenFilesLimit {
+            was: soft,
+            now: soft,
+        });
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+    Ok(OpenFilesLimit {
+        was: soft,
+        now: hard,
+    })
+}
+
+/// The soft limit on open descriptors now in force.
+pub fn open_files_limit() -> io::Result<u64> {
+    let (soft, _) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)?;
+    Ok(soft)
+}
+
+/// Who a unix socket's file belongs to and who may connect to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketAccess {
+    pub uid: u32,
+    pub gid: u32,
+    /// Permission bits of the socket's file (connecting needs write permission).
+    pub mode: u32,
+}
+
+/// Bind a unix socket at `path` with `access`, never following a link that someone who can
+/// write `path`'s directory planted there, and never leaving a moment when the socket is
+/// reachable with other owners or permissions.
+///
+/// The socket is bound in a fresh directory only we can write (mode 0700, checked through its
+/// descriptor), given its owner and mode there through that descriptor, then renamed over
+/// `path` (`rename` replaces a link or a stale socket; it never follows one). A directory
+/// swapped in under the same name between our `mkdir` and `bind` makes every step through our
+/// descriptor fail: the socket is then closed and an error returned. A regular file or a
+/// directory at `path` is an error naming it (a configuration mistake, not something to
+/// overwrite).
+pub fn bind_unix_private<S>(
+    path: &Path,
+    access: SocketAccess,
+    bind: impl FnOnce(&Path) -> io::Result<S>,
+) -> io::Result<S> {
+    use nix::fcntl::{open, renameat, AtFlags, OFlag};
+    use nix::sys::stat::{fchmodat, fstat, fstatat, FchmodatFlags, Mode, SFlag};
+    use nix::unistd::{fchownat, unlinkat, Gid, Uid, UnlinkatFlags};
+
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} names no file in a directory", path.display()),
+        ));
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_file() || meta.is_dir() => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ))
+        }
+        Ok(_) | Err(_) => {}
+    }
+    let private = make_private_dir(parent)?;
+    let dir = match open(
+        &private,
+        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(dir) => dir,
+        Err(e) => {
+            let _ = std::fs::remove_dir(&private);
+            return Err(e.into());
+        }
+    };
+    let outcome = (|| {
+        let meta = fstat(&dir)?;
+        if meta.st_uid != nix::unistd::geteuid().as_raw() || meta.st_mode & 0o077 != 0 {
+            return Err(io::Error::other(format!(
+                "{} was replaced by someone else's directory",
+                private.display()
+            )));
+        }
+        // A unix socket's path is short (108 bytes); the directory's descriptor names the
+        // same place in fewer when the path grew too long.
+        let mut at = private.join(name);
+        if at.as_os_str().len() >= SUN_PATH_MAX {
+            at = Path::new("/proc/self/fd")
+                .join(dir.as_raw_fd().to_string())
+                .join(name);
+        }
+        let socket = bind(&at)?;
+        // From here on only our directory's descriptor names the file: whoever can write the
+        // parent cannot reach into it.
+        let meta = fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        if SFlag::from_bits_truncate(meta.st_mode) & SFlag::S_IFMT != SFlag::S_IFSOCK {
+            return Err(io::Error::other(format!(
+                "{} is not the socket we bound",
+                private.join(name).display()
+            )));
+        }
+        fchownat(
+            &dir,
+            name,
+            Some(Uid::from_raw(access.uid)),
+            Some(Gid::from_raw(access.gid)),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        )?;
+        fchmodat(
+            &dir,
+            name,
+            Mode::from_bits_truncate(access.mode),
+            FchmodatFlags::FollowSymlink,
+        )?;
+        renameat(&dir, name, nix::fcntl::AT_FDCWD, path)?;
+        Ok(socket)
+    })();
+    if outcome.is_err() {
+        let _ = unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir);
+    }
+    drop(dir);
+    let _ = std::fs::remove_dir(&private);
+    outcome
+}
+
+/// Room for a path in `sockaddr_un` (108 bytes with its terminating NUL).
+const SUN_PATH_MAX: usize = 108;
+
+/// A new directory in `parent` that only we can enter (its name is new: an existing one, ours
+/// from a crash or planted, is never reused).
+fn make_private_dir(parent: &Path) -> io::Result<std::path::PathBuf> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mut last = None;
+    for attempt in 0..8u32 {
+        let candidate = parent.join(format!(
+            ".bind-{:08x}",
+            nanos ^ std::process::id().rotate_left(16) ^ attempt.wrapping_mul(0x9e37_79b9)
+        ));
+        match nix::unistd::mkdir(&candidate, nix::sys::stat::Mode::S_IRWXU) {
+            Ok(()) => return Ok(candidate),
+            Err(Errno::EEXIST) => last = Some(Errno::EEXIST),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(last.map_or_else(
+        || io::Error::other("no directory name left"),
+        io::Error::from,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -603,5 +872,88 @@ mod tests {
         theirs.sort_unstable();
         ours.sort_unstable();
         assert_eq!(theirs, ours);
+    }
+
+    /// A scratch directory of the test's own.
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("kres-os-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch");
+        dir
+    }
+
+    #[test]
+    fn a_private_bind_replaces_a_planted_link_and_never_touches_its_target() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = scratch("link");
+        let target = dir.join("precious");
+        std::fs::write(&target, "secret").expect("target");
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).expect("mode");
+        let path = dir.join("api.sock");
+        std::os::unix::fs::symlink(&target, &path).expect("plant a link");
+        let access = SocketAccess {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw() + 1,
+            mode: 0o660,
+        };
+        let listener =
+            bind_unix_private(&path, access, |p| std::os::unix::net::UnixListener::bind(p))
+                .expect("bind");
+        let meta = std::fs::symlink_metadata(&path).expect("stat");
+        assert!(std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()));
+        assert_eq!(meta.mode() & 0o7777, 0o660);
+        assert_eq!(meta.gid(), access.gid);
+        let precious = std::fs::metadata(&target).expect("target stat");
+        assert_eq!(
+            precious.mode() & 0o7777,
+            0o600,
+            "the link's target keeps its mode"
+        );
+        assert_eq!(precious.gid(), nix::unistd::getegid().as_raw());
+        // It is the socket we listen on, and nothing of the private directory is left.
+        let _client = std::os::unix::net::UnixStream::connect(&path).expect("connect");
+        listener.accept().expect("accept");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_private_bind_refuses_to_replace_a_regular_file_and_cleans_up() {
+        let dir = scratch("file");
+        let path = dir.join("api.sock");
+        std::fs::write(&path, "not a socket").expect("file");
+        let access = SocketAccess {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+            mode: 0o600,
+        };
+        let err = bind_unix_private(&path, access, |p| std::os::unix::net::UnixListener::bind(p))
+            .expect_err("a regular file stays");
+        assert!(err.to_string().contains("api.sock"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("kept"),
+            "not a socket"
+        );
+        // A failing bind leaves no private directory behind.
+        let err = bind_unix_private(&dir.join("other.sock"), access, |_| {
+            Err::<(), _>(io::Error::other("refused"))
+        })
+        .expect_err("bind fails");
+        assert_eq!(err.to_string(), "refused");
+        assert_eq!(std::fs::read_dir(&dir).expect("list").count(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_open_files_limit_is_raised_to_the_hard_limit() {
+        let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .expect("getrlimit");
+        let raised = raise_open_files_limit().expect("raise");
+        assert_eq!(raised.now, hard);
+        assert_eq!(open_files_limit().expect("read"), hard);
     }
 }

@@ -64,6 +64,10 @@ const MAX_DRAINED_BEFORE_REAPING: usize = 1024;
 pub struct SupervisorOptions {
     /// Where children send sd_notify messages (`NOTIFY_SOCKET` of notify services).
     pub notify_socket: PathBuf,
+    /// The group whose processes may send there besides our own user: the children's, when
+    /// they run as another user. The kernel's credentials on each datagram still say which
+    /// child sent it.
+    pub notify_senders: Option<u32>,
 }
 
 /// What becomes of a service once it is down.
@@ -421,7 +425,7 @@ impl Supervisor {
         options: SupervisorOptions,
     ) -> io::Result<(SupervisorHandle, tokio::task::JoinHandle<()>)> {
         os::become_subreaper()?;
-        let notify = NotifySocket::bind(&options.notify_socket)?;
+        let notify = NotifySocket::bind(&options.notify_socket, options.notify_senders)?;
         let (sup, handle) = Supervisor::new(notify)?;
         Ok((handle, tokio::spawn(sup.run())))
     }
@@ -1017,7 +1021,7 @@ impl Supervisor {
             &env,
             svc.spec.cwd.as_deref(),
             &svc.fds,
-            svc.spec.user,
+            svc.spec.user.map(|u| (u, svc.spec.keep)),
             svc.spec.output,
         ) {
             Ok(spawned) => {

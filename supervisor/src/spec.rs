@@ -38,8 +38,12 @@ pub struct ServiceSpec {
     /// Exit codes that count as success (a one-shot job's expected codes).
     pub success_codes: BTreeSet<i32>,
     /// Run the child as this user and group instead of ours (root dropping to an unprivileged
-    /// user: supplementary groups are cleared and every capability is lost in the switch).
+    /// user: supplementary groups are cleared, every capability but `keep` is lost in the
+    /// switch, and the child can never gain privileges again through `execve`: no_new_privs).
     pub user: Option<Credentials>,
+    /// What a child that runs as another `user` keeps of our capabilities.
+    #[serde(default)]
+    pub keep: KeptCapabilities,
     /// Where the child's stdout and stderr go.
     #[serde(default)]
     pub output: Output,
@@ -61,6 +65,19 @@ pub enum Output {
     /// Onto our own stdout and stderr, as ours: for a part of ourselves that logs in our
     /// format (the resolver's manager process).
     Inherited,
+}
+
+/// The capabilities a child that runs as another user keeps through the switch, as ambient
+/// capabilities, so that they survive its `execve` (and only those: its bounding set is left,
+/// and no_new_privs keeps it from gaining more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum KeptCapabilities {
+    /// None: the usual drop to an unprivileged user.
+    #[default]
+    None,
+    /// `CAP_NET_BIND_SERVICE` alone: a child that binds its own workers' listening sockets on
+    /// ports below 1024 (the resolver's manager process).
+    BindServicePorts,
 }
 
 /// A user and group id to run a child as.
@@ -87,6 +104,7 @@ impl ServiceSpec {
             stop: StopPolicy::default(),
             success_codes: BTreeSet::from([0]),
             user: None,
+            keep: KeptCapabilities::None,
             output: Output::Captured,
             reuseport_index: None,
         }

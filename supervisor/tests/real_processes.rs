@@ -362,6 +362,7 @@ fn scenario(filter: &str, body: impl AsyncFnOnce(&mut Env)) {
         runtime.block_on(async {
             let (sup, actor) = Supervisor::start(SupervisorOptions {
                 notify_socket: dir.join("notify.sock"),
+                notify_senders: None,
             })
             .expect("start supervisor");
             let reports = pipe::OpenOptions::new()

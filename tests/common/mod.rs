@@ -40,6 +40,9 @@ pub struct Setup {
     pub args: Vec<String>,
     /// The daemon's binary, when not the one cargo built (a copy an upgrade replaces).
     pub program: Option<PathBuf>,
+    /// The limit on open descriptors (soft, hard) the daemon starts with, as a service
+    /// manager sets it; the test process's own when `None`.
+    pub open_files: Option<(u64, u64)>,
 }
 
 impl Setup {
@@ -55,11 +58,17 @@ impl Setup {
             management: None,
             args: Vec::new(),
             program: None,
+            open_files: None,
         }
     }
     /// Run the daemon from `path` instead of the binary cargo built.
     pub fn program(mut self, path: &Path) -> Self {
         self.program = Some(path.to_owned());
+        self
+    }
+    /// Start the daemon under this limit on open descriptors (soft, hard).
+    pub fn open_files(mut self, soft: u64, hard: u64) -> Self {
+        self.open_files = Some((soft, hard));
         self
     }
     /// Add an argument of the daemon.
@@ -149,7 +158,10 @@ pub fn launch(s: &Setup) -> Result<Resolver> {
     args.extend(s.args.iter().map(os));
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
     let program = s.program.clone().unwrap_or_else(|| PathBuf::from(DAEMON));
-    let launched = bed.launch(&program, &args, &env)?;
+    let launched = match s.open_files {
+        Some(limit) => bed.launch_with_open_files(&program, &args, &env, limit)?,
+        None => bed.launch(&program, &args, &env)?,
+    };
     let api = dir.host("run/kres-api.sock");
     Ok(Resolver {
         bed,

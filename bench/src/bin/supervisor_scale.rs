@@ -117,6 +117,7 @@ fn one_run(n: usize) -> Result<Sample> {
     let result = runtime.block_on(async {
         let (sup, actor) = Supervisor::start(SupervisorOptions {
             notify_socket: dir.join("notify.sock"),
+            notify_senders: None,
         })?;
         for i in 0..n {
             let argv: Vec<OsString> = vec![

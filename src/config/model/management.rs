@@ -11,7 +11,7 @@ pub(super) fn management() -> ObjectDef {
         vec![
             f(
                 "unix-socket",
-                opt(v(&vt::WRITABLE_FILE_PATH)),
+                opt(v(&vt::API_SOCKET_PATH)),
                 Value::Null,
                 "Path to unix domain socket to listen to.",
             ),

@@ -250,7 +250,7 @@ fn every_sections_smallest_input_deserialises_into_its_typed_form() {
     let forms = typed_forms();
     let ctx = Ctx {
         resolve_root: Path::new("/"),
-        strict: false,
+        checks: crate::config::PathChecks::Lenient,
     };
     for def in described_objects() {
         let name = short(def.class);

@@ -58,6 +58,7 @@ async fn serve(socket: PathBuf, argv: Vec<OsString>) -> ExitCode {
     };
     let (sup, actor) = match Supervisor::start(SupervisorOptions {
         notify_socket: socket,
+        notify_senders: None,
     }) {
         Ok(s) => s,
         Err(e) => {

@@ -174,6 +174,25 @@ impl Bed {
         self.spawn_in_bed(Program::Ours(program), args, env)
     }
 
+    /// As [`Bed::launch`], under a limit on open descriptors (`soft`, `hard`), as a service
+    /// manager would set it (util-linux `prlimit` around the launcher).
+    pub fn launch_with_open_files(
+        &self,
+        program: &Path,
+        args: &[&OsStr],
+        env: &[(&str, &OsStr)],
+        (soft, hard): (u64, u64),
+    ) -> Result<Launched> {
+        let marker = self.marker();
+        let launcher = self.launcher(Program::Ours(program), args)?;
+        let mut cmd = Command::new("prlimit");
+        cmd.arg(format!("--nofile={soft}:{hard}"))
+            .arg("--")
+            .arg(launcher.get_program())
+            .args(launcher.get_args());
+        self.finish_launch(&mut cmd, env, marker)
+    }
+
     /// Launch a program that is part of the bed itself (`/usr/sbin/kresd`, `/usr/bin/knot-resolver`).
     pub fn launch_installed(
         &self,
@@ -191,12 +210,23 @@ impl Bed {
         args: &[&OsStr],
         env: &[(&str, &OsStr)],
     ) -> Result<Launched> {
-        let marker = format!(
+        let marker = self.marker();
+        let mut cmd = self.launcher(program, args)?;
+        self.finish_launch(&mut cmd, env, marker)
+    }
+
+    /// A new marker that tells the launched tree's processes apart.
+    fn marker(&self) -> String {
+        format!(
             "kr-{}-{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::SeqCst)
-        );
-        let mut cmd = match (&self.mode, program) {
+        )
+    }
+
+    /// The command that runs `program` with `args` in the bed.
+    fn launcher(&self, program: Program<'_>, args: &[&OsStr]) -> Result<Command> {
+        let cmd = match (&self.mode, program) {
             (Mode::Native, Program::Ours(path) | Program::Installed(path)) => {
                 let mut c = Command::new(path);
                 c.args(args);
@@ -238,7 +268,7 @@ impl Bed {
                 c
             }
         };
-        self.finish_launch(&mut cmd, env, marker)
+        Ok(cmd)
     }
 
     fn finish_launch(
