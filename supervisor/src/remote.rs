@@ -47,6 +47,9 @@ pub use crate::text::MAX_STATUS;
 /// link carries (the default send buffer takes packets of 212,960 bytes), so a table of any
 /// size goes over in parts ([`ToChild::SnapshotPart`]).
 pub const TABLE_PART: usize = 64 * 1024;
+/// What a message of a table takes beside its processes (the envelope and the table's flags),
+/// at most.
+const TABLE_ENVELOPE: usize = 256;
 /// The most processes a table assembled from parts may have.
 const MAX_TABLE_PROCESSES: usize = 1 << 16;
 /// How often the parent asks the child whether it is alive.
@@ -531,32 +534,36 @@ struct WriteFailed {
     error: io::Error,
 }
 
-/// Send `table`: in one message when it fits in [`TABLE_PART`] bytes, else in parts.
+/// Send `table`: in one message when it fits in a part, else in parts of [`TABLE_PART`]
+/// bytes, or of what the link carries where that is less (`net.core.wmem_max` set low).
 async fn send_table(link: &Link, table: &Arc<Snapshot>) -> io::Result<()> {
-    for msg in table_messages(table) {
+    let part = TABLE_PART.min(link.capacity().saturating_sub(TABLE_ENVELOPE));
+    for msg in table_messages(table, part) {
         link.send(&msg, &[]).await?;
     }
     Ok(())
 }
 
-/// The messages that carry `table`: [`ToChild::SnapshotPart`]s of at most [`TABLE_PART`]
-/// bytes of processes while the rest does not fit in one, then a [`ToChild::Snapshot`] of the
-/// rest with the table's flags. A small table is one `Snapshot`, shared, not copied.
-pub fn table_messages(table: &Arc<Snapshot>) -> Vec<ToChild> {
+/// The messages that carry `table`: [`ToChild::SnapshotPart`]s of at most `part` bytes of
+/// processes while the rest does not fit in one, then a [`ToChild::Snapshot`] of the rest
+/// with the table's flags. A small table is one `Snapshot`, shared, not copied. A process
+/// larger than `part` (none is: its free text is bounded) goes alone.
+pub fn table_messages(table: &Arc<Snapshot>, part: usize) -> Vec<ToChild> {
     // The size of each process as JSON, and one byte for the comma that separates it.
     let sizes: Vec<usize> = table
         .processes
         .iter()
-        .map(|p| serde_json::to_vec(p).map_or(TABLE_PART, |json| json.len() + 1))
+        .map(|p| serde_json::to_vec(p).map_or(part, |json| json.len() + 1))
         .collect();
-    if sizes.iter().sum::<usize>() <= TABLE_PART {
+    if sizes.iter().sum::<usize>() <= part {
         return vec![ToChild::Snapshot(table.clone())];
     }
+    let limit = part;
     let mut messages = Vec::new();
     let mut part = Vec::new();
     let mut bytes = 0;
     for (process, size) in table.processes.iter().zip(sizes) {
-        if bytes + size > TABLE_PART && !part.is_empty() {
+        if bytes + size > limit && !part.is_empty() {
             messages.push(ToChild::SnapshotPart(std::mem::take(&mut part)));
             bytes = 0;
         }
@@ -1076,13 +1083,17 @@ mod tests {
     /// Every message of `table` is within a part's bytes (plus its envelope), and the parts
     /// assemble into the table.
     fn check(table: &Arc<Snapshot>, expected_messages: usize) {
-        let messages = table_messages(table);
+        let messages = table_messages(table, TABLE_PART);
         assert_eq!(messages.len(), expected_messages);
         let mut assembly = TableAssembly::default();
         let mut assembled = None;
         for (i, msg) in messages.into_iter().enumerate() {
             let json = serde_json::to_vec(&msg).expect("serialises");
-            assert!(json.len() <= TABLE_PART + 256, "{} bytes", json.len());
+            assert!(
+                json.len() <= TABLE_PART + TABLE_ENVELOPE,
+                "{} bytes",
+                json.len()
+            );
             // As the link carries it.
             match serde_json::from_slice::<ToChild>(&json).expect("parses") {
                 ToChild::SnapshotPart(part) => {

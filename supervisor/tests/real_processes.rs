@@ -1154,7 +1154,7 @@ fn a_table_of_256_services_with_hostile_statuses_reaches_the_directing_child() {
             .await
             .expect("serving ends once the child is gone");
         assert!(matches!(end, ChildEnd::Gone), "{end:?}");
-        let parts = table_messages(&env.sup.snapshot());
+        let parts = table_messages(&env.sup.snapshot(), TABLE_PART);
         let sizes: Vec<usize> = parts
             .iter()
             .map(|m| serde_json::to_vec(m).map_or(0, |j| j.len()))
@@ -1168,6 +1168,88 @@ fn a_table_of_256_services_with_hostile_statuses_reaches_the_directing_child() {
         for _ in 0..SERVICES {
             env.reported_pid("pid ").await;
         }
+    });
+}
+
+#[test]
+fn tables_go_in_parts_that_fit_a_small_link_and_a_message_it_cannot_carry_ends_serving() {
+    use supervisor::remote::{ChildEnd, ChildPolicy, ChildService, FdStore, Link, Parent};
+    use supervisor::upward::UpwardNotifier;
+    scenario("info,child=off", async |env| {
+        let mut store = FdStore::default();
+        let policy = ChildPolicy {
+            programs: vec![PathBuf::from(HELPER)],
+        };
+        let upward = UpwardNotifier::disabled();
+        let sup = env.sup.clone();
+        let service = ChildService {
+            sup: &sup,
+            policy: &policy,
+            upward: &upward,
+            hang_after: TIMEOUT,
+            reexec: None,
+            keep_upward: |_| false,
+        };
+        // A link whose send buffer takes far less than a part of a table (as with
+        // net.core.wmem_max set low, for a root without privileges).
+        let (ours, theirs) = supervisor::os::seqpacket_pair().expect("socket pair");
+        nix::sys::socket::setsockopt(&ours, nix::sys::socket::sockopt::SndBuf, &4096)
+            .expect("SO_SNDBUF");
+        let ours = Link::from_fd(ours).expect("link");
+        let capacity = ours.capacity();
+        assert!(capacity < supervisor::remote::TABLE_PART, "{capacity}");
+        let stop = tokio_util::sync::CancellationToken::new();
+        const REGISTERED: usize = 100;
+        let child = async {
+            let parent = Parent::connect(Link::from_fd(theirs).expect("link"))
+                .await
+                .expect("welcome");
+            // Registered services with long names: the table outgrows the link many times
+            // over, and still reaches the child, in parts.
+            for i in 0..REGISTERED {
+                let spec = env.spec(&format!("{i:0>200}"), &["wait"]);
+                parent.handle.add(spec, Vec::new()).await.expect("add");
+            }
+            let mut table = parent.handle.subscribe();
+            tokio::time::timeout(TIMEOUT, table.wait_for(|t| t.processes.len() == REGISTERED))
+                .await
+                .expect("the whole table reached the child")
+                .expect("the link stays up");
+            // An answer it cannot carry: the tail of a process that wrote long lines, 20
+            // lines of 1 KiB.
+            let mut spec = env.spec("writer", &["long-line", "1", "wait"]);
+            spec.readiness = Readiness::None;
+            parent.handle.add(spec, Vec::new()).await.expect("add");
+            parent.handle.start("writer").await.expect("start");
+            let deadline = std::time::Instant::now() + TIMEOUT;
+            while env.sup.output_tail("writer").await.map_or(0, |t| t.len()) < 20 {
+                assert!(std::time::Instant::now() < deadline, "no tail");
+                tokio::time::sleep(ms(5)).await;
+            }
+            let tail = tokio::time::timeout(TIMEOUT, parent.handle.output_tail("writer")).await;
+            assert!(
+                matches!(tail, Ok(Err(SupervisorError::Gone))),
+                "the link ends, and the call with it: {tail:?}"
+            );
+            parent.largest_message()
+        };
+        let (end, largest) = tokio::join!(
+            supervisor::remote::serve_child(ours, 1, &service, &mut store, stop.clone()),
+            child
+        );
+        eprintln!(
+            "a link of {capacity} bytes carried tables of {REGISTERED} processes in messages of \
+             {largest} bytes at most; then: {end:?}"
+        );
+        assert!(largest <= capacity);
+        match end {
+            ChildEnd::LinkFailed(why) => assert!(
+                why.contains("cannot send an answer") && why.contains("exceeds the link's"),
+                "{why}"
+            ),
+            other => panic!("serving ended otherwise: {other:?}"),
+        }
+        env.reported_pid("pid ").await;
     });
 }
 
