@@ -52,7 +52,9 @@ fn lua_section(extra: &str) -> String {
 
 /// The workers in `GET /processes`.
 fn workers(r: &common::Resolver) -> Vec<Value> {
-    let resp = r.http("GET", "/processes/kresd", b"").expect("GET /processes");
+    let resp = r
+        .http("GET", "/processes/kresd", b"")
+        .expect("GET /processes");
     assert_eq!(resp.status, 200, "{}", resp.text());
     let table: Value = serde_json::from_slice(&resp.body).expect("JSON");
     table.as_array().cloned().unwrap_or_default()
