@@ -123,7 +123,9 @@ fn truncate(s: &str) -> String {
 /// A datagram that passed the transport checks, with the sender's pid.
 #[derive(Debug)]
 pub struct Received {
+    /// The sender, as the kernel says (`SO_PASSCRED`): whose notification it is.
     pub pid: Pid,
+    /// The message, at most [`NOTIFY_BUFFER_MAX`] bytes, not yet parsed.
     pub payload: Vec<u8>,
     /// Descriptors that came with it: never kept, to be closed off the actor
     /// ([`DescriptorCloser`]).

@@ -528,9 +528,11 @@ fn unsent(error: io::Error, what: &str) -> ChildEnd {
     }
 }
 
-/// A send of the writer that failed, and what it was sending.
+/// A send of the writer that failed.
 struct WriteFailed {
+    /// What it was sending, for the reason serving ends with.
     what: &'static str,
+    /// Why it failed: a child that is gone, or a message the link cannot carry.
     error: io::Error,
 }
 
@@ -544,26 +546,25 @@ async fn send_table(link: &Link, table: &Arc<Snapshot>) -> io::Result<()> {
     Ok(())
 }
 
-/// The messages that carry `table`: [`ToChild::SnapshotPart`]s of at most `part` bytes of
-/// processes while the rest does not fit in one, then a [`ToChild::Snapshot`] of the rest
+/// The messages that carry `table`: [`ToChild::SnapshotPart`]s of at most `part_bytes` bytes
+/// of processes while the rest does not fit in one, then a [`ToChild::Snapshot`] of the rest
 /// with the table's flags. A small table is one `Snapshot`, shared, not copied. A process
-/// larger than `part` (none is: its free text is bounded) goes alone.
-pub fn table_messages(table: &Arc<Snapshot>, part: usize) -> Vec<ToChild> {
+/// larger than `part_bytes` (none is: its free text is bounded) goes alone.
+pub fn table_messages(table: &Arc<Snapshot>, part_bytes: usize) -> Vec<ToChild> {
     // The size of each process as JSON, and one byte for the comma that separates it.
     let sizes: Vec<usize> = table
         .processes
         .iter()
-        .map(|p| serde_json::to_vec(p).map_or(part, |json| json.len() + 1))
+        .map(|p| serde_json::to_vec(p).map_or(part_bytes, |json| json.len() + 1))
         .collect();
-    if sizes.iter().sum::<usize>() <= part {
+    if sizes.iter().sum::<usize>() <= part_bytes {
         return vec![ToChild::Snapshot(table.clone())];
     }
-    let limit = part;
     let mut messages = Vec::new();
     let mut part = Vec::new();
     let mut bytes = 0;
     for (process, size) in table.processes.iter().zip(sizes) {
-        if bytes + size > limit && !part.is_empty() {
+        if bytes + size > part_bytes && !part.is_empty() {
             messages.push(ToChild::SnapshotPart(std::mem::take(&mut part)));
             bytes = 0;
         }

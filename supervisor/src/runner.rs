@@ -558,7 +558,11 @@ impl Supervisor {
                 command = self.commands.recv() => match command {
                     Some(c) => {
                         self.on_command(c);
+                        // A handover ends the actor: what follows waits for the next one.
                         for _ in 1..COMMANDS_PER_PASS {
+                            if self.handed_over {
+                                break;
+                            }
                             match self.commands.try_recv() {
                                 Ok(c) => self.on_command(c),
                                 Err(_) => break,
