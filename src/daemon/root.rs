@@ -1052,6 +1052,10 @@ impl Root {
                     tracing::error!("the manager process failed: {why}");
                     signal_manager(sup, nix::sys::signal::Signal::SIGKILL);
                 }
+                // Not its fault: it is stopped as gracefully as at any replacement.
+                ChildEnd::LinkFailed(why) => {
+                    tracing::error!("the link to the manager process failed: {why}; replacing it");
+                }
                 ChildEnd::Gone => {}
             }
             let last_exit = sup

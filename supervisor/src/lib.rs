@@ -19,6 +19,7 @@ pub mod snapshot;
 pub mod spec;
 pub mod steering;
 pub mod task;
+pub mod text;
 pub mod upward;
 
 pub use backoff::Backoff;

@@ -346,6 +346,34 @@ pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     .map_err(io::Error::from)
 }
 
+/// What the kernel keeps of a `SOCK_SEQPACKET` send buffer for itself: it refuses a packet
+/// longer than the send buffer less these bytes (`EMSGSIZE`, `unix_dgram_sendmsg`).
+const SEQPACKET_OVERHEAD: usize = 32;
+
+/// Size both buffers of a `SOCK_SEQPACKET` socket for packets of `packet` bytes and return
+/// the longest packet it can send now. Privileged, `SO_SNDBUFFORCE`/`SO_RCVBUFFORCE` go past
+/// `net.core.wmem_max`/`rmem_max`; otherwise the kernel caps what we ask at those limits
+/// (and doubles it, for its own bookkeeping). The buffers stay with the socket when it is
+/// handed to another process.
+pub fn size_packet_buffers(fd: BorrowedFd<'_>, packet: usize) -> io::Result<usize> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let wanted = packet + SEQPACKET_OVERHEAD;
+    if setsockopt(&fd, sockopt::SndBufForce, &wanted).is_err() {
+        setsockopt(&fd, sockopt::SndBuf, &wanted)?;
+    }
+    if setsockopt(&fd, sockopt::RcvBufForce, &wanted).is_err() {
+        setsockopt(&fd, sockopt::RcvBuf, &wanted)?;
+    }
+    packet_capacity(fd)
+}
+
+/// The longest packet a `SOCK_SEQPACKET` socket can send, from its send buffer.
+pub fn packet_capacity(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    use nix::sys::socket::{getsockopt, sockopt};
+    let sndbuf = getsockopt(&fd, sockopt::SndBuf)?;
+    Ok(sndbuf.saturating_sub(SEQPACKET_OVERHEAD))
+}
+
 /// Send one packet with `fds` attached, without blocking and without SIGPIPE.
 pub fn send_packet(fd: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};

@@ -17,6 +17,10 @@ pub const MAX_LINE: usize = 4096;
 /// Lines kept per service for error reports (`SupervisorHandle::output_tail`).
 pub const TAIL_LINES: usize = 20;
 
+/// The longest line kept in a tail, in bytes: a tail is small enough for one message on a
+/// link ([`crate::remote`]), whatever the process wrote.
+pub const TAIL_LINE: usize = 1024;
+
 /// The last lines a service wrote, shared between its drain tasks and the actor.
 pub type Tail = Arc<Mutex<VecDeque<String>>>;
 
@@ -99,6 +103,7 @@ fn emit(name: &str, pid: Pid, stream: Stream, line: &[u8], tail: &Tail) {
         if t.len() >= TAIL_LINES {
             t.pop_front();
         }
-        t.push_back(text.to_owned());
+        // Cut where it is received: what is kept is bounded, one printable line.
+        t.push_back(crate::text::one_line(text, TAIL_LINE));
     }
 }

@@ -8,11 +8,18 @@
 //!
 //! The parent's side ([`serve_child`]) parses only small, bounded JSON messages of a closed
 //! set and executes them on its own handle; it never interprets what is stored.
+//!
+//! Every message the parent sends fits what the link carries: the link's buffers are sized
+//! for [`MAX_MESSAGE`] when it is made, free text is cut where it is received
+//! ([`crate::text`]), and a process table of any size goes in parts of at most
+//! [`TABLE_PART`] bytes. A message that still cannot be sent ends serving that incarnation
+//! with [`ChildEnd::LinkFailed`], which says why.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::os::{self, FdPass};
 use crate::runner::{Command, SupervisorError, SupervisorHandle};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{ProcessSnapshot, Snapshot};
 use crate::spec::{ExitStatus, ServiceSpec};
 use crate::upward::{Upward, UpwardNotifier};
 
@@ -34,10 +41,17 @@ pub const MAX_MESSAGE: usize = 256 * 1024;
 pub const MAX_STORED: usize = 8192;
 /// The longest name of a stored descriptor.
 pub const MAX_NAME: usize = 256;
-/// The longest status text passed upward.
-pub const MAX_STATUS: usize = 512;
-/// The longest output line a tail carries over the link.
-const MAX_TAIL_LINE: usize = 1024;
+/// The longest status text passed upward (and kept in snapshots).
+pub use crate::text::MAX_STATUS;
+/// The most bytes of processes one message of a process table carries: far below what any
+/// link carries (the default send buffer takes packets of 212,960 bytes), so a table of any
+/// size goes over in parts ([`ToChild::SnapshotPart`]).
+pub const TABLE_PART: usize = 64 * 1024;
+/// What a message of a table takes beside its processes (the envelope and the table's flags),
+/// at most.
+const TABLE_ENVELOPE: usize = 256;
+/// The most processes a table assembled from parts may have.
+const MAX_TABLE_PROCESSES: usize = 1 << 16;
 /// How often the parent asks the child whether it is alive.
 pub const PING_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -46,30 +60,64 @@ pub struct Link {
     /// A `SOCK_SEQPACKET` socket; tokio's stream type only provides readiness, every read and
     /// write is one `recvmsg`/`sendmsg` of a whole packet.
     socket: tokio::net::UnixStream,
+    /// The longest message this end can send: [`MAX_MESSAGE`], or less when the kernel
+    /// would not give the send buffer that takes it. Checked before every send, so that an
+    /// oversize message is an error that says so, not an `EMSGSIZE`.
+    capacity: usize,
+    /// The longest message received so far, in bytes (for diagnostics and measurements).
+    largest_received: AtomicUsize,
 }
 
 impl Link {
     /// A new link: our end, and the child's end to hand it (at a known descriptor number).
+    /// Both ends' buffers are sized for [`MAX_MESSAGE`] here, by the process that may force
+    /// them past the system's default limits.
     pub fn pair() -> io::Result<(Link, OwnedFd)> {
         let (ours, theirs) = os::seqpacket_pair()?;
+        for end in [&ours, &theirs] {
+            let capacity = os::size_packet_buffers(end.as_fd(), MAX_MESSAGE)?;
+            if capacity < MAX_MESSAGE {
+                tracing::debug!(
+                    capacity,
+                    "the link carries messages of {capacity} bytes at most (net.core.wmem_max)"
+                );
+            }
+        }
         Ok((Link::from_fd(ours)?, theirs))
     }
 
-    /// Wrap an inherited end (it is made non-blocking and close-on-exec).
+    /// Wrap an inherited end (it is made non-blocking and close-on-exec). Its buffers stay as
+    /// the process that made the link sized them.
     pub fn from_fd(fd: OwnedFd) -> io::Result<Link> {
         os::set_nonblocking(&fd)?;
         os::set_cloexec(&fd)?;
+        let capacity = os::packet_capacity(fd.as_fd())?.min(MAX_MESSAGE);
         let socket = tokio::net::UnixStream::from_std(std::os::unix::net::UnixStream::from(fd))?;
-        Ok(Link { socket })
+        Ok(Link {
+            socket,
+            capacity,
+            largest_received: AtomicUsize::new(0),
+        })
+    }
+
+    /// The longest message this end can send.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The longest message this end received so far, in bytes.
+    pub fn largest_received(&self) -> usize {
+        self.largest_received.load(Ordering::Relaxed)
     }
 
     /// Send one message with `fds` attached.
     pub async fn send<T: Serialize>(&self, msg: &T, fds: &[RawFd]) -> io::Result<()> {
         let data = serde_json::to_vec(msg).map_err(io::Error::other)?;
-        if data.len() > MAX_MESSAGE {
+        if data.len() > self.capacity {
             return Err(io::Error::other(format!(
-                "message of {} bytes exceeds the link's {MAX_MESSAGE}",
-                data.len()
+                "a message of {} bytes exceeds the link's {}",
+                data.len(),
+                self.capacity
             )));
         }
         if fds.len() > os::MAX_PACKET_FDS {
@@ -107,6 +155,8 @@ impl Link {
         if packet.truncated || packet.len > MAX_MESSAGE {
             return Err(io::Error::other("oversize message on the link"));
         }
+        self.largest_received
+            .fetch_max(packet.len, Ordering::Relaxed);
         let msg = serde_json::from_slice(&buf[..packet.len]).map_err(io::Error::other)?;
         Ok(Some((msg, packet.fds)))
     }
@@ -193,8 +243,12 @@ pub enum ToChild {
         id: u64,
         result: Result<Answer, SupervisorError>,
     },
-    /// The process table changed.
+    /// The process table changed: this is the table, or, after [`ToChild::SnapshotPart`]s,
+    /// the table's last processes and its flags.
     Snapshot(Arc<Snapshot>),
+    /// The first processes of a table too large for one message; more parts and a
+    /// [`ToChild::Snapshot`] with the rest follow.
+    SnapshotPart(Vec<ProcessSnapshot>),
     Ping {
         seq: u64,
     },
@@ -257,6 +311,14 @@ pub struct ChildPolicy {
 
 impl ChildPolicy {
     fn check(&self, spec: &ServiceSpec) -> Result<(), SupervisorError> {
+        // Both are in every process table from now on: bounded, so that tables fit the link.
+        check_name(&spec.name)?;
+        if spec.kind.len() > MAX_NAME {
+            return Err(SupervisorError::Refused(format!(
+                "a kind of {} bytes",
+                spec.kind.len()
+            )));
+        }
         let allowed = self.programs.is_empty()
             || spec
                 .argv
@@ -274,6 +336,17 @@ impl ChildPolicy {
     }
 }
 
+/// Refuse a service name longer than [`MAX_NAME`]: it would travel in every table and reply.
+fn check_name(name: &str) -> Result<(), SupervisorError> {
+    if name.len() > MAX_NAME {
+        return Err(SupervisorError::Refused(format!(
+            "a service name of {} bytes",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
 /// How serving a child ended.
 #[derive(Debug)]
 pub enum ChildEnd {
@@ -283,6 +356,9 @@ pub enum ChildEnd {
     Misbehaved(String),
     /// No answer to pings for the deadline.
     Hung,
+    /// What we had to send could not be sent (why): the child cannot follow the process
+    /// table any more, and is to be replaced.
+    LinkFailed(String),
     /// The child asked for everything to stop.
     Exit(u8),
     /// `stop` fired.
@@ -336,24 +412,27 @@ pub async fn serve_child(
         notify_socket: sup.notify_socket().to_owned(),
         stored: store.len(),
     };
-    if link.send(&welcome, &[]).await.is_err() {
-        return ChildEnd::Gone;
+    if let Err(e) = link.send(&welcome, &[]).await {
+        return unsent(e, "the welcome");
     }
     for (name, fd) in &store.entries {
         let msg = ToChild::Stored { name: name.clone() };
-        if link.send(&msg, &[fd.as_raw_fd()]).await.is_err() {
-            return ChildEnd::Gone;
+        if let Err(e) = link.send(&msg, &[fd.as_raw_fd()]).await {
+            return unsent(e, "a stored descriptor");
         }
     }
     let mut snapshots = sup.subscribe();
     let first = snapshots.borrow_and_update().clone();
-    if link.send(&ToChild::Snapshot(first), &[]).await.is_err() {
-        return ChildEnd::Gone;
+    if let Err(e) = send_table(&link, &first).await {
+        return unsent(e, "the process table");
     }
     // Everything we send goes through one writer, so that reading never waits on a child
     // that does not read: replies queue (bounded by the calls in flight), snapshots coalesce.
     let (out_tx, out_rx) = mpsc::unbounded_channel::<ToChild>();
     let mut writer = tokio::spawn(write_to_child(link.clone(), out_rx, snapshots));
+    // Set once the writer ended without an error (the supervisor is gone): nothing more to
+    // send, and a finished task must not be polled again.
+    let mut writer_ended = false;
     let mut ping = tokio::time::interval_at(Instant::now() + PING_INTERVAL, PING_INTERVAL);
     let mut seq = 0u64;
     let mut answered = Instant::now();
@@ -361,6 +440,11 @@ pub async fn serve_child(
     let end = loop {
         tokio::select! {
             () = stop.cancelled() => break ChildEnd::Stopped,
+            written = &mut writer, if !writer_ended => match written {
+                Ok(Ok(())) => writer_ended = true,
+                Ok(Err(e)) => break unsent(e.error, e.what),
+                Err(e) => break ChildEnd::LinkFailed(format!("the link's writer ended: {e}")),
+            },
             received = link.recv::<ToParent>() => {
                 let (msg, mut fds) = match received {
                     Ok(Some(m)) => m,
@@ -424,7 +508,7 @@ pub async fn serve_child(
             }
         }
     };
-    if matches!(end, ChildEnd::Stopped) {
+    if matches!(end, ChildEnd::Stopped) && !writer.is_finished() {
         // The child lives on for a moment (it is stopped next): answers on their way, such
         // as a re-execution's go-ahead, still reach it. Calls that take longer finish on the
         // supervisor unanswered.
@@ -433,6 +517,101 @@ pub async fn serve_child(
     }
     writer.abort();
     end
+}
+
+/// How serving ends when sending `what` failed with `error`: a child that is gone is gone;
+/// anything else is a link that failed, and says why.
+fn unsent(error: io::Error, what: &str) -> ChildEnd {
+    match error.kind() {
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => ChildEnd::Gone,
+        _ => ChildEnd::LinkFailed(format!("cannot send {what}: {error}")),
+    }
+}
+
+/// A send of the writer that failed.
+struct WriteFailed {
+    /// What it was sending, for the reason serving ends with.
+    what: &'static str,
+    /// Why it failed: a child that is gone, or a message the link cannot carry.
+    error: io::Error,
+}
+
+/// Send `table`: in one message when it fits in a part, else in parts of [`TABLE_PART`]
+/// bytes, or of what the link carries where that is less (`net.core.wmem_max` set low).
+async fn send_table(link: &Link, table: &Arc<Snapshot>) -> io::Result<()> {
+    let part = TABLE_PART.min(link.capacity().saturating_sub(TABLE_ENVELOPE));
+    for msg in table_messages(table, part) {
+        link.send(&msg, &[]).await?;
+    }
+    Ok(())
+}
+
+/// The messages that carry `table`: [`ToChild::SnapshotPart`]s of at most `part_bytes` bytes
+/// of processes while the rest does not fit in one, then a [`ToChild::Snapshot`] of the rest
+/// with the table's flags. A small table is one `Snapshot`, shared, not copied. A process
+/// larger than `part_bytes` (none is: its free text is bounded) goes alone.
+pub fn table_messages(table: &Arc<Snapshot>, part_bytes: usize) -> Vec<ToChild> {
+    // The size of each process as JSON, and one byte for the comma that separates it.
+    let sizes: Vec<usize> = table
+        .processes
+        .iter()
+        .map(|p| serde_json::to_vec(p).map_or(part_bytes, |json| json.len() + 1))
+        .collect();
+    if sizes.iter().sum::<usize>() <= part_bytes {
+        return vec![ToChild::Snapshot(table.clone())];
+    }
+    let mut messages = Vec::new();
+    let mut part = Vec::new();
+    let mut bytes = 0;
+    for (process, size) in table.processes.iter().zip(sizes) {
+        if bytes + size > part_bytes && !part.is_empty() {
+            messages.push(ToChild::SnapshotPart(std::mem::take(&mut part)));
+            bytes = 0;
+        }
+        part.push(process.clone());
+        bytes += size;
+    }
+    messages.push(ToChild::Snapshot(Arc::new(Snapshot {
+        processes: part,
+        shutting_down: table.shutting_down,
+        draining: table.draining,
+    })));
+    messages
+}
+
+/// A process table arriving in parts ([`ToChild::SnapshotPart`], then
+/// [`ToChild::Snapshot`]), on the receiving side.
+#[derive(Default)]
+pub struct TableAssembly {
+    /// The processes of the parts received so far.
+    first: Vec<ProcessSnapshot>,
+}
+
+impl TableAssembly {
+    /// Take a part; a table of more than [`MAX_TABLE_PROCESSES`] is refused.
+    pub fn part(&mut self, processes: Vec<ProcessSnapshot>) -> io::Result<()> {
+        if self.first.len() + processes.len() > MAX_TABLE_PROCESSES {
+            return Err(io::Error::other(format!(
+                "a process table of more than {MAX_TABLE_PROCESSES} processes"
+            )));
+        }
+        self.first.extend(processes);
+        Ok(())
+    }
+
+    /// The whole table, given its last message.
+    pub fn complete(&mut self, last: Arc<Snapshot>) -> Arc<Snapshot> {
+        if self.first.is_empty() {
+            return last;
+        }
+        let mut processes = std::mem::take(&mut self.first);
+        processes.extend(last.processes.iter().cloned());
+        Arc::new(Snapshot {
+            processes,
+            shutting_down: last.shutting_down,
+            draining: last.draining,
+        })
+    }
 }
 
 /// Pass a re-execution request to the parent's owner and wait for its answer.
@@ -456,28 +635,33 @@ const FLUSH_ON_STOP: Duration = Duration::from_secs(1);
 /// The most supervisor calls a child may have waiting at once.
 const MAX_IN_FLIGHT: usize = 4096;
 
-/// Send queued messages and every new process table to the child, until the link fails.
+/// Send queued messages and every new process table to the child, until serving stops or a
+/// send fails (which ends serving: [`ChildEnd::LinkFailed`]).
 async fn write_to_child(
     link: Arc<Link>,
     mut out: mpsc::UnboundedReceiver<ToChild>,
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
-) {
+) -> Result<(), WriteFailed> {
     loop {
-        let msg = tokio::select! {
+        tokio::select! {
             msg = out.recv() => match msg {
-                Some(msg) => msg,
+                Some(msg) => link.send(&msg, &[]).await.map_err(|error| WriteFailed {
+                    what: "an answer",
+                    error,
+                })?,
                 // Serving stops, and every answer was sent.
-                None => return,
+                None => return Ok(()),
             },
             changed = snapshots.changed() => {
                 if changed.is_err() {
-                    return;
+                    return Ok(());
                 }
-                ToChild::Snapshot(snapshots.borrow_and_update().clone())
+                let table = snapshots.borrow_and_update().clone();
+                send_table(&link, &table).await.map_err(|error| WriteFailed {
+                    what: "the process table",
+                    error,
+                })?;
             }
-        };
-        if link.send(&msg, &[]).await.is_err() {
-            return;
         }
     }
 }
@@ -500,10 +684,22 @@ async fn execute(
                 .await
                 .map(|()| Answer::Done)
         }
-        Call::Start { name } => sup.start(&name).await.map(|p| Answer::Pid(p.as_raw())),
-        Call::Stop { name } => sup.stop(&name).await.map(Answer::Down),
-        Call::Restart { name } => sup.restart(&name).await.map(|p| Answer::Pid(p.as_raw())),
-        Call::Remove { name } => sup.remove(&name).await.map(Answer::Down),
+        Call::Start { name } => {
+            check_name(&name)?;
+            sup.start(&name).await.map(|p| Answer::Pid(p.as_raw()))
+        }
+        Call::Stop { name } => {
+            check_name(&name)?;
+            sup.stop(&name).await.map(Answer::Down)
+        }
+        Call::Restart { name } => {
+            check_name(&name)?;
+            sup.restart(&name).await.map(|p| Answer::Pid(p.as_raw()))
+        }
+        Call::Remove { name } => {
+            check_name(&name)?;
+            sup.remove(&name).await.map(Answer::Down)
+        }
         Call::Run { spec } => {
             policy.check(&spec)?;
             sup.run(*spec).await.map(Answer::Exited)
@@ -512,32 +708,16 @@ async fn execute(
         Call::Reexec => Err(SupervisorError::Refused(
             "re-executing is not offered".into(),
         )),
-        Call::Kill { name, mut reason } => {
-            truncate_utf8(&mut reason, MAX_STATUS);
+        // The supervisor cuts the reason where it receives it.
+        Call::Kill { name, reason } => {
+            check_name(&name)?;
             sup.kill(&name, &reason).await.map(|()| Answer::Done)
         }
-        Call::Tail { name } => sup.output_tail(&name).await.map(|lines| {
-            Answer::Tail(
-                lines
-                    .into_iter()
-                    .map(|mut l| {
-                        truncate_utf8(&mut l, MAX_TAIL_LINE);
-                        l
-                    })
-                    .collect(),
-            )
-        }),
-    }
-}
-
-/// Cut `s` to at most `max` bytes on a character boundary.
-pub(crate) fn truncate_utf8(s: &mut String, max: usize) {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
+        // Lines were cut as they were read (`output::TAIL_LINE`): a tail fits a message.
+        Call::Tail { name } => {
+            check_name(&name)?;
+            sup.output_tail(&name).await.map(Answer::Tail)
         }
-        s.truncate(cut);
     }
 }
 
@@ -588,8 +768,13 @@ impl Parent {
                     _ => return Err(io::Error::other("expected a stored descriptor")),
                 }
             }
-            let Some((ToChild::Snapshot(first), _)) = link.recv::<ToChild>().await? else {
-                return Err(io::Error::other("expected the process table"));
+            let mut table = TableAssembly::default();
+            let first = loop {
+                match link.recv::<ToChild>().await? {
+                    Some((ToChild::SnapshotPart(part), _)) => table.part(part)?,
+                    Some((ToChild::Snapshot(last), _)) => break table.complete(last),
+                    _ => return Err(io::Error::other("expected the process table")),
+                }
             };
             Ok((incarnation, notify_socket, kept, first))
         })
@@ -643,6 +828,11 @@ impl Parent {
     /// Ask the parent to stop everything and exit with `code`.
     pub async fn exit(&self, code: u8) -> io::Result<()> {
         self.link.send(&ToParent::Exit { code }, &[]).await
+    }
+
+    /// The longest message received from the parent so far, in bytes.
+    pub fn largest_message(&self) -> usize {
+        self.link.largest_received()
     }
 }
 
@@ -710,6 +900,7 @@ async fn proxy(
         let link = link.clone();
         let pending = pending.clone();
         async move {
+            let mut table = TableAssembly::default();
             loop {
                 match link.recv::<ToChild>().await {
                     Ok(Some((ToChild::Reply { id, result }, _))) => {
@@ -718,14 +909,24 @@ async fn proxy(
                             waiter.answer(result);
                         }
                     }
-                    Ok(Some((ToChild::Snapshot(s), _))) => {
-                        snapshot.send_replace(s);
+                    Ok(Some((ToChild::Snapshot(last), _))) => {
+                        snapshot.send_replace(table.complete(last));
+                    }
+                    Ok(Some((ToChild::SnapshotPart(part), _))) => {
+                        if let Err(e) = table.part(part) {
+                            tracing::error!("the link to the supervisor failed: {e}");
+                            return;
+                        }
                     }
                     Ok(Some((ToChild::Ping { seq }, _))) => {
                         let _ = pong_tx.send(seq);
                     }
                     Ok(Some(_)) => {}
-                    Ok(None) | Err(_) => return,
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::error!("the link to the supervisor failed: {e}");
+                        return;
+                    }
                 }
             }
         }
@@ -843,4 +1044,129 @@ fn to_call(command: Command) -> Option<(Call, Vec<RawFd>, Pending, Vec<OwnedFd>)
             return None;
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::ProcessState;
+    use crate::text::{one_line, MAX_STATUS};
+
+    /// A process whose every free-text field is as long as the supervisor keeps it, of the
+    /// characters that cost the most JSON.
+    fn widest_process(i: usize) -> ProcessSnapshot {
+        let worst: String = "\"\\".repeat(MAX_STATUS);
+        ProcessSnapshot {
+            name: format!("{i:0>width$}", width = MAX_NAME),
+            kind: "k".repeat(MAX_NAME),
+            pid: Some(i32::MAX),
+            state: ProcessState::Failed,
+            since: Some(std::time::SystemTime::now()),
+            ready_at: Some(std::time::SystemTime::now()),
+            restarts: u32::MAX,
+            last_exit: Some(ExitStatus::Code(255)),
+            failure: Some("spawn failed: ".repeat(20)),
+            status_text: Some(one_line(&worst, MAX_STATUS)),
+            kill_reason: Some(one_line(&worst, MAX_STATUS)),
+            takes_queries: Some(true),
+            killed_pid: Some(i32::MAX),
+        }
+    }
+
+    fn table(processes: usize) -> Arc<Snapshot> {
+        Arc::new(Snapshot {
+            processes: (0..processes).map(widest_process).collect(),
+            shutting_down: false,
+            draining: true,
+        })
+    }
+
+    /// Every message of `table` is within a part's bytes (plus its envelope), and the parts
+    /// assemble into the table.
+    fn check(table: &Arc<Snapshot>, expected_messages: usize) {
+        let messages = table_messages(table, TABLE_PART);
+        assert_eq!(messages.len(), expected_messages);
+        let mut assembly = TableAssembly::default();
+        let mut assembled = None;
+        for (i, msg) in messages.into_iter().enumerate() {
+            let json = serde_json::to_vec(&msg).expect("serialises");
+            assert!(
+                json.len() <= TABLE_PART + TABLE_ENVELOPE,
+                "{} bytes",
+                json.len()
+            );
+            // As the link carries it.
+            match serde_json::from_slice::<ToChild>(&json).expect("parses") {
+                ToChild::SnapshotPart(part) => {
+                    assert!(i + 1 < expected_messages, "a part last");
+                    assembly.part(part).expect("a part");
+                }
+                ToChild::Snapshot(last) => {
+                    assert_eq!(i + 1, expected_messages, "the table's end first");
+                    assembled = Some(assembly.complete(last));
+                }
+                other => panic!("not a table: {other:?}"),
+            }
+        }
+        let assembled = assembled.expect("a whole table");
+        assert_eq!(assembled.processes.len(), table.processes.len());
+        assert_eq!(assembled.draining, table.draining);
+        // Times travel as float seconds; everything else exactly.
+        for (got, sent) in assembled.processes.iter().zip(&table.processes) {
+            assert_eq!(got.name, sent.name);
+            assert_eq!(got.status_text, sent.status_text);
+            assert_eq!(got.kill_reason, sent.kill_reason);
+        }
+    }
+
+    #[test]
+    fn tables_of_any_size_go_in_parts_that_fit_the_link() {
+        let widest = serde_json::to_vec(&widest_process(0)).expect("json").len();
+        let per_part = TABLE_PART / (widest + 1);
+        eprintln!("the widest process takes {widest} bytes: {per_part} to a part");
+        assert!(per_part >= 16, "{widest} bytes");
+        check(&table(0), 1);
+        check(&table(1), 1);
+        check(&table(per_part), 1);
+        check(&table(per_part + 1), 2);
+        check(&table(256), 256usize.div_ceil(per_part));
+        check(&table(4096), 4096usize.div_ceil(per_part));
+    }
+
+    #[test]
+    fn an_assembly_refuses_a_table_without_end() {
+        let mut assembly = TableAssembly::default();
+        let part: Vec<ProcessSnapshot> = (0..1000).map(widest_process).collect();
+        for _ in 0..MAX_TABLE_PROCESSES / 1000 {
+            assembly.part(part.clone()).expect("within bounds");
+        }
+        assert!(assembly.part(part).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_link_carries_its_largest_message_and_refuses_a_larger_one() {
+        let (ours, theirs) = Link::pair().expect("a link");
+        let theirs = Link::from_fd(theirs).expect("their end");
+        eprintln!(
+            "link capacity: {} bytes this way, {} the other",
+            ours.capacity(),
+            theirs.capacity()
+        );
+        // As root (the daemon's root process) the buffers are forced; without privileges the
+        // default limits still give twice 212,992 bytes.
+        assert_eq!(ours.capacity(), MAX_MESSAGE);
+        assert_eq!(theirs.capacity(), MAX_MESSAGE);
+        // The largest message: a string that makes the JSON exactly MAX_MESSAGE bytes.
+        let largest = "x".repeat(MAX_MESSAGE - 2);
+        let (sent, received) = tokio::join!(ours.send(&largest, &[]), theirs.recv::<String>());
+        sent.expect("the largest message is sent");
+        let (got, _) = received.expect("received").expect("not the end");
+        assert_eq!(got.len(), largest.len());
+        assert_eq!(theirs.largest_received(), MAX_MESSAGE);
+        let err = ours
+            .send(&"x".repeat(MAX_MESSAGE), &[])
+            .await
+            .expect_err("too large");
+        assert!(err.to_string().contains("exceeds the link's"), "{err}");
+    }
 }

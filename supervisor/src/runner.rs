@@ -2,6 +2,10 @@
 //! notify socket. It consumes one closed event type per loop pass (a notification, a reaped
 //! child, a command, a timer), feeds the per-service state machines and carries out their
 //! actions. Others talk to it through a [`SupervisorHandle`] and read [`Snapshot`]s.
+//!
+//! The loop is fair: each pass takes whichever source is ready (chosen at random among the
+//! ready ones, not in a fixed order) and at most a budget of its events, so no flood of
+//! notifications or commands holds up reaping, commands or timers.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -24,12 +28,13 @@ use tokio_util::task::TaskTracker;
 
 use crate::handover::{self, Handover, ServiceImage, SupervisorImage};
 use crate::machine::{Action, Announcement, Event, FailReason, ServiceMachine, State};
-use crate::notify::{Notification, NotifySocket};
+use crate::notify::{Datagram, DescriptorCloser, Noise, NoiseLog, Notification, NotifySocket};
 use crate::os::{self, FdPass};
 use crate::output::{self, Stream};
 use crate::snapshot::{ProcessSnapshot, Snapshot};
 use crate::spec::{ExitStatus, Readiness, ServiceSpec};
 use crate::steering::{self, Steering};
+use crate::text;
 
 /// Errors returned to callers of the handle.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -58,6 +63,12 @@ pub enum SupervisorError {
 
 /// Notifications read before reaping, at most; a flood beyond waits for the next pass.
 const MAX_DRAINED_BEFORE_REAPING: usize = 1024;
+
+/// Datagrams taken from the notify socket in one pass of the loop, at most.
+const DATAGRAMS_PER_PASS: usize = 64;
+
+/// Commands taken in one pass of the loop, at most.
+const COMMANDS_PER_PASS: usize = 16;
 
 /// How the supervisor was set up.
 #[derive(Debug, Clone)]
@@ -416,6 +427,11 @@ pub struct Supervisor {
     lingering_groups: Vec<Pid>,
     /// The reuseport groups of the steered services' sockets, and their programs.
     steering: Steering,
+    /// What came on the notify socket that is not a service's notification: counted, and
+    /// logged once a second at most, whatever the flood.
+    noise: NoiseLog,
+    /// Closes descriptors that came with notifications, off the actor (a close can block).
+    closer: DescriptorCloser,
 }
 
 impl Supervisor {
@@ -520,22 +536,43 @@ impl Supervisor {
             handed_over: false,
             lingering_groups: Vec::new(),
             steering: Steering::default(),
+            noise: NoiseLog::default(),
+            closer: DescriptorCloser::start()?,
         };
         Ok((sup, handle))
     }
 
     async fn run(mut self) {
         loop {
-            let wake = self.timers.peek().map(|Reverse(t)| *t);
+            let wake = match (self.timers.peek().map(|Reverse(t)| *t), self.noise.due()) {
+                (Some(timer), Some(noise)) => Some(timer.min(noise)),
+                (timer, noise) => timer.or(noise),
+            };
+            // Not biased: among the sources that are ready, one is picked at random, and each
+            // takes a bounded share of the pass.
             tokio::select! {
-                biased;
                 received = self.notify.recv() => match received {
-                    Ok(r) => self.on_datagram(r.pid, &r.payload),
+                    Ok(datagram) => {
+                        self.on_datagram(datagram);
+                        self.drain_notifications(DATAGRAMS_PER_PASS - 1);
+                    }
                     Err(e) => tracing::warn!(error = %e, "notify socket read failed"),
                 },
                 Some(_) = self.sigchld.next() => self.reap(),
                 command = self.commands.recv() => match command {
-                    Some(c) => self.on_command(c),
+                    Some(c) => {
+                        self.on_command(c);
+                        // A handover ends the actor: what follows waits for the next one.
+                        for _ in 1..COMMANDS_PER_PASS {
+                            if self.handed_over {
+                                break;
+                            }
+                            match self.commands.try_recv() {
+                                Ok(c) => self.on_command(c),
+                                Err(_) => break,
+                            }
+                        }
+                    }
                     None => {
                         // Every handle is gone: nobody can command us any more; stop all.
                         if !self.shutting_down {
@@ -581,18 +618,58 @@ impl Supervisor {
         })
     }
 
-    fn on_datagram(&mut self, pid: Pid, payload: &[u8]) {
+    /// Take up to `budget` datagrams that are already queued.
+    fn drain_notifications(&mut self, budget: usize) {
+        for _ in 0..budget {
+            match self.notify.try_recv() {
+                Ok(Some(datagram)) => self.on_datagram(datagram),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "notify socket read failed");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Count `count` of `noise` and log what is due.
+    fn noted(&mut self, noise: Noise, count: u64, example: impl FnOnce() -> String) {
+        if let Some(line) = self.noise.record(noise, count, example, Instant::now()) {
+            tracing::warn!("{line}");
+        }
+    }
+
+    fn on_datagram(&mut self, datagram: Datagram) {
+        let received = match datagram {
+            Datagram::Received(received) => received,
+            Datagram::Refused {
+                why,
+                sender,
+                descriptors,
+            } => {
+                let sender = sender.map(Pid::as_raw);
+                self.dispose(descriptors, sender);
+                self.noted(why, 1, || match sender {
+                    Some(pid) => format!("pid {pid}: {why}"),
+                    None => why.to_string(),
+                });
+                return;
+            }
+        };
+        let pid = received.pid;
+        self.dispose(received.descriptors, Some(pid.as_raw()));
         let Some(name) = self.service_of(pid) else {
-            tracing::warn!(
-                pid = pid.as_raw(),
-                "ignoring notification from a process that is not one of our services"
-            );
+            self.noted(Noise::UnknownSender, 1, || {
+                format!("pid {}: not one of our services", pid.as_raw())
+            });
             return;
         };
-        let note = match Notification::parse(payload) {
+        let note = match Notification::parse(&received.payload) {
             Ok(n) => n,
             Err(e) => {
-                tracing::warn!(name, pid = pid.as_raw(), error = %e, "ignoring malformed notification");
+                self.noted(Noise::Malformed, 1, || {
+                    format!("{name} (pid {}): {e}", pid.as_raw())
+                });
                 return;
             }
         };
@@ -609,6 +686,16 @@ impl Supervisor {
         }
     }
 
+    /// Close descriptors that came with a datagram, off the actor, and count them.
+    fn dispose(&mut self, descriptors: Vec<OwnedFd>, sender: Option<i32>) {
+        let count = descriptors.len() as u64;
+        self.closer.close(descriptors);
+        self.noted(Noise::Descriptor, count, || match sender {
+            Some(pid) => format!("pid {pid}: sent {count} descriptors"),
+            None => format!("{count} descriptors"),
+        });
+    }
+
     fn service_of(&self, pid: Pid) -> Option<String> {
         self.services
             .iter()
@@ -619,16 +706,7 @@ impl Supervisor {
     fn reap(&mut self) {
         // Attribute any READY=1 sent just before an exit: drain notifications first, but
         // never without end (a child flooding the socket must not hold up reaping).
-        for _ in 0..MAX_DRAINED_BEFORE_REAPING {
-            match self.notify.try_recv() {
-                Ok(Some(r)) => self.on_datagram(r.pid, &r.payload),
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::warn!(error = %e, "notify socket read failed");
-                    break;
-                }
-            }
-        }
+        self.drain_notifications(MAX_DRAINED_BEFORE_REAPING);
         loop {
             match os::reap_one() {
                 Ok(Some((pid, status))) => match self.service_of(pid) {
@@ -667,6 +745,9 @@ impl Supervisor {
 
     fn on_timer(&mut self) {
         let now = Instant::now();
+        if let Some(line) = self.noise.flush(now) {
+            tracing::warn!("{line}");
+        }
         while matches!(self.timers.peek(), Some(Reverse(t)) if *t <= now) {
             self.timers.pop();
         }
@@ -761,6 +842,8 @@ impl Supervisor {
                 reason,
                 reply,
             } => {
+                // Cut where it is received: it is kept in every snapshot from now on.
+                let reason = text::one_line(&reason, text::MAX_STATUS);
                 let result = match self.services.get_mut(&name) {
                     None => Err(SupervisorError::UnknownService(name)),
                     Some(svc) => match svc.machine.pid() {

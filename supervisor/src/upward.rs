@@ -20,13 +20,10 @@ pub enum Upward {
 }
 
 impl Upward {
-    /// The same notification with its status text cut to `max` bytes.
+    /// The same notification with its status text made one printable line of at most `max`
+    /// bytes ([`crate::text::one_line`]).
     pub fn bounded(&self, max: usize) -> Upward {
-        let cut = |s: &String| {
-            let mut s = s.clone();
-            crate::remote::truncate_utf8(&mut s, max);
-            s
-        };
+        let cut = |s: &String| crate::text::one_line(s, max);
         match self {
             Upward::Ready(s) => Upward::Ready(cut(s)),
             Upward::Status(s) => Upward::Status(cut(s)),
@@ -193,14 +190,14 @@ impl UpwardNotifier {
         if self.forwarded(|| Upward::Ready(status.to_owned())) {
             return;
         }
-        self.send(&[NotifyState::Ready, NotifyState::Status(status)]);
+        self.send(&[NotifyState::Ready, NotifyState::Status(&one_line(status))]);
     }
 
     pub fn status(&self, status: &str) {
         if self.forwarded(|| Upward::Status(status.to_owned())) {
             return;
         }
-        self.send(&[NotifyState::Status(status)]);
+        self.send(&[NotifyState::Status(&one_line(status))]);
     }
 
     /// `RELOADING=1` with the `MONOTONIC_USEC` systemd needs to accept it; follow with
@@ -210,7 +207,11 @@ impl UpwardNotifier {
             return;
         }
         match NotifyState::monotonic_usec_now() {
-            Ok(now) => self.send(&[NotifyState::Reloading, now, NotifyState::Status(status)]),
+            Ok(now) => self.send(&[
+                NotifyState::Reloading,
+                now,
+                NotifyState::Status(&one_line(status)),
+            ]),
             Err(e) => tracing::warn!(error = %e, "cannot read the monotonic clock"),
         }
     }
@@ -219,7 +220,10 @@ impl UpwardNotifier {
         if self.forwarded(|| Upward::Stopping(status.to_owned())) {
             return;
         }
-        self.send(&[NotifyState::Stopping, NotifyState::Status(status)]);
+        self.send(&[
+            NotifyState::Stopping,
+            NotifyState::Status(&one_line(status)),
+        ]);
     }
 
     /// `EXTEND_TIMEOUT_USEC`: whatever the service manager is waiting for (start, reload,
@@ -246,6 +250,12 @@ impl UpwardNotifier {
             }
         }))
     }
+}
+
+/// `status` fit for a `STATUS=` line: a newline in it would end the assignment and start
+/// another (`READY=1`, `MAINPID=`, …) that the service manager would act on.
+fn one_line(status: &str) -> String {
+    crate::text::one_line(status, crate::text::MAX_STATUS)
 }
 
 /// Send one datagram, with `fds` attached, to a `NOTIFY_SOCKET` value.
@@ -503,6 +513,16 @@ mod tests {
         let path_socket = UnixDatagram::bind(&path).expect("bind path");
         UpwardNotifier::to_socket(&path).stopping("Stopping");
         assert_eq!(receive(&path_socket), "STOPPING=1\nSTATUS=Stopping\n");
+        // A status cannot carry another assignment: its newline is no line break upward.
+        UpwardNotifier::to_socket(&path).status("up\nMAINPID=1\nREADY=1");
+        assert_eq!(
+            receive(&path_socket),
+            "STATUS=up\u{fffd}MAINPID=1\u{fffd}READY=1\n"
+        );
+        // Nor a status handed over by another process.
+        let forwarded = Upward::Status("ok\nSTOPPING=1".into()).bounded(crate::text::MAX_STATUS);
+        UpwardNotifier::to_socket(&path).send_upward(&forwarded);
+        assert_eq!(receive(&path_socket), "STATUS=ok\u{fffd}STOPPING=1\n");
         let _ = std::fs::remove_file(&path);
         // Disabled: nothing to send, no error.
         UpwardNotifier::disabled().ready("x");

@@ -15,7 +15,7 @@
 //! | `trap-term` | exit 0 from a SIGTERM handler (a graceful stop, as kresd does) |
 //! | `stop-me` | have a grandchild SIGSTOP us and report `stopped`; we go on once continued |
 //! | `ignore-term` | ignore SIGTERM (inherited by grandchildren forked afterwards) |
-//! | `kids K HOW` | fork K grandchildren; HOW is `group` or `+`-joined flags `setsid`, `orphan` (double fork: reparented to the subreaper at once), `stdout` (keep stdout/stderr open), `forever` (ignore the gate), `hog` (touch 512 MiB first, so that dying takes a while). Each reports `kid <pid>`, then blocks on the gate (or forever) and exits 0 |
+//! | `kids K HOW` | fork K grandchildren; HOW is `group` or `+`-joined flags `setsid`, `orphan` (double fork: reparented to the subreaper at once), `stdout` (keep stdout/stderr open), `forever` (ignore the gate), `hog` (touch 512 MiB first, so that dying takes a while), `notify-flood` (send `READY=1` to `$NOTIFY_SOCKET` over and over instead of waiting: a process that is not the service). Each reports `kid <pid>`, then blocks on the gate (or forever) and exits 0 |
 //! | `flood MB STREAM` | write MB MiB to `stdout`/`stderr`, then report `flooded` |
 //! | `invalid-utf8` | write a line of invalid UTF-8 to stdout |
 //! | `long-line MB` | write one line of MB MiB to stdout |
@@ -149,18 +149,7 @@ fn main() -> ExitCode {
                 let _ = out.flush();
             }
             "notify" => send_notify(&unescape(&arg("text"))),
-            "notify-flood" => {
-                let text = unescape(&arg("text"));
-                let sock =
-                    UnixDatagram::unbound().unwrap_or_else(|e| fail(&format!("socket: {e}")));
-                let path = notify_socket();
-                loop {
-                    // Blocks while the receiver's queue is full: as fast as it can take them.
-                    if let Err(e) = sock.send_to(&text, &path) {
-                        fail(&format!("send to NOTIFY_SOCKET: {e}"));
-                    }
-                }
-            }
+            "notify-flood" => flood_notify(&unescape(&arg("text"))),
             "notify-from-kid" => {
                 let text = unescape(&arg("text"));
                 // SAFETY: we are single-threaded, so the child may run any code; it leaves
@@ -274,7 +263,17 @@ impl Script {
     fn fork_kid(&self, how: &str) {
         let flags: Vec<&str> = how.split('+').collect();
         for f in &flags {
-            if !["group", "setsid", "orphan", "stdout", "forever", "hog"].contains(f) {
+            if ![
+                "group",
+                "setsid",
+                "orphan",
+                "stdout",
+                "forever",
+                "hog",
+                "notify-flood",
+            ]
+            .contains(f)
+            {
                 fail(&format!("kids: unknown flag {f:?}"));
             }
         }
@@ -333,6 +332,9 @@ impl Script {
         let _hog = flags.contains(&"hog").then(|| vec![1u8; 512 << 20]);
         self.say(&format!("kid {}", std::process::id()));
         let _ = std::fs::File::from(settled).write_all(b"k");
+        if flags.contains(&"notify-flood") {
+            flood_notify(b"READY=1");
+        }
         if flags.contains(&"forever") {
             loop {
                 nix::unistd::pause();
@@ -372,6 +374,18 @@ fn notify_socket() -> PathBuf {
     std::env::var_os("NOTIFY_SOCKET")
         .map(PathBuf::from)
         .unwrap_or_else(|| fail("NOTIFY_SOCKET is not set"))
+}
+
+/// Send `text` to `$NOTIFY_SOCKET` over and over, forever.
+fn flood_notify(text: &[u8]) -> ! {
+    let sock = UnixDatagram::unbound().unwrap_or_else(|e| fail(&format!("socket: {e}")));
+    let path = notify_socket();
+    loop {
+        // Blocks while the receiver's queue is full: as fast as it can take them.
+        if let Err(e) = sock.send_to(text, &path) {
+            fail(&format!("send to NOTIFY_SOCKET: {e}"));
+        }
+    }
 }
 
 fn send_notify(payload: &[u8]) {
