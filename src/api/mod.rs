@@ -3,6 +3,7 @@
 //! the process table) and never lock the manager; changes go to the manager as commands.
 //! Every route is registered once, in `routes()`, with its OpenAPI description (`openapi`).
 
+pub mod admission;
 pub mod config;
 pub mod error;
 pub mod events;

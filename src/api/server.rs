@@ -3,7 +3,10 @@
 //! per-request time limit, and a graceful shutdown that lets in-flight requests finish.
 //!
 //! We run our own accept loop (instead of `axum::serve`) because hyper's header-read timeout
-//! is only reachable through its connection builder.
+//! is only reachable through its connection builder, and because every connection is
+//! admitted at once and may be shed later (`api::admission`): nothing waits unaccepted behind
+//! idle or unauthenticated connections. A refused request (401, 403, 421, 413) closes its
+//! connection.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,14 +23,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use super::admission::{self, Admission, PeerKey, RequestMark, RequestOutcome, Ticket};
 use crate::config::ManagementSchema;
 
 /// Largest request body accepted; larger ones get 413. A whole configuration with inline
 /// zone data fits easily.
 pub const BODY_LIMIT: usize = 10 * 1024 * 1024;
 
-/// A client must send its request head within this time, or the connection is closed.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// A client must send its request head within this time (from the connection's start, or
+/// from the end of its previous answer), or the connection is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Time limit of a read-only request (GET/HEAD), metrics collection included.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(120);
@@ -37,8 +42,19 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(120);
 /// every worker.
 pub const CHANGE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
-/// Connections served at once; more wait in the listen backlog until one ends.
-pub const MAX_CONNECTIONS: usize = 128;
+/// Requests that may change something (PUT, PATCH, DELETE, POST) served at once; more wait
+/// (within their time limit). Each may carry a body of up to [`BODY_LIMIT`], so this bounds
+/// the memory they take; reads never wait here.
+pub const MAX_CHANGES_IN_FLIGHT: usize = 32;
+
+/// Statuses after which the connection is closed: the client was refused, and holds no
+/// place it has not earned (and a body it may still be sending is not read).
+const CLOSING_STATUSES: [StatusCode; 4] = [
+    StatusCode::UNAUTHORIZED,
+    StatusCode::FORBIDDEN,
+    StatusCode::MISDIRECTED_REQUEST,
+    StatusCode::PAYLOAD_TOO_LARGE,
+];
 
 /// A client that reads nothing of its answer for this long is cut (its answer, held in
 /// memory, is dropped).
@@ -240,16 +256,23 @@ pub fn bind_unix(path: &Path, group: Option<u32>) -> std::io::Result<UnixListene
     Ok(listener)
 }
 
-/// The limits every request goes through: the body size and the time limits.
+/// The limits every request goes through: the body size, the time limits and the number of
+/// changes in flight.
 pub fn with_limits(router: Router) -> Router {
+    let changes = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CHANGES_IN_FLIGHT));
     router
-        .layer(axum::middleware::from_fn(time_limit))
+        .layer(axum::middleware::from_fn_with_state(changes, time_limit))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
 }
 
 /// 503 when a handler runs past its time limit (the handler is dropped). Requests that may
-/// change something are logged with who sent them and how they ended.
-async fn time_limit(request: Request, next: Next) -> Response {
+/// change something wait for one of [`MAX_CHANGES_IN_FLIGHT`] places (within their limit),
+/// and are logged with who sent them and how they ended.
+async fn time_limit(
+    axum::extract::State(changes): axum::extract::State<std::sync::Arc<tokio::sync::Semaphore>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let read = request.method() == Method::GET || request.method() == Method::HEAD;
     let limit = if read { READ_TIMEOUT } else { CHANGE_TIMEOUT };
     let audit = (!read).then(|| {
@@ -264,7 +287,15 @@ async fn time_limit(request: Request, next: Next) -> Response {
             peer,
         )
     });
-    let result = tokio::time::timeout(limit, next.run(request)).await;
+    let result = tokio::time::timeout(limit, async {
+        // Never closed: an error would only mean no place to wait for.
+        let _place = match read {
+            true => None,
+            false => changes.acquire_owned().await.ok(),
+        };
+        next.run(request).await
+    })
+    .await;
     if let Some((method, path, peer)) = audit {
         let status = result.as_ref().map(|r| r.status().as_u16()).unwrap_or(503);
         tracing::info!("API {method} {path} from {peer}: {status}");
@@ -283,35 +314,50 @@ async fn time_limit(request: Request, next: Next) -> Response {
 }
 
 /// Serve `router` on `listener` until `shutdown` fires; then stop accepting, let in-flight
-/// requests finish (idle keep-alive connections are closed) and return.
+/// requests finish (idle keep-alive connections are closed) and return. At most
+/// [`admission::bound_for_this_process`] connections are open at once.
 pub async fn serve(listener: Listener, router: Router, shutdown: CancellationToken) {
+    let admission = Admission::new(admission::bound_for_this_process());
+    serve_admitting(listener, router, shutdown, admission).await;
+}
+
+/// [`serve`], with connections admitted (and shed) by `admission`.
+pub async fn serve_admitting(
+    listener: Listener,
+    router: Router,
+    shutdown: CancellationToken,
+    admission: std::sync::Arc<Admission>,
+) {
     let connections = TaskTracker::new();
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        // A free slot first: beyond the cap, clients wait in the backlog, unaccepted.
-        let slot = tokio::select! {
-            () = shutdown.cancelled() => break,
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(s) => s,
-                Err(_) => break,
-            },
-        };
+        // Accept whatever comes: a connection too many sheds an idle or unproven one, so no
+        // client waits in the backlog behind them.
         let accepted = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = accept(&listener) => accepted,
         };
         match accepted {
             Ok(accepted) => {
+                let Some(ticket) = admission.admit(accepted.peer_key()) else {
+                    continue;
+                };
                 let (router, shutdown) = (router.clone(), shutdown.clone());
                 connections.spawn(async move {
                     let (io, peer) = accepted.into_io().await;
                     let io = Box::new(WriteDeadline::new(io, WRITE_TIMEOUT));
-                    connection(io, peer, router, shutdown).await;
-                    drop(slot);
+                    connection(io, peer, router, shutdown, ticket).await;
                 });
             }
+            Err(e) if is_out_of_descriptors(&e) => {
+                // Free one by shedding what a new connection would; with nothing to shed, do
+                // not spin.
+                if !admission.shed_one() {
+                    tracing::warn!("management API: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                tokio::task::yield_now().await;
+            }
             Err(e) => {
-                // EMFILE and friends: do not spin.
                 tracing::warn!("management API: accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -329,6 +375,14 @@ pub async fn serve(listener: Listener, router: Router, shutdown: CancellationTok
     }
     // The socket file belongs to whoever bound it (the root process removes it when the
     // resolver stops; a restarted manager serves it again).
+}
+
+/// Whether an accept failed for want of descriptors (ours or the system's).
+fn is_out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(code) if code == nix::libc::EMFILE || code == nix::libc::ENFILE
+    )
 }
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
@@ -455,6 +509,17 @@ enum Accepted {
 }
 
 impl Accepted {
+    /// Whose share the connection counts in (a unix peer's uid is asked of the kernel here,
+    /// its groups later, in the connection's own task).
+    fn peer_key(&self) -> PeerKey {
+        match self {
+            Accepted::Unix(s) => s
+                .peer_cred()
+                .map_or(PeerKey::Unknown, |cred| PeerKey::Uid(cred.uid())),
+            Accepted::Tcp(_, addr) => PeerKey::address(addr.ip()),
+        }
+    }
+
     /// The stream, and its peer.
     async fn into_io(self) -> (Box<dyn Io>, Peer) {
         match self {
@@ -517,11 +582,27 @@ async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
     })
 }
 
-async fn connection(io: Box<dyn Io>, peer: Peer, router: Router, shutdown: CancellationToken) {
+/// Serve one connection until it ends, is shed, or the server stops (then after its current
+/// request). Its ticket follows its requests: serving while one is in flight (until its
+/// answer's body is written), then proven, or closed after a refusal.
+async fn connection(
+    io: Box<dyn Io>,
+    peer: Peer,
+    router: Router,
+    shutdown: CancellationToken,
+    ticket: Ticket,
+) {
+    let ticket = std::sync::Arc::new(ticket);
+    let shed = ticket.shed().clone();
     let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
         let mut request = request.map(axum::body::Body::new);
         request.extensions_mut().insert(peer.clone());
-        router.clone().oneshot(request)
+        let mark = ticket.request_began();
+        let answer = router.clone().oneshot(request);
+        async move {
+            let response = answer.await?;
+            Ok::<_, std::convert::Infallible>(with_mark(response, mark))
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -531,6 +612,8 @@ async fn connection(io: Box<dyn Io>, peer: Peer, router: Router, shutdown: Cance
     tokio::pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
+        // Dropping the connection closes it.
+        () = shed.cancelled() => return,
         () = shutdown.cancelled() => {
             conn.as_mut().graceful_shutdown();
             conn.await
@@ -539,6 +622,29 @@ async fn connection(io: Box<dyn Io>, peer: Peer, router: Router, shutdown: Cance
     if let Err(e) = result {
         tracing::debug!("management API connection: {e}");
     }
+}
+
+/// The response, its connection closed after a refusal, carrying `mark` in its body so that
+/// the request counts as in flight until the body is written (an event stream for as long
+/// as it lasts).
+fn with_mark(response: Response, mut mark: RequestMark) -> Response {
+    use http_body_util::BodyExt;
+    let (mut parts, body) = response.into_parts();
+    if CLOSING_STATUSES.contains(&parts.status) {
+        parts.headers.insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        mark.ended(RequestOutcome::Refused);
+    } else {
+        mark.ended(RequestOutcome::Answered);
+    }
+    let body = body.map_frame(move |frame| {
+        // Owned by the body: dropped with it.
+        let _ = &mark;
+        frame
+    });
+    Response::from_parts(parts, axum::body::Body::new(body))
 }
 
 #[cfg(test)]
@@ -685,6 +791,109 @@ mod tests {
             .expect("read");
         assert!(started.elapsed() >= HEADER_READ_TIMEOUT);
         assert!(!String::from_utf8_lossy(&rest).contains("200"));
+        shutdown.cancel();
+        server.await.expect("server ends");
+    }
+
+    /// A router answering `GET /` and refusing `GET /refused` with 401.
+    fn small_router() -> Router {
+        Router::new().route("/", get(|| async { "ok" })).route(
+            "/refused",
+            get(|| async { (StatusCode::UNAUTHORIZED, "no\n") }),
+        )
+    }
+
+    /// Send a keep-alive `GET path` on `client` and read one answer of `ok`'s or `no\n`'s
+    /// length; the answer's text.
+    async fn exchange(client: &mut UnixStream, path: &str) -> String {
+        client
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .expect("write");
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !String::from_utf8_lossy(&answer).ends_with("ok")
+            && !String::from_utf8_lossy(&answer).ends_with("no\n")
+        {
+            let n = client.read(&mut buf).await.expect("read");
+            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    /// Whether the server closed `client` (EOF) within `within`.
+    async fn closed_within(client: &mut UnixStream, within: Duration) -> bool {
+        let mut rest = Vec::new();
+        matches!(
+            tokio::time::timeout(within, client.read_to_end(&mut rest)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    #[tokio::test]
+    async fn idle_connections_at_the_bound_make_way_for_a_request() {
+        let path = socket_path("bound.sock");
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve_admitting(
+            listener(&path),
+            small_router(),
+            shutdown.clone(),
+            Admission::new(8),
+        ));
+        let mut idle = Vec::new();
+        for _ in 0..8 {
+            idle.push(UnixStream::connect(&path).await.expect("connect"));
+        }
+        // Every place is held by a connection that sent nothing: a new one is answered, and
+        // the oldest idle one is closed for it.
+        let mut client = UnixStream::connect(&path).await.expect("connect");
+        let answer = exchange(&mut client, "/").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(closed_within(&mut idle[0], HEADER_READ_TIMEOUT / 2).await);
+        shutdown.cancel();
+        server.await.expect("server ends");
+    }
+
+    #[tokio::test]
+    async fn a_proven_connection_outlives_unproven_ones() {
+        let path = socket_path("proven.sock");
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve_admitting(
+            listener(&path),
+            small_router(),
+            shutdown.clone(),
+            Admission::new(3),
+        ));
+        let mut proven = UnixStream::connect(&path).await.expect("connect");
+        assert!(exchange(&mut proven, "/").await.starts_with("HTTP/1.1 200"));
+        // Ten connections of the same peer come and sit idle: they shed each other.
+        let mut idle = Vec::new();
+        for _ in 0..10 {
+            idle.push(UnixStream::connect(&path).await.expect("connect"));
+        }
+        let mut newest = UnixStream::connect(&path).await.expect("connect");
+        assert!(exchange(&mut newest, "/").await.starts_with("HTTP/1.1 200"));
+        assert!(exchange(&mut proven, "/").await.starts_with("HTTP/1.1 200"));
+        shutdown.cancel();
+        server.await.expect("server ends");
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_closes_its_connection() {
+        let path = socket_path("refused.sock");
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(listener(&path), small_router(), shutdown.clone()));
+        let mut client = UnixStream::connect(&path).await.expect("connect");
+        let answer = exchange(&mut client, "/refused").await;
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+        assert!(answer.to_ascii_lowercase().contains("connection: close"));
+        // Closed at once, not after the head deadline of an idle keep-alive connection.
+        assert!(closed_within(&mut client, HEADER_READ_TIMEOUT / 2).await);
+        // Another request keeps its connection.
+        let mut client = UnixStream::connect(&path).await.expect("connect");
+        assert!(exchange(&mut client, "/").await.starts_with("HTTP/1.1 200"));
+        assert!(exchange(&mut client, "/").await.starts_with("HTTP/1.1 200"));
         shutdown.cancel();
         server.await.expect("server ends");
     }
