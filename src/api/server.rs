@@ -64,6 +64,11 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// dropped, whatever the clients do.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
+/// Connections the kernel queues for the API before the manager accepts them (clamped to
+/// `net.core.somaxconn`): a burst of connections waits there instead of being refused, or,
+/// over TCP, dropped until the client's SYN is sent again a second later.
+pub const LISTEN_BACKLOG: i32 = 4096;
+
 /// Mode of the API's unix socket: read-write for the resolver's user and the socket's group
 /// only (ours, or the read-only or admin group of the API's roles).
 pub const SOCKET_MODE: u32 = 0o660;
@@ -97,6 +102,7 @@ impl Listener {
     pub fn bind(management: &ManagementSchema, group: Option<u32>) -> Result<Listener, BindError> {
         if let Some(path) = &management.unix_socket {
             return bind_unix(path, group)
+                .and_then(|listener| deepen_backlog(&listener).map(|()| listener))
                 .map(|listener| Listener::Unix {
                     listener,
                     path: path.clone(),
@@ -109,6 +115,7 @@ impl Listener {
         if let Some(iface) = &management.interface {
             let addr = iface.socket_addr();
             let std = std::net::TcpListener::bind(addr)
+                .and_then(|l| deepen_backlog(&l).map(|()| l))
                 .and_then(|l| l.set_nonblocking(true).map(|()| l))
                 .and_then(TcpListener::from_std)
                 .map_err(|source| BindError::Listen {
@@ -210,6 +217,12 @@ impl Listener {
             Listener::Tcp(_) => None,
         }
     }
+}
+
+/// Give a listening socket a backlog of [`LISTEN_BACKLOG`] (listening again only changes it).
+fn deepen_backlog(listener: &impl std::os::fd::AsFd) -> std::io::Result<()> {
+    let backlog = nix::sys::socket::Backlog::new(LISTEN_BACKLOG).map_err(std::io::Error::from)?;
+    nix::sys::socket::listen(listener, backlog).map_err(std::io::Error::from)
 }
 
 /// Bind a unix socket, replacing a stale socket (never another kind of file: a regular file
