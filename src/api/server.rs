@@ -911,6 +911,60 @@ mod tests {
         server.await.expect("server ends");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn changes_in_flight_are_bounded_and_reads_never_wait_for_them() {
+        use axum::routing::post;
+        let entered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let router = {
+            let (entered, release) = (entered.clone(), release.clone());
+            with_limits(
+                Router::new()
+                    .route(
+                        "/change",
+                        post(move || {
+                            let (entered, release) = (entered.clone(), release.clone());
+                            async move {
+                                entered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                let _ = release.acquire().await.map(|p| p.forget());
+                                "changed"
+                            }
+                        }),
+                    )
+                    .route("/livez", get(|| async { "alive" })),
+            )
+        };
+        let send = |method: &str, uri: &str| {
+            let request = Request::builder()
+                .method(method)
+                .uri(uri)
+                .body(axum::body::Body::empty())
+                .expect("request");
+            tokio::spawn(router.clone().oneshot(request))
+        };
+        let changes: Vec<_> = (0..MAX_CHANGES_IN_FLIGHT + 1)
+            .map(|_| send("POST", "/change"))
+            .collect();
+        // Let every request run as far as it can (the paused clock moves only when all wait).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let count = || entered.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(count(), MAX_CHANGES_IN_FLIGHT);
+        let livez = send("GET", "/livez").await.expect("task").expect("answer");
+        assert_eq!(livez.status(), StatusCode::OK);
+        release.add_permits(1);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            count(),
+            MAX_CHANGES_IN_FLIGHT + 1,
+            "the one waiting went on"
+        );
+        release.add_permits(MAX_CHANGES_IN_FLIGHT);
+        for change in changes {
+            let answer = change.await.expect("task").expect("answer");
+            assert_eq!(answer.status(), StatusCode::OK);
+        }
+    }
+
     #[test]
     fn the_socket_is_for_our_user_and_group_only() {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
