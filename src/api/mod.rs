@@ -61,7 +61,7 @@ pub struct ApiState {
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.
 pub fn app(state: ApiState) -> Router {
     let (router, _) = routes().split_for_parts();
-    let router = router
+    let router = server::with_change_places(router)
         .layer(axum::middleware::from_fn_with_state(
             state.guard.clone(),
             guard::check,

@@ -269,23 +269,38 @@ pub fn bind_unix(path: &Path, group: Option<u32>) -> std::io::Result<UnixListene
     Ok(listener)
 }
 
-/// The limits every request goes through: the body size, the time limits and the number of
-/// changes in flight.
+/// The limits every request goes through: the body size and the time limits.
 pub fn with_limits(router: Router) -> Router {
-    let changes = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CHANGES_IN_FLIGHT));
     router
-        .layer(axum::middleware::from_fn_with_state(changes, time_limit))
+        .layer(axum::middleware::from_fn(time_limit))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
 }
 
-/// 503 when a handler runs past its time limit (the handler is dropped). Requests that may
-/// change something wait for one of [`MAX_CHANGES_IN_FLIGHT`] places (within their limit),
-/// and are logged with who sent them and how they ended.
-async fn time_limit(
-    axum::extract::State(changes): axum::extract::State<std::sync::Arc<tokio::sync::Semaphore>>,
+/// Requests that may change something wait for one of [`MAX_CHANGES_IN_FLIGHT`] places
+/// (within their time limit) before they run; reads never wait. Layered inside the guard, so
+/// only a request it admitted ever waits (or holds a place).
+pub fn with_change_places<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
+    let places = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CHANGES_IN_FLIGHT));
+    router.layer(axum::middleware::from_fn_with_state(places, change_place))
+}
+
+async fn change_place(
+    axum::extract::State(places): axum::extract::State<std::sync::Arc<tokio::sync::Semaphore>>,
     request: Request,
     next: Next,
 ) -> Response {
+    let read = request.method() == Method::GET || request.method() == Method::HEAD;
+    // Never closed: an error would only mean no place to wait for.
+    let _place = match read {
+        true => None,
+        false => places.acquire_owned().await.ok(),
+    };
+    next.run(request).await
+}
+
+/// 503 when a handler runs past its time limit (the handler is dropped). Requests that may
+/// change something are logged with who sent them and how they ended.
+async fn time_limit(request: Request, next: Next) -> Response {
     let read = request.method() == Method::GET || request.method() == Method::HEAD;
     let limit = if read { READ_TIMEOUT } else { CHANGE_TIMEOUT };
     let audit = (!read).then(|| {
@@ -300,15 +315,7 @@ async fn time_limit(
             peer,
         )
     });
-    let result = tokio::time::timeout(limit, async {
-        // Never closed: an error would only mean no place to wait for.
-        let _place = match read {
-            true => None,
-            false => changes.acquire_owned().await.ok(),
-        };
-        next.run(request).await
-    })
-    .await;
+    let result = tokio::time::timeout(limit, next.run(request)).await;
     if let Some((method, path, peer)) = audit {
         let status = result.as_ref().map(|r| r.status().as_u16()).unwrap_or(503);
         tracing::info!("API {method} {path} from {peer}: {status}");
@@ -918,7 +925,7 @@ mod tests {
         let release = Arc::new(tokio::sync::Semaphore::new(0));
         let router = {
             let (entered, release) = (entered.clone(), release.clone());
-            with_limits(
+            with_change_places(
                 Router::new()
                     .route(
                         "/change",
