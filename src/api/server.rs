@@ -648,7 +648,6 @@ async fn connection(
 /// the request counts as in flight until the body is written (an event stream for as long
 /// as it lasts).
 fn with_mark(response: Response, mut mark: RequestMark) -> Response {
-    use http_body_util::BodyExt;
     let (mut parts, body) = response.into_parts();
     if CLOSING_STATUSES.contains(&parts.status) {
         parts.headers.insert(
@@ -659,12 +658,39 @@ fn with_mark(response: Response, mut mark: RequestMark) -> Response {
     } else {
         mark.ended(RequestOutcome::Answered);
     }
-    let body = body.map_frame(move |frame| {
-        // Owned by the body: dropped with it.
-        let _ = &mark;
-        frame
-    });
+    let body = MarkedBody {
+        inner: body,
+        _mark: mark,
+    };
     Response::from_parts(parts, axum::body::Body::new(body))
+}
+
+/// An answer's body holding its request's mark until hyper drops it (written in full, or
+/// abandoned); its length, when known, stays known.
+struct MarkedBody {
+    inner: axum::body::Body,
+    /// Dropped with the body: the connection is idle again.
+    _mark: RequestMark,
+}
+
+impl hyper::body::Body for MarkedBody {
+    type Data = hyper::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 #[cfg(test)]
@@ -870,6 +896,7 @@ mod tests {
         let mut client = UnixStream::connect(&path).await.expect("connect");
         let answer = exchange(&mut client, "/").await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("content-length: 2\r\n"), "{answer}");
         assert!(closed_within(&mut idle[0], HEADER_READ_TIMEOUT / 2).await);
         shutdown.cancel();
         server.await.expect("server ends");
