@@ -56,7 +56,9 @@ pub fn bound_for_this_process() -> usize {
 /// address by its /64, the least a host is usually given).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PeerKey {
+    /// A unix peer, by its uid (`SO_PEERCRED`).
     Uid(u32),
+    /// A TCP peer, by its IPv4 address or its IPv6 /64.
     Address(IpAddr),
     /// The kernel did not say (all such peers share one key).
     Unknown,
@@ -150,7 +152,9 @@ struct Table {
     bound: usize,
     /// The id of the next connection; ids grow with age, so the smallest is the oldest.
     next_id: u64,
+    /// Every open connection by id: what counts against the bound.
     connections: HashMap<u64, Entry>,
+    /// Every peer with an open connection: whose share is largest, and what it may lose.
     shares: HashMap<PeerKey, Share>,
 }
 
@@ -258,6 +262,8 @@ struct State {
     table: Table,
     /// Connections shed since the last report.
     shed_unreported: u64,
+    /// New connections closed since the last report because none could be shed.
+    refused_unreported: u64,
     /// When sheds were last logged.
     reported_at: Option<Instant>,
 }
@@ -269,14 +275,10 @@ impl Admission {
             state: Mutex::new(State {
                 table: Table::new(bound),
                 shed_unreported: 0,
+                refused_unreported: 0,
                 reported_at: None,
             }),
         })
-    }
-
-    /// The bound of open connections.
-    pub fn bound(&self) -> usize {
-        self.state().table.bound
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -295,19 +297,15 @@ impl Admission {
         let (id, victim) = match admitted {
             Ok(admitted) => admitted,
             Err(Full) => {
-                drop(state);
-                tracing::warn!(
-                    "management API: all {} connections have a request in flight; a new \
-                     connection from {peer:?} is closed",
-                    self.bound()
-                );
+                state.refused_unreported += 1;
+                state.report();
                 return None;
             }
         };
         if let Some(victim) = victim {
             victim.cancel();
             state.shed_unreported += 1;
-            state.report_sheds();
+            state.report();
         }
         Some(Ticket {
             admission: self.clone(),
@@ -324,7 +322,7 @@ impl Admission {
             Some(victim) => {
                 victim.cancel();
                 state.shed_unreported += 1;
-                state.report_sheds();
+                state.report();
                 true
             }
             None => false,
@@ -333,8 +331,8 @@ impl Admission {
 }
 
 impl State {
-    /// Log the sheds not yet logged, at most once per [`SHED_REPORT_INTERVAL`].
-    fn report_sheds(&mut self) {
+    /// Log the sheds and refusals not yet logged, at most once per [`SHED_REPORT_INTERVAL`].
+    fn report(&mut self) {
         let now = Instant::now();
         if self
             .reported_at
@@ -344,11 +342,14 @@ impl State {
         }
         tracing::warn!(
             "management API: {} connections open (the bound); closed {} idle or unproven \
-             ones of the peers holding the most",
+             ones of the peers holding the most, and {} new ones while every connection had \
+             a request in flight",
             self.table.connections.len(),
-            self.shed_unreported
+            self.shed_unreported,
+            self.refused_unreported,
         );
         self.shed_unreported = 0;
+        self.refused_unreported = 0;
         self.reported_at = Some(now);
     }
 }

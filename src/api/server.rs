@@ -849,8 +849,8 @@ mod tests {
         )
     }
 
-    /// Send a keep-alive `GET path` on `client` and read one answer of `ok`'s or `no\n`'s
-    /// length; the answer's text.
+    /// Send a keep-alive `GET path` on `client` and read until the answer's body (`ok` or
+    /// `no\n`) has arrived; the answer's text.
     async fn exchange(client: &mut UnixStream, path: &str) -> String {
         client
             .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
