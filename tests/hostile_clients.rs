@@ -648,3 +648,72 @@ fn one_address_cannot_take_every_place_from_another() {
     drop(flood);
     r.stop();
 }
+
+/// Opens `ARGV[1]` connections to the unix socket `ARGV[0]`, sending nothing, prints how many
+/// it opened and holds them until its stdin ends.
+const HOLD_CONNECTIONS: &str = r#"
+use Socket; use IO::Handle;
+my ($path, $n) = @ARGV; my @held;
+for (1 .. $n) {
+    socket(my $s, PF_UNIX, SOCK_STREAM, 0) or die "socket: $!";
+    connect($s, pack_sockaddr_un($path)) or die "connect: $!";
+    push @held, $s;
+}
+print scalar(@held), "\n"; STDOUT->flush; <STDIN>;
+"#;
+
+#[test]
+fn one_uid_cannot_take_every_place_from_another() {
+    use std::io::BufRead;
+    raise_descriptor_limit();
+    let r = common::start(&Setup::new("hostile-uids")).expect("start");
+    let manager = manager_of(&r);
+    let (soft, _) = descriptor_limits(manager);
+    let bound = knot_resolver::api::admission::connection_bound(soft);
+    // Root (this test) opens a few connections and sends nothing yet.
+    let mut ours: Vec<std::os::unix::net::UnixStream> = (0..20)
+        .map(|_| std::os::unix::net::UnixStream::connect(&r.api).expect("connect"))
+        .collect();
+    // Another uid (in the socket's group) opens more than the bound.
+    let began = Instant::now();
+    let mut other = std::process::Command::new("setpriv")
+        .args(["--reuid=4444", "--regid=0", "--clear-groups", "--"])
+        .args(["perl", "-e", HOLD_CONNECTIONS])
+        .arg(&r.api)
+        .arg((bound + 500).to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv perl");
+    let stdout = other.stdout.take().expect("stdout");
+    let (opened_tx, opened) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = opened_tx.send(line);
+    });
+    let opened = opened.recv_timeout(FLOOD_TIMEOUT);
+    eprintln!(
+        "uid 4444 opened {opened:?} connections (the bound is {bound}) in {:?}",
+        began.elapsed()
+    );
+    let Ok(opened) = opened else {
+        let _ = other.kill();
+        let _ = other.wait();
+        panic!("uid 4444 could not open its connections within {FLOOD_TIMEOUT:?}");
+    };
+    // Root's older idle connections are answered, and a new one too: what was shed was the
+    // other uid's.
+    let request = "GET /livez HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    for (i, s) in ours.drain(..).enumerate() {
+        s.set_read_timeout(Some(PROBE_TIMEOUT)).expect("timeout");
+        assert_eq!(status_of(s, request), Ok(200), "root's connection #{i}");
+    }
+    let api = r.api.to_str().expect("UTF-8");
+    kresctl(&["-s", api, "health"], &[]).expect("a new connection");
+    eprintln!("root answered {:?} after the flood began", began.elapsed());
+    assert_eq!(opened.trim(), (bound + 500).to_string());
+    drop(other.stdin.take());
+    other.wait().expect("perl ends");
+    r.stop();
+}
