@@ -243,10 +243,6 @@ impl Table {
             }
         }
     }
-
-    fn standing(&self, id: u64) -> Option<Standing> {
-        self.connections.get(&id).map(|e| e.standing)
-    }
 }
 
 /// The admission of one endpoint's connections: shared by the accept loop and every
@@ -259,6 +255,7 @@ pub struct Admission {
 
 #[derive(Debug)]
 struct State {
+    /// The open connections.
     table: Table,
     /// Connections shed since the last report.
     shed_unreported: u64,
@@ -415,11 +412,12 @@ impl Drop for RequestMark {
             RequestOutcome::Answered => Standing::Proven,
             RequestOutcome::Refused => Standing::Unproven,
         };
-        let mut state = self.ticket.admission.state();
-        // A connection proven once stays proven (a later refusal closes it anyway).
-        if state.table.standing(self.ticket.id) == Some(Standing::Serving) {
-            state.table.set_standing(self.ticket.id, standing);
-        }
+        // A connection already forgotten (closed) stays forgotten.
+        self.ticket
+            .admission
+            .state()
+            .table
+            .set_standing(self.ticket.id, standing);
     }
 }
 
