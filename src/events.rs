@@ -37,6 +37,19 @@ pub const FOLLOWER_BUFFER: usize = 256;
 /// Followers at once; more are refused (the API answers 503).
 pub const MAX_FOLLOWERS: usize = 32;
 
+/// Of [`MAX_FOLLOWERS`], the places only [`FollowerClass::Privileged`] followers may take
+/// (a quarter of any limit): ordinary ones cannot hold them all.
+pub const RESERVED_FOLLOWERS: usize = MAX_FOLLOWERS / 4;
+
+/// Which places a follower may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowerClass {
+    /// Any place, those kept in reserve included (the API's admins).
+    Privileged,
+    /// The places not kept in reserve (the API's readers).
+    Ordinary,
+}
+
 /// Longest reason an event carries (a canary's output can be long); longer ones are cut.
 pub const MAX_REASON: usize = 2048;
 
@@ -447,8 +460,15 @@ impl Record {
 
 /// Why a follower was refused.
 #[derive(Debug, thiserror::Error)]
-#[error("too many event streams are open (at most {MAX_FOLLOWERS}); try again later")]
-pub struct TooManyFollowers;
+pub enum TooManyFollowers {
+    #[error("too many event streams are open (at most {0}); try again later")]
+    All(usize),
+    #[error(
+        "too many event streams are open for this client's role (at most {0}; the rest are \
+         kept for admins); try again later"
+    )]
+    Ordinary(usize),
+}
 
 /// The log: cheap to clone, one per publisher and per reader.
 #[derive(Clone)]
@@ -466,6 +486,11 @@ struct Shared {
     capacity: usize,
     /// One permit per follower.
     followers: Arc<Semaphore>,
+    /// One more permit per ordinary follower: fewer than `followers` holds, so some places
+    /// are left to privileged ones.
+    ordinary: Arc<Semaphore>,
+    /// The permits of `followers` and of `ordinary` at the start, for refusals' texts.
+    limits: (usize, usize),
 }
 
 struct LogState {
@@ -484,9 +509,10 @@ impl EventLog {
     }
 
     /// A log keeping `ring` events, cutting followers `buffer` events behind, and serving at
-    /// most `followers` at once.
+    /// most `followers` at once, a quarter of them privileged ones only.
     pub fn with_limits(epoch: &str, ring: usize, buffer: usize, followers: usize) -> EventLog {
         let (live, _) = broadcast::channel(buffer.max(1));
+        let ordinary = followers - followers / 4;
         EventLog {
             shared: Arc::new(Shared {
                 epoch: epoch.replace('-', ".").into(),
@@ -497,6 +523,8 @@ impl EventLog {
                 }),
                 capacity: ring.max(1),
                 followers: Arc::new(Semaphore::new(followers)),
+                ordinary: Arc::new(Semaphore::new(ordinary)),
+                limits: (followers, ordinary),
             }),
         }
     }
@@ -533,14 +561,29 @@ impl EventLog {
     }
 
     /// A follower of the events after `last` (the id a client saw last; `None`: only events
-    /// from now on).
-    pub fn follow(&self, last: Option<&str>) -> Result<Follower, TooManyFollowers> {
+    /// from now on), in one of the places `class` may take.
+    pub fn follow(
+        &self,
+        last: Option<&str>,
+        class: FollowerClass,
+    ) -> Result<Follower, TooManyFollowers> {
+        let (all, ordinary) = self.shared.limits;
+        let ordinary_permit = match class {
+            FollowerClass::Privileged => None,
+            FollowerClass::Ordinary => Some(
+                self.shared
+                    .ordinary
+                    .clone()
+                    .try_acquire_owned()
+                    .map_err(|_| TooManyFollowers::Ordinary(ordinary))?,
+            ),
+        };
         let permit = self
             .shared
             .followers
             .clone()
             .try_acquire_owned()
-            .map_err(|_| TooManyFollowers)?;
+            .map_err(|_| TooManyFollowers::All(all))?;
         let state = self.state();
         let (missed, backlog) = match last {
             None => (None, VecDeque::new()),
@@ -551,7 +594,7 @@ impl EventLog {
             backlog,
             live: state.live.subscribe(),
             ended: false,
-            _permit: permit,
+            _permits: (permit, ordinary_permit),
         })
     }
 }
@@ -609,8 +652,9 @@ pub struct Follower {
     live: broadcast::Receiver<Arc<Record>>,
     /// Cut after it lagged: the notice was its last event.
     ended: bool,
-    /// Its place among the followers, given back when it is dropped.
-    _permit: OwnedSemaphorePermit,
+    /// Its place among the followers (and among the ordinary ones), given back when it is
+    /// dropped.
+    _permits: (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>),
 }
 
 impl Follower {
@@ -1101,14 +1145,20 @@ mod tests {
         let ids: Vec<EventId> = (0..6).map(|n| log.publish(removed(n))).collect();
         assert_eq!(ids[0].to_string(), "7.abc-1");
         // Within the ring: exactly the events after it, then live ones.
-        let mut f = log.follow(Some(&ids[3].to_string())).expect("follow");
+        let mut f = log
+            .follow(Some(&ids[3].to_string()), FollowerClass::Privileged)
+            .expect("follow");
         log.publish(removed(6));
         assert_eq!(texts(&drain(&mut f)), ["e4", "e5", "e6"]);
         // The newest id: nothing but live events.
-        let mut f = log.follow(Some("7.abc-7")).expect("follow");
+        let mut f = log
+            .follow(Some("7.abc-7"), FollowerClass::Privileged)
+            .expect("follow");
         assert!(drain(&mut f).is_empty());
         // The one just before the oldest kept (e3 is the oldest of 4): nothing is missing.
-        let mut f = log.follow(Some("7.abc-3")).expect("follow");
+        let mut f = log
+            .follow(Some("7.abc-3"), FollowerClass::Privileged)
+            .expect("follow");
         assert_eq!(texts(&drain(&mut f)), ["e3", "e4", "e5", "e6"]);
         // Too old, another incarnation, from the future, not an id: told first, then the ring.
         for last in [
@@ -1118,7 +1168,9 @@ mod tests {
             "garbage",
             &"9".repeat(500),
         ] {
-            let mut f = log.follow(Some(last)).expect("follow");
+            let mut f = log
+                .follow(Some(last), FollowerClass::Privileged)
+                .expect("follow");
             let got = drain(&mut f);
             assert_eq!(
                 texts(&got),
@@ -1132,16 +1184,48 @@ mod tests {
             assert!(last.starts_with(last_event_id.as_str()));
         }
         // No id: live events only.
-        let mut f = log.follow(None).expect("follow");
+        let mut f = log.follow(None, FollowerClass::Privileged).expect("follow");
         assert!(drain(&mut f).is_empty());
+    }
+
+    #[test]
+    fn ordinary_followers_leave_the_reserve_to_privileged_ones() {
+        let log = EventLog::new("1.x");
+        let ordinary: Vec<Follower> = (0..MAX_FOLLOWERS - RESERVED_FOLLOWERS)
+            .map(|_| log.follow(None, FollowerClass::Ordinary).expect("follow"))
+            .collect();
+        assert!(matches!(
+            log.follow(None, FollowerClass::Ordinary),
+            Err(TooManyFollowers::Ordinary(_))
+        ));
+        let privileged: Vec<Follower> = (0..RESERVED_FOLLOWERS)
+            .map(|_| log.follow(None, FollowerClass::Privileged).expect("follow"))
+            .collect();
+        assert!(matches!(
+            log.follow(None, FollowerClass::Privileged),
+            Err(TooManyFollowers::All(MAX_FOLLOWERS))
+        ));
+        // An ordinary follower gone leaves a place for either class.
+        drop(ordinary);
+        drop(privileged);
+        let _privileged: Vec<Follower> = (0..MAX_FOLLOWERS)
+            .map(|_| log.follow(None, FollowerClass::Privileged).expect("follow"))
+            .collect();
+        assert!(matches!(
+            log.follow(None, FollowerClass::Ordinary),
+            Err(TooManyFollowers::All(MAX_FOLLOWERS))
+        ));
     }
 
     #[test]
     fn a_follower_that_falls_behind_is_told_and_cut_and_never_slows_the_log() {
         let log = EventLog::with_limits("1.x", RING, 8, 2);
-        let mut slow = log.follow(None).expect("follow");
-        let mut keeping_up = log.follow(None).expect("follow");
-        assert!(log.follow(None).is_err(), "a third follower is refused");
+        let mut slow = log.follow(None, FollowerClass::Privileged).expect("follow");
+        let mut keeping_up = log.follow(None, FollowerClass::Privileged).expect("follow");
+        assert!(
+            log.follow(None, FollowerClass::Privileged).is_err(),
+            "a third follower is refused"
+        );
         let started = std::time::Instant::now();
         let mut seen = 0;
         for n in 0..10_000 {
@@ -1158,7 +1242,10 @@ mod tests {
         );
         assert!(futures_util::FutureExt::now_or_never(slow.next()) == Some(None));
         drop(slow);
-        assert!(log.follow(None).is_ok(), "its place is given back");
+        assert!(
+            log.follow(None, FollowerClass::Privileged).is_ok(),
+            "its place is given back"
+        );
     }
 
     #[test]

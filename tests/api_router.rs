@@ -1024,3 +1024,67 @@ async fn tcp_tokens_give_their_roles() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
     assert_eq!(applied["workers"], json!(3));
 }
+
+#[tokio::test]
+async fn readers_cannot_take_the_event_streams_kept_for_admins() {
+    use knot_resolver::events::{MAX_FOLLOWERS, RESERVED_FOLLOWERS};
+    let mut f = Fixture::new();
+    let groups = ApiGroups {
+        admin: Some(10),
+        read_only: Some(20),
+    };
+    f.state.guard = Arc::new(Guard {
+        tcp: TcpGuard::default(),
+        unix: UnixRoles::new(groups, 995),
+    });
+    let peer = |uid: u32, gid: u32| Peer::Unix {
+        uid,
+        gid,
+        pid: None,
+        groups: Arc::from([]),
+    };
+    let open_as = |peer: Peer| {
+        let router = app(f.state.clone());
+        async move {
+            let request = Request::builder()
+                .uri("/events")
+                .extension(peer)
+                .body(Body::empty())
+                .expect("request");
+            let response = router.oneshot(request).await.expect("infallible");
+            let status = response.status();
+            (status, response.into_body())
+        }
+    };
+    let mut open = Vec::new();
+    for _ in 0..MAX_FOLLOWERS - RESERVED_FOLLOWERS {
+        let (status, body) = open_as(peer(1000, 20)).await;
+        assert_eq!(status, StatusCode::OK);
+        open.push(body);
+    }
+    let (status, refused) = open_as(peer(1000, 20)).await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "a reader beyond its share"
+    );
+    let text =
+        String::from_utf8_lossy(&refused.collect().await.expect("body").to_bytes()).into_owned();
+    assert!(text.contains("kept for admins"), "{text}");
+    // The places kept are the admins'.
+    for _ in 0..RESERVED_FOLLOWERS {
+        let (status, body) = open_as(peer(1001, 10)).await;
+        assert_eq!(status, StatusCode::OK, "an admin");
+        open.push(body);
+    }
+    let (status, _) = open_as(peer(1001, 10)).await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "every place is taken"
+    );
+    // A reader's stream closed gives a place back to readers.
+    drop(open.remove(0));
+    let (status, _body) = open_as(peer(1000, 20)).await;
+    assert_eq!(status, StatusCode::OK);
+}

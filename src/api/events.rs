@@ -14,12 +14,14 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{self, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use futures_util::stream::Stream;
 use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
+use super::roles::Role;
 use super::ApiState;
-use crate::events::{Event, Follower, Record};
+use crate::events::{Event, Follower, FollowerClass, Record};
 
 /// A comment line is sent when nothing else was for this long: proxies and clients see the
 /// stream is alive, and a client gone away is noticed by the next write.
@@ -65,15 +67,23 @@ struct LastEventId {
     responses(
         (status = 200, description = "An endless stream of events.", body = String,
          content_type = "text/event-stream"),
-        (status = 503, description = "Too many followers (at most 32 at once).", body = String,
+        (status = 503, description = "Too many followers (at most 32 at once, of which 8 only \
+         for admins).", body = String,
          content_type = "text/plain"),
     ),
 )]
 pub async fn follow(
     State(state): State<ApiState>,
+    role: Option<Extension<Role>>,
     headers: HeaderMap,
     Query(query): Query<EventsQuery>,
 ) -> Result<Response, ApiError> {
+    // Admins may take the places kept in reserve: readers cannot hold every stream. A request
+    // the guard did not see (none is served so) counts as a reader's.
+    let class = match role {
+        Some(Extension(Role::Admin)) => FollowerClass::Privileged,
+        Some(Extension(Role::ReadOnly)) | None => FollowerClass::Ordinary,
+    };
     let header = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -81,7 +91,7 @@ pub async fn follow(
     let last = header.or(query.last_event_id);
     let follower = state
         .events
-        .follow(last.as_deref())
+        .follow(last.as_deref(), class)
         .map_err(|e| ApiError::Unavailable(e.to_string()))?;
     let stream = messages(follower, state.stop.clone());
     Ok(Sse::new(stream)

@@ -209,12 +209,29 @@ fn allowed_host(host: &str, endpoint: SocketAddr) -> bool {
     }
 }
 
-/// Equality that takes as long whatever the first difference.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// Equality of a token sent (`sent`) with a configured one (`token`) whose time says
+/// nothing of the token, neither where the first difference is nor how long the token is:
+/// every comparison runs over [`MAX_TOKEN_FILE`] bytes (or the sent length, if longer: the
+/// client knows that one), both sides padded with zeros, and the lengths' difference is
+/// folded into the same accumulator; there is no early exit.
+fn constant_time_eq(sent: &[u8], token: &[u8]) -> bool {
+    let span = usize::try_from(MAX_TOKEN_FILE)
+        .unwrap_or(usize::MAX)
+        .max(sent.len());
+    // Byte `i`, or 0 past the end, without a branch on where the end is: the index is
+    // clamped and the byte masked (only an empty slice takes the `None` path, at every `i`).
+    let byte = |bytes: &[u8], i: usize| {
+        let clamped = i.min(bytes.len().saturating_sub(1));
+        let inside = u8::from(i < bytes.len()).wrapping_neg();
+        bytes.get(clamped).copied().unwrap_or(0) & inside
+    };
+    let mut difference = (sent.len() ^ token.len()) as u64;
+    for i in 0..span {
+        difference |= u64::from(byte(sent, i) ^ byte(token, i));
+        // Keep the optimiser from stopping at the first difference.
+        difference = std::hint::black_box(difference);
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    difference == 0
 }
 
 /// The text of a 403: the role the request needs and the one the client has.
@@ -254,7 +271,10 @@ pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next
         other => guard.unix.role_of(other),
     };
     let needed = roles::needed(request.method(), request.uri().path());
-    if granted.is_some_and(|role| role >= needed) {
+    if let Some(role) = granted.filter(|role| *role >= needed) {
+        // Handlers that share something between roles (`/events`) read it.
+        let mut request = request;
+        request.extensions_mut().insert(role);
         return next.run(request).await;
     }
     let text = forbidden_text(&request, needed, granted);
@@ -360,6 +380,27 @@ mod tests {
         assert_eq!(role(Some("Bearer admin-token ")), Err(401));
         assert_eq!(role(Some("reader-token")), Err(401));
         assert_eq!(role(None), Err(401));
+    }
+
+    #[test]
+    fn tokens_are_equal_only_when_every_byte_and_the_length_are() {
+        let token = b"s3cret-token";
+        assert!(constant_time_eq(token, token));
+        assert!(!constant_time_eq(b"s3cret-toke", token), "a prefix");
+        assert!(!constant_time_eq(b"s3cret-token\0", token), "zero padding");
+        assert!(!constant_time_eq(b"s3cret-tokex", token), "last byte");
+        assert!(!constant_time_eq(b"", token));
+        assert!(!constant_time_eq(token, b""));
+        assert!(constant_time_eq(b"", b""));
+        let long = vec![b'x'; MAX_TOKEN_FILE as usize];
+        assert!(constant_time_eq(&long, &long));
+        let mut longer = long.clone();
+        longer.push(b'x');
+        assert!(
+            !constant_time_eq(&longer, &long),
+            "beyond the longest token"
+        );
+        assert!(!constant_time_eq(&long, &longer));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! the process table) and never lock the manager; changes go to the manager as commands.
 //! Every route is registered once, in `routes()`, with its OpenAPI description (`openapi`).
 
+pub mod admission;
 pub mod config;
 pub mod error;
 pub mod events;
@@ -60,7 +61,7 @@ pub struct ApiState {
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.
 pub fn app(state: ApiState) -> Router {
     let (router, _) = routes().split_for_parts();
-    let router = router
+    let router = server::with_change_places(router)
         .layer(axum::middleware::from_fn_with_state(
             state.guard.clone(),
             guard::check,

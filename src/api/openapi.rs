@@ -286,7 +286,8 @@ the read-only token); everything else needs the admin role.\n\
 - A request head not read within {head} s closes the connection without an answer (no `408` \
 is sent); a malformed head is answered `400`, an overlong URI `414`, overlong headers `431`, \
 before any route is reached.\n\
-- Where a route reads a request body, bodies over {body} bytes are refused with `413`.\n\n\
+- Where a route reads a request body, bodies over {body} bytes are refused with `413`.\n\
+- After a `401`, `403`, `421` or `413` the server closes the connection (`Connection: close`).\n\n\
 Error bodies are plain text ending with a newline, in upstream's words where upstream has them.",
         read = READ_TIMEOUT.as_secs(),
         change = CHANGE_TIMEOUT.as_secs(),

@@ -3,7 +3,10 @@
 //! per-request time limit, and a graceful shutdown that lets in-flight requests finish.
 //!
 //! We run our own accept loop (instead of `axum::serve`) because hyper's header-read timeout
-//! is only reachable through its connection builder.
+//! is only reachable through its connection builder, and because every connection is
+//! admitted at once and may be shed later (`api::admission`): nothing waits unaccepted behind
+//! idle or unauthenticated connections. A refused request (401, 403, 421, 413) closes its
+//! connection.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,14 +23,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use super::admission::{self, Admission, PeerKey, RequestMark, RequestOutcome, Ticket};
 use crate::config::ManagementSchema;
 
 /// Largest request body accepted; larger ones get 413. A whole configuration with inline
 /// zone data fits easily.
 pub const BODY_LIMIT: usize = 10 * 1024 * 1024;
 
-/// A client must send its request head within this time, or the connection is closed.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// A client must send its request head within this time (from the connection's start, or
+/// from the end of its previous answer), or the connection is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Time limit of a read-only request (GET/HEAD), metrics collection included.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(120);
@@ -37,8 +42,19 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(120);
 /// every worker.
 pub const CHANGE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
-/// Connections served at once; more wait in the listen backlog until one ends.
-pub const MAX_CONNECTIONS: usize = 128;
+/// Requests that may change something (PUT, PATCH, DELETE, POST) served at once; more wait
+/// (within their time limit). Each may carry a body of up to [`BODY_LIMIT`], so this bounds
+/// the memory they take; reads never wait here.
+pub const MAX_CHANGES_IN_FLIGHT: usize = 32;
+
+/// Statuses after which the connection is closed: the client was refused, and holds no
+/// place it has not earned (and a body it may still be sending is not read).
+const CLOSING_STATUSES: [StatusCode; 4] = [
+    StatusCode::UNAUTHORIZED,
+    StatusCode::FORBIDDEN,
+    StatusCode::MISDIRECTED_REQUEST,
+    StatusCode::PAYLOAD_TOO_LARGE,
+];
 
 /// A client that reads nothing of its answer for this long is cut (its answer, held in
 /// memory, is dropped).
@@ -47,6 +63,11 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// On shutdown, requests in flight get this long to finish; then their connections are
 /// dropped, whatever the clients do.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+/// Connections the kernel queues for the API before the manager accepts them (clamped to
+/// `net.core.somaxconn`): a burst of connections waits there instead of being refused, or,
+/// over TCP, dropped until the client's SYN is sent again a second later.
+pub const LISTEN_BACKLOG: i32 = 4096;
 
 /// Mode of the API's unix socket: read-write for the resolver's user and the socket's group
 /// only (ours, or the read-only or admin group of the API's roles).
@@ -81,6 +102,7 @@ impl Listener {
     pub fn bind(management: &ManagementSchema, group: Option<u32>) -> Result<Listener, BindError> {
         if let Some(path) = &management.unix_socket {
             return bind_unix(path, group)
+                .and_then(|listener| deepen_backlog(&listener).map(|()| listener))
                 .map(|listener| Listener::Unix {
                     listener,
                     path: path.clone(),
@@ -93,6 +115,7 @@ impl Listener {
         if let Some(iface) = &management.interface {
             let addr = iface.socket_addr();
             let std = std::net::TcpListener::bind(addr)
+                .and_then(|l| deepen_backlog(&l).map(|()| l))
                 .and_then(|l| l.set_nonblocking(true).map(|()| l))
                 .and_then(TcpListener::from_std)
                 .map_err(|source| BindError::Listen {
@@ -196,6 +219,12 @@ impl Listener {
     }
 }
 
+/// Give a listening socket a backlog of [`LISTEN_BACKLOG`] (listening again only changes it).
+fn deepen_backlog(listener: &impl std::os::fd::AsFd) -> std::io::Result<()> {
+    let backlog = nix::sys::socket::Backlog::new(LISTEN_BACKLOG).map_err(std::io::Error::from)?;
+    nix::sys::socket::listen(listener, backlog).map_err(std::io::Error::from)
+}
+
 /// Bind a unix socket, replacing a stale socket or a link (never another kind of file: a
 /// regular file or a directory at the path is an error naming it), and restrict it to our
 /// user and `group` (our own when `None`), mode 0660.
@@ -222,6 +251,28 @@ pub fn with_limits(router: Router) -> Router {
     router
         .layer(axum::middleware::from_fn(time_limit))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
+}
+
+/// Requests that may change something wait for one of [`MAX_CHANGES_IN_FLIGHT`] places
+/// (within their time limit) before they run; reads never wait. Layered inside the guard, so
+/// only a request it admitted ever waits (or holds a place).
+pub fn with_change_places<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
+    let places = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CHANGES_IN_FLIGHT));
+    router.layer(axum::middleware::from_fn_with_state(places, change_place))
+}
+
+async fn change_place(
+    axum::extract::State(places): axum::extract::State<std::sync::Arc<tokio::sync::Semaphore>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let read = request.method() == Method::GET || request.method() == Method::HEAD;
+    // Never closed: an error would only mean no place to wait for.
+    let _place = match read {
+        true => None,
+        false => places.acquire_owned().await.ok(),
+    };
+    next.run(request).await
 }
 
 /// 503 when a handler runs past its time limit (the handler is dropped). Requests that may
@@ -260,35 +311,50 @@ async fn time_limit(request: Request, next: Next) -> Response {
 }
 
 /// Serve `router` on `listener` until `shutdown` fires; then stop accepting, let in-flight
-/// requests finish (idle keep-alive connections are closed) and return.
+/// requests finish (idle keep-alive connections are closed) and return. At most
+/// [`admission::bound_for_this_process`] connections are open at once.
 pub async fn serve(listener: Listener, router: Router, shutdown: CancellationToken) {
+    let admission = Admission::new(admission::bound_for_this_process());
+    serve_admitting(listener, router, shutdown, admission).await;
+}
+
+/// [`serve`], with connections admitted (and shed) by `admission`.
+pub async fn serve_admitting(
+    listener: Listener,
+    router: Router,
+    shutdown: CancellationToken,
+    admission: std::sync::Arc<Admission>,
+) {
     let connections = TaskTracker::new();
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        // A free slot first: beyond the cap, clients wait in the backlog, unaccepted.
-        let slot = tokio::select! {
-            () = shutdown.cancelled() => break,
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(s) => s,
-                Err(_) => break,
-            },
-        };
+        // Accept whatever comes: a connection too many sheds an idle or unproven one, so no
+        // client waits in the backlog behind them.
         let accepted = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = accept(&listener) => accepted,
         };
         match accepted {
             Ok(accepted) => {
+                let Some(ticket) = admission.admit(accepted.peer_key()) else {
+                    continue;
+                };
                 let (router, shutdown) = (router.clone(), shutdown.clone());
                 connections.spawn(async move {
                     let (io, peer) = accepted.into_io().await;
                     let io = Box::new(WriteDeadline::new(io, WRITE_TIMEOUT));
-                    connection(io, peer, router, shutdown).await;
-                    drop(slot);
+                    connection(io, peer, router, shutdown, ticket).await;
                 });
             }
+            Err(e) if is_out_of_descriptors(&e) => {
+                // Free one by shedding what a new connection would; with nothing to shed, do
+                // not spin.
+                if !admission.shed_one() {
+                    tracing::warn!("management API: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                tokio::task::yield_now().await;
+            }
             Err(e) => {
-                // EMFILE and friends: do not spin.
                 tracing::warn!("management API: accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -306,6 +372,14 @@ pub async fn serve(listener: Listener, router: Router, shutdown: CancellationTok
     }
     // The socket file belongs to whoever bound it (the root process removes it when the
     // resolver stops; a restarted manager serves it again).
+}
+
+/// Whether an accept failed for want of descriptors (ours or the system's).
+fn is_out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(code) if code == nix::libc::EMFILE || code == nix::libc::ENFILE
+    )
 }
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
@@ -432,6 +506,17 @@ enum Accepted {
 }
 
 impl Accepted {
+    /// Whose share the connection counts in (a unix peer's uid is asked of the kernel here,
+    /// its groups later, in the connection's own task).
+    fn peer_key(&self) -> PeerKey {
+        match self {
+            Accepted::Unix(s) => s
+                .peer_cred()
+                .map_or(PeerKey::Unknown, |cred| PeerKey::Uid(cred.uid())),
+            Accepted::Tcp(_, addr) => PeerKey::address(addr.ip()),
+        }
+    }
+
     /// The stream, and its peer.
     async fn into_io(self) -> (Box<dyn Io>, Peer) {
         match self {
@@ -494,11 +579,27 @@ async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
     })
 }
 
-async fn connection(io: Box<dyn Io>, peer: Peer, router: Router, shutdown: CancellationToken) {
+/// Serve one connection until it ends, is shed, or the server stops (then after its current
+/// request). Its ticket follows its requests: serving while one is in flight (until its
+/// answer's body is written), then proven, or closed after a refusal.
+async fn connection(
+    io: Box<dyn Io>,
+    peer: Peer,
+    router: Router,
+    shutdown: CancellationToken,
+    ticket: Ticket,
+) {
+    let ticket = std::sync::Arc::new(ticket);
+    let shed = ticket.shed().clone();
     let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
         let mut request = request.map(axum::body::Body::new);
         request.extensions_mut().insert(peer.clone());
-        router.clone().oneshot(request)
+        let mark = ticket.request_began();
+        let answer = router.clone().oneshot(request);
+        async move {
+            let response = answer.await?;
+            Ok::<_, std::convert::Infallible>(with_mark(response, mark))
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -508,6 +609,8 @@ async fn connection(io: Box<dyn Io>, peer: Peer, router: Router, shutdown: Cance
     tokio::pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
+        // Dropping the connection closes it.
+        () = shed.cancelled() => return,
         () = shutdown.cancelled() => {
             conn.as_mut().graceful_shutdown();
             conn.await
@@ -515,6 +618,55 @@ async fn connection(io: Box<dyn Io>, peer: Peer, router: Router, shutdown: Cance
     };
     if let Err(e) = result {
         tracing::debug!("management API connection: {e}");
+    }
+}
+
+/// The response, its connection closed after a refusal, carrying `mark` in its body so that
+/// the request counts as in flight until the body is written (an event stream for as long
+/// as it lasts).
+fn with_mark(response: Response, mut mark: RequestMark) -> Response {
+    let (mut parts, body) = response.into_parts();
+    if CLOSING_STATUSES.contains(&parts.status) {
+        parts.headers.insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        mark.ended(RequestOutcome::Refused);
+    } else {
+        mark.ended(RequestOutcome::Answered);
+    }
+    let body = MarkedBody {
+        inner: body,
+        _mark: mark,
+    };
+    Response::from_parts(parts, axum::body::Body::new(body))
+}
+
+/// An answer's body holding its request's mark until hyper drops it (written in full, or
+/// abandoned); its length, when known, stays known.
+struct MarkedBody {
+    inner: axum::body::Body,
+    /// Dropped with the body: the connection is idle again.
+    _mark: RequestMark,
+}
+
+impl hyper::body::Body for MarkedBody {
+    type Data = hyper::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -664,6 +816,164 @@ mod tests {
         assert!(!String::from_utf8_lossy(&rest).contains("200"));
         shutdown.cancel();
         server.await.expect("server ends");
+    }
+
+    /// A router answering `GET /` and refusing `GET /refused` with 401.
+    fn small_router() -> Router {
+        Router::new().route("/", get(|| async { "ok" })).route(
+            "/refused",
+            get(|| async { (StatusCode::UNAUTHORIZED, "no\n") }),
+        )
+    }
+
+    /// Send a keep-alive `GET path` on `client` and read until the answer's body (`ok` or
+    /// `no\n`) has arrived; the answer's text.
+    async fn exchange(client: &mut UnixStream, path: &str) -> String {
+        client
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .expect("write");
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !String::from_utf8_lossy(&answer).ends_with("ok")
+            && !String::from_utf8_lossy(&answer).ends_with("no\n")
+        {
+            let n = client.read(&mut buf).await.expect("read");
+            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    /// Whether the server closed `client` (EOF) within `within`.
+    async fn closed_within(client: &mut UnixStream, within: Duration) -> bool {
+        let mut rest = Vec::new();
+        matches!(
+            tokio::time::timeout(within, client.read_to_end(&mut rest)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    #[tokio::test]
+    async fn idle_connections_at_the_bound_make_way_for_a_request() {
+        let path = socket_path("bound.sock");
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve_admitting(
+            listener(&path),
+            small_router(),
+            shutdown.clone(),
+            Admission::new(8),
+        ));
+        let mut idle = Vec::new();
+        for _ in 0..8 {
+            idle.push(UnixStream::connect(&path).await.expect("connect"));
+        }
+        // Every place is held by a connection that sent nothing: a new one is answered, and
+        // the oldest idle one is closed for it.
+        let mut client = UnixStream::connect(&path).await.expect("connect");
+        let answer = exchange(&mut client, "/").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("content-length: 2\r\n"), "{answer}");
+        assert!(closed_within(&mut idle[0], HEADER_READ_TIMEOUT / 2).await);
+        shutdown.cancel();
+        server.await.expect("server ends");
+    }
+
+    #[tokio::test]
+    async fn a_proven_connection_outlives_unproven_ones() {
+        let path = socket_path("proven.sock");
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve_admitting(
+            listener(&path),
+            small_router(),
+            shutdown.clone(),
+            Admission::new(3),
+        ));
+        let mut proven = UnixStream::connect(&path).await.expect("connect");
+        assert!(exchange(&mut proven, "/").await.starts_with("HTTP/1.1 200"));
+        // Ten connections of the same peer come and sit idle: they shed each other.
+        let mut idle = Vec::new();
+        for _ in 0..10 {
+            idle.push(UnixStream::connect(&path).await.expect("connect"));
+        }
+        let mut newest = UnixStream::connect(&path).await.expect("connect");
+        assert!(exchange(&mut newest, "/").await.starts_with("HTTP/1.1 200"));
+        assert!(exchange(&mut proven, "/").await.starts_with("HTTP/1.1 200"));
+        shutdown.cancel();
+        server.await.expect("server ends");
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_closes_its_connection() {
+        let path = socket_path("refused.sock");
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(listener(&path), small_router(), shutdown.clone()));
+        let mut client = UnixStream::connect(&path).await.expect("connect");
+        let answer = exchange(&mut client, "/refused").await;
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+        assert!(answer.to_ascii_lowercase().contains("connection: close"));
+        // Closed at once, not after the head deadline of an idle keep-alive connection.
+        assert!(closed_within(&mut client, HEADER_READ_TIMEOUT / 2).await);
+        // Another request keeps its connection.
+        let mut client = UnixStream::connect(&path).await.expect("connect");
+        assert!(exchange(&mut client, "/").await.starts_with("HTTP/1.1 200"));
+        assert!(exchange(&mut client, "/").await.starts_with("HTTP/1.1 200"));
+        shutdown.cancel();
+        server.await.expect("server ends");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_in_flight_are_bounded_and_reads_never_wait_for_them() {
+        use axum::routing::post;
+        let entered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let router = {
+            let (entered, release) = (entered.clone(), release.clone());
+            with_change_places(
+                Router::new()
+                    .route(
+                        "/change",
+                        post(move || {
+                            let (entered, release) = (entered.clone(), release.clone());
+                            async move {
+                                entered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                let _ = release.acquire().await.map(|p| p.forget());
+                                "changed"
+                            }
+                        }),
+                    )
+                    .route("/livez", get(|| async { "alive" })),
+            )
+        };
+        let send = |method: &str, uri: &str| {
+            let request = Request::builder()
+                .method(method)
+                .uri(uri)
+                .body(axum::body::Body::empty())
+                .expect("request");
+            tokio::spawn(router.clone().oneshot(request))
+        };
+        let changes: Vec<_> = (0..MAX_CHANGES_IN_FLIGHT + 1)
+            .map(|_| send("POST", "/change"))
+            .collect();
+        // Let every request run as far as it can (the paused clock moves only when all wait).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let count = || entered.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(count(), MAX_CHANGES_IN_FLIGHT);
+        let livez = send("GET", "/livez").await.expect("task").expect("answer");
+        assert_eq!(livez.status(), StatusCode::OK);
+        release.add_permits(1);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            count(),
+            MAX_CHANGES_IN_FLIGHT + 1,
+            "the one waiting went on"
+        );
+        release.add_permits(MAX_CHANGES_IN_FLIGHT);
+        for change in changes {
+            let answer = change.await.expect("task").expect("answer");
+            assert_eq!(answer.status(), StatusCode::OK);
+        }
     }
 
     #[test]

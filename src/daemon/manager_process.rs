@@ -76,6 +76,7 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
     // `ps` and `top` show the manager by this name rather than the `exe` it was started as.
     let _ = nix::sys::prctl::set_name(PROCESS_NAME);
     limit_resources();
+    raise_descriptor_limit();
     let link = match supervisor::os::take_inherited_fd(LINK_FD) {
         Ok(fd) => fd,
         Err(_) => {
@@ -445,6 +446,20 @@ fn limit_resources() {
     // memory through /proc. Last, since it also makes our own /proc files root's.
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         eprintln!("knot-resolver manager: cannot make itself undumpable: {e}");
+    }
+}
+
+/// Raise the soft limit of open descriptors to the hard one: the API holds a connection per
+/// descriptor (its bound of open connections follows the soft limit) and sheds idle ones
+/// only at that bound, so a low soft limit (1,024 by default) would only shed sooner.
+fn raise_descriptor_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let raised = getrlimit(Resource::RLIMIT_NOFILE).and_then(|(soft, hard)| match soft < hard {
+        true => setrlimit(Resource::RLIMIT_NOFILE, hard, hard),
+        false => Ok(()),
+    });
+    if let Err(e) = raised {
+        eprintln!("knot-resolver manager: cannot raise its descriptor limit: {e}");
     }
 }
 
