@@ -449,16 +449,12 @@ fn limit_resources() {
     }
 }
 
-/// Raise the soft limit of open descriptors to the hard one: the API holds a connection per
-/// descriptor (its bound of open connections follows the soft limit) and sheds idle ones
-/// only at that bound, so a low soft limit (1,024 by default) would only shed sooner.
+/// Raise the soft limit of open descriptors to the hard one (the root already did, unless the
+/// manager was started some other way): the API holds a connection per descriptor (its bound
+/// of open connections follows the soft limit) and sheds idle ones only at that bound, so a
+/// low soft limit (1,024 by default) would only shed sooner.
 fn raise_descriptor_limit() {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let raised = getrlimit(Resource::RLIMIT_NOFILE).and_then(|(soft, hard)| match soft < hard {
-        true => setrlimit(Resource::RLIMIT_NOFILE, hard, hard),
-        false => Ok(()),
-    });
-    if let Err(e) = raised {
+    if let Err(e) = supervisor::os::raise_open_files_limit() {
         eprintln!("knot-resolver manager: cannot raise its descriptor limit: {e}");
     }
 }
