@@ -15,7 +15,9 @@ use std::time::Duration;
 use futures_util::{Stream, StreamExt};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR2};
 use signal_hook_tokio::Signals;
-use supervisor::remote::{self, ChildEnd, ChildPolicy, ChildService, FdStore, Link};
+use supervisor::remote::{
+    self, ChildEnd, ChildPolicy, ChildService, EnvironmentPolicy, FdStore, FileArgument, Link,
+};
 use supervisor::upward::UpwardNotifier;
 use supervisor::{
     Backoff, Output, Readiness, RestartPolicy, ServiceSpec, StopPolicy, Supervisor,
@@ -994,8 +996,25 @@ impl Root {
             reexec,
         } = keeper;
         let executables = Executables::discover();
+        // Exactly what the manager's specs hold (`manager::specs`): our programs, as the
+        // workers' user, in the rundir, with our environment and an instance number, reading
+        // their configuration from the rundir.
         let policy = ChildPolicy {
-            programs: vec![executables.kresd, executables.cache_gc],
+            programs: vec![executables.kresd.clone(), executables.cache_gc],
+            user: self.run_as,
+            cwd: Some(self.rundir.clone()),
+            env: Some(EnvironmentPolicy {
+                inherited: crate::manager::specs::child_base_env(),
+                added: crate::manager::specs::ADDED_VARIABLES
+                    .iter()
+                    .map(OsString::from)
+                    .collect(),
+            }),
+            file_arguments: vec![FileArgument {
+                program: executables.kresd,
+                flag: OsString::from("-c"),
+                inside: self.rundir.clone(),
+            }],
         };
         let hang_after = std::env::var(MANAGER_HANG_VAR)
             .ok()

@@ -95,7 +95,7 @@ impl Specs {
         ];
         argv.extend(sockets);
         let mut spec = ServiceSpec::new(name, kind.as_str(), argv);
-        spec.env = self.env_with(&[("SYSTEMD_INSTANCE", &id.0.to_string())]);
+        spec.env = self.env_with(&[(INSTANCE_VAR, &id.0.to_string())]);
         spec.user = self.executables.run_as;
         spec.cwd = Some(rundir.to_owned());
         spec.readiness = Readiness::Notify {
@@ -131,7 +131,7 @@ impl Specs {
         // Without sockets of its own kresd's post-configuration would listen on 127.0.0.1@53
         // and ::1@53 by default: taking queries, or failing as an unprivileged user.
         spec.env
-            .push((OsString::from("KRESD_NO_LISTEN"), OsString::from("1")));
+            .push((OsString::from(NO_LISTEN_VAR), OsString::from("1")));
         spec
     }
 
@@ -204,6 +204,15 @@ pub fn cache_gc_verbose(cfg: &KresConfig) -> bool {
 /// Where a new image of the daemon finds its state after an in-place upgrade
 /// (`daemon::upgrade`); never passed to a child.
 pub const UPGRADE_STATE_VAR: &str = "KRES_UPGRADE_STATE";
+
+/// The variables a spec adds to [`child_base_env`] (the root lets specs add no other).
+pub(crate) const ADDED_VARIABLES: &[&str] = &[INSTANCE_VAR, NO_LISTEN_VAR];
+
+/// Which worker a kresd is (`SYSTEMD_INSTANCE`, as under systemd's `kresd@N`).
+const INSTANCE_VAR: &str = "SYSTEMD_INSTANCE";
+
+/// Set for the canary: kresd listens on nothing by default.
+const NO_LISTEN_VAR: &str = "KRESD_NO_LISTEN";
 
 /// Our environment minus what our own service manager meant for us alone.
 pub(crate) fn child_base_env() -> Vec<(OsString, OsString)> {

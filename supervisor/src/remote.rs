@@ -16,6 +16,7 @@
 //! with [`ChildEnd::LinkFailed`], which says why.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -32,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use crate::os::{self, FdPass};
 use crate::runner::{Command, SupervisorError, SupervisorHandle};
 use crate::snapshot::{ProcessSnapshot, Snapshot};
-use crate::spec::{ExitStatus, ServiceSpec};
+use crate::spec::{Credentials, ExitStatus, KeptCapabilities, ServiceSpec};
 use crate::upward::{Upward, UpwardNotifier};
 
 /// Largest message on the link, either way.
@@ -307,9 +308,51 @@ impl FdStore {
 pub struct ChildPolicy {
     /// Programs services may run (`argv[0]`); empty allows any.
     pub programs: Vec<PathBuf>,
+    /// The user every service must run as: `None`, as we do (no switch of user).
+    pub user: Option<Credentials>,
+    /// The working directory services may have (or none); `None` allows any.
+    pub cwd: Option<PathBuf>,
+    /// What services' environments may hold; `None` allows anything.
+    pub env: Option<EnvironmentPolicy>,
+    /// Arguments naming files, and where those must be.
+    pub file_arguments: Vec<FileArgument>,
+}
+
+/// The environment a service may have: what we pass on, unchanged, and a few more names.
+#[derive(Debug, Clone, Default)]
+pub struct EnvironmentPolicy {
+    /// Variables passed on to every child, each with the value it must have.
+    pub inherited: Vec<(OsString, OsString)>,
+    /// Names of variables a spec may add with any value of at most 64 printable bytes.
+    pub added: Vec<OsString>,
+}
+
+/// The value after `flag` on `program`'s command line names a file that must be `-` (standard
+/// input) or lie inside `inside`: no `..`, and relative paths resolve there (services'
+/// working directory).
+#[derive(Debug, Clone)]
+pub struct FileArgument {
+    pub program: PathBuf,
+    pub flag: OsString,
+    pub inside: PathBuf,
 }
 
 impl ChildPolicy {
+    /// Services may run `programs` with any user, directory, environment and arguments our
+    /// own user may (tests, fixtures).
+    pub fn programs(programs: Vec<PathBuf>) -> ChildPolicy {
+        ChildPolicy {
+            programs,
+            user: None,
+            cwd: None,
+            env: None,
+            file_arguments: Vec::new(),
+        }
+    }
+
+    /// Whether a manager may have `spec` run: its whole spec, not only its program, since a
+    /// manager taken over by hostile input must not make the root run anything else, as
+    /// anyone else, or with a preloaded library.
     fn check(&self, spec: &ServiceSpec) -> Result<(), SupervisorError> {
         // Both are in every process table from now on: bounded, so that tables fit the link.
         check_name(&spec.name)?;
@@ -319,20 +362,66 @@ impl ChildPolicy {
                 spec.kind.len()
             )));
         }
+        let refuse = |why: String| Err(SupervisorError::Refused(format!("{}: {why}", spec.name)));
+        let program = spec.argv.first();
         let allowed = self.programs.is_empty()
-            || spec
-                .argv
-                .first()
-                .is_some_and(|p| self.programs.iter().any(|a| a.as_os_str() == p));
-        if allowed {
-            Ok(())
-        } else {
-            Err(SupervisorError::Refused(format!(
-                "{} may not run {:?}",
-                spec.name,
-                spec.argv.first()
-            )))
+            || program.is_some_and(|p| self.programs.iter().any(|a| a.as_os_str() == p));
+        if !allowed {
+            return refuse(format!("may not run {program:?}"));
         }
+        if spec.user != self.user {
+            return refuse(format!("may not run as {:?}", spec.user));
+        }
+        if spec.keep != KeptCapabilities::None {
+            return refuse(format!("may not keep capabilities ({:?})", spec.keep));
+        }
+        if let (Some(cwd), Some(allowed)) = (&spec.cwd, &self.cwd) {
+            if cwd != allowed {
+                return refuse(format!("may not run in {}", cwd.display()));
+            }
+        }
+        if let Some(env) = &self.env {
+            for (key, value) in &spec.env {
+                if !env.allows(key, value) {
+                    return refuse(format!("may not set {key:?}"));
+                }
+            }
+        }
+        for rule in &self.file_arguments {
+            if program.is_none_or(|p| p != rule.program.as_os_str()) {
+                continue;
+            }
+            for pair in spec.argv.windows(2) {
+                if pair[0] == rule.flag && !rule.allows(&pair[1]) {
+                    return refuse(format!("may not name {:?} after {:?}", pair[1], rule.flag));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl EnvironmentPolicy {
+    fn allows(&self, key: &OsString, value: &OsString) -> bool {
+        self.inherited.iter().any(|(k, v)| k == key && v == value)
+            || (self.added.contains(key)
+                && value.len() <= 64
+                && value
+                    .as_encoded_bytes()
+                    .iter()
+                    .all(|b| b.is_ascii_graphic()))
+    }
+}
+
+impl FileArgument {
+    fn allows(&self, value: &OsString) -> bool {
+        use std::path::Component;
+        if value == "-" {
+            return true;
+        }
+        let path = std::path::Path::new(value);
+        let climbs = path.components().any(|c| matches!(c, Component::ParentDir));
+        !climbs && (path.is_relative() || path.starts_with(&self.inside))
     }
 }
 
@@ -1051,6 +1140,93 @@ mod tests {
     use super::*;
     use crate::snapshot::ProcessState;
     use crate::text::{one_line, MAX_STATUS};
+
+    #[test]
+    fn the_child_policy_checks_the_whole_spec() {
+        let workers = Credentials { uid: 995, gid: 995 };
+        let policy = ChildPolicy {
+            programs: vec![PathBuf::from("/usr/sbin/kresd")],
+            user: Some(workers),
+            cwd: Some(PathBuf::from("/run/knot-resolver")),
+            env: Some(EnvironmentPolicy {
+                inherited: vec![("PATH".into(), "/usr/bin".into())],
+                added: vec!["SYSTEMD_INSTANCE".into()],
+            }),
+            file_arguments: vec![FileArgument {
+                program: PathBuf::from("/usr/sbin/kresd"),
+                flag: "-c".into(),
+                inside: PathBuf::from("/run/knot-resolver"),
+            }],
+        };
+        let worker = || {
+            let mut spec = ServiceSpec::new(
+                "kresd0",
+                "kresd",
+                vec![
+                    "/usr/sbin/kresd".into(),
+                    "-c".into(),
+                    "/run/knot-resolver/kresd0.conf".into(),
+                    "-c".into(),
+                    "-".into(),
+                    "-n".into(),
+                ],
+            );
+            spec.user = Some(workers);
+            spec.cwd = Some(PathBuf::from("/run/knot-resolver"));
+            spec.env = vec![
+                ("PATH".into(), "/usr/bin".into()),
+                ("SYSTEMD_INSTANCE".into(), "0".into()),
+            ];
+            spec
+        };
+        policy.check(&worker()).expect("what the manager asks for");
+        type Edit = fn(&mut ServiceSpec);
+        let refused: &[(&str, Edit)] = &[
+            ("another program", |s| s.argv[0] = "/bin/sh".into()),
+            ("root", |s| s.user = Some(Credentials { uid: 0, gid: 0 })),
+            ("our own user", |s| s.user = None),
+            ("capabilities", |s| {
+                s.keep = KeptCapabilities::BindServicePorts;
+            }),
+            ("another directory", |s| s.cwd = Some(PathBuf::from("/"))),
+            ("a preloaded library", |s| {
+                s.env.push(("LD_PRELOAD".into(), "/tmp/evil.so".into()));
+            }),
+            ("an inherited variable changed", |s| {
+                s.env[0].1 = "/tmp/evil".into();
+            }),
+            ("an added variable of control bytes", |s| {
+                s.env[1].1 = "0\n1".into();
+            }),
+            ("a configuration outside the rundir", |s| {
+                s.argv[2] = "/tmp/evil.lua".into();
+            }),
+            ("a configuration climbing out", |s| {
+                s.argv[2] = "/run/knot-resolver/../../tmp/evil.lua".into();
+            }),
+            ("a relative configuration climbing out", |s| {
+                s.argv[4] = "../evil.lua".into();
+            }),
+        ];
+        for (what, edit) in refused {
+            let mut spec = worker();
+            edit(&mut spec);
+            assert!(
+                matches!(policy.check(&spec), Err(SupervisorError::Refused(_))),
+                "{what} was allowed"
+            );
+        }
+        // Without a working directory it runs in ours: allowed, as the cache collector does.
+        let mut spec = worker();
+        spec.cwd = None;
+        policy.check(&spec).expect("no directory");
+        // The permissive policy of tests checks the program and the user only.
+        let loose = ChildPolicy::programs(vec![PathBuf::from("/usr/sbin/kresd")]);
+        let mut spec = worker();
+        spec.user = None;
+        spec.env.push(("ANYTHING".into(), "goes".into()));
+        loose.check(&spec).expect("loose");
+    }
 
     /// A process whose every free-text field is as long as the supervisor keeps it, of the
     /// characters that cost the most JSON.

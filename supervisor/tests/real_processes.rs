@@ -1067,9 +1067,7 @@ fn a_table_of_256_services_with_hostile_statuses_reaches_the_directing_child() {
     const SERVICES: usize = 256;
     scenario("info,child=off", async |env| {
         let mut store = FdStore::default();
-        let policy = ChildPolicy {
-            programs: vec![PathBuf::from(HELPER)],
-        };
+        let policy = ChildPolicy::programs(vec![PathBuf::from(HELPER)]);
         let upward = UpwardNotifier::disabled();
         let sup = env.sup.clone();
         let service = ChildService {
@@ -1178,9 +1176,7 @@ fn tables_go_in_parts_that_fit_a_small_link_and_a_message_it_cannot_carry_ends_s
     use supervisor::upward::UpwardNotifier;
     scenario("info,child=off", async |env| {
         let mut store = FdStore::default();
-        let policy = ChildPolicy {
-            programs: vec![PathBuf::from(HELPER)],
-        };
+        let policy = ChildPolicy::programs(vec![PathBuf::from(HELPER)]);
         let upward = UpwardNotifier::disabled();
         let sup = env.sup.clone();
         let service = ChildService {
@@ -1750,9 +1746,7 @@ fn a_remote_caller_commands_the_supervisor_and_its_store_outlives_it() {
     use supervisor::upward::UpwardNotifier;
     scenario("debug,child=info", async |env| {
         let mut store = FdStore::default();
-        let policy = ChildPolicy {
-            programs: vec![PathBuf::from(HELPER)],
-        };
+        let policy = ChildPolicy::programs(vec![PathBuf::from(HELPER)]);
         let upward = UpwardNotifier::disabled();
         let sup = env.sup.clone();
         let (reexec_tx, mut reexec_rx) = tokio::sync::mpsc::unbounded_channel();
