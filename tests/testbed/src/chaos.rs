@@ -34,9 +34,31 @@ const LOAD_ADDRESS: &str = "192.0.2.1";
 /// Idle connections of a connection burst.
 const BURST_CONNECTIONS: usize = 500;
 
+/// Whose control plane runs the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlPlane {
+    /// Our daemon: every kind of fault.
+    Ours,
+    /// Upstream's manager and supervisord, installed in the bed: the faults that apply to it
+    /// ([`FaultKind::UPSTREAM`]), for a comparison of lost queries.
+    Upstream,
+}
+
+impl ControlPlane {
+    /// The kinds of fault drawn for this control plane.
+    pub fn kinds(self) -> &'static [FaultKind] {
+        match self {
+            ControlPlane::Ours => &FaultKind::ALL,
+            ControlPlane::Upstream => &FaultKind::UPSTREAM,
+        }
+    }
+}
+
 /// What to run and for how long.
 #[derive(Debug, Clone)]
 pub struct ChaosSpec {
+    /// Whose control plane is put through the chaos.
+    pub control_plane: ControlPlane,
     /// Our daemon as built; the soak runs a copy of it, which upgrades replace.
     pub daemon: PathBuf,
     /// Our kresctl, for `reload` and `upgrade` as an operator runs them.
@@ -75,13 +97,16 @@ pub enum FaultKind {
     LiveChange,
     ReloadByKresctl,
     ReloadBySighup,
+    /// kill -9 of the manager process and at once SIGHUP to the root: the reload is carried
+    /// out by the next manager.
+    ReloadWhileManagerAway,
     Upgrade,
     HostileBody,
     ConnectionBurst,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::KillWorker,
         FaultKind::KillManager,
         FaultKind::KillCacheGc,
@@ -92,10 +117,32 @@ impl FaultKind {
         FaultKind::LiveChange,
         FaultKind::ReloadByKresctl,
         FaultKind::ReloadBySighup,
+        FaultKind::ReloadWhileManagerAway,
         FaultKind::Upgrade,
         FaultKind::HostileBody,
         FaultKind::ConnectionBurst,
     ];
+
+    /// What upstream's manager is put through: worker and manager kills, reloads, scaling.
+    pub const UPSTREAM: [FaultKind; 4] = [
+        FaultKind::KillWorker,
+        FaultKind::KillManager,
+        FaultKind::ReloadByKresctl,
+        FaultKind::ScaleWorkers,
+    ];
+
+    /// Whether the workers run on as the same processes through this fault: everything that
+    /// befalls the control plane alone, and changes the workers take while running.
+    pub fn keeps_workers(self) -> bool {
+        !matches!(
+            self,
+            FaultKind::KillWorker
+                | FaultKind::ScaleWorkers
+                | FaultKind::ReloadByKresctl
+                | FaultKind::ReloadBySighup
+                | FaultKind::ReloadWhileManagerAway
+        )
+    }
 
     pub fn label(self) -> &'static str {
         match self {
@@ -107,8 +154,9 @@ impl FaultKind {
             FaultKind::PolicyChange => "policy change",
             FaultKind::RefusedChange => "refused change",
             FaultKind::LiveChange => "live change (logging.level)",
-            FaultKind::ReloadByKresctl => "reload (kresctl)",
+            FaultKind::ReloadByKresctl => "reload (kresctl, POST /reload)",
             FaultKind::ReloadBySighup => "reload (SIGHUP)",
+            FaultKind::ReloadWhileManagerAway => "reload (SIGHUP) as the manager dies",
             FaultKind::Upgrade => "upgrade (kresctl)",
             FaultKind::HostileBody => "hostile body",
             FaultKind::ConnectionBurst => "connection burst",
@@ -127,13 +175,17 @@ impl fmt::Display for FaultKind {
 #[derive(Debug, Clone)]
 pub struct Schedule {
     rng: SplitMix64,
+    /// The kinds every round holds.
+    kinds: Vec<FaultKind>,
+    /// What is left of the current round.
     round: Vec<FaultKind>,
 }
 
 impl Schedule {
-    pub fn new(seed: u64) -> Schedule {
+    pub fn new(seed: u64, kinds: &[FaultKind]) -> Schedule {
         Schedule {
             rng: SplitMix64(seed),
+            kinds: kinds.to_vec(),
             round: Vec::new(),
         }
     }
@@ -146,7 +198,7 @@ impl Schedule {
     /// The next fault.
     pub fn next_kind(&mut self) -> FaultKind {
         if self.round.is_empty() {
-            self.round = FaultKind::ALL.to_vec();
+            self.round = self.kinds.clone();
             // Fisher-Yates, drawn from the end.
             for i in (1..self.round.len()).rev() {
                 let j = self.rng.below(i as u64 + 1) as usize;
@@ -241,12 +293,14 @@ pub struct Criterion {
 /// Everything a run measured.
 #[derive(Debug)]
 pub struct ChaosReport {
+    pub control_plane: ControlPlane,
     pub seed: u64,
     pub faults: Vec<FaultRecord>,
     pub load: LoadReport,
     pub worker_kills: u64,
     pub root_before: Footprint,
-    pub root_after: Footprint,
+    /// `None` when the root was gone.
+    pub root_after: Option<Footprint>,
     pub criteria: Vec<Criterion>,
 }
 
@@ -257,45 +311,55 @@ impl ChaosReport {
 
     /// How many faults of each kind ran.
     pub fn counts(&self) -> Vec<(FaultKind, usize)> {
-        FaultKind::ALL
+        self.control_plane
+            .kinds()
             .iter()
             .map(|k| (*k, self.faults.iter().filter(|f| f.kind == *k).count()))
             .collect()
     }
 
-    /// The fault each lost query is charged to: the last one begun by the time it was sent
-    /// (a query sent just before a kill can be lost in it: one second of grace).
-    pub fn losses_by_fault(&self) -> Vec<(Option<FaultKind>, Duration)> {
-        self.load
-            .lost_at
-            .iter()
-            .map(|at| {
-                let kind = self
-                    .faults
-                    .iter()
-                    .rev()
-                    .find(|f| f.began <= *at + Duration::from_secs(1))
-                    .map(|f| f.kind);
-                (kind, *at)
-            })
-            .collect()
+    /// Lost queries by the kind of fault each is charged to: the last one begun by the time
+    /// it was sent (a query sent just before a kill can be lost in it: one second of grace);
+    /// `None` for losses before the first fault.
+    pub fn losses_by_kind(&self) -> Vec<(Option<FaultKind>, u64)> {
+        let mut out: Vec<(Option<FaultKind>, u64)> = Vec::new();
+        for at in &self.load.lost_at {
+            let kind = self
+                .faults
+                .iter()
+                .rev()
+                .find(|f| f.began <= *at + Duration::from_secs(1))
+                .map(|f| f.kind);
+            match out.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, n)) => *n += 1,
+                None => out.push((kind, 1)),
+            }
+        }
+        out
     }
 }
 
 impl fmt::Display for ChaosReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "chaos soak, seed {}", self.seed)?;
+        let whose = match self.control_plane {
+            ControlPlane::Ours => "ours",
+            ControlPlane::Upstream => "upstream's manager",
+        };
+        writeln!(f, "chaos soak of {whose}, seed {}", self.seed)?;
         writeln!(f, "faults by kind ({} in all):", self.faults.len())?;
         for (kind, n) in self.counts() {
             writeln!(f, "  {:<30} {n:>5}", kind.label())?;
         }
         writeln!(f, "load: {}", self.load)?;
-        for (kind, at) in self.losses_by_fault() {
+        for (kind, n) in self.losses_by_kind() {
             let kind = kind.map_or("before any fault", FaultKind::label);
-            writeln!(f, "  lost a query sent at {at:.3?}, during {kind}")?;
+            writeln!(f, "  lost during {kind}: {n}")?;
         }
         writeln!(f, "root before the first fault: {}", self.root_before)?;
-        writeln!(f, "root after the last fault:   {}", self.root_after)?;
+        match &self.root_after {
+            Some(after) => writeln!(f, "root after the last fault:   {after}")?,
+            None => writeln!(f, "root after the last fault:   gone")?,
+        }
         for c in &self.criteria {
             let verdict = if c.passed { "PASS" } else { "FAIL" };
             writeln!(f, "{verdict} {}: {}", c.name, c.detail)?;
@@ -332,7 +396,8 @@ struct Soak<'a> {
     worker_kills: u64,
 }
 
-/// Run the soak; an error when an effect did not show in time (the seed is in the message).
+/// Run the soak; a fault whose effect did not show in time ends it, and fails the criterion
+/// "every fault's effect was seen". An error when the soak could not begin.
 pub fn run(spec: &ChaosSpec) -> Result<ChaosReport> {
     let seed = spec.seed;
     run_soak(spec).with_context(|| format!("chaos soak with seed {seed}"))
@@ -359,6 +424,9 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
         spec.seed, spec.workers, spec.scaled_workers, spec.rate, spec.duration
     );
     let mut faults = Vec::new();
+    // The first fault whose effect was not seen (or the settling at the end): the soak ends
+    // there, and what can still be checked is.
+    let mut failure: Option<String> = None;
     let soak_start = Instant::now();
     let mut slot = 0u32;
     while soak_start.elapsed() < spec.duration || !soak.schedule.at_round_end() {
@@ -371,14 +439,24 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
         slot = slot.max((soak_start.elapsed().as_millis() / spec.period.as_millis()) as u32) + 1;
         let kind = soak.schedule.next_kind();
         let began = load.elapsed();
-        let detail = soak
-            .inflict(kind)
-            .with_context(|| format!("fault {} ({kind}) at {began:.1?}", faults.len() + 1))?;
-        // DNS is answered after every fault.
-        ensure!(
-            load.wait_answers(u64::from(spec.rate / 10).max(1), spec.effect_timeout),
-            "the load is not answered after {kind}"
-        );
+        let inflicted = soak.inflict(kind).and_then(|detail| {
+            // DNS is answered after every fault.
+            ensure!(
+                load.wait_answers(u64::from(spec.rate / 10).max(1), spec.effect_timeout),
+                "the load is not answered after {kind}"
+            );
+            Ok(detail)
+        });
+        let detail = match inflicted {
+            Ok(detail) => detail,
+            Err(e) => {
+                failure = Some(format!(
+                    "fault {} ({kind}) at {began:.1?}: {e:#}",
+                    faults.len() + 1
+                ));
+                break;
+            }
+        };
         let ended = load.elapsed();
         eprintln!(
             "chaos: #{:<3} {began:>8.1?} {kind:<28} {detail} ({:.1?})",
@@ -392,15 +470,26 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
             detail,
         });
     }
-    // Back to the starting worker count, so the root's descriptors compare like for like.
-    soak.scale_to(spec.workers)?;
-    ensure!(
-        load.wait_answers(u64::from(spec.rate), spec.effect_timeout),
-        "the load is not answered at the end"
-    );
-    let root_after = Footprint::of(root)?;
+    if failure.is_none() {
+        // Back to the starting worker count, so the root's descriptors compare like for like.
+        let settled = soak.scale_to(spec.workers).and_then(|()| {
+            ensure!(
+                load.wait_answers(u64::from(spec.rate), spec.effect_timeout),
+                "the load is not answered at the end"
+            );
+            Ok(())
+        });
+        failure = settled.err().map(|e| format!("settling at the end: {e:#}"));
+    }
+    let root_after = Footprint::of(root).ok();
     let load_report = load.stop();
+    let after = |f: fn(&Footprint) -> u64| root_after.as_ref().map(f);
     let mut criteria = vec![
+        Criterion {
+            name: "every fault's effect was seen",
+            passed: failure.is_none(),
+            detail: failure.unwrap_or_else(|| format!("{} faults", faults.len())),
+        },
         Criterion {
             name: "queries lost at most one per killed worker",
             passed: load_report.lost <= soak.worker_kills,
@@ -416,18 +505,22 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
         },
         Criterion {
             name: "root memory flat",
-            passed: root_after.rss_kib <= root_before.rss_kib + ROOT_RSS_SLACK_KIB,
+            passed: after(|f| f.rss_kib)
+                .is_some_and(|a| a <= root_before.rss_kib + ROOT_RSS_SLACK_KIB),
             detail: format!(
-                "{} KiB before, {} KiB after (slack {ROOT_RSS_SLACK_KIB} KiB)",
-                root_before.rss_kib, root_after.rss_kib
+                "{} KiB before, {:?} KiB after (slack {ROOT_RSS_SLACK_KIB} KiB)",
+                root_before.rss_kib,
+                after(|f| f.rss_kib)
             ),
         },
         Criterion {
             name: "root descriptors flat",
-            passed: root_after.descriptors <= root_before.descriptors + ROOT_DESCRIPTOR_SLACK,
+            passed: after(|f| f.descriptors)
+                .is_some_and(|a| a <= root_before.descriptors + ROOT_DESCRIPTOR_SLACK),
             detail: format!(
-                "{} before, {} after (slack {ROOT_DESCRIPTOR_SLACK})",
-                root_before.descriptors, root_after.descriptors
+                "{} before, {:?} after (slack {ROOT_DESCRIPTOR_SLACK})",
+                root_before.descriptors,
+                after(|f| f.descriptors)
             ),
         },
     ];
@@ -436,6 +529,7 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
     criteria.push(soak.accepted_policy_answers());
     criteria.push(soak.stop());
     Ok(ChaosReport {
+        control_plane: spec.control_plane,
         seed: spec.seed,
         faults,
         load: load_report,
@@ -495,7 +589,12 @@ impl<'a> Soak<'a> {
             ("NOTIFY_SOCKET", notify_path.as_os_str()),
             ("KRES_FAULT_INJECTION", std::ffi::OsStr::new("1")),
         ];
-        let launched = bed.launch(&program, &args, &env)?;
+        let launched = match spec.control_plane {
+            ControlPlane::Ours => bed.launch(&program, &args, &env)?,
+            ControlPlane::Upstream => {
+                bed.launch_installed(Path::new("/usr/bin/knot-resolver"), &args, &env[..1])?
+            }
+        };
         if let Err(e) = notify.wait_for("READY=1", spec.effect_timeout) {
             bail!("{e:#}\ndaemon output:\n{}", launched.output.text());
         }
@@ -508,7 +607,7 @@ impl<'a> Soak<'a> {
             api,
             config_file,
             port,
-            schedule: Schedule::new(spec.seed),
+            schedule: Schedule::new(spec.seed, spec.control_plane.kinds()),
             accepted: Accepted { document, policy },
             generation: 0,
             worker_kills: 0,
@@ -519,12 +618,27 @@ impl<'a> Soak<'a> {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
-    /// Carry out one fault and wait for its effect; what it did.
+    /// Carry out one fault and wait for its effect; what it did. The workers must still be
+    /// the same processes afterwards when the fault [keeps them](FaultKind::keeps_workers).
     fn inflict(&mut self, kind: FaultKind) -> Result<String> {
+        let workers = self.pids("kresd");
+        let detail = self.carry_out(kind)?;
+        if kind.keeps_workers() && self.spec.control_plane == ControlPlane::Ours {
+            let now = self.pids("kresd");
+            ensure!(
+                now == workers,
+                "{kind} replaced workers: {workers:?} before, {now:?} after\n{}",
+                self.output_tail()
+            );
+        }
+        Ok(detail)
+    }
+
+    fn carry_out(&mut self, kind: FaultKind) -> Result<String> {
         match kind {
             FaultKind::KillWorker => self.kill_worker(),
-            FaultKind::KillManager => self.kill_replaced("kres-manager"),
-            FaultKind::KillCacheGc => self.kill_replaced("kres-cache-gc"),
+            FaultKind::KillManager => self.kill_replaced(ProcessRole::Manager),
+            FaultKind::KillCacheGc => self.kill_replaced(ProcessRole::CacheGc),
             FaultKind::PanicManagerTask => self.panic_manager_task(),
             FaultKind::ScaleWorkers => {
                 let now = self.accepted.document["workers"].as_u64().unwrap_or(0);
@@ -541,6 +655,7 @@ impl<'a> Soak<'a> {
             FaultKind::LiveChange => self.live_change(),
             FaultKind::ReloadByKresctl => self.reload(ReloadBy::Kresctl),
             FaultKind::ReloadBySighup => self.reload(ReloadBy::Sighup),
+            FaultKind::ReloadWhileManagerAway => self.reload(ReloadBy::SighupWhileManagerAway),
             FaultKind::Upgrade => self.upgrade(),
             FaultKind::HostileBody => self.hostile_body(),
             FaultKind::ConnectionBurst => self.connection_burst(),
@@ -589,17 +704,36 @@ impl<'a> Soak<'a> {
         Ok(format!("killed {victim}, workers now {now:?}"))
     }
 
-    /// Kill the one process named `comm`; wait for its successor (and, for the manager, for
-    /// its API to answer).
-    fn kill_replaced(&mut self, comm: &str) -> Result<String> {
-        let old = self.until(&format!("a {comm} to kill"), || {
-            Ok(self.pids(comm).first().copied())
+    /// Pids of the manager process (ours: `kres-manager`; upstream's: Python running
+    /// `knot_resolver.manager`) or of the cache GC.
+    fn role_pids(&self, role: ProcessRole) -> Vec<i32> {
+        match (role, self.spec.control_plane) {
+            (ProcessRole::CacheGc, _) => self.pids("kres-cache-gc"),
+            (ProcessRole::Manager, ControlPlane::Ours) => self.pids("kres-manager"),
+            (ProcessRole::Manager, ControlPlane::Upstream) => self
+                .pids("python3")
+                .into_iter()
+                .filter(|p| {
+                    std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
+                        c.split(|b| *b == 0)
+                            .any(|arg| arg == b"knot_resolver.manager")
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// Kill the one process of `role`; wait for its successor (and, for the manager, for its
+    /// API to answer).
+    fn kill_replaced(&mut self, role: ProcessRole) -> Result<String> {
+        let old = self.until(&format!("a {role:?} to kill"), || {
+            Ok(self.role_pids(role).first().copied())
         })?;
         kill(Pid::from_raw(old), Signal::SIGKILL)?;
-        let new = self.until(&format!("{comm} replaced"), || {
-            Ok(self.pids(comm).into_iter().find(|p| *p != old))
+        let new = self.until(&format!("{role:?} replaced"), || {
+            Ok(self.role_pids(role).into_iter().find(|p| *p != old))
         })?;
-        if comm == "kres-manager" {
+        if role == ProcessRole::Manager {
             self.until("the new manager's API", || Ok(self.get_config().ok()))?;
         }
         Ok(format!("killed {old}, now {new}"))
@@ -685,6 +819,15 @@ impl<'a> Soak<'a> {
         let document = file_document(&self.dir, self.port, self.spec.workers, &policy);
         crate::write(&self.config_file, &serde_json::to_string_pretty(&document)?)?;
         match by {
+            ReloadBy::Kresctl if self.spec.control_plane == ControlPlane::Upstream => {
+                let resp = self.http("POST", "/reload", b"")?;
+                ensure!(
+                    resp.status == 200,
+                    "reload: {} {}",
+                    resp.status,
+                    resp.text()
+                );
+            }
             ReloadBy::Kresctl => {
                 let out = self.kresctl(&["reload"])?;
                 crate::succeeded("kresctl reload", &out)?;
@@ -704,6 +847,19 @@ impl<'a> Soak<'a> {
                         break;
                     }
                 }
+            }
+            ReloadBy::SighupWhileManagerAway => {
+                let manager = self.until("a manager to kill", || {
+                    Ok(self.role_pids(ProcessRole::Manager).first().copied())
+                })?;
+                kill(Pid::from_raw(manager), Signal::SIGKILL)?;
+                self.launched.signal(Signal::SIGHUP)?;
+                self.until("the manager replaced", || {
+                    Ok(self
+                        .role_pids(ProcessRole::Manager)
+                        .into_iter()
+                        .find(|p| *p != manager))
+                })?;
             }
         }
         self.accepted = Accepted { document, policy };
@@ -938,11 +1094,20 @@ impl<'a> Soak<'a> {
     }
 }
 
+/// A process of the control plane that a fault kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProcessRole {
+    Manager,
+    CacheGc,
+}
+
 /// How a reload is asked.
 #[derive(Debug, Clone, Copy)]
 enum ReloadBy {
     Kresctl,
     Sighup,
+    /// SIGHUP right after a kill -9 of the manager process.
+    SighupWhileManagerAway,
 }
 
 /// Whether the kresd `pid` is a worker (not the policy-loader or a canary): its `-c` file is
@@ -1007,7 +1172,7 @@ mod tests {
     #[test]
     fn a_seed_replays_its_schedule_and_every_round_holds_every_kind() {
         let draw = |seed| {
-            let mut s = Schedule::new(seed);
+            let mut s = Schedule::new(seed, &FaultKind::ALL);
             (0..FaultKind::ALL.len() * 3)
                 .map(|_| s.next_kind())
                 .collect::<Vec<_>>()
