@@ -78,8 +78,8 @@ fn spec(control_plane: ControlPlane, minutes: u64, seed: u64) -> Result<ChaosSpe
 /// Lost queries by fault kind, ours beside upstream's.
 fn print_comparison(ours: &ChaosReport, upstream: &ChaosReport) {
     println!("lost queries, ours beside upstream's (upstream: its subset of faults)");
-    println!("{:<32} {:>12} {:>12}", "", "ours", "upstream");
-    let row = |name: &str, o: String, u: String| println!("{name:<32} {o:>12} {u:>12}");
+    println!("{:<48} {:>12} {:>12}", "", "ours", "upstream");
+    let row = |name: &str, o: String, u: String| println!("{name:<48} {o:>12} {u:>12}");
     row(
         "queries sent",
         ours.load.sent.to_string(),

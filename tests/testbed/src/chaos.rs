@@ -429,7 +429,8 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
     let mut failure: Option<String> = None;
     let soak_start = Instant::now();
     let mut slot = 0u32;
-    while soak_start.elapsed() < spec.duration || !soak.schedule.at_round_end() {
+    while soak_start.elapsed() < spec.duration || faults.is_empty() || !soak.schedule.at_round_end()
+    {
         // The rhythm of the schedule: the next slot, or at once when the previous fault's
         // effect took longer than a period.
         let due = soak_start + spec.period * slot;
@@ -484,6 +485,7 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
     let root_after = Footprint::of(root).ok();
     let load_report = load.stop();
     let after = |f: fn(&Footprint) -> u64| root_after.as_ref().map(f);
+    let shown = |v: Option<u64>| v.map_or("gone".to_owned(), |v| v.to_string());
     let mut criteria = vec![
         Criterion {
             name: "every fault's effect was seen",
@@ -508,9 +510,9 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
             passed: after(|f| f.rss_kib)
                 .is_some_and(|a| a <= root_before.rss_kib + ROOT_RSS_SLACK_KIB),
             detail: format!(
-                "{} KiB before, {:?} KiB after (slack {ROOT_RSS_SLACK_KIB} KiB)",
+                "{} KiB before, {} KiB after (slack {ROOT_RSS_SLACK_KIB} KiB)",
                 root_before.rss_kib,
-                after(|f| f.rss_kib)
+                shown(after(|f| f.rss_kib))
             ),
         },
         Criterion {
@@ -518,9 +520,9 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
             passed: after(|f| f.descriptors)
                 .is_some_and(|a| a <= root_before.descriptors + ROOT_DESCRIPTOR_SLACK),
             detail: format!(
-                "{} before, {:?} after (slack {ROOT_DESCRIPTOR_SLACK})",
+                "{} before, {} after (slack {ROOT_DESCRIPTOR_SLACK})",
                 root_before.descriptors,
-                after(|f| f.descriptors)
+                shown(after(|f| f.descriptors))
             ),
         },
     ];
