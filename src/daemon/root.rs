@@ -239,7 +239,8 @@ fn keep_rundir_from_workers(
     Ok(())
 }
 
-/// Give root's regular files in the directory `dir` (but the pid file) to `workers`.
+/// Give root's regular files in the directory `dir` (but the pid file, and any file with
+/// another link) to `workers`.
 fn hand_generated_files_over(
     dir: &OwnedFd,
     workers: supervisor::Credentials,
@@ -257,7 +258,9 @@ fn hand_generated_files_over(
             continue;
         };
         let regular = SFlag::from_bits_truncate(meta.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG;
-        if regular && meta.st_uid == 0 {
+        // A file with another link is not ours to give away (a hard link planted to another
+        // file would make us chown that file).
+        if regular && meta.st_uid == 0 && meta.st_nlink == 1 {
             nix::unistd::fchownat(
                 dir,
                 name.as_os_str(),
@@ -1572,6 +1575,12 @@ mod tests {
         let owner = |name: &str| std::fs::metadata(dir.0.join(name)).expect("stat").uid();
         assert_eq!(owner("kresd0.conf"), workers.uid);
         assert_eq!(owner(PID_FILE_NAME), 0);
+        // Never through a hard link to another file.
+        let elsewhere = dir.0.join("elsewhere");
+        std::fs::write(&elsewhere, "root's").expect("file");
+        std::fs::hard_link(&elsewhere, dir.0.join("kresd1.conf")).expect("hard link");
+        keep_rundir_from_workers(&dir.0, workers).expect("secured");
+        assert_eq!(owner("elsewhere"), 0, "a hard link is not followed");
         // A link is never followed.
         let link = dir.0.join("link");
         std::os::unix::fs::symlink(&dir.0, &link).expect("link");
