@@ -18,6 +18,7 @@ use std::time::SystemTime;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
+use knot_resolver::api::failures::ProcessFailureRecord;
 use knot_resolver::api::openapi::{document, METHODS};
 use knot_resolver::api::upgrade::{UpgradeOutcome, UpgradeRecord};
 use knot_resolver::api::{app, ApiState};
@@ -116,6 +117,10 @@ fn process_table() -> Snapshot {
                 ..process("cache-gc", "gc", ProcessState::Failed)
             },
             process("policy-loader", "policy-loader", ProcessState::Exited),
+            ProcessSnapshot {
+                pid: Some(4244),
+                ..process("manager", "manager", ProcessState::Running)
+            },
         ],
         shutting_down: false,
         draining: false,
@@ -168,6 +173,11 @@ impl Fixture {
                 at: 1_700_000_000,
                 error: Some("the new binary cannot read the state".into()),
                 first_incarnation: 2,
+            })),
+            process_failures: Some(Arc::new(ProcessFailureRecord {
+                failures: 2,
+                since: 1_700_000_000,
+                last: "killed by signal 9 (SIGKILL)".into(),
             })),
             events: EventLog::new("test"),
         };

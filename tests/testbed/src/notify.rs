@@ -55,6 +55,30 @@ impl NotifyListener {
         }
     }
 
+    /// Wait for a message with a line starting with `prefix` (a `STATUS=` whose figures vary);
+    /// returns that line.
+    pub fn wait_for_prefix(&mut self, prefix: &str, timeout: Duration) -> Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let found = self
+                .received
+                .iter()
+                .flat_map(|m| m.lines())
+                .find(|l| l.starts_with(prefix));
+            if let Some(line) = found {
+                return Ok(line.to_owned());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                bail!(
+                    "no notification starting {prefix:?} within {timeout:?}; got {:?}",
+                    self.received
+                );
+            }
+            self.receive_one(left)?;
+        }
+    }
+
     /// Read one message into `received`, waiting at most `timeout` (no error on timeout).
     fn receive_one(&mut self, timeout: Duration) -> Result<()> {
         let mut buf = vec![0u8; 8192];
