@@ -717,7 +717,11 @@ async fn answers_match_their_documented_schemas() {
         .find(|c| c.name.starts_with("GET /processes →"))
         .expect("processes");
     let listed: Value = serde_json::from_slice(&processes.body).expect("JSON");
-    assert_eq!(listed.as_array().map(Vec::len), Some(4), "{listed}");
+    assert_eq!(listed.as_array().map(Vec::len), Some(5), "{listed}");
+    // The manager's entry alone carries its failures (validated against the schema above).
+    let manager = &listed[4];
+    assert_eq!(manager["failures"]["process_failures"], 2, "{manager}");
+    assert!(listed[0].get("failures").is_none(), "{listed}");
 
     // A process entry without its name must fail its schema: the check can fail.
     let mut nameless = listed[0].clone();
