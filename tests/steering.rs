@@ -333,7 +333,7 @@ fn restart_gap(log: &str, name: &str, old: i64, new: i64) -> Option<Duration> {
         log.lines()
             .find(|l| l.contains(needle) && l.contains(&format!("name=\"{name}\"")))
             .and_then(|l| l.split_whitespace().next())
-            .and_then(|t| chrono_like_seconds(t))
+            .and_then(log_seconds)
     };
     let exited = at(&format!("process exited name=\"{name}\" pid={old}"))?;
     let spawned = at(&format!("process spawned name=\"{name}\" pid={new}"))?;
@@ -341,7 +341,7 @@ fn restart_gap(log: &str, name: &str, old: i64, new: i64) -> Option<Duration> {
 }
 
 /// Seconds within the day of an RFC 3339 timestamp such as `2026-11-24T01:34:08.907616Z`.
-fn chrono_like_seconds(t: &str) -> Option<f64> {
+fn log_seconds(t: &str) -> Option<f64> {
     let time = t.split_once('T')?.1.trim_end_matches('Z');
     let mut parts = time.split(':');
     let h: f64 = parts.next()?.parse().ok()?;

@@ -736,9 +736,7 @@ impl Root {
         let mut drain_ends: Option<Instant> = None;
         // The upgrade probe under way, if any, and the managers' requests waiting for its
         // outcome: it runs beside the loop, so signals are handled meanwhile.
-        let mut probing: Option<
-            std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>>,
-        > = None;
+        let mut probing: Option<futures_util::future::BoxFuture<'_, Result<(), String>>> = None;
         let mut waiting_for_probe: Vec<tokio::sync::oneshot::Sender<Result<(), String>>> =
             Vec::new();
         let served = loop {
