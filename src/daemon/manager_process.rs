@@ -306,32 +306,42 @@ async fn serve(
     ));
     // Ask the root to stop everything with `code`, then wait for it to stop us.
     let mut exit_requested = None;
-    let started = tokio::select! {
-        r = started_rx.wait_for(|s| *s) => match r {
-            Ok(_) => true,
-            Err(_) => {
-                // The task dropped its side: it has ended; learn how.
-                exit_requested = Some(report_manager_end((&mut manager).await));
+    // A SIGHUP during start-up is a reload once started (the files may have changed since
+    // they were read), never a reason to stop.
+    let mut reload_once_started = false;
+    let started = loop {
+        break tokio::select! {
+            r = started_rx.wait_for(|s| *s) => match r {
+                Ok(_) => true,
+                Err(_) => {
+                    // The task dropped its side: it has ended; learn how.
+                    exit_requested = Some(report_manager_end((&mut manager).await));
+                    false
+                }
+            },
+            r = &mut manager => {
+                exit_requested = Some(report_manager_end(r));
                 false
             }
-        },
-        r = &mut manager => {
-            exit_requested = Some(report_manager_end(r));
-            false
-        }
-        r = health_rx.wait_for(|h| h.failures >= START_MAX_FAILURES) => {
-            let failures = r.map(|h| h.failures).unwrap_or(START_MAX_FAILURES);
-            tracing::error!("the manager task failed {failures} times before it completed the start; stopping");
-            // Nothing runs yet that could be kept: end the supervision, stop the resolver.
-            stop.cancel();
-            exit_requested = Some(1);
-            false
-        }
-        () = parent.gone.cancelled() => return ExitCode::from(1),
-        Some(sig) = signals.next() => {
-            tracing::warn!(signal = sig, "signal received during start-up; stopping");
-            return ExitCode::SUCCESS;
-        }
+            r = health_rx.wait_for(|h| h.failures >= START_MAX_FAILURES) => {
+                let failures = r.map(|h| h.failures).unwrap_or(START_MAX_FAILURES);
+                tracing::error!("the manager task failed {failures} times before it completed the start; stopping");
+                // Nothing runs yet that could be kept: end the supervision, stop the resolver.
+                stop.cancel();
+                exit_requested = Some(1);
+                false
+            }
+            () = parent.gone.cancelled() => return ExitCode::from(1),
+            Some(sig) = signals.next() => {
+                if sig == SIGHUP {
+                    tracing::info!("SIGHUP received during start-up; reloading once started");
+                    reload_once_started = true;
+                    continue;
+                }
+                tracing::warn!(signal = sig, "signal received during start-up; stopping");
+                return ExitCode::SUCCESS;
+            }
+        };
     };
     let mut api_task = None;
     let mut watchdog_task = None;
@@ -344,6 +354,9 @@ async fn serve(
         ));
         if let Some(bell) = reload_bell {
             tokio::spawn(super::recovery::answer_reloads(bell, handle.clone()));
+        }
+        if reload_once_started && !handle.request_reload() {
+            tracing::warn!("a reload is already queued; SIGHUP ignored");
         }
         if let Some(logging) = logging {
             tokio::spawn(logging.follow(handle.subscribe()));
