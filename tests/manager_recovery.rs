@@ -263,3 +263,87 @@ fn a_crash_loop_of_the_manager_task_never_stops_the_workers() {
     );
     r.stop();
 }
+
+/// Twelve SIGKILLs of the manager process 1.5 s apart (each while one runs; a moment with
+/// none, the root waiting in its backoff, is skipped): the workers answer throughout, the
+/// root counts every failure in its log, in STATUS and on the manager's `/processes` entry,
+/// and the next incarnation serves the API and carries out a change.
+#[test]
+fn a_crash_loop_of_the_manager_process_never_stops_the_workers() {
+    const ROUNDS: usize = 12;
+    let setup = Setup::new("manager-process-crash-loop")
+        .workers(2)
+        .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n");
+    let mut r = common::start(&setup).expect("resolver starts");
+    let workers_before = r.pids_named("kresd");
+    let asker = PacedAsker::start(&r, "alive.test.");
+
+    let mut killed = 0u32;
+    let mut away = 0u32;
+    let mut last_kill = Instant::now();
+    for i in 0..ROUNDS {
+        if i > 0 {
+            // The rhythm under test, not an ordering of events.
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        // Read as systemd would: every incarnation says READY=1 again.
+        r.notify.drain().expect("notifications");
+        match r.pids_named("kres-manager")[..] {
+            [pid] => {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL)
+                    .expect("kill");
+                killed += 1;
+                last_kill = Instant::now();
+                // Seen by the root before the next round.
+                r.launched
+                    .output
+                    .wait_for_count("the manager process ended", killed as usize, START_TIMEOUT)
+                    .expect("the root saw the exit");
+            }
+            _ => away += 1,
+        }
+    }
+    r.launched
+        .output
+        .wait_for_count(
+            "serving the API again",
+            killed as usize,
+            Duration::from_secs(90),
+        )
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", r.launched.output.text()));
+    let body = json!("alive.test. 300 A 192.0.2.10\n").to_string();
+    let resp = r
+        .http("PUT", "/v1/config/local-data/records", body.as_bytes())
+        .expect("the API answers");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let api_back = last_kill.elapsed();
+    assert_eq!(r.a_records("alive.test."), vec!["192.0.2.10"]);
+    let (sent, lost) = asker.finish();
+    let entry = manager_entry(&r);
+    eprintln!(
+        "{ROUNDS} rounds 1.5 s apart: manager process killed {killed} times ({away} rounds found \
+         it away); DNS: {sent} queries sent every {} ms, {lost} lost; a change carried out \
+         {:.1} s after the last kill",
+        PACE.as_millis(),
+        api_back.as_secs_f64()
+    );
+    eprintln!("manager entry: {entry}");
+    assert_eq!(lost, 0, "queries lost during the crash loop");
+    assert!(killed >= 5, "{killed} kills");
+    assert_eq!(entry["failures"]["process_failures"], killed, "{entry}");
+    let out = r.launched.output.text();
+    assert!(
+        out.contains(&format!("the manager process failed {killed} times within")),
+        "the log counts every failure: {out}"
+    );
+    let status = r
+        .notify
+        .wait_for_prefix(
+            &format!("STATUS=Manager restarting after {killed} failures"),
+            START_TIMEOUT,
+        )
+        .expect("STATUS upward");
+    assert!(status.ends_with("workers serving"), "{status}");
+    assert_eq!(r.pids_named("kresd"), workers_before);
+    r.stop();
+}
