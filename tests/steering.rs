@@ -107,8 +107,29 @@ fn crash_under_load(setup: Setup) -> (LoadReport, Duration) {
         "kresd1 (pid {new}) answers again: {before:?} -> {after:?}"
     );
     let report = load.stop();
+    let log = r.launched.output.text();
     r.stop();
+    if let Some(gap) = restart_gap(&log, "kresd1", old, new) {
+        eprintln!("kresd1: exit reaped -> new process spawned in {gap:?}");
+    }
+    if let Some(up) = start_time(&log, "kresd1", new) {
+        eprintln!("kresd1: new process spawned -> READY=1 in {up:?}");
+    }
     (report, killed_at)
+}
+
+/// The time between the "process spawned" and the "ready" lines of `pid`.
+fn start_time(log: &str, name: &str, pid: i64) -> Option<Duration> {
+    let at = |what: &str| {
+        let needle = format!("{what} name=\"{name}\" pid={pid}");
+        log.lines()
+            .find(|l| l.contains(&needle))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(log_seconds)
+    };
+    let spawned = at("process spawned")?;
+    let ready = at("ready")?;
+    Some(Duration::from_secs_f64((ready - spawned).max(0.0)))
 }
 
 /// Latency of the steady state and of the window around the kill.
@@ -314,6 +335,9 @@ fn a_first_crash_soon_after_the_spawn_is_restarted_at_once() {
     );
     if let Some(gap) = restart_gap(&log, "kresd1", old, new) {
         eprintln!("kresd1: exit reaped -> new process spawned in {gap:?}");
+    }
+    if let Some(up) = start_time(&log, "kresd1", new) {
+        eprintln!("kresd1: new process spawned -> READY=1 in {up:?}");
     }
     assert!(
         !states.iter().any(|s| s == "backoff"),
