@@ -475,6 +475,14 @@ pub fn sealed_memfd(name: &str, data: &[u8]) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// A pipe used as a doorbell: both ends close-on-exec and non-blocking, so ringing never
+/// waits (a write that finds the pipe full finds the bell rung already) and the side that
+/// answers reads every ring at once. Returns (read end, write end).
+pub fn doorbell_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::fcntl::OFlag;
+    Ok(nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?)
+}
+
 /// Whether descriptor `fd` is open (an error saying which one when it is not).
 pub fn check_open(fd: RawFd) -> io::Result<()> {
     // SAFETY: the borrow lives only for this fcntl call, which tells whether `fd` is open.
