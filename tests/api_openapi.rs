@@ -18,6 +18,7 @@ use std::time::SystemTime;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
+use knot_resolver::api::failures::ProcessFailureRecord;
 use knot_resolver::api::openapi::{document, METHODS};
 use knot_resolver::api::upgrade::{UpgradeOutcome, UpgradeRecord};
 use knot_resolver::api::{app, ApiState};
@@ -116,6 +117,10 @@ fn process_table() -> Snapshot {
                 ..process("cache-gc", "gc", ProcessState::Failed)
             },
             process("policy-loader", "policy-loader", ProcessState::Exited),
+            ProcessSnapshot {
+                pid: Some(4244),
+                ..process("manager", "manager", ProcessState::Running)
+            },
         ],
         shutting_down: false,
         draining: false,
@@ -168,6 +173,11 @@ impl Fixture {
                 at: 1_700_000_000,
                 error: Some("the new binary cannot read the state".into()),
                 first_incarnation: 2,
+            })),
+            process_failures: Some(Arc::new(ProcessFailureRecord {
+                failures: 2,
+                since: 1_700_000_000,
+                last: "killed by signal 9 (SIGKILL)".into(),
             })),
             events: EventLog::new("test"),
         };
@@ -707,7 +717,11 @@ async fn answers_match_their_documented_schemas() {
         .find(|c| c.name.starts_with("GET /processes →"))
         .expect("processes");
     let listed: Value = serde_json::from_slice(&processes.body).expect("JSON");
-    assert_eq!(listed.as_array().map(Vec::len), Some(4), "{listed}");
+    assert_eq!(listed.as_array().map(Vec::len), Some(5), "{listed}");
+    // The manager's entry alone carries its failures (validated against the schema above).
+    let manager = &listed[4];
+    assert_eq!(manager["failures"]["process_failures"], 2, "{manager}");
+    assert!(listed[0].get("failures").is_none(), "{listed}");
 
     // A process entry without its name must fail its schema: the check can fail.
     let mut nameless = listed[0].clone();

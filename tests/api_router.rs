@@ -95,6 +95,7 @@ impl Fixture {
             rendered: Default::default(),
             guard: Default::default(),
             upgrade: None,
+            process_failures: None,
             events: EventLog::new("test"),
         };
         Fixture {

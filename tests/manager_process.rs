@@ -223,3 +223,81 @@ fn two_starters_at_the_same_instant_never_both_run() {
         r.stop();
     }
 }
+
+/// Whether process `pid` is stopped (`T` in `/proc/PID/stat`).
+fn is_stopped(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let after_name = stat.rsplit_once(") ")?.1.to_owned();
+            after_name.chars().next()
+        })
+        == Some('T')
+}
+
+/// SIGHUP to the root while the manager process cannot take it (stopped, then replaced as
+/// hung): the reload waits for the next incarnation, which carries it out once, for the
+/// three signals together. The root counts the failure for `/processes` and tells systemd.
+#[test]
+fn a_reload_asked_while_the_manager_is_away_is_carried_out_when_it_is_back() {
+    let setup = Setup::new("manager-away-reload")
+        .env(knot_resolver::daemon::MANAGER_HANG_VAR, "2")
+        .extra("local-data:\n  records: |\n    away.test. 300 A 192.0.2.9\n");
+    let mut r = common::start(&setup).expect("resolver starts");
+    let workers = r.pids_named("kresd");
+    let victim = manager_pid(&r);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(victim), Signal::SIGSTOP).expect("stop");
+    testbed::wait_for("the manager stopped", START_TIMEOUT, || {
+        Ok(is_stopped(victim).then_some(()))
+    })
+    .expect("stopped");
+
+    let config = std::fs::read_to_string(&r.config).expect("read config");
+    std::fs::write(&r.config, config.replace("192.0.2.9", "192.0.2.10")).expect("write");
+    // Three signals, each seen by the root before the next (the kernel merges signals still
+    // pending).
+    for n in 1..=3 {
+        r.launched.signal(Signal::SIGHUP).expect("SIGHUP");
+        r.launched
+            .output
+            .wait_for_count("SIGHUP received; the manager reloads", n, START_TIMEOUT)
+            .expect("SIGHUP seen by the root");
+    }
+    r.launched
+        .output
+        .wait_for("serving the API again", START_TIMEOUT)
+        .expect("a new manager process");
+    assert_ne!(manager_pid(&r), victim, "the hung manager was replaced");
+    testbed::wait_for("the reloaded record", START_TIMEOUT, || {
+        Ok((r.a_records("away.test.") == vec!["192.0.2.10"]).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", r.launched.output.text()));
+
+    let log = r.launched.output.text();
+    let reloads: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("reload asked of the root"))
+        .collect();
+    assert_eq!(reloads.len(), 1, "one reload for three signals: {log}");
+    assert!(reloads[0].contains("rings=3"), "{}", reloads[0]);
+    assert_eq!(r.pids_named("kresd"), workers, "no worker restarted");
+
+    let resp = r.http("GET", "/processes", b"").expect("GET /processes");
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&resp.body).expect("JSON");
+    let manager = list
+        .iter()
+        .find(|p| p["name"] == "manager")
+        .expect("a manager entry");
+    let failures = &manager["failures"];
+    assert_eq!(failures["process_failures"], 1, "{manager}");
+    assert_eq!(
+        failures["last_failure"], "manager process: answered nothing for 2 s",
+        "{manager}"
+    );
+    let status = r
+        .notify
+        .wait_for_prefix("STATUS=Manager restarting after 1 failures", START_TIMEOUT)
+        .expect("STATUS upward");
+    assert!(status.ends_with("workers serving"), "{status}");
+    r.stop();
+}

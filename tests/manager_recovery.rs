@@ -1,10 +1,16 @@
 //! The manager runs as a supervised task: when it panics, the daemon restarts it, the new
-//! incarnation adopts the running workers, and DNS service is never interrupted.
+//! incarnation adopts the running workers, and DNS service is never interrupted. A crash loop
+//! of any length backs off and never stops the workers.
 
 mod common;
 
-use common::{Setup, START_TIMEOUT, STOP_TIMEOUT};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Resolver, Setup, DNS_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT};
 use nix::sys::signal::Signal;
+use serde_json::{json, Value};
 
 #[test]
 fn manager_panic_keeps_workers_serving_and_adopts_them() {
@@ -25,7 +31,7 @@ fn manager_panic_keeps_workers_serving_and_adopts_them() {
     assert_eq!(resp.status, 200, "{}", resp.text());
     r.launched
         .output
-        .wait_for("task panicked; restarting it", START_TIMEOUT)
+        .wait_for("task panicked (1 failures within", START_TIMEOUT)
         .expect("panic seen");
     let line = r
         .launched
@@ -81,4 +87,263 @@ fn fault_injection_is_off_by_default() {
     assert_eq!(resp.status, 404);
     r.launched.signal(Signal::SIGINT).expect("signal");
     assert_eq!(r.launched.wait(STOP_TIMEOUT).expect("exit").code(), Some(0));
+}
+
+/// Asks for one name every `PACE` on its own thread, counting the queries sent and those
+/// lost (no answer within the client's timeout, or an empty one).
+struct PacedAsker {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU32>,
+    lost: Arc<AtomicU32>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The pace of [`PacedAsker`]: a client asking about 20 times a second.
+const PACE: Duration = Duration::from_millis(50);
+
+impl PacedAsker {
+    fn start(r: &Resolver, name: &'static str) -> PacedAsker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (sent, lost) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+        let server = r.dns();
+        let thread = {
+            let (stop, sent, lost) = (stop.clone(), sent.clone(), lost.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let asked = Instant::now();
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    match testbed::dns::query_udp(server, name, testbed::dns::TYPE_A, DNS_TIMEOUT) {
+                        Ok(resp) if !resp.a().is_empty() => {}
+                        _ => {
+                            lost.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    std::thread::sleep(PACE.saturating_sub(asked.elapsed()));
+                }
+            })
+        };
+        PacedAsker {
+            stop,
+            sent,
+            lost,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop asking; (sent, lost).
+    fn finish(mut self) -> (u32, u32) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("asker thread");
+        }
+        (
+            self.sent.load(Ordering::SeqCst),
+            self.lost.load(Ordering::SeqCst),
+        )
+    }
+}
+
+/// The manager's entry of `GET /processes`.
+fn manager_entry(r: &Resolver) -> Value {
+    let resp = r.http("GET", "/processes", b"").expect("GET /processes");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let list: Vec<Value> = serde_json::from_slice(&resp.body).expect("JSON");
+    list.into_iter()
+        .find(|p| p["name"] == "manager")
+        .expect("a manager entry")
+}
+
+/// Twelve panics of the manager task 1.5 s apart, far more than any threshold of giving up:
+/// the workers answer throughout, the task backs off (a panic asked while it waits is
+/// refused with 503), the log counts the failures truthfully, systemd is told, and once the
+/// last backoff is over the API carries out a change.
+#[test]
+fn a_crash_loop_of_the_manager_task_never_stops_the_workers() {
+    const PANICS: usize = 12;
+    let setup = Setup::new("manager-crash-loop")
+        .workers(2)
+        .env(knot_resolver::daemon::FAULT_INJECTION_VAR, "1")
+        .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n");
+    let mut r = common::start(&setup).expect("resolver starts");
+    let workers_before = r.pids_named("kresd");
+    assert_eq!(workers_before.len(), 2);
+    let asker = PacedAsker::start(&r, "alive.test.");
+
+    let mut accepted = 0u32;
+    let mut refused = 0u32;
+    let mut last_panic = Instant::now();
+    for i in 0..PANICS {
+        if i > 0 {
+            // The rhythm under test, not an ordering of events.
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        let resp = r
+            .http("POST", "/debug/panic-manager", b"")
+            .unwrap_or_else(|e| {
+                panic!(
+                    "panic {i}: the API is gone ({e}); output:\n{}",
+                    r.launched.output.text()
+                )
+            });
+        match resp.status {
+            200 => {
+                accepted += 1;
+                last_panic = Instant::now();
+            }
+            // The task waits in its backoff: nothing runs that could panic.
+            503 => refused += 1,
+            other => panic!("panic {i}: {other} {}", resp.text()),
+        }
+    }
+    assert!(
+        r.launched.tree().len() > 1,
+        "the resolver still runs: {}",
+        r.launched.output.text()
+    );
+
+    // Back: the task runs again (no next attempt pending) and a change goes through.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let entry = loop {
+        let entry = manager_entry(&r);
+        let failures = &entry["failures"];
+        if failures["task_failures_total"] == accepted && failures["next_attempt"].is_null() {
+            break entry;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the manager task is not back: {entry}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let body = json!("alive.test. 300 A 192.0.2.10\n").to_string();
+    let resp = r
+        .http("PUT", "/v1/config/local-data/records", body.as_bytes())
+        .unwrap_or_else(|e| panic!("PUT: {e}; output:\n{}", r.launched.output.text()));
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let api_back = last_panic.elapsed();
+    assert_eq!(r.a_records("alive.test."), vec!["192.0.2.10"]);
+    let (sent, lost) = asker.finish();
+    eprintln!(
+        "{PANICS} manager-task panics asked 1.5 s apart: {accepted} carried out, {refused} refused \
+         during the backoff; DNS: {sent} queries sent every {} ms, {lost} lost; a change \
+         carried out {:.1} s after the last panic",
+        PACE.as_millis(),
+        api_back.as_secs_f64()
+    );
+    eprintln!("manager entry: {entry}");
+    assert_eq!(lost, 0, "queries lost during the crash loop");
+    assert!(
+        accepted >= 5,
+        "more panics than the old limit of five carried out: {accepted}"
+    );
+    let failures = &entry["failures"];
+    assert_eq!(failures["task_failures"], accepted, "{entry}");
+    assert_eq!(failures["last_failure"], "manager task panicked", "{entry}");
+
+    // Counted truthfully in the log, and told to systemd.
+    let out = r.launched.output.text();
+    assert!(!out.contains("in a row"), "{out}");
+    assert!(
+        out.contains(&format!("({accepted} failures within")),
+        "the log counts every failure: {out}"
+    );
+    let status = r
+        .notify
+        .wait_for_prefix("STATUS=Manager task restarting after", START_TIMEOUT)
+        .expect("STATUS upward");
+    assert!(status.ends_with("workers serving"), "{status}");
+
+    // The same workers all along; kresctl answers.
+    assert_eq!(r.pids_named("kresd"), workers_before);
+    let out = r.kresctl(&["pids", "kresd"]).expect("kresctl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    r.stop();
+}
+
+/// Twelve SIGKILLs of the manager process 1.5 s apart (each while one runs; a moment with
+/// none, the root waiting in its backoff, is skipped): the workers answer throughout, the
+/// root counts every failure in its log, in STATUS and on the manager's `/processes` entry,
+/// and the next incarnation serves the API and carries out a change.
+#[test]
+fn a_crash_loop_of_the_manager_process_never_stops_the_workers() {
+    const ROUNDS: usize = 12;
+    let setup = Setup::new("manager-process-crash-loop")
+        .workers(2)
+        .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n");
+    let mut r = common::start(&setup).expect("resolver starts");
+    let workers_before = r.pids_named("kresd");
+    let asker = PacedAsker::start(&r, "alive.test.");
+
+    let mut killed = 0u32;
+    let mut away = 0u32;
+    let mut last_kill = Instant::now();
+    for i in 0..ROUNDS {
+        if i > 0 {
+            // The rhythm under test, not an ordering of events.
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        // Read as systemd would: every incarnation says READY=1 again.
+        r.notify.drain().expect("notifications");
+        match r.pids_named("kres-manager")[..] {
+            [pid] => {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL)
+                    .expect("kill");
+                killed += 1;
+                last_kill = Instant::now();
+                // Seen by the root before the next round.
+                r.launched
+                    .output
+                    .wait_for_count("the manager process ended", killed as usize, START_TIMEOUT)
+                    .expect("the root saw the exit");
+            }
+            _ => away += 1,
+        }
+    }
+    r.launched
+        .output
+        .wait_for_count(
+            "serving the API again",
+            killed as usize,
+            Duration::from_secs(90),
+        )
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", r.launched.output.text()));
+    let body = json!("alive.test. 300 A 192.0.2.10\n").to_string();
+    let resp = r
+        .http("PUT", "/v1/config/local-data/records", body.as_bytes())
+        .expect("the API answers");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let api_back = last_kill.elapsed();
+    assert_eq!(r.a_records("alive.test."), vec!["192.0.2.10"]);
+    let (sent, lost) = asker.finish();
+    let entry = manager_entry(&r);
+    eprintln!(
+        "{ROUNDS} rounds 1.5 s apart: manager process killed {killed} times ({away} rounds found \
+         it away); DNS: {sent} queries sent every {} ms, {lost} lost; a change carried out \
+         {:.1} s after the last kill",
+        PACE.as_millis(),
+        api_back.as_secs_f64()
+    );
+    eprintln!("manager entry: {entry}");
+    assert_eq!(lost, 0, "queries lost during the crash loop");
+    assert!(killed >= 5, "{killed} kills");
+    assert_eq!(entry["failures"]["process_failures"], killed, "{entry}");
+    let out = r.launched.output.text();
+    assert!(
+        out.contains(&format!("the manager process failed {killed} times within")),
+        "the log counts every failure: {out}"
+    );
+    let status = r
+        .notify
+        .wait_for_prefix(
+            &format!("STATUS=Manager restarting after {killed} failures"),
+            START_TIMEOUT,
+        )
+        .expect("STATUS upward");
+    assert!(status.ends_with("workers serving"), "{status}");
+    assert_eq!(r.pids_named("kresd"), workers_before);
+    r.stop();
 }

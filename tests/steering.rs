@@ -107,8 +107,29 @@ fn crash_under_load(setup: Setup) -> (LoadReport, Duration) {
         "kresd1 (pid {new}) answers again: {before:?} -> {after:?}"
     );
     let report = load.stop();
+    let log = r.launched.output.text();
     r.stop();
+    if let Some(gap) = restart_gap(&log, "kresd1", old, new) {
+        eprintln!("kresd1: exit reaped -> new process spawned in {gap:?}");
+    }
+    if let Some(up) = start_time(&log, "kresd1", new) {
+        eprintln!("kresd1: new process spawned -> READY=1 in {up:?}");
+    }
     (report, killed_at)
+}
+
+/// The time between the "process spawned" and the "ready" lines of `pid`.
+fn start_time(log: &str, name: &str, pid: i64) -> Option<Duration> {
+    let at = |what: &str| {
+        let needle = format!("{what} name=\"{name}\" pid={pid}");
+        log.lines()
+            .find(|l| l.contains(&needle))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(log_seconds)
+    };
+    let spawned = at("process spawned")?;
+    let ready = at("ready")?;
+    Some(Duration::from_secs_f64((ready - spawned).max(0.0)))
 }
 
 /// Latency of the steady state and of the window around the kill.
@@ -250,4 +271,105 @@ fn steering_follows_the_workers_state() {
         );
     }
     r.stop();
+}
+
+/// The crash tail: kresd1 is killed under load moments after its spawn (the resolver has just
+/// started), its first failure. It is restarted at once, not held back by the floor between
+/// spawns (1 s): no snapshot ever shows it in its backoff, and what waited in its socket is
+/// answered by the new process. Prints how long those queries waited.
+#[test]
+fn a_first_crash_soon_after_the_spawn_is_restarted_at_once() {
+    let r =
+        common::start(&Setup::new("steer-crash-tail").workers(2).extra(RECORDS)).expect("start");
+    let load = load(r.dns());
+    assert!(
+        load.wait_answers(u64::from(RATE) / 10, Duration::from_secs(30)),
+        "load answered"
+    );
+    let before = workers(&r);
+    let old = before["kresd1"]["pid"].as_i64().expect("kresd1 runs");
+    let age = before["kresd1"]["since"].as_f64().map(|since| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        now - since
+    });
+    let killed_at = load.elapsed();
+    kill(Pid::from_raw(old as i32), Signal::SIGKILL).expect("kill");
+    // Every table until it is back (each state once in a row): none shows it waiting in a
+    // backoff.
+    let deadline = Instant::now() + STATE_TIMEOUT;
+    let mut states = Vec::new();
+    let new = loop {
+        let w = workers(&r);
+        let p = &w["kresd1"];
+        let state = p["state"].as_str().unwrap_or_default().to_owned();
+        if states.last() != Some(&state) {
+            states.push(state);
+        }
+        if p["state"] == "running" && p["pid"].as_i64() != Some(old) {
+            break p["pid"].as_i64().expect("pid");
+        }
+        assert!(Instant::now() < deadline, "kresd1 not back: {p}");
+    };
+    assert!(
+        load.wait_answers(u64::from(RATE), Duration::from_secs(10)),
+        "load answered after the crash"
+    );
+    let report = load.stop();
+    let log = r.launched.output.text();
+    r.stop();
+    eprintln!(
+        "kresd1 (ready for {:.0} ms) killed; back as pid {new}; states seen: {states:?}",
+        age.unwrap_or(f64::NAN) * 1000.0
+    );
+    let what = "kill -9 of 1 of 2 workers just after the start";
+    eprintln!("{what}: {report}");
+    let crash = report.latency(
+        killed_at.saturating_sub(Duration::from_millis(10)),
+        killed_at + Duration::from_millis(300),
+    );
+    eprintln!(
+        "{what}: kill -10 ms .. +300 ms {}",
+        crash.map_or("no answers".into(), |p| p.to_string())
+    );
+    if let Some(gap) = restart_gap(&log, "kresd1", old, new) {
+        eprintln!("kresd1: exit reaped -> new process spawned in {gap:?}");
+    }
+    if let Some(up) = start_time(&log, "kresd1", new) {
+        eprintln!("kresd1: new process spawned -> READY=1 in {up:?}");
+    }
+    assert!(
+        !states.iter().any(|s| s == "backoff"),
+        "the first crash was held in a backoff: {states:?}"
+    );
+    assert!(
+        report.rate() >= 3000.0,
+        "too slow to prove anything: {report}"
+    );
+    assert_eq!(report.lost, 0, "{report}");
+}
+
+/// The time between the supervisor's "process exited" line of `old` and its "process
+/// spawned" line of `new` for `name`, from the daemon's log timestamps.
+fn restart_gap(log: &str, name: &str, old: i64, new: i64) -> Option<Duration> {
+    let at = |needle: &str| {
+        log.lines()
+            .find(|l| l.contains(needle) && l.contains(&format!("name=\"{name}\"")))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(log_seconds)
+    };
+    let exited = at(&format!("process exited name=\"{name}\" pid={old}"))?;
+    let spawned = at(&format!("process spawned name=\"{name}\" pid={new}"))?;
+    Some(Duration::from_secs_f64((spawned - exited).max(0.0)))
+}
+
+/// Seconds within the day of an RFC 3339 timestamp such as `2026-11-24T01:34:08.907616Z`.
+fn log_seconds(t: &str) -> Option<f64> {
+    let time = t.split_once('T')?.1.trim_end_matches('Z');
+    let mut parts = time.split(':');
+    let h: f64 = parts.next()?.parse().ok()?;
+    let m: f64 = parts.next()?.parse().ok()?;
+    let s: f64 = parts.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
 }

@@ -7,6 +7,7 @@ pub mod admission;
 pub mod config;
 pub mod error;
 pub mod events;
+pub mod failures;
 pub mod guard;
 pub mod openapi;
 pub mod pointer;
@@ -54,6 +55,9 @@ pub struct ApiState {
     pub guard: std::sync::Arc<guard::Guard>,
     /// How the last in-place upgrade of the daemon ended, as the root told this manager.
     pub upgrade: Option<std::sync::Arc<upgrade::UpgradeRecord>>,
+    /// The manager process's failures before this incarnation, as the root recorded them
+    /// (shown on the manager's entry of `/processes`).
+    pub process_failures: Option<std::sync::Arc<failures::ProcessFailureRecord>>,
     /// What the resolver does, for `GET /events`.
     pub events: crate::events::EventLog,
 }
@@ -619,6 +623,10 @@ pub struct ProcessEntry<'a> {
     r#type: &'static str,
     /// Upstream's status: `RUNNING`, `FATAL`, `EXITED`, `UNEXPECTED`, or `UNKNOWN`.
     status: &'static str,
+    /// On the manager's entry only: how often the manager process and its task failed, and
+    /// when a task waiting in its restart backoff runs again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failures: Option<failures::ManagerFailures>,
 }
 
 /// `GET /processes[/{kind}]`: the supervisor's table with upstream's `type` and `status`.
@@ -634,6 +642,8 @@ async fn processes_of(State(state): State<ApiState>, kind: &str) -> Result<Respo
         }
     };
     let snapshot = state.supervisor.snapshot();
+    let manager_failures =
+        failures::ManagerFailures::of(state.process_failures.as_deref(), &state.manager.health());
     let list: Vec<ProcessEntry> = snapshot
         .processes
         .iter()
@@ -642,6 +652,8 @@ async fn processes_of(State(state): State<ApiState>, kind: &str) -> Result<Respo
             process: p,
             r#type: ServiceKind::of(p).map_or("UNKNOWN", ServiceKind::upstream_type),
             status: service::upstream_status(p.state),
+            failures: (ServiceKind::of(p) == Some(ServiceKind::Manager))
+                .then(|| manager_failures.clone()),
         })
         .collect();
     Ok(json_value(StatusCode::OK, &list))

@@ -186,7 +186,9 @@ impl Listener {
                 .and_then(|a| a.path().map(Path::to_path_buf));
             // Its file as `bind_unix` leaves it: ours, for the group asked for now.
             let group = group.unwrap_or_else(|| nix::unistd::getgid().as_raw());
-            return bound.as_deref() == Some(path.as_path())
+            return bound
+                .as_deref()
+                .is_some_and(|bound| supervisor::os::bound_for(bound, path))
                 && std::fs::symlink_metadata(path).is_ok_and(|m| {
                     use std::os::unix::fs::{MetadataExt, PermissionsExt};
                     m.file_type().is_socket()
@@ -974,6 +976,29 @@ mod tests {
             let answer = change.await.expect("task").expect("answer");
             assert_eq!(answer.status(), StatusCode::OK);
         }
+    }
+
+    #[test]
+    fn a_socket_bound_here_is_recognised_when_kept_across_a_restart() {
+        use std::os::fd::AsFd;
+        let path = socket_path("kept.sock");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let _guard = rt.enter();
+        let listener = bind_unix(&path, None).expect("bind");
+        let management = ManagementSchema {
+            unix_socket: Some(path.clone()),
+            interface: None,
+        };
+        assert!(Listener::kept_for(listener.as_fd(), &management, None));
+        let elsewhere = ManagementSchema {
+            unix_socket: Some(path.with_file_name("elsewhere.sock")),
+            interface: None,
+        };
+        assert!(!Listener::kept_for(listener.as_fd(), &elsewhere, None));
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use futures_util::StreamExt;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook_tokio::Signals;
 use supervisor::remote::{Link, Parent};
-use supervisor::task::supervise_task;
+use supervisor::task::{supervise_task, TaskHealth};
 use supervisor::Backoff;
 use tokio::sync::{mpsc, watch, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -40,9 +40,23 @@ pub const PROCESS_NAME: &std::ffi::CStr = c"kres-manager";
 /// The largest stored configuration read back.
 const MAX_STORED_CONFIG: u64 = 512 << 20;
 
-/// Consecutive manager-task failures (panics) before this process gives up; the root then
-/// starts a new one.
-const TASK_MAX_FAILURES: u32 = 5;
+/// Manager-task failures (panics, errors) before its first start completed after which this
+/// process gives up and the resolver stops: nothing runs yet that could be kept. Once the
+/// start completed, the task is restarted whatever happens (backing off), never given up.
+const START_MAX_FAILURES: u32 = 5;
+
+/// How the manager task is restarted: at once after its first failure, then 200 ms doubling
+/// up to 30 s; 60 s of running (as for the manager process) forgive the failures before.
+fn task_backoff() -> Backoff {
+    Backoff::try_new(
+        std::time::Duration::from_millis(200),
+        std::time::Duration::from_secs(30),
+        std::time::Duration::ZERO,
+        100,
+        std::time::Duration::from_secs(60),
+    )
+    .unwrap_or_default()
+}
 
 /// What the manager process is told on its command line (the daemon's own arguments).
 pub struct ManagerInvocation {
@@ -195,8 +209,15 @@ async fn serve(
     let api_socket = stored.remove(STORED_API);
     let upgrade = stored
         .remove(super::upgrade::STORED_UPGRADE)
-        .and_then(read_upgrade_record)
+        .and_then(|fd| read_record(fd, crate::api::upgrade::MAX_RECORD))
+        .and_then(|bytes| crate::api::upgrade::UpgradeRecord::parse(&bytes))
         .map(Arc::new);
+    let process_failures = stored
+        .remove(super::recovery::STORED_FAILURES)
+        .and_then(|fd| read_record(fd, crate::api::failures::MAX_RECORD))
+        .and_then(|bytes| crate::api::failures::ProcessFailureRecord::parse(&bytes))
+        .map(Arc::new);
+    let reload_bell = stored.remove(super::recovery::STORED_RELOAD);
     let tcp_guard = api::guard::TcpGuard::from_env(
         loaded
             .model
@@ -235,7 +256,8 @@ async fn serve(
     let resolve_root = config::resolve_root_of(&files);
     let (config_tx, config_rx) = watch::channel(Arc::new(loaded));
     let (command_tx, command_rx) = mpsc::channel(16);
-    let handle = ManagerHandle::new(command_tx, config_rx);
+    let (health_tx, mut health_rx) = watch::channel(TaskHealth::default());
+    let handle = ManagerHandle::new(command_tx, config_rx).with_health(health_rx.clone());
     let (started_tx, mut started_rx) = watch::channel(adopting);
     let stop = CancellationToken::new();
     let events = EventLog::new(&events_epoch(parent.incarnation));
@@ -278,36 +300,65 @@ async fn serve(
     };
     let mut manager = tokio::spawn(supervise_task(
         "manager",
-        Backoff::default(),
-        TASK_MAX_FAILURES,
+        task_backoff(),
+        health_tx,
         stop.clone(),
         move |inc| task::run(ctx.clone(), inc.number),
     ));
     // Ask the root to stop everything with `code`, then wait for it to stop us.
     let mut exit_requested = None;
-    let started = tokio::select! {
-        r = started_rx.wait_for(|s| *s) => match r {
-            Ok(_) => true,
-            Err(_) => {
-                // The task dropped its side: it has ended; learn how.
-                exit_requested = Some(report_manager_end((&mut manager).await));
+    // A SIGHUP during start-up is a reload once started (the files may have changed since
+    // they were read), never a reason to stop.
+    let mut reload_once_started = false;
+    let started = loop {
+        break tokio::select! {
+            r = started_rx.wait_for(|s| *s) => match r {
+                Ok(_) => true,
+                Err(_) => {
+                    // The task dropped its side: it has ended; learn how.
+                    exit_requested = Some(report_manager_end((&mut manager).await));
+                    false
+                }
+            },
+            r = &mut manager => {
+                exit_requested = Some(report_manager_end(r));
                 false
             }
-        },
-        r = &mut manager => {
-            exit_requested = Some(report_manager_end(r));
-            false
-        }
-        () = parent.gone.cancelled() => return ExitCode::from(1),
-        Some(sig) = signals.next() => {
-            tracing::warn!(signal = sig, "signal received during start-up; stopping");
-            return ExitCode::SUCCESS;
-        }
+            r = health_rx.wait_for(|h| h.failures >= START_MAX_FAILURES) => {
+                let failures = r.map(|h| h.failures).unwrap_or(START_MAX_FAILURES);
+                tracing::error!("the manager task failed {failures} times before it completed the start; stopping");
+                // Nothing runs yet that could be kept: end the supervision, stop the resolver.
+                stop.cancel();
+                exit_requested = Some(1);
+                false
+            }
+            () = parent.gone.cancelled() => return ExitCode::from(1),
+            Some(sig) = signals.next() => {
+                if sig == SIGHUP {
+                    tracing::info!("SIGHUP received during start-up; reloading once started");
+                    reload_once_started = true;
+                    continue;
+                }
+                tracing::warn!(signal = sig, "signal received during start-up; stopping");
+                return ExitCode::SUCCESS;
+            }
+        };
     };
     let mut api_task = None;
     let mut watchdog_task = None;
     if started {
         tokio::spawn(keep_config(parent.clone(), handle.subscribe()));
+        tokio::spawn(report_task_health(
+            health_rx.clone(),
+            upward.clone(),
+            handle.clone(),
+        ));
+        if let Some(bell) = reload_bell {
+            tokio::spawn(super::recovery::answer_reloads(bell, handle.clone()));
+        }
+        if reload_once_started && !handle.request_reload() {
+            tracing::warn!("a reload is already queued; SIGHUP ignored");
+        }
         if let Some(logging) = logging {
             tokio::spawn(logging.follow(handle.subscribe()));
         }
@@ -334,6 +385,7 @@ async fn serve(
             rendered: Default::default(),
             guard: Arc::new(guard),
             upgrade,
+            process_failures,
             events,
         };
         let router = api::app(state);
@@ -496,17 +548,43 @@ fn restore_config(fd: OwnedFd, files: &[PathBuf]) -> Result<LoadedConfig, String
     Ok(LoadedConfig { raw, model })
 }
 
-/// The record of the last upgrade the root stored; `None` when it cannot be read.
-fn read_upgrade_record(fd: OwnedFd) -> Option<crate::api::upgrade::UpgradeRecord> {
+/// The bytes of a record the root stored (at most `max`); `None` when it cannot be read.
+fn read_record(fd: OwnedFd, max: usize) -> Option<Vec<u8>> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::from(fd);
     let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
-    if len > crate::api::upgrade::MAX_RECORD {
+    if len > max {
         return None;
     }
     let mut bytes = vec![0u8; len];
     file.read_exact_at(&mut bytes, 0).ok()?;
-    crate::api::upgrade::UpgradeRecord::parse(&bytes)
+    Some(bytes)
+}
+
+/// Tell the service manager above us when the manager task fails and when it runs again: the
+/// workers serve meanwhile, and changes wait.
+async fn report_task_health(
+    mut health: watch::Receiver<TaskHealth>,
+    upward: supervisor::upward::UpwardNotifier,
+    handle: ManagerHandle,
+) {
+    loop {
+        if health.changed().await.is_err() {
+            return;
+        }
+        let h = health.borrow_and_update().clone();
+        if h.failures == 0 {
+            continue;
+        }
+        match h.next_attempt {
+            Some(_) => upward.status(&format!(
+                "Manager task restarting after {} failures within {} s; workers serving",
+                h.failures,
+                h.streak_age().as_secs()
+            )),
+            None => upward.status(&crate::manager::task::ready_status(&handle.config())),
+        }
+    }
 }
 
 /// Keep every configuration that is applied in the root's fd store.
@@ -544,26 +622,20 @@ async fn mirror_sockets(parent: Arc<Parent>, mut changes: mpsc::UnboundedReceive
 }
 
 /// Log how the manager task ended; the exit code the resolver should stop with.
-fn report_manager_end(
-    r: Result<Result<Option<ManagerExit>, supervisor::task::TaskGaveUp>, tokio::task::JoinError>,
-) -> u8 {
+fn report_manager_end(r: Result<Option<ManagerExit>, tokio::task::JoinError>) -> u8 {
     match r {
-        Ok(Ok(Some(ManagerExit::StartFailed(e)))) => {
+        Ok(Some(ManagerExit::StartFailed(e))) => {
             tracing::error!("start-up failed: {e}");
             1
         }
-        Ok(Ok(Some(ManagerExit::Unstable { failed }))) => {
+        Ok(Some(ManagerExit::Unstable { failed })) => {
             tracing::error!(
                 "the resolver is unstable ({} failed); stopping",
                 failed.join(", ")
             );
             1
         }
-        Ok(Ok(Some(ManagerExit::Stopped) | None)) => 0,
-        Ok(Err(e)) => {
-            tracing::error!("{e}");
-            1
-        }
+        Ok(Some(ManagerExit::Stopped) | None) => 0,
         Err(e) => {
             tracing::error!("manager supervision failed: {e}");
             1

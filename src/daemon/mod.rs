@@ -9,6 +9,7 @@
 pub mod cli;
 pub mod logging;
 pub mod manager_process;
+pub mod recovery;
 pub mod root;
 pub mod upgrade;
 

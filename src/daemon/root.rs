@@ -27,7 +27,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::logging::Logging;
-use super::{resolve_user, upgrade, LogArgs, LINK_FD, MANAGER_HANG_VAR, STORED_API, STORED_CONFIG};
+use super::{
+    recovery, resolve_user, upgrade, LogArgs, LINK_FD, MANAGER_HANG_VAR, STORED_API, STORED_CONFIG,
+};
 use crate::config::{self, ManagementSchema};
 use crate::manager::Executables;
 use crate::service::{self, ServiceKind};
@@ -149,6 +151,7 @@ pub fn run(invocation: Invocation) -> ExitCode {
         exe,
         argv: std::env::args_os().collect(),
         log,
+        probe_timeout: PROBE_TIMEOUT,
     };
     serve_root(root, Begin::Start(management, Some(lock)))
 }
@@ -239,7 +242,8 @@ fn keep_rundir_from_workers(
     Ok(())
 }
 
-/// Give root's regular files in the directory `dir` (but the pid file) to `workers`.
+/// Give root's regular files in the directory `dir` (but the pid file, and any file with
+/// another link) to `workers`.
 fn hand_generated_files_over(
     dir: &OwnedFd,
     workers: supervisor::Credentials,
@@ -257,7 +261,9 @@ fn hand_generated_files_over(
             continue;
         };
         let regular = SFlag::from_bits_truncate(meta.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG;
-        if regular && meta.st_uid == 0 {
+        // A file with another link is not ours to give away (a hard link planted to another
+        // file would make us chown that file).
+        if regular && meta.st_uid == 0 && meta.st_nlink == 1 {
             nix::unistd::fchownat(
                 dir,
                 name.as_os_str(),
@@ -349,6 +355,7 @@ fn resume(
         exe: image.exe.clone(),
         argv: image.argv.clone(),
         log: (image.log_level, image.log_target),
+        probe_timeout: PROBE_TIMEOUT,
     };
     let outcome = match inherited.fallback {
         Some(_) => None,
@@ -443,6 +450,8 @@ struct Root {
     argv: Vec<OsString>,
     /// The log level and target the configuration set at start-up.
     log: (crate::config::LogLevel, crate::config::LogTarget),
+    /// How long the new binary may take to answer its upgrade probe ([`PROBE_TIMEOUT`]).
+    probe_timeout: Duration,
 }
 
 /// Why the root stops serving.
@@ -506,6 +515,9 @@ struct Started {
     generation: u32,
     /// The binary this image runs, opened at its start: an upgrade's fallback.
     own_binary: Option<OwnedFd>,
+    /// Rung at SIGHUP: the manager reloads, now or once its next incarnation serves (its
+    /// read end is in `store`). `None` when no pipe could be made; SIGHUP is then logged.
+    reload_bell: Option<recovery::ReloadBell>,
 }
 
 impl Root {
@@ -572,7 +584,11 @@ impl Root {
             incarnations: adopted.incarnations,
             generation: adopted.generation,
             own_binary: upgrade::open_own_binary().ok(),
+            reload_bell: None,
         };
+        // A new doorbell: the old image's write end closed with it (a ring it held is lost
+        // with the manager incarnation the upgrade replaced).
+        started.reload_bell = install_reload_bell(&mut started.store);
         let workers = started.sup.snapshot().processes.len();
         match &failed {
             None => tracing::info!(
@@ -667,10 +683,12 @@ impl Root {
                 None
             }
         };
+        let reload_bell = install_reload_bell(&mut store);
         Ok(Started {
             sup,
             sup_task,
             store,
+            reload_bell,
             api_socket,
             upward,
             lock,
@@ -703,7 +721,7 @@ impl Root {
         spec.readiness = Readiness::None;
         spec.restart = RestartPolicy::Never;
         let exe = self.exe.display();
-        match tokio::time::timeout(PROBE_TIMEOUT, sup.run(spec)).await {
+        match tokio::time::timeout(self.probe_timeout, sup.run(spec)).await {
             Ok(Ok(supervisor::ExitStatus::Code(0))) => Ok(()),
             Ok(Ok(status)) => Err(format!(
                 "{exe} cannot adopt the running processes ({} {}: {status})",
@@ -715,7 +733,7 @@ impl Root {
                 let _ = sup.remove(service::UPGRADE_PROBE).await;
                 Err(format!(
                     "{exe} did not answer its probe within {} s",
-                    PROBE_TIMEOUT.as_secs()
+                    self.probe_timeout.as_secs()
                 ))
             }
         }
@@ -803,6 +821,7 @@ impl Root {
         let sup = started.sup.clone();
         let upward = started.upward.clone();
         let (reexec_tx, mut reexec_rx) = tokio::sync::mpsc::unbounded_channel();
+        let reload_bell = started.reload_bell.as_ref();
         let keeper = self.keep_manager(
             Keeper {
                 sup: &started.sup,
@@ -816,6 +835,11 @@ impl Root {
         tokio::pin!(keeper);
         // When the drain ends, once it has begun.
         let mut drain_ends: Option<Instant> = None;
+        // The upgrade probe under way, if any, and the managers' requests waiting for its
+        // outcome: it runs beside the loop, so signals are handled meanwhile.
+        let mut probing: Option<futures_util::future::BoxFuture<'_, Result<(), String>>> = None;
+        let mut waiting_for_probe: Vec<tokio::sync::oneshot::Sender<Result<(), String>>> =
+            Vec::new();
         let served = loop {
             let drained = async {
                 match drain_ends {
@@ -825,25 +849,36 @@ impl Root {
             };
             tokio::select! {
                 why = &mut keeper => break Served::Ended(why),
-                Some(request) = reexec_rx.recv() => {
-                    let begins = self.probe(&sup).await;
-                    let _ = request.reply.send(begins.clone());
+                begins = async { probing.as_mut().expect("polled only while probing").await }, if probing.is_some() => {
+                    probing = None;
+                    for reply in waiting_for_probe.drain(..) {
+                        let _ = reply.send(begins.clone());
+                    }
                     match begins {
                         Ok(()) => break Served::Upgrade,
                         Err(e) => tracing::error!("upgrade refused: {e}"),
                     }
                 }
+                Some(request) = reexec_rx.recv() => {
+                    waiting_for_probe.push(request.reply);
+                    if probing.is_none() {
+                        probing = Some(Box::pin(self.probe(&sup)));
+                    }
+                }
                 Some(event) = events.next() => match event {
-                    RootEvent::Reload => {
-                        tracing::info!("SIGHUP received; the manager reloads the configuration files");
-                        signal_manager(&sup, nix::sys::signal::Signal::SIGHUP);
+                    RootEvent::Reload => match reload_bell {
+                        Some(bell) => {
+                            tracing::info!("SIGHUP received; the manager reloads the configuration files (now, or once it is back)");
+                            bell.ring();
+                        }
+                        None => tracing::error!("SIGHUP received; no way to pass it on to the manager"),
+                    },
+                    RootEvent::Upgrade if probing.is_some() => {
+                        tracing::info!("SIGUSR2 received; an upgrade is being probed already");
                     }
                     RootEvent::Upgrade => {
                         tracing::info!("SIGUSR2 received; upgrading in place");
-                        match self.probe(&sup).await {
-                            Ok(()) => break Served::Upgrade,
-                            Err(e) => tracing::error!("upgrade refused: {e}"),
-                        }
+                        probing = Some(Box::pin(self.probe(&sup)));
                     }
                     RootEvent::Stop if self.drain_period.is_zero() || drain_ends.is_some() => break Served::StopNow,
                     RootEvent::Stop => {
@@ -875,6 +910,15 @@ impl Root {
                 }
             }
         };
+        if probing.take().is_some() {
+            // A stop (or the manager's end) during the probe cancels the upgrade; the probe
+            // process is stopped with the rest, or here when serving goes on.
+            tracing::warn!("the upgrade probe is cancelled: the resolver stops");
+            for reply in waiting_for_probe.drain(..) {
+                let _ = reply.send(Err("cancelled: the resolver stops".to_owned()));
+            }
+            let _ = sup.remove(service::UPGRADE_PROBE).await;
+        }
         let why = match served {
             Served::Ended(why) => why,
             Served::StopNow => {
@@ -1031,6 +1075,8 @@ impl Root {
         };
         let backoff = Backoff::default();
         let mut failures = 0u32;
+        // When the first of the unforgiven failures happened.
+        let mut streak_since = std::time::SystemTime::now();
         let first = *incarnations + 1;
         loop {
             *incarnations += 1;
@@ -1055,7 +1101,7 @@ impl Root {
                 }
                 Err(e) => ChildEnd::Misbehaved(format!("cannot start: {e}")),
             };
-            match end {
+            let mut why = match end {
                 ChildEnd::Exit(code) => return Stop::Requested(code),
                 ChildEnd::Stopped => return Stop::Signal,
                 ChildEnd::Hung => {
@@ -1066,17 +1112,20 @@ impl Root {
                     // Not trusted to stop gracefully: it would take connections waiting in
                     // the backlog with it instead of leaving them to its successor.
                     signal_manager(sup, nix::sys::signal::Signal::SIGKILL);
+                    format!("answered nothing for {} s", hang_after.as_secs())
                 }
                 ChildEnd::Misbehaved(why) => {
                     tracing::error!("the manager process failed: {why}");
                     signal_manager(sup, nix::sys::signal::Signal::SIGKILL);
+                    why
                 }
                 // Not its fault: it is stopped as gracefully as at any replacement.
                 ChildEnd::LinkFailed(why) => {
                     tracing::error!("the link to the manager process failed: {why}; replacing it");
+                    format!("its link failed: {why}")
                 }
-                ChildEnd::Gone => {}
-            }
+                ChildEnd::Gone => String::new(),
+            };
             let last_exit = sup
                 .snapshot()
                 .processes
@@ -1085,7 +1134,12 @@ impl Root {
                 .and_then(|p| p.last_exit);
             match sup.remove(service::MANAGER).await {
                 Ok(status) => match status.or(last_exit) {
-                    Some(status) => tracing::error!("the manager process ended: {status}"),
+                    Some(status) => {
+                        tracing::error!("the manager process ended: {status}");
+                        if why.is_empty() {
+                            why = status.to_string();
+                        }
+                    }
                     None => tracing::error!("the manager process ended"),
                 },
                 Err(e) => tracing::error!("the manager process: {e}"),
@@ -1098,15 +1152,37 @@ impl Root {
             // Never given up on while the workers serve: a request that crashes the manager
             // again and again costs the API, not DNS. The delay grows to the backoff's cap and
             // is forgiven after a stable period.
-            if started.elapsed() >= MANAGER_STABLE_AFTER {
+            if started.elapsed() >= MANAGER_STABLE_AFTER || failures == 0 {
                 failures = 0;
+                streak_since = std::time::SystemTime::now();
             }
-            failures += 1;
+            failures = failures.saturating_add(1);
             let delay = backoff.delay(failures, 0);
+            let within = streak_since.elapsed().unwrap_or_default().as_secs();
             tracing::warn!(
-                "restarting the manager process in {} ms; the workers keep running",
+                "the manager process failed {failures} times within {within} s; restarting it in {} ms; the workers keep running",
                 delay.as_millis()
             );
+            upward.status(&format!(
+                "Manager restarting after {failures} failures within {within} s; workers serving"
+            ));
+            let record = crate::api::failures::ProcessFailureRecord {
+                failures,
+                since: streak_since
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                last: if why.is_empty() {
+                    "ended".to_owned()
+                } else {
+                    why
+                },
+            };
+            let kept = recovery::failure_record(&record)
+                .map_err(|e| e.to_string())
+                .and_then(|fd| store.put(recovery::STORED_FAILURES.to_owned(), fd));
+            if let Err(e) = kept {
+                tracing::warn!("cannot record the manager's failures: {e}");
+            }
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = stop.cancelled() => return Stop::Signal,
@@ -1201,6 +1277,17 @@ async fn exited(sup: &SupervisorHandle, pid: i32) {
                 .any(|p| p.name == service::MANAGER && p.pid == Some(pid))
         })
         .await;
+}
+
+/// A new reload doorbell, its read end kept in `store` for every manager incarnation.
+fn install_reload_bell(store: &mut FdStore) -> Option<recovery::ReloadBell> {
+    let made = recovery::ReloadBell::new().map_err(|e| e.to_string());
+    let kept = made.and_then(|(bell, reader)| {
+        store.put(recovery::STORED_RELOAD.to_owned(), reader)?;
+        Ok(bell)
+    });
+    kept.inspect_err(|e| tracing::error!("cannot pass reloads on to the manager: {e}"))
+        .ok()
 }
 
 /// Which stored descriptors systemd keeps for us across restarts too: the API socket and the
@@ -1424,6 +1511,7 @@ mod tests {
                 crate::config::LogLevel::Info,
                 crate::config::LogTarget::Stderr,
             ),
+            probe_timeout: PROBE_TIMEOUT,
         }
     }
 
@@ -1449,6 +1537,64 @@ mod tests {
     async fn phases_driven_without_signals() {
         a_manager_that_dies_during_start_up_stops_the_root_with_an_error().await;
         a_stop_event_stops_the_manager_and_exits_cleanly().await;
+        a_stop_during_an_upgrade_probe_cancels_the_upgrade_and_stops().await;
+    }
+
+    /// The new binary's probe blocks (its time limit an hour): a stop that arrives meanwhile
+    /// is handled at once, the probe is stopped with everything else, and the root exits
+    /// cleanly.
+    async fn a_stop_during_an_upgrade_probe_cancels_the_upgrade_and_stops() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = TempDir::new("probe");
+        let fifo = dir.0.join("probing");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+        let new_binary = dir.0.join("new-binary");
+        std::fs::write(
+            &new_binary,
+            format!("#!/bin/sh\necho $$ > {}\nexec sleep 600\n", fifo.display()),
+        )
+        .expect("probe script");
+        std::fs::set_permissions(&new_binary, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let mut root = root(&dir.0, &["/bin/sh", "-c", "exec sleep 600"]);
+        root.exe = new_binary;
+        root.probe_timeout = Duration::from_secs(3600);
+        let (events_tx, rx) = mpsc::channel(4);
+        let running = tokio::spawn(root.run(begin(&dir.0), events(rx)));
+        events_tx
+            .send(RootEvent::Upgrade)
+            .await
+            .expect("root running");
+        let probe = tokio::task::spawn_blocking(move || {
+            let mut text = String::new();
+            std::fs::File::open(&fifo)
+                .and_then(|mut f| f.read_to_string(&mut text))
+                .expect("the probe's pid");
+            text.trim().parse::<i32>().expect("a pid")
+        })
+        .await
+        .expect("reader");
+        // Both handled while the probe blocks: a reload (passed on), then the stop.
+        events_tx
+            .send(RootEvent::Reload)
+            .await
+            .expect("root running");
+        events_tx.send(RootEvent::Stop).await.expect("root running");
+        let begun = std::time::Instant::now();
+        let code = tokio::time::timeout(Duration::from_secs(60), running)
+            .await
+            .expect("the root stops while the probe still blocks")
+            .expect("root task");
+        eprintln!(
+            "stop during a blocked upgrade probe: the root exited {} ms after the signal",
+            begun.elapsed().as_millis()
+        );
+        assert_eq!(code, ExitCode::SUCCESS);
+        assert_eq!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(probe), None),
+            Err(nix::errno::Errno::ESRCH),
+            "the probe is stopped and reaped"
+        );
     }
 
     async fn a_manager_that_dies_during_start_up_stops_the_root_with_an_error() {
@@ -1572,6 +1718,12 @@ mod tests {
         let owner = |name: &str| std::fs::metadata(dir.0.join(name)).expect("stat").uid();
         assert_eq!(owner("kresd0.conf"), workers.uid);
         assert_eq!(owner(PID_FILE_NAME), 0);
+        // Never through a hard link to another file.
+        let elsewhere = dir.0.join("elsewhere");
+        std::fs::write(&elsewhere, "root's").expect("file");
+        std::fs::hard_link(&elsewhere, dir.0.join("kresd1.conf")).expect("hard link");
+        keep_rundir_from_workers(&dir.0, workers).expect("secured");
+        assert_eq!(owner("elsewhere"), 0, "a hard link is not followed");
         // A link is never followed.
         let link = dir.0.join("link");
         std::os::unix::fs::symlink(&dir.0, &link).expect("link");

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use supervisor::task::TaskHealth;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::plan::{ChangePlan, Restart};
@@ -76,6 +77,9 @@ pub enum ManagerCommand {
 pub struct ManagerHandle {
     commands: mpsc::Sender<ManagerCommand>,
     config: watch::Receiver<Arc<LoadedConfig>>,
+    /// How the manager task fares (failures, next attempt), as its supervision publishes it:
+    /// for `/processes`, and to refuse an injected panic while no incarnation runs.
+    health: watch::Receiver<TaskHealth>,
 }
 
 impl ManagerHandle {
@@ -84,7 +88,21 @@ impl ManagerHandle {
         commands: mpsc::Sender<ManagerCommand>,
         config: watch::Receiver<Arc<LoadedConfig>>,
     ) -> ManagerHandle {
-        ManagerHandle { commands, config }
+        ManagerHandle {
+            commands,
+            config,
+            health: watch::channel(TaskHealth::default()).1,
+        }
+    }
+
+    /// The same handle, reading the manager task's health from `health`.
+    pub fn with_health(self, health: watch::Receiver<TaskHealth>) -> ManagerHandle {
+        ManagerHandle { health, ..self }
+    }
+
+    /// How the manager task fares now.
+    pub fn health(&self) -> TaskHealth {
+        self.health.borrow().clone()
     }
 
     /// The configuration currently applied.
@@ -150,8 +168,12 @@ impl ManagerHandle {
             .is_ok()
     }
 
-    /// Fault injection: make the manager task panic. False when it is not running.
+    /// Fault injection: make the manager task panic. False when it is not running (gone, or
+    /// waiting in its restart backoff: the panic would only be queued for the next one).
     pub async fn panic(&self) -> bool {
+        if self.health.borrow().next_attempt.is_some() {
+            return false;
+        }
         self.commands.send(ManagerCommand::Panic).await.is_ok()
     }
 

@@ -29,9 +29,10 @@ pub const POLICY_LOADER_CONF: &str = "policy-loader.conf";
 /// The canary's generated configuration, in the rundir.
 pub const CANARY_CONF: &str = "canary.conf";
 
-/// Restart policy of kresd workers: a worker that was ready for 5 s and then crashed is
-/// restarted at once (DNS service matters more than anything); a crash loop backs off from
-/// 250 ms to 10 s with at least 1 s between spawns.
+/// Restart policy of kresd workers: the first crash of a streak (a worker that had been ready
+/// for 5 s, or the first ever) is restarted at once, however young the worker (what waits in
+/// its sockets waits for it; DNS service matters more than anything); a crash loop backs off
+/// from 250 ms to 10 s with at least 1 s between spawns.
 fn worker_backoff() -> supervisor::Backoff {
     supervisor::Backoff::try_new(
         Duration::from_millis(250),

@@ -1,6 +1,7 @@
 //! Restart delays: exponential growth with a cap and jitter, plus a floor between two spawns
-//! so that a crash loop can never become a restart storm, while a process that ran stably
-//! and then crashed is restarted at once.
+//! from a streak's second failure on, so that a crash loop can never become a restart storm,
+//! while the first failure of a streak (a process that ran stably, or its first run) is
+//! restarted at once.
 
 use std::time::Duration;
 

@@ -495,8 +495,14 @@ impl ServiceMachine {
             return;
         }
         let mut until = now + spec.backoff.delay(self.streak, entropy);
-        if let Some(last) = self.last_spawn {
-            until = until.max(last + spec.backoff.floor());
+        // The first failure of a streak (the first ever, or the first after a stable run) is
+        // restarted at once, however soon after its spawn: what waits in the service's
+        // sockets waits for it. The floor between spawns holds from the second failure on,
+        // so a crash loop still never becomes a restart storm.
+        if self.streak > 1 {
+            if let Some(last) = self.last_spawn {
+                until = until.max(last + spec.backoff.floor());
+            }
         }
         self.state = State::Backoff { until };
         if until <= now {
@@ -970,7 +976,7 @@ mod tests {
                 state: |_| State::Idle,
             },
             Row {
-                name: "crash soon after spawn waits for the floor",
+                name: "a first crash soon after the spawn restarts at once (no floor)",
                 readiness: Readiness::None,
                 restart: RestartPolicy::Always,
                 steps: vec![
@@ -988,9 +994,137 @@ mod tests {
                     Action::Announce(Announcement::Died {
                         reason: FailReason::Exited { status: code(1) },
                     }),
+                    Action::Spawn,
+                ],
+                state: |h| State::Backoff { until: h.at(100) },
+            },
+            Row {
+                name: "a first crash of a notify service before READY=1 restarts at once",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (
+                        30,
+                        E::Exited {
+                            pid: pid(10),
+                            status: code(1),
+                        },
+                    ),
+                ],
+                last_actions: vec![
+                    Action::Announce(Announcement::Died {
+                        reason: FailReason::Exited { status: code(1) },
+                    }),
+                    Action::Spawn,
+                ],
+                state: |h| State::Backoff { until: h.at(30) },
+            },
+            Row {
+                name: "a second crash soon after the restart waits for the delay and the floor",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (
+                        100,
+                        E::Exited {
+                            pid: pid(10),
+                            status: code(1),
+                        },
+                    ),
+                    (100, E::Spawned { pid: pid(11) }),
+                    (
+                        200,
+                        E::Exited {
+                            pid: pid(11),
+                            status: code(1),
+                        },
+                    ),
+                ],
+                last_actions: vec![
+                    Action::Announce(Announcement::Died {
+                        reason: FailReason::Exited { status: code(1) },
+                    }),
                     Action::WakeAt(Instant::now()),
                 ],
-                state: |h| State::Backoff { until: h.at(500) },
+                // Delay 100 ms (until 300), floor 500 ms after the spawn at 100.
+                state: |h| State::Backoff { until: h.at(600) },
+            },
+            Row {
+                name: "a second crash long after the restart waits for the delay only",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (
+                        100,
+                        E::Exited {
+                            pid: pid(10),
+                            status: code(1),
+                        },
+                    ),
+                    (100, E::Spawned { pid: pid(11) }),
+                    (
+                        // Within the stable period (5 s): the streak goes on.
+                        3100,
+                        E::Exited {
+                            pid: pid(11),
+                            status: code(1),
+                        },
+                    ),
+                ],
+                last_actions: vec![
+                    Action::Announce(Announcement::Died {
+                        reason: FailReason::Exited { status: code(1) },
+                    }),
+                    Action::WakeAt(Instant::now()),
+                ],
+                state: |h| State::Backoff { until: h.at(3200) },
+            },
+            Row {
+                name: "a crash after a stable run is a first crash again: restarted at once",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (
+                        100,
+                        E::Exited {
+                            pid: pid(10),
+                            status: code(1),
+                        },
+                    ),
+                    (100, E::Spawned { pid: pid(11) }),
+                    (
+                        200,
+                        E::Exited {
+                            pid: pid(11),
+                            status: code(1),
+                        },
+                    ),
+                    (600, E::Tick),
+                    (600, E::Spawned { pid: pid(12) }),
+                    (
+                        // Ready (no readiness protocol) for 5 s: the streak is forgiven.
+                        5700,
+                        E::Exited {
+                            pid: pid(12),
+                            status: code(1),
+                        },
+                    ),
+                ],
+                last_actions: vec![
+                    Action::Announce(Announcement::Died {
+                        reason: FailReason::Exited { status: code(1) },
+                    }),
+                    Action::Spawn,
+                ],
+                state: |h| State::Backoff { until: h.at(5700) },
             },
             Row {
                 name: "backoff tick spawns",
@@ -1006,10 +1140,18 @@ mod tests {
                             status: code(1),
                         },
                     ),
-                    (500, E::Tick),
+                    (100, E::Spawned { pid: pid(11) }),
+                    (
+                        200,
+                        E::Exited {
+                            pid: pid(11),
+                            status: code(1),
+                        },
+                    ),
+                    (600, E::Tick),
                 ],
                 last_actions: vec![Action::Spawn],
-                state: |h| State::Backoff { until: h.at(500) },
+                state: |h| State::Backoff { until: h.at(600) },
             },
             Row {
                 name: "death by signal is a failure and keeps its signal",

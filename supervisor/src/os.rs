@@ -475,6 +475,14 @@ pub fn sealed_memfd(name: &str, data: &[u8]) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// A pipe used as a doorbell: both ends close-on-exec and non-blocking, so ringing never
+/// waits (a write that finds the pipe full finds the bell rung already) and the side that
+/// answers reads every ring at once. Returns (read end, write end).
+pub fn doorbell_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::fcntl::OFlag;
+    Ok(nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?)
+}
+
 /// Whether descriptor `fd` is open (an error saying which one when it is not).
 pub fn check_open(fd: RawFd) -> io::Result<()> {
     // SAFETY: the borrow lives only for this fcntl call, which tells whether `fd` is open.
@@ -855,6 +863,34 @@ pub fn bind_unix_private<S>(
     outcome
 }
 
+/// Whether a unix socket whose address (`getsockname`) is `bound` is the one
+/// [`bind_unix_private`] bound for `path`: the kernel keeps the address it was bound at, in
+/// the private directory beside `path`, or under `/proc/self/fd` when that was too long.
+pub fn bound_for(bound: &Path, path: &Path) -> bool {
+    if bound == path {
+        return true;
+    }
+    let (Some(name), Some(parent)) = (path.file_name(), path.parent()) else {
+        return false;
+    };
+    let Some(private) = bound.parent() else {
+        return false;
+    };
+    let named = bound.file_name() == Some(name);
+    let beside = private.parent() == Some(parent)
+        && private
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(PRIVATE_DIR_PREFIX));
+    let by_descriptor = private
+        .parent()
+        .is_some_and(|p| p == Path::new("/proc/self/fd"));
+    named && (beside || by_descriptor)
+}
+
+/// How the private directories of [`bind_unix_private`] begin.
+const PRIVATE_DIR_PREFIX: &str = ".bind-";
+
 /// Room for a path in `sockaddr_un` (108 bytes with its terminating NUL).
 const SUN_PATH_MAX: usize = 108;
 
@@ -868,7 +904,7 @@ fn make_private_dir(parent: &Path) -> io::Result<std::path::PathBuf> {
     let mut last = None;
     for attempt in 0..8u32 {
         let candidate = parent.join(format!(
-            ".bind-{:08x}",
+            "{PRIVATE_DIR_PREFIX}{:08x}",
             nanos ^ std::process::id().rotate_left(16) ^ attempt.wrapping_mul(0x9e37_79b9)
         ));
         match nix::unistd::mkdir(&candidate, nix::sys::stat::Mode::S_IRWXU) {
@@ -938,6 +974,10 @@ mod tests {
             "the link's target keeps its mode"
         );
         assert_eq!(precious.gid(), nix::unistd::getegid().as_raw());
+        let bound = listener.local_addr().expect("address");
+        assert!(bound_for(bound.as_pathname().expect("a path"), &path));
+        assert!(!bound_for(&dir.join("other/api.sock"), &path));
+        assert!(!bound_for(&dir.join(".bind-1/other.sock"), &path));
         // It is the socket we listen on, and nothing of the private directory is left.
         let _client = std::os::unix::net::UnixStream::connect(&path).expect("connect");
         listener.accept().expect("accept");

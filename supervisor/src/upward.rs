@@ -175,14 +175,22 @@ impl UpwardNotifier {
     }
 
     fn send(&self, states: &[NotifyState]) {
+        self.send_as(states, Delivery::Wait);
+    }
+
+    fn send_as(&self, states: &[NotifyState], delivery: Delivery) {
         let Some(target) = &self.target else { return };
         let mut msg = String::new();
         for s in states {
             msg.push_str(&s.to_string());
             msg.push('\n');
         }
-        if let Err(e) = send_datagram(target, msg.as_bytes(), &[]) {
-            tracing::warn!(error = %e, "cannot notify the service manager");
+        match send_datagram_as(target, msg.as_bytes(), &[], delivery) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                tracing::debug!("the service manager's notify queue is full; status dropped");
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot notify the service manager"),
         }
     }
 
@@ -197,7 +205,12 @@ impl UpwardNotifier {
         if self.forwarded(|| Upward::Status(status.to_owned())) {
             return;
         }
-        self.send(&[NotifyState::Status(&one_line(status))]);
+        // A status alone is superseded by the next: never worth waiting for a service
+        // manager that does not read (a loop that reports its failures must not block on it).
+        self.send_as(
+            &[NotifyState::Status(&one_line(status))],
+            Delivery::UnlessFull,
+        );
     }
 
     /// `RELOADING=1` with the `MONOTONIC_USEC` systemd needs to accept it; follow with
@@ -259,10 +272,28 @@ fn one_line(status: &str) -> String {
 }
 
 /// Send one datagram, with `fds` attached, to a `NOTIFY_SOCKET` value.
+/// Whether a notification waits for room in the service manager's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Delivery {
+    /// Wait: readiness, stopping, stored descriptors must arrive.
+    Wait,
+    /// Dropped when the queue is full (`WouldBlock`): a status the next one supersedes.
+    UnlessFull,
+}
+
 fn send_datagram(
     target: &std::ffi::OsStr,
     msg: &[u8],
     fds: &[std::os::fd::RawFd],
+) -> std::io::Result<()> {
+    send_datagram_as(target, msg, fds, Delivery::Wait)
+}
+
+fn send_datagram_as(
+    target: &std::ffi::OsStr,
+    msg: &[u8],
+    fds: &[std::os::fd::RawFd],
+    delivery: Delivery,
 ) -> std::io::Result<()> {
     use nix::sys::socket::{sendmsg, socket, AddressFamily, ControlMessage, MsgFlags};
     use nix::sys::socket::{SockFlag, SockType, UnixAddr};
@@ -286,7 +317,10 @@ fn send_datagram(
         socket.as_raw_fd(),
         &iov,
         cmsgs,
-        MsgFlags::MSG_NOSIGNAL,
+        match delivery {
+            Delivery::Wait => MsgFlags::MSG_NOSIGNAL,
+            Delivery::UnlessFull => MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+        },
         Some(&addr),
     )?;
     if sent != msg.len() {
@@ -408,6 +442,27 @@ mod tests {
             UpwardNotifier::to_socket("@x").spawn_watchdog().is_none(),
             "no keepalives unless asked for"
         );
+    }
+
+    /// A service manager that reads nothing: statuses beyond its queue are dropped instead of
+    /// blocking the sender (the root's one thread), and the first ones still arrive.
+    #[test]
+    fn statuses_never_wait_for_a_service_manager_that_does_not_read() {
+        let name = format!("kres-upward-full-{}", std::process::id());
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract address");
+        let socket = UnixDatagram::bind_addr(&addr).expect("bind");
+        let n = UpwardNotifier::to_socket(format!("@{name}"));
+        let (done_tx, done) = std::sync::mpsc::channel();
+        // Far more than any datagram queue (net.unix.max_dgram_qlen, 10 by default).
+        std::thread::spawn(move || {
+            for i in 0..2000 {
+                n.status(&format!("status {i}"));
+            }
+            let _ = done_tx.send(());
+        });
+        done.recv_timeout(Duration::from_secs(60))
+            .expect("every status sent or dropped, none waited");
+        assert_eq!(receive(&socket), "STATUS=status 0\n");
     }
 
     #[test]

@@ -193,9 +193,17 @@ fn as_pid1_it_reaps_orphans_and_stops_everything_on_sigterm() {
         reports.seen.retain(|l| *l != line);
         orphans.push(line.trim_start_matches("kid ").to_owned());
     }
-    assert_eq!(
-        child, "pid 2",
-        "the demo's child is the namespace's second process"
+    // A fresh namespace numbers its processes and threads from 1: the demo is 1, its own
+    // threads (the descriptor closer) take the next few, then comes its child. Pids of the
+    // host's namespace would be far higher.
+    let child_pid: u32 = child
+        .trim_start_matches("pid ")
+        .trim()
+        .parse()
+        .expect("a pid");
+    assert!(
+        (2..=16).contains(&child_pid),
+        "the demo's child is one of the namespace's first processes: {child}"
     );
 
     // The first three exit; PID 1 must reap them.

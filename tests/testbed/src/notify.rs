@@ -55,6 +55,48 @@ impl NotifyListener {
         }
     }
 
+    /// Wait for a message with a line starting with `prefix` (a `STATUS=` whose figures vary);
+    /// returns that line.
+    pub fn wait_for_prefix(&mut self, prefix: &str, timeout: Duration) -> Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let found = self
+                .received
+                .iter()
+                .flat_map(|m| m.lines())
+                .find(|l| l.starts_with(prefix));
+            if let Some(line) = found {
+                return Ok(line.to_owned());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                bail!(
+                    "no notification starting {prefix:?} within {timeout:?}; got {:?}",
+                    self.received
+                );
+            }
+            self.receive_one(left)?;
+        }
+    }
+
+    /// Read every message waiting into `received`, as a service manager does (a sender to
+    /// a full queue would wait: `net.unix.max_dgram_qlen` is 10 unless systemd raised it).
+    pub fn drain(&mut self) -> Result<()> {
+        let mut buf = vec![0u8; 8192];
+        self.socket.set_nonblocking(true)?;
+        let drained = loop {
+            match self.socket.recv(&mut buf) {
+                Ok(n) => self
+                    .received
+                    .push(String::from_utf8_lossy(&buf[..n]).into_owned()),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break Ok(()),
+                Err(e) => break Err(e.into()),
+            }
+        };
+        self.socket.set_nonblocking(false)?;
+        drained
+    }
+
     /// Read one message into `received`, waiting at most `timeout` (no error on timeout).
     fn receive_one(&mut self, timeout: Duration) -> Result<()> {
         let mut buf = vec![0u8; 8192];

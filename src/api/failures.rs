@@ -1,0 +1,146 @@
+//! The manager's failures as `GET /processes` shows them on the manager's entry: those of
+//! the manager process (crashes, hangs, kills), as the root recorded them before it started
+//! this incarnation, and those of the manager task inside this process (panics, errors), as
+//! its supervision publishes them. Neither ever stops the workers; this says how often the
+//! control plane went away and when it comes back.
+
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use supervisor::task::TaskHealth;
+
+/// The manager process's failures, as the root records them in its fd store for the next
+/// incarnation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ProcessFailureRecord {
+    /// Failures of the manager process not yet forgiven by a stable run, the one before this
+    /// incarnation included.
+    pub failures: u32,
+    /// When the first of them happened, seconds since the epoch.
+    pub since: u64,
+    /// How the last one ended, as logged.
+    pub last: String,
+}
+
+/// The largest record read back.
+pub const MAX_RECORD: usize = 16 * 1024;
+
+impl ProcessFailureRecord {
+    /// A record as JSON text, `None` when it does not parse or is too large.
+    pub fn parse(bytes: &[u8]) -> Option<ProcessFailureRecord> {
+        if bytes.len() > MAX_RECORD {
+            return None;
+        }
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+/// The `failures` field of the manager's entry in `GET /processes`.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ManagerFailures {
+    /// Failures of the manager process (crash, hang, kill) in the streak that preceded this
+    /// incarnation; 0 when it started after a stable run, or first.
+    pub process_failures: u32,
+    /// Failures of the manager task in this process (panic, error) not yet forgiven by a
+    /// stable run (60 s).
+    pub task_failures: u32,
+    /// Failures of the manager task in this process since it started, forgiven or not.
+    pub task_failures_total: u32,
+    /// When the first of the failures counted here happened, seconds since the epoch.
+    pub since: Option<f64>,
+    /// While the manager task waits in its restart backoff: when it runs again, seconds
+    /// since the epoch (changes wait until then).
+    pub next_attempt: Option<f64>,
+    /// The last failure, as logged.
+    pub last_failure: Option<String>,
+}
+
+impl ManagerFailures {
+    /// What `/processes` shows, from the root's record and the task's health.
+    pub fn of(process: Option<&ProcessFailureRecord>, task: &TaskHealth) -> ManagerFailures {
+        let seconds = |t: SystemTime| {
+            t.duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        };
+        let process_since = process.map(|p| p.since as f64);
+        let task_since = task.streak_since.map(seconds);
+        let since = match (process_since, task_since) {
+            (Some(p), Some(t)) => Some(p.min(t)),
+            (p, t) => p.or(t),
+        };
+        ManagerFailures {
+            process_failures: process.map_or(0, |p| p.failures),
+            task_failures: task.failures,
+            task_failures_total: task.total_failures,
+            since,
+            next_attempt: task.next_attempt.map(seconds),
+            last_failure: task
+                .last_failure
+                .clone()
+                .map(|f| format!("manager task {f}"))
+                .or_else(|| process.map(|p| format!("manager process: {}", p.last))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_record_reads_back_and_bounds_its_size() {
+        let record = ProcessFailureRecord {
+            failures: 3,
+            since: 1_700_000_000,
+            last: "killed by SIGKILL".into(),
+        };
+        let text = serde_json::to_vec(&record).expect("JSON");
+        assert_eq!(ProcessFailureRecord::parse(&text), Some(record));
+        assert_eq!(ProcessFailureRecord::parse(b"{"), None);
+        assert_eq!(
+            ProcessFailureRecord::parse(&vec![b' '; MAX_RECORD + 1]),
+            None
+        );
+    }
+
+    #[test]
+    fn both_kinds_of_failure_are_shown_with_the_earliest_start() {
+        let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let task = TaskHealth {
+            failures: 2,
+            total_failures: 5,
+            streak_since: Some(at(200)),
+            next_attempt: Some(at(210)),
+            last_failure: Some("panicked".into()),
+        };
+        let process = ProcessFailureRecord {
+            failures: 1,
+            since: 100,
+            last: "exited with 1".into(),
+        };
+        let shown = ManagerFailures::of(Some(&process), &task);
+        assert_eq!(
+            shown,
+            ManagerFailures {
+                process_failures: 1,
+                task_failures: 2,
+                task_failures_total: 5,
+                since: Some(100.0),
+                next_attempt: Some(210.0),
+                last_failure: Some("manager task panicked".into()),
+            }
+        );
+        let healthy = ManagerFailures::of(None, &TaskHealth::default());
+        assert_eq!(
+            (
+                healthy.process_failures,
+                healthy.task_failures,
+                healthy.since
+            ),
+            (0, 0, None)
+        );
+    }
+}
