@@ -239,7 +239,9 @@ impl SplitMix64 {
 /// Resident memory and open descriptors of one process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Footprint {
+    /// Resident memory (VmRSS): a leak per fault grows it.
     pub rss_kib: u64,
+    /// Entries of /proc/PID/fd: a descriptor kept per fault grows it.
     pub descriptors: u64,
 }
 
@@ -274,6 +276,7 @@ pub const ROOT_DESCRIPTOR_SLACK: u64 = 4;
 /// One fault as it was carried out.
 #[derive(Debug, Clone)]
 pub struct FaultRecord {
+    /// What was done: losses are charged by it.
     pub kind: FaultKind,
     /// When it began and when its effect was seen, from the start of the load.
     pub began: Duration,
@@ -285,22 +288,33 @@ pub struct FaultRecord {
 /// One pass criterion and how the run fared.
 #[derive(Debug, Clone)]
 pub struct Criterion {
+    /// What is promised.
     pub name: &'static str,
+    /// Whether the run kept the promise.
     pub passed: bool,
+    /// The figures it was judged on (or why it failed), for the report.
     pub detail: String,
 }
 
 /// Everything a run measured.
 #[derive(Debug)]
 pub struct ChaosReport {
+    /// Whose run this is.
     pub control_plane: ControlPlane,
+    /// Replays the run's schedule.
     pub seed: u64,
+    /// Every fault whose effect was seen, in order.
     pub faults: Vec<FaultRecord>,
+    /// The load's queries sent, answered and lost.
     pub load: LoadReport,
+    /// How many lost queries are allowed.
     pub worker_kills: u64,
+    /// The root's footprint before the first fault, under load.
     pub root_before: Footprint,
-    /// `None` when the root was gone.
+    /// The same after the last fault, back at the starting worker count; `None` when the
+    /// root was gone.
     pub root_after: Option<Footprint>,
+    /// PASS or FAIL, each with its figures.
     pub criteria: Vec<Criterion>,
 }
 
@@ -366,27 +380,36 @@ impl fmt::Display for ChaosReport {
 /// answer from its policy.
 #[derive(Debug, Clone)]
 struct Accepted {
+    /// What `GET /v1/config` must serve.
     document: Value,
+    /// A name of its `local-data` and the address DNS must answer for it.
     policy: (String, Ipv4Addr),
 }
 
 /// The resolver under chaos and what the driver knows of it.
 struct Soak<'a> {
+    /// What the run was asked to be.
     spec: &'a ChaosSpec,
+    /// The run's directory (configuration, rundir, cache, the daemon's copy).
     dir: TestDir,
     /// The copy of the daemon that runs, replaced by each upgrade.
     program: PathBuf,
+    /// The daemon's process tree (its pid is the root's).
     launched: Launched,
     /// Host path of the API socket.
     api: PathBuf,
     /// Host path of the configuration file (JSON), rewritten before reloads.
     config_file: PathBuf,
+    /// The DNS port on 127.0.0.1, in every configuration file written.
     port: u16,
+    /// What comes next, and the choices inside faults.
     schedule: Schedule,
+    /// What the running configuration must be.
     accepted: Accepted,
     /// Bumped by every change that names something new (policy names, file versions,
     /// upgrade labels), so no two changes look alike.
     generation: u32,
+    /// Each allows one lost query.
     worker_kills: u64,
 }
 
@@ -417,54 +440,7 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
         "chaos: seed {}, {} workers (scaled to {}), {} queries/s, {:?}; root {root}: {root_before}",
         spec.seed, spec.workers, spec.scaled_workers, spec.rate, spec.duration
     );
-    let mut faults = Vec::new();
-    // The first fault whose effect was not seen (or the settling at the end): the soak ends
-    // there, and what can still be checked is.
-    let mut failure: Option<String> = None;
-    let soak_start = Instant::now();
-    let mut slot = 0u32;
-    while soak_start.elapsed() < spec.duration || faults.is_empty() || !soak.schedule.at_round_end()
-    {
-        // The rhythm of the schedule: the next slot, or at once when the previous fault's
-        // effect took longer than a period.
-        let due = soak_start + spec.period * slot;
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
-        slot = slot.max((soak_start.elapsed().as_millis() / spec.period.as_millis()) as u32) + 1;
-        let kind = soak.schedule.next_kind();
-        let began = load.elapsed();
-        let inflicted = soak.inflict(kind).and_then(|detail| {
-            // DNS is answered after every fault.
-            ensure!(
-                load.wait_answers(u64::from(spec.rate / 10).max(1), spec.effect_timeout),
-                "the load is not answered after {kind}"
-            );
-            Ok(detail)
-        });
-        let detail = match inflicted {
-            Ok(detail) => detail,
-            Err(e) => {
-                failure = Some(format!(
-                    "fault {} ({kind}) at {began:.1?}: {e:#}",
-                    faults.len() + 1
-                ));
-                break;
-            }
-        };
-        let ended = load.elapsed();
-        eprintln!(
-            "chaos: #{:<3} {began:>8.1?} {kind:<28} {detail} ({:.1?})",
-            faults.len() + 1,
-            ended - began
-        );
-        faults.push(FaultRecord {
-            kind,
-            began,
-            ended,
-            detail,
-        });
-    }
+    let (faults, mut failure) = soak.follow_schedule(&load);
     if failure.is_none() {
         // Back to the starting worker count, so the root's descriptors compare like for like.
         let settled = soak.scale_to(spec.workers).and_then(|()| {
@@ -477,42 +453,21 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
         failure = settled.err().map(|e| format!("settling at the end: {e:#}"));
     }
     let root_after = Footprint::of(root).ok();
-    let load_report = load.stop();
-    let after = |f: fn(&Footprint) -> u64| root_after.as_ref().map(f);
-    let shown = |v: Option<u64>| v.map_or("gone".to_owned(), |v| v.to_string());
+    let load = load.stop();
     let mut criteria = vec![
         Criterion {
             name: "every fault's effect was seen",
             passed: failure.is_none(),
             detail: failure.unwrap_or_else(|| format!("{} faults", faults.len())),
         },
-        lost_only_to_worker_kills(&load_report, &faults, soak.worker_kills),
+        lost_only_to_worker_kills(&load, &faults, soak.worker_kills),
         Criterion {
             name: "the root is the same process throughout",
             passed: soak.launched.tree().iter().any(|p| p.pid == root),
             detail: format!("pid {root}"),
         },
-        Criterion {
-            name: "root memory flat",
-            passed: after(|f| f.rss_kib)
-                .is_some_and(|a| a <= root_before.rss_kib + ROOT_RSS_SLACK_KIB),
-            detail: format!(
-                "{} KiB before, {} KiB after (slack {ROOT_RSS_SLACK_KIB} KiB)",
-                root_before.rss_kib,
-                shown(after(|f| f.rss_kib))
-            ),
-        },
-        Criterion {
-            name: "root descriptors flat",
-            passed: after(|f| f.descriptors)
-                .is_some_and(|a| a <= root_before.descriptors + ROOT_DESCRIPTOR_SLACK),
-            detail: format!(
-                "{} before, {} after (slack {ROOT_DESCRIPTOR_SLACK})",
-                root_before.descriptors,
-                shown(after(|f| f.descriptors))
-            ),
-        },
     ];
+    criteria.extend(root_flat(root_before, root_after));
     criteria.push(soak.no_zombies());
     criteria.push(soak.accepted_configuration_runs());
     criteria.push(soak.accepted_policy_answers());
@@ -521,12 +476,40 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
         control_plane: spec.control_plane,
         seed: spec.seed,
         faults,
-        load: load_report,
+        load,
         worker_kills: soak.worker_kills,
         root_before,
         root_after,
         criteria,
     })
+}
+
+/// The root's memory and descriptors after the last fault against before the first, within
+/// their slack; `after` is `None` when the root was gone.
+fn root_flat(before: Footprint, after: Option<Footprint>) -> [Criterion; 2] {
+    let shown = |v: Option<u64>| v.map_or("gone".to_owned(), |v| v.to_string());
+    let rss = after.map(|a| a.rss_kib);
+    let descriptors = after.map(|a| a.descriptors);
+    [
+        Criterion {
+            name: "root memory flat",
+            passed: rss.is_some_and(|a| a <= before.rss_kib + ROOT_RSS_SLACK_KIB),
+            detail: format!(
+                "{} KiB before, {} KiB after (slack {ROOT_RSS_SLACK_KIB} KiB)",
+                before.rss_kib,
+                shown(rss)
+            ),
+        },
+        Criterion {
+            name: "root descriptors flat",
+            passed: descriptors.is_some_and(|a| a <= before.descriptors + ROOT_DESCRIPTOR_SLACK),
+            detail: format!(
+                "{} before, {} after (slack {ROOT_DESCRIPTOR_SLACK})",
+                before.descriptors,
+                shown(descriptors)
+            ),
+        },
+    ]
 }
 
 /// No query lost beyond one per killed worker: each loss is charged to the fault under way
@@ -632,6 +615,58 @@ impl<'a> Soak<'a> {
             generation: 0,
             worker_kills: 0,
         })
+    }
+
+    /// Faults one per period, drawn from the schedule, until the duration is over and the
+    /// round complete (at least one round); each waits for its effect and for DNS answers.
+    /// The faults carried out, and the first whose effect was not seen, which ends the run.
+    fn follow_schedule(&mut self, load: &Load) -> (Vec<FaultRecord>, Option<String>) {
+        let spec = self.spec;
+        let mut faults = Vec::new();
+        let start = Instant::now();
+        let mut slot = 0u32;
+        while start.elapsed() < spec.duration || faults.is_empty() || !self.schedule.at_round_end()
+        {
+            // The rhythm of the schedule: the next slot, or at once when the previous fault's
+            // effect took longer than a period.
+            let due = start + spec.period * slot;
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let slots_passed = start.elapsed().as_millis() / spec.period.as_millis().max(1);
+            slot = slot.max(u32::try_from(slots_passed).unwrap_or(u32::MAX)) + 1;
+            let kind = self.schedule.next_kind();
+            let began = load.elapsed();
+            let inflicted = self.inflict(kind).and_then(|detail| {
+                ensure!(
+                    load.wait_answers(u64::from(spec.rate / 10).max(1), spec.effect_timeout),
+                    "the load is not answered after {kind}"
+                );
+                Ok(detail)
+            });
+            let number = faults.len() + 1;
+            let detail = match inflicted {
+                Ok(detail) => detail,
+                Err(e) => {
+                    return (
+                        faults,
+                        Some(format!("fault {number} ({kind}) at {began:.1?}: {e:#}")),
+                    )
+                }
+            };
+            let ended = load.elapsed();
+            eprintln!(
+                "chaos: #{number:<3} {began:>8.1?} {kind:<28} {detail} ({:.1?})",
+                ended - began
+            );
+            faults.push(FaultRecord {
+                kind,
+                began,
+                ended,
+                detail,
+            });
+        }
+        (faults, None)
     }
 
     fn dns(&self) -> SocketAddr {
