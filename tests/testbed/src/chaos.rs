@@ -237,24 +237,55 @@ impl SplitMix64 {
 }
 
 /// Resident memory and open descriptors of one process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Footprint {
     /// Resident memory (VmRSS): a leak per fault grows it.
     pub rss_kib: u64,
     /// Entries of /proc/PID/fd: a descriptor kept per fault grows it.
     pub descriptors: u64,
+    /// What each descriptor refers to (`socket:[…]`, `anon_inode:…`, a path), sorted: the
+    /// ones more after than before say what was kept.
+    pub targets: Vec<String>,
 }
 
 impl Footprint {
     pub fn of(pid: i32) -> Result<Footprint> {
         let rss_kib = procs::rss_kib(pid).with_context(|| format!("RSS of {pid}"))?;
-        let descriptors = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        let mut targets: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
             .with_context(|| format!("descriptors of {pid}"))?
-            .count() as u64;
+            .flatten()
+            .map(|e| {
+                std::fs::read_link(e.path())
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_else(|_| "?".into())
+            })
+            .collect();
+        targets.sort();
         Ok(Footprint {
             rss_kib,
-            descriptors,
+            descriptors: targets.len() as u64,
+            targets,
         })
+    }
+
+    /// Kinds of descriptor `self` holds more of than `before` (sockets and pipes by kind, not
+    /// inode), with how many more.
+    pub fn more_than(&self, before: &Footprint) -> Vec<(String, usize)> {
+        let kind = |t: &String| match t.split_once(':') {
+            Some((k, _)) if !t.starts_with('/') => format!("{k}:"),
+            _ => t.clone(),
+        };
+        let mut kinds: Vec<String> = self.targets.iter().map(kind).collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
+            .into_iter()
+            .filter_map(|k| {
+                let count = |f: &Footprint| f.targets.iter().filter(|t| kind(t) == k).count();
+                let (now, then) = (count(self), count(before));
+                (now > then).then(|| (k, now - then))
+            })
+            .collect()
     }
 }
 
@@ -356,7 +387,7 @@ impl fmt::Display for ChaosReport {
         writeln!(f, "chaos soak of {whose}, seed {}", self.seed)?;
         writeln!(f, "faults by kind ({} in all):", self.faults.len())?;
         for (kind, n) in self.counts() {
-            writeln!(f, "  {:<30} {n:>5}", kind.label())?;
+            writeln!(f, "  {:<38} {n:>5}", kind.label())?;
         }
         writeln!(f, "load: {}", self.load)?;
         for (kind, n) in self.losses_by_kind() {
@@ -467,7 +498,7 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
             detail: format!("pid {root}"),
         },
     ];
-    criteria.extend(root_flat(root_before, root_after));
+    criteria.extend(root_flat(&root_before, root_after.as_ref()));
     criteria.push(soak.no_zombies());
     criteria.push(soak.accepted_configuration_runs());
     criteria.push(soak.accepted_policy_answers());
@@ -486,10 +517,11 @@ fn run_soak(spec: &ChaosSpec) -> Result<ChaosReport> {
 
 /// The root's memory and descriptors after the last fault against before the first, within
 /// their slack; `after` is `None` when the root was gone.
-fn root_flat(before: Footprint, after: Option<Footprint>) -> [Criterion; 2] {
+fn root_flat(before: &Footprint, after: Option<&Footprint>) -> [Criterion; 2] {
     let shown = |v: Option<u64>| v.map_or("gone".to_owned(), |v| v.to_string());
     let rss = after.map(|a| a.rss_kib);
     let descriptors = after.map(|a| a.descriptors);
+    let more = after.map(|a| a.more_than(before)).unwrap_or_default();
     [
         Criterion {
             name: "root memory flat",
@@ -504,7 +536,7 @@ fn root_flat(before: Footprint, after: Option<Footprint>) -> [Criterion; 2] {
             name: "root descriptors flat",
             passed: descriptors.is_some_and(|a| a <= before.descriptors + ROOT_DESCRIPTOR_SLACK),
             detail: format!(
-                "{} before, {} after (slack {ROOT_DESCRIPTOR_SLACK})",
+                "{} before, {} after (slack {ROOT_DESCRIPTOR_SLACK}); more of: {more:?}",
                 before.descriptors,
                 shown(descriptors)
             ),
@@ -656,7 +688,7 @@ impl<'a> Soak<'a> {
             };
             let ended = load.elapsed();
             eprintln!(
-                "chaos: #{number:<3} {began:>8.1?} {kind:<28} {detail} ({:.1?})",
+                "chaos: #{number:<3} {began:>8.1?} {kind:<36} {detail} ({:.1?})",
                 ended - began
             );
             faults.push(FaultRecord {
@@ -1240,6 +1272,32 @@ mod tests {
             lost_at: ms.iter().map(|m| Duration::from_millis(*m)).collect(),
             ..LoadReport::default()
         }
+    }
+
+    #[test]
+    fn the_descriptors_kept_are_named_by_kind() {
+        let footprint = |targets: &[&str]| Footprint {
+            rss_kib: 0,
+            descriptors: targets.len() as u64,
+            targets: targets.iter().map(|t| t.to_string()).collect(),
+        };
+        let before = footprint(&["/dev/null", "pipe:[1]", "socket:[7]", "socket:[8]"]);
+        let after = footprint(&[
+            "/dev/null",
+            "/memfd:config (deleted)",
+            "pipe:[2]",
+            "socket:[9]",
+            "socket:[10]",
+            "socket:[11]",
+        ]);
+        assert_eq!(
+            after.more_than(&before),
+            [
+                ("/memfd:config (deleted)".to_owned(), 1),
+                ("socket:".to_owned(), 1)
+            ]
+        );
+        assert!(before.more_than(&before).is_empty());
     }
 
     #[test]
