@@ -427,6 +427,9 @@ struct Soak<'a> {
     program: PathBuf,
     /// The daemon's process tree (its pid is the root's).
     launched: Launched,
+    /// Stands in for systemd for the whole run, so the daemon's READY, RELOADING and STATUS
+    /// reach a service manager as in production; reloads and upgrades are seen there.
+    notify: NotifyListener,
     /// Host path of the API socket.
     api: PathBuf,
     /// Host path of the configuration file (JSON), rewritten before reloads.
@@ -639,6 +642,7 @@ impl<'a> Soak<'a> {
             dir,
             program,
             launched,
+            notify,
             api,
             config_file,
             port,
@@ -708,8 +712,11 @@ impl<'a> Soak<'a> {
     /// Carry out one fault and wait for its effect; what it did. The workers must still be
     /// the same processes afterwards when the fault [keeps them](FaultKind::keeps_workers).
     fn inflict(&mut self, kind: FaultKind) -> Result<String> {
+        // Read as systemd does, so the daemon never waits on a full queue of ours.
+        self.notify.drain()?;
         let workers = self.pids("kresd");
         let detail = self.carry_out(kind)?;
+        self.notify.drain()?;
         if kind.keeps_workers() && self.spec.control_plane == ControlPlane::Ours {
             let now = self.pids("kresd");
             ensure!(
@@ -905,6 +912,7 @@ impl<'a> Soak<'a> {
         );
         let document = file_document(&self.dir, self.port, self.spec.workers, &policy);
         crate::write(&self.config_file, &serde_json::to_string_pretty(&document)?)?;
+        let seen = self.notifications_so_far()?;
         match by {
             ReloadBy::Kresctl if self.spec.control_plane == ControlPlane::Upstream => {
                 let resp = self.http("POST", "/reload", b"")?;
@@ -949,6 +957,9 @@ impl<'a> Soak<'a> {
                 })?;
             }
         }
+        if self.spec.control_plane == ControlPlane::Ours {
+            self.reloading_then_ready(seen)?;
+        }
         self.accepted = Accepted { document, policy };
         self.until("the file's configuration running", || {
             Ok((self.get_config().ok().as_ref() == Some(&self.accepted.document)).then_some(()))
@@ -959,6 +970,28 @@ impl<'a> Soak<'a> {
             Ok((self.pids("kresd").len() == workers).then_some(()))
         })?;
         Ok(format!("{} answers", self.accepted.policy.0))
+    }
+
+    /// How many notifications the service manager has had, every one sent so far read.
+    fn notifications_so_far(&mut self) -> Result<usize> {
+        self.notify.drain()?;
+        Ok(self.notify.received.len())
+    }
+
+    /// The service manager was told `RELOADING=1` and then `READY=1` after the first `seen`
+    /// notifications, as systemd must be for a reload or an upgrade.
+    fn reloading_then_ready(&mut self, seen: usize) -> Result<()> {
+        let timeout = self.spec.effect_timeout;
+        self.notify.wait_for_after(seen, "RELOADING=1", timeout)?;
+        let reloading = self
+            .notify
+            .received
+            .iter()
+            .skip(seen)
+            .position(|m| m.lines().any(|l| l == "RELOADING=1"))
+            .map_or(seen, |i| seen + i + 1);
+        self.notify.wait_for_after(reloading, "READY=1", timeout)?;
+        Ok(())
     }
 
     /// A copy of the daemon of another version installed over the running one, `kresctl
@@ -972,8 +1005,10 @@ impl<'a> Soak<'a> {
             &self.program,
             &label,
         )?;
+        let seen = self.notifications_so_far()?;
         let out = self.kresctl(&["upgrade"])?;
         let text = crate::succeeded("kresctl upgrade", &out)?;
+        self.reloading_then_ready(seen)?;
         let suffix = format!("+{label}");
         self.until("the new version running", || {
             let Ok(resp) = self.http("GET", "/upgrade", b"") else {
