@@ -603,6 +603,8 @@ fn records((name, address): &(String, Ipv4Addr)) -> String {
 }
 
 impl<'a> Soak<'a> {
+    /// Start the control plane on a fresh configuration file (JSON, the starting worker
+    /// count, the GC every second) and wait for its `READY=1`.
     fn start(bed: &'static Bed, spec: &'a ChaosSpec) -> Result<Soak<'a>> {
         ensure!(spec.workers >= 1 && spec.scaled_workers >= 1, "no workers");
         let dir = bed.test_dir("chaos")?;
@@ -625,6 +627,7 @@ impl<'a> Soak<'a> {
         let notify_path = os(dir.bed("notify.sock"));
         let env = [
             ("NOTIFY_SOCKET", notify_path.as_os_str()),
+            // `knot_resolver::daemon::FAULT_INJECTION_VAR`: `POST /debug/panic-manager`.
             ("KRES_FAULT_INJECTION", std::ffi::OsStr::new("1")),
         ];
         let launched = match spec.control_plane {
@@ -705,6 +708,7 @@ impl<'a> Soak<'a> {
         (faults, None)
     }
 
+    /// Where the load and the policy checks ask.
     fn dns(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
@@ -1336,7 +1340,7 @@ mod tests {
     }
 
     #[test]
-    fn a_loss_is_allowed_only_within_a_worker_kill_and_one_per_kill() {
+    fn losses_are_allowed_only_within_worker_kills_as_many_as_workers_killed() {
         let faults = [
             fault(FaultKind::KillWorker, 2000),
             fault(FaultKind::ScaleWorkers, 4000),
