@@ -33,26 +33,6 @@ fn sixteen_addresses(name: &'static str, workers: u32) -> (Setup, u16) {
     (setup, port)
 }
 
-/// The soft and hard `Max open files` of `pid`.
-fn open_files_limit(pid: i32) -> (u64, u64) {
-    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
-    let line = limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .expect("a limit on open files");
-    let numbers: Vec<u64> = line
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    (numbers[0], numbers[1])
-}
-
-fn open_descriptors(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 fn answers_on(addr: std::net::SocketAddr) -> bool {
     dns::query_udp(addr, "fd.test.", dns::TYPE_A, DNS_TIMEOUT)
         .map(|a| a.a().iter().any(|ip| ip.to_string() == "192.0.2.77"))
@@ -65,9 +45,16 @@ fn sixteen_workers_on_sixteen_addresses_start_under_a_soft_limit_of_1024() {
     let r = common::start(&setup.open_files(1024, 8192)).expect("starts");
     let root = r.launched.pid();
     assert_eq!(
-        open_files_limit(root),
+        testbed::procs::open_files_limit(root).expect("limits"),
         (8192, 8192),
         "the root raised its soft limit"
+    );
+    let managers = r.pids_named("kres-manager");
+    assert_eq!(managers.len(), 1, "{managers:?}");
+    assert_eq!(
+        testbed::procs::open_files_limit(managers[0]).expect("limits"),
+        (8192, 8192),
+        "the manager has it too: the API's bound of connections follows it"
     );
     let workers = testbed::wait_for("16 workers", START_TIMEOUT, || {
         let pids = r.pids_named("kresd");
@@ -78,13 +65,13 @@ fn sixteen_workers_on_sixteen_addresses_start_under_a_soft_limit_of_1024() {
         let addr = std::net::SocketAddr::from(([127, 0, 0, n], if n == 1 { r.port } else { port }));
         assert!(answers_on(addr), "no answer on {addr}");
     }
-    let root_fds = open_descriptors(root);
+    let root_fds = testbed::procs::open_descriptors(root);
     let needed = knot_resolver::manager::listen::descriptors_needed(16, 2 * ADDRESSES as usize);
     eprintln!(
         "16 workers x {} sockets: the root holds {root_fds} descriptors (counted: {needed}), \
          a worker {}",
         2 * ADDRESSES,
-        open_descriptors(workers[0])
+        testbed::procs::open_descriptors(workers[0])
     );
     assert!(
         root_fds > 1024,

@@ -159,8 +159,8 @@ fn a_connection_flood_leaves_dns_and_the_root_alone() {
     );
     // The manager holds the flood up to its bound of connections, never more.
     for manager in r.pids_named("kres-manager") {
-        let fds = descriptors(manager);
-        let (soft, _) = descriptor_limits(manager);
+        let fds = testbed::procs::open_descriptors(manager);
+        let (soft, _) = testbed::procs::open_files_limit(manager).expect("limits");
         let most = knot_resolver::api::admission::connection_bound(soft)
             + knot_resolver::api::admission::RESERVED_DESCRIPTORS as usize;
         eprintln!("the manager holds {fds} descriptors (at most {most})");
@@ -224,33 +224,12 @@ fn raise_descriptor_limit() {
     setrlimit(Resource::RLIMIT_NOFILE, hard, hard).expect("setrlimit");
 }
 
-/// The soft and hard descriptor limits of process `pid`.
-fn descriptor_limits(pid: i32) -> (u64, u64) {
-    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
-    let line = limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .expect("a descriptor limit");
-    let numbers: Vec<u64> = line
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    (numbers[0], numbers[1])
-}
-
-/// Descriptors process `pid` holds.
-fn descriptors(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 /// The manager process of `r`, with its descriptor limits printed and checked: it can hold
 /// as many descriptors as the hard limit allows.
 fn manager_of(r: &common::Resolver) -> i32 {
     let managers = r.pids_named("kres-manager");
     assert_eq!(managers.len(), 1, "{managers:?}");
-    let (soft, hard) = descriptor_limits(managers[0]);
+    let (soft, hard) = testbed::procs::open_files_limit(managers[0]).expect("limits");
     eprintln!(
         "the manager's descriptor limits: soft {soft}, hard {hard}; API connection bound {}",
         knot_resolver::api::admission::connection_bound(soft)
@@ -399,7 +378,7 @@ fn two_thousand_idle_unix_connections_keep_no_probe_or_admin_out() {
         "{} connections opened in {:?}; the manager holds {} descriptors",
         flood.len(),
         began.elapsed(),
-        descriptors(manager)
+        testbed::procs::open_descriptors(manager)
     );
     let api = r.api.to_str().expect("UTF-8");
     measure("GET /livez over the unix socket", PROBES, || {
@@ -428,7 +407,7 @@ fn two_thousand_idle_unix_connections_keep_no_probe_or_admin_out() {
         "probes done {:?} after the flood began; the manager holds {} descriptors, RSS {} KiB \
          ({rss_before} KiB before the flood)",
         began.elapsed(),
-        descriptors(manager),
+        testbed::procs::open_descriptors(manager),
         testbed::procs::rss_kib(manager).expect("manager RSS"),
     );
     assert_eq!(flood.len(), 2000, "the whole flood was taken");
@@ -477,7 +456,7 @@ fn two_thousand_tcp_connections_without_the_token_keep_no_probe_or_admin_out() {
          manager holds {} descriptors",
         flood.len(),
         began.elapsed(),
-        descriptors(manager)
+        testbed::procs::open_descriptors(manager)
     );
     let url = format!("http://127.0.0.1:{port}");
     let authenticated = format!(
@@ -515,7 +494,7 @@ fn two_thousand_tcp_connections_without_the_token_keep_no_probe_or_admin_out() {
     eprintln!(
         "probes done {:?} after the flood began; the manager holds {} descriptors",
         began.elapsed(),
-        descriptors(manager)
+        testbed::procs::open_descriptors(manager)
     );
     assert_eq!(flood.len(), 2000, "the whole flood was taken");
     drop(flood);
@@ -596,7 +575,7 @@ fn one_address_cannot_take_every_place_from_another() {
     )
     .expect("start");
     let manager = manager_of(&r);
-    let (soft, _) = descriptor_limits(manager);
+    let (soft, _) = testbed::procs::open_files_limit(manager).expect("limits");
     let bound = knot_resolver::api::admission::connection_bound(soft);
     // 127.0.0.1 opens a few connections and sends nothing yet.
     let mut ours: Vec<std::net::TcpStream> = (0..20)
@@ -668,7 +647,7 @@ fn one_uid_cannot_take_every_place_from_another() {
     raise_descriptor_limit();
     let r = common::start(&Setup::new("hostile-uids")).expect("start");
     let manager = manager_of(&r);
-    let (soft, _) = descriptor_limits(manager);
+    let (soft, _) = testbed::procs::open_files_limit(manager).expect("limits");
     let bound = knot_resolver::api::admission::connection_bound(soft);
     // Root (this test) opens a few connections and sends nothing yet.
     let mut ours: Vec<std::os::unix::net::UnixStream> = (0..20)

@@ -325,11 +325,17 @@ async fn serve(
                 false
             }
             r = health_rx.wait_for(|h| h.failures >= START_MAX_FAILURES) => {
-                let failures = r.map(|h| h.failures).unwrap_or(START_MAX_FAILURES);
-                tracing::error!("the manager task failed {failures} times before it completed the start; stopping");
-                // Nothing runs yet that could be kept: end the supervision, stop the resolver.
-                stop.cancel();
-                exit_requested = Some(1);
+                match r.map(|h| h.failures) {
+                    Ok(failures) => {
+                        tracing::error!("the manager task failed {failures} times before it completed the start; stopping");
+                        // Nothing runs yet that could be kept: end the supervision, stop the
+                        // resolver.
+                        stop.cancel();
+                        exit_requested = Some(1);
+                    }
+                    // The supervision ended (its health went with it): learn how.
+                    Err(_) => exit_requested = Some(report_manager_end((&mut manager).await)),
+                }
                 false
             }
             () = parent.gone.cancelled() => return ExitCode::from(1),

@@ -91,6 +91,21 @@ pub fn rss_kib(pid: i32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// The soft and hard limits on open descriptors of `pid` (`Max open files`), if it runs.
+pub fn open_files_limit(pid: i32) -> Option<(u64, u64)> {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let mut numbers = line.split_whitespace().filter_map(|w| w.parse().ok());
+    Some((numbers.next()?, numbers.next()?))
+}
+
+/// How many descriptors `pid` holds (0 once it is gone).
+pub fn open_descriptors(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
 /// Proportional set size of `pid`, in KiB: its private pages plus its share of pages it
 /// shares (the same binary's text in two processes counts once in their sum).
 pub fn pss_kib(pid: i32) -> Option<u64> {
