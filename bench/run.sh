@@ -2,16 +2,17 @@
 # Run the benchmarks against upstream's manager in the same run (as root, for the rootfs).
 #   bash bench/run.sh              all of them, with their default run counts
 #   bash bench/run.sh NAME [ARGS]  one of: startup, worker_crash, api, validate, supervisor_scale,
-#                                  lossless, scale (--sizes 1000,10000,100000 --runs N --files)
+#                                  lossless, scale (--sizes 1000,10000,100000 --runs N --files),
+#                                  chaos (--minutes N [--seed S]: a long soak, not in the default list)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bins -p knot-resolver -p bench -p supervisor
 if [[ $# -gt 0 ]]; then
     which=$1
     shift
-    exec "target/release/$which" "$@"
+    exec "${CARGO_TARGET_DIR:-target}/release/$which" "$@"
 fi
 for b in startup worker_crash api validate supervisor_scale; do
     echo "== $b"
-    "target/release/$b"
+    "${CARGO_TARGET_DIR:-target}/release/$b"
 done

@@ -8,6 +8,7 @@
 //! variable, so teardown can find and kill every descendant and tests can prove none is left.
 //! Setting up the bed either works or fails loudly: tests never skip silently.
 
+pub mod chaos;
 pub mod dns;
 pub mod http;
 pub mod load;
