@@ -103,7 +103,7 @@ pub enum Event {
     /// `error` says why). Published once per upgrade, right after `manager-started`.
     Upgrade {
         generation: u32,
-        outcome: crate::api::upgrade::UpgradeOutcome,
+        outcome: crate::wire::upgrade::UpgradeOutcome,
         from: String,
         to: String,
         error: Option<String>,

@@ -17,6 +17,7 @@ pub mod manager;
 pub mod metrics;
 pub mod service;
 pub mod watchdog;
+pub mod wire;
 
 /// The version reported by `-V`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

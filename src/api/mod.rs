@@ -54,7 +54,7 @@ pub struct ApiState {
     /// or bearer token) and, over TCP, Host and Origin.
     pub guard: std::sync::Arc<guard::Guard>,
     /// How the last in-place upgrade of the daemon ended, as the root told this manager.
-    pub upgrade: Option<std::sync::Arc<upgrade::UpgradeRecord>>,
+    pub upgrade: Option<std::sync::Arc<crate::wire::upgrade::UpgradeRecord>>,
     /// The manager process's failures before this incarnation, as the root recorded them
     /// (shown on the manager's entry of `/processes`).
     pub process_failures: Option<std::sync::Arc<failures::ProcessFailureRecord>>,

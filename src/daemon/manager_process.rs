@@ -209,8 +209,8 @@ async fn serve(
     let api_socket = stored.remove(STORED_API);
     let upgrade = stored
         .remove(super::upgrade::STORED_UPGRADE)
-        .and_then(|fd| read_record(fd, crate::api::upgrade::MAX_RECORD))
-        .and_then(|bytes| crate::api::upgrade::UpgradeRecord::parse(&bytes))
+        .and_then(|fd| read_record(fd, crate::wire::upgrade::MAX_RECORD))
+        .and_then(|bytes| crate::wire::upgrade::UpgradeRecord::parse(&bytes))
         .map(Arc::new);
     let process_failures = stored
         .remove(super::recovery::STORED_FAILURES)

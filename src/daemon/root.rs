@@ -1245,11 +1245,11 @@ async fn settle_and_hand_over(
 /// Record how an upgrade ended in the fd store, for every manager incarnation to come.
 fn record_upgrade(started: &mut Started, from: &str, failed: Option<String>) {
     started.generation += 1;
-    let record = crate::api::upgrade::UpgradeRecord {
+    let record = crate::wire::upgrade::UpgradeRecord {
         generation: started.generation,
         outcome: match failed {
-            None => crate::api::upgrade::UpgradeOutcome::Upgraded,
-            Some(_) => crate::api::upgrade::UpgradeOutcome::Failed,
+            None => crate::wire::upgrade::UpgradeOutcome::Upgraded,
+            Some(_) => crate::wire::upgrade::UpgradeOutcome::Failed,
         },
         from: from.to_owned(),
         to: crate::build_version(),

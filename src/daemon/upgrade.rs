@@ -268,7 +268,7 @@ pub fn take_back(fd: RawFd) -> io::Result<OwnedFd> {
 }
 
 /// A record of how an upgrade ended, as a sealed memfd for the fd store.
-pub fn record(record: &crate::api::upgrade::UpgradeRecord) -> io::Result<OwnedFd> {
+pub fn record(record: &crate::wire::upgrade::UpgradeRecord) -> io::Result<OwnedFd> {
     let text = serde_json::to_vec(record).map_err(io::Error::other)?;
     supervisor::os::sealed_memfd("knot-resolver-upgrade-record", &text)
 }
