@@ -623,7 +623,7 @@ impl Root {
         let mut kept_api = None;
         // What systemd kept for us across a restart (`FDSTORE=1`): the API socket and the
         // workers' listening sockets, with queries and connections waiting in them.
-        for (name, fd) in supervisor::upward::listen_fds() {
+        for (name, fd) in supervisor::upward::listen_fds(remote::MAX_STORED) {
             if name == STORED_API {
                 kept_api = Some(fd);
             } else if keeps_upward(&name) {

@@ -372,8 +372,9 @@ pub fn decode_fd_name(encoded: &str) -> Option<String> {
 /// The descriptors the service manager passed us at start (`LISTEN_FDS`, from 3 on, meant
 /// for us: `LISTEN_PID` is our pid), with their decoded `LISTEN_FDNAMES`, now ours (and
 /// close-on-exec). Descriptors whose names are not ours are returned with the name
-/// systemd gave them. Empty when nothing was passed.
-pub fn listen_fds() -> Vec<(String, std::os::fd::OwnedFd)> {
+/// systemd gave them. Empty when nothing was passed. At most `limit` are taken (what the
+/// caller's own store keeps: more are never ours; systemd's store holds 4,096 by default).
+pub fn listen_fds(limit: usize) -> Vec<(String, std::os::fd::OwnedFd)> {
     let for_us = std::env::var("LISTEN_PID")
         .ok()
         .and_then(|p| p.parse::<u32>().ok())
@@ -388,7 +389,8 @@ pub fn listen_fds() -> Vec<(String, std::os::fd::OwnedFd)> {
     let names = std::env::var("LISTEN_FDNAMES").unwrap_or_default();
     let mut names = names.split(':');
     let mut fds = Vec::new();
-    for fd in 3..3i32.saturating_add(count.min(MAX_LISTEN_FDS)) {
+    let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+    for fd in 3..3i32.saturating_add(count.min(limit)) {
         let name = names.next().unwrap_or("unknown");
         let name = decode_fd_name(name).unwrap_or_else(|| name.to_owned());
         match crate::os::take_inherited_fd(fd).and_then(|owned| {
@@ -401,10 +403,6 @@ pub fn listen_fds() -> Vec<(String, std::os::fd::OwnedFd)> {
     }
     fds
 }
-
-/// The most descriptors taken from `LISTEN_FDS` (systemd's own store holds at most 4,096 by
-/// default; more than our own store takes is never ours).
-const MAX_LISTEN_FDS: i32 = crate::remote::MAX_STORED as i32;
 
 #[cfg(test)]
 mod tests {
