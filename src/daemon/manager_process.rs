@@ -90,7 +90,6 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
     // `ps` and `top` show the manager by this name rather than the `exe` it was started as.
     let _ = nix::sys::prctl::set_name(PROCESS_NAME);
     limit_resources();
-    raise_descriptor_limit();
     let link = match supervisor::os::take_inherited_fd(LINK_FD) {
         Ok(fd) => fd,
         Err(_) => {
@@ -504,16 +503,6 @@ fn limit_resources() {
     // memory through /proc. Last, since it also makes our own /proc files root's.
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         eprintln!("knot-resolver manager: cannot make itself undumpable: {e}");
-    }
-}
-
-/// Raise the soft limit of open descriptors to the hard one (the root already did, unless the
-/// manager was started some other way): the API holds a connection per descriptor (its bound
-/// of open connections follows the soft limit) and sheds idle ones only at that bound, so a
-/// low soft limit (1,024 by default) would only shed sooner.
-fn raise_descriptor_limit() {
-    if let Err(e) = supervisor::os::raise_open_files_limit() {
-        eprintln!("knot-resolver manager: cannot raise its descriptor limit: {e}");
     }
 }
 
