@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Parser;
 use knot_resolver::config::{LogLevel, LogTarget};
 use knot_resolver::daemon::cli::Args;
-use knot_resolver::daemon::manager_process::{self, ManagerInvocation};
+use knot_resolver::daemon::manager_process::{self, ManagerInvocation, WatchConfig};
 use knot_resolver::daemon::{logging, LogArgs};
 use knot_resolver::manager::listen::{SocketOwner, Steering};
 
@@ -50,7 +50,11 @@ fn main() -> ExitCode {
             worker_user,
             api_groups,
             log,
-            watch_config: args.watch_config,
+            watch_config: if args.watch_config {
+                WatchConfig::On
+            } else {
+                WatchConfig::Off
+            },
             worker_hang_timeout: (args.worker_hang_timeout > 0)
                 .then(|| Duration::from_secs(args.worker_hang_timeout.into())),
         });

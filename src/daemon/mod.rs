@@ -62,16 +62,58 @@ pub struct LogArgs {
     pub target: crate::config::LogTarget,
 }
 
+/// Why a user or a group could not be found.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error("no user named {0:?}")]
+    NoUser(String),
+    #[error("no group named {0:?}")]
+    NoGroup(String),
+    #[error("cannot look up {kind} {name:?}: {source}")]
+    Database {
+        /// `user` or `group`.
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: nix::Error,
+    },
+}
+
 /// The uid and gid of `name`, from the user database.
-pub fn resolve_user(name: &str) -> Result<supervisor::Credentials, String> {
+pub fn resolve_user(name: &str) -> Result<supervisor::Credentials, LookupError> {
     match nix::unistd::User::from_name(name) {
         Ok(Some(u)) => Ok(supervisor::Credentials {
             uid: u.uid.as_raw(),
             gid: u.gid.as_raw(),
         }),
-        Ok(None) => Err(format!("no user named {name:?}")),
-        Err(e) => Err(format!("cannot look up user {name:?}: {e}")),
+        Ok(None) => Err(LookupError::NoUser(name.to_owned())),
+        Err(source) => Err(LookupError::Database {
+            kind: "user",
+            name: name.to_owned(),
+            source,
+        }),
     }
+}
+
+/// Why the groups of the API's roles cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiGroupsError {
+    #[error("{option}: {source}")]
+    Lookup {
+        /// The option that named the group.
+        option: &'static str,
+        #[source]
+        source: LookupError,
+    },
+    #[error("--api-admin-group and --api-read-only-group name the same group")]
+    SameGroup,
+    #[error(
+        "--api-admin-group and --api-read-only-group apply to the API's unix socket; \
+         it listens on TCP, where {} and {} give the roles",
+        crate::api::guard::TOKEN_FILE_VAR,
+        crate::api::guard::READ_ONLY_TOKEN_FILE_VAR
+    )]
+    OverTcp,
 }
 
 /// The groups of the API's roles on its unix socket, by name, as the command line or the
@@ -92,10 +134,12 @@ impl ApiGroupNames {
     pub fn resolve(
         &self,
         management: &crate::config::ManagementSchema,
-    ) -> Result<crate::api::roles::ApiGroups, String> {
-        let gid = |option: &str, name: &Option<String>| {
+    ) -> Result<crate::api::roles::ApiGroups, ApiGroupsError> {
+        let gid = |option: &'static str, name: &Option<String>| {
             name.as_deref()
-                .map(|n| resolve_group(n).map_err(|e| format!("{option}: {e}")))
+                .map(|n| {
+                    resolve_group(n).map_err(|source| ApiGroupsError::Lookup { option, source })
+                })
                 .transpose()
         };
         let groups = crate::api::roles::ApiGroups {
@@ -103,27 +147,24 @@ impl ApiGroupNames {
             read_only: gid("--api-read-only-group", &self.read_only)?,
         };
         if groups.admin.is_some() && groups.admin == groups.read_only {
-            return Err(
-                "--api-admin-group and --api-read-only-group name the same group".to_owned(),
-            );
+            return Err(ApiGroupsError::SameGroup);
         }
         if groups.any() && management.unix_socket.is_none() {
-            return Err(format!(
-                "--api-admin-group and --api-read-only-group apply to the API's unix socket; \
-                 it listens on TCP, where {} and {} give the roles",
-                crate::api::guard::TOKEN_FILE_VAR,
-                crate::api::guard::READ_ONLY_TOKEN_FILE_VAR
-            ));
+            return Err(ApiGroupsError::OverTcp);
         }
         Ok(groups)
     }
 }
 
 /// The gid of the group `name`, from the group database.
-pub fn resolve_group(name: &str) -> Result<u32, String> {
+pub fn resolve_group(name: &str) -> Result<u32, LookupError> {
     match nix::unistd::Group::from_name(name) {
         Ok(Some(g)) => Ok(g.gid.as_raw()),
-        Ok(None) => Err(format!("no group named {name:?}")),
-        Err(e) => Err(format!("cannot look up group {name:?}: {e}")),
+        Ok(None) => Err(LookupError::NoGroup(name.to_owned())),
+        Err(source) => Err(LookupError::Database {
+            kind: "group",
+            name: name.to_owned(),
+            source,
+        }),
     }
 }

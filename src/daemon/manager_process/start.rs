@@ -1,0 +1,500 @@
+//! The start and stop phases of the manager process, and what its serve loop's actions act
+//! on ([`Running`]): the manager task under supervision, the sources of its events, and, once
+//! the task's first start completed, the API, the file watchdog and the helpers that follow
+//! the configuration.
+
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures_util::stream::{self, BoxStream};
+use futures_util::{Stream, StreamExt};
+use supervisor::remote::Parent;
+use supervisor::task::{supervise_task, TaskHealth};
+use supervisor::Backoff;
+use tokio::sync::{mpsc, watch, Mutex};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::super::logging::Logging;
+use super::super::{resolve_user, ApiGroupNames, LookupError, FAULT_INJECTION_VAR, STORED_CONFIG};
+use super::lifecycle::{Action, Effects, ManagerEvent, TaskEnd, START_MAX_FAILURES};
+use super::restore::{Incarnation, Restored};
+use crate::api::{self, ApiState};
+use crate::config::{LoadedConfig, ManagementSchema};
+use crate::events::EventLog;
+use crate::manager::listen::{Mirrored, SocketOwner, SocketTable};
+use crate::manager::task::{self, ManagerContext};
+use crate::manager::{Executables, ManagerHandle};
+use crate::watchdog::ConfigFiles;
+
+/// How the manager task is restarted: at once after its first failure, then 200 ms doubling
+/// up to 30 s; 60 s of running (as for the manager process) forgive the failures before.
+fn task_backoff() -> Backoff {
+    Backoff::try_new(
+        std::time::Duration::from_millis(200),
+        std::time::Duration::from_secs(30),
+        std::time::Duration::ZERO,
+        100,
+        std::time::Duration::from_secs(60),
+    )
+    .unwrap_or_default()
+}
+
+/// What the manager process is set up with, besides what it restored.
+pub struct Settings {
+    /// The configuration files, absolute.
+    pub files: Vec<PathBuf>,
+    /// The files watched for changes, if any.
+    pub watched: ConfigFiles,
+    /// How long a worker may leave its control socket unanswered; `None`: never checked.
+    pub hang_timeout: Option<std::time::Duration>,
+    pub socket_owner: SocketOwner,
+    /// `--worker-user` or its environment form.
+    pub worker_user: Option<String>,
+    /// The groups of the API's roles on its unix socket.
+    pub api_groups: ApiGroupNames,
+    /// The process's logging, when this process installed it.
+    pub logging: Option<&'static Logging>,
+    /// When the process began, for the start-up's duration in the log.
+    pub began: std::time::Instant,
+}
+
+/// Why the manager process could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartFailed {
+    #[error("cannot use rundir {}: {source}", path.display())]
+    Rundir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--worker-user: {0}")]
+    WorkerUser(#[source] LookupError),
+    /// The API's guard (its tokens, its groups) cannot be set up.
+    #[error("{0}")]
+    Guard(String),
+}
+
+/// Why serving could not begin.
+#[derive(Debug, thiserror::Error)]
+enum ServeFailed {
+    #[error("the root process kept no API socket")]
+    NoApiSocket,
+    #[error("{0}")]
+    Listener(#[source] std::io::Error),
+}
+
+/// The manager process, started: what its serve loop's actions act on.
+pub struct Running {
+    parent: Arc<Parent>,
+    handle: ManagerHandle,
+    /// Cancels everything this process runs: the manager task's supervision, the API, the
+    /// watchers.
+    stop: CancellationToken,
+    /// What serving needs; taken when it begins.
+    to_serve: Option<ToServe>,
+    /// The API server and the file watchdog, waited for at the stop (requests in flight
+    /// finish).
+    serving: TaskTracker,
+}
+
+/// What serving needs, prepared at the start.
+struct ToServe {
+    incarnation: Incarnation,
+    began: std::time::Instant,
+    logging: Option<&'static Logging>,
+    watched: ConfigFiles,
+    hang_timeout: Option<std::time::Duration>,
+    health: watch::Receiver<TaskHealth>,
+    reload_bell: Option<OwnedFd>,
+    api_socket: Option<OwnedFd>,
+    management: ManagementSchema,
+    api: ApiState,
+}
+
+/// What the start checked in the environment: the workers' user, the API's guard.
+pub struct Checked {
+    run_as: Option<supervisor::Credentials>,
+    guard: api::guard::Guard,
+}
+
+impl StartFailed {
+    /// Whether the root is asked to stop the resolver: always when the rundir or the workers'
+    /// user cannot be had; for the API's guard only at the first start (a successor leaves
+    /// the workers serving and the root starts another).
+    pub fn stops_the_resolver(&self, incarnation: Incarnation) -> bool {
+        match self {
+            StartFailed::Rundir { .. } | StartFailed::WorkerUser(_) => true,
+            StartFailed::Guard(_) => incarnation == Incarnation::First,
+        }
+    }
+}
+
+/// Check the environment for the start: enter the rundir, find the workers' user, set up the
+/// API's guard.
+pub fn check(restored: &Restored, settings: &Settings) -> Result<Checked, StartFailed> {
+    let model = &restored.loaded.model;
+    std::env::set_current_dir(&model.rundir).map_err(|source| StartFailed::Rundir {
+        path: model.rundir.clone(),
+        source,
+    })?;
+    let run_as = settings
+        .worker_user
+        .as_deref()
+        .map(resolve_user)
+        .transpose()
+        .map_err(StartFailed::WorkerUser)?;
+    if let Some(user) = run_as {
+        crate::lua::read_files_as(user);
+    }
+    let management = &model.management;
+    let endpoint = management.interface.as_ref().map(|i| i.socket_addr());
+    let guard = api::guard::TcpGuard::from_env(endpoint)
+        .and_then(|tcp| {
+            let groups = settings
+                .api_groups
+                .resolve(management)
+                .map_err(|e| e.to_string())?;
+            Ok(api::guard::Guard {
+                tcp,
+                unix: api::roles::UnixRoles::new(groups, nix::unistd::geteuid().as_raw()),
+            })
+        })
+        .map_err(StartFailed::Guard)?;
+    Ok(Checked { run_as, guard })
+}
+
+impl Running {
+    /// Start: run the manager task under supervision. The process, and the events of its
+    /// task, its API's `/stop` and its link.
+    pub fn start(
+        restored: Restored,
+        settings: Settings,
+        checked: Checked,
+    ) -> (Running, impl Stream<Item = ManagerEvent> + Unpin) {
+        let Checked { run_as, guard } = checked;
+        let Restored {
+            parent,
+            incarnation,
+            loaded,
+            api_socket,
+            upgrade,
+            process_failures,
+            reload_bell,
+            sockets,
+        } = restored;
+        let parent = Arc::new(parent);
+        let (mirror_tx, mirror_rx) = mpsc::unbounded_channel();
+        tokio::spawn(mirror_sockets(parent.clone(), mirror_rx));
+        let table = SocketTable::restore(sockets, Some(mirror_tx));
+        let management = loaded.model.management.clone();
+        let resolve_root = crate::config::resolve_root_of(&settings.files);
+        let (config_tx, config_rx) = watch::channel(Arc::new(loaded));
+        let (command_tx, command_rx) = mpsc::channel(16);
+        let (health_tx, health_rx) = watch::channel(TaskHealth::default());
+        let handle = ManagerHandle::new(command_tx, config_rx).with_health(health_rx.clone());
+        let (started_tx, started_rx) = watch::channel(incarnation == Incarnation::Successor);
+        let stop = CancellationToken::new();
+        let events = start_event_log(&parent, upgrade.as_deref());
+        // From the first table on: a first incarnation's followers can resume into its start-up.
+        tokio::spawn(crate::events::follow_processes(
+            parent.handle.subscribe(),
+            events.clone(),
+            stop.child_token(),
+        ));
+        let ctx = ManagerContext {
+            supervisor: parent.handle.clone(),
+            executables: Executables {
+                run_as,
+                ..Executables::discover()
+            },
+            files: settings.files,
+            config: config_tx,
+            commands: Arc::new(Mutex::new(command_rx)),
+            started: started_tx,
+            upward: parent.upward.clone(),
+            stop: stop.clone(),
+            socket_owner: settings.socket_owner,
+            sockets: Arc::new(std::sync::Mutex::new(table)),
+            events: events.clone(),
+        };
+        let task = tokio::spawn(supervise_task(
+            "manager",
+            task_backoff(),
+            health_tx,
+            stop.clone(),
+            move |inc| task::run(ctx.clone(), inc.number),
+        ));
+        let sources = task_events(task, started_rx, health_rx.clone(), &stop, &parent);
+        let api = ApiState {
+            supervisor: parent.handle.clone(),
+            stop: stop.clone(),
+            manager: handle.clone(),
+            fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
+            resolve_root,
+            rendered: Default::default(),
+            guard: Arc::new(guard),
+            upgrade,
+            process_failures,
+            events,
+        };
+        let to_serve = ToServe {
+            incarnation,
+            began: settings.began,
+            logging: settings.logging,
+            watched: settings.watched,
+            hang_timeout: settings.hang_timeout,
+            health: health_rx,
+            reload_bell,
+            api_socket,
+            management,
+            api,
+        };
+        let running = Running {
+            parent,
+            handle,
+            stop,
+            to_serve: Some(to_serve),
+            serving: TaskTracker::new(),
+        };
+        (running, sources)
+    }
+
+    /// Stop: cancel everything, and wait for the API (requests in flight finish) and the
+    /// file watchdog.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        self.serving.close();
+        self.serving.wait().await;
+    }
+
+    /// Serve: the helpers that follow the configuration, the file watchdog, the API; then
+    /// tell the service manager above the root that we are ready.
+    fn begin_serving(&mut self) -> Result<(), ServeFailed> {
+        let Some(to_serve) = self.to_serve.take() else {
+            return Ok(());
+        };
+        let upward = &self.parent.upward;
+        tokio::spawn(keep_config(self.parent.clone(), self.handle.subscribe()));
+        tokio::spawn(report_task_health(
+            to_serve.health,
+            upward.clone(),
+            self.handle.clone(),
+        ));
+        if let Some(bell) = to_serve.reload_bell {
+            tokio::spawn(super::super::recovery::answer_reloads(
+                bell,
+                self.handle.clone(),
+            ));
+        }
+        if let Some(logging) = to_serve.logging {
+            tokio::spawn(logging.follow(self.handle.subscribe()));
+        }
+        if let Some(deadline) = to_serve.hang_timeout {
+            // Ends with `stop`; nothing to wait for.
+            crate::manager::liveness::start(
+                self.parent.handle.clone(),
+                self.handle.clone(),
+                deadline,
+                self.stop.child_token(),
+            );
+        }
+        self.serving.spawn(crate::watchdog::start(
+            self.handle.clone(),
+            to_serve.watched,
+            self.stop.child_token(),
+        ));
+        let listener = to_serve
+            .api_socket
+            .ok_or(ServeFailed::NoApiSocket)
+            .and_then(|fd| {
+                api::server::Listener::from_fd(fd, &to_serve.management)
+                    .map_err(ServeFailed::Listener)
+            })?;
+        let router = api::app(to_serve.api);
+        self.serving.spawn(api::server::serve(
+            listener,
+            router,
+            self.stop.child_token(),
+        ));
+        match to_serve.incarnation {
+            Incarnation::Successor => tracing::warn!(
+                incarnation = self.parent.incarnation,
+                "manager process restarted; serving the API again"
+            ),
+            Incarnation::First => tracing::info!(
+                "Manager fully initialized and running in {:.3} seconds",
+                to_serve.began.elapsed().as_secs_f64()
+            ),
+        }
+        // After an in-place upgrade, READY=1 again ends the reload it announced; at any other
+        // time systemd takes it as the status it carries.
+        upward.ready(&task::ready_status(&self.handle.config()));
+        Ok(())
+    }
+}
+
+impl Effects for Running {
+    async fn carry_out(&mut self, action: Action) -> Option<ManagerEvent> {
+        match action {
+            Action::Tell(notice) => notice.log(),
+            Action::Reload => {
+                if !self.handle.request_reload() {
+                    tracing::warn!("a reload is already queued; SIGHUP ignored");
+                }
+            }
+            Action::BeginServing => {
+                if let Err(e) = self.begin_serving() {
+                    tracing::error!("management API: {e}");
+                    return Some(ManagerEvent::ServingFailed);
+                }
+            }
+            Action::GiveUpTask => self.stop.cancel(),
+            Action::AskRootToStop { code } => {
+                let _ = self.parent.exit(code).await;
+            }
+        }
+        None
+    }
+}
+
+/// The event log of this process, with its first events: the start, and the last upgrade
+/// when this is the first incarnation after it.
+fn start_event_log(
+    parent: &Parent,
+    upgrade: Option<&crate::wire::upgrade::UpgradeRecord>,
+) -> EventLog {
+    let events = EventLog::new(&events_epoch(parent.incarnation));
+    events.publish(crate::events::Event::ManagerStarted {
+        incarnation: parent.incarnation,
+    });
+    if let Some(record) = upgrade.filter(|r| r.first_incarnation == parent.incarnation) {
+        events.publish(crate::events::Event::Upgrade {
+            generation: record.generation,
+            outcome: record.outcome,
+            from: record.from.clone(),
+            to: record.to.clone(),
+            error: record.error.clone(),
+        });
+    }
+    events
+}
+
+/// The events of the manager task (its first start, or its failures before; its end), of
+/// the API's `/stop` and of the link to the root.
+fn task_events(
+    task: tokio::task::JoinHandle<Option<task::ManagerExit>>,
+    mut started: watch::Receiver<bool>,
+    mut health: watch::Receiver<TaskHealth>,
+    stop: &CancellationToken,
+    parent: &Parent,
+) -> impl Stream<Item = ManagerEvent> + Unpin {
+    let start = async move {
+        tokio::select! {
+            r = started.wait_for(|s| *s) => r.ok().map(|_| ManagerEvent::TaskStarted),
+            r = health.wait_for(|h| h.failures >= START_MAX_FAILURES) => {
+                r.ok().map(|h| ManagerEvent::StartGivenUp { failures: h.failures })
+            }
+        }
+    };
+    let stopped = stop.clone();
+    let ended = async move {
+        let end = TaskEnd::of(task.await);
+        // An end after a stop was asked is the stop's doing.
+        let end = if stopped.is_cancelled() {
+            TaskEnd::Stopped
+        } else {
+            end
+        };
+        Some(ManagerEvent::TaskEnded(end))
+    };
+    let stop = stop.clone();
+    let asked = async move {
+        stop.cancelled().await;
+        Some(ManagerEvent::StopAsked)
+    };
+    let gone = parent.gone.clone();
+    let gone = async move {
+        gone.cancelled().await;
+        Some(ManagerEvent::RootGone)
+    };
+    let sources: [BoxStream<'static, Option<ManagerEvent>>; 4] = [
+        stream::once(start).boxed(),
+        stream::once(ended).boxed(),
+        stream::once(asked).boxed(),
+        stream::once(gone).boxed(),
+    ];
+    stream::select_all(sources).filter_map(std::future::ready)
+}
+
+/// The epoch of the event ids of this manager process: its incarnation and its start
+/// (microseconds since the Unix epoch, in hex), so ids of an earlier incarnation, or of an
+/// earlier run of the resolver, are never taken for ours.
+fn events_epoch(incarnation: u32) -> String {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    format!("{incarnation}.{started:x}")
+}
+
+/// Tell the service manager above us when the manager task fails and when it runs again: the
+/// workers serve meanwhile, and changes wait.
+async fn report_task_health(
+    mut health: watch::Receiver<TaskHealth>,
+    upward: supervisor::upward::UpwardNotifier,
+    handle: ManagerHandle,
+) {
+    loop {
+        if health.changed().await.is_err() {
+            return;
+        }
+        let h = health.borrow_and_update().clone();
+        if h.failures == 0 {
+            continue;
+        }
+        match h.next_attempt {
+            Some(_) => upward.status(&format!(
+                "Manager task restarting after {} failures within {} s; workers serving",
+                h.failures,
+                h.streak_age().as_secs()
+            )),
+            None => upward.status(&task::ready_status(&handle.config())),
+        }
+    }
+}
+
+/// Keep every configuration that is applied in the root's fd store.
+async fn keep_config(parent: Arc<Parent>, mut config: watch::Receiver<Arc<LoadedConfig>>) {
+    loop {
+        let raw = config.borrow_and_update().raw.clone();
+        let stored = serde_json::to_vec(&raw)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| supervisor::os::sealed_memfd("knot-resolver-config", &bytes));
+        match stored {
+            Ok(fd) => {
+                if let Err(e) = parent.store(STORED_CONFIG, &fd).await {
+                    tracing::warn!("cannot keep the configuration for a restart: {e}");
+                }
+            }
+            Err(e) => tracing::warn!("cannot keep the configuration for a restart: {e}"),
+        }
+        if config.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Mirror the socket table's changes into the root's fd store.
+async fn mirror_sockets(parent: Arc<Parent>, mut changes: mpsc::UnboundedReceiver<Mirrored>) {
+    while let Some(change) = changes.recv().await {
+        let result = match &change {
+            Mirrored::Keep(name, fd) => parent.store(name, fd).await,
+            Mirrored::Forget(name) => parent.forget(name).await,
+        };
+        if let Err(e) = result {
+            tracing::warn!("cannot keep the listening sockets for a restart: {e}");
+        }
+    }
+}
