@@ -39,6 +39,34 @@ const MAX_IMAGE: u64 = 64 << 20;
 /// manager incarnation reads (`GET /upgrade`).
 pub const STORED_UPGRADE: &str = "upgrade";
 
+/// Why a new image cannot adopt the state it was given.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("{STATE_VAR}={0:?} is not STATE:FALLBACK")]
+    NotStateAndFallback(String),
+    #[error("{STATE_VAR}: {0:?} is not a descriptor")]
+    NotADescriptor(String),
+    #[error("{STATE_VAR}: {what}: {source}")]
+    Inherited {
+        /// `the state` or `the old binary`.
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot read the upgrade state: {0}")]
+    Read(#[source] io::Error),
+    #[error("the upgrade state has {0} bytes")]
+    TooLarge(u64),
+    #[error("the upgrade state: {0}")]
+    Damaged(#[source] serde_json::Error),
+    #[error("the upgrade state is of format {0}, this binary adopts {STATE_FORMAT}")]
+    Format(u32),
+    #[error("{0}")]
+    Closed(#[source] io::Error),
+    #[error("refused by fault injection")]
+    RefusedByFaultInjection,
+}
+
 /// What the root process hands its next image.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct RootImage {
@@ -92,32 +120,32 @@ pub struct Inherited {
 }
 
 /// Whether this process is the new image of an upgrade: its state and fallback, taken.
-pub fn inherited() -> Option<Result<Inherited, String>> {
+pub fn inherited() -> Option<Result<Inherited, StateError>> {
     let value = std::env::var(STATE_VAR).ok()?;
     Some(parse_var(&value))
 }
 
-fn parse_var(value: &str) -> Result<Inherited, String> {
+fn parse_var(value: &str) -> Result<Inherited, StateError> {
     let (state, fallback) = value
         .split_once(':')
-        .ok_or_else(|| format!("{STATE_VAR}={value:?} is not STATE:FALLBACK"))?;
+        .ok_or_else(|| StateError::NotStateAndFallback(value.to_owned()))?;
     let number = |s: &str| {
         s.parse::<RawFd>()
             .ok()
             .filter(|&fd| fd > 2)
-            .ok_or_else(|| format!("{STATE_VAR}: {s:?} is not a descriptor"))
+            .ok_or_else(|| StateError::NotADescriptor(s.to_owned()))
     };
-    let state = supervisor::os::take_inherited_fd(number(state)?)
-        .map_err(|e| format!("{STATE_VAR}: the state: {e}"))?;
+    let take = |fd, what| {
+        supervisor::os::take_inherited_fd(fd)
+            .map_err(|source| StateError::Inherited { what, source })
+    };
+    let state = take(number(state)?, "the state")?;
     let fallback = match fallback {
         "-" => None,
-        f => Some(
-            supervisor::os::take_inherited_fd(number(f)?)
-                .map_err(|e| format!("{STATE_VAR}: the old binary: {e}"))?,
-        ),
+        f => Some(take(number(f)?, "the old binary")?),
     };
     for fd in std::iter::once(&state).chain(fallback.as_ref()) {
-        supervisor::os::set_cloexec(fd).map_err(|e| e.to_string())?;
+        supervisor::os::set_cloexec(fd).map_err(StateError::Closed)?;
     }
     Ok(Inherited { state, fallback })
 }
@@ -130,36 +158,32 @@ pub fn refusal_injected() -> bool {
 }
 
 /// Read an image from its memfd.
-pub fn read_image(fd: &OwnedFd) -> Result<RootImage, String> {
+pub fn read_image(fd: &OwnedFd) -> Result<RootImage, StateError> {
     use std::os::unix::fs::FileExt;
-    let file = std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?);
-    let len = file.metadata().map_err(|e| e.to_string())?.len();
+    let file = std::fs::File::from(fd.try_clone().map_err(StateError::Closed)?);
+    let len = file.metadata().map_err(StateError::Closed)?.len();
     if len > MAX_IMAGE {
-        return Err(format!("the upgrade state has {len} bytes"));
+        return Err(StateError::TooLarge(len));
     }
-    let mut bytes = vec![0u8; usize::try_from(len).map_err(|e| e.to_string())?];
+    let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| StateError::TooLarge(len))?];
     file.read_exact_at(&mut bytes, 0)
-        .map_err(|e| format!("cannot read the upgrade state: {e}"))?;
-    let image: RootImage =
-        serde_json::from_slice(&bytes).map_err(|e| format!("the upgrade state: {e}"))?;
+        .map_err(StateError::Read)?;
+    let image: RootImage = serde_json::from_slice(&bytes).map_err(StateError::Damaged)?;
     if image.format != STATE_FORMAT {
-        return Err(format!(
-            "the upgrade state is of format {}, this binary adopts {STATE_FORMAT}",
-            image.format
-        ));
+        return Err(StateError::Format(image.format));
     }
     Ok(image)
 }
 
 /// Check every descriptor the image names is open, before any is taken.
-pub fn check_descriptors(image: &RootImage) -> Result<(), String> {
+pub fn check_descriptors(image: &RootImage) -> Result<(), StateError> {
     let named = image
         .lock_fd
         .into_iter()
         .chain(image.store.iter().map(|(_, fd)| *fd))
         .chain(std::iter::once(image.supervisor.notify_fd));
     for fd in named {
-        supervisor::os::check_open(fd).map_err(|e| e.to_string())?;
+        supervisor::os::check_open(fd).map_err(StateError::Closed)?;
     }
     Ok(())
 }

@@ -1,0 +1,378 @@
+//! The manager keeper of the root process: run the manager process, serve its link, and
+//! start the next incarnation after every failure (backing off, the streak forgiven after a
+//! stable run), until it asks the root to stop, cannot be kept, or the root stops.
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::time::{Duration, SystemTime};
+
+use supervisor::remote::{
+    self, ChildEnd, ChildPolicy, ChildService, EnvironmentPolicy, FdStore, FileArgument, Link,
+};
+use supervisor::upward::UpwardNotifier;
+use supervisor::{
+    Backoff, Output, Readiness, RestartPolicy, ServiceSpec, StopPolicy, SupervisorError,
+    SupervisorHandle,
+};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::super::{recovery, LINK_FD, MANAGER_HANG_VAR, STORED_CONFIG};
+use super::start::keeps_upward;
+use super::{Root, Stop};
+use crate::api::failures::ProcessFailureRecord;
+use crate::manager::Executables;
+use crate::service::{self, ServiceKind};
+
+/// A manager process that ran this long before it failed has its failure streak forgiven.
+const MANAGER_STABLE_AFTER: Duration = Duration::from_secs(60);
+
+/// A manager that answers no ping for this long is hung and replaced (override:
+/// `KRES_MANAGER_HANG_TIMEOUT` in seconds, for tests).
+const MANAGER_HANG_AFTER: Duration = Duration::from_secs(20);
+
+/// How long the manager may take to stop (finishing API requests in flight) before SIGKILL.
+const MANAGER_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What keeps the manager process running: the supervisor, the fd store, systemd above us,
+/// the incarnation count, and where its upgrade requests go.
+pub(super) struct Keeper<'a> {
+    pub(super) sup: &'a SupervisorHandle,
+    pub(super) store: &'a mut FdStore,
+    pub(super) upward: &'a UpwardNotifier,
+    pub(super) incarnations: &'a mut u32,
+    pub(super) reexec: &'a tokio::sync::mpsc::UnboundedSender<supervisor::remote::ReexecRequest>,
+}
+
+impl Root {
+    /// The manager process's spec: its command line, our environment, our working directory.
+    fn manager_spec(&self) -> ServiceSpec {
+        let argv = self.manager_argv.clone();
+        let mut spec = ServiceSpec::new(service::MANAGER, ServiceKind::Manager.as_str(), argv);
+        spec.env = crate::manager::specs::child_base_env();
+        spec.cwd = self.manager_cwd.clone();
+        spec.readiness = Readiness::None;
+        spec.restart = RestartPolicy::Never;
+        spec.output = Output::Inherited;
+        spec.stop = StopPolicy {
+            signal: nix::sys::signal::Signal::SIGTERM,
+            timeout: MANAGER_STOP_TIMEOUT,
+        };
+        // The manager parses everything that comes from outside: when we are root and the
+        // workers have a user of their own, it runs as that user, with no_new_privs and no
+        // capability but binding the workers' ports (it binds their listening sockets).
+        if let Some(workers) = self.run_as.filter(|_| nix::unistd::geteuid().is_root()) {
+            spec.user = Some(workers);
+            spec.keep = supervisor::KeptCapabilities::BindServicePorts;
+        }
+        spec
+    }
+
+    /// What the manager may have the root run: exactly what the manager's specs hold
+    /// (`manager::specs`): our programs, as the workers' user, in the rundir, with our
+    /// environment and an instance number, reading their configuration from the rundir.
+    fn child_policy(&self) -> ChildPolicy {
+        let executables = Executables::discover();
+        ChildPolicy {
+            programs: vec![executables.kresd.clone(), executables.cache_gc],
+            user: self.run_as,
+            cwd: Some(self.rundir.clone()),
+            env: Some(EnvironmentPolicy {
+                inherited: crate::manager::specs::child_base_env(),
+                added: crate::manager::specs::ADDED_VARIABLES
+                    .iter()
+                    .map(OsString::from)
+                    .collect(),
+            }),
+            file_arguments: vec![FileArgument {
+                program: executables.kresd,
+                flag: OsString::from("-c"),
+                inside: self.rundir.clone(),
+            }],
+        }
+    }
+
+    /// Run the manager process, again and again when it fails, until it asks us to stop, it
+    /// cannot be kept running, or `stop` fires.
+    pub(super) async fn keep_manager(&self, keeper: Keeper<'_>, stop: CancellationToken) -> Stop {
+        let Keeper {
+            sup,
+            store,
+            upward,
+            incarnations,
+            reexec,
+        } = keeper;
+        let policy = self.child_policy();
+        let hang_after = manager_hang_after();
+        let service = ChildService {
+            sup,
+            policy: &policy,
+            upward,
+            hang_after,
+            reexec: Some(reexec),
+            keep_upward: keeps_upward,
+        };
+        let mut streak = FailureStreak::new(SystemTime::now());
+        let first = *incarnations + 1;
+        loop {
+            *incarnations += 1;
+            let incarnation = *incarnations;
+            let started = Instant::now();
+            let end = match self
+                .run_incarnation(&service, store, incarnation, &stop)
+                .await
+            {
+                Ok(end) => end,
+                Err(why) => return why,
+            };
+            let why = match answer(end, sup, hang_after) {
+                Answer::Stop(why) => return why,
+                Answer::Replace(why) => removed(sup, why).await,
+            };
+            if incarnation == first && store_lacks_config(store) {
+                // It never finished the first start: there is nothing running to keep.
+                tracing::error!("the manager failed during start-up; stopping");
+                return Stop::ManagerFailed;
+            }
+            // Never given up on while the workers serve: a request that crashes the manager
+            // again and again costs the API, not DNS.
+            let delay = streak.failed(started.elapsed(), SystemTime::now());
+            streak.report(delay, why, upward, store);
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = stop.cancelled() => return Stop::Signal,
+            }
+        }
+    }
+
+    /// Start one incarnation of the manager process and serve its link until it ends; `Err`
+    /// when not even its link can be made.
+    async fn run_incarnation(
+        &self,
+        service: &ChildService<'_>,
+        store: &mut FdStore,
+        incarnation: u32,
+        stop: &CancellationToken,
+    ) -> Result<ChildEnd, Stop> {
+        let (link, theirs) = Link::pair().map_err(|e| {
+            tracing::error!("cannot create the manager's link: {e}");
+            Stop::ManagerFailed
+        })?;
+        Ok(match self.start_manager(service.sup, theirs).await {
+            Ok(pid) => {
+                tracing::debug!(pid, incarnation, "manager process started");
+                // The link's other end stays open in the supervisor until the service is
+                // removed, so an exit shows in the process table, not as end of file.
+                tokio::select! {
+                    end = remote::serve_child(link, incarnation, service, store, stop.clone()) => end,
+                    () = exited(service.sup, pid) => ChildEnd::Gone,
+                }
+            }
+            Err(e) => ChildEnd::Misbehaved(format!("cannot start: {e}")),
+        })
+    }
+
+    async fn start_manager(
+        &self,
+        sup: &SupervisorHandle,
+        link: OwnedFd,
+    ) -> Result<i32, SupervisorError> {
+        sup.add_handing(self.manager_spec(), vec![(link, LINK_FD)])
+            .await?;
+        sup.start(service::MANAGER).await.map(|p| p.as_raw())
+    }
+}
+
+/// How the root answers the end of a manager incarnation.
+enum Answer {
+    /// The keeper ends: the root stops, for this reason.
+    Stop(Stop),
+    /// The incarnation failed: replace it; why, when known before its exit status.
+    Replace(Option<String>),
+}
+
+/// The answer to `end`: a manager that hung or misbehaved is killed (not trusted to stop
+/// gracefully, it would take connections waiting in the API's backlog with it instead of
+/// leaving them to its successor).
+fn answer(end: ChildEnd, sup: &SupervisorHandle, hang_after: Duration) -> Answer {
+    match end {
+        ChildEnd::Exit(code) => Answer::Stop(Stop::Requested(code)),
+        ChildEnd::Stopped => Answer::Stop(Stop::Signal),
+        ChildEnd::Hung => {
+            tracing::error!(
+                "the manager process answered nothing for {} s; replacing it",
+                hang_after.as_secs()
+            );
+            signal_manager(sup, nix::sys::signal::Signal::SIGKILL);
+            Answer::Replace(Some(format!(
+                "answered nothing for {} s",
+                hang_after.as_secs()
+            )))
+        }
+        ChildEnd::Misbehaved(why) => {
+            tracing::error!("the manager process failed: {why}");
+            signal_manager(sup, nix::sys::signal::Signal::SIGKILL);
+            Answer::Replace(Some(why))
+        }
+        // Not its fault: it is stopped as gracefully as at any replacement.
+        ChildEnd::LinkFailed(why) => {
+            tracing::error!("the link to the manager process failed: {why}; replacing it");
+            Answer::Replace(Some(format!("its link failed: {why}")))
+        }
+        ChildEnd::Gone => Answer::Replace(None),
+    }
+}
+
+/// Remove the manager service (logging how it ended); why it failed: `why`, else its exit
+/// status, else nothing known.
+async fn removed(sup: &SupervisorHandle, why: Option<String>) -> Option<String> {
+    let last_exit = sup
+        .snapshot()
+        .processes
+        .iter()
+        .find(|p| p.name == service::MANAGER)
+        .and_then(|p| p.last_exit);
+    match sup.remove(service::MANAGER).await {
+        Ok(status) => match status.or(last_exit) {
+            Some(status) => {
+                tracing::error!("the manager process ended: {status}");
+                return why.or_else(|| Some(status.to_string()));
+            }
+            None => tracing::error!("the manager process ended"),
+        },
+        Err(e) => tracing::error!("the manager process: {e}"),
+    }
+    why
+}
+
+/// The manager process's unforgiven failures: how many, since when, and the delay before
+/// the next start, which grows to the backoff's cap.
+struct FailureStreak {
+    backoff: Backoff,
+    /// Failures in the streak.
+    failures: u32,
+    /// When the first of them happened.
+    since: SystemTime,
+}
+
+impl FailureStreak {
+    fn new(now: SystemTime) -> FailureStreak {
+        FailureStreak {
+            backoff: Backoff::default(),
+            failures: 0,
+            since: now,
+        }
+    }
+
+    /// One more failure, at `now`, of an incarnation that ran for `ran`: the delay before the
+    /// next start. A failure after a stable run begins a new streak.
+    fn failed(&mut self, ran: Duration, now: SystemTime) -> Duration {
+        if ran >= MANAGER_STABLE_AFTER || self.failures == 0 {
+            self.failures = 0;
+            self.since = now;
+        }
+        self.failures = self.failures.saturating_add(1);
+        self.backoff.delay(self.failures, 0)
+    }
+
+    /// Tell of the streak: the log, systemd's status, and the record in `store` that the
+    /// next incarnation serves on `/processes`.
+    fn report(
+        &self,
+        delay: Duration,
+        why: Option<String>,
+        upward: &UpwardNotifier,
+        store: &mut FdStore,
+    ) {
+        let failures = self.failures;
+        let within = self.since.elapsed().unwrap_or_default().as_secs();
+        tracing::warn!(
+            "the manager process failed {failures} times within {within} s; restarting it in {} ms; the workers keep running",
+            delay.as_millis()
+        );
+        upward.status(&format!(
+            "Manager restarting after {failures} failures within {within} s; workers serving"
+        ));
+        let record = ProcessFailureRecord {
+            failures,
+            since: self
+                .since
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            last: why.unwrap_or_else(|| "ended".to_owned()),
+        };
+        let kept = recovery::failure_record(&record)
+            .map_err(|e| e.to_string())
+            .and_then(|fd| store.put(recovery::STORED_FAILURES.to_owned(), fd));
+        if let Err(e) = kept {
+            tracing::warn!("cannot record the manager's failures: {e}");
+        }
+    }
+}
+
+/// How long the manager may answer no ping before it counts as hung.
+fn manager_hang_after() -> Duration {
+    std::env::var(MANAGER_HANG_VAR)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(MANAGER_HANG_AFTER)
+}
+
+/// Wait until process `pid` of the manager service has exited.
+async fn exited(sup: &SupervisorHandle, pid: i32) {
+    let mut snapshots = sup.subscribe();
+    let _ = snapshots
+        .wait_for(|s| {
+            !s.processes
+                .iter()
+                .any(|p| p.name == service::MANAGER && p.pid == Some(pid))
+        })
+        .await;
+}
+
+/// Whether the manager never stored the configuration it runs, i.e. never finished a start.
+fn store_lacks_config(store: &FdStore) -> bool {
+    !store.contains(STORED_CONFIG)
+}
+
+/// Send `signal` to the manager process, if it runs.
+fn signal_manager(sup: &SupervisorHandle, signal: nix::sys::signal::Signal) {
+    let snapshot = sup.snapshot();
+    let pid = snapshot
+        .processes
+        .iter()
+        .find(|p| p.name == service::MANAGER)
+        .and_then(|p| p.pid);
+    if let Some(pid) = pid {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_grow_the_delay_until_a_stable_run_forgives_them() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut streak = FailureStreak::new(t0);
+        let quick = Duration::from_secs(1);
+        // The first failure restarts at once; later ones back off, never less than before.
+        assert_eq!(streak.failed(quick, t0), Duration::ZERO);
+        let mut before = Duration::ZERO;
+        for n in 2..=5 {
+            let delay = streak.failed(quick, t0 + Duration::from_secs(n));
+            assert!(
+                delay > Duration::ZERO && delay >= before,
+                "failure {n}: {delay:?}"
+            );
+            before = delay;
+        }
+        assert_eq!((streak.failures, streak.since), (5, t0));
+        // After a stable run, a failure begins a new streak.
+        let later = t0 + Duration::from_secs(600);
+        assert_eq!(streak.failed(MANAGER_STABLE_AFTER, later), Duration::ZERO);
+        assert_eq!((streak.failures, streak.since), (1, later));
+    }
+}
