@@ -17,7 +17,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::super::logging::Logging;
-use super::super::{resolve_user, ApiGroupNames, LookupError, FAULT_INJECTION_VAR, STORED_CONFIG};
+use super::super::{
+    resolve_user, ApiGroupNames, ApiGroupsError, LookupError, FAULT_INJECTION_VAR, STORED_CONFIG,
+};
 use super::lifecycle::{Action, Effects, ManagerEvent, TaskEnd, START_MAX_FAILURES};
 use super::restore::{Incarnation, Restored};
 use crate::api::{self, ApiState};
@@ -71,9 +73,12 @@ pub enum StartFailed {
     },
     #[error("--worker-user: {0}")]
     WorkerUser(#[source] LookupError),
-    /// The API's guard (its tokens, its groups) cannot be set up.
+    /// The API's bearer tokens cannot be read.
     #[error("{0}")]
     Guard(String),
+    /// The groups of the API's roles cannot be used.
+    #[error("{0}")]
+    Groups(#[source] ApiGroupsError),
 }
 
 /// Why serving could not begin.
@@ -126,7 +131,7 @@ impl StartFailed {
     pub fn stops_the_resolver(&self, incarnation: Incarnation) -> bool {
         match self {
             StartFailed::Rundir { .. } | StartFailed::WorkerUser(_) => true,
-            StartFailed::Guard(_) => incarnation == Incarnation::First,
+            StartFailed::Guard(_) | StartFailed::Groups(_) => incarnation == Incarnation::First,
         }
     }
 }
@@ -150,18 +155,15 @@ pub fn check(restored: &Restored, settings: &Settings) -> Result<Checked, StartF
     }
     let management = &model.management;
     let endpoint = management.interface.as_ref().map(|i| i.socket_addr());
-    let guard = api::guard::TcpGuard::from_env(endpoint)
-        .and_then(|tcp| {
-            let groups = settings
-                .api_groups
-                .resolve(management)
-                .map_err(|e| e.to_string())?;
-            Ok(api::guard::Guard {
-                tcp,
-                unix: api::roles::UnixRoles::new(groups, nix::unistd::geteuid().as_raw()),
-            })
-        })
-        .map_err(StartFailed::Guard)?;
+    let tcp = api::guard::TcpGuard::from_env(endpoint).map_err(StartFailed::Guard)?;
+    let groups = settings
+        .api_groups
+        .resolve(management)
+        .map_err(StartFailed::Groups)?;
+    let guard = api::guard::Guard {
+        tcp,
+        unix: api::roles::UnixRoles::new(groups, nix::unistd::geteuid().as_raw()),
+    };
     Ok(Checked { run_as, guard })
 }
 

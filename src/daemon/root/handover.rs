@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::super::upgrade;
 use super::lock::RundirLock;
 use super::start::Adopted;
-use super::{Root, Started};
+use super::{keep_in, Root, Started};
 use crate::service::{self, ServiceKind};
 
 /// Why the new binary's probe refused the upgrade.
@@ -205,10 +205,8 @@ pub(super) fn record_upgrade(started: &mut Started, from: &str, failed: Option<S
         error: failed,
         first_incarnation: started.incarnations + 1,
     };
-    let kept = upgrade::record(&record)
-        .map_err(|e| e.to_string())
-        .and_then(|fd| started.store.put(upgrade::STORED_UPGRADE.to_owned(), fd));
-    if let Err(e) = kept {
+    let made = upgrade::record(&record);
+    if let Err(e) = keep_in(&mut started.store, upgrade::STORED_UPGRADE, made) {
         tracing::warn!("cannot record the upgrade: {e}");
     }
 }

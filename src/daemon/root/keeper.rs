@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::{recovery, LINK_FD, MANAGER_HANG_VAR, STORED_CONFIG};
 use super::start::keeps_upward;
-use super::{Root, Stop};
+use super::{keep_in, Root, Stop};
 use crate::api::failures::ProcessFailureRecord;
 use crate::manager::Executables;
 use crate::service::{self, ServiceKind};
@@ -301,10 +301,8 @@ impl FailureStreak {
                 .map_or(0, |d| d.as_secs()),
             last: why.unwrap_or_else(|| "ended".to_owned()),
         };
-        let kept = recovery::failure_record(&record)
-            .map_err(|e| e.to_string())
-            .and_then(|fd| store.put(recovery::STORED_FAILURES.to_owned(), fd));
-        if let Err(e) = kept {
+        let made = recovery::failure_record(&record);
+        if let Err(e) = keep_in(store, recovery::STORED_FAILURES, made) {
             tracing::warn!("cannot record the manager's failures: {e}");
         }
     }

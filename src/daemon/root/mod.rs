@@ -218,6 +218,27 @@ impl Root {
     }
 }
 
+/// Why a descriptor could not be kept in the fd store.
+#[derive(Debug, thiserror::Error)]
+enum KeepError {
+    /// It could not be made.
+    #[error("{0}")]
+    Make(#[source] std::io::Error),
+    /// The store refused it.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Keep the descriptor just `made` in `store` under `name`.
+fn keep_in(
+    store: &mut FdStore,
+    name: &str,
+    made: std::io::Result<OwnedFd>,
+) -> Result<(), KeepError> {
+    let fd = made.map_err(KeepError::Make)?;
+    store.put(name.to_owned(), fd).map_err(KeepError::Refused)
+}
+
 #[cfg(test)]
 mod tests {
     //! The phases driven by a test: events from a channel instead of signals, and stand-in

@@ -16,8 +16,8 @@ use super::super::{recovery, resolve_user, upgrade, STORED_API};
 use super::lock::RundirLock;
 use super::rundir::keep_rundir_from_workers;
 use super::{
-    record_upgrade, signal_events, Begin, DaemonError, Invocation, Root, Started,
-    NOTIFY_SOCKET_NAME, PROBE_TIMEOUT,
+    keep_in, record_upgrade, signal_events, Begin, DaemonError, Invocation, KeepError, Root,
+    Started, NOTIFY_SOCKET_NAME, PROBE_TIMEOUT,
 };
 use crate::config::{self, ManagementSchema};
 
@@ -472,9 +472,9 @@ fn take_kept_sockets(store: &mut FdStore) -> Option<OwnedFd> {
 
 /// A new reload doorbell, its read end kept in `store` for every manager incarnation.
 fn install_reload_bell(store: &mut FdStore) -> Option<recovery::ReloadBell> {
-    let made = recovery::ReloadBell::new().map_err(|e| e.to_string());
+    let made = recovery::ReloadBell::new().map_err(KeepError::Make);
     let kept = made.and_then(|(bell, reader)| {
-        store.put(recovery::STORED_RELOAD.to_owned(), reader)?;
+        keep_in(store, recovery::STORED_RELOAD, Ok(reader))?;
         Ok(bell)
     });
     kept.inspect_err(|e| tracing::error!("cannot pass reloads on to the manager: {e}"))
