@@ -473,83 +473,68 @@ mod tests {
         }
     }
 
-    /// Events for [`serve`] from a channel, as a test sends them.
-    fn channel() -> (
-        tokio::sync::mpsc::UnboundedSender<ManagerEvent>,
-        impl Stream<Item = ManagerEvent> + Unpin,
-    ) {
+    /// Drive [`serve`] with `events` from a channel (its end, after them, is as when the root
+    /// is gone): the exit code and what `process` was asked to do.
+    async fn drive(events: Vec<ManagerEvent>, mut process: Recorder) -> (u8, Vec<Action>) {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        (
-            tx,
-            futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)),
-        )
+        for event in events {
+            tx.send(event).expect("channel open");
+        }
+        drop(tx);
+        let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+        let exit = serve(stream, &mut process).await;
+        (exit, process.done)
     }
 
     #[tokio::test]
     async fn the_loop_serves_a_reload_asked_during_start_up_then_stops_when_the_root_says() {
-        let (tx, events) = channel();
-        for event in [
+        let events = vec![
             E::ReloadRequested,
             E::TaskStarted,
             E::ReloadRequested,
             E::StopRequested,
             // Never seen: the loop ended.
             E::StopAsked,
-        ] {
-            tx.send(event).expect("loop running");
-        }
-        let mut process = Recorder::default();
-        let exit = serve(events, &mut process).await;
+        ];
+        let (exit, done) = drive(events, Recorder::default()).await;
         assert_eq!(exit, 0);
-        assert_eq!(
-            process.done,
-            [Action::Reload, Action::BeginServing, Action::Reload]
-        );
+        assert_eq!(done, [Action::Reload, Action::BeginServing, Action::Reload]);
     }
 
     #[tokio::test]
     async fn the_loop_asks_the_root_to_stop_once_when_the_api_cannot_serve() {
-        let (tx, events) = channel();
-        for event in [
+        let events = vec![
             E::TaskStarted,
             E::TaskEnded(TaskEnd::Unstable { failed: vec![] }),
             E::RootGone,
-        ] {
-            tx.send(event).expect("loop running");
-        }
-        let mut process = Recorder {
+        ];
+        let failing = Recorder {
             serving_fails: true,
             ..Recorder::default()
         };
-        assert_eq!(serve(events, &mut process).await, 0);
+        let (exit, done) = drive(events, failing).await;
+        assert_eq!(exit, 0);
         assert_eq!(
-            process.done,
+            done,
             [Action::BeginServing, Action::AskRootToStop { code: 1 }]
         );
     }
 
     #[tokio::test]
     async fn the_loop_gives_up_a_task_that_cannot_start_and_exits_when_the_root_is_gone() {
-        let (tx, events) = channel();
-        tx.send(E::StartGivenUp { failures: 5 })
-            .expect("loop running");
-        tx.send(E::StopAsked).expect("loop running");
-        // The channel's end: no source is left, as when the root is gone.
-        drop(tx);
-        let mut process = Recorder::default();
-        assert_eq!(serve(events, &mut process).await, 0);
+        let events = vec![E::StartGivenUp { failures: 5 }, E::StopAsked];
+        let (exit, done) = drive(events, Recorder::default()).await;
+        assert_eq!(exit, 0);
         assert_eq!(
-            process.done,
+            done,
             [Action::GiveUpTask, Action::AskRootToStop { code: 1 }]
         );
     }
 
     #[tokio::test]
     async fn the_loop_exits_with_an_error_when_the_root_goes_during_start_up() {
-        let (tx, events) = channel();
-        tx.send(E::RootGone).expect("loop running");
-        let mut process = Recorder::default();
-        assert_eq!(serve(events, &mut process).await, 1);
-        assert!(process.done.is_empty());
+        let (exit, done) = drive(vec![E::RootGone], Recorder::default()).await;
+        assert_eq!(exit, 1);
+        assert!(done.is_empty());
     }
 }

@@ -298,6 +298,19 @@ mod tests {
         )
     }
 
+    /// The pid a stand-in program writes into `fifo` once it runs.
+    async fn pid_written_to(fifo: PathBuf) -> i32 {
+        tokio::task::spawn_blocking(move || {
+            let mut text = String::new();
+            std::fs::File::open(&fifo)
+                .and_then(|mut f| f.read_to_string(&mut text))
+                .expect("a pid written");
+            text.trim().parse::<i32>().expect("a pid")
+        })
+        .await
+        .expect("reader")
+    }
+
     /// Events for `Root::run` from a channel.
     fn events(mut rx: mpsc::Receiver<RootEvent>) -> impl Stream<Item = RootEvent> + Unpin {
         futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
@@ -337,15 +350,7 @@ mod tests {
             .send(RootEvent::Upgrade)
             .await
             .expect("root running");
-        let probe = tokio::task::spawn_blocking(move || {
-            let mut text = String::new();
-            std::fs::File::open(&fifo)
-                .and_then(|mut f| f.read_to_string(&mut text))
-                .expect("the probe's pid");
-            text.trim().parse::<i32>().expect("a pid")
-        })
-        .await
-        .expect("reader");
+        let probe = pid_written_to(fifo).await;
         // Both handled while the probe blocks: a reload (passed on), then the stop.
         events_tx
             .send(RootEvent::Reload)
@@ -391,15 +396,7 @@ mod tests {
         let (stop, rx) = mpsc::channel(1);
         let running =
             tokio::spawn(root(&dir.0, &["/bin/sh", "-c", &script]).run(begin(&dir.0), events(rx)));
-        let pid = tokio::task::spawn_blocking(move || {
-            let mut text = String::new();
-            std::fs::File::open(&fifo)
-                .and_then(|mut f| f.read_to_string(&mut text))
-                .expect("the manager's pid");
-            text.trim().parse::<i32>().expect("a pid")
-        })
-        .await
-        .expect("reader");
+        let pid = pid_written_to(fifo).await;
         assert!(
             dir.0.join("api.sock").exists(),
             "the API socket is bound while serving"
