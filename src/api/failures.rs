@@ -9,6 +9,8 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use supervisor::task::TaskHealth;
 
+use crate::wire::processes::ManagerFailures;
+
 /// The manager process's failures, as the root records them in its fd store for the next
 /// incarnation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,26 +36,6 @@ impl ProcessFailureRecord {
         }
         serde_json::from_slice(bytes).ok()
     }
-}
-
-/// The `failures` field of the manager's entry in `GET /processes`.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct ManagerFailures {
-    /// Failures of the manager process (crash, hang, kill) in the streak that preceded this
-    /// incarnation; 0 when it started after a stable run, or first.
-    pub process_failures: u32,
-    /// Failures of the manager task in this process (panic, error) not yet forgiven by a
-    /// stable run (60 s).
-    pub task_failures: u32,
-    /// Failures of the manager task in this process since it started, forgiven or not.
-    pub task_failures_total: u32,
-    /// When the first of the failures counted here happened, seconds since the epoch.
-    pub since: Option<f64>,
-    /// While the manager task waits in its restart backoff: when it runs again, seconds
-    /// since the epoch (changes wait until then).
-    pub next_attempt: Option<f64>,
-    /// The last failure, as logged.
-    pub last_failure: Option<String>,
 }
 
 impl ManagerFailures {

@@ -1,5 +1,9 @@
 //! Boundary types: what the processes of the resolver and its clients exchange, with no
-//! behaviour of their own (serde and the OpenAPI schema only). Every layer may use them; they
-//! use nothing of the crate, so no layer reaches another through them.
+//! behaviour of their own (serde and the OpenAPI schema only, small constructors and
+//! `Display`). Every layer may use them; they use nothing of the crate (only the supervisor
+//! crate's snapshot types), so no layer reaches another through them.
 
+pub mod change;
+pub mod events;
+pub mod processes;
 pub mod upgrade;
