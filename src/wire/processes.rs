@@ -41,3 +41,28 @@ pub struct ManagerFailures {
     /// The last failure, as logged.
     pub last_failure: Option<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_entry_reads_back_as_served() {
+        let served = json!({
+            "name": "manager", "kind": "manager", "pid": 7, "state": "running",
+            "since": 1700000000.5, "ready_at": null, "restarts": 0, "last_exit": null,
+            "failure": null, "status_text": null, "kill_reason": null, "killed_pid": null,
+            "type": "UNKNOWN", "status": "RUNNING",
+            "failures": {"process_failures": 1, "task_failures": 0, "task_failures_total": 2,
+                         "since": 1700000000.0, "next_attempt": null,
+                         "last_failure": "manager process: killed by SIGKILL"},
+        });
+        let entry: ProcessEntry = serde_json::from_value(served.clone()).expect("reads");
+        assert_eq!(entry.process.pid, Some(7));
+        assert_eq!(entry.status, "RUNNING");
+        assert_eq!(entry.failures.as_ref().map(|f| f.process_failures), Some(1));
+        assert_eq!(serde_json::to_value(&entry).expect("JSON"), served);
+    }
+}
