@@ -153,12 +153,13 @@ impl fmt::Display for WorkersAction {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
 
-    fn names(n: &[&str]) -> Vec<String> {
+    /// Owned names, as summaries hold them.
+    pub(crate) fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| (*s).to_owned()).collect()
     }
 

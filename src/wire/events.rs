@@ -251,11 +251,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::wire::change::tests::names;
     use crate::wire::change::{GcAction, WorkersAction};
-
-    fn names(n: &[&str]) -> Vec<String> {
-        n.iter().map(|s| (*s).to_owned()).collect()
-    }
 
     #[test]
     fn an_applied_change_keeps_its_fields_and_reads_older_ones() {

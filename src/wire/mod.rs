@@ -5,5 +5,6 @@
 
 pub mod change;
 pub mod events;
+pub mod failures;
 pub mod processes;
 pub mod upgrade;
