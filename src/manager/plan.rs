@@ -240,7 +240,7 @@ pub enum Stage {
     /// Proven by a dry run, nothing changed: no outcome yet, and a canary only when the
     /// roll unlinks no shared memory ([`Roll::dry_run_tries_canary`]).
     DryRun,
-    /// Carried out by [`super::Manager::apply`]: a roll was proven by a canary, and a live
+    /// Carried out by `Manager::apply`: a roll was proven by a canary, and a live
     /// change says which workers were restarted instead.
     Applied,
 }

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct ChangeSummary {
-    /// The sections the change touches, in the schema's order (events before this field
-    /// was shared called it `sections`; both names are read).
+    /// The sections the change touches, in the schema's order (`sections` in the events of
+    /// earlier versions, still read).
     #[serde(alias = "sections")]
     pub changed: Vec<String>,
     /// What the workers go through.
