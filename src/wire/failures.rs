@@ -25,10 +25,7 @@ pub const MAX_RECORD: usize = 16 * 1024;
 impl ProcessFailureRecord {
     /// A record as JSON text, `None` when it does not parse or is too large.
     pub fn parse(bytes: &[u8]) -> Option<ProcessFailureRecord> {
-        if bytes.len() > MAX_RECORD {
-            return None;
-        }
-        serde_json::from_slice(bytes).ok()
+        super::parse_bounded(bytes, MAX_RECORD)
     }
 }
 

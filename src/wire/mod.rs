@@ -8,3 +8,12 @@ pub mod events;
 pub mod failures;
 pub mod processes;
 pub mod upgrade;
+
+/// A record read back as JSON text: `None` when it is longer than `max` bytes or does not
+/// parse (records come from a file descriptor another process filled).
+fn parse_bounded<T: serde::de::DeserializeOwned>(bytes: &[u8], max: usize) -> Option<T> {
+    if bytes.len() > max {
+        return None;
+    }
+    serde_json::from_slice(bytes).ok()
+}
