@@ -11,6 +11,7 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 
 use super::output::OutputFormat;
 use super::request::{MetricsFormat, Probe, ReloadScope};
+use crate::config::PathChecks;
 
 /// Exit codes, shown by `kresctl --help`.
 const EXIT_CODES: &str = "Exit codes:
@@ -156,8 +157,8 @@ pub enum ApiCommand {
     Validate {
         /// Also check that paths exist and have the right permissions.
         #[arg(id = "strict", long = "strict", action = ArgAction::SetTrue,
-              value_parser = flag(crate::config::PathChecks::Strict, crate::config::PathChecks::Lenient))]
-        checks: crate::config::PathChecks,
+              value_parser = flag(PathChecks::Strict, PathChecks::Lenient))]
+        checks: PathChecks,
         /// The files, deep-merged in order.
         #[arg(default_value = crate::daemon::DEFAULT_CONFIG)]
         input_file: Vec<PathBuf>,
@@ -242,6 +243,7 @@ pub enum CacheOp {
         #[arg(id = "json", long = "json", conflicts_with = "yaml", action = ArgAction::SetTrue,
               value_parser = flag(OutputFormat::Json, OutputFormat::Yaml))]
         format: OutputFormat,
+        // Upstream's flag, kept: YAML is printed without it too.
         /// Print YAML (the default).
         #[arg(long)]
         yaml: bool,
@@ -272,6 +274,7 @@ pub struct MigrateArgs {
     #[arg(id = "json", long = "json", conflicts_with = "yaml", action = ArgAction::SetTrue,
           value_parser = flag(OutputFormat::Json, OutputFormat::Yaml))]
     pub format: OutputFormat,
+    // Upstream's flag, kept: YAML is printed without it too.
     /// Get migrated configuration data in YAML format, default.
     #[arg(long)]
     pub yaml: bool,
@@ -295,8 +298,8 @@ pub enum LuaType {
 pub struct ConvertArgs {
     /// Enable strict rules during validation, e.g. path/file existence and permissions.
     #[arg(id = "strict", long = "strict", action = ArgAction::SetTrue,
-          value_parser = flag(crate::config::PathChecks::Strict, crate::config::PathChecks::Lenient))]
-    pub checks: crate::config::PathChecks,
+          value_parser = flag(PathChecks::Strict, PathChecks::Lenient))]
+    pub checks: PathChecks,
     /// The type of Lua script to generate.
     #[arg(long = "type", value_enum, default_value = "worker")]
     pub lua_type: LuaType,
@@ -325,6 +328,7 @@ pub enum ConfigOp {
         #[arg(id = "json", long = "json", conflicts_with = "yaml", action = ArgAction::SetTrue,
               value_parser = flag(OutputFormat::Json, OutputFormat::Yaml))]
         format: OutputFormat,
+        // Upstream's flag, kept: YAML is printed without it too.
         /// Print YAML (the default).
         #[arg(long)]
         yaml: bool,

@@ -310,6 +310,29 @@ mod tests {
     }
 
     #[test]
+    fn reports_as_lines_or_json() {
+        let found = differences(&json!({"workers": 2}), &json!({"workers": 3}));
+        let plan = json!({"changed": ["workers"], "workers": {"action": "rules-reset"}});
+        assert_eq!(
+            report(&found, Some(&plan), OutputFormat::Text).expect("text"),
+            "~ /workers: 2 -> 3\nsections changed: workers\n\
+             workers: kept running; only the rules are reset\n"
+        );
+        assert_eq!(
+            report(&[], None, OutputFormat::Text).expect("text"),
+            "no differences to the running configuration\n"
+        );
+        let json: Value =
+            serde_json::from_str(&report(&found, None, OutputFormat::Json).expect("json"))
+                .expect("valid JSON");
+        assert_eq!(
+            json,
+            json!({"differences": [{"op": "replace", "path": "/workers", "old": 2, "value": 3}],
+                   "plan": null})
+        );
+    }
+
+    #[test]
     fn plans_read_as_lines() {
         let plan = json!({"dry-run": true, "changed": ["workers", "cache"],
             "workers": {"action": "restart", "canary": true, "restart": ["kresd1", "kresd2"],

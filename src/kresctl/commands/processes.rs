@@ -1,5 +1,5 @@
 //! `kresctl pids` and `kresctl processes`: the supervised processes, as PIDs, as a table or
-//! as the API's JSON. Process entries are read in one place, [`process_row`] (and [`pid`]
+//! as the API's JSON. Process entries are read in one place, `process_row` (and `pid`
 //! for `pids`).
 
 use serde_json::Value;
