@@ -22,6 +22,7 @@ pub use output::to_yaml;
 
 use cli::Command;
 use client::{ApiClient, Target};
+use commands::exit_code;
 
 /// The default API socket when nothing else says where it is.
 pub const DEFAULT_SOCKET: &str = "/run/knot-resolver/kres-api.sock";
@@ -49,15 +50,4 @@ pub fn main() -> ExitCode {
     crate::block_on("kresctl", async {
         exit_code(commands::execute(&client, command).await)
     })
-}
-
-/// Exit 0 on success; otherwise print the error and exit 1.
-fn exit_code<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{e}");
-            ExitCode::from(1)
-        }
-    }
 }

@@ -2,7 +2,6 @@
 //! OpenAPI description, from kresctl's own copy or as the running resolver serves them.
 
 use std::path::Path;
-use std::process::ExitCode;
 
 use crate::kresctl::client::{ApiClient, ClientError};
 use crate::kresctl::output;
@@ -18,7 +17,7 @@ pub enum Document {
 }
 
 /// `schema` and `openapi --local`: kresctl's own copy, printed or written to `file`.
-pub fn local(document: Document, file: Option<&Path>) -> ExitCode {
+pub fn local(document: Document, file: Option<&Path>) -> Result<(), ClientError> {
     let value = match document {
         Document::Schema => crate::config::json_schema(),
         Document::OpenApi => crate::api::openapi::document().clone(),
@@ -27,13 +26,7 @@ pub fn local(document: Document, file: Option<&Path>) -> ExitCode {
         "{}\n",
         serde_json::to_string_pretty(&value).unwrap_or_default()
     );
-    match output::emit(&text, file) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{e}");
-            ExitCode::from(1)
-        }
-    }
+    output::emit(&text, file)
 }
 
 /// `schema --live`: the resolver's schema, as it sends it.

@@ -42,6 +42,17 @@ pub enum FileError {
     NotAMapping(PathBuf),
 }
 
+/// Exit 0 on success; otherwise print the error and exit 1.
+pub fn exit_code<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// `kresctl completion SHELL`: print the script.
 pub fn completion(shell: CompletionShell) -> ExitCode {
     use std::io::Write;
@@ -65,17 +76,17 @@ pub fn offline(command: &ApiCommand) -> Option<ExitCode> {
         ApiCommand::Schema {
             source: cli::Source::Local,
             file,
-        } => Some(documents::local(
+        } => Some(exit_code(documents::local(
             documents::Document::Schema,
             file.as_deref(),
-        )),
+        ))),
         ApiCommand::Openapi {
             source: cli::Source::Local,
             file,
-        } => Some(documents::local(
+        } => Some(exit_code(documents::local(
             documents::Document::OpenApi,
             file.as_deref(),
-        )),
+        ))),
         _ => None,
     }
 }
