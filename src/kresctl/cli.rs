@@ -385,3 +385,116 @@ pub fn print_help(command: Option<&str>) {
         },
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The API command a command line parses into.
+    fn parse(args: &[&str]) -> ApiCommand {
+        let cli = Cli::try_parse_from(std::iter::once("kresctl").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        match cli.command {
+            Some(Command::Api(command)) => command,
+            _ => panic!("{args:?}: no API command"),
+        }
+    }
+
+    #[test]
+    fn flags_become_what_they_mean() {
+        use OutputFormat::{Json, Text, Yaml};
+        assert!(matches!(
+            parse(&["health"]),
+            ApiCommand::Health { probe: Probe::Live }
+        ));
+        assert!(matches!(
+            parse(&["health", "--ready"]),
+            ApiCommand::Health {
+                probe: Probe::Ready
+            }
+        ));
+        assert!(matches!(
+            parse(&["reload", "--force"]),
+            ApiCommand::Reload {
+                scope: ReloadScope::Forced
+            }
+        ));
+        assert!(matches!(
+            parse(&["pids"]),
+            ApiCommand::Pids { format: Text, .. }
+        ));
+        assert!(matches!(
+            parse(&["processes", "--json", "--watch"]),
+            ApiCommand::Processes {
+                format: Json,
+                follow: Follow::Watch
+            }
+        ));
+        assert!(matches!(
+            parse(&["apply", "x.yaml"]),
+            ApiCommand::Apply {
+                mode: ApplyMode::Apply,
+                format: Text,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(&["apply", "--dry-run", "--json", "x.yaml"]),
+            ApiCommand::Apply {
+                mode: ApplyMode::DryRun,
+                format: Json,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(&["config", "get"]),
+            ApiCommand::Config(ConfigArgs {
+                op: Some(ConfigOp::Get { format: Yaml, .. })
+            })
+        ));
+        assert!(matches!(
+            parse(&["cache", "clear", "--json"]),
+            ApiCommand::Cache(CacheArgs {
+                op: Some(CacheOp::Clear { format: Json, .. })
+            })
+        ));
+        assert!(matches!(
+            parse(&["metrics", "--prometheus"]),
+            ApiCommand::Metrics {
+                format: MetricsFormat::Prometheus,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(&["schema", "-l"]),
+            ApiCommand::Schema {
+                source: Source::Live,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(&["openapi"]),
+            ApiCommand::Openapi {
+                source: Source::Live,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(&["validate", "--strict"]),
+            ApiCommand::Validate {
+                checks: PathChecks::Strict,
+                ..
+            }
+        ));
+        // Usage errors stay usage errors.
+        for args in [
+            &["apply", "--json", "x.yaml"][..],
+            &["config", "get", "--json", "--yaml"],
+            &["health", "--ready=true"],
+        ] {
+            let parsed =
+                Cli::try_parse_from(std::iter::once("kresctl").chain(args.iter().copied()));
+            assert!(parsed.is_err(), "{args:?}");
+        }
+    }
+}
