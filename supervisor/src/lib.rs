@@ -8,6 +8,7 @@
 //! [`runner`] actor carries out its actions; raw system calls live in [`os`].
 
 pub mod backoff;
+pub mod call;
 pub mod handover;
 pub mod machine;
 pub mod notify;
