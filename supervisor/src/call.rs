@@ -142,3 +142,56 @@ pub(crate) fn typed<T: FromAnswer>(
     T::from_answer(result?)
         .ok_or_else(|| SupervisorError::Refused("answer of the wrong kind".into()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_typed_as_their_calls_return_them() {
+        assert_eq!(typed::<Pid>(Ok(Answer::Pid(7))), Ok(Pid::from_raw(7)));
+        assert_eq!(typed::<()>(Ok(Answer::Done)), Ok(()));
+        assert_eq!(
+            typed::<Option<ExitStatus>>(Ok(Answer::Down(None))),
+            Ok(None)
+        );
+        assert_eq!(
+            typed::<ExitStatus>(Ok(Answer::Exited(ExitStatus::Code(3)))),
+            Ok(ExitStatus::Code(3))
+        );
+        assert_eq!(
+            typed::<Vec<String>>(Ok(Answer::Tail(vec!["line".into()]))),
+            Ok(vec!["line".to_owned()])
+        );
+        assert_eq!(
+            typed::<()>(Ok(Answer::Pid(7))),
+            Err(SupervisorError::Refused("answer of the wrong kind".into()))
+        );
+        assert_eq!(
+            typed::<Pid>(Err(SupervisorError::Gone)),
+            Err(SupervisorError::Gone)
+        );
+    }
+
+    #[test]
+    fn an_add_travels_with_its_numbers_and_without_its_descriptors() {
+        let (ours, _theirs) = std::os::unix::net::UnixStream::pair().expect("a pair");
+        let call = Call::Add {
+            spec: Box::new(ServiceSpec::new("svc", "test", vec!["/bin/true".into()])),
+            fds: vec![3],
+            handed: vec![OwnedFd::from(ours)],
+        };
+        let json = serde_json::to_string(&call).expect("serialises");
+        assert!(!json.contains("handed"), "{json}");
+        match serde_json::from_str::<Call>(&json).expect("parses") {
+            Call::Add { fds, handed, .. } => {
+                assert_eq!(fds, vec![3]);
+                assert!(
+                    handed.is_empty(),
+                    "descriptors travel attached, not as JSON"
+                );
+            }
+            other => panic!("not an add: {other:?}"),
+        }
+    }
+}

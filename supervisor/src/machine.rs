@@ -537,21 +537,7 @@ impl ServiceMachine {
                 actions.push(Action::Announce(Announcement::Down { status: None }));
             }
 
-            (S::Starting { pid, since, .. }, E::KillRequested) => {
-                let (pid, since) = (*pid, *since);
-                self.kill(pid, since, None, &mut actions);
-            }
-            (
-                S::Running {
-                    pid,
-                    since,
-                    ready_at,
-                },
-                E::KillRequested,
-            ) => {
-                let (pid, since, ready_at) = (*pid, *since, *ready_at);
-                self.kill(pid, since, Some(ready_at), &mut actions);
-            }
+            (S::Starting { .. } | S::Running { .. }, E::KillRequested) => self.kill(&mut actions),
             (S::Killed { pid, .. } | S::Draining { pid, .. }, E::KillRequested) => {
                 actions.push(Action::Signal {
                     pid: *pid,
@@ -577,19 +563,7 @@ impl ServiceMachine {
                 S::Starting { pid, .. } | S::Running { pid, .. } | S::Killed { pid, .. },
                 E::Exited { pid: dead, status },
             ) if *pid == dead => {
-                let ready_at = match self.state {
-                    S::Running { ready_at, .. } => Some(ready_at),
-                    S::Killed { ready_at, .. } => ready_at,
-                    _ => None,
-                };
-                let last_run = match ready_at {
-                    Some(ready_at)
-                        if now.duration_since(ready_at) >= spec.backoff.stable_after() =>
-                    {
-                        LastRun::Stable
-                    }
-                    _ => LastRun::Unstable,
-                };
+                let last_run = self.last_run(spec, now);
                 self.died(spec, status, last_run, now, entropy, &mut actions);
             }
             // An exit of a process we no longer track (already handled) changes nothing.
@@ -680,14 +654,18 @@ impl ServiceMachine {
         }
     }
 
-    /// SIGKILL a process on request; it is `Killed` until its death is reaped.
-    fn kill(
-        &mut self,
-        pid: Pid,
-        since: Instant,
-        ready_at: Option<Instant>,
-        actions: &mut Vec<Action>,
-    ) {
+    /// SIGKILL a starting or running process on request; it is `Killed` until its death is
+    /// reaped.
+    fn kill(&mut self, actions: &mut Vec<Action>) {
+        let (pid, since, ready_at) = match self.state {
+            State::Starting { pid, since, .. } => (pid, since, None),
+            State::Running {
+                pid,
+                since,
+                ready_at,
+            } => (pid, since, Some(ready_at)),
+            _ => return,
+        };
         actions.push(Action::Signal {
             pid,
             signal: Signal::SIGKILL,
@@ -739,6 +717,19 @@ impl ServiceMachine {
                 }));
                 self.after_failure(spec, reason, LastRun::Unstable, now, entropy, actions);
             }
+        }
+    }
+
+    /// How the live process has run, as of `now`.
+    fn last_run(&self, spec: &ServiceSpec, now: Instant) -> LastRun {
+        let ready_at = match self.state {
+            State::Running { ready_at, .. } => Some(ready_at),
+            State::Killed { ready_at, .. } => ready_at,
+            _ => None,
+        };
+        match ready_at {
+            Some(at) if now.duration_since(at) >= spec.backoff.stable_after() => LastRun::Stable,
+            _ => LastRun::Unstable,
         }
     }
 

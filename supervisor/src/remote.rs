@@ -30,8 +30,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::call::{Answer, Call};
-use crate::call::{Reply, SupervisorError};
+use crate::call::{Answer, Call, Reply, SupervisorError};
 use crate::os;
 use crate::runner::{Command, SupervisorHandle};
 use crate::snapshot::{ProcessSnapshot, Snapshot};

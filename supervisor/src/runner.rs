@@ -784,14 +784,20 @@ impl Supervisor {
         self.feed(&name, event(drain));
     }
 
-    /// Whether a stop of `name` may drain its queues first: every group of its sockets has
-    /// another member that takes queries, and not everything is stopping.
+    /// Whether a stop of `name` may drain its queues first: not while everything stops;
+    /// otherwise when it is being drained already (its share went to others then), or every
+    /// group of its sockets has another member that takes queries.
     fn drain_for(&self, name: &str) -> Drain {
         let services = &self.services;
-        let others = self.steering.others_take_over(name, |n| {
-            services.get(n).is_some_and(Service::takes_queries)
-        });
-        if others && !self.phase.is_stopping() {
+        let draining = services
+            .get(name)
+            .is_some_and(|s| matches!(s.machine.state(), State::Draining { .. }));
+        let others = || {
+            self.steering.others_take_over(name, |n| {
+                services.get(n).is_some_and(Service::takes_queries)
+            })
+        };
+        if !self.phase.is_stopping() && (draining || others()) {
             Drain::First
         } else {
             Drain::Skip
