@@ -11,7 +11,6 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 use serde_json::Value;
 
 use super::error::{ApiError, BodyError};
@@ -20,8 +19,9 @@ use super::pointer;
 use super::ApiState;
 use crate::config::{self, LoadedConfig, ValidationContext};
 use crate::etag::{etag, header_matches};
-use crate::manager::plan::{ChangePlan, GcChange, RulesChange, WorkerChange};
+use crate::manager::plan::Stage;
 use crate::manager::ChangeError;
+use crate::wire::change::DryRun;
 
 /// How many times a change without `If-Match` is recomputed when another change won the race.
 const CONFLICT_RETRIES: usize = 3;
@@ -482,7 +482,7 @@ async fn change(
             Ok(plan) if query.dry_run => {
                 return Ok(super::json_value(
                     StatusCode::OK,
-                    &dry_run_answer(&plan, &new_tag),
+                    &DryRun::new(plan.summary(Stage::DryRun), new_tag),
                 ))
             }
             Ok(_) => return Ok(with_etag(StatusCode::OK.into_response(), &new_tag)),
@@ -497,88 +497,6 @@ async fn change(
         }
     }
     Err(ApiError::KeptChanging)
-}
-
-/// What a dry run answers: what the change would do, and the ETag the result would have.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "kebab-case")]
-pub struct DryRun {
-    /// Always `true`.
-    dry_run: bool,
-    /// The sections the change touches.
-    changed: Vec<&'static str>,
-    /// What the workers would go through.
-    workers: WorkersAction,
-    /// Whether the cache garbage collector would be replaced.
-    cache_gc: GcAction,
-    /// The ETag the configuration would have.
-    etag: String,
-}
-
-/// What a change does to the workers.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-#[serde(tag = "action", rename_all = "kebab-case")]
-pub enum WorkersAction {
-    /// The workers keep running; their rules are reloaded.
-    RulesReset,
-    /// The change reaches the running workers through their control sockets (a `logging`
-    /// change): no worker restarts.
-    Live {
-        /// The workers told, by name.
-        workers: Vec<String>,
-        /// Whether their rules are reloaded too.
-        #[serde(rename = "rules-reset")]
-        rules_reset: bool,
-    },
-    /// A rolling restart.
-    Restart {
-        /// Whether a canary worker tries the configuration first.
-        canary: bool,
-        /// Workers stopped (scale-down), restarted, started (scale-up), by name.
-        stop: Vec<String>,
-        restart: Vec<String>,
-        start: Vec<String>,
-        /// Shared-memory files removed first.
-        unlink: Vec<&'static str>,
-    },
-}
-
-/// What a change does to the cache garbage collector.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum GcAction {
-    Keep,
-    Replace,
-}
-
-fn dry_run_answer(plan: &ChangePlan, new_tag: &str) -> DryRun {
-    let names = |ids: &[crate::service::WorkerId]| -> Vec<String> {
-        ids.iter().map(|id| id.name()).collect()
-    };
-    let workers = match &plan.workers {
-        WorkerChange::ResetRules => WorkersAction::RulesReset,
-        WorkerChange::Live(live) => WorkersAction::Live {
-            workers: names(&live.workers),
-            rules_reset: live.rules == RulesChange::Reset,
-        },
-        WorkerChange::Roll(roll) => WorkersAction::Restart {
-            canary: roll.unlink.is_empty(),
-            stop: names(&roll.stop),
-            restart: names(&roll.restart),
-            start: names(&roll.start),
-            unlink: roll.unlink.iter().map(|s| s.file_name()).collect(),
-        },
-    };
-    DryRun {
-        dry_run: true,
-        changed: plan.changed.iter().map(|s| s.key()).collect(),
-        workers,
-        cache_gc: match plan.gc {
-            GcChange::Keep => GcAction::Keep,
-            GcChange::Replace => GcAction::Replace,
-        },
-        etag: new_tag.to_owned(),
-    }
 }
 
 /// The ETag and compact JSON of one configuration version.

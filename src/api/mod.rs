@@ -31,6 +31,7 @@ use crate::events::Origin;
 use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
 use crate::service::{self, ServiceKind};
+use crate::wire::processes::{ManagerFailures, ProcessEntry};
 use error::ApiError;
 
 /// What the handlers can see and do.
@@ -613,22 +614,6 @@ enum ProcessFilter {
     Gc,
 }
 
-/// One process of `GET /processes`: the supervisor's snapshot with upstream's `type` and
-/// `status`.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct ProcessEntry<'a> {
-    #[serde(flatten)]
-    process: &'a supervisor::ProcessSnapshot,
-    /// Upstream's kind: `KRESD`, `GC`, `POLICY_LOADER`, or `UNKNOWN`.
-    r#type: &'static str,
-    /// Upstream's status: `RUNNING`, `FATAL`, `EXITED`, `UNEXPECTED`, or `UNKNOWN`.
-    status: &'static str,
-    /// On the manager's entry only: how often the manager process and its task failed, and
-    /// when a task waiting in its restart backoff runs again.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    failures: Option<failures::ManagerFailures>,
-}
-
 /// `GET /processes[/{kind}]`: the supervisor's table with upstream's `type` and `status`.
 async fn processes_of(State(state): State<ApiState>, kind: &str) -> Result<Response, ApiError> {
     let filter = match kind {
@@ -643,15 +628,17 @@ async fn processes_of(State(state): State<ApiState>, kind: &str) -> Result<Respo
     };
     let snapshot = state.supervisor.snapshot();
     let manager_failures =
-        failures::ManagerFailures::of(state.process_failures.as_deref(), &state.manager.health());
+        ManagerFailures::of(state.process_failures.as_deref(), &state.manager.health());
     let list: Vec<ProcessEntry> = snapshot
         .processes
         .iter()
         .filter(|p| filter.is_none_or(|k| ServiceKind::of(p) == Some(k)))
         .map(|p| ProcessEntry {
-            process: p,
-            r#type: ServiceKind::of(p).map_or("UNKNOWN", ServiceKind::upstream_type),
-            status: service::upstream_status(p.state),
+            process: p.clone(),
+            r#type: ServiceKind::of(p)
+                .map_or("UNKNOWN", ServiceKind::upstream_type)
+                .to_owned(),
+            status: service::upstream_status(p.state).to_owned(),
             failures: (ServiceKind::of(p) == Some(ServiceKind::Manager))
                 .then(|| manager_failures.clone()),
         })

@@ -14,10 +14,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::handle::{ChangeError, ChangeResult, ManagerCommand};
 use super::listen::{SocketOwner, SocketTable};
-use super::plan::{ChangePlan, GcChange, Restart, RulesChange, WorkerChange};
+use super::plan::{ChangePlan, Restart, Stage};
 use super::{ApplyError, Executables, Manager};
 use crate::config::{self, LoadedConfig};
-use crate::events::{self, Cause, Event, EventLog, GcChanged, WorkersChanged};
+use crate::events::{self, Cause, Event, EventLog};
 use crate::service;
 
 /// What outlives any one incarnation of the manager task.
@@ -277,35 +277,20 @@ fn outcome(cause: Cause, result: &ChangeResult) -> Option<Event> {
 
 /// What an applied plan did, as followers read it.
 fn applied(cause: Cause, plan: &ChangePlan) -> Event {
-    let names = |ids: &[service::WorkerId]| ids.iter().map(|id| id.name()).collect();
     Event::ConfigApplied {
         cause,
-        sections: plan.changed.iter().map(|s| s.key().to_owned()).collect(),
-        workers: match &plan.workers {
-            WorkerChange::ResetRules => WorkersChanged::RulesReset,
-            WorkerChange::Live(live) => WorkersChanged::Live {
-                workers: names(&live.workers),
-                restarted: names(&live.restarted),
-                rules_reset: live.rules == RulesChange::Reset,
-            },
-            WorkerChange::Roll(roll) => WorkersChanged::Restart {
-                stop: names(&roll.stop),
-                restart: names(&roll.restart),
-                start: names(&roll.start),
-            },
-        },
-        cache_gc: match plan.gc {
-            GcChange::Keep => GcChanged::Keep,
-            GcChange::Replace => GcChanged::Replace,
-        },
+        change: plan.summary(Stage::Applied),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manager::plan::{Immutable, Live, Roll, Section};
+    use crate::manager::plan::{
+        GcChange, Immutable, Live, Roll, RulesChange, Section, WorkerChange,
+    };
     use crate::service::WorkerId;
+    use crate::wire::change::{ChangeSummary, GcAction, WorkersAction};
 
     fn refused(reason: &str) -> Event {
         Event::ConfigRefused {
@@ -334,13 +319,17 @@ mod tests {
                 Ok(roll),
                 Some(Event::ConfigApplied {
                     cause: Cause::Api,
-                    sections: vec!["workers".into(), "cache".into()],
-                    workers: WorkersChanged::Restart {
-                        stop: vec!["kresd2".into()],
-                        restart: vec!["kresd0".into(), "kresd1".into()],
-                        start: vec![],
+                    change: ChangeSummary {
+                        changed: vec!["workers".into(), "cache".into()],
+                        workers: WorkersAction::Restart {
+                            canary: true,
+                            stop: vec!["kresd2".into()],
+                            restart: vec!["kresd0".into(), "kresd1".into()],
+                            start: vec![],
+                            unlink: vec![],
+                        },
+                        cache_gc: GcAction::Replace,
                     },
-                    cache_gc: GcChanged::Replace,
                 }),
             ),
             (
@@ -348,9 +337,11 @@ mod tests {
                 Ok(ChangePlan::default()),
                 Some(Event::ConfigApplied {
                     cause: Cause::Api,
-                    sections: vec![],
-                    workers: WorkersChanged::RulesReset,
-                    cache_gc: GcChanged::Keep,
+                    change: ChangeSummary {
+                        changed: vec![],
+                        workers: WorkersAction::RulesReset,
+                        cache_gc: GcAction::Keep,
+                    },
                 }),
             ),
             (
@@ -366,13 +357,15 @@ mod tests {
                 }),
                 Some(Event::ConfigApplied {
                     cause: Cause::Api,
-                    sections: vec!["logging".into()],
-                    workers: WorkersChanged::Live {
-                        workers: vec!["kresd0".into(), "kresd1".into()],
-                        restarted: vec!["kresd1".into()],
-                        rules_reset: true,
+                    change: ChangeSummary {
+                        changed: vec!["logging".into()],
+                        workers: WorkersAction::Live {
+                            workers: vec!["kresd0".into(), "kresd1".into()],
+                            restarted: Some(vec!["kresd1".into()]),
+                            rules_reset: true,
+                        },
+                        cache_gc: GcAction::Keep,
                     },
-                    cache_gc: GcChanged::Keep,
                 }),
             ),
             (
