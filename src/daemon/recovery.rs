@@ -13,10 +13,10 @@
 use std::io::Write;
 use std::os::fd::OwnedFd;
 
-use crate::api::failures::ProcessFailureRecord;
 use crate::events::Origin;
 use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
+use crate::wire::failures::ProcessFailureRecord;
 
 /// Fd store name of the record of the manager process's failures (JSON in a sealed memfd).
 pub const STORED_FAILURES: &str = "manager-failures";

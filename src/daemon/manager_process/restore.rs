@@ -53,7 +53,7 @@ pub struct Restored {
     /// How the last upgrade ended, if one was tried.
     pub upgrade: Option<Arc<crate::wire::upgrade::UpgradeRecord>>,
     /// The record of this process's failures before us.
-    pub process_failures: Option<Arc<crate::api::failures::ProcessFailureRecord>>,
+    pub process_failures: Option<Arc<crate::wire::failures::ProcessFailureRecord>>,
     /// The read end of the root's reload doorbell.
     pub reload_bell: Option<OwnedFd>,
     /// The workers' listening sockets, by stored name.
@@ -104,8 +104,8 @@ impl Restored {
                 .map(Arc::new),
             process_failures: stored
                 .remove(recovery::STORED_FAILURES)
-                .and_then(|fd| read_record(fd, crate::api::failures::MAX_RECORD))
-                .and_then(|bytes| crate::api::failures::ProcessFailureRecord::parse(&bytes))
+                .and_then(|fd| read_record(fd, crate::wire::failures::MAX_RECORD))
+                .and_then(|bytes| crate::wire::failures::ProcessFailureRecord::parse(&bytes))
                 .map(Arc::new),
             reload_bell: stored.remove(recovery::STORED_RELOAD),
             sockets: stored

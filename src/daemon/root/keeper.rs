@@ -20,9 +20,9 @@ use tokio_util::sync::CancellationToken;
 use super::super::{recovery, LINK_FD, MANAGER_HANG_VAR, STORED_CONFIG};
 use super::start::keeps_upward;
 use super::{keep_in, Root, Stop};
-use crate::api::failures::ProcessFailureRecord;
 use crate::manager::Executables;
 use crate::service::{self, ServiceKind};
+use crate::wire::failures::ProcessFailureRecord;
 
 /// A manager process that ran this long before it failed has its failure streak forgiven.
 const MANAGER_STABLE_AFTER: Duration = Duration::from_secs(60);
