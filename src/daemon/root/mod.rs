@@ -33,7 +33,7 @@ use supervisor::upward::UpwardNotifier;
 use supervisor::SupervisorHandle;
 
 use super::{recovery, LogArgs};
-use crate::config::{self, ManagementSchema};
+use crate::config::ManagementSchema;
 use handover::{record_upgrade, PROBE_TIMEOUT};
 use lock::RundirLock;
 pub use start::run;
@@ -48,19 +48,18 @@ pub const PID_FILE_NAME: &str = "knot-resolver.pid";
 /// Why the daemon could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    #[error(transparent)]
-    Config(#[from] config::ConfigError),
+    /// The rundir cannot be entered, or its pid file cannot be opened.
     #[error("cannot use rundir {path}: {source}")]
     Rundir {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// Another resolver holds the rundir lock (its pid, as its pid file says).
     #[error("another manager is running in {0} (pid {1})")]
     Locked(PathBuf, String),
+    /// The pid file cannot be locked or written.
     #[error("cannot start: {0}")]
     Io(#[from] std::io::Error),
-    #[error(transparent)]
-    Apply(#[from] crate::manager::ApplyError),
 }
 
 /// How the daemon was started: what the manager process is given too.
