@@ -101,21 +101,28 @@ fn connected_to_journal(fd: std::os::fd::BorrowedFd<'_>) -> bool {
     nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_dev == dev && st.st_ino == ino)
 }
 
-/// The filter for a configuration level. `KRES_LOG` (an `EnvFilter` directive) overrides it.
-fn filter(level: LogLevel) -> EnvFilter {
+/// The environment variable whose `EnvFilter` directive, when it parses, overrides every
+/// level.
+const OVERRIDE_VAR: &str = "KRES_LOG";
+
+/// The filter for a configuration level, unless `directive` (from [`OVERRIDE_VAR`]) parses.
+fn filter(level: LogLevel, directive: Option<&str>) -> EnvFilter {
     let level = match level {
         LogLevel::Crit | LogLevel::Err => "error",
         LogLevel::Warning => "warn",
         LogLevel::Notice | LogLevel::Info => "info",
         LogLevel::Debug => "debug",
     };
-    EnvFilter::try_from_env("KRES_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(format!("{level},{CHILD_TARGET}=info")))
+    directive
+        .and_then(|d| EnvFilter::try_new(d).ok())
+        .unwrap_or_else(|| EnvFilter::new(format!("{level},{CHILD_TARGET}=info")))
 }
 
 /// The installed logging: its level and sink can change once the configuration is known.
 pub struct Logging {
     filter: reload::Handle<EnvFilter, Registry>,
+    /// The [`OVERRIDE_VAR`] directive, read once at the start.
+    directive: Option<String>,
     /// Whether journald's socket answered when the sinks were built.
     journal_available: bool,
 }
@@ -130,7 +137,8 @@ impl Logging {
         if INSTALLED.get().is_some() {
             return None;
         }
-        let (filter_layer, handle) = reload::Layer::new(filter(level));
+        let directive = std::env::var(OVERRIDE_VAR).ok();
+        let (filter_layer, handle) = reload::Layer::new(filter(level, directive.as_deref()));
         let sinks = Sinks::new(identifier);
         let journal_available = sinks.journal.is_some();
         let installed = tracing_subscriber::registry()
@@ -143,6 +151,7 @@ impl Logging {
         }
         let logging = INSTALLED.get_or_init(|| Logging {
             filter: handle,
+            directive,
             journal_available,
         });
         logging.set_target(target);
@@ -151,7 +160,7 @@ impl Logging {
 
     /// Apply a loaded configuration's `logging.level` and `logging.target`.
     pub fn configure(&self, level: LogLevel, target: LogTarget) {
-        if let Err(e) = self.filter.reload(filter(level)) {
+        if let Err(e) = self.filter.reload(filter(level, self.directive.as_deref())) {
             tracing::warn!("cannot change the log level: {e}");
         }
         self.set_target(target);
