@@ -10,12 +10,14 @@ pub mod events;
 pub mod failures;
 pub mod guard;
 pub mod openapi;
+pub mod params;
 pub mod pointer;
+pub mod responses;
 pub mod roles;
 pub mod server;
 pub mod upgrade;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -32,6 +34,7 @@ use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
 use crate::service::{self, ServiceKind};
 use error::ApiError;
+use params::{PathParam, PathValue};
 
 /// What the handlers can see and do.
 #[derive(Clone)]
@@ -150,22 +153,7 @@ async fn root() -> Response {
 ///
 /// Synchronous: answers once the change is applied. An invalid file or a rejected
 /// configuration is an error answer (upstream answers 200 and only logs).
-#[utoipa::path(
-    post,
-    path = "/reload",
-    tag = "control",
-    responses(
-        (status = 200, description = "Applied.", body = String, content_type = "text/plain",
-         example = "Reloading..."),
-        (status = 400, description = "A file does not parse, the configuration is invalid, or \
-the manager refused it (an immutable section changed, the canary or the policy-loader failed, a \
-socket could not be bound, a rolling restart was rolled back).", body = String,
-         content_type = "text/plain"),
-        (status = 500, description = "Applying failed.", body = String, content_type = "text/plain"),
-        (status = 503, description = "The manager is not running.", body = String,
-         content_type = "text/plain"),
-    ),
-)]
+#[utoipa::path(post, path = "/reload", tag = "control", responses(responses::Reload))]
 async fn reload(state: State<ApiState>) -> Result<Response, ApiError> {
     reload_with(state, Restart::WhenNeeded).await
 }
@@ -175,15 +163,7 @@ async fn reload(state: State<ApiState>) -> Result<Response, ApiError> {
     post,
     path = "/reload/force",
     tag = "control",
-    responses(
-        (status = 200, description = "Applied.", body = String, content_type = "text/plain",
-         example = "Reloading..."),
-        (status = 400, description = "As for `POST /reload`.", body = String,
-         content_type = "text/plain"),
-        (status = 500, description = "Applying failed.", body = String, content_type = "text/plain"),
-        (status = 503, description = "The manager is not running.", body = String,
-         content_type = "text/plain"),
-    ),
+    responses(responses::Reload)
 )]
 async fn reload_force(state: State<ApiState>) -> Result<Response, ApiError> {
     reload_with(state, Restart::Always).await
@@ -199,21 +179,7 @@ async fn reload_with(
 }
 
 /// Apply the running configuration again.
-#[utoipa::path(
-    post,
-    path = "/renew",
-    tag = "control",
-    responses(
-        (status = 200, description = "Applied.", body = String, content_type = "text/plain",
-         example = "Renewing configuration..."),
-        (status = 400, description = "The manager refused it (the canary or the \
-policy-loader failed, a socket could not be bound, a rolling restart was rolled back).",
-         body = String, content_type = "text/plain"),
-        (status = 500, description = "Applying failed.", body = String, content_type = "text/plain"),
-        (status = 503, description = "The manager is not running.", body = String,
-         content_type = "text/plain"),
-    ),
-)]
+#[utoipa::path(post, path = "/renew", tag = "control", responses(responses::Renew))]
 async fn renew(state: State<ApiState>) -> Result<Response, ApiError> {
     renew_with(state, Restart::WhenNeeded).await
 }
@@ -223,15 +189,7 @@ async fn renew(state: State<ApiState>) -> Result<Response, ApiError> {
     post,
     path = "/renew/force",
     tag = "control",
-    responses(
-        (status = 200, description = "Applied.", body = String, content_type = "text/plain",
-         example = "Renewing configuration..."),
-        (status = 400, description = "As for `POST /renew`.", body = String,
-         content_type = "text/plain"),
-        (status = 500, description = "Applying failed.", body = String, content_type = "text/plain"),
-        (status = 503, description = "The manager is not running.", body = String,
-         content_type = "text/plain"),
-    ),
+    responses(responses::Renew)
 )]
 async fn renew_force(state: State<ApiState>) -> Result<Response, ApiError> {
     renew_with(state, Restart::Always).await
@@ -426,18 +384,18 @@ empty body."),
 )]
 async fn crash_manager(
     State(state): State<ApiState>,
-    axum::extract::Path(how): axum::extract::Path<String>,
+    PathParam(how): PathParam<CrashKind>,
 ) -> Result<Response, ApiError> {
     if !state.fault_injection {
         return Err(ApiError::NotFound);
     }
-    tracing::warn!("fault injection: crashing the manager process ({how})");
-    match how.as_str() {
-        "overflow" => {
+    tracing::warn!("fault injection: crashing the manager process ({how:?})");
+    match how {
+        CrashKind::Overflow => {
             let n = recurse(std::hint::black_box(1));
             Ok((StatusCode::OK, n.to_string()).into_response())
         }
-        "segfault" => {
+        CrashKind::Segfault => {
             // The first SIGSEGV is taken by Rust's stack-overflow handler, which restores the
             // default action; the second ends the process as a real fault would.
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSEGV);
@@ -446,19 +404,24 @@ async fn crash_manager(
                 "the process survived its segmentation fault".into(),
             ))
         }
-        "abort" => std::process::abort(),
-        _ => Err(ApiError::NotFound),
+        CrashKind::Abort => std::process::abort(),
     }
 }
 
 /// How `POST /debug/crash-manager/{how}` crashes the manager process.
-#[derive(utoipa::ToSchema)]
-#[schema(rename_all = "lowercase")]
-#[allow(dead_code)] // Only described: the handler matches the path's text.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
 enum CrashKind {
     Overflow,
     Segfault,
     Abort,
+}
+
+impl PathValue for CrashKind {
+    /// No such kind: the route is not there (as when fault injection is off).
+    fn refused(_: &str) -> ApiError {
+        ApiError::NotFound
+    }
 }
 
 #[allow(unconditional_recursion)]
@@ -583,8 +546,8 @@ async fn cache_clear(
     tag = "status",
     responses((status = 200, description = "The process table.", body = Vec<ProcessEntry>)),
 )]
-async fn processes_all(state: State<ApiState>) -> Result<Response, ApiError> {
-    processes_of(state, "all").await
+async fn processes_all(state: State<ApiState>) -> Response {
+    processes_of(state, ProcessFilter::All)
 }
 
 /// The supervised processes of one kind.
@@ -599,18 +562,35 @@ async fn processes_all(state: State<ApiState>) -> Result<Response, ApiError> {
          content_type = "text/plain", example = "Invalid process type 'x'\n"),
     ),
 )]
-async fn processes(state: State<ApiState>, Path(kind): Path<String>) -> Result<Response, ApiError> {
-    processes_of(state, &kind).await
+async fn processes(state: State<ApiState>, PathParam(kind): PathParam<ProcessFilter>) -> Response {
+    processes_of(state, kind)
 }
 
 /// Which processes `GET /processes/{kind}` lists.
-#[derive(utoipa::ToSchema)]
-#[schema(rename_all = "lowercase")]
-#[allow(dead_code)] // Only described: the handler matches the path's text.
+#[derive(Clone, Copy, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
 enum ProcessFilter {
     All,
     Kresd,
     Gc,
+}
+
+impl ProcessFilter {
+    /// The kind of process listed; `None` for all of them.
+    fn kind(self) -> Option<ServiceKind> {
+        match self {
+            ProcessFilter::All => None,
+            ProcessFilter::Kresd => Some(ServiceKind::Kresd),
+            ProcessFilter::Gc => Some(ServiceKind::CacheGc),
+        }
+    }
+}
+
+impl PathValue for ProcessFilter {
+    /// Upstream's words.
+    fn refused(text: &str) -> ApiError {
+        ApiError::BadRequest(format!("Invalid process type '{text}'"))
+    }
 }
 
 /// One process of `GET /processes`: the supervisor's snapshot with upstream's `type` and
@@ -630,17 +610,8 @@ pub struct ProcessEntry<'a> {
 }
 
 /// `GET /processes[/{kind}]`: the supervisor's table with upstream's `type` and `status`.
-async fn processes_of(State(state): State<ApiState>, kind: &str) -> Result<Response, ApiError> {
-    let filter = match kind {
-        "all" => None,
-        "kresd" => Some(ServiceKind::Kresd),
-        "gc" => Some(ServiceKind::CacheGc),
-        other => {
-            return Err(ApiError::BadRequest(format!(
-                "Invalid process type '{other}'"
-            )))
-        }
-    };
+fn processes_of(State(state): State<ApiState>, filter: ProcessFilter) -> Response {
+    let filter = filter.kind();
     let snapshot = state.supervisor.snapshot();
     let manager_failures =
         failures::ManagerFailures::of(state.process_failures.as_deref(), &state.manager.health());
@@ -656,7 +627,7 @@ async fn processes_of(State(state): State<ApiState>, kind: &str) -> Result<Respo
                 .then(|| manager_failures.clone()),
         })
         .collect();
-    Ok(json_value(StatusCode::OK, &list))
+    json_value(StatusCode::OK, &list)
 }
 
 /// A serialisable value as a JSON answer.
