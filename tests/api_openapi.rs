@@ -10,69 +10,27 @@
 //! test holds and on which it sends the process table.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::path::Path;
 use std::time::SystemTime;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use knot_resolver::api::app;
 use knot_resolver::api::failures::ProcessFailureRecord;
 use knot_resolver::api::openapi::{document, METHODS};
-use knot_resolver::api::{app, ApiState};
-use knot_resolver::config::LoadedConfig;
-use knot_resolver::events::EventLog;
 use knot_resolver::manager::handle::ManagerCommand;
 use knot_resolver::manager::plan::{plan, Restart};
-use knot_resolver::manager::ManagerHandle;
 use knot_resolver::service::WorkerId;
 use knot_resolver::wire::upgrade::{UpgradeOutcome, UpgradeRecord};
 use serde_json::{json, Value};
-use supervisor::remote::{Link, Parent, ToChild};
 use supervisor::{ExitStatus, ProcessSnapshot, ProcessState, Snapshot};
-use tokio::sync::{mpsc, watch};
-use tokio_util::sync::CancellationToken;
-use tower::ServiceExt;
+
+#[path = "common/router.rs"]
+mod router;
+use router::{request, with_headers, Fixture, History, Reply, Supervision};
 
 /// The Python package that validates the document, and the version CI installs.
 const VALIDATOR: &str = "openapi-spec-validator==0.9.0";
-
-/// A private directory per fixture, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "kres-api-openapi-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("cache")).expect("temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The router's world: the state, the ends of the channels the handlers talk to.
-struct Fixture {
-    state: ApiState,
-    /// The manager's end of its command channel: [`Fixture::plan_dry_runs`] answers it.
-    commands: mpsc::Receiver<ManagerCommand>,
-    config: watch::Sender<Arc<LoadedConfig>>,
-    /// The root's end of the link: the handle's snapshots come from it.
-    _root: Link,
-    /// Keeps the handle's link open.
-    _parent: Parent,
-    dir: TempDir,
-}
 
 /// A process table with a worker of each state the answers show differently.
 fn process_table() -> Snapshot {
@@ -127,78 +85,35 @@ fn process_table() -> Snapshot {
     }
 }
 
-impl Fixture {
-    async fn new() -> Fixture {
-        let dir = TempDir::new();
-        let file = dir.0.join("config.yaml");
-        std::fs::write(
-            &file,
-            format!(
-                "workers: 2\nrundir: {run}\ncache:\n  storage: {run}/cache\nmanagement:\n  unix-socket: {run}/api.sock\n",
-                run = dir.0.display()
-            ),
-        )
-        .expect("config");
-        let loaded =
-            knot_resolver::config::load_files(&[file], knot_resolver::config::PathChecks::Strict)
-                .expect("valid config");
-        let (root, theirs) = Link::pair().expect("link");
-        let welcome = ToChild::Welcome {
-            incarnation: 1,
-            notify_socket: dir.0.join("notify"),
-            stored: 0,
-        };
-        root.send(&welcome, &[]).await.expect("welcome");
-        root.send(&ToChild::Snapshot(Arc::new(process_table())), &[])
-            .await
-            .expect("snapshot");
-        let parent = Parent::connect(Link::from_fd(theirs).expect("link"))
-            .await
-            .expect("connect");
-        let (config, config_rx) = watch::channel(Arc::new(loaded));
-        let (manager, commands) = mpsc::channel(4);
-        let state = ApiState {
-            supervisor: parent.handle.clone(),
-            stop: CancellationToken::new(),
-            manager: ManagerHandle::new(manager, config_rx),
-            fault_injection: false,
-            resolve_root: dir.0.clone(),
-            rendered: Default::default(),
-            guard: Default::default(),
-            upgrade: Some(Arc::new(UpgradeRecord {
-                generation: 1,
-                outcome: UpgradeOutcome::Failed,
-                from: "6.0.0".into(),
-                to: "6.0.0".into(),
-                at: 1_700_000_000,
-                error: Some("the new binary cannot read the state".into()),
-                first_incarnation: 2,
-            })),
-            process_failures: Some(Arc::new(ProcessFailureRecord {
-                failures: 2,
-                since: 1_700_000_000,
-                last: "killed by signal 9 (SIGKILL)".into(),
-            })),
-            events: EventLog::new("test"),
-        };
-        Fixture {
-            state,
-            commands,
-            config,
-            _root: root,
-            _parent: parent,
-            dir,
-        }
-    }
+/// The fixture of these tests: two workers configured, the process table above behind a
+/// link (no supervisor runs, so the validator can run as a child), and a past to show.
+async fn fixture() -> Fixture {
+    let history = History {
+        upgrade: Some(UpgradeRecord {
+            generation: 1,
+            outcome: UpgradeOutcome::Failed,
+            from: "6.0.0".into(),
+            to: "6.0.0".into(),
+            at: 1_700_000_000,
+            error: Some("the new binary cannot read the state".into()),
+            first_incarnation: 2,
+        }),
+        process_failures: Some(ProcessFailureRecord {
+            failures: 2,
+            since: 1_700_000_000,
+            last: "killed by signal 9 (SIGKILL)".into(),
+        }),
+    };
+    Fixture::new(2, Supervision::Remote(process_table()), history).await
+}
 
-    /// Send a request that makes a dry run, and answer the manager's `DryRun` with what the
-    /// real planner says of it (the workers of the running configuration registered).
-    async fn dry_run(&mut self, request: Request<Body>) -> axum::response::Response {
-        let router = app(self.state.clone());
-        let running = self.config.borrow().clone();
-        let manager = async {
-            let Some(ManagerCommand::DryRun { config, reply, .. }) = self.commands.recv().await
-            else {
+/// Send a request that makes a dry run, and answer the manager's `DryRun` with what the real
+/// planner says of it (the workers of the running configuration registered).
+async fn dry_run(fixture: &mut Fixture, request: Request<Body>) -> Reply {
+    let running = fixture.config.borrow().clone();
+    let (reply, ()) = fixture
+        .with_manager(request, |command, _| {
+            let ManagerCommand::DryRun { config, reply, .. } = command else {
                 panic!("expected a DryRun command");
             };
             let registered: Vec<WorkerId> = WorkerId::all(running.model.workers).collect();
@@ -210,35 +125,9 @@ impl Fixture {
             )
             .expect("a mutable section");
             let _ = reply.send(Ok(plan));
-        };
-        let (response, ()) = tokio::join!(router.oneshot(request), manager);
-        response.expect("infallible")
-    }
-
-    async fn send(&self, request: Request<Body>) -> axum::response::Response {
-        app(self.state.clone())
-            .oneshot(request)
-            .await
-            .expect("infallible")
-    }
-}
-
-fn request(method: &str, uri: &str) -> Request<Body> {
-    Request::builder()
-        .method(method)
-        .uri(uri)
-        .body(Body::empty())
-        .expect("request")
-}
-
-async fn body_of(response: axum::response::Response) -> Vec<u8> {
-    response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes()
-        .to_vec()
+        })
+        .await;
+    reply
 }
 
 /// Run `python3` with `args`; its output, or a failure that says how to get the validator.
@@ -257,10 +146,10 @@ fn python(args: &[&str]) -> std::process::Output {
 
 #[tokio::test]
 async fn the_document_is_valid_openapi_3_1() {
-    let fixture = Fixture::new().await;
-    let response = fixture.send(request("GET", "/openapi.json")).await;
-    assert_eq!(response.status(), StatusCode::OK);
-    let served: Value = serde_json::from_slice(&body_of(response).await).expect("JSON");
+    let fixture = fixture().await;
+    let reply = fixture.send(request("GET", "/openapi.json")).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let served = reply.json();
     assert_eq!(&served, document(), "the document served is the one built");
     assert_eq!(served["openapi"], "3.1.0");
     assert_eq!(served["info"]["version"], knot_resolver::build_version());
@@ -340,7 +229,7 @@ fn concrete(template: &str) -> String {
 /// The methods the router serves at `path`: the `Allow` of its 405 answer to a method no route
 /// takes (no handler runs), or `None` when it answers 404 (no route).
 async fn served_methods(fixture: &Fixture, path: &str) -> Option<BTreeSet<String>> {
-    let response = fixture.send(request("PROBE", path)).await;
+    let response = fixture.respond(request("PROBE", path)).await;
     if response.status() == StatusCode::NOT_FOUND {
         return None;
     }
@@ -377,7 +266,7 @@ fn documented_methods(doc: &Value, path: &str) -> Option<BTreeSet<String>> {
 
 #[tokio::test]
 async fn the_router_serves_exactly_what_the_document_describes() {
-    let fixture = Fixture::new().await;
+    let fixture = fixture().await;
     let doc = document();
     let router = app(fixture.state.clone());
 
@@ -443,6 +332,21 @@ struct Case {
     status: StatusCode,
     content_type: Option<String>,
     body: Vec<u8>,
+}
+
+impl Case {
+    /// A real answer of the operation at `path` and `method`, which must validate.
+    fn of(name: String, path: &'static str, method: &'static str, reply: Reply) -> Case {
+        Case {
+            name,
+            path,
+            method,
+            valid: true,
+            status: reply.status,
+            content_type: reply.content_type,
+            body: reply.body,
+        }
+    }
 }
 
 /// The JSON pointer of the schema the document gives for `case`'s answer, after checking that
@@ -512,23 +416,14 @@ sys.exit(1 if wrong else 0)
 
 #[tokio::test]
 async fn answers_match_their_documented_schemas() {
-    let mut fixture = Fixture::new().await;
+    let mut fixture = fixture().await;
     let doc = document();
     let etag = fixture
         .send(request("GET", "/v1/config"))
         .await
-        .headers()
-        .get("etag")
-        .and_then(|v| v.to_str().ok())
-        .expect("ETag")
-        .to_owned();
-    let with = |method: &str, uri: &str, headers: &[(&str, &str)], body: &str| {
-        let mut b = Request::builder().method(method).uri(uri);
-        for (k, v) in headers {
-            b = b.header(*k, *v);
-        }
-        b.body(Body::from(body.to_owned())).expect("request")
-    };
+        .etag
+        .expect("ETag");
+    let with = with_headers;
     let json_type = [("content-type", "application/json")];
     let requests: Vec<(&'static str, &'static str, Request<Body>)> = vec![
         ("/", "get", request("GET", "/")),
@@ -622,23 +517,13 @@ async fn answers_match_their_documented_schemas() {
     let mut cases = Vec::new();
     for (path, method, request) in requests {
         let name = format!("{} {}", request.method(), request.uri());
-        let response = fixture.send(request).await;
-        let status = response.status();
-        let content_type = response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = body_of(response).await;
-        cases.push(Case {
-            name: format!("{name} → {status}"),
+        let reply = fixture.send(request).await;
+        cases.push(Case::of(
+            format!("{name} → {}", reply.status),
             path,
             method,
-            valid: true,
-            status,
-            content_type,
-            body,
-        });
+            reply,
+        ));
     }
     // Dry runs, planned by the real planner: a scale-down rolls the workers, a change of views
     // only resets their rules.
@@ -650,22 +535,9 @@ async fn answers_match_their_documented_schemas() {
         ),
     ] {
         let request = with("PUT", uri, &json_type, body);
-        let response = fixture.dry_run(request).await;
-        let status = response.status();
-        let content_type = response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        cases.push(Case {
-            name: format!("PUT {uri} → {status}"),
-            path: "/v1/config/{pointer}",
-            method: "put",
-            valid: true,
-            status,
-            content_type,
-            body: body_of(response).await,
-        });
+        let reply = dry_run(&mut fixture, request).await;
+        let name = format!("PUT {uri} → {}", reply.status);
+        cases.push(Case::of(name, "/v1/config/{pointer}", "put", reply));
     }
     let plans: Vec<Value> = cases
         .iter()
@@ -676,7 +548,7 @@ async fn answers_match_their_documented_schemas() {
     assert_eq!(plans[1]["workers"]["action"], "rules-reset", "{}", plans[1]);
 
     // The event stream never ends: its head only.
-    let events = fixture.send(request("GET", "/events")).await;
+    let events = fixture.respond(request("GET", "/events")).await;
     assert_eq!(events.status(), StatusCode::OK);
     let events_type = events
         .headers()
