@@ -27,7 +27,7 @@ use supervisor::{ExitStatus, ProcessSnapshot, ProcessState, Snapshot};
 
 #[path = "common/router.rs"]
 mod router;
-use router::{request, with_headers, Fixture, History, Reply, Supervision};
+use router::{request, with_body, with_headers, Fixture, History, Reply, Supervision};
 
 /// The Python package that validates the document, and the version CI installs.
 const VALIDATOR: &str = "openapi-spec-validator==0.9.0";
@@ -414,18 +414,12 @@ for case in cases:
 sys.exit(1 if wrong else 0)
 "#;
 
-#[tokio::test]
-async fn answers_match_their_documented_schemas() {
-    let mut fixture = fixture().await;
-    let doc = document();
-    let etag = fixture
-        .send(request("GET", "/v1/config"))
-        .await
-        .etag
-        .expect("ETag");
+/// The requests whose answers are checked, each with the document's path template and method
+/// of the operation that answers it; `etag` is the running configuration's.
+fn documented_requests(etag: &str) -> Vec<(&'static str, &'static str, Request<Body>)> {
     let with = with_headers;
     let json_type = [("content-type", "application/json")];
-    let requests: Vec<(&'static str, &'static str, Request<Body>)> = vec![
+    vec![
         ("/", "get", request("GET", "/")),
         ("/processes", "get", request("GET", "/processes")),
         (
@@ -513,58 +507,11 @@ async fn answers_match_their_documented_schemas() {
             "post",
             with("POST", "/cache/clear", &json_type, "{"),
         ),
-    ];
-    let mut cases = Vec::new();
-    for (path, method, request) in requests {
-        let name = format!("{} {}", request.method(), request.uri());
-        let reply = fixture.send(request).await;
-        cases.push(Case::of(
-            format!("{name} → {}", reply.status),
-            path,
-            method,
-            reply,
-        ));
-    }
-    // Dry runs, planned by the real planner: a scale-down rolls the workers, a change of views
-    // only resets their rules.
-    for (uri, body) in [
-        ("/v1/config/workers?dry-run=true", "1"),
-        (
-            "/v1/config/views?dry-run=true",
-            r#"[{"subnets": ["192.0.2.0/24"], "answer": "refused"}]"#,
-        ),
-    ] {
-        let request = with("PUT", uri, &json_type, body);
-        let reply = dry_run(&mut fixture, request).await;
-        let name = format!("PUT {uri} → {}", reply.status);
-        cases.push(Case::of(name, "/v1/config/{pointer}", "put", reply));
-    }
-    let plans: Vec<Value> = cases
-        .iter()
-        .filter(|c| c.name.contains("dry-run=true"))
-        .map(|c| serde_json::from_slice(&c.body).expect("a plan"))
-        .collect();
-    assert_eq!(plans[0]["workers"]["action"], "restart", "{}", plans[0]);
-    assert_eq!(plans[1]["workers"]["action"], "rules-reset", "{}", plans[1]);
+    ]
+}
 
-    // The event stream never ends: its head only.
-    let events = fixture.respond(request("GET", "/events")).await;
-    assert_eq!(events.status(), StatusCode::OK);
-    let events_type = events
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    assert_eq!(events_type.as_deref(), Some("text/event-stream"));
-    assert!(
-        doc["paths"]["/events"]["get"]["responses"]["200"]["content"]
-            .get("text/event-stream")
-            .is_some(),
-        "the event stream's media type is documented"
-    );
-    drop(events);
-
-    // What these answers are, beyond their schemas.
+/// What the answers are, beyond their schemas; the process table listed.
+fn check_what_they_are(cases: &[Case]) -> Value {
     let status_of = |name: &str| {
         cases
             .iter()
@@ -594,6 +541,112 @@ async fn answers_match_their_documented_schemas() {
     let manager = &listed[4];
     assert_eq!(manager["failures"]["process_failures"], 2, "{manager}");
     assert!(listed[0].get("failures").is_none(), "{listed}");
+    listed
+}
+
+/// Validate every case's instance against its schema in `doc` (files written in `dir`).
+fn validate_against(doc: &Value, cases: &[Case], dir: &Path) {
+    let mut checks = Vec::new();
+    for case in cases {
+        let Some(schema) = schema_pointer(doc, case) else {
+            continue;
+        };
+        let is_json = case
+            .content_type
+            .as_deref()
+            .is_some_and(|t| t.starts_with("application/json"));
+        let instance = if is_json {
+            serde_json::from_slice(&case.body)
+                .unwrap_or_else(|e| panic!("{}: not JSON: {e}", case.name))
+        } else {
+            Value::String(String::from_utf8_lossy(&case.body).into_owned())
+        };
+        checks.push(json!({
+            "name": case.name, "schema": schema, "instance": instance, "valid": case.valid,
+        }));
+    }
+    let doc_file = dir.join("openapi.json");
+    let cases_file = dir.join("cases.json");
+    std::fs::write(&doc_file, serde_json::to_vec(doc).expect("JSON")).expect("write");
+    std::fs::write(&cases_file, serde_json::to_vec(&checks).expect("JSON")).expect("write");
+    let output = python(&[
+        "-c",
+        VALIDATE_INSTANCES,
+        path_str(&doc_file),
+        path_str(&cases_file),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    eprintln!(
+        "{} answers checked against their schemas:\n{stdout}",
+        checks.len()
+    );
+    assert!(
+        output.status.success(),
+        "answers that do not match the document:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[tokio::test]
+async fn answers_match_their_documented_schemas() {
+    let mut fixture = fixture().await;
+    let doc = document();
+    let etag = fixture
+        .send(request("GET", "/v1/config"))
+        .await
+        .etag
+        .expect("ETag");
+    let mut cases = Vec::new();
+    for (path, method, request) in documented_requests(&etag) {
+        let name = format!("{} {}", request.method(), request.uri());
+        let reply = fixture.send(request).await;
+        cases.push(Case::of(
+            format!("{name} → {}", reply.status),
+            path,
+            method,
+            reply,
+        ));
+    }
+    // Dry runs, planned by the real planner: a scale-down rolls the workers, a change of views
+    // only resets their rules.
+    for (uri, body) in [
+        ("/v1/config/workers?dry-run=true", "1"),
+        (
+            "/v1/config/views?dry-run=true",
+            r#"[{"subnets": ["192.0.2.0/24"], "answer": "refused"}]"#,
+        ),
+    ] {
+        let request = with_body("PUT", uri, "application/json", body);
+        let reply = dry_run(&mut fixture, request).await;
+        let name = format!("PUT {uri} → {}", reply.status);
+        cases.push(Case::of(name, "/v1/config/{pointer}", "put", reply));
+    }
+    let plans: Vec<Value> = cases
+        .iter()
+        .filter(|c| c.name.contains("dry-run=true"))
+        .map(|c| serde_json::from_slice(&c.body).expect("a plan"))
+        .collect();
+    assert_eq!(plans[0]["workers"]["action"], "restart", "{}", plans[0]);
+    assert_eq!(plans[1]["workers"]["action"], "rules-reset", "{}", plans[1]);
+
+    // The event stream never ends: its head only.
+    let events = fixture.respond(request("GET", "/events")).await;
+    assert_eq!(events.status(), StatusCode::OK);
+    let events_type = events
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    assert_eq!(events_type.as_deref(), Some("text/event-stream"));
+    assert!(
+        doc["paths"]["/events"]["get"]["responses"]["200"]["content"]
+            .get("text/event-stream")
+            .is_some(),
+        "the event stream's media type is documented"
+    );
+    drop(events);
+
+    let listed = check_what_they_are(&cases);
 
     // A process entry without its name must fail its schema: the check can fail.
     let mut nameless = listed[0].clone();
@@ -618,45 +671,7 @@ async fn answers_match_their_documented_schemas() {
         body: br#"{"workers": "many"}"#.to_vec(),
     });
 
-    let mut checks = Vec::new();
-    for case in &cases {
-        let Some(schema) = schema_pointer(doc, case) else {
-            continue;
-        };
-        let is_json = case
-            .content_type
-            .as_deref()
-            .is_some_and(|t| t.starts_with("application/json"));
-        let instance = if is_json {
-            serde_json::from_slice(&case.body)
-                .unwrap_or_else(|e| panic!("{}: not JSON: {e}", case.name))
-        } else {
-            Value::String(String::from_utf8_lossy(&case.body).into_owned())
-        };
-        checks.push(json!({
-            "name": case.name, "schema": schema, "instance": instance, "valid": case.valid,
-        }));
-    }
-    let doc_file = fixture.dir.0.join("openapi.json");
-    let cases_file = fixture.dir.0.join("cases.json");
-    std::fs::write(&doc_file, serde_json::to_vec(doc).expect("JSON")).expect("write");
-    std::fs::write(&cases_file, serde_json::to_vec(&checks).expect("JSON")).expect("write");
-    let output = python(&[
-        "-c",
-        VALIDATE_INSTANCES,
-        path_str(&doc_file),
-        path_str(&cases_file),
-    ]);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    eprintln!(
-        "{} answers checked against their schemas:\n{stdout}",
-        checks.len()
-    );
-    assert!(
-        output.status.success(),
-        "answers that do not match the document:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    validate_against(doc, &cases, &fixture.dir.0);
 }
 
 fn path_str(path: &Path) -> &str {

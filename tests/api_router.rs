@@ -203,12 +203,10 @@ async fn patch_applies_json_patch_operations() {
     assert!(applied.get("ttl-copy-is-removed").is_none());
 }
 
-/// Every way a request can be refused before the manager is asked, with its status and a
-/// fragment of the body.
-#[tokio::test]
-async fn refused_requests() {
-    let f = fixture().await;
-    let cases: Vec<(Request<Body>, StatusCode, &str)> = vec![
+/// Ways a request can be refused before the manager is asked, with its status and a fragment
+/// of the body: bodies, configurations and pointers ([`more_refusals`] has the rest).
+fn refusals() -> Vec<(Request<Body>, StatusCode, &'static str)> {
+    vec![
         // The body is not JSON.
         (
             with_body("PUT", "/v1/config/workers", "application/json", "{"),
@@ -284,6 +282,12 @@ async fn refused_requests() {
             StatusCode::NOT_FOUND,
             "",
         ),
+    ]
+}
+
+/// Refusals of patches, media types, methods and cache clears; see [`refusals`].
+fn more_refusals() -> Vec<(Request<Body>, StatusCode, &'static str)> {
+    vec![
         // A malformed patch.
         (
             json_body("PATCH", "/v1/config", json!({"op": "replace"})),
@@ -349,8 +353,14 @@ async fn refused_requests() {
             "no running worker",
         ),
         (request("GET", "/no/such/route"), StatusCode::NOT_FOUND, ""),
-    ];
-    for (request, status, fragment) in cases {
+    ]
+}
+
+/// Every refusal of [`refusals`] and [`more_refusals`] is answered as it says, and none reaches the manager.
+#[tokio::test]
+async fn refused_requests() {
+    let f = fixture().await;
+    for (request, status, fragment) in refusals().into_iter().chain(more_refusals()) {
         let what = format!("{} {}", request.method(), request.uri());
         let r = f.send(request).await;
         assert_eq!(r.status, status, "{what}: {}", r.text());
