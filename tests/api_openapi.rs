@@ -439,7 +439,7 @@ fn documented_requests(etag: &str) -> Vec<(&'static str, &'static str, Request<B
         (
             "/v1/config",
             "get",
-            with("GET", "/v1/config", &[("if-none-match", &etag)], ""),
+            with("GET", "/v1/config", &[("if-none-match", etag)], ""),
         ),
         (
             "/v1/config",

@@ -57,7 +57,8 @@ pub(super) async fn crash_manager(
     if !state.fault_injection {
         return Err(ApiError::NotFound);
     }
-    tracing::warn!("fault injection: crashing the manager process ({how:?})");
+    let name = format!("{how:?}").to_ascii_lowercase();
+    tracing::warn!("fault injection: crashing the manager process ({name})");
     match how {
         CrashKind::Overflow => {
             let n = recurse(std::hint::black_box(1));
