@@ -439,6 +439,30 @@ async fn probes_and_static_routes() {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
+/// Path parameters are the types the document lists: a value none of them names is the route's
+/// own answer, whatever the rest of the request.
+#[tokio::test]
+async fn path_parameters_outside_their_types_get_the_routes_answers() {
+    let mut f = fixture().await;
+    let r = f.send(request("GET", "/processes/Kresd")).await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (StatusCode::BAD_REQUEST, "Invalid process type 'Kresd'\n")
+    );
+    let r = f.send(request("GET", "/processes/%6Bresd")).await;
+    assert_eq!(r.status, StatusCode::OK, "percent-decoded: {}", r.text());
+    // With fault injection on, a crash kind none of the three is 404 as the route being off is
+    // (and nothing crashes).
+    f.state.fault_injection = true;
+    for how in ["explode", "Abort", ""] {
+        let r = f
+            .send(request("POST", &format!("/debug/crash-manager/{how}")))
+            .await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{how}: {}", r.text());
+        assert!(r.body.is_empty(), "{how}: {}", r.text());
+    }
+}
+
 #[tokio::test]
 async fn reload_and_renew_wait_for_the_manager() {
     let mut f = fixture().await;
