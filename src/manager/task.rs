@@ -4,8 +4,10 @@
 //! service is not interrupted. Commands (config changes, reloads) are processed one at a time,
 //! which serializes every change of the running configuration.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use supervisor::upward::UpwardNotifier;
 use supervisor::SupervisorHandle;
@@ -17,7 +19,7 @@ use super::listen::{SocketOwner, SocketTable};
 use super::plan::{ChangePlan, GcChange, Restart, RulesChange, WorkerChange};
 use super::{ApplyError, Executables, Manager};
 use crate::config::{self, LoadedConfig};
-use crate::events::{self, Cause, Event, EventLog, GcChanged, WorkersChanged};
+use crate::events::{self, Cause, Event, EventLog, GcChanged, Origin, WorkersChanged};
 use crate::service;
 
 /// What outlives any one incarnation of the manager task.
@@ -58,19 +60,35 @@ pub enum ManagerExit {
     Unstable { failed: Vec<String> },
 }
 
-/// Bounded fix attempts for failed processes: at most `MAX_FIX_ATTEMPTS` within
-/// `FIX_WINDOW`; one more failure means the resolver is unstable and stops.
+/// At most `MAX_FIX_ATTEMPTS` fix attempts within `FIX_WINDOW`; one more failure means the
+/// resolver is unstable and stops.
+const MAX_FIX_ATTEMPTS: usize = 2;
+const FIX_WINDOW: Duration = Duration::from_secs(30 * 60);
+
+/// Bounded fix attempts for failed processes: the attempts made within [`FIX_WINDOW`].
+#[derive(Debug, Default)]
 struct Instability {
-    attempts: std::collections::VecDeque<std::time::Instant>,
+    /// When each attempt still counted was made, oldest first.
+    attempts: VecDeque<Instant>,
 }
 
-const MAX_FIX_ATTEMPTS: usize = 2;
-const FIX_WINDOW: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+/// What to do about the essential processes that failed.
+#[derive(Debug, PartialEq, Eq)]
+enum Repair {
+    /// Nothing failed.
+    Nothing,
+    /// Start these again (an attempt, counted).
+    StartAgain(Vec<String>),
+    /// These keep failing after the allowed attempts: the resolver is unstable.
+    GiveUp(Vec<String>),
+}
 
 impl Instability {
-    /// Whether another fix attempt is allowed now (and count it).
-    fn allow_attempt(&mut self) -> bool {
-        let now = std::time::Instant::now();
+    /// What to do, at `now`, about the processes `failed`; an attempt allowed is counted.
+    fn repair(&mut self, failed: Vec<String>, now: Instant) -> Repair {
+        if failed.is_empty() {
+            return Repair::Nothing;
+        }
         while self
             .attempts
             .front()
@@ -79,10 +97,48 @@ impl Instability {
             self.attempts.pop_front();
         }
         if self.attempts.len() >= MAX_FIX_ATTEMPTS {
-            return false;
+            return Repair::GiveUp(failed);
         }
         self.attempts.push_back(now);
-        true
+        Repair::StartAgain(failed)
+    }
+}
+
+/// Starts failed essential processes again, a bounded number of times.
+struct Repairs {
+    /// Where the failed processes are started again.
+    supervisor: SupervisorHandle,
+    /// The attempts made so far.
+    instability: Instability,
+}
+
+impl Repairs {
+    fn new(supervisor: SupervisorHandle) -> Repairs {
+        Repairs {
+            supervisor,
+            instability: Instability::default(),
+        }
+    }
+
+    /// Start the essential processes `failed` again, or end the incarnation when the
+    /// attempts are used up.
+    async fn fix(&mut self, failed: Vec<String>) -> Option<ManagerExit> {
+        match self.instability.repair(failed, Instant::now()) {
+            Repair::Nothing => None,
+            Repair::GiveUp(failed) => {
+                tracing::error!(failed = %failed.join(", "), "processes keep failing after {MAX_FIX_ATTEMPTS} fix attempts; stopping the resolver");
+                Some(ManagerExit::Unstable { failed })
+            }
+            Repair::StartAgain(failed) => {
+                tracing::warn!(failed = %failed.join(", "), "processes failed; attempting to fix them by starting them again");
+                for name in &failed {
+                    if let Err(e) = self.supervisor.start(name).await {
+                        tracing::warn!(name, "fix attempt failed: {e}");
+                    }
+                }
+                None
+            }
+        }
     }
 }
 
@@ -91,6 +147,16 @@ pub fn ready_status(config: &crate::config::LoadedConfig) -> String {
     let workers = config.model.workers;
     let plural = if workers == 1 { "" } else { "s" };
     format!("Ready: {workers} worker{plural} configured")
+}
+
+/// What wakes the manager task between commands.
+enum Wake {
+    /// The daemon is stopping (or a source the task listens to is gone).
+    Stopped,
+    /// The supervisor's process table changed.
+    TableChanged,
+    /// Someone asked for something.
+    Command(ManagerCommand),
 }
 
 /// One incarnation. The first one starts everything; later ones adopt.
@@ -118,113 +184,132 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
         );
         manager.reconcile().await?;
     }
+    serve(&ctx, &mut manager).await
+}
+
+/// Serve commands one at a time, and repair failed processes between them, until the daemon
+/// stops or the processes keep failing.
+async fn serve(ctx: &ManagerContext, manager: &mut Manager) -> Result<ManagerExit, ApplyError> {
     let mut commands = ctx.commands.lock().await;
-    let mut processes = ctx.supervisor.subscribe();
-    let mut instability = Instability {
-        attempts: Default::default(),
-    };
+    let mut table = ctx.supervisor.subscribe();
+    let mut repairs = Repairs::new(ctx.supervisor.clone());
     loop {
-        let command = tokio::select! {
-            () = ctx.stop.cancelled() => return Ok(ManagerExit::Stopped),
-            changed = processes.changed() => {
-                if changed.is_err() {
-                    return Ok(ManagerExit::Stopped);
-                }
-                let failed = service::failed_essentials(&processes.borrow_and_update());
-                if failed.is_empty() {
-                    continue;
-                }
-                if !instability.allow_attempt() {
-                    tracing::error!(failed = %failed.join(", "), "processes keep failing after {MAX_FIX_ATTEMPTS} fix attempts; stopping the resolver");
-                    return Ok(ManagerExit::Unstable { failed });
-                }
-                tracing::warn!(failed = %failed.join(", "), "processes failed; attempting to fix them by starting them again");
-                for name in &failed {
-                    if let Err(e) = ctx.supervisor.start(name).await {
-                        tracing::warn!(name, "fix attempt failed: {e}");
-                    }
-                }
-                continue;
-            }
-            command = commands.recv() => match command {
-                Some(c) => c,
-                None => return Ok(ManagerExit::Stopped),
+        let wake = tokio::select! {
+            () = ctx.stop.cancelled() => Wake::Stopped,
+            changed = table.changed() => match changed {
+                Ok(()) => Wake::TableChanged,
+                Err(_) => Wake::Stopped,
             },
+            command = commands.recv() => command.map_or(Wake::Stopped, Wake::Command),
         };
-        match command {
-            ManagerCommand::Apply {
-                config,
-                base,
-                reply,
-            } => {
-                let result = match stale(&manager, base) {
-                    Some(conflict) => Err(conflict),
-                    None => apply(&mut manager, Arc::new(*config), Restart::WhenNeeded).await,
-                };
-                tell(&ctx.events, Cause::Api, &result);
-                let _ = reply.send(result);
-            }
-            ManagerCommand::DryRun {
-                config,
-                base,
-                reply,
-            } => {
-                let result = match stale(&manager, base) {
-                    Some(conflict) => Err(conflict),
-                    None => manager.dry_run(&config).await.map_err(ChangeError::from),
-                };
-                let _ = reply.send(result);
-            }
-            ManagerCommand::Reload {
-                restart,
-                origin,
-                reply,
-            } => {
-                // Whatever asked (SIGHUP, `kresctl reload` as systemd's ExecReload, the API),
-                // the service manager sees the reload begin and end.
-                ctx.upward.reloading("Reloading configuration");
-                ctx.events.publish(Event::ConfigReloading {
-                    force: restart == Restart::Always,
-                    origin,
-                });
-                let result =
-                    match config::load_files(&ctx.files, crate::config::PathChecks::Manager) {
-                        Ok(loaded) => apply(&mut manager, Arc::new(loaded), restart).await,
-                        Err(e) => {
-                            tracing::error!(
-                                "reload failed; the running configuration is unchanged: {e}"
-                            );
-                            Err(e.into())
-                        }
-                    };
-                let mut status = ready_status(&manager.config());
-                if result.is_err() {
-                    status.push_str("; the last reload failed, see the log");
+        match wake {
+            Wake::Stopped => return Ok(ManagerExit::Stopped),
+            Wake::TableChanged => {
+                let failed = service::failed_essentials(&table.borrow_and_update());
+                if let Some(exit) = repairs.fix(failed).await {
+                    return Ok(exit);
                 }
-                ctx.upward.ready(&status);
-                tell(&ctx.events, Cause::Reload, &result);
-                let _ = reply.send(result);
             }
-            ManagerCommand::Renew {
-                restart,
-                origin,
-                reply,
-            } => {
-                ctx.events.publish(Event::ConfigRenewing {
-                    force: restart == Restart::Always,
-                    origin,
-                });
-                let current = manager.config();
-                let result = apply(&mut manager, current, restart).await;
-                if result.is_ok() {
-                    tracing::info!("Renewing configuration has finished");
-                }
-                tell(&ctx.events, Cause::Renew, &result);
-                let _ = reply.send(result);
-            }
-            ManagerCommand::Panic => panic!("fault injection: manager task panic requested"),
+            Wake::Command(command) => dispatch(ctx, manager, command).await,
         }
     }
+}
+
+/// Carry out one command and answer whoever asked; every change's outcome is told to
+/// followers of `/events`.
+async fn dispatch(ctx: &ManagerContext, manager: &mut Manager, command: ManagerCommand) {
+    match command {
+        ManagerCommand::Apply {
+            config,
+            base,
+            reply,
+        } => {
+            let result = match stale(manager, base) {
+                Some(conflict) => Err(conflict),
+                None => apply(manager, Arc::new(*config), Restart::WhenNeeded).await,
+            };
+            tell(&ctx.events, Cause::Api, &result);
+            let _ = reply.send(result);
+        }
+        ManagerCommand::DryRun {
+            config,
+            base,
+            reply,
+        } => {
+            let result = match stale(manager, base) {
+                Some(conflict) => Err(conflict),
+                None => manager.dry_run(&config).await.map_err(ChangeError::from),
+            };
+            let _ = reply.send(result);
+        }
+        ManagerCommand::Reload {
+            restart,
+            origin,
+            reply,
+        } => {
+            let result = reload(ctx, manager, restart, origin).await;
+            let _ = reply.send(result);
+        }
+        ManagerCommand::Renew {
+            restart,
+            origin,
+            reply,
+        } => {
+            let result = renew(ctx, manager, restart, origin).await;
+            let _ = reply.send(result);
+        }
+        ManagerCommand::Panic => panic!("fault injection: manager task panic requested"),
+    }
+}
+
+/// Read the configuration files again and apply them. Whatever asked (SIGHUP, `kresctl
+/// reload` as systemd's ExecReload, the API), the service manager sees the reload begin and
+/// end.
+async fn reload(
+    ctx: &ManagerContext,
+    manager: &mut Manager,
+    restart: Restart,
+    origin: Origin,
+) -> ChangeResult {
+    ctx.upward.reloading("Reloading configuration");
+    ctx.events.publish(Event::ConfigReloading {
+        force: restart == Restart::Always,
+        origin,
+    });
+    let result = match config::load_files(&ctx.files, crate::config::PathChecks::Manager) {
+        Ok(loaded) => apply(manager, Arc::new(loaded), restart).await,
+        Err(e) => {
+            tracing::error!("reload failed; the running configuration is unchanged: {e}");
+            Err(e.into())
+        }
+    };
+    let mut status = ready_status(&manager.config());
+    if result.is_err() {
+        status.push_str("; the last reload failed, see the log");
+    }
+    ctx.upward.ready(&status);
+    tell(&ctx.events, Cause::Reload, &result);
+    result
+}
+
+/// Apply the running configuration again.
+async fn renew(
+    ctx: &ManagerContext,
+    manager: &mut Manager,
+    restart: Restart,
+    origin: Origin,
+) -> ChangeResult {
+    ctx.events.publish(Event::ConfigRenewing {
+        force: restart == Restart::Always,
+        origin,
+    });
+    let current = manager.config();
+    let result = apply(manager, current, restart).await;
+    if result.is_ok() {
+        tracing::info!("Renewing configuration has finished");
+    }
+    tell(&ctx.events, Cause::Renew, &result);
+    result
 }
 
 /// `Conflict` when the change was computed from `base`, which is no longer what runs.
