@@ -389,8 +389,263 @@ fn applied(cause: Cause, plan: &ChangePlan) -> Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manager::handle::ChangeReply;
     use crate::manager::plan::{Immutable, Live, Roll, Section};
     use crate::service::WorkerId;
+    use futures_util::FutureExt;
+    use tokio::sync::oneshot;
+
+    #[test]
+    fn failed_processes_are_started_again_twice_within_half_an_hour_then_the_resolver_gives_up() {
+        let start = Instant::now();
+        let kresd = || vec!["kresd0".to_owned()];
+        let rows = [
+            (0, vec![], Repair::Nothing),
+            (0, kresd(), Repair::StartAgain(kresd())),
+            (60, kresd(), Repair::StartAgain(kresd())),
+            (120, kresd(), Repair::GiveUp(kresd())),
+            (1800, kresd(), Repair::GiveUp(kresd())),
+            // The first attempt is more than half an hour old: it no longer counts.
+            (1801, kresd(), Repair::StartAgain(kresd())),
+            (1802, kresd(), Repair::GiveUp(kresd())),
+            (1802, vec![], Repair::Nothing),
+            (1861, kresd(), Repair::StartAgain(kresd())),
+        ];
+        let mut instability = Instability::default();
+        for (at, failed, want) in rows {
+            let now = start + Duration::from_secs(at);
+            assert_eq!(instability.repair(failed, now), want, "at {at} s");
+        }
+    }
+
+    /// The manager task's world without kresd: a real supervisor, programs that do not exist,
+    /// a configuration in a directory of its own.
+    struct World {
+        ctx: ManagerContext,
+        manager: Manager,
+        dir: PathBuf,
+        upward: mpsc::UnboundedReceiver<supervisor::upward::Upward>,
+        /// Every event published since the world was made.
+        follower: events::Follower,
+        _supervisor: tokio::task::JoinHandle<()>,
+    }
+
+    impl World {
+        fn new(name: &str) -> World {
+            let dir = std::env::temp_dir().join(format!("kres-task-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let loaded = write_config(&dir);
+            let (supervisor, task) = supervisor::Supervisor::start(supervisor::SupervisorOptions {
+                notify_socket: dir.join("notify"),
+                notify_senders: None,
+            })
+            .expect("supervisor");
+            let (upward_tx, upward) = mpsc::unbounded_channel();
+            let ctx = ManagerContext {
+                supervisor,
+                executables: Executables {
+                    kresd: dir.join("no-kresd"),
+                    cache_gc: dir.join("no-kres-cache-gc"),
+                    run_as: None,
+                },
+                files: vec![dir.join("config.yaml")],
+                config: watch::channel(Arc::new(loaded)).0,
+                commands: Arc::new(Mutex::new(mpsc::channel(1).1)),
+                started: watch::channel(true).0,
+                upward: UpwardNotifier::forwarding(upward_tx),
+                stop: CancellationToken::new(),
+                socket_owner: SocketOwner::Kresd,
+                sockets: Default::default(),
+                events: EventLog::new("test"),
+            };
+            let manager = Manager::new(
+                ctx.supervisor.clone(),
+                ctx.executables.clone(),
+                ctx.config.clone(),
+                ctx.socket_owner,
+                ctx.sockets.clone(),
+                ctx.upward.clone(),
+            );
+            let follower = ctx
+                .events
+                .follow(None, events::FollowerClass::Privileged)
+                .expect("a follower");
+            World {
+                ctx,
+                manager,
+                dir,
+                upward,
+                follower,
+                _supervisor: task,
+            }
+        }
+
+        /// Dispatch the command `make` builds and wait for its reply.
+        async fn ask(&mut self, make: impl FnOnce(ChangeReply) -> ManagerCommand) -> ChangeResult {
+            let (reply, result) = oneshot::channel();
+            dispatch(&self.ctx, &mut self.manager, make(reply)).await;
+            result.await.expect("a reply")
+        }
+
+        /// The events published since the last call, oldest first.
+        fn events(&mut self) -> Vec<Event> {
+            let mut seen = Vec::new();
+            while let Some(Some(record)) = self.follower.next().now_or_never() {
+                seen.push(record.event.clone());
+            }
+            seen
+        }
+    }
+
+    impl Drop for World {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// A configuration of one worker with its rundir and cache in `dir`.
+    fn write_config(dir: &std::path::Path) -> LoadedConfig {
+        std::fs::create_dir_all(dir.join("cache")).expect("a directory");
+        let file = dir.join("config.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "workers: 1\nrundir: {run}\ncache:\n  storage: {run}/cache\nmanagement:\n  unix-socket: {run}/api.sock\n",
+                run = dir.display()
+            ),
+        )
+        .expect("a configuration file");
+        config::load_files(&[file], config::PathChecks::Strict).expect("a valid configuration")
+    }
+
+    #[tokio::test]
+    async fn a_change_computed_from_another_configuration_is_a_conflict_and_no_event() {
+        let mut world = World::new("conflict");
+        let running = world.manager.config();
+        let base = Some("\"not-the-running-one\"".to_owned());
+        let applied = world
+            .ask(|reply| ManagerCommand::Apply {
+                config: Box::new((*running).clone()),
+                base: base.clone(),
+                reply,
+            })
+            .await;
+        assert!(matches!(applied, Err(ChangeError::Conflict)), "{applied:?}");
+        let dry = world
+            .ask(|reply| ManagerCommand::DryRun {
+                config: Box::new((*running).clone()),
+                base,
+                reply,
+            })
+            .await;
+        assert!(matches!(dry, Err(ChangeError::Conflict)), "{dry:?}");
+        assert_eq!(world.events(), []);
+        assert!(Arc::ptr_eq(&world.manager.config(), &running));
+    }
+
+    #[tokio::test]
+    async fn a_change_of_an_immutable_section_is_refused_before_anything_runs() {
+        let mut world = World::new("immutable");
+        let elsewhere = world.dir.join("elsewhere");
+        let moved = write_config(&elsewhere);
+        let running = world.manager.config();
+        let base = Some(crate::etag::etag(&running.raw));
+        let result = world
+            .ask(|reply| ManagerCommand::Apply {
+                config: Box::new(moved),
+                base,
+                reply,
+            })
+            .await;
+        assert!(
+            matches!(result, Err(ChangeError::Apply(ApplyError::Immutable(_)))),
+            "{result:?}"
+        );
+        assert!(matches!(
+            world.events().as_slice(),
+            [Event::ConfigRefused { cause: Cause::Api, reason }] if reason.starts_with("[/rundir]")
+        ));
+        assert!(Arc::ptr_eq(&world.manager.config(), &running));
+    }
+
+    #[tokio::test]
+    async fn a_reload_of_files_that_do_not_load_is_told_upward_and_as_events() {
+        let mut world = World::new("reload");
+        std::fs::write(world.dir.join("config.yaml"), "workers: [").expect("a broken file");
+        let result = world
+            .ask(|reply| ManagerCommand::Reload {
+                restart: Restart::Always,
+                origin: Origin::Signal,
+                reply,
+            })
+            .await;
+        assert!(matches!(result, Err(ChangeError::Config(_))), "{result:?}");
+        let events = world.events();
+        assert!(
+            matches!(
+                events.as_slice(),
+                [
+                    Event::ConfigReloading {
+                        force: true,
+                        origin: Origin::Signal
+                    },
+                    Event::ConfigRefused {
+                        cause: Cause::Reload,
+                        ..
+                    },
+                ]
+            ),
+            "{events:?}"
+        );
+        use supervisor::upward::Upward;
+        assert_eq!(
+            world.upward.try_recv().ok(),
+            Some(Upward::Reloading("Reloading configuration".into()))
+        );
+        assert_eq!(
+            world.upward.try_recv().ok(),
+            Some(Upward::Ready(
+                "Ready: 1 worker configured; the last reload failed, see the log".into()
+            ))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_renew_whose_policy_loader_cannot_run_is_refused_and_leaves_no_file() {
+        let mut world = World::new("renew");
+        let result = world
+            .ask(|reply| ManagerCommand::Renew {
+                restart: Restart::WhenNeeded,
+                origin: Origin::Api,
+                reply,
+            })
+            .await;
+        assert!(
+            matches!(result, Err(ChangeError::Apply(ApplyError::PolicyLoader(_)))),
+            "{result:?}"
+        );
+        let events = world.events();
+        assert!(
+            matches!(
+                events.as_slice(),
+                [
+                    Event::ConfigRenewing {
+                        force: false,
+                        origin: Origin::Api
+                    },
+                    Event::ConfigRefused {
+                        cause: Cause::Renew,
+                        ..
+                    },
+                ]
+            ),
+            "{events:?}"
+        );
+        assert!(!world
+            .dir
+            .join(crate::manager::specs::POLICY_LOADER_CONF)
+            .exists());
+    }
 
     fn refused(reason: &str) -> Event {
         Event::ConfigRefused {
