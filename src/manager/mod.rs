@@ -26,7 +26,7 @@ pub mod specs;
 pub mod task;
 mod worker_control;
 
-pub use error::ApplyError;
+pub use error::{ApplyError, PolicyLoaderFailure};
 pub use executables::Executables;
 pub use executor::Manager;
 pub use handle::{ChangeError, ManagerHandle};

@@ -12,6 +12,7 @@ use std::time::Duration;
 use supervisor::upward::UpwardNotifier;
 use supervisor::{ExitStatus, ServiceSpec, SupervisorError, SupervisorHandle};
 
+use super::error::PolicyLoaderFailure;
 use super::listen::{self, SocketOwner, SocketTable, Steering};
 use super::specs::{self, Specs};
 use super::{rundir, ApplyError, Executables};
@@ -286,12 +287,9 @@ impl Processes {
         rundir::remove(&path);
         match outcome {
             Ok(Ok(ExitStatus::Code(0))) => Ok(()),
-            Ok(Ok(status)) => Err(ApplyError::PolicyLoader(status.to_string())),
-            Ok(Err(e)) => Err(ApplyError::PolicyLoader(e.to_string())),
-            Err(_) => Err(ApplyError::PolicyLoader(format!(
-                "it did not finish within {} s and was stopped (see {POLICY_LOADER_TIMEOUT_VAR})",
-                deadline.as_secs()
-            ))),
+            Ok(Ok(status)) => Err(PolicyLoaderFailure::Exited(status).into()),
+            Ok(Err(e)) => Err(PolicyLoaderFailure::NotRun(e).into()),
+            Err(_) => Err(PolicyLoaderFailure::TimedOut(deadline).into()),
         }
     }
 }

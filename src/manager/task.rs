@@ -389,11 +389,11 @@ fn applied(cause: Cause, plan: &ChangePlan) -> Event {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manager::handle::ChangeReply;
     use crate::manager::plan::{Immutable, Live, Roll, Section};
+    use crate::manager::ManagerHandle;
+    use crate::manager::PolicyLoaderFailure;
     use crate::service::WorkerId;
     use futures_util::FutureExt;
-    use tokio::sync::oneshot;
 
     #[test]
     fn failed_processes_are_started_again_twice_within_half_an_hour_then_the_resolver_gives_up() {
@@ -418,29 +418,32 @@ mod tests {
         }
     }
 
-    /// The manager task's world without kresd: a real supervisor, programs that do not exist,
-    /// a configuration in a directory of its own.
+    /// The manager task serving commands without kresd: a real supervisor, programs that do
+    /// not exist, a configuration in a directory of its own; asked through a real handle.
     struct World {
-        ctx: ManagerContext,
-        manager: Manager,
+        /// How the tests ask.
+        handle: ManagerHandle,
+        /// The configuration's directory (its rundir too).
         dir: PathBuf,
+        /// What the task told the service manager above it.
         upward: mpsc::UnboundedReceiver<supervisor::upward::Upward>,
         /// Every event published since the world was made.
         follower: events::Follower,
-        _supervisor: tokio::task::JoinHandle<()>,
     }
 
     impl World {
-        fn new(name: &str) -> World {
+        async fn new(name: &str) -> World {
             let dir = std::env::temp_dir().join(format!("kres-task-{name}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             let loaded = write_config(&dir);
-            let (supervisor, task) = supervisor::Supervisor::start(supervisor::SupervisorOptions {
-                notify_socket: dir.join("notify"),
-                notify_senders: None,
-            })
-            .expect("supervisor");
+            let (supervisor, _actor) =
+                supervisor::Supervisor::start(supervisor::SupervisorOptions {
+                    notify_socket: dir.join("notify"),
+                    notify_senders: None,
+                })
+                .expect("supervisor");
             let (upward_tx, upward) = mpsc::unbounded_channel();
+            let (commands, commands_rx) = mpsc::channel(1);
             let ctx = ManagerContext {
                 supervisor,
                 executables: Executables {
@@ -450,7 +453,7 @@ mod tests {
                 },
                 files: vec![dir.join("config.yaml")],
                 config: watch::channel(Arc::new(loaded)).0,
-                commands: Arc::new(Mutex::new(mpsc::channel(1).1)),
+                commands: Arc::new(Mutex::new(commands_rx)),
                 started: watch::channel(true).0,
                 upward: UpwardNotifier::forwarding(upward_tx),
                 stop: CancellationToken::new(),
@@ -458,33 +461,28 @@ mod tests {
                 sockets: Default::default(),
                 events: EventLog::new("test"),
             };
-            let manager = Manager::new(
-                ctx.supervisor.clone(),
-                ctx.executables.clone(),
-                ctx.config.clone(),
-                ctx.socket_owner,
-                ctx.sockets.clone(),
-                ctx.upward.clone(),
-            );
+            let handle = ManagerHandle::new(commands, ctx.config.subscribe());
             let follower = ctx
                 .events
                 .follow(None, events::FollowerClass::Privileged)
                 .expect("a follower");
+            tokio::spawn(async move {
+                let mut manager = Manager::new(
+                    ctx.supervisor.clone(),
+                    ctx.executables.clone(),
+                    ctx.config.clone(),
+                    ctx.socket_owner,
+                    ctx.sockets.clone(),
+                    ctx.upward.clone(),
+                );
+                serve(&ctx, &mut manager).await
+            });
             World {
-                ctx,
-                manager,
+                handle,
                 dir,
                 upward,
                 follower,
-                _supervisor: task,
             }
-        }
-
-        /// Dispatch the command `make` builds and wait for its reply.
-        async fn ask(&mut self, make: impl FnOnce(ChangeReply) -> ManagerCommand) -> ChangeResult {
-            let (reply, result) = oneshot::channel();
-            dispatch(&self.ctx, &mut self.manager, make(reply)).await;
-            result.await.expect("a reply")
         }
 
         /// The events published since the last call, oldest first.
@@ -520,43 +518,24 @@ mod tests {
 
     #[tokio::test]
     async fn a_change_computed_from_another_configuration_is_a_conflict_and_no_event() {
-        let mut world = World::new("conflict");
-        let running = world.manager.config();
+        let mut world = World::new("conflict").await;
+        let running = world.handle.config();
         let base = Some("\"not-the-running-one\"".to_owned());
-        let applied = world
-            .ask(|reply| ManagerCommand::Apply {
-                config: Box::new((*running).clone()),
-                base: base.clone(),
-                reply,
-            })
-            .await;
+        let applied = world.handle.apply((*running).clone(), base.clone()).await;
         assert!(matches!(applied, Err(ChangeError::Conflict)), "{applied:?}");
-        let dry = world
-            .ask(|reply| ManagerCommand::DryRun {
-                config: Box::new((*running).clone()),
-                base,
-                reply,
-            })
-            .await;
+        let dry = world.handle.dry_run((*running).clone(), base).await;
         assert!(matches!(dry, Err(ChangeError::Conflict)), "{dry:?}");
         assert_eq!(world.events(), []);
-        assert!(Arc::ptr_eq(&world.manager.config(), &running));
+        assert!(Arc::ptr_eq(&world.handle.config(), &running));
     }
 
     #[tokio::test]
     async fn a_change_of_an_immutable_section_is_refused_before_anything_runs() {
-        let mut world = World::new("immutable");
-        let elsewhere = world.dir.join("elsewhere");
-        let moved = write_config(&elsewhere);
-        let running = world.manager.config();
+        let mut world = World::new("immutable").await;
+        let moved = write_config(&world.dir.join("elsewhere"));
+        let running = world.handle.config();
         let base = Some(crate::etag::etag(&running.raw));
-        let result = world
-            .ask(|reply| ManagerCommand::Apply {
-                config: Box::new(moved),
-                base,
-                reply,
-            })
-            .await;
+        let result = world.handle.apply(moved, base).await;
         assert!(
             matches!(result, Err(ChangeError::Apply(ApplyError::Immutable(_)))),
             "{result:?}"
@@ -565,38 +544,20 @@ mod tests {
             world.events().as_slice(),
             [Event::ConfigRefused { cause: Cause::Api, reason }] if reason.starts_with("[/rundir]")
         ));
-        assert!(Arc::ptr_eq(&world.manager.config(), &running));
+        assert!(Arc::ptr_eq(&world.handle.config(), &running));
     }
 
     #[tokio::test]
     async fn a_reload_of_files_that_do_not_load_is_told_upward_and_as_events() {
-        let mut world = World::new("reload");
+        let mut world = World::new("reload").await;
         std::fs::write(world.dir.join("config.yaml"), "workers: [").expect("a broken file");
-        let result = world
-            .ask(|reply| ManagerCommand::Reload {
-                restart: Restart::Always,
-                origin: Origin::Signal,
-                reply,
-            })
-            .await;
+        let result = world.handle.reload(Restart::Always, Origin::Signal).await;
         assert!(matches!(result, Err(ChangeError::Config(_))), "{result:?}");
-        let events = world.events();
-        assert!(
-            matches!(
-                events.as_slice(),
-                [
-                    Event::ConfigReloading {
-                        force: true,
-                        origin: Origin::Signal
-                    },
-                    Event::ConfigRefused {
-                        cause: Cause::Reload,
-                        ..
-                    },
-                ]
-            ),
-            "{events:?}"
-        );
+        let reloading = Event::ConfigReloading {
+            force: true,
+            origin: Origin::Signal,
+        };
+        assert_eq!(world.events(), [reloading, told(Cause::Reload, &result)]);
         use supervisor::upward::Upward;
         assert_eq!(
             world.upward.try_recv().ok(),
@@ -612,39 +573,26 @@ mod tests {
 
     #[tokio::test]
     async fn a_renew_whose_policy_loader_cannot_run_is_refused_and_leaves_no_file() {
-        let mut world = World::new("renew");
-        let result = world
-            .ask(|reply| ManagerCommand::Renew {
-                restart: Restart::WhenNeeded,
-                origin: Origin::Api,
-                reply,
-            })
-            .await;
+        let mut world = World::new("renew").await;
+        let result = world.handle.renew(Restart::WhenNeeded, Origin::Api).await;
         assert!(
             matches!(result, Err(ChangeError::Apply(ApplyError::PolicyLoader(_)))),
             "{result:?}"
         );
-        let events = world.events();
-        assert!(
-            matches!(
-                events.as_slice(),
-                [
-                    Event::ConfigRenewing {
-                        force: false,
-                        origin: Origin::Api
-                    },
-                    Event::ConfigRefused {
-                        cause: Cause::Renew,
-                        ..
-                    },
-                ]
-            ),
-            "{events:?}"
-        );
+        let renewing = Event::ConfigRenewing {
+            force: false,
+            origin: Origin::Api,
+        };
+        assert_eq!(world.events(), [renewing, told(Cause::Renew, &result)]);
         assert!(!world
             .dir
             .join(crate::manager::specs::POLICY_LOADER_CONF)
             .exists());
+    }
+
+    /// The event that tells the outcome `result` of a change asked by `cause`.
+    fn told(cause: Cause, result: &ChangeResult) -> Event {
+        outcome(cause, result).expect("an event")
     }
 
     fn refused(reason: &str) -> Event {
@@ -656,7 +604,11 @@ mod tests {
 
     #[test]
     fn every_outcome_of_a_change_is_told_as_its_event() {
-        let failed = || Box::new(ApplyError::PolicyLoader("exit code 1".into()));
+        let failed = || {
+            Box::new(ApplyError::PolicyLoader(PolicyLoaderFailure::Exited(
+                supervisor::ExitStatus::Code(1),
+            )))
+        };
         let roll = ChangePlan {
             changed: vec![Section::Workers, Section::Cache],
             workers: WorkerChange::Roll(Roll {
