@@ -5,7 +5,8 @@
 //! policy-loader, a rolling restart, a rules reset or a live logging change, the cache GC).
 //!
 //! Submodules, in the order a change walks them: `handle` (how others ask for changes),
-//! `task` (the loop that serves them, one at a time), `plan` (what a change needs),
+//! `task` (the loop that serves them, one at a time; `repairs`: its bounded fix attempts of
+//! failed processes), `plan` (what a change needs),
 //! `executor` (carries a plan out), `processes` (its steps on processes, through the
 //! supervisor), `worker_control` (its commands to running workers), `error` (why a change
 //! was not applied); and what the steps use: `specs` (command lines of Knot Resolver's
@@ -21,6 +22,7 @@ pub mod listen;
 pub mod liveness;
 pub mod plan;
 mod processes;
+mod repairs;
 pub mod rundir;
 pub mod specs;
 pub mod task;

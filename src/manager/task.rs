@@ -4,10 +4,8 @@
 //! service is not interrupted. Commands (config changes, reloads) are processed one at a time,
 //! which serializes every change of the running configuration.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use supervisor::upward::UpwardNotifier;
 use supervisor::SupervisorHandle;
@@ -17,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::handle::{ChangeError, ChangeResult, ManagerCommand};
 use super::listen::{SocketOwner, SocketTable};
 use super::plan::{ChangePlan, GcChange, Restart, RulesChange, WorkerChange};
+use super::repairs::{GaveUp, Repairs};
 use super::{ApplyError, Executables, Manager};
 use crate::config::{self, LoadedConfig};
 use crate::events::{self, Cause, Event, EventLog, GcChanged, Origin, WorkersChanged};
@@ -47,6 +46,20 @@ pub struct ManagerContext {
     pub events: EventLog,
 }
 
+impl ManagerContext {
+    /// A manager (an executor) over this context's supervisor, sockets and configuration.
+    fn manager(&self) -> Manager {
+        Manager::new(
+            self.supervisor.clone(),
+            self.executables.clone(),
+            self.config.clone(),
+            self.socket_owner,
+            self.sockets.clone(),
+            self.upward.clone(),
+        )
+    }
+}
+
 /// How an incarnation ended on purpose. Errors are not here: an incarnation that returns an
 /// error is restarted.
 #[derive(Debug)]
@@ -58,88 +71,6 @@ pub enum ManagerExit {
     StartFailed(ApplyError),
     /// Processes kept failing after the allowed fix attempts: stop in a controlled way.
     Unstable { failed: Vec<String> },
-}
-
-/// At most `MAX_FIX_ATTEMPTS` fix attempts within `FIX_WINDOW`; one more failure means the
-/// resolver is unstable and stops.
-const MAX_FIX_ATTEMPTS: usize = 2;
-const FIX_WINDOW: Duration = Duration::from_secs(30 * 60);
-
-/// Bounded fix attempts for failed processes: the attempts made within [`FIX_WINDOW`].
-#[derive(Debug, Default)]
-struct Instability {
-    /// When each attempt still counted was made, oldest first.
-    attempts: VecDeque<Instant>,
-}
-
-/// What to do about the essential processes that failed.
-#[derive(Debug, PartialEq, Eq)]
-enum Repair {
-    /// Nothing failed.
-    Nothing,
-    /// Start these again (an attempt, counted).
-    StartAgain(Vec<String>),
-    /// These keep failing after the allowed attempts: the resolver is unstable.
-    GiveUp(Vec<String>),
-}
-
-impl Instability {
-    /// What to do, at `now`, about the processes `failed`; an attempt allowed is counted.
-    fn repair(&mut self, failed: Vec<String>, now: Instant) -> Repair {
-        if failed.is_empty() {
-            return Repair::Nothing;
-        }
-        while self
-            .attempts
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > FIX_WINDOW)
-        {
-            self.attempts.pop_front();
-        }
-        if self.attempts.len() >= MAX_FIX_ATTEMPTS {
-            return Repair::GiveUp(failed);
-        }
-        self.attempts.push_back(now);
-        Repair::StartAgain(failed)
-    }
-}
-
-/// Starts failed essential processes again, a bounded number of times.
-struct Repairs {
-    /// Where the failed processes are started again.
-    supervisor: SupervisorHandle,
-    /// The attempts made so far.
-    instability: Instability,
-}
-
-impl Repairs {
-    fn new(supervisor: SupervisorHandle) -> Repairs {
-        Repairs {
-            supervisor,
-            instability: Instability::default(),
-        }
-    }
-
-    /// Start the essential processes `failed` again, or end the incarnation when the
-    /// attempts are used up.
-    async fn fix(&mut self, failed: Vec<String>) -> Option<ManagerExit> {
-        match self.instability.repair(failed, Instant::now()) {
-            Repair::Nothing => None,
-            Repair::GiveUp(failed) => {
-                tracing::error!(failed = %failed.join(", "), "processes keep failing after {MAX_FIX_ATTEMPTS} fix attempts; stopping the resolver");
-                Some(ManagerExit::Unstable { failed })
-            }
-            Repair::StartAgain(failed) => {
-                tracing::warn!(failed = %failed.join(", "), "processes failed; attempting to fix them by starting them again");
-                for name in &failed {
-                    if let Err(e) = self.supervisor.start(name).await {
-                        tracing::warn!(name, "fix attempt failed: {e}");
-                    }
-                }
-                None
-            }
-        }
-    }
 }
 
 /// What systemd shows as the service's status while it serves `config`.
@@ -161,14 +92,7 @@ enum Wake {
 
 /// One incarnation. The first one starts everything; later ones adopt.
 pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyError> {
-    let mut manager = Manager::new(
-        ctx.supervisor.clone(),
-        ctx.executables.clone(),
-        ctx.config.clone(),
-        ctx.socket_owner,
-        ctx.sockets.clone(),
-        ctx.upward.clone(),
-    );
+    let mut manager = ctx.manager();
     if !*ctx.started.borrow() {
         ctx.upward.status("Starting services");
         if let Err(e) = manager.cold_start().await {
@@ -184,12 +108,12 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
         );
         manager.reconcile().await?;
     }
-    serve(&ctx, &mut manager).await
+    Ok(serve(&ctx, &mut manager).await)
 }
 
 /// Serve commands one at a time, and repair failed processes between them, until the daemon
 /// stops or the processes keep failing.
-async fn serve(ctx: &ManagerContext, manager: &mut Manager) -> Result<ManagerExit, ApplyError> {
+async fn serve(ctx: &ManagerContext, manager: &mut Manager) -> ManagerExit {
     let mut commands = ctx.commands.lock().await;
     let mut table = ctx.supervisor.subscribe();
     let mut repairs = Repairs::new(ctx.supervisor.clone());
@@ -203,11 +127,11 @@ async fn serve(ctx: &ManagerContext, manager: &mut Manager) -> Result<ManagerExi
             command = commands.recv() => command.map_or(Wake::Stopped, Wake::Command),
         };
         match wake {
-            Wake::Stopped => return Ok(ManagerExit::Stopped),
+            Wake::Stopped => return ManagerExit::Stopped,
             Wake::TableChanged => {
                 let failed = service::failed_essentials(&table.borrow_and_update());
-                if let Some(exit) = repairs.fix(failed).await {
-                    return Ok(exit);
+                if let Err(GaveUp(failed)) = repairs.fix(failed).await {
+                    return ManagerExit::Unstable { failed };
                 }
             }
             Wake::Command(command) => dispatch(ctx, manager, command).await,
@@ -218,48 +142,52 @@ async fn serve(ctx: &ManagerContext, manager: &mut Manager) -> Result<ManagerExi
 /// Carry out one command and answer whoever asked; every change's outcome is told to
 /// followers of `/events`.
 async fn dispatch(ctx: &ManagerContext, manager: &mut Manager, command: ManagerCommand) {
-    match command {
+    let (result, reply) = match command {
         ManagerCommand::Apply {
             config,
             base,
             reply,
-        } => {
-            let result = match stale(manager, base) {
-                Some(conflict) => Err(conflict),
-                None => apply(manager, Arc::new(*config), Restart::WhenNeeded).await,
-            };
-            tell(&ctx.events, Cause::Api, &result);
-            let _ = reply.send(result);
-        }
+        } => (change(ctx, manager, *config, base).await, reply),
         ManagerCommand::DryRun {
             config,
             base,
             reply,
-        } => {
-            let result = match stale(manager, base) {
-                Some(conflict) => Err(conflict),
-                None => manager.dry_run(&config).await.map_err(ChangeError::from),
-            };
-            let _ = reply.send(result);
-        }
+        } => (dry_run(manager, &config, base).await, reply),
         ManagerCommand::Reload {
             restart,
             origin,
             reply,
-        } => {
-            let result = reload(ctx, manager, restart, origin).await;
-            let _ = reply.send(result);
-        }
+        } => (reload(ctx, manager, restart, origin).await, reply),
         ManagerCommand::Renew {
             restart,
             origin,
             reply,
-        } => {
-            let result = renew(ctx, manager, restart, origin).await;
-            let _ = reply.send(result);
-        }
+        } => (renew(ctx, manager, restart, origin).await, reply),
         ManagerCommand::Panic => panic!("fault injection: manager task panic requested"),
-    }
+    };
+    let _ = reply.send(result);
+}
+
+/// Apply `config`, computed from the document whose ETag is `base`, unless another
+/// configuration runs by now.
+async fn change(
+    ctx: &ManagerContext,
+    manager: &mut Manager,
+    config: LoadedConfig,
+    base: Option<String>,
+) -> ChangeResult {
+    let result = match current(manager, base) {
+        Ok(()) => apply(manager, Arc::new(config), Restart::WhenNeeded).await,
+        Err(conflict) => Err(conflict),
+    };
+    tell(&ctx.events, Cause::Api, &result);
+    result
+}
+
+/// What applying `config` would do, unless another configuration than `base` runs by now.
+async fn dry_run(manager: &Manager, config: &LoadedConfig, base: Option<String>) -> ChangeResult {
+    current(manager, base)?;
+    Ok(manager.dry_run(config).await?)
 }
 
 /// Read the configuration files again and apply them. Whatever asked (SIGHUP, `kresctl
@@ -313,10 +241,12 @@ async fn renew(
 }
 
 /// `Conflict` when the change was computed from `base`, which is no longer what runs.
-fn stale(manager: &Manager, base: Option<String>) -> Option<ChangeError> {
-    let current = crate::etag::etag(&manager.config().raw);
-    base.is_some_and(|b| b != current)
-        .then_some(ChangeError::Conflict)
+fn current(manager: &Manager, base: Option<String>) -> Result<(), ChangeError> {
+    let running = crate::etag::etag(&manager.config().raw);
+    match base {
+        Some(base) if base != running => Err(ChangeError::Conflict),
+        _ => Ok(()),
+    }
 }
 
 /// Apply `config`; a refusal is logged here, once, and answered to whoever asked.
@@ -395,29 +325,6 @@ mod tests {
     use crate::service::WorkerId;
     use futures_util::FutureExt;
 
-    #[test]
-    fn failed_processes_are_started_again_twice_within_half_an_hour_then_the_resolver_gives_up() {
-        let start = Instant::now();
-        let kresd = || vec!["kresd0".to_owned()];
-        let rows = [
-            (0, vec![], Repair::Nothing),
-            (0, kresd(), Repair::StartAgain(kresd())),
-            (60, kresd(), Repair::StartAgain(kresd())),
-            (120, kresd(), Repair::GiveUp(kresd())),
-            (1800, kresd(), Repair::GiveUp(kresd())),
-            // The first attempt is more than half an hour old: it no longer counts.
-            (1801, kresd(), Repair::StartAgain(kresd())),
-            (1802, kresd(), Repair::GiveUp(kresd())),
-            (1802, vec![], Repair::Nothing),
-            (1861, kresd(), Repair::StartAgain(kresd())),
-        ];
-        let mut instability = Instability::default();
-        for (at, failed, want) in rows {
-            let now = start + Duration::from_secs(at);
-            assert_eq!(instability.repair(failed, now), want, "at {at} s");
-        }
-    }
-
     /// The manager task serving commands without kresd: a real supervisor, programs that do
     /// not exist, a configuration in a directory of its own; asked through a real handle.
     struct World {
@@ -467,14 +374,7 @@ mod tests {
                 .follow(None, events::FollowerClass::Privileged)
                 .expect("a follower");
             tokio::spawn(async move {
-                let mut manager = Manager::new(
-                    ctx.supervisor.clone(),
-                    ctx.executables.clone(),
-                    ctx.config.clone(),
-                    ctx.socket_owner,
-                    ctx.sockets.clone(),
-                    ctx.upward.clone(),
-                );
+                let mut manager = ctx.manager();
                 serve(&ctx, &mut manager).await
             });
             World {

@@ -20,7 +20,7 @@ pub async fn set_logging(cfg: &KresConfig, workers: &[WorkerId]) -> Vec<WorkerId
     let (expr, level) = lua::live_logging(cfg);
     let mut failed = Vec::new();
     for (id, result) in control::command_all(&cfg.rundir, workers, &expr).await {
-        match took_level(&result, &level) {
+        match took_level(&result, level) {
             Taken::Yes => {}
             Taken::Answered(other) => {
                 tracing::warn!(worker = %id, answer = %other, "did not take the logging change live; restarting it");
