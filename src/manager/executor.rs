@@ -29,6 +29,8 @@ pub struct Manager {
 }
 
 impl Manager {
+    /// A manager that knows no workers yet: [`Manager::cold_start`] starts them, or
+    /// [`Manager::adopt`] learns them from the supervisor.
     pub fn new(
         supervisor: SupervisorHandle,
         executables: Executables,

@@ -5,14 +5,13 @@
 //! policy-loader, a rolling restart, a rules reset or a live logging change, the cache GC).
 //!
 //! Submodules, in the order a change walks them: `handle` (how others ask for changes),
-//! `task` (the loop that serves them, one at a time; `repairs`: its bounded fix attempts of
-//! failed processes), `plan` (what a change needs),
+//! `task` (the loop that serves them, one at a time), `plan` (what a change needs),
 //! `executor` (carries a plan out), `processes` (its steps on processes, through the
 //! supervisor), `worker_control` (its commands to running workers), `error` (why a change
-//! was not applied); and what the steps use: `specs` (command lines of Knot Resolver's
-//! programs), `rundir` (the files it writes), `listen` (the listening sockets),
-//! `executables` (where the programs are), `liveness` (the manager process's answer to the
-//! root's pings).
+//! was not applied). Beside them: `repairs` (the task's bounded fix attempts of failed
+//! processes), `liveness` (hung workers found and killed), and what the steps use: `specs`
+//! (command lines of Knot Resolver's programs), `rundir` (the files it writes), `listen`
+//! (the listening sockets), `executables` (where the programs are).
 
 mod error;
 pub mod executables;

@@ -64,6 +64,8 @@ pub struct Processes {
 }
 
 impl Processes {
+    /// Steps through `supervisor`, with specs of `executables`, sockets bound as `owner`
+    /// says into `sockets`; the policy-loader's time limit is read from the environment now.
     pub fn new(
         supervisor: SupervisorHandle,
         executables: Executables,

@@ -24,7 +24,9 @@ use crate::service;
 /// What outlives any one incarnation of the manager task.
 #[derive(Clone)]
 pub struct ManagerContext {
+    /// Where processes are started and watched.
     pub supervisor: SupervisorHandle,
+    /// Where Knot Resolver's programs are, and as whom they run.
     pub executables: Executables,
     /// The configuration files given on the command line (for reloads).
     pub files: Vec<PathBuf>,
@@ -35,6 +37,7 @@ pub struct ManagerContext {
     pub commands: Arc<Mutex<mpsc::Receiver<ManagerCommand>>>,
     /// Flipped to true once the first start completed.
     pub started: watch::Sender<bool>,
+    /// The service manager above us (systemd): start, reload and status notifications.
     pub upward: UpwardNotifier,
     /// Fires when the daemon stops.
     pub stop: CancellationToken,
