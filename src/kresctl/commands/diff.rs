@@ -10,11 +10,13 @@
 
 use std::path::PathBuf;
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::kresctl::client::{ApiClient, ClientError};
 use crate::kresctl::output::{self, OutputFormat};
 use crate::kresctl::request::{Request, Run};
+use crate::wire::change::{ChangeSummary, GcAction, WorkersAction};
 
 /// One difference: what a JSON Patch operation does at `path` of the running configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -101,53 +103,66 @@ fn walk(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Difference>) 
     }
 }
 
-/// What the resolver says it would do, as lines: the one place its dry-run answer is read.
+/// What the resolver says it would do, as lines: the one place its dry-run answer is read,
+/// as the change summary the server's [`DryRun`](crate::wire::change::DryRun) carries.
 fn plan_lines(plan: &Value) -> Vec<String> {
-    let list = |v: &Value| -> String {
-        let names: Vec<&str> = v
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
+    match ChangeSummary::deserialize(plan) {
+        Ok(change) => summary_lines(&change),
+        Err(e) => vec![format!("plan: (the answer is not a dry run's: {e})")],
+    }
+}
+
+/// The lines of one change summary.
+fn summary_lines(change: &ChangeSummary) -> Vec<String> {
+    let list = |names: &[String]| -> String {
         if names.is_empty() {
             "none".to_owned()
         } else {
             names.join(", ")
         }
     };
-    let mut lines = vec![format!("sections changed: {}", list(&plan["changed"]))];
-    let workers = &plan["workers"];
-    lines.push(match workers["action"].as_str() {
-        Some("rules-reset") => "workers: kept running; only the rules are reset".to_owned(),
-        Some("live") => format!(
+    let workers = match &change.workers {
+        WorkersAction::RulesReset => "workers: kept running; only the rules are reset".to_owned(),
+        WorkersAction::Live {
+            workers,
+            rules_reset,
+            ..
+        } => format!(
             "workers: kept running; the change reaches them live: {}{}",
-            list(&workers["workers"]),
-            if workers["rules-reset"] == Value::Bool(true) {
+            list(workers),
+            if *rules_reset {
                 "; the rules are reset too"
             } else {
                 ""
             }
         ),
-        Some("restart") => format!(
+        WorkersAction::Restart {
+            canary,
+            stop,
+            restart,
+            start,
+            ..
+        } => format!(
             "workers: restarted: {}; started: {}; stopped: {}{}",
-            list(&workers["restart"]),
-            list(&workers["start"]),
-            list(&workers["stop"]),
-            if workers["canary"] == Value::Bool(true) {
+            list(restart),
+            list(start),
+            list(stop),
+            if *canary {
                 " (a canary is tried first)"
             } else {
                 ""
             }
         ),
-        Some(other) => format!("workers: {other}"),
-        None => "workers: (the answer does not say)".to_owned(),
-    });
-    if let Some(gc) = plan["cache-gc"].as_str() {
-        lines.push(format!(
-            "cache-gc: {}",
-            if gc == "replace" { "restarted" } else { "kept" }
-        ));
-    }
-    lines
+    };
+    let gc = match change.cache_gc {
+        GcAction::Replace => "cache-gc: restarted",
+        GcAction::Keep => "cache-gc: kept",
+    };
+    vec![
+        format!("sections changed: {}", list(&change.changed)),
+        workers,
+        gc.to_owned(),
+    ]
 }
 
 /// The running configuration and its ETag.
@@ -312,11 +327,12 @@ mod tests {
     #[test]
     fn reports_as_lines_or_json() {
         let found = differences(&json!({"workers": 2}), &json!({"workers": 3}));
-        let plan = json!({"changed": ["workers"], "workers": {"action": "rules-reset"}});
+        let plan = json!({"changed": ["workers"], "workers": {"action": "rules-reset"},
+                          "cache-gc": "keep"});
         assert_eq!(
             report(&found, Some(&plan), OutputFormat::Text).expect("text"),
             "~ /workers: 2 -> 3\nsections changed: workers\n\
-             workers: kept running; only the rules are reset\n"
+             workers: kept running; only the rules are reset\ncache-gc: kept\n"
         );
         assert_eq!(
             report(&[], None, OutputFormat::Text).expect("text"),

@@ -1,12 +1,16 @@
 //! `kresctl pids` and `kresctl processes`: the supervised processes, as PIDs, as a table or
-//! as the API's JSON. Process entries are read in one place, `process_row` (and `pid`
-//! for `pids`).
+//! as the API's JSON. Process entries are read in one place, as `wire::processes::ProcessEntry`,
+//! by `process_row` (and leniently by `pid` for `pids`, which upstream's manager answers too).
+
+use std::time::SystemTime;
 
 use serde_json::Value;
+use supervisor::ExitStatus;
 
 use crate::kresctl::client::{ApiClient, ClientError};
 use crate::kresctl::output::{self, OutputFormat};
 use crate::kresctl::request::Request;
+use crate::wire::processes::ProcessEntry;
 
 /// `kresctl pids`: one PID a line, or the full entries as JSON.
 pub async fn pids(client: &ApiClient, kind: &str, format: OutputFormat) -> Result<(), ClientError> {
@@ -28,20 +32,16 @@ pub async fn print_processes(client: &ApiClient, format: OutputFormat) -> Result
     let value = output::json_body(&client.call(&Request::Processes).await?.ok()?)?;
     match format {
         OutputFormat::Json => print!("{}", output::pretty_json(&value)?),
-        OutputFormat::Yaml | OutputFormat::Text => print!("{}", processes_table(&value, now())),
+        OutputFormat::Yaml | OutputFormat::Text => {
+            let entries: Vec<ProcessEntry> = serde_json::from_value(value)?;
+            print!("{}", processes_table(&entries, SystemTime::now()));
+        }
     }
     Ok(())
 }
 
-/// Seconds since the epoch.
-fn now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
-/// The PID of a process entry, if it has one.
+/// The PID of an entry of `GET /pids/{kind}`, read leniently: upstream's manager answers
+/// that route too.
 fn pid(entry: &Value) -> Option<i64> {
     entry.get("pid").and_then(Value::as_i64)
 }
@@ -57,50 +57,37 @@ struct ProcessRow {
     uptime: String,
     /// Since it became ready, `H:MM:SS`.
     ready_since: String,
-    restarts: u64,
+    restarts: u32,
     /// How it last ended (`exit 1`, `signal 9`), and why it was killed.
     last_exit: String,
 }
 
 /// The one place a process entry of the API is read for the table.
-fn process_row(entry: &Value, now: f64) -> ProcessRow {
-    let age = |v: Option<&Value>| -> String {
-        match v.and_then(Value::as_f64) {
-            Some(t) if now >= t => {
-                let s = (now - t) as u64;
+fn process_row(entry: &ProcessEntry, now: SystemTime) -> ProcessRow {
+    let age = |t: Option<SystemTime>| -> String {
+        match t.and_then(|t| now.duration_since(t).ok()) {
+            Some(d) => {
+                let s = d.as_secs();
                 format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
             }
-            _ => "-".to_owned(),
+            None => "-".to_owned(),
         }
     };
-    let text = |k: &str| {
-        entry
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or("-")
-            .to_owned()
-    };
-    let last_exit = match entry.get("last_exit") {
-        Some(Value::Object(m)) => {
-            if let Some(code) = m.get("code") {
-                format!("exit {code}")
-            } else if let Some(sig) = m.get("signaled").and_then(|v| v.get("signal")) {
-                format!("signal {sig}")
-            } else {
-                "-".into()
-            }
-        }
-        _ => "-".into(),
+    let process = &entry.process;
+    let last_exit = match process.last_exit {
+        Some(ExitStatus::Code(code)) => format!("exit {code}"),
+        Some(ExitStatus::Signaled { signal, .. }) => format!("signal {signal}"),
+        None => "-".into(),
     };
     ProcessRow {
-        name: text("name"),
-        kind: text("kind"),
-        pid: pid(entry).map_or_else(|| "-".into(), |x| x.to_string()),
-        state: text("state"),
-        uptime: age(entry.get("since")),
-        ready_since: age(entry.get("ready_at")),
-        restarts: entry.get("restarts").and_then(Value::as_u64).unwrap_or(0),
-        last_exit: match entry.get("kill_reason").and_then(Value::as_str) {
+        name: process.name.clone(),
+        kind: process.kind.clone(),
+        pid: process.pid.map_or_else(|| "-".into(), |x| x.to_string()),
+        state: process.state.as_str().to_owned(),
+        uptime: age(process.since),
+        ready_since: age(process.ready_at),
+        restarts: process.restarts,
+        last_exit: match &process.kill_reason {
             Some(reason) => format!("{last_exit} ({reason})"),
             None => last_exit,
         },
@@ -109,12 +96,12 @@ fn process_row(entry: &Value, now: f64) -> ProcessRow {
 
 /// The process table as an operator reads it: like `supervisorctl status`, plus readiness,
 /// restarts and the last exit.
-fn processes_table(value: &Value, now: f64) -> String {
+fn processes_table(entries: &[ProcessEntry], now: SystemTime) -> String {
     let mut out = format!(
         "{:<16} {:<14} {:>8} {:<9} {:>10} {:>12} {:>8}  {}\n",
         "NAME", "KIND", "PID", "STATE", "UPTIME", "READY-SINCE", "RESTARTS", "LAST EXIT"
     );
-    for entry in value.as_array().into_iter().flatten() {
+    for entry in entries {
         let row = process_row(entry, now);
         out.push_str(&format!(
             "{:<16} {:<14} {:>8} {:<9} {:>10} {:>12} {:>8}  {}\n",
@@ -135,18 +122,23 @@ fn processes_table(value: &Value, now: f64) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::time::Duration;
 
     #[test]
-    fn the_table_reads_every_field_and_tolerates_missing_ones() {
-        let entries = json!([
+    fn the_table_reads_every_field_of_the_entries_served() {
+        let entries: Vec<ProcessEntry> = serde_json::from_value(json!([
             {"name": "kresd1", "kind": "kresd", "pid": 4242, "state": "running",
              "since": 1000.0, "ready_at": 3000.5, "restarts": 2,
-             "last_exit": {"signaled": {"signal": 9}}, "kill_reason": "hung"},
-            {"name": "cache-gc", "kind": "gc", "state": "backoff",
-             "last_exit": {"code": 1}, "since": 9000.0},
-            {}
-        ]);
-        let table = processes_table(&entries, 4661.0);
+             "last_exit": {"signaled": {"signal": 9, "core_dumped": false}},
+             "failure": null, "status_text": null, "kill_reason": "hung",
+             "type": "KRESD", "status": "RUNNING"},
+            {"name": "cache-gc", "kind": "gc", "pid": null, "state": "backoff",
+             "since": 9000.0, "ready_at": null, "restarts": 0, "last_exit": {"code": 1},
+             "failure": null, "status_text": null, "type": "GC", "status": "EXITED"},
+        ]))
+        .expect("entries as served");
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(4661);
+        let table = processes_table(&entries, now);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(
             lines,
@@ -154,9 +146,13 @@ mod tests {
                 "NAME             KIND                PID STATE         UPTIME  READY-SINCE RESTARTS  LAST EXIT",
                 "kresd1           kresd              4242 running      1:01:01      0:27:40        2  signal 9 (hung)",
                 "cache-gc         gc                    - backoff            -            -        0  exit 1",
-                "-                -                     - -                  -            -        0  -",
             ]
         );
+    }
+
+    #[test]
+    fn pids_are_read_from_any_entry_with_one() {
+        let entries = json!([{"pid": 4242}, {"name": "cache-gc"}, {"pid": "x"}]);
         let pids: Vec<i64> = entries
             .as_array()
             .into_iter()
