@@ -139,9 +139,12 @@ impl Fixture {
             ),
         )
         .expect("config");
-        let loaded =
-            knot_resolver::config::load_files(&[file], knot_resolver::config::PathChecks::Strict)
-                .expect("valid config");
+        let loaded = knot_resolver::config::load_files(
+            &[file],
+            knot_resolver::config::PathChecks::Strict,
+            Default::default(),
+        )
+        .expect("valid config");
         let (root, theirs) = Link::pair().expect("link");
         let welcome = ToChild::Welcome {
             incarnation: 1,
@@ -162,7 +165,11 @@ impl Fixture {
             stop: CancellationToken::new(),
             manager: ManagerHandle::new(manager, config_rx),
             fault_injection: false,
-            resolve_root: dir.0.clone(),
+            validation: knot_resolver::config::ValidationContext {
+                resolve_root: dir.0.clone(),
+                checks: knot_resolver::config::PathChecks::Manager,
+                logtarget_arg: Default::default(),
+            },
             rendered: Default::default(),
             guard: Default::default(),
             upgrade: Some(Arc::new(UpgradeRecord {

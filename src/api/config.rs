@@ -18,7 +18,7 @@ use super::error::{ApiError, BodyError};
 use super::openapi::ConfigDocument;
 use super::pointer;
 use super::ApiState;
-use crate::config::{self, LoadedConfig, ValidationContext};
+use crate::config::{self, LoadedConfig};
 use crate::etag::{etag, header_matches};
 use crate::manager::plan::{ChangePlan, GcChange, RulesChange, WorkerChange};
 use crate::manager::ChangeError;
@@ -466,11 +466,7 @@ async fn change(
         let tag = state.rendered.get(&current).etag.clone();
         let conditional = check_preconditions(headers, &tag, false)?;
         let doc = edit(&current.raw)?;
-        let ctx = ValidationContext {
-            resolve_root: state.resolve_root.clone(),
-            checks: crate::config::PathChecks::Manager,
-        };
-        let model = config::validate(&doc, &ctx).map_err(ApiError::Invalid)?;
+        let model = config::validate(&doc, &state.validation).map_err(ApiError::Invalid)?;
         let new_tag = etag(&doc);
         let loaded = LoadedConfig { raw: doc, model };
         let outcome = if query.dry_run {

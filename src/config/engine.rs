@@ -8,18 +8,13 @@
 //! deserialized from.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-/// What validation needs to know about its surroundings.
-pub(crate) struct Ctx<'a> {
-    /// Relative paths resolve against this directory.
-    pub resolve_root: &'a Path,
-    /// Which paths to check for existence and permissions.
-    pub checks: super::PathChecks,
-}
+/// What validation needs to know about its surroundings (the short name the hooks and value
+/// types use).
+pub(crate) use super::ValidationContext as Ctx;
 
 /// One validation failure; `children` are the per-variant failures of a union.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +41,7 @@ pub(crate) struct ValueType {
     /// The Python class, for messages.
     pub class: &'static str,
     /// Checks the value and returns its normalized form, or upstream's message.
-    pub check: fn(&Value, &Ctx<'_>) -> Result<Value, String>,
+    pub check: fn(&Value, &Ctx) -> Result<Value, String>,
     /// The JSON-schema fragment upstream publishes for this type.
     pub schema: fn() -> Value,
 }
@@ -111,7 +106,7 @@ pub(crate) struct Field {
 
 /// A post-processing step of a section, run once all fields are valid (upstream's `_LAYER` transformation
 /// functions and `_validate`). Messages are reported at the section's path.
-pub(crate) type Hook = fn(&mut Map<String, Value>, &Ctx<'_>, &str) -> Result<(), Vec<Failure>>;
+pub(crate) type Hook = fn(&mut Map<String, Value>, &Ctx, &str) -> Result<(), Vec<Failure>>;
 
 /// A section (upstream's `ConfigSchema` subclass).
 pub(crate) struct ObjectDef {
@@ -399,7 +394,7 @@ fn list_or_item_union(inner: &Ty) -> Ty {
 }
 
 /// Validate `v` against `ty`; `path` is the JSON pointer of `v`.
-pub(crate) fn map_value(ty: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcome {
+pub(crate) fn map_value(ty: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
     let plain = PLAIN_CONTAINER.with(|p| p.replace(false));
     let same_value = |ty: &Ty| {
         PLAIN_CONTAINER.with(|p| p.set(plain));
@@ -415,7 +410,7 @@ fn map_value_inner(
     ty: &Ty,
     v: &Value,
     path: &str,
-    ctx: &Ctx<'_>,
+    ctx: &Ctx,
     same_value: &dyn Fn(&Ty) -> Outcome,
 ) -> Outcome {
     let fail = |msg: String| Err(vec![Failure::new(path, msg)]);
@@ -556,7 +551,7 @@ fn map_int(range: &IntRange, v: &Value) -> Result<Value, String> {
     Ok(v.clone())
 }
 
-fn map_list(inner: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcome {
+fn map_list(inner: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
     // upstream iterates whatever it gets: a mapping yields its keys, a string is refused
     let items: Vec<Value> = match (v, py_only(v)) {
         (_, Some(PyOnly::Set(items))) => items.to_vec(),
@@ -604,7 +599,7 @@ pub(crate) fn map_object(
     def: &ObjectDef,
     src: &Map<String, Value>,
     path: &str,
-    ctx: &Ctx<'_>,
+    ctx: &Ctx,
 ) -> Outcome {
     let mut errs = Vec::new();
     let mut out = Map::new();
@@ -737,8 +732,9 @@ fn schema_default(ty: &Ty, raw: &Value) -> Value {
         return raw.clone();
     }
     let ctx = Ctx {
-        resolve_root: Path::new("/"),
+        resolve_root: "/".into(),
         checks: crate::config::PathChecks::Lenient,
+        logtarget_arg: super::LogTargetArg::default(),
     };
     match map_value(ty, raw, "", &ctx) {
         Ok(v) => underscore_keys(&v),

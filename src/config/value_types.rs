@@ -22,7 +22,7 @@ fn string_schema() -> Value {
     json!({"type": "string"})
 }
 
-fn check_size(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_size(v: &Value, _: &Ctx) -> Result<Value, String> {
     let s = str_base(v, "SizeUnit")?;
     SizeUnit::parse(&s).map(|_| Value::String(s))
 }
@@ -32,7 +32,7 @@ pub(crate) static SIZE_UNIT: ValueType = ValueType {
     schema: || json!({"type": "string", "pattern": SizeUnit::PATTERN}),
 };
 
-fn check_time(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_time(v: &Value, _: &Ctx) -> Result<Value, String> {
     let s = str_base(v, "TimeUnit")?;
     TimeUnit::parse(&s).map(|_| Value::String(s))
 }
@@ -42,7 +42,7 @@ pub(crate) static TIME_UNIT: ValueType = ValueType {
     schema: || json!({"type": "string", "pattern": TimeUnit::PATTERN}),
 };
 
-fn check_escaped(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_escaped(v: &Value, _: &Ctx) -> Result<Value, String> {
     str_base(v, "EscapedStr").map(Value::String)
 }
 pub(crate) static ESCAPED_STR: ValueType = ValueType {
@@ -51,7 +51,7 @@ pub(crate) static ESCAPED_STR: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_escaped32(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_escaped32(v: &Value, _: &Ctx) -> Result<Value, String> {
     let s = str_base(v, "EscapedStr32B")?;
     if s.len() < 32 {
         return Err(format!(
@@ -66,7 +66,7 @@ pub(crate) static ESCAPED_STR_32B: ValueType = ValueType {
     schema: || json!({"type": "string", "minLength": 32}),
 };
 
-fn check_domain(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_domain(v: &Value, _: &Ctx) -> Result<Value, String> {
     let s = str_base(v, "DomainName")?;
     DomainName::parse(&s).map(|_| Value::String(s))
 }
@@ -76,7 +76,7 @@ pub(crate) static DOMAIN_NAME: ValueType = ValueType {
     schema: || json!({"type": "string", "pattern": DOMAIN_NAME_PATTERN}),
 };
 
-fn check_id(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_id(v: &Value, _: &Ctx) -> Result<Value, String> {
     let s = str_base(v, "IDPattern")?;
     IdPattern::parse(&s).map(|_| Value::String(s))
 }
@@ -86,7 +86,7 @@ pub(crate) static ID_PATTERN_TYPE: ValueType = ValueType {
     schema: || json!({"type": "string", "pattern": ID_PATTERN}),
 };
 
-fn check_pin(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_pin(v: &Value, _: &Ctx) -> Result<Value, String> {
     let s = str_base(v, "PinSha256")?;
     PinSha256::parse(&s).map(|_| Value::String(s))
 }
@@ -96,7 +96,7 @@ pub(crate) static PIN_SHA256: ValueType = ValueType {
     schema: || json!({"type": "string", "pattern": PIN_SHA256_PATTERN}),
 };
 
-fn check_iface_opt_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_iface_opt_port(v: &Value, _: &Ctx) -> Result<Value, String> {
     let s = str_base(v, "InterfaceOptionalPort")?;
     InterfaceOptionalPort::parse(&s).map(|_| Value::String(s))
 }
@@ -106,7 +106,7 @@ pub(crate) static INTERFACE_OPTIONAL_PORT: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_ip_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_ip_port(v: &Value, _: &Ctx) -> Result<Value, String> {
     let s = str_base(v, "IPAddressPort")?;
     IpAddressPort::parse(&s).map(|_| Value::String(s))
 }
@@ -116,7 +116,7 @@ pub(crate) static IP_ADDRESS_PORT: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_ip_opt_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_ip_opt_port(v: &Value, _: &Ctx) -> Result<Value, String> {
     let s = str_base(v, "IPAddressOptionalPort")?;
     IpAddressOptionalPort::parse(&s).map(|_| Value::String(s))
 }
@@ -134,7 +134,7 @@ fn wrong_kind(what: &str, v: &Value) -> String {
     )
 }
 
-fn check_ipv4(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_ipv4(v: &Value, _: &Ctx) -> Result<Value, String> {
     let Value::String(s) = v else {
         return Err(wrong_kind("IPv4 address", v));
     };
@@ -149,7 +149,7 @@ pub(crate) static IPV4_ADDRESS: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_ipv6(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_ipv6(v: &Value, _: &Ctx) -> Result<Value, String> {
     let Value::String(s) = v else {
         return Err(wrong_kind("IPv6 address", v));
     };
@@ -163,7 +163,7 @@ pub(crate) static IPV6_ADDRESS: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_ip_em(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_ip_em(v: &Value, _: &Ctx) -> Result<Value, String> {
     let Value::String(s) = v else {
         return Err(wrong_kind("IPv6 address", v));
     };
@@ -175,7 +175,7 @@ pub(crate) static IP_ADDRESS_EM: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_network(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_network(v: &Value, _: &Ctx) -> Result<Value, String> {
     let Value::String(s) = v else {
         return Err(format!(
             "Unexpected value for a network subnet. Expected string, got '{}' with type '{}'",
@@ -202,7 +202,7 @@ fn ipv6_net_input(v: &Value) -> Result<&str, String> {
     }
 }
 
-fn check_ipv6_network(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_ipv6_network(v: &Value, _: &Ctx) -> Result<Value, String> {
     IpNetwork::parse_ipv6(ipv6_net_input(v)?).map(|n| Value::String(n.to_string()))
 }
 pub(crate) static IPV6_NETWORK: ValueType = ValueType {
@@ -211,7 +211,7 @@ pub(crate) static IPV6_NETWORK: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_ipv6_network96_value(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_ipv6_network96_value(v: &Value, _: &Ctx) -> Result<Value, String> {
     check_ipv6_network96(ipv6_net_input(v)?).map(|n| Value::String(n.to_string()))
 }
 pub(crate) static IPV6_NETWORK_96: ValueType = ValueType {
@@ -220,7 +220,7 @@ pub(crate) static IPV6_NETWORK_96: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_float_0_65535(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_float_0_65535(v: &Value, _: &Ctx) -> Result<Value, String> {
     let special = py_special_float(v).map(|t| match t {
         "inf" => f64::INFINITY,
         "-inf" => f64::NEG_INFINITY,
@@ -275,7 +275,7 @@ enum PathKind {
 /// credentials of the running process (root passes), like upstream's manager does.
 const SERVICE_USER: &str = "knot-resolver:knot-resolver";
 
-fn resolve(raw: &str, ctx: &Ctx<'_>) -> PathBuf {
+fn resolve(raw: &str, ctx: &Ctx) -> PathBuf {
     let joined = if raw.starts_with('/') {
         PathBuf::from(raw)
     } else {
@@ -419,7 +419,7 @@ fn strict_checks(p: &Path, kind: PathKind) -> Result<(), String> {
     Ok(())
 }
 
-fn check_path(v: &Value, ctx: &Ctx<'_>, kind: PathKind) -> Result<Value, String> {
+fn check_path(v: &Value, ctx: &Ctx, kind: PathKind) -> Result<Value, String> {
     let Value::String(raw) = v else {
         return Err(format!(
             "expected file path in a string, got '{}' with type '{}'.",

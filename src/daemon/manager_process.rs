@@ -106,11 +106,16 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
     } else {
         ConfigFiles::Unwatched
     };
+    let source = config::ConfigSource {
+        files,
+        checks: config::PathChecks::Manager,
+        logtarget_arg: config::LogTargetArg::Given(log.target),
+    };
     crate::block_on(
         "knot-resolver manager",
         serve(
             link,
-            files,
+            source,
             Watches {
                 config: watched,
                 hang_timeout: worker_hang_timeout,
@@ -131,7 +136,7 @@ struct Watches {
 
 async fn serve(
     link: OwnedFd,
-    files: Vec<PathBuf>,
+    source: config::ConfigSource,
     watches: Watches,
     socket_owner: SocketOwner,
     worker_user: Option<String>,
@@ -155,17 +160,15 @@ async fn serve(
     let adopting = parent.incarnation > 1;
     let loaded = match stored
         .remove(STORED_CONFIG)
-        .map(|fd| restore_config(fd, &files))
+        .map(|fd| restore_config(fd, &source))
     {
         Some(Ok(loaded)) => Ok(loaded),
         Some(Err(e)) => {
             // Never seen; the files are the next best thing to adopt the workers with.
             eprintln!("knot-resolver: {e}; adopting the workers with the configuration files");
-            config::load_files(&files, crate::config::PathChecks::Manager)
-                .map_err(|e| e.to_string())
+            source.load().map_err(|e| e.to_string())
         }
-        None => config::load_files(&files, crate::config::PathChecks::Manager)
-            .map_err(|e| e.to_string()),
+        None => source.load().map_err(|e| e.to_string()),
     };
     let loaded = match loaded {
         Ok(l) => l,
@@ -202,9 +205,6 @@ async fn serve(
             return ExitCode::from(1);
         }
     };
-    if let Some(user) = run_as {
-        crate::lua::read_files_as(user);
-    }
     let api_socket = stored.remove(STORED_API);
     let upgrade = stored
         .remove(super::upgrade::STORED_UPGRADE)
@@ -252,7 +252,7 @@ async fn serve(
     tokio::spawn(mirror_sockets(parent.clone(), mirror_rx));
     let table = SocketTable::restore(sockets, Some(mirror_tx));
     let management = loaded.model.management.clone();
-    let resolve_root = config::resolve_root_of(&files);
+    let validation = source.context();
     let (config_tx, config_rx) = watch::channel(Arc::new(loaded));
     let (command_tx, command_rx) = mpsc::channel(16);
     let (health_tx, mut health_rx) = watch::channel(TaskHealth::default());
@@ -287,7 +287,7 @@ async fn serve(
             run_as,
             ..Executables::discover()
         },
-        files,
+        source,
         config: config_tx,
         commands: Arc::new(Mutex::new(command_rx)),
         started: started_tx,
@@ -386,7 +386,7 @@ async fn serve(
             stop: stop.clone(),
             manager: handle.clone(),
             fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
-            resolve_root,
+            validation,
             rendered: Default::default(),
             guard: Arc::new(guard),
             upgrade,
@@ -518,7 +518,7 @@ const OOM_SCORE_ADJ: &str = "500";
 
 /// Read the configuration a previous incarnation stored; it was valid then, so paths are not
 /// checked again (a file that vanished meanwhile must not stop the adoption).
-fn restore_config(fd: OwnedFd, files: &[PathBuf]) -> Result<LoadedConfig, String> {
+fn restore_config(fd: OwnedFd, source: &config::ConfigSource) -> Result<LoadedConfig, String> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::from(fd);
     let len = file
@@ -536,8 +536,8 @@ fn restore_config(fd: OwnedFd, files: &[PathBuf]) -> Result<LoadedConfig, String
     let raw: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("the stored configuration is damaged: {e}"))?;
     let ctx = ValidationContext {
-        resolve_root: config::resolve_root_of(files),
         checks: crate::config::PathChecks::Lenient,
+        ..source.context()
     };
     let model = config::validate(&raw, &ctx).map_err(|e| e.to_string())?;
     Ok(LoadedConfig { raw, model })

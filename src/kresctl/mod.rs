@@ -345,7 +345,11 @@ pub fn main() -> ExitCode {
             return ExitCode::from(
                 u8::try_from(crate::config::validate_command(
                     input_file,
-                    crate::config::PathChecks::from_flag(*strict),
+                    if *strict {
+                        crate::config::PathChecks::Strict
+                    } else {
+                        crate::config::PathChecks::Lenient
+                    },
                 ))
                 .unwrap_or(1),
             );
@@ -398,8 +402,13 @@ fn convert(args: &ConvertArgs) -> ExitCode {
     } else {
         &args.input_file[..]
     };
+    let checks = if args.strict {
+        crate::config::PathChecks::Strict
+    } else {
+        crate::config::PathChecks::Lenient
+    };
     let loaded =
-        match crate::config::load_files(files, crate::config::PathChecks::from_flag(args.strict)) {
+        match crate::config::load_files(files, checks, crate::config::LogTargetArg::from_env()) {
             Ok(loaded) => loaded,
             Err(crate::config::ConfigError::Parse { source, .. }) => {
                 eprintln!("{source}");

@@ -2,7 +2,7 @@
 //! rebuilds the rules DB (views, local data, forwarding) and quits.
 
 use super::sections::{self, Defer};
-use super::{boolean, line, quote, quote_display, quote_path, string_table};
+use super::{boolean, line, quote, quote_display, quote_path, string_table, RenderContext};
 use crate::config::types::{IdPattern, TimeUnit};
 use crate::config::{
     KresConfig, RpzLog, RpzSchema, RuleSchema, SubtreeKind, ViewAnswer, ViewProtocol, ViewSchema,
@@ -11,6 +11,12 @@ use crate::config::{
 /// The Lua configuration of the policy-loader. kresd runs it with `-c -`, so the rules DB is
 /// opened for overwrite and rebuilt from scratch; `quit()` ends the process with status 0.
 pub fn render_policy_loader(cfg: &KresConfig) -> String {
+    render_policy_loader_with(cfg, &RenderContext::STANDALONE)
+}
+
+/// [`render_policy_loader`] for the process `ctx` describes (its socket binding does not
+/// matter: the policy-loader listens nowhere).
+pub fn render_policy_loader_with(cfg: &KresConfig, ctx: &RenderContext) -> String {
     let mut out = String::new();
     line!(
         &mut out,
@@ -57,6 +63,7 @@ pub fn render_policy_loader(cfg: &KresConfig) -> String {
         &mut out,
         cfg.lua.policy_script.as_deref(),
         cfg.lua.policy_script_file.as_deref(),
+        ctx.read_as,
     );
     line!(&mut out);
     line!(&mut out, "-- exit policy-loader properly");

@@ -181,16 +181,6 @@ pub(super) fn defer(out: &mut String, cfg: &KresConfig, mode: Defer) {
 /// The largest Lua script file pasted into the generated Lua.
 pub const MAX_SCRIPT_FILE: u64 = 10 << 20;
 
-/// Whose permissions script files are read with: set once by the manager process when the
-/// children run as another user, so that a configuration cannot have the daemon read (and
-/// hand to the workers) a file the workers' user could not read itself.
-static READ_AS: std::sync::OnceLock<supervisor::Credentials> = std::sync::OnceLock::new();
-
-/// Read script files only where `user` may read them.
-pub fn read_files_as(user: supervisor::Credentials) {
-    let _ = READ_AS.set(user);
-}
-
 /// Whether the file's owner, group and mode let `user` read it (supplementary groups and ACLs
 /// are not consulted: a file readable only through them is refused, never wrongly allowed).
 fn readable_by(meta: &std::fs::Metadata, user: supervisor::Credentials) -> bool {
@@ -202,9 +192,9 @@ fn readable_by(meta: &std::fs::Metadata, user: supervisor::Credentials) -> bool 
         || mode & 0o004 != 0
 }
 
-/// A script file's text: a regular file of at most [`MAX_SCRIPT_FILE`] bytes, readable by the
-/// workers' user when one is set.
-fn read_script(path: &Path) -> std::io::Result<String> {
+/// A script file's text: a regular file of at most [`MAX_SCRIPT_FILE`] bytes, readable by
+/// `read_as` when given (see [`super::RenderContext::read_as`]).
+fn read_script(path: &Path, read_as: Option<supervisor::Credentials>) -> std::io::Result<String> {
     use std::io::Read;
     let file = std::fs::File::open(path)?;
     let meta = file.metadata()?;
@@ -216,8 +206,8 @@ fn read_script(path: &Path) -> std::io::Result<String> {
             "larger than {MAX_SCRIPT_FILE} bytes"
         )));
     }
-    if let Some(user) = READ_AS.get() {
-        if !readable_by(&meta, *user) {
+    if let Some(user) = read_as {
+        if !readable_by(&meta, user) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
                 format!("not readable by the workers' user (uid {})", user.uid),
@@ -233,11 +223,16 @@ fn read_script(path: &Path) -> std::io::Result<String> {
 /// The file is read now, so every process started from this rendering runs the same code; if it
 /// cannot be read (or is not UTF-8), the generated Lua raises an error naming it, and kresd
 /// fails to start instead of running without it.
-pub(super) fn custom_lua(out: &mut String, script: Option<&str>, script_file: Option<&Path>) {
+pub(super) fn custom_lua(
+    out: &mut String,
+    script: Option<&str>,
+    script_file: Option<&Path>,
+    read_as: Option<supervisor::Credentials>,
+) {
     line!(out, "-- LUA section --------------------------------------");
     line!(out, "-- Custom Lua code cannot be validated");
     if let Some(file) = script_file {
-        match read_script(file) {
+        match read_script(file, read_as) {
             Ok(text) => {
                 out.push_str(&text);
                 line!(out);

@@ -5,7 +5,9 @@
 use std::path::Path;
 
 use super::sections::{self, Defer};
-use super::{boolean, line, quote, quote_display, quote_path, string_table};
+use super::{
+    boolean, line, quote, quote_display, quote_path, string_table, RenderContext, SocketBinding,
+};
 use crate::config::{
     AddressOrNetwork, KresConfig, ListenKind, ListenSchema, MetricsMode, RenumberingDestination,
     TlsPadding,
@@ -17,22 +19,11 @@ use crate::config::{
 /// With `lua.script-only` the declarative sections are left out, but unlike upstream the control
 /// socket and the statistics functions stay, so the manager can still reach the worker.
 pub fn render_worker(cfg: &KresConfig) -> String {
-    render_worker_with(cfg, SocketBinding::Kresd)
+    render_worker_with(cfg, &RenderContext::STANDALONE)
 }
 
-/// Who binds the listening sockets of `network.listen` that kresd accepts as descriptors
-/// (see [`ListenSchema::daemon_binds`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SocketBinding {
-    /// kresd binds every socket itself with `net.listen` (upstream's behaviour; `kresctl
-    /// convert`).
-    Kresd,
-    /// The daemon binds them and passes them with `-S`; the Lua leaves them out.
-    Daemon,
-}
-
-/// [`render_worker`], choosing who binds the sockets the daemon can hand out.
-pub fn render_worker_with(cfg: &KresConfig, binding: SocketBinding) -> String {
+/// [`render_worker`] for the processes `ctx` describes.
+pub fn render_worker_with(cfg: &KresConfig, ctx: &RenderContext) -> String {
     let mut out = String::new();
     line!(
         &mut out,
@@ -55,7 +46,7 @@ pub fn render_worker_with(cfg: &KresConfig, binding: SocketBinding) -> String {
         section(&mut out, "OPTIONS");
         options(&mut out, cfg);
         section(&mut out, "NETWORK");
-        network(&mut out, cfg, binding);
+        network(&mut out, cfg, ctx.binding);
         section(&mut out, "DNSSEC");
         dnssec(&mut out, cfg);
         section(&mut out, "FORWARD and FALLBACK");
@@ -74,6 +65,7 @@ pub fn render_worker_with(cfg: &KresConfig, binding: SocketBinding) -> String {
         &mut out,
         cfg.lua.script.as_deref(),
         cfg.lua.script_file.as_deref(),
+        ctx.read_as,
     );
     out
 }

@@ -4,7 +4,6 @@
 //! service is not interrupted. Commands (config changes, reloads) are processed one at a time,
 //! which serializes every change of the running configuration.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use supervisor::upward::UpwardNotifier;
@@ -25,8 +24,9 @@ use crate::service;
 pub struct ManagerContext {
     pub supervisor: SupervisorHandle,
     pub executables: Executables,
-    /// The configuration files given on the command line (for reloads).
-    pub files: Vec<PathBuf>,
+    /// The configuration files given on the command line and how they are validated (for
+    /// reloads).
+    pub source: config::ConfigSource,
     /// The configuration currently applied: written by the incarnation's `Manager` only;
     /// the API and the file watcher hold receivers.
     pub config: watch::Sender<Arc<LoadedConfig>>,
@@ -187,16 +187,15 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
                     force: restart == Restart::Always,
                     origin,
                 });
-                let result =
-                    match config::load_files(&ctx.files, crate::config::PathChecks::Manager) {
-                        Ok(loaded) => apply(&mut manager, Arc::new(loaded), restart).await,
-                        Err(e) => {
-                            tracing::error!(
-                                "reload failed; the running configuration is unchanged: {e}"
-                            );
-                            Err(e.into())
-                        }
-                    };
+                let result = match ctx.source.load() {
+                    Ok(loaded) => apply(&mut manager, Arc::new(loaded), restart).await,
+                    Err(e) => {
+                        tracing::error!(
+                            "reload failed; the running configuration is unchanged: {e}"
+                        );
+                        Err(e.into())
+                    }
+                };
                 let mut status = ready_status(&manager.config());
                 if result.is_err() {
                     status.push_str("; the last reload failed, see the log");

@@ -224,7 +224,7 @@ pub(crate) fn root_def() -> &'static ObjectDef {
 }
 
 /// Validate a raw document (a mapping; `null` counts as empty) into its normalized form.
-pub(crate) fn normalize(raw: &Value, ctx: &Ctx<'_>) -> Result<Value, Vec<Failure>> {
+pub(crate) fn normalize(raw: &Value, ctx: &Ctx) -> Result<Value, Vec<Failure>> {
     match raw {
         Value::Null => crate::config::engine::map_object(root_def(), &Map::new(), "", ctx),
         Value::Object(m) => crate::config::engine::map_object(root_def(), m, "", ctx),
