@@ -422,20 +422,7 @@ fn map_value_inner(
                 same_value(inner)
             }
         }
-        Ty::Union(variants) => {
-            let mut children = Vec::new();
-            for variant in variants {
-                match same_value(variant) {
-                    Ok(ok) => return Ok(ok),
-                    Err(mut e) => children.append(&mut e),
-                }
-            }
-            Err(vec![Failure {
-                path: path.to_owned(),
-                message: "could not parse any of the possible variants".into(),
-                children,
-            }])
-        }
+        Ty::Union(variants) => map_union(variants, path, same_value),
         Ty::Null => match v {
             Value::Null => Ok(Value::Null),
             other => fail(format!("expected None, found '{}'.", py_str(other))),
@@ -443,63 +430,19 @@ fn map_value_inner(
         _ if v.is_null() => fail(format!("unexpected value 'None' for type {}", ty_name(ty))),
         Ty::PlainInt => match v {
             Value::Number(n) if !n.is_f64() => Ok(v.clone()),
-            Value::Object(_) if big_int(v).is_some() => Ok(saturated(big_int(v).unwrap_or_default())),
+            Value::Object(_) if big_int(v).is_some() => {
+                Ok(saturated(big_int(v).unwrap_or_default()))
+            }
             _ => fail(format!("expected int, found {}", py_type(v))),
         },
-        Ty::Str => match v {
-            Value::String(_) => Ok(v.clone()),
-            Value::Number(n) => Ok(Value::String(py_str(&Value::Number(n.clone())))),
-            Value::Object(_) if big_int(v).is_some() => Ok(Value::String(big_int(v).unwrap_or_default().to_owned())),
-            Value::Object(_) if py_special_float(v).is_some() => Ok(Value::String(py_special_float(v).unwrap_or_default().to_owned())),
-            Value::Bool(_) => fail(
-                "Expected str, found bool. Be careful, that YAML parsers consider even \"no\" and \"yes\" as a bool. \
-                 Search for the Norway Problem for more details. And please use quotes explicitly."
-                    .into(),
-            ),
-            _ => fail(format!("expected str (or number that would be cast to string), but found type {}", py_type(v))),
-        },
+        Ty::Str => map_str(v).or_else(fail),
         Ty::Bool => match v {
             Value::Bool(_) => Ok(v.clone()),
             _ => fail(format!("expected bool, found {}", py_type(v))),
         },
-        Ty::Literal(options) => match v {
-            Value::String(s) if options.contains(&s.as_str()) => Ok(v.clone()),
-            _ => {
-                let items: Vec<String> = options.iter().map(|o| format!("'{o}'")).collect();
-                let tuple = if items.len() == 1 { format!("({},)", items[0]) } else { format!("({})", items.join(", ")) };
-                fail(format!("'{}' does not match any of the expected values {tuple}", py_str(v)))
-            }
-        },
+        Ty::Literal(options) => map_literal(options, v).or_else(fail),
         Ty::Int(range) => map_int(range, v).map_err(|m| vec![Failure::new(path, m)]),
-        Ty::Dict(kt, vt) => {
-            let (Value::Object(obj), None) = (v, py_only(v)) else {
-                return fail(format!(
-                    "Expected dict-like object, but failed to access its .items() method. Value was {}",
-                    py_str(v)
-                ));
-            };
-            let mut errs = Vec::new();
-            let mut out = Map::new();
-            for (k, val) in obj {
-                let p = child_path(path, k);
-                let key = map_value(kt, &Value::String(k.clone()), &p, ctx);
-                // upstream unwraps the renaming dict first, so its values are plain containers
-                PLAIN_CONTAINER.with(|p| p.set(true));
-                let value = map_value(vt, val, &p, ctx);
-                match (key, value) {
-                    (Ok(key), Ok(value)) => {
-                        let key = key.as_str().map_or_else(|| k.clone(), str::to_owned);
-                        out.insert(key, value);
-                    }
-                    (Err(mut e), _) | (Ok(_), Err(mut e)) => errs.append(&mut e),
-                }
-            }
-            if errs.is_empty() {
-                Ok(Value::Object(out))
-            } else {
-                Err(errs)
-            }
-        }
+        Ty::Dict(kt, vt) => map_dict(kt, vt, v, path, ctx),
         Ty::List(inner) => map_list(inner, v, path, ctx),
         Ty::ListOrItem(inner) => {
             // upstream: Union[List[T], T] (nested unions flattened), then a non-empty check
@@ -511,8 +454,96 @@ fn map_value_inner(
         Ty::Value(vt) => (vt.check)(v, ctx).map_err(|m| vec![Failure::new(path, m)]),
         Ty::Object(def) => match v {
             Value::Object(src) if py_only(v).is_none() => map_object(def, src, path, ctx),
-            other => fail(format!("expected 'dict' or 'NoRenameBaseSchema' object, found '{}'", py_type(other))),
+            other => fail(format!(
+                "expected 'dict' or 'NoRenameBaseSchema' object, found '{}'",
+                py_type(other)
+            )),
         },
+    }
+}
+
+/// The first variant of a union that accepts the value, or every variant's refusal.
+fn map_union(variants: &[Ty], path: &str, same_value: &dyn Fn(&Ty) -> Outcome) -> Outcome {
+    let mut children = Vec::new();
+    for variant in variants {
+        match same_value(variant) {
+            Ok(ok) => return Ok(ok),
+            Err(mut e) => children.append(&mut e),
+        }
+    }
+    Err(vec![Failure {
+        path: path.to_owned(),
+        message: "could not parse any of the possible variants".into(),
+        children,
+    }])
+}
+
+/// Python `str`: a string, or a number converted; never a boolean.
+fn map_str(v: &Value) -> Result<Value, String> {
+    match v {
+        Value::String(_) => Ok(v.clone()),
+        Value::Number(n) => Ok(Value::String(py_str(&Value::Number(n.clone())))),
+        Value::Object(_) if big_int(v).is_some() => Ok(Value::String(big_int(v).unwrap_or_default().to_owned())),
+        Value::Object(_) if py_special_float(v).is_some() => Ok(Value::String(py_special_float(v).unwrap_or_default().to_owned())),
+        Value::Bool(_) => Err(
+            "Expected str, found bool. Be careful, that YAML parsers consider even \"no\" and \"yes\" as a bool. \
+             Search for the Norway Problem for more details. And please use quotes explicitly."
+                .into(),
+        ),
+        _ => Err(format!("expected str (or number that would be cast to string), but found type {}", py_type(v))),
+    }
+}
+
+/// One of the given strings.
+fn map_literal(options: &[&str], v: &Value) -> Result<Value, String> {
+    match v {
+        Value::String(s) if options.contains(&s.as_str()) => Ok(v.clone()),
+        _ => {
+            let items: Vec<String> = options.iter().map(|o| format!("'{o}'")).collect();
+            let tuple = if items.len() == 1 {
+                format!("({},)", items[0])
+            } else {
+                format!("({})", items.join(", "))
+            };
+            Err(format!(
+                "'{}' does not match any of the expected values {tuple}",
+                py_str(v)
+            ))
+        }
+    }
+}
+
+/// A mapping: every key and every value checked, every error kept.
+fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
+    let (Value::Object(obj), None) = (v, py_only(v)) else {
+        return Err(vec![Failure::new(
+            path,
+            format!(
+                "Expected dict-like object, but failed to access its .items() method. Value was {}",
+                py_str(v)
+            ),
+        )]);
+    };
+    let mut errs = Vec::new();
+    let mut out = Map::new();
+    for (k, val) in obj {
+        let p = child_path(path, k);
+        let key = map_value(kt, &Value::String(k.clone()), &p, ctx);
+        // upstream unwraps the renaming dict first, so its values are plain containers
+        PLAIN_CONTAINER.with(|p| p.set(true));
+        let value = map_value(vt, val, &p, ctx);
+        match (key, value) {
+            (Ok(key), Ok(value)) => {
+                let key = key.as_str().map_or_else(|| k.clone(), str::to_owned);
+                out.insert(key, value);
+            }
+            (Err(mut e), _) | (Ok(_), Err(mut e)) => errs.append(&mut e),
+        }
+    }
+    if errs.is_empty() {
+        Ok(Value::Object(out))
+    } else {
+        Err(errs)
     }
 }
 

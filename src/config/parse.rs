@@ -520,6 +520,154 @@ impl Builder {
     }
 }
 
+impl Builder {
+    /// An alias: a copy of its anchor's node, counted into the budget before it is made.
+    fn on_alias(&mut self, id: usize, mark: Marker) {
+        let Some((_, size)) = self.anchors.get(&id) else {
+            self.fail(YamlFailure::Other(format!(
+                "found undefined alias at line {}",
+                mark.line()
+            )));
+            return;
+        };
+        let size = *size;
+        // Checked before the copy is made: the copy itself is what must not grow.
+        if self.stack.len() + size.height > MAX_DEPTH {
+            self.fail(YamlFailure::Other(format!(
+                "collections nest deeper than {MAX_DEPTH} levels through an alias at line {}",
+                mark.line()
+            )));
+            return;
+        }
+        if !self.spend(size) {
+            return;
+        }
+        let v = self
+            .anchors
+            .get(&id)
+            .map(|(v, _)| v.clone())
+            .unwrap_or_default();
+        self.push_node(v, size, mark);
+    }
+
+    /// A scalar, resolved as PyYAML's `SafeLoader` would.
+    fn on_scalar(
+        &mut self,
+        text: &str,
+        style: TScalarStyle,
+        anchor: usize,
+        tag: Option<&Tag>,
+        mark: Marker,
+    ) {
+        match resolve_scalar(text, style, tag) {
+            Ok(v) => {
+                let size = Size::of_scalar(&v);
+                if !self.spend(size) {
+                    return;
+                }
+                if anchor > 0 {
+                    self.anchors.insert(anchor, (v.clone(), size));
+                }
+                self.push_node(v, size, mark);
+            }
+            Err(msg) => self.fail(YamlFailure::Other(format!(
+                "{msg} at line {} column {}",
+                mark.line(),
+                mark.col() + 1
+            ))),
+        }
+    }
+
+    /// Whether one more collection may open; false (and the error set) at [`MAX_DEPTH`].
+    fn may_nest(&mut self) -> bool {
+        if self.stack.len() >= MAX_DEPTH {
+            self.fail(YamlFailure::Other(format!(
+                "collections nest deeper than {MAX_DEPTH} levels"
+            )));
+            return false;
+        }
+        true
+    }
+
+    /// A sequence opens.
+    fn on_sequence_start(&mut self, anchor: usize, tag: Option<&Tag>) {
+        if !self.may_nest() {
+            return;
+        }
+        if let Some(msg) = check_collection_tag(tag, "seq") {
+            self.fail(YamlFailure::Other(msg));
+            return;
+        }
+        self.stack.push(Frame::Seq {
+            items: Vec::new(),
+            anchor,
+            size: Size::default(),
+        });
+    }
+
+    /// A mapping (or a `!!set`) opens.
+    fn on_mapping_start(&mut self, anchor: usize, tag: Option<&Tag>) {
+        if !self.may_nest() {
+            return;
+        }
+        let set = tag.is_some_and(|t| t.handle == CORE_TAG && t.suffix == "set");
+        if let Some(msg) = check_collection_tag(tag, "map").filter(|_| !set) {
+            self.fail(YamlFailure::Other(msg));
+            return;
+        }
+        self.stack.push(Frame::Map {
+            map: Map::new(),
+            anchor,
+            size: Size::default(),
+            pending_key: None,
+            keys: Vec::new(),
+            seen: Default::default(),
+            set,
+        });
+    }
+
+    /// The innermost collection closes: it becomes a node of its parent (and its anchor's).
+    fn on_collection_end(&mut self, mark: Marker) {
+        let (value, anchor, inner) = match self.stack.pop() {
+            Some(Frame::Seq {
+                items,
+                anchor,
+                size,
+            }) => (Value::Array(items), anchor, size),
+            Some(Frame::Map {
+                keys,
+                anchor,
+                size,
+                set: true,
+                ..
+            }) => (py_only_value("set", Value::Array(keys)), anchor, size),
+            Some(Frame::Map {
+                map, anchor, size, ..
+            }) => (Value::Object(map), anchor, size),
+            None => {
+                self.fail(YamlFailure::Other("unbalanced collection end".into()));
+                return;
+            }
+        };
+        let size = Size {
+            nodes: inner.nodes + 1,
+            bytes: inner.bytes,
+            height: inner.height + 1,
+        };
+        if !self.spend(Size {
+            nodes: 1,
+            bytes: 0,
+            height: 0,
+        }) {
+            return;
+        }
+        if anchor > 0 {
+            self.anchors.insert(anchor, (value.clone(), size));
+        }
+        self.push_node(value, size, mark);
+    }
+}
+
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         if self.error.is_some() {
@@ -531,131 +679,13 @@ impl MarkedEventReceiver for Builder {
             | Event::StreamEnd
             | Event::DocumentStart
             | Event::DocumentEnd => {}
-            Event::Alias(id) => match self.anchors.get(&id) {
-                Some((_, size)) => {
-                    let size = *size;
-                    // Checked before the copy is made: the copy itself is what must not grow.
-                    if self.stack.len() + size.height > MAX_DEPTH {
-                        self.fail(YamlFailure::Other(format!(
-                            "collections nest deeper than {MAX_DEPTH} levels through an alias at line {}",
-                            mark.line()
-                        )));
-                        return;
-                    }
-                    if !self.spend(size) {
-                        return;
-                    }
-                    let v = self
-                        .anchors
-                        .get(&id)
-                        .map(|(v, _)| v.clone())
-                        .unwrap_or_default();
-                    self.push_node(v, size, mark);
-                }
-                None => self.fail(YamlFailure::Other(format!(
-                    "found undefined alias at line {}",
-                    mark.line()
-                ))),
-            },
+            Event::Alias(id) => self.on_alias(id, mark),
             Event::Scalar(text, style, anchor, tag) => {
-                match resolve_scalar(&text, style, tag.as_ref()) {
-                    Ok(v) => {
-                        let size = Size::of_scalar(&v);
-                        if !self.spend(size) {
-                            return;
-                        }
-                        if anchor > 0 {
-                            self.anchors.insert(anchor, (v.clone(), size));
-                        }
-                        self.push_node(v, size, mark);
-                    }
-                    Err(msg) => self.fail(YamlFailure::Other(format!(
-                        "{msg} at line {} column {}",
-                        mark.line(),
-                        mark.col() + 1
-                    ))),
-                }
+                self.on_scalar(&text, style, anchor, tag.as_ref(), mark)
             }
-            Event::SequenceStart(anchor, tag) => {
-                if self.stack.len() >= MAX_DEPTH {
-                    self.fail(YamlFailure::Other(format!(
-                        "collections nest deeper than {MAX_DEPTH} levels"
-                    )));
-                    return;
-                }
-                if let Some(msg) = check_collection_tag(tag.as_ref(), "seq") {
-                    self.fail(YamlFailure::Other(msg));
-                    return;
-                }
-                self.stack.push(Frame::Seq {
-                    items: Vec::new(),
-                    anchor,
-                    size: Size::default(),
-                });
-            }
-            Event::MappingStart(anchor, tag) => {
-                if self.stack.len() >= MAX_DEPTH {
-                    self.fail(YamlFailure::Other(format!(
-                        "collections nest deeper than {MAX_DEPTH} levels"
-                    )));
-                    return;
-                }
-                let set = tag
-                    .as_ref()
-                    .is_some_and(|t| t.handle == CORE_TAG && t.suffix == "set");
-                if let Some(msg) = check_collection_tag(tag.as_ref(), "map").filter(|_| !set) {
-                    self.fail(YamlFailure::Other(msg));
-                    return;
-                }
-                self.stack.push(Frame::Map {
-                    map: Map::new(),
-                    anchor,
-                    size: Size::default(),
-                    pending_key: None,
-                    keys: Vec::new(),
-                    seen: Default::default(),
-                    set,
-                });
-            }
-            Event::SequenceEnd | Event::MappingEnd => {
-                let (value, anchor, inner) = match self.stack.pop() {
-                    Some(Frame::Seq {
-                        items,
-                        anchor,
-                        size,
-                    }) => (Value::Array(items), anchor, size),
-                    Some(Frame::Map {
-                        keys,
-                        anchor,
-                        size,
-                        set: true,
-                        ..
-                    }) => (py_only_value("set", Value::Array(keys)), anchor, size),
-                    Some(Frame::Map {
-                        map, anchor, size, ..
-                    }) => (Value::Object(map), anchor, size),
-                    None => {
-                        self.fail(YamlFailure::Other("unbalanced collection end".into()));
-                        return;
-                    }
-                };
-                let size = Size {
-                    nodes: inner.nodes + 1,
-                    bytes: inner.bytes,
-                    height: inner.height + 1,
-                };
-                if !self.spend(Size {
-                    nodes: 1,
-                    bytes: 0,
-                    height: 0,
-                }) {
-                    return;
-                }
-                if anchor > 0 {
-                    self.anchors.insert(anchor, (value.clone(), size));
-                }
-                self.push_node(value, size, mark);
-            }
+            Event::SequenceStart(anchor, tag) => self.on_sequence_start(anchor, tag.as_ref()),
+            Event::MappingStart(anchor, tag) => self.on_mapping_start(anchor, tag.as_ref()),
+            Event::SequenceEnd | Event::MappingEnd => self.on_collection_end(mark),
         }
     }
 }
