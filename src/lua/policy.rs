@@ -251,10 +251,11 @@ fn zonefile(out: &mut String, source: ZoneSource<'_>, v: &RuleValues<'_>, score:
     line!(out, "assert(C.kr_rule_zonefile(rrs) == 0)");
 }
 
-fn rule(out: &mut String, item: &RuleSchema, nodata: bool, default_ttl: Option<&TimeUnit>) {
+/// One `local-data.rules` item; `defaults` are the section's `nodata` and `ttl`.
+fn rule(out: &mut String, item: &RuleSchema, defaults: &RuleValues<'_>) {
     let v = RuleValues {
-        nodata: item.nodata.unwrap_or(nodata),
-        ttl: item.ttl.as_ref().or(default_ttl),
+        nodata: item.nodata.unwrap_or(defaults.nodata),
+        ttl: item.ttl.as_ref().or(defaults.ttl),
         tags: item.tags.as_deref(),
     };
     if let Some(names) = item.name.as_deref().filter(|n| !n.is_empty()) {
@@ -338,14 +339,13 @@ fn local_data(out: &mut String, cfg: &KresConfig) {
     let mut chunk = Chunk::default();
     for item in ld.rules.iter().flatten() {
         chunk.statement(out);
-        rule(out, item, ld.nodata, ld.ttl.as_ref());
+        rule(out, item, &defaults);
     }
     chunk.end(out);
     for rpz in ld.rpz.iter().flatten() {
         let v = RuleValues {
-            nodata: ld.nodata,
-            ttl: ld.ttl.as_ref(),
             tags: rpz.tags.as_deref(),
+            ..defaults
         };
         zonefile(out, ZoneSource::Rpz(rpz), &v, Score::Rule);
     }

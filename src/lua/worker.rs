@@ -9,8 +9,8 @@ use super::{
     boolean, line, quote, quote_display, quote_path, string_table, RenderContext, SocketBinding,
 };
 use crate::config::{
-    AddressOrNetwork, KresConfig, ListenKind, ListenSchema, MetricsMode, RenumberingDestination,
-    TlsPadding,
+    AddressOrNetwork, AddressRenumberingSchema, KresConfig, ListenKind, ListenSchema, MetricsMode,
+    RenumberingDestination, TlsPadding, TlsSchema,
 };
 
 /// The Lua configuration of one worker. The worker finds its instance number in
@@ -170,10 +170,24 @@ fn statistics_functions(out: &mut String) {
     line!(out, "end");
 }
 
-/// `modules.load(name)` or `modules.unload(name)`.
-fn load_or_unload(out: &mut String, load: bool, module: &str) {
-    let verb = if load { "load" } else { "unload" };
-    line!(out, "modules.{verb}({})", quote(module));
+/// A boolean option that switches a kresd module.
+struct ModuleSwitch {
+    /// The option's path in the configuration (`options.query-priming`), for the comment.
+    option: &'static str,
+    /// The module's name.
+    module: &'static str,
+    /// The option's value: the module is loaded when on, unloaded when off (kresd loads some
+    /// of them by default).
+    on: bool,
+}
+
+/// Each option's comment, then `modules.load(module)` or `modules.unload(module)`.
+fn switch_modules(out: &mut String, switches: &[ModuleSwitch]) {
+    for switch in switches {
+        let verb = if switch.on { "load" } else { "unload" };
+        line!(out, "-- {}", switch.option);
+        line!(out, "modules.{verb}({})", quote(switch.module));
+    }
 }
 
 fn options(out: &mut String, cfg: &KresConfig) {
@@ -192,12 +206,26 @@ fn options(out: &mut String, cfg: &KresConfig) {
         line!(out, "-- options.serve-stale");
         line!(out, "modules.load('serve_stale < cache')");
     }
-    line!(out, "-- options.query-priming");
-    load_or_unload(out, o.priming, "priming");
-    line!(out, "-- options.time-jump-detection");
-    load_or_unload(out, o.time_jump_detection, "detect_time_jump");
-    line!(out, "-- options.refuse-no-rd");
-    load_or_unload(out, o.refuse_no_rd, "refuse_nord");
+    switch_modules(
+        out,
+        &[
+            ModuleSwitch {
+                option: "options.query-priming",
+                module: "priming",
+                on: o.priming,
+            },
+            ModuleSwitch {
+                option: "options.time-jump-detection",
+                module: "detect_time_jump",
+                on: o.time_jump_detection,
+            },
+            ModuleSwitch {
+                option: "options.refuse-no-rd",
+                module: "refuse_nord",
+                on: o.refuse_no_rd,
+            },
+        ],
+    );
     line!(out, "-- options.qname-minimisation");
     line!(out, "option('NO_MINIMIZE', {})", boolean(!o.minimize));
     line!(out, "-- options.query-loopback");
@@ -227,8 +255,14 @@ fn network(out: &mut String, cfg: &KresConfig, binding: SocketBinding) {
     }
     line!(out, "-- network.tcp-pipeline");
     line!(out, "net.tcp_pipeline({})", n.tcp_pipeline);
-    line!(out, "-- network.edns-keep-alive");
-    load_or_unload(out, n.edns_tcp_keepalive, "edns_keepalive");
+    switch_modules(
+        out,
+        &[ModuleSwitch {
+            option: "network.edns-keep-alive",
+            module: "edns_keepalive",
+            on: n.edns_tcp_keepalive,
+        }],
+    );
     line!(out, "-- network.edns-buffer-size");
     line!(
         out,
@@ -237,23 +271,7 @@ fn network(out: &mut String, cfg: &KresConfig, binding: SocketBinding) {
         n.edns_buffer_size.upstream.bytes()
     );
     let tls = &n.tls;
-    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
-        line!(out, "-- network.tls");
-        line!(out, "net.tls({}, {})", quote_path(cert), quote_path(key));
-    }
-    if let Some(secret) = &tls.sticket_secret {
-        line!(out, "-- network.tls.sticket-secret");
-        line!(out, "net.tls_sticket_secret({})", quote(secret.as_str()));
-    }
-    if let Some(file) = &tls.sticket_secret_file {
-        line!(out, "-- network.tls.sticket-secret-file");
-        line!(out, "net.tls_sticket_secret_file({})", quote_path(file));
-    }
-    line!(out, "-- network.tls.padding");
-    match tls.padding {
-        TlsPadding::Enabled(b) => line!(out, "net.tls_padding({})", boolean(b)),
-        TlsPadding::BlockSize(n) => line!(out, "net.tls_padding({n})"),
-    }
+    network_tls(out, tls);
     line!(out, "-- network.quic");
     line!(out, "net.quic_max_conns({})", n.quic.max_conns);
     line!(out, "net.quic_max_streams({})", n.quic.max_streams);
@@ -263,22 +281,7 @@ fn network(out: &mut String, cfg: &KresConfig, binding: SocketBinding) {
         boolean(n.quic.require_retry)
     );
     if let Some(items) = n.address_renumbering.as_deref().filter(|i| !i.is_empty()) {
-        line!(out, "-- network.address-renumbering");
-        line!(out, "modules.load('renumber')");
-        line!(out, "renumber.config({{");
-        for item in items {
-            let destination = match &item.destination {
-                RenumberingDestination::Exact(em) => em.to_string(),
-                RenumberingDestination::Prefix(addr) => addr.to_string(),
-            };
-            line!(
-                out,
-                "    {{{}, {}}},",
-                quote_display(item.source),
-                quote(&destination)
-            );
-        }
-        line!(out, "}})");
+        address_renumbering(out, items);
     }
     if n.listen.iter().any(|l| l.kind == ListenKind::DohLegacy) {
         line!(out, "-- doh_legacy http config");
@@ -307,6 +310,47 @@ fn network(out: &mut String, cfg: &KresConfig, binding: SocketBinding) {
     for listen in &n.listen {
         listen_lines(out, listen, binding);
     }
+}
+
+/// `network.tls`: the certificate, the session-ticket secret, the padding.
+fn network_tls(out: &mut String, tls: &TlsSchema) {
+    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+        line!(out, "-- network.tls");
+        line!(out, "net.tls({}, {})", quote_path(cert), quote_path(key));
+    }
+    if let Some(secret) = &tls.sticket_secret {
+        line!(out, "-- network.tls.sticket-secret");
+        line!(out, "net.tls_sticket_secret({})", quote(secret.as_str()));
+    }
+    if let Some(file) = &tls.sticket_secret_file {
+        line!(out, "-- network.tls.sticket-secret-file");
+        line!(out, "net.tls_sticket_secret_file({})", quote_path(file));
+    }
+    line!(out, "-- network.tls.padding");
+    match tls.padding {
+        TlsPadding::Enabled(b) => line!(out, "net.tls_padding({})", boolean(b)),
+        TlsPadding::BlockSize(n) => line!(out, "net.tls_padding({n})"),
+    }
+}
+
+/// `network.address-renumbering`: the `renumber` module and its rules.
+fn address_renumbering(out: &mut String, items: &[AddressRenumberingSchema]) {
+    line!(out, "-- network.address-renumbering");
+    line!(out, "modules.load('renumber')");
+    line!(out, "renumber.config({{");
+    for item in items {
+        let destination = match &item.destination {
+            RenumberingDestination::Exact(em) => em.to_string(),
+            RenumberingDestination::Prefix(addr) => addr.to_string(),
+        };
+        line!(
+            out,
+            "    {{{}, {}}},",
+            quote_display(item.source),
+            quote(&destination)
+        );
+    }
+    line!(out, "}})");
 }
 
 /// kresd's name of a listen kind.
@@ -356,10 +400,21 @@ fn dnssec(out: &mut String, cfg: &KresConfig) {
     if d.log_bogus {
         line!(out, "modules.load('bogus_log')");
     }
-    line!(out, "-- dnssec.sentinel");
-    load_or_unload(out, d.sentinel, "ta_sentinel");
-    line!(out, "-- dnssec.signal-query");
-    load_or_unload(out, d.signal_query, "ta_signal_query");
+    switch_modules(
+        out,
+        &[
+            ModuleSwitch {
+                option: "dnssec.sentinel",
+                module: "ta_sentinel",
+                on: d.sentinel,
+            },
+            ModuleSwitch {
+                option: "dnssec.signal-query",
+                module: "ta_signal_query",
+                on: d.signal_query,
+            },
+        ],
+    );
     if let Some(tas) = d.trust_anchors.as_deref().filter(|t| !t.is_empty()) {
         line!(out, "-- dnssec.trust-anchors");
         for ta in tas {
