@@ -22,25 +22,34 @@ fn string_schema() -> Value {
     json!({"type": "string"})
 }
 
-fn check_size(v: &Value, _: &Ctx) -> Result<Value, String> {
-    let s = str_base(v, "SizeUnit")?;
-    SizeUnit::parse(&s).map(|_| Value::String(s))
+/// A string type of upstream's (a `StrBase` subclass, `types.<class>`) that keeps the text as
+/// written once the type's `parse` accepts it: `str_type!(STATIC, "class", Type, schema)`.
+macro_rules! str_type {
+    ($static:ident, $class:literal, $ty:ty, $schema:expr) => {
+        pub(crate) static $static: ValueType = ValueType {
+            class: concat!("types.", $class),
+            check: |v, _| {
+                let s = str_base(v, $class)?;
+                <$ty>::parse(&s).map(|_| Value::String(s))
+            },
+            schema: $schema,
+        };
+    };
 }
-pub(crate) static SIZE_UNIT: ValueType = ValueType {
-    class: "types.SizeUnit",
-    check: check_size,
-    schema: || json!({"type": "string", "pattern": SizeUnit::PATTERN}),
-};
 
-fn check_time(v: &Value, _: &Ctx) -> Result<Value, String> {
-    let s = str_base(v, "TimeUnit")?;
-    TimeUnit::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static TIME_UNIT: ValueType = ValueType {
-    class: "types.TimeUnit",
-    check: check_time,
-    schema: || json!({"type": "string", "pattern": TimeUnit::PATTERN}),
-};
+str_type!(
+    SIZE_UNIT,
+    "SizeUnit",
+    SizeUnit,
+    || json!({"type": "string", "pattern": SizeUnit::PATTERN})
+);
+
+str_type!(
+    TIME_UNIT,
+    "TimeUnit",
+    TimeUnit,
+    || json!({"type": "string", "pattern": TimeUnit::PATTERN})
+);
 
 fn check_escaped(v: &Value, _: &Ctx) -> Result<Value, String> {
     str_base(v, "EscapedStr").map(Value::String)
@@ -66,65 +75,47 @@ pub(crate) static ESCAPED_STR_32B: ValueType = ValueType {
     schema: || json!({"type": "string", "minLength": 32}),
 };
 
-fn check_domain(v: &Value, _: &Ctx) -> Result<Value, String> {
-    let s = str_base(v, "DomainName")?;
-    DomainName::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static DOMAIN_NAME: ValueType = ValueType {
-    class: "types.DomainName",
-    check: check_domain,
-    schema: || json!({"type": "string", "pattern": DOMAIN_NAME_PATTERN}),
-};
+str_type!(
+    DOMAIN_NAME,
+    "DomainName",
+    DomainName,
+    || json!({"type": "string", "pattern": DOMAIN_NAME_PATTERN})
+);
 
-fn check_id(v: &Value, _: &Ctx) -> Result<Value, String> {
-    let s = str_base(v, "IDPattern")?;
-    IdPattern::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static ID_PATTERN_TYPE: ValueType = ValueType {
-    class: "types.IDPattern",
-    check: check_id,
-    schema: || json!({"type": "string", "pattern": ID_PATTERN}),
-};
+str_type!(
+    ID_PATTERN_TYPE,
+    "IDPattern",
+    IdPattern,
+    || json!({"type": "string", "pattern": ID_PATTERN})
+);
 
-fn check_pin(v: &Value, _: &Ctx) -> Result<Value, String> {
-    let s = str_base(v, "PinSha256")?;
-    PinSha256::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static PIN_SHA256: ValueType = ValueType {
-    class: "types.PinSha256",
-    check: check_pin,
-    schema: || json!({"type": "string", "pattern": PIN_SHA256_PATTERN}),
-};
+str_type!(
+    PIN_SHA256,
+    "PinSha256",
+    PinSha256,
+    || json!({"type": "string", "pattern": PIN_SHA256_PATTERN})
+);
 
-fn check_iface_opt_port(v: &Value, _: &Ctx) -> Result<Value, String> {
-    let s = str_base(v, "InterfaceOptionalPort")?;
-    InterfaceOptionalPort::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static INTERFACE_OPTIONAL_PORT: ValueType = ValueType {
-    class: "types.InterfaceOptionalPort",
-    check: check_iface_opt_port,
-    schema: string_schema,
-};
+str_type!(
+    INTERFACE_OPTIONAL_PORT,
+    "InterfaceOptionalPort",
+    InterfaceOptionalPort,
+    string_schema
+);
 
-fn check_ip_port(v: &Value, _: &Ctx) -> Result<Value, String> {
-    let s = str_base(v, "IPAddressPort")?;
-    IpAddressPort::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static IP_ADDRESS_PORT: ValueType = ValueType {
-    class: "types.IPAddressPort",
-    check: check_ip_port,
-    schema: string_schema,
-};
+str_type!(
+    IP_ADDRESS_PORT,
+    "IPAddressPort",
+    IpAddressPort,
+    string_schema
+);
 
-fn check_ip_opt_port(v: &Value, _: &Ctx) -> Result<Value, String> {
-    let s = str_base(v, "IPAddressOptionalPort")?;
-    IpAddressOptionalPort::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static IP_ADDRESS_OPTIONAL_PORT: ValueType = ValueType {
-    class: "types.IPAddressOptionalPort",
-    check: check_ip_opt_port,
-    schema: string_schema,
-};
+str_type!(
+    IP_ADDRESS_OPTIONAL_PORT,
+    "IPAddressOptionalPort",
+    IpAddressOptionalPort,
+    string_schema
+);
 
 fn wrong_kind(what: &str, v: &Value) -> String {
     format!(
