@@ -41,7 +41,7 @@ pub(crate) struct ValueType {
     /// The Python class, for messages.
     pub class: &'static str,
     /// Checks the value and returns its normalized form, or upstream's message.
-    pub check: fn(&Value, &Ctx) -> Result<Value, String>,
+    pub check: fn(&Value, Container, &Ctx) -> Result<Value, String>,
     /// The JSON-schema fragment upstream publishes for this type.
     pub schema: fn() -> Value,
 }
@@ -126,10 +126,15 @@ pub(crate) fn child_path(path: &str, segment: &str) -> String {
     format!("{path}/{}", segment.replace('~', "~0").replace('/', "~1"))
 }
 
-thread_local! {
-    /// Upstream hands a list item to a type as a plain `list`/`dict`, but a field value as its
-    /// renaming wrapper (`RenamedList`/`RenamedDict`), and the type name shows in messages.
-    static PLAIN_CONTAINER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+/// How upstream hands a value to its type, which shows in messages ([`py_type`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Container {
+    /// A field's value (and the document): containers come as upstream's renaming wrappers
+    /// (`RenamedList`, `RenamedDict`).
+    Renamed,
+    /// A list item or a dict value: containers come as a plain `list` or `dict` (upstream
+    /// unwraps the renaming container first).
+    Plain,
 }
 
 /// Prefix of the single key of a mapping that stands for a value Python has and JSON does not
@@ -204,8 +209,8 @@ fn saturated(digits: &str) -> Value {
 }
 
 /// Python's `type(x)` as printed in messages.
-pub(crate) fn py_type(v: &Value) -> &'static str {
-    let plain = PLAIN_CONTAINER.with(std::cell::Cell::get);
+pub(crate) fn py_type(v: &Value, container: Container) -> &'static str {
+    let plain = container == Container::Plain;
     match py_only(v) {
         Some(PyOnly::BigInt(_)) => return "<class 'int'>",
         Some(PyOnly::Set(_)) => return "<class 'set'>",
@@ -316,7 +321,7 @@ pub(crate) fn py_float(f: f64) -> String {
 }
 
 /// Upstream's `StrBase` input rule: a string or an integer (not a float, not a bool).
-pub(crate) fn str_base(v: &Value, class: &str) -> Result<String, String> {
+pub(crate) fn str_base(v: &Value, container: Container, class: &str) -> Result<String, String> {
     match v {
         Value::String(s) => Ok(s.clone()),
         Value::Number(n) if !n.is_f64() => Ok(n.to_string()),
@@ -324,7 +329,7 @@ pub(crate) fn str_base(v: &Value, class: &str) -> Result<String, String> {
         other => Err(format!(
             "Unexpected value for '<class 'knot_resolver.datamodel.types.types.{class}'>'. Expected string, got '{}' with type '{}'",
             py_str(other),
-            py_type(other)
+            py_type(other, container)
         )),
     }
 }
@@ -393,27 +398,17 @@ fn list_or_item_union(inner: &Ty) -> Ty {
     flat_union(vec![Ty::List(Box::new(inner.clone())), inner.clone()])
 }
 
-/// Validate `v` against `ty`; `path` is the JSON pointer of `v`.
-pub(crate) fn map_value(ty: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
-    let plain = PLAIN_CONTAINER.with(|p| p.replace(false));
-    let same_value = |ty: &Ty| {
-        PLAIN_CONTAINER.with(|p| p.set(plain));
-        map_value(ty, v, path, ctx)
-    };
-    PLAIN_CONTAINER.with(|p| p.set(plain));
-    let result = map_value_inner(ty, v, path, ctx, &same_value);
-    PLAIN_CONTAINER.with(|p| p.set(false));
-    result
-}
-
-fn map_value_inner(
+/// Validate `v`, handed to its type as `container` says, against `ty`; `path` is the JSON
+/// pointer of `v`.
+pub(crate) fn map_value(
     ty: &Ty,
     v: &Value,
+    container: Container,
     path: &str,
     ctx: &Ctx,
-    same_value: &dyn Fn(&Ty) -> Outcome,
 ) -> Outcome {
     let fail = |msg: String| Err(vec![Failure::new(path, msg)]);
+    let same_value = |ty: &Ty| map_value(ty, v, container, path, ctx);
     match ty {
         Ty::Optional(inner) => {
             if v.is_null() {
@@ -422,7 +417,7 @@ fn map_value_inner(
                 same_value(inner)
             }
         }
-        Ty::Union(variants) => map_union(variants, path, same_value),
+        Ty::Union(variants) => map_union(variants, path, &same_value),
         Ty::Null => match v {
             Value::Null => Ok(Value::Null),
             other => fail(format!("expected None, found '{}'.", py_str(other))),
@@ -433,17 +428,17 @@ fn map_value_inner(
             Value::Object(_) if big_int(v).is_some() => {
                 Ok(saturated(big_int(v).unwrap_or_default()))
             }
-            _ => fail(format!("expected int, found {}", py_type(v))),
+            _ => fail(format!("expected int, found {}", py_type(v, container))),
         },
-        Ty::Str => map_str(v).or_else(fail),
+        Ty::Str => map_str(v, container).or_else(fail),
         Ty::Bool => match v {
             Value::Bool(_) => Ok(v.clone()),
-            _ => fail(format!("expected bool, found {}", py_type(v))),
+            _ => fail(format!("expected bool, found {}", py_type(v, container))),
         },
         Ty::Literal(options) => map_literal(options, v).or_else(fail),
-        Ty::Int(range) => map_int(range, v).map_err(|m| vec![Failure::new(path, m)]),
+        Ty::Int(range) => map_int(range, v, container).map_err(|m| vec![Failure::new(path, m)]),
         Ty::Dict(kt, vt) => map_dict(kt, vt, v, path, ctx),
-        Ty::List(inner) => map_list(inner, v, path, ctx),
+        Ty::List(inner) => map_list(inner, v, container, path, ctx),
         Ty::ListOrItem(inner) => {
             // upstream: Union[List[T], T] (nested unions flattened), then a non-empty check
             match same_value(&list_or_item_union(inner))? {
@@ -451,12 +446,12 @@ fn map_value_inner(
                 item => Ok(Value::Array(vec![item])),
             }
         }
-        Ty::Value(vt) => (vt.check)(v, ctx).map_err(|m| vec![Failure::new(path, m)]),
+        Ty::Value(vt) => (vt.check)(v, container, ctx).map_err(|m| vec![Failure::new(path, m)]),
         Ty::Object(def) => match v {
             Value::Object(src) if py_only(v).is_none() => map_object(def, src, path, ctx),
             other => fail(format!(
                 "expected 'dict' or 'NoRenameBaseSchema' object, found '{}'",
-                py_type(other)
+                py_type(other, container)
             )),
         },
     }
@@ -479,7 +474,7 @@ fn map_union(variants: &[Ty], path: &str, same_value: &dyn Fn(&Ty) -> Outcome) -
 }
 
 /// Python `str`: a string, or a number converted; never a boolean.
-fn map_str(v: &Value) -> Result<Value, String> {
+fn map_str(v: &Value, container: Container) -> Result<Value, String> {
     match v {
         Value::String(_) => Ok(v.clone()),
         Value::Number(n) => Ok(Value::String(py_str(&Value::Number(n.clone())))),
@@ -490,7 +485,7 @@ fn map_str(v: &Value) -> Result<Value, String> {
              Search for the Norway Problem for more details. And please use quotes explicitly."
                 .into(),
         ),
-        _ => Err(format!("expected str (or number that would be cast to string), but found type {}", py_type(v))),
+        _ => Err(format!("expected str (or number that would be cast to string), but found type {}", py_type(v, container))),
     }
 }
 
@@ -528,10 +523,10 @@ fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
     let mut out = Map::new();
     for (k, val) in obj {
         let p = child_path(path, k);
-        let key = map_value(kt, &Value::String(k.clone()), &p, ctx);
-        // upstream unwraps the renaming dict first, so its values are plain containers
-        PLAIN_CONTAINER.with(|p| p.set(true));
-        let value = map_value(vt, val, &p, ctx);
+        // upstream unwraps the renaming dict first, so its values are plain containers (a key
+        // is a string, whose type's name shows the same either way)
+        let key = map_value(kt, &Value::String(k.clone()), Container::Plain, &p, ctx);
+        let value = map_value(vt, val, Container::Plain, &p, ctx);
         match (key, value) {
             (Ok(key), Ok(value)) => {
                 let key = key.as_str().map_or_else(|| k.clone(), str::to_owned);
@@ -547,7 +542,7 @@ fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
     }
 }
 
-fn map_int(range: &IntRange, v: &Value) -> Result<Value, String> {
+fn map_int(range: &IntRange, v: &Value, container: Container) -> Result<Value, String> {
     if let Some(d) = big_int(v) {
         // beyond 64 bits: above every maximum (below every minimum when negative)
         return match (d.starts_with('-'), range.min, range.max) {
@@ -563,7 +558,7 @@ fn map_int(range: &IntRange, v: &Value) -> Result<Value, String> {
                 "Unexpected value for '<class 'knot_resolver.datamodel.types.types.{}'>'. Expected integer, got '{}' with type '{}'",
                 range.class,
                 py_str(other),
-                py_type(other)
+                py_type(other, container)
             ))
         }
     };
@@ -582,7 +577,7 @@ fn map_int(range: &IntRange, v: &Value) -> Result<Value, String> {
     Ok(v.clone())
 }
 
-fn map_list(inner: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
+fn map_list(inner: &Ty, v: &Value, container: Container, path: &str, ctx: &Ctx) -> Outcome {
     // upstream iterates whatever it gets: a mapping yields its keys, a string is refused
     let items: Vec<Value> = match (v, py_only(v)) {
         (_, Some(PyOnly::Set(items))) => items.to_vec(),
@@ -590,7 +585,7 @@ fn map_list(inner: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
         (Value::Object(o), None) => o.keys().map(|k| Value::String(k.clone())).collect(),
         (Value::String(_), _) => return Err(vec![Failure::new(path, "expected list, got string")]),
         (other, _) => {
-            let tn = py_type(other)
+            let tn = py_type(other, container)
                 .trim_start_matches("<class '")
                 .trim_end_matches("'>");
             return Err(vec![Failure::new(
@@ -602,10 +597,10 @@ fn map_list(inner: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         // upstream stops at the first invalid item
-        PLAIN_CONTAINER.with(|p| p.set(true));
         out.push(map_value(
             inner,
             item,
+            Container::Plain,
             &child_path(path, &i.to_string()),
             ctx,
         )?);
@@ -637,10 +632,9 @@ pub(crate) fn map_object(
     for field in &def.fields {
         let fpath = child_path(path, field.name);
         let given = src.get(field.name);
-        PLAIN_CONTAINER.with(|p| p.set(false));
         let result = match (given, &field.default) {
-            (Some(v), _) => map_value(&field.ty, v, &fpath, ctx),
-            (None, Default::Value(d)) => map_value(&field.ty, d, &fpath, ctx),
+            (Some(v), _) => map_value(&field.ty, v, Container::Renamed, &fpath, ctx),
+            (None, Default::Value(d)) => map_value(&field.ty, d, Container::Renamed, &fpath, ctx),
             (None, Default::Required) => {
                 errs.push(Failure::new(
                     path,
@@ -767,7 +761,7 @@ fn schema_default(ty: &Ty, raw: &Value) -> Value {
         checks: crate::config::PathChecks::Lenient,
         logtarget_arg: super::LogTargetArg::default(),
     };
-    match map_value(ty, raw, "", &ctx) {
+    match map_value(ty, raw, Container::Renamed, "", &ctx) {
         Ok(v) => underscore_keys(&v),
         Err(_) => raw.clone(),
     }

@@ -49,3 +49,45 @@ fn from_arg_is_what_the_context_gives() {
         assert_eq!(target(doc, arg), expected, "{row}");
     }
 }
+
+#[test]
+fn a_container_is_named_as_upstream_hands_it_to_its_type() {
+    use super::engine::{map_value, Container, Ty};
+    let ctx = ValidationContext {
+        resolve_root: "/".into(),
+        checks: PathChecks::Lenient,
+        logtarget_arg: LogTargetArg::default(),
+    };
+    let renamed = "<class 'knot_resolver.utils.modeling.renaming.RenamedList'>";
+    let rows = [
+        (Ty::Str, Container::Renamed, renamed),
+        (Ty::Str, Container::Plain, "<class 'list'>"),
+        // a list's items are plain, whatever the list was
+        (
+            Ty::List(Box::new(Ty::Str)),
+            Container::Renamed,
+            "<class 'list'>",
+        ),
+        // so are a union's variants when the value is
+        (
+            Ty::Union(vec![Ty::Bool, Ty::Str]),
+            Container::Plain,
+            "<class 'list'>",
+        ),
+    ];
+    for (ty, container, named) in rows {
+        let value = match &ty {
+            Ty::List(_) => json!([[1]]),
+            _ => json!([1]),
+        };
+        let failures = map_value(&ty, &value, container, "/x", &ctx).expect_err("refused");
+        let text = format!("{failures:?}");
+        assert!(text.contains(named), "{container:?}: {text}");
+        let other = if named == renamed {
+            "<class 'list'>"
+        } else {
+            renamed
+        };
+        assert!(!text.contains(other), "{container:?}: {text}");
+    }
+}

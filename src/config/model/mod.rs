@@ -250,7 +250,7 @@ pub(crate) fn normalize(raw: &Value, ctx: &Ctx) -> Result<Value, Vec<Failure>> {
             "",
             format!(
                 "expected dict-like object, found '{}'",
-                crate::config::engine::py_type(other)
+                crate::config::engine::py_type(other, crate::config::engine::Container::Renamed)
             ),
         )]),
     }
