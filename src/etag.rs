@@ -2,7 +2,7 @@
 //! sorted), so equal documents have equal tags whatever their key order, plus the parsing of
 //! `If-Match` / `If-None-Match` lists.
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
 /// The quoted ETag of a document (20 URL-safe base64 characters, like upstream's).
@@ -62,28 +62,25 @@ fn base64url(bytes: &[u8]) -> String {
     out
 }
 
-/// Whether a precondition header (`If-Match` / `If-None-Match`, possibly repeated and
-/// comma-separated, `*` or weak `W/` tags) names `current`. `None` when the header is absent.
-pub fn header_matches(headers: &HeaderMap, name: &str, current: &str) -> Option<bool> {
+/// The values of a precondition header (`If-Match` / `If-None-Match`, possibly repeated), as
+/// one comma-separated list of tags. `None` when the header is absent (or none of its values is
+/// text).
+pub fn tag_list(headers: &HeaderMap, name: HeaderName) -> Option<String> {
     let values: Vec<&str> = headers
         .get_all(name)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .collect();
-    if values.is_empty() {
-        return None;
-    }
+    (!values.is_empty()).then(|| values.join(","))
+}
+
+/// Whether a list of tags (comma-separated, `*` or weak `W/` tags) names `current`.
+pub fn tags_name(list: &str, current: &str) -> bool {
     let bare = current.trim_matches('"');
-    Some(
-        values
-            .iter()
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .any(|tag| {
-                let tag = tag.strip_prefix("W/").unwrap_or(tag);
-                tag == "*" || tag.trim_matches('"') == bare
-            }),
-    )
+    list.split(',').map(str::trim).any(|tag| {
+        let tag = tag.strip_prefix("W/").unwrap_or(tag);
+        tag == "*" || tag.trim_matches('"') == bare
+    })
 }
 
 #[cfg(test)]
@@ -104,18 +101,25 @@ mod tests {
 
     #[test]
     fn precondition_lists() {
+        use axum::http::header::{IF_MATCH, IF_NONE_MATCH};
         let tag = etag(&json!({}));
+        let matches = |h: &HeaderMap, name| tag_list(h, name).map(|l| tags_name(&l, &tag));
         let mut h = HeaderMap::new();
-        assert_eq!(header_matches(&h, "if-match", &tag), None);
-        h.append("if-match", HeaderValue::from_static("\"nope\", \"other\""));
-        assert_eq!(header_matches(&h, "if-match", &tag), Some(false));
+        assert_eq!(matches(&h, IF_MATCH), None);
+        h.append(IF_MATCH, HeaderValue::from_static("\"nope\", \"other\""));
+        assert_eq!(matches(&h, IF_MATCH), Some(false));
         h.append(
-            "if-match",
+            IF_MATCH,
             HeaderValue::from_str(&format!("W/{tag}")).unwrap(),
         );
-        assert_eq!(header_matches(&h, "if-match", &tag), Some(true));
+        assert_eq!(matches(&h, IF_MATCH), Some(true));
+        h.append(IF_MATCH, HeaderValue::from_bytes(b"\xff").unwrap());
+        assert_eq!(matches(&h, IF_MATCH), Some(true));
+        let mut opaque = HeaderMap::new();
+        opaque.insert(IF_MATCH, HeaderValue::from_bytes(b"\xff").unwrap());
+        assert_eq!(matches(&opaque, IF_MATCH), None, "no value is text");
         let mut star = HeaderMap::new();
-        star.insert("if-none-match", HeaderValue::from_static("*"));
-        assert_eq!(header_matches(&star, "if-none-match", &tag), Some(true));
+        star.insert(IF_NONE_MATCH, HeaderValue::from_static("*"));
+        assert_eq!(matches(&star, IF_NONE_MATCH), Some(true));
     }
 }

@@ -209,6 +209,26 @@ async fn apply(manager: &ManagerHandle, on_change: OnChange) {
     }
 }
 
+/// What happened to a directory entry, as inotify tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EntryChange {
+    /// Created, written, or moved into place.
+    Written,
+    /// Deleted or moved away.
+    Gone,
+}
+
+impl EntryChange {
+    /// The change an inotify event's `mask` tells.
+    fn of(mask: AddWatchFlags) -> EntryChange {
+        if mask.intersects(AddWatchFlags::IN_DELETE | AddWatchFlags::IN_MOVED_FROM) {
+            EntryChange::Gone
+        } else {
+            EntryChange::Written
+        }
+    }
+}
+
 /// What an inotify event for `path` in `dir` means for the watched files: a change or
 /// deletion of that file, or, for a `..` entry (a ConfigMap's `..data` swap), a change of
 /// every configuration file in `dir`.
@@ -216,19 +236,18 @@ fn file_events(
     files: &BTreeMap<PathBuf, OnChange>,
     dir: &Path,
     path: &Path,
-    gone: bool,
+    change: EntryChange,
 ) -> Vec<FileEvent> {
     if let Some(&on_change) = files.get(path) {
-        return vec![if gone {
-            FileEvent::Deleted(path.to_path_buf())
-        } else {
-            FileEvent::Changed(path.to_path_buf(), on_change)
+        return vec![match change {
+            EntryChange::Gone => FileEvent::Deleted(path.to_path_buf()),
+            EntryChange::Written => FileEvent::Changed(path.to_path_buf(), on_change),
         }];
     }
     let swapped = path
         .file_name()
         .is_some_and(|n| n.as_encoded_bytes().starts_with(b".."));
-    if !swapped || gone {
+    if !swapped || change == EntryChange::Gone {
         return Vec::new();
     }
     files
@@ -288,10 +307,8 @@ fn spawn_watcher(
                         continue;
                     };
                     let path = dir.join(name);
-                    let gone = ev
-                        .mask
-                        .intersects(AddWatchFlags::IN_DELETE | AddWatchFlags::IN_MOVED_FROM);
-                    for event in file_events(&files, dir, &path, gone) {
+                    let change = EntryChange::of(ev.mask);
+                    for event in file_events(&files, dir, &path, change) {
                         if events.blocking_send(event).is_err() {
                             return;
                         }
@@ -299,4 +316,79 @@ fn spawn_watcher(
                 }
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_change_is_an_event_of_the_watched_files_it_touches() {
+        let files = BTreeMap::from([
+            (
+                PathBuf::from("/etc/knot-resolver/config.yaml"),
+                OnChange::Reload,
+            ),
+            (
+                PathBuf::from("/etc/knot-resolver/server.crt"),
+                OnChange::Renew,
+            ),
+            (PathBuf::from("/srv/rpz/block.rpz"), OnChange::Renew),
+        ]);
+        let dir = Path::new("/etc/knot-resolver");
+        let config = || PathBuf::from("/etc/knot-resolver/config.yaml");
+        let cert = || PathBuf::from("/etc/knot-resolver/server.crt");
+        let rows = [
+            (
+                "config.yaml",
+                EntryChange::Written,
+                vec![FileEvent::Changed(config(), OnChange::Reload)],
+            ),
+            (
+                "config.yaml",
+                EntryChange::Gone,
+                vec![FileEvent::Deleted(config())],
+            ),
+            (
+                "server.crt",
+                EntryChange::Written,
+                vec![FileEvent::Changed(cert(), OnChange::Renew)],
+            ),
+            (
+                "server.crt",
+                EntryChange::Gone,
+                vec![FileEvent::Deleted(cert())],
+            ),
+            // A ConfigMap's swap changes the configuration files of its directory only.
+            (
+                "..data",
+                EntryChange::Written,
+                vec![FileEvent::Changed(config(), OnChange::Reload)],
+            ),
+            ("..data", EntryChange::Gone, vec![]),
+            ("other.yaml", EntryChange::Written, vec![]),
+        ];
+        for (name, change, want) in rows {
+            assert_eq!(
+                file_events(&files, dir, &dir.join(name), change),
+                want,
+                "{name} {change:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_deletion_or_a_move_away_is_an_entry_gone() {
+        let rows = [
+            (AddWatchFlags::IN_CLOSE_WRITE, EntryChange::Written),
+            (AddWatchFlags::IN_MODIFY, EntryChange::Written),
+            (AddWatchFlags::IN_CREATE, EntryChange::Written),
+            (AddWatchFlags::IN_MOVED_TO, EntryChange::Written),
+            (AddWatchFlags::IN_MOVED_FROM, EntryChange::Gone),
+            (AddWatchFlags::IN_DELETE, EntryChange::Gone),
+        ];
+        for (mask, want) in rows {
+            assert_eq!(EntryChange::of(mask), want, "{mask:?}");
+        }
+    }
 }

@@ -69,6 +69,49 @@ fn bed_group(bed: &Bed, name: &str) -> u32 {
         .expect("group exists in the bed")
 }
 
+/// A reader (in the `readers` group) is refused every change: 403, kresctl says so and exits
+/// 1, and the daemon logs the refusal with the client's uid, gid and pid.
+fn a_reader_is_refused_changes(r: &common::Resolver, readers: u32) {
+    let (pid, out) = kresctl_as(
+        r,
+        READER,
+        &[readers],
+        &[
+            "config",
+            "set",
+            "-p",
+            "/local-data/records",
+            "\"roles.test. 300 A 192.0.2.2\"",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        "permission denied: PUT /v1/config/local-data/records needs the admin role; this \
+         client has the read-only role\n"
+    );
+    let line = r
+        .launched
+        .output
+        .wait_for("refused: PUT /v1/config/local-data/records", STOP_TIMEOUT)
+        .expect("the refusal is logged");
+    assert!(
+        line.contains(&format!("uid {} gid {} pid {pid}", READER.0, READER.1)),
+        "{line}"
+    );
+    let (pid, out) = kresctl_as(r, READER, &[readers], &["reload"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with("permission denied: POST /reload needs the admin role"),
+        "{}",
+        stderr(&out)
+    );
+    r.launched
+        .output
+        .wait_for(&format!("pid {pid} refused: POST /reload"), STOP_TIMEOUT)
+        .expect("the refusal is logged");
+}
+
 #[test]
 fn a_reader_reads_and_is_refused_changes_an_admin_group_member_and_root_change() {
     let bed = Bed::get().expect("bed");
@@ -101,45 +144,8 @@ fn a_reader_reads_and_is_refused_changes_an_admin_group_member_and_root_change()
     let (_, out) = kresctl_as(&r, READER, &[readers], &["pids"]);
     assert!(out.status.success(), "{}", stderr(&out));
 
-    // ... and is refused every change: 403, kresctl says so and exits 1.
-    let (pid, out) = kresctl_as(
-        &r,
-        READER,
-        &[readers],
-        &[
-            "config",
-            "set",
-            "-p",
-            "/local-data/records",
-            "\"roles.test. 300 A 192.0.2.2\"",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(
-        stderr(&out),
-        "permission denied: PUT /v1/config/local-data/records needs the admin role; this \
-         client has the read-only role\n"
-    );
-    let line = r
-        .launched
-        .output
-        .wait_for("refused: PUT /v1/config/local-data/records", STOP_TIMEOUT)
-        .expect("the refusal is logged");
-    assert!(
-        line.contains(&format!("uid {} gid {} pid {pid}", READER.0, READER.1)),
-        "{line}"
-    );
-    let (pid, out) = kresctl_as(&r, READER, &[readers], &["reload"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).starts_with("permission denied: POST /reload needs the admin role"),
-        "{}",
-        stderr(&out)
-    );
-    r.launched
-        .output
-        .wait_for(&format!("pid {pid} refused: POST /reload"), STOP_TIMEOUT)
-        .expect("the refusal is logged");
+    // ... and is refused every change.
+    a_reader_is_refused_changes(&r, readers);
     assert_eq!(r.etag(), etag, "the ETag is unchanged");
     let after = r.http("GET", "/v1/config", b"").expect("GET").body;
     assert_eq!(after, before, "the configuration is unchanged");

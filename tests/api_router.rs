@@ -3,59 +3,28 @@
 //! (no children) and a manager command channel whose receiver the test drives, answering
 //! `Apply` commands with success or a canary rejection.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
+use knot_resolver::api::app;
 use knot_resolver::api::guard::{Guard, TcpGuard};
 use knot_resolver::api::roles::{ApiGroups, UnixRoles};
 use knot_resolver::api::server::Peer;
-use knot_resolver::api::{app, ApiState};
-use knot_resolver::config::LoadedConfig;
-use knot_resolver::events::EventLog;
 use knot_resolver::manager::handle::ManagerCommand;
 use knot_resolver::manager::plan::{ChangePlan, Restart};
-use knot_resolver::manager::{ApplyError, ChangeError, ManagerHandle};
+use knot_resolver::manager::{ApplyError, ChangeError};
 use serde_json::{json, Value};
-use supervisor::{Supervisor, SupervisorHandle, SupervisorOptions};
-use tokio::sync::{mpsc, watch};
-use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-/// A private directory per fixture, removed on drop.
-struct TempDir(PathBuf);
+#[path = "common/router.rs"]
+mod router;
+use router::{json_body, request, with_body, Fixture, History, Reply, Supervision};
 
-impl TempDir {
-    fn new() -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "kres-api-router-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("cache")).expect("temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The router's world: the state, the manager's end of the command channel, and the
-/// supervisor keeping the handle alive.
-struct Fixture {
-    state: ApiState,
-    commands: mpsc::Receiver<ManagerCommand>,
-    config: watch::Sender<Arc<LoadedConfig>>,
-    _supervisor: SupervisorHandle,
-    dir: TempDir,
+/// The fixture of these tests: one worker configured, a real supervisor without children.
+async fn fixture() -> Fixture {
+    Fixture::new(1, Supervision::Local, History::default()).await
 }
 
 /// How the fake manager answers an `Apply`.
@@ -65,73 +34,13 @@ enum Outcome {
 }
 
 impl Fixture {
-    fn new() -> Fixture {
-        let dir = TempDir::new();
-        let file = dir.0.join("config.yaml");
-        std::fs::write(
-            &file,
-            format!(
-                "workers: 1\nrundir: {run}\ncache:\n  storage: {run}/cache\nmanagement:\n  unix-socket: {run}/api.sock\n",
-                run = dir.0.display()
-            ),
-        )
-        .expect("config");
-        let loaded = knot_resolver::config::load_files(
-            &[file],
-            knot_resolver::config::PathChecks::Strict,
-            Default::default(),
-        )
-        .expect("valid config");
-        let (supervisor, _task) = Supervisor::start(SupervisorOptions {
-            notify_socket: dir.0.join("notify"),
-            notify_senders: None,
-        })
-        .expect("supervisor");
-        let (config, config_rx) = watch::channel(Arc::new(loaded));
-        let (manager, commands) = mpsc::channel(4);
-        let state = ApiState {
-            supervisor: supervisor.clone(),
-            stop: CancellationToken::new(),
-            manager: ManagerHandle::new(manager, config_rx),
-            fault_injection: false,
-            validation: knot_resolver::config::ValidationContext {
-                resolve_root: dir.0.clone(),
-                checks: knot_resolver::config::PathChecks::Manager,
-                logtarget_arg: Default::default(),
-            },
-            rendered: Default::default(),
-            guard: Default::default(),
-            upgrade: None,
-            process_failures: None,
-            events: EventLog::new("test"),
-        };
-        Fixture {
-            state,
-            commands,
-            config,
-            _supervisor: supervisor,
-            dir,
-        }
-    }
-
-    /// Send one request; no manager answers.
-    async fn send(&self, request: Request<Body>) -> Reply {
-        let response = app(self.state.clone())
-            .oneshot(request)
-            .await
-            .expect("infallible");
-        Reply::read(response).await
-    }
-
     /// Send one request that makes a change, and answer the manager's `Apply` with
     /// `outcome`. Returns the reply and the configuration the manager was given.
     async fn change(&mut self, request: Request<Body>, outcome: Outcome) -> (Reply, Value) {
-        let router = app(self.state.clone());
-        let config = self.config.clone();
-        let manager = async {
-            let Some(ManagerCommand::Apply {
+        self.with_manager(request, |command, config| {
+            let ManagerCommand::Apply {
                 config: new, reply, ..
-            }) = self.commands.recv().await
+            } = command
             else {
                 panic!("expected an Apply command");
             };
@@ -148,77 +57,14 @@ impl Fixture {
             };
             let _ = reply.send(result);
             raw
-        };
-        let (response, raw) = tokio::join!(router.oneshot(request), manager);
-        (Reply::read(response.expect("infallible")).await, raw)
+        })
+        .await
     }
-}
-
-struct Reply {
-    status: StatusCode,
-    etag: Option<String>,
-    content_type: Option<String>,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    async fn read(response: axum::response::Response) -> Reply {
-        let status = response.status();
-        let header = |name| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v: &axum::http::HeaderValue| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let etag = header("etag");
-        let content_type = header("content-type");
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes()
-            .to_vec();
-        Reply {
-            status,
-            etag,
-            content_type,
-            body,
-        }
-    }
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.text()))
-    }
-}
-
-fn request(method: &str, uri: &str) -> Request<Body> {
-    Request::builder()
-        .method(method)
-        .uri(uri)
-        .body(Body::empty())
-        .expect("request")
-}
-
-fn with_body(method: &str, uri: &str, content_type: &str, body: &str) -> Request<Body> {
-    Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("content-type", content_type)
-        .body(Body::from(body.to_owned()))
-        .expect("request")
-}
-
-fn json_body(method: &str, uri: &str, body: Value) -> Request<Body> {
-    with_body(method, uri, "application/json", &body.to_string())
 }
 
 #[tokio::test]
 async fn get_returns_the_raw_config_with_an_etag_and_if_none_match_gives_304() {
-    let f = Fixture::new();
+    let f = fixture().await;
     let r = f.send(request("GET", "/v1/config")).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.content_type.as_deref(), Some("application/json"));
@@ -261,7 +107,7 @@ async fn get_returns_the_raw_config_with_an_etag_and_if_none_match_gives_304() {
 
 #[tokio::test]
 async fn head_is_a_get_without_a_body() {
-    let f = Fixture::new();
+    let f = fixture().await;
     let get = f.send(request("GET", "/v1/config")).await;
     let head = f.send(request("HEAD", "/v1/config")).await;
     assert_eq!(head.status, StatusCode::OK);
@@ -271,7 +117,7 @@ async fn head_is_a_get_without_a_body() {
 
 #[tokio::test]
 async fn put_applies_through_the_manager_and_returns_the_new_etag() {
-    let mut f = Fixture::new();
+    let mut f = fixture().await;
     let old = f.send(request("GET", "/v1/config")).await.etag;
     let (r, applied) = f
         .change(
@@ -289,7 +135,7 @@ async fn put_applies_through_the_manager_and_returns_the_new_etag() {
 
 #[tokio::test]
 async fn a_canary_rejection_is_400_and_changes_nothing() {
-    let mut f = Fixture::new();
+    let mut f = fixture().await;
     let before = f.send(request("GET", "/v1/config")).await;
     let (r, _) = f
         .change(
@@ -309,7 +155,7 @@ async fn a_canary_rejection_is_400_and_changes_nothing() {
 
 #[tokio::test]
 async fn yaml_bodies_are_accepted() {
-    let mut f = Fixture::new();
+    let mut f = fixture().await;
     let (r, applied) = f
         .change(
             with_body(
@@ -330,7 +176,7 @@ async fn yaml_bodies_are_accepted() {
 
 #[tokio::test]
 async fn delete_removes_the_key() {
-    let mut f = Fixture::new();
+    let mut f = fixture().await;
     let (r, applied) = f
         .change(request("DELETE", "/v1/config/workers"), Outcome::Applied)
         .await;
@@ -340,7 +186,7 @@ async fn delete_removes_the_key() {
 
 #[tokio::test]
 async fn patch_applies_json_patch_operations() {
-    let mut f = Fixture::new();
+    let mut f = fixture().await;
     let ops = json!([
         {"op": "replace", "path": "/workers", "value": 4},
         {"op": "add", "path": "/options", "value": {"minimize": false}},
@@ -357,12 +203,10 @@ async fn patch_applies_json_patch_operations() {
     assert!(applied.get("ttl-copy-is-removed").is_none());
 }
 
-/// Every way a request can be refused before the manager is asked, with its status and a
-/// fragment of the body.
-#[tokio::test]
-async fn refused_requests() {
-    let f = Fixture::new();
-    let cases: Vec<(Request<Body>, StatusCode, &str)> = vec![
+/// Ways a request can be refused before the manager is asked, with its status and a fragment
+/// of the body: bodies, configurations and pointers ([`more_refusals`] has the rest).
+fn refusals() -> Vec<(Request<Body>, StatusCode, &'static str)> {
+    vec![
         // The body is not JSON.
         (
             with_body("PUT", "/v1/config/workers", "application/json", "{"),
@@ -438,6 +282,12 @@ async fn refused_requests() {
             StatusCode::NOT_FOUND,
             "",
         ),
+    ]
+}
+
+/// Refusals of patches, media types, methods and cache clears; see [`refusals`].
+fn more_refusals() -> Vec<(Request<Body>, StatusCode, &'static str)> {
+    vec![
         // A malformed patch.
         (
             json_body("PATCH", "/v1/config", json!({"op": "replace"})),
@@ -503,8 +353,14 @@ async fn refused_requests() {
             "no running worker",
         ),
         (request("GET", "/no/such/route"), StatusCode::NOT_FOUND, ""),
-    ];
-    for (request, status, fragment) in cases {
+    ]
+}
+
+/// Every refusal of [`refusals`] and [`more_refusals`] is answered as it says, and none reaches the manager.
+#[tokio::test]
+async fn refused_requests() {
+    let f = fixture().await;
+    for (request, status, fragment) in refusals().into_iter().chain(more_refusals()) {
         let what = format!("{} {}", request.method(), request.uri());
         let r = f.send(request).await;
         assert_eq!(r.status, status, "{what}: {}", r.text());
@@ -517,7 +373,7 @@ async fn refused_requests() {
 
 #[tokio::test]
 async fn bodies_over_the_limit_get_413() {
-    let f = Fixture::new();
+    let f = fixture().await;
     let big = format!("\"{}\"", "x".repeat(knot_resolver::api::server::BODY_LIMIT));
     let r = f
         .send(with_body(
@@ -532,7 +388,7 @@ async fn bodies_over_the_limit_get_413() {
 
 #[tokio::test]
 async fn processes_filters() {
-    let f = Fixture::new();
+    let f = fixture().await;
     for path in [
         "/processes",
         "/processes/all",
@@ -553,7 +409,7 @@ async fn processes_filters() {
 
 #[tokio::test]
 async fn probes_and_static_routes() {
-    let f = Fixture::new();
+    let f = fixture().await;
     // No worker exists yet: neither alive (no DNS) nor ready.
     let r = f.send(request("GET", "/livez")).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -583,24 +439,48 @@ async fn probes_and_static_routes() {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
+/// Path parameters are the types the document lists: a value none of them names is the route's
+/// own answer, whatever the rest of the request.
+#[tokio::test]
+async fn path_parameters_outside_their_types_get_the_routes_answers() {
+    let mut f = fixture().await;
+    let r = f.send(request("GET", "/processes/Kresd")).await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (StatusCode::BAD_REQUEST, "Invalid process type 'Kresd'\n")
+    );
+    let r = f.send(request("GET", "/processes/%6Bresd")).await;
+    assert_eq!(r.status, StatusCode::OK, "percent-decoded: {}", r.text());
+    // With fault injection on, a crash kind none of the three is 404 as the route being off is
+    // (and nothing crashes).
+    f.state.fault_injection = true;
+    for how in ["explode", "Abort", ""] {
+        let r = f
+            .send(request("POST", &format!("/debug/crash-manager/{how}")))
+            .await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{how}: {}", r.text());
+        assert!(r.body.is_empty(), "{how}: {}", r.text());
+    }
+}
+
 #[tokio::test]
 async fn reload_and_renew_wait_for_the_manager() {
-    let mut f = Fixture::new();
-    let router = app(f.state.clone());
-    let manager = async {
-        match f.commands.recv().await {
-            Some(ManagerCommand::Renew {
-                restart: Restart::Always,
-                origin: knot_resolver::events::Origin::Api,
-                reply,
-            }) => {
-                let _ = reply.send(Ok(ChangePlan::default()));
-            }
-            other => panic!("expected a forced renew, got {other:?}"),
-        }
-    };
-    let (r, ()) = tokio::join!(router.oneshot(request("POST", "/renew/force")), manager);
-    let r = Reply::read(r.expect("infallible")).await;
+    let mut f = fixture().await;
+    let (r, ()) = f
+        .with_manager(
+            request("POST", "/renew/force"),
+            |command, _| match command {
+                ManagerCommand::Renew {
+                    restart: Restart::Always,
+                    origin: knot_resolver::events::Origin::Api,
+                    reply,
+                } => {
+                    let _ = reply.send(Ok(ChangePlan::default()));
+                }
+                other => panic!("expected a forced renew, got {other:?}"),
+            },
+        )
+        .await;
     assert_eq!(
         (r.status, r.text().as_str()),
         (StatusCode::OK, "Renewing configuration...")
@@ -617,7 +497,7 @@ async fn reload_and_renew_wait_for_the_manager() {
 
 #[tokio::test]
 async fn stop_cancels_the_daemon() {
-    let f = Fixture::new();
+    let f = fixture().await;
     let r = f.send(request("POST", "/stop")).await;
     assert_eq!(r.status, StatusCode::OK);
     assert!(f.state.stop.is_cancelled());
@@ -625,7 +505,7 @@ async fn stop_cancels_the_daemon() {
 
 #[tokio::test(start_paused = true)]
 async fn a_change_the_manager_never_answers_times_out() {
-    let f = Fixture::new();
+    let f = fixture().await;
     // The manager receives the command but never replies.
     let started = tokio::time::Instant::now();
     let r = f.send(request("POST", "/reload")).await;
@@ -675,7 +555,7 @@ fn removed(n: usize) -> knot_resolver::events::Event {
 
 #[tokio::test]
 async fn a_follower_that_stops_reading_is_cut_and_publishing_never_waits() {
-    let f = Fixture::new();
+    let f = fixture().await;
     let (status, mut body) = open_events(&f, "/events", &[]).await;
     assert_eq!(status, StatusCode::OK);
     // Ten thousand events while the client reads nothing.
@@ -705,7 +585,7 @@ async fn a_follower_that_stops_reading_is_cut_and_publishing_never_waits() {
 
 #[tokio::test]
 async fn a_follower_resumes_after_its_last_event_id_and_followers_are_capped() {
-    let f = Fixture::new();
+    let f = fixture().await;
     let ids: Vec<String> = (0..3)
         .map(|n| f.state.events.publish(removed(n)).to_string())
         .collect();
@@ -754,7 +634,7 @@ async fn a_follower_resumes_after_its_last_event_id_and_followers_are_capped() {
 
 #[tokio::test(start_paused = true)]
 async fn an_event_stream_outlives_the_request_time_limit_and_ends_at_the_stop() {
-    let f = Fixture::new();
+    let f = fixture().await;
     let (status, mut body) = open_events(&f, "/events", &[]).await;
     assert_eq!(status, StatusCode::OK);
     // Past the time limit of a GET (the paused clock jumps there).
@@ -801,8 +681,8 @@ fn from(peer: &Peer, mut request: Request<Body>) -> Request<Body> {
 
 impl Fixture {
     /// A fixture whose unix socket gives roles by the groups above.
-    fn with_groups() -> Fixture {
-        let mut f = Fixture::new();
+    async fn with_groups() -> Fixture {
+        let mut f = fixture().await;
         f.state.guard = Arc::new(Guard {
             tcp: TcpGuard::default(),
             unix: UnixRoles::new(
@@ -817,8 +697,8 @@ impl Fixture {
     }
 
     /// A fixture listening on TCP 127.0.0.1:5000 with an admin and a read-only token.
-    fn with_tokens() -> Fixture {
-        let mut f = Fixture::new();
+    async fn with_tokens() -> Fixture {
+        let mut f = fixture().await;
         f.state.guard = Arc::new(Guard {
             tcp: TcpGuard {
                 endpoint: Some("127.0.0.1:5000".parse().expect("addr")),
@@ -864,7 +744,7 @@ async fn admins_by_uid_or_group_read_and_change() {
         unix_peer(1000, 1000, &[READER_GID, ADMIN_GID]),
     ];
     for (n, peer) in admins.iter().enumerate() {
-        let mut f = Fixture::with_groups();
+        let mut f = Fixture::with_groups().await;
         let r = f.send(from(peer, request("GET", "/v1/config"))).await;
         assert_eq!(r.status, StatusCode::OK, "{peer}");
         let (r, applied) = f
@@ -884,7 +764,7 @@ async fn a_reader_reads_and_every_change_is_403() {
         unix_peer(1000, 1000, &[READER_GID]),
         unix_peer(1000, READER_GID, &[]),
     ] {
-        let mut f = Fixture::with_groups();
+        let mut f = Fixture::with_groups().await;
         let before = f.send(from(&peer, request("GET", "/v1/config"))).await;
         assert_eq!(before.status, StatusCode::OK, "{peer}");
         for path in [
@@ -934,7 +814,7 @@ async fn a_reader_reads_and_every_change_is_403() {
 
 #[tokio::test]
 async fn a_peer_in_neither_group_gets_403_for_everything() {
-    let mut f = Fixture::with_groups();
+    let mut f = Fixture::with_groups().await;
     for peer in [unix_peer(1000, 1000, &[27, 100]), Peer::Unknown] {
         let r = f.refused(from(&peer, request("GET", "/v1/config"))).await;
         assert_eq!(r.status, StatusCode::FORBIDDEN);
@@ -957,7 +837,7 @@ async fn a_peer_in_neither_group_gets_403_for_everything() {
 
 #[tokio::test]
 async fn without_groups_every_unix_peer_is_an_admin() {
-    let mut f = Fixture::new();
+    let mut f = fixture().await;
     let peer = unix_peer(1000, 1000, &[]);
     let (r, _) = f
         .change(
@@ -970,7 +850,7 @@ async fn without_groups_every_unix_peer_is_an_admin() {
 
 #[tokio::test]
 async fn tcp_tokens_give_their_roles() {
-    let mut f = Fixture::with_tokens();
+    let mut f = Fixture::with_tokens().await;
     // The read-only token reads, and changes nothing.
     let before = f
         .send(over_tcp(
@@ -1036,7 +916,7 @@ async fn tcp_tokens_give_their_roles() {
 #[tokio::test]
 async fn readers_cannot_take_the_event_streams_kept_for_admins() {
     use knot_resolver::events::{MAX_FOLLOWERS, RESERVED_FOLLOWERS};
-    let mut f = Fixture::new();
+    let mut f = fixture().await;
     let groups = ApiGroups {
         admin: Some(10),
         read_only: Some(20),

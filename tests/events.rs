@@ -106,7 +106,7 @@ fn a_follower_sees_crashes_and_changes_and_resumes_exactly_after_its_last_id() {
     assert_eq!(resp.status, 200, "{}", resp.text());
     let (_, applied) = wait_for(&mut first, &mut seen, "config-applied", |_| true);
     assert_eq!(applied["cause"], "api");
-    assert_eq!(applied["sections"], json!(["local-data"]));
+    assert_eq!(applied["changed"], json!(["local-data"]));
     assert_eq!(applied["workers"]["action"], "rules-reset");
 
     // A change refused by the canary, with its reason.
@@ -149,14 +149,14 @@ fn a_follower_sees_crashes_and_changes_and_resumes_exactly_after_its_last_id() {
         d["origin"] == "api"
     });
     wait_for(&mut witness, &mut witnessed, "config-applied", |d| {
-        d["cause"] == "reload" && d["sections"] == json!(["local-data"])
+        d["cause"] == "reload" && d["changed"] == json!(["local-data"])
     });
     r.launched.signal(Signal::SIGHUP).expect("SIGHUP");
     wait_for(&mut witness, &mut witnessed, "config-reloading", |d| {
         d["origin"] == "signal"
     });
     wait_for(&mut witness, &mut witnessed, "config-applied", |d| {
-        d["cause"] == "reload" && d["sections"] == json!([])
+        d["cause"] == "reload" && d["changed"] == json!([])
     });
     let old = kill_worker(&r);
     wait_replaced(&mut witness, &mut witnessed, old);

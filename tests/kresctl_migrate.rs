@@ -1,6 +1,6 @@
 //! `kresctl migrate` against upstream's `kresctl migrate` (6.5.0, in the test bed) on
 //! old-style configurations: the same `removed`/`added` lines in the same order and the same
-//! document. Cases where upstream loses information are unit tests in `kresctl::migrate`.
+//! document. Cases where upstream loses information are unit tests in `kresctl::commands::migrate`.
 
 use std::path::Path;
 use std::process::Command;

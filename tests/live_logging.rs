@@ -166,7 +166,7 @@ fn logging_changes_reach_running_workers_live_under_load() {
         vec![(json!("debug"), json!({})); 2]
     );
     let event = applied(&mut events);
-    assert_eq!(event["sections"], json!(["logging"]), "{event:#}");
+    assert_eq!(event["changed"], json!(["logging"]), "{event:#}");
     assert_eq!(
         event["workers"],
         json!({"action": "live", "workers": ["kresd0", "kresd1"], "restarted": [], "rules-reset": false}),

@@ -8,56 +8,94 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 use serde_json::Value;
 
 use super::error::{ApiError, BodyError};
 use super::openapi::ConfigDocument;
 use super::pointer;
+use super::responses::{ConfigConditions, ConfigDelete, ConfigDeleteAll, ConfigPatch, ConfigPut};
 use super::ApiState;
 use crate::config::{self, LoadedConfig};
-use crate::etag::{etag, header_matches};
-use crate::manager::plan::{ChangePlan, GcChange, RulesChange, WorkerChange};
+use crate::etag::{etag, tag_list, tags_name};
+use crate::manager::plan::Stage;
 use crate::manager::ChangeError;
+use crate::wire::change::DryRun;
 
 /// How many times a change without `If-Match` is recomputed when another change won the race.
 const CONFLICT_RETRIES: usize = 3;
 
-/// The JSON pointer a request below `/v1/config/` addresses: `/a/b` for `/v1/config/a/b`.
-fn pointer_of(rest: &str) -> String {
-    format!("/{rest}")
+/// What a request asks of the configuration: a read or a change. A matching `If-None-Match`
+/// answers 304 to a read, 412 to a change.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Change,
 }
 
-/// The preconditions of a request against the current ETag: `If-Match` failing is 412;
-/// `If-None-Match` matching is 304 for a read and 412 for a change. Returns whether an
-/// `If-Match` was given (and matched).
-fn check_preconditions(headers: &HeaderMap, tag: &str, read: bool) -> Result<bool, ApiError> {
-    let if_match = header_matches(headers, "if-match", tag);
-    let failed = |status| ApiError::Precondition {
-        status,
-        etag: tag.to_owned(),
-    };
-    if if_match == Some(false) {
-        return Err(failed(StatusCode::PRECONDITION_FAILED));
+/// `If-Match` and `If-None-Match`: each the list of ETags a request names (every value of the
+/// header, comma-separated), or `None` when the request has none.
+#[derive(Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct Preconditions {
+    /// Answer only if the configuration's ETag is one of these (or `*`); 412 otherwise.
+    #[param(rename = "If-Match")]
+    if_match: Option<String>,
+    /// Answer only if the configuration's ETag is none of these: 304 for a read, 412 for a
+    /// change otherwise.
+    #[param(rename = "If-None-Match")]
+    if_none_match: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Preconditions {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Preconditions {
+            if_match: tag_list(&parts.headers, header::IF_MATCH),
+            if_none_match: tag_list(&parts.headers, header::IF_NONE_MATCH),
+        })
     }
-    if header_matches(headers, "if-none-match", tag) == Some(true) {
-        return Err(failed(if read {
-            StatusCode::NOT_MODIFIED
-        } else {
-            StatusCode::PRECONDITION_FAILED
-        }));
+}
+
+impl Preconditions {
+    /// Check the preconditions against the current ETag: `If-Match` failing is 412;
+    /// `If-None-Match` matching is 304 for a read and 412 for a change. Returns whether an
+    /// `If-Match` was given (and matched).
+    fn check(&self, tag: &str, access: Access) -> Result<bool, ApiError> {
+        let failed = |status| ApiError::Precondition {
+            status,
+            etag: tag.to_owned(),
+        };
+        if self.if_match.as_deref().is_some_and(|l| !tags_name(l, tag)) {
+            return Err(failed(StatusCode::PRECONDITION_FAILED));
+        }
+        if self
+            .if_none_match
+            .as_deref()
+            .is_some_and(|l| tags_name(l, tag))
+        {
+            return Err(failed(match access {
+                Access::Read => StatusCode::NOT_MODIFIED,
+                Access::Change => StatusCode::PRECONDITION_FAILED,
+            }));
+        }
+        Ok(self.if_match.is_some())
     }
-    Ok(if_match.is_some())
 }
 
 /// `GET` (and `HEAD`): the whole document, or the value at the pointer.
-async fn read(state: &ApiState, headers: &HeaderMap, ptr: &str) -> Result<Response, ApiError> {
+async fn read(
+    state: &ApiState,
+    conditions: &Preconditions,
+    ptr: &str,
+) -> Result<Response, ApiError> {
     let current = state.manager.config();
     let rendered = state.rendered.get(&current);
-    check_preconditions(headers, &rendered.etag, true)?;
+    conditions.check(&rendered.etag, Access::Read)?;
     let body = if ptr.is_empty() {
         axum::body::Bytes::clone(&rendered.json)
     } else {
@@ -74,21 +112,18 @@ async fn read(state: &ApiState, headers: &HeaderMap, ptr: &str) -> Result<Respon
     get,
     path = "/v1/config",
     tag = "config",
-    params(IfMatch, IfNoneMatch),
+    params(Preconditions),
     responses(
         (status = 200, description = "The configuration.", body = ConfigDocument,
          headers(("ETag" = String, description = "The configuration's structural ETag."))),
-        (status = 304, description = "`If-None-Match` matched; empty body.",
-         headers(("ETag" = String, description = "The configuration's structural ETag."))),
-        (status = 412, description = "`If-Match` did not match; empty body.",
-         headers(("ETag" = String, description = "The configuration's structural ETag."))),
+        ConfigConditions,
     ),
 )]
 pub async fn get_document(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    conditions: Preconditions,
 ) -> Result<Response, ApiError> {
-    read(&state, &headers, "").await
+    read(&state, &conditions, "").await
 }
 
 /// The value at a JSON pointer into the running configuration.
@@ -96,28 +131,25 @@ pub async fn get_document(
     get,
     path = "/v1/config/{*pointer}",
     tag = "config",
-    params(PointerParam, IfMatch, IfNoneMatch),
+    params(PointerParam, Preconditions),
     responses(
         (status = 200, description = "The value (any JSON).", body = Value,
-         headers(("ETag" = String, description = "The configuration's structural ETag."))),
-        (status = 304, description = "`If-None-Match` matched; empty body.",
          headers(("ETag" = String, description = "The configuration's structural ETag."))),
         (status = 400, description = "An array index that is not a number.", body = String,
          content_type = "text/plain"),
         (status = 404, description = "Nothing at the pointer.", body = String,
          content_type = "text/plain", example = "nothing at /cache/nothing\n"),
-        (status = 412, description = "`If-Match` did not match; empty body.",
-         headers(("ETag" = String, description = "The configuration's structural ETag."))),
         (status = 500, description = "The value could not be serialised.", body = String,
          content_type = "text/plain"),
+        ConfigConditions,
     ),
 )]
 pub async fn get_value(
     State(state): State<ApiState>,
-    headers: HeaderMap,
-    Path(rest): Path<String>,
+    conditions: Preconditions,
+    Path(at): Path<PointerParam>,
 ) -> Result<Response, ApiError> {
-    read(&state, &headers, &pointer_of(&rest)).await
+    read(&state, &conditions, &at.pointer()).await
 }
 
 /// The query of a change: `?dry-run=true` asks what it would do.
@@ -132,15 +164,44 @@ pub struct ChangeQuery {
     dry_run: bool,
 }
 
+/// What every change of the document starts from: the state, the request's preconditions and
+/// its query.
+pub struct ChangeRequest {
+    /// What the handlers can see and do.
+    state: ApiState,
+    /// `If-Match` / `If-None-Match`.
+    conditions: Preconditions,
+    /// `?dry-run`.
+    query: ChangeQuery,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ChangeRequest
+where
+    ApiState: axum::extract::FromRef<S>,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let Query(query) = Query::<ChangeQuery>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Ok(conditions) = Preconditions::from_request_parts(parts, state).await;
+        Ok(ChangeRequest {
+            state: axum::extract::FromRef::from_ref(state),
+            conditions,
+            query,
+        })
+    }
+}
+
 /// `PUT`: replace (or add) the value at the pointer with the body.
 async fn put(
-    state: &ApiState,
+    request: &ChangeRequest,
     headers: &HeaderMap,
-    query: &ChangeQuery,
     ptr: &str,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    change(state, headers, query, |doc| {
+    change(request, |doc| {
         let value = parse_body(headers, body)?;
         let mut doc = doc.clone();
         pointer::put(&mut doc, ptr, value)?;
@@ -158,7 +219,7 @@ async fn put(
     put,
     path = "/v1/config",
     tag = "config",
-    params(ChangeQuery, IfMatch, IfNoneMatch),
+    params(ChangeQuery, Preconditions),
     request_body(
         description = "The new configuration.",
         content(
@@ -167,31 +228,14 @@ async fn put(
             (ConfigDocument = "application/toml"),
         ),
     ),
-    responses(
-        (status = 200, description = "Applied (empty body), or, with `dry-run=true`, what the \
-change would do.", body = DryRun, headers(("ETag" = String, description = "The ETag of the configuration the change made (with `dry-run`: would make, also in the body)."))),
-        (status = 400, description = CHANGE_400, body = String, content_type = "text/plain"),
-        (status = 404, description = "The parent of the pointer does not exist.",
-         body = String, content_type = "text/plain"),
-        (status = 409, description = CHANGE_409, body = String, content_type = "text/plain"),
-        (status = 412, description = CHANGE_412, headers(("ETag" = String, description = "The configuration's structural ETag."))),
-        (status = 413, description = "The body is larger than the limit.", body = String,
-         content_type = "text/plain"),
-        (status = 415, description = "A `Content-Type` that is none of JSON, YAML, TOML.",
-         body = String, content_type = "text/plain"),
-        (status = 500, description = "Applying failed.", body = String,
-         content_type = "text/plain"),
-        (status = 503, description = "The manager is not running.", body = String,
-         content_type = "text/plain"),
-    ),
+    responses(ConfigPut),
 )]
 pub async fn put_document(
-    State(state): State<ApiState>,
+    request: ChangeRequest,
     headers: HeaderMap,
-    Query(query): Query<ChangeQuery>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    put(&state, &headers, &query, "", &body).await
+    put(&request, &headers, "", &body).await
 }
 
 /// Replace or add the value at a JSON pointer.
@@ -202,7 +246,7 @@ pub async fn put_document(
     put,
     path = "/v1/config/{*pointer}",
     tag = "config",
-    params(PointerParam, ChangeQuery, IfMatch, IfNoneMatch),
+    params(PointerParam, ChangeQuery, Preconditions),
     request_body(
         description = "The new value at the pointer: any JSON value (a subtree of the \
 configuration).",
@@ -212,42 +256,20 @@ configuration).",
             (Value = "application/toml"),
         ),
     ),
-    responses(
-        (status = 200, description = "Applied (empty body), or, with `dry-run=true`, what the \
-change would do.", body = DryRun, headers(("ETag" = String, description = "The ETag of the configuration the change made (with `dry-run`: would make, also in the body)."))),
-        (status = 400, description = CHANGE_400, body = String, content_type = "text/plain"),
-        (status = 404, description = "The parent of the pointer does not exist.",
-         body = String, content_type = "text/plain"),
-        (status = 409, description = CHANGE_409, body = String, content_type = "text/plain"),
-        (status = 412, description = CHANGE_412, headers(("ETag" = String, description = "The configuration's structural ETag."))),
-        (status = 413, description = "The body is larger than the limit.", body = String,
-         content_type = "text/plain"),
-        (status = 415, description = "A `Content-Type` that is none of JSON, YAML, TOML.",
-         body = String, content_type = "text/plain"),
-        (status = 500, description = "Applying failed.", body = String,
-         content_type = "text/plain"),
-        (status = 503, description = "The manager is not running.", body = String,
-         content_type = "text/plain"),
-    ),
+    responses(ConfigPut),
 )]
 pub async fn put_value(
-    State(state): State<ApiState>,
+    request: ChangeRequest,
     headers: HeaderMap,
-    Query(query): Query<ChangeQuery>,
-    Path(rest): Path<String>,
+    Path(at): Path<PointerParam>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    put(&state, &headers, &query, &pointer_of(&rest), &body).await
+    put(&request, &headers, &at.pointer(), &body).await
 }
 
 /// `DELETE`: remove the value at the pointer.
-async fn delete(
-    state: &ApiState,
-    headers: &HeaderMap,
-    query: &ChangeQuery,
-    ptr: &str,
-) -> Result<Response, ApiError> {
-    change(state, headers, query, |doc| {
+async fn delete(request: &ChangeRequest, ptr: &str) -> Result<Response, ApiError> {
+    change(request, |doc| {
         let mut doc = doc.clone();
         pointer::remove(&mut doc, ptr)?;
         Ok(doc)
@@ -260,25 +282,11 @@ async fn delete(
     delete,
     path = "/v1/config",
     tag = "config",
-    params(ChangeQuery, IfMatch, IfNoneMatch),
-    responses(
-        (status = 200, description = "Applied (empty body), or, with `dry-run=true`, what the \
-change would do.", body = DryRun, headers(("ETag" = String, description = "The ETag of the configuration the change made (with `dry-run`: would make, also in the body)."))),
-        (status = 400, description = CHANGE_400, body = String, content_type = "text/plain"),
-        (status = 409, description = CHANGE_409, body = String, content_type = "text/plain"),
-        (status = 412, description = CHANGE_412, headers(("ETag" = String, description = "The configuration's structural ETag."))),
-        (status = 500, description = "Applying failed.", body = String,
-         content_type = "text/plain"),
-        (status = 503, description = "The manager is not running.", body = String,
-         content_type = "text/plain"),
-    ),
+    params(ChangeQuery, Preconditions),
+    responses(ConfigDeleteAll)
 )]
-pub async fn delete_document(
-    State(state): State<ApiState>,
-    headers: HeaderMap,
-    Query(query): Query<ChangeQuery>,
-) -> Result<Response, ApiError> {
-    delete(&state, &headers, &query, "").await
+pub async fn delete_document(request: ChangeRequest) -> Result<Response, ApiError> {
+    delete(&request, "").await
 }
 
 /// Remove the value at a JSON pointer.
@@ -286,38 +294,23 @@ pub async fn delete_document(
     delete,
     path = "/v1/config/{*pointer}",
     tag = "config",
-    params(PointerParam, ChangeQuery, IfMatch, IfNoneMatch),
-    responses(
-        (status = 200, description = "Applied (empty body), or, with `dry-run=true`, what the \
-change would do.", body = DryRun, headers(("ETag" = String, description = "The ETag of the configuration the change made (with `dry-run`: would make, also in the body)."))),
-        (status = 400, description = CHANGE_400, body = String, content_type = "text/plain"),
-        (status = 404, description = "Nothing at the pointer.", body = String,
-         content_type = "text/plain"),
-        (status = 409, description = CHANGE_409, body = String, content_type = "text/plain"),
-        (status = 412, description = CHANGE_412, headers(("ETag" = String, description = "The configuration's structural ETag."))),
-        (status = 500, description = "Applying failed.", body = String,
-         content_type = "text/plain"),
-        (status = 503, description = "The manager is not running.", body = String,
-         content_type = "text/plain"),
-    ),
+    params(PointerParam, ChangeQuery, Preconditions),
+    responses(ConfigDelete)
 )]
 pub async fn delete_value(
-    State(state): State<ApiState>,
-    headers: HeaderMap,
-    Query(query): Query<ChangeQuery>,
-    Path(rest): Path<String>,
+    request: ChangeRequest,
+    Path(at): Path<PointerParam>,
 ) -> Result<Response, ApiError> {
-    delete(&state, &headers, &query, &pointer_of(&rest)).await
+    delete(&request, &at.pointer()).await
 }
 
 /// `PATCH`: apply the body, a JSON Patch (RFC 6902), to the whole document.
 async fn patch(
-    state: &ApiState,
+    request: &ChangeRequest,
     headers: &HeaderMap,
-    query: &ChangeQuery,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    change(state, headers, query, |doc| {
+    change(request, |doc| {
         let ops = parse_body(headers, body)?;
         Ok(pointer::patch(doc, &ops)?)
     })
@@ -329,7 +322,7 @@ async fn patch(
     patch,
     path = "/v1/config",
     tag = "config",
-    params(ChangeQuery, IfMatch, IfNoneMatch),
+    params(ChangeQuery, Preconditions),
     request_body(
         description = "A JSON Patch: an array of operations (`add`, `remove`, `replace`, \
 `move`, `copy`, `test`) on the whole document.",
@@ -338,28 +331,14 @@ async fn patch(
             (Vec<Value> = "application/json-patch+json"),
         ),
     ),
-    responses(
-        (status = 200, description = "Applied (empty body), or, with `dry-run=true`, what the \
-change would do.", body = DryRun, headers(("ETag" = String, description = "The ETag of the configuration the change made (with `dry-run`: would make, also in the body)."))),
-        (status = 400, description = PATCH_400, body = String, content_type = "text/plain"),
-        (status = 409, description = PATCH_409, body = String, content_type = "text/plain"),
-        (status = 412, description = CHANGE_412, headers(("ETag" = String, description = "The configuration's structural ETag."))),
-        (status = 413, description = PATCH_413, body = String, content_type = "text/plain"),
-        (status = 415, description = "A `Content-Type` that is none of JSON, YAML, TOML.",
-         body = String, content_type = "text/plain"),
-        (status = 500, description = "Applying failed.", body = String,
-         content_type = "text/plain"),
-        (status = 503, description = "The manager is not running.", body = String,
-         content_type = "text/plain"),
-    ),
+    responses(ConfigPatch),
 )]
 pub async fn patch_document(
-    State(state): State<ApiState>,
+    request: ChangeRequest,
     headers: HeaderMap,
-    Query(query): Query<ChangeQuery>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    patch(&state, &headers, &query, &body).await
+    patch(&request, &headers, &body).await
 }
 
 /// Apply a JSON Patch to the whole configuration (the pointer is not used).
@@ -370,7 +349,7 @@ pub async fn patch_document(
     patch,
     path = "/v1/config/{*pointer}",
     tag = "config",
-    params(PointerParam, ChangeQuery, IfMatch, IfNoneMatch),
+    params(PointerParam, ChangeQuery, Preconditions),
     request_body(
         description = "A JSON Patch on the whole document.",
         content(
@@ -378,77 +357,31 @@ pub async fn patch_document(
             (Vec<Value> = "application/json-patch+json"),
         ),
     ),
-    responses(
-        (status = 200, description = "Applied (empty body), or, with `dry-run=true`, what the \
-change would do.", body = DryRun, headers(("ETag" = String, description = "The ETag of the configuration the change made (with `dry-run`: would make, also in the body)."))),
-        (status = 400, description = PATCH_400, body = String, content_type = "text/plain"),
-        (status = 409, description = PATCH_409, body = String, content_type = "text/plain"),
-        (status = 412, description = CHANGE_412, headers(("ETag" = String, description = "The configuration's structural ETag."))),
-        (status = 413, description = PATCH_413, body = String, content_type = "text/plain"),
-        (status = 415, description = "A `Content-Type` that is none of JSON, YAML, TOML.",
-         body = String, content_type = "text/plain"),
-        (status = 500, description = "Applying failed.", body = String,
-         content_type = "text/plain"),
-        (status = 503, description = "The manager is not running.", body = String,
-         content_type = "text/plain"),
-    ),
+    responses(ConfigPatch),
 )]
 pub async fn patch_value(
-    State(state): State<ApiState>,
+    request: ChangeRequest,
     headers: HeaderMap,
-    Query(query): Query<ChangeQuery>,
-    Path(_rest): Path<String>,
+    Path(_): Path<PointerParam>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    patch(&state, &headers, &query, &body).await
-}
-
-const CHANGE_400: &str = "The body does not parse (or is not UTF-8), the pointer is \
-malformed, `dry-run` is not a boolean, the resulting configuration is invalid (every error is \
-listed: `Configuration validation error detected:`), or the manager refused it (an immutable \
-section changed, the canary or the policy-loader failed, a socket could not be bound, a rolling \
-restart was rolled back: `Configuration validation failed:`).";
-const CHANGE_409: &str = "The configuration kept changing under the request (another change won \
-the race every time); try again.";
-const CHANGE_412: &str = "`If-Match` did not match, `If-None-Match` matched, or, with \
-`If-Match`, another change won the race; empty body, the current ETag in `ETag`.";
-const PATCH_400: &str = "The body does not parse, an operation is malformed or names \
-nothing, `dry-run` is not a boolean, or the resulting configuration is invalid or refused (as \
-for `PUT`).";
-const PATCH_409: &str = "A `test` operation failed, or the configuration kept changing under \
-the request.";
-const PATCH_413: &str = "The body is larger than the limit, or the document would outgrow the \
-bounds of a configuration.";
-
-/// `If-Match`.
-#[derive(utoipa::IntoParams)]
-#[into_params(parameter_in = Header)]
-#[allow(dead_code)] // Only described: the handlers read the headers.
-struct IfMatch {
-    /// Answer only if the configuration's ETag is one of these (or `*`); 412 otherwise.
-    #[param(rename = "If-Match")]
-    if_match: Option<String>,
-}
-
-/// `If-None-Match`.
-#[derive(utoipa::IntoParams)]
-#[into_params(parameter_in = Header)]
-#[allow(dead_code)] // Only described: the handlers read the headers.
-struct IfNoneMatch {
-    /// Answer only if the configuration's ETag is none of these: 304 for a read, 412 for a
-    /// change otherwise.
-    #[param(rename = "If-None-Match")]
-    if_none_match: Option<String>,
+    patch(&request, &headers, &body).await
 }
 
 /// The pointer of the routes below `/v1/config/`.
-#[derive(utoipa::IntoParams)]
+#[derive(serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code)] // Only described: the handlers extract the path.
-struct PointerParam {
+pub struct PointerParam {
     /// A JSON pointer (RFC 6901) without its leading `/`, which may hold more `/`:
     /// `/v1/config/network/listen/0` addresses `/network/listen/0`.
     pointer: String,
+}
+
+impl PointerParam {
+    /// The JSON pointer the request addresses: `/a/b` for `/v1/config/a/b`.
+    fn pointer(&self) -> String {
+        format!("/{}", self.pointer)
+    }
 }
 
 /// Check the preconditions, compute the new document from the current one with `edit` (which
@@ -456,15 +389,18 @@ struct PointerParam {
 /// manager apply it. When another change won the race in between, a request without
 /// `If-Match` is recomputed (up to [`CONFLICT_RETRIES`] times); one with it gets 412.
 async fn change(
-    state: &ApiState,
-    headers: &HeaderMap,
-    query: &ChangeQuery,
+    request: &ChangeRequest,
     edit: impl Fn(&Value) -> Result<Value, ApiError>,
 ) -> Result<Response, ApiError> {
+    let ChangeRequest {
+        state,
+        conditions,
+        query,
+    } = request;
     for _ in 0..CONFLICT_RETRIES {
         let current = state.manager.config();
         let tag = state.rendered.get(&current).etag.clone();
-        let conditional = check_preconditions(headers, &tag, false)?;
+        let conditional = conditions.check(&tag, Access::Change)?;
         let doc = edit(&current.raw)?;
         let model = config::validate(&doc, &state.validation).map_err(ApiError::Invalid)?;
         let new_tag = etag(&doc);
@@ -478,7 +414,7 @@ async fn change(
             Ok(plan) if query.dry_run => {
                 return Ok(super::json_value(
                     StatusCode::OK,
-                    &dry_run_answer(&plan, &new_tag),
+                    &DryRun::new(plan.summary(Stage::DryRun), new_tag),
                 ))
             }
             Ok(_) => return Ok(with_etag(StatusCode::OK.into_response(), &new_tag)),
@@ -493,88 +429,6 @@ async fn change(
         }
     }
     Err(ApiError::KeptChanging)
-}
-
-/// What a dry run answers: what the change would do, and the ETag the result would have.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "kebab-case")]
-pub struct DryRun {
-    /// Always `true`.
-    dry_run: bool,
-    /// The sections the change touches.
-    changed: Vec<&'static str>,
-    /// What the workers would go through.
-    workers: WorkersAction,
-    /// Whether the cache garbage collector would be replaced.
-    cache_gc: GcAction,
-    /// The ETag the configuration would have.
-    etag: String,
-}
-
-/// What a change does to the workers.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-#[serde(tag = "action", rename_all = "kebab-case")]
-pub enum WorkersAction {
-    /// The workers keep running; their rules are reloaded.
-    RulesReset,
-    /// The change reaches the running workers through their control sockets (a `logging`
-    /// change): no worker restarts.
-    Live {
-        /// The workers told, by name.
-        workers: Vec<String>,
-        /// Whether their rules are reloaded too.
-        #[serde(rename = "rules-reset")]
-        rules_reset: bool,
-    },
-    /// A rolling restart.
-    Restart {
-        /// Whether a canary worker tries the configuration first.
-        canary: bool,
-        /// Workers stopped (scale-down), restarted, started (scale-up), by name.
-        stop: Vec<String>,
-        restart: Vec<String>,
-        start: Vec<String>,
-        /// Shared-memory files removed first.
-        unlink: Vec<&'static str>,
-    },
-}
-
-/// What a change does to the cache garbage collector.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum GcAction {
-    Keep,
-    Replace,
-}
-
-fn dry_run_answer(plan: &ChangePlan, new_tag: &str) -> DryRun {
-    let names = |ids: &[crate::service::WorkerId]| -> Vec<String> {
-        ids.iter().map(|id| id.name()).collect()
-    };
-    let workers = match &plan.workers {
-        WorkerChange::ResetRules => WorkersAction::RulesReset,
-        WorkerChange::Live(live) => WorkersAction::Live {
-            workers: names(&live.workers),
-            rules_reset: live.rules == RulesChange::Reset,
-        },
-        WorkerChange::Roll(roll) => WorkersAction::Restart {
-            canary: roll.unlink.is_empty(),
-            stop: names(&roll.stop),
-            restart: names(&roll.restart),
-            start: names(&roll.start),
-            unlink: roll.unlink.iter().map(|s| s.file_name()).collect(),
-        },
-    };
-    DryRun {
-        dry_run: true,
-        changed: plan.changed.iter().map(|s| s.key()).collect(),
-        workers,
-        cache_gc: match plan.gc {
-            GcChange::Keep => GcAction::Keep,
-            GcChange::Replace => GcAction::Replace,
-        },
-        etag: new_tag.to_owned(),
-    }
 }
 
 /// The ETag and compact JSON of one configuration version.

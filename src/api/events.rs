@@ -10,8 +10,8 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
-use axum::http::HeaderMap;
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
 use axum::response::sse::{self, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
@@ -40,13 +40,25 @@ pub struct EventsQuery {
 /// `Last-Event-ID`.
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Header)]
-#[allow(dead_code)] // Only described: the handler reads the header.
-struct LastEventId {
+pub struct LastEventId {
     /// Resume after this event: the `id:` of the last event the client got. Events after it
     /// that the log still keeps come first; when some are gone, an `events-missed` notice
     /// precedes them. An id of another manager process (or none) starts from now.
     #[param(rename = "Last-Event-ID")]
     last_event_id: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for LastEventId {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
+        let last_event_id = parts
+            .headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        Ok(LastEventId { last_event_id })
+    }
 }
 
 /// Follow what the resolver does, as server-sent events.
@@ -75,7 +87,7 @@ struct LastEventId {
 pub async fn follow(
     State(state): State<ApiState>,
     role: Option<Extension<Role>>,
-    headers: HeaderMap,
+    header: LastEventId,
     Query(query): Query<EventsQuery>,
 ) -> Result<Response, ApiError> {
     // Admins may take the places kept in reserve: readers cannot hold every stream. A request
@@ -84,11 +96,7 @@ pub async fn follow(
         Some(Extension(Role::Admin)) => FollowerClass::Privileged,
         Some(Extension(Role::ReadOnly)) | None => FollowerClass::Ordinary,
     };
-    let header = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let last = header.or(query.last_event_id);
+    let last = header.last_event_id.or(query.last_event_id);
     let follower = state
         .events
         .follow(last.as_deref(), class)

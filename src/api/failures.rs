@@ -6,55 +6,11 @@
 
 use std::time::SystemTime;
 
-use serde::{Deserialize, Serialize};
 use supervisor::task::TaskHealth;
 
-/// The manager process's failures, as the root records them in its fd store for the next
-/// incarnation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct ProcessFailureRecord {
-    /// Failures of the manager process not yet forgiven by a stable run, the one before this
-    /// incarnation included.
-    pub failures: u32,
-    /// When the first of them happened, seconds since the epoch.
-    pub since: u64,
-    /// How the last one ended, as logged.
-    pub last: String,
-}
-
-/// The largest record read back.
-pub const MAX_RECORD: usize = 16 * 1024;
-
-impl ProcessFailureRecord {
-    /// A record as JSON text, `None` when it does not parse or is too large.
-    pub fn parse(bytes: &[u8]) -> Option<ProcessFailureRecord> {
-        if bytes.len() > MAX_RECORD {
-            return None;
-        }
-        serde_json::from_slice(bytes).ok()
-    }
-}
-
-/// The `failures` field of the manager's entry in `GET /processes`.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct ManagerFailures {
-    /// Failures of the manager process (crash, hang, kill) in the streak that preceded this
-    /// incarnation; 0 when it started after a stable run, or first.
-    pub process_failures: u32,
-    /// Failures of the manager task in this process (panic, error) not yet forgiven by a
-    /// stable run (60 s).
-    pub task_failures: u32,
-    /// Failures of the manager task in this process since it started, forgiven or not.
-    pub task_failures_total: u32,
-    /// When the first of the failures counted here happened, seconds since the epoch.
-    pub since: Option<f64>,
-    /// While the manager task waits in its restart backoff: when it runs again, seconds
-    /// since the epoch (changes wait until then).
-    pub next_attempt: Option<f64>,
-    /// The last failure, as logged.
-    pub last_failure: Option<String>,
-}
+// The record the root writes, which the daemon names here too.
+pub use crate::wire::failures::{ProcessFailureRecord, MAX_RECORD};
+use crate::wire::processes::ManagerFailures;
 
 impl ManagerFailures {
     /// What `/processes` shows, from the root's record and the task's health.
@@ -89,22 +45,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-
-    #[test]
-    fn the_record_reads_back_and_bounds_its_size() {
-        let record = ProcessFailureRecord {
-            failures: 3,
-            since: 1_700_000_000,
-            last: "killed by SIGKILL".into(),
-        };
-        let text = serde_json::to_vec(&record).expect("JSON");
-        assert_eq!(ProcessFailureRecord::parse(&text), Some(record));
-        assert_eq!(ProcessFailureRecord::parse(b"{"), None);
-        assert_eq!(
-            ProcessFailureRecord::parse(&vec![b' '; MAX_RECORD + 1]),
-            None
-        );
-    }
 
     #[test]
     fn both_kinds_of_failure_are_shown_with_the_earliest_start() {

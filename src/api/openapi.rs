@@ -43,6 +43,8 @@ impl utoipa::ToSchema for ConfigDocument {
 /// What the document says before any route is registered: title, tags, the security scheme.
 #[derive(utoipa::OpenApi)]
 #[openapi(
+    // The dry run's answer, which the change routes' families of answers refer to by name.
+    components(schemas(crate::wire::change::DryRun, crate::wire::change::ChangeSummary)),
     info(
         title = "Knot Resolver management API",
         license(name = "GPL-3.0-or-later", identifier = "GPL-3.0-or-later"),

@@ -39,8 +39,19 @@ fn join(tokens: &[String]) -> String {
         .collect()
 }
 
-fn array_index(token: &str, len: usize, allow_end: bool, at: &str) -> Result<usize, PointerError> {
-    if allow_end && token == "-" {
+/// Which places of an array a token may name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// An element that exists.
+    Element,
+    /// An element, or the end (`-` or the length): where an element is added.
+    ElementOrEnd,
+}
+
+/// The index a token names in an array of `len` elements; `at` is the pointer, for errors.
+fn array_index(token: &str, len: usize, place: Place, at: &str) -> Result<usize, PointerError> {
+    let end_allowed = place == Place::ElementOrEnd;
+    if end_allowed && token == "-" {
         return Ok(len);
     }
     let valid = !token.is_empty()
@@ -53,7 +64,7 @@ fn array_index(token: &str, len: usize, allow_end: bool, at: &str) -> Result<usi
     } else {
         return Err(PointerError::BadIndex(at.to_owned()));
     };
-    if idx < len || (allow_end && idx == len) {
+    if idx < len || (end_allowed && idx == len) {
         Ok(idx)
     } else {
         Err(PointerError::NotFound(at.to_owned()))
@@ -68,7 +79,7 @@ pub fn get<'a>(doc: &'a Value, pointer: &str) -> Result<&'a Value, PointerError>
         let at = join(&tokens[..=i]);
         cur = match cur {
             Value::Object(m) => m.get(t).ok_or(PointerError::NotFound(at))?,
-            Value::Array(a) => &a[array_index(t, a.len(), false, &at)?],
+            Value::Array(a) => &a[array_index(t, a.len(), Place::Element, &at)?],
             _ => return Err(PointerError::NotFound(at)),
         };
     }
@@ -83,7 +94,7 @@ fn parent_mut<'a>(doc: &'a mut Value, tokens: &[String]) -> Result<&'a mut Value
             Value::Object(m) => m.get_mut(t).ok_or(PointerError::NotFound(at))?,
             Value::Array(a) => {
                 let len = a.len();
-                &mut a[array_index(t, len, false, &at)?]
+                &mut a[array_index(t, len, Place::Element, &at)?]
             }
             _ => return Err(PointerError::NotFound(at)),
         };
@@ -106,7 +117,7 @@ pub fn add(doc: &mut Value, pointer: &str, value: Value) -> Result<(), PointerEr
             Ok(())
         }
         Value::Array(a) => {
-            let idx = array_index(last, a.len(), true, &at)?;
+            let idx = array_index(last, a.len(), Place::ElementOrEnd, &at)?;
             a.insert(idx, value);
             Ok(())
         }
@@ -120,7 +131,7 @@ pub fn put(doc: &mut Value, pointer: &str, value: Value) -> Result<(), PointerEr
     if let Some((last, parents)) = tokens.split_last() {
         if let Value::Array(a) = parent_mut(doc, parents)? {
             let at = join(&tokens);
-            let idx = array_index(last, a.len(), true, &at)?;
+            let idx = array_index(last, a.len(), Place::ElementOrEnd, &at)?;
             if idx < a.len() {
                 a[idx] = value;
             } else {
@@ -142,7 +153,7 @@ pub fn remove(doc: &mut Value, pointer: &str) -> Result<Value, PointerError> {
     match parent_mut(doc, parents)? {
         Value::Object(m) => m.shift_remove(last).ok_or(PointerError::NotFound(at)),
         Value::Array(a) => {
-            let idx = array_index(last, a.len(), false, &at)?;
+            let idx = array_index(last, a.len(), Place::Element, &at)?;
             Ok(a.remove(idx))
         }
         _ => Err(PointerError::NotFound(at)),

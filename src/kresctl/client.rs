@@ -1,15 +1,15 @@
 //! The HTTP client of `kresctl`: finds the API socket like upstream (`--socket`, then the
 //! `management` section of `--config` or the default config file, then the default socket)
-//! and sends one request over a unix socket or TCP.
+//! and sends one [`Request`] over a unix socket or TCP.
 
 use std::path::{Path, PathBuf};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::Request;
 use hyper_util::rt::TokioIo;
 
-use crate::kresctl::DEFAULT_SOCKET;
+use super::request::Request;
+use super::DEFAULT_SOCKET;
 
 /// Where the API is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,7 +200,9 @@ impl ClientError {
     }
 }
 
+/// The management API of one resolver, as kresctl asks it.
 pub struct ApiClient {
+    /// Where the API listens; each request opens its own connection there.
     target: Target,
 }
 
@@ -209,38 +211,16 @@ impl ApiClient {
         ApiClient { target }
     }
 
-    /// Send one request and read the whole response, within [`REQUEST_TIMEOUT`] and
+    /// Send `request` and read the whole response, within [`REQUEST_TIMEOUT`] and
     /// [`MAX_RESPONSE`].
-    pub async fn request(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<Vec<u8>>,
-    ) -> Result<ApiResponse, ClientError> {
-        self.request_with(method, path, &[], body).await
-    }
-
-    /// [`ApiClient::request`] with request headers (`If-Match`, say).
-    pub async fn request_with(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: Option<Vec<u8>>,
-    ) -> Result<ApiResponse, ClientError> {
-        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, path, headers, body))
+    pub async fn call(&self, request: &Request<'_>) -> Result<ApiResponse, ClientError> {
+        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(request))
             .await
             .map_err(|_| ClientError::Timeout(REQUEST_TIMEOUT))?
     }
 
-    async fn exchange(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: Option<Vec<u8>>,
-    ) -> Result<ApiResponse, ClientError> {
-        let resp = self.send(method, path, headers, body).await?;
+    async fn exchange(&self, request: &Request<'_>) -> Result<ApiResponse, ClientError> {
+        let resp = self.open(request).await?;
         let status = resp.status().as_u16();
         let etag = resp
             .headers()
@@ -258,14 +238,11 @@ impl ApiClient {
         Ok(ApiResponse { status, body, etag })
     }
 
-    /// Send one request with `headers` and return the answer as it starts: its body is read
-    /// by the caller, as it comes (an event stream has no end).
-    pub async fn send(
+    /// Send `request` and return the answer as it starts: its body is read by the caller,
+    /// as it comes (an event stream has no end).
+    pub async fn open(
         &self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: Option<Vec<u8>>,
+        request: &Request<'_>,
     ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
         let (host, io): (String, Box<dyn IoStream>) = match &self.target {
             Target::Unix(p) => {
@@ -291,18 +268,18 @@ impl ApiClient {
         tokio::spawn(async move {
             let _ = conn.await;
         });
-        let mut req = Request::builder()
-            .method(method)
-            .uri(path)
+        let mut req = hyper::Request::builder()
+            .method(request.method())
+            .uri(request.path())
             .header("host", host)
             .header("content-type", "application/json");
-        for (name, value) in headers {
-            req = req.header(*name, *value);
+        for (name, value) in request.headers() {
+            req = req.header(name, value);
         }
         if let Some(token) = bearer_token()? {
             req = req.header("authorization", format!("Bearer {token}"));
         }
-        let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
+        let req = req.body(Full::new(Bytes::from(request.body()?)))?;
         Ok(sender.send_request(req).await?)
     }
 }
@@ -479,7 +456,7 @@ mod tests {
         });
         let target = Target::parse(&format!("http://[::1]:{port}")).expect("URL");
         let response = ApiClient::new(target)
-            .request("GET", "/v1/config", None)
+            .call(&Request::GetConfig { pointer: "" })
             .await
             .expect("request");
         assert_eq!((response.status, response.body), (200, b"ok".to_vec()));

@@ -115,7 +115,6 @@ impl ManagerHandle {
         self.config.clone()
     }
 
-    /// Apply `config`, unless the running configuration's ETag is no longer `base`.
     /// What applying `config` would do, proven as far as it can be without changing anything.
     pub async fn dry_run(&self, config: LoadedConfig, base: Option<String>) -> ChangeResult {
         self.ask(|reply| ManagerCommand::DryRun {
@@ -126,6 +125,7 @@ impl ManagerHandle {
         .await
     }
 
+    /// Apply `config`, unless the running configuration's ETag is no longer `base`.
     pub async fn apply(&self, config: LoadedConfig, base: Option<String>) -> ChangeResult {
         self.ask(|reply| ManagerCommand::Apply {
             config: Box::new(config),

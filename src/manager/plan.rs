@@ -18,6 +18,7 @@ use std::fmt;
 
 use crate::config::KresConfig;
 use crate::service::WorkerId;
+use crate::wire::change::{ChangeSummary, GcAction, WorkersAction};
 
 /// What a change of a section requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,6 +230,61 @@ impl Default for ChangePlan {
             changed: Vec::new(),
             workers: WorkerChange::ResetRules,
             gc: GcChange::Keep,
+        }
+    }
+}
+
+/// How far a plan went, which its summary tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Proven by a dry run, nothing changed: no outcome yet, and a canary only when the
+    /// roll unlinks no shared memory ([`Roll::dry_run_tries_canary`]).
+    DryRun,
+    /// Carried out by `Manager::apply`: a roll was proven by a canary, and a live
+    /// change says which workers were restarted instead.
+    Applied,
+}
+
+impl Roll {
+    /// Whether a dry run of this roll starts the canary: not when shared memory is to be
+    /// unlinked (the canary could not open the files the running workers hold; the change
+    /// itself removes them first).
+    pub fn dry_run_tries_canary(&self) -> bool {
+        self.unlink.is_empty()
+    }
+}
+
+impl ChangePlan {
+    /// What the plan does, as clients read it: the answer of a dry run, the event of an
+    /// applied change.
+    pub fn summary(&self, stage: Stage) -> ChangeSummary {
+        let names = |ids: &[WorkerId]| -> Vec<String> { ids.iter().map(|id| id.name()).collect() };
+        let workers = match &self.workers {
+            WorkerChange::ResetRules => WorkersAction::RulesReset,
+            WorkerChange::Live(live) => WorkersAction::Live {
+                workers: names(&live.workers),
+                restarted: (stage == Stage::Applied).then(|| names(&live.restarted)),
+                rules_reset: live.rules == RulesChange::Reset,
+            },
+            WorkerChange::Roll(roll) => WorkersAction::Restart {
+                canary: stage == Stage::Applied || roll.dry_run_tries_canary(),
+                stop: names(&roll.stop),
+                restart: names(&roll.restart),
+                start: names(&roll.start),
+                unlink: roll
+                    .unlink
+                    .iter()
+                    .map(|s| s.file_name().to_owned())
+                    .collect(),
+            },
+        };
+        ChangeSummary {
+            changed: self.changed.iter().map(|s| s.key().to_owned()).collect(),
+            workers,
+            cache_gc: match self.gc {
+                GcChange::Keep => GcAction::Keep,
+                GcChange::Replace => GcAction::Replace,
+            },
         }
     }
 }
@@ -769,6 +825,66 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_summary_tells_the_plan_and_what_its_stage_knows() {
+        use crate::wire::change::tests::names;
+        let rolling = |unlink: &[SharedMemory]| ChangePlan {
+            changed: vec![Section::Workers, Section::Defer],
+            workers: WorkerChange::Roll(Roll {
+                canary: WorkerId(3),
+                unlink: unlink.to_vec(),
+                stop: ids(&[2]),
+                restart: ids(&[0, 1]),
+                start: vec![],
+            }),
+            gc: Replace,
+        };
+        let restart = |canary: bool, unlink: &[&str]| WorkersAction::Restart {
+            canary,
+            stop: names(&["kresd2"]),
+            restart: names(&["kresd0", "kresd1"]),
+            start: vec![],
+            unlink: names(unlink),
+        };
+        let live = ChangePlan {
+            changed: vec![Section::Logging],
+            workers: WorkerChange::Live(Live {
+                workers: ids(&[0, 1]),
+                rules: RulesChange::Reset,
+                restarted: ids(&[1]),
+            }),
+            gc: Keep,
+        };
+        let live_action = |restarted: Option<Vec<String>>| WorkersAction::Live {
+            workers: names(&["kresd0", "kresd1"]),
+            restarted,
+            rules_reset: true,
+        };
+        let rows = [
+            (rolling(&[]), Stage::DryRun, restart(true, &[])),
+            (rolling(&[Defer]), Stage::DryRun, restart(false, &["defer"])),
+            (rolling(&[Defer]), Stage::Applied, restart(true, &["defer"])),
+            (live.clone(), Stage::DryRun, live_action(None)),
+            (live, Stage::Applied, live_action(Some(names(&["kresd1"])))),
+            (
+                ChangePlan::default(),
+                Stage::Applied,
+                WorkersAction::RulesReset,
+            ),
+        ];
+        for (plan, stage, workers) in rows {
+            let summary = plan.summary(stage);
+            assert_eq!(summary.workers, workers, "{plan:?} at {stage:?}");
+            let changed: Vec<&str> = plan.changed.iter().map(|s| s.key()).collect();
+            assert_eq!(summary.changed, changed);
+            let gc = if plan.gc == Replace {
+                GcAction::Replace
+            } else {
+                GcAction::Keep
+            };
+            assert_eq!(summary.cache_gc, gc);
+        }
+    }
     #[test]
     fn missing_workers_are_the_gaps_below_the_count() {
         let new = changed(&[("/workers", json!(4))]);

@@ -17,7 +17,7 @@ use super::Executables;
 pub const WORKER_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A worker that needs more than 5 automatic restarts within 30 s is failed; the manager then
-/// makes bounded attempts to fix it before stopping the resolver (see `task::Instability`).
+/// makes bounded attempts to fix it before stopping the resolver (see `repairs`).
 pub const WORKER_START_LIMIT: supervisor::StartLimit = supervisor::StartLimit {
     burst: 5,
     interval: Duration::from_secs(30),

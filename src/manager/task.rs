@@ -13,16 +13,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::handle::{ChangeError, ChangeResult, ManagerCommand};
 use super::listen::{SocketOwner, SocketTable};
-use super::plan::{ChangePlan, GcChange, Restart, RulesChange, WorkerChange};
+use super::plan::{ChangePlan, Restart, Stage};
+use super::repairs::{GaveUp, Repairs};
 use super::{ApplyError, Executables, Manager};
 use crate::config::{self, LoadedConfig};
-use crate::events::{self, Cause, Event, EventLog, GcChanged, WorkersChanged};
+use crate::events::{self, Cause, Event, EventLog, Origin};
 use crate::service;
 
 /// What outlives any one incarnation of the manager task.
 #[derive(Clone)]
 pub struct ManagerContext {
+    /// Where processes are started and watched.
     pub supervisor: SupervisorHandle,
+    /// Where Knot Resolver's programs are, and as whom they run.
     pub executables: Executables,
     /// The configuration files given on the command line and how they are validated (for
     /// reloads).
@@ -34,6 +37,7 @@ pub struct ManagerContext {
     pub commands: Arc<Mutex<mpsc::Receiver<ManagerCommand>>>,
     /// Flipped to true once the first start completed.
     pub started: watch::Sender<bool>,
+    /// The service manager above us (systemd): start, reload and status notifications.
     pub upward: UpwardNotifier,
     /// Fires when the daemon stops.
     pub stop: CancellationToken,
@@ -43,6 +47,20 @@ pub struct ManagerContext {
     pub sockets: Arc<std::sync::Mutex<SocketTable>>,
     /// Where every change's outcome is told to followers of `/events`.
     pub events: EventLog,
+}
+
+impl ManagerContext {
+    /// A manager (an executor) over this context's supervisor, sockets and configuration.
+    fn manager(&self) -> Manager {
+        Manager::new(
+            self.supervisor.clone(),
+            self.executables.clone(),
+            self.config.clone(),
+            self.socket_owner,
+            self.sockets.clone(),
+            self.upward.clone(),
+        )
+    }
 }
 
 /// How an incarnation ended on purpose. Errors are not here: an incarnation that returns an
@@ -58,34 +76,6 @@ pub enum ManagerExit {
     Unstable { failed: Vec<String> },
 }
 
-/// Bounded fix attempts for failed processes: at most `MAX_FIX_ATTEMPTS` within
-/// `FIX_WINDOW`; one more failure means the resolver is unstable and stops.
-struct Instability {
-    attempts: std::collections::VecDeque<std::time::Instant>,
-}
-
-const MAX_FIX_ATTEMPTS: usize = 2;
-const FIX_WINDOW: std::time::Duration = std::time::Duration::from_secs(30 * 60);
-
-impl Instability {
-    /// Whether another fix attempt is allowed now (and count it).
-    fn allow_attempt(&mut self) -> bool {
-        let now = std::time::Instant::now();
-        while self
-            .attempts
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > FIX_WINDOW)
-        {
-            self.attempts.pop_front();
-        }
-        if self.attempts.len() >= MAX_FIX_ATTEMPTS {
-            return false;
-        }
-        self.attempts.push_back(now);
-        true
-    }
-}
-
 /// What systemd shows as the service's status while it serves `config`.
 pub fn ready_status(config: &crate::config::LoadedConfig) -> String {
     let workers = config.model.workers;
@@ -93,16 +83,19 @@ pub fn ready_status(config: &crate::config::LoadedConfig) -> String {
     format!("Ready: {workers} worker{plural} configured")
 }
 
+/// What wakes the manager task between commands.
+enum Wake {
+    /// The daemon is stopping (or a source the task listens to is gone).
+    Stopped,
+    /// The supervisor's process table changed.
+    TableChanged,
+    /// Someone asked for something.
+    Command(ManagerCommand),
+}
+
 /// One incarnation. The first one starts everything; later ones adopt.
 pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyError> {
-    let mut manager = Manager::new(
-        ctx.supervisor.clone(),
-        ctx.executables.clone(),
-        ctx.config.clone(),
-        ctx.socket_owner,
-        ctx.sockets.clone(),
-        ctx.upward.clone(),
-    );
+    let mut manager = ctx.manager();
     if !*ctx.started.borrow() {
         ctx.upward.status("Starting services");
         if let Err(e) = manager.cold_start().await {
@@ -118,119 +111,145 @@ pub async fn run(ctx: ManagerContext, number: u32) -> Result<ManagerExit, ApplyE
         );
         manager.reconcile().await?;
     }
+    Ok(serve(&ctx, &mut manager).await)
+}
+
+/// Serve commands one at a time, and repair failed processes between them, until the daemon
+/// stops or the processes keep failing.
+async fn serve(ctx: &ManagerContext, manager: &mut Manager) -> ManagerExit {
     let mut commands = ctx.commands.lock().await;
-    let mut processes = ctx.supervisor.subscribe();
-    let mut instability = Instability {
-        attempts: Default::default(),
-    };
+    let mut table = ctx.supervisor.subscribe();
+    let mut repairs = Repairs::new(ctx.supervisor.clone());
     loop {
-        let command = tokio::select! {
-            () = ctx.stop.cancelled() => return Ok(ManagerExit::Stopped),
-            changed = processes.changed() => {
-                if changed.is_err() {
-                    return Ok(ManagerExit::Stopped);
-                }
-                let failed = service::failed_essentials(&processes.borrow_and_update());
-                if failed.is_empty() {
-                    continue;
-                }
-                if !instability.allow_attempt() {
-                    tracing::error!(failed = %failed.join(", "), "processes keep failing after {MAX_FIX_ATTEMPTS} fix attempts; stopping the resolver");
-                    return Ok(ManagerExit::Unstable { failed });
-                }
-                tracing::warn!(failed = %failed.join(", "), "processes failed; attempting to fix them by starting them again");
-                for name in &failed {
-                    if let Err(e) = ctx.supervisor.start(name).await {
-                        tracing::warn!(name, "fix attempt failed: {e}");
-                    }
-                }
-                continue;
-            }
-            command = commands.recv() => match command {
-                Some(c) => c,
-                None => return Ok(ManagerExit::Stopped),
+        let wake = tokio::select! {
+            () = ctx.stop.cancelled() => Wake::Stopped,
+            changed = table.changed() => match changed {
+                Ok(()) => Wake::TableChanged,
+                Err(_) => Wake::Stopped,
             },
+            command = commands.recv() => command.map_or(Wake::Stopped, Wake::Command),
         };
-        match command {
-            ManagerCommand::Apply {
-                config,
-                base,
-                reply,
-            } => {
-                let result = match stale(&manager, base) {
-                    Some(conflict) => Err(conflict),
-                    None => apply(&mut manager, Arc::new(*config), Restart::WhenNeeded).await,
-                };
-                tell(&ctx.events, Cause::Api, &result);
-                let _ = reply.send(result);
-            }
-            ManagerCommand::DryRun {
-                config,
-                base,
-                reply,
-            } => {
-                let result = match stale(&manager, base) {
-                    Some(conflict) => Err(conflict),
-                    None => manager.dry_run(&config).await.map_err(ChangeError::from),
-                };
-                let _ = reply.send(result);
-            }
-            ManagerCommand::Reload {
-                restart,
-                origin,
-                reply,
-            } => {
-                // Whatever asked (SIGHUP, `kresctl reload` as systemd's ExecReload, the API),
-                // the service manager sees the reload begin and end.
-                ctx.upward.reloading("Reloading configuration");
-                ctx.events.publish(Event::ConfigReloading {
-                    force: restart == Restart::Always,
-                    origin,
-                });
-                let result = match ctx.source.load() {
-                    Ok(loaded) => apply(&mut manager, Arc::new(loaded), restart).await,
-                    Err(e) => {
-                        tracing::error!(
-                            "reload failed; the running configuration is unchanged: {e}"
-                        );
-                        Err(e.into())
-                    }
-                };
-                let mut status = ready_status(&manager.config());
-                if result.is_err() {
-                    status.push_str("; the last reload failed, see the log");
+        match wake {
+            Wake::Stopped => return ManagerExit::Stopped,
+            Wake::TableChanged => {
+                let failed = service::failed_essentials(&table.borrow_and_update());
+                if let Err(GaveUp(failed)) = repairs.fix(failed).await {
+                    return ManagerExit::Unstable { failed };
                 }
-                ctx.upward.ready(&status);
-                tell(&ctx.events, Cause::Reload, &result);
-                let _ = reply.send(result);
             }
-            ManagerCommand::Renew {
-                restart,
-                origin,
-                reply,
-            } => {
-                ctx.events.publish(Event::ConfigRenewing {
-                    force: restart == Restart::Always,
-                    origin,
-                });
-                let current = manager.config();
-                let result = apply(&mut manager, current, restart).await;
-                if result.is_ok() {
-                    tracing::info!("Renewing configuration has finished");
-                }
-                tell(&ctx.events, Cause::Renew, &result);
-                let _ = reply.send(result);
-            }
-            ManagerCommand::Panic => panic!("fault injection: manager task panic requested"),
+            Wake::Command(command) => dispatch(ctx, manager, command).await,
         }
     }
 }
 
+/// Carry out one command and answer whoever asked; every change's outcome is told to
+/// followers of `/events`.
+async fn dispatch(ctx: &ManagerContext, manager: &mut Manager, command: ManagerCommand) {
+    let (result, reply) = match command {
+        ManagerCommand::Apply {
+            config,
+            base,
+            reply,
+        } => (change(ctx, manager, *config, base).await, reply),
+        ManagerCommand::DryRun {
+            config,
+            base,
+            reply,
+        } => (dry_run(manager, &config, base).await, reply),
+        ManagerCommand::Reload {
+            restart,
+            origin,
+            reply,
+        } => (reload(ctx, manager, restart, origin).await, reply),
+        ManagerCommand::Renew {
+            restart,
+            origin,
+            reply,
+        } => (renew(ctx, manager, restart, origin).await, reply),
+        ManagerCommand::Panic => panic!("fault injection: manager task panic requested"),
+    };
+    let _ = reply.send(result);
+}
+
+/// Apply `config`, computed from the document whose ETag is `base`, unless another
+/// configuration runs by now.
+async fn change(
+    ctx: &ManagerContext,
+    manager: &mut Manager,
+    config: LoadedConfig,
+    base: Option<String>,
+) -> ChangeResult {
+    let result = match current(manager, base) {
+        Ok(()) => apply(manager, Arc::new(config), Restart::WhenNeeded).await,
+        Err(conflict) => Err(conflict),
+    };
+    tell(&ctx.events, Cause::Api, &result);
+    result
+}
+
+/// What applying `config` would do, unless another configuration than `base` runs by now.
+async fn dry_run(manager: &Manager, config: &LoadedConfig, base: Option<String>) -> ChangeResult {
+    current(manager, base)?;
+    Ok(manager.dry_run(config).await?)
+}
+
+/// Read the configuration files again and apply them. Whatever asked (SIGHUP, `kresctl
+/// reload` as systemd's ExecReload, the API), the service manager sees the reload begin and
+/// end.
+async fn reload(
+    ctx: &ManagerContext,
+    manager: &mut Manager,
+    restart: Restart,
+    origin: Origin,
+) -> ChangeResult {
+    ctx.upward.reloading("Reloading configuration");
+    ctx.events.publish(Event::ConfigReloading {
+        force: restart == Restart::Always,
+        origin,
+    });
+    let result = match ctx.source.load() {
+        Ok(loaded) => apply(manager, Arc::new(loaded), restart).await,
+        Err(e) => {
+            tracing::error!("reload failed; the running configuration is unchanged: {e}");
+            Err(e.into())
+        }
+    };
+    let mut status = ready_status(&manager.config());
+    if result.is_err() {
+        status.push_str("; the last reload failed, see the log");
+    }
+    ctx.upward.ready(&status);
+    tell(&ctx.events, Cause::Reload, &result);
+    result
+}
+
+/// Apply the running configuration again.
+async fn renew(
+    ctx: &ManagerContext,
+    manager: &mut Manager,
+    restart: Restart,
+    origin: Origin,
+) -> ChangeResult {
+    ctx.events.publish(Event::ConfigRenewing {
+        force: restart == Restart::Always,
+        origin,
+    });
+    let current = manager.config();
+    let result = apply(manager, current, restart).await;
+    if result.is_ok() {
+        tracing::info!("Renewing configuration has finished");
+    }
+    tell(&ctx.events, Cause::Renew, &result);
+    result
+}
+
 /// `Conflict` when the change was computed from `base`, which is no longer what runs.
-fn stale(manager: &Manager, base: Option<String>) -> Option<ChangeError> {
-    let current = crate::etag::etag(&manager.config().raw);
-    base.is_some_and(|b| b != current)
-        .then_some(ChangeError::Conflict)
+fn current(manager: &Manager, base: Option<String>) -> Result<(), ChangeError> {
+    let running = crate::etag::etag(&manager.config().raw);
+    match base {
+        Some(base) if base != running => Err(ChangeError::Conflict),
+        _ => Ok(()),
+    }
 }
 
 /// Apply `config`; a refusal is logged here, once, and answered to whoever asked.
@@ -276,35 +295,200 @@ fn outcome(cause: Cause, result: &ChangeResult) -> Option<Event> {
 
 /// What an applied plan did, as followers read it.
 fn applied(cause: Cause, plan: &ChangePlan) -> Event {
-    let names = |ids: &[service::WorkerId]| ids.iter().map(|id| id.name()).collect();
     Event::ConfigApplied {
         cause,
-        sections: plan.changed.iter().map(|s| s.key().to_owned()).collect(),
-        workers: match &plan.workers {
-            WorkerChange::ResetRules => WorkersChanged::RulesReset,
-            WorkerChange::Live(live) => WorkersChanged::Live {
-                workers: names(&live.workers),
-                restarted: names(&live.restarted),
-                rules_reset: live.rules == RulesChange::Reset,
-            },
-            WorkerChange::Roll(roll) => WorkersChanged::Restart {
-                stop: names(&roll.stop),
-                restart: names(&roll.restart),
-                start: names(&roll.start),
-            },
-        },
-        cache_gc: match plan.gc {
-            GcChange::Keep => GcChanged::Keep,
-            GcChange::Replace => GcChanged::Replace,
-        },
+        change: plan.summary(Stage::Applied),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
-    use crate::manager::plan::{Immutable, Live, Roll, Section};
+    use crate::manager::plan::{
+        GcChange, Immutable, Live, Roll, RulesChange, Section, WorkerChange,
+    };
+    use crate::manager::ManagerHandle;
+    use crate::manager::PolicyLoaderFailure;
     use crate::service::WorkerId;
+    use crate::wire::change::{ChangeSummary, GcAction, WorkersAction};
+    use futures_util::FutureExt;
+
+    /// The manager task serving commands without kresd: a real supervisor, programs that do
+    /// not exist, a configuration in a directory of its own; asked through a real handle.
+    struct World {
+        /// How the tests ask.
+        handle: ManagerHandle,
+        /// The configuration's directory (its rundir too).
+        dir: PathBuf,
+        /// What the task told the service manager above it.
+        upward: mpsc::UnboundedReceiver<supervisor::upward::Upward>,
+        /// Every event published since the world was made.
+        follower: events::Follower,
+    }
+
+    impl World {
+        async fn new(name: &str) -> World {
+            let dir = std::env::temp_dir().join(format!("kres-task-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let loaded = write_config(&dir);
+            let (supervisor, _actor) =
+                supervisor::Supervisor::start(supervisor::SupervisorOptions {
+                    notify_socket: dir.join("notify"),
+                    notify_senders: None,
+                })
+                .expect("supervisor");
+            let (upward_tx, upward) = mpsc::unbounded_channel();
+            let (commands, commands_rx) = mpsc::channel(1);
+            let ctx = ManagerContext {
+                supervisor,
+                executables: Executables {
+                    kresd: dir.join("no-kresd"),
+                    cache_gc: dir.join("no-kres-cache-gc"),
+                    run_as: None,
+                },
+                source: config::ConfigSource {
+                    files: vec![dir.join("config.yaml")],
+                    checks: config::PathChecks::Manager,
+                    logtarget_arg: Default::default(),
+                },
+                config: watch::channel(Arc::new(loaded)).0,
+                commands: Arc::new(Mutex::new(commands_rx)),
+                started: watch::channel(true).0,
+                upward: UpwardNotifier::forwarding(upward_tx),
+                stop: CancellationToken::new(),
+                socket_owner: SocketOwner::Kresd,
+                sockets: Default::default(),
+                events: EventLog::new("test"),
+            };
+            let handle = ManagerHandle::new(commands, ctx.config.subscribe());
+            let follower = ctx
+                .events
+                .follow(None, events::FollowerClass::Privileged)
+                .expect("a follower");
+            tokio::spawn(async move {
+                let mut manager = ctx.manager();
+                serve(&ctx, &mut manager).await
+            });
+            World {
+                handle,
+                dir,
+                upward,
+                follower,
+            }
+        }
+
+        /// The events published since the last call, oldest first.
+        fn events(&mut self) -> Vec<Event> {
+            let mut seen = Vec::new();
+            while let Some(Some(record)) = self.follower.next().now_or_never() {
+                seen.push(record.event.clone());
+            }
+            seen
+        }
+    }
+
+    impl Drop for World {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// A configuration of one worker with its rundir and cache in `dir`.
+    fn write_config(dir: &std::path::Path) -> LoadedConfig {
+        std::fs::create_dir_all(dir.join("cache")).expect("a directory");
+        let file = dir.join("config.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "workers: 1\nrundir: {run}\ncache:\n  storage: {run}/cache\nmanagement:\n  unix-socket: {run}/api.sock\n",
+                run = dir.display()
+            ),
+        )
+        .expect("a configuration file");
+        config::load_files(&[file], config::PathChecks::Strict, Default::default())
+            .expect("a valid configuration")
+    }
+
+    #[tokio::test]
+    async fn a_change_computed_from_another_configuration_is_a_conflict_and_no_event() {
+        let mut world = World::new("conflict").await;
+        let running = world.handle.config();
+        let base = Some("\"not-the-running-one\"".to_owned());
+        let applied = world.handle.apply((*running).clone(), base.clone()).await;
+        assert!(matches!(applied, Err(ChangeError::Conflict)), "{applied:?}");
+        let dry = world.handle.dry_run((*running).clone(), base).await;
+        assert!(matches!(dry, Err(ChangeError::Conflict)), "{dry:?}");
+        assert_eq!(world.events(), []);
+        assert!(Arc::ptr_eq(&world.handle.config(), &running));
+    }
+
+    #[tokio::test]
+    async fn a_change_of_an_immutable_section_is_refused_before_anything_runs() {
+        let mut world = World::new("immutable").await;
+        let moved = write_config(&world.dir.join("elsewhere"));
+        let running = world.handle.config();
+        let base = Some(crate::etag::etag(&running.raw));
+        let result = world.handle.apply(moved, base).await;
+        assert!(
+            matches!(result, Err(ChangeError::Apply(ApplyError::Immutable(_)))),
+            "{result:?}"
+        );
+        assert!(matches!(
+            world.events().as_slice(),
+            [Event::ConfigRefused { cause: Cause::Api, reason }] if reason.starts_with("[/rundir]")
+        ));
+        assert!(Arc::ptr_eq(&world.handle.config(), &running));
+    }
+
+    #[tokio::test]
+    async fn a_reload_of_files_that_do_not_load_is_told_upward_and_as_events() {
+        let mut world = World::new("reload").await;
+        std::fs::write(world.dir.join("config.yaml"), "workers: [").expect("a broken file");
+        let result = world.handle.reload(Restart::Always, Origin::Signal).await;
+        assert!(matches!(result, Err(ChangeError::Config(_))), "{result:?}");
+        let reloading = Event::ConfigReloading {
+            force: true,
+            origin: Origin::Signal,
+        };
+        assert_eq!(world.events(), [reloading, told(Cause::Reload, &result)]);
+        use supervisor::upward::Upward;
+        assert_eq!(
+            world.upward.try_recv().ok(),
+            Some(Upward::Reloading("Reloading configuration".into()))
+        );
+        assert_eq!(
+            world.upward.try_recv().ok(),
+            Some(Upward::Ready(
+                "Ready: 1 worker configured; the last reload failed, see the log".into()
+            ))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_renew_whose_policy_loader_cannot_run_is_refused_and_leaves_no_file() {
+        let mut world = World::new("renew").await;
+        let result = world.handle.renew(Restart::WhenNeeded, Origin::Api).await;
+        assert!(
+            matches!(result, Err(ChangeError::Apply(ApplyError::PolicyLoader(_)))),
+            "{result:?}"
+        );
+        let renewing = Event::ConfigRenewing {
+            force: false,
+            origin: Origin::Api,
+        };
+        assert_eq!(world.events(), [renewing, told(Cause::Renew, &result)]);
+        assert!(!world
+            .dir
+            .join(crate::manager::specs::POLICY_LOADER_CONF)
+            .exists());
+    }
+
+    /// The event that tells the outcome `result` of a change asked by `cause`.
+    fn told(cause: Cause, result: &ChangeResult) -> Event {
+        outcome(cause, result).expect("an event")
+    }
 
     fn refused(reason: &str) -> Event {
         Event::ConfigRefused {
@@ -315,7 +499,11 @@ mod tests {
 
     #[test]
     fn every_outcome_of_a_change_is_told_as_its_event() {
-        let failed = || Box::new(ApplyError::PolicyLoader("exit code 1".into()));
+        let failed = || {
+            Box::new(ApplyError::PolicyLoader(PolicyLoaderFailure::Exited(
+                supervisor::ExitStatus::Code(1),
+            )))
+        };
         let roll = ChangePlan {
             changed: vec![Section::Workers, Section::Cache],
             workers: WorkerChange::Roll(Roll {
@@ -333,13 +521,17 @@ mod tests {
                 Ok(roll),
                 Some(Event::ConfigApplied {
                     cause: Cause::Api,
-                    sections: vec!["workers".into(), "cache".into()],
-                    workers: WorkersChanged::Restart {
-                        stop: vec!["kresd2".into()],
-                        restart: vec!["kresd0".into(), "kresd1".into()],
-                        start: vec![],
+                    change: ChangeSummary {
+                        changed: vec!["workers".into(), "cache".into()],
+                        workers: WorkersAction::Restart {
+                            canary: true,
+                            stop: vec!["kresd2".into()],
+                            restart: vec!["kresd0".into(), "kresd1".into()],
+                            start: vec![],
+                            unlink: vec![],
+                        },
+                        cache_gc: GcAction::Replace,
                     },
-                    cache_gc: GcChanged::Replace,
                 }),
             ),
             (
@@ -347,9 +539,11 @@ mod tests {
                 Ok(ChangePlan::default()),
                 Some(Event::ConfigApplied {
                     cause: Cause::Api,
-                    sections: vec![],
-                    workers: WorkersChanged::RulesReset,
-                    cache_gc: GcChanged::Keep,
+                    change: ChangeSummary {
+                        changed: vec![],
+                        workers: WorkersAction::RulesReset,
+                        cache_gc: GcAction::Keep,
+                    },
                 }),
             ),
             (
@@ -365,13 +559,15 @@ mod tests {
                 }),
                 Some(Event::ConfigApplied {
                     cause: Cause::Api,
-                    sections: vec!["logging".into()],
-                    workers: WorkersChanged::Live {
-                        workers: vec!["kresd0".into(), "kresd1".into()],
-                        restarted: vec!["kresd1".into()],
-                        rules_reset: true,
+                    change: ChangeSummary {
+                        changed: vec!["logging".into()],
+                        workers: WorkersAction::Live {
+                            workers: vec!["kresd0".into(), "kresd1".into()],
+                            restarted: Some(vec!["kresd1".into()]),
+                            rules_reset: true,
+                        },
+                        cache_gc: GcAction::Keep,
                     },
-                    cache_gc: GcChanged::Keep,
                 }),
             ),
             (

@@ -39,9 +39,6 @@ pub const MAX_RECORD: usize = 64 * 1024;
 impl UpgradeRecord {
     /// A record as JSON text, `None` when it does not parse or is too large.
     pub fn parse(bytes: &[u8]) -> Option<UpgradeRecord> {
-        if bytes.len() > MAX_RECORD {
-            return None;
-        }
-        serde_json::from_slice(bytes).ok()
+        super::parse_bounded(bytes, MAX_RECORD)
     }
 }

@@ -5,9 +5,11 @@
 //! sd_notify readiness from children on its own socket, restarts with backoff under a start
 //! limit, stops with signal-then-SIGKILL escalation, drains child output into tracing, and
 //! reports upward to systemd. The policy lives in a pure state machine ([`machine`]); the
-//! [`runner`] actor carries out its actions; raw system calls live in [`os`].
+//! [`runner`] actor carries out its actions; every call a handle makes, in this process or
+//! across a link ([`remote`]), is described once ([`call`]); raw system calls live in [`os`].
 
 pub mod backoff;
+pub mod call;
 pub mod handover;
 pub mod machine;
 pub mod notify;

@@ -1,10 +1,11 @@
 //! The life cycle of one supervised service as a pure state machine.
 //!
 //! `ServiceMachine::on(event, now, entropy)` is the only way state changes. It performs no I/O:
-//! it returns the actions (spawn, signal, wake me at) that the runner must carry out, and the
-//! runner feeds the results back as events. Time and randomness come in as arguments, so the
-//! whole policy (readiness timeouts, restart backoff, start limits, stop escalation) is tested
-//! as tables with a fake clock.
+//! it returns the actions (spawn, signal, read the queues, wake me at, forget me) that the
+//! runner must carry out, and the runner feeds the results back as events. Time and randomness
+//! come in as arguments, so the whole policy (readiness timeouts, restart backoff, start
+//! limits, stop escalation, draining a steered process before it stops) is tested as tables
+//! with a fake clock.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -14,6 +15,12 @@ use nix::unistd::Pid;
 use tokio::time::Instant;
 
 use crate::spec::{ExitStatus, Readiness, RestartPolicy, ServiceSpec};
+
+/// The longest a stop or restart of a steered service waits for its queues to empty.
+pub const DRAIN_LIMIT: Duration = Duration::from_millis(1500);
+
+/// How often the queues of a service being drained are looked at.
+pub const DRAIN_POLL: Duration = Duration::from_millis(2);
 
 /// Where a service is in its life.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +38,25 @@ pub enum State {
         pid: Pid,
         since: Instant,
         ready_at: Instant,
+    },
+    /// Up and ready, but steered away from: the stop or restart asked for (`then`) waits
+    /// until its sockets' queues are empty, or until `deadline`; `polls` counts the looks at
+    /// them.
+    Draining {
+        pid: Pid,
+        since: Instant,
+        ready_at: Instant,
+        deadline: Instant,
+        then: Request,
+        polls: u32,
+    },
+    /// SIGKILLed on request: it takes no new queries, and once its death is reaped the
+    /// restart policy applies as to any death by signal. `ready_at`: when it became ready
+    /// (`None`: it was still starting).
+    Killed {
+        pid: Pid,
+        since: Instant,
+        ready_at: Option<Instant>,
     },
     /// Asked to stop; SIGKILL to the group at `kill_at` (None once it was sent).
     Stopping {
@@ -56,6 +82,46 @@ pub enum AfterStop {
     Start,
     /// It was killed because it failed: apply the restart policy.
     Failure(FailReason),
+}
+
+/// What a caller's stop leads to once the process is down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// It stays down.
+    Stop,
+    /// It starts again.
+    Restart,
+}
+
+impl Request {
+    fn after(self) -> AfterStop {
+        match self {
+            Request::Stop => AfterStop::Idle,
+            Request::Restart => AfterStop::Start,
+        }
+    }
+}
+
+/// How a caller's stop treats the queries waiting in a steered process's sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drain {
+    /// Other services can take its share: a steered, ready process is steered away from
+    /// first ([`State::Draining`]) and stopped once its queues are empty, or at
+    /// [`DRAIN_LIMIT`].
+    First,
+    /// Stop at once: nobody else could take its share, or everything stops. A drain in
+    /// progress is overtaken.
+    Skip,
+}
+
+/// Whether the service stays registered once it is down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registration {
+    /// It can be started again.
+    Kept,
+    /// It is forgotten ([`Action::Forget`]) as soon as it is down: removed on request, or a
+    /// one-shot run.
+    UntilDown,
 }
 
 /// Why a service failed.
@@ -87,8 +153,20 @@ impl std::fmt::Display for FailReason {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     StartRequested,
-    StopRequested,
-    RestartRequested,
+    /// A one-shot run: start it, and forget the service once it is down.
+    RunRequested,
+    StopRequested {
+        drain: Drain,
+    },
+    RestartRequested {
+        drain: Drain,
+    },
+    /// Stop it, and forget the service once it is down.
+    RemoveRequested {
+        drain: Drain,
+    },
+    /// SIGKILL its process now: it stopped answering, or everything must end at once.
+    KillRequested,
     Spawned {
         pid: Pid,
     },
@@ -101,6 +179,11 @@ pub enum Event {
     Exited {
         pid: Pid,
         status: ExitStatus,
+    },
+    /// What waits in a draining process's sockets (bytes of datagrams, connections to
+    /// accept), read as [`Action::ReadQueues`] asked.
+    QueuesRead {
+        queued: u64,
     },
     /// Time has passed; the machine checks its deadlines against `now`.
     Tick,
@@ -115,8 +198,12 @@ pub enum Action {
     Signal { pid: Pid, signal: Signal },
     /// Deliver a `Tick` no later than this instant.
     WakeAt(Instant),
+    /// Read what waits in the service's sockets and report `QueuesRead`.
+    ReadQueues,
     /// Tell whoever waits on this service what happened.
     Announce(Announcement),
+    /// Unregister the service: it is down for good.
+    Forget,
 }
 
 /// Outcomes that callers can wait for.
@@ -138,10 +225,21 @@ pub enum Announcement {
     },
 }
 
+/// How the process that failed had been running, for the streak of failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LastRun {
+    /// Ready for at least the backoff's `stable_after`: the streak is forgiven.
+    Stable,
+    /// Not ready, or not for long: the streak goes on.
+    Unstable,
+}
+
 /// The state of one service plus the history its policies need.
 #[derive(Debug, Clone)]
 pub struct ServiceMachine {
     state: State,
+    /// Whether the service is forgotten once it is down.
+    registration: Registration,
     /// Consecutive failures not yet forgiven by a stable run.
     streak: u32,
     /// Spawn times of automatic restarts within the start-limit window.
@@ -166,6 +264,7 @@ impl ServiceMachine {
     pub fn new() -> Self {
         ServiceMachine {
             state: State::Idle,
+            registration: Registration::Kept,
             streak: 0,
             restarts_in_window: VecDeque::new(),
             last_spawn: None,
@@ -179,14 +278,42 @@ impl ServiceMachine {
         &self.state
     }
 
+    pub fn registration(&self) -> Registration {
+        self.registration
+    }
+
     /// The live process, if any.
     pub fn pid(&self) -> Option<Pid> {
         match self.state {
             State::Starting { pid, .. }
             | State::Running { pid, .. }
+            | State::Draining { pid, .. }
+            | State::Killed { pid, .. }
             | State::Stopping { pid, .. } => Some(pid),
             _ => None,
         }
+    }
+
+    /// The live process, once it has become ready, while nobody is stopping it: what a start
+    /// request is answered with at once.
+    pub fn ready_pid(&self) -> Option<Pid> {
+        match self.state {
+            State::Running { pid, .. }
+            | State::Killed {
+                pid,
+                ready_at: Some(_),
+                ..
+            } => Some(pid),
+            _ => None,
+        }
+    }
+
+    /// Whether no process is live and none is due to start (idle, exited or failed).
+    pub fn is_down(&self) -> bool {
+        matches!(
+            self.state,
+            State::Idle | State::Exited { .. } | State::Failed { .. }
+        )
     }
 
     pub fn restarts(&self) -> u32 {
@@ -208,39 +335,84 @@ impl ServiceMachine {
         use Event as E;
         use State as S;
         let mut actions = Vec::new();
+        // A run is a start, a removal a stop, each with the service forgotten once down.
+        let event = match event {
+            E::RunRequested => {
+                self.registration = Registration::UntilDown;
+                E::StartRequested
+            }
+            E::RemoveRequested { drain } => {
+                self.registration = Registration::UntilDown;
+                E::StopRequested { drain }
+            }
+            event => event,
+        };
+        let steered = spec.reuseport_index.is_some();
         match (&self.state, event) {
             // Starting on request. A failed service is given a clean slate.
             (
                 S::Idle | S::Exited { .. } | S::Backoff { .. },
-                E::StartRequested | E::RestartRequested,
+                E::StartRequested | E::RestartRequested { .. },
             ) => {
                 self.pending_restart = false;
                 actions.push(Action::Spawn);
             }
-            (S::Failed { .. }, E::StartRequested | E::RestartRequested) => {
+            (S::Failed { .. }, E::StartRequested | E::RestartRequested { .. }) => {
                 self.streak = 0;
                 self.restarts_in_window.clear();
                 self.pending_restart = false;
                 actions.push(Action::Spawn);
             }
-            (S::Starting { .. } | S::Running { .. }, E::StartRequested) => {}
-            (
-                S::Stopping {
-                    pid,
-                    since,
-                    kill_at,
-                    ..
-                },
-                E::StartRequested | E::RestartRequested,
-            ) => {
-                self.state = S::Stopping {
-                    pid: *pid,
-                    since: *since,
-                    kill_at: *kill_at,
-                    then: AfterStop::Start,
-                };
+            (S::Starting { .. } | S::Running { .. } | S::Killed { .. }, E::StartRequested) => {}
+            (S::Stopping { .. }, E::StartRequested | E::RestartRequested { .. }) => {
+                self.stop_then(AfterStop::Start);
             }
-            (S::Starting { pid, .. } | S::Running { pid, .. }, E::RestartRequested) => {
+            // Being drained for a stop: it comes back afterwards, as a stopping process would.
+            (S::Draining { .. }, E::StartRequested) => self.drain_then(Request::Restart),
+
+            // A steered, ready process whose share others can take is steered away from
+            // before it stops; its queues are looked at every `DRAIN_POLL`.
+            (
+                S::Running { .. },
+                E::StopRequested {
+                    drain: Drain::First,
+                },
+            ) if steered => {
+                self.withdraw(Request::Stop, now, &mut actions);
+            }
+            (
+                S::Running { .. },
+                E::RestartRequested {
+                    drain: Drain::First,
+                },
+            ) if steered => {
+                self.withdraw(Request::Restart, now, &mut actions);
+            }
+            // While draining, the latest request decides what follows; a stop that cannot
+            // wait overtakes the drain.
+            (
+                S::Draining { .. },
+                E::StopRequested {
+                    drain: Drain::First,
+                },
+            ) => {
+                self.drain_then(Request::Stop);
+            }
+            (
+                S::Draining { .. },
+                E::RestartRequested {
+                    drain: Drain::First,
+                },
+            ) => {
+                self.drain_then(Request::Restart);
+            }
+            (
+                S::Starting { pid, .. }
+                | S::Running { pid, .. }
+                | S::Killed { pid, .. }
+                | S::Draining { pid, .. },
+                E::RestartRequested { .. },
+            ) => {
                 let pid = *pid;
                 self.begin_stop(spec, pid, now, AfterStop::Start, &mut actions);
             }
@@ -248,47 +420,17 @@ impl ServiceMachine {
             (
                 S::Idle | S::Exited { .. } | S::Backoff { .. } | S::Failed { .. },
                 E::Spawned { pid },
-            ) => {
-                self.last_spawn = Some(now);
-                if self.pending_restart {
-                    self.restarts += 1;
-                    self.restarts_in_window.push_back(now);
-                    self.pending_restart = false;
-                }
-                match spec.readiness {
-                    Readiness::None => {
-                        self.state = S::Running {
-                            pid,
-                            since: now,
-                            ready_at: now,
-                        };
-                        actions.push(Action::Announce(Announcement::Ready { pid }));
-                    }
-                    Readiness::Notify { timeout } => {
-                        let deadline = now + timeout;
-                        self.state = S::Starting {
-                            pid,
-                            since: now,
-                            deadline,
-                        };
-                        actions.push(Action::WakeAt(deadline));
-                    }
-                }
-            }
+            ) => self.spawned(spec, pid, now, &mut actions),
             (_, E::SpawnFailed { error }) => {
                 // A failed spawn of an automatic restart is still a restart attempt: count it
                 // as `Spawned` does, or a program that cannot be executed would be retried
                 // forever instead of hitting the start limit.
-                if self.pending_restart {
-                    self.restarts += 1;
-                    self.restarts_in_window.push_back(now);
-                    self.pending_restart = false;
-                }
+                self.count_restart(now);
                 let reason = FailReason::SpawnFailed { error };
                 actions.push(Action::Announce(Announcement::Died {
                     reason: reason.clone(),
                 }));
-                self.after_failure(spec, reason, false, now, entropy, &mut actions);
+                self.after_failure(spec, reason, LastRun::Unstable, now, entropy, &mut actions);
             }
 
             (S::Starting { pid, since, .. }, E::ReadyReceived { pid: sender })
@@ -299,6 +441,24 @@ impl ServiceMachine {
                     pid,
                     since,
                     ready_at: now,
+                };
+                actions.push(Action::Announce(Announcement::Ready { pid }));
+            }
+            // Killed while starting, ready before its death was reaped: it is ready, and
+            // still takes no queries.
+            (
+                S::Killed {
+                    pid,
+                    since,
+                    ready_at: None,
+                },
+                E::ReadyReceived { pid: sender },
+            ) if *pid == sender => {
+                let (pid, since) = (*pid, *since);
+                self.state = S::Killed {
+                    pid,
+                    since,
+                    ready_at: Some(now),
                 };
                 actions.push(Action::Announce(Announcement::Ready { pid }));
             }
@@ -322,115 +482,286 @@ impl ServiceMachine {
             (
                 S::Stopping {
                     pid,
-                    since,
                     kill_at: Some(at),
-                    then,
+                    ..
                 },
                 E::Tick,
             ) if now >= *at => {
                 let pid = *pid;
-                actions.push(Action::Signal {
-                    pid,
-                    signal: Signal::SIGKILL,
-                });
-                self.state = S::Stopping {
-                    pid,
-                    since: *since,
-                    kill_at: None,
-                    then: then.clone(),
-                };
+                self.escalate(pid, &mut actions);
             }
             (S::Backoff { until }, E::Tick) if now >= *until => {
                 self.pending_restart = true;
                 actions.push(Action::Spawn);
             }
+            (S::Draining { .. }, E::Tick) => actions.push(Action::ReadQueues),
             (_, E::Tick) => {}
 
-            (S::Starting { pid, .. } | S::Running { pid, .. }, E::StopRequested) => {
+            (
+                S::Draining {
+                    pid,
+                    deadline,
+                    then,
+                    ..
+                },
+                E::QueuesRead { queued },
+            ) => {
+                let (pid, then) = (*pid, *then);
+                if queued > 0 && now < *deadline {
+                    if let S::Draining { polls, .. } = &mut self.state {
+                        *polls += 1;
+                    }
+                    actions.push(Action::WakeAt(now + DRAIN_POLL));
+                } else {
+                    self.begin_stop(spec, pid, now, then.after(), &mut actions);
+                }
+            }
+            (_, E::QueuesRead { .. }) => {}
+
+            (
+                S::Starting { pid, .. }
+                | S::Running { pid, .. }
+                | S::Killed { pid, .. }
+                | S::Draining { pid, .. },
+                E::StopRequested { .. },
+            ) => {
                 let pid = *pid;
                 self.begin_stop(spec, pid, now, AfterStop::Idle, &mut actions);
             }
-            (
-                S::Stopping {
-                    pid,
-                    since,
-                    kill_at,
-                    ..
-                },
-                E::StopRequested,
-            ) => {
-                self.state = S::Stopping {
-                    pid: *pid,
-                    since: *since,
-                    kill_at: *kill_at,
-                    then: AfterStop::Idle,
-                };
-            }
-            (S::Backoff { .. }, E::StopRequested) => {
+            (S::Stopping { .. }, E::StopRequested { .. }) => self.stop_then(AfterStop::Idle),
+            (S::Backoff { .. }, E::StopRequested { .. }) => {
                 self.state = S::Idle;
                 actions.push(Action::Announce(Announcement::Down { status: None }));
             }
-            (S::Idle | S::Exited { .. } | S::Failed { .. }, E::StopRequested) => {
+            (S::Idle | S::Exited { .. } | S::Failed { .. }, E::StopRequested { .. }) => {
                 actions.push(Action::Announce(Announcement::Down { status: None }));
             }
 
+            (S::Starting { .. } | S::Running { .. }, E::KillRequested) => self.kill(&mut actions),
+            (S::Killed { pid, .. } | S::Draining { pid, .. }, E::KillRequested) => {
+                actions.push(Action::Signal {
+                    pid: *pid,
+                    signal: Signal::SIGKILL,
+                });
+            }
+            (S::Stopping { pid, .. }, E::KillRequested) => {
+                let pid = *pid;
+                self.escalate(pid, &mut actions);
+            }
+            (_, E::KillRequested) => {}
+
             (S::Stopping { pid, then, .. }, E::Exited { pid: dead, status }) if *pid == dead => {
                 let then = then.clone();
-                self.last_exit = Some((status, now));
-                match then {
-                    AfterStop::Idle => {
-                        self.state = S::Idle;
-                        actions.push(Action::Announce(Announcement::Down {
-                            status: Some(status),
-                        }));
-                    }
-                    AfterStop::Start => {
-                        self.state = S::Idle;
-                        self.pending_restart = false;
-                        actions.push(Action::Spawn);
-                    }
-                    AfterStop::Failure(reason) => {
-                        actions.push(Action::Announce(Announcement::Died {
-                            reason: reason.clone(),
-                        }));
-                        self.after_failure(spec, reason, false, now, entropy, &mut actions);
-                    }
-                }
+                self.stopped(spec, then, status, now, entropy, &mut actions);
             }
-            (S::Starting { pid, .. } | S::Running { pid, .. }, E::Exited { pid: dead, status })
-                if *pid == dead =>
-            {
-                let was_stable = match self.state {
-                    S::Running { ready_at, .. } => {
-                        now.duration_since(ready_at) >= spec.backoff.stable_after()
-                    }
-                    _ => false,
-                };
-                self.last_exit = Some((status, now));
-                let success = spec.is_success(status);
-                let restart = match spec.restart {
-                    RestartPolicy::Always => true,
-                    RestartPolicy::OnFailure => !success,
-                    RestartPolicy::Never => false,
-                };
-                if !restart {
-                    self.state = S::Exited { status, at: now };
-                    actions.push(Action::Announce(Announcement::Down {
-                        status: Some(status),
-                    }));
-                } else {
-                    let reason = FailReason::Exited { status };
-                    actions.push(Action::Announce(Announcement::Died {
-                        reason: reason.clone(),
-                    }));
-                    self.after_failure(spec, reason, was_stable, now, entropy, &mut actions);
-                }
+            // Its death ends the drain as it would have ended the stop that followed.
+            (S::Draining { pid, then, .. }, E::Exited { pid: dead, status }) if *pid == dead => {
+                let then = then.after();
+                self.stopped(spec, then, status, now, entropy, &mut actions);
+            }
+            (
+                S::Starting { pid, .. } | S::Running { pid, .. } | S::Killed { pid, .. },
+                E::Exited { pid: dead, status },
+            ) if *pid == dead => {
+                let last_run = self.last_run(spec, now);
+                self.died(spec, status, last_run, now, entropy, &mut actions);
             }
             // An exit of a process we no longer track (already handled) changes nothing.
             (_, E::Exited { .. }) => {}
-            (S::Starting { .. } | S::Running { .. } | S::Stopping { .. }, E::Spawned { .. }) => {}
+            (
+                S::Starting { .. }
+                | S::Running { .. }
+                | S::Draining { .. }
+                | S::Killed { .. }
+                | S::Stopping { .. },
+                E::Spawned { .. },
+            ) => {}
+            // Turned into a start or a stop above.
+            (_, E::RunRequested | E::RemoveRequested { .. }) => {}
+        }
+        let spawns = actions.iter().any(|a| matches!(a, Action::Spawn));
+        if self.registration == Registration::UntilDown && self.is_down() && !spawns {
+            actions.push(Action::Forget);
         }
         actions
+    }
+
+    /// A process was spawned: it is starting, or running at once without readiness.
+    fn spawned(&mut self, spec: &ServiceSpec, pid: Pid, now: Instant, actions: &mut Vec<Action>) {
+        self.last_spawn = Some(now);
+        self.count_restart(now);
+        match spec.readiness {
+            Readiness::None => {
+                self.state = State::Running {
+                    pid,
+                    since: now,
+                    ready_at: now,
+                };
+                actions.push(Action::Announce(Announcement::Ready { pid }));
+            }
+            Readiness::Notify { timeout } => {
+                let deadline = now + timeout;
+                self.state = State::Starting {
+                    pid,
+                    since: now,
+                    deadline,
+                };
+                actions.push(Action::WakeAt(deadline));
+            }
+        }
+    }
+
+    /// Count the pending spawn against the start limit if it is an automatic restart.
+    fn count_restart(&mut self, now: Instant) {
+        if self.pending_restart {
+            self.restarts += 1;
+            self.restarts_in_window.push_back(now);
+            self.pending_restart = false;
+        }
+    }
+
+    /// What follows the stop under way.
+    fn stop_then(&mut self, after: AfterStop) {
+        if let State::Stopping { then, .. } = &mut self.state {
+            *then = after;
+        }
+    }
+
+    /// What follows the drain under way.
+    fn drain_then(&mut self, request: Request) {
+        if let State::Draining { then, .. } = &mut self.state {
+            *then = request;
+        }
+    }
+
+    /// Steer away from the running process before `request` is carried out.
+    fn withdraw(&mut self, request: Request, now: Instant, actions: &mut Vec<Action>) {
+        if let State::Running {
+            pid,
+            since,
+            ready_at,
+        } = self.state
+        {
+            self.state = State::Draining {
+                pid,
+                since,
+                ready_at,
+                deadline: now + DRAIN_LIMIT,
+                then: request,
+                polls: 0,
+            };
+            actions.push(Action::WakeAt(now + DRAIN_POLL));
+        }
+    }
+
+    /// SIGKILL a starting or running process on request; it is `Killed` until its death is
+    /// reaped.
+    fn kill(&mut self, actions: &mut Vec<Action>) {
+        let (pid, since, ready_at) = match self.state {
+            State::Starting { pid, since, .. } => (pid, since, None),
+            State::Running {
+                pid,
+                since,
+                ready_at,
+            } => (pid, since, Some(ready_at)),
+            _ => return,
+        };
+        actions.push(Action::Signal {
+            pid,
+            signal: Signal::SIGKILL,
+        });
+        self.state = State::Killed {
+            pid,
+            since,
+            ready_at,
+        };
+    }
+
+    /// SIGKILL a stopping process now: no more waiting for it to end on its own.
+    fn escalate(&mut self, pid: Pid, actions: &mut Vec<Action>) {
+        actions.push(Action::Signal {
+            pid,
+            signal: Signal::SIGKILL,
+        });
+        if let State::Stopping { kill_at, .. } = &mut self.state {
+            *kill_at = None;
+        }
+    }
+
+    /// A process that was being stopped ended with `status`: carry out what was to follow.
+    fn stopped(
+        &mut self,
+        spec: &ServiceSpec,
+        then: AfterStop,
+        status: ExitStatus,
+        now: Instant,
+        entropy: u64,
+        actions: &mut Vec<Action>,
+    ) {
+        self.last_exit = Some((status, now));
+        match then {
+            AfterStop::Idle => {
+                self.state = State::Idle;
+                actions.push(Action::Announce(Announcement::Down {
+                    status: Some(status),
+                }));
+            }
+            AfterStop::Start => {
+                self.state = State::Idle;
+                self.pending_restart = false;
+                actions.push(Action::Spawn);
+            }
+            AfterStop::Failure(reason) => {
+                actions.push(Action::Announce(Announcement::Died {
+                    reason: reason.clone(),
+                }));
+                self.after_failure(spec, reason, LastRun::Unstable, now, entropy, actions);
+            }
+        }
+    }
+
+    /// How the live process has run, as of `now`.
+    fn last_run(&self, spec: &ServiceSpec, now: Instant) -> LastRun {
+        let ready_at = match self.state {
+            State::Running { ready_at, .. } => Some(ready_at),
+            State::Killed { ready_at, .. } => ready_at,
+            _ => None,
+        };
+        match ready_at {
+            Some(at) if now.duration_since(at) >= spec.backoff.stable_after() => LastRun::Stable,
+            _ => LastRun::Unstable,
+        }
+    }
+
+    /// A process nobody was stopping ended with `status`: it stays down, or its restart
+    /// policy applies.
+    fn died(
+        &mut self,
+        spec: &ServiceSpec,
+        status: ExitStatus,
+        last_run: LastRun,
+        now: Instant,
+        entropy: u64,
+        actions: &mut Vec<Action>,
+    ) {
+        self.last_exit = Some((status, now));
+        let restart = match spec.restart {
+            RestartPolicy::Always => true,
+            RestartPolicy::OnFailure => !spec.is_success(status),
+            RestartPolicy::Never => false,
+        };
+        if !restart {
+            self.state = State::Exited { status, at: now };
+            actions.push(Action::Announce(Announcement::Down {
+                status: Some(status),
+            }));
+        } else {
+            let reason = FailReason::Exited { status };
+            actions.push(Action::Announce(Announcement::Died {
+                reason: reason.clone(),
+            }));
+            self.after_failure(spec, reason, last_run, now, entropy, actions);
+        }
     }
 
     fn begin_stop(
@@ -460,7 +791,7 @@ impl ServiceMachine {
         &mut self,
         spec: &ServiceSpec,
         reason: FailReason,
-        was_stable: bool,
+        last_run: LastRun,
         now: Instant,
         entropy: u64,
         actions: &mut Vec<Action>,
@@ -473,7 +804,7 @@ impl ServiceMachine {
             actions.push(Action::Announce(Announcement::Failed { reason }));
             return;
         }
-        if was_stable {
+        if last_run == LastRun::Stable {
             self.streak = 0;
         }
         self.streak = self.streak.saturating_add(1);
@@ -517,7 +848,8 @@ impl ServiceMachine {
 /// A service's machine as one process image hands it to the next (`crate::handover`): its
 /// state and history with every instant turned into an age, since an `Instant` means nothing
 /// outside the process that took it. Only settled states can be handed over; a process that
-/// is starting or stopping waits for its outcome in the image that asked for it.
+/// is starting, stopping, draining or killed waits for its outcome in the image that asked
+/// for it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MachineImage {
     pub state: StateImage,
@@ -554,8 +886,12 @@ pub enum StateImage {
 }
 
 impl ServiceMachine {
-    /// The machine as of `now`, or `None` while its process is starting or stopping.
+    /// The machine as of `now`, or `None` while its process is starting, being stopped,
+    /// drained or killed, or while the service is to be forgotten once down.
     pub fn image(&self, now: Instant) -> Option<MachineImage> {
+        if self.registration == Registration::UntilDown {
+            return None;
+        }
         let age = |t: Instant| now.saturating_duration_since(t);
         let state = match &self.state {
             State::Idle => StateImage::Idle,
@@ -579,7 +915,10 @@ impl ServiceMachine {
                 reason: reason.clone(),
                 at: age(*at),
             },
-            State::Starting { .. } | State::Stopping { .. } => return None,
+            State::Starting { .. }
+            | State::Stopping { .. }
+            | State::Draining { .. }
+            | State::Killed { .. } => return None,
         };
         Some(MachineImage {
             state,
@@ -618,6 +957,7 @@ impl ServiceMachine {
         };
         ServiceMachine {
             state,
+            registration: Registration::Kept,
             streak: image.streak,
             restarts_in_window: image.restarts_in_window.into_iter().map(ago).collect(),
             last_spawn: image.last_spawn.map(ago),
@@ -652,6 +992,10 @@ mod tests {
         s.stop.timeout = ms(2000);
         s
     }
+
+    /// A caller's stop or restart with nobody to take the service's queries.
+    const STOP: Event = Event::StopRequested { drain: Drain::Skip };
+    const RESTART: Event = Event::RestartRequested { drain: Drain::Skip };
 
     const NOTIFY: Readiness = Readiness::Notify {
         timeout: Duration::from_millis(3000),
@@ -706,8 +1050,19 @@ mod tests {
     }
 
     fn check(rows: Vec<Row>) {
+        check_with(rows, |_| {});
+    }
+
+    /// Rows of a service steered among others ([`ServiceSpec::reuseport_index`]).
+    fn check_steered(rows: Vec<Row>) {
+        check_with(rows, |s| s.reuseport_index = Some(0));
+    }
+
+    fn check_with(rows: Vec<Row>, edit: fn(&mut ServiceSpec)) {
         for row in rows {
-            let mut h = Harness::new(spec(row.readiness, row.restart));
+            let mut s = spec(row.readiness, row.restart);
+            edit(&mut s);
+            let mut h = Harness::new(s);
             let mut last = Vec::new();
             for (t, e) in row.steps {
                 last = h.on(t, e);
@@ -873,7 +1228,7 @@ mod tests {
                 steps: vec![
                     (0, E::StartRequested),
                     (0, E::Spawned { pid: pid(10) }),
-                    (100, E::StopRequested),
+                    (100, STOP),
                 ],
                 last_actions: vec![
                     Action::Signal {
@@ -896,7 +1251,7 @@ mod tests {
                 steps: vec![
                     (0, E::StartRequested),
                     (0, E::Spawned { pid: pid(10) }),
-                    (100, E::StopRequested),
+                    (100, STOP),
                     (2100, E::Tick),
                 ],
                 last_actions: vec![Action::Signal {
@@ -917,7 +1272,7 @@ mod tests {
                 steps: vec![
                     (0, E::StartRequested),
                     (0, E::Spawned { pid: pid(10) }),
-                    (100, E::StopRequested),
+                    (100, STOP),
                     (
                         150,
                         E::Exited {
@@ -944,7 +1299,7 @@ mod tests {
                 steps: vec![
                     (0, E::StartRequested),
                     (0, E::Spawned { pid: pid(10) }),
-                    (100, E::RestartRequested),
+                    (100, RESTART),
                     (
                         150,
                         E::Exited {
@@ -970,7 +1325,7 @@ mod tests {
                             status: code(1),
                         },
                     ),
-                    (200, E::StopRequested),
+                    (200, STOP),
                 ],
                 last_actions: vec![Action::Announce(Announcement::Down { status: None })],
                 state: |_| State::Idle,
@@ -1291,7 +1646,7 @@ mod tests {
                 steps: vec![
                     (0, E::StartRequested),
                     (0, E::Spawned { pid: pid(10) }),
-                    (100, E::StopRequested),
+                    (100, STOP),
                     (110, E::StartRequested),
                     (
                         150,
@@ -1308,11 +1663,432 @@ mod tests {
                 name: "stop of an idle service reports it down",
                 readiness: Readiness::None,
                 restart: RestartPolicy::Always,
-                steps: vec![(0, E::StopRequested)],
+                steps: vec![(0, STOP)],
                 last_actions: vec![Action::Announce(Announcement::Down { status: None })],
                 state: |_| State::Idle,
             },
         ]);
+    }
+
+    /// Started, spawned as pid 10 at 0 and ready at 10, then `more`.
+    fn ready_then(more: Vec<(u64, Event)>) -> Vec<(u64, Event)> {
+        let mut steps = vec![
+            (0, Event::StartRequested),
+            (0, Event::Spawned { pid: pid(10) }),
+            (10, Event::ReadyReceived { pid: pid(10) }),
+        ];
+        steps.extend(more);
+        steps
+    }
+
+    const STOP_AFTER_DRAIN: Event = Event::StopRequested {
+        drain: Drain::First,
+    };
+    const RESTART_AFTER_DRAIN: Event = Event::RestartRequested {
+        drain: Drain::First,
+    };
+
+    /// Pid 10 of [`ready_then`], drained since 100.
+    fn draining(h: &Harness, then: Request, polls: u32) -> State {
+        State::Draining {
+            pid: pid(10),
+            since: h.at(0),
+            ready_at: h.at(10),
+            deadline: h.at(100) + DRAIN_LIMIT,
+            then,
+            polls,
+        }
+    }
+
+    /// Pid 10 stopped with the stop signal at `since`.
+    fn stopping(h: &Harness, since: u64, then: AfterStop) -> State {
+        State::Stopping {
+            pid: pid(10),
+            since: h.at(since),
+            kill_at: Some(h.at(since + 2000)),
+            then,
+        }
+    }
+
+    #[test]
+    fn drain_table() {
+        use Event as E;
+        let term = Action::Signal {
+            pid: pid(10),
+            signal: Signal::SIGTERM,
+        };
+        check_steered(vec![
+            Row {
+                name: "a steered ready process others cover is steered away from before it stops",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![(100, STOP_AFTER_DRAIN)]),
+                last_actions: vec![Action::WakeAt(Instant::now())],
+                state: |h| draining(h, Request::Stop, 0),
+            },
+            Row {
+                name: "a tick while draining asks for the queues",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![(100, STOP_AFTER_DRAIN), (102, E::Tick)]),
+                last_actions: vec![Action::ReadQueues],
+                state: |h| draining(h, Request::Stop, 0),
+            },
+            Row {
+                name: "queues not empty: look again later",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![
+                    (100, STOP_AFTER_DRAIN),
+                    (102, E::QueuesRead { queued: 5 }),
+                ]),
+                last_actions: vec![Action::WakeAt(Instant::now())],
+                state: |h| draining(h, Request::Stop, 1),
+            },
+            Row {
+                name: "queues empty: the stop goes ahead",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![
+                    (100, STOP_AFTER_DRAIN),
+                    (102, E::QueuesRead { queued: 5 }),
+                    (104, E::QueuesRead { queued: 0 }),
+                ]),
+                last_actions: vec![term.clone(), Action::WakeAt(Instant::now())],
+                state: |h| stopping(h, 104, AfterStop::Idle),
+            },
+            Row {
+                name: "the drain's deadline passes with queues full: stopped anyway",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![
+                    (100, STOP_AFTER_DRAIN),
+                    (1600, E::QueuesRead { queued: 5 }),
+                ]),
+                last_actions: vec![term.clone(), Action::WakeAt(Instant::now())],
+                state: |h| stopping(h, 1600, AfterStop::Idle),
+            },
+            Row {
+                name: "a drained restart starts again after the stop",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![
+                    (100, RESTART_AFTER_DRAIN),
+                    (104, E::QueuesRead { queued: 0 }),
+                ]),
+                last_actions: vec![term.clone(), Action::WakeAt(Instant::now())],
+                state: |h| stopping(h, 104, AfterStop::Start),
+            },
+            Row {
+                name: "a start while draining turns the stop into a restart",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![(100, STOP_AFTER_DRAIN), (110, E::StartRequested)]),
+                last_actions: vec![],
+                state: |h| draining(h, Request::Restart, 0),
+            },
+            Row {
+                name: "while draining the latest request decides",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![(100, RESTART_AFTER_DRAIN), (110, STOP_AFTER_DRAIN)]),
+                last_actions: vec![],
+                state: |h| draining(h, Request::Stop, 0),
+            },
+            Row {
+                name: "a stop that cannot wait overtakes the drain",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![(100, RESTART_AFTER_DRAIN), (120, STOP)]),
+                last_actions: vec![term.clone(), Action::WakeAt(Instant::now())],
+                state: |h| stopping(h, 120, AfterStop::Idle),
+            },
+            Row {
+                name: "a death while draining ends the stop",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![
+                    (100, STOP_AFTER_DRAIN),
+                    (
+                        150,
+                        E::Exited {
+                            pid: pid(10),
+                            status: ExitStatus::Code(0),
+                        },
+                    ),
+                ]),
+                last_actions: vec![Action::Announce(Announcement::Down {
+                    status: Some(ExitStatus::Code(0)),
+                })],
+                state: |_| State::Idle,
+            },
+            Row {
+                name: "a death while draining for a restart starts it again",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![
+                    (100, RESTART_AFTER_DRAIN),
+                    (
+                        150,
+                        E::Exited {
+                            pid: pid(10),
+                            status: ExitStatus::Code(1),
+                        },
+                    ),
+                ]),
+                last_actions: vec![Action::Spawn],
+                state: |_| State::Idle,
+            },
+            Row {
+                name: "a kill while draining leaves the stop to its death",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![(100, STOP_AFTER_DRAIN), (110, E::KillRequested)]),
+                last_actions: vec![Action::Signal {
+                    pid: pid(10),
+                    signal: Signal::SIGKILL,
+                }],
+                state: |h| draining(h, Request::Stop, 0),
+            },
+            Row {
+                name: "a process not ready yet takes no queries: stopped at once",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (100, STOP_AFTER_DRAIN),
+                ],
+                last_actions: vec![term.clone(), Action::WakeAt(Instant::now())],
+                state: |h| stopping(h, 100, AfterStop::Idle),
+            },
+        ]);
+        check(vec![Row {
+            name: "a process that is not steered is stopped at once",
+            readiness: NOTIFY,
+            restart: RestartPolicy::Always,
+            steps: ready_then(vec![(100, STOP_AFTER_DRAIN)]),
+            last_actions: vec![term, Action::WakeAt(Instant::now())],
+            state: |h| stopping(h, 100, AfterStop::Idle),
+        }]);
+    }
+
+    #[test]
+    fn kill_remove_and_run_table() {
+        use Event as E;
+        let kill = Action::Signal {
+            pid: pid(10),
+            signal: Signal::SIGKILL,
+        };
+        let by_signal = |signal| ExitStatus::Signaled {
+            signal,
+            core_dumped: false,
+        };
+        check(vec![
+            Row {
+                name: "a kill on request SIGKILLs and withdraws the running process",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![(100, E::KillRequested)]),
+                last_actions: vec![kill.clone()],
+                state: |h| State::Killed {
+                    pid: pid(10),
+                    since: h.at(0),
+                    ready_at: Some(h.at(10)),
+                },
+            },
+            Row {
+                name: "the death of a killed process goes through the restart policy",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![
+                    (100, E::KillRequested),
+                    (
+                        110,
+                        E::Exited {
+                            pid: pid(10),
+                            status: by_signal(9),
+                        },
+                    ),
+                ]),
+                last_actions: vec![
+                    Action::Announce(Announcement::Died {
+                        reason: FailReason::Exited {
+                            status: by_signal(9),
+                        },
+                    }),
+                    Action::Spawn,
+                ],
+                state: |h| State::Backoff { until: h.at(110) },
+            },
+            Row {
+                name: "killed while starting, READY=1 before its death: ready, still withdrawn",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: vec![
+                    (0, E::StartRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (5, E::KillRequested),
+                    (6, E::ReadyReceived { pid: pid(10) }),
+                ],
+                last_actions: vec![Action::Announce(Announcement::Ready { pid: pid(10) })],
+                state: |h| State::Killed {
+                    pid: pid(10),
+                    since: h.at(0),
+                    ready_at: Some(h.at(6)),
+                },
+            },
+            Row {
+                name: "a kill of a stopping process is its SIGKILL now",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![(100, STOP), (110, E::KillRequested)]),
+                last_actions: vec![kill],
+                state: |h| State::Stopping {
+                    pid: pid(10),
+                    since: h.at(100),
+                    kill_at: None,
+                    then: AfterStop::Idle,
+                },
+            },
+            Row {
+                name: "a kill of an idle service does nothing",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: vec![(0, E::KillRequested)],
+                last_actions: vec![],
+                state: |_| State::Idle,
+            },
+            Row {
+                name: "removing an idle service forgets it",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: vec![(0, E::RemoveRequested { drain: Drain::Skip })],
+                last_actions: vec![
+                    Action::Announce(Announcement::Down { status: None }),
+                    Action::Forget,
+                ],
+                state: |_| State::Idle,
+            },
+            Row {
+                name: "removing a running service forgets it once down",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![
+                    (100, E::RemoveRequested { drain: Drain::Skip }),
+                    (
+                        150,
+                        E::Exited {
+                            pid: pid(10),
+                            status: by_signal(15),
+                        },
+                    ),
+                ]),
+                last_actions: vec![
+                    Action::Announce(Announcement::Down {
+                        status: Some(by_signal(15)),
+                    }),
+                    Action::Forget,
+                ],
+                state: |_| State::Idle,
+            },
+            Row {
+                name: "removed, then started while stopping: forgotten only once down",
+                readiness: NOTIFY,
+                restart: RestartPolicy::Always,
+                steps: ready_then(vec![
+                    (100, E::RemoveRequested { drain: Drain::Skip }),
+                    (110, E::StartRequested),
+                    (
+                        150,
+                        E::Exited {
+                            pid: pid(10),
+                            status: by_signal(15),
+                        },
+                    ),
+                ]),
+                last_actions: vec![Action::Spawn],
+                state: |_| State::Idle,
+            },
+            Row {
+                name: "a one-shot run is forgotten once it ends",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Never,
+                steps: vec![
+                    (0, E::RunRequested),
+                    (0, E::Spawned { pid: pid(10) }),
+                    (
+                        50,
+                        E::Exited {
+                            pid: pid(10),
+                            status: ExitStatus::Code(0),
+                        },
+                    ),
+                ],
+                last_actions: vec![
+                    Action::Announce(Announcement::Down {
+                        status: Some(ExitStatus::Code(0)),
+                    }),
+                    Action::Forget,
+                ],
+                state: |h| State::Exited {
+                    status: ExitStatus::Code(0),
+                    at: h.at(50),
+                },
+            },
+            Row {
+                name: "a one-shot run that cannot be spawned is forgotten once failed",
+                readiness: Readiness::None,
+                restart: RestartPolicy::Never,
+                steps: vec![
+                    (0, E::RunRequested),
+                    (
+                        0,
+                        E::SpawnFailed {
+                            error: "ENOENT".into(),
+                        },
+                    ),
+                ],
+                last_actions: vec![
+                    Action::Announce(Announcement::Died {
+                        reason: FailReason::SpawnFailed {
+                            error: "ENOENT".into(),
+                        },
+                    }),
+                    Action::Announce(Announcement::Failed {
+                        reason: FailReason::SpawnFailed {
+                            error: "ENOENT".into(),
+                        },
+                    }),
+                    Action::Forget,
+                ],
+                state: |h| State::Failed {
+                    reason: FailReason::SpawnFailed {
+                        error: "ENOENT".into(),
+                    },
+                    at: h.at(0),
+                },
+            },
+        ]);
+    }
+
+    #[test]
+    fn drained_killed_and_removed_services_are_not_handed_over() {
+        let mut s = spec(NOTIFY, RestartPolicy::Always);
+        s.reuseport_index = Some(0);
+        for last in [STOP_AFTER_DRAIN, Event::KillRequested] {
+            let mut h = Harness::new(s.clone());
+            for (t, e) in ready_then(vec![(100, last)]) {
+                h.on(t, e);
+            }
+            assert_eq!(h.m.image(h.at(200)), None, "{:?}", h.m.state());
+        }
+        // A one-shot run, even once settled in `Running`, is not handed over.
+        let mut h = Harness::new(spec(Readiness::None, RestartPolicy::Never));
+        h.on(0, Event::RunRequested);
+        h.on(0, Event::Spawned { pid: pid(10) });
+        assert!(matches!(h.m.state(), State::Running { .. }));
+        assert_eq!(h.m.image(h.at(10)), None);
     }
 
     /// WakeAt instants above are placeholders; compare them separately here.
@@ -1321,6 +2097,8 @@ mod tests {
             match (self, other) {
                 (Action::WakeAt(_), Action::WakeAt(_)) => true,
                 (Action::Spawn, Action::Spawn) => true,
+                (Action::ReadQueues, Action::ReadQueues) => true,
+                (Action::Forget, Action::Forget) => true,
                 (Action::Signal { pid: a, signal: s }, Action::Signal { pid: b, signal: t }) => {
                     a == b && s == t
                 }
@@ -1336,8 +2114,19 @@ mod tests {
         let a = h.spawn(0, 10);
         assert!(matches!(a[..], [Action::WakeAt(t)] if t == h.at(3000)));
         h.on(10, Event::ReadyReceived { pid: pid(10) });
-        let a = h.on(20, Event::StopRequested);
+        let a = h.on(20, STOP);
         assert!(matches!(a[..], [Action::Signal { .. }, Action::WakeAt(t)] if t == h.at(2020)));
+        // A drain looks at the queues every `DRAIN_POLL`.
+        let mut s = spec(NOTIFY, RestartPolicy::Always);
+        s.reuseport_index = Some(0);
+        let mut h = Harness::new(s);
+        for (t, e) in ready_then(vec![]) {
+            h.on(t, e);
+        }
+        let a = h.on(100, STOP_AFTER_DRAIN);
+        assert!(matches!(a[..], [Action::WakeAt(t)] if t == h.at(100) + DRAIN_POLL));
+        let a = h.on(102, Event::QueuesRead { queued: 1 });
+        assert!(matches!(a[..], [Action::WakeAt(t)] if t == h.at(102) + DRAIN_POLL));
     }
 
     #[test]
@@ -1551,7 +2340,7 @@ mod tests {
                 ready_at: later - ms(1000),
             }
         );
-        h.on(2000, Event::StopRequested);
+        h.on(2000, STOP);
         assert_eq!(
             h.m.image(h.at(2001)),
             None,

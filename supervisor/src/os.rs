@@ -99,21 +99,7 @@ pub fn spawn(
     user: Option<(crate::spec::Credentials, crate::spec::KeptCapabilities)>,
     output: crate::spec::Output,
 ) -> io::Result<Spawned> {
-    let (program, args) = argv
-        .split_first()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))?;
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .process_group(0);
-    if output == crate::spec::Output::Captured {
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    }
-    if let Some(dir) = cwd {
-        cmd.current_dir(dir);
-    }
+    let mut cmd = command(argv, env, cwd, output)?;
     // Capabilities to keep through a switch of user: then the switch is ours, in the child.
     let mut switch = None;
     match user {
@@ -151,48 +137,8 @@ pub fn spawn(
             if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
                 return Err(io::Error::last_os_error());
             }
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) < 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            // We may have died between fork and prctl: then nobody will send the signal.
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            let mut moved = [0 as RawFd; MAX_PASSED_FDS];
-            if pass.len() > MAX_PASSED_FDS {
-                return Err(io::Error::from_raw_os_error(libc::EMFILE));
-            }
-            for (slot, p) in moved.iter_mut().zip(&pass) {
-                if p.ours == p.child {
-                    *slot = p.ours;
-                    continue;
-                }
-                let fd = libc::fcntl(p.ours, libc::F_DUPFD_CLOEXEC, above);
-                if fd < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                *slot = fd;
-            }
-            for (&from, p) in moved.iter().zip(&pass) {
-                if from == p.child {
-                    let flags = libc::fcntl(from, libc::F_GETFD);
-                    if flags < 0 || libc::fcntl(from, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0
-                    {
-                        return Err(io::Error::last_os_error());
-                    }
-                } else if libc::dup2(from, p.child) < 0 {
-                    // dup2 leaves the new descriptor without close-on-exec.
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
+            die_with_parent(parent)?;
+            place_descriptors(&pass, above)
         });
     }
     let mut child = cmd.spawn()?;
@@ -204,6 +150,99 @@ pub fn spawn(
     };
     // `child` is dropped without waiting: reaping belongs to `reap_one` alone.
     Ok(Spawned { pid, output })
+}
+
+/// The command for `argv` in its own process group, with exactly `env`, no standard input,
+/// and its output captured or not.
+fn command(
+    argv: &[OsString],
+    env: &[(OsString, OsString)],
+    cwd: Option<&Path>,
+    output: crate::spec::Output,
+) -> io::Result<Command> {
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .process_group(0);
+    if output == crate::spec::Output::Captured {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    Ok(cmd)
+}
+
+/// In a forked child: be SIGKILLed when `parent` dies, and end now if it already did.
+/// Only async-signal-safe system calls.
+///
+/// # Safety
+/// Called between fork and exec only.
+unsafe fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
+    // SAFETY: prctl and getppid touch only this process; _exit ends it without running
+    // anything of the parent's state.
+    unsafe {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // We may have died between fork and prctl: then nobody will send the signal.
+        if libc::getppid() != parent {
+            libc::_exit(1);
+        }
+    }
+    Ok(())
+}
+
+/// In a forked child: place each of `pass` at its number, not close-on-exec, first moving
+/// every descriptor that must move above `above`. Only async-signal-safe system calls, and
+/// no allocation.
+///
+/// # Safety
+/// Called between fork and exec only (it overwrites descriptors by number).
+unsafe fn place_descriptors(pass: &[FdPass], above: RawFd) -> io::Result<()> {
+    let mut moved = [0 as RawFd; MAX_PASSED_FDS];
+    if pass.len() > MAX_PASSED_FDS {
+        return Err(io::Error::from_raw_os_error(libc::EMFILE));
+    }
+    // SAFETY: fcntl and dup2 on descriptor numbers; the numbers we overwrite are the ones
+    // the child is to receive, and the originals were first moved out of their way.
+    unsafe {
+        for (slot, p) in moved.iter_mut().zip(pass) {
+            if p.ours == p.child {
+                *slot = p.ours;
+                continue;
+            }
+            let fd = libc::fcntl(p.ours, libc::F_DUPFD_CLOEXEC, above);
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            *slot = fd;
+        }
+        for (&from, p) in moved.iter().zip(pass) {
+            if from == p.child {
+                let flags = libc::fcntl(from, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(from, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(from, p.child) < 0 {
+                // dup2 leaves the new descriptor without close-on-exec.
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `CAP_NET_BIND_SERVICE` (linux/capability.h).

@@ -30,10 +30,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::os::{self, FdPass};
-use crate::runner::{Command, SupervisorError, SupervisorHandle};
+use crate::call::{Answer, Call, Reply, SupervisorError};
+use crate::os;
+use crate::runner::{Command, SupervisorHandle};
 use crate::snapshot::{ProcessSnapshot, Snapshot};
-use crate::spec::{Credentials, ExitStatus, KeptCapabilities, ServiceSpec};
+use crate::spec::{Credentials, KeptCapabilities, ServiceSpec};
 use crate::upward::{Upward, UpwardNotifier};
 
 /// Largest message on the link, either way.
@@ -166,7 +167,8 @@ impl Link {
 /// What the directing child asks of the supervisor.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToParent {
-    /// A supervisor call; answered by [`ToChild::Reply`] with the same id.
+    /// A supervisor call; answered by [`ToChild::Reply`] with the same id. `Add` carries
+    /// its descriptors attached, in the order of its numbers.
     Call { id: u64, call: Call },
     /// Keep the one attached descriptor under `name` (replacing what was there).
     Store { name: String },
@@ -178,52 +180,6 @@ pub enum ToParent {
     Exit { code: u8 },
     /// Answer to [`ToChild::Ping`].
     Pong { seq: u64 },
-}
-
-/// A supervisor call. `Add` carries its descriptors attached, in the order of `fds`, which
-/// names the number each gets in the service's process.
-#[derive(Debug, Serialize, Deserialize)]
-pub enum Call {
-    Add {
-        spec: Box<ServiceSpec>,
-        fds: Vec<RawFd>,
-    },
-    Start {
-        name: String,
-    },
-    Stop {
-        name: String,
-    },
-    Restart {
-        name: String,
-    },
-    Remove {
-        name: String,
-    },
-    Run {
-        spec: Box<ServiceSpec>,
-    },
-    Tail {
-        name: String,
-    },
-    Drain,
-    Kill {
-        name: String,
-        reason: String,
-    },
-    /// Ask the parent to re-execute itself, keeping its children (an in-place upgrade); the
-    /// answer says whether it begins.
-    Reexec,
-}
-
-/// A call's result.
-#[derive(Debug, Serialize, Deserialize)]
-pub enum Answer {
-    Done,
-    Pid(i32),
-    Down(Option<ExitStatus>),
-    Exited(ExitStatus),
-    Tail(Vec<String>),
 }
 
 /// What the supervisor tells the directing child.
@@ -487,34 +443,11 @@ pub async fn serve_child(
     store: &mut FdStore,
     stop: CancellationToken,
 ) -> ChildEnd {
-    let ChildService {
-        sup,
-        policy,
-        upward,
-        hang_after,
-        reexec,
-        keep_upward,
-    } = *service;
     let link = Arc::new(link);
-    let welcome = ToChild::Welcome {
-        incarnation,
-        notify_socket: sup.notify_socket().to_owned(),
-        stored: store.len(),
+    let snapshots = match welcome(&link, incarnation, service.sup, store).await {
+        Ok(snapshots) => snapshots,
+        Err(end) => return end,
     };
-    if let Err(e) = link.send(&welcome, &[]).await {
-        return unsent(e, "the welcome");
-    }
-    for (name, fd) in &store.entries {
-        let msg = ToChild::Stored { name: name.clone() };
-        if let Err(e) = link.send(&msg, &[fd.as_raw_fd()]).await {
-            return unsent(e, "a stored descriptor");
-        }
-    }
-    let mut snapshots = sup.subscribe();
-    let first = snapshots.borrow_and_update().clone();
-    if let Err(e) = send_table(&link, &first).await {
-        return unsent(e, "the process table");
-    }
     // Everything we send goes through one writer, so that reading never waits on a child
     // that does not read: replies queue (bounded by the calls in flight), snapshots coalesce.
     let (out_tx, out_rx) = mpsc::unbounded_channel::<ToChild>();
@@ -523,9 +456,13 @@ pub async fn serve_child(
     // send, and a finished task must not be polled again.
     let mut writer_ended = false;
     let mut ping = tokio::time::interval_at(Instant::now() + PING_INTERVAL, PING_INTERVAL);
-    let mut seq = 0u64;
-    let mut answered = Instant::now();
-    let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut session = Session {
+        service,
+        out: out_tx,
+        in_flight: Arc::new(AtomicUsize::new(0)),
+        seq: 0,
+        answered: Instant::now(),
+    };
     let end = loop {
         tokio::select! {
             () = stop.cancelled() => break ChildEnd::Stopped,
@@ -535,65 +472,21 @@ pub async fn serve_child(
                 Err(e) => break ChildEnd::LinkFailed(format!("the link's writer ended: {e}")),
             },
             received = link.recv::<ToParent>() => {
-                let (msg, mut fds) = match received {
+                let (msg, fds) = match received {
                     Ok(Some(m)) => m,
                     Ok(None) => break ChildEnd::Gone,
                     // It closed its end with our messages (snapshots) still unread in it.
-                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break ChildEnd::Gone,
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break ChildEnd::Gone,
                     Err(e) => break ChildEnd::Misbehaved(e.to_string()),
                 };
-                match msg {
-                    ToParent::Call { id, call } => {
-                        use std::sync::atomic::Ordering;
-                        if in_flight.fetch_add(1, Ordering::Relaxed) >= MAX_IN_FLIGHT {
-                            break ChildEnd::Misbehaved(format!("more than {MAX_IN_FLIGHT} calls in flight"));
-                        }
-                        let sup = sup.clone();
-                        let out = out_tx.clone();
-                        let policy = policy.clone();
-                        let in_flight = in_flight.clone();
-                        let reexec = reexec.cloned();
-                        tokio::spawn(async move {
-                            let result = match call {
-                                Call::Reexec => request_reexec(reexec).await,
-                                call => execute(&sup, &policy, call, fds).await,
-                            };
-                            in_flight.fetch_sub(1, Ordering::Relaxed);
-                            let _ = out.send(ToChild::Reply { id, result });
-                        });
-                    }
-                    ToParent::Store { name } => {
-                        let Some(fd) = fds.pop().filter(|_| fds.is_empty()) else {
-                            break ChildEnd::Misbehaved("store without exactly one descriptor".into());
-                        };
-                        if keep_upward(&name) {
-                            upward.store_fd(&name, fd.as_fd());
-                        }
-                        if let Err(e) = store.put(name, fd) {
-                            break ChildEnd::Misbehaved(e);
-                        }
-                    }
-                    ToParent::Forget { name } => {
-                        if keep_upward(&name) && store.contains(&name) {
-                            upward.remove_stored_fd(&name);
-                        }
-                        store.forget(&name);
-                    }
-                    ToParent::Upward(note) => upward.send_upward(&note.bounded(MAX_STATUS)),
-                    ToParent::Exit { code } => break ChildEnd::Exit(code),
-                    ToParent::Pong { seq: s } => {
-                        if s == seq {
-                            answered = Instant::now();
-                        }
-                    }
+                if let Err(end) = session.on_message(msg, fds, store) {
+                    break end;
                 }
             }
             _ = ping.tick() => {
-                if answered.elapsed() > hang_after {
-                    break ChildEnd::Hung;
+                if let Err(end) = session.ping() {
+                    break end;
                 }
-                seq += 1;
-                let _ = out_tx.send(ToChild::Ping { seq });
             }
         }
     };
@@ -601,11 +494,128 @@ pub async fn serve_child(
         // The child lives on for a moment (it is stopped next): answers on their way, such
         // as a re-execution's go-ahead, still reach it. Calls that take longer finish on the
         // supervisor unanswered.
-        drop(out_tx);
+        drop(session);
         let _ = tokio::time::timeout(FLUSH_ON_STOP, &mut writer).await;
     }
     writer.abort();
     end
+}
+
+/// Send the first messages of an incarnation: the welcome, the stored descriptors, the
+/// process table. The table's receiver, the table marked as seen, follows it from there.
+async fn welcome(
+    link: &Link,
+    incarnation: u32,
+    sup: &SupervisorHandle,
+    store: &FdStore,
+) -> Result<watch::Receiver<Arc<Snapshot>>, ChildEnd> {
+    let welcome = ToChild::Welcome {
+        incarnation,
+        notify_socket: sup.notify_socket().to_owned(),
+        stored: store.len(),
+    };
+    link.send(&welcome, &[])
+        .await
+        .map_err(|e| unsent(e, "the welcome"))?;
+    for (name, fd) in &store.entries {
+        let msg = ToChild::Stored { name: name.clone() };
+        link.send(&msg, &[fd.as_raw_fd()])
+            .await
+            .map_err(|e| unsent(e, "a stored descriptor"))?;
+    }
+    let mut snapshots = sup.subscribe();
+    let first = snapshots.borrow_and_update().clone();
+    send_table(link, &first)
+        .await
+        .map_err(|e| unsent(e, "the process table"))?;
+    Ok(snapshots)
+}
+
+/// What serving one incarnation keeps between its messages.
+struct Session<'s, 'a> {
+    service: &'s ChildService<'a>,
+    /// To the writer: replies and pings.
+    out: mpsc::UnboundedSender<ToChild>,
+    /// Calls executing now.
+    in_flight: Arc<AtomicUsize>,
+    /// The last ping sent.
+    seq: u64,
+    /// When the last ping was answered.
+    answered: Instant,
+}
+
+impl Session<'_, '_> {
+    /// Take one message of the child; an error ends serving.
+    fn on_message(
+        &mut self,
+        msg: ToParent,
+        mut fds: Vec<OwnedFd>,
+        store: &mut FdStore,
+    ) -> Result<(), ChildEnd> {
+        let ChildService {
+            upward,
+            keep_upward,
+            ..
+        } = *self.service;
+        match msg {
+            ToParent::Call { id, call } => self.execute(id, call, fds)?,
+            ToParent::Store { name } => {
+                let Some(fd) = fds.pop().filter(|_| fds.is_empty()) else {
+                    return Err(ChildEnd::Misbehaved(
+                        "store without exactly one descriptor".into(),
+                    ));
+                };
+                if keep_upward(&name) {
+                    upward.store_fd(&name, fd.as_fd());
+                }
+                store.put(name, fd).map_err(ChildEnd::Misbehaved)?;
+            }
+            ToParent::Forget { name } => {
+                if keep_upward(&name) && store.contains(&name) {
+                    upward.remove_stored_fd(&name);
+                }
+                store.forget(&name);
+            }
+            ToParent::Upward(note) => upward.send_upward(&note.bounded(MAX_STATUS)),
+            ToParent::Exit { code } => return Err(ChildEnd::Exit(code)),
+            ToParent::Pong { seq } => {
+                if seq == self.seq {
+                    self.answered = Instant::now();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Execute a call in a task of its own, its answer sent when it comes.
+    fn execute(&self, id: u64, call: Call, fds: Vec<OwnedFd>) -> Result<(), ChildEnd> {
+        if self.in_flight.fetch_add(1, Ordering::Relaxed) >= MAX_IN_FLIGHT {
+            return Err(ChildEnd::Misbehaved(format!(
+                "more than {MAX_IN_FLIGHT} calls in flight"
+            )));
+        }
+        let sup = self.service.sup.clone();
+        let policy = self.service.policy.clone();
+        let reexec = self.service.reexec.cloned();
+        let out = self.out.clone();
+        let in_flight = self.in_flight.clone();
+        tokio::spawn(async move {
+            let result = execute(&sup, &policy, reexec, call, fds).await;
+            in_flight.fetch_sub(1, Ordering::Relaxed);
+            let _ = out.send(ToChild::Reply { id, result });
+        });
+        Ok(())
+    }
+
+    /// Ping the child, unless it left the last pings unanswered for too long.
+    fn ping(&mut self) -> Result<(), ChildEnd> {
+        if self.answered.elapsed() > self.service.hang_after {
+            return Err(ChildEnd::Hung);
+        }
+        self.seq += 1;
+        let _ = self.out.send(ToChild::Ping { seq: self.seq });
+        Ok(())
+    }
 }
 
 /// How serving ends when sending `what` failed with `error`: a child that is gone is gone;
@@ -755,58 +765,56 @@ async fn write_to_child(
     }
 }
 
+/// Carry out a child's call on `sup`, once its policy admits it; a re-execution goes to
+/// the parent's owner.
 async fn execute(
     sup: &SupervisorHandle,
     policy: &ChildPolicy,
+    reexec: Option<mpsc::UnboundedSender<ReexecRequest>>,
     call: Call,
     fds: Vec<OwnedFd>,
 ) -> Result<Answer, SupervisorError> {
+    match admit(policy, call, fds)? {
+        Call::Reexec => request_reexec(reexec).await,
+        call => sup.forward(call).await,
+    }
+}
+
+/// Check a child's call against `policy`, giving `Add` the descriptors attached to it
+/// (descriptors attached to any other call are closed).
+fn admit(policy: &ChildPolicy, call: Call, fds: Vec<OwnedFd>) -> Result<Call, SupervisorError> {
     match call {
-        Call::Add { spec, fds: numbers } => {
+        Call::Add {
+            spec, fds: numbers, ..
+        } => {
             policy.check(&spec)?;
             if numbers.len() != fds.len() {
                 return Err(SupervisorError::Refused(
                     "descriptor count does not match".into(),
                 ));
             }
-            sup.add_handing(*spec, fds.into_iter().zip(numbers).collect())
-                .await
-                .map(|()| Answer::Done)
-        }
-        Call::Start { name } => {
-            check_name(&name)?;
-            sup.start(&name).await.map(|p| Answer::Pid(p.as_raw()))
-        }
-        Call::Stop { name } => {
-            check_name(&name)?;
-            sup.stop(&name).await.map(Answer::Down)
-        }
-        Call::Restart { name } => {
-            check_name(&name)?;
-            sup.restart(&name).await.map(|p| Answer::Pid(p.as_raw()))
-        }
-        Call::Remove { name } => {
-            check_name(&name)?;
-            sup.remove(&name).await.map(Answer::Down)
+            Ok(Call::Add {
+                spec,
+                fds: numbers,
+                handed: fds,
+            })
         }
         Call::Run { spec } => {
             policy.check(&spec)?;
-            sup.run(*spec).await.map(Answer::Exited)
+            Ok(Call::Run { spec })
         }
-        Call::Drain => sup.drain().await.map(|()| Answer::Done),
-        Call::Reexec => Err(SupervisorError::Refused(
-            "re-executing is not offered".into(),
-        )),
-        // The supervisor cuts the reason where it receives it.
-        Call::Kill { name, reason } => {
-            check_name(&name)?;
-            sup.kill(&name, &reason).await.map(|()| Answer::Done)
+        // The supervisor cuts a kill's reason where it receives it; a tail's lines were cut
+        // as they were read (`output::TAIL_LINE`), so a tail fits a message.
+        Call::Start { ref name }
+        | Call::Stop { ref name }
+        | Call::Restart { ref name }
+        | Call::Remove { ref name }
+        | Call::Tail { ref name }
+        | Call::Kill { ref name, .. } => {
+            check_name(name)?;
+            Ok(call)
         }
-        // Lines were cut as they were read (`output::TAIL_LINE`): a tail fits a message.
-        Call::Tail { name } => {
-            check_name(&name)?;
-            sup.output_tail(&name).await.map(Answer::Tail)
-        }
+        Call::Drain | Call::Reexec => Ok(call),
     }
 }
 
@@ -925,53 +933,6 @@ impl Parent {
     }
 }
 
-/// A call waiting for its answer, typed as its caller expects it.
-enum Pending {
-    Done(oneshot::Sender<Result<(), SupervisorError>>),
-    Pid(oneshot::Sender<Result<nix::unistd::Pid, SupervisorError>>),
-    Down(oneshot::Sender<Result<Option<ExitStatus>, SupervisorError>>),
-    Exited(oneshot::Sender<Result<ExitStatus, SupervisorError>>),
-    Tail(oneshot::Sender<Result<Vec<String>, SupervisorError>>),
-}
-
-impl Pending {
-    fn answer(self, result: Result<Answer, SupervisorError>) {
-        let mismatch = || SupervisorError::Refused("answer of the wrong kind".into());
-        match self {
-            Pending::Done(tx) => {
-                let _ = tx.send(result.and_then(|a| match a {
-                    Answer::Done => Ok(()),
-                    _ => Err(mismatch()),
-                }));
-            }
-            Pending::Pid(tx) => {
-                let _ = tx.send(result.and_then(|a| match a {
-                    Answer::Pid(p) => Ok(nix::unistd::Pid::from_raw(p)),
-                    _ => Err(mismatch()),
-                }));
-            }
-            Pending::Down(tx) => {
-                let _ = tx.send(result.and_then(|a| match a {
-                    Answer::Down(s) => Ok(s),
-                    _ => Err(mismatch()),
-                }));
-            }
-            Pending::Exited(tx) => {
-                let _ = tx.send(result.and_then(|a| match a {
-                    Answer::Exited(s) => Ok(s),
-                    _ => Err(mismatch()),
-                }));
-            }
-            Pending::Tail(tx) => {
-                let _ = tx.send(result.and_then(|a| match a {
-                    Answer::Tail(t) => Ok(t),
-                    _ => Err(mismatch()),
-                }));
-            }
-        }
-    }
-}
-
 /// Turn handle commands into calls on the link and answers back into replies; mirror the
 /// parent's process table; answer pings. Reading and writing are separate tasks, so that a
 /// parent busy writing never waits on us writing. When the link is gone, what waits fails.
@@ -983,7 +944,7 @@ async fn proxy(
     gone: CancellationToken,
     close: CancellationToken,
 ) {
-    let pending: Arc<std::sync::Mutex<HashMap<u64, Pending>>> = Default::default();
+    let pending: Arc<std::sync::Mutex<HashMap<u64, Reply>>> = Default::default();
     let (pong_tx, mut pong_rx) = mpsc::unbounded_channel::<u64>();
     let reader = {
         let link = link.clone();
@@ -995,7 +956,7 @@ async fn proxy(
                     Ok(Some((ToChild::Reply { id, result }, _))) => {
                         let waiter = lock(&pending).remove(&id);
                         if let Some(waiter) = waiter {
-                            waiter.answer(result);
+                            let _ = waiter.send(result);
                         }
                     }
                     Ok(Some((ToChild::Snapshot(last), _))) => {
@@ -1023,26 +984,27 @@ async fn proxy(
     let writer = async {
         let mut next_id = 0u64;
         loop {
-            // `owned` keeps descriptors handed to us open until the parent has its copies.
-            let (msg, fds, owned) = tokio::select! {
-                Some(seq) = pong_rx.recv() => (ToParent::Pong { seq }, Vec::new(), Vec::new()),
-                Some(note) = upward.recv() => (ToParent::Upward(note), Vec::new(), Vec::new()),
+            // A call keeps the descriptors handed to us open until the parent has its copies.
+            let msg = tokio::select! {
+                Some(seq) = pong_rx.recv() => ToParent::Pong { seq },
+                Some(note) = upward.recv() => ToParent::Upward(note),
                 Some(command) = commands.recv() => {
+                    let Some((call, reply)) = remote_call(command) else { continue };
                     next_id += 1;
-                    let id = next_id;
-                    let Some((call, fds, waiter, owned)) = to_call(command) else { continue };
-                    lock(&pending).insert(id, waiter);
-                    (ToParent::Call { id, call }, fds, owned)
+                    lock(&pending).insert(next_id, reply);
+                    ToParent::Call { id: next_id, call }
                 }
                 else => return,
             };
+            let (id, fds) = match &msg {
+                ToParent::Call { id, call } => (Some(*id), attached(call)),
+                _ => (None, Vec::new()),
+            };
             let sent = link.send(&msg, &fds).await;
-            drop(owned);
-            if let Err(e) = sent {
-                if let ToParent::Call { id, .. } = msg {
-                    if let Some(waiter) = lock(&pending).remove(&id) {
-                        waiter.answer(Err(SupervisorError::Refused(e.to_string())));
-                    }
+            drop(msg);
+            if let (Err(e), Some(id)) = (sent, id) {
+                if let Some(waiter) = lock(&pending).remove(&id) {
+                    let _ = waiter.send(Err(SupervisorError::Refused(e.to_string())));
                 }
             }
         }
@@ -1052,9 +1014,9 @@ async fn proxy(
         () = writer => {}
         () = close.cancelled() => {}
     }
-    let waiting: Vec<Pending> = lock(&pending).drain().map(|(_, w)| w).collect();
+    let waiting: Vec<Reply> = lock(&pending).drain().map(|(_, w)| w).collect();
     for waiter in waiting {
-        waiter.answer(Err(SupervisorError::Gone));
+        let _ = waiter.send(Err(SupervisorError::Gone));
     }
     gone.cancel();
 }
@@ -1063,82 +1025,40 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A handle command as a call: the call, the descriptors to attach, who waits for the answer,
-/// and descriptors to keep open until the call is sent. Commands only the parent may give
-/// (shutdown, kill all) are answered here and give `None`.
-fn to_call(command: Command) -> Option<(Call, Vec<RawFd>, Pending, Vec<OwnedFd>)> {
-    Some(match command {
-        Command::Add {
-            spec,
-            fds,
-            owned,
-            reply,
-        } => {
-            let numbers = fds.iter().map(|p: &FdPass| p.child).collect();
-            let ours = fds.iter().map(|p| p.ours).collect();
-            (
-                Call::Add {
-                    spec: Box::new(spec),
-                    fds: numbers,
-                },
-                ours,
-                Pending::Done(reply),
-                owned,
-            )
-        }
-        Command::Start { name, reply } => {
-            (Call::Start { name }, vec![], Pending::Pid(reply), vec![])
-        }
-        Command::Stop { name, reply } => {
-            (Call::Stop { name }, vec![], Pending::Down(reply), vec![])
-        }
-        Command::Restart { name, reply } => {
-            (Call::Restart { name }, vec![], Pending::Pid(reply), vec![])
-        }
-        Command::Remove { name, reply } => {
-            (Call::Remove { name }, vec![], Pending::Down(reply), vec![])
-        }
-        Command::Run { spec, reply } => (
-            Call::Run {
-                spec: Box::new(spec),
-            },
-            vec![],
-            Pending::Exited(reply),
-            vec![],
-        ),
-        Command::Tail { name, reply } => {
-            (Call::Tail { name }, vec![], Pending::Tail(reply), vec![])
-        }
+/// A handle's command as a call to send, with where its answer goes. Commands only the
+/// supervisor's own process may give (shutdown, kill all, hand over) are answered here and
+/// give `None`.
+fn remote_call(command: Command) -> Option<(Call, Reply)> {
+    match command {
+        Command::Call { call, reply } => return Some((call, reply)),
         Command::Shutdown { reply } => {
             let _ = reply.send(Default::default());
-            return None;
         }
-        Command::Drain { reply } => (Call::Drain, vec![], Pending::Done(reply), vec![]),
-        Command::Kill {
-            name,
-            reason,
-            reply,
-        } => (
-            Call::Kill { name, reason },
-            vec![],
-            Pending::Done(reply),
-            vec![],
-        ),
-        Command::Reexec { reply } => (Call::Reexec, vec![], Pending::Done(reply), vec![]),
-        Command::KillAll => return None,
+        Command::KillAll => {}
         Command::HandOver { reply } => {
             let _ = reply.send(Err(SupervisorError::Refused(
                 "only the supervisor's own process hands it over".into(),
             )));
-            return None;
         }
-    })
+    }
+    None
+}
+
+/// The descriptors to attach to `call`: what `Add` hands over, or, when the caller keeps its
+/// own, those at the numbers it names.
+fn attached(call: &Call) -> Vec<RawFd> {
+    match call {
+        Call::Add { fds, handed, .. } if handed.is_empty() => fds.clone(),
+        Call::Add { handed, .. } => handed.iter().map(AsRawFd::as_raw_fd).collect(),
+        _ => Vec::new(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::snapshot::ProcessState;
+    use crate::spec::ExitStatus;
     use crate::text::{one_line, MAX_STATUS};
 
     #[test]

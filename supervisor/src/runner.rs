@@ -8,7 +8,7 @@
 //! notifications or commands holds up reaping, commands or timers.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -26,40 +26,18 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::call::{self, Answer, Call, FromAnswer, Reply};
 use crate::handover::{self, Handover, ServiceImage, SupervisorImage};
-use crate::machine::{Action, Announcement, Event, FailReason, ServiceMachine, State};
+use crate::machine::{Action, Announcement, Drain, Event, FailReason, ServiceMachine, State};
 use crate::notify::{Datagram, DescriptorCloser, Noise, NoiseLog, Notification, NotifySocket};
 use crate::os::{self, FdPass};
 use crate::output::{self, Stream};
-use crate::snapshot::{ProcessSnapshot, Snapshot};
+use crate::snapshot::{ProcessSnapshot, ProcessState, Snapshot};
 use crate::spec::{ExitStatus, Readiness, ServiceSpec};
-use crate::steering::{self, Steering};
+use crate::steering::Steering;
 use crate::text;
 
-/// Errors returned to callers of the handle.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum SupervisorError {
-    #[error("no service named {0:?}")]
-    UnknownService(String),
-    #[error("a service named {0:?} already exists")]
-    DuplicateService(String),
-    #[error("{name} failed to start: {reason}")]
-    StartFailed { name: String, reason: FailReason },
-    #[error("{name} went down while starting")]
-    StoppedWhileStarting { name: String },
-    #[error("{0} has no process")]
-    NotRunning(String),
-    #[error("the supervisor is shutting down")]
-    ShuttingDown,
-    #[error("the supervisor is gone")]
-    Gone,
-    /// The process table is not settled (a process starting or stopping); try again.
-    #[error("busy: {0}")]
-    Busy(String),
-    /// A remote caller asked for something it may not have, or the link failed.
-    #[error("refused: {0}")]
-    Refused(String),
-}
+pub use crate::call::SupervisorError;
 
 /// Notifications read before reaping, at most; a flood beyond waits for the next pass.
 const MAX_DRAINED_BEFORE_REAPING: usize = 1024;
@@ -81,63 +59,22 @@ pub struct SupervisorOptions {
     pub notify_senders: Option<u32>,
 }
 
-/// What becomes of a service once it is down.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AfterStop {
-    /// It stays registered and can be started again.
-    Keep,
-    /// It is unregistered.
-    Remove,
-}
-
+/// What reaches the actor: a call with where its answer goes, or an order only the process
+/// that owns the supervisor gives.
 pub(crate) enum Command {
-    Add {
-        spec: ServiceSpec,
-        fds: Vec<FdPass>,
-        owned: Vec<OwnedFd>,
-        reply: oneshot::Sender<Result<(), SupervisorError>>,
+    Call {
+        call: Call,
+        reply: Reply,
     },
-    Start {
-        name: String,
-        reply: oneshot::Sender<Result<Pid, SupervisorError>>,
-    },
-    Stop {
-        name: String,
-        reply: oneshot::Sender<Result<Option<ExitStatus>, SupervisorError>>,
-    },
-    Restart {
-        name: String,
-        reply: oneshot::Sender<Result<Pid, SupervisorError>>,
-    },
-    Remove {
-        name: String,
-        reply: oneshot::Sender<Result<Option<ExitStatus>, SupervisorError>>,
-    },
-    Run {
-        spec: ServiceSpec,
-        reply: oneshot::Sender<Result<ExitStatus, SupervisorError>>,
-    },
+    /// Stop every service and end the actor.
     Shutdown {
         reply: oneshot::Sender<ShutdownReport>,
     },
+    /// SIGKILL every live process group at once.
     KillAll,
-    Drain {
-        reply: oneshot::Sender<Result<(), SupervisorError>>,
-    },
-    Kill {
-        name: String,
-        reason: String,
-        reply: oneshot::Sender<Result<(), SupervisorError>>,
-    },
-    Tail {
-        name: String,
-        reply: oneshot::Sender<Result<Vec<String>, SupervisorError>>,
-    },
+    /// End the actor and give its table up.
     HandOver {
         reply: oneshot::Sender<Result<Handover, SupervisorError>>,
-    },
-    Reexec {
-        reply: oneshot::Sender<Result<(), SupervisorError>>,
     },
 }
 
@@ -157,6 +94,7 @@ pub struct SupervisorHandle {
 }
 
 impl SupervisorHandle {
+    /// Send a command and wait for its reply.
     async fn ask<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<T>) -> Command,
@@ -168,23 +106,25 @@ impl SupervisorHandle {
         rx.await.map_err(|_| SupervisorError::Gone)
     }
 
+    /// Make `call` and wait for its answer, as it comes.
+    pub(crate) async fn forward(&self, call: Call) -> Result<Answer, SupervisorError> {
+        self.ask(|reply| Command::Call { call, reply }).await?
+    }
+
+    /// Make `call` and wait for its answer, typed as the call returns it.
+    async fn call<T: FromAnswer>(&self, call: Call) -> Result<T, SupervisorError> {
+        call::typed(self.forward(call).await)
+    }
+
     /// Register a service (not started). `fds` are descriptors the child inherits at the
     /// same numbers; the caller keeps them open for as long as the service exists.
     pub async fn add(&self, spec: ServiceSpec, fds: Vec<RawFd>) -> Result<(), SupervisorError> {
-        let fds = fds
-            .into_iter()
-            .map(|fd| FdPass {
-                ours: fd,
-                child: fd,
-            })
-            .collect();
-        self.ask(|reply| Command::Add {
-            spec,
+        self.call(Call::Add {
+            spec: Box::new(spec),
             fds,
-            owned: Vec::new(),
-            reply,
+            handed: Vec::new(),
         })
-        .await?
+        .await
     }
 
     /// Register a service (not started) that is handed `fds`: each descriptor appears in the
@@ -195,50 +135,45 @@ impl SupervisorHandle {
         spec: ServiceSpec,
         fds: Vec<(OwnedFd, RawFd)>,
     ) -> Result<(), SupervisorError> {
-        let pass = fds
-            .iter()
-            .map(|(fd, child)| FdPass {
-                ours: fd.as_raw_fd(),
-                child: *child,
-            })
-            .collect();
-        let owned = fds.into_iter().map(|(fd, _)| fd).collect();
-        self.ask(|reply| Command::Add {
-            spec,
-            fds: pass,
-            owned,
-            reply,
+        let (handed, fds) = fds.into_iter().unzip();
+        self.call(Call::Add {
+            spec: Box::new(spec),
+            fds,
+            handed,
         })
-        .await?
+        .await
     }
 
     /// Start a registered service and wait until it is ready (or fails to become ready).
     pub async fn start(&self, name: &str) -> Result<Pid, SupervisorError> {
         let name = name.to_owned();
-        self.ask(|reply| Command::Start { name, reply }).await?
+        self.call(Call::Start { name }).await
     }
 
     /// Stop a service and wait until its process is gone.
     pub async fn stop(&self, name: &str) -> Result<Option<ExitStatus>, SupervisorError> {
         let name = name.to_owned();
-        self.ask(|reply| Command::Stop { name, reply }).await?
+        self.call(Call::Stop { name }).await
     }
 
     /// Stop and start again, waiting for readiness.
     pub async fn restart(&self, name: &str) -> Result<Pid, SupervisorError> {
         let name = name.to_owned();
-        self.ask(|reply| Command::Restart { name, reply }).await?
+        self.call(Call::Restart { name }).await
     }
 
     /// Stop a service and forget it.
     pub async fn remove(&self, name: &str) -> Result<Option<ExitStatus>, SupervisorError> {
         let name = name.to_owned();
-        self.ask(|reply| Command::Remove { name, reply }).await?
+        self.call(Call::Remove { name }).await
     }
 
     /// Run a one-shot job to completion and return how it ended.
     pub async fn run(&self, spec: ServiceSpec) -> Result<ExitStatus, SupervisorError> {
-        self.ask(|reply| Command::Run { spec, reply }).await?
+        self.call(Call::Run {
+            spec: Box::new(spec),
+        })
+        .await
     }
 
     /// Stop every service (in parallel, each with its own stop timeout) and end the actor.
@@ -249,13 +184,13 @@ impl SupervisorHandle {
     /// The last lines (up to `output::TAIL_LINES`) the service's current or last process wrote.
     pub async fn output_tail(&self, name: &str) -> Result<Vec<String>, SupervisorError> {
         let name = name.to_owned();
-        self.ask(|reply| Command::Tail { name, reply }).await?
+        self.call(Call::Tail { name }).await
     }
 
     /// Announce the stop to come: the snapshot says `draining` from now on, while every
     /// service keeps running. Only the main process decides when the stop comes.
     pub async fn drain(&self) -> Result<(), SupervisorError> {
-        self.ask(|reply| Command::Drain { reply }).await?
+        self.call(Call::Drain).await
     }
 
     /// SIGKILL the process group of `name`'s current process, recording `reason` in the
@@ -263,12 +198,7 @@ impl SupervisorHandle {
     /// that stopped answering (stopped, looping, deadlocked), which no SIGTERM would end.
     pub async fn kill(&self, name: &str, reason: &str) -> Result<(), SupervisorError> {
         let (name, reason) = (name.to_owned(), reason.to_owned());
-        self.ask(|reply| Command::Kill {
-            name,
-            reason,
-            reply,
-        })
-        .await?
+        self.call(Call::Kill { name, reason }).await
     }
 
     /// End the actor and hand its process table over, for the next image of this process
@@ -283,7 +213,7 @@ impl SupervisorHandle {
     /// its link to the parent ([`crate::remote::ChildService::reexec`]). The answer says
     /// whether the re-execution begins; the caller is stopped in its course.
     pub async fn request_reexec(&self) -> Result<(), SupervisorError> {
-        self.ask(|reply| Command::Reexec { reply }).await?
+        self.call(Call::Reexec).await
     }
 
     /// SIGKILL every live process group at once (a second SIGINT/SIGTERM).
@@ -307,36 +237,6 @@ impl SupervisorHandle {
     }
 }
 
-/// A stop the caller asked for, carried out once a steered service's queues are drained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StopKind {
-    Stop,
-    Restart,
-}
-
-impl StopKind {
-    fn event(self) -> Event {
-        match self {
-            StopKind::Stop => Event::StopRequested,
-            StopKind::Restart => Event::RestartRequested,
-        }
-    }
-}
-
-/// Why a steered service whose process runs and is ready takes no new queries.
-#[derive(Debug, Clone, Copy)]
-enum Withdrawal {
-    /// Steered away before `then`, which goes ahead once its sockets' queues are empty or at
-    /// `deadline`, whichever comes first; `polls` counts the looks at its queues.
-    Draining {
-        deadline: Instant,
-        then: StopKind,
-        polls: u32,
-    },
-    /// Killed on request; its death is yet to be reaped.
-    Killed,
-}
-
 /// One registered service.
 struct Service {
     spec: ServiceSpec,
@@ -348,16 +248,12 @@ struct Service {
     /// Copies of the read ends of the current process's output pipes, for a handover (the
     /// drain tasks read the originals).
     output: Option<(OwnedFd, OwnedFd)>,
-    /// Callers waiting for readiness.
-    ready_waiters: Vec<oneshot::Sender<Result<Pid, SupervisorError>>>,
-    /// Callers waiting for the process to be down for good.
-    down_waiters: Vec<oneshot::Sender<Result<Option<ExitStatus>, SupervisorError>>>,
-    /// One-shot callers waiting for the exit status.
-    run_waiter: Option<oneshot::Sender<Result<ExitStatus, SupervisorError>>>,
-    /// Forget the service once it is down.
-    remove_when_down: bool,
-    /// Was it SIGKILLed during shutdown.
-    killed: bool,
+    /// Callers waiting for readiness (answered with [`Answer::Pid`]).
+    ready_waiters: Vec<Reply>,
+    /// Callers waiting for the process to be down for good ([`Answer::Down`]).
+    down_waiters: Vec<Reply>,
+    /// One-shot callers waiting for the exit status ([`Answer::Exited`]).
+    run_waiter: Option<Reply>,
     /// Wall-clock anchor of the current state, for snapshots.
     since_wall: Option<SystemTime>,
     ready_wall: Option<SystemTime>,
@@ -367,8 +263,6 @@ struct Service {
     tail: output::Tail,
     /// Which of its processes was last killed on request, and why.
     kill_reason: Option<(Pid, String)>,
-    /// Set while a steered service's running process is steered away from.
-    withdrawal: Option<Withdrawal>,
 }
 
 impl Service {
@@ -383,23 +277,75 @@ impl Service {
             ready_waiters: Vec::new(),
             down_waiters: Vec::new(),
             run_waiter: None,
-            remove_when_down: false,
-            killed: false,
             since_wall: None,
             ready_wall: None,
             status_text: None,
             tail: output::Tail::default(),
             kill_reason: None,
-            withdrawal: None,
         }
     }
 
     /// Whether the steering programs may send it new datagrams and connections: it opted in,
-    /// its process is ready, and nobody is stopping or killing it.
+    /// and its process is ready and not being drained, stopped or killed.
     fn takes_queries(&self) -> bool {
-        self.spec.reuseport_index.is_some()
-            && matches!(self.machine.state(), State::Running { .. })
-            && self.withdrawal.is_none()
+        self.spec.reuseport_index.is_some() && matches!(self.machine.state(), State::Running { .. })
+    }
+
+    /// Anchor the wall-clock times of the snapshot to a change of its state from `before`.
+    fn note_change(&mut self, before: &State) {
+        let now = ProcessState::of(self.machine.state());
+        if ProcessState::of(before) != now {
+            self.since_wall = Some(SystemTime::now());
+            if now == ProcessState::Running {
+                self.ready_wall = self.since_wall;
+            }
+        }
+    }
+}
+
+/// Where the actor is in its life.
+enum Phase {
+    /// Services start, stop and restart as asked.
+    Serving,
+    /// The stop to come was announced ([`SupervisorHandle::drain`]): everything still runs
+    /// and serves, the snapshot says `draining`.
+    Draining,
+    /// Every service is being stopped, and no spawn is made any more; the actor ends once
+    /// all are down.
+    Stopping(Stopping),
+    /// The table was handed over: the actor ends after this pass.
+    HandedOver,
+}
+
+/// What a stop of everything keeps until its end.
+struct Stopping {
+    /// Whether it was announced first: snapshots keep saying `draining`.
+    notice: Notice,
+    /// Who waits for the report (the last caller of `shutdown`).
+    reply: Option<oneshot::Sender<ShutdownReport>>,
+    /// Services SIGKILLed while stopping.
+    killed: BTreeSet<String>,
+}
+
+/// Whether a stop was announced before it began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Notice {
+    Announced,
+    Unannounced,
+}
+
+impl Phase {
+    fn is_stopping(&self) -> bool {
+        matches!(self, Phase::Stopping(_))
+    }
+
+    /// What snapshots say of an announced stop.
+    fn draining(&self) -> bool {
+        match self {
+            Phase::Draining => true,
+            Phase::Stopping(stopping) => stopping.notice == Notice::Announced,
+            Phase::Serving | Phase::HandedOver => false,
+        }
     }
 }
 
@@ -411,16 +357,12 @@ pub struct Supervisor {
     commands: mpsc::UnboundedReceiver<Command>,
     snapshot_tx: watch::Sender<Arc<Snapshot>>,
     timers: BinaryHeap<Reverse<Instant>>,
-    shutdown_reply: Option<oneshot::Sender<ShutdownReport>>,
-    shutting_down: bool,
-    /// Set by [`SupervisorHandle::drain`]; never cleared (a drain ends in the stop).
-    draining: bool,
+    /// Serving, draining, stopping, or handed over.
+    phase: Phase,
     rng: u64,
     output_tasks: TaskTracker,
     /// Ends the output drain tasks when the pipes are handed over.
     output_stop: CancellationToken,
-    /// The table was handed over: the actor ends after this pass.
-    handed_over: bool,
     /// Process groups whose leader we reaped and swept with SIGKILL, while members may still
     /// be dying. Shutdown waits until they are empty, so that nothing of a service outlives
     /// the supervisor and every member is reaped here rather than left a zombie.
@@ -461,7 +403,9 @@ impl Supervisor {
         };
         let notify = NotifySocket::from_fd(take(image.notify_fd)?, image.notify_socket)?;
         let (mut sup, handle) = Supervisor::new(notify)?;
-        sup.draining = image.draining;
+        if image.draining {
+            sup.phase = Phase::Draining;
+        }
         let now = Instant::now();
         for service in image.services {
             let mut owned = Vec::with_capacity(service.fds.len());
@@ -527,13 +471,10 @@ impl Supervisor {
             commands: rx,
             snapshot_tx,
             timers: BinaryHeap::new(),
-            shutdown_reply: None,
-            shutting_down: false,
-            draining: false,
+            phase: Phase::Serving,
             rng: seed | 1,
             output_tasks: TaskTracker::new(),
             output_stop: CancellationToken::new(),
-            handed_over: false,
             lingering_groups: Vec::new(),
             steering: Steering::default(),
             noise: NoiseLog::default(),
@@ -564,7 +505,7 @@ impl Supervisor {
                         self.on_command(c);
                         // A handover ends the actor: what follows waits for the next one.
                         for _ in 1..COMMANDS_PER_PASS {
-                            if self.handed_over {
+                            if matches!(self.phase, Phase::HandedOver) {
                                 break;
                             }
                             match self.commands.try_recv() {
@@ -573,34 +514,35 @@ impl Supervisor {
                             }
                         }
                     }
-                    None => {
-                        // Every handle is gone: nobody can command us any more; stop all.
-                        if !self.shutting_down {
-                            self.begin_shutdown();
-                        }
-                    }
+                    // Every handle is gone: nobody can command us any more; stop all.
+                    None => self.shut_down(None),
                 },
                 () = sleep_until_opt(wake) => self.on_timer(),
             }
-            if self.handed_over {
+            if matches!(self.phase, Phase::HandedOver) {
                 // Nothing of the table is left here; the next image publishes it.
                 return;
             }
             self.steer();
             self.publish();
-            if self.shutting_down && self.all_down() && self.lingering_groups.is_empty() {
+            if self.phase.is_stopping() && self.all_down() && self.lingering_groups.is_empty() {
                 break;
             }
         }
         self.output_tasks.close();
-        let unclean = self
-            .services
-            .iter()
-            .filter(|(_, s)| s.killed || matches!(s.machine.state(), State::Failed { .. }))
-            .map(|(n, _)| n.clone())
-            .collect();
-        if let Some(reply) = self.shutdown_reply.take() {
-            let _ = reply.send(ShutdownReport { unclean });
+        if let Phase::Stopping(stopping) = &mut self.phase {
+            let unclean = self
+                .services
+                .iter()
+                .filter(|(name, s)| {
+                    stopping.killed.contains(*name)
+                        || matches!(s.machine.state(), State::Failed { .. })
+                })
+                .map(|(n, _)| n.clone())
+                .collect();
+            if let Some(reply) = stopping.reply.take() {
+                let _ = reply.send(ShutdownReport { unclean });
+            }
         }
     }
 
@@ -716,15 +658,7 @@ impl Supervisor {
                         let _ = os::signal_group(pid, Signal::SIGKILL);
                         self.lingering_groups.push(pid);
                         tracing::info!(name, pid = pid.as_raw(), %status, "process exited");
-                        let withdrawn = self
-                            .services
-                            .get_mut(&name)
-                            .and_then(|s| s.withdrawal.take());
                         self.feed(&name, Event::Exited { pid, status });
-                        // A stop that waited for the queues is still owed to its callers.
-                        if let Some(Withdrawal::Draining { then, .. }) = withdrawn {
-                            self.feed(&name, then.event());
-                        }
                     }
                     None => {
                         tracing::info!(pid = pid.as_raw(), %status, "reaped an orphaned process")
@@ -751,7 +685,6 @@ impl Supervisor {
         while matches!(self.timers.peek(), Some(Reverse(t)) if *t <= now) {
             self.timers.pop();
         }
-        self.check_drains(now);
         let names: Vec<String> = self.services.keys().cloned().collect();
         for name in names {
             self.feed(&name, Event::Tick);
@@ -760,245 +693,210 @@ impl Supervisor {
 
     fn on_command(&mut self, command: Command) {
         match command {
-            Command::Add {
-                spec,
-                fds,
-                owned,
-                reply,
-            } => {
-                let _ = reply.send(self.add(spec, fds, owned));
-            }
-            Command::Start { name, reply } => {
-                if self.shutting_down {
-                    let _ = reply.send(Err(SupervisorError::ShuttingDown));
-                    return;
-                }
-                let Some(svc) = self.services.get_mut(&name) else {
-                    let _ = reply.send(Err(SupervisorError::UnknownService(name)));
-                    return;
-                };
-                if let Some(Withdrawal::Draining { then, .. }) = &mut svc.withdrawal {
-                    // Being stopped: it comes back afterwards, as a stopping process would.
-                    *then = StopKind::Restart;
-                    svc.ready_waiters.push(reply);
-                    return;
-                }
-                if let State::Running { pid, .. } = svc.machine.state() {
-                    let _ = reply.send(Ok(*pid));
-                    return;
-                }
-                svc.ready_waiters.push(reply);
-                self.feed(&name, Event::StartRequested);
-            }
-            Command::Restart { name, reply } => {
-                if self.shutting_down {
-                    let _ = reply.send(Err(SupervisorError::ShuttingDown));
-                    return;
-                }
-                let Some(svc) = self.services.get_mut(&name) else {
-                    let _ = reply.send(Err(SupervisorError::UnknownService(name)));
-                    return;
-                };
-                svc.ready_waiters.push(reply);
-                self.stop_or_drain(&name, StopKind::Restart);
-            }
-            Command::Stop { name, reply } => self.stop(name, reply, AfterStop::Keep),
-            Command::Remove { name, reply } => self.stop(name, reply, AfterStop::Remove),
-            Command::Run { spec, reply } => {
-                if self.shutting_down {
-                    let _ = reply.send(Err(SupervisorError::ShuttingDown));
-                    return;
-                }
-                let name = spec.name.clone();
-                if let Err(e) = self.add(spec, Vec::new(), Vec::new()) {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-                if let Some(svc) = self.services.get_mut(&name) {
-                    svc.run_waiter = Some(reply);
-                    svc.remove_when_down = true;
-                }
-                self.feed(&name, Event::StartRequested);
-            }
-            Command::Shutdown { reply } => {
-                self.shutdown_reply = Some(reply);
-                if !self.shutting_down {
-                    self.begin_shutdown();
-                }
-            }
-            Command::Tail { name, reply } => {
-                let result = match self.services.get(&name) {
-                    Some(svc) => Ok(svc
-                        .tail
-                        .lock()
-                        .map(|t| t.iter().cloned().collect())
-                        .unwrap_or_default()),
-                    None => Err(SupervisorError::UnknownService(name)),
-                };
-                let _ = reply.send(result);
-            }
-            Command::Kill {
-                name,
-                reason,
-                reply,
-            } => {
-                // Cut where it is received: it is kept in every snapshot from now on.
-                let reason = text::one_line(&reason, text::MAX_STATUS);
-                let result = match self.services.get_mut(&name) {
-                    None => Err(SupervisorError::UnknownService(name)),
-                    Some(svc) => match svc.machine.pid() {
-                        None => Err(SupervisorError::NotRunning(name)),
-                        Some(pid) => {
-                            tracing::warn!(name, pid = pid.as_raw(), reason, "killing");
-                            svc.kill_reason = Some((pid, reason));
-                            if svc.spec.reuseport_index.is_some() && svc.withdrawal.is_none() {
-                                svc.withdrawal = Some(Withdrawal::Killed);
-                            }
-                            let _ = os::signal_group(pid, Signal::SIGKILL);
-                            Ok(())
-                        }
-                    },
-                };
-                let _ = reply.send(result);
-            }
+            Command::Call { call, reply } => self.on_call(call, reply),
+            Command::Shutdown { reply } => self.shut_down(Some(reply)),
+            Command::KillAll => self.kill_all(),
             Command::HandOver { reply } => {
                 let _ = reply.send(self.hand_over());
             }
-            Command::Reexec { reply } => {
-                // In this process the owner re-executes through `hand_over`; only a
-                // directing child asks, over its link.
-                let _ = reply.send(Err(SupervisorError::Refused(
-                    "re-executing is asked of the parent of a directing child".into(),
-                )));
-            }
-            Command::Drain { reply } => {
-                self.draining = true;
-                let _ = reply.send(Ok(()));
-            }
-            Command::KillAll => {
-                for (name, svc) in &mut self.services {
-                    if let Some(pid) = svc.machine.pid() {
-                        tracing::warn!(name, pid = pid.as_raw(), "killing at once");
-                        svc.killed = true;
-                        let _ = os::signal_group(pid, Signal::SIGKILL);
-                    }
+        }
+    }
+
+    /// Carry out a call, answering it now or once its outcome is known.
+    fn on_call(&mut self, call: Call, reply: Reply) {
+        let answer = match call {
+            Call::Add { spec, fds, handed } => self.add(*spec, fds, handed).map(|()| Answer::Done),
+            Call::Start { name } => return self.start_service(name, reply),
+            Call::Restart { name } => {
+                if self.phase.is_stopping() {
+                    Err(SupervisorError::ShuttingDown)
+                } else {
+                    let restart = |drain| Event::RestartRequested { drain };
+                    return self.stop_service(name, Outcome::Ready, restart, reply);
                 }
             }
-        }
+            Call::Stop { name } => {
+                let stop = |drain| Event::StopRequested { drain };
+                return self.stop_service(name, Outcome::Down, stop, reply);
+            }
+            Call::Remove { name } => {
+                let remove = |drain| Event::RemoveRequested { drain };
+                return self.stop_service(name, Outcome::Down, remove, reply);
+            }
+            Call::Run { spec } => return self.run_job(*spec, reply),
+            Call::Tail { name } => match self.services.get(&name) {
+                Some(svc) => Ok(Answer::Tail(
+                    svc.tail
+                        .lock()
+                        .map(|t| t.iter().cloned().collect())
+                        .unwrap_or_default(),
+                )),
+                None => Err(SupervisorError::UnknownService(name)),
+            },
+            Call::Kill { name, reason } => self.kill(name, &reason).map(|()| Answer::Done),
+            // In this process the owner re-executes through `hand_over`; only a directing
+            // child asks, over its link.
+            Call::Reexec => Err(SupervisorError::Refused(
+                "re-executing is asked of the parent of a directing child".into(),
+            )),
+            Call::Drain => {
+                self.announce_drain();
+                Ok(Answer::Done)
+            }
+        };
+        let _ = reply.send(answer);
     }
 
-    fn add(
-        &mut self,
-        spec: ServiceSpec,
-        fds: Vec<FdPass>,
-        owned: Vec<OwnedFd>,
-    ) -> Result<(), SupervisorError> {
-        if self.services.contains_key(&spec.name) {
-            return Err(SupervisorError::DuplicateService(spec.name));
+    fn start_service(&mut self, name: String, reply: Reply) {
+        if self.phase.is_stopping() {
+            let _ = reply.send(Err(SupervisorError::ShuttingDown));
+            return;
         }
-        let name = spec.name.clone();
-        if let Some(index) = spec.reuseport_index {
-            let handed: Vec<RawFd> = fds.iter().map(|p| p.ours).collect();
-            self.steering.join(&name, index, &handed);
+        let Some(svc) = self.services.get_mut(&name) else {
+            let _ = reply.send(Err(SupervisorError::UnknownService(name)));
+            return;
+        };
+        if let Some(pid) = svc.machine.ready_pid() {
+            let _ = reply.send(Ok(Answer::Pid(pid.as_raw())));
+            return;
         }
-        self.services.insert(name, Service::new(spec, fds, owned));
-        Ok(())
+        svc.ready_waiters.push(reply);
+        self.feed(&name, Event::StartRequested);
     }
 
-    fn stop(
+    /// Stop, restart or remove `name` as `event` says, the caller waiting for `outcome`.
+    fn stop_service(
         &mut self,
         name: String,
-        reply: oneshot::Sender<Result<Option<ExitStatus>, SupervisorError>>,
-        after: AfterStop,
+        outcome: Outcome,
+        event: fn(Drain) -> Event,
+        reply: Reply,
     ) {
         let Some(svc) = self.services.get_mut(&name) else {
             let _ = reply.send(Err(SupervisorError::UnknownService(name)));
             return;
         };
-        svc.down_waiters.push(reply);
-        svc.remove_when_down |= after == AfterStop::Remove;
-        self.stop_or_drain(&name, StopKind::Stop);
+        match outcome {
+            Outcome::Ready => svc.ready_waiters.push(reply),
+            Outcome::Down => svc.down_waiters.push(reply),
+        }
+        let drain = self.drain_for(&name);
+        self.feed(&name, event(drain));
     }
 
-    /// Stop or restart `name` now, or, when it takes queries and others can take its share,
-    /// steer away from it first and carry the stop out once its queues are empty
-    /// ([`Supervisor::check_drains`]).
-    fn stop_or_drain(&mut self, name: &str, kind: StopKind) {
-        let Some(svc) = self.services.get_mut(name) else {
-            return;
-        };
-        if let Some(Withdrawal::Draining { then, .. }) = &mut svc.withdrawal {
-            // The latest request decides, as for a process that is already stopping.
-            *then = kind;
-            return;
-        }
+    /// Whether a stop of `name` may drain its queues first: not while everything stops;
+    /// otherwise when it is being drained already (its share went to others then), or every
+    /// group of its sockets has another member that takes queries.
+    fn drain_for(&self, name: &str) -> Drain {
         let services = &self.services;
-        let drain = !self.shutting_down
-            && services.get(name).is_some_and(Service::takes_queries)
-            && self.steering.others_take_over(name, |n| {
+        let draining = services
+            .get(name)
+            .is_some_and(|s| matches!(s.machine.state(), State::Draining { .. }));
+        let others = || {
+            self.steering.others_take_over(name, |n| {
                 services.get(n).is_some_and(Service::takes_queries)
-            });
-        if !drain {
-            self.feed(name, kind.event());
-            return;
+            })
+        };
+        if !self.phase.is_stopping() && (draining || others()) {
+            Drain::First
+        } else {
+            Drain::Skip
         }
-        let now = Instant::now();
-        if let Some(svc) = self.services.get_mut(name) {
-            tracing::debug!(
-                name,
-                "steered away from; draining its queues before it stops"
-            );
-            svc.withdrawal = Some(Withdrawal::Draining {
-                deadline: now + steering::DRAIN_LIMIT,
-                then: kind,
-                polls: 0,
-            });
-        }
-        self.timers.push(Reverse(now + steering::DRAIN_POLL));
     }
 
-    /// Carry out the stops of drained services: their queues are empty, or they waited long
-    /// enough.
-    fn check_drains(&mut self, now: Instant) {
-        let draining: Vec<String> = self
+    fn run_job(&mut self, spec: ServiceSpec, reply: Reply) {
+        if self.phase.is_stopping() {
+            let _ = reply.send(Err(SupervisorError::ShuttingDown));
+            return;
+        }
+        let name = spec.name.clone();
+        if let Err(e) = self.add(spec, Vec::new(), Vec::new()) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        if let Some(svc) = self.services.get_mut(&name) {
+            svc.run_waiter = Some(reply);
+        }
+        self.feed(&name, Event::RunRequested);
+    }
+
+    /// SIGKILL `name`'s process on request, recording why.
+    fn kill(&mut self, name: String, reason: &str) -> Result<(), SupervisorError> {
+        // Cut where it is received: it is kept in every snapshot from now on.
+        let reason = text::one_line(reason, text::MAX_STATUS);
+        let Some(svc) = self.services.get_mut(&name) else {
+            return Err(SupervisorError::UnknownService(name));
+        };
+        let Some(pid) = svc.machine.pid() else {
+            return Err(SupervisorError::NotRunning(name));
+        };
+        tracing::warn!(name, pid = pid.as_raw(), reason, "killing");
+        svc.kill_reason = Some((pid, reason));
+        self.feed(&name, Event::KillRequested);
+        Ok(())
+    }
+
+    /// SIGKILL every live process at once.
+    fn kill_all(&mut self) {
+        let live: Vec<(String, Pid)> = self
             .services
             .iter()
-            .filter(|(_, s)| matches!(s.withdrawal, Some(Withdrawal::Draining { .. })))
-            .map(|(name, _)| name.clone())
+            .filter_map(|(name, svc)| Some((name.clone(), svc.machine.pid()?)))
             .collect();
-        let mut again = false;
-        for name in draining {
-            let queued = self.steering.queued(&name);
-            let Some(Some(Withdrawal::Draining {
-                deadline,
-                then,
-                polls,
-            })) = self.services.get_mut(&name).map(|s| &mut s.withdrawal)
-            else {
-                continue;
-            };
-            let (then, polls_so_far) = (*then, *polls);
-            *polls += 1;
-            if queued > 0 && now < *deadline {
-                if polls_so_far == 0 {
-                    tracing::debug!(name, queued, "queues not empty yet; waiting");
-                }
-                again = true;
-                continue;
-            }
-            if queued > 0 {
-                tracing::debug!(name, queued, "queues not drained in time; stopping anyway");
-            } else {
-                tracing::debug!(name, polls = polls_so_far + 1, "queues drained; stopping");
-            }
-            if let Some(svc) = self.services.get_mut(&name) {
-                svc.withdrawal = None;
-            }
-            self.feed(&name, then.event());
+        for (name, pid) in live {
+            tracing::warn!(name, pid = pid.as_raw(), "killing at once");
+            self.feed(&name, Event::KillRequested);
         }
-        if again {
-            self.timers.push(Reverse(now + steering::DRAIN_POLL));
+    }
+
+    /// Snapshots say `draining` from now on.
+    fn announce_drain(&mut self) {
+        match &mut self.phase {
+            Phase::Serving => self.phase = Phase::Draining,
+            Phase::Stopping(stopping) => stopping.notice = Notice::Announced,
+            Phase::Draining | Phase::HandedOver => {}
         }
+    }
+
+    /// Register a service; `handed`, when not empty, are the descriptors to own, in the order
+    /// of `fds` (see [`Call::Add`]).
+    fn add(
+        &mut self,
+        spec: ServiceSpec,
+        fds: Vec<RawFd>,
+        handed: Vec<OwnedFd>,
+    ) -> Result<(), SupervisorError> {
+        if self.services.contains_key(&spec.name) {
+            return Err(SupervisorError::DuplicateService(spec.name));
+        }
+        let pass: Vec<FdPass> = if handed.is_empty() {
+            fds.iter()
+                .map(|&fd| FdPass {
+                    ours: fd,
+                    child: fd,
+                })
+                .collect()
+        } else if handed.len() == fds.len() {
+            handed
+                .iter()
+                .zip(&fds)
+                .map(|(ours, &child)| FdPass {
+                    ours: ours.as_raw_fd(),
+                    child,
+                })
+                .collect()
+        } else {
+            return Err(SupervisorError::Refused(
+                "descriptor count does not match".into(),
+            ));
+        };
+        let name = spec.name.clone();
+        if let Some(index) = spec.reuseport_index {
+            let ours: Vec<RawFd> = pass.iter().map(|p| p.ours).collect();
+            self.steering.join(&name, index, &ours);
+        }
+        self.services.insert(name, Service::new(spec, pass, handed));
+        Ok(())
     }
 
     /// Point every reuseport group at the services that take queries now.
@@ -1008,17 +906,26 @@ impl Supervisor {
             .update(|n| services.get(n).is_some_and(Service::takes_queries));
     }
 
-    fn begin_shutdown(&mut self) {
-        self.shutting_down = true;
+    /// Stop everything (`reply` waits for the report), overtaking any drain.
+    fn shut_down(&mut self, reply: Option<oneshot::Sender<ShutdownReport>>) {
+        let notice = match &mut self.phase {
+            Phase::Stopping(stopping) => {
+                if reply.is_some() {
+                    stopping.reply = reply;
+                }
+                return;
+            }
+            Phase::Draining => Notice::Announced,
+            Phase::Serving | Phase::HandedOver => Notice::Unannounced,
+        };
+        self.phase = Phase::Stopping(Stopping {
+            notice,
+            reply,
+            killed: BTreeSet::new(),
+        });
         let names: Vec<String> = self.services.keys().cloned().collect();
         for name in names {
-            // Everything stops now; a drain in progress is overtaken.
-            if let Some(svc) = self.services.get_mut(&name) {
-                if matches!(svc.withdrawal, Some(Withdrawal::Draining { .. })) {
-                    svc.withdrawal = None;
-                }
-            }
-            self.feed(&name, Event::StopRequested);
+            self.feed(&name, Event::StopRequested { drain: Drain::Skip });
         }
     }
 
@@ -1030,57 +937,67 @@ impl Supervisor {
             let Some(svc) = self.services.get_mut(name) else {
                 return;
             };
-            let before = std::mem::discriminant(svc.machine.state());
+            let before = svc.machine.state().clone();
+            let queued = match event {
+                Event::QueuesRead { queued } => Some(queued),
+                _ => None,
+            };
             let actions = svc.machine.on(&svc.spec, event, Instant::now(), entropy);
-            if std::mem::discriminant(svc.machine.state()) != before {
-                svc.since_wall = Some(SystemTime::now());
-                if matches!(svc.machine.state(), State::Running { .. }) {
-                    svc.ready_wall = svc.since_wall;
-                }
-            }
+            svc.note_change(&before);
+            log_drain(name, &before, svc.machine.state(), queued);
             for action in actions {
-                match action {
-                    Action::Spawn => {
-                        if self.shutting_down {
-                            // No restarts once stopping: report the service down instead.
-                            queue.push(Event::StopRequested);
-                            continue;
-                        }
-                        queue.push(self.spawn(name));
-                    }
-                    Action::Signal { pid, signal } => {
-                        if let Err(e) = os::signal_group(pid, signal) {
-                            tracing::warn!(name, pid = pid.as_raw(), error = %e, "cannot signal process group");
-                        }
-                        // Like systemd: a stopped process would leave the stop signal pending
-                        // until the SIGKILL; SIGCONT lets it handle the signal now.
-                        if signal != Signal::SIGKILL && signal != Signal::SIGCONT {
-                            let _ = os::signal_group(pid, Signal::SIGCONT);
-                        }
-                        if signal == Signal::SIGKILL {
-                            if let Some(svc) = self.services.get_mut(name) {
-                                if self.shutting_down {
-                                    svc.killed = true;
-                                }
-                            }
-                            tracing::warn!(name, pid = pid.as_raw(), "sent SIGKILL");
-                        }
-                    }
-                    Action::WakeAt(at) => self.timers.push(Reverse(at)),
-                    Action::Announce(a) => self.announce(name, a),
+                if let Some(next) = self.carry_out(name, action) {
+                    queue.push(next);
                 }
             }
         }
-        if let Some(svc) = self.services.get(name) {
-            let down = svc.machine.pid().is_none()
-                && !matches!(svc.machine.state(), State::Backoff { .. })
-                && svc.down_waiters.is_empty()
-                && svc.ready_waiters.is_empty()
-                && svc.run_waiter.is_none();
-            if svc.remove_when_down && down {
+    }
+
+    /// Carry out one action of `name`'s machine; what it leads to is the next event.
+    fn carry_out(&mut self, name: &str, action: Action) -> Option<Event> {
+        match action {
+            // No restarts once stopping: report the service down instead.
+            Action::Spawn if self.phase.is_stopping() => {
+                Some(Event::StopRequested { drain: Drain::Skip })
+            }
+            Action::Spawn => Some(self.spawn(name)),
+            Action::Signal { pid, signal } => {
+                self.signal(name, pid, signal);
+                None
+            }
+            Action::WakeAt(at) => {
+                self.timers.push(Reverse(at));
+                None
+            }
+            Action::ReadQueues => Some(Event::QueuesRead {
+                queued: self.steering.queued(name),
+            }),
+            Action::Announce(a) => {
+                self.announce(name, a);
+                None
+            }
+            Action::Forget => {
                 self.services.remove(name);
                 self.steering.leave(name);
+                None
             }
+        }
+    }
+
+    fn signal(&mut self, name: &str, pid: Pid, signal: Signal) {
+        if let Err(e) = os::signal_group(pid, signal) {
+            tracing::warn!(name, pid = pid.as_raw(), error = %e, "cannot signal process group");
+        }
+        // Like systemd: a stopped process would leave the stop signal pending until the
+        // SIGKILL; SIGCONT lets it handle the signal now.
+        if signal != Signal::SIGKILL && signal != Signal::SIGCONT {
+            let _ = os::signal_group(pid, Signal::SIGCONT);
+        }
+        if signal == Signal::SIGKILL {
+            if let Phase::Stopping(stopping) = &mut self.phase {
+                stopping.killed.insert(name.to_owned());
+            }
+            tracing::warn!(name, pid = pid.as_raw(), "sent SIGKILL");
         }
     }
 
@@ -1153,9 +1070,11 @@ impl Supervisor {
 
     /// Give up the table (see [`SupervisorHandle::hand_over`]); the actor ends after this pass.
     fn hand_over(&mut self) -> Result<Handover, SupervisorError> {
-        if self.shutting_down {
-            return Err(SupervisorError::ShuttingDown);
-        }
+        let draining = match self.phase {
+            Phase::Serving => false,
+            Phase::Draining => true,
+            Phase::Stopping(_) | Phase::HandedOver => return Err(SupervisorError::ShuttingDown),
+        };
         if !self.lingering_groups.is_empty() {
             return Err(SupervisorError::Busy(
                 "process groups are still emptying".into(),
@@ -1166,9 +1085,7 @@ impl Supervisor {
         for (name, svc) in &self.services {
             let waited_on = !svc.ready_waiters.is_empty()
                 || !svc.down_waiters.is_empty()
-                || svc.run_waiter.is_some()
-                || svc.remove_when_down
-                || svc.withdrawal.is_some();
+                || svc.run_waiter.is_some();
             let machine = svc.machine.image(now).filter(|_| !waited_on);
             let Some(machine) = machine else {
                 return Err(SupervisorError::Busy(format!(
@@ -1214,12 +1131,12 @@ impl Supervisor {
         // From here on the next image reads the pipes; ours stop reading.
         self.output_stop.cancel();
         self.services.clear();
-        self.handed_over = true;
+        self.phase = Phase::HandedOver;
         Ok(Handover {
             image: SupervisorImage {
                 notify_socket: self.notify.path().to_owned(),
                 notify_fd,
-                draining: self.draining,
+                draining,
                 services: images,
             },
             fds,
@@ -1234,7 +1151,7 @@ impl Supervisor {
             Announcement::Ready { pid } => {
                 tracing::info!(name, pid = pid.as_raw(), "ready");
                 for w in svc.ready_waiters.drain(..) {
-                    let _ = w.send(Ok(pid));
+                    let _ = w.send(Ok(Answer::Pid(pid.as_raw())));
                 }
             }
             Announcement::Died { reason } => {
@@ -1255,12 +1172,12 @@ impl Supervisor {
                     }));
                 }
                 for w in svc.down_waiters.drain(..) {
-                    let _ = w.send(Ok(svc.machine.last_exit().map(|(s, _)| s)));
+                    let _ = w.send(Ok(Answer::Down(svc.machine.last_exit().map(|(s, _)| s))));
                 }
                 if let Some(w) = svc.run_waiter.take() {
                     let result = match svc.machine.last_exit() {
                         Some((status, _)) if !matches!(reason, FailReason::SpawnFailed { .. }) => {
-                            Ok(status)
+                            Ok(Answer::Exited(status))
                         }
                         _ => Err(SupervisorError::StartFailed {
                             name: name.to_owned(),
@@ -1277,12 +1194,14 @@ impl Supervisor {
                     }));
                 }
                 for w in svc.down_waiters.drain(..) {
-                    let _ = w.send(Ok(status));
+                    let _ = w.send(Ok(Answer::Down(status)));
                 }
                 if let Some(w) = svc.run_waiter.take() {
-                    let _ = w.send(status.ok_or(SupervisorError::StoppedWhileStarting {
-                        name: name.to_owned(),
-                    }));
+                    let _ = w.send(status.map(Answer::Exited).ok_or(
+                        SupervisorError::StoppedWhileStarting {
+                            name: name.to_owned(),
+                        },
+                    ));
                 }
             }
         }
@@ -1311,8 +1230,8 @@ impl Supervisor {
             .collect();
         let snapshot = Arc::new(Snapshot {
             processes,
-            shutting_down: self.shutting_down,
-            draining: self.draining,
+            shutting_down: self.phase.is_stopping(),
+            draining: self.phase.draining(),
         });
         self.snapshot_tx.send_if_modified(|old| {
             if **old == *snapshot {
@@ -1322,6 +1241,38 @@ impl Supervisor {
                 true
             }
         });
+    }
+}
+
+/// What a caller of a stop waits for.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    /// The process started again and is ready (a restart).
+    Ready,
+    /// The process is down (a stop, a removal).
+    Down,
+}
+
+/// Say what became of a drain: begun, still waiting for the queues, or over.
+fn log_drain(name: &str, before: &State, after: &State, queued: Option<u64>) {
+    match (before, after, queued) {
+        (State::Running { .. }, State::Draining { .. }, _) => {
+            tracing::debug!(
+                name,
+                "steered away from; draining its queues before it stops"
+            );
+        }
+        (State::Draining { polls: 0, .. }, State::Draining { .. }, Some(queued)) => {
+            tracing::debug!(name, queued, "queues not empty yet; waiting");
+        }
+        (State::Draining { .. }, State::Draining { .. }, _) | (_, _, None) => {}
+        (State::Draining { .. }, _, Some(queued)) if queued > 0 => {
+            tracing::debug!(name, queued, "queues not drained in time; stopping anyway");
+        }
+        (State::Draining { polls, .. }, _, Some(_)) => {
+            tracing::debug!(name, polls = polls + 1, "queues drained; stopping");
+        }
+        (_, _, Some(_)) => {}
     }
 }
 

@@ -57,6 +57,26 @@ pub struct ProcessSnapshot {
     pub killed_pid: Option<i32>,
 }
 
+impl ProcessState {
+    /// How a machine's state shows in snapshots: a process steered away from or killed is
+    /// running (or starting) until it is down.
+    pub(crate) fn of(state: &State) -> ProcessState {
+        match state {
+            State::Idle => ProcessState::Idle,
+            State::Starting { .. } | State::Killed { ready_at: None, .. } => ProcessState::Starting,
+            State::Running { .. }
+            | State::Draining { .. }
+            | State::Killed {
+                ready_at: Some(_), ..
+            } => ProcessState::Running,
+            State::Stopping { .. } => ProcessState::Stopping,
+            State::Backoff { .. } => ProcessState::Backoff,
+            State::Exited { .. } => ProcessState::Exited,
+            State::Failed { .. } => ProcessState::Failed,
+        }
+    }
+}
+
 impl ProcessSnapshot {
     pub(crate) fn of(
         name: &str,
@@ -67,14 +87,10 @@ impl ProcessSnapshot {
         status_text: Option<String>,
         kill: Option<&(nix::unistd::Pid, String)>,
     ) -> Self {
-        let (state, failure) = match m.state() {
-            State::Idle => (ProcessState::Idle, None),
-            State::Starting { .. } => (ProcessState::Starting, None),
-            State::Running { .. } => (ProcessState::Running, None),
-            State::Stopping { .. } => (ProcessState::Stopping, None),
-            State::Backoff { .. } => (ProcessState::Backoff, None),
-            State::Exited { .. } => (ProcessState::Exited, None),
-            State::Failed { reason, .. } => (ProcessState::Failed, Some(reason.to_string())),
+        let state = ProcessState::of(m.state());
+        let failure = match m.state() {
+            State::Failed { reason, .. } => Some(reason.to_string()),
+            _ => None,
         };
         ProcessSnapshot {
             name: name.to_owned(),

@@ -50,7 +50,7 @@ pub struct ServiceSpec {
     /// Opt-in steering ([`crate::steering`]): the index the sockets handed to this service
     /// have in their `SO_REUSEPORT` groups. New datagrams and connections of those groups go
     /// only to members that are ready and not being stopped; a stop or restart first steers
-    /// away from it and waits (at most [`crate::steering::DRAIN_LIMIT`]) until its queues are
+    /// away from it and waits (at most [`crate::machine::DRAIN_LIMIT`]) until its queues are
     /// empty; a kill on request steers away at once. `None`: its sockets are left alone.
     #[serde(default)]
     pub reuseport_index: Option<u32>,

@@ -18,12 +18,6 @@ use std::os::fd::{AsFd, OwnedFd, RawFd};
 
 use crate::os::{self, SocketType};
 
-/// The longest a stop or restart of a steered service waits for its queues to empty.
-pub const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_millis(1500);
-
-/// How often the queues of a service being drained are looked at.
-pub(crate) const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(2);
-
 /// One reuseport group: the sockets of one type bound to one local address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct GroupKey {

@@ -76,8 +76,24 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 static PORT_LOCK: Mutex<()> = Mutex::new(());
 
 /// Path of the provisioning script in the repository.
+///
+/// Found through the package cargo is running (its `CARGO_MANIFEST_DIR` at run time: the
+/// root crate, `bench/` or this crate), not only where this crate was compiled: a target
+/// directory shared by clones at different paths reuses this crate's build, and the path
+/// compiled in may name a clone that is gone.
 fn provision_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("provision-rootfs.sh")
+    let compiled = Path::new(env!("CARGO_MANIFEST_DIR")).join("provision-rootfs.sh");
+    let Some(running) = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from) else {
+        return compiled;
+    };
+    [
+        running.join("tests/testbed/provision-rootfs.sh"),
+        running.join("../tests/testbed/provision-rootfs.sh"),
+        running.join("provision-rootfs.sh"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .unwrap_or(compiled)
 }
 
 /// The Debian sid root filesystem, provisioned (once, cached) by `provision-rootfs.sh`.

@@ -10,9 +10,13 @@
 
 use std::path::PathBuf;
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::client::{ApiClient, ClientError};
+use crate::kresctl::client::{ApiClient, ClientError};
+use crate::kresctl::output::{self, OutputFormat};
+use crate::kresctl::request::{Request, Run};
+use crate::wire::change::{ChangeSummary, GcAction, WorkersAction};
 
 /// One difference: what a JSON Patch operation does at `path` of the running configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,58 +103,71 @@ fn walk(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Difference>) 
     }
 }
 
-/// What the resolver says it would do, as lines.
+/// What the resolver says it would do, as lines: the one place its dry-run answer is read,
+/// as the change summary the server's [`DryRun`](crate::wire::change::DryRun) carries.
 fn plan_lines(plan: &Value) -> Vec<String> {
-    let list = |v: &Value| -> String {
-        let names: Vec<&str> = v
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
+    match ChangeSummary::deserialize(plan) {
+        Ok(change) => summary_lines(&change),
+        Err(e) => vec![format!("plan: (the answer is not a dry run's: {e})")],
+    }
+}
+
+/// The lines of one change summary.
+fn summary_lines(change: &ChangeSummary) -> Vec<String> {
+    let list = |names: &[String]| -> String {
         if names.is_empty() {
             "none".to_owned()
         } else {
             names.join(", ")
         }
     };
-    let mut lines = vec![format!("sections changed: {}", list(&plan["changed"]))];
-    let workers = &plan["workers"];
-    lines.push(match workers["action"].as_str() {
-        Some("rules-reset") => "workers: kept running; only the rules are reset".to_owned(),
-        Some("live") => format!(
+    let workers = match &change.workers {
+        WorkersAction::RulesReset => "workers: kept running; only the rules are reset".to_owned(),
+        WorkersAction::Live {
+            workers,
+            rules_reset,
+            ..
+        } => format!(
             "workers: kept running; the change reaches them live: {}{}",
-            list(&workers["workers"]),
-            if workers["rules-reset"] == Value::Bool(true) {
+            list(workers),
+            if *rules_reset {
                 "; the rules are reset too"
             } else {
                 ""
             }
         ),
-        Some("restart") => format!(
+        WorkersAction::Restart {
+            canary,
+            stop,
+            restart,
+            start,
+            ..
+        } => format!(
             "workers: restarted: {}; started: {}; stopped: {}{}",
-            list(&workers["restart"]),
-            list(&workers["start"]),
-            list(&workers["stop"]),
-            if workers["canary"] == Value::Bool(true) {
+            list(restart),
+            list(start),
+            list(stop),
+            if *canary {
                 " (a canary is tried first)"
             } else {
                 ""
             }
         ),
-        Some(other) => format!("workers: {other}"),
-        None => "workers: (the answer does not say)".to_owned(),
-    });
-    if let Some(gc) = plan["cache-gc"].as_str() {
-        lines.push(format!(
-            "cache-gc: {}",
-            if gc == "replace" { "restarted" } else { "kept" }
-        ));
-    }
-    lines
+    };
+    let gc = match change.cache_gc {
+        GcAction::Replace => "cache-gc: restarted",
+        GcAction::Keep => "cache-gc: kept",
+    };
+    vec![
+        format!("sections changed: {}", list(&change.changed)),
+        workers,
+        gc.to_owned(),
+    ]
 }
 
 /// The running configuration and its ETag.
 async fn running(client: &ApiClient) -> Result<(Value, Option<String>), ClientError> {
-    let response = client.request("GET", "/v1/config", None).await?;
+    let response = client.call(&Request::GetConfig { pointer: "" }).await?;
     let etag = response.etag.clone();
     let body = response.ok()?;
     Ok((serde_json::from_slice(&body)?, etag))
@@ -171,7 +188,7 @@ fn load(files: &[PathBuf]) -> Result<Value, ClientError> {
 /// Whether the server is ours: upstream's manager ignores `?dry-run=true` and would apply
 /// the change. `GET /upgrade` is a route only ours has.
 async fn offers_dry_run(client: &ApiClient) -> Result<bool, ClientError> {
-    Ok(client.request("GET", "/upgrade", None).await?.status != 404)
+    Ok(client.call(&Request::UpgradeStatus).await?.status != 404)
 }
 
 /// `PUT /v1/config`, for real or as a dry run, against the version `etag` names.
@@ -179,17 +196,14 @@ async fn put(
     client: &ApiClient,
     config: &Value,
     etag: Option<&str>,
-    dry_run: bool,
+    run: Run,
 ) -> Result<Vec<u8>, ClientError> {
-    let path = if dry_run {
-        "/v1/config?dry-run=true"
-    } else {
-        "/v1/config"
+    let request = Request::ReplaceConfig {
+        config,
+        if_match: etag,
+        run,
     };
-    let headers: Vec<(&str, &str)> = etag.map(|t| ("If-Match", t)).into_iter().collect();
-    let response = client
-        .request_with("PUT", path, &headers, Some(serde_json::to_vec(config)?))
-        .await?;
+    let response = client.call(&request).await?;
     if response.status == 412 {
         return Err(ClientError::Failed(
             "the running configuration changed while kresctl compared it; nothing was \
@@ -202,35 +216,21 @@ async fn put(
 
 /// `config diff` and `apply --dry-run`: print the differences and the resolver's own
 /// prediction. Nothing changes.
-pub async fn diff(client: &ApiClient, files: &[PathBuf], json: bool) -> Result<(), ClientError> {
+pub async fn diff(
+    client: &ApiClient,
+    files: &[PathBuf],
+    format: OutputFormat,
+) -> Result<(), ClientError> {
     let new = load(files)?;
     let (old, etag) = running(client).await?;
     let found = differences(&old, &new);
     let plan = if offers_dry_run(client).await? {
-        let body = put(client, &new, etag.as_deref(), true).await?;
+        let body = put(client, &new, etag.as_deref(), Run::DryRun).await?;
         Some(serde_json::from_slice::<Value>(&body)?)
     } else {
         None
     };
-    if json {
-        let mut out = Map::new();
-        out.insert(
-            "differences".into(),
-            Value::Array(found.iter().map(Difference::to_json).collect()),
-        );
-        out.insert("plan".into(), plan.clone().unwrap_or(Value::Null));
-        println!("{}", serde_json::to_string_pretty(&Value::Object(out))?);
-    } else {
-        if found.is_empty() {
-            println!("no differences to the running configuration");
-        }
-        for d in &found {
-            println!("{}", d.line());
-        }
-        for line in plan.iter().flat_map(plan_lines) {
-            println!("{line}");
-        }
-    }
+    print!("{}", report(&found, plan.as_ref(), format)?);
     match plan {
         Some(_) => Ok(()),
         None => Err(ClientError::NotOffered(
@@ -246,11 +246,38 @@ pub async fn diff(client: &ApiClient, files: &[PathBuf], json: bool) -> Result<(
 pub async fn apply(client: &ApiClient, files: &[PathBuf]) -> Result<(), ClientError> {
     let new = load(files)?;
     let (_, etag) = running(client).await?;
-    let body = put(client, &new, etag.as_deref(), false).await?;
+    let body = put(client, &new, etag.as_deref(), Run::ForReal).await?;
     if !body.is_empty() {
         println!("{}", String::from_utf8_lossy(&body));
     }
     Ok(())
+}
+
+/// What `diff` prints: the differences and the plan, as JSON or as lines.
+fn report(
+    found: &[Difference],
+    plan: Option<&Value>,
+    format: OutputFormat,
+) -> Result<String, ClientError> {
+    if format == OutputFormat::Json {
+        let mut out = Map::new();
+        out.insert(
+            "differences".into(),
+            Value::Array(found.iter().map(Difference::to_json).collect()),
+        );
+        out.insert("plan".into(), plan.cloned().unwrap_or(Value::Null));
+        return output::pretty_json(&Value::Object(out));
+    }
+    let mut out = String::new();
+    if found.is_empty() {
+        out.push_str("no differences to the running configuration\n");
+    }
+    let lines = found.iter().map(Difference::line);
+    for line in lines.chain(plan.into_iter().flat_map(plan_lines)) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -298,6 +325,30 @@ mod tests {
         assert_eq!(
             removed[0].to_json(),
             json!({"op": "remove", "path": "/x", "old": {"y": 1}})
+        );
+    }
+
+    #[test]
+    fn reports_as_lines_or_json() {
+        let found = differences(&json!({"workers": 2}), &json!({"workers": 3}));
+        let plan = json!({"changed": ["workers"], "workers": {"action": "rules-reset"},
+                          "cache-gc": "keep"});
+        assert_eq!(
+            report(&found, Some(&plan), OutputFormat::Text).expect("text"),
+            "~ /workers: 2 -> 3\nsections changed: workers\n\
+             workers: kept running; only the rules are reset\ncache-gc: kept\n"
+        );
+        assert_eq!(
+            report(&[], None, OutputFormat::Text).expect("text"),
+            "no differences to the running configuration\n"
+        );
+        let json: Value =
+            serde_json::from_str(&report(&found, None, OutputFormat::Json).expect("json"))
+                .expect("valid JSON");
+        assert_eq!(
+            json,
+            json!({"differences": [{"op": "replace", "path": "/workers", "old": 2, "value": 3}],
+                   "plan": null})
         );
     }
 

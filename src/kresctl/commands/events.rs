@@ -7,8 +7,11 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 
-use super::client::{ApiClient, ClientError};
+use super::processes::print_processes;
 use crate::events::{Event, Record};
+use crate::kresctl::client::{ApiClient, ClientError};
+use crate::kresctl::output::OutputFormat;
+use crate::kresctl::request::Request;
 
 /// A stream that sends nothing, not even the keep-alive comment the API sends every 15 s,
 /// for this long is taken for dead.
@@ -109,11 +112,12 @@ pub struct EventStream {
 impl EventStream {
     /// Follow the events after `last` (an id seen before), or from now on.
     pub async fn open(client: &ApiClient, last: Option<&str>) -> Result<EventStream, ClientError> {
-        let headers: Vec<(&str, &str)> = last.map(|l| ("last-event-id", l)).into_iter().collect();
-        let response =
-            tokio::time::timeout(OPEN_TIMEOUT, client.send("GET", "/events", &headers, None))
-                .await
-                .map_err(|_| ClientError::Timeout(OPEN_TIMEOUT))??;
+        let request = Request::Events {
+            last_event_id: last,
+        };
+        let response = tokio::time::timeout(OPEN_TIMEOUT, client.open(&request))
+            .await
+            .map_err(|_| ClientError::Timeout(OPEN_TIMEOUT))??;
         let status = response.status().as_u16();
         let is_stream = response
             .headers()
@@ -169,17 +173,28 @@ impl EventStream {
     }
 }
 
-/// `kresctl events`: one line per event (its JSON with `json`), until the resolver ends the
-/// stream (exit 0) or cuts this follower for falling behind (exit 1).
-pub async fn follow(client: &ApiClient, json: bool, last: Option<&str>) -> Result<(), ClientError> {
+/// The one place an event's data is read: the record it carries, if it is one this kresctl
+/// knows.
+fn record(message: &Message) -> Option<Record> {
+    serde_json::from_str::<Record>(&message.data).ok()
+}
+
+/// `kresctl events`: one line per event (its JSON in [`OutputFormat::Json`]), until the
+/// resolver ends the stream (exit 0) or cuts this follower for falling behind (exit 1).
+pub async fn follow(
+    client: &ApiClient,
+    format: OutputFormat,
+    last: Option<&str>,
+) -> Result<(), ClientError> {
     let mut stream = EventStream::open(client, last).await?;
     let mut last_seen = last.map(str::to_owned);
     while let Some(message) = stream.next().await? {
-        let record = serde_json::from_str::<Record>(&message.data).ok();
-        if json {
-            println!("{}", message.data);
-        } else {
-            println!("{}", human(&message, record.as_ref()));
+        let record = record(&message);
+        match format {
+            OutputFormat::Json => println!("{}", message.data),
+            OutputFormat::Yaml | OutputFormat::Text => {
+                println!("{}", human(&message, record.as_ref()));
+            }
         }
         if message.id.is_some() {
             last_seen.clone_from(&message.id);
@@ -192,30 +207,31 @@ pub async fn follow(client: &ApiClient, json: bool, last: Option<&str>) -> Resul
     Ok(())
 }
 
-/// `kresctl processes --watch`: the table, then again after every process event (with
-/// `json`: the event's JSON object, then the table's).
-pub async fn watch_processes(client: &ApiClient, json: bool) -> Result<(), ClientError> {
+/// `kresctl processes --watch`: the table, then again after every process event (in
+/// [`OutputFormat::Json`]: the event's JSON object, then the table's).
+pub async fn watch_processes(client: &ApiClient, format: OutputFormat) -> Result<(), ClientError> {
     // Following first: nothing that happens after the first table is missed.
     let mut stream = EventStream::open(client, None).await?;
-    super::print_processes(client, json).await?;
+    print_processes(client, format).await?;
     let mut last_seen = None;
     while let Some(message) = stream.next().await? {
         if message.id.is_some() {
             last_seen.clone_from(&message.id);
         }
-        let Ok(record) = serde_json::from_str::<Record>(&message.data) else {
+        let Some(record) = record(&message) else {
             continue;
         };
         if let Event::EventsLagged { .. } = record.event {
             return Err(lagged(last_seen.as_deref()));
         }
         if record.event.is_process() {
-            if json {
-                println!("{}", message.data);
-            } else {
-                println!("\n{}", human(&message, Some(&record)));
+            match format {
+                OutputFormat::Json => println!("{}", message.data),
+                OutputFormat::Yaml | OutputFormat::Text => {
+                    println!("\n{}", human(&message, Some(&record)));
+                }
             }
-            if let Err(e) = super::print_processes(client, json).await {
+            if let Err(e) = print_processes(client, format).await {
                 // A resolver that stops answers no more requests, and its stream ends: that
                 // is the end of watching, not a failure.
                 if ends_soon(&mut stream).await {

@@ -9,7 +9,53 @@
 //! `network.proxy-protocol: false`) becomes `enable: true` upstream; `dns64` with an
 //! `enable` already set gets it overwritten with `true`.
 
+use std::path::Path;
+
 use serde_json::{Map, Value};
+
+use super::FileError;
+use crate::kresctl::cli::MigrateArgs;
+use crate::kresctl::output::{self, OutputFormat};
+
+/// `kresctl migrate`: rewrite an older configuration (offline), print what changed and the
+/// result, like upstream.
+pub fn command(args: &MigrateArgs) -> Result<(), FileError> {
+    let text = std::fs::read_to_string(&args.input_file).map_err(|source| FileError::Read {
+        path: args.input_file.clone(),
+        source,
+    })?;
+    // JSON first, then YAML, whatever the file is called (as upstream).
+    let parsed = serde_json::from_str::<Value>(&text).or_else(|_| {
+        crate::config::parse_document(&text, Path::new("input.yaml")).map_err(FileError::Config)
+    })?;
+    let doc = match parsed {
+        Value::Object(doc) => doc,
+        Value::Null => Map::new(),
+        _ => return Err(FileError::NotAMapping(args.input_file.clone())),
+    };
+    let (doc, log) = migrate(doc);
+    for line in log {
+        println!("{line}");
+    }
+    let doc = Value::Object(doc);
+    // Compact JSON, as upstream prints it.
+    let dumped = match args.format {
+        OutputFormat::Json => format!("{doc}\n"),
+        OutputFormat::Yaml | OutputFormat::Text => output::to_yaml(&doc),
+    };
+    match &args.output_file {
+        Some(path) => std::fs::write(path, dumped).map_err(|source| FileError::Write {
+            path: path.clone(),
+            source,
+        }),
+        None => {
+            println!("\nNew migrated configuration (v{}):", crate::VERSION);
+            println!("---");
+            print!("{dumped}");
+            Ok(())
+        }
+    }
+}
 
 /// Keys removed from the schema.
 const REMOVED: &[&str] = &[

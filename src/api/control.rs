@@ -1,0 +1,168 @@
+//! What operators ask the resolver to do: `POST /reload` and `POST /renew` (the manager applies
+//! the files or the running configuration again, `/force` restarting every worker), `/drain`
+//! and `/stop` (through the supervisor), and `/cache/clear` (through a worker's control
+//! socket).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use super::error::ApiError;
+use super::{json_value, responses, ApiState};
+use crate::events::Origin;
+use crate::manager::plan::Restart;
+use crate::service;
+
+/// Read the configuration files again and apply them.
+///
+/// Synchronous: answers once the change is applied. An invalid file or a rejected
+/// configuration is an error answer (upstream answers 200 and only logs).
+#[utoipa::path(post, path = "/reload", tag = "control", responses(responses::Reload))]
+pub(super) async fn reload(state: State<ApiState>) -> Result<Response, ApiError> {
+    reapply(state, Reapply::Reload, Restart::WhenNeeded).await
+}
+
+/// Read the configuration files again and apply them, restarting every worker.
+#[utoipa::path(
+    post,
+    path = "/reload/force",
+    tag = "control",
+    responses(responses::Reload)
+)]
+pub(super) async fn reload_force(state: State<ApiState>) -> Result<Response, ApiError> {
+    reapply(state, Reapply::Reload, Restart::Always).await
+}
+
+/// Apply the running configuration again.
+#[utoipa::path(post, path = "/renew", tag = "control", responses(responses::Renew))]
+pub(super) async fn renew(state: State<ApiState>) -> Result<Response, ApiError> {
+    reapply(state, Reapply::Renew, Restart::WhenNeeded).await
+}
+
+/// Apply the running configuration again, restarting every worker.
+#[utoipa::path(
+    post,
+    path = "/renew/force",
+    tag = "control",
+    responses(responses::Renew)
+)]
+pub(super) async fn renew_force(state: State<ApiState>) -> Result<Response, ApiError> {
+    reapply(state, Reapply::Renew, Restart::Always).await
+}
+
+/// What `POST /reload` and `POST /renew` have the manager apply again.
+#[derive(Clone, Copy)]
+enum Reapply {
+    /// The configuration files, read again.
+    Reload,
+    /// The running configuration.
+    Renew,
+}
+
+/// `POST /reload[/force]` and `POST /renew[/force]`.
+async fn reapply(
+    State(state): State<ApiState>,
+    what: Reapply,
+    restart: Restart,
+) -> Result<Response, ApiError> {
+    let answer = match what {
+        Reapply::Reload => {
+            state.manager.reload(restart, Origin::Api).await?;
+            "Reloading..."
+        }
+        Reapply::Renew => {
+            state.manager.renew(restart, Origin::Api).await?;
+            "Renewing configuration..."
+        }
+    };
+    Ok((StatusCode::OK, answer).into_response())
+}
+
+/// Drain, then stop.
+///
+/// The daemon turns readiness off, keeps serving for its drain period (`--drain-period`), then
+/// stops everything (as on SIGTERM).
+#[utoipa::path(
+    post,
+    path = "/drain",
+    tag = "control",
+    responses(
+        (status = 200, description = "Draining begins.", body = String,
+         content_type = "text/plain", example = "Draining..."),
+        (status = 503, description = "The supervisor cannot be reached.", body = String,
+         content_type = "text/plain"),
+    ),
+)]
+pub(super) async fn drain(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    state
+        .supervisor
+        .drain()
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    Ok((StatusCode::OK, "Draining...").into_response())
+}
+
+/// Stop the resolver: every worker, the cache GC, the manager.
+#[utoipa::path(
+    post,
+    path = "/stop",
+    tag = "control",
+    responses((status = 200, description = "Stopping begins.", body = String,
+               content_type = "text/plain", example = "Shutting down...")),
+)]
+pub(super) async fn stop(State(state): State<ApiState>) -> Response {
+    state.stop.cancel();
+    (StatusCode::OK, "Shutting down...").into_response()
+}
+
+/// Clear the cache (shared by every worker), or part of it.
+#[utoipa::path(
+    post,
+    path = "/cache/clear",
+    tag = "control",
+    request_body(content = Object, content_type = "application/json", description = "Upstream's \
+cache-clear request: `name` (a domain name), `exact-name` (boolean), `rr-type` (an RR type, with \
+`exact-name`), `chunk-size` (a positive integer); every member optional. An empty body clears \
+everything."),
+    responses(
+        (status = 200, description = "kresd's answer to `cache.clear()`.", body = Object),
+        (status = 400, description = "The body is not JSON, or not a valid request.",
+         body = String, content_type = "text/plain"),
+        (status = 413, description = "The body is larger than the limit.", body = String,
+         content_type = "text/plain"),
+        (status = 500, description = "The worker's control socket failed.", body = String,
+         content_type = "text/plain"),
+        (status = 503, description = "No worker is running.", body = String,
+         content_type = "text/plain"),
+    ),
+)]
+pub(super) async fn cache_clear(
+    State(state): State<ApiState>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let request: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Object(Default::default())
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::BadRequest(format!("request processing error:\n{e}")))?
+    };
+    let clear = crate::cache_clear::CacheClear::from_json(&request).map_err(|errors| {
+        ApiError::BadRequest(format!(
+            "Configuration validation error detected:\n\t{}",
+            errors.join("\n\t")
+        ))
+    })?;
+    let rundir = state.manager.config().model.rundir.clone();
+    let Some(&id) = service::running_workers(&state.supervisor.snapshot()).first() else {
+        return Err(ApiError::Unavailable(
+            "no running worker to clear the cache".into(),
+        ));
+    };
+    let path = id.control_socket(&rundir);
+    let result =
+        crate::control::command(&path, &clear.render_lua(), crate::control::COMMAND_TIMEOUT)
+            .await
+            .map_err(|e| ApiError::Failed(e.to_string()))?;
+    Ok(json_value(StatusCode::OK, &result))
+}

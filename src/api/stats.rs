@@ -1,0 +1,69 @@
+//! `/metrics`: the workers' statistics, collected over their control sockets
+//! (`crate::metrics`), as JSON by worker or in Prometheus's text format with the supervisor's
+//! own series; `GET /metrics` redirects to the JSON, as upstream's does.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use super::{json_value, ApiState};
+use crate::service;
+
+/// Upstream's metrics path: redirects to `/metrics/json`.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "metrics",
+    responses((status = 301, description = "See `/metrics/json`.",
+               headers(("Location" = String, description = "`/metrics/json`")))),
+)]
+pub(super) async fn metrics_redirect() -> Response {
+    (
+        StatusCode::MOVED_PERMANENTLY,
+        [(header::LOCATION, "/metrics/json")],
+    )
+        .into_response()
+}
+
+pub(super) async fn collect_stats(state: &ApiState) -> serde_json::Map<String, Value> {
+    let cfg = state.manager.config();
+    let ids = service::running_workers(&state.supervisor.snapshot());
+    crate::metrics::collect(&cfg.model.rundir, &ids, cfg.model.monitoring.metrics).await
+}
+
+/// Every running worker's statistics, by worker.
+#[utoipa::path(
+    get,
+    path = "/metrics/json",
+    tag = "metrics",
+    responses((status = 200, description = "An object with one member per running worker \
+(`kresd:kresd0`, …), each kresd's `stats` as kresd reports them; a worker that does not answer \
+is left out.", body = Object)),
+)]
+pub(super) async fn metrics_json(State(state): State<ApiState>) -> Response {
+    let stats = collect_stats(&state).await;
+    json_value(StatusCode::OK, &stats)
+}
+
+/// Statistics in Prometheus's text format, with the supervisor's own.
+#[utoipa::path(
+    get,
+    path = "/metrics/prometheus",
+    tag = "metrics",
+    responses((status = 200, description = "Prometheus text exposition format 0.0.4.",
+               body = String, content_type = "text/plain; version=0.0.4")),
+)]
+pub(super) async fn metrics_prometheus(State(state): State<ApiState>) -> Response {
+    let stats = collect_stats(&state).await;
+    let text = crate::metrics::render_prometheus(&stats, &state.supervisor.snapshot());
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}

@@ -1,0 +1,500 @@
+//! kresctl's command line: the clap definition of upstream's commands, flags and help texts,
+//! and nothing else. It is an interface users, scripts, the manual page and the completions
+//! depend on: a change here is a change for all of them. Flags that choose between two ways
+//! of doing something are parsed straight into the enum that says which (`--json` into an
+//! [`OutputFormat`], `--ready` into a [`Probe`]), so no command receives a `bool`.
+
+use std::path::PathBuf;
+
+use clap::builder::{BoolValueParser, TypedValueParser};
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+use super::output::OutputFormat;
+use super::request::{MetricsFormat, Probe, ReloadScope};
+use crate::config::PathChecks;
+
+/// Exit codes, shown by `kresctl --help`.
+const EXIT_CODES: &str = "Exit codes:
+  0  success
+  1  operational or validation error (the resolver is unreachable, the API refused the
+     request, a file is invalid or cannot be read or written)
+  2  usage error (unknown command or option, missing or invalid argument)";
+
+/// A flag (`--json`, no value) parsed into `present` when given and `absent` otherwise.
+fn flag<T: Clone + Send + Sync + 'static>(
+    present: T,
+    absent: T,
+) -> impl TypedValueParser<Value = T> {
+    BoolValueParser::new().map(move |given| {
+        if given {
+            present.clone()
+        } else {
+            absent.clone()
+        }
+    })
+}
+
+/// Where a document comes from: built into kresctl, or asked of the running resolver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Local,
+    Live,
+}
+
+/// Whether configuration files are applied or only compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApplyMode {
+    /// Make them the running configuration.
+    Apply,
+    /// Only show what would change (`--dry-run`).
+    DryRun,
+}
+
+/// Whether `processes` prints the table once or follows the events (`--watch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Follow {
+    Once,
+    Watch,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "kresctl",
+    version = crate::VERSION,
+    about = "Command-line utility that helps communicate with Knot Resolver's management API.",
+    after_long_help = EXIT_CODES
+)]
+pub struct Cli {
+    /// Path or URL of the management API socket.
+    #[arg(
+        short = 's',
+        long = "socket",
+        conflicts_with = "config",
+        global = false
+    )]
+    pub socket: Option<String>,
+    /// Configuration file whose `management` section names the API socket.
+    #[arg(short = 'c', long = "config")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Converts JSON or YAML configuration to Lua script.
+    Convert(ConvertArgs),
+    /// Migrates JSON or YAML configuration to the newer version.
+    Migrate(MigrateArgs),
+    /// Print a shell completion script for kresctl.
+    Completion {
+        /// The shell: bash, zsh or fish.
+        #[arg(value_enum, default_value = "bash")]
+        shell: CompletionShell,
+    },
+    #[command(flatten)]
+    Api(ApiCommand),
+}
+
+/// Commands that talk to the management API.
+// (`validate`, and `schema` and `openapi` from kresctl's own copy, need no resolver.)
+#[derive(Subcommand)]
+pub enum ApiCommand {
+    /// Read or change the running configuration.
+    Config(ConfigArgs),
+    /// List the PIDs of the resolver's processes.
+    Pids {
+        /// kresd, gc or all.
+        #[arg(default_value = "all")]
+        proc_type: String,
+        /// Print the full process objects as JSON.
+        #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
+              value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
+        format: OutputFormat,
+    },
+    /// Make configuration files the running configuration (as `PUT /v1/config`), refused if
+    /// it changed since kresctl read it.
+    Apply {
+        /// Only show what would change, as `kresctl config diff` does; nothing changes.
+        #[arg(id = "dry_run", long = "dry-run", action = ArgAction::SetTrue,
+              value_parser = flag(ApplyMode::DryRun, ApplyMode::Apply))]
+        mode: ApplyMode,
+        /// With --dry-run: print JSON.
+        #[arg(id = "json", long = "json", requires = "dry_run", action = ArgAction::SetTrue,
+              value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
+        format: OutputFormat,
+        /// The files, deep-merged in order.
+        #[arg(required = true)]
+        input_file: Vec<PathBuf>,
+    },
+    /// Stop the resolver (all its processes).
+    Stop,
+    /// Stop gracefully: readiness (`/readyz`) turns off at once, DNS keeps being answered
+    /// for the daemon's `--drain-period`, then everything stops (as on SIGTERM).
+    Drain,
+    /// Upgrade the daemon in place: it re-executes its binary (a newer version installed at
+    /// the same path), keeping its pid, every worker and every socket, so DNS is answered
+    /// throughout. Waits until the upgrade has ended and prints the versions; exit 1 when it
+    /// failed (the version that ran before keeps running).
+    Upgrade,
+    /// Check the resolver's health for a container or probe: exit 0 when `/livez` says alive
+    /// (the API answers and a worker is running), 1 otherwise.
+    Health {
+        /// Check readiness (`/readyz`) instead: every configured worker is ready and the
+        /// resolver is not draining or stopping.
+        #[arg(id = "ready", long = "ready", action = ArgAction::SetTrue,
+              value_parser = flag(Probe::Ready, Probe::Live))]
+        probe: Probe,
+    },
+    /// Reload the configuration files the resolver was started with.
+    Reload {
+        /// Restart the workers even when their configuration is unchanged.
+        #[arg(id = "force", long = "force", action = ArgAction::SetTrue,
+              value_parser = flag(ReloadScope::Forced, ReloadScope::Changed))]
+        scope: ReloadScope,
+    },
+    /// Validate configuration files (locally, without a resolver).
+    Validate {
+        /// Also check that paths exist and have the right permissions.
+        #[arg(id = "strict", long = "strict", action = ArgAction::SetTrue,
+              value_parser = flag(PathChecks::Strict, PathChecks::Lenient))]
+        checks: PathChecks,
+        /// The files, deep-merged in order.
+        #[arg(default_value = crate::daemon::DEFAULT_CONFIG)]
+        input_file: Vec<PathBuf>,
+    },
+    /// Print the JSON schema of the configuration.
+    Schema {
+        /// Ask the running resolver instead of generating it locally.
+        #[arg(id = "live", short = 'l', long = "live", action = ArgAction::SetTrue,
+              value_parser = flag(Source::Live, Source::Local))]
+        source: Source,
+        /// Write the schema to this file instead.
+        file: Option<PathBuf>,
+    },
+    /// Print the OpenAPI 3.1 description of the management API, as the resolver serves it.
+    Openapi {
+        /// Print the description built into this kresctl instead of asking the resolver.
+        #[arg(id = "local", long = "local", action = ArgAction::SetTrue,
+              value_parser = flag(Source::Local, Source::Live))]
+        source: Source,
+        /// Write the document to this file instead.
+        file: Option<PathBuf>,
+    },
+    /// Show the supervised processes: name, kind, pid, state, uptime, readiness, restarts.
+    Processes {
+        /// Print JSON instead of a table.
+        #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
+              value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
+        format: OutputFormat,
+        /// Keep following: print the table again after every process event (spawned, ready,
+        /// exited, restarted, hung, failed).
+        #[arg(id = "watch", long = "watch", action = ArgAction::SetTrue,
+              value_parser = flag(Follow::Watch, Follow::Once))]
+        follow: Follow,
+    },
+    /// Follow what the resolver does, one line per event: processes spawned, ready, exited,
+    /// restarted, hung or failed; configuration changes applied, refused or rolled back;
+    /// reloads, renews, drain. Runs until the resolver ends the stream.
+    Events {
+        /// Print each event as its JSON object.
+        #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
+              value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
+        format: OutputFormat,
+        /// Resume after this event id (as printed before): the events since, then new ones.
+        #[arg(long, value_name = "ID")]
+        last_event_id: Option<String>,
+    },
+    /// Print the workers' metrics (JSON, or Prometheus text).
+    Metrics {
+        /// Print the Prometheus text exposition instead of JSON.
+        #[arg(id = "prometheus", long = "prometheus", action = ArgAction::SetTrue,
+              value_parser = flag(MetricsFormat::Prometheus, MetricsFormat::Json))]
+        format: MetricsFormat,
+        /// Write the output to this file instead.
+        file: Option<PathBuf>,
+    },
+    /// Work with the resolver's cache.
+    Cache(CacheArgs),
+}
+
+#[derive(Args)]
+pub struct CacheArgs {
+    #[command(subcommand)]
+    pub op: Option<CacheOp>,
+}
+
+#[derive(Subcommand)]
+pub enum CacheOp {
+    /// Purge cache records (all, or under a name).
+    Clear {
+        /// Clear only the exact name, not the subtree below it.
+        #[arg(long = "exact-name")]
+        exact_name: bool,
+        /// Only records of this type (requires --exact-name).
+        #[arg(long = "rr-type")]
+        rr_type: Option<String>,
+        /// How many records to clear in one go.
+        #[arg(long = "chunk-size", default_value_t = 100)]
+        chunk_size: u64,
+        /// The name to clear; the whole cache when omitted.
+        name: Option<String>,
+        /// Print JSON.
+        #[arg(id = "json", long = "json", conflicts_with = "yaml", action = ArgAction::SetTrue,
+              value_parser = flag(OutputFormat::Json, OutputFormat::Yaml))]
+        format: OutputFormat,
+        // Upstream's flag, kept: YAML is printed without it too.
+        /// Print YAML (the default).
+        #[arg(long)]
+        yaml: bool,
+    },
+}
+
+/// Shells `completion` writes scripts for.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+impl From<CompletionShell> for clap_complete::Shell {
+    fn from(shell: CompletionShell) -> Self {
+        match shell {
+            CompletionShell::Bash => clap_complete::Shell::Bash,
+            CompletionShell::Zsh => clap_complete::Shell::Zsh,
+            CompletionShell::Fish => clap_complete::Shell::Fish,
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct MigrateArgs {
+    /// Get migrated configuration data in JSON format.
+    #[arg(id = "json", long = "json", conflicts_with = "yaml", action = ArgAction::SetTrue,
+          value_parser = flag(OutputFormat::Json, OutputFormat::Yaml))]
+    pub format: OutputFormat,
+    // Upstream's flag, kept: YAML is printed without it too.
+    /// Get migrated configuration data in YAML format, default.
+    #[arg(long)]
+    pub yaml: bool,
+    /// File with configuration in YAML or JSON format.
+    pub input_file: PathBuf,
+    /// Optional, output file for migrated configuration in desired output format. If not
+    /// specified, migrated configuration is printed.
+    pub output_file: Option<PathBuf>,
+}
+
+/// Which Lua file `convert` renders.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LuaType {
+    /// A kresd worker's configuration.
+    Worker,
+    /// The policy-loader's configuration.
+    PolicyLoader,
+}
+
+#[derive(Args)]
+pub struct ConvertArgs {
+    /// Enable strict rules during validation, e.g. path/file existence and permissions.
+    #[arg(id = "strict", long = "strict", action = ArgAction::SetTrue,
+          value_parser = flag(PathChecks::Strict, PathChecks::Lenient))]
+    pub checks: PathChecks,
+    /// The type of Lua script to generate.
+    #[arg(long = "type", value_enum, default_value = "worker")]
+    pub lua_type: LuaType,
+    /// Optional, output file for converted configuration in Lua script. If not specified,
+    /// converted configuration is printed.
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+    /// File or combination of files with configuration in YAML or JSON format.
+    pub input_file: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    pub op: Option<ConfigOp>,
+}
+
+#[derive(Subcommand)]
+pub enum ConfigOp {
+    /// Print the configuration, or the part at a JSON pointer.
+    Get {
+        /// JSON pointer into the configuration (`/workers`).
+        #[arg(short = 'p', long = "path", default_value = "")]
+        path: String,
+        /// Print JSON.
+        #[arg(id = "json", long = "json", conflicts_with = "yaml", action = ArgAction::SetTrue,
+              value_parser = flag(OutputFormat::Json, OutputFormat::Yaml))]
+        format: OutputFormat,
+        // Upstream's flag, kept: YAML is printed without it too.
+        /// Print YAML (the default).
+        #[arg(long)]
+        yaml: bool,
+        /// Write the output to this file instead.
+        file: Option<PathBuf>,
+    },
+    /// Set the value at a JSON pointer (from the argument, a file it names, or stdin).
+    Set {
+        /// JSON pointer into the configuration (`/workers`).
+        #[arg(short = 'p', long = "path", default_value = "")]
+        path: String,
+        /// A JSON/YAML value, or a file holding one; read from stdin when omitted.
+        value_or_file: Option<String>,
+    },
+    /// Delete the value at a JSON pointer.
+    Delete {
+        /// JSON pointer into the configuration (`/local-data`).
+        #[arg(short = 'p', long = "path", default_value = "")]
+        path: String,
+    },
+    /// Show what configuration files would change in the running resolver: the differences
+    /// path by path, and what the resolver would do (sections changed, workers restarted or
+    /// only rules reset, processes started or stopped), from its own dry run. Nothing
+    /// changes.
+    Diff {
+        /// Print the differences (a JSON Patch) and the resolver's plan as JSON.
+        #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
+              value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
+        format: OutputFormat,
+        /// The files, deep-merged in order.
+        #[arg(required = true)]
+        input_file: Vec<PathBuf>,
+    },
+}
+
+/// kresctl's completion script for `shell`, generated from its clap definition: what
+/// `kresctl completion SHELL` prints and what the package installs.
+pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    // Into a buffer: the generator panics on a write error (a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "kresctl", &mut script);
+    script
+}
+
+/// The help of kresctl, or of a command given without its subcommand, as upstream prints it.
+pub fn print_help(command: Option<&str>) {
+    let mut cli = <Cli as clap::CommandFactory>::command();
+    let _ = match command {
+        None => cli.print_help(),
+        Some(name) => match cli.find_subcommand_mut(name) {
+            Some(sub) => sub.print_help(),
+            None => Ok(()),
+        },
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The API command a command line parses into.
+    fn parse(args: &[&str]) -> ApiCommand {
+        let cli = Cli::try_parse_from(std::iter::once("kresctl").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        match cli.command {
+            Some(Command::Api(command)) => command,
+            _ => panic!("{args:?}: no API command"),
+        }
+    }
+
+    #[test]
+    fn flags_become_what_they_mean() {
+        use OutputFormat::{Json, Text, Yaml};
+        assert!(matches!(
+            parse(&["health"]),
+            ApiCommand::Health { probe: Probe::Live }
+        ));
+        assert!(matches!(
+            parse(&["health", "--ready"]),
+            ApiCommand::Health {
+                probe: Probe::Ready
+            }
+        ));
+        assert!(matches!(
+            parse(&["reload", "--force"]),
+            ApiCommand::Reload {
+                scope: ReloadScope::Forced
+            }
+        ));
+        assert!(matches!(
+            parse(&["pids"]),
+            ApiCommand::Pids { format: Text, .. }
+        ));
+        assert!(matches!(
+            parse(&["processes", "--json", "--watch"]),
+            ApiCommand::Processes {
+                format: Json,
+                follow: Follow::Watch
+            }
+        ));
+        assert!(matches!(
+            parse(&["apply", "x.yaml"]),
+            ApiCommand::Apply {
+                mode: ApplyMode::Apply,
+                format: Text,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(&["apply", "--dry-run", "--json", "x.yaml"]),
+            ApiCommand::Apply {
+                mode: ApplyMode::DryRun,
+                format: Json,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(&["config", "get"]),
+            ApiCommand::Config(ConfigArgs {
+                op: Some(ConfigOp::Get { format: Yaml, .. })
+            })
+        ));
+        assert!(matches!(
+            parse(&["cache", "clear", "--json"]),
+            ApiCommand::Cache(CacheArgs {
+                op: Some(CacheOp::Clear { format: Json, .. })
+            })
+        ));
+        assert!(matches!(
+            parse(&["metrics", "--prometheus"]),
+            ApiCommand::Metrics {
+                format: MetricsFormat::Prometheus,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(&["schema", "-l"]),
+            ApiCommand::Schema {
+                source: Source::Live,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(&["openapi"]),
+            ApiCommand::Openapi {
+                source: Source::Live,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse(&["validate", "--strict"]),
+            ApiCommand::Validate {
+                checks: PathChecks::Strict,
+                ..
+            }
+        ));
+        // Usage errors stay usage errors.
+        for args in [
+            &["apply", "--json", "x.yaml"][..],
+            &["config", "get", "--json", "--yaml"],
+            &["health", "--ready=true"],
+        ] {
+            let parsed =
+                Cli::try_parse_from(std::iter::once("kresctl").chain(args.iter().copied()));
+            assert!(parsed.is_err(), "{args:?}");
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! kresctl's commands, one module per family, and the dispatch from the parsed command line
+//! to them: [`offline`] runs what needs no resolver, [`execute`] the rest against the API.
+
+pub mod cache;
+pub mod config;
+pub mod control;
+pub mod convert;
+pub mod diff;
+pub mod documents;
+pub mod events;
+pub mod metrics;
+pub mod migrate;
+pub mod processes;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::cli::{self, ApiCommand, ApplyMode, CacheArgs, CompletionShell, ConfigArgs, Follow};
+use super::client::{ApiClient, ClientError};
+
+/// The error of a command that works on files, without a resolver (`convert`, `migrate`).
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot read {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file that is no YAML or JSON: the parser's words alone.
+    #[error("{0}")]
+    Unparsable(#[source] crate::config::ParseError),
+    #[error("{0}")]
+    Config(#[source] crate::config::ConfigError),
+    #[error("{}: the configuration is not a mapping", .0.display())]
+    NotAMapping(PathBuf),
+}
+
+/// Exit 0 on success; otherwise print the error and exit 1.
+pub fn exit_code<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `kresctl completion SHELL`: print the script.
+pub fn completion(shell: CompletionShell) -> ExitCode {
+    use std::io::Write;
+    match std::io::stdout().write_all(&cli::completion_script(shell.into())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cannot write the completion script: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Run `command` if it needs no resolver (`validate`, `schema` and `openapi --local`), and
+/// say how it ended; `None` for a command that needs the API.
+pub fn offline(command: &ApiCommand) -> Option<ExitCode> {
+    match command {
+        ApiCommand::Validate { checks, input_file } => Some(ExitCode::from(
+            u8::try_from(crate::config::validate_command(input_file, *checks)).unwrap_or(1),
+        )),
+        ApiCommand::Schema {
+            source: cli::Source::Local,
+            file,
+        } => Some(exit_code(documents::local(
+            documents::Document::Schema,
+            file.as_deref(),
+        ))),
+        ApiCommand::Openapi {
+            source: cli::Source::Local,
+            file,
+        } => Some(exit_code(documents::local(
+            documents::Document::OpenApi,
+            file.as_deref(),
+        ))),
+        _ => None,
+    }
+}
+
+/// Run a command against the API.
+pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), ClientError> {
+    match command {
+        ApiCommand::Config(ConfigArgs { op: None }) => cli::print_help(Some("config")),
+        ApiCommand::Config(ConfigArgs { op: Some(op) }) => config::run(client, op).await?,
+        ApiCommand::Apply {
+            mode: ApplyMode::DryRun,
+            format,
+            input_file,
+        } => diff::diff(client, &input_file, format).await?,
+        ApiCommand::Apply {
+            mode: ApplyMode::Apply,
+            input_file,
+            ..
+        } => diff::apply(client, &input_file).await?,
+        ApiCommand::Pids { proc_type, format } => {
+            processes::pids(client, &proc_type, format).await?;
+        }
+        ApiCommand::Stop => control::stop(client).await?,
+        ApiCommand::Drain => control::drain(client).await?,
+        ApiCommand::Upgrade => control::upgrade(client).await?,
+        ApiCommand::Health { probe } => control::health(client, probe).await?,
+        ApiCommand::Reload { scope } => control::reload(client, scope).await?,
+        // Run by `offline` before any connection is made.
+        ApiCommand::Validate { .. } => {}
+        ApiCommand::Schema { file, .. } => documents::live_schema(client, file.as_deref()).await?,
+        ApiCommand::Openapi { file, .. } => {
+            documents::live_openapi(client, file.as_deref()).await?;
+        }
+        ApiCommand::Processes {
+            format,
+            follow: Follow::Once,
+        } => processes::print_processes(client, format).await?,
+        ApiCommand::Processes {
+            format,
+            follow: Follow::Watch,
+        } => events::watch_processes(client, format).await?,
+        ApiCommand::Events {
+            format,
+            last_event_id,
+        } => events::follow(client, format, last_event_id.as_deref()).await?,
+        ApiCommand::Metrics { format, file } => {
+            metrics::metrics(client, format, file.as_deref()).await?;
+        }
+        ApiCommand::Cache(CacheArgs { op: None }) => cli::print_help(Some("cache")),
+        ApiCommand::Cache(CacheArgs { op: Some(op) }) => cache::run(client, op).await?,
+    }
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! How kresctl prints what it got: the output format a command was asked for, JSON and
+//! YAML rendering, and printing to standard output or into a file.
+
+use serde_json::Value;
+
+use super::client::ClientError;
+
+/// The form of a command's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// JSON, for a program (`--json`).
+    Json,
+    /// YAML (`--yaml`, the default of commands that print a configuration).
+    Yaml,
+    /// For a person: a table or lines (the default of the others).
+    Text,
+}
+
+/// A value as pretty JSON, newline-terminated.
+pub fn pretty_json(value: &Value) -> Result<String, ClientError> {
+    Ok(format!("{}\n", serde_json::to_string_pretty(value)?))
+}
+
+/// A value as pretty JSON in [`OutputFormat::Json`], otherwise as YAML; newline-terminated.
+pub fn document(value: &Value, format: OutputFormat) -> Result<String, ClientError> {
+    match format {
+        OutputFormat::Json => pretty_json(value),
+        OutputFormat::Yaml | OutputFormat::Text => Ok(to_yaml(value)),
+    }
+}
+
+/// A JSON response body; an empty one is `null`.
+pub fn json_body(body: &[u8]) -> Result<Value, ClientError> {
+    if body.is_empty() {
+        Ok(Value::Null)
+    } else {
+        Ok(serde_json::from_slice(body)?)
+    }
+}
+
+/// Print `text`, or write it to `file` and say so.
+pub fn emit(text: &str, file: Option<&std::path::Path>) -> Result<(), ClientError> {
+    match file {
+        Some(f) => {
+            std::fs::write(f, text)?;
+            println!("saved to: {}", f.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(())
+}
+
+/// Render a JSON value as YAML.
+pub fn to_yaml(value: &Value) -> String {
+    let yaml = json_to_yaml(value);
+    let mut out = String::new();
+    let mut emitter = yaml_rust2::YamlEmitter::new(&mut out);
+    if emitter.dump(&yaml).is_err() {
+        return format!("{value}\n");
+    }
+    let trimmed = out
+        .strip_prefix("---\n")
+        .or_else(|| out.strip_prefix("--- "))
+        .unwrap_or(&out);
+    format!("{trimmed}\n")
+}
+
+fn json_to_yaml(value: &Value) -> yaml_rust2::Yaml {
+    use yaml_rust2::Yaml;
+    match value {
+        Value::Null => Yaml::Null,
+        Value::Bool(b) => Yaml::Boolean(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => Yaml::Integer(i),
+            None => Yaml::Real(n.to_string()),
+        },
+        Value::String(s) => Yaml::String(s.clone()),
+        Value::Array(a) => Yaml::Array(a.iter().map(json_to_yaml).collect()),
+        Value::Object(m) => Yaml::Hash(
+            m.iter()
+                .map(|(k, v)| (Yaml::String(k.clone()), json_to_yaml(v)))
+                .collect(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn documents_as_json_or_yaml() {
+        let value = json!({"workers": 2, "cache": {"size-max": "100M"}, "ids": [1, 2.5]});
+        assert_eq!(
+            document(&value, OutputFormat::Json).expect("json"),
+            "{\n  \"workers\": 2,\n  \"cache\": {\n    \"size-max\": \"100M\"\n  },\n  \
+             \"ids\": [\n    1,\n    2.5\n  ]\n}\n"
+        );
+        assert_eq!(
+            document(&value, OutputFormat::Yaml).expect("yaml"),
+            "workers: 2\ncache:\n  size-max: 100M\nids:\n  - 1\n  - 2.5\n"
+        );
+        assert_eq!(json_body(b"").expect("empty"), Value::Null);
+        assert!(json_body(b"{").is_err());
+    }
+}

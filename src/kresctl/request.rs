@@ -1,0 +1,267 @@
+//! Every request kresctl makes of the management API, one variant each: its method, path,
+//! headers and body are written here and nowhere else, and [`ApiClient`] sends them.
+//!
+//! [`ApiClient`]: super::client::ApiClient
+
+use hyper::Method;
+use serde_json::Value;
+
+/// Which health probe `kresctl health` asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// `/livez`: the API answers and a worker runs.
+    Live,
+    /// `/readyz`: every configured worker is ready, nothing drains or stops.
+    Ready,
+}
+
+/// Which workers `kresctl reload` restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadScope {
+    /// Those whose configuration changed.
+    Changed,
+    /// All of them (`--force`).
+    Forced,
+}
+
+/// The form the workers' metrics are asked in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsFormat {
+    Json,
+    /// The Prometheus text exposition.
+    Prometheus,
+}
+
+/// Whether a new configuration is applied or only tried (`?dry-run=true`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Run {
+    ForReal,
+    DryRun,
+}
+
+/// One request of the management API.
+#[derive(Debug, Clone, Copy)]
+pub enum Request<'a> {
+    /// The running configuration, or the part at a JSON pointer.
+    GetConfig {
+        pointer: &'a str,
+    },
+    /// Set the value at a JSON pointer.
+    SetConfig {
+        pointer: &'a str,
+        value: &'a Value,
+    },
+    /// Delete the value at a JSON pointer.
+    DeleteConfig {
+        pointer: &'a str,
+    },
+    /// A whole new configuration, against the running version `if_match` names (its ETag).
+    ReplaceConfig {
+        config: &'a Value,
+        if_match: Option<&'a str>,
+        run: Run,
+    },
+    Stop,
+    Drain,
+    Health(Probe),
+    Reload(ReloadScope),
+    /// The configuration's JSON schema.
+    Schema,
+    /// The API's OpenAPI description.
+    OpenApi,
+    /// Every supervised process.
+    Processes,
+    /// The processes of one kind (`kresd`, `gc`, `all`).
+    ProcessesOf {
+        kind: &'a str,
+    },
+    Metrics(MetricsFormat),
+    /// Purge cache records; the body is checked by the caller.
+    CacheClear {
+        body: &'a Value,
+    },
+    /// The running version and how the last upgrade ended.
+    UpgradeStatus,
+    /// Start an in-place upgrade.
+    Upgrade,
+    /// The event stream, after the event `last_event_id` names or from now on.
+    Events {
+        last_event_id: Option<&'a str>,
+    },
+}
+
+impl Request<'_> {
+    pub fn method(&self) -> Method {
+        match self {
+            Request::GetConfig { .. }
+            | Request::Health(_)
+            | Request::Schema
+            | Request::OpenApi
+            | Request::Processes
+            | Request::ProcessesOf { .. }
+            | Request::Metrics(_)
+            | Request::UpgradeStatus
+            | Request::Events { .. } => Method::GET,
+            Request::SetConfig { .. } | Request::ReplaceConfig { .. } => Method::PUT,
+            Request::DeleteConfig { .. } => Method::DELETE,
+            Request::Stop
+            | Request::Drain
+            | Request::Reload(_)
+            | Request::CacheClear { .. }
+            | Request::Upgrade => Method::POST,
+        }
+    }
+
+    /// The path, with its query.
+    pub fn path(&self) -> String {
+        match self {
+            Request::GetConfig { pointer }
+            | Request::SetConfig { pointer, .. }
+            | Request::DeleteConfig { pointer } => format!("/v1/config{pointer}"),
+            Request::ReplaceConfig {
+                run: Run::ForReal, ..
+            } => "/v1/config".into(),
+            Request::ReplaceConfig {
+                run: Run::DryRun, ..
+            } => "/v1/config?dry-run=true".into(),
+            Request::Stop => "/stop".into(),
+            Request::Drain => "/drain".into(),
+            Request::Health(Probe::Live) => "/livez".into(),
+            Request::Health(Probe::Ready) => "/readyz".into(),
+            Request::Reload(ReloadScope::Changed) => "/reload".into(),
+            Request::Reload(ReloadScope::Forced) => "/reload/force".into(),
+            Request::Schema => "/schema".into(),
+            Request::OpenApi => "/openapi.json".into(),
+            Request::Processes => "/processes".into(),
+            Request::ProcessesOf { kind } => format!("/processes/{kind}"),
+            Request::Metrics(MetricsFormat::Json) => "/metrics/json".into(),
+            Request::Metrics(MetricsFormat::Prometheus) => "/metrics/prometheus".into(),
+            Request::CacheClear { .. } => "/cache/clear".into(),
+            Request::UpgradeStatus | Request::Upgrade => "/upgrade".into(),
+            Request::Events { .. } => "/events".into(),
+        }
+    }
+
+    /// Headers beside `Host`, `Content-Type` and `Authorization`.
+    pub fn headers(&self) -> Vec<(&'static str, &str)> {
+        match self {
+            Request::ReplaceConfig {
+                if_match: Some(etag),
+                ..
+            } => vec![("If-Match", etag)],
+            Request::Events {
+                last_event_id: Some(id),
+            } => vec![("last-event-id", id)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The body: the JSON of the value sent, or nothing.
+    pub fn body(&self) -> Result<Vec<u8>, serde_json::Error> {
+        match self {
+            Request::SetConfig { value, .. }
+            | Request::ReplaceConfig { config: value, .. }
+            | Request::CacheClear { body: value } => serde_json::to_vec(value),
+            _ => Ok(Vec::new()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Each request as `METHOD path [header: value…] body`.
+    fn check(rows: &[(Request<'_>, &str)]) {
+        for (request, want) in rows {
+            let mut got = format!("{} {}", request.method(), request.path());
+            for (name, value) in request.headers() {
+                got.push_str(&format!(" [{name}: {value}]"));
+            }
+            let body = request.body().expect("body");
+            got.push(' ');
+            got.push_str(&String::from_utf8_lossy(&body));
+            assert_eq!(got.trim_end(), *want, "{request:?}");
+        }
+    }
+
+    #[test]
+    fn methods_paths_headers_and_bodies() {
+        let value = json!({"workers": 2});
+        check(&[
+            (Request::GetConfig { pointer: "" }, "GET /v1/config"),
+            (
+                Request::GetConfig {
+                    pointer: "/workers",
+                },
+                "GET /v1/config/workers",
+            ),
+            (
+                Request::SetConfig {
+                    pointer: "/cache",
+                    value: &value,
+                },
+                r#"PUT /v1/config/cache {"workers":2}"#,
+            ),
+            (
+                Request::DeleteConfig {
+                    pointer: "/local-data",
+                },
+                "DELETE /v1/config/local-data",
+            ),
+            (
+                Request::ReplaceConfig {
+                    config: &value,
+                    if_match: Some("\"e1\""),
+                    run: Run::DryRun,
+                },
+                r#"PUT /v1/config?dry-run=true [If-Match: "e1"] {"workers":2}"#,
+            ),
+            (
+                Request::ReplaceConfig {
+                    config: &value,
+                    if_match: None,
+                    run: Run::ForReal,
+                },
+                r#"PUT /v1/config {"workers":2}"#,
+            ),
+            (Request::Stop, "POST /stop"),
+            (Request::Drain, "POST /drain"),
+            (Request::Health(Probe::Live), "GET /livez"),
+            (Request::Health(Probe::Ready), "GET /readyz"),
+            (Request::Reload(ReloadScope::Changed), "POST /reload"),
+            (Request::Reload(ReloadScope::Forced), "POST /reload/force"),
+            (Request::Schema, "GET /schema"),
+            (Request::OpenApi, "GET /openapi.json"),
+            (Request::Processes, "GET /processes"),
+            (
+                Request::ProcessesOf { kind: "kresd" },
+                "GET /processes/kresd",
+            ),
+            (Request::Metrics(MetricsFormat::Json), "GET /metrics/json"),
+            (
+                Request::Metrics(MetricsFormat::Prometheus),
+                "GET /metrics/prometheus",
+            ),
+            (
+                Request::CacheClear { body: &value },
+                r#"POST /cache/clear {"workers":2}"#,
+            ),
+            (Request::UpgradeStatus, "GET /upgrade"),
+            (Request::Upgrade, "POST /upgrade"),
+            (
+                Request::Events {
+                    last_event_id: Some("1.f-3"),
+                },
+                "GET /events [last-event-id: 1.f-3]",
+            ),
+            (
+                Request::Events {
+                    last_event_id: None,
+                },
+                "GET /events",
+            ),
+        ]);
+    }
+}

@@ -1,0 +1,311 @@
+//! The events of `GET /events`: what the resolver did, as the event log publishes it
+//! (`events`) and followers read it back (`kresctl events`, `kresctl processes --watch`). The
+//! kinds are one enum, [`Event`]; a new kind (the steps of an upgrade, say) is one more
+//! variant, and followers print kinds they do not know as they came.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use supervisor::ExitStatus;
+
+use super::change::ChangeSummary;
+use super::upgrade::UpgradeOutcome;
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "kebab-case",
+    rename_all_fields = "kebab-case"
+)]
+pub enum Event {
+    /// A process of a service was started (at start-up, for a change, on request).
+    ProcessSpawned { name: String, pid: i32 },
+    /// The supervisor started a service's process again after it ended unasked (a crash, a
+    /// kill); `restarts` counts such restarts since the service was registered.
+    ProcessRestarted {
+        name: String,
+        pid: i32,
+        restarts: u32,
+    },
+    /// A process announced it is ready (kresd: it serves).
+    ProcessReady { name: String, pid: i32 },
+    /// A process ended; `status` is its exit code or signal (unknown only when the service
+    /// was removed before its table showed the exit).
+    ProcessExited {
+        name: String,
+        pid: i32,
+        status: Option<ExitStatus>,
+    },
+    /// A process was killed because it stopped answering (`--worker-hang-timeout`).
+    ProcessHung {
+        name: String,
+        pid: i32,
+        reason: String,
+    },
+    /// A service gave up: it kept failing, or could not be started.
+    ProcessFailed {
+        name: String,
+        reason: Option<String>,
+    },
+    /// A service left the process table (a worker removed by a change).
+    ProcessRemoved { name: String },
+    /// This manager process started (`incarnation` 1 with the resolver; more after the
+    /// previous one failed and was replaced): the first event of every epoch.
+    ManagerStarted { incarnation: u32 },
+    /// The daemon was upgraded in place (`kresctl upgrade`, SIGUSR2) and this is the first
+    /// manager process since: `outcome` upgraded (`to` runs now), or failed (`from` runs on,
+    /// `error` says why). Published once per upgrade, right after `manager-started`.
+    Upgrade {
+        generation: u32,
+        outcome: UpgradeOutcome,
+        from: String,
+        to: String,
+        error: Option<String>,
+    },
+    /// The resolver drains: readiness is off, DNS is still answered until the stop.
+    Draining,
+    /// To every follower, last: this manager process stops (the resolver stops), and the
+    /// stream ends with it.
+    Stopping,
+    /// The configuration files are read again (SIGHUP, `/reload`, `kresctl reload`, a watched
+    /// configuration file changed).
+    ConfigReloading { force: bool, origin: Origin },
+    /// The running configuration is applied again (`/renew`, a watched file it names changed).
+    ConfigRenewing { force: bool, origin: Origin },
+    /// A configuration change was applied.
+    ConfigApplied {
+        cause: Cause,
+        /// What it did: the sections that changed, what the workers and the cache garbage
+        /// collector went through.
+        #[serde(flatten)]
+        change: ChangeSummary,
+    },
+    /// A configuration change was refused; nothing changed.
+    ConfigRefused { cause: Cause, reason: String },
+    /// A change failed half-way and was rolled back (`recovered`: every worker is back on the
+    /// running configuration; false when going back failed too).
+    ConfigRolledBack {
+        cause: Cause,
+        reason: String,
+        recovered: bool,
+    },
+    /// To one follower only, first: events after the id it resumed from are gone.
+    EventsMissed {
+        last_event_id: String,
+        reason: String,
+    },
+    /// To one follower only, last: it fell behind by `lost` events and is cut.
+    EventsLagged { lost: u64 },
+}
+
+/// Who asked for a reload or a renew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    /// A request to the management API (`kresctl reload`, systemd's `ExecReload`).
+    Api,
+    /// SIGHUP.
+    Signal,
+    /// The files watchdog: a watched file changed.
+    WatchedFile,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Origin::Api => "asked through the API",
+            Origin::Signal => "on SIGHUP",
+            Origin::WatchedFile => "a watched file changed",
+        })
+    }
+}
+
+/// What asked for a configuration change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cause {
+    /// `PUT`, `PATCH` or `DELETE` of `/v1/config`.
+    Api,
+    /// The configuration files, read again.
+    Reload,
+    /// The running configuration, applied again.
+    Renew,
+}
+
+impl Event {
+    /// Its kind, as the `kind` field and the SSE `event:` line name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::ProcessSpawned { .. } => "process-spawned",
+            Event::ProcessRestarted { .. } => "process-restarted",
+            Event::ProcessReady { .. } => "process-ready",
+            Event::ProcessExited { .. } => "process-exited",
+            Event::ProcessHung { .. } => "process-hung",
+            Event::ProcessFailed { .. } => "process-failed",
+            Event::ProcessRemoved { .. } => "process-removed",
+            Event::ManagerStarted { .. } => "manager-started",
+            Event::Upgrade { .. } => "upgrade",
+            Event::Draining => "draining",
+            Event::Stopping => "stopping",
+            Event::ConfigReloading { .. } => "config-reloading",
+            Event::ConfigRenewing { .. } => "config-renewing",
+            Event::ConfigApplied { .. } => "config-applied",
+            Event::ConfigRefused { .. } => "config-refused",
+            Event::ConfigRolledBack { .. } => "config-rolled-back",
+            Event::EventsMissed { .. } => "events-missed",
+            Event::EventsLagged { .. } => "events-lagged",
+        }
+    }
+
+    /// Whether it is about a process (what `kresctl processes --watch` redraws on).
+    pub fn is_process(&self) -> bool {
+        self.kind().starts_with("process-")
+    }
+}
+
+impl fmt::Display for Event {
+    /// One line for an operator: the kind, then what it is about.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = self.kind();
+        match self {
+            Event::ProcessSpawned { name, pid } | Event::ProcessReady { name, pid } => {
+                write!(f, "{kind} {name} (pid {pid})")
+            }
+            Event::ProcessRestarted {
+                name,
+                pid,
+                restarts,
+            } => write!(f, "{kind} {name} (pid {pid}), restart {restarts}"),
+            Event::ProcessExited { name, pid, status } => match status {
+                Some(status) => write!(f, "{kind} {name} (pid {pid}): {status}"),
+                None => write!(f, "{kind} {name} (pid {pid})"),
+            },
+            Event::ProcessHung { name, pid, reason } => {
+                write!(f, "{kind} {name} (pid {pid}): {reason}")
+            }
+            Event::ProcessFailed { name, reason } => match reason {
+                Some(reason) => write!(f, "{kind} {name}: {reason}"),
+                None => write!(f, "{kind} {name}"),
+            },
+            Event::ProcessRemoved { name } => write!(f, "{kind} {name}"),
+            Event::ManagerStarted { incarnation } => write!(f, "{kind}, incarnation {incarnation}"),
+            Event::Upgrade {
+                generation,
+                from,
+                to,
+                error,
+                ..
+            } => match error {
+                None => write!(f, "{kind} {generation}: upgraded in place, {from} -> {to}"),
+                Some(why) => write!(f, "{kind} {generation} failed: {why}; {from} runs on"),
+            },
+            Event::Draining | Event::Stopping => f.write_str(kind),
+            Event::ConfigReloading { force, origin } | Event::ConfigRenewing { force, origin } => {
+                write!(
+                    f,
+                    "{kind} ({origin}{})",
+                    if *force { ", forced" } else { "" }
+                )
+            }
+            Event::ConfigApplied { cause, change } => write!(f, "{kind} ({cause}): {change}"),
+            Event::ConfigRefused { cause, reason } => write!(f, "{kind} ({cause}): {reason}"),
+            Event::ConfigRolledBack {
+                cause,
+                reason,
+                recovered,
+            } => {
+                let back = if *recovered {
+                    "every worker is back on the running configuration"
+                } else {
+                    "going back failed too"
+                };
+                write!(f, "{kind} ({cause}): {reason}; {back}")
+            }
+            Event::EventsMissed {
+                last_event_id,
+                reason,
+            } => write!(f, "{kind} after {last_event_id}: {reason}"),
+            Event::EventsLagged { lost } => {
+                write!(
+                    f,
+                    "{kind}: this follower fell {lost} events behind and is cut"
+                )
+            }
+        }
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Cause::Api => "api",
+            Cause::Reload => "reload",
+            Cause::Renew => "renew",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::wire::change::tests::names;
+    use crate::wire::change::{GcAction, WorkersAction};
+
+    #[test]
+    fn an_applied_change_keeps_its_fields_and_reads_older_ones() {
+        let applied = Event::ConfigApplied {
+            cause: Cause::Reload,
+            change: ChangeSummary {
+                changed: names(&["workers"]),
+                workers: WorkersAction::Restart {
+                    canary: true,
+                    stop: vec![],
+                    restart: names(&["kresd0"]),
+                    start: names(&["kresd1"]),
+                    unlink: names(&["defer"]),
+                },
+                cache_gc: GcAction::Keep,
+            },
+        };
+        assert_eq!(
+            serde_json::to_value(&applied).expect("JSON"),
+            json!({"kind": "config-applied", "cause": "reload", "changed": ["workers"],
+                   "workers": {"action": "restart", "canary": true, "stop": [],
+                               "restart": ["kresd0"], "start": ["kresd1"], "unlink": ["defer"]},
+                   "cache-gc": "keep"})
+        );
+        assert_eq!(
+            applied.to_string(),
+            "config-applied (reload): changed workers; workers restarted kresd0 started kresd1"
+        );
+        // As earlier versions wrote it: `sections`, no canary nor unlink.
+        let older = json!({"kind": "config-applied", "cause": "api", "sections": ["logging"],
+                           "workers": {"action": "live", "workers": ["kresd0"],
+                                       "restarted": [], "rules-reset": false},
+                           "cache-gc": "replace"});
+        let read: Event = serde_json::from_value(older).expect("reads");
+        assert_eq!(
+            read,
+            Event::ConfigApplied {
+                cause: Cause::Api,
+                change: ChangeSummary {
+                    changed: names(&["logging"]),
+                    workers: WorkersAction::Live {
+                        workers: names(&["kresd0"]),
+                        restarted: Some(vec![]),
+                        rules_reset: false,
+                    },
+                    cache_gc: GcAction::Replace,
+                },
+            }
+        );
+        let older = json!({"kind": "config-applied", "cause": "api", "sections": [],
+                           "workers": {"action": "restart", "stop": [], "restart": ["kresd0"],
+                                       "start": []},
+                           "cache-gc": "keep"});
+        assert!(serde_json::from_value::<Event>(older).is_ok());
+    }
+}

@@ -1,0 +1,176 @@
+//! The layer rule of ARCHITECTURE.md, kept: the top-level modules of the root crate form
+//! layers, and an import (`crate::module`, outside tests and comments) only ever points down
+//! the list; the supervisor crate's modules import each other without a cycle.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The root crate's modules, top first, as ARCHITECTURE.md's module table lists them.
+const LAYERS: &[&str] = &[
+    "kresctl",
+    "daemon",
+    "api",
+    "watchdog",
+    "manager",
+    "metrics",
+    "events",
+    "cache_clear",
+    "lua",
+    "control",
+    "service",
+    "config",
+    "etag",
+    "wire",
+];
+
+/// Every `.rs` file below `dir`.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("a readable source directory") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// The code of a file before its tests, without comment lines.
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).expect("a readable source file");
+    let before_tests = text.split("#[cfg(test)]").next().unwrap_or_default();
+    before_tests
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The names following each `crate::` in `code`.
+fn imported(code: &str) -> BTreeSet<String> {
+    code.match_indices("crate::")
+        .filter(|(at, _)| {
+            // `supervisor::` or `knot_resolver::` would end in `crate::` only as part of a
+            // longer identifier; a real path starts at a boundary.
+            !code[..*at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_')
+        })
+        .map(|(at, _)| {
+            code[at + "crate::".len()..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect()
+        })
+        .collect()
+}
+
+/// Top-level module → the top-level modules it imports, for the crate whose sources are in
+/// `src`.
+fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in sources(src) {
+        let rel = file.strip_prefix(src).expect("below the source directory");
+        let first = rel.components().next().expect("a path");
+        let module = first
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_owned();
+        if matches!(module.as_str(), "lib" | "main" | "bin") {
+            continue;
+        }
+        let is_module = |m: &str| src.join(format!("{m}.rs")).is_file() || src.join(m).is_dir();
+        for m in imported(&code(&file)) {
+            if m != module && is_module(&m) {
+                graph.entry(module.clone()).or_default().insert(m);
+            }
+        }
+    }
+    graph
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn every_import_of_the_root_crate_points_down_the_layers() {
+    let graph = imports(&root().join("src"));
+    let rank = |m: &str| LAYERS.iter().position(|l| *l == m);
+    let mut wrong = Vec::new();
+    for (module, uses) in &graph {
+        let Some(own) = rank(module) else {
+            wrong.push(format!("{module}: not in the list of layers"));
+            continue;
+        };
+        for used in uses {
+            match rank(used) {
+                Some(r) if r > own => {}
+                Some(_) => wrong.push(format!("{module} imports {used}, which is above it")),
+                None => wrong.push(format!("{used}: not in the list of layers")),
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the layer rule is broken: {wrong:#?}");
+    // The list names every module there is, and nothing else.
+    let on_disk: BTreeSet<String> = std::fs::read_dir(root().join("src"))
+        .expect("src")
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().to_string_lossy().into_owned();
+            let name = name.trim_end_matches(".rs").to_owned();
+            (!matches!(name.as_str(), "lib" | "main" | "bin")).then_some(name)
+        })
+        .collect();
+    let listed: BTreeSet<String> = LAYERS.iter().map(|s| s.to_string()).collect();
+    assert_eq!(on_disk, listed, "src/ and the list of layers differ");
+}
+
+#[test]
+fn the_supervisor_crate_has_no_import_cycle() {
+    let graph = imports(&root().join("supervisor/src"));
+    // Depth-first search for a back edge.
+    fn visit<'a>(
+        node: &'a str,
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| *n == node) {
+            let mut cycle: Vec<String> = path[at..].iter().map(|s| s.to_string()).collect();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if !done.insert(node) {
+            return None;
+        }
+        path.push(node);
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    for node in graph.keys() {
+        let cycle = visit(node, &graph, &mut Vec::new(), &mut done);
+        assert_eq!(cycle, None, "an import cycle in supervisor/src");
+    }
+}
+
+#[test]
+fn the_import_reader_sees_what_it_should() {
+    let code = "use crate::api::x;\nlet y = crate::wire::Z; knot_resolver::crate_x; mycrate::no";
+    assert_eq!(
+        imported(code),
+        BTreeSet::from(["api".to_owned(), "wire".to_owned()])
+    );
+}
