@@ -581,44 +581,36 @@ impl Builder {
         }
     }
 
-    /// Whether one more collection may open; false (and the error set) at [`MAX_DEPTH`].
-    fn may_nest(&mut self) -> bool {
+    /// A collection opens as `frame`, unless it would nest deeper than [`MAX_DEPTH`] or its
+    /// tag is `refused` (why).
+    fn open(&mut self, refused: Option<String>, frame: Frame) {
         if self.stack.len() >= MAX_DEPTH {
             self.fail(YamlFailure::Other(format!(
                 "collections nest deeper than {MAX_DEPTH} levels"
             )));
-            return false;
+            return;
         }
-        true
+        if let Some(msg) = refused {
+            self.fail(YamlFailure::Other(msg));
+            return;
+        }
+        self.stack.push(frame);
     }
 
     /// A sequence opens.
     fn on_sequence_start(&mut self, anchor: usize, tag: Option<&Tag>) {
-        if !self.may_nest() {
-            return;
-        }
-        if let Some(msg) = check_collection_tag(tag, "seq") {
-            self.fail(YamlFailure::Other(msg));
-            return;
-        }
-        self.stack.push(Frame::Seq {
+        let frame = Frame::Seq {
             items: Vec::new(),
             anchor,
             size: Size::default(),
-        });
+        };
+        self.open(check_collection_tag(tag, "seq"), frame);
     }
 
     /// A mapping (or a `!!set`) opens.
     fn on_mapping_start(&mut self, anchor: usize, tag: Option<&Tag>) {
-        if !self.may_nest() {
-            return;
-        }
         let set = tag.is_some_and(|t| t.handle == CORE_TAG && t.suffix == "set");
-        if let Some(msg) = check_collection_tag(tag, "map").filter(|_| !set) {
-            self.fail(YamlFailure::Other(msg));
-            return;
-        }
-        self.stack.push(Frame::Map {
+        let frame = Frame::Map {
             map: Map::new(),
             anchor,
             size: Size::default(),
@@ -626,7 +618,8 @@ impl Builder {
             keys: Vec::new(),
             seen: Default::default(),
             set,
-        });
+        };
+        self.open(check_collection_tag(tag, "map").filter(|_| !set), frame);
     }
 
     /// The innermost collection closes: it becomes a node of its parent (and its anchor's).
