@@ -6,6 +6,12 @@
 //! untouched for the API), validated by the engine into a normalized value (defaults applied,
 //! `auto` resolved, paths resolved), and deserialized into [`KresConfig`].
 //!
+//! Validation reads no process-wide state: what it needs besides the document comes in a
+//! [`ValidationContext`] (where relative paths resolve, which paths to check, what
+//! `logging.target: from-arg` stands for), made by the process that validates: the daemon
+//! from its command line (a [`ConfigSource`] the manager keeps for reloads and the API),
+//! kresctl from its own options and `$KRES_LOGTARGET`.
+//!
 //! Validation follows upstream's `utils/modeling` semantics (checked against upstream's own
 //! validator, see `tests/data/oracle/` and `tests/data/conformance/`): strict scalar types,
 //! unknown keys rejected, a `_` spelling rejected alone and ignored next to its `-` spelling, the

@@ -6,6 +6,10 @@
 //! out of its literal; names that kresd parses as domain names are passed in their punycode
 //! form. The only text pasted verbatim is custom Lua (`lua.script`, `lua.script-file` and the
 //! policy equivalents), which is code by definition.
+//!
+//! Rendering reads no process-wide state: what it needs besides the configuration (who binds
+//! the sockets, whose permissions script files are read with) comes in a [`RenderContext`],
+//! given by the manager; `kresctl convert` renders with [`RenderContext::STANDALONE`].
 
 mod policy;
 mod sections;
