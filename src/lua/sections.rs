@@ -66,7 +66,7 @@ fn kresd_groups(cfg: &KresConfig) -> String {
     )
 }
 
-/// The logging of a running worker set to what [`logging`] renders for `cfg`, as one control
+/// The logging of a running worker set to what `logging` renders for `cfg`, as one control
 /// command (an expression: the control socket evaluates `return (expr)`). The groups are
 /// always given, so groups no longer listed are cleared (`log_groups` replaces the set). It
 /// evaluates to the level the worker then logs at, which is the second value.
