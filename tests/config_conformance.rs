@@ -67,6 +67,7 @@ fn ours(file: &Path) -> Verdict {
     match load_files(
         &[file.to_owned()],
         knot_resolver::config::PathChecks::Lenient,
+        Default::default(),
     ) {
         Ok(_) => Verdict::Valid,
         Err(ConfigError::Invalid(errors)) => {

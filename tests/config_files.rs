@@ -43,7 +43,12 @@ fn several_files_are_deep_merged() {
         "b.json",
         r#"{"cache": {"ttl-min": "1s"}, "logging": {"level": "debug"}}"#,
     );
-    let loaded = load_files(&[a, b], knot_resolver::config::PathChecks::Lenient).expect("valid");
+    let loaded = load_files(
+        &[a, b],
+        knot_resolver::config::PathChecks::Lenient,
+        Default::default(),
+    )
+    .expect("valid");
     assert_eq!(loaded.model.cache.size_max.bytes(), 10 * 1024 * 1024);
     assert_eq!(loaded.model.cache.ttl_min.seconds(), 1);
     assert_eq!(loaded.model.workers, 2);
@@ -59,7 +64,11 @@ fn merge_collisions_are_errors() {
     let dir = Scratch::new();
     let a = dir.write("a.yaml", "cache:\n  size-max: 10M\n");
     let b = dir.write("b.yaml", "cache:\n  size-max: 20M\n");
-    match load_files(&[a, b], knot_resolver::config::PathChecks::Lenient) {
+    match load_files(
+        &[a, b],
+        knot_resolver::config::PathChecks::Lenient,
+        Default::default(),
+    ) {
         Err(ConfigError::Parse {
             source: ParseError::Duplicity { path, key },
             ..
@@ -77,7 +86,12 @@ fn toml_files_are_supported() {
         "c.toml",
         "workers = 3\n[network]\ndo-ipv6 = false\n[[network.listen]]\ninterface = '::1@5353'\n",
     );
-    let loaded = load_files(&[t], knot_resolver::config::PathChecks::Lenient).expect("valid");
+    let loaded = load_files(
+        &[t],
+        knot_resolver::config::PathChecks::Lenient,
+        Default::default(),
+    )
+    .expect("valid");
     assert_eq!(loaded.model.workers, 3);
     assert!(!loaded.model.network.do_ipv6);
     let listen = &loaded.model.network.listen[0];
@@ -94,8 +108,12 @@ fn relative_paths_resolve_against_the_first_file() {
     std::fs::create_dir_all(&sub).expect("mkdir");
     let first = dir.write("sub/first.yaml", "lua:\n  script-file: scripts/x.lua\n");
     let second = dir.write("second.yaml", "local-data:\n  addresses-files: [hosts]\n");
-    let loaded = load_files(&[first, second], knot_resolver::config::PathChecks::Lenient)
-        .expect("valid without strict checks");
+    let loaded = load_files(
+        &[first, second],
+        knot_resolver::config::PathChecks::Lenient,
+        Default::default(),
+    )
+    .expect("valid without strict checks");
     assert_eq!(
         loaded.model.lua.script_file,
         Some(sub.join("scripts/x.lua"))
@@ -118,8 +136,12 @@ fn strict_mode_checks_paths() {
         "ok.yaml",
         &format!("rundir: {root}\ncache:\n  storage: {root}\nmanagement:\n  unix-socket: {root}/api.sock\n"),
     );
-    load_files(&[ok], knot_resolver::config::PathChecks::Strict)
-        .expect("existing paths pass strict validation");
+    load_files(
+        &[ok],
+        knot_resolver::config::PathChecks::Strict,
+        Default::default(),
+    )
+    .expect("existing paths pass strict validation");
 
     let bad = dir.write(
         "bad.yaml",
@@ -131,6 +153,7 @@ fn strict_mode_checks_paths() {
     let errors = match load_files(
         std::slice::from_ref(&bad),
         knot_resolver::config::PathChecks::Strict,
+        Default::default(),
     ) {
         Err(ConfigError::Invalid(e)) => e,
         other => panic!("expected validation errors, got {other:?}"),
@@ -160,8 +183,12 @@ fn strict_mode_checks_paths() {
     ];
     assert_eq!(got, want);
     // the same document is fine without strict checks
-    load_files(&[bad], knot_resolver::config::PathChecks::Lenient)
-        .expect("non-strict validation ignores the file system");
+    load_files(
+        &[bad],
+        knot_resolver::config::PathChecks::Lenient,
+        Default::default(),
+    )
+    .expect("non-strict validation ignores the file system");
 }
 
 #[test]
@@ -217,8 +244,12 @@ fn parse_document_reports_formats() {
 #[test]
 fn an_endless_or_oversize_file_is_refused_not_read_without_end() {
     // A watched configuration file (`--watch-config`) replaced by an endless one.
-    let err = load_files(&[PathBuf::from("/dev/zero")], PathChecks::Lenient)
-        .expect_err("an endless file is refused");
+    let err = load_files(
+        &[PathBuf::from("/dev/zero")],
+        PathChecks::Lenient,
+        Default::default(),
+    )
+    .expect_err("an endless file is refused");
     match &err {
         ConfigError::Read { path, source } => {
             assert_eq!(path, Path::new("/dev/zero"));

@@ -87,6 +87,7 @@ fn check_no_panic(doc: &Value, checks: PathChecks) {
     let ctx = ValidationContext {
         resolve_root: PathBuf::from("/nonexistent-root"),
         checks,
+        logtarget_arg: Default::default(),
     };
     if let Err(errors) = validate(doc, &ctx) {
         assert!(!errors.0.is_empty());

@@ -10,6 +10,7 @@ fn transcript(file: &Path) -> String {
     match load_files(
         &[file.to_owned()],
         knot_resolver::config::PathChecks::Lenient,
+        Default::default(),
     ) {
         Ok(_) => "rc=0".to_owned(),
         Err(ConfigError::Invalid(e)) => format!("{e}\nrc=1"),

@@ -24,6 +24,7 @@ fn every_reference_config_is_accepted() {
         if let Err(e) = load_files(
             std::slice::from_ref(&file),
             knot_resolver::config::PathChecks::Lenient,
+            Default::default(),
         ) {
             panic!("{} rejected:\n{e}", file.display());
         }
@@ -34,7 +35,12 @@ fn every_reference_config_is_accepted() {
 fn reference_configs_keep_their_raw_form() {
     let file =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference-configs/config.dev.yaml");
-    let loaded = load_files(&[file], knot_resolver::config::PathChecks::Lenient).expect("valid");
+    let loaded = load_files(
+        &[file],
+        knot_resolver::config::PathChecks::Lenient,
+        Default::default(),
+    )
+    .expect("valid");
     assert_eq!(loaded.raw["workers"], 1);
     assert!(
         loaded.raw.get("cache").is_none(),
@@ -59,6 +65,7 @@ pub fn validate_largest_example(rounds: u32) -> std::time::Duration {
     let ctx = ValidationContext {
         resolve_root: largest.parent().expect("has a parent").to_owned(),
         checks: knot_resolver::config::PathChecks::Lenient,
+        logtarget_arg: Default::default(),
     };
     let start = Instant::now();
     for _ in 0..rounds {
@@ -79,11 +86,13 @@ fn validation_is_deterministic_and_models_compare() {
         let a = load_files(
             std::slice::from_ref(&file),
             knot_resolver::config::PathChecks::Lenient,
+            Default::default(),
         )
         .expect("valid");
         let b = load_files(
             std::slice::from_ref(&file),
             knot_resolver::config::PathChecks::Lenient,
+            Default::default(),
         )
         .expect("valid");
         assert_eq!(a.model, b.model, "{}", file.display());

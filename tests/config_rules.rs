@@ -12,6 +12,7 @@ fn ctx() -> ValidationContext {
     ValidationContext {
         resolve_root: PathBuf::from("/etc/knot-resolver"),
         checks: knot_resolver::config::PathChecks::Lenient,
+        logtarget_arg: Default::default(),
     }
 }
 

@@ -53,8 +53,11 @@ fn configuration() -> knot_resolver::config::KresConfig {
     std::fs::create_dir_all(&dir).expect("dir");
     let file = dir.join("config.yaml");
     std::fs::write(&file, text).expect("write");
-    let loaded =
-        knot_resolver::config::load_files(&[file], knot_resolver::config::PathChecks::Lenient);
+    let loaded = knot_resolver::config::load_files(
+        &[file],
+        knot_resolver::config::PathChecks::Lenient,
+        Default::default(),
+    );
     let _ = std::fs::remove_dir_all(&dir);
     loaded
         .expect("the ConfigMap's configuration is valid")

@@ -246,6 +246,7 @@ fn hostile_strings_reach_lua_unchanged() {
     let ctx = ValidationContext {
         resolve_root: PathBuf::from("/"),
         checks: knot_resolver::config::PathChecks::Lenient,
+        logtarget_arg: Default::default(),
     };
     let mut runner = TestRunner::default();
     let strategy = case();

@@ -19,7 +19,7 @@ use super::openapi::ConfigDocument;
 use super::pointer;
 use super::responses::{ConfigConditions, ConfigDelete, ConfigDeleteAll, ConfigPatch, ConfigPut};
 use super::ApiState;
-use crate::config::{self, LoadedConfig, ValidationContext};
+use crate::config::{self, LoadedConfig};
 use crate::etag::{etag, tag_list, tags_name};
 use crate::manager::plan::Stage;
 use crate::manager::ChangeError;
@@ -402,11 +402,7 @@ async fn change(
         let tag = state.rendered.get(&current).etag.clone();
         let conditional = conditions.check(&tag, Access::Change)?;
         let doc = edit(&current.raw)?;
-        let ctx = ValidationContext {
-            resolve_root: state.resolve_root.clone(),
-            checks: crate::config::PathChecks::Manager,
-        };
-        let model = config::validate(&doc, &ctx).map_err(ApiError::Invalid)?;
+        let model = config::validate(&doc, &state.validation).map_err(ApiError::Invalid)?;
         let new_tag = etag(&doc);
         let loaded = LoadedConfig { raw: doc, model };
         let outcome = if query.dry_run {

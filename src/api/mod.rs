@@ -57,9 +57,9 @@ pub struct ApiState {
     pub manager: ManagerHandle,
     /// Whether `POST /debug/panic-manager` is enabled (tests of manager recovery only).
     pub fault_injection: bool,
-    /// Relative paths in configurations sent to the API resolve against this directory (the
-    /// first configuration file's).
-    pub resolve_root: std::path::PathBuf,
+    /// How configurations sent to the API are validated: relative paths resolve against the
+    /// first configuration file's directory.
+    pub validation: crate::config::ValidationContext,
     /// The ETag and JSON text of the current configuration, computed once per version.
     pub rendered: config::RenderedCache,
     /// What every request is checked against: the client's role (by unix peer credentials

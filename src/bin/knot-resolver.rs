@@ -19,7 +19,6 @@ fn main() -> ExitCode {
         level: logging::level_from_arg(&args.loglevel).unwrap_or(LogLevel::Notice),
         target: logging::target_from_arg(&args.logtarget).unwrap_or(LogTarget::Stdout),
     };
-    knot_resolver::config::set_logtarget_arg(log.target);
     let set = |var: &str| std::env::var_os(var).is_some_and(|v| !v.is_empty() && v != "0");
     let steering = if args.no_steering || set(knot_resolver::daemon::NO_STEERING_VAR) {
         Steering::Off

@@ -8,18 +8,13 @@
 //! deserialized from.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-/// What validation needs to know about its surroundings.
-pub(crate) struct Ctx<'a> {
-    /// Relative paths resolve against this directory.
-    pub resolve_root: &'a Path,
-    /// Which paths to check for existence and permissions.
-    pub checks: super::PathChecks,
-}
+/// What validation needs to know about its surroundings (the short name the hooks and value
+/// types use).
+pub(crate) use super::ValidationContext as Ctx;
 
 /// One validation failure; `children` are the per-variant failures of a union.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +41,7 @@ pub(crate) struct ValueType {
     /// The Python class, for messages.
     pub class: &'static str,
     /// Checks the value and returns its normalized form, or upstream's message.
-    pub check: fn(&Value, &Ctx<'_>) -> Result<Value, String>,
+    pub check: fn(&Value, Container, &Ctx) -> Result<Value, String>,
     /// The JSON-schema fragment upstream publishes for this type.
     pub schema: fn() -> Value,
 }
@@ -111,7 +106,7 @@ pub(crate) struct Field {
 
 /// A post-processing step of a section, run once all fields are valid (upstream's `_LAYER` transformation
 /// functions and `_validate`). Messages are reported at the section's path.
-pub(crate) type Hook = fn(&mut Map<String, Value>, &Ctx<'_>, &str) -> Result<(), Vec<Failure>>;
+pub(crate) type Hook = fn(&mut Map<String, Value>, &Ctx, &str) -> Result<(), Vec<Failure>>;
 
 /// A section (upstream's `ConfigSchema` subclass).
 pub(crate) struct ObjectDef {
@@ -131,10 +126,15 @@ pub(crate) fn child_path(path: &str, segment: &str) -> String {
     format!("{path}/{}", segment.replace('~', "~0").replace('/', "~1"))
 }
 
-thread_local! {
-    /// Upstream hands a list item to a type as a plain `list`/`dict`, but a field value as its
-    /// renaming wrapper (`RenamedList`/`RenamedDict`), and the type name shows in messages.
-    static PLAIN_CONTAINER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+/// How upstream hands a value to its type, which shows in messages ([`py_type`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Container {
+    /// A field's value (and the document): containers come as upstream's renaming wrappers
+    /// (`RenamedList`, `RenamedDict`).
+    Renamed,
+    /// A list item or a dict value: containers come as a plain `list` or `dict` (upstream
+    /// unwraps the renaming container first).
+    Plain,
 }
 
 /// Prefix of the single key of a mapping that stands for a value Python has and JSON does not
@@ -209,8 +209,8 @@ fn saturated(digits: &str) -> Value {
 }
 
 /// Python's `type(x)` as printed in messages.
-pub(crate) fn py_type(v: &Value) -> &'static str {
-    let plain = PLAIN_CONTAINER.with(std::cell::Cell::get);
+pub(crate) fn py_type(v: &Value, container: Container) -> &'static str {
+    let plain = container == Container::Plain;
     match py_only(v) {
         Some(PyOnly::BigInt(_)) => return "<class 'int'>",
         Some(PyOnly::Set(_)) => return "<class 'set'>",
@@ -321,7 +321,7 @@ pub(crate) fn py_float(f: f64) -> String {
 }
 
 /// Upstream's `StrBase` input rule: a string or an integer (not a float, not a bool).
-pub(crate) fn str_base(v: &Value, class: &str) -> Result<String, String> {
+pub(crate) fn str_base(v: &Value, container: Container, class: &str) -> Result<String, String> {
     match v {
         Value::String(s) => Ok(s.clone()),
         Value::Number(n) if !n.is_f64() => Ok(n.to_string()),
@@ -329,7 +329,7 @@ pub(crate) fn str_base(v: &Value, class: &str) -> Result<String, String> {
         other => Err(format!(
             "Unexpected value for '<class 'knot_resolver.datamodel.types.types.{class}'>'. Expected string, got '{}' with type '{}'",
             py_str(other),
-            py_type(other)
+            py_type(other, container)
         )),
     }
 }
@@ -398,27 +398,17 @@ fn list_or_item_union(inner: &Ty) -> Ty {
     flat_union(vec![Ty::List(Box::new(inner.clone())), inner.clone()])
 }
 
-/// Validate `v` against `ty`; `path` is the JSON pointer of `v`.
-pub(crate) fn map_value(ty: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcome {
-    let plain = PLAIN_CONTAINER.with(|p| p.replace(false));
-    let same_value = |ty: &Ty| {
-        PLAIN_CONTAINER.with(|p| p.set(plain));
-        map_value(ty, v, path, ctx)
-    };
-    PLAIN_CONTAINER.with(|p| p.set(plain));
-    let result = map_value_inner(ty, v, path, ctx, &same_value);
-    PLAIN_CONTAINER.with(|p| p.set(false));
-    result
-}
-
-fn map_value_inner(
+/// Validate `v`, handed to its type as `container` says, against `ty`; `path` is the JSON
+/// pointer of `v`.
+pub(crate) fn map_value(
     ty: &Ty,
     v: &Value,
+    container: Container,
     path: &str,
-    ctx: &Ctx<'_>,
-    same_value: &dyn Fn(&Ty) -> Outcome,
+    ctx: &Ctx,
 ) -> Outcome {
     let fail = |msg: String| Err(vec![Failure::new(path, msg)]);
+    let same_value = |ty: &Ty| map_value(ty, v, container, path, ctx);
     match ty {
         Ty::Optional(inner) => {
             if v.is_null() {
@@ -427,20 +417,7 @@ fn map_value_inner(
                 same_value(inner)
             }
         }
-        Ty::Union(variants) => {
-            let mut children = Vec::new();
-            for variant in variants {
-                match same_value(variant) {
-                    Ok(ok) => return Ok(ok),
-                    Err(mut e) => children.append(&mut e),
-                }
-            }
-            Err(vec![Failure {
-                path: path.to_owned(),
-                message: "could not parse any of the possible variants".into(),
-                children,
-            }])
-        }
+        Ty::Union(variants) => map_union(variants, path, &same_value),
         Ty::Null => match v {
             Value::Null => Ok(Value::Null),
             other => fail(format!("expected None, found '{}'.", py_str(other))),
@@ -448,64 +425,20 @@ fn map_value_inner(
         _ if v.is_null() => fail(format!("unexpected value 'None' for type {}", ty_name(ty))),
         Ty::PlainInt => match v {
             Value::Number(n) if !n.is_f64() => Ok(v.clone()),
-            Value::Object(_) if big_int(v).is_some() => Ok(saturated(big_int(v).unwrap_or_default())),
-            _ => fail(format!("expected int, found {}", py_type(v))),
+            Value::Object(_) if big_int(v).is_some() => {
+                Ok(saturated(big_int(v).unwrap_or_default()))
+            }
+            _ => fail(format!("expected int, found {}", py_type(v, container))),
         },
-        Ty::Str => match v {
-            Value::String(_) => Ok(v.clone()),
-            Value::Number(n) => Ok(Value::String(py_str(&Value::Number(n.clone())))),
-            Value::Object(_) if big_int(v).is_some() => Ok(Value::String(big_int(v).unwrap_or_default().to_owned())),
-            Value::Object(_) if py_special_float(v).is_some() => Ok(Value::String(py_special_float(v).unwrap_or_default().to_owned())),
-            Value::Bool(_) => fail(
-                "Expected str, found bool. Be careful, that YAML parsers consider even \"no\" and \"yes\" as a bool. \
-                 Search for the Norway Problem for more details. And please use quotes explicitly."
-                    .into(),
-            ),
-            _ => fail(format!("expected str (or number that would be cast to string), but found type {}", py_type(v))),
-        },
+        Ty::Str => map_str(v, container).or_else(fail),
         Ty::Bool => match v {
             Value::Bool(_) => Ok(v.clone()),
-            _ => fail(format!("expected bool, found {}", py_type(v))),
+            _ => fail(format!("expected bool, found {}", py_type(v, container))),
         },
-        Ty::Literal(options) => match v {
-            Value::String(s) if options.contains(&s.as_str()) => Ok(v.clone()),
-            _ => {
-                let items: Vec<String> = options.iter().map(|o| format!("'{o}'")).collect();
-                let tuple = if items.len() == 1 { format!("({},)", items[0]) } else { format!("({})", items.join(", ")) };
-                fail(format!("'{}' does not match any of the expected values {tuple}", py_str(v)))
-            }
-        },
-        Ty::Int(range) => map_int(range, v).map_err(|m| vec![Failure::new(path, m)]),
-        Ty::Dict(kt, vt) => {
-            let (Value::Object(obj), None) = (v, py_only(v)) else {
-                return fail(format!(
-                    "Expected dict-like object, but failed to access its .items() method. Value was {}",
-                    py_str(v)
-                ));
-            };
-            let mut errs = Vec::new();
-            let mut out = Map::new();
-            for (k, val) in obj {
-                let p = child_path(path, k);
-                let key = map_value(kt, &Value::String(k.clone()), &p, ctx);
-                // upstream unwraps the renaming dict first, so its values are plain containers
-                PLAIN_CONTAINER.with(|p| p.set(true));
-                let value = map_value(vt, val, &p, ctx);
-                match (key, value) {
-                    (Ok(key), Ok(value)) => {
-                        let key = key.as_str().map_or_else(|| k.clone(), str::to_owned);
-                        out.insert(key, value);
-                    }
-                    (Err(mut e), _) | (Ok(_), Err(mut e)) => errs.append(&mut e),
-                }
-            }
-            if errs.is_empty() {
-                Ok(Value::Object(out))
-            } else {
-                Err(errs)
-            }
-        }
-        Ty::List(inner) => map_list(inner, v, path, ctx),
+        Ty::Literal(options) => map_literal(options, v).or_else(fail),
+        Ty::Int(range) => map_int(range, v, container).map_err(|m| vec![Failure::new(path, m)]),
+        Ty::Dict(kt, vt) => map_dict(kt, vt, v, path, ctx),
+        Ty::List(inner) => map_list(inner, v, container, path, ctx),
         Ty::ListOrItem(inner) => {
             // upstream: Union[List[T], T] (nested unions flattened), then a non-empty check
             match same_value(&list_or_item_union(inner))? {
@@ -513,15 +446,103 @@ fn map_value_inner(
                 item => Ok(Value::Array(vec![item])),
             }
         }
-        Ty::Value(vt) => (vt.check)(v, ctx).map_err(|m| vec![Failure::new(path, m)]),
+        Ty::Value(vt) => (vt.check)(v, container, ctx).map_err(|m| vec![Failure::new(path, m)]),
         Ty::Object(def) => match v {
             Value::Object(src) if py_only(v).is_none() => map_object(def, src, path, ctx),
-            other => fail(format!("expected 'dict' or 'NoRenameBaseSchema' object, found '{}'", py_type(other))),
+            other => fail(format!(
+                "expected 'dict' or 'NoRenameBaseSchema' object, found '{}'",
+                py_type(other, container)
+            )),
         },
     }
 }
 
-fn map_int(range: &IntRange, v: &Value) -> Result<Value, String> {
+/// The first variant of a union that accepts the value, or every variant's refusal.
+fn map_union(variants: &[Ty], path: &str, same_value: &dyn Fn(&Ty) -> Outcome) -> Outcome {
+    let mut children = Vec::new();
+    for variant in variants {
+        match same_value(variant) {
+            Ok(ok) => return Ok(ok),
+            Err(mut e) => children.append(&mut e),
+        }
+    }
+    Err(vec![Failure {
+        path: path.to_owned(),
+        message: "could not parse any of the possible variants".into(),
+        children,
+    }])
+}
+
+/// Python `str`: a string, or a number converted; never a boolean.
+fn map_str(v: &Value, container: Container) -> Result<Value, String> {
+    match v {
+        Value::String(_) => Ok(v.clone()),
+        Value::Number(n) => Ok(Value::String(py_str(&Value::Number(n.clone())))),
+        Value::Object(_) if big_int(v).is_some() => Ok(Value::String(big_int(v).unwrap_or_default().to_owned())),
+        Value::Object(_) if py_special_float(v).is_some() => Ok(Value::String(py_special_float(v).unwrap_or_default().to_owned())),
+        Value::Bool(_) => Err(
+            "Expected str, found bool. Be careful, that YAML parsers consider even \"no\" and \"yes\" as a bool. \
+             Search for the Norway Problem for more details. And please use quotes explicitly."
+                .into(),
+        ),
+        _ => Err(format!("expected str (or number that would be cast to string), but found type {}", py_type(v, container))),
+    }
+}
+
+/// One of the given strings.
+fn map_literal(options: &[&str], v: &Value) -> Result<Value, String> {
+    match v {
+        Value::String(s) if options.contains(&s.as_str()) => Ok(v.clone()),
+        _ => {
+            let items: Vec<String> = options.iter().map(|o| format!("'{o}'")).collect();
+            let tuple = if items.len() == 1 {
+                format!("({},)", items[0])
+            } else {
+                format!("({})", items.join(", "))
+            };
+            Err(format!(
+                "'{}' does not match any of the expected values {tuple}",
+                py_str(v)
+            ))
+        }
+    }
+}
+
+/// A mapping: every key and every value checked, every error kept.
+fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
+    let (Value::Object(obj), None) = (v, py_only(v)) else {
+        return Err(vec![Failure::new(
+            path,
+            format!(
+                "Expected dict-like object, but failed to access its .items() method. Value was {}",
+                py_str(v)
+            ),
+        )]);
+    };
+    let mut errs = Vec::new();
+    let mut out = Map::new();
+    for (k, val) in obj {
+        let p = child_path(path, k);
+        // upstream unwraps the renaming dict first, so its values are plain containers (a key
+        // is a string, whose type's name shows the same either way)
+        let key = map_value(kt, &Value::String(k.clone()), Container::Plain, &p, ctx);
+        let value = map_value(vt, val, Container::Plain, &p, ctx);
+        match (key, value) {
+            (Ok(key), Ok(value)) => {
+                let key = key.as_str().map_or_else(|| k.clone(), str::to_owned);
+                out.insert(key, value);
+            }
+            (Err(mut e), _) | (Ok(_), Err(mut e)) => errs.append(&mut e),
+        }
+    }
+    if errs.is_empty() {
+        Ok(Value::Object(out))
+    } else {
+        Err(errs)
+    }
+}
+
+fn map_int(range: &IntRange, v: &Value, container: Container) -> Result<Value, String> {
     if let Some(d) = big_int(v) {
         // beyond 64 bits: above every maximum (below every minimum when negative)
         return match (d.starts_with('-'), range.min, range.max) {
@@ -537,7 +558,7 @@ fn map_int(range: &IntRange, v: &Value) -> Result<Value, String> {
                 "Unexpected value for '<class 'knot_resolver.datamodel.types.types.{}'>'. Expected integer, got '{}' with type '{}'",
                 range.class,
                 py_str(other),
-                py_type(other)
+                py_type(other, container)
             ))
         }
     };
@@ -556,7 +577,7 @@ fn map_int(range: &IntRange, v: &Value) -> Result<Value, String> {
     Ok(v.clone())
 }
 
-fn map_list(inner: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcome {
+fn map_list(inner: &Ty, v: &Value, container: Container, path: &str, ctx: &Ctx) -> Outcome {
     // upstream iterates whatever it gets: a mapping yields its keys, a string is refused
     let items: Vec<Value> = match (v, py_only(v)) {
         (_, Some(PyOnly::Set(items))) => items.to_vec(),
@@ -564,7 +585,7 @@ fn map_list(inner: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcome {
         (Value::Object(o), None) => o.keys().map(|k| Value::String(k.clone())).collect(),
         (Value::String(_), _) => return Err(vec![Failure::new(path, "expected list, got string")]),
         (other, _) => {
-            let tn = py_type(other)
+            let tn = py_type(other, container)
                 .trim_start_matches("<class '")
                 .trim_end_matches("'>");
             return Err(vec![Failure::new(
@@ -576,10 +597,10 @@ fn map_list(inner: &Ty, v: &Value, path: &str, ctx: &Ctx<'_>) -> Outcome {
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         // upstream stops at the first invalid item
-        PLAIN_CONTAINER.with(|p| p.set(true));
         out.push(map_value(
             inner,
             item,
+            Container::Plain,
             &child_path(path, &i.to_string()),
             ctx,
         )?);
@@ -604,17 +625,16 @@ pub(crate) fn map_object(
     def: &ObjectDef,
     src: &Map<String, Value>,
     path: &str,
-    ctx: &Ctx<'_>,
+    ctx: &Ctx,
 ) -> Outcome {
     let mut errs = Vec::new();
     let mut out = Map::new();
     for field in &def.fields {
         let fpath = child_path(path, field.name);
         let given = src.get(field.name);
-        PLAIN_CONTAINER.with(|p| p.set(false));
         let result = match (given, &field.default) {
-            (Some(v), _) => map_value(&field.ty, v, &fpath, ctx),
-            (None, Default::Value(d)) => map_value(&field.ty, d, &fpath, ctx),
+            (Some(v), _) => map_value(&field.ty, v, Container::Renamed, &fpath, ctx),
+            (None, Default::Value(d)) => map_value(&field.ty, d, Container::Renamed, &fpath, ctx),
             (None, Default::Required) => {
                 errs.push(Failure::new(
                     path,
@@ -737,10 +757,11 @@ fn schema_default(ty: &Ty, raw: &Value) -> Value {
         return raw.clone();
     }
     let ctx = Ctx {
-        resolve_root: Path::new("/"),
+        resolve_root: "/".into(),
         checks: crate::config::PathChecks::Lenient,
+        logtarget_arg: super::LogTargetArg::default(),
     };
-    match map_value(ty, raw, "", &ctx) {
+    match map_value(ty, raw, Container::Renamed, "", &ctx) {
         Ok(v) => underscore_keys(&v),
         Err(_) => raw.clone(),
     }

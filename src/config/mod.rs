@@ -6,6 +6,12 @@
 //! untouched for the API), validated by the engine into a normalized value (defaults applied,
 //! `auto` resolved, paths resolved), and deserialized into [`KresConfig`].
 //!
+//! Validation reads no process-wide state: what it needs besides the document comes in a
+//! [`ValidationContext`] (where relative paths resolve, which paths to check, what
+//! `logging.target: from-arg` stands for), made by the process that validates: the daemon
+//! from its command line (a [`ConfigSource`] the manager keeps for reloads and the API),
+//! kresctl from its own options and `$KRES_LOGTARGET`.
+//!
 //! Validation follows upstream's `utils/modeling` semantics (checked against upstream's own
 //! validator, see `tests/data/oracle/` and `tests/data/conformance/`): strict scalar types,
 //! unknown keys rejected, a `_` spelling rejected alone and ignored next to its `-` spelling, the
@@ -51,6 +57,8 @@ pub struct ValidationContext {
     pub resolve_root: PathBuf,
     /// Which paths to check for existence and permissions.
     pub checks: PathChecks,
+    /// What `logging.target: from-arg` stands for.
+    pub logtarget_arg: LogTargetArg,
 }
 
 /// A loaded configuration: what the user wrote, and what it means.
@@ -258,36 +266,55 @@ pub enum PathChecks {
     Lenient,
 }
 
-impl PathChecks {
-    /// `Strict` when `strict` (a command-line flag).
-    pub fn from_flag(strict: bool) -> PathChecks {
-        if strict {
-            PathChecks::Strict
-        } else {
-            PathChecks::Lenient
+/// Load several files: parsed, deep-merged in order (mappings merge recursively, any other
+/// collision is an error) and validated; relative paths resolve against the first file's directory.
+pub fn load_files(
+    paths: &[PathBuf],
+    checks: PathChecks,
+    logtarget_arg: LogTargetArg,
+) -> Result<LoadedConfig, ConfigError> {
+    ConfigSource {
+        files: paths.to_vec(),
+        checks,
+        logtarget_arg,
+    }
+    .load()
+}
+
+/// Where a process's configuration comes from, and what validating it needs besides the
+/// documents: what a reload reads again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigSource {
+    /// The files, merged in order.
+    pub files: Vec<PathBuf>,
+    /// Which paths to check for existence and permissions.
+    pub checks: PathChecks,
+    /// What `logging.target: from-arg` stands for.
+    pub logtarget_arg: LogTargetArg,
+}
+
+impl ConfigSource {
+    /// Read, merge and validate the files (see [`load_files`]).
+    pub fn load(&self) -> Result<LoadedConfig, ConfigError> {
+        let raw = read_and_merge(&self.files)?;
+        let model = validate(&raw, &self.context())?;
+        Ok(LoadedConfig { raw, model })
+    }
+
+    /// The context documents of this source are validated in: relative paths resolve against
+    /// the first file's directory.
+    pub fn context(&self) -> ValidationContext {
+        ValidationContext {
+            resolve_root: resolve_root_of(&self.files),
+            checks: self.checks,
+            logtarget_arg: self.logtarget_arg.clone(),
         }
     }
 }
 
-/// Load several files: parsed, deep-merged in order (mappings merge recursively, any other
-/// collision is an error) and validated; relative paths resolve against the first file's directory.
-pub fn load_files(paths: &[PathBuf], checks: PathChecks) -> Result<LoadedConfig, ConfigError> {
-    let raw = read_and_merge(paths)?;
-    let ctx = ValidationContext {
-        resolve_root: resolve_root_of(paths),
-        checks,
-    };
-    let model = validate(&raw, &ctx)?;
-    Ok(LoadedConfig { raw, model })
-}
-
 /// Validate a raw document (a mapping; `null` counts as an empty one). All errors are reported.
 pub fn validate(raw: &Value, ctx: &ValidationContext) -> Result<KresConfig, ValidationErrors> {
-    let ectx = engine::Ctx {
-        resolve_root: &ctx.resolve_root,
-        checks: ctx.checks,
-    };
-    let normalized = model::normalize(raw, &ectx).map_err(|fails| {
+    let normalized = model::normalize(raw, ctx).map_err(|fails| {
         let total = fails.len();
         let mut errors: Vec<ValidationError> = fails
             .into_iter()
@@ -365,7 +392,8 @@ This is because the validation runs under a different user/group than the resolv
 and attempts to access the configured paths directly.";
 
 /// `kresctl validate [--strict] FILE...`: prints upstream's messages and returns the exit code
-/// (0 valid, 1 invalid or unreadable). With no files, the default configuration file is used.
+/// (0 valid, 1 invalid or unreadable). With no files, the default configuration file is used;
+/// `logging.target: from-arg` is [`LOGTARGET_ENV_VAR`] (kresctl has no `--logtarget`).
 pub fn validate_command(files: &[PathBuf], checks: PathChecks) -> i32 {
     let default = [PathBuf::from(DEFAULT_CONFIG_FILE)];
     let files = if files.is_empty() {
@@ -373,15 +401,8 @@ pub fn validate_command(files: &[PathBuf], checks: PathChecks) -> i32 {
     } else {
         files
     };
-    let result = read_and_merge(files).and_then(|raw| {
-        let ctx = ValidationContext {
-            resolve_root: resolve_root_of(files),
-            checks,
-        };
-        validate(&raw, &ctx).map_err(ConfigError::from)
-    });
-    match result {
-        Ok(cfg) => {
+    match load_files(files, checks, LogTargetArg::from_env()) {
+        Ok(LoadedConfig { model: cfg, .. }) => {
             if let Some(warning) = management_socket_warning(&cfg) {
                 eprintln!("{warning}");
             }

@@ -290,7 +290,10 @@ fn unmark_python_json_tokens(v: &mut Value) {
         Value::String(s) => {
             if let Some(m) = s.strip_prefix("\u{0}py-json:") {
                 *v = match m.split_once(':') {
-                    Some(("int", d)) => big_int(d.starts_with('-'), d.trim_start_matches('-')),
+                    Some(("int", d)) => match d.strip_prefix('-') {
+                        Some(digits) => big_int(Sign::Minus, digits.trim_start_matches('-')),
+                        None => big_int(Sign::Plus, d),
+                    },
                     Some((_, f)) => py_only_value("float", Value::String(f.to_owned())),
                     None => return,
                 };
@@ -520,6 +523,147 @@ impl Builder {
     }
 }
 
+impl Builder {
+    /// An alias: a copy of its anchor's node, counted into the budget before it is made.
+    fn on_alias(&mut self, id: usize, mark: Marker) {
+        let Some((_, size)) = self.anchors.get(&id) else {
+            self.fail(YamlFailure::Other(format!(
+                "found undefined alias at line {}",
+                mark.line()
+            )));
+            return;
+        };
+        let size = *size;
+        // Checked before the copy is made: the copy itself is what must not grow.
+        if self.stack.len() + size.height > MAX_DEPTH {
+            self.fail(YamlFailure::Other(format!(
+                "collections nest deeper than {MAX_DEPTH} levels through an alias at line {}",
+                mark.line()
+            )));
+            return;
+        }
+        if !self.spend(size) {
+            return;
+        }
+        let v = self
+            .anchors
+            .get(&id)
+            .map(|(v, _)| v.clone())
+            .unwrap_or_default();
+        self.push_node(v, size, mark);
+    }
+
+    /// A scalar, resolved as PyYAML's `SafeLoader` would.
+    fn on_scalar(
+        &mut self,
+        text: &str,
+        style: TScalarStyle,
+        anchor: usize,
+        tag: Option<&Tag>,
+        mark: Marker,
+    ) {
+        match resolve_scalar(text, style, tag) {
+            Ok(v) => {
+                let size = Size::of_scalar(&v);
+                if !self.spend(size) {
+                    return;
+                }
+                if anchor > 0 {
+                    self.anchors.insert(anchor, (v.clone(), size));
+                }
+                self.push_node(v, size, mark);
+            }
+            Err(msg) => self.fail(YamlFailure::Other(format!(
+                "{msg} at line {} column {}",
+                mark.line(),
+                mark.col() + 1
+            ))),
+        }
+    }
+
+    /// A collection opens as `frame`, unless it would nest deeper than [`MAX_DEPTH`] or its
+    /// tag is `refused` (why).
+    fn open(&mut self, refused: Option<String>, frame: Frame) {
+        if self.stack.len() >= MAX_DEPTH {
+            self.fail(YamlFailure::Other(format!(
+                "collections nest deeper than {MAX_DEPTH} levels"
+            )));
+            return;
+        }
+        if let Some(msg) = refused {
+            self.fail(YamlFailure::Other(msg));
+            return;
+        }
+        self.stack.push(frame);
+    }
+
+    /// A sequence opens.
+    fn on_sequence_start(&mut self, anchor: usize, tag: Option<&Tag>) {
+        let frame = Frame::Seq {
+            items: Vec::new(),
+            anchor,
+            size: Size::default(),
+        };
+        self.open(check_collection_tag(tag, "seq"), frame);
+    }
+
+    /// A mapping (or a `!!set`) opens.
+    fn on_mapping_start(&mut self, anchor: usize, tag: Option<&Tag>) {
+        let set = tag.is_some_and(|t| t.handle == CORE_TAG && t.suffix == "set");
+        let frame = Frame::Map {
+            map: Map::new(),
+            anchor,
+            size: Size::default(),
+            pending_key: None,
+            keys: Vec::new(),
+            seen: Default::default(),
+            set,
+        };
+        self.open(check_collection_tag(tag, "map").filter(|_| !set), frame);
+    }
+
+    /// The innermost collection closes: it becomes a node of its parent (and its anchor's).
+    fn on_collection_end(&mut self, mark: Marker) {
+        let (value, anchor, inner) = match self.stack.pop() {
+            Some(Frame::Seq {
+                items,
+                anchor,
+                size,
+            }) => (Value::Array(items), anchor, size),
+            Some(Frame::Map {
+                keys,
+                anchor,
+                size,
+                set: true,
+                ..
+            }) => (py_only_value("set", Value::Array(keys)), anchor, size),
+            Some(Frame::Map {
+                map, anchor, size, ..
+            }) => (Value::Object(map), anchor, size),
+            None => {
+                self.fail(YamlFailure::Other("unbalanced collection end".into()));
+                return;
+            }
+        };
+        let size = Size {
+            nodes: inner.nodes + 1,
+            bytes: inner.bytes,
+            height: inner.height + 1,
+        };
+        if !self.spend(Size {
+            nodes: 1,
+            bytes: 0,
+            height: 0,
+        }) {
+            return;
+        }
+        if anchor > 0 {
+            self.anchors.insert(anchor, (value.clone(), size));
+        }
+        self.push_node(value, size, mark);
+    }
+}
+
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         if self.error.is_some() {
@@ -531,131 +675,13 @@ impl MarkedEventReceiver for Builder {
             | Event::StreamEnd
             | Event::DocumentStart
             | Event::DocumentEnd => {}
-            Event::Alias(id) => match self.anchors.get(&id) {
-                Some((_, size)) => {
-                    let size = *size;
-                    // Checked before the copy is made: the copy itself is what must not grow.
-                    if self.stack.len() + size.height > MAX_DEPTH {
-                        self.fail(YamlFailure::Other(format!(
-                            "collections nest deeper than {MAX_DEPTH} levels through an alias at line {}",
-                            mark.line()
-                        )));
-                        return;
-                    }
-                    if !self.spend(size) {
-                        return;
-                    }
-                    let v = self
-                        .anchors
-                        .get(&id)
-                        .map(|(v, _)| v.clone())
-                        .unwrap_or_default();
-                    self.push_node(v, size, mark);
-                }
-                None => self.fail(YamlFailure::Other(format!(
-                    "found undefined alias at line {}",
-                    mark.line()
-                ))),
-            },
+            Event::Alias(id) => self.on_alias(id, mark),
             Event::Scalar(text, style, anchor, tag) => {
-                match resolve_scalar(&text, style, tag.as_ref()) {
-                    Ok(v) => {
-                        let size = Size::of_scalar(&v);
-                        if !self.spend(size) {
-                            return;
-                        }
-                        if anchor > 0 {
-                            self.anchors.insert(anchor, (v.clone(), size));
-                        }
-                        self.push_node(v, size, mark);
-                    }
-                    Err(msg) => self.fail(YamlFailure::Other(format!(
-                        "{msg} at line {} column {}",
-                        mark.line(),
-                        mark.col() + 1
-                    ))),
-                }
+                self.on_scalar(&text, style, anchor, tag.as_ref(), mark)
             }
-            Event::SequenceStart(anchor, tag) => {
-                if self.stack.len() >= MAX_DEPTH {
-                    self.fail(YamlFailure::Other(format!(
-                        "collections nest deeper than {MAX_DEPTH} levels"
-                    )));
-                    return;
-                }
-                if let Some(msg) = check_collection_tag(tag.as_ref(), "seq") {
-                    self.fail(YamlFailure::Other(msg));
-                    return;
-                }
-                self.stack.push(Frame::Seq {
-                    items: Vec::new(),
-                    anchor,
-                    size: Size::default(),
-                });
-            }
-            Event::MappingStart(anchor, tag) => {
-                if self.stack.len() >= MAX_DEPTH {
-                    self.fail(YamlFailure::Other(format!(
-                        "collections nest deeper than {MAX_DEPTH} levels"
-                    )));
-                    return;
-                }
-                let set = tag
-                    .as_ref()
-                    .is_some_and(|t| t.handle == CORE_TAG && t.suffix == "set");
-                if let Some(msg) = check_collection_tag(tag.as_ref(), "map").filter(|_| !set) {
-                    self.fail(YamlFailure::Other(msg));
-                    return;
-                }
-                self.stack.push(Frame::Map {
-                    map: Map::new(),
-                    anchor,
-                    size: Size::default(),
-                    pending_key: None,
-                    keys: Vec::new(),
-                    seen: Default::default(),
-                    set,
-                });
-            }
-            Event::SequenceEnd | Event::MappingEnd => {
-                let (value, anchor, inner) = match self.stack.pop() {
-                    Some(Frame::Seq {
-                        items,
-                        anchor,
-                        size,
-                    }) => (Value::Array(items), anchor, size),
-                    Some(Frame::Map {
-                        keys,
-                        anchor,
-                        size,
-                        set: true,
-                        ..
-                    }) => (py_only_value("set", Value::Array(keys)), anchor, size),
-                    Some(Frame::Map {
-                        map, anchor, size, ..
-                    }) => (Value::Object(map), anchor, size),
-                    None => {
-                        self.fail(YamlFailure::Other("unbalanced collection end".into()));
-                        return;
-                    }
-                };
-                let size = Size {
-                    nodes: inner.nodes + 1,
-                    bytes: inner.bytes,
-                    height: inner.height + 1,
-                };
-                if !self.spend(Size {
-                    nodes: 1,
-                    bytes: 0,
-                    height: 0,
-                }) {
-                    return;
-                }
-                if anchor > 0 {
-                    self.anchors.insert(anchor, (value.clone(), size));
-                }
-                self.push_node(value, size, mark);
-            }
+            Event::SequenceStart(anchor, tag) => self.on_sequence_start(anchor, tag.as_ref()),
+            Event::MappingStart(anchor, tag) => self.on_mapping_start(anchor, tag.as_ref()),
+            Event::SequenceEnd | Event::MappingEnd => self.on_collection_end(mark),
         }
     }
 }
@@ -848,35 +874,53 @@ fn yaml_bool(t: &str) -> Option<bool> {
     }
 }
 
-fn split_sign(t: &str) -> (bool, &str) {
+/// The sign of a number as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sign {
+    /// No sign, or `+`.
+    Plus,
+    /// `-`.
+    Minus,
+}
+
+impl Sign {
+    /// How the sign prefixes a number's text: `-` or nothing.
+    fn prefix(self) -> &'static str {
+        match self {
+            Sign::Plus => "",
+            Sign::Minus => "-",
+        }
+    }
+}
+
+/// A number's sign and the text after it.
+fn split_sign(t: &str) -> (Sign, &str) {
     match t.as_bytes().first() {
-        Some(b'-') => (true, &t[1..]),
-        Some(b'+') => (false, &t[1..]),
-        _ => (false, t),
+        Some(b'-') => (Sign::Minus, &t[1..]),
+        Some(b'+') => (Sign::Plus, &t[1..]),
+        _ => (Sign::Plus, t),
     }
 }
 
 /// An integer as JSON holds it; beyond 64 bits, the stand-in for a Python int (PyYAML's ints
 /// are unbounded).
-fn int_value(neg: bool, magnitude: u128) -> Option<Value> {
-    let fits = if neg {
-        i64::try_from(magnitude).map(|m| Value::from(-m)).ok()
-    } else {
-        u64::try_from(magnitude).map(Value::from).ok()
+fn int_value(sign: Sign, magnitude: u128) -> Option<Value> {
+    let fits = match sign {
+        Sign::Minus => i64::try_from(magnitude).map(|m| Value::from(-m)).ok(),
+        Sign::Plus => u64::try_from(magnitude).map(Value::from).ok(),
     };
-    Some(fits.unwrap_or_else(|| big_int(neg, &magnitude.to_string())))
+    Some(fits.unwrap_or_else(|| big_int(sign, &magnitude.to_string())))
 }
 
 /// The stand-in for an integer beyond 64 bits, from its decimal digits.
-fn big_int(neg: bool, digits: &str) -> Value {
+fn big_int(sign: Sign, digits: &str) -> Value {
     let digits = digits.trim_start_matches('0');
-    let sign = if neg { "-" } else { "" };
-    py_only_value("int", Value::String(format!("{sign}{digits}")))
+    py_only_value("int", Value::String(format!("{}{digits}", sign.prefix())))
 }
 
 /// PyYAML's YAML 1.1 int resolver: binary, octal, decimal, hex and base-60, `_` allowed.
 fn yaml_int(t: &str) -> Option<Value> {
-    let (neg, body) = split_sign(t);
+    let (sign, body) = split_sign(t);
     let parse_radix = |digits: &str, radix: u32| -> Option<u128> {
         let cleaned: String = digits.chars().filter(|c| *c != '_').collect();
         if cleaned.is_empty() {
@@ -888,13 +932,13 @@ fn yaml_int(t: &str) -> Option<Value> {
     let all = |s: &str, f: fn(char) -> bool| !s.is_empty() && s.chars().all(|c| f(c) || c == '_');
     if let Some(d) = body.strip_prefix("0b") {
         if all(d, |c| c == '0' || c == '1') {
-            return int_value(neg, parse_radix(d, 2)?);
+            return int_value(sign, parse_radix(d, 2)?);
         }
         return None;
     }
     if let Some(d) = body.strip_prefix("0x") {
         if all(d, |c| c.is_ascii_hexdigit()) {
-            return int_value(neg, parse_radix(d, 16)?);
+            return int_value(sign, parse_radix(d, 16)?);
         }
         return None;
     }
@@ -903,15 +947,15 @@ fn yaml_int(t: &str) -> Option<Value> {
     }
     if let Some(d) = body.strip_prefix('0') {
         if all(d, |c| ('0'..='7').contains(&c)) {
-            return int_value(neg, parse_radix(d, 8)?);
+            return int_value(sign, parse_radix(d, 8)?);
         }
         return None;
     }
     if body.starts_with(|c: char| ('1'..='9').contains(&c)) {
         if all(body, |c| c.is_ascii_digit()) {
             return match parse_radix(body, 10) {
-                Some(m) => int_value(neg, m),
-                None => Some(big_int(neg, &body.replace('_', ""))),
+                Some(m) => int_value(sign, m),
+                None => Some(big_int(sign, &body.replace('_', ""))),
             };
         }
         // base 60: [1-9][0-9_]*(:[0-5]?[0-9])+
@@ -933,7 +977,7 @@ fn yaml_int(t: &str) -> Option<Value> {
             any = true;
         }
         if any {
-            return int_value(neg, acc);
+            return int_value(sign, acc);
         }
     }
     None
@@ -941,12 +985,11 @@ fn yaml_int(t: &str) -> Option<Value> {
 
 /// PyYAML's YAML 1.1 float resolver (a dot is required; exponents need a sign).
 fn yaml_float(t: &str) -> Option<Value> {
-    let (neg, body) = split_sign(t);
-    let sign = if neg { -1.0 } else { 1.0 };
+    let (sign, body) = split_sign(t);
     // JSON cannot hold infinities and NaN: Python-only stand-ins
     if matches!(body, ".inf" | ".Inf" | ".INF") {
-        let text = if neg { "-inf" } else { "inf" };
-        return Some(py_only_value("float", Value::String(text.into())));
+        let text = format!("{}inf", sign.prefix());
+        return Some(py_only_value("float", Value::String(text)));
     }
     if matches!(t, ".nan" | ".NaN" | ".NAN") {
         return Some(py_only_value("float", Value::String("nan".into())));
@@ -969,7 +1012,8 @@ fn yaml_float(t: &str) -> Option<Value> {
     let (int_part, frac) = mantissa.split_once('.')?;
     let valid = if int_part.is_empty() {
         // \.[0-9][0-9_]* — no sign allowed in this alternative
-        !neg && !t.starts_with('+')
+        sign == Sign::Plus
+            && !t.starts_with('+')
             && frac.starts_with(|c: char| c.is_ascii_digit())
             && digits_(frac)
     } else if int_part.contains(':') {
@@ -1014,7 +1058,11 @@ fn yaml_float(t: &str) -> Option<Value> {
         };
         cleaned.parse::<f64>().ok()?
     };
-    Number::from_f64(sign * value).map(Value::Number)
+    let value = match sign {
+        Sign::Plus => value,
+        Sign::Minus => -value,
+    };
+    Number::from_f64(value).map(Value::Number)
 }
 
 /// PyYAML never skips a tab between tokens ("Do not use tabs in YAML!"): a tab is accepted only

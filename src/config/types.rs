@@ -10,9 +10,16 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer};
 
-/// Implements `Deserialize` (from the normalized string) and `Display` (the text as written).
+/// Implements `as_str` and `Display` (the text as written) and `Deserialize` (from the
+/// normalized string).
 macro_rules! string_backed {
     ($t:ty) => {
+        impl $t {
+            /// The text as written in the configuration.
+            pub fn as_str(&self) -> &str {
+                &self.raw
+            }
+        }
         impl<'de> Deserialize<'de> for $t {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 let s = String::deserialize(d)?;
@@ -110,10 +117,6 @@ impl SizeUnit {
     pub fn mbytes(&self) -> u64 {
         self.bytes / (1024 * 1024)
     }
-    /// The text as written in the configuration.
-    pub fn as_str(&self) -> &str {
-        &self.raw
-    }
 }
 string_backed!(SizeUnit);
 
@@ -167,10 +170,6 @@ impl TimeUnit {
     pub fn duration(&self) -> std::time::Duration {
         std::time::Duration::from_micros(self.micros)
     }
-    /// The text as written in the configuration.
-    pub fn as_str(&self) -> &str {
-        &self.raw
-    }
 }
 string_backed!(TimeUnit);
 
@@ -193,10 +192,6 @@ impl EscapedStr {
     /// Any string is valid.
     pub fn parse(s: &str) -> Result<Self, String> {
         Ok(EscapedStr { raw: s.to_owned() })
-    }
-    /// The text as written.
-    pub fn as_str(&self) -> &str {
-        &self.raw
     }
     /// The text escaped like upstream's `EscapedStr` (see [`escape_lua`]).
     pub fn escaped(&self) -> String {
@@ -271,10 +266,6 @@ impl DomainName {
     /// The ASCII (punycode) form.
     pub fn punycode(&self) -> &str {
         &self.punycode
-    }
-    /// The text as written.
-    pub fn as_str(&self) -> &str {
-        &self.raw
     }
 }
 string_backed!(DomainName);
@@ -411,10 +402,6 @@ impl InterfaceName {
             Err(pattern_error(s, INTERFACE_NAME_PATTERN))
         }
     }
-    /// The name.
-    pub fn as_str(&self) -> &str {
-        &self.raw
-    }
 }
 string_backed!(InterfaceName);
 
@@ -439,10 +426,6 @@ impl IdPattern {
             Err(pattern_error(s, ID_PATTERN))
         }
     }
-    /// The tag.
-    pub fn as_str(&self) -> &str {
-        &self.raw
-    }
 }
 string_backed!(IdPattern);
 
@@ -466,10 +449,6 @@ impl PinSha256 {
         } else {
             Err(pattern_error(s, PIN_SHA256_PATTERN))
         }
-    }
-    /// The pin.
-    pub fn as_str(&self) -> &str {
-        &self.raw
     }
 }
 string_backed!(PinSha256);

@@ -10,7 +10,8 @@ use crate::config::PathChecks;
 use serde_json::{json, Value};
 
 use super::engine::{
-    big_int_as_float, py_float, py_special_float, py_str, py_type, str_base, Ctx, ValueType,
+    big_int_as_float, py_float, py_special_float, py_str, py_type, str_base, Container, Ctx,
+    ValueType,
 };
 use super::types::{
     check_ipv6_network96, parse_ip, parse_ipv6, DomainName, IdPattern, InterfaceOptionalPort,
@@ -22,28 +23,37 @@ fn string_schema() -> Value {
     json!({"type": "string"})
 }
 
-fn check_size(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    let s = str_base(v, "SizeUnit")?;
-    SizeUnit::parse(&s).map(|_| Value::String(s))
+/// A string type of upstream's (a `StrBase` subclass, `types.<class>`) that keeps the text as
+/// written once the type's `parse` accepts it: `str_type!(STATIC, "class", Type, schema)`.
+macro_rules! str_type {
+    ($static:ident, $class:literal, $ty:ty, $schema:expr) => {
+        pub(crate) static $static: ValueType = ValueType {
+            class: concat!("types.", $class),
+            check: |v, container, _| {
+                let s = str_base(v, container, $class)?;
+                <$ty>::parse(&s).map(|_| Value::String(s))
+            },
+            schema: $schema,
+        };
+    };
 }
-pub(crate) static SIZE_UNIT: ValueType = ValueType {
-    class: "types.SizeUnit",
-    check: check_size,
-    schema: || json!({"type": "string", "pattern": SizeUnit::PATTERN}),
-};
 
-fn check_time(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    let s = str_base(v, "TimeUnit")?;
-    TimeUnit::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static TIME_UNIT: ValueType = ValueType {
-    class: "types.TimeUnit",
-    check: check_time,
-    schema: || json!({"type": "string", "pattern": TimeUnit::PATTERN}),
-};
+str_type!(
+    SIZE_UNIT,
+    "SizeUnit",
+    SizeUnit,
+    || json!({"type": "string", "pattern": SizeUnit::PATTERN})
+);
 
-fn check_escaped(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    str_base(v, "EscapedStr").map(Value::String)
+str_type!(
+    TIME_UNIT,
+    "TimeUnit",
+    TimeUnit,
+    || json!({"type": "string", "pattern": TimeUnit::PATTERN})
+);
+
+fn check_escaped(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
+    str_base(v, container, "EscapedStr").map(Value::String)
 }
 pub(crate) static ESCAPED_STR: ValueType = ValueType {
     class: "types.EscapedStr",
@@ -51,8 +61,8 @@ pub(crate) static ESCAPED_STR: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_escaped32(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    let s = str_base(v, "EscapedStr32B")?;
+fn check_escaped32(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
+    let s = str_base(v, container, "EscapedStr32B")?;
     if s.len() < 32 {
         return Err(format!(
             "the string value {s} is shorter than the minimum 32 bytes."
@@ -66,77 +76,59 @@ pub(crate) static ESCAPED_STR_32B: ValueType = ValueType {
     schema: || json!({"type": "string", "minLength": 32}),
 };
 
-fn check_domain(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    let s = str_base(v, "DomainName")?;
-    DomainName::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static DOMAIN_NAME: ValueType = ValueType {
-    class: "types.DomainName",
-    check: check_domain,
-    schema: || json!({"type": "string", "pattern": DOMAIN_NAME_PATTERN}),
-};
+str_type!(
+    DOMAIN_NAME,
+    "DomainName",
+    DomainName,
+    || json!({"type": "string", "pattern": DOMAIN_NAME_PATTERN})
+);
 
-fn check_id(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    let s = str_base(v, "IDPattern")?;
-    IdPattern::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static ID_PATTERN_TYPE: ValueType = ValueType {
-    class: "types.IDPattern",
-    check: check_id,
-    schema: || json!({"type": "string", "pattern": ID_PATTERN}),
-};
+str_type!(
+    ID_PATTERN_TYPE,
+    "IDPattern",
+    IdPattern,
+    || json!({"type": "string", "pattern": ID_PATTERN})
+);
 
-fn check_pin(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    let s = str_base(v, "PinSha256")?;
-    PinSha256::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static PIN_SHA256: ValueType = ValueType {
-    class: "types.PinSha256",
-    check: check_pin,
-    schema: || json!({"type": "string", "pattern": PIN_SHA256_PATTERN}),
-};
+str_type!(
+    PIN_SHA256,
+    "PinSha256",
+    PinSha256,
+    || json!({"type": "string", "pattern": PIN_SHA256_PATTERN})
+);
 
-fn check_iface_opt_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    let s = str_base(v, "InterfaceOptionalPort")?;
-    InterfaceOptionalPort::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static INTERFACE_OPTIONAL_PORT: ValueType = ValueType {
-    class: "types.InterfaceOptionalPort",
-    check: check_iface_opt_port,
-    schema: string_schema,
-};
+str_type!(
+    INTERFACE_OPTIONAL_PORT,
+    "InterfaceOptionalPort",
+    InterfaceOptionalPort,
+    string_schema
+);
 
-fn check_ip_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    let s = str_base(v, "IPAddressPort")?;
-    IpAddressPort::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static IP_ADDRESS_PORT: ValueType = ValueType {
-    class: "types.IPAddressPort",
-    check: check_ip_port,
-    schema: string_schema,
-};
+str_type!(
+    IP_ADDRESS_PORT,
+    "IPAddressPort",
+    IpAddressPort,
+    string_schema
+);
 
-fn check_ip_opt_port(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    let s = str_base(v, "IPAddressOptionalPort")?;
-    IpAddressOptionalPort::parse(&s).map(|_| Value::String(s))
-}
-pub(crate) static IP_ADDRESS_OPTIONAL_PORT: ValueType = ValueType {
-    class: "types.IPAddressOptionalPort",
-    check: check_ip_opt_port,
-    schema: string_schema,
-};
+str_type!(
+    IP_ADDRESS_OPTIONAL_PORT,
+    "IPAddressOptionalPort",
+    IpAddressOptionalPort,
+    string_schema
+);
 
-fn wrong_kind(what: &str, v: &Value) -> String {
+fn wrong_kind(what: &str, v: &Value, container: Container) -> String {
     format!(
         "Unexpected value for a {what}. Expected string, got '{}' with type '{}'",
         py_str(v),
-        py_type(v)
+        py_type(v, container)
     )
 }
 
-fn check_ipv4(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_ipv4(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
     let Value::String(s) = v else {
-        return Err(wrong_kind("IPv4 address", v));
+        return Err(wrong_kind("IPv4 address", v, container));
     };
     match parse_ip(s) {
         Some(std::net::IpAddr::V4(a)) if !s.contains('%') => Ok(Value::String(a.to_string())),
@@ -149,9 +141,9 @@ pub(crate) static IPV4_ADDRESS: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_ipv6(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_ipv6(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
     let Value::String(s) = v else {
-        return Err(wrong_kind("IPv6 address", v));
+        return Err(wrong_kind("IPv6 address", v, container));
     };
     parse_ipv6(s)
         .map(|a| Value::String(a.to_string()))
@@ -163,9 +155,9 @@ pub(crate) static IPV6_ADDRESS: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_ip_em(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_ip_em(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
     let Value::String(s) = v else {
-        return Err(wrong_kind("IPv6 address", v));
+        return Err(wrong_kind("IPv6 address", v, container));
     };
     IpAddressEm::parse(s).map(|_| Value::String(s.clone()))
 }
@@ -175,12 +167,12 @@ pub(crate) static IP_ADDRESS_EM: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_network(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_network(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
     let Value::String(s) = v else {
         return Err(format!(
             "Unexpected value for a network subnet. Expected string, got '{}' with type '{}'",
             py_str(v),
-            py_type(v)
+            py_type(v, container)
         ));
     };
     IpNetwork::parse(s).map(|n| Value::String(n.to_string()))
@@ -191,19 +183,19 @@ pub(crate) static IP_NETWORK: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn ipv6_net_input(v: &Value) -> Result<&str, String> {
+fn ipv6_net_input(v: &Value, container: Container) -> Result<&str, String> {
     match v {
         Value::String(s) => Ok(s),
         _ => Err(format!(
             "Unexpected value for a IPv6 network subnet. Expected string, got '{}' with type '{}'",
             py_str(v),
-            py_type(v)
+            py_type(v, container)
         )),
     }
 }
 
-fn check_ipv6_network(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    IpNetwork::parse_ipv6(ipv6_net_input(v)?).map(|n| Value::String(n.to_string()))
+fn check_ipv6_network(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
+    IpNetwork::parse_ipv6(ipv6_net_input(v, container)?).map(|n| Value::String(n.to_string()))
 }
 pub(crate) static IPV6_NETWORK: ValueType = ValueType {
     class: "types.IPv6Network",
@@ -211,8 +203,8 @@ pub(crate) static IPV6_NETWORK: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_ipv6_network96_value(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
-    check_ipv6_network96(ipv6_net_input(v)?).map(|n| Value::String(n.to_string()))
+fn check_ipv6_network96_value(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
+    check_ipv6_network96(ipv6_net_input(v, container)?).map(|n| Value::String(n.to_string()))
 }
 pub(crate) static IPV6_NETWORK_96: ValueType = ValueType {
     class: "types.IPv6Network96",
@@ -220,7 +212,7 @@ pub(crate) static IPV6_NETWORK_96: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_float_0_65535(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
+fn check_float_0_65535(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
     let special = py_special_float(v).map(|t| match t {
         "inf" => f64::INFINITY,
         "-inf" => f64::NEG_INFINITY,
@@ -234,7 +226,7 @@ fn check_float_0_65535(v: &Value, _: &Ctx<'_>) -> Result<Value, String> {
             return Err(format!(
                 "Unexpected value for '<class 'knot_resolver.datamodel.types.types.Float0_65535'>'. Expected float, got '{}' with type '{}'",
                 py_str(other),
-                py_type(other)
+                py_type(other, container)
             ))
         }
     };
@@ -275,7 +267,7 @@ enum PathKind {
 /// credentials of the running process (root passes), like upstream's manager does.
 const SERVICE_USER: &str = "knot-resolver:knot-resolver";
 
-fn resolve(raw: &str, ctx: &Ctx<'_>) -> PathBuf {
+fn resolve(raw: &str, ctx: &Ctx) -> PathBuf {
     let joined = if raw.starts_with('/') {
         PathBuf::from(raw)
     } else {
@@ -419,12 +411,12 @@ fn strict_checks(p: &Path, kind: PathKind) -> Result<(), String> {
     Ok(())
 }
 
-fn check_path(v: &Value, ctx: &Ctx<'_>, kind: PathKind) -> Result<Value, String> {
+fn check_path(v: &Value, container: Container, ctx: &Ctx, kind: PathKind) -> Result<Value, String> {
     let Value::String(raw) = v else {
         return Err(format!(
             "expected file path in a string, got '{}' with type '{}'.",
             py_str(v),
-            py_type(v)
+            py_type(v, container)
         ));
     };
     let resolved = resolve(raw, ctx);
@@ -440,22 +432,22 @@ fn check_path(v: &Value, ctx: &Ctx<'_>, kind: PathKind) -> Result<Value, String>
 
 pub(crate) static READABLE_FILE: ValueType = ValueType {
     class: "files.ReadableFile",
-    check: |v, c| check_path(v, c, PathKind::ReadableFile),
+    check: |v, container, ctx| check_path(v, container, ctx, PathKind::ReadableFile),
     schema: string_schema,
 };
 pub(crate) static WRITABLE_DIR: ValueType = ValueType {
     class: "files.WritableDir",
-    check: |v, c| check_path(v, c, PathKind::WritableDir),
+    check: |v, container, ctx| check_path(v, container, ctx, PathKind::WritableDir),
     schema: string_schema,
 };
 pub(crate) static WRITABLE_FILE_PATH: ValueType = ValueType {
     class: "files.WritableFilePath",
-    check: |v, c| check_path(v, c, PathKind::WritableFilePath),
+    check: |v, container, ctx| check_path(v, container, ctx, PathKind::WritableFilePath),
     schema: string_schema,
 };
 /// `management.unix-socket`: a writable file path, bound by the root process.
 pub(crate) static API_SOCKET_PATH: ValueType = ValueType {
     class: "files.WritableFilePath",
-    check: |v, c| check_path(v, c, PathKind::ApiSocket),
+    check: |v, container, ctx| check_path(v, container, ctx, PathKind::ApiSocket),
     schema: string_schema,
 };

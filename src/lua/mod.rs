@@ -6,6 +6,10 @@
 //! out of its literal; names that kresd parses as domain names are passed in their punycode
 //! form. The only text pasted verbatim is custom Lua (`lua.script`, `lua.script-file` and the
 //! policy equivalents), which is code by definition.
+//!
+//! Rendering reads no process-wide state: what it needs besides the configuration (who binds
+//! the sockets, whose permissions script files are read with) comes in a [`RenderContext`],
+//! given by the manager; `kresctl convert` renders with [`RenderContext::STANDALONE`].
 
 mod policy;
 mod sections;
@@ -14,9 +18,42 @@ mod worker;
 use std::fmt::Write as _;
 use std::path::Path;
 
-pub use policy::render_policy_loader;
-pub use sections::{live_logging, read_files_as, MAX_SCRIPT_FILE};
-pub use worker::{render_worker, render_worker_with, SocketBinding};
+pub use policy::{render_policy_loader, render_policy_loader_with};
+pub use sections::{live_logging, MAX_SCRIPT_FILE};
+pub use worker::{render_worker, render_worker_with};
+
+/// What rendering needs to know beyond the configuration: facts of the processes the Lua is
+/// for, given by whoever renders it (the manager knows them from its command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderContext {
+    /// Who binds the listening sockets kresd accepts as descriptors (the workers' Lua only).
+    pub binding: SocketBinding,
+    /// Whose permissions script files (`lua.script-file`, `lua.policy-script-file`) are read
+    /// with: the workers' user when the children run as another user than the renderer
+    /// (`--worker-user`), so that a configuration cannot have the daemon read (and hand to
+    /// the workers) a file that user could not read itself; `None`: the renderer's own.
+    pub read_as: Option<supervisor::Credentials>,
+}
+
+impl RenderContext {
+    /// A tool's (`kresctl convert`): kresd binds every socket, as upstream; files are read as
+    /// the tool runs.
+    pub const STANDALONE: RenderContext = RenderContext {
+        binding: SocketBinding::Kresd,
+        read_as: None,
+    };
+}
+
+/// Who binds the listening sockets of `network.listen` that kresd accepts as descriptors
+/// (see [`crate::config::ListenSchema::daemon_binds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketBinding {
+    /// kresd binds every socket itself with `net.listen` (upstream's behaviour; `kresctl
+    /// convert`).
+    Kresd,
+    /// The daemon binds them and passes them with `-S`; the Lua leaves them out.
+    Daemon,
+}
 
 /// Append one formatted line (writing to a `String` cannot fail).
 macro_rules! line {

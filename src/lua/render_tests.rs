@@ -4,14 +4,15 @@
 
 use std::path::Path;
 
-use super::{render_policy_loader, render_worker};
-use crate::config::{parse_document, validate, KresConfig, ValidationContext};
+use super::{render_policy_loader, render_worker, RenderContext, SocketBinding};
+use crate::config::{parse_document, validate, KresConfig, LogTargetArg, ValidationContext};
 
 fn cfg(yaml: &str) -> KresConfig {
     let raw = parse_document(yaml, Path::new("/etc/knot-resolver/config.yaml")).expect("YAML");
     let ctx = ValidationContext {
         resolve_root: "/etc/knot-resolver".into(),
         checks: crate::config::PathChecks::Lenient,
+        logtarget_arg: LogTargetArg::default(),
     };
     validate(&raw, &ctx).unwrap_or_else(|e| panic!("invalid test config: {e}"))
 }
@@ -58,7 +59,11 @@ fn listen_kinds_interfaces_and_unix_sockets() {
 #[test]
 fn daemon_bound_sockets_are_left_out_of_the_lua() {
     let cfg = cfg("network:\n  listen:\n    - interface: 127.0.0.1@5353\n    - interface: [lo, 'fe80::1%lo']\n    - interface: '::1@853'\n      kind: dot\n    - interface: 127.0.0.1\n      kind: doh2\n    - unix-socket: /run/kr/dns.sock\n");
-    let text = super::render_worker_with(&cfg, super::SocketBinding::Daemon);
+    let daemon = RenderContext {
+        binding: SocketBinding::Daemon,
+        read_as: None,
+    };
+    let text = super::render_worker_with(&cfg, &daemon);
     for present in [
         "-- '127.0.0.1@5353': bound by the daemon, passed with -S",
         "-- 'lo': bound by the daemon, passed with -S",
@@ -79,10 +84,11 @@ fn daemon_bound_sockets_are_left_out_of_the_lua() {
     // Upstream's shape is unchanged for `kresctl convert` and `--kresd-binds-sockets`.
     let upstream = render_worker(&cfg);
     assert!(upstream.contains("net.listen('127.0.0.1',5353,{kind='dns',freebind=false})"));
-    assert_eq!(
-        upstream,
-        super::render_worker_with(&cfg, super::SocketBinding::Kresd)
-    );
+    let kresd = RenderContext {
+        binding: SocketBinding::Kresd,
+        read_as: None,
+    };
+    assert_eq!(upstream, super::render_worker_with(&cfg, &kresd));
 }
 
 #[test]
@@ -244,4 +250,41 @@ fn a_missing_script_file_is_a_lua_error() {
         &["error('cannot read the Lua script file /nonexistent/script.lua: "],
         &[],
     );
+}
+
+#[test]
+fn script_files_are_read_with_the_permissions_of_the_user_given() {
+    use std::os::unix::fs::PermissionsExt;
+    let file = std::env::temp_dir().join(format!("kres-render-read-as-{}.lua", std::process::id()));
+    std::fs::write(&file, "-- the script\n").expect("write the script");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let cfg = cfg(&format!(
+        "lua:\n  script-file: {0}\n  policy-script-file: {0}\n",
+        file.display()
+    ));
+    let owner = nix::unistd::Uid::current().as_raw();
+    let other = owner + 1;
+    let as_user = |uid: u32| RenderContext {
+        binding: SocketBinding::Kresd,
+        read_as: Some(supervisor::Credentials { uid, gid: uid }),
+    };
+    // as quoted in the generated `error(...)`
+    let refused = format!("not readable by the workers\\' user (uid {other})");
+    let mut failures = Vec::new();
+    for (ctx, pasted) in [
+        (RenderContext::STANDALONE, true),
+        (as_user(owner), true),
+        (as_user(other), false),
+    ] {
+        for text in [
+            super::render_worker_with(&cfg, &ctx),
+            super::render_policy_loader_with(&cfg, &ctx),
+        ] {
+            if text.contains("\n-- the script\n") != pasted || text.contains(&refused) == pasted {
+                failures.push(format!("{ctx:?}:\n{text}"));
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&file);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -400,6 +400,7 @@ mod tests {
         let ctx = ValidationContext {
             resolve_root: Path::new("/etc/knot-resolver").into(),
             checks: crate::config::PathChecks::Lenient,
+            logtarget_arg: Default::default(),
         };
         validate(raw, &ctx).unwrap_or_else(|e| panic!("invalid row config {raw}: {e}"))
     }

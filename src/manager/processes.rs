@@ -88,11 +88,16 @@ impl Processes {
         self.sockets.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// How the workers' Lua treats the sockets the daemon can bind.
-    fn binding(&self) -> lua::SocketBinding {
-        match self.owner {
+    /// What the Lua is rendered for: how it treats the sockets the daemon can bind, and whose
+    /// permissions script files are read with.
+    fn render_context(&self) -> lua::RenderContext {
+        let binding = match self.owner {
             SocketOwner::Daemon(_) => lua::SocketBinding::Daemon,
             SocketOwner::Kresd => lua::SocketBinding::Kresd,
+        };
+        lua::RenderContext {
+            binding,
+            read_as: self.specs.workers_user(),
         }
     }
 
@@ -198,7 +203,7 @@ impl Processes {
     /// either way. Its failure rejects the configuration (upstream throws this verdict away).
     pub async fn canary(&self, cfg: &KresConfig, instance: WorkerId) -> Result<(), ApplyError> {
         let conf = cfg.rundir.join(specs::CANARY_CONF);
-        self.write_generated(&conf, &lua::render_worker_with(cfg, self.binding()))?;
+        self.write_generated(&conf, &lua::render_worker_with(cfg, &self.render_context()))?;
         // The canary gets no sockets of the table: it must not take queries it would drop.
         add_once(&self.supervisor, self.specs.canary(cfg, instance)).await?;
         let started = self.supervisor.start(service::CANARY).await;
@@ -243,7 +248,7 @@ impl Processes {
 
     /// Write the configuration of every worker `cfg` wants.
     pub fn write_worker_configs(&self, cfg: &KresConfig) -> Result<(), ApplyError> {
-        let text = lua::render_worker_with(cfg, self.binding());
+        let text = lua::render_worker_with(cfg, &self.render_context());
         for id in WorkerId::all(cfg.workers) {
             self.write_generated(&id.config_file(&cfg.rundir), &text)?;
         }
@@ -263,7 +268,10 @@ impl Processes {
     /// Run the policy-loader to completion; anything but exit code 0 is an error.
     pub async fn run_policy_loader(&self, cfg: &KresConfig) -> Result<(), ApplyError> {
         let path = cfg.rundir.join(specs::POLICY_LOADER_CONF);
-        self.write_generated(&path, &lua::render_policy_loader(cfg))?;
+        self.write_generated(
+            &path,
+            &lua::render_policy_loader_with(cfg, &self.render_context()),
+        )?;
         let deadline = self.policy_loader_timeout;
         let run =
             tokio::time::timeout(deadline, self.supervisor.run(self.specs.policy_loader(cfg)));

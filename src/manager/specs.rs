@@ -62,6 +62,11 @@ impl Specs {
         }
     }
 
+    /// The user the children run as, when another than this process's.
+    pub fn workers_user(&self) -> Option<supervisor::Credentials> {
+        self.executables.run_as
+    }
+
     /// The group generated files must be readable by (the workers'), when they run as
     /// another user.
     pub fn workers_group(&self) -> Option<u32> {

@@ -4,7 +4,6 @@
 //! service is not interrupted. Commands (config changes, reloads) are processed one at a time,
 //! which serializes every change of the running configuration.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use supervisor::upward::UpwardNotifier;
@@ -28,8 +27,9 @@ pub struct ManagerContext {
     pub supervisor: SupervisorHandle,
     /// Where Knot Resolver's programs are, and as whom they run.
     pub executables: Executables,
-    /// The configuration files given on the command line (for reloads).
-    pub files: Vec<PathBuf>,
+    /// The configuration files given on the command line and how they are validated (for
+    /// reloads).
+    pub source: config::ConfigSource,
     /// The configuration currently applied: written by the incarnation's `Manager` only;
     /// the API and the file watcher hold receivers.
     pub config: watch::Sender<Arc<LoadedConfig>>,
@@ -207,7 +207,7 @@ async fn reload(
         force: restart == Restart::Always,
         origin,
     });
-    let result = match config::load_files(&ctx.files, crate::config::PathChecks::Manager) {
+    let result = match ctx.source.load() {
         Ok(loaded) => apply(manager, Arc::new(loaded), restart).await,
         Err(e) => {
             tracing::error!("reload failed; the running configuration is unchanged: {e}");
@@ -303,6 +303,8 @@ fn applied(cause: Cause, plan: &ChangePlan) -> Event {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
     use crate::manager::plan::{
         GcChange, Immutable, Live, Roll, RulesChange, Section, WorkerChange,
@@ -346,7 +348,11 @@ mod tests {
                     cache_gc: dir.join("no-kres-cache-gc"),
                     run_as: None,
                 },
-                files: vec![dir.join("config.yaml")],
+                source: config::ConfigSource {
+                    files: vec![dir.join("config.yaml")],
+                    checks: config::PathChecks::Manager,
+                    logtarget_arg: Default::default(),
+                },
                 config: watch::channel(Arc::new(loaded)).0,
                 commands: Arc::new(Mutex::new(commands_rx)),
                 started: watch::channel(true).0,
@@ -401,7 +407,8 @@ mod tests {
             ),
         )
         .expect("a configuration file");
-        config::load_files(&[file], config::PathChecks::Strict).expect("a valid configuration")
+        config::load_files(&[file], config::PathChecks::Strict, Default::default())
+            .expect("a valid configuration")
     }
 
     #[tokio::test]

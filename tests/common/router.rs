@@ -102,9 +102,12 @@ impl Fixture {
             ),
         )
         .expect("config");
-        let loaded =
-            knot_resolver::config::load_files(&[file], knot_resolver::config::PathChecks::Strict)
-                .expect("valid config");
+        let loaded = knot_resolver::config::load_files(
+            &[file],
+            knot_resolver::config::PathChecks::Strict,
+            Default::default(),
+        )
+        .expect("valid config");
         let (supervisor, keeper) = match supervision {
             Supervision::Local => {
                 let (supervisor, _task) = Supervisor::start(SupervisorOptions {
@@ -126,7 +129,11 @@ impl Fixture {
             stop: CancellationToken::new(),
             manager: ManagerHandle::new(manager, config_rx),
             fault_injection: false,
-            resolve_root: dir.0.clone(),
+            validation: knot_resolver::config::ValidationContext {
+                resolve_root: dir.0.clone(),
+                checks: knot_resolver::config::PathChecks::Manager,
+                logtarget_arg: Default::default(),
+            },
             rendered: Default::default(),
             guard: Default::default(),
             upgrade: history.upgrade.map(Arc::new),

@@ -37,6 +37,7 @@ fn main() -> Result<()> {
     let ctx = ValidationContext {
         resolve_root: file.parent().unwrap_or(Path::new(".")).to_owned(),
         checks: knot_resolver::config::PathChecks::Lenient,
+        logtarget_arg: Default::default(),
     };
 
     // In process: many rounds per sample, so the clock's resolution does not matter.

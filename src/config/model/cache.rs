@@ -11,8 +11,9 @@ pub(super) fn time_seconds(m: &Map<String, Value>, key: &str) -> u64 {
         .map_or(0, |t| t.seconds())
 }
 
-pub(super) fn cache() -> ObjectDef {
-    let gc = section(
+/// `cache.garbage-collector`: kres-cache-gc's arguments.
+fn garbage_collector() -> ObjectDef {
+    section(
         "knot_resolver.datamodel.cache_schema.GarbageCollectorSchema",
         Some("Configuration options of the cache garbage collector (kres-cache-gc)."),
         vec![
@@ -77,7 +78,11 @@ pub(super) fn cache() -> ObjectDef {
                 "Run the garbage collector in dry-run mode.",
             ),
         ],
-    );
+    )
+}
+
+/// `cache.prefill[]`: one zone imported over HTTP.
+fn prefill() -> ObjectDef {
     let mut prefill = section(
         "knot_resolver.datamodel.cache_schema.PrefillSchema",
         Some("Prefill the cache periodically by importing zone data obtained over HTTP."),
@@ -97,6 +102,11 @@ pub(super) fn cache() -> ObjectDef {
         }
         Ok(())
     });
+    prefill
+}
+
+/// `cache.prefetch`, with its `prediction`.
+fn prefetch() -> ObjectDef {
     let prediction = section(
         "knot_resolver.datamodel.cache_schema.PredictionSchema",
         Some("Helps keep the cache hot by prefetching expiring records and learning usage patterns and repetitive queries."),
@@ -106,26 +116,29 @@ pub(super) fn cache() -> ObjectDef {
             f("period", int_positive(), json!(24), "Number of windows that can be kept in memory."),
         ],
     );
-    let prefetch = section(
+    section(
         "knot_resolver.datamodel.cache_schema.PrefetchSchema",
         Some("These options help keep the cache hot by prefetching expiring records or learning usage patterns and repetitive queries."),
         vec![
             f("expiring", Ty::Bool, json!(false), "Prefetch expiring records."),
             f("prediction", obj(prediction), json!({}), "Prefetch record by predicting based on usage patterns and repetitive queries."),
         ],
-    );
+    )
+}
+
+pub(super) fn cache() -> ObjectDef {
     let mut d = section(
         "knot_resolver.datamodel.cache_schema.CacheSchema",
         Some("DNS resolver cache configuration."),
         vec![
             f("storage", v(&vt::WRITABLE_DIR), json!("/var/cache/knot-resolver"), "Cache storage of the DNS resolver."),
             f("size-max", v(&vt::SIZE_UNIT), json!("100M"), "Maximum size of the cache."),
-            f("garbage-collector", obj(gc), json!({}), "Use the garbage collector (kres-cache-gc) to periodically clear cache."),
+            f("garbage-collector", obj(garbage_collector()), json!({}), "Use the garbage collector (kres-cache-gc) to periodically clear cache."),
             f("ttl-min", v(&vt::TIME_UNIT), json!("5s"), "Minimum time-to-live for the cache entries."),
             f("ttl-max", v(&vt::TIME_UNIT), json!("1d"), "Maximum time-to-live for the cache entries."),
             f("ns-timeout", v(&vt::TIME_UNIT), json!("1000ms"), "Time interval for which a nameserver address will be ignored after determining that it does not return (useful) answers."),
-            f("prefill", opt(list(obj(prefill))), Value::Null, "Prefill the cache periodically by importing zone data obtained over HTTP."),
-            f("prefetch", obj(prefetch), json!({}), "These options help keep the cache hot by prefetching expiring records or learning usage patterns and repetitive queries."),
+            f("prefill", opt(list(obj(prefill()))), Value::Null, "Prefill the cache periodically by importing zone data obtained over HTTP."),
+            f("prefetch", obj(prefetch()), json!({}), "These options help keep the cache hot by prefetching expiring records or learning usage patterns and repetitive queries."),
         ],
     );
     d.validate = Some(|m, _, path| {

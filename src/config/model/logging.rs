@@ -2,17 +2,42 @@
 //! upstream's datamodel) and the typed form the rest of the crate reads. Field documentation
 //! lives in the description only; it is what `kresctl schema` serves.
 
-use std::sync::OnceLock;
-
 use super::blocks::*;
 
-/// `--logtarget` of this process, when it has one.
-static LOGTARGET_ARG: OnceLock<LogTarget> = OnceLock::new();
+/// What `logging.target: from-arg` stands for: part of the validation context, given by the
+/// process that validates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTargetArg {
+    /// The daemon's own `--logtarget` (it always has one: `stdout` by default).
+    Given(LogTarget),
+    /// A tool's (`kresctl`), which has no such option: the text of [`LOGTARGET_ENV_VAR`] as
+    /// read, which upstream's manager sets from its `--logtarget` (see
+    /// [`LogTargetArg::from_env`]). Unset or empty: `stdout`; a text naming no target makes
+    /// `from-arg` invalid.
+    Environment(Option<String>),
+}
 
-/// Record this process's `--logtarget`: what `logging.target: from-arg` resolves to (ahead of
-/// `KRES_LOGTARGET`, which upstream sets from the same option). Only the first call counts.
-pub fn set_logtarget_arg(target: LogTarget) {
-    let _ = LOGTARGET_ARG.set(target);
+impl std::default::Default for LogTargetArg {
+    /// As the daemon without `--logtarget`: `stdout`.
+    fn default() -> Self {
+        LogTargetArg::Given(LogTarget::Stdout)
+    }
+}
+
+impl LogTargetArg {
+    /// A tool's: [`LOGTARGET_ENV_VAR`] read now, from this process's environment.
+    pub fn from_env() -> Self {
+        LogTargetArg::Environment(std::env::var(LOGTARGET_ENV_VAR).ok())
+    }
+
+    /// The target's text (maybe naming no target).
+    fn text(&self) -> &str {
+        match self {
+            LogTargetArg::Given(target) => target.as_str(),
+            LogTargetArg::Environment(Some(text)) if !text.is_empty() => text,
+            LogTargetArg::Environment(_) => LogTarget::Stdout.as_str(),
+        }
+    }
 }
 
 /// Logging levels, in upstream's order.
@@ -141,21 +166,16 @@ pub(super) fn logging() -> ObjectDef {
             f("dnstap", obj(dnstap), json!({}), "Logging DNS requests and responses to a unix socket."),
         ],
     );
-    d.transform = Some(|m, _, path| {
+    d.transform = Some(|m, ctx, path| {
         if m.get("target").and_then(Value::as_str) == Some("from-arg") {
-            let target = LOGTARGET_ARG
-                .get()
-                .map(|t| t.as_str().to_owned())
-                .or_else(|| std::env::var(LOGTARGET_ENV_VAR).ok())
-                .filter(|t| !t.is_empty())
-                .unwrap_or_else(|| "stdout".into());
-            if !LOG_TARGETS.contains(&target.as_str()) {
+            let target = ctx.logtarget_arg.text();
+            if !LOG_TARGETS.contains(&target) {
                 return fail(
                     path,
                     format!("logging target '{target}' from '--logtarget' argument is invalid"),
                 );
             }
-            m.insert("target".into(), Value::String(target));
+            m.insert("target".into(), Value::String(target.to_owned()));
         }
         Ok(())
     });

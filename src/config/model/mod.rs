@@ -141,80 +141,98 @@ fn root() -> ObjectDef {
             f("lua", obj(lua()), json!({}), "Custom Lua configuration."),
         ],
     );
-    d.transform = Some(|m, _, path| {
-        m.remove("version");
-        if !is_set(m, "hostname") {
-            let host = nix::unistd::gethostname()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            m.insert("hostname".into(), Value::String(host));
-        }
-        if m.get("workers").and_then(Value::as_str) == Some("auto") {
-            match usable_cpus() {
-                Some(n) => {
-                    m.insert("workers".into(), json!(n));
-                }
-                None => {
-                    return fail(
-                        path,
-                        "The number of available CPUs to automatically set the number of running 'kresd' workers could not be determined.\
-                         The number of workers can be configured manually in 'workers' option.",
-                    )
-                }
+    d.transform = Some(resolve_host_values);
+    d.validate = Some(check_root);
+    d
+}
+
+/// The root's transformation: `version` dropped, `hostname` and `workers: auto` resolved from
+/// the machine.
+fn resolve_host_values(
+    m: &mut Map<String, Value>,
+    _: &Ctx,
+    path: &str,
+) -> Result<(), Vec<Failure>> {
+    m.remove("version");
+    if !is_set(m, "hostname") {
+        let host = nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        m.insert("hostname".into(), Value::String(host));
+    }
+    if m.get("workers").and_then(Value::as_str) == Some("auto") {
+        match usable_cpus() {
+            Some(n) => {
+                m.insert("workers".into(), json!(n));
+            }
+            None => {
+                return fail(
+                    path,
+                    "The number of available CPUs to automatically set the number of running 'kresd' workers could not be determined.\
+                     The number of workers can be configured manually in 'workers' option.",
+                )
             }
         }
-        Ok(())
-    });
-    d.validate = Some(|m, _, path| {
-        let max = workers_max_count();
-        if m.get("workers").and_then(Value::as_u64).unwrap_or(0) > u64::from(max) {
-            return fail(path, format!("can't run with more workers than the recommended maximum {max} or hardcoded {WORKERS_MAX}"));
+    }
+    Ok(())
+}
+
+/// The root's rules: at most [`workers_max_count`] workers; every tag local data uses is a
+/// view's, and at most one view tag is left unused.
+fn check_root(m: &mut Map<String, Value>, _: &Ctx, path: &str) -> Result<(), Vec<Failure>> {
+    let max = workers_max_count();
+    if m.get("workers").and_then(Value::as_u64).unwrap_or(0) > u64::from(max) {
+        return fail(path, format!("can't run with more workers than the recommended maximum {max} or hardcoded {WORKERS_MAX}"));
+    }
+    let views_tags = views_tags(m);
+    let local = m.get("local-data");
+    let (rule_tags, mut errs) =
+        check_local_data_tags(&views_tags, local.and_then(|l| l.get("rules")));
+    let (rpz_tags, mut rpz_errs) =
+        check_local_data_tags(&views_tags, local.and_then(|l| l.get("rpz")));
+    errs.append(&mut rpz_errs);
+    let mut unused = views_tags.clone();
+    for t in rule_tags.iter().chain(rpz_tags.iter()) {
+        if let Some(pos) = unused.iter().position(|x| x == t) {
+            unused.remove(pos);
         }
-        let mut views_tags: Vec<String> = Vec::new();
-        for view in m
-            .get("views")
+    }
+    if unused.len() > 1 {
+        errs.push(Failure::new(
+            "/views",
+            format!("unused tags {} found", py_str_list(&unused)),
+        ));
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs)
+    }
+}
+
+/// Every tag of every view, once each, in the order first seen.
+fn views_tags(m: &Map<String, Value>) -> Vec<String> {
+    let mut views_tags: Vec<String> = Vec::new();
+    for view in m
+        .get("views")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        for t in view
+            .get("tags")
             .and_then(Value::as_array)
             .map(Vec::as_slice)
             .unwrap_or_default()
         {
-            for t in view
-                .get("tags")
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-            {
-                if let Some(t) = t.as_str() {
-                    if !views_tags.iter().any(|x| x == t) {
-                        views_tags.push(t.to_owned());
-                    }
+            if let Some(t) = t.as_str() {
+                if !views_tags.iter().any(|x| x == t) {
+                    views_tags.push(t.to_owned());
                 }
             }
         }
-        let local = m.get("local-data");
-        let (rule_tags, mut errs) =
-            check_local_data_tags(&views_tags, local.and_then(|l| l.get("rules")));
-        let (rpz_tags, mut rpz_errs) =
-            check_local_data_tags(&views_tags, local.and_then(|l| l.get("rpz")));
-        errs.append(&mut rpz_errs);
-        let mut unused = views_tags.clone();
-        for t in rule_tags.iter().chain(rpz_tags.iter()) {
-            if let Some(pos) = unused.iter().position(|x| x == t) {
-                unused.remove(pos);
-            }
-        }
-        if unused.len() > 1 {
-            errs.push(Failure::new(
-                "/views",
-                format!("unused tags {} found", py_str_list(&unused)),
-            ));
-        }
-        if errs.is_empty() {
-            Ok(())
-        } else {
-            Err(errs)
-        }
-    });
-    d
+    }
+    views_tags
 }
 
 /// The model description, built once.
@@ -224,7 +242,7 @@ pub(crate) fn root_def() -> &'static ObjectDef {
 }
 
 /// Validate a raw document (a mapping; `null` counts as empty) into its normalized form.
-pub(crate) fn normalize(raw: &Value, ctx: &Ctx<'_>) -> Result<Value, Vec<Failure>> {
+pub(crate) fn normalize(raw: &Value, ctx: &Ctx) -> Result<Value, Vec<Failure>> {
     match raw {
         Value::Null => crate::config::engine::map_object(root_def(), &Map::new(), "", ctx),
         Value::Object(m) => crate::config::engine::map_object(root_def(), m, "", ctx),
@@ -232,7 +250,7 @@ pub(crate) fn normalize(raw: &Value, ctx: &Ctx<'_>) -> Result<Value, Vec<Failure
             "",
             format!(
                 "expected dict-like object, found '{}'",
-                crate::config::engine::py_type(other)
+                crate::config::engine::py_type(other, crate::config::engine::Container::Renamed)
             ),
         )]),
     }

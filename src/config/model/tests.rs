@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::path::Path;
 
 use serde::de::{DeserializeOwned, Visitor};
 use serde::Deserializer;
@@ -249,8 +248,9 @@ fn every_described_field_has_a_typed_field_and_back() {
 fn every_sections_smallest_input_deserialises_into_its_typed_form() {
     let forms = typed_forms();
     let ctx = Ctx {
-        resolve_root: Path::new("/"),
+        resolve_root: "/".into(),
         checks: crate::config::PathChecks::Lenient,
+        logtarget_arg: crate::config::LogTargetArg::default(),
     };
     for def in described_objects() {
         let name = short(def.class);

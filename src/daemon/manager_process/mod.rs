@@ -84,7 +84,11 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
             WatchConfig::On => ConfigFiles::Watched(files.clone()),
             WatchConfig::Off => ConfigFiles::Unwatched,
         },
-        files,
+        source: crate::config::ConfigSource {
+            files,
+            checks: crate::config::PathChecks::Manager,
+            logtarget_arg: crate::config::LogTargetArg::Given(log.target),
+        },
         hang_timeout: invocation.worker_hang_timeout,
         socket_owner: invocation.socket_owner,
         worker_user: invocation.worker_user,
@@ -100,7 +104,7 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        let restored = match Restored::take(parent, &settings.files) {
+        let restored = match Restored::take(parent, &settings.source) {
             Ok(restored) => restored,
             Err(not) => {
                 let NotRestored { parent, error } = *not;

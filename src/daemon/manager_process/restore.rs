@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use supervisor::remote::{Link, Parent};
@@ -73,21 +72,24 @@ pub struct NotRestored {
 
 impl Restored {
     /// Take back what the root keeps for us; the configuration from its store, or from
-    /// `files` when none is stored (or the stored one cannot be read).
-    pub fn take(mut parent: Parent, files: &[PathBuf]) -> Result<Restored, Box<NotRestored>> {
+    /// `source`'s files when none is stored (or the stored one cannot be read).
+    pub fn take(
+        mut parent: Parent,
+        source: &config::ConfigSource,
+    ) -> Result<Restored, Box<NotRestored>> {
         let mut stored: BTreeMap<String, OwnedFd> =
             std::mem::take(&mut parent.stored).into_iter().collect();
         let loaded = match stored
             .remove(STORED_CONFIG)
-            .map(|fd| restore_config(fd, files))
+            .map(|fd| restore_config(fd, source))
         {
             Some(Ok(loaded)) => Ok(loaded),
             Some(Err(e)) => {
                 // Never seen; the files are the next best thing to adopt the workers with.
                 eprintln!("knot-resolver: {e}; adopting the workers with the configuration files");
-                config::load_files(files, config::PathChecks::Manager)
+                source.load()
             }
-            None => config::load_files(files, config::PathChecks::Manager),
+            None => source.load(),
         };
         let loaded = match loaded {
             Ok(loaded) => loaded,
@@ -130,7 +132,10 @@ impl Incarnation {
 
 /// Read the configuration a previous incarnation stored; it was valid then, so paths are not
 /// checked again (a file that vanished meanwhile must not stop the adoption).
-fn restore_config(fd: OwnedFd, files: &[PathBuf]) -> Result<LoadedConfig, RestoreError> {
+fn restore_config(
+    fd: OwnedFd,
+    source: &config::ConfigSource,
+) -> Result<LoadedConfig, RestoreError> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::from(fd);
     let len = file.metadata().map_err(RestoreError::Read)?.len();
@@ -145,8 +150,8 @@ fn restore_config(fd: OwnedFd, files: &[PathBuf]) -> Result<LoadedConfig, Restor
     let text = String::from_utf8(bytes).map_err(RestoreError::NotText)?;
     let raw: serde_json::Value = serde_json::from_str(&text).map_err(RestoreError::Damaged)?;
     let ctx = ValidationContext {
-        resolve_root: config::resolve_root_of(files),
         checks: config::PathChecks::Lenient,
+        ..source.context()
     };
     let model = config::validate(&raw, &ctx)?;
     Ok(LoadedConfig { raw, model })

@@ -45,8 +45,8 @@ fn task_backoff() -> Backoff {
 
 /// What the manager process is set up with, besides what it restored.
 pub struct Settings {
-    /// The configuration files, absolute.
-    pub files: Vec<PathBuf>,
+    /// The configuration files (absolute), and how they are validated.
+    pub source: crate::config::ConfigSource,
     /// The files watched for changes, if any.
     pub watched: ConfigFiles,
     /// How long a worker may leave its control socket unanswered; `None`: never checked.
@@ -150,9 +150,6 @@ pub fn check(restored: &Restored, settings: &Settings) -> Result<Checked, StartF
         .map(resolve_user)
         .transpose()
         .map_err(StartFailed::WorkerUser)?;
-    if let Some(user) = run_as {
-        crate::lua::read_files_as(user);
-    }
     let management = &model.management;
     let endpoint = management.interface.as_ref().map(|i| i.socket_addr());
     let tcp = api::guard::TcpGuard::from_env(endpoint).map_err(StartFailed::Guard)?;
@@ -191,7 +188,7 @@ impl Running {
         tokio::spawn(mirror_sockets(parent.clone(), mirror_rx));
         let table = SocketTable::restore(sockets, Some(mirror_tx));
         let management = loaded.model.management.clone();
-        let resolve_root = crate::config::resolve_root_of(&settings.files);
+        let validation = settings.source.context();
         let (config_tx, config_rx) = watch::channel(Arc::new(loaded));
         let (command_tx, command_rx) = mpsc::channel(16);
         let (health_tx, health_rx) = watch::channel(TaskHealth::default());
@@ -211,7 +208,7 @@ impl Running {
                 run_as,
                 ..Executables::discover()
             },
-            files: settings.files,
+            source: settings.source,
             config: config_tx,
             commands: Arc::new(Mutex::new(command_rx)),
             started: started_tx,
@@ -234,7 +231,7 @@ impl Running {
             stop: stop.clone(),
             manager: handle.clone(),
             fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
-            resolve_root,
+            validation,
             rendered: Default::default(),
             guard: Arc::new(guard),
             upgrade,

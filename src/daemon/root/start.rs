@@ -66,7 +66,11 @@ pub fn run(invocation: Invocation) -> ExitCode {
         .iter()
         .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
         .collect();
-    let loaded = match config::load_files(&files, crate::config::PathChecks::Strict) {
+    let loaded = match config::load_files(
+        &files,
+        crate::config::PathChecks::Strict,
+        config::LogTargetArg::Given(invocation.log.target),
+    ) {
         Ok(l) => l,
         Err(e) => {
             tracing::error!("{e}");

@@ -15,10 +15,12 @@ pub fn convert(args: &ConvertArgs) -> Result<(), FileError> {
     } else {
         &args.input_file[..]
     };
-    let loaded = crate::config::load_files(files, args.checks).map_err(|e| match e {
-        ConfigError::Parse { source, .. } => FileError::Unparsable(source),
-        e => FileError::Config(e),
-    })?;
+    let loaded =
+        crate::config::load_files(files, args.checks, crate::config::LogTargetArg::from_env())
+            .map_err(|e| match e {
+                ConfigError::Parse { source, .. } => FileError::Unparsable(source),
+                e => FileError::Config(e),
+            })?;
     let lua = match args.lua_type {
         LuaType::Worker => crate::lua::render_worker(&loaded.model),
         LuaType::PolicyLoader => crate::lua::render_policy_loader(&loaded.model),

@@ -176,9 +176,13 @@ async fn running(client: &ApiClient) -> Result<(Value, Option<String>), ClientEr
 /// The configuration the files make, deep-merged in order and checked locally (paths are
 /// checked by the resolver, where they are used).
 fn load(files: &[PathBuf]) -> Result<Value, ClientError> {
-    crate::config::load_files(files, crate::config::PathChecks::Lenient)
-        .map(|loaded| loaded.raw)
-        .map_err(|e| ClientError::Invalid(e.to_string()))
+    crate::config::load_files(
+        files,
+        crate::config::PathChecks::Lenient,
+        crate::config::LogTargetArg::from_env(),
+    )
+    .map(|loaded| loaded.raw)
+    .map_err(|e| ClientError::Invalid(e.to_string()))
 }
 
 /// Whether the server is ours: upstream's manager ignores `?dry-run=true` and would apply
