@@ -123,6 +123,26 @@ fn exercise(m: &Machine, ours: bool, exit_reports_refusal: bool) -> Result<Figur
         let status = m.show(UNIT, "StatusText")?;
         assert!(status.contains("reload failed"), "status: {status:?}");
     }
+    if ours && exit_reports_refusal {
+        // `ExecReload=kresctl reload`: its refusal reaches the journal at error priority,
+        // naming the file and the offending path.
+        let kresctl_error = |needle: &str| {
+            failed_reload_journal
+                .iter()
+                .any(|l| l.starts_with("kresctl[") && l.contains(" <3>: ") && l.contains(needle))
+        };
+        assert!(
+            kresctl_error("/etc/knot-resolver/config.yaml: ")
+                && kresctl_error("[/local-data/addresses/t.example]"),
+            "kresctl's refusal at error priority: {failed_reload_journal:#?}"
+        );
+        assert!(
+            !failed_reload_journal
+                .iter()
+                .any(|l| l.starts_with("kresctl[") && !l.contains(" <3>: ")),
+            "every line of kresctl's refusal at error priority: {failed_reload_journal:#?}"
+        );
+    }
     m.write("/etc/knot-resolver/config.yaml", &config("192.0.2.8"))?;
 
     // A worker killed: replaced, the unit stays active.

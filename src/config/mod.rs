@@ -183,6 +183,23 @@ pub enum ConfigError {
     /// The merged document is not a valid configuration.
     #[error("{0}")]
     Invalid(#[from] ValidationErrors),
+    /// The merged document of these files is not a valid configuration (a reload: the
+    /// operator learns which files were read, the errors name the paths inside).
+    #[error("{}: {errors}", files_list(files))]
+    InvalidFiles {
+        files: Vec<PathBuf>,
+        #[source]
+        errors: ValidationErrors,
+    },
+}
+
+/// Files as one text: `a.yaml, b.yaml`.
+fn files_list(files: &[PathBuf]) -> String {
+    files
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Parse one document: TOML when `origin` ends with `.toml`, otherwise JSON and then YAML (like
@@ -297,7 +314,11 @@ impl ConfigSource {
     /// Read, merge and validate the files (see [`load_files`]).
     pub fn load(&self) -> Result<LoadedConfig, ConfigError> {
         let raw = read_and_merge(&self.files)?;
-        let model = validate(&raw, &self.context())?;
+        let model =
+            validate(&raw, &self.context()).map_err(|errors| ConfigError::InvalidFiles {
+                files: self.files.clone(),
+                errors,
+            })?;
         Ok(LoadedConfig { raw, model })
     }
 

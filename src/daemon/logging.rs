@@ -87,6 +87,12 @@ impl Sink {
     }
 }
 
+/// Whether our standard error is the journal's stream (a command run by systemd, such as
+/// `ExecReload=kresctl reload`): lines written there may carry a `<N>` priority prefix.
+pub fn stderr_is_journal() -> bool {
+    connected_to_journal(io::stderr().as_fd())
+}
+
 /// Whether `fd` is the stream `JOURNAL_STREAM` (`<device>:<inode>`) names.
 fn connected_to_journal(fd: std::os::fd::BorrowedFd<'_>) -> bool {
     let Some(value) = std::env::var_os("JOURNAL_STREAM") else {

@@ -47,9 +47,37 @@ pub fn exit_code<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{e}");
+            eprint!("{}", error_lines(&e.to_string(), Stderr::detect()));
             ExitCode::from(1)
         }
+    }
+}
+
+/// Where our standard error goes, as far as priorities are concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stderr {
+    /// The journal (run by systemd: `ExecReload=kresctl reload`): each line gets the
+    /// `<3>` prefix, so a refused reload is logged at error priority, not at info.
+    Journal,
+    /// A terminal, a pipe or a file: the text as it is.
+    Plain,
+}
+
+impl Stderr {
+    fn detect() -> Stderr {
+        if crate::daemon::logging::stderr_is_journal() {
+            Stderr::Journal
+        } else {
+            Stderr::Plain
+        }
+    }
+}
+
+/// An error's text as written to standard error.
+fn error_lines(text: &str, stderr: Stderr) -> String {
+    match stderr {
+        Stderr::Plain => format!("{text}\n"),
+        Stderr::Journal => text.lines().map(|l| format!("<3>{l}\n")).collect(),
     }
 }
 
@@ -139,4 +167,19 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
         ApiCommand::Cache(CacheArgs { op: Some(op) }) => cache::run(client, op).await?,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_carry_the_error_priority_only_into_the_journal() {
+        let text = "reload refused\nconfig.yaml: /workers: not a number";
+        assert_eq!(error_lines(text, Stderr::Plain), format!("{text}\n"));
+        assert_eq!(
+            error_lines(text, Stderr::Journal),
+            "<3>reload refused\n<3>config.yaml: /workers: not a number\n"
+        );
+    }
 }
