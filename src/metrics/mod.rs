@@ -3,6 +3,7 @@
 //! `resolver_*` names and `instance_id` label), plus our supervisor's own series and the
 //! standard `process_*` series of the control plane.
 
+mod control_plane;
 mod exposition;
 
 use std::path::Path;
@@ -13,6 +14,7 @@ use supervisor::Snapshot;
 use crate::config::MetricsMode;
 use crate::control;
 use crate::service::WorkerId;
+pub use control_plane::{ControlPlane, Current};
 pub use exposition::{label, num, sample_line, Exposition, Kind};
 
 /// Ask every worker for its statistics: `{"kresd:kresd0": {...} | null, ...}`.
@@ -369,11 +371,17 @@ fn worker_families(sid: &str, stats: &Value) -> Option<Exposition> {
     Some(out)
 }
 
-/// Prometheus text for the workers' statistics, our supervisor and our own process.
-pub fn render_prometheus(stats: &Map<String, Value>, snapshot: &Snapshot) -> String {
+/// Prometheus text: the workers' statistics, our supervisor's series, the control plane's
+/// and the standard ones of our own process.
+pub fn render_prometheus(
+    stats: &Map<String, Value>,
+    control_plane: &ControlPlane,
+    now: &Current<'_>,
+) -> String {
     let mut out = Exposition::default();
     write_workers(&mut out, stats);
-    write_supervisor(&mut out, snapshot);
+    write_supervisor(&mut out, now.snapshot);
+    control_plane.write(&mut out, now);
     write_process(&mut out);
     out.render()
 }
@@ -521,6 +529,16 @@ mod strict;
 #[cfg(test)]
 mod tests {
     use super::strict;
+
+    /// Our text for `stats`, with no control-plane event and table `snapshot`.
+    fn render(stats: &Map<String, Value>, snapshot: &Snapshot) -> String {
+        let now = Current {
+            snapshot,
+            etag: "\"tag\"",
+            workers: 2,
+        };
+        render_prometheus(stats, &ControlPlane::default(), &now)
+    }
     use super::*;
 
     /// Upstream's own output repeats every family's header for each worker, which
@@ -545,7 +563,7 @@ mod tests {
             "shutting_down": false
         }))
         .expect("snapshot");
-        let ours = render_prometheus(&stats, &snapshot);
+        let ours = render(&stats, &snapshot);
         let parsed = strict::parse(&ours).unwrap_or_else(|e| panic!("{e}\n{ours}"));
         let latency = &parsed.families["resolver_response_latency"];
         assert_eq!(
@@ -569,7 +587,7 @@ mod tests {
         let upstream_json: Map<String, Value> =
             serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
                 .expect("fixture JSON");
-        let ours = render_prometheus(&upstream_json, &Snapshot::default());
+        let ours = render(&upstream_json, &Snapshot::default());
         let names = |text: &str| -> std::collections::BTreeSet<String> {
             text.lines()
                 .filter(|l| l.starts_with("resolver"))
@@ -605,7 +623,7 @@ mod tests {
         w["answer"]["10ms"] = 2.into();
         w["answer"]["slow"] = 3.into();
         w["answer"]["sum_ms"] = 2500.into();
-        let text = render_prometheus(&full, &Snapshot::default());
+        let text = render(&full, &Snapshot::default());
         assert!(
             text.contains(
                 "resolver_response_latency_bucket{instance_id=\"kresd:kresd0\",le=\"0.01\"} 3.0"

@@ -8,11 +8,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+/// A sample's labels, in the order written.
+pub type Labels = Vec<(String, String)>;
+
+/// A histogram series as read: its buckets (upper bound, cumulative count) and its `_count`.
+type Series = (Vec<(f64, f64)>, Option<f64>);
+
 /// One sample as read: its name, labels in order, value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     pub name: String,
-    pub labels: Vec<(String, String)>,
+    pub labels: Labels,
     pub value: f64,
 }
 
@@ -88,7 +94,7 @@ fn parse_value(s: &str) -> Result<f64, String> {
 }
 
 /// `{a="x",b="y"}` after the name; returns the labels and the rest of the line.
-fn parse_labels(s: &str) -> Result<(Vec<(String, String)>, &str), String> {
+fn parse_labels(s: &str) -> Result<(Labels, &str), String> {
     let mut labels = Vec::new();
     let mut rest = s.strip_prefix('{').ok_or("labels do not start with {")?;
     loop {
@@ -288,8 +294,7 @@ fn check_family(name: &str, family: &Family) -> Result<(), String> {
         return Ok(());
     }
     // Per label set without `le`: buckets cumulative, +Inf last and equal to _count.
-    let mut series: BTreeMap<Vec<(String, String)>, (Vec<(f64, f64)>, Option<f64>)> =
-        BTreeMap::new();
+    let mut series: BTreeMap<Labels, Series> = BTreeMap::new();
     for s in &family.samples {
         let key: Vec<_> = s
             .labels
