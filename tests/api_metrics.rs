@@ -86,6 +86,37 @@ fn metrics_carry_real_counters_in_json_and_prometheus() {
         2 * 11,
         "both workers' buckets, count and sum under one header"
     );
+    // The labelled families say what upstream's names say, by label.
+    let total = |name: &str, labels: &[(&str, &str)]| -> f64 {
+        parsed
+            .samples(name)
+            .iter()
+            .filter(|s| labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+            .map(|s| s.value)
+            .sum()
+    };
+    let udp4 = total("resolver_request_udp4_total", &[]);
+    assert!(udp4 >= QUERIES as f64, "udp4 {udp4}");
+    assert_eq!(
+        total(
+            "knot_resolver_dns_requests_total",
+            &[("protocol", "udp"), ("family", "ipv4")]
+        ),
+        udp4
+    );
+    assert_eq!(
+        total("knot_resolver_dns_answers_total", &[("rcode", "NOERROR")]),
+        total("resolver_answer_rcode_noerror_total", &[])
+            + total("resolver_answer_rcode_nodata_total", &[])
+    );
+    assert_eq!(
+        total("knot_resolver_dns_response_duration_seconds_count", &[]),
+        total("resolver_response_latency_count", &[])
+    );
+    assert_eq!(
+        total("knot_resolver_cache_hits_total", &[]),
+        total("resolver_answer_cached_total", &[])
+    );
     // Upstream's packaging check: resolver* samples = JSON leaves + 2 per worker.
     let samples = text.lines().filter(|l| l.starts_with("resolver")).count();
     let json_body = r

@@ -5,6 +5,7 @@
 
 mod control_plane;
 mod exposition;
+mod labelled;
 
 use std::path::Path;
 
@@ -307,13 +308,6 @@ const PREDICT: &[(&str, &str, &str)] = &[
     ),
 ];
 
-const BUCKETS_KRESD: [&str; 9] = [
-    "1ms", "10ms", "50ms", "100ms", "250ms", "500ms", "1000ms", "1500ms", "slow",
-];
-const BUCKETS_PROM: [&str; 9] = [
-    "0.001", "0.01", "0.05", "0.1", "0.25", "0.5", "1.0", "1.5", "+Inf",
-];
-
 /// prometheus_client's sample name of a counter: `_total` appended unless already there.
 fn counter_name(name: &str) -> String {
     if name.ends_with("_total") {
@@ -332,23 +326,7 @@ fn get(stats: &Value, section: &str, key: &str) -> Option<f64> {
 fn worker_families(sid: &str, stats: &Value) -> Option<Exposition> {
     let mut out = Exposition::default();
     let id = format!("instance_id=\"{}\"", label(sid));
-    let mut cumulative = 0.0;
-    let mut hist = String::new();
-    for (kresd, prom) in BUCKETS_KRESD.iter().zip(BUCKETS_PROM) {
-        cumulative += get(stats, "answer", kresd)?;
-        hist.push_str(&sample_line(
-            "resolver_response_latency_bucket",
-            &format!("{id},le=\"{prom}\""),
-            cumulative,
-        ));
-    }
-    let sum = get(stats, "answer", "sum_ms")? / 1000.0;
-    hist.push_str(&sample_line(
-        "resolver_response_latency_count",
-        &id,
-        cumulative,
-    ));
-    hist.push_str(&sample_line("resolver_response_latency_sum", &id, sum));
+    let hist = labelled::latency_lines("resolver_response_latency", &id, stats)?;
     out.family(
         "resolver_response_latency",
         "Time it takes to respond to queries in seconds",
@@ -368,6 +346,7 @@ fn worker_families(sid: &str, stats: &Value) -> Option<Exposition> {
             out.sample(&counter_name(name), help, Kind::Counter, &id, value);
         }
     }
+    labelled::write_worker(&mut out, &id, stats)?;
     Some(out)
 }
 
