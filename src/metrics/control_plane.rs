@@ -4,7 +4,7 @@
 //! ready).
 //!
 //! Nothing is counted where it happens: a [`ControlPlane`] follows the event log from its
-//! first event (one privileged follower place for the process's life) and tallies what
+//! first event (as an internal follower: it takes no place from clients) and tallies what
 //! the events say, in one pure step per record ([`Tally::on`]); what runs now is read from
 //! the process table and the running configuration at each scrape. So the manager task and
 //! the supervisor carry no counter, and the series agree with `GET /events` by construction.
@@ -142,6 +142,16 @@ fn exit_reason(status: Option<ExitStatus>) -> &'static str {
     }
 }
 
+/// What the tally knows of one process between its events.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct ProcessNote {
+    /// Its restart count at its last restart seen (`None`: no restart seen in this manager
+    /// process, so the next one counts once).
+    restarts: Option<u32>,
+    /// Why its last process ended (the next restart's reason); `None` when not seen.
+    ended: Option<&'static str>,
+}
+
 /// What the events said so far.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Tally {
@@ -158,8 +168,8 @@ struct Tally {
     change_seconds: BTreeMap<&'static str, Histogram>,
     /// Automatic restarts by kind and reason.
     restarts: BTreeMap<(&'static str, &'static str), u64>,
-    /// Per process: its restart count as last seen, and why its last process ended.
-    processes: BTreeMap<String, (u32, &'static str)>,
+    /// Per process, what the next restart is counted with.
+    processes: BTreeMap<String, ProcessNote>,
     /// When the policy-loader run under way was seen starting.
     policy_loader_began: Option<f64>,
     /// How long policy-loader runs took, as the process tables showed them.
@@ -205,14 +215,14 @@ impl Tally {
                         self.policy_loader_seconds.observe(now - began);
                     }
                 }
-                let entry = self.processes.entry(name.clone()).or_default();
+                let note = self.processes.entry(name.clone()).or_default();
                 // A hang's kill ends in a signal: the hang is the reason.
-                if entry.1 != "hung" {
-                    entry.1 = exit_reason(*status);
+                if note.ended != Some("hung") {
+                    note.ended = Some(exit_reason(*status));
                 }
             }
             Event::ProcessHung { name, .. } => {
-                self.processes.entry(name.clone()).or_default().1 = "hung";
+                self.processes.entry(name.clone()).or_default().ended = Some("hung");
             }
             Event::ProcessRestarted { name, restarts, .. } => self.restarted(name, *restarts),
             Event::ProcessRemoved { name } => {
@@ -226,12 +236,13 @@ impl Tally {
     /// `name` was restarted automatically, its `restarts`th time: counted by the growth of
     /// that number (tables are coalesced: two restarts may show as one event).
     fn restarted(&mut self, name: &str, restarts: u32) {
-        let (seen, reason) = self
-            .processes
-            .insert(name.to_owned(), (restarts, "unknown"))
-            .unwrap_or((restarts.saturating_sub(1), "unknown"));
-        let grew = u64::from(restarts.saturating_sub(seen).max(1));
-        *self.restarts.entry((kind_of(name), reason)).or_default() += grew;
+        let note = self.processes.entry(name.to_owned()).or_default();
+        let grew = note
+            .restarts
+            .map_or(1, |seen| restarts.saturating_sub(seen).max(1));
+        let reason = note.ended.take().unwrap_or("unknown");
+        note.restarts = Some(restarts);
+        *self.restarts.entry((kind_of(name), reason)).or_default() += u64::from(grew);
     }
 }
 
@@ -273,15 +284,9 @@ impl ControlPlane {
     async fn run(self, events: EventLog, stop: CancellationToken) {
         let mut last = format!("{}-0", events.epoch());
         loop {
-            let mut follower = match events.follow(Some(&last), FollowerClass::Privileged) {
-                Ok(follower) => follower,
-                Err(e) => {
-                    tracing::warn!("control-plane metrics cannot follow the events: {e}");
-                    tokio::select! {
-                        () = stop.cancelled() => return,
-                        () = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
-                    }
-                }
+            // An internal follower takes no place: it is never refused.
+            let Ok(mut follower) = events.follow(Some(&last), FollowerClass::Internal) else {
+                return;
             };
             loop {
                 let record = tokio::select! {
@@ -523,88 +528,48 @@ mod tests {
             signal: 9,
             core_dumped: false,
         });
+        let exited = |name: &str, status| Event::ProcessExited {
+            name: name.into(),
+            pid: 1,
+            status,
+        };
+        let restarted = |name: &str, restarts| Event::ProcessRestarted {
+            name: name.into(),
+            pid: 2,
+            restarts,
+        };
+        let gc = service::CACHE_GC;
         let t = tally(vec![
-            (
-                1.0,
-                Event::ProcessExited {
-                    name: "kresd1".into(),
-                    pid: 10,
-                    status: killed,
-                },
-            ),
-            (
-                1.0,
-                Event::ProcessRestarted {
-                    name: "kresd1".into(),
-                    pid: 11,
-                    restarts: 1,
-                },
-            ),
+            (1.0, exited("kresd1", killed)),
+            (1.0, restarted("kresd1", 1)),
             (
                 2.0,
                 Event::ProcessHung {
                     name: "kresd0".into(),
-                    pid: 5,
+                    pid: 1,
                     reason: "hung".into(),
                 },
             ),
-            (
-                2.0,
-                Event::ProcessExited {
-                    name: "kresd0".into(),
-                    pid: 5,
-                    status: killed,
-                },
-            ),
-            (
-                2.0,
-                Event::ProcessRestarted {
-                    name: "kresd0".into(),
-                    pid: 6,
-                    restarts: 1,
-                },
-            ),
+            (2.0, exited("kresd0", killed)),
+            (2.0, restarted("kresd0", 1)),
+            (3.0, exited(gc, Some(ExitStatus::Code(1)))),
+            (3.0, restarted(gc, 1)),
             // Coalesced tables: two restarts of the GC seen as one event.
-            (
-                3.0,
-                Event::ProcessExited {
-                    name: service::CACHE_GC.into(),
-                    pid: 20,
-                    status: Some(ExitStatus::Code(1)),
-                },
-            ),
-            (
-                3.0,
-                Event::ProcessRestarted {
-                    name: service::CACHE_GC.into(),
-                    pid: 22,
-                    restarts: 2,
-                },
-            ),
-            (
-                4.0,
-                Event::ProcessExited {
-                    name: "kresd1".into(),
-                    pid: 11,
-                    status: killed,
-                },
-            ),
-            (
-                4.0,
-                Event::ProcessRestarted {
-                    name: "kresd1".into(),
-                    pid: 12,
-                    restarts: 2,
-                },
-            ),
+            (4.0, exited(gc, Some(ExitStatus::Code(1)))),
+            (4.0, restarted(gc, 3)),
+            (5.0, exited("kresd1", killed)),
+            (5.0, restarted("kresd1", 2)),
+            // Restarted before this manager process: its first restart seen counts once.
+            (6.0, exited("kresd2", killed)),
+            (6.0, restarted("kresd2", 5)),
         ]);
         let restarts: Vec<_> = t.restarts.iter().map(|(k, n)| (*k, *n)).collect();
         assert_eq!(
             restarts,
             vec![
-                (("gc", "exit_failure"), 2),
+                (("gc", "exit_failure"), 3),
                 (("kresd", "hung"), 1),
-                (("kresd", "signal"), 2),
+                (("kresd", "signal"), 3),
             ]
         );
     }
