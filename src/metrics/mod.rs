@@ -2,6 +2,13 @@
 //! as upstream's JSON (`/metrics/json`) and Prometheus text (`/metrics/prometheus`, upstream's
 //! `resolver_*` names and `instance_id` label), plus our supervisor's own series and the
 //! standard `process_*` series of the control plane.
+//!
+//! - `exposition`: the text written family by family, each once (Prometheus refuses
+//!   upstream's repeated headers).
+//! - `labelled`: the same statistics as labelled families with units in their names
+//!   (`knot_resolver_dns_*`), beside upstream's names.
+//! - `control_plane`: the manager's own series (`knot_resolver_*`), tallied from the event
+//!   log.
 
 mod control_plane;
 mod exposition;
@@ -16,7 +23,7 @@ use crate::config::MetricsMode;
 use crate::control;
 use crate::service::WorkerId;
 pub use control_plane::{ControlPlane, Current};
-pub use exposition::{label, num, sample_line, Exposition, Kind};
+use exposition::{label, sample_line, Exposition, Kind};
 
 /// Ask every worker for its statistics: `{"kresd:kresd0": {...} | null, ...}`.
 pub async fn collect(rundir: &Path, ids: &[WorkerId], mode: MetricsMode) -> Map<String, Value> {
@@ -367,7 +374,7 @@ pub fn render_prometheus(
 
 /// The workers' `resolver_*` families: every worker's samples under one header per family,
 /// then whether each worker's statistics were loaded.
-pub fn write_workers(out: &mut Exposition, stats: &Map<String, Value>) {
+fn write_workers(out: &mut Exposition, stats: &Map<String, Value>) {
     let mut loaded = Vec::new();
     for (sid, value) in stats {
         let families = if value.is_null() {
@@ -406,7 +413,7 @@ type SupervisorFamily = (
 );
 
 /// Our supervisor's series, one sample per process of its table.
-pub fn write_supervisor(out: &mut Exposition, snapshot: &Snapshot) {
+fn write_supervisor(out: &mut Exposition, snapshot: &Snapshot) {
     let families: [SupervisorFamily; 3] = [
         (
             "kres_supervisor_process_up",
@@ -437,7 +444,7 @@ pub fn write_supervisor(out: &mut Exposition, snapshot: &Snapshot) {
 }
 
 /// The standard `process_*` series for our own process, from /proc/self.
-pub fn write_process(out: &mut Exposition) {
+fn write_process(out: &mut Exposition) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let kib = |key: &str| {
         status
