@@ -1,11 +1,16 @@
 //! Metrics and cache clearing end to end: real kresd workers, real queries, the API over the
-//! unix socket and kresctl.
+//! unix socket and kresctl. The Prometheus text is read by a strict reader of the format
+//! (`exposition`), and the control plane's series are read back after real changes, a refusal
+//! and a worker killed.
 
 mod common;
+mod exposition;
+
+use std::time::{Duration, Instant};
 
 use common::{Setup, DNS_TIMEOUT, STOP_TIMEOUT};
 use nix::sys::signal::Signal;
-use serde_json::Value;
+use serde_json::{json, Value};
 use testbed::dns;
 
 const RECORDS: &str = "local-data:\n  records: |\n    m.test. 300 A 192.0.2.5\n";
@@ -74,6 +79,44 @@ fn metrics_carry_real_counters_in_json_and_prometheus() {
         "{text}"
     );
     assert!(text.contains("process_resident_memory_bytes "), "{text}");
+    // Every family once, both workers' samples under it: Prometheus's parser takes it.
+    let parsed = exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(
+        parsed.families["resolver_response_latency"].samples.len(),
+        2 * 11,
+        "both workers' buckets, count and sum under one header"
+    );
+    // The labelled families say what upstream's names say, by label.
+    let total = |name: &str, labels: &[(&str, &str)]| -> f64 {
+        parsed
+            .samples(name)
+            .iter()
+            .filter(|s| labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+            .map(|s| s.value)
+            .sum()
+    };
+    let udp4 = total("resolver_request_udp4_total", &[]);
+    assert!(udp4 >= QUERIES as f64, "udp4 {udp4}");
+    assert_eq!(
+        total(
+            "knot_resolver_dns_requests_total",
+            &[("protocol", "udp"), ("family", "ipv4")]
+        ),
+        udp4
+    );
+    assert_eq!(
+        total("knot_resolver_dns_answers_total", &[("rcode", "NOERROR")]),
+        total("resolver_answer_rcode_noerror_total", &[])
+            + total("resolver_answer_rcode_nodata_total", &[])
+    );
+    assert_eq!(
+        total("knot_resolver_dns_response_duration_seconds_count", &[]),
+        total("resolver_response_latency_count", &[])
+    );
+    assert_eq!(
+        total("knot_resolver_cache_hits_total", &[]),
+        total("resolver_answer_cached_total", &[])
+    );
     // Upstream's packaging check: resolver* samples = JSON leaves + 2 per worker.
     let samples = text.lines().filter(|l| l.starts_with("resolver")).count();
     let json_body = r
@@ -89,6 +132,163 @@ fn metrics_carry_real_counters_in_json_and_prometheus() {
 
     r.launched.signal(Signal::SIGINT).expect("signal");
     assert_eq!(r.launched.wait(STOP_TIMEOUT).expect("exit").code(), Some(0));
+}
+
+/// How long a series may take to show what the events said (the tally follows the event
+/// log on the manager's own runtime).
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// Scrape `/metrics/prometheus` until `ready` holds for what it reads (strictly parsed); the
+/// last reading.
+fn scrape_until(
+    r: &common::Resolver,
+    what: &str,
+    ready: impl Fn(&exposition::Parsed) -> bool,
+) -> exposition::Parsed {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let resp = r
+            .http("GET", "/metrics/prometheus", b"")
+            .expect("GET /metrics/prometheus");
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        let text = resp.text();
+        let parsed = exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        if ready(&parsed) {
+            return parsed;
+        }
+        assert!(Instant::now() < deadline, "{what} never showed:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The value of the one sample `name` with `labels`, 0 when there is none yet.
+fn value(p: &exposition::Parsed, name: &str, labels: &[(&str, &str)]) -> f64 {
+    p.value(name, labels).unwrap_or(0.0)
+}
+
+#[test]
+fn control_plane_series_follow_changes_refusals_and_restarts() {
+    let r = common::start(&Setup::new("metrics-control").workers(2).extra(RECORDS))
+        .expect("resolver starts");
+    let start = scrape_until(&r, "two workers ready", |p| {
+        value(p, "knot_resolver_workers_ready", &[]) == 2.0
+    });
+    assert_eq!(
+        value(
+            &start,
+            "knot_resolver_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        1.0
+    );
+    assert_eq!(value(&start, "knot_resolver_workers_configured", &[]), 2.0);
+    assert_eq!(
+        value(&start, "knot_resolver_manager_incarnations_total", &[]),
+        1.0
+    );
+    assert_eq!(value(&start, "knot_resolver_config_generation", &[]), 1.0);
+    let etag = |p: &exposition::Parsed| {
+        let info = p.samples("knot_resolver_config_info");
+        assert_eq!(info.len(), 1, "one running configuration");
+        info[0].label("etag").expect("etag label").to_owned()
+    };
+    let served = r.http("GET", "/v1/config", b"").expect("GET /v1/config");
+    let served_tag = served
+        .header("etag")
+        .expect("ETag")
+        .trim_matches('"')
+        .to_owned();
+    assert_eq!(etag(&start), served_tag);
+    let loader_runs = value(
+        &start,
+        "knot_resolver_policy_loader_duration_seconds_count",
+        &[],
+    );
+
+    // Applied: new local data, the workers reset their rules after a policy-loader run.
+    let resp = r.put_json(
+        "/local-data",
+        json!({"records": "n.test. 300 A 192.0.2.6\n"}),
+    );
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let applied = [("cause", "api"), ("result", "rules_reset")];
+    let after = scrape_until(&r, "the applied change", |p| {
+        value(p, "knot_resolver_config_changes_total", &applied) == 1.0
+    });
+    assert_eq!(value(&after, "knot_resolver_config_generation", &[]), 2.0);
+    assert_ne!(etag(&after), served_tag, "the new configuration's tag");
+    assert!(
+        value(
+            &after,
+            "knot_resolver_policy_loader_duration_seconds_count",
+            &[]
+        ) > loader_runs,
+        "the policy-loader ran and was timed"
+    );
+
+    // Refused by the canary: counted, nothing else changes.
+    let resp = r.put_json("/lua", json!({"script": "error('refuse this')"}));
+    assert_eq!(resp.status, 400, "{}", resp.text());
+    let refused = scrape_until(&r, "the refused change", |p| {
+        value(
+            p,
+            "knot_resolver_config_changes_total",
+            &[("cause", "api"), ("result", "refused")],
+        ) == 1.0
+    });
+    assert_eq!(value(&refused, "knot_resolver_config_generation", &[]), 2.0);
+
+    // A reload: the files bring the first local data back; counted and timed.
+    let out = r.kresctl(&["reload"]).expect("kresctl reload");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reloaded = scrape_until(&r, "the reload", |p| {
+        value(
+            p,
+            "knot_resolver_config_change_duration_seconds_count",
+            &[("cause", "reload")],
+        ) == 1.0
+    });
+    assert_eq!(
+        value(
+            &reloaded,
+            "knot_resolver_config_changes_total",
+            &[("cause", "reload"), ("result", "rules_reset")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(&reloaded, "knot_resolver_config_generation", &[]),
+        3.0
+    );
+    assert_eq!(
+        etag(&reloaded),
+        served_tag,
+        "back on the files' configuration"
+    );
+
+    // A worker killed: one restart of a kresd by a signal, and both workers ready again.
+    let pids = r.pids_named("kresd");
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pids[0]), Signal::SIGKILL).expect("kill");
+    let restarted = scrape_until(&r, "the restart", |p| {
+        value(
+            p,
+            "knot_resolver_process_restarts_total",
+            &[("kind", "kresd"), ("reason", "signal")],
+        ) == 1.0
+            && value(p, "knot_resolver_workers_ready", &[]) == 2.0
+    });
+    assert_eq!(
+        restarted
+            .samples("knot_resolver_process_restarts_total")
+            .len(),
+        1
+    );
+    r.stop();
 }
 
 /// Evaluate a Lua expression in worker `id` through its control socket.

@@ -72,6 +72,8 @@ pub struct ApiState {
     pub process_failures: Option<std::sync::Arc<failures::ProcessFailureRecord>>,
     /// What the resolver does, for `GET /events`.
     pub events: crate::events::EventLog,
+    /// The control plane's series for `/metrics/prometheus`, tallied from `events`.
+    pub control_plane: crate::metrics::ControlPlane,
 }
 
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.

@@ -1,6 +1,7 @@
 //! `/metrics`: the workers' statistics, collected over their control sockets
 //! (`crate::metrics`), as JSON by worker or in Prometheus's text format with the supervisor's
-//! own series; `GET /metrics` redirects to the JSON, as upstream's does.
+//! own series and the control plane's (`crate::metrics::ControlPlane`); `GET /metrics`
+//! redirects to the JSON, as upstream's does.
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -46,7 +47,7 @@ pub(super) async fn metrics_json(State(state): State<ApiState>) -> Response {
     json_value(StatusCode::OK, &stats)
 }
 
-/// Statistics in Prometheus's text format, with the supervisor's own.
+/// Statistics in Prometheus's text format, with the supervisor's and the control plane's own.
 #[utoipa::path(
     get,
     path = "/metrics/prometheus",
@@ -56,7 +57,15 @@ pub(super) async fn metrics_json(State(state): State<ApiState>) -> Response {
 )]
 pub(super) async fn metrics_prometheus(State(state): State<ApiState>) -> Response {
     let stats = collect_stats(&state).await;
-    let text = crate::metrics::render_prometheus(&stats, &state.supervisor.snapshot());
+    let config = state.manager.config();
+    let rendered = state.rendered.get(&config);
+    let snapshot = state.supervisor.snapshot();
+    let now = crate::metrics::Current {
+        snapshot: &snapshot,
+        etag: &rendered.etag,
+        workers: config.model.workers,
+    };
+    let text = crate::metrics::render_prometheus(&stats, &state.control_plane, &now);
     (
         StatusCode::OK,
         [(

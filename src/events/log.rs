@@ -37,6 +37,9 @@ pub enum FollowerClass {
     Privileged,
     /// The places not kept in reserve (the API's readers).
     Ordinary,
+    /// No place: a reader inside the manager process that follows the log for its whole life
+    /// (the control plane's metrics), so clients keep every place.
+    Internal,
 }
 /// Longest `Last-Event-ID` considered; a longer one is no id of ours.
 const MAX_ID: usize = 128;
@@ -220,7 +223,7 @@ impl EventLog {
     ) -> Result<Follower, TooManyFollowers> {
         let (all, ordinary) = self.shared.limits;
         let ordinary_permit = match class {
-            FollowerClass::Privileged => None,
+            FollowerClass::Privileged | FollowerClass::Internal => None,
             FollowerClass::Ordinary => Some(
                 self.shared
                     .ordinary
@@ -229,12 +232,16 @@ impl EventLog {
                     .map_err(|_| TooManyFollowers::Ordinary(ordinary))?,
             ),
         };
-        let permit = self
-            .shared
-            .followers
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| TooManyFollowers::All(all))?;
+        let permit = match class {
+            FollowerClass::Internal => None,
+            FollowerClass::Privileged | FollowerClass::Ordinary => Some(
+                self.shared
+                    .followers
+                    .clone()
+                    .try_acquire_owned()
+                    .map_err(|_| TooManyFollowers::All(all))?,
+            ),
+        };
         let state = self.state();
         let (missed, backlog) = match last {
             None => (None, VecDeque::new()),
@@ -303,9 +310,9 @@ pub struct Follower {
     live: broadcast::Receiver<Arc<Record>>,
     /// Cut after it lagged: the notice was its last event.
     ended: bool,
-    /// Its place among the followers (and among the ordinary ones), given back when it is
-    /// dropped.
-    _permits: (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>),
+    /// Its place among the followers (none for an internal one) and among the ordinary ones,
+    /// given back when it is dropped.
+    _permits: (Option<OwnedSemaphorePermit>, Option<OwnedSemaphorePermit>),
 }
 
 impl Follower {
@@ -443,6 +450,18 @@ mod tests {
             log.follow(None, FollowerClass::Ordinary),
             Err(TooManyFollowers::All(MAX_FOLLOWERS))
         ));
+    }
+
+    #[test]
+    fn an_internal_follower_takes_no_place_from_clients() {
+        let log = EventLog::new("1.x");
+        let mut internal = log.follow(None, FollowerClass::Internal).expect("follow");
+        let _all: Vec<Follower> = (0..MAX_FOLLOWERS)
+            .map(|_| log.follow(None, FollowerClass::Privileged).expect("follow"))
+            .collect();
+        assert!(log.follow(None, FollowerClass::Internal).is_ok());
+        log.publish(Event::Draining);
+        assert_eq!(texts(&drain(&mut internal)), vec!["draining"]);
     }
 
     #[test]

@@ -139,6 +139,7 @@ impl Fixture {
             upgrade: history.upgrade.map(Arc::new),
             process_failures: history.process_failures.map(Arc::new),
             events: EventLog::new("test"),
+            control_plane: Default::default(),
         };
         Fixture {
             state,

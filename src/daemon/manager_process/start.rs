@@ -226,6 +226,7 @@ impl Running {
             move |inc| task::run(ctx.clone(), inc.number),
         ));
         let sources = task_events(task, started_rx, health_rx.clone(), &stop, &parent);
+        let control_plane = crate::metrics::ControlPlane::follow(&events, stop.child_token());
         let api = ApiState {
             supervisor: parent.handle.clone(),
             stop: stop.clone(),
@@ -237,6 +238,7 @@ impl Running {
             upgrade,
             process_failures,
             events,
+            control_plane,
         };
         let to_serve = ToServe {
             incarnation,

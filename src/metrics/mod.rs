@@ -2,8 +2,18 @@
 //! as upstream's JSON (`/metrics/json`) and Prometheus text (`/metrics/prometheus`, upstream's
 //! `resolver_*` names and `instance_id` label), plus our supervisor's own series and the
 //! standard `process_*` series of the control plane.
+//!
+//! - `exposition`: the text written family by family, each once (Prometheus refuses
+//!   upstream's repeated headers).
+//! - `labelled`: the same statistics as labelled families with units in their names
+//!   (`knot_resolver_dns_*`), beside upstream's names.
+//! - `control_plane`: the manager's own series (`knot_resolver_*`), tallied from the event
+//!   log.
 
-use std::fmt::Write as _;
+mod control_plane;
+mod exposition;
+mod labelled;
+
 use std::path::Path;
 
 use serde_json::{Map, Value};
@@ -12,6 +22,8 @@ use supervisor::Snapshot;
 use crate::config::MetricsMode;
 use crate::control;
 use crate::service::WorkerId;
+pub use control_plane::{ControlPlane, Current};
+use exposition::{label, sample_line, Exposition, Kind};
 
 /// Ask every worker for its statistics: `{"kresd:kresd0": {...} | null, ...}`.
 pub async fn collect(rundir: &Path, ids: &[WorkerId], mode: MetricsMode) -> Map<String, Value> {
@@ -303,13 +315,6 @@ const PREDICT: &[(&str, &str, &str)] = &[
     ),
 ];
 
-const BUCKETS_KRESD: [&str; 9] = [
-    "1ms", "10ms", "50ms", "100ms", "250ms", "500ms", "1000ms", "1500ms", "slow",
-];
-const BUCKETS_PROM: [&str; 9] = [
-    "0.001", "0.01", "0.05", "0.1", "0.25", "0.5", "1.0", "1.5", "+Inf",
-];
-
 /// prometheus_client's sample name of a counter: `_total` appended unless already there.
 fn counter_name(name: &str) -> String {
     if name.ends_with("_total") {
@@ -319,53 +324,25 @@ fn counter_name(name: &str) -> String {
     }
 }
 
-/// Prometheus text exposition of a number, as prometheus_client writes floats.
-fn num(v: f64) -> String {
-    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{v:.1}")
-    } else {
-        format!("{v}")
-    }
-}
-
 fn get(stats: &Value, section: &str, key: &str) -> Option<f64> {
     stats.get(section)?.get(key)?.as_f64()
 }
 
-/// One worker's `resolver_*` families; `None` when a value is missing (the loaded gauge is 0).
-fn worker_families(sid: &str, stats: &Value) -> Option<Vec<String>> {
-    let mut families = Vec::new();
-    let mut cumulative = 0.0;
-    let mut hist = String::from(
-        "# HELP resolver_response_latency Time it takes to respond to queries in seconds\n# TYPE resolver_response_latency histogram\n",
-    );
-    for (kresd, prom) in BUCKETS_KRESD.iter().zip(BUCKETS_PROM) {
-        cumulative += get(stats, "answer", kresd)?;
-        let _ = writeln!(
-            hist,
-            "resolver_response_latency_bucket{{instance_id=\"{sid}\",le=\"{prom}\"}} {}",
-            num(cumulative)
-        );
-    }
-    let sum = get(stats, "answer", "sum_ms")? / 1000.0;
-    let _ = writeln!(
-        hist,
-        "resolver_response_latency_count{{instance_id=\"{sid}\"}} {}",
-        num(cumulative)
-    );
-    let _ = writeln!(
-        hist,
-        "resolver_response_latency_sum{{instance_id=\"{sid}\"}} {}",
-        num(sum)
-    );
-    families.push(hist);
+/// One worker's `resolver_*` samples, by family; `None` when a value is missing (the loaded
+/// gauge is 0 and none of its samples is written).
+fn worker_families(sid: &str, stats: &Value) -> Option<Exposition> {
+    let mut out = Exposition::default();
+    let id = format!("instance_id=\"{}\"", label(sid));
+    let hist = labelled::latency_lines("resolver_response_latency", &id, stats)?;
+    out.family(
+        "resolver_response_latency",
+        "Time it takes to respond to queries in seconds",
+        Kind::Histogram,
+    )
+    .push_str(&hist);
     for (name, help, section, key) in COUNTERS {
         let value = get(stats, section, key)?;
-        let n = counter_name(name);
-        families.push(format!(
-            "# HELP {n} {help}\n# TYPE {n} counter\n{n}{{instance_id=\"{sid}\"}} {}\n",
-            num(value)
-        ));
+        out.sample(&counter_name(name), help, Kind::Counter, &id, value);
     }
     if let Some(predict) = stats.get("predict") {
         for (name, help, key) in PREDICT {
@@ -373,19 +350,31 @@ fn worker_families(sid: &str, stats: &Value) -> Option<Vec<String>> {
                 continue;
             }
             let value = predict.get(key)?.as_f64()?;
-            let n = counter_name(name);
-            families.push(format!(
-                "# HELP {n} {help}\n# TYPE {n} counter\n{n}{{instance_id=\"{sid}\"}} {}\n",
-                num(value)
-            ));
+            out.sample(&counter_name(name), help, Kind::Counter, &id, value);
         }
     }
-    Some(families)
+    labelled::write_worker(&mut out, &id, stats)?;
+    Some(out)
 }
 
-/// Prometheus text for the workers' statistics, our supervisor and our own process.
-pub fn render_prometheus(stats: &Map<String, Value>, snapshot: &Snapshot) -> String {
-    let mut out = String::new();
+/// Prometheus text: the workers' statistics, our supervisor's series, the control plane's
+/// and the standard ones of our own process.
+pub fn render_prometheus(
+    stats: &Map<String, Value>,
+    control_plane: &ControlPlane,
+    now: &Current<'_>,
+) -> String {
+    let mut out = Exposition::default();
+    write_workers(&mut out, stats);
+    write_supervisor(&mut out, now.snapshot);
+    control_plane.write(&mut out, now);
+    write_process(&mut out);
+    out.render()
+}
+
+/// The workers' `resolver_*` families: every worker's samples under one header per family,
+/// then whether each worker's statistics were loaded.
+fn write_workers(out: &mut Exposition, stats: &Map<String, Value>) {
     let mut loaded = Vec::new();
     for (sid, value) in stats {
         let families = if value.is_null() {
@@ -396,75 +385,66 @@ pub fn render_prometheus(stats: &Map<String, Value>, snapshot: &Snapshot) -> Str
         if families.is_none() && !value.is_null() {
             tracing::warn!(worker = %sid, "statistics incomplete; metrics not loaded");
         }
-        loaded.push((sid.clone(), families.is_some()));
-        for f in families.into_iter().flatten() {
-            out.push_str(&f);
+        loaded.push((sid.as_str(), families.is_some()));
+        if let Some(families) = families {
+            out.merge(families);
         }
     }
-    out.push_str("# HELP resolver_metrics_loaded 0 if metrics from resolver instance were not loaded, otherwise 1\n# TYPE resolver_metrics_loaded gauge\n");
-    for (sid, ok) in &loaded {
-        let _ = writeln!(
-            out,
-            "resolver_metrics_loaded{{instance_id=\"{sid}\"}} {}",
-            num(f64::from(u8::from(*ok)))
-        );
+    let samples = out.family(
+        "resolver_metrics_loaded",
+        "0 if metrics from resolver instance were not loaded, otherwise 1",
+        Kind::Gauge,
+    );
+    for (sid, ok) in loaded {
+        samples.push_str(&sample_line(
+            "resolver_metrics_loaded",
+            &format!("instance_id=\"{}\"", label(sid)),
+            f64::from(u8::from(ok)),
+        ));
     }
-    render_supervisor(&mut out, snapshot);
-    render_process(&mut out);
-    out
-}
-
-fn label(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 /// (name, help, type, value of one process) of a supervisor series.
 type SupervisorFamily = (
     &'static str,
     &'static str,
-    &'static str,
+    Kind,
     fn(&supervisor::ProcessSnapshot) -> f64,
 );
 
-fn render_supervisor(out: &mut String, snapshot: &Snapshot) {
+/// Our supervisor's series, one sample per process of its table.
+fn write_supervisor(out: &mut Exposition, snapshot: &Snapshot) {
     let families: [SupervisorFamily; 3] = [
         (
             "kres_supervisor_process_up",
             "1 if the supervised process is alive, otherwise 0",
-            "gauge",
+            Kind::Gauge,
             |p| f64::from(u8::from(p.pid.is_some())),
         ),
         (
             "kres_supervisor_process_ready",
             "1 if the supervised process is running and ready, otherwise 0",
-            "gauge",
+            Kind::Gauge,
             |p| f64::from(u8::from(p.state == supervisor::ProcessState::Running)),
         ),
         (
             "kres_supervisor_process_restarts_total",
             "automatic restarts of the supervised process",
-            "counter",
+            Kind::Counter,
             |p| f64::from(p.restarts),
         ),
     ];
     for (name, help, kind, value) in families {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        let samples = out.family(name, help, kind);
         for p in &snapshot.processes {
-            let _ = writeln!(
-                out,
-                "{name}{{name=\"{}\",kind=\"{}\"}} {}",
-                label(&p.name),
-                label(&p.kind),
-                num(value(p))
-            );
+            let labels = format!("name=\"{}\",kind=\"{}\"", label(&p.name), label(&p.kind));
+            samples.push_str(&sample_line(name, &labels, value(p)));
         }
     }
 }
 
 /// The standard `process_*` series for our own process, from /proc/self.
-fn render_process(out: &mut String) {
+fn write_process(out: &mut Exposition) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let kib = |key: &str| {
         status
@@ -474,45 +454,126 @@ fn render_process(out: &mut String) {
             .map(|k| k * 1024.0)
     };
     if let Some(rss) = kib("VmRSS:") {
-        let _ = writeln!(out, "# HELP process_resident_memory_bytes Resident memory size in bytes.\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}", num(rss));
+        out.sample(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            Kind::Gauge,
+            "",
+            rss,
+        );
     }
     if let Some(vm) = kib("VmSize:") {
-        let _ = writeln!(out, "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes {}", num(vm));
+        out.sample(
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            Kind::Gauge,
+            "",
+            vm,
+        );
     }
     if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
         let n = fds.count() as f64;
-        let _ = writeln!(out, "# HELP process_open_fds Number of open file descriptors.\n# TYPE process_open_fds gauge\nprocess_open_fds {}", num(n));
+        out.sample(
+            "process_open_fds",
+            "Number of open file descriptors.",
+            Kind::Gauge,
+            "",
+            n,
+        );
     }
-    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
-        // Fields after the command name: utime and stime are 14 and 15 (1-based) of the line.
-        if let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) {
-            let fields: Vec<&str> = rest.split(' ').collect();
-            let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-                .ok()
-                .flatten()
-                .unwrap_or(100) as f64;
-            if let (Some(u), Some(s)) = (
-                fields.get(11).and_then(|v| v.parse::<f64>().ok()),
-                fields.get(12).and_then(|v| v.parse::<f64>().ok()),
-            ) {
-                let _ = writeln!(out, "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total {}", num((u + s) / ticks));
-            }
-        }
+    if let Some(cpu) = cpu_seconds() {
+        out.sample(
+            "process_cpu_seconds_total",
+            "Total user and system CPU time spent in seconds.",
+            Kind::Counter,
+            "",
+            cpu,
+        );
     }
 }
 
+/// User and system CPU time of this process, from /proc/self/stat.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name: utime and stime are 14 and 15 (1-based) of the line.
+    let rest = stat.rfind(')').and_then(|i| stat.get(i + 2..))?;
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let u = fields.get(11)?.parse::<f64>().ok()?;
+    let s = fields.get(12)?.parse::<f64>().ok()?;
+    Some((u + s) / ticks)
+}
+
+/// The strict reader of the text format the end-to-end tests use too.
+#[cfg(test)]
+#[path = "../../tests/exposition/mod.rs"]
+mod strict;
+
 #[cfg(test)]
 mod tests {
+    use super::strict;
+
+    /// Our text for `stats`, with no control-plane event and table `snapshot`.
+    fn render(stats: &Map<String, Value>, snapshot: &Snapshot) -> String {
+        let now = Current {
+            snapshot,
+            etag: "\"tag\"",
+            workers: 2,
+        };
+        render_prometheus(stats, &ControlPlane::default(), &now)
+    }
     use super::*;
+
+    /// Upstream's own output repeats every family's header for each worker, which
+    /// Prometheus refuses; ours has each family once, with both workers' samples under it.
+    #[test]
+    fn the_exposition_is_strictly_valid_where_upstreams_is_not() {
+        let upstream_text = include_str!("../../tests/data/upstream/metrics-prometheus.txt");
+        let refused = strict::parse(upstream_text).expect_err("upstream's output is refused");
+        assert!(refused.contains("resolver_response_latency"), "{refused}");
+        let stats: Map<String, Value> =
+            serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
+                .expect("fixture JSON");
+        let snapshot: Snapshot = serde_json::from_value(serde_json::json!({
+            "processes": [
+                {"name": "kresd0", "kind": "kresd", "pid": 10, "state": "running", "since": null,
+                 "ready_at": null, "restarts": 0, "last_exit": null, "failure": null,
+                 "status_text": null},
+                {"name": "kresd1", "kind": "kresd", "pid": null, "state": "backoff", "since": null,
+                 "ready_at": null, "restarts": 2, "last_exit": null, "failure": null,
+                 "status_text": null}
+            ],
+            "shutting_down": false
+        }))
+        .expect("snapshot");
+        let ours = render(&stats, &snapshot);
+        let parsed = strict::parse(&ours).unwrap_or_else(|e| panic!("{e}\n{ours}"));
+        let latency = &parsed.families["resolver_response_latency"];
+        assert_eq!(
+            latency.samples.len(),
+            2 * 11,
+            "both workers' buckets, count and sum"
+        );
+        assert_eq!(
+            parsed.value(
+                "kres_supervisor_process_restarts_total",
+                &[("name", "kresd1")]
+            ),
+            Some(2.0)
+        );
+    }
 
     /// Our names for a worker's statistics equal upstream's, taken from a real upstream scrape.
     #[test]
     fn resolver_series_names_match_upstream() {
-        let upstream_text = include_str!("../tests/data/upstream/metrics-prometheus.txt");
+        let upstream_text = include_str!("../../tests/data/upstream/metrics-prometheus.txt");
         let upstream_json: Map<String, Value> =
-            serde_json::from_str(include_str!("../tests/data/upstream/metrics.json"))
+            serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
                 .expect("fixture JSON");
-        let ours = render_prometheus(&upstream_json, &Snapshot::default());
+        let ours = render(&upstream_json, &Snapshot::default());
         let names = |text: &str| -> std::collections::BTreeSet<String> {
             text.lines()
                 .filter(|l| l.starts_with("resolver"))
@@ -540,7 +601,7 @@ mod tests {
             "missing counters make the worker not loaded"
         );
         let mut full = serde_json::from_str::<Map<String, Value>>(include_str!(
-            "../tests/data/upstream/metrics.json"
+            "../../tests/data/upstream/metrics.json"
         ))
         .expect("fixture");
         let w = full.get_mut("kresd:kresd0").expect("worker");
@@ -548,7 +609,7 @@ mod tests {
         w["answer"]["10ms"] = 2.into();
         w["answer"]["slow"] = 3.into();
         w["answer"]["sum_ms"] = 2500.into();
-        let text = render_prometheus(&full, &Snapshot::default());
+        let text = render(&full, &Snapshot::default());
         assert!(
             text.contains(
                 "resolver_response_latency_bucket{instance_id=\"kresd:kresd0\",le=\"0.01\"} 3.0"
