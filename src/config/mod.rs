@@ -193,6 +193,20 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// The error of a reload of `files`: validation errors say which files were read (the
+    /// other errors name their file already).
+    pub fn of_files(self, files: &[PathBuf]) -> ConfigError {
+        match self {
+            ConfigError::Invalid(errors) => ConfigError::InvalidFiles {
+                files: files.to_vec(),
+                errors,
+            },
+            other => other,
+        }
+    }
+}
+
 /// Files as one text: `a.yaml, b.yaml`.
 fn files_list(files: &[PathBuf]) -> String {
     files
@@ -314,11 +328,7 @@ impl ConfigSource {
     /// Read, merge and validate the files (see [`load_files`]).
     pub fn load(&self) -> Result<LoadedConfig, ConfigError> {
         let raw = read_and_merge(&self.files)?;
-        let model =
-            validate(&raw, &self.context()).map_err(|errors| ConfigError::InvalidFiles {
-                files: self.files.clone(),
-                errors,
-            })?;
+        let model = validate(&raw, &self.context())?;
         Ok(LoadedConfig { raw, model })
     }
 

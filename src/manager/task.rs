@@ -210,6 +210,7 @@ async fn reload(
     let result = match ctx.source.load() {
         Ok(loaded) => apply(manager, Arc::new(loaded), restart).await,
         Err(e) => {
+            let e = e.of_files(&ctx.source.files);
             tracing::error!("reload failed; the running configuration is unchanged: {e}");
             Err(e.into())
         }
