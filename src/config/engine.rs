@@ -123,7 +123,17 @@ pub(crate) struct ObjectDef {
 
 /// Append one JSON-pointer segment.
 pub(crate) fn child_path(path: &str, segment: &str) -> String {
-    format!("{path}/{}", segment.replace('~', "~0").replace('/', "~1"))
+    let mut out = String::with_capacity(path.len() + 1 + segment.len());
+    out.push_str(path);
+    out.push('/');
+    for c in segment.chars() {
+        match c {
+            '~' => out.push_str("~0"),
+            '/' => out.push_str("~1"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// How upstream hands a value to its type, which shows in messages ([`py_type`]).
@@ -440,8 +450,18 @@ pub(crate) fn map_value(
         Ty::Dict(kt, vt) => map_dict(kt, vt, v, path, ctx),
         Ty::List(inner) => map_list(inner, v, container, path, ctx),
         Ty::ListOrItem(inner) => {
-            // upstream: Union[List[T], T] (nested unions flattened), then a non-empty check
-            match same_value(&list_or_item_union(inner))? {
+            // upstream: Union[List[T], T] (nested unions flattened), then a non-empty check.
+            // A string is never a list: when the item accepts it, the union gives the same
+            // value without building the list's refusal; otherwise the union says why.
+            let item = match v {
+                Value::String(_) => same_value(inner).ok(),
+                _ => None,
+            };
+            let chosen = match item {
+                Some(item) => item,
+                None => same_value(&list_or_item_union(inner))?,
+            };
+            match chosen {
                 Value::Array(a) => Ok(Value::Array(a)),
                 item => Ok(Value::Array(vec![item])),
             }

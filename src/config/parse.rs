@@ -421,9 +421,10 @@ enum Frame {
         anchor: usize,
         size: Size,
         pending_key: Option<(String, Marker)>,
-        /// The keys in order (a `!!set` is made of them).
+        /// The keys in order, kept for a `!!set` only (it is made of them).
         keys: Vec<Value>,
-        /// The keys as Python compares them, to find a duplicate in constant time.
+        /// The keys other than text as Python compares them, to find a duplicate in constant
+        /// time (a text key is found in `map`).
         seen: std::collections::HashSet<KeyForm>,
         /// A `!!set` (a mapping whose keys are the items).
         set: bool,
@@ -480,6 +481,7 @@ impl Builder {
                 pending_key,
                 keys,
                 seen,
+                set,
                 ..
             }) => match pending_key.take() {
                 None => {
@@ -499,12 +501,15 @@ impl Builder {
                         }
                     };
                     // Python's `key in mapping`: 1 == 1.0 == True, so compare the resolved values.
-                    let form = KeyForm::of(&value);
-                    let dup =
-                        (form != KeyForm::NaN && seen.contains(&form)) || map.contains_key(&key);
-                    if form != KeyForm::NaN {
-                        seen.insert(form);
-                    }
+                    // A text key is its own map key: the map alone tells whether it was seen.
+                    let dup = map.contains_key(&key)
+                        || match &value {
+                            Value::String(_) => false,
+                            other => match KeyForm::of(other) {
+                                KeyForm::NaN => false,
+                                form => !seen.insert(form),
+                            },
+                        };
                     if dup {
                         self.fail(YamlFailure::Duplicate {
                             line: mark.line(),
@@ -512,7 +517,9 @@ impl Builder {
                         });
                         return;
                     }
-                    keys.push(value);
+                    if *set {
+                        keys.push(value);
+                    }
                     *pending_key = Some((key, mark));
                 }
                 Some((key, _)) => {
