@@ -540,7 +540,7 @@ fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
         )]);
     };
     let mut errs = Vec::new();
-    let mut out = Map::new();
+    let mut out = Map::with_capacity(obj.len());
     for (k, val) in obj {
         let p = child_path(path, k);
         // upstream unwraps the renaming dict first, so its values are plain containers (a key
@@ -549,7 +549,10 @@ fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
         let value = map_value(vt, val, Container::Plain, &p, ctx);
         match (key, value) {
             (Ok(key), Ok(value)) => {
-                let key = key.as_str().map_or_else(|| k.clone(), str::to_owned);
+                let key = match key {
+                    Value::String(key) => key,
+                    _ => k.clone(),
+                };
                 out.insert(key, value);
             }
             (Err(mut e), _) | (Ok(_), Err(mut e)) => errs.append(&mut e),

@@ -563,7 +563,7 @@ impl Builder {
     /// A scalar, resolved as PyYAML's `SafeLoader` would.
     fn on_scalar(
         &mut self,
-        text: &str,
+        text: String,
         style: TScalarStyle,
         anchor: usize,
         tag: Option<&Tag>,
@@ -684,7 +684,7 @@ impl MarkedEventReceiver for Builder {
             | Event::DocumentEnd => {}
             Event::Alias(id) => self.on_alias(id, mark),
             Event::Scalar(text, style, anchor, tag) => {
-                self.on_scalar(&text, style, anchor, tag.as_ref(), mark)
+                self.on_scalar(text, style, anchor, tag.as_ref(), mark)
             }
             Event::SequenceStart(anchor, tag) => self.on_sequence_start(anchor, tag.as_ref()),
             Event::MappingStart(anchor, tag) => self.on_mapping_start(anchor, tag.as_ref()),
@@ -706,8 +706,11 @@ fn check_collection_tag(tag: Option<&Tag>, expected: &str) -> Option<String> {
     ))
 }
 
-fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<Value, String> {
+/// The scalar `text` as its tag, or as YAML 1.1's implicit resolution, says (taken whole when
+/// it stays a string).
+fn resolve_scalar(text: String, style: TScalarStyle, tag: Option<&Tag>) -> Result<Value, String> {
     if let Some(tag) = tag {
+        let text = text.as_str();
         if tag.handle == "!" && tag.suffix.is_empty() {
             return Ok(Value::String(text.to_owned()));
         }
@@ -739,7 +742,7 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
         };
     }
     if style != TScalarStyle::Plain {
-        return Ok(Value::String(text.to_owned()));
+        return Ok(Value::String(text));
     }
     if text == "<<" {
         // PyYAML resolves `<<` to the merge tag, which upstream's loader cannot construct
@@ -753,22 +756,22 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
             "could not determine a constructor for the tag '{CORE_TAG}value'"
         ));
     }
-    if matches!(text, "" | "~" | "null" | "Null" | "NULL") {
+    if matches!(text.as_str(), "" | "~" | "null" | "Null" | "NULL") {
         return Ok(Value::Null);
     }
-    if let Some(b) = yaml_bool(text) {
+    if let Some(b) = yaml_bool(&text) {
         return Ok(Value::Bool(b));
     }
-    if let Some(class) = yaml_timestamp(text) {
-        return Ok(py_only_value(class, Value::String(text.to_owned())));
+    if let Some(class) = yaml_timestamp(&text) {
+        return Ok(py_only_value(class, Value::String(text)));
     }
-    if let Some(v) = yaml_int(text) {
+    if let Some(v) = yaml_int(&text) {
         return Ok(v);
     }
-    if let Some(v) = yaml_float(text) {
+    if let Some(v) = yaml_float(&text) {
         return Ok(v);
     }
-    Ok(Value::String(text.to_owned()))
+    Ok(Value::String(text))
 }
 
 /// Standard base64 (whitespace ignored, padding optional), for `!!binary`.
