@@ -840,6 +840,10 @@ fn yaml_timestamp(t: &str) -> Option<&'static str> {
         len_ok && s.bytes().all(|c| c.is_ascii_digit())
     };
     let b = t.as_bytes();
+    // both forms start with a four-digit year and a dash
+    if b.len() < 5 || !b[..4].iter().all(u8::is_ascii_digit) || b[4] != b'-' {
+        return None;
+    }
     if b.len() == 10
         && b[4] == b'-'
         && b[7] == b'-'
