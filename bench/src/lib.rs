@@ -132,6 +132,22 @@ pub fn control_plane_pss_kib(launched: &Launched) -> u64 {
     control_plane(launched, testbed::procs::pss_kib)
 }
 
+/// Copy `/proc/PID/smaps` (and `status`) of every control-plane process into `into`, one file
+/// per process named `COMM-PID.smaps`: where the memory goes, mapping by mapping.
+pub fn dump_control_plane_smaps(launched: &Launched, into: &Path) -> Result<()> {
+    std::fs::create_dir_all(into)?;
+    for p in launched.tree() {
+        if p.comm == "kresd" || p.comm == "kres-cache-gc" {
+            continue;
+        }
+        for what in ["smaps", "status"] {
+            let text = std::fs::read_to_string(format!("/proc/{}/{what}", p.pid))?;
+            std::fs::write(into.join(format!("{}-{}.{what}", p.comm, p.pid)), text)?;
+        }
+    }
+    Ok(())
+}
+
 fn control_plane(launched: &Launched, measure: fn(i32) -> Option<u64>) -> u64 {
     launched
         .tree()

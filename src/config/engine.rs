@@ -123,7 +123,17 @@ pub(crate) struct ObjectDef {
 
 /// Append one JSON-pointer segment.
 pub(crate) fn child_path(path: &str, segment: &str) -> String {
-    format!("{path}/{}", segment.replace('~', "~0").replace('/', "~1"))
+    let mut out = String::with_capacity(path.len() + 1 + segment.len());
+    out.push_str(path);
+    out.push('/');
+    for c in segment.chars() {
+        match c {
+            '~' => out.push_str("~0"),
+            '/' => out.push_str("~1"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// How upstream hands a value to its type, which shows in messages ([`py_type`]).
@@ -440,8 +450,18 @@ pub(crate) fn map_value(
         Ty::Dict(kt, vt) => map_dict(kt, vt, v, path, ctx),
         Ty::List(inner) => map_list(inner, v, container, path, ctx),
         Ty::ListOrItem(inner) => {
-            // upstream: Union[List[T], T] (nested unions flattened), then a non-empty check
-            match same_value(&list_or_item_union(inner))? {
+            // upstream: Union[List[T], T] (nested unions flattened), then a non-empty check.
+            // A string is never a list: when the item accepts it, the union gives the same
+            // value without building the list's refusal; otherwise the union says why.
+            let item = match v {
+                Value::String(_) => same_value(inner).ok(),
+                _ => None,
+            };
+            let chosen = match item {
+                Some(item) => item,
+                None => same_value(&list_or_item_union(inner))?,
+            };
+            match chosen {
                 Value::Array(a) => Ok(Value::Array(a)),
                 item => Ok(Value::Array(vec![item])),
             }
@@ -520,7 +540,7 @@ fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
         )]);
     };
     let mut errs = Vec::new();
-    let mut out = Map::new();
+    let mut out = Map::with_capacity(obj.len());
     for (k, val) in obj {
         let p = child_path(path, k);
         // upstream unwraps the renaming dict first, so its values are plain containers (a key
@@ -529,7 +549,10 @@ fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
         let value = map_value(vt, val, Container::Plain, &p, ctx);
         match (key, value) {
             (Ok(key), Ok(value)) => {
-                let key = key.as_str().map_or_else(|| k.clone(), str::to_owned);
+                let key = match key {
+                    Value::String(key) => key,
+                    _ => k.clone(),
+                };
                 out.insert(key, value);
             }
             (Err(mut e), _) | (Ok(_), Err(mut e)) => errs.append(&mut e),

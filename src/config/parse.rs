@@ -421,9 +421,10 @@ enum Frame {
         anchor: usize,
         size: Size,
         pending_key: Option<(String, Marker)>,
-        /// The keys in order (a `!!set` is made of them).
+        /// The keys in order, kept for a `!!set` only (it is made of them).
         keys: Vec<Value>,
-        /// The keys as Python compares them, to find a duplicate in constant time.
+        /// The keys other than text as Python compares them, to find a duplicate in constant
+        /// time (a text key is found in `map`).
         seen: std::collections::HashSet<KeyForm>,
         /// A `!!set` (a mapping whose keys are the items).
         set: bool,
@@ -480,6 +481,7 @@ impl Builder {
                 pending_key,
                 keys,
                 seen,
+                set,
                 ..
             }) => match pending_key.take() {
                 None => {
@@ -499,12 +501,15 @@ impl Builder {
                         }
                     };
                     // Python's `key in mapping`: 1 == 1.0 == True, so compare the resolved values.
-                    let form = KeyForm::of(&value);
-                    let dup =
-                        (form != KeyForm::NaN && seen.contains(&form)) || map.contains_key(&key);
-                    if form != KeyForm::NaN {
-                        seen.insert(form);
-                    }
+                    // A text key is its own map key: the map alone tells whether it was seen.
+                    let dup = map.contains_key(&key)
+                        || match &value {
+                            Value::String(_) => false,
+                            other => match KeyForm::of(other) {
+                                KeyForm::NaN => false,
+                                form => !seen.insert(form),
+                            },
+                        };
                     if dup {
                         self.fail(YamlFailure::Duplicate {
                             line: mark.line(),
@@ -512,7 +517,9 @@ impl Builder {
                         });
                         return;
                     }
-                    keys.push(value);
+                    if *set {
+                        keys.push(value);
+                    }
                     *pending_key = Some((key, mark));
                 }
                 Some((key, _)) => {
@@ -556,7 +563,7 @@ impl Builder {
     /// A scalar, resolved as PyYAML's `SafeLoader` would.
     fn on_scalar(
         &mut self,
-        text: &str,
+        text: String,
         style: TScalarStyle,
         anchor: usize,
         tag: Option<&Tag>,
@@ -677,7 +684,7 @@ impl MarkedEventReceiver for Builder {
             | Event::DocumentEnd => {}
             Event::Alias(id) => self.on_alias(id, mark),
             Event::Scalar(text, style, anchor, tag) => {
-                self.on_scalar(&text, style, anchor, tag.as_ref(), mark)
+                self.on_scalar(text, style, anchor, tag.as_ref(), mark)
             }
             Event::SequenceStart(anchor, tag) => self.on_sequence_start(anchor, tag.as_ref()),
             Event::MappingStart(anchor, tag) => self.on_mapping_start(anchor, tag.as_ref()),
@@ -699,8 +706,11 @@ fn check_collection_tag(tag: Option<&Tag>, expected: &str) -> Option<String> {
     ))
 }
 
-fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<Value, String> {
+/// The scalar `text` as its tag, or as YAML 1.1's implicit resolution, says (taken whole when
+/// it stays a string).
+fn resolve_scalar(text: String, style: TScalarStyle, tag: Option<&Tag>) -> Result<Value, String> {
     if let Some(tag) = tag {
+        let text = text.as_str();
         if tag.handle == "!" && tag.suffix.is_empty() {
             return Ok(Value::String(text.to_owned()));
         }
@@ -732,7 +742,7 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
         };
     }
     if style != TScalarStyle::Plain {
-        return Ok(Value::String(text.to_owned()));
+        return Ok(Value::String(text));
     }
     if text == "<<" {
         // PyYAML resolves `<<` to the merge tag, which upstream's loader cannot construct
@@ -746,22 +756,22 @@ fn resolve_scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<
             "could not determine a constructor for the tag '{CORE_TAG}value'"
         ));
     }
-    if matches!(text, "" | "~" | "null" | "Null" | "NULL") {
+    if matches!(text.as_str(), "" | "~" | "null" | "Null" | "NULL") {
         return Ok(Value::Null);
     }
-    if let Some(b) = yaml_bool(text) {
+    if let Some(b) = yaml_bool(&text) {
         return Ok(Value::Bool(b));
     }
-    if let Some(class) = yaml_timestamp(text) {
-        return Ok(py_only_value(class, Value::String(text.to_owned())));
+    if let Some(class) = yaml_timestamp(&text) {
+        return Ok(py_only_value(class, Value::String(text)));
     }
-    if let Some(v) = yaml_int(text) {
+    if let Some(v) = yaml_int(&text) {
         return Ok(v);
     }
-    if let Some(v) = yaml_float(text) {
+    if let Some(v) = yaml_float(&text) {
         return Ok(v);
     }
-    Ok(Value::String(text.to_owned()))
+    Ok(Value::String(text))
 }
 
 /// Standard base64 (whitespace ignored, padding optional), for `!!binary`.
@@ -830,6 +840,10 @@ fn yaml_timestamp(t: &str) -> Option<&'static str> {
         len_ok && s.bytes().all(|c| c.is_ascii_digit())
     };
     let b = t.as_bytes();
+    // both forms start with a four-digit year and a dash
+    if b.len() < 5 || !b[..4].iter().all(u8::is_ascii_digit) || b[4] != b'-' {
+        return None;
+    }
     if b.len() == 10
         && b[4] == b'-'
         && b[7] == b'-'

@@ -277,10 +277,10 @@ fn idna_encode(s: &str) -> Result<String, ()> {
         return Ok(String::new());
     }
     if s.is_ascii() {
-        let labels: Vec<&str> = s.split('.').collect();
-        let n = labels.len();
-        for (i, l) in labels.iter().enumerate() {
-            if (l.is_empty() && i + 1 < n) || l.len() >= 64 {
+        let mut labels = s.split('.').peekable();
+        while let Some(l) = labels.next() {
+            let last = labels.peek().is_none();
+            if (l.is_empty() && !last) || l.len() >= 64 {
                 return Err(());
             }
         }

@@ -785,6 +785,19 @@ pub fn raise_open_files_limit() -> io::Result<OpenFilesLimit> {
     })
 }
 
+/// Give the heap's free pages back to the kernel (glibc's `malloc_trim(0)`: the free top of
+/// the heap, and the whole free pages inside it). A long-lived process calls it once its
+/// start-up's temporary allocations are gone, so they stop counting as its memory; the pages
+/// come back on demand. Nothing to do with another C library.
+pub fn release_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks and trims the allocator's own free lists, under the
+    // allocator's locks; it takes no pointer and has no precondition.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The soft limit on open descriptors now in force.
 pub fn open_files_limit() -> io::Result<u64> {
     let (soft, _) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)?;

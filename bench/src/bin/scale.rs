@@ -6,6 +6,7 @@
 //!
 //! Usage: cargo build --release --bins && target/release/scale [--sizes 1000,10000] [--runs N]
 //!        [--files] (the 1M-line hosts file and RPZ too)
+//!        [--mixed] (instead of either alone, N addresses and N records in one configuration)
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -25,6 +26,8 @@ enum Shape {
     Addresses(usize),
     /// `records:` with `n` lines of zone data.
     Records(usize),
+    /// Both: `n` addresses and `n` records.
+    Mixed(usize),
     /// `addresses-files:` naming a hosts file of `n` lines.
     HostsFile(usize),
     /// `rpz:` naming a zone of `n` rules.
@@ -36,6 +39,7 @@ impl Shape {
         match self {
             Shape::Addresses(n) => format!("{} addresses", count(n)),
             Shape::Records(n) => format!("{} records", count(n)),
+            Shape::Mixed(n) => format!("{} records + {0} addresses", count(n)),
             Shape::HostsFile(n) => format!("hosts file of {} lines", count(n)),
             Shape::Rpz(n) => format!("RPZ of {} rules", count(n)),
         }
@@ -60,18 +64,26 @@ fn write_inputs(dir: &TestDir, port: u16, shape: Shape) -> Result<()> {
     std::fs::create_dir_all(dir.host("run"))?;
     std::fs::create_dir_all(dir.host("cache"))?;
     let mut local = String::from("local-data:\n");
-    match shape {
-        Shape::Addresses(n) => {
-            local.push_str("  addresses:\n");
-            for i in 0..n {
-                writeln!(local, "    h{i}.scale.test: {}", ip(i))?;
-            }
+    let addresses = |local: &mut String, n: usize| -> std::fmt::Result {
+        local.push_str("  addresses:\n");
+        for i in 0..n {
+            writeln!(local, "    h{i}.scale.test: {}", ip(i))?;
         }
-        Shape::Records(n) => {
-            local.push_str("  records: |\n");
-            for i in 0..n {
-                writeln!(local, "    r{i}.scale.test. 300 A {}", ip(i))?;
-            }
+        Ok(())
+    };
+    let records = |local: &mut String, n: usize| -> std::fmt::Result {
+        local.push_str("  records: |\n");
+        for i in 0..n {
+            writeln!(local, "    r{i}.scale.test. 300 A {}", ip(i))?;
+        }
+        Ok(())
+    };
+    match shape {
+        Shape::Addresses(n) => addresses(&mut local, n)?,
+        Shape::Records(n) => records(&mut local, n)?,
+        Shape::Mixed(n) => {
+            addresses(&mut local, n)?;
+            records(&mut local, n)?;
         }
         Shape::HostsFile(n) => {
             let mut hosts = String::with_capacity(n * 32);
@@ -100,7 +112,7 @@ fn write_inputs(dir: &TestDir, port: u16, shape: Shape) -> Result<()> {
         }
     }
     // Every shape keeps the records key for the policy-only change.
-    if !matches!(shape, Shape::Records(_)) {
+    if !matches!(shape, Shape::Records(_) | Shape::Mixed(_)) {
         local.push_str("  records: |\n    bench.test. 300 A 192.0.2.7\n");
     }
     let text = format!(
@@ -135,7 +147,8 @@ fn validate(bed: &Bed, flavor: Flavor, dir: &TestDir) -> Result<f64> {
 }
 
 /// One run: cold start, GET /v1/config, a policy-only change; milliseconds of each step that
-/// succeeded go to `record(step, ms)` (1, 2, 3), so that a failing change keeps the others.
+/// succeeded go to `record(step, ms)` (1, 2, 3), so that a failing change keeps the others,
+/// and the control plane's PSS after READY to `record(4, MiB)`.
 fn run_once(
     bed: &Bed,
     flavor: Flavor,
@@ -166,6 +179,7 @@ fn run_once(
         }
     }
     record(1, t0.elapsed().as_secs_f64() * 1000.0);
+    record(4, bench::control_plane_pss_kib(&launched) as f64 / 1024.0);
     let api = dir.host("run/kres-api.sock");
     let result = change_steps(&api, port, record);
     launched.signal(nix::sys::signal::Signal::SIGINT)?;
@@ -221,9 +235,14 @@ fn main() -> Result<()> {
         .collect();
     let runs: usize = arg("--runs").and_then(|r| r.parse().ok()).unwrap_or(3);
     let mut shapes: Vec<Shape> = Vec::new();
+    let mixed_only = args.iter().any(|a| a == "--mixed");
     for &n in &sizes {
-        shapes.push(Shape::Addresses(n));
-        shapes.push(Shape::Records(n));
+        if mixed_only {
+            shapes.push(Shape::Mixed(n));
+        } else {
+            shapes.push(Shape::Addresses(n));
+            shapes.push(Shape::Records(n));
+        }
     }
     if args.iter().any(|a| a == "--files") {
         shapes.push(Shape::HostsFile(1_000_000));
@@ -237,7 +256,7 @@ fn main() -> Result<()> {
         let port = testbed::free_port()?;
         write_inputs(&dir, port, shape)?;
         let size = std::fs::metadata(dir.host("config.yaml"))?.len();
-        let mut samples: [[Vec<f64>; 4]; 2] = Default::default();
+        let mut samples: [[Vec<f64>; 5]; 2] = Default::default();
         let mut failures: Vec<String> = Vec::new();
         for i in 0..runs {
             let order = if i % 2 == 0 {
@@ -259,16 +278,17 @@ fn main() -> Result<()> {
         }
         let label = shape.label();
         println!("-- {label} (config file {} KiB)", size / 1024);
-        for (m, name) in [
-            "validate",
-            "cold start to READY",
-            "GET /v1/config",
-            "policy-only change",
+        for (m, (name, unit)) in [
+            ("validate", "ms"),
+            ("cold start to READY", "ms"),
+            ("GET /v1/config", "ms"),
+            ("policy-only change", "ms"),
+            ("control-plane PSS after READY", "MiB"),
         ]
         .iter()
         .enumerate()
         {
-            print_row(name, "ms", &samples[0][m], &samples[1][m]);
+            print_row(name, unit, &samples[0][m], &samples[1][m]);
         }
         for failure in &failures {
             let mut line = failure.clone();

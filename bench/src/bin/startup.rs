@@ -2,6 +2,9 @@
 //! launch → READY=1 on the notify socket, launch → first DNS answer, control-plane RSS after
 //! READY, SIGINT → every process gone. Prints medians side by side.
 //!
+//! With `BENCH_SMAPS_DIR=DIR`, each control-plane process's `smaps` after READY is copied
+//! under `DIR/ours` and `DIR/upstream` (the last run's wins).
+//!
 //! Usage: cargo build --release --bins && cargo run --release -p bench --bin startup [RUNS] [WORKERS]
 
 use std::net::SocketAddr;
@@ -14,6 +17,9 @@ use bench::{
 };
 use nix::sys::signal::Signal;
 use testbed::Bed;
+
+/// Where to copy the control plane's `/proc/PID/smaps` after READY, when set.
+const SMAPS_VAR: &str = "BENCH_SMAPS_DIR";
 
 #[derive(Default)]
 struct Samples {
@@ -45,6 +51,10 @@ fn one_run(bed: &Bed, flavor: Flavor, workers: u32, samples: &mut Samples) -> Re
         .map_err(|_| anyhow::anyhow!("poller panicked"))??;
     let rss = control_plane_rss_kib(&launched);
     let pss = control_plane_pss_kib(&launched);
+    if let Some(into) = std::env::var_os(SMAPS_VAR) {
+        let into = std::path::Path::new(&into).join(flavor.label());
+        bench::dump_control_plane_smaps(&launched, &into)?;
+    }
     let t1 = Instant::now();
     launched.signal(Signal::SIGINT)?;
     let (stopped, _) = until(t1, Duration::from_secs(120), || {

@@ -94,18 +94,37 @@ pub(super) fn local_data() -> ObjectDef {
 pub(super) fn de_addresses<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<AddressPairs>, D::Error> {
-    use serde::de::Error;
-    let Some(map) = Option::<Map<String, Value>>::deserialize(d)? else {
-        return Ok(None);
-    };
-    let mut out = Vec::with_capacity(map.len());
-    for (name, addrs) in map {
-        let name = DomainName::parse(&name).map_err(D::Error::custom)?;
-        let addrs: Vec<std::net::IpAddr> =
-            serde_json::from_value(addrs).map_err(D::Error::custom)?;
-        out.push((name, addrs));
+    Ok(Option::<PairsInOrder>::deserialize(d)?.map(|pairs| pairs.0))
+}
+
+/// The pairs of an `addresses` mapping, read entry by entry (no mapping is built to be
+/// walked once).
+struct PairsInOrder(AddressPairs);
+
+impl<'de> Deserialize<'de> for PairsInOrder {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(PairsInOrder(Vec::new()))
     }
-    Ok(Some(out))
+}
+
+impl<'de> serde::de::Visitor<'de> for PairsInOrder {
+    type Value = PairsInOrder;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a map")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<Self, A::Error> {
+        use serde::de::Error;
+        self.0.reserve(map.size_hint().unwrap_or(0));
+        while let Some((name, addrs)) = map.next_entry::<String, Value>()? {
+            let name = DomainName::parse(&name).map_err(A::Error::custom)?;
+            let addrs: Vec<std::net::IpAddr> =
+                serde_json::from_value(addrs).map_err(A::Error::custom)?;
+            self.0.push((name, addrs));
+        }
+        Ok(self)
+    }
 }
 
 /// Kinds of subtree rules.

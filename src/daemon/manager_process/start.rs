@@ -332,6 +332,9 @@ impl Running {
         // After an in-place upgrade, READY=1 again ends the reload it announced; at any other
         // time systemd takes it as the status it carries.
         upward.ready(&task::ready_status(&self.handle.config()));
+        // Start-up's temporary allocations (the first configuration's parse, validation and
+        // rendering, the API's route table) are freed by now: give their pages back.
+        supervisor::os::release_free_heap();
         Ok(())
     }
 }
