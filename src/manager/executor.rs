@@ -51,8 +51,7 @@ impl Manager {
         self.config.borrow().clone()
     }
 
-    /// First start: policy-loader, the first worker (it plays the canary), the other workers
-    /// in parallel, then the cache GC.
+    /// First start: policy-loader, every worker at once, then the cache GC.
     pub async fn cold_start(&mut self) -> Result<(), ApplyError> {
         let loaded = self.config();
         let cfg = &loaded.model;
@@ -61,14 +60,17 @@ impl Manager {
         self.processes.commit_sockets(cfg, prepared);
         self.processes.run_policy_loader(cfg).await?;
         self.processes.write_worker_configs(cfg)?;
-        let mut wanted = plan::missing(cfg, &self.workers).into_iter();
-        if let Some(first) = wanted.next() {
-            self.start_worker(cfg, first).await?;
-        }
-        let rest = wanted.map(|id| self.processes.spawn_worker(cfg, id));
-        for result in futures_util::future::join_all(rest).await {
+        // Every worker at once, as nothing runs yet (upstream's supervisord does the same):
+        // READY waits for the slowest kresd start, not for their sum. A worker that fails
+        // reports its output as any start does.
+        let wanted = plan::missing(cfg, &self.workers);
+        let starts = wanted
+            .into_iter()
+            .map(|id| self.processes.spawn_worker(cfg, id));
+        for result in futures_util::future::join_all(starts).await {
             self.workers.push(result?);
         }
+        self.workers.sort_unstable();
         if cfg.cache.garbage_collector.enable {
             self.processes.start_gc(cfg).await?;
         }
