@@ -277,7 +277,11 @@ impl Running {
             return Ok(());
         };
         let upward = &self.parent.upward;
-        tokio::spawn(keep_config(self.parent.clone(), self.handle.subscribe()));
+        tokio::spawn(keep_config(
+            self.parent.clone(),
+            self.handle.subscribe(),
+            to_serve.api.rendered.clone(),
+        ));
         tokio::spawn(report_task_health(
             to_serve.health,
             upward.clone(),
@@ -470,12 +474,16 @@ async fn report_task_health(
 }
 
 /// Keep every configuration that is applied in the root's fd store.
-async fn keep_config(parent: Arc<Parent>, mut config: watch::Receiver<Arc<LoadedConfig>>) {
+async fn keep_config(
+    parent: Arc<Parent>,
+    mut config: watch::Receiver<Arc<LoadedConfig>>,
+    rendered: api::config::RenderedCache,
+) {
     loop {
-        let raw = config.borrow_and_update().raw.clone();
-        let stored = serde_json::to_vec(&raw)
-            .map_err(std::io::Error::other)
-            .and_then(|bytes| supervisor::os::sealed_memfd("knot-resolver-config", &bytes));
+        let current = config.borrow_and_update().clone();
+        // The same bytes `GET /v1/config` serves: rendered once per version, for both.
+        let stored =
+            supervisor::os::sealed_memfd("knot-resolver-config", &rendered.get(&current).json);
         match stored {
             Ok(fd) => {
                 if let Err(e) = parent.store(STORED_CONFIG, &fd).await {
