@@ -170,8 +170,12 @@ fn value(p: &exposition::Parsed, name: &str, labels: &[(&str, &str)]) -> f64 {
 fn control_plane_series_follow_changes_refusals_and_restarts() {
     let r = common::start(&Setup::new("metrics-control").workers(2).extra(RECORDS))
         .expect("resolver starts");
-    let start = scrape_until(&r, "two workers ready", |p| {
+    // The tally follows the event log on its own task: the start is counted once it has
+    // read the start's events, not at the first scrape.
+    let start = scrape_until(&r, "two workers ready and the start tallied", |p| {
         value(p, "knot_resolver_workers_ready", &[]) == 2.0
+            && value(p, "knot_resolver_manager_incarnations_total", &[]) > 0.0
+            && value(p, "knot_resolver_config_generation", &[]) > 0.0
     });
     assert_eq!(
         value(
