@@ -8,8 +8,7 @@ use std::time::SystemTime;
 
 use supervisor::task::TaskHealth;
 
-// The record the root writes, which the daemon names here too.
-pub use crate::wire::failures::{ProcessFailureRecord, MAX_RECORD};
+use crate::wire::failures::ProcessFailureRecord;
 use crate::wire::processes::ManagerFailures;
 
 impl ManagerFailures {

@@ -69,7 +69,7 @@ pub struct ApiState {
     pub upgrade: Option<std::sync::Arc<crate::wire::upgrade::UpgradeRecord>>,
     /// The manager process's failures before this incarnation, as the root recorded them
     /// (shown on the manager's entry of `/processes`).
-    pub process_failures: Option<std::sync::Arc<failures::ProcessFailureRecord>>,
+    pub process_failures: Option<std::sync::Arc<crate::wire::failures::ProcessFailureRecord>>,
     /// What the resolver does, for `GET /events`.
     pub events: crate::events::EventLog,
     /// The control plane's series for `/metrics/prometheus`, tallied from `events`.
