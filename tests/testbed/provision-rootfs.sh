@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Provision, idempotently, a Debian sid root filesystem holding the real Knot Resolver 6
-# (kresd, kres-cache-gc, upstream's Python manager with supervisord), knot-dnsutils (kdig)
-# and knot (an authoritative server for forwarding tests).
+# (kresd, kres-cache-gc, upstream's Python manager with supervisord), knot-dnsutils (kdig),
+# knot (an authoritative server for forwarding and zone-transfer tests) and prometheus
+# (promtool and a real scraper for the metrics tests).
 #
 # The rootfs is cached outside the clone so CI runs and re-runs reuse it:
 #   KRES_ROOTFS (default /var/cache/knot-resolver-rs/rootfs-sid)
@@ -12,7 +13,7 @@ set -euo pipefail
 
 rootfs=${KRES_ROOTFS:-/var/cache/knot-resolver-rs/rootfs-sid}
 mirror=${KRES_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-packages="knot-resolver6,knot-dnsutils,python3-prometheus-client,python3-watchdog,knot"
+packages="knot-resolver6,knot-dnsutils,python3-prometheus-client,python3-watchdog,knot,prometheus"
 marker="$rootfs/.provisioned"
 
 if [[ -f "$marker" && "$(cat "$marker")" == "$packages" ]]; then
