@@ -116,6 +116,15 @@ pub fn pss_kib(pid: i32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// Anonymous memory of `pid` (its heap and stacks, no file pages), in KiB.
+pub fn anonymous_kib(pid: i32) -> Option<u64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Anonymous:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 /// SIGKILL every process carrying `marker`, repeatedly until none is left (forks in flight).
 pub fn kill_marked(marker: &str) {
     for _ in 0..20 {
