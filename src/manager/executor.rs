@@ -51,7 +51,7 @@ impl Manager {
         self.config.borrow().clone()
     }
 
-    /// First start: policy-loader, every worker at once, then the cache GC.
+    /// First start: policy-loader, then every worker and the cache GC at once.
     pub async fn cold_start(&mut self) -> Result<(), ApplyError> {
         let loaded = self.config();
         let cfg = &loaded.model;
@@ -63,17 +63,26 @@ impl Manager {
         // Every worker at once, as nothing runs yet (upstream's supervisord does the same):
         // READY waits for the slowest kresd start, not for their sum. A worker that fails
         // reports its output as any start does.
+        // The cache GC is not on the query path: it starts beside the workers, so READY does
+        // not wait for it after them.
         let wanted = plan::missing(cfg, &self.workers);
         let starts = wanted
             .into_iter()
             .map(|id| self.processes.spawn_worker(cfg, id));
-        for result in futures_util::future::join_all(starts).await {
+        let gc = async {
+            if cfg.cache.garbage_collector.enable {
+                self.processes.start_gc(cfg).await
+            } else {
+                Ok(())
+            }
+        };
+        let (started, gc) =
+            futures_util::future::join(futures_util::future::join_all(starts), gc).await;
+        for result in started {
             self.workers.push(result?);
         }
+        gc?;
         self.workers.sort_unstable();
-        if cfg.cache.garbage_collector.enable {
-            self.processes.start_gc(cfg).await?;
-        }
         worker_control::share_ticket_secret(cfg, &self.processes.running_workers()).await;
         Ok(())
     }
