@@ -447,6 +447,27 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
         }
     }
 
+    /// Forwarded, so that hyper writes a response's head and its body (a large configuration
+    /// already rendered as one buffer) with one `writev` instead of copying the body into its
+    /// own buffer first.
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs) {
+            std::task::Poll::Pending => self.check_stall(cx).map(Err),
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
     fn poll_flush(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
