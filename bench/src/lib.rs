@@ -83,8 +83,10 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 pub fn print_row(name: &str, unit: &str, ours: &[f64], upstream: &[f64]) {
     let (o, u) = (median(ours.to_vec()), median(upstream.to_vec()));
     let ratio = if o > 0.0 { u / o } else { f64::NAN };
+    // Sub-unit figures (a GET in milliseconds) keep their digits.
+    let digits = if o < 1.0 { 3 } else { 1 };
     println!(
-        "{name:<40} {o:>12.1} {u:>12.1} {unit:<5} upstream/ours = {ratio:>6.1}x   (n={}, {})",
+        "{name:<40} {o:>12.digits$} {u:>12.digits$} {unit:<5} upstream/ours = {ratio:>6.1}x   (n={}, {})",
         ours.len(),
         upstream.len()
     );

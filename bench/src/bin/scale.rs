@@ -4,6 +4,11 @@
 //! (a PUT of one more record, until DNS answers it). Inputs are generated in the test bed at
 //! run time, deterministically. Prints medians and ratios; asserts nothing about timings.
 //!
+//! kresd's own share is timed too, with no manager at all: the policy-loader Lua of the same
+//! configuration run by kresd to completion, and one worker from launch to its READY. Their
+//! sum is the floor of a cold start, the policy-loader alone that of a policy-only change; the
+//! table gives our time above each floor.
+//!
 //! Usage: cargo build --release --bins && target/release/scale [--sizes 1000,10000] [--runs N]
 //!        [--files] (the 1M-line hosts file and RPZ too)
 //!        [--mixed] (instead of either alone, N addresses and N records in one configuration)
@@ -187,12 +192,20 @@ fn run_once(
     result
 }
 
+/// GETs of /v1/config timed in each run (the first one and the steady state alike).
+const GETS: usize = 5;
+
 /// GET /v1/config, then a policy-only change until DNS answers it.
 fn change_steps(api: &Path, port: u16, record: &mut dyn FnMut(usize, f64)) -> Result<()> {
-    let t0 = Instant::now();
-    let resp = testbed::http::request(api, "GET", "/v1/config", &[], b"")?;
-    ensure!(resp.status == 200, "GET /v1/config: {}", resp.status);
-    record(2, t0.elapsed().as_secs_f64() * 1000.0);
+    let mut resp = None;
+    for _ in 0..GETS {
+        let t0 = Instant::now();
+        let got = testbed::http::request(api, "GET", "/v1/config", &[], b"")?;
+        ensure!(got.status == 200, "GET /v1/config: {}", got.status);
+        record(2, t0.elapsed().as_secs_f64() * 1000.0);
+        resp = Some(got);
+    }
+    let resp = resp.ok_or_else(|| anyhow::anyhow!("no GET /v1/config"))?;
 
     let server = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let records = String::from_utf8_lossy(&resp.body).into_owned();
@@ -218,6 +231,70 @@ fn change_steps(api: &Path, port: u16, record: &mut dyn FnMut(usize, f64)) -> Re
     })?;
     record(3, elapsed.as_secs_f64() * 1000.0);
     Ok(())
+}
+
+/// kresd's own time for this configuration, with no manager: the policy-loader Lua (from our
+/// `kresctl convert`) run to completion, then one worker from launch to READY; milliseconds
+/// of each to `record(5, …)` and `record(6, …)`.
+fn kresd_alone(bed: &Bed, dir: &TestDir, record: &mut dyn FnMut(usize, f64)) -> Result<()> {
+    for (kind, file) in [
+        ("policy-loader", "alone-policy-loader.lua"),
+        ("worker", "alone-worker.lua"),
+    ] {
+        let out = std::process::Command::new(bench::our_binary("kresctl")?)
+            .args(["convert", "--type", kind, "-o"])
+            .arg(dir.host(file))
+            .arg(dir.host("config.yaml"))
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "kresctl convert --type {kind}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let loader = dir.bed("alone-policy-loader.lua");
+    let t0 = Instant::now();
+    // `-c -`: no postconfig defaults, as the manager runs it; stdin is empty.
+    let out = bed.run_installed(
+        "/usr/sbin/kresd",
+        &["-c", &loader.to_string_lossy(), "-c", "-", "-n"],
+    )?;
+    record(5, t0.elapsed().as_secs_f64() * 1000.0);
+    ensure!(
+        out.status.success(),
+        "policy-loader alone: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let mut notify = testbed::notify::NotifyListener::bind(&dir.host("alone-notify.sock"))?;
+    let worker = dir.bed("alone-worker.lua");
+    let args = [testbed::os("-c"), testbed::os(&worker), testbed::os("-n")];
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let env = [
+        ("NOTIFY_SOCKET", testbed::os(dir.bed("alone-notify.sock"))),
+        ("SYSTEMD_INSTANCE", testbed::os("0")),
+    ];
+    let env: Vec<(&str, &std::ffi::OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    let t0 = Instant::now();
+    let mut launched = bed.launch_installed(Path::new("/usr/sbin/kresd"), &args, &env)?;
+    let ready = notify.wait_for("READY=1", START_TIMEOUT);
+    let elapsed = t0.elapsed();
+    launched.signal(nix::sys::signal::Signal::SIGTERM)?;
+    launched.wait(START_TIMEOUT)?;
+    ready.map_err(|e| anyhow::anyhow!("worker alone: {e:#}: {}", launched.output.text()))?;
+    record(6, elapsed.as_secs_f64() * 1000.0);
+    Ok(())
+}
+
+/// Our time above kresd's own (`floor`), in milliseconds and as a share of the floor.
+fn print_above(name: &str, ours: &[f64], floor: f64) {
+    let o = bench::median(ours.to_vec());
+    println!(
+        "{name:<40} {:>12.1} {:>12} ms    {:+.1}% of kresd's own {floor:.1} ms",
+        o - floor,
+        "-",
+        (o - floor) / floor * 100.0
+    );
 }
 
 fn main() -> Result<()> {
@@ -256,7 +333,7 @@ fn main() -> Result<()> {
         let port = testbed::free_port()?;
         write_inputs(&dir, port, shape)?;
         let size = std::fs::metadata(dir.host("config.yaml"))?.len();
-        let mut samples: [[Vec<f64>; 5]; 2] = Default::default();
+        let mut samples: [[Vec<f64>; 7]; 2] = Default::default();
         let mut failures: Vec<String> = Vec::new();
         for i in 0..runs {
             let order = if i % 2 == 0 {
@@ -275,6 +352,10 @@ fn main() -> Result<()> {
                     failures.push(format!("{} run: {e:#}", flavor.label()));
                 }
             }
+            let mut record = |step: usize, ms: f64| samples[0][step].push(ms);
+            if let Err(e) = kresd_alone(bed, &dir, &mut record) {
+                failures.push(format!("kresd alone: {e:#}"));
+            }
         }
         let label = shape.label();
         println!("-- {label} (config file {} KiB)", size / 1024);
@@ -290,6 +371,18 @@ fn main() -> Result<()> {
         {
             print_row(name, unit, &samples[0][m], &samples[1][m]);
         }
+        let loader = bench::median(samples[0][5].clone());
+        let worker = bench::median(samples[0][6].clone());
+        println!(
+            "{:<40} {loader:>12.1} {:>12} ms",
+            "kresd alone: policy-loader", "-"
+        );
+        println!(
+            "{:<40} {worker:>12.1} {:>12} ms",
+            "kresd alone: worker to READY", "-"
+        );
+        print_above("READY above kresd alone", &samples[0][1], loader + worker);
+        print_above("change above policy-loader alone", &samples[0][3], loader);
         for failure in &failures {
             let mut line = failure.clone();
             line.truncate(400);
