@@ -108,6 +108,36 @@ fn change_result(event: &Event) -> Option<(Cause, &'static str)> {
     })
 }
 
+/// Every cause a change can have.
+const CAUSES: [Cause; 3] = [Cause::Api, Cause::Reload, Cause::Renew];
+
+/// Every result [`change_result`] gives.
+const RESULTS: [&str; 6] = [
+    "applied",
+    "live",
+    "rules_reset",
+    "refused",
+    "rolled_back",
+    "rollback_failed",
+];
+
+/// The changes by cause and result, every pair of [`CAUSES`] and [`RESULTS`] there from 0
+/// on: a series that first appears at 1 has no increase for Prometheus, so the first refusal
+/// would never show in `increase()` (nor fire an alert) if its series began with it.
+fn every_change(tally: &Tally) -> BTreeMap<(&'static str, &'static str), u64> {
+    let mut all: BTreeMap<_, u64> = CAUSES
+        .iter()
+        .flat_map(|&cause| {
+            RESULTS
+                .iter()
+                .map(move |&result| (cause_label(cause), result))
+        })
+        .map(|key| (key, 0))
+        .collect();
+    all.extend(&tally.changes);
+    all
+}
+
 /// The `cause` label of a change.
 fn cause_label(cause: Cause) -> &'static str {
     match cause {
@@ -372,7 +402,7 @@ fn write_tally(out: &mut Exposition, tally: &Tally) {
          rules_reset, refused, rolled_back, rollback_failed)",
         Kind::Counter,
     );
-    for ((cause, result), n) in &tally.changes {
+    for ((cause, result), n) in &every_change(tally) {
         changes.push_str(&sample_line(
             "knot_resolver_config_changes_total",
             &format!("cause=\"{cause}\",result=\"{result}\""),
@@ -660,6 +690,18 @@ mod tests {
                 &[("cause", "reload"), ("result", "applied")]
             ),
             Some(1.0)
+        );
+        assert_eq!(
+            parsed.value(
+                "knot_resolver_config_changes_total",
+                &[("cause", "api"), ("result", "refused")]
+            ),
+            Some(0.0),
+            "every cause and result is there from 0 on"
+        );
+        assert_eq!(
+            parsed.samples("knot_resolver_config_changes_total").len(),
+            CAUSES.len() * RESULTS.len()
         );
         assert_eq!(
             parsed.value(
