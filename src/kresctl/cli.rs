@@ -228,9 +228,8 @@ pub enum ApiCommand {
         #[arg(id = "prometheus", long = "prometheus", action = ArgAction::SetTrue,
               value_parser = flag(MetricsFormat::Prometheus, MetricsFormat::Json))]
         format: MetricsFormat,
-        /// Print what the resolver did between two scrapes instead, for a person: queries
-        /// per second by transport, rcode and qtype, latency quantiles, the cache hit ratio,
-        /// workers ready and the configuration generation.
+        /// Print a summary of two scrapes instead: queries per second by transport, rcode
+        /// and qtype, latency quantiles, cache hit ratio.
         #[arg(id = "summary", long = "summary", action = ArgAction::SetTrue,
               value_parser = flag(MetricsView::Summary, MetricsView::Raw),
               conflicts_with_all = ["prometheus", "file"])]
