@@ -255,6 +255,7 @@ fn promtool_takes_a_live_scrape_and_the_rules_and_the_dashboard_uses_only_live_s
     );
     assert!(summary.contains("\n    udp/ipv4 "), "{summary}");
     assert!(summary.contains("\n    NOERROR "), "{summary}");
+    assert!(summary.contains("  by qtype:\n    A "), "{summary}");
     r.stop();
 }
 
