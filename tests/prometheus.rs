@@ -4,7 +4,8 @@
 //! storage) scrapes the API over TCP with the read-only bearer token — a scrape without it
 //! is refused — and its HTTP API returns the qtype series, evaluates every query of the
 //! Grafana dashboard of `dist/grafana/` and loads the rules. Every metric name the dashboard
-//! and the rules use is in a live scrape; `kresctl metrics --summary` reads a live resolver.
+//! and the rules use is in a live scrape (a change through the API among them, so that it is
+//! counted and timed); `kresctl metrics --summary` reads a live resolver.
 
 mod common;
 mod exposition;
@@ -15,7 +16,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{Setup, DNS_TIMEOUT};
-use serde_json::Value;
+use serde_json::{json, Value};
 use testbed::{dns, Bed, TestDir};
 
 /// Local data with records of several types, so that queries of each are answered.
@@ -190,10 +191,27 @@ fn promtool_takes_a_live_scrape_and_the_rules_and_the_dashboard_uses_only_live_s
     let first = r.http("GET", "/metrics/prometheus", b"").expect("scrape");
     assert_eq!(first.status, 200, "{}", first.text());
     ask(&r, 10);
-    let resp = r.http("GET", "/metrics/prometheus", b"").expect("scrape");
+    // A change through the API: counted and timed (the series follow the event log on their
+    // own task, so the scrape is read again until they show it).
+    let resp = r.put_json("/local-data/addresses", json!({"n.test": "192.0.2.6"}));
     assert_eq!(resp.status, 200, "{}", resp.text());
-    let text = resp.text();
-    let scrape = exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let api = [("cause", "api")];
+    let (text, scrape) = testbed::wait_for("the API change timed", PROMETHEUS_TIMEOUT, || {
+        let resp = r.http("GET", "/metrics/prometheus", b"")?;
+        anyhow::ensure!(resp.status == 200, "{}", resp.text());
+        let text = resp.text();
+        let scrape = exposition::parse(&text).map_err(|e| anyhow::anyhow!("{e}\n{text}"))?;
+        let timed = scrape.value("knot_resolver_config_change_duration_seconds_count", &api);
+        Ok((timed == Some(1.0)).then_some((text, scrape)))
+    })
+    .expect("scrape");
+    assert_eq!(
+        scrape.value(
+            "knot_resolver_config_changes_total",
+            &[("cause", "api"), ("result", "rules_reset")]
+        ),
+        Some(1.0)
+    );
 
     let files = r.bed.test_dir("promtool-files").expect("dir");
     testbed::write(&files.host("scrape.txt"), &text).expect("write");
@@ -243,7 +261,7 @@ fn promtool_takes_a_live_scrape_and_the_rules_and_the_dashboard_uses_only_live_s
     );
     assert!(
         summary.starts_with(&format!(
-            "knot-resolver {}, configuration generation 1 (",
+            "knot-resolver {}, configuration generation 2 (",
             env!("CARGO_PKG_VERSION")
         )),
         "{summary}"

@@ -192,9 +192,9 @@ struct Tally {
     generation: u64,
     /// Changes by cause and result.
     changes: BTreeMap<(&'static str, &'static str), u64>,
-    /// When the reload or renew under way began (its record's time).
+    /// When the change under way began (its start's record's time), and its cause.
     change_began: Option<(Cause, f64)>,
-    /// How long reloads and renews took, by cause.
+    /// How long changes took, by cause.
     change_seconds: BTreeMap<&'static str, Histogram>,
     /// Automatic restarts by kind and reason.
     restarts: BTreeMap<(&'static str, &'static str), u64>,
@@ -236,6 +236,7 @@ impl Tally {
             }
             Event::ConfigReloading { .. } => self.change_began = Some((Cause::Reload, now)),
             Event::ConfigRenewing { .. } => self.change_began = Some((Cause::Renew, now)),
+            Event::ConfigChanging => self.change_began = Some((Cause::Api, now)),
             Event::ProcessSpawned { name, .. } if name == service::POLICY_LOADER => {
                 self.policy_loader_began = Some(now);
             }
@@ -411,7 +412,8 @@ fn write_tally(out: &mut Exposition, tally: &Tally) {
     }
     let seconds = out.family(
         "knot_resolver_config_change_duration_seconds",
-        "how long reloads and renews took, from their start to their outcome",
+        "how long configuration changes took by cause (api, reload, renew), from their start \
+         to their outcome",
         Kind::Histogram,
     );
     for (cause, h) in &tally.change_seconds {
@@ -485,9 +487,10 @@ mod tests {
     }
 
     #[test]
-    fn changes_are_counted_by_cause_and_result_and_reloads_timed() {
+    fn changes_are_counted_by_cause_and_result_and_timed() {
         let t = tally(vec![
             (0.0, Event::ManagerStarted { incarnation: 3 }),
+            (0.75, Event::ConfigChanging),
             (
                 1.0,
                 applied(
@@ -508,6 +511,7 @@ mod tests {
                 },
             ),
             (2.5, applied(Cause::Reload, &[], WorkersAction::RulesReset)),
+            (2.75, Event::ConfigChanging),
             (
                 3.0,
                 Event::ConfigRefused {
@@ -546,10 +550,11 @@ mod tests {
         assert_eq!(t.change_seconds["reload"].count, 1);
         assert_eq!(t.change_seconds["reload"].sum, 0.5);
         assert_eq!(t.change_seconds["renew"].sum, 12.0);
-        assert!(
-            !t.change_seconds.contains_key("api"),
-            "an API change has no start"
+        assert_eq!(
+            t.change_seconds["api"].count, 2,
+            "applied and refused alike"
         );
+        assert_eq!(t.change_seconds["api"].sum, 0.5);
     }
 
     #[test]
