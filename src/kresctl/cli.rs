@@ -57,6 +57,23 @@ pub enum Follow {
     Watch,
 }
 
+/// What `metrics` prints: the resolver's own output, or a summary of two scrapes
+/// (`--summary`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsView {
+    Raw,
+    Summary,
+}
+
+/// `--interval`: seconds, more than 0 and at most an hour.
+fn interval(text: &str) -> Result<std::time::Duration, String> {
+    let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    if !(seconds > 0.0 && seconds <= 3600.0) {
+        return Err("seconds, more than 0 and at most 3600".to_owned());
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
+}
+
 #[derive(Parser)]
 #[command(
     name = "kresctl",
@@ -211,6 +228,19 @@ pub enum ApiCommand {
         #[arg(id = "prometheus", long = "prometheus", action = ArgAction::SetTrue,
               value_parser = flag(MetricsFormat::Prometheus, MetricsFormat::Json))]
         format: MetricsFormat,
+        /// Print a summary of two scrapes instead: queries per second by transport, rcode
+        /// and qtype, latency quantiles, cache hit ratio.
+        #[arg(id = "summary", long = "summary", action = ArgAction::SetTrue,
+              value_parser = flag(MetricsView::Summary, MetricsView::Raw),
+              conflicts_with_all = ["prometheus", "file"])]
+        view: MetricsView,
+        /// With --summary: seconds between the two scrapes.
+        #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = interval,
+              requires = "summary")]
+        interval: std::time::Duration,
+        /// With --summary: rows shown per table (the busiest first).
+        #[arg(long, value_name = "N", default_value_t = 10, requires = "summary")]
+        top: usize,
         /// Write the output to this file instead.
         file: Option<PathBuf>,
     },
@@ -465,6 +495,33 @@ mod tests {
                 ..
             }
         ));
+        assert!(matches!(
+            parse(&["metrics", "--summary", "--interval", "0.5", "--top", "3"]),
+            ApiCommand::Metrics {
+                view: MetricsView::Summary,
+                interval,
+                top: 3,
+                ..
+            } if interval == std::time::Duration::from_millis(500)
+        ));
+        assert!(matches!(
+            parse(&["metrics"]),
+            ApiCommand::Metrics {
+                view: MetricsView::Raw,
+                format: MetricsFormat::Json,
+                ..
+            }
+        ));
+        for refused in [
+            &["metrics", "--summary", "--prometheus"][..],
+            &["metrics", "--summary", "out.json"],
+            &["metrics", "--interval", "2"],
+            &["metrics", "--summary", "--interval", "0"],
+        ] {
+            let parsed =
+                Cli::try_parse_from(std::iter::once("kresctl").chain(refused.iter().copied()));
+            assert!(parsed.is_err(), "{refused:?} accepted");
+        }
         assert!(matches!(
             parse(&["schema", "-l"]),
             ApiCommand::Schema {

@@ -180,7 +180,10 @@ async fn change(
     base: Option<String>,
 ) -> ChangeResult {
     let result = match current(manager, base) {
-        Ok(()) => apply(manager, Arc::new(config), Restart::WhenNeeded).await,
+        Ok(()) => {
+            ctx.events.publish(Event::ConfigChanging);
+            apply(manager, Arc::new(config), Restart::WhenNeeded).await
+        }
         Err(conflict) => Err(conflict),
     };
     tell(&ctx.events, Cause::Api, &result);
@@ -438,7 +441,7 @@ mod tests {
         );
         assert!(matches!(
             world.events().as_slice(),
-            [Event::ConfigRefused { cause: Cause::Api, reason }] if reason.starts_with("[/rundir]")
+            [Event::ConfigChanging, Event::ConfigRefused { cause: Cause::Api, reason }] if reason.starts_with("[/rundir]")
         ));
         assert!(Arc::ptr_eq(&world.handle.config(), &running));
     }

@@ -108,6 +108,36 @@ fn change_result(event: &Event) -> Option<(Cause, &'static str)> {
     })
 }
 
+/// Every cause a change can have.
+const CAUSES: [Cause; 3] = [Cause::Api, Cause::Reload, Cause::Renew];
+
+/// Every result [`change_result`] gives.
+const RESULTS: [&str; 6] = [
+    "applied",
+    "live",
+    "rules_reset",
+    "refused",
+    "rolled_back",
+    "rollback_failed",
+];
+
+/// The changes by cause and result, every pair of [`CAUSES`] and [`RESULTS`] there from 0
+/// on: a series that first appears at 1 has no increase for Prometheus, so the first refusal
+/// would never show in `increase()` (nor fire an alert) if its series began with it.
+fn every_change(tally: &Tally) -> BTreeMap<(&'static str, &'static str), u64> {
+    let mut all: BTreeMap<_, u64> = CAUSES
+        .iter()
+        .flat_map(|&cause| {
+            RESULTS
+                .iter()
+                .map(move |&result| (cause_label(cause), result))
+        })
+        .map(|key| (key, 0))
+        .collect();
+    all.extend(&tally.changes);
+    all
+}
+
 /// The `cause` label of a change.
 fn cause_label(cause: Cause) -> &'static str {
     match cause {
@@ -162,9 +192,9 @@ struct Tally {
     generation: u64,
     /// Changes by cause and result.
     changes: BTreeMap<(&'static str, &'static str), u64>,
-    /// When the reload or renew under way began (its record's time).
+    /// When the change under way began (its start's record's time), and its cause.
     change_began: Option<(Cause, f64)>,
-    /// How long reloads and renews took, by cause.
+    /// How long changes took, by cause.
     change_seconds: BTreeMap<&'static str, Histogram>,
     /// Automatic restarts by kind and reason.
     restarts: BTreeMap<(&'static str, &'static str), u64>,
@@ -206,6 +236,7 @@ impl Tally {
             }
             Event::ConfigReloading { .. } => self.change_began = Some((Cause::Reload, now)),
             Event::ConfigRenewing { .. } => self.change_began = Some((Cause::Renew, now)),
+            Event::ConfigChanging => self.change_began = Some((Cause::Api, now)),
             Event::ProcessSpawned { name, .. } if name == service::POLICY_LOADER => {
                 self.policy_loader_began = Some(now);
             }
@@ -372,7 +403,7 @@ fn write_tally(out: &mut Exposition, tally: &Tally) {
          rules_reset, refused, rolled_back, rollback_failed)",
         Kind::Counter,
     );
-    for ((cause, result), n) in &tally.changes {
+    for ((cause, result), n) in &every_change(tally) {
         changes.push_str(&sample_line(
             "knot_resolver_config_changes_total",
             &format!("cause=\"{cause}\",result=\"{result}\""),
@@ -381,7 +412,8 @@ fn write_tally(out: &mut Exposition, tally: &Tally) {
     }
     let seconds = out.family(
         "knot_resolver_config_change_duration_seconds",
-        "how long reloads and renews took, from their start to their outcome",
+        "how long configuration changes took by cause (api, reload, renew), from their start \
+         to their outcome",
         Kind::Histogram,
     );
     for (cause, h) in &tally.change_seconds {
@@ -455,9 +487,10 @@ mod tests {
     }
 
     #[test]
-    fn changes_are_counted_by_cause_and_result_and_reloads_timed() {
+    fn changes_are_counted_by_cause_and_result_and_timed() {
         let t = tally(vec![
             (0.0, Event::ManagerStarted { incarnation: 3 }),
+            (0.75, Event::ConfigChanging),
             (
                 1.0,
                 applied(
@@ -478,6 +511,7 @@ mod tests {
                 },
             ),
             (2.5, applied(Cause::Reload, &[], WorkersAction::RulesReset)),
+            (2.75, Event::ConfigChanging),
             (
                 3.0,
                 Event::ConfigRefused {
@@ -516,10 +550,11 @@ mod tests {
         assert_eq!(t.change_seconds["reload"].count, 1);
         assert_eq!(t.change_seconds["reload"].sum, 0.5);
         assert_eq!(t.change_seconds["renew"].sum, 12.0);
-        assert!(
-            !t.change_seconds.contains_key("api"),
-            "an API change has no start"
+        assert_eq!(
+            t.change_seconds["api"].count, 2,
+            "applied and refused alike"
         );
+        assert_eq!(t.change_seconds["api"].sum, 0.5);
     }
 
     #[test]
@@ -660,6 +695,18 @@ mod tests {
                 &[("cause", "reload"), ("result", "applied")]
             ),
             Some(1.0)
+        );
+        assert_eq!(
+            parsed.value(
+                "knot_resolver_config_changes_total",
+                &[("cause", "api"), ("result", "refused")]
+            ),
+            Some(0.0),
+            "every cause and result is there from 0 on"
+        );
+        assert_eq!(
+            parsed.samples("knot_resolver_config_changes_total").len(),
+            CAUSES.len() * RESULTS.len()
         );
         assert_eq!(
             parsed.value(

@@ -73,6 +73,9 @@ pub enum Event {
     ConfigReloading { force: bool, origin: Origin },
     /// The running configuration is applied again (`/renew`, a watched file it names changed).
     ConfigRenewing { force: bool, origin: Origin },
+    /// A configuration asked for through the API (`PUT`, `PATCH` or `DELETE` of `/v1/config`)
+    /// is being applied; its outcome follows (`cause` `api`).
+    ConfigChanging,
     /// A configuration change was applied.
     ConfigApplied {
         cause: Cause,
@@ -150,6 +153,7 @@ impl Event {
             Event::Stopping => "stopping",
             Event::ConfigReloading { .. } => "config-reloading",
             Event::ConfigRenewing { .. } => "config-renewing",
+            Event::ConfigChanging => "config-changing",
             Event::ConfigApplied { .. } => "config-applied",
             Event::ConfigRefused { .. } => "config-refused",
             Event::ConfigRolledBack { .. } => "config-rolled-back",
@@ -200,7 +204,7 @@ impl fmt::Display for Event {
                 None => write!(f, "{kind} {generation}: upgraded in place, {from} -> {to}"),
                 Some(why) => write!(f, "{kind} {generation} failed: {why}; {from} runs on"),
             },
-            Event::Draining | Event::Stopping => f.write_str(kind),
+            Event::Draining | Event::Stopping | Event::ConfigChanging => f.write_str(kind),
             Event::ConfigReloading { force, origin } | Event::ConfigRenewing { force, origin } => {
                 write!(
                     f,

@@ -15,7 +15,9 @@ pub mod processes;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::cli::{self, ApiCommand, ApplyMode, CacheArgs, CompletionShell, ConfigArgs, Follow};
+use super::cli::{
+    self, ApiCommand, ApplyMode, CacheArgs, CompletionShell, ConfigArgs, Follow, MetricsView,
+};
 use super::client::{ApiClient, ClientError};
 
 /// The error of a command that works on files, without a resolver (`convert`, `migrate`).
@@ -160,7 +162,18 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
             format,
             last_event_id,
         } => events::follow(client, format, last_event_id.as_deref()).await?,
-        ApiCommand::Metrics { format, file } => {
+        ApiCommand::Metrics {
+            view: MetricsView::Summary,
+            interval,
+            top,
+            ..
+        } => metrics::summary(client, interval, top).await?,
+        ApiCommand::Metrics {
+            format,
+            file,
+            view: MetricsView::Raw,
+            ..
+        } => {
             metrics::metrics(client, format, file.as_deref()).await?;
         }
         ApiCommand::Cache(CacheArgs { op: None }) => cli::print_help(Some("cache")),
