@@ -286,11 +286,27 @@ fn control_plane_series_follow_changes_refusals_and_restarts() {
         ) == 1.0
             && value(p, "knot_resolver_workers_ready", &[]) == 2.0
     });
+    let restarts: f64 = restarted
+        .samples("knot_resolver_process_restarts_total")
+        .iter()
+        .map(|s| s.value)
+        .sum();
+    assert_eq!(restarts, 1.0, "that restart only, every other series at 0");
     assert_eq!(
-        restarted
+        value(
+            &start,
+            "knot_resolver_process_restarts_total",
+            &[("kind", "kresd"), ("reason", "signal")],
+        ),
+        0.0,
+        "written from 0 on"
+    );
+    assert!(
+        start
             .samples("knot_resolver_process_restarts_total")
-            .len(),
-        1
+            .iter()
+            .any(|s| s.label("kind") == Some("kresd") && s.label("reason") == Some("signal")),
+        "the kresd restart series exist before any restart"
     );
     r.stop();
 }

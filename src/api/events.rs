@@ -66,7 +66,8 @@ impl<S: Send + Sync> FromRequestParts<S> for LastEventId {
 /// Every event is an SSE message with `id:` (`<epoch>-<seq>`, to resume from), `event:` (its
 /// kind: `process-spawned`, `process-ready`, `process-exited`, `process-restarted`,
 /// `process-hung`, `process-failed`, `process-removed`, `manager-started`, `draining`,
-/// `config-reloading`, `config-renewing`, `config-changing`, `config-applied`, `config-refused`,
+/// `policy-loader-finished`, `config-reloading`, `config-renewing`, `config-changing`,
+/// `config-applied`, `config-refused`,
 /// `config-rolled-back`) and one JSON
 /// `data:` line. Notices without `id:`: `events-missed`, `events-lagged` (the client fell behind
 /// and the stream ends), `stopping` (the resolver stops and the stream ends). A comment line is

@@ -16,6 +16,7 @@ use super::plan::{self, ChangePlan, GcChange, Live, Restart, Roll, RulesChange, 
 use super::processes::{PreparedSockets, Processes};
 use super::{rundir, worker_control, ApplyError, Executables};
 use crate::config::{KresConfig, LoadedConfig};
+use crate::events::EventLog;
 use crate::service::WorkerId;
 
 /// Owns the mapping from configuration to processes.
@@ -38,9 +39,10 @@ impl Manager {
         owner: SocketOwner,
         sockets: Arc<Mutex<SocketTable>>,
         upward: UpwardNotifier,
+        events: EventLog,
     ) -> Self {
         Manager {
-            processes: Processes::new(supervisor, executables, owner, sockets, upward),
+            processes: Processes::new(supervisor, executables, owner, sockets, upward, events),
             config,
             workers: Vec::new(),
         }

@@ -17,6 +17,7 @@ use super::listen::{self, SocketOwner, SocketTable, Steering};
 use super::specs::{self, Specs};
 use super::{rundir, ApplyError, Executables};
 use crate::config::KresConfig;
+use crate::events::{Event, EventLog};
 use crate::lua;
 use crate::service::{self, WorkerId};
 
@@ -61,6 +62,8 @@ pub struct Processes {
     upward: UpwardNotifier,
     /// How long the policy-loader may run.
     policy_loader_timeout: Duration,
+    /// Where each policy-loader run is told (`policy-loader-finished`).
+    events: EventLog,
 }
 
 impl Processes {
@@ -72,6 +75,7 @@ impl Processes {
         owner: SocketOwner,
         sockets: Arc<Mutex<SocketTable>>,
         upward: UpwardNotifier,
+        events: EventLog,
     ) -> Processes {
         Processes {
             supervisor,
@@ -80,6 +84,7 @@ impl Processes {
             sockets,
             upward,
             policy_loader_timeout: policy_loader_timeout_from_env(),
+            events,
         }
     }
 
@@ -273,6 +278,7 @@ impl Processes {
             &lua::render_policy_loader_with(cfg, &self.render_context()),
         )?;
         let deadline = self.policy_loader_timeout;
+        let began = std::time::Instant::now();
         let run =
             tokio::time::timeout(deadline, self.supervisor.run(self.specs.policy_loader(cfg)));
         tokio::pin!(run);
@@ -290,9 +296,20 @@ impl Processes {
                 _ = extend.tick() => self.upward.extend_timeout(EXTEND_TIMEOUT_BY),
             }
         };
+        let seconds = began.elapsed().as_secs_f64();
         if outcome.is_err() {
             // It is still running: stop it; its exit no longer matters.
             let _ = self.supervisor.stop(service::POLICY_LOADER).await;
+        }
+        let finished = |status| Event::PolicyLoaderFinished { seconds, status };
+        let told = match &outcome {
+            Ok(Ok(status)) => Some(finished(Some(*status))),
+            Err(_) => Some(finished(None)),
+            // It never started: there was no run.
+            Ok(Err(_)) => None,
+        };
+        if let Some(event) = told {
+            self.events.publish(event);
         }
         rundir::remove(&path);
         match outcome {

@@ -59,6 +59,7 @@ impl ManagerContext {
             self.socket_owner,
             self.sockets.clone(),
             self.upward.clone(),
+            self.events.clone(),
         )
     }
 }

@@ -200,9 +200,7 @@ struct Tally {
     restarts: BTreeMap<(&'static str, &'static str), u64>,
     /// Per process, what the next restart is counted with.
     processes: BTreeMap<String, ProcessNote>,
-    /// When the policy-loader run under way was seen starting.
-    policy_loader_began: Option<f64>,
-    /// How long policy-loader runs took, as the process tables showed them.
+    /// How long policy-loader runs took, as the manager told them.
     policy_loader_seconds: Histogram,
     /// Events this tally never saw (its follower fell behind and the log had dropped them).
     missed: u64,
@@ -237,15 +235,10 @@ impl Tally {
             Event::ConfigReloading { .. } => self.change_began = Some((Cause::Reload, now)),
             Event::ConfigRenewing { .. } => self.change_began = Some((Cause::Renew, now)),
             Event::ConfigChanging => self.change_began = Some((Cause::Api, now)),
-            Event::ProcessSpawned { name, .. } if name == service::POLICY_LOADER => {
-                self.policy_loader_began = Some(now);
+            Event::PolicyLoaderFinished { seconds, .. } => {
+                self.policy_loader_seconds.observe(*seconds);
             }
             Event::ProcessExited { name, status, .. } => {
-                if name == service::POLICY_LOADER {
-                    if let Some(began) = self.policy_loader_began.take() {
-                        self.policy_loader_seconds.observe(now - began);
-                    }
-                }
                 let note = self.processes.entry(name.clone()).or_default();
                 // A hang's kill ends in a signal: the hang is the reason.
                 if note.ended != Some("hung") {
@@ -428,7 +421,16 @@ fn write_tally(out: &mut Exposition, tally: &Tally) {
          ended (signal, exit_failure, exit_success, hung, unknown)",
         Kind::Counter,
     );
-    for ((kind, reason), n) in &tally.restarts {
+    // The restarts operators alert on are written from 0 on, so that the first one is an
+    // increase (`increase()` sees nothing in a series that appears at 1).
+    let mut counted: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for kind in [ServiceKind::Kresd, ServiceKind::CacheGc] {
+        for reason in ["signal", "exit_failure", "exit_success", "hung"] {
+            counted.insert((kind.as_str(), reason), 0);
+        }
+    }
+    counted.extend(tally.restarts.iter().map(|(k, n)| (*k, *n)));
+    for ((kind, reason), n) in &counted {
         restarts.push_str(&sample_line(
             "knot_resolver_process_restarts_total",
             &format!("kind=\"{kind}\",reason=\"{reason}\""),
@@ -437,7 +439,8 @@ fn write_tally(out: &mut Exposition, tally: &Tally) {
     }
     out.family(
         "knot_resolver_policy_loader_duration_seconds",
-        "how long policy-loader runs took, as the process tables showed them",
+        "how long policy-loader runs took, from their start to their exit (or their stop at \
+         the deadline)",
         Kind::Histogram,
     )
     .push_str(
@@ -611,12 +614,21 @@ mod tests {
 
     #[test]
     fn policy_loader_runs_are_timed() {
+        // As the manager tells them; the process tables' view of a run (often none: it can
+        // fall between two tables) is not what is timed.
         let t = tally(vec![
             (
                 10.0,
                 Event::ProcessSpawned {
                     name: service::POLICY_LOADER.into(),
                     pid: 1,
+                },
+            ),
+            (
+                10.3,
+                Event::PolicyLoaderFinished {
+                    seconds: 0.3,
+                    status: Some(ExitStatus::Code(0)),
                 },
             ),
             (
@@ -628,14 +640,18 @@ mod tests {
                 },
             ),
             (
-                10.3,
-                Event::ProcessRemoved {
-                    name: service::POLICY_LOADER.into(),
+                20.0,
+                Event::PolicyLoaderFinished {
+                    seconds: 60.0,
+                    status: None,
                 },
             ),
         ]);
-        assert_eq!(t.policy_loader_seconds.count, 1);
-        assert!((t.policy_loader_seconds.sum - 0.3).abs() < 1e-9);
+        assert_eq!(
+            t.policy_loader_seconds.count, 2,
+            "a run stopped at its deadline too"
+        );
+        assert!((t.policy_loader_seconds.sum - 60.3).abs() < 1e-9);
         assert_eq!(
             t.policy_loader_seconds.buckets[4], 1,
             "le 0.25 < 0.3 <= 0.5"

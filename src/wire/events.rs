@@ -76,6 +76,13 @@ pub enum Event {
     /// A configuration asked for through the API (`PUT`, `PATCH` or `DELETE` of `/v1/config`)
     /// is being applied; its outcome follows (`cause` `api`).
     ConfigChanging,
+    /// The policy-loader ran to its end (`status`), or past its deadline and was stopped
+    /// (no status), taking `seconds` from its start, as the manager waited for it. Told by the
+    /// manager itself: a run is often shorter than the gap between two process tables.
+    PolicyLoaderFinished {
+        seconds: f64,
+        status: Option<ExitStatus>,
+    },
     /// A configuration change was applied.
     ConfigApplied {
         cause: Cause,
@@ -154,6 +161,7 @@ impl Event {
             Event::ConfigReloading { .. } => "config-reloading",
             Event::ConfigRenewing { .. } => "config-renewing",
             Event::ConfigChanging => "config-changing",
+            Event::PolicyLoaderFinished { .. } => "policy-loader-finished",
             Event::ConfigApplied { .. } => "config-applied",
             Event::ConfigRefused { .. } => "config-refused",
             Event::ConfigRolledBack { .. } => "config-rolled-back",
@@ -212,6 +220,10 @@ impl fmt::Display for Event {
                     if *force { ", forced" } else { "" }
                 )
             }
+            Event::PolicyLoaderFinished { seconds, status } => match status {
+                Some(status) => write!(f, "{kind} in {seconds:.3} s: {status}"),
+                None => write!(f, "{kind} in {seconds:.3} s: stopped at its deadline"),
+            },
             Event::ConfigApplied { cause, change } => write!(f, "{kind} ({cause}): {change}"),
             Event::ConfigRefused { cause, reason } => write!(f, "{kind} ({cause}): {reason}"),
             Event::ConfigRolledBack {
