@@ -7,45 +7,68 @@ use serde_json::Value;
 
 /// The quoted ETag of a document (20 URL-safe base64 characters, like upstream's).
 pub fn etag(doc: &Value) -> String {
-    let mut canonical = String::new();
-    write_canonical(doc, &mut canonical);
-    // FNV-1a, 128 bits: stable across builds and runs, collisions irrelevant at this scale.
-    let mut h: u128 = 0x6c62272e07bb014262b821756295c58d;
-    for b in canonical.as_bytes() {
-        h ^= u128::from(*b);
-        h = h.wrapping_mul(0x0000000001000000000000000000013B);
-    }
-    let bytes = &h.to_be_bytes()[..15];
+    let mut hash = Fnv128::default();
+    write_canonical(doc, &mut hash);
+    let bytes = &hash.0.to_be_bytes()[..15];
     format!("\"{}\"", base64url(bytes))
 }
 
-fn write_canonical(v: &Value, out: &mut String) {
+/// FNV-1a, 128 bits, fed as the canonical text is written (a large configuration's text is
+/// never built): stable across builds and runs, collisions irrelevant at this scale.
+struct Fnv128(u128);
+
+impl Default for Fnv128 {
+    fn default() -> Self {
+        Fnv128(0x6c62272e07bb014262b821756295c58d)
+    }
+}
+
+impl std::io::Write for Fnv128 {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        for b in bytes {
+            self.0 ^= u128::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000000001000000000000000000013B);
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The canonical JSON of `v` (object keys sorted, no spaces) into `out`. Writing into the
+/// hash cannot fail, nor can serialising a string or a scalar.
+fn write_canonical(v: &Value, out: &mut Fnv128) {
+    use std::io::Write;
     match v {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
             keys.sort();
-            out.push('{');
+            let _ = out.write_all(b"{");
             for (i, k) in keys.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    let _ = out.write_all(b",");
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
+                let _ = serde_json::to_writer(&mut *out, k);
+                let _ = out.write_all(b":");
                 write_canonical(&m[k], out);
             }
-            out.push('}');
+            let _ = out.write_all(b"}");
         }
         Value::Array(a) => {
-            out.push('[');
+            let _ = out.write_all(b"[");
             for (i, x) in a.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    let _ = out.write_all(b",");
                 }
                 write_canonical(x, out);
             }
-            out.push(']');
+            let _ = out.write_all(b"]");
         }
-        other => out.push_str(&other.to_string()),
+        other => {
+            let _ = serde_json::to_writer(&mut *out, other);
+        }
     }
 }
 
@@ -97,6 +120,14 @@ mod tests {
         assert_eq!(etag(&a), etag(&b));
         assert_ne!(etag(&a), etag(&json!({"workers": 3})));
         assert_eq!(etag(&a).len(), 22);
+    }
+
+    #[test]
+    fn tags_stay_what_they_were() {
+        // Pinned: a client's tag stays valid across versions of the resolver.
+        let doc = json!({"workers": 2, "cache": {"size-max": "1M", "storage": "/x"},
+            "l": [1, 2.5, true, null, "a\"b\u{e9}"], "esc": "\n\t"});
+        assert_eq!(etag(&doc), "\"GUQrHlyX0U-a1DK3m8Vq\"");
     }
 
     #[test]
