@@ -298,4 +298,110 @@ mod tests {
             .remove("doq6");
         assert!(write_worker(&mut Exposition::default(), "i=\"w\"", &incomplete, None).is_none());
     }
+
+    /// A worker's counts as kresd reported them (a real reply), with rarer rcodes added.
+    fn counts() -> Value {
+        let mut counts: Value =
+            serde_json::from_str(include_str!("../../tests/data/answer-counts.json"))
+                .expect("fixture");
+        counts["rcodes"]["11"] = 2.into();
+        counts["rcodes"]["15"] = 1.into();
+        counts["rcodes"]["other"] = 4.into();
+        counts["rcodes"]["16"] = 3.into();
+        counts
+    }
+
+    #[test]
+    fn the_workers_counts_give_every_rcode_qtype_and_outcome() {
+        let stats: serde_json::Map<String, Value> =
+            serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
+                .expect("fixture");
+        let mut worker = stats["kresd:kresd0"].clone();
+        worker["answer"]["cached"] = 99.into();
+        worker["answer"]["noerror"] = 99.into();
+        let mut out = Exposition::default();
+        write_worker(&mut out, "instance_id=\"w\"", &worker, Some(&counts())).expect("complete");
+        let text = out.render();
+        let parsed = super::super::strict::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let value = |name: &str, label: &str, v: &str| parsed.value(name, &[(label, v)]);
+        let answers = "knot_resolver_dns_answers_total";
+        for (rcode, expected) in [
+            ("NOERROR", 6.0),
+            ("SERVFAIL", 1.0),
+            ("NXDOMAIN", 1.0),
+            ("REFUSED", 1.0),
+            ("NOTZONE", 0.0),
+            ("BADVERS", 3.0),
+            ("other", 7.0),
+        ] {
+            assert_eq!(value(answers, "rcode", rcode), Some(expected), "{rcode}");
+        }
+        assert_eq!(parsed.samples(answers).len(), 13, "12 names and other");
+        let queries = "knot_resolver_dns_queries_total";
+        assert_eq!(value(queries, "qtype", "A"), Some(6.0));
+        assert_eq!(value(queries, "qtype", "TXT"), Some(1.0));
+        assert_eq!(value(queries, "qtype", "other"), Some(1.0));
+        assert_eq!(value(queries, "qtype", "HTTPS"), Some(0.0));
+        assert_eq!(parsed.samples(queries).len(), 17, "16 names and other");
+        let families = &parsed.families;
+        assert_eq!(
+            families["knot_resolver_cache_hits_total"].samples[0].value, 7.0,
+            "the counts' hits, not kresd's statistics'"
+        );
+        assert_eq!(
+            families["knot_resolver_cache_misses_total"].samples[0].value,
+            2.0
+        );
+        let dnssec = "knot_resolver_dnssec_answers_total";
+        assert_eq!(value(dnssec, "result", "secure"), Some(7.0));
+        assert_eq!(value(dnssec, "result", "bogus"), Some(1.0));
+        assert_eq!(value(dnssec, "result", "insecure"), Some(1.0));
+        for family in [answers, queries, dnssec, "knot_resolver_cache_misses_total"] {
+            assert_eq!(
+                families[family].kind.as_deref(),
+                Some("counter"),
+                "{family}"
+            );
+        }
+    }
+
+    #[test]
+    fn incomplete_counts_leave_kresds_answers_and_hits() {
+        let stats: serde_json::Map<String, Value> =
+            serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
+                .expect("fixture");
+        let mut worker = stats["kresd:kresd0"].clone();
+        worker["answer"]["nxdomain"] = 5.into();
+        worker["answer"]["cached"] = 4.into();
+        let mut counts = counts();
+        counts["rcodes"]
+            .as_object_mut()
+            .expect("object")
+            .remove("9");
+        for counts in [None, Some(&counts), Some(&Value::from("not counts"))] {
+            let mut out = Exposition::default();
+            write_worker(&mut out, "instance_id=\"w\"", &worker, counts).expect("complete");
+            let text = out.render();
+            let parsed =
+                super::super::strict::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let answers = parsed.samples("knot_resolver_dns_answers_total");
+            let rcodes: Vec<_> = answers.iter().filter_map(|s| s.label("rcode")).collect();
+            assert_eq!(rcodes, ["NOERROR", "NXDOMAIN", "SERVFAIL"], "{text}");
+            assert_eq!(
+                parsed.value("knot_resolver_dns_answers_total", &[("rcode", "NXDOMAIN")]),
+                Some(5.0)
+            );
+            assert_eq!(
+                parsed.value("knot_resolver_cache_hits_total", &[]),
+                Some(4.0)
+            );
+            for absent in [
+                "knot_resolver_dns_queries_total",
+                "knot_resolver_cache_misses_total",
+                "knot_resolver_dnssec_answers_total",
+            ] {
+                assert!(parsed.samples(absent).is_empty(), "{absent}: {text}");
+            }
+        }
+    }
 }

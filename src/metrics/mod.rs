@@ -663,4 +663,37 @@ mod tests {
         assert!(text.contains("resolver_response_latency_sum{instance_id=\"kresd:kresd0\"} 2.5"));
         assert!(text.contains("resolver_metrics_loaded{instance_id=\"kresd:kresd0\"} 1.0"));
     }
+
+    /// A worker of our configuration answers both; one of an older configuration (adopted by
+    /// this manager) the statistics alone, as upstream's function gives them.
+    #[test]
+    fn replies_split_into_statistics_and_counts() {
+        assert_eq!(
+            collect_expression(MetricsMode::Lazy).as_deref(),
+            Some(
+                "collect_labelled_statistics and collect_labelled_statistics() or \
+                 {stats = collect_lazy_statistics()}"
+            )
+        );
+        assert!(collect_expression(MetricsMode::Always)
+            .is_some_and(|e| e.ends_with("{stats = collect_statistics()}")));
+        assert_eq!(collect_expression(MetricsMode::ManagerOnly), None);
+        let stats = serde_json::json!({"answer": {"total": 1}});
+        let counts = serde_json::json!({"cache": {"hit": 1, "miss": 0}});
+        assert_eq!(
+            split_reply(serde_json::json!({"stats": stats, "counts": counts})),
+            Ok((stats.clone(), Some(counts)))
+        );
+        assert_eq!(
+            split_reply(serde_json::json!({"stats": stats})),
+            Ok((stats.clone(), None))
+        );
+        assert_eq!(
+            split_reply(serde_json::json!({"stats": stats, "counts": "x"})),
+            Ok((stats.clone(), None))
+        );
+        let error = Value::from("[string]:1: attempt to call a nil value");
+        assert_eq!(split_reply(error.clone()), Err(error));
+        assert!(split_reply(serde_json::json!({"stats": []})).is_err());
+    }
 }
