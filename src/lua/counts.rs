@@ -53,171 +53,136 @@ pub const LOAD_FUNCTION: &str = "load_answer_counters";
 /// The name of the kresd module the layer is loaded as.
 const MODULE: &str = "answer_counters";
 
+/// The slot of the extended rcodes above [`HIGHEST_NUMBERED_RCODE`].
+const OTHER_RCODE: u16 = HIGHEST_NUMBERED_RCODE + 1;
+
 /// kresd's `rank` of a request whose whole answer it authenticated (`KR_RANK_SECURE`).
 const RANK_SECURE: u8 = 32;
 
-/// The definitions of [`LOAD_FUNCTION`] and [`COLLECT_FUNCTION`].
+/// The counting functions, `@NAME@` standing for what [`counting_functions`] fills in.
+///
+/// `finish`: external requests only, as `stats` tells them (a destination address); the qtype
+/// from the query's wire; the rcode from the answer's header and its OPT record's extended
+/// bits; the cache use of the request's last query as `stats` tells it (`kr_rplan_last`: the
+/// last pending one, else the last resolved); the DNSSEC outcome from the request's rank
+/// (secure) or, for a SERVFAIL, a DNSSEC failure's extended error or a query of the request
+/// kresd flagged bogus (it gives some validation failures only EDE 0, "Other"). Lengths are
+/// `size_t` (64-bit cdata in LuaJIT): `tonumber` makes them plain numbers.
+const TEMPLATE: &str = "\
+-- counts kresd's statistics lack, for the labelled metrics: external queries by qtype,
+-- answers by rcode, cache hits and misses, DNSSEC outcomes (a layer at finish)
+do
+	local report
+	function @LOAD@()
+		if package.loaded[@MODULE_KEY@] ~= nil then return end
+		local bit = require('bit')
+		local band, rshift = bit.band, bit.rshift
+		local slot = {@SLOTS@}
+		local other = @OTHER_QTYPE@
+		local queries = {@QUERY_ZEROS@}
+		local rcodes = {[0] = 0, @RCODE_ZEROS@}
+		local failed = {@FAILED@}
+		local hits, misses, secure, insecure, bogus = 0, 0, 0, 0, 0
+		local function bogus_in(array)
+			for i = 0, tonumber(array.len) - 1 do
+				if array.at[i].flags.DNSSEC_BOGUS then return true end
+			end
+			return false
+		end
+		local function finish(state, req, answer)
+			local qsource = req.qsource
+			if qsource.dst_addr == nil then return state end
+			local query = qsource.packet
+			local size = query.qname_size
+			if size ~= 0 then
+				local wire = query.wire
+				local n = slot[wire[12 + size] * 256 + wire[13 + size]] or other
+				queries[n] = queries[n] + 1
+			end
+			if answer == nil then return state end
+			local rcode = band(answer.wire[3], 15)
+			local opt = answer.opt_rr
+			if opt ~= nil then
+				local ext = rshift(opt._ttl, 24)
+				if ext ~= 0 then
+					rcode = ext * 16 + rcode
+					if rcode > @HIGHEST_RCODE@ then rcode = @OTHER_RCODE@ end
+				end
+			end
+			rcodes[rcode] = rcodes[rcode] + 1
+			local rplan = req.rplan
+			local resolved = tonumber(rplan.resolved.len)
+			if resolved > 0 then
+				local pending = tonumber(rplan.pending.len)
+				local last = pending > 0 and rplan.pending.at[pending - 1] or rplan.resolved.at[resolved - 1]
+				if last.flags.CACHED then hits = hits + 1 else misses = misses + 1 end
+			end
+			if req.rank == @RANK_SECURE@ then
+				secure = secure + 1
+			elseif rcode == 2 and (failed[req.extended_error.info_code] or bogus_in(rplan.resolved) or bogus_in(rplan.pending)) then
+				bogus = bogus + 1
+			else
+				insecure = insecure + 1
+			end
+			return state
+		end
+		report = function()
+			local q, r = {other = queries[other]}, {other = rcodes[@OTHER_RCODE@]}
+			for qtype, i in pairs(slot) do q[tostring(qtype)] = queries[i] end
+			for rcode = 0, @HIGHEST_RCODE@ do r[tostring(rcode)] = rcodes[rcode] end
+			return {queries = q, rcodes = r, cache = {hit = hits, miss = misses},
+				dnssec = {secure = secure, insecure = insecure, bogus = bogus}}
+		end
+		package.loaded[@MODULE_KEY@] = {layer = {finish = finish}}
+		modules.load(@MODULE@)
+	end
+	function @COLLECT@()
+		if stats == nil then
+			modules.load('stats')
+		end
+		@LOAD@()
+		return {stats = stats.list(), counts = report()}
+	end
+end
+";
+
+/// The definitions of [`LOAD_FUNCTION`] and [`COLLECT_FUNCTION`]: [`TEMPLATE`] filled in
+/// (numbers, and the module's name through [`quote`]).
 pub fn counting_functions(out: &mut String) {
     let other_qtype = NAMED_QTYPES.len() + 1;
-    let other_rcode = HIGHEST_NUMBERED_RCODE + 1;
-    let module_key = quote(&format!("kres_modules.{MODULE}"));
-    line!(
-        out,
-        "-- counts kresd's statistics lack, for the labelled metrics: external queries by qtype,"
-    );
-    line!(
-        out,
-        "-- answers by rcode, cache hits and misses, DNSSEC outcomes (a layer at finish)"
-    );
-    line!(out, "do");
-    line!(out, "\tlocal report");
-    line!(out, "\tfunction {LOAD_FUNCTION}()");
-    line!(
-        out,
-        "\t\tif package.loaded[{module_key}] ~= nil then return end"
-    );
-    line!(out, "\t\tlocal bit = require('bit')");
-    line!(out, "\t\tlocal band, rshift = bit.band, bit.rshift");
     let slots: String = NAMED_QTYPES
         .iter()
         .enumerate()
         .map(|(i, (qtype, _))| format!("[{qtype}] = {}, ", i + 1))
         .collect();
-    line!(out, "\t\tlocal slot = {{{slots}}}");
-    line!(out, "\t\tlocal other = {other_qtype}");
-    line!(out, "\t\tlocal queries = {{{}}}", zeros(1, other_qtype));
-    line!(
-        out,
-        "\t\tlocal rcodes = {{[0] = 0, {}}}",
-        zeros(1, usize::from(other_rcode))
-    );
-    let failures: String = VALIDATION_FAILURES
+    let failed: String = VALIDATION_FAILURES
         .iter()
         .map(|code| format!("[{code}] = true, "))
         .collect();
-    line!(out, "\t\tlocal failed = {{{failures}}}");
-    line!(
-        out,
-        "\t\tlocal hits, misses, secure, insecure, bogus = 0, 0, 0, 0, 0"
-    );
-    finish_function(out, other_rcode);
-    line!(out, "\t\treport = function()");
-    line!(
-        out,
-        "\t\t\tlocal q, r = {{other = queries[other]}}, {{other = rcodes[{other_rcode}]}}"
-    );
-    line!(
-        out,
-        "\t\t\tfor qtype, i in pairs(slot) do q[tostring(qtype)] = queries[i] end"
-    );
-    line!(
-        out,
-        "\t\t\tfor rcode = 0, {HIGHEST_NUMBERED_RCODE} do r[tostring(rcode)] = rcodes[rcode] end"
-    );
-    line!(
-        out,
-        "\t\t\treturn {{queries = q, rcodes = r, cache = {{hit = hits, miss = misses}},"
-    );
-    line!(
-        out,
-        "\t\t\t\tdnssec = {{secure = secure, insecure = insecure, bogus = bogus}}}}"
-    );
-    line!(out, "\t\tend");
-    line!(
-        out,
-        "\t\tpackage.loaded[{module_key}] = {{layer = {{finish = finish}}}}"
-    );
-    line!(out, "\t\tmodules.load({})", quote(MODULE));
-    line!(out, "\tend");
-    line!(out, "\tfunction {COLLECT_FUNCTION}()");
-    line!(out, "\t\tif stats == nil then");
-    line!(out, "\t\t\tmodules.load('stats')");
-    line!(out, "\t\tend");
-    line!(out, "\t\t{LOAD_FUNCTION}()");
-    line!(
-        out,
-        "\t\treturn {{stats = stats.list(), counts = report()}}"
-    );
-    line!(out, "\tend");
-    line!(out, "end");
+    let fills = [
+        ("@LOAD@", LOAD_FUNCTION.to_owned()),
+        ("@COLLECT@", COLLECT_FUNCTION.to_owned()),
+        ("@MODULE_KEY@", quote(&format!("kres_modules.{MODULE}"))),
+        ("@MODULE@", quote(MODULE)),
+        ("@SLOTS@", slots),
+        ("@OTHER_QTYPE@", other_qtype.to_string()),
+        ("@QUERY_ZEROS@", zeros(other_qtype)),
+        ("@RCODE_ZEROS@", zeros(usize::from(OTHER_RCODE))),
+        ("@FAILED@", failed),
+        ("@HIGHEST_RCODE@", HIGHEST_NUMBERED_RCODE.to_string()),
+        ("@OTHER_RCODE@", OTHER_RCODE.to_string()),
+        ("@RANK_SECURE@", RANK_SECURE.to_string()),
+    ];
+    let mut text = TEMPLATE.to_owned();
+    for (placeholder, value) in fills {
+        text = text.replace(placeholder, &value);
+    }
+    out.push_str(&text);
 }
 
-/// The layer's `finish`: what `stats` counts as external (a destination address), the qtype
-/// from the query's wire, the rcode from the answer's header and OPT record, the cache use of
-/// the request's last query as `stats` tells it (`kr_rplan_last`: the last pending one, else the
-/// last resolved), the DNSSEC outcome from the request's rank
-/// (secure) or, for a SERVFAIL, a DNSSEC failure's extended error or a query of the request
-/// kresd flagged bogus (it gives some validation failures only EDE 0, "Other").
-fn finish_function(out: &mut String, other_rcode: u16) {
-    line!(out, "\t\tlocal function bogus_in(queries)");
-    line!(out, "\t\t\tfor i = 0, tonumber(queries.len) - 1 do");
-    line!(
-        out,
-        "\t\t\t\tif queries.at[i].flags.DNSSEC_BOGUS then return true end"
-    );
-    line!(out, "\t\t\tend");
-    line!(out, "\t\t\treturn false");
-    line!(out, "\t\tend");
-    line!(out, "\t\tlocal function finish(state, req, answer)");
-    line!(out, "\t\t\tlocal qsource = req.qsource");
-    line!(
-        out,
-        "\t\t\tif qsource.dst_addr == nil then return state end"
-    );
-    line!(out, "\t\t\tlocal query = qsource.packet");
-    line!(out, "\t\t\tlocal size = query.qname_size");
-    line!(out, "\t\t\tif size ~= 0 then");
-    line!(out, "\t\t\t\tlocal wire = query.wire");
-    line!(
-        out,
-        "\t\t\t\tlocal n = slot[wire[12 + size] * 256 + wire[13 + size]] or other"
-    );
-    line!(out, "\t\t\t\tqueries[n] = queries[n] + 1");
-    line!(out, "\t\t\tend");
-    line!(out, "\t\t\tif answer == nil then return state end");
-    line!(out, "\t\t\tlocal rcode = band(answer.wire[3], 15)");
-    line!(out, "\t\t\tlocal opt = answer.opt_rr");
-    line!(out, "\t\t\tif opt ~= nil then");
-    line!(out, "\t\t\t\tlocal ext = rshift(opt._ttl, 24)");
-    line!(out, "\t\t\t\tif ext ~= 0 then");
-    line!(out, "\t\t\t\t\trcode = ext * 16 + rcode");
-    line!(
-        out,
-        "\t\t\t\t\tif rcode > {HIGHEST_NUMBERED_RCODE} then rcode = {other_rcode} end"
-    );
-    line!(out, "\t\t\t\tend");
-    line!(out, "\t\t\tend");
-    line!(out, "\t\t\trcodes[rcode] = rcodes[rcode] + 1");
-    line!(out, "\t\t\tlocal rplan = req.rplan");
-    line!(out, "\t\t\tlocal resolved = tonumber(rplan.resolved.len)");
-    line!(out, "\t\t\tif resolved > 0 then");
-    line!(out, "\t\t\t\tlocal pending = tonumber(rplan.pending.len)");
-    line!(
-        out,
-        "\t\t\t\tlocal last = pending > 0 and rplan.pending.at[pending - 1] or rplan.resolved.at[resolved - 1]"
-    );
-    line!(
-        out,
-        "\t\t\t\tif last.flags.CACHED then hits = hits + 1 else misses = misses + 1 end"
-    );
-    line!(out, "\t\t\tend");
-    line!(out, "\t\t\tif req.rank == {RANK_SECURE} then");
-    line!(out, "\t\t\t\tsecure = secure + 1");
-    line!(
-        out,
-        "\t\t\telseif rcode == 2 and (failed[req.extended_error.info_code] or bogus_in(rplan.resolved) or bogus_in(rplan.pending)) then"
-    );
-    line!(out, "\t\t\t\tbogus = bogus + 1");
-    line!(out, "\t\t\telse");
-    line!(out, "\t\t\t\tinsecure = insecure + 1");
-    line!(out, "\t\t\tend");
-    line!(out, "\t\t\treturn state");
-    line!(out, "\t\tend");
-}
-
-/// `0, 0, …` for the slots `from..=to`.
-fn zeros(from: usize, to: usize) -> String {
-    vec!["0"; to + 1 - from].join(", ")
+/// `0, 0, …`, `n` times.
+fn zeros(n: usize) -> String {
+    vec!["0"; n].join(", ")
 }
 
 /// The call that loads the counting layer at start (`monitoring.metrics: always`).
@@ -233,6 +198,7 @@ mod tests {
     fn every_slot_is_initialised_and_named_once() {
         let mut out = String::new();
         counting_functions(&mut out);
+        assert!(!out.contains('@'), "every placeholder filled in:\n{out}");
         assert!(
             out.contains(&format!("local queries = {{{}}}", ["0"; 17].join(", "))),
             "{out}"
