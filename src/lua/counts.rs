@@ -93,7 +93,7 @@ do
 			local qsource = req.qsource
 			if qsource.dst_addr == nil then return state end
 			local query = qsource.packet
-			local size = query.qname_size
+			local size = query ~= nil and query.qname_size or 0
 			if size ~= 0 then
 				local wire = query.wire
 				local n = slot[wire[12 + size] * 256 + wire[13 + size]] or other
