@@ -1,12 +1,15 @@
 //! Metrics: the kresd statistics gathered from every running worker over its control socket,
 //! as upstream's JSON (`/metrics/json`) and Prometheus text (`/metrics/prometheus`, upstream's
 //! `resolver_*` names and `instance_id` label), plus our supervisor's own series and the
-//! standard `process_*` series of the control plane.
+//! standard `process_*` series of the control plane. The same call brings each worker's
+//! answer counts (`lua::counts`), which only the Prometheus text shows: the JSON stays
+//! upstream's.
 //!
 //! - `exposition`: the text written family by family, each once (Prometheus refuses
 //!   upstream's repeated headers).
-//! - `labelled`: the same statistics as labelled families with units in their names
-//!   (`knot_resolver_dns_*`), beside upstream's names.
+//! - `labelled`: the statistics and the answer counts as labelled families with units in
+//!   their names (`knot_resolver_dns_*`, `knot_resolver_cache_*`,
+//!   `knot_resolver_dnssec_answers_total`), beside upstream's names.
 //! - `control_plane`: the manager's own series (`knot_resolver_*`), tallied from the event
 //!   log.
 
