@@ -50,8 +50,9 @@ pub const COLLECT_FUNCTION: &str = "collect_labelled_statistics";
 /// The global function that loads the counting layer (once; later calls do nothing).
 pub const LOAD_FUNCTION: &str = "load_answer_counters";
 
-/// The name of the kresd module the layer is loaded as.
-const MODULE: &str = "answer_counters";
+/// The name of the kresd module the layer is loaded as (`modules.unload` of it stops the
+/// counting, `modules.load` resumes it with the same counts).
+pub const MODULE: &str = "answer_counters";
 
 /// The slot of the extended rcodes above [`HIGHEST_NUMBERED_RCODE`].
 const OTHER_RCODE: u16 = HIGHEST_NUMBERED_RCODE + 1;

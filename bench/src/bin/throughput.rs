@@ -7,9 +7,11 @@
 //! `stats` module is loaded in both (lazy mode) and our counting layer is live in ours. Bursts
 //! alternate between them: a closed-loop UDP load (several sockets, each keeping a window of
 //! queries in flight, a new one sent for every answer), counted after a warm-up. Prints the
-//! median answers per second of each and their ratio, and kresd's CPU time per answer (its
-//! main thread's, from `/proc/PID/schedstat`): on a machine shared with other work the wall
-//! clock throughput drifts with the neighbours' load, the CPU time an answer costs much less.
+//! median answers per second of each and their ratio; the same ratio with both loaded at
+//! once (one load thread each), so that both see the same neighbours; and kresd's CPU time
+//! per answer (its main thread's, from `/proc/PID/schedstat`): on a machine shared with other
+//! work the wall-clock throughput drifts with the neighbours' load, the CPU time an answer
+//! costs much less.
 //!
 //! Usage: cargo build --release --bins && target/release/throughput [RUNS] [SECONDS]
 
@@ -175,41 +177,59 @@ struct Burst {
     cpu_us: f64,
 }
 
-/// One burst of `seconds` (after the warm-up) against `r`.
-fn burst(r: &Resolver, seconds: f64) -> Result<Burst> {
+/// One burst of `seconds` (after the warm-up) against every resolver of `targets` at once,
+/// [`THREADS`] load threads shared among them; each one's outcome.
+fn burst(targets: &[&Resolver], seconds: f64) -> Result<Vec<Burst>> {
     let start = Instant::now();
     let count_from = start + WARM_UP;
     let until = count_from + Duration::from_secs_f64(seconds);
-    let server = r.server;
-    let threads: Vec<_> = (0..THREADS)
-        .map(|_| std::thread::spawn(move || load_thread(server, count_from, until)))
+    let per_target = (THREADS / targets.len()).max(1);
+    let threads: Vec<Vec<_>> = targets
+        .iter()
+        .map(|r| {
+            let server = r.server;
+            (0..per_target)
+                .map(|_| std::thread::spawn(move || load_thread(server, count_from, until)))
+                .collect()
+        })
         .collect();
     std::thread::sleep(count_from.saturating_duration_since(Instant::now()));
-    let cpu_before = cpu_time(r.kresd)?;
+    let cpu_before: Vec<Duration> = targets
+        .iter()
+        .map(|r| cpu_time(r.kresd))
+        .collect::<Result<_>>()?;
     std::thread::sleep(until.saturating_duration_since(Instant::now()));
-    let cpu = cpu_time(r.kresd)?.saturating_sub(cpu_before);
-    let mut total = Counted::default();
-    for t in threads {
-        let c = t
-            .join()
-            .map_err(|_| anyhow::anyhow!("load thread panicked"))??;
-        total.answers += c.answers;
-        total.errors += c.errors;
-        total.refills += c.refills;
+    let mut out = Vec::with_capacity(targets.len());
+    for ((r, threads), before) in targets.iter().zip(threads).zip(cpu_before) {
+        let cpu = cpu_time(r.kresd)?.saturating_sub(before);
+        let mut total = Counted::default();
+        for t in threads {
+            let c = t
+                .join()
+                .map_err(|_| anyhow::anyhow!("load thread panicked"))??;
+            total.answers += c.answers;
+            total.errors += c.errors;
+            total.refills += c.refills;
+        }
+        let label = r.flavor.label();
+        ensure!(
+            total.errors == 0,
+            "{label}: {} answers not NOERROR",
+            total.errors
+        );
+        ensure!(total.answers > 0, "{label}: no answer");
+        if total.refills > 0 {
+            eprintln!(
+                "  ({label}: {} windows refilled after a lost answer)",
+                total.refills
+            );
+        }
+        out.push(Burst {
+            qps: total.answers as f64 / seconds,
+            cpu_us: cpu.as_secs_f64() * 1e6 / total.answers as f64,
+        });
     }
-    ensure!(
-        total.errors == 0,
-        "{} answers were not NOERROR",
-        total.errors
-    );
-    ensure!(total.answers > 0, "no answer");
-    if total.refills > 0 {
-        eprintln!("  ({} windows refilled after a lost answer)", total.refills);
-    }
-    Ok(Burst {
-        qps: total.answers as f64 / seconds,
-        cpu_us: cpu.as_secs_f64() * 1e6 / total.answers as f64,
-    })
+    Ok(out)
 }
 
 /// Our worker's count of A queries, read from the Prometheus text: proof that the counting
@@ -230,63 +250,151 @@ fn our_counted_queries(r: &Resolver) -> Result<f64> {
         .context("no knot_resolver_dns_queries_total{qtype=\"A\"} in our metrics")
 }
 
-/// Every burst's figures, by flavor.
+/// Whether our worker's answer counting layer is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counting {
+    On,
+    Off,
+}
+
+/// Load or unload our worker's counting layer through its control socket: the same kresd and
+/// configuration with and without the counting (the counts resume where they were).
+fn set_counting(r: &Resolver, counting: Counting) -> Result<()> {
+    let verb = match counting {
+        Counting::On => "load",
+        Counting::Off => "unload",
+    };
+    let expr = format!(
+        "modules.{verb}({})",
+        knot_resolver::lua::quote(knot_resolver::lua::counts::MODULE)
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(knot_resolver::control::command(
+        &r.dir.host("run/control/0"),
+        &expr,
+        knot_resolver::control::COMMAND_TIMEOUT,
+    ))
+    .with_context(|| format!("{expr} in our worker"))?;
+    Ok(())
+}
+
+/// One subject's bursts.
+#[derive(Default)]
+struct Series {
+    /// Answers per second, one per burst.
+    qps: Vec<f64>,
+    /// kresd's CPU time per answer, in microseconds, one per burst.
+    cpu_us: Vec<f64>,
+}
+
+impl Series {
+    fn push(&mut self, b: &Burst) {
+        self.qps.push(b.qps);
+        self.cpu_us.push(b.cpu_us);
+    }
+}
+
+/// Every burst's figures.
 #[derive(Default)]
 struct Samples {
-    /// Our answers per second, one per burst.
-    ours_qps: Vec<f64>,
-    /// Upstream's answers per second.
-    upstream_qps: Vec<f64>,
-    /// Our kresd's CPU time per answer, in microseconds.
-    ours_cpu_us: Vec<f64>,
-    /// Upstream's kresd's.
-    upstream_cpu_us: Vec<f64>,
-    /// Ours over upstream's answers per second, of the two bursts of each run.
+    /// Ours, counting.
+    ours: Series,
+    /// Ours with the counting layer unloaded.
+    uncounted: Series,
+    /// Upstream's.
+    upstream: Series,
+    /// Ours over upstream's answers per second, of the bursts of each run.
     paired_ratio: Vec<f64>,
+    /// Ours over upstream's answers per second, both loaded at once (the same neighbours'
+    /// load on both), one per run.
+    simultaneous_ratio: Vec<f64>,
+}
+
+/// What one burst of a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subject {
+    Ours,
+    Uncounted,
+    Upstream,
+}
+
+/// One run: a burst of each subject (in an order that rotates with `i`), then ours and
+/// upstream's at once.
+fn one_run(
+    (ours, upstream): (&Resolver, &Resolver),
+    i: usize,
+    seconds: f64,
+    s: &mut Samples,
+) -> Result<()> {
+    let mut order = [Subject::Ours, Subject::Upstream, Subject::Uncounted];
+    order.rotate_left(i % 3);
+    let mut pair = [0.0; 2];
+    for subject in order {
+        let r = match subject {
+            Subject::Ours => {
+                set_counting(ours, Counting::On)?;
+                ours
+            }
+            Subject::Uncounted => {
+                set_counting(ours, Counting::Off)?;
+                ours
+            }
+            Subject::Upstream => upstream,
+        };
+        let b = burst(&[r], seconds)?.remove(0);
+        eprintln!(
+            "run {} {subject:?}: {:.0} q/s, {:.2} us CPU per answer",
+            i + 1,
+            b.qps,
+            b.cpu_us
+        );
+        match subject {
+            Subject::Ours => {
+                s.ours.push(&b);
+                pair[0] = b.qps;
+            }
+            Subject::Uncounted => s.uncounted.push(&b),
+            Subject::Upstream => {
+                s.upstream.push(&b);
+                pair[1] = b.qps;
+            }
+        }
+    }
+    s.paired_ratio.push(pair[0] / pair[1]);
+    set_counting(ours, Counting::On)?;
+    // Whose load thread starts first alternates too.
+    let (ours_qps, upstream_qps) = if i % 2 == 0 {
+        let both = burst(&[ours, upstream], seconds)?;
+        (both[0].qps, both[1].qps)
+    } else {
+        let both = burst(&[upstream, ours], seconds)?;
+        (both[1].qps, both[0].qps)
+    };
+    eprintln!(
+        "run {} both at once: ours {ours_qps:.0} q/s, upstream {upstream_qps:.0} q/s",
+        i + 1
+    );
+    s.simultaneous_ratio.push(ours_qps / upstream_qps);
+    Ok(())
 }
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(15);
+    let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(12);
     let seconds: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2.0);
     let bed = Bed::get()?;
     let ours = Resolver::start(bed, Flavor::Ours)?;
     let upstream = Resolver::start(bed, Flavor::Upstream)?;
     let mut s = Samples::default();
     for i in 0..runs {
-        // Alternate which goes first so drift affects both alike.
-        let order = if i % 2 == 0 {
-            [&ours, &upstream]
-        } else {
-            [&upstream, &ours]
-        };
-        let mut pair = [0.0; 2];
-        for r in order {
-            let b = burst(r, seconds)?;
-            eprintln!(
-                "run {}/{runs} {}: {:.0} q/s, {:.2} us CPU per answer",
-                i + 1,
-                r.flavor.label(),
-                b.qps,
-                b.cpu_us
-            );
-            match r.flavor {
-                Flavor::Ours => {
-                    s.ours_qps.push(b.qps);
-                    s.ours_cpu_us.push(b.cpu_us);
-                    pair[0] = b.qps;
-                }
-                Flavor::Upstream => {
-                    s.upstream_qps.push(b.qps);
-                    s.upstream_cpu_us.push(b.cpu_us);
-                    pair[1] = b.qps;
-                }
-            }
-        }
-        s.paired_ratio.push(pair[0] / pair[1]);
+        one_run((&ours, &upstream), i, seconds, &mut s)?;
     }
     let counted = our_counted_queries(&ours)?;
-    let answered: f64 = s.ours_qps.iter().map(|q| q * seconds).sum();
+    // At least the answers of the counted bursts (the warm-ups and the simultaneous bursts
+    // come on top).
+    let answered: f64 = s.ours.qps.iter().map(|q| q * seconds).sum();
     ensure!(
         counted >= answered,
         "our counters saw {counted} A queries, fewer than the {answered} answered"
@@ -300,24 +408,34 @@ fn main() -> Result<()> {
 fn report(s: &Samples, runs: usize, seconds: f64, counted: f64) {
     println!(
         "throughput benchmark: {QNAME} A (local data), 1 worker each, {THREADS} sockets x \
-         {WINDOW} in flight, {runs} bursts of {seconds} s each, alternating"
+         {WINDOW} in flight, {runs} runs of {seconds} s bursts"
     );
     print_header();
-    print_row("answers per second", "q/s", &s.ours_qps, &s.upstream_qps);
+    print_row("answers per second", "q/s", &s.ours.qps, &s.upstream.qps);
     print_row(
         "kresd CPU per answer",
         "us",
-        &s.ours_cpu_us,
-        &s.upstream_cpu_us,
+        &s.ours.cpu_us,
+        &s.upstream.cpu_us,
+    );
+    let m = |v: &[f64]| median(v.to_vec());
+    println!(
+        "  ours/upstream q/s: {:.1}% (medians), {:.1}% (median of the runs' paired ratios), \
+         {:.1}% (both loaded at once, median)",
+        m(&s.ours.qps) / m(&s.upstream.qps) * 100.0,
+        m(&s.paired_ratio) * 100.0,
+        m(&s.simultaneous_ratio) * 100.0
     );
     println!(
-        "  ours/upstream q/s: {:.1}% (medians), {:.1}% (median of the runs' paired ratios)",
-        median(s.ours_qps.clone()) / median(s.upstream_qps.clone()) * 100.0,
-        median(s.paired_ratio.clone()) * 100.0
+        "  upstream/ours kresd CPU per answer: {:.1}% (the throughput ours reaches, CPU-bound)",
+        m(&s.upstream.cpu_us) / m(&s.ours.cpu_us) * 100.0
     );
     println!(
-        "  upstream/ours kresd CPU per answer: {:.1}% (throughput ours could reach if CPU-bound)",
-        median(s.upstream_cpu_us.clone()) / median(s.ours_cpu_us.clone()) * 100.0
+        "  our kresd with the counting layer unloaded: {:.0} q/s, {:.2} us CPU per answer; \
+         the layer costs {:+.1}% CPU per answer",
+        m(&s.uncounted.qps),
+        m(&s.uncounted.cpu_us),
+        (m(&s.ours.cpu_us) / m(&s.uncounted.cpu_us) - 1.0) * 100.0
     );
     println!("  our workers counted {counted} A queries (the counting was live)");
 }
