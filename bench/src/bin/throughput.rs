@@ -365,7 +365,7 @@ fn one_run(
     s.paired_ratio.push(pair[0] / pair[1]);
     set_counting(ours, Counting::On)?;
     // Whose load thread starts first alternates too.
-    let (ours_qps, upstream_qps) = if i % 2 == 0 {
+    let (ours_qps, upstream_qps) = if i.is_multiple_of(2) {
         let both = burst(&[ours, upstream], seconds)?;
         (both[0].qps, both[1].qps)
     } else {
