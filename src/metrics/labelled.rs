@@ -102,9 +102,9 @@ const MISSES_HELP: &str = "answers to external queries whose final query kresd d
 const DNSSEC: &str = "knot_resolver_dnssec_answers_total";
 const DNSSEC_HELP: &str = "answers to external queries by DNSSEC outcome: secure = kresd \
     authenticated the whole answer (validated, or its own local data: what it flags AD when \
-    asked), bogus = DNSSEC validation failed (an extended DNS error of RFC 8914 codes 6 to 12 \
-    or 25; kresd answers SERVFAIL unless the query set CD), insecure = every other answer \
-    (unsigned zones, negative trust anchors, DNSSEC off)";
+    asked), bogus = a SERVFAIL because DNSSEC validation failed (a query kresd flagged bogus, \
+    or an extended DNS error of RFC 8914 codes 6 to 12 or 25), insecure = every other answer \
+    (unsigned zones, negative trust anchors, DNSSEC off, CD set, nothing to authenticate)";
 
 /// One worker's answer counts (`lua::counts`), as labelled samples: (label value, count).
 #[derive(Debug, PartialEq)]
