@@ -595,6 +595,22 @@ fn answer_counts_by_qtype_rcode_cache_and_dnssec() {
         &[("secure", 4.0), ("bogus", 1.0), ("insecure", 5.0)],
     );
 
+    // Prometheus's own linter has nothing to say about the text.
+    testbed::write(&r.dir.host("scrape.txt"), &text).expect("scrape file");
+    let lint = format!(
+        "promtool check metrics < {}",
+        r.dir.bed("scrape.txt").display()
+    );
+    let out = bed
+        .run_installed("/bin/sh", &["-c", &lint])
+        .expect("promtool");
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // The JSON stays upstream's: the statistics only.
     let json = r
         .http("GET", "/metrics/json", b"")
