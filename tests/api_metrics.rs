@@ -390,9 +390,11 @@ fn cache_clear_empties_the_cache() {
 /// An authoritative server on a free port for `signed.test` (knotd signs it at load) and
 /// `unsigned.test` (not signed), with the signed zone's key-signing key.
 struct Authoritative {
+    /// Its port on 127.0.0.1.
     port: u16,
     /// `257 3 13 <key>`: the DNSKEY rdata of `signed.test`'s key-signing key.
     ksk: String,
+    /// knotd itself, killed when this is dropped.
     _knotd: testbed::Launched,
 }
 
