@@ -576,8 +576,9 @@ fn answer_counts_by_qtype_rcode_cache_and_dnssec() {
     );
     // As kresd's statistics tell the cache: local data and the built-in empty `test.` zone
     // are answered as from the cache (the four `m.test.` and `nx.test.`, and the plain
-    // `m.test.` again), the second signed answer came from it; the first came from knotd, the
-    // bogus one ended in a query not answered from the cache, the refusal in the view's.
+    // `m.test.` again), and the second signed answer came from it: 7 hits. Misses: the first
+    // signed answer came from knotd, the bogus one ended in a query the cache did not answer,
+    // the refusal came from the view.
     assert_eq!(
         p.value("knot_resolver_cache_hits_total", &[id]),
         Some(7.0),
