@@ -2,6 +2,8 @@
 # Run the benchmarks against upstream's manager in the same run (as root, for the rootfs).
 #   bash bench/run.sh              all of them, with their default run counts
 #   bash bench/run.sh NAME [ARGS]  one of: startup, worker_crash, api, validate, supervisor_scale,
+#                                  throughput ([RUNS] [SECONDS]: DNS answers per second and kresd
+#                                  CPU per answer, ours with the answer counting against upstream),
 #                                  lossless, scale (--sizes 1000,10000,100000 --runs N --files),
 #                                  chaos (--minutes N [--seed S]: a long soak, not in the default list)
 set -euo pipefail
@@ -12,7 +14,7 @@ if [[ $# -gt 0 ]]; then
     shift
     exec "${CARGO_TARGET_DIR:-target}/release/$which" "$@"
 fi
-for b in startup worker_crash api validate supervisor_scale; do
+for b in startup worker_crash api validate supervisor_scale throughput; do
     echo "== $b"
     "${CARGO_TARGET_DIR:-target}/release/$b"
 done

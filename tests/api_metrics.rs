@@ -402,3 +402,243 @@ fn cache_clear_empties_the_cache() {
     r.launched.signal(Signal::SIGINT).expect("signal");
     assert_eq!(r.launched.wait(STOP_TIMEOUT).expect("exit").code(), Some(0));
 }
+
+/// An authoritative server on a free port for `signed.test` (knotd signs it at load) and
+/// `unsigned.test` (not signed), with the signed zone's key-signing key.
+struct Authoritative {
+    /// Its port on 127.0.0.1.
+    port: u16,
+    /// `257 3 13 <key>`: the DNSKEY rdata of `signed.test`'s key-signing key.
+    ksk: String,
+    /// knotd itself, killed when this is dropped.
+    _knotd: testbed::Launched,
+}
+
+fn start_authoritative(bed: &'static testbed::Bed) -> Authoritative {
+    let dir = bed.test_dir("metrics-knotd").expect("dir");
+    let port = testbed::free_port().expect("port");
+    let mut zones = String::new();
+    for (zone, address, signing) in [
+        ("signed.test", "192.0.2.61", "on"),
+        ("unsigned.test", "192.0.2.62", "off"),
+    ] {
+        testbed::write(
+            &dir.host(&format!("{zone}.zone")),
+            &format!(
+                "$ORIGIN {zone}.\n$TTL 3600\n@ SOA ns admin 1 3600 900 604800 60\n@ NS ns\nns A 127.0.0.1\nwww A {address}\n"
+            ),
+        )
+        .expect("zone file");
+        zones.push_str(&format!(
+            "  - domain: {zone}\n    file: {}\n    dnssec-signing: {signing}\n    zonefile-sync: -1\n",
+            dir.bed(&format!("{zone}.zone")).display()
+        ));
+    }
+    std::fs::create_dir_all(dir.host("db")).expect("db dir");
+    let db = dir.bed("db");
+    testbed::write(
+        &dir.host("knot.conf"),
+        &format!(
+            "server:\n  listen: 127.0.0.1@{port}\n  rundir: {db}\nlog:\n  - target: stderr\n    any: info\ndatabase:\n  storage: {db}\nzone:\n{zones}",
+            db = db.display()
+        ),
+    )
+    .expect("knot.conf");
+    let knotd = bed
+        .launch_installed(
+            std::path::Path::new("/usr/sbin/knotd"),
+            &[std::ffi::OsStr::new("-c"), dir.bed("knot.conf").as_os_str()],
+            &[],
+        )
+        .expect("launch knotd");
+    knotd
+        .output
+        .wait_for_count("loaded, serial", 2, common::START_TIMEOUT)
+        .expect("knotd loaded both zones");
+    let port_arg = port.to_string();
+    let keys = bed
+        .run_installed(
+            "/usr/bin/kdig",
+            &[
+                "+short",
+                "@127.0.0.1",
+                "-p",
+                &port_arg,
+                "signed.test.",
+                "DNSKEY",
+            ],
+        )
+        .expect("kdig");
+    let ksk = testbed::short_answers(&keys)
+        .into_iter()
+        .find(|k| k.starts_with("257 "))
+        .unwrap_or_else(|| panic!("no key-signing key: {keys:?}"));
+    Authoritative {
+        port,
+        ksk,
+        _knotd: knotd,
+    }
+}
+
+/// Ask `name` of type `qtype` from source address `from`, with EDNS, and return the rcode.
+fn rcode_from(
+    from: std::net::Ipv4Addr,
+    server: std::net::SocketAddr,
+    name: &str,
+    qtype: u16,
+) -> u8 {
+    let sock = std::net::UdpSocket::bind((from, 0)).expect("bind");
+    sock.set_read_timeout(Some(DNS_TIMEOUT)).expect("timeout");
+    sock.connect(server).expect("connect");
+    let query = dns::encode_query(0x4d51, name, qtype, true).expect("query");
+    sock.send(&query).expect("send");
+    let mut buf = [0u8; 4096];
+    let n = sock.recv(&mut buf).expect("an answer");
+    dns::parse_response(&buf[..n]).expect("parses").rcode
+}
+
+/// The answer counters of the workers' generated Lua, loaded at the first collection (the
+/// default `monitoring.metrics: lazy`): exact counts of known queries by qtype, rcode, cache
+/// use and DNSSEC outcome, the JSON left as upstream's.
+#[test]
+fn answer_counts_by_qtype_rcode_cache_and_dnssec() {
+    let bed = testbed::Bed::get().expect("bed");
+    let auth = start_authoritative(bed);
+    let extra = format!(
+        "{RECORDS}views:\n  - subnets: [127.0.0.2/32]\n    answer: refused\nforward:\n  - subtree: [signed.test, unsigned.test]\n    servers: ['127.0.0.1@{port}']\n    options: {{authoritative: false, dnssec: true}}\ndnssec:\n  trust-anchors:\n    - 'signed.test. 3600 DNSKEY {ksk}'\n    - 'unsigned.test. 3600 DNSKEY {ksk}'\n",
+        port = auth.port,
+        ksk = auth.ksk
+    );
+    let r = common::start(&Setup::new("metrics-counts").extra(&extra)).expect("resolver starts");
+    let first = scrape_until(&r, "the counters loaded", |p| {
+        !p.samples("knot_resolver_dns_queries_total").is_empty()
+    });
+    let total = |p: &exposition::Parsed, name: &str| -> f64 {
+        p.samples(name).iter().map(|s| s.value).sum()
+    };
+    assert_eq!(total(&first, "knot_resolver_dns_queries_total"), 0.0);
+    assert_eq!(total(&first, "knot_resolver_dns_answers_total"), 0.0);
+
+    let local = std::net::Ipv4Addr::LOCALHOST;
+    let asked = [
+        ("m.test.", dns::TYPE_A, dns::RCODE_NOERROR),
+        ("m.test.", dns::TYPE_AAAA, dns::RCODE_NOERROR),
+        ("m.test.", dns::TYPE_TXT, dns::RCODE_NOERROR),
+        ("m.test.", 65280, dns::RCODE_NOERROR),
+        ("nx.test.", dns::TYPE_A, dns::RCODE_NXDOMAIN),
+        ("www.signed.test.", dns::TYPE_A, dns::RCODE_NOERROR),
+        ("www.signed.test.", dns::TYPE_A, dns::RCODE_NOERROR),
+        ("www.unsigned.test.", dns::TYPE_A, dns::RCODE_SERVFAIL),
+    ];
+    for (name, qtype, rcode) in asked {
+        assert_eq!(
+            rcode_from(local, r.dns(), name, qtype),
+            rcode,
+            "{name} {qtype}"
+        );
+    }
+    let refused_source = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    assert_eq!(
+        rcode_from(refused_source, r.dns(), "m.test.", dns::TYPE_A),
+        dns::RCODE_REFUSED
+    );
+    // Without EDNS: the rcode from the header alone.
+    let plain = dns::query_udp(r.dns(), "m.test.", dns::TYPE_A, DNS_TIMEOUT).expect("answer");
+    assert_eq!(plain.rcode, dns::RCODE_NOERROR);
+
+    let resp = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("GET /metrics/prometheus");
+    let text = resp.text();
+    let p = exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let id = ("instance_id", "kresd:kresd0");
+    let by = |name: &str, label: &str, values: &[(&str, f64)]| {
+        for (value, expected) in values {
+            assert_eq!(
+                p.value(name, &[id, (label, value)]),
+                Some(*expected),
+                "{name}{{{label}=\"{value}\"}}\n{text}"
+            );
+        }
+        let sum: f64 = values.iter().map(|(_, v)| v).sum();
+        assert_eq!(
+            total(&p, name),
+            sum,
+            "{name}: no other sample counts\n{text}"
+        );
+    };
+    by(
+        "knot_resolver_dns_queries_total",
+        "qtype",
+        &[
+            ("A", 7.0),
+            ("AAAA", 1.0),
+            ("TXT", 1.0),
+            ("other", 1.0),
+            ("MX", 0.0),
+        ],
+    );
+    by(
+        "knot_resolver_dns_answers_total",
+        "rcode",
+        &[
+            ("NOERROR", 7.0),
+            ("NXDOMAIN", 1.0),
+            ("SERVFAIL", 1.0),
+            ("REFUSED", 1.0),
+            ("FORMERR", 0.0),
+            ("other", 0.0),
+        ],
+    );
+    // As kresd's statistics tell the cache: local data and the built-in empty `test.` zone
+    // are answered as from the cache (the four `m.test.` and `nx.test.`, and the plain
+    // `m.test.` again), and the second signed answer came from it: 7 hits. Misses: the first
+    // signed answer came from knotd, the bogus one ended in a query the cache did not answer,
+    // the refusal came from the view.
+    assert_eq!(
+        p.value("knot_resolver_cache_hits_total", &[id]),
+        Some(7.0),
+        "{text}"
+    );
+    assert_eq!(
+        p.value("knot_resolver_cache_misses_total", &[id]),
+        Some(3.0),
+        "{text}"
+    );
+    // Secure: the signed zone's answers and the local A record (twice; kresd trusts its local
+    // data, and its answers with no record in them are not marked secure); bogus: the zone
+    // with a trust anchor and no signatures; insecure: the rest.
+    by(
+        "knot_resolver_dnssec_answers_total",
+        "result",
+        &[("secure", 4.0), ("bogus", 1.0), ("insecure", 5.0)],
+    );
+
+    // Prometheus's own linter has nothing to say about the text.
+    testbed::write(&r.dir.host("scrape.txt"), &text).expect("scrape file");
+    let lint = format!(
+        "promtool check metrics < {}",
+        r.dir.bed("scrape.txt").display()
+    );
+    let out = bed
+        .run_installed("/bin/sh", &["-c", &lint])
+        .expect("promtool");
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The JSON stays upstream's: the statistics only.
+    let json = r
+        .http("GET", "/metrics/json", b"")
+        .expect("GET /metrics/json");
+    let json: Value = serde_json::from_slice(&json.body).expect("JSON");
+    let worker = json["kresd:kresd0"].as_object().expect("worker statistics");
+    assert!(
+        worker.contains_key("answer") && !worker.contains_key("counts"),
+        "{json}"
+    );
+    r.stop();
+}

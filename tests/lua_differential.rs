@@ -294,8 +294,10 @@ quit()
 "#;
 
 /// Effects of the control-socket and statistics block, where we differ on purpose: the
-/// configured rundir instead of the working directory, no warning-level log of the path, and
-/// the block kept with `lua.script-only`.
+/// configured rundir instead of the working directory, no warning-level log of the path, the
+/// block kept with `lua.script-only`, and the answer counters of the labelled metrics (two
+/// functions defined; with `monitoring.metrics: always` the loading one called, as `stats` is
+/// loaded: everything else they do happens inside those calls, which the stubs do not run).
 const CONTROL_SOCKET_EFFECTS: &[&str] = &[
     "/control/",
     "\"path = \"",
@@ -303,6 +305,9 @@ const CONTROL_SOCKET_EFFECTS: &[&str] = &[
     "os.getenv(\"SYSTEMD_INSTANCE\")",
     "collect_lazy_statistics=function",
     "collect_statistics=function",
+    "collect_labelled_statistics=function",
+    "load_answer_counters=function",
+    "load_answer_counters()",
 ];
 
 /// The effects of one generated file (see [`TRACE_HARNESS`]), without

@@ -191,6 +191,11 @@ fn script_only_workers_keep_their_control_socket() {
     ))
     .expect("resolver starts");
     assert_eq!(control(&r, 0, "type(collect_statistics)"), "function");
+    // The manager's collection loads `stats` and the answer counters there too.
+    assert_eq!(
+        control(&r, 0, "collect_labelled_statistics().counts.cache.miss"),
+        0
+    );
     r.launched
         .output
         .wait_for("only custom Lua", START_TIMEOUT)

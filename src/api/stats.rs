@@ -6,7 +6,6 @@
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
 
 use super::{json_value, ApiState};
 use crate::service;
@@ -27,7 +26,7 @@ pub(super) async fn metrics_redirect() -> Response {
         .into_response()
 }
 
-pub(super) async fn collect_stats(state: &ApiState) -> serde_json::Map<String, Value> {
+pub(super) async fn collect_stats(state: &ApiState) -> crate::metrics::Collected {
     let cfg = state.manager.config();
     let ids = service::running_workers(&state.supervisor.snapshot());
     crate::metrics::collect(&cfg.model.rundir, &ids, cfg.model.monitoring.metrics).await
@@ -43,8 +42,8 @@ pub(super) async fn collect_stats(state: &ApiState) -> serde_json::Map<String, V
 is left out.", body = Object)),
 )]
 pub(super) async fn metrics_json(State(state): State<ApiState>) -> Response {
-    let stats = collect_stats(&state).await;
-    json_value(StatusCode::OK, &stats)
+    let collected = collect_stats(&state).await;
+    json_value(StatusCode::OK, &collected.stats)
 }
 
 /// Statistics in Prometheus's text format, with the supervisor's and the control plane's own.
@@ -56,7 +55,7 @@ pub(super) async fn metrics_json(State(state): State<ApiState>) -> Response {
                body = String, content_type = "text/plain; version=0.0.4")),
 )]
 pub(super) async fn metrics_prometheus(State(state): State<ApiState>) -> Response {
-    let stats = collect_stats(&state).await;
+    let collected = collect_stats(&state).await;
     let config = state.manager.config();
     let rendered = state.rendered.get(&config);
     let snapshot = state.supervisor.snapshot();
@@ -65,7 +64,7 @@ pub(super) async fn metrics_prometheus(State(state): State<ApiState>) -> Respons
         etag: &rendered.etag,
         workers: config.model.workers,
     };
-    let text = crate::metrics::render_prometheus(&stats, &state.control_plane, &now);
+    let text = crate::metrics::render_prometheus(&collected, &state.control_plane, &now);
     (
         StatusCode::OK,
         [(

@@ -110,10 +110,46 @@ fn script_only_keeps_the_control_socket_and_statistics() {
             "pcall(net.listen, path, nil, { kind = 'control' })",
             "function collect_statistics()",
             "function collect_lazy_statistics()",
+            "function collect_labelled_statistics()",
             "-- mine",
         ],
-        &["kr_rules_init", "log_level(", "cache.open("],
+        &[
+            "kr_rules_init",
+            "log_level(",
+            "cache.open(",
+            "\nload_answer_counters()",
+        ],
     );
+}
+
+/// The answer counters load as `stats` does: at the first collection (lazy), or at start.
+#[test]
+fn answer_counters_follow_the_metrics_mode() {
+    for (mode, at_start) in [("lazy", false), ("always", true), ("manager-only", false)] {
+        let yaml = format!("monitoring:\n  metrics: {mode}\n");
+        let (present, absent): (&[&str], &[&str]) = if at_start {
+            (
+                &["\nmodules.load('stats')\n", "\nload_answer_counters()\n"],
+                &[],
+            )
+        } else {
+            (
+                &[],
+                &["\nmodules.load('stats')\n", "\nload_answer_counters()\n"],
+            )
+        };
+        check(&yaml, File::Worker, present, absent);
+        check(
+            &yaml,
+            File::Worker,
+            &[
+                "function load_answer_counters()",
+                "modules.load('answer_counters')",
+                "return {stats = stats.list(), counts = report()}",
+            ],
+            &[],
+        );
+    }
 }
 
 #[test]

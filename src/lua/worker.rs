@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use super::counts;
 use super::sections::{self, Defer};
 use super::{
     boolean, line, quote, quote_display, quote_path, string_table, RenderContext, SocketBinding,
@@ -17,7 +18,8 @@ use crate::config::{
 /// `$SYSTEMD_INSTANCE` and binds its control socket at `<rundir>/control/<N>`.
 ///
 /// With `lua.script-only` the declarative sections are left out, but unlike upstream the control
-/// socket and the statistics functions stay, so the manager can still reach the worker.
+/// socket and the statistics functions stay, so the manager can still reach the worker (and
+/// loads `stats` and the answer counters at its first collection, whatever the metrics mode).
 pub fn render_worker(cfg: &KresConfig) -> String {
     render_worker_with(cfg, &RenderContext::STANDALONE)
 }
@@ -39,6 +41,9 @@ pub fn render_worker_with(cfg: &KresConfig, ctx: &RenderContext) -> String {
             line!(&mut out, "modules.load('stats')");
         }
         statistics_functions(&mut out);
+        if cfg.monitoring.metrics == MetricsMode::Always {
+            counts::load_at_start(&mut out);
+        }
         section(&mut out, "OPTIONS");
         options(&mut out, cfg);
         section(&mut out, "NETWORK");
@@ -162,6 +167,7 @@ fn statistics_functions(out: &mut String) {
     line!(out, "function collect_statistics()");
     line!(out, "\treturn stats.list()");
     line!(out, "end");
+    counts::counting_functions(out);
 }
 
 /// A boolean option that switches a kresd module.

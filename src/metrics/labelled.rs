@@ -1,12 +1,15 @@
 //! The workers' statistics as Prometheus users expect them, beside upstream's `resolver_*`
 //! names (which stay as they are for existing dashboards): one family per thing counted, what
 //! upstream puts into the name (the transport, the address family, the rcode) as labels, and
-//! the latency histogram named in its unit. Everything here comes from kresd's `stats` module
-//! as it is; counts it lacks (qtypes, most rcodes) need counting in the workers.
+//! the latency histogram named in its unit. Requests and latency come from kresd's `stats`
+//! module as it is; what it lacks (qtypes, most rcodes, cache misses, DNSSEC outcomes) the
+//! workers' generated Lua counts (`lua::counts`), and answers and cache hits come from those
+//! counts too, so that every family counts the same answers (external queries only).
 
 use serde_json::Value;
 
 use super::exposition::{sample_line, Exposition, Kind};
+use crate::lua::counts::{HIGHEST_NUMBERED_RCODE, NAMED_QTYPES};
 
 /// The transports kresd's `stats` counts by address family: (stats key, `protocol` label).
 const PROTOCOLS: [(&str, &str); 6] = [
@@ -23,7 +26,7 @@ const FAMILIES: [(&str, &str); 2] = [("4", "ipv4"), ("6", "ipv6")];
 
 /// The rcodes kresd's `stats` counts: (`rcode` label, the stats keys whose sum it is; NOERROR
 /// answers with data and without are counted apart).
-const RCODES: [(&str, &[&str]); 3] = [
+const STATS_RCODES: [(&str, &[&str]); 3] = [
     ("NOERROR", &["noerror", "nodata"]),
     ("NXDOMAIN", &["nxdomain"]),
     ("SERVFAIL", &["servfail"]),
@@ -65,9 +68,154 @@ pub fn latency_lines(name: &str, id: &str, stats: &Value) -> Option<String> {
     Some(out)
 }
 
-/// One worker's labelled families into `out`, `id` its `instance_id="…"` label; `None` (and
-/// `out` partly written: the caller drops it) when a count is missing.
-pub fn write_worker(out: &mut Exposition, id: &str, stats: &Value) -> Option<()> {
+/// The rcodes named in the `rcode` label, (number, name); every other rcode is `other`.
+const RCODE_NAMES: [(u16, &str); 12] = [
+    (0, "NOERROR"),
+    (1, "FORMERR"),
+    (2, "SERVFAIL"),
+    (3, "NXDOMAIN"),
+    (4, "NOTIMP"),
+    (5, "REFUSED"),
+    (6, "YXDOMAIN"),
+    (7, "YXRRSET"),
+    (8, "NXRRSET"),
+    (9, "NOTAUTH"),
+    (10, "NOTZONE"),
+    (16, "BADVERS"),
+];
+
+const QUERIES: &str = "knot_resolver_dns_queries_total";
+const QUERIES_HELP: &str = "external queries by the type they ask (qtype): A, AAAA, CNAME, MX, \
+    NS, PTR, SOA, SRV, TXT, DS, DNSKEY, HTTPS, SVCB, CAA, NAPTR and ANY by name, every other type \
+    as other (counted by the workers' generated Lua)";
+const ANSWERS: &str = "knot_resolver_dns_answers_total";
+const ANSWERS_HELP: &str = "answers to external queries by rcode: NOERROR, FORMERR, SERVFAIL, \
+    NXDOMAIN, NOTIMP, REFUSED, YXDOMAIN, YXRRSET, NXRRSET, NOTAUTH, NOTZONE, BADVERS (the \
+    extended rcode of EDNS), every other as other (a dropped query has no answer); a worker \
+    running a configuration without the counting reports kresd's NOERROR, NXDOMAIN and SERVFAIL";
+const HITS: &str = "knot_resolver_cache_hits_total";
+const HITS_HELP: &str = "answers to external queries whose final query kresd answered from its \
+    cache or its local data";
+const MISSES: &str = "knot_resolver_cache_misses_total";
+const MISSES_HELP: &str = "answers to external queries whose final query kresd did not answer \
+    from its cache or local data: resolved with upstream servers, failed or ended by a policy";
+const DNSSEC: &str = "knot_resolver_dnssec_answers_total";
+const DNSSEC_HELP: &str = "answers to external queries by DNSSEC outcome: secure = kresd \
+    authenticated the whole answer (validated, or its own local data: what it flags AD when \
+    asked), bogus = a SERVFAIL because DNSSEC validation failed (a query kresd flagged bogus, \
+    or an extended DNS error of RFC 8914 codes 6 to 12 or 25), insecure = every other answer \
+    (unsigned zones, negative trust anchors, DNSSEC off, CD set, nothing to authenticate)";
+
+/// One worker's answer counts (`lua::counts`), as labelled samples: (label value, count).
+#[derive(Debug, PartialEq)]
+struct Counts {
+    /// By qtype name, `other` last.
+    queries: Vec<(&'static str, f64)>,
+    /// By rcode name, `other` last.
+    rcodes: Vec<(&'static str, f64)>,
+    /// Answers whose final query came from the cache.
+    hits: f64,
+    /// Answers whose final query did not.
+    misses: f64,
+    /// By DNSSEC outcome.
+    dnssec: [(&'static str, f64); 3],
+}
+
+impl Counts {
+    /// The counts a worker's Lua reported; `None` when one is missing or not a number.
+    fn read(counts: &Value) -> Option<Counts> {
+        let count = |section: &str, key: &str| get(counts, section, key);
+        let mut queries = Vec::with_capacity(NAMED_QTYPES.len() + 1);
+        for (number, name) in NAMED_QTYPES {
+            queries.push((name, count("queries", &number.to_string())?));
+        }
+        queries.push(("other", count("queries", "other")?));
+        let mut rcodes = Vec::with_capacity(RCODE_NAMES.len() + 1);
+        let mut other = count("rcodes", "other")?;
+        for number in 0..=HIGHEST_NUMBERED_RCODE {
+            let value = count("rcodes", &number.to_string())?;
+            match RCODE_NAMES.iter().find(|(n, _)| *n == number) {
+                Some((_, name)) => rcodes.push((*name, value)),
+                None => other += value,
+            }
+        }
+        rcodes.push(("other", other));
+        Some(Counts {
+            queries,
+            rcodes,
+            hits: count("cache", "hit")?,
+            misses: count("cache", "miss")?,
+            dnssec: [
+                ("secure", count("dnssec", "secure")?),
+                ("insecure", count("dnssec", "insecure")?),
+                ("bogus", count("dnssec", "bogus")?),
+            ],
+        })
+    }
+
+    /// The families into `out`, `id` the worker's label.
+    fn write(&self, out: &mut Exposition, id: &str) {
+        write_labelled(out, (QUERIES, QUERIES_HELP), id, "qtype", &self.queries);
+        write_labelled(out, (ANSWERS, ANSWERS_HELP), id, "rcode", &self.rcodes);
+        out.sample(HITS, HITS_HELP, Kind::Counter, id, self.hits);
+        out.sample(MISSES, MISSES_HELP, Kind::Counter, id, self.misses);
+        write_labelled(out, (DNSSEC, DNSSEC_HELP), id, "result", &self.dnssec);
+    }
+}
+
+/// Counter family `name` (with `help`): one sample per value of `label`, after `id`.
+fn write_labelled(
+    out: &mut Exposition,
+    (name, help): (&str, &str),
+    id: &str,
+    label: &str,
+    values: &[(&str, f64)],
+) {
+    let samples = out.family(name, help, Kind::Counter);
+    for (value_label, value) in values {
+        samples.push_str(&sample_line(
+            name,
+            &format!("{id},{label}=\"{value_label}\""),
+            *value,
+        ));
+    }
+}
+
+/// One worker's labelled families into `out`, `id` its `instance_id="…"` label, with its
+/// answer `counts` where it has them (else the answers by rcode and the cache hits kresd's
+/// statistics have); `None` (and `out` partly written: the caller drops it) when a statistic
+/// is missing.
+pub fn write_worker(
+    out: &mut Exposition,
+    id: &str,
+    stats: &Value,
+    counts: Option<&Value>,
+) -> Option<()> {
+    write_requests(out, id, stats)?;
+    let counts = counts.and_then(|c| {
+        let read = Counts::read(c);
+        if read.is_none() {
+            tracing::warn!(worker = %id, counts = %c, "incomplete answer counts; left out");
+        }
+        read
+    });
+    match counts {
+        Some(counts) => counts.write(out, id),
+        None => write_stats_answers(out, id, stats)?,
+    }
+    let latency = "knot_resolver_dns_response_duration_seconds";
+    let lines = latency_lines(latency, id, stats)?;
+    out.family(
+        latency,
+        "time to answer a query, in seconds",
+        Kind::Histogram,
+    )
+    .push_str(&lines);
+    Some(())
+}
+
+/// Requests by transport and address family, from kresd's statistics.
+fn write_requests(out: &mut Exposition, id: &str, stats: &Value) -> Option<()> {
     let requests = "knot_resolver_dns_requests_total";
     let mut lines = String::new();
     for (key, protocol) in PROTOCOLS {
@@ -87,43 +235,23 @@ pub fn write_worker(out: &mut Exposition, id: &str, stats: &Value) -> Option<()>
         Kind::Counter,
     )
     .push_str(&lines);
+    Some(())
+}
 
-    let answers = "knot_resolver_dns_answers_total";
-    let mut lines = String::new();
-    for (rcode, keys) in RCODES {
+/// Answers by rcode and cache hits as kresd's statistics count them, for a worker without
+/// answer counts.
+fn write_stats_answers(out: &mut Exposition, id: &str, stats: &Value) -> Option<()> {
+    let mut rcodes = Vec::with_capacity(STATS_RCODES.len());
+    for (rcode, keys) in STATS_RCODES {
         let mut value = 0.0;
         for key in keys {
             value += get(stats, "answer", key)?;
         }
-        lines.push_str(&sample_line(
-            answers,
-            &format!("{id},rcode=\"{rcode}\""),
-            value,
-        ));
+        rcodes.push((rcode, value));
     }
-    out.family(
-        answers,
-        "answers by rcode (NOERROR, NXDOMAIN, SERVFAIL: the rcodes kresd's statistics count)",
-        Kind::Counter,
-    )
-    .push_str(&lines);
-
-    out.sample(
-        "knot_resolver_cache_hits_total",
-        "answers served from the cache",
-        Kind::Counter,
-        id,
-        get(stats, "answer", "cached")?,
-    );
-
-    let latency = "knot_resolver_dns_response_duration_seconds";
-    let lines = latency_lines(latency, id, stats)?;
-    out.family(
-        latency,
-        "time to answer a query, in seconds",
-        Kind::Histogram,
-    )
-    .push_str(&lines);
+    let hits = get(stats, "answer", "cached")?;
+    write_labelled(out, (ANSWERS, ANSWERS_HELP), id, "rcode", &rcodes);
+    out.sample(HITS, HITS_HELP, Kind::Counter, id, hits);
     Some(())
 }
 
@@ -143,7 +271,7 @@ mod tests {
         worker["answer"]["nodata"] = 2.into();
         worker["answer"]["cached"] = 4.into();
         let mut out = Exposition::default();
-        write_worker(&mut out, "instance_id=\"w\"", &worker).expect("complete");
+        write_worker(&mut out, "instance_id=\"w\"", &worker, None).expect("complete");
         let text = out.render();
         let parsed = super::super::strict::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let value = |name: &str, labels: &[(&str, &str)]| parsed.value(name, labels);
@@ -168,6 +296,112 @@ mod tests {
             .as_object_mut()
             .expect("object")
             .remove("doq6");
-        assert!(write_worker(&mut Exposition::default(), "i=\"w\"", &incomplete).is_none());
+        assert!(write_worker(&mut Exposition::default(), "i=\"w\"", &incomplete, None).is_none());
+    }
+
+    /// A worker's counts as kresd reported them (a real reply), with rarer rcodes added.
+    fn counts() -> Value {
+        let mut counts: Value =
+            serde_json::from_str(include_str!("../../tests/data/answer-counts.json"))
+                .expect("fixture");
+        counts["rcodes"]["11"] = 2.into();
+        counts["rcodes"]["15"] = 1.into();
+        counts["rcodes"]["other"] = 4.into();
+        counts["rcodes"]["16"] = 3.into();
+        counts
+    }
+
+    #[test]
+    fn the_workers_counts_give_every_rcode_qtype_and_outcome() {
+        let stats: serde_json::Map<String, Value> =
+            serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
+                .expect("fixture");
+        let mut worker = stats["kresd:kresd0"].clone();
+        worker["answer"]["cached"] = 99.into();
+        worker["answer"]["noerror"] = 99.into();
+        let mut out = Exposition::default();
+        write_worker(&mut out, "instance_id=\"w\"", &worker, Some(&counts())).expect("complete");
+        let text = out.render();
+        let parsed = super::super::strict::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let value = |name: &str, label: &str, v: &str| parsed.value(name, &[(label, v)]);
+        let answers = "knot_resolver_dns_answers_total";
+        for (rcode, expected) in [
+            ("NOERROR", 6.0),
+            ("SERVFAIL", 1.0),
+            ("NXDOMAIN", 1.0),
+            ("REFUSED", 1.0),
+            ("NOTZONE", 0.0),
+            ("BADVERS", 3.0),
+            ("other", 7.0),
+        ] {
+            assert_eq!(value(answers, "rcode", rcode), Some(expected), "{rcode}");
+        }
+        assert_eq!(parsed.samples(answers).len(), 13, "12 names and other");
+        let queries = "knot_resolver_dns_queries_total";
+        assert_eq!(value(queries, "qtype", "A"), Some(6.0));
+        assert_eq!(value(queries, "qtype", "TXT"), Some(1.0));
+        assert_eq!(value(queries, "qtype", "other"), Some(1.0));
+        assert_eq!(value(queries, "qtype", "HTTPS"), Some(0.0));
+        assert_eq!(parsed.samples(queries).len(), 17, "16 names and other");
+        let families = &parsed.families;
+        assert_eq!(
+            families["knot_resolver_cache_hits_total"].samples[0].value, 7.0,
+            "the counts' hits, not kresd's statistics'"
+        );
+        assert_eq!(
+            families["knot_resolver_cache_misses_total"].samples[0].value,
+            2.0
+        );
+        let dnssec = "knot_resolver_dnssec_answers_total";
+        assert_eq!(value(dnssec, "result", "secure"), Some(7.0));
+        assert_eq!(value(dnssec, "result", "bogus"), Some(1.0));
+        assert_eq!(value(dnssec, "result", "insecure"), Some(1.0));
+        for family in [answers, queries, dnssec, "knot_resolver_cache_misses_total"] {
+            assert_eq!(
+                families[family].kind.as_deref(),
+                Some("counter"),
+                "{family}"
+            );
+        }
+    }
+
+    #[test]
+    fn incomplete_counts_leave_kresds_answers_and_hits() {
+        let stats: serde_json::Map<String, Value> =
+            serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
+                .expect("fixture");
+        let mut worker = stats["kresd:kresd0"].clone();
+        worker["answer"]["nxdomain"] = 5.into();
+        worker["answer"]["cached"] = 4.into();
+        let mut counts = counts();
+        counts["rcodes"]
+            .as_object_mut()
+            .expect("object")
+            .remove("9");
+        for counts in [None, Some(&counts), Some(&Value::from("not counts"))] {
+            let mut out = Exposition::default();
+            write_worker(&mut out, "instance_id=\"w\"", &worker, counts).expect("complete");
+            let text = out.render();
+            let parsed =
+                super::super::strict::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let answers = parsed.samples("knot_resolver_dns_answers_total");
+            let rcodes: Vec<_> = answers.iter().filter_map(|s| s.label("rcode")).collect();
+            assert_eq!(rcodes, ["NOERROR", "NXDOMAIN", "SERVFAIL"], "{text}");
+            assert_eq!(
+                parsed.value("knot_resolver_dns_answers_total", &[("rcode", "NXDOMAIN")]),
+                Some(5.0)
+            );
+            assert_eq!(
+                parsed.value("knot_resolver_cache_hits_total", &[]),
+                Some(4.0)
+            );
+            for absent in [
+                "knot_resolver_dns_queries_total",
+                "knot_resolver_cache_misses_total",
+                "knot_resolver_dnssec_answers_total",
+            ] {
+                assert!(parsed.samples(absent).is_empty(), "{absent}: {text}");
+            }
+        }
     }
 }

@@ -1,12 +1,15 @@
 //! Metrics: the kresd statistics gathered from every running worker over its control socket,
 //! as upstream's JSON (`/metrics/json`) and Prometheus text (`/metrics/prometheus`, upstream's
 //! `resolver_*` names and `instance_id` label), plus our supervisor's own series and the
-//! standard `process_*` series of the control plane.
+//! standard `process_*` series of the control plane. The same call brings each worker's
+//! answer counts (`lua::counts`), which only the Prometheus text shows: the JSON stays
+//! upstream's.
 //!
 //! - `exposition`: the text written family by family, each once (Prometheus refuses
 //!   upstream's repeated headers).
-//! - `labelled`: the same statistics as labelled families with units in their names
-//!   (`knot_resolver_dns_*`), beside upstream's names.
+//! - `labelled`: the statistics and the answer counts as labelled families with units in
+//!   their names (`knot_resolver_dns_*`, `knot_resolver_cache_*`,
+//!   `knot_resolver_dnssec_answers_total`), beside upstream's names.
 //! - `control_plane`: the manager's own series (`knot_resolver_*`), tallied from the event
 //!   log.
 
@@ -21,39 +24,74 @@ use supervisor::Snapshot;
 
 use crate::config::MetricsMode;
 use crate::control;
+use crate::lua::counts;
 use crate::service::WorkerId;
 pub use control_plane::{ControlPlane, Current};
 use exposition::{label, sample_line, Exposition, Kind};
 
-/// Ask every worker for its statistics: `{"kresd:kresd0": {...} | null, ...}`.
-pub async fn collect(rundir: &Path, ids: &[WorkerId], mode: MetricsMode) -> Map<String, Value> {
-    let expr = match mode {
-        MetricsMode::ManagerOnly => None,
-        MetricsMode::Lazy => Some("collect_lazy_statistics()"),
-        MetricsMode::Always => Some("collect_statistics()"),
+/// What the workers reported at one collection, by worker (`kresd:kresd0`, …).
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// kresd's `stats` of every worker as upstream serves them (`/metrics/json`); `null` for
+    /// a worker that did not answer (or with `monitoring.metrics: manager-only`).
+    pub stats: Map<String, Value>,
+    /// The counts of the generated Lua's answer counters (`lua::counts`), for the workers that
+    /// have them (a worker still running an older configuration has none).
+    pub counts: Map<String, Value>,
+}
+
+/// The Lua expression a worker evaluates for its statistics: the statistics and the counts
+/// where its configuration has the counting functions, else the statistics alone (a worker
+/// adopted from an older configuration), as upstream's function for `mode` gives them.
+fn collect_expression(mode: MetricsMode) -> Option<String> {
+    let fallback = match mode {
+        MetricsMode::ManagerOnly => return None,
+        MetricsMode::Lazy => "collect_lazy_statistics",
+        MetricsMode::Always => "collect_statistics",
     };
-    let mut out = Map::new();
-    match expr {
-        None => {
-            for &id in ids {
-                out.insert(id.instance_id(), Value::Null);
-            }
+    let collect = counts::COLLECT_FUNCTION;
+    Some(format!(
+        "{collect} and {collect}() or {{stats = {fallback}()}}"
+    ))
+}
+
+/// A worker's reply split into its statistics and its counts, if it has them; the reply
+/// itself when it has no statistics object.
+fn split_reply(reply: Value) -> Result<(Value, Option<Value>), Value> {
+    match reply {
+        Value::Object(mut reply) if reply.get("stats").is_some_and(Value::is_object) => {
+            let stats = reply.remove("stats").unwrap_or_default();
+            let counts = reply.remove("counts").filter(Value::is_object);
+            Ok((stats, counts))
         }
-        Some(expr) => {
-            for (id, result) in control::command_all(rundir, ids, expr).await {
-                let value = match result {
-                    Ok(v @ Value::Object(_)) => v,
-                    Ok(other) => {
-                        tracing::warn!(worker = %id, reply = %other, "unexpected statistics reply");
-                        Value::Null
-                    }
-                    Err(e) => {
-                        tracing::warn!(worker = %id, "cannot collect statistics: {e}");
-                        Value::Null
-                    }
-                };
-                out.insert(id.instance_id(), value);
+        other => Err(other),
+    }
+}
+
+/// Ask every worker for its statistics and counts.
+pub async fn collect(rundir: &Path, ids: &[WorkerId], mode: MetricsMode) -> Collected {
+    let mut out = Collected::default();
+    let Some(expr) = collect_expression(mode) else {
+        for &id in ids {
+            out.stats.insert(id.instance_id(), Value::Null);
+        }
+        return out;
+    };
+    for (id, result) in control::command_all(rundir, ids, &expr).await {
+        let (stats, counts) = match result.map(split_reply) {
+            Ok(Ok(split)) => split,
+            Ok(Err(other)) => {
+                tracing::warn!(worker = %id, reply = %other, "unexpected statistics reply");
+                (Value::Null, None)
             }
+            Err(e) => {
+                tracing::warn!(worker = %id, "cannot collect statistics: {e}");
+                (Value::Null, None)
+            }
+        };
+        out.stats.insert(id.instance_id(), stats);
+        if let Some(counts) = counts {
+            out.counts.insert(id.instance_id(), counts);
         }
     }
     out
@@ -328,9 +366,10 @@ fn get(stats: &Value, section: &str, key: &str) -> Option<f64> {
     stats.get(section)?.get(key)?.as_f64()
 }
 
-/// One worker's `resolver_*` samples, by family; `None` when a value is missing (the loaded
-/// gauge is 0 and none of its samples is written).
-fn worker_families(sid: &str, stats: &Value) -> Option<Exposition> {
+/// One worker's `resolver_*` samples and labelled families (with its answer `counts`, if it
+/// has them), by family; `None` when a statistic is missing (the loaded gauge is 0 and none of
+/// its samples is written).
+fn worker_families(sid: &str, stats: &Value, counts: Option<&Value>) -> Option<Exposition> {
     let mut out = Exposition::default();
     let id = format!("instance_id=\"{}\"", label(sid));
     let hist = labelled::latency_lines("resolver_response_latency", &id, stats)?;
@@ -353,19 +392,19 @@ fn worker_families(sid: &str, stats: &Value) -> Option<Exposition> {
             out.sample(&counter_name(name), help, Kind::Counter, &id, value);
         }
     }
-    labelled::write_worker(&mut out, &id, stats)?;
+    labelled::write_worker(&mut out, &id, stats, counts)?;
     Some(out)
 }
 
 /// Prometheus text: the workers' statistics, our supervisor's series, the control plane's
 /// and the standard ones of our own process.
 pub fn render_prometheus(
-    stats: &Map<String, Value>,
+    collected: &Collected,
     control_plane: &ControlPlane,
     now: &Current<'_>,
 ) -> String {
     let mut out = Exposition::default();
-    write_workers(&mut out, stats);
+    write_workers(&mut out, collected);
     write_supervisor(&mut out, now.snapshot);
     control_plane.write(&mut out, now);
     write_process(&mut out);
@@ -374,13 +413,13 @@ pub fn render_prometheus(
 
 /// The workers' `resolver_*` families: every worker's samples under one header per family,
 /// then whether each worker's statistics were loaded.
-fn write_workers(out: &mut Exposition, stats: &Map<String, Value>) {
+fn write_workers(out: &mut Exposition, collected: &Collected) {
     let mut loaded = Vec::new();
-    for (sid, value) in stats {
+    for (sid, value) in &collected.stats {
         let families = if value.is_null() {
             None
         } else {
-            worker_families(sid, value)
+            worker_families(sid, value, collected.counts.get(sid))
         };
         if families.is_none() && !value.is_null() {
             tracing::warn!(worker = %sid, "statistics incomplete; metrics not loaded");
@@ -516,14 +555,19 @@ mod strict;
 mod tests {
     use super::strict;
 
-    /// Our text for `stats`, with no control-plane event and table `snapshot`.
+    /// Our text for `stats` (with no answer counts), with no control-plane event and table
+    /// `snapshot`.
     fn render(stats: &Map<String, Value>, snapshot: &Snapshot) -> String {
         let now = Current {
             snapshot,
             etag: "\"tag\"",
             workers: 2,
         };
-        render_prometheus(stats, &ControlPlane::default(), &now)
+        let collected = Collected {
+            stats: stats.clone(),
+            counts: Map::new(),
+        };
+        render_prometheus(&collected, &ControlPlane::default(), &now)
     }
     use super::*;
 
@@ -595,7 +639,7 @@ mod tests {
         let stats: Value = serde_json::json!({
             "answer": {"1ms": 1, "10ms": 2, "50ms": 0, "100ms": 0, "250ms": 0, "500ms": 0, "1000ms": 0, "1500ms": 0, "slow": 3, "sum_ms": 2500},
         });
-        let families = worker_families("w", &stats);
+        let families = worker_families("w", &stats, None);
         assert!(
             families.is_none(),
             "missing counters make the worker not loaded"
@@ -621,5 +665,38 @@ mod tests {
         ));
         assert!(text.contains("resolver_response_latency_sum{instance_id=\"kresd:kresd0\"} 2.5"));
         assert!(text.contains("resolver_metrics_loaded{instance_id=\"kresd:kresd0\"} 1.0"));
+    }
+
+    /// A worker of our configuration answers both; one of an older configuration (adopted by
+    /// this manager) the statistics alone, as upstream's function gives them.
+    #[test]
+    fn replies_split_into_statistics_and_counts() {
+        assert_eq!(
+            collect_expression(MetricsMode::Lazy).as_deref(),
+            Some(
+                "collect_labelled_statistics and collect_labelled_statistics() or \
+                 {stats = collect_lazy_statistics()}"
+            )
+        );
+        assert!(collect_expression(MetricsMode::Always)
+            .is_some_and(|e| e.ends_with("{stats = collect_statistics()}")));
+        assert_eq!(collect_expression(MetricsMode::ManagerOnly), None);
+        let stats = serde_json::json!({"answer": {"total": 1}});
+        let counts = serde_json::json!({"cache": {"hit": 1, "miss": 0}});
+        assert_eq!(
+            split_reply(serde_json::json!({"stats": stats, "counts": counts})),
+            Ok((stats.clone(), Some(counts)))
+        );
+        assert_eq!(
+            split_reply(serde_json::json!({"stats": stats})),
+            Ok((stats.clone(), None))
+        );
+        assert_eq!(
+            split_reply(serde_json::json!({"stats": stats, "counts": "x"})),
+            Ok((stats.clone(), None))
+        );
+        let error = Value::from("[string]:1: attempt to call a nil value");
+        assert_eq!(split_reply(error.clone()), Err(error));
+        assert!(split_reply(serde_json::json!({"stats": []})).is_err());
     }
 }

@@ -1,0 +1,221 @@
+//! The workers' own counts of what kresd's `stats` module lacks, for the manager's labelled
+//! metrics: external queries by qtype, their answers by every rcode, cache hits and misses,
+//! DNSSEC outcomes. A Lua layer at `finish` counts them in integer-indexed arrays held as
+//! upvalues (no string is built, no table made per query); the manager reads them with the
+//! statistics, in one control-socket call, through [`COLLECT_FUNCTION`].
+//!
+//! The layer is loaded as `stats` is: at the first collection (`monitoring.metrics: lazy`) or
+//! at start (`always`). Nothing runs while the worker's configuration is read but the
+//! definitions (and, with `always`, one call), so the file makes upstream's calls and
+//! assignments plus those two names.
+
+use super::{line, quote};
+
+/// The query types counted under their own name, (number, name), in the order of their slots;
+/// every other type is counted as `other`. The common types of stub resolvers, mail, service
+/// discovery and DNSSEC, as CoreDNS's and unbound's exporters name them.
+pub const NAMED_QTYPES: [(u16, &str); 16] = [
+    (1, "A"),
+    (28, "AAAA"),
+    (5, "CNAME"),
+    (15, "MX"),
+    (2, "NS"),
+    (12, "PTR"),
+    (6, "SOA"),
+    (33, "SRV"),
+    (16, "TXT"),
+    (43, "DS"),
+    (48, "DNSKEY"),
+    (65, "HTTPS"),
+    (64, "SVCB"),
+    (257, "CAA"),
+    (35, "NAPTR"),
+    (255, "ANY"),
+];
+
+/// The highest rcode counted by its number: 0–15 from the header, 16 (BADVERS, which kresd
+/// answers to an EDNS version it does not know) from the header and the OPT record's extended
+/// bits; any higher extended rcode is counted as `other`.
+pub const HIGHEST_NUMBERED_RCODE: u16 = 16;
+
+/// Extended DNS errors (RFC 8914) kresd sets when DNSSEC validation fails: DNSSEC Bogus (6),
+/// Signature Expired (7), Signature Not Yet Valid (8), DNSKEY Missing (9), RRSIGs Missing
+/// (10), No Zone Key Bit Set (11), NSEC Missing (12), Signature Expired before Valid (25).
+pub const VALIDATION_FAILURES: [u16; 8] = [6, 7, 8, 9, 10, 11, 12, 25];
+
+/// The global function the manager calls: `{stats = stats.list(), counts = {...}}`, loading
+/// `stats` and the counting layer first if they are not loaded yet.
+pub const COLLECT_FUNCTION: &str = "collect_labelled_statistics";
+
+/// The global function that loads the counting layer (once; later calls do nothing).
+pub const LOAD_FUNCTION: &str = "load_answer_counters";
+
+/// The name of the kresd module the layer is loaded as (`modules.unload` of it stops the
+/// counting, `modules.load` resumes it with the same counts).
+pub const MODULE: &str = "answer_counters";
+
+/// The slot of the extended rcodes above [`HIGHEST_NUMBERED_RCODE`].
+const OTHER_RCODE: u16 = HIGHEST_NUMBERED_RCODE + 1;
+
+/// kresd's `rank` of a request whose whole answer it authenticated (`KR_RANK_SECURE`).
+const RANK_SECURE: u8 = 32;
+
+/// The counting functions, `@NAME@` standing for what [`counting_functions`] fills in.
+///
+/// `finish`: external requests only, as `stats` tells them (a destination address); the qtype
+/// from the query's wire; the rcode from the answer's header and its OPT record's extended
+/// bits; the cache use of the request's last query as `stats` tells it (`kr_rplan_last`: the
+/// last pending one, else the last resolved); the DNSSEC outcome from the request's rank
+/// (secure) or, for a SERVFAIL, a DNSSEC failure's extended error or a query of the request
+/// kresd flagged bogus (it gives some validation failures only EDE 0, "Other"). Lengths are
+/// `size_t` (64-bit cdata in LuaJIT): `tonumber` makes them plain numbers.
+const TEMPLATE: &str = "\
+-- counts kresd's statistics lack, for the labelled metrics: external queries by qtype,
+-- answers by rcode, cache hits and misses, DNSSEC outcomes (a layer at finish)
+do
+	local report
+	function @LOAD@()
+		if package.loaded[@MODULE_KEY@] ~= nil then return end
+		local bit = require('bit')
+		local band, rshift = bit.band, bit.rshift
+		local slot = {@SLOTS@}
+		local other = @OTHER_QTYPE@
+		local queries = {@QUERY_ZEROS@}
+		local rcodes = {[0] = 0, @RCODE_ZEROS@}
+		local failed = {@FAILED@}
+		local hits, misses, secure, insecure, bogus = 0, 0, 0, 0, 0
+		local function bogus_in(array)
+			for i = 0, tonumber(array.len) - 1 do
+				if array.at[i].flags.DNSSEC_BOGUS then return true end
+			end
+			return false
+		end
+		local function finish(state, req, answer)
+			local qsource = req.qsource
+			if qsource.dst_addr == nil then return state end
+			local query = qsource.packet
+			local size = query ~= nil and query.qname_size or 0
+			if size ~= 0 then
+				local wire = query.wire
+				local n = slot[wire[12 + size] * 256 + wire[13 + size]] or other
+				queries[n] = queries[n] + 1
+			end
+			if answer == nil then return state end
+			local rcode = band(answer.wire[3], 15)
+			local opt = answer.opt_rr
+			if opt ~= nil then
+				local ext = rshift(opt._ttl, 24)
+				if ext ~= 0 then
+					rcode = ext * 16 + rcode
+					if rcode > @HIGHEST_RCODE@ then rcode = @OTHER_RCODE@ end
+				end
+			end
+			rcodes[rcode] = rcodes[rcode] + 1
+			local rplan = req.rplan
+			local resolved = tonumber(rplan.resolved.len)
+			if resolved > 0 then
+				local pending = tonumber(rplan.pending.len)
+				local last = pending > 0 and rplan.pending.at[pending - 1] or rplan.resolved.at[resolved - 1]
+				if last.flags.CACHED then hits = hits + 1 else misses = misses + 1 end
+			end
+			if req.rank == @RANK_SECURE@ then
+				secure = secure + 1
+			elseif rcode == 2 and (failed[req.extended_error.info_code] or bogus_in(rplan.resolved) or bogus_in(rplan.pending)) then
+				bogus = bogus + 1
+			else
+				insecure = insecure + 1
+			end
+			return state
+		end
+		report = function()
+			local q, r = {other = queries[other]}, {other = rcodes[@OTHER_RCODE@]}
+			for qtype, i in pairs(slot) do q[tostring(qtype)] = queries[i] end
+			for rcode = 0, @HIGHEST_RCODE@ do r[tostring(rcode)] = rcodes[rcode] end
+			return {queries = q, rcodes = r, cache = {hit = hits, miss = misses},
+				dnssec = {secure = secure, insecure = insecure, bogus = bogus}}
+		end
+		package.loaded[@MODULE_KEY@] = {layer = {finish = finish}}
+		modules.load(@MODULE@)
+	end
+	function @COLLECT@()
+		if stats == nil then
+			modules.load('stats')
+		end
+		@LOAD@()
+		return {stats = stats.list(), counts = report()}
+	end
+end
+";
+
+/// The definitions of [`LOAD_FUNCTION`] and [`COLLECT_FUNCTION`]: [`TEMPLATE`] filled in
+/// (numbers, and the module's name through [`quote`]).
+pub fn counting_functions(out: &mut String) {
+    let other_qtype = NAMED_QTYPES.len() + 1;
+    let slots: String = NAMED_QTYPES
+        .iter()
+        .enumerate()
+        .map(|(i, (qtype, _))| format!("[{qtype}] = {}, ", i + 1))
+        .collect();
+    let failed: String = VALIDATION_FAILURES
+        .iter()
+        .map(|code| format!("[{code}] = true, "))
+        .collect();
+    let fills = [
+        ("@LOAD@", LOAD_FUNCTION.to_owned()),
+        ("@COLLECT@", COLLECT_FUNCTION.to_owned()),
+        ("@MODULE_KEY@", quote(&format!("kres_modules.{MODULE}"))),
+        ("@MODULE@", quote(MODULE)),
+        ("@SLOTS@", slots),
+        ("@OTHER_QTYPE@", other_qtype.to_string()),
+        ("@QUERY_ZEROS@", zeros(other_qtype)),
+        ("@RCODE_ZEROS@", zeros(usize::from(OTHER_RCODE))),
+        ("@FAILED@", failed),
+        ("@HIGHEST_RCODE@", HIGHEST_NUMBERED_RCODE.to_string()),
+        ("@OTHER_RCODE@", OTHER_RCODE.to_string()),
+        ("@RANK_SECURE@", RANK_SECURE.to_string()),
+    ];
+    let mut text = TEMPLATE.to_owned();
+    for (placeholder, value) in fills {
+        text = text.replace(placeholder, &value);
+    }
+    out.push_str(&text);
+}
+
+/// `0, 0, …`, `n` times.
+fn zeros(n: usize) -> String {
+    vec!["0"; n].join(", ")
+}
+
+/// The call that loads the counting layer at start (`monitoring.metrics: always`).
+pub fn load_at_start(out: &mut String) {
+    line!(out, "{LOAD_FUNCTION}()");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_slot_is_initialised_and_named_once() {
+        let mut out = String::new();
+        counting_functions(&mut out);
+        assert!(!out.contains('@'), "every placeholder filled in:\n{out}");
+        assert!(
+            out.contains(&format!("local queries = {{{}}}", ["0"; 17].join(", "))),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!(
+                "local rcodes = {{[0] = 0, {}}}",
+                ["0"; 17].join(", ")
+            )),
+            "{out}"
+        );
+        assert!(out.contains("[1] = 1, [28] = 2, "), "{out}");
+        assert!(out.contains("[255] = 16, }"), "{out}");
+        let mut numbers: Vec<u16> = NAMED_QTYPES.iter().map(|(n, _)| *n).collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        assert_eq!(numbers.len(), NAMED_QTYPES.len());
+    }
+}
