@@ -13,6 +13,7 @@
 mod control_plane;
 mod exposition;
 mod labelled;
+mod rpz;
 
 use std::path::Path;
 
