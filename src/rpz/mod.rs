@@ -14,6 +14,8 @@
 
 mod key;
 mod notify;
+pub mod secondary;
+pub mod status;
 mod wire;
 mod xfr;
 mod zonefile;

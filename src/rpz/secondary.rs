@@ -39,7 +39,7 @@ use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
 
 /// One zone to follow, from its configuration entry.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Zone {
     /// The zone's name, normalised (lower case, absolute).
     pub name: String,
@@ -213,7 +213,7 @@ async fn attempt(zone: &Zone, deadline: Option<Instant>) -> Attempt {
 }
 
 /// The zones a start transferred because it had no stored file for them.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct FirstTransfers(Vec<(String, Primary, TransferReport)>);
 
 /// Why the first transfer of a zone with no stored file failed at the start.
@@ -477,7 +477,10 @@ async fn follow(
     let mut next = Instant::now();
     if let Some((primary, report)) = &transferred {
         next = clock
-            .on(Refreshed::Succeeded(report.timers), Instant::now().into_std())
+            .on(
+                Refreshed::Succeeded(report.timers),
+                Instant::now().into_std(),
+            )
             .next
             .into();
         publish_transferred(&shared.events, &zone, *primary, report, next);
@@ -512,7 +515,12 @@ async fn follow(
 
 /// Tell what an attempt came to, renew the policy after a new file, and say when the zone
 /// is refreshed next.
-async fn carry_out(zone: &Zone, clock: &mut ZoneClock, attempt: Attempt, shared: &Shared) -> Instant {
+async fn carry_out(
+    zone: &Zone,
+    clock: &mut ZoneClock,
+    attempt: Attempt,
+    shared: &Shared,
+) -> Instant {
     let refreshed = match &attempt.success {
         Some((_, report)) => Refreshed::Succeeded(report.timers),
         None => Refreshed::Failed,
@@ -585,7 +593,10 @@ fn publish_transferred(
 /// workers reset their rules (no section changed, so no worker restarts). A refusal is
 /// logged and told by the manager; the workers keep the running policy.
 async fn renew(zone: &Zone, manager: &ManagerHandle) {
-    if let Err(e) = manager.renew(Restart::WhenNeeded, Origin::ZoneTransfer).await {
+    if let Err(e) = manager
+        .renew(Restart::WhenNeeded, Origin::ZoneTransfer)
+        .await
+    {
         tracing::warn!(zone = %zone.name, "the new RPZ zone is stored but not in force: {e}");
     }
 }

@@ -173,11 +173,17 @@ mod tests {
         use Refreshed::*;
         check(
             Some(timers(100, 10, 15)),
-            &[(5, Failed, 15, false, Current), (15, Failed, 25, true, Expired)],
+            &[
+                (5, Failed, 15, false, Current),
+                (15, Failed, 25, true, Expired),
+            ],
         );
         check(
             None,
-            &[(0, Failed, 60, false, Current), (1000, Failed, 1060, false, Current)],
+            &[
+                (0, Failed, 60, false, Current),
+                (1000, Failed, 1060, false, Current),
+            ],
         );
     }
 
@@ -189,7 +195,13 @@ mod tests {
             None,
             &[
                 (0, Succeeded(timers(0, 0, 1_000_000)), 1, false, Current),
-                (1, Succeeded(timers(10_000_000, 0, 1_000_000)), 1 + 86_400, false, Current),
+                (
+                    1,
+                    Succeeded(timers(10_000_000, 0, 1_000_000)),
+                    1 + 86_400,
+                    false,
+                    Current,
+                ),
                 (2, Failed, 3, false, Current),
             ],
         );
