@@ -150,17 +150,17 @@ mod tests {
     fn refresh_after_success_retry_after_failure_and_expiry_once() {
         use Freshness::*;
         use Refreshed::*;
-        let t = timers(100, 10, 35);
+        let t = timers(100, 10, 135);
         check(
             Some(t),
             &[
                 (0, Succeeded(t), 100, false, Current),
                 (100, Failed, 110, false, Current),
                 (110, Failed, 120, false, Current),
-                // 35 s after the last success: expired, said once.
+                // 135 s after the last success: expired, said once.
                 (135, Failed, 145, true, Expired),
                 (145, Failed, 155, false, Expired),
-                (150, Succeeded(timers(50, 5, 20)), 200, false, Current),
+                (150, Succeeded(timers(50, 5, 70)), 200, false, Current),
                 (200, Failed, 205, false, Current),
                 (220, Failed, 225, true, Expired),
             ],
