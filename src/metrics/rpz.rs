@@ -11,6 +11,9 @@ use crate::wire::rpz::{RpzTransfer, RpzZone};
 /// The label of a successful refresh in `knot_resolver_rpz_transfers_total`.
 const SUCCESS: &str = "success";
 
+/// (name, help, value of one zone) of a per-zone gauge.
+type ZoneFamily = (&'static str, &'static str, fn(&RpzZone) -> Option<f64>);
+
 /// What the `rpz-*` events said so far, per zone.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct RpzTally {
@@ -129,7 +132,7 @@ impl RpzTally {
             return;
         }
         let zone_label = |zone: &str| format!("zone=\"{}\"", label(zone));
-        let per_zone: [(&str, &str, fn(&RpzZone) -> Option<f64>); 3] = [
+        let per_zone: [ZoneFamily; 3] = [
             (
                 "knot_resolver_rpz_serial",
                 "the serial of the stored RPZ zone (absent before its first transfer)",

@@ -283,40 +283,12 @@ impl fmt::Display for Event {
                 last_event_id,
                 reason,
             } => write!(f, "{kind} after {last_event_id}: {reason}"),
-            Event::RpzFollowed {
-                zone, file, serial, ..
-            } => match serial {
-                Some(serial) => write!(f, "{kind} {zone}: serial {serial} in {file}"),
-                None => write!(f, "{kind} {zone}: no stored zone in {file} yet"),
-            },
-            Event::RpzNotified { zone, from, .. } => write!(f, "{kind} {zone} by {from}"),
-            Event::RpzTransferred {
-                zone,
-                primary,
-                transfer: how,
-                serial,
-                records,
-                ..
-            } => write!(
-                f,
-                "{kind} {zone} from {primary}: {how}, serial {serial}, {records} records"
-            ),
-            Event::RpzTransferFailed {
-                zone,
-                primary,
-                error,
-                ..
-            } => write!(
-                f,
-                "{kind} {zone} from {primary}: {error}; the running policy is kept"
-            ),
-            Event::RpzExpired { zone, .. } => write!(
-                f,
-                "{kind} {zone}: no refresh within the SOA expire time; the stored policy is still served"
-            ),
-            Event::RpzNotifyListenFailed { address, reason } => {
-                write!(f, "{kind} {address}: {reason}")
-            }
+            Event::RpzFollowed { .. }
+            | Event::RpzNotified { .. }
+            | Event::RpzTransferred { .. }
+            | Event::RpzTransferFailed { .. }
+            | Event::RpzExpired { .. }
+            | Event::RpzNotifyListenFailed { .. } => write_rpz(self, kind, f),
             Event::EventsLagged { lost } => {
                 write!(
                     f,
@@ -324,6 +296,47 @@ impl fmt::Display for Event {
                 )
             }
         }
+    }
+}
+
+/// One line for an operator about an RPZ zone kept by zone transfer.
+fn write_rpz(event: &Event, kind: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    match event {
+        Event::RpzFollowed {
+            zone, file, serial, ..
+        } => match serial {
+            Some(serial) => write!(f, "{kind} {zone}: serial {serial} in {file}"),
+            None => write!(f, "{kind} {zone}: no stored zone in {file} yet"),
+        },
+        Event::RpzNotified { zone, from, .. } => write!(f, "{kind} {zone} by {from}"),
+        Event::RpzTransferred {
+            zone,
+            primary,
+            transfer: how,
+            serial,
+            records,
+            ..
+        } => write!(
+            f,
+            "{kind} {zone} from {primary}: {how}, serial {serial}, {records} records"
+        ),
+        Event::RpzTransferFailed {
+            zone,
+            primary,
+            error,
+            ..
+        } => write!(
+            f,
+            "{kind} {zone} from {primary}: {error}; the running policy is kept"
+        ),
+        Event::RpzExpired { zone, .. } => write!(
+            f,
+            "{kind} {zone}: no refresh within the SOA expire time; the stored policy is still served"
+        ),
+        Event::RpzNotifyListenFailed { address, reason } => {
+            write!(f, "{kind} {address}: {reason}")
+        }
+        _ => f.write_str(kind),
     }
 }
 
