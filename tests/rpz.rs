@@ -1,0 +1,721 @@
+//! RPZ zones kept by zone transfer, end to end: our resolver on real kresd as the secondary
+//! of a real Knot DNS primary (knotd in the test bed: TSIG, IXFR from its journal, NOTIFY
+//! over TCP) and of a hostile primary written here. Every step waits for what it caused —
+//! an event of `/events`, a line of knotd's log — never for time; a listed name is blocked
+//! when kresd answers it NXDOMAIN (an RPZ `CNAME .` entry).
+//!
+//! Also the configuration's `transfer` key as validation sees it (no bed needed).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Resolver, Setup, DNS_TIMEOUT, START_TIMEOUT};
+use knot_resolver::config::{validate, PathChecks, ValidationContext};
+use serde_json::{json, Value};
+use testbed::dns;
+use testbed::http::EventStream;
+use testbed::knot::{KeySetup, KnotPrimary, PrimarySetup};
+
+const ZONE: &str = "blocklist.rpz.";
+
+/// The `local-data` section keeping `file` (a bed path) by transfer from `primaries`.
+fn rpz_section(file: &Path, primaries: &[String], extra: &str) -> String {
+    let primaries: Vec<String> = primaries.iter().map(|p| format!("\"{p}\"")).collect();
+    format!(
+        "local-data:\n  rpz:\n    - file: {}\n      transfer:\n        zone: {ZONE}\n        primaries: [{}]\n{extra}",
+        file.display(),
+        primaries.join(", ")
+    )
+}
+
+/// A knotd primary of `entries` entries, signed with a generated key, sending NOTIFY to
+/// `notify` when given.
+fn knot_primary(bed: &testbed::Bed, entries: usize, notify: Option<SocketAddr>) -> KnotPrimary {
+    KnotPrimary::start(
+        bed,
+        PrimarySetup {
+            zone: ZONE.into(),
+            entries,
+            key: KeySetup::Generated,
+            notify,
+        },
+    )
+    .expect("knotd")
+}
+
+/// Whether kresd answers `name` NXDOMAIN, as an RPZ entry of the zone makes it.
+fn blocked(r: &Resolver, name: &str) -> bool {
+    dns::query_udp(r.dns(), name, dns::TYPE_A, DNS_TIMEOUT).is_ok_and(|resp| resp.rcode == 3)
+}
+
+/// Every event of the log from its first one on (an id not of this resolver resumes from
+/// the oldest kept), then the new ones.
+fn events(r: &Resolver) -> EventStream {
+    EventStream::open(&r.api, "/events", &[("last-event-id", "from-the-start")]).expect("events")
+}
+
+/// The next event `wanted` accepts (failing on a stream that ends or stays quiet).
+fn wait_event(events: &mut EventStream, r: &Resolver, wanted: impl Fn(&Value) -> bool) -> Value {
+    loop {
+        let message = events
+            .next(START_TIMEOUT)
+            .unwrap_or_else(|e| panic!("no event: {e:#}\n{}", r.launched.output.text()))
+            .expect("the stream goes on");
+        let Ok(data) = serde_json::from_str::<Value>(&message.data) else {
+            continue;
+        };
+        if wanted(&data) {
+            return data;
+        }
+    }
+}
+
+fn kind(e: &Value, kind: &str) -> bool {
+    e["kind"] == kind
+}
+
+/// Wait for the zone's transfer to `serial`, then for the renew it caused to be applied as
+/// a rules reset (every worker reopened the rules); the transfer's event.
+fn wait_transferred_and_renewed(events: &mut EventStream, r: &Resolver, serial: u32) -> Value {
+    let transferred = wait_event(events, r, |e| {
+        kind(e, "rpz-transferred") && e["serial"] == serial
+    });
+    let applied = wait_event(events, r, |e| {
+        (kind(e, "config-applied") || kind(e, "config-refused")) && e["cause"] == "renew"
+    });
+    assert_eq!(applied["kind"], "config-applied", "{applied}");
+    assert_eq!(applied["workers"]["action"], "rules-reset", "{applied}");
+    transferred
+}
+
+/// `GET /rpz`: the one zone kept.
+fn rpz_status(r: &Resolver) -> Value {
+    let answer = r.http("GET", "/rpz", b"").expect("GET /rpz");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let zones: Value = serde_json::from_slice(&answer.body).expect("JSON");
+    assert_eq!(zones.as_array().map(Vec::len), Some(1), "{zones}");
+    zones[0].clone()
+}
+
+/// A resolver keeping the zone from `primary` (its key written beside the zone file) in
+/// `file` (a bed path below the resolver's test directory).
+fn setup_for(name: &'static str, rpz: String) -> Setup {
+    Setup::new(name).workers(2).extra(&rpz)
+}
+
+/// A key-file line for the transfer section.
+fn key_line(bed_path: &Path) -> String {
+    format!("        tsig-key-file: {}\n", bed_path.display())
+}
+
+/// Paths of a test's own: a directory with the key and zone files, outside the resolver's.
+struct Files {
+    dir: testbed::TestDir,
+}
+
+impl Files {
+    fn new(bed: &testbed::Bed, name: &str) -> Files {
+        let dir = bed.test_dir(name).expect("dir");
+        std::fs::create_dir_all(dir.host("zones")).expect("zones dir");
+        Files { dir }
+    }
+    fn zone(&self) -> (PathBuf, PathBuf) {
+        self.dir.join("zones/blocklist.rpz")
+    }
+    fn key(&self) -> (PathBuf, PathBuf) {
+        self.dir.join("xfr.key")
+    }
+}
+
+#[test]
+fn the_first_transfer_blocks_a_listed_name() {
+    let bed = testbed::Bed::get().expect("bed");
+    let files = Files::new(bed, "rpz-first");
+    let primary = knot_primary(bed, 100, None);
+    let (key_host, key_bed) = files.key();
+    primary.write_key_file(&key_host).expect("key file");
+    let (zone_host, zone_bed) = files.zone();
+    let rpz = rpz_section(
+        &zone_bed,
+        &[format!("127.0.0.1@{}", primary.port())],
+        &key_line(&key_bed),
+    );
+    let r = common::start(&setup_for("rpz-first", rpz)).expect("start");
+    // No stored file: the start waited for the first transfer, so READY means it serves.
+    assert!(zone_host.exists(), "the zone is stored");
+    assert!(blocked(&r, "n42.blocked.test."), "a listed name is blocked");
+    let mut events = events(&r);
+    let transferred = wait_event(&mut events, &r, |e| kind(e, "rpz-transferred"));
+    assert_eq!(transferred["transfer"], "axfr", "{transferred}");
+    assert_eq!(transferred["serial"], 1);
+    assert!(primary.output().text().contains("AXFR, outgoing"));
+    wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
+    let status = rpz_status(&r);
+    assert_eq!(
+        (
+            &status["zone"],
+            &status["serial"],
+            &status["last-transfer"]["result"]
+        ),
+        (&json!(ZONE), &json!(1), &json!("success")),
+        "{status}"
+    );
+    assert!(status["next-refresh"].is_number(), "{status}");
+    let text = r.kresctl(&["rpz"]).expect("kresctl rpz");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("blocklist.rpz.  serial 1"), "{text}");
+    assert!(text.contains("axfr from 127.0.0.1"), "{text}");
+    let metrics = r.http("GET", "/metrics", b"").expect("metrics").text();
+    assert!(
+        metrics.contains("knot_resolver_rpz_serial{zone=\"blocklist.rpz.\"} 1"),
+        "{metrics}"
+    );
+    r.stop();
+}
+
+#[test]
+fn a_notify_brings_an_ixfr_and_a_newly_listed_name_is_blocked() {
+    let bed = testbed::Bed::get().expect("bed");
+    let files = Files::new(bed, "rpz-notify");
+    let notify_port = testbed::free_port().expect("port");
+    let notify: SocketAddr = format!("127.0.0.1:{notify_port}").parse().expect("address");
+    let mut primary = knot_primary(bed, 100, Some(notify));
+    let (key_host, key_bed) = files.key();
+    primary.write_key_file(&key_host).expect("key file");
+    let (_, zone_bed) = files.zone();
+    let rpz = rpz_section(
+        &zone_bed,
+        &[format!("127.0.0.1@{}", primary.port())],
+        &format!(
+            "{}        notify-listen: 127.0.0.1@{notify_port}\n",
+            key_line(&key_bed)
+        ),
+    );
+    let r = common::start(&setup_for("rpz-notify", rpz)).expect("start");
+    let workers = r.pids_named("kresd");
+    let mut events = events(&r);
+    // The listener is up once the zone is followed.
+    wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
+    assert_eq!(
+        primary
+            .bump(&["new.blocked.test"], &["n7.blocked.test"])
+            .expect("bump"),
+        2
+    );
+    let notified = wait_event(&mut events, &r, |e| kind(e, "rpz-notified"));
+    assert_eq!(notified["zone"], ZONE, "{notified}");
+    let transferred = wait_transferred_and_renewed(&mut events, &r, 2);
+    assert_eq!(transferred["transfer"], "ixfr", "{transferred}");
+    assert!(primary.output().text().contains("IXFR, outgoing"));
+    assert!(
+        blocked(&r, "new.blocked.test."),
+        "the new entry is in force"
+    );
+    assert!(blocked(&r, "n8.blocked.test."), "the others stay");
+    assert_eq!(r.pids_named("kresd"), workers, "no worker restarted");
+    r.stop();
+}
+
+/// Rewrite the primary's zone with `serial`, the SOA's refresh and retry at 1 s, and
+/// `added` entries; knotd loads it (no NOTIFY is configured).
+fn republish(primary: &KnotPrimary, serial: u32, added: &[&str]) {
+    let path = primary.zone_file();
+    let old = std::fs::read_to_string(&path).expect("zone file");
+    let mut lines = old.lines();
+    let soa: Vec<&str> = lines.next().expect("the SOA").split_whitespace().collect();
+    // owner ttl IN SOA mname rname serial refresh retry expire minimum
+    let mut text = format!(
+        "{} {} IN SOA {} {} {serial} 1 1 86400 60\n",
+        soa[0], soa[1], soa[4], soa[5]
+    );
+    for line in lines {
+        text.push_str(line);
+        text.push('\n');
+    }
+    for name in added {
+        text.push_str(&format!("{name}.{ZONE} 3600 IN CNAME .\n"));
+    }
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(&tmp, &path).expect("rename");
+    primary.knotc(&["zone-reload", ZONE]).expect("reload");
+    primary
+        .output()
+        .wait_for(&format!("-> {serial}, "), START_TIMEOUT)
+        .expect("knotd loaded the change");
+}
+
+#[test]
+fn the_soa_refresh_brings_a_change_without_notify() {
+    let bed = testbed::Bed::get().expect("bed");
+    let files = Files::new(bed, "rpz-refresh");
+    let primary = knot_primary(bed, 50, None);
+    // A refresh of 1 s from the first transfer on.
+    republish(&primary, 2, &[]);
+    let (key_host, key_bed) = files.key();
+    primary.write_key_file(&key_host).expect("key file");
+    let (_, zone_bed) = files.zone();
+    let rpz = rpz_section(
+        &zone_bed,
+        &[format!("127.0.0.1@{}", primary.port())],
+        &key_line(&key_bed),
+    );
+    let r = common::start(&setup_for("rpz-refresh", rpz)).expect("start");
+    let mut events = events(&r);
+    let first = wait_event(&mut events, &r, |e| kind(e, "rpz-transferred"));
+    assert_eq!(first["serial"], 2);
+    assert!(
+        first["next-refresh"].as_f64().is_some_and(|s| s <= 1.0),
+        "{first}"
+    );
+    republish(&primary, 3, &["refreshed.blocked.test"]);
+    let transferred = wait_transferred_and_renewed(&mut events, &r, 3);
+    assert_eq!(transferred["transfer"], "ixfr", "{transferred}");
+    assert!(blocked(&r, "refreshed.blocked.test."));
+    assert!(
+        !primary.output().text().contains("notify, outgoing"),
+        "no NOTIFY was involved"
+    );
+    r.stop();
+}
+
+#[test]
+fn a_wrong_key_is_refused_while_the_old_policy_serves() {
+    let bed = testbed::Bed::get().expect("bed");
+    let files = Files::new(bed, "rpz-wrong-key");
+    let primary = knot_primary(bed, 50, None);
+    let (key_host, key_bed) = files.key();
+    primary.write_key_file(&key_host).expect("key file");
+    let (_, zone_bed) = files.zone();
+    let rpz = rpz_section(
+        &zone_bed,
+        &[format!("127.0.0.1@{}", primary.port())],
+        &key_line(&key_bed),
+    );
+    let r = common::start(&setup_for("rpz-wrong-key", rpz)).expect("start");
+    assert!(blocked(&r, "n3.blocked.test."));
+    let mut events = events(&r);
+    wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
+    // The same key name with another secret: the primary's signatures do not verify.
+    let (wrong_host, wrong_bed) = files.dir.join("wrong.key");
+    let wrong = primary.key_file_text().expect("a key").replace(
+        primary.secret().expect("a secret"),
+        &testbed::knot::base64(&[7u8; 32]),
+    );
+    testbed::write(&wrong_host, &wrong).expect("wrong key");
+    let answer = r.put_json(
+        "/local-data/rpz/0/transfer/tsig-key-file",
+        json!(wrong_bed.display().to_string()),
+    );
+    assert!(answer.status < 300, "{}", answer.text());
+    let refused = wait_event(&mut events, &r, |e| kind(e, "rpz-transfer-failed"));
+    assert!(
+        ["tsig", "refused"].contains(&refused["reason"].as_str().unwrap_or("")),
+        "{refused}"
+    );
+    assert!(blocked(&r, "n3.blocked.test."), "the old policy serves");
+    let status = rpz_status(&r);
+    assert_eq!(status["serial"], 1, "{status}");
+    assert_ne!(status["last-transfer"]["result"], "success", "{status}");
+    let metrics = r.http("GET", "/metrics", b"").expect("metrics").text();
+    assert!(
+        metrics.contains(&format!(
+            "knot_resolver_rpz_transfers_total{{zone=\"{ZONE}\",kind=\"ixfr\",result=\"{}\"}} 1",
+            refused["reason"].as_str().unwrap_or("")
+        )),
+        "{metrics}"
+    );
+    r.stop();
+}
+
+/// A stored zone of `names`, with `serial`, as the secondary keeps it.
+fn stored_zone(path: &Path, serial: u32, names: &[&str]) {
+    let mut text =
+        format!("{ZONE} 3600 IN SOA primary.{ZONE} hostmaster.{ZONE} {serial} 300 60 86400 60\n");
+    for name in names {
+        text.push_str(&format!("{name}.{ZONE} 3600 IN CNAME .\n"));
+    }
+    testbed::write(path, &text).expect("stored zone");
+}
+
+#[test]
+fn a_warm_start_needs_no_primary() {
+    let bed = testbed::Bed::get().expect("bed");
+    let files = Files::new(bed, "rpz-warm");
+    let (zone_host, zone_bed) = files.zone();
+    stored_zone(&zone_host, 41, &["kept.blocked.test"]);
+    // Nothing listens there.
+    let nobody = testbed::free_port().expect("port");
+    let rpz = rpz_section(&zone_bed, &[format!("127.0.0.1@{nobody}")], "");
+    let r = common::start(&setup_for("rpz-warm", rpz)).expect("start");
+    assert!(blocked(&r, "kept.blocked.test."), "the stored zone serves");
+    let mut events = events(&r);
+    let followed = wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
+    assert_eq!(followed["serial"], 41, "{followed}");
+    let failed = wait_event(&mut events, &r, |e| kind(e, "rpz-transfer-failed"));
+    assert!(failed["next-refresh"].is_number(), "{failed}");
+    assert!(
+        blocked(&r, "kept.blocked.test."),
+        "the stored zone still serves"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&zone_host)
+            .expect("stored")
+            .lines()
+            .count(),
+        2,
+        "the stored file is untouched"
+    );
+    r.stop();
+}
+
+#[test]
+fn a_cold_start_with_no_primary_is_a_clear_error() {
+    let bed = testbed::Bed::get().expect("bed");
+    let files = Files::new(bed, "rpz-cold-fail");
+    let (_, zone_bed) = files.zone();
+    let nobody = testbed::free_port().expect("port");
+    let rpz = rpz_section(
+        &zone_bed,
+        &[format!("127.0.0.1@{nobody}")],
+        "        first-transfer-timeout: 2s\n",
+    );
+    let mut r = common::launch(&setup_for("rpz-cold-fail", rpz)).expect("launch");
+    let status = r.launched.wait(START_TIMEOUT).expect("the resolver ends");
+    assert_eq!(status.code(), Some(1));
+    let output = r.launched.output.text();
+    assert!(
+        output.contains(&format!("RPZ zone {ZONE} has no stored file"))
+            && output.contains(&format!("127.0.0.1:{nobody}")),
+        "{output}"
+    );
+    assert!(r.notify.wait_for("READY=1", Duration::ZERO).is_err());
+}
+
+/// A hostile primary on `127.0.0.1`: it answers a SOA query (UDP and TCP) with serial 100,
+/// and a transfer with a stream of entries that never ends; `served` counts the bytes sent.
+struct EndlessPrimary {
+    port: u16,
+    served: Arc<std::sync::atomic::AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl EndlessPrimary {
+    fn start() -> EndlessPrimary {
+        let tcp = TcpListener::bind("127.0.0.1:0").expect("tcp");
+        let port = tcp.local_addr().expect("address").port();
+        let udp = UdpSocket::bind(("127.0.0.1", port)).expect("udp");
+        let served = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        udp.set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+        tcp.set_nonblocking(true).expect("nonblocking");
+        let udp_stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while !udp_stop.load(Ordering::SeqCst) {
+                if let Ok((n, from)) = udp.recv_from(&mut buf) {
+                    if let Some((query, _)) = question(&buf[..n]) {
+                        let _ = udp.send_to(&soa_answer(query), from);
+                    }
+                }
+            }
+        });
+        let (tcp_stop, tcp_served) = (stop.clone(), served.clone());
+        std::thread::spawn(move || {
+            while !tcp_stop.load(Ordering::SeqCst) {
+                match tcp.accept() {
+                    Ok((conn, _)) => {
+                        let (stop, served) = (tcp_stop.clone(), tcp_served.clone());
+                        std::thread::spawn(move || serve_tcp(conn, &stop, &served));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        EndlessPrimary { port, served, stop }
+    }
+}
+
+impl Drop for EndlessPrimary {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The query's header-and-question bytes and its type.
+fn question(msg: &[u8]) -> Option<(&[u8], u16)> {
+    let mut at = 12;
+    while *msg.get(at)? != 0 {
+        at += 1 + usize::from(*msg.get(at)?);
+    }
+    let qtype = u16::from_be_bytes([*msg.get(at + 1)?, *msg.get(at + 2)?]);
+    Some((msg.get(..at + 5)?, qtype))
+}
+
+/// An answer to `query` (header and question) with `records` (each already encoded).
+fn answer(query: &[u8], records: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = query.to_vec();
+    out[2] = 0x84; // QR, AA
+    out[3] = 0;
+    out[6..8].copy_from_slice(&(records.len() as u16).to_be_bytes());
+    out[8..12].fill(0);
+    for r in records {
+        out.extend_from_slice(r);
+    }
+    out
+}
+
+/// The zone's SOA, serial 100, owner by a pointer to the question's name.
+fn soa_record() -> Vec<u8> {
+    let mut r = vec![0xC0, 12, 0, 6, 0, 1, 0, 0, 14, 16];
+    let mut rdata = vec![0, 0]; // mname ".", rname "."
+    for v in [100u32, 300, 60, 86400, 60] {
+        rdata.extend_from_slice(&v.to_be_bytes());
+    }
+    r.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+    r.extend_from_slice(&rdata);
+    r
+}
+
+fn soa_answer(query: &[u8]) -> Vec<u8> {
+    answer(query, &[soa_record()])
+}
+
+/// Entry `i` of the endless zone: `e{i}.<zone> CNAME .`.
+fn entry_record(i: u64) -> Vec<u8> {
+    let label = format!("e{i}");
+    let mut r = vec![label.len() as u8];
+    r.extend_from_slice(label.as_bytes());
+    r.extend_from_slice(&[0xC0, 12, 0, 5, 0, 1, 0, 0, 14, 16, 0, 1, 0]);
+    r
+}
+
+/// Answer queries on one connection: SOA queries once, transfers with an endless stream.
+fn serve_tcp(
+    mut conn: std::net::TcpStream,
+    stop: &AtomicBool,
+    served: &std::sync::atomic::AtomicU64,
+) {
+    let _ = conn.set_nonblocking(false);
+    let mut next = 0u64;
+    loop {
+        let mut len = [0u8; 2];
+        if conn.read_exact(&mut len).is_err() {
+            return;
+        }
+        let mut msg = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        if conn.read_exact(&mut msg).is_err() {
+            return;
+        }
+        let Some((query, qtype)) = question(&msg) else {
+            return;
+        };
+        let query = query.to_vec();
+        let mut send = |m: Vec<u8>| -> bool {
+            let mut framed = (m.len() as u16).to_be_bytes().to_vec();
+            framed.extend_from_slice(&m);
+            served.fetch_add(framed.len() as u64, Ordering::SeqCst);
+            conn.write_all(&framed).is_ok()
+        };
+        if qtype != 251 && qtype != 252 {
+            if !send(soa_answer(&query)) {
+                return;
+            }
+            continue;
+        }
+        if !send(answer(&query, &[soa_record()])) {
+            return;
+        }
+        while !stop.load(Ordering::SeqCst) {
+            let records: Vec<Vec<u8>> = (0..2000).map(|k| entry_record(next + k)).collect();
+            next += 2000;
+            if !send(answer(&query, &records)) {
+                return;
+            }
+        }
+    }
+}
+
+/// The resident set of the process `pid`, in KiB (its high-water mark when `hwm`).
+fn memory_kib(pid: i32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("status")
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("a memory figure")
+}
+
+#[test]
+fn an_endless_transfer_is_cut_at_its_bound_and_the_manager_memory_stays_bounded() {
+    let bed = testbed::Bed::get().expect("bed");
+    let files = Files::new(bed, "rpz-endless");
+    let (zone_host, zone_bed) = files.zone();
+    stored_zone(&zone_host, 1, &["kept.blocked.test"]);
+    let hostile = EndlessPrimary::start();
+    // Cut at 32 MiB: a secondary holding the transfer in memory would grow by that much.
+    let rpz = rpz_section(
+        &zone_bed,
+        &[format!("127.0.0.1@{}", hostile.port)],
+        "        max-size: 32M\n",
+    );
+    let r = common::start(&setup_for("rpz-endless", rpz)).expect("start");
+    let manager = r.pids_named("kres-manager");
+    let manager = *manager.first().expect("the manager process");
+    let before = memory_kib(manager, "VmRSS:");
+    let mut events = events(&r);
+    let failed = wait_event(&mut events, &r, |e| kind(e, "rpz-transfer-failed"));
+    assert_eq!(failed["reason"], "too-large", "{failed}");
+    let served = hostile.served.load(Ordering::SeqCst);
+    assert!(
+        served >= 32 << 20,
+        "the stream ran to the bound: {served} bytes"
+    );
+    let peak = memory_kib(manager, "VmHWM:");
+    assert!(
+        peak < before + 16 * 1024,
+        "the manager's memory grew from {before} KiB to a peak of {peak} KiB over a {served}-byte transfer"
+    );
+    assert!(
+        blocked(&r, "kept.blocked.test."),
+        "the stored policy serves"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&zone_host)
+            .expect("stored")
+            .lines()
+            .count(),
+        2,
+        "the stored file is untouched"
+    );
+    r.stop();
+}
+
+/// Validation of the `transfer` key, strict (as the daemon and `kresctl validate --strict`):
+/// the errors under `/local-data`.
+fn strict_errors(dir: &Path, json: &str) -> Vec<(String, String)> {
+    let raw: Value = serde_json::from_str(json).expect("document");
+    let ctx = ValidationContext {
+        resolve_root: dir.to_owned(),
+        checks: PathChecks::Strict,
+        logtarget_arg: Default::default(),
+    };
+    match validate(&raw, &ctx) {
+        Ok(_) => Vec::new(),
+        // The machine's own paths (rundir, cache) are not this test's concern.
+        Err(errors) => errors
+            .0
+            .into_iter()
+            .filter(|e| e.path.starts_with("/local-data"))
+            .map(|e| (e.path, e.message))
+            .collect(),
+    }
+}
+
+#[test]
+fn the_transfer_key_is_validated_where_it_is_written() {
+    let dir = std::env::temp_dir().join(format!("kres-rpz-validate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let good_key = dir.join("good.key");
+    std::fs::write(
+        &good_key,
+        "key \"xfr\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0\";\n};\n",
+    )
+    .expect("key");
+    let bad_key = dir.join("bad.key");
+    std::fs::write(&bad_key, "key \"xfr\" { algorithm hmac-md5; };\n").expect("key");
+    let doc = |file: &str, transfer: Value| {
+        json!({"rundir": dir, "local-data": {"rpz": [{"file": file, "transfer": transfer}]}})
+            .to_string()
+    };
+    let new_file = dir.join("not-yet.rpz").display().to_string();
+    let good = json!({"zone": "blocklist.rpz.", "primaries": ["192.0.2.53", "2001:db8::53@5353"],
+                      "tsig-key-file": good_key, "notify-listen": "127.0.0.1@5354"});
+    assert_eq!(
+        strict_errors(&dir, &doc(&new_file, good.clone())),
+        vec![],
+        "a file to be"
+    );
+    let with = |key: &str, value: Value| {
+        let mut t = good.clone();
+        t[key] = value;
+        t
+    };
+    let rows = [
+        (
+            doc(
+                &new_file,
+                with("primaries", json!(["192.0.2.53", "192.0.2.300"])),
+            ),
+            "/local-data/rpz/0/transfer/primaries/1",
+            "192.0.2.300",
+        ),
+        (
+            doc(&new_file, with("notify-listen", json!("127.0.0.1@70000"))),
+            "/local-data/rpz/0/transfer/notify-listen",
+            "70000",
+        ),
+        (
+            doc(&new_file, with("zone", json!("bad..zone"))),
+            "/local-data/rpz/0/transfer/zone",
+            "bad..zone",
+        ),
+        (
+            doc(&new_file, with("tsig-key-file", json!(bad_key))),
+            "/local-data/rpz/0/transfer/tsig-key-file",
+            "malformed key file",
+        ),
+        (
+            doc(
+                &new_file,
+                with("tsig-key-file", json!(dir.join("none.key"))),
+            ),
+            "/local-data/rpz/0/transfer/tsig-key-file",
+            "does not exist",
+        ),
+        (
+            doc(&new_file, with("primaries", json!([]))),
+            "/local-data/rpz/0/transfer/primaries",
+            "empty list",
+        ),
+        (
+            doc("/nonexistent-dir/blocklist.rpz", good.clone()),
+            "/local-data/rpz/0/file",
+            "existing directory",
+        ),
+    ];
+    for (document, path, says) in rows {
+        let errors = strict_errors(&dir, &document);
+        assert!(
+            errors.iter().any(|(p, m)| p == path && m.contains(says)),
+            "{document}: {errors:?}"
+        );
+    }
+    // Without `transfer` the file must exist, as upstream has it.
+    let plain = json!({"rundir": dir, "local-data": {"rpz": [{"file": new_file}]}}).to_string();
+    assert!(strict_errors(&dir, &plain)
+        .iter()
+        .any(|(p, m)| p == "/local-data/rpz/0/file" && m.contains("does not exist")));
+    // kresctl validate --strict says the same, naming the path.
+    let file = dir.join("config.json");
+    std::fs::write(&file, doc(&new_file, with("tsig-key-file", json!(bad_key)))).expect("config");
+    let out = std::process::Command::new(common::KRESCTL)
+        .args(["validate", "--strict"])
+        .arg(&file)
+        .output()
+        .expect("kresctl");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("/local-data/rpz/0/transfer/tsig-key-file"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
