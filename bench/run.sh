@@ -3,7 +3,9 @@
 #   bash bench/run.sh              all of them, with their default run counts
 #   bash bench/run.sh NAME [ARGS]  one of: startup, worker_crash, api, validate, supervisor_scale,
 #                                  lossless, scale (--sizes 1000,10000,100000 --runs N --files),
-#                                  chaos (--minutes N [--seed S]: a long soak, not in the default list)
+#                                  chaos (--minutes N [--seed S]: a long soak, not in the default list),
+#                                  rpz (--sizes 10000,1000000 --runs N: RPZ by zone transfer from knotd
+#                                  against file + watchdog; not in the default list)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bins -p knot-resolver -p bench -p supervisor
