@@ -103,8 +103,7 @@ fn rpz_status(r: &Resolver) -> Value {
     zones[0].clone()
 }
 
-/// A resolver keeping the zone from `primary` (its key written beside the zone file) in
-/// `file` (a bed path below the resolver's test directory).
+/// A resolver of two workers with `rpz` (its `local-data` section).
 fn setup_for(name: &'static str, rpz: String) -> Setup {
     Setup::new(name).workers(2).extra(&rpz)
 }
@@ -133,20 +132,29 @@ impl Files {
     }
 }
 
-#[test]
-fn the_first_transfer_blocks_a_listed_name() {
+/// A resolver named `name` keeping the zone from `primary` (its key written to a file),
+/// with `extra` lines in the transfer section; and the test's files.
+fn secondary_of(name: &'static str, primary: &KnotPrimary, extra: &str) -> (Resolver, Files) {
     let bed = testbed::Bed::get().expect("bed");
-    let files = Files::new(bed, "rpz-first");
-    let primary = knot_primary(bed, 100, None);
+    let files = Files::new(bed, name);
     let (key_host, key_bed) = files.key();
     primary.write_key_file(&key_host).expect("key file");
-    let (zone_host, zone_bed) = files.zone();
+    let (_, zone_bed) = files.zone();
     let rpz = rpz_section(
         &zone_bed,
         &[format!("127.0.0.1@{}", primary.port())],
-        &key_line(&key_bed),
+        &format!("{}{extra}", key_line(&key_bed)),
     );
-    let r = common::start(&setup_for("rpz-first", rpz)).expect("start");
+    let r = common::start(&setup_for(name, rpz)).expect("start");
+    (r, files)
+}
+
+#[test]
+fn the_first_transfer_blocks_a_listed_name() {
+    let bed = testbed::Bed::get().expect("bed");
+    let primary = knot_primary(bed, 100, None);
+    let (r, files) = secondary_of("rpz-first", &primary, "");
+    let (zone_host, _) = files.zone();
     // No stored file: the start waited for the first transfer, so READY means it serves.
     assert!(zone_host.exists(), "the zone is stored");
     assert!(blocked(&r, "n42.blocked.test."), "a listed name is blocked");
@@ -182,22 +190,11 @@ fn the_first_transfer_blocks_a_listed_name() {
 #[test]
 fn a_notify_brings_an_ixfr_and_a_newly_listed_name_is_blocked() {
     let bed = testbed::Bed::get().expect("bed");
-    let files = Files::new(bed, "rpz-notify");
     let notify_port = testbed::free_port().expect("port");
     let notify: SocketAddr = format!("127.0.0.1:{notify_port}").parse().expect("address");
     let mut primary = knot_primary(bed, 100, Some(notify));
-    let (key_host, key_bed) = files.key();
-    primary.write_key_file(&key_host).expect("key file");
-    let (_, zone_bed) = files.zone();
-    let rpz = rpz_section(
-        &zone_bed,
-        &[format!("127.0.0.1@{}", primary.port())],
-        &format!(
-            "{}        notify-listen: 127.0.0.1@{notify_port}\n",
-            key_line(&key_bed)
-        ),
-    );
-    let r = common::start(&setup_for("rpz-notify", rpz)).expect("start");
+    let listen = format!("        notify-listen: 127.0.0.1@{notify_port}\n");
+    let (r, _files) = secondary_of("rpz-notify", &primary, &listen);
     let workers = r.pids_named("kresd");
     let mut events = events(&r);
     // The listener is up once the zone is followed.
@@ -254,19 +251,10 @@ fn republish(primary: &KnotPrimary, serial: u32, added: &[&str]) {
 #[test]
 fn the_soa_refresh_brings_a_change_without_notify() {
     let bed = testbed::Bed::get().expect("bed");
-    let files = Files::new(bed, "rpz-refresh");
     let primary = knot_primary(bed, 50, None);
     // A refresh of 1 s from the first transfer on.
     republish(&primary, 2, &[]);
-    let (key_host, key_bed) = files.key();
-    primary.write_key_file(&key_host).expect("key file");
-    let (_, zone_bed) = files.zone();
-    let rpz = rpz_section(
-        &zone_bed,
-        &[format!("127.0.0.1@{}", primary.port())],
-        &key_line(&key_bed),
-    );
-    let r = common::start(&setup_for("rpz-refresh", rpz)).expect("start");
+    let (r, _files) = secondary_of("rpz-refresh", &primary, "");
     let mut events = events(&r);
     let first = wait_event(&mut events, &r, |e| kind(e, "rpz-transferred"));
     assert_eq!(first["serial"], 2);
@@ -288,17 +276,8 @@ fn the_soa_refresh_brings_a_change_without_notify() {
 #[test]
 fn a_wrong_key_is_refused_while_the_old_policy_serves() {
     let bed = testbed::Bed::get().expect("bed");
-    let files = Files::new(bed, "rpz-wrong-key");
     let primary = knot_primary(bed, 50, None);
-    let (key_host, key_bed) = files.key();
-    primary.write_key_file(&key_host).expect("key file");
-    let (_, zone_bed) = files.zone();
-    let rpz = rpz_section(
-        &zone_bed,
-        &[format!("127.0.0.1@{}", primary.port())],
-        &key_line(&key_bed),
-    );
-    let r = common::start(&setup_for("rpz-wrong-key", rpz)).expect("start");
+    let (r, files) = secondary_of("rpz-wrong-key", &primary, "");
     assert!(blocked(&r, "n3.blocked.test."));
     let mut events = events(&r);
     wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
@@ -344,6 +323,13 @@ fn stored_zone(path: &Path, serial: u32, names: &[&str]) {
     testbed::write(path, &text).expect("stored zone");
 }
 
+/// The stored zone of [`stored_zone`] with `kept.blocked.test` is untouched and serves.
+fn assert_stored_policy_kept(r: &Resolver, zone_host: &Path) {
+    assert!(blocked(r, "kept.blocked.test."), "the stored policy serves");
+    let stored = std::fs::read_to_string(zone_host).expect("stored");
+    assert_eq!(stored.lines().count(), 2, "the stored file is untouched");
+}
+
 #[test]
 fn a_warm_start_needs_no_primary() {
     let bed = testbed::Bed::get().expect("bed");
@@ -360,18 +346,7 @@ fn a_warm_start_needs_no_primary() {
     assert_eq!(followed["serial"], 41, "{followed}");
     let failed = wait_event(&mut events, &r, |e| kind(e, "rpz-transfer-failed"));
     assert!(failed["next-refresh"].is_number(), "{failed}");
-    assert!(
-        blocked(&r, "kept.blocked.test."),
-        "the stored zone still serves"
-    );
-    assert_eq!(
-        std::fs::read_to_string(&zone_host)
-            .expect("stored")
-            .lines()
-            .count(),
-        2,
-        "the stored file is untouched"
-    );
+    assert_stored_policy_kept(&r, &zone_host);
     r.stop();
 }
 
@@ -543,7 +518,7 @@ fn serve_tcp(
     }
 }
 
-/// The resident set of the process `pid`, in KiB (its high-water mark when `hwm`).
+/// A memory figure of `/proc/PID/status` (`VmRSS:`, `VmHWM:`), in KiB.
 fn memory_kib(pid: i32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .expect("status")
@@ -569,7 +544,7 @@ fn an_endless_transfer_is_cut_at_its_bound_and_the_manager_memory_stays_bounded(
     let r = common::start(&setup_for("rpz-endless", rpz)).expect("start");
     let manager = r.pids_named("kres-manager");
     let manager = *manager.first().expect("the manager process");
-    let before = memory_kib(manager, "VmRSS:");
+    let before = memory_kib(manager, "VmHWM:");
     let mut events = events(&r);
     let failed = wait_event(&mut events, &r, |e| kind(e, "rpz-transfer-failed"));
     assert_eq!(failed["reason"], "too-large", "{failed}");
@@ -581,20 +556,9 @@ fn an_endless_transfer_is_cut_at_its_bound_and_the_manager_memory_stays_bounded(
     let peak = memory_kib(manager, "VmHWM:");
     assert!(
         peak < before + 16 * 1024,
-        "the manager's memory grew from {before} KiB to a peak of {peak} KiB over a {served}-byte transfer"
+        "the manager's peak memory grew from {before} KiB to {peak} KiB over a {served}-byte transfer"
     );
-    assert!(
-        blocked(&r, "kept.blocked.test."),
-        "the stored policy serves"
-    );
-    assert_eq!(
-        std::fs::read_to_string(&zone_host)
-            .expect("stored")
-            .lines()
-            .count(),
-        2,
-        "the stored file is untouched"
-    );
+    assert_stored_policy_kept(&r, &zone_host);
     r.stop();
 }
 

@@ -33,6 +33,15 @@ fn blocked(server: SocketAddr, name: &str) -> bool {
         .is_ok_and(|r| r.rcode == 3)
 }
 
+/// Seconds from `since` until `name` (relative) is blocked at `server`.
+fn seconds_until_blocked(server: SocketAddr, name: &str, since: Instant) -> Result<f64> {
+    let absolute = format!("{name}.");
+    let (took, ()) = until(since, STEP_TIMEOUT, || {
+        blocked(server, &absolute).then_some(())
+    })?;
+    Ok(took.as_secs_f64())
+}
+
 /// A resolver of ours running `rpz` (a `local-data` section) in `dir`; returns once READY.
 fn resolver(bed: &Bed, dir: &TestDir, rpz: &str) -> Result<(Launched, SocketAddr)> {
     let port = testbed::free_port()?;
@@ -73,11 +82,7 @@ fn transfer_runs(bed: &Bed, entries: usize, runs: usize) -> Result<Vec<f64>> {
     for run in 0..runs {
         let name = format!("transfer{run}.blocked.test");
         primary.bump(&[&name], &[])?;
-        let t0 = Instant::now();
-        let (took, ()) = until(t0, STEP_TIMEOUT, || {
-            blocked(server, &format!("{name}.")).then_some(())
-        })?;
-        times.push(took.as_secs_f64());
+        times.push(seconds_until_blocked(server, &name, Instant::now())?);
     }
     launched.signal(nix::sys::signal::Signal::SIGINT)?;
     launched.wait(STEP_TIMEOUT)?;
@@ -108,10 +113,7 @@ fn watchdog_runs(bed: &Bed, entries: usize, runs: usize) -> Result<Vec<f64>> {
         testbed::write(&tmp, &text)?;
         let t0 = Instant::now();
         std::fs::rename(&tmp, &zone)?;
-        let (took, ()) = until(t0, STEP_TIMEOUT, || {
-            blocked(server, &format!("{name}.")).then_some(())
-        })?;
-        times.push(took.as_secs_f64());
+        times.push(seconds_until_blocked(server, &name, t0)?);
     }
     launched.signal(nix::sys::signal::Signal::SIGINT)?;
     launched.wait(STEP_TIMEOUT)?;
