@@ -1,6 +1,9 @@
 //! Zone transfers of RPZ zones against a real primary (knotd in the test bed) and hostile
 //! ones written here.
 
+use std::time::Duration;
+
+use knot_resolver::rpz::{self, Limits, Primary, TransferKind, TsigKey};
 use testbed::knot::{KeySetup, KnotPrimary, PrimarySetup};
 
 /// kdig's transfer of `query` ("AXFR", "IXFR=1") from `primary`, signed with its key.
@@ -38,4 +41,139 @@ fn the_knotd_primary_serves_its_zone_and_its_changes_as_ixfr() {
     );
     let log = primary.output().text();
     assert!(log.contains("IXFR, outgoing"), "{log}");
+}
+
+/// A runtime for the async parts of a test (our processes use a single-threaded one).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+fn knotd(entries: usize, notify: Option<std::net::SocketAddr>) -> KnotPrimary {
+    let bed = testbed::Bed::get().expect("bed");
+    let setup = PrimarySetup {
+        zone: "blocklist.rpz.".into(),
+        entries,
+        key: KeySetup::Generated,
+        notify,
+    };
+    KnotPrimary::start(bed, setup).expect("knotd")
+}
+
+fn key_of(primary: &KnotPrimary) -> TsigKey {
+    TsigKey::parse(&primary.key_file_text().expect("a key")).expect("the key parses")
+}
+
+#[test]
+fn axfr_then_ixfr_then_up_to_date_from_knotd() {
+    let mut primary = knotd(100, None);
+    let dir = tempdir("transfers");
+    let file = dir.join("blocklist.rpz");
+    let key = key_of(&primary);
+    let from = Primary {
+        addr: primary.addr(),
+    };
+    let limits = Limits::default();
+    let rt = runtime();
+    let refresh = |rt: &tokio::runtime::Runtime| {
+        rt.block_on(rpz::refresh(
+            "blocklist.rpz",
+            &from,
+            Some(&key),
+            &file,
+            &limits,
+        ))
+    };
+
+    let first = refresh(&rt).expect("the first transfer");
+    assert_eq!((first.kind, first.serial), (TransferKind::Axfr, 1));
+    assert_eq!(first.records, 102, "SOA, 100 entries, SOA");
+    assert_eq!(first.timers.refresh, Duration::from_secs(300));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(text.lines().count(), 102, "header, SOA, 100 entries");
+    assert!(text.contains("\nn99.blocked.test.blocklist.rpz. 3600 IN CNAME .\n"));
+    assert_eq!(rpz::stored(&file).map(|(serial, _)| serial), Some(1));
+
+    primary
+        .bump(&["new.blocked.test"], &["n7.blocked.test"])
+        .unwrap();
+    let second = refresh(&rt).expect("the second transfer");
+    assert_eq!((second.kind, second.serial), (TransferKind::Ixfr, 2));
+    primary
+        .output()
+        .wait_for("IXFR, outgoing", Duration::from_secs(5))
+        .unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\nnew.blocked.test.blocklist.rpz. 3600 IN CNAME .\n"));
+    assert!(!text.contains("\nn7.blocked.test."));
+    assert_eq!(text.lines().count(), 102);
+    assert_eq!(rpz::stored(&file).map(|(serial, _)| serial), Some(2));
+
+    let third = refresh(&rt).expect("the third refresh");
+    assert_eq!(
+        (third.kind, third.serial, third.records),
+        (TransferKind::UpToDate, 2, 0)
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    assert_eq!(
+        primary.output().count("AXFR, outgoing"),
+        2,
+        "started and finished once"
+    );
+}
+
+#[test]
+fn a_wrong_key_is_a_tsig_error_and_the_file_stays() {
+    let mut primary = knotd(10, None);
+    let dir = tempdir("wrong-key");
+    let file = dir.join("blocklist.rpz");
+    let from = Primary {
+        addr: primary.addr(),
+    };
+    let rt = runtime();
+    let limits = Limits::default();
+    rt.block_on(rpz::refresh(
+        "blocklist.rpz.",
+        &from,
+        Some(&key_of(&primary)),
+        &file,
+        &limits,
+    ))
+    .expect("the first transfer");
+    let before = std::fs::read_to_string(&file).unwrap();
+    primary.bump(&["new.blocked.test"], &[]).unwrap();
+    let wrong = TsigKey::parse(
+        "key \"xfr-key.\" { algorithm hmac-sha256; secret \"d3Jvbmctc2VjcmV0LXdyb25nLXNlY3JldC13cm9uZyE=\"; };",
+    )
+    .unwrap();
+    let error = rt
+        .block_on(rpz::refresh(
+            "blocklist.rpz.",
+            &from,
+            Some(&wrong),
+            &file,
+            &limits,
+        ))
+        .unwrap_err();
+    assert_eq!(error.reason(), "tsig", "{error}");
+    let unsigned = rt
+        .block_on(rpz::refresh("blocklist.rpz.", &from, None, &file, &limits))
+        .unwrap_err();
+    assert_eq!(unsigned.reason(), "refused", "{unsigned}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        1,
+        "no temporary file left"
+    );
+}
+
+/// A fresh directory for a test's files.
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rpz-transfer-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a test directory");
+    dir
 }

@@ -16,6 +16,7 @@ mod key;
 mod notify;
 pub mod secondary;
 pub mod status;
+mod transfer;
 mod wire;
 mod xfr;
 mod zonefile;
@@ -306,6 +307,27 @@ impl TransferError {
     }
 }
 
+/// How a primary's serial compares with the stored one (RFC 1982 serial arithmetic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SerialOrder {
+    /// The primary has a newer version.
+    Newer,
+    /// The same version.
+    Same,
+    /// An older version — or one exactly half the serial space away, which RFC 1982 leaves
+    /// undefined and a secondary must not take.
+    Older,
+}
+
+/// How `primary` compares with `stored` (RFC 1982).
+fn serial_order(primary: u32, stored: u32) -> SerialOrder {
+    match primary.wrapping_sub(stored) {
+        0 => SerialOrder::Same,
+        d if d < (1 << 31) => SerialOrder::Newer,
+        _ => SerialOrder::Older,
+    }
+}
+
 /// What the stored file holds: its serial and SOA timers (None: no file, or not readable as
 /// a zone).
 pub fn stored(file: &Path) -> Option<(u32, SoaTimers)> {
@@ -361,6 +383,25 @@ mod tests {
             error(&too_long),
             format!("the zone name '{too_long}' is longer than 255 octets")
         );
+    }
+
+    #[test]
+    fn serials_compare_as_rfc_1982_says() {
+        assert_eq!(serial_order(2, 1), SerialOrder::Newer);
+        assert_eq!(serial_order(1, 1), SerialOrder::Same);
+        assert_eq!(serial_order(1, 2), SerialOrder::Older);
+        assert_eq!(
+            serial_order(0, u32::MAX),
+            SerialOrder::Newer,
+            "wraps around"
+        );
+        assert_eq!(serial_order(u32::MAX, 0), SerialOrder::Older);
+        assert_eq!(
+            serial_order(1 << 31, 0),
+            SerialOrder::Older,
+            "undefined: not taken"
+        );
+        assert_eq!(serial_order((1 << 31) - 1, 0), SerialOrder::Newer);
     }
 
     #[test]
