@@ -179,7 +179,10 @@ fn the_first_transfer_blocks_a_listed_name() {
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("blocklist.rpz.  serial 1"), "{text}");
     assert!(text.contains("axfr from 127.0.0.1"), "{text}");
-    let metrics = r.http("GET", "/metrics", b"").expect("metrics").text();
+    let metrics = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("metrics")
+        .text();
     assert!(
         metrics.contains("knot_resolver_rpz_serial{zone=\"blocklist.rpz.\"} 1"),
         "{metrics}"
@@ -294,6 +297,7 @@ fn a_wrong_key_is_refused_while_the_old_policy_serves() {
     );
     assert!(answer.status < 300, "{}", answer.text());
     let refused = wait_event(&mut events, &r, |e| kind(e, "rpz-transfer-failed"));
+    eprintln!("wrong key: {refused}");
     assert!(
         ["tsig", "refused"].contains(&refused["reason"].as_str().unwrap_or("")),
         "{refused}"
@@ -302,7 +306,10 @@ fn a_wrong_key_is_refused_while_the_old_policy_serves() {
     let status = rpz_status(&r);
     assert_eq!(status["serial"], 1, "{status}");
     assert_ne!(status["last-transfer"]["result"], "success", "{status}");
-    let metrics = r.http("GET", "/metrics", b"").expect("metrics").text();
+    let metrics = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("metrics")
+        .text();
     assert!(
         metrics.contains(&format!(
             "knot_resolver_rpz_transfers_total{{zone=\"{ZONE}\",kind=\"ixfr\",result=\"{}\"}} 1",
@@ -554,6 +561,9 @@ fn an_endless_transfer_is_cut_at_its_bound_and_the_manager_memory_stays_bounded(
         "the stream ran to the bound: {served} bytes"
     );
     let peak = memory_kib(manager, "VmHWM:");
+    eprintln!(
+        "endless transfer: {served} bytes served, cut; manager peak {before} KiB -> {peak} KiB"
+    );
     assert!(
         peak < before + 16 * 1024,
         "the manager's peak memory grew from {before} KiB to {peak} KiB over a {served}-byte transfer"
