@@ -162,7 +162,7 @@ impl RpzTally {
         let samples = out.family(
             name,
             "refreshes of RPZ zones by zone, kind (axfr, ixfr, up-to-date) and result \
-             (success, or why it failed: timeout, too-large, tsig, refused, …)",
+             (success, or why it failed: timeout, too-large, tsig, refused and the like)",
             Kind::Counter,
         );
         for ((zone, kind, result), n) in &self.transfers {
