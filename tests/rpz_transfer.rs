@@ -3,8 +3,11 @@
 
 use std::time::Duration;
 
-use knot_resolver::rpz::{self, Limits, Primary, TransferKind, TsigKey};
+use knot_resolver::rpz::{
+    self, Limits, NotifyListener, NotifyZone, Primary, TransferKind, TsigKey,
+};
 use testbed::knot::{KeySetup, KnotPrimary, PrimarySetup};
+use tokio_util::sync::CancellationToken;
 
 /// kdig's transfer of `query` ("AXFR", "IXFR=1") from `primary`, signed with its key.
 fn kdig_transfer(bed: &testbed::Bed, primary: &KnotPrimary, query: &str) -> String {
@@ -176,4 +179,69 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a test directory");
     dir
+}
+
+#[test]
+fn knotd_notifies_over_tcp_signed_and_the_listener_accepts() {
+    let rt = runtime();
+    let bed = testbed::Bed::get().expect("bed");
+    let secret = testbed::knot::base64(b"a secret shared with the primary!");
+    let key = TsigKey::parse(&format!(
+        "key \"xfr-key.\" {{ algorithm hmac-sha256; secret \"{secret}\"; }};"
+    ))
+    .expect("the key parses");
+    let zone = NotifyZone {
+        zone: "blocklist.rpz.".to_owned(),
+        primaries: vec!["127.0.0.1".parse().expect("an address")],
+        key: Some(key),
+    };
+    // The listener runs on a thread (and runtime) of its own while the test drives knotd.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    let stop = CancellationToken::new();
+    let (bound_tx, bound) = std::sync::mpsc::channel();
+    let served = std::thread::spawn({
+        let stop = stop.clone();
+        move || {
+            runtime().block_on(async {
+                let any = "127.0.0.1:0".parse().expect("an address");
+                let listener = NotifyListener::bind(any, vec![zone]).await;
+                let listener = listener.expect("the listener binds");
+                let _ = bound_tx.send(listener.local_addr().expect("its address"));
+                listener.serve(tx, stop).await
+            })
+        }
+    });
+    let addr = bound.recv().expect("the listener's address");
+    let setup = PrimarySetup {
+        zone: "blocklist.rpz.".into(),
+        entries: 10,
+        key: KeySetup::Secret(secret),
+        notify: Some(addr),
+    };
+    let mut primary = KnotPrimary::start(bed, setup).expect("knotd");
+    let mut next = || {
+        rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), rx.recv()).await })
+            .expect("a NOTIFY within 30 s")
+            .expect("the listener runs")
+    };
+    // knotd notifies when it loads the zone, and at every change.
+    assert_eq!(next().serial, Some(1));
+    primary.bump(&["new.blocked.test"], &[]).unwrap();
+    let notified = next();
+    assert_eq!(notified.zone, "blocklist.rpz.");
+    assert_eq!(notified.serial, Some(2));
+    assert_eq!(notified.from.ip(), addr.ip());
+    // knotd took our answers: its log has each NOTIFY as sent over TCP, none failed.
+    let log = primary.output();
+    log.wait_for_count("notify, outgoing", 2, Duration::from_secs(10))
+        .unwrap();
+    let text = log.text();
+    assert!(
+        text.contains("notify, outgoing, remote 127.0.0.1@"),
+        "{text}"
+    );
+    assert!(text.contains(" TCP, key xfr-key., serial 2"), "{text}");
+    assert_eq!(log.count("failed"), 0, "{text}");
+    stop.cancel();
+    served.join().unwrap();
 }

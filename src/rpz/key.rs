@@ -116,7 +116,6 @@ impl TsigKey {
     }
 
     /// The library's key, for signing and verifying.
-    #[allow(dead_code)] // the transfers and the listener sign with it
     pub(crate) fn inner(&self) -> Arc<tsig::Key> {
         Arc::clone(&self.key)
     }
