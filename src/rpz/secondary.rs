@@ -600,3 +600,64 @@ async fn renew(zone: &Zone, manager: &ManagerHandle) {
         tracing::warn!(zone = %zone.name, "the new RPZ zone is stored but not in force: {e}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{validate, PathChecks, ValidationContext};
+
+    fn config(transfer: serde_json::Value) -> KresConfig {
+        let raw = serde_json::json!({"local-data": {"rpz": [
+            {"file": "/var/rpz/plain.rpz"},
+            {"file": "/var/rpz/block.rpz", "transfer": transfer},
+        ]}});
+        let ctx = ValidationContext {
+            resolve_root: PathBuf::from("/etc/knot-resolver"),
+            checks: PathChecks::Lenient,
+            logtarget_arg: Default::default(),
+        };
+        validate(&raw, &ctx).expect("valid")
+    }
+
+    #[test]
+    fn an_entry_with_transfer_is_a_zone_with_its_bounds_and_addresses() {
+        let cfg = config(serde_json::json!({
+            "zone": "Block.RPZ", "primaries": ["192.0.2.53", "2001:db8::53@5353"],
+            "notify-listen": "127.0.0.1@5354", "max-size": "1M", "timeout": "2m",
+        }));
+        let zones = zones(&cfg);
+        assert_eq!(zones.len(), 1, "only the entry with transfer");
+        let Some(Ok(zone)) = zones.into_iter().next() else {
+            panic!("a zone")
+        };
+        assert_eq!(zone.name, "block.rpz.");
+        assert_eq!(zone.file, PathBuf::from("/var/rpz/block.rpz"));
+        let primaries: Vec<String> = zone.primaries.iter().map(|p| p.addr.to_string()).collect();
+        assert_eq!(primaries, ["192.0.2.53:53", "[2001:db8::53]:5353"]);
+        assert_eq!(
+            zone.notify_listen,
+            Some("127.0.0.1:5354".parse().expect("address"))
+        );
+        assert_eq!(zone.limits.max_bytes, 1 << 20);
+        assert_eq!(zone.limits.max_duration, Duration::from_secs(120));
+        assert_eq!(zone.limits.max_records, Limits::default().max_records);
+        assert_eq!(zone.first_deadline, Duration::from_secs(30));
+        assert!(zone.key.is_none());
+    }
+
+    #[test]
+    fn a_key_file_gone_since_validation_is_an_error_naming_the_zone() {
+        let cfg = config(serde_json::json!({
+            "zone": "block.rpz.", "primaries": ["192.0.2.53"],
+            "tsig-key-file": "/nonexistent/xfr.key",
+        }));
+        let Some(Err(e)) = zones(&cfg).into_iter().next() else {
+            panic!("an error")
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("block.rpz.") && text.contains("/nonexistent/xfr.key"),
+            "{text}"
+        );
+    }
+}
