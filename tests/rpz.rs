@@ -222,6 +222,70 @@ fn a_notify_brings_an_ixfr_and_a_newly_listed_name_is_blocked() {
     r.stop();
 }
 
+#[test]
+fn entries_sharing_a_notify_address_are_told_apart_by_their_zone() {
+    let bed = testbed::Bed::get().expect("bed");
+    let files = Files::new(bed, "rpz-shared-notify");
+    let notify_port = testbed::free_port().expect("port");
+    let notify = SocketAddr::from(([127, 0, 0, 1], notify_port));
+    let zones = ["first.rpz.", "second.rpz."];
+    let mut primaries: Vec<KnotPrimary> = zones
+        .iter()
+        .map(|zone| {
+            let setup = PrimarySetup {
+                zone: (*zone).into(),
+                entries: 10,
+                key: KeySetup::Generated,
+                notify: Some(notify),
+            };
+            KnotPrimary::start(bed, setup).expect("knotd")
+        })
+        .collect();
+    // Each entry with its own key: a NOTIFY is checked with the key of the zone it names.
+    let mut local = String::from("local-data:\n  rpz:\n");
+    for (i, primary) in primaries.iter().enumerate() {
+        let (key_host, key_bed) = files.dir.join(&format!("{i}.key"));
+        primary.write_key_file(&key_host).expect("key file");
+        let (_, zone_bed) = files.dir.join(&format!("zones/{i}.rpz"));
+        local.push_str(&format!(
+            "    - file: {}\n      transfer:\n        zone: {}\n        primaries: [\"127.0.0.1@{}\"]\n        tsig-key-file: {}\n        notify-listen: 127.0.0.1@{notify_port}\n",
+            zone_bed.display(),
+            primary.zone(),
+            primary.port(),
+            key_bed.display()
+        ));
+    }
+    let r = common::start(&setup_for("rpz-shared-notify", local)).expect("start");
+    let mut events = events(&r);
+    for _ in &zones {
+        wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
+    }
+    primaries[1]
+        .bump(&["second-only.blocked.test"], &[])
+        .expect("bump");
+    let notified = wait_event(&mut events, &r, |e| kind(e, "rpz-notified"));
+    assert_eq!(notified["zone"], "second.rpz.", "{notified}");
+    let transferred = wait_transferred_and_renewed(&mut events, &r, 2);
+    assert_eq!(transferred["zone"], "second.rpz.", "{transferred}");
+    assert!(blocked(&r, "second-only.blocked.test."));
+    let status: Value =
+        serde_json::from_slice(&r.http("GET", "/rpz", b"").expect("GET").body).expect("JSON");
+    let serials: Vec<(&Value, &Value)> = status
+        .as_array()
+        .expect("zones")
+        .iter()
+        .map(|z| (&z["zone"], &z["serial"]))
+        .collect();
+    assert_eq!(
+        serials,
+        [
+            (&json!("first.rpz."), &json!(1)),
+            (&json!("second.rpz."), &json!(2))
+        ]
+    );
+    r.stop();
+}
+
 /// Rewrite the primary's zone with `serial`, the SOA's refresh and retry at 1 s, and
 /// `added` entries; knotd loads it (no NOTIFY is configured).
 fn republish(primary: &KnotPrimary, serial: u32, added: &[&str]) {
