@@ -386,8 +386,13 @@ fn a_wrong_key_is_refused_while_the_old_policy_serves() {
 
 /// A stored zone of `names`, with `serial`, as the secondary keeps it.
 fn stored_zone(path: &Path, serial: u32, names: &[&str]) {
+    stored_zone_with_timers(path, serial, "300 60 86400", names);
+}
+
+/// The same with the SOA's `refresh retry expire`.
+fn stored_zone_with_timers(path: &Path, serial: u32, timers: &str, names: &[&str]) {
     let mut text =
-        format!("{ZONE} 3600 IN SOA primary.{ZONE} hostmaster.{ZONE} {serial} 300 60 86400 60\n");
+        format!("{ZONE} 3600 IN SOA primary.{ZONE} hostmaster.{ZONE} {serial} {timers} 60\n");
     for name in names {
         text.push_str(&format!("{name}.{ZONE} 3600 IN CNAME .\n"));
     }
@@ -418,6 +423,39 @@ fn a_warm_start_needs_no_primary() {
     let failed = wait_event(&mut events, &r, |e| kind(e, "rpz-transfer-failed"));
     assert!(failed["next-refresh"].is_number(), "{failed}");
     assert_stored_policy_kept(&r, &zone_host);
+    r.stop();
+}
+
+#[test]
+fn an_expired_zone_is_still_served_and_said_to_be_expired() {
+    let bed = testbed::Bed::get().expect("bed");
+    let files = Files::new(bed, "rpz-expired");
+    let (zone_host, zone_bed) = files.zone();
+    // Retried every second, expired 2 s after the start without a successful refresh.
+    stored_zone_with_timers(&zone_host, 5, "1 1 2", &["kept.blocked.test"]);
+    let nobody = testbed::free_port().expect("port");
+    let rpz = rpz_section(&zone_bed, &[format!("127.0.0.1@{nobody}")], "");
+    let r = common::start(&setup_for("rpz-expired", rpz)).expect("start");
+    let mut events = events(&r);
+    let expired = wait_event(&mut events, &r, |e| kind(e, "rpz-expired"));
+    assert_eq!(
+        (&expired["zone"], &expired["serial"]),
+        (&json!(ZONE), &json!(5))
+    );
+    assert!(
+        r.launched.output.text().contains("RPZ zone expired"),
+        "a warning in the log"
+    );
+    assert_stored_policy_kept(&r, &zone_host);
+    assert_eq!(rpz_status(&r)["expired"], true);
+    let metrics = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("metrics")
+        .text();
+    assert!(
+        metrics.contains(&format!("knot_resolver_rpz_expired{{zone=\"{ZONE}\"}} 1")),
+        "{metrics}"
+    );
     r.stop();
 }
 
