@@ -482,16 +482,51 @@ fn a_cold_start_with_no_primary_is_a_clear_error() {
     assert!(r.notify.wait_for("READY=1", Duration::ZERO).is_err());
 }
 
-/// A hostile primary on `127.0.0.1`: it answers a SOA query (UDP and TCP) with serial 100,
-/// and a transfer with a stream of entries that never ends; `served` counts the bytes sent.
-struct EndlessPrimary {
+/// How the hostile primary misbehaves.
+#[derive(Clone, Copy, Debug)]
+enum Misbehaviour {
+    /// SOA serial 100, and a transfer that never ends.
+    Endless,
+    /// SOA serial 1: older than any stored zone of these tests.
+    SerialBack,
+    /// Every answer is its query's id followed by bytes that are no DNS message.
+    Garbage,
+}
+
+impl Misbehaviour {
+    /// What it answers `msg` (a query) with: the messages of one answer.
+    fn answers(self, msg: &[u8]) -> Vec<Vec<u8>> {
+        let Some((query, qtype)) = question(msg) else {
+            return Vec::new();
+        };
+        match self {
+            Misbehaviour::Garbage => {
+                let mut junk = query[..2].to_vec();
+                junk.extend_from_slice(&[0xff; 40]);
+                vec![junk]
+            }
+            Misbehaviour::SerialBack => vec![answer(query, &[soa_record(1)])],
+            Misbehaviour::Endless => vec![answer(query, &[soa_record(100)])],
+        }
+        .into_iter()
+        // The endless transfer goes on after its first message.
+        .chain(
+            (matches!(self, Misbehaviour::Endless) && (qtype == 251 || qtype == 252))
+                .then(Vec::new),
+        )
+        .collect()
+    }
+}
+
+/// A hostile primary on `127.0.0.1`, UDP and TCP; `served` counts the bytes sent over TCP.
+struct HostilePrimary {
     port: u16,
     served: Arc<std::sync::atomic::AtomicU64>,
     stop: Arc<AtomicBool>,
 }
 
-impl EndlessPrimary {
-    fn start() -> EndlessPrimary {
+impl HostilePrimary {
+    fn start(how: Misbehaviour) -> HostilePrimary {
         let tcp = TcpListener::bind("127.0.0.1:0").expect("tcp");
         let port = tcp.local_addr().expect("address").port();
         let udp = UdpSocket::bind(("127.0.0.1", port)).expect("udp");
@@ -505,8 +540,8 @@ impl EndlessPrimary {
             let mut buf = [0u8; 512];
             while !udp_stop.load(Ordering::SeqCst) {
                 if let Ok((n, from)) = udp.recv_from(&mut buf) {
-                    if let Some((query, _)) = question(&buf[..n]) {
-                        let _ = udp.send_to(&soa_answer(query), from);
+                    if let Some(first) = how.answers(&buf[..n]).first() {
+                        let _ = udp.send_to(first, from);
                     }
                 }
             }
@@ -517,17 +552,17 @@ impl EndlessPrimary {
                 match tcp.accept() {
                     Ok((conn, _)) => {
                         let (stop, served) = (tcp_stop.clone(), tcp_served.clone());
-                        std::thread::spawn(move || serve_tcp(conn, &stop, &served));
+                        std::thread::spawn(move || serve_tcp(conn, how, &stop, &served));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
             }
         });
-        EndlessPrimary { port, served, stop }
+        HostilePrimary { port, served, stop }
     }
 }
 
-impl Drop for EndlessPrimary {
+impl Drop for HostilePrimary {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
     }
@@ -556,20 +591,16 @@ fn answer(query: &[u8], records: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-/// The zone's SOA, serial 100, owner by a pointer to the question's name.
-fn soa_record() -> Vec<u8> {
+/// The zone's SOA with `serial`, owner by a pointer to the question's name.
+fn soa_record(serial: u32) -> Vec<u8> {
     let mut r = vec![0xC0, 12, 0, 6, 0, 1, 0, 0, 14, 16];
     let mut rdata = vec![0, 0]; // mname ".", rname "."
-    for v in [100u32, 300, 60, 86400, 60] {
+    for v in [serial, 300, 60, 86400, 60] {
         rdata.extend_from_slice(&v.to_be_bytes());
     }
     r.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
     r.extend_from_slice(&rdata);
     r
-}
-
-fn soa_answer(query: &[u8]) -> Vec<u8> {
-    answer(query, &[soa_record()])
 }
 
 /// Entry `i` of the endless zone: `e{i}.<zone> CNAME .`.
@@ -581,9 +612,11 @@ fn entry_record(i: u64) -> Vec<u8> {
     r
 }
 
-/// Answer queries on one connection: SOA queries once, transfers with an endless stream.
+/// Answer queries on one connection as `how` says; a transfer (an empty message after the
+/// first in [`Misbehaviour::answers`]) goes on with entries until `stop`.
 fn serve_tcp(
     mut conn: std::net::TcpStream,
+    how: Misbehaviour,
     stop: &AtomicBool,
     served: &std::sync::atomic::AtomicU64,
 ) {
@@ -598,29 +631,27 @@ fn serve_tcp(
         if conn.read_exact(&mut msg).is_err() {
             return;
         }
-        let Some((query, qtype)) = question(&msg) else {
-            return;
-        };
-        let query = query.to_vec();
-        let mut send = |m: Vec<u8>| -> bool {
+        let mut send = |m: &[u8]| -> bool {
             let mut framed = (m.len() as u16).to_be_bytes().to_vec();
-            framed.extend_from_slice(&m);
+            framed.extend_from_slice(m);
             served.fetch_add(framed.len() as u64, Ordering::SeqCst);
             conn.write_all(&framed).is_ok()
         };
-        if qtype != 251 && qtype != 252 {
-            if !send(soa_answer(&query)) {
-                return;
-            }
-            continue;
-        }
-        if !send(answer(&query, &[soa_record()])) {
+        let answers = how.answers(&msg);
+        let Some(first) = answers.first() else { return };
+        if !send(first) {
             return;
         }
+        if answers.len() < 2 {
+            continue;
+        }
+        let Some((query, _)) = question(&msg) else {
+            return;
+        };
         while !stop.load(Ordering::SeqCst) {
             let records: Vec<Vec<u8>> = (0..2000).map(|k| entry_record(next + k)).collect();
             next += 2000;
-            if !send(answer(&query, &records)) {
+            if !send(&answer(query, &records)) {
                 return;
             }
         }
@@ -643,7 +674,7 @@ fn an_endless_transfer_is_cut_at_its_bound_and_the_manager_memory_stays_bounded(
     let files = Files::new(bed, "rpz-endless");
     let (zone_host, zone_bed) = files.zone();
     stored_zone(&zone_host, 1, &["kept.blocked.test"]);
-    let hostile = EndlessPrimary::start();
+    let hostile = HostilePrimary::start(Misbehaviour::Endless);
     // Cut at 32 MiB: a secondary holding the transfer in memory would grow by that much.
     let rpz = rpz_section(
         &zone_bed,
@@ -672,6 +703,27 @@ fn an_endless_transfer_is_cut_at_its_bound_and_the_manager_memory_stays_bounded(
     );
     assert_stored_policy_kept(&r, &zone_host);
     r.stop();
+}
+
+#[test]
+fn garbage_and_a_serial_going_back_keep_the_stored_policy() {
+    let bed = testbed::Bed::get().expect("bed");
+    for (how, reason) in [
+        (Misbehaviour::SerialBack, "serial-backwards"),
+        (Misbehaviour::Garbage, "malformed"),
+    ] {
+        let files = Files::new(bed, "rpz-hostile");
+        let (zone_host, zone_bed) = files.zone();
+        stored_zone(&zone_host, 5, &["kept.blocked.test"]);
+        let hostile = HostilePrimary::start(how);
+        let rpz = rpz_section(&zone_bed, &[format!("127.0.0.1@{}", hostile.port)], "");
+        let r = common::start(&setup_for("rpz-hostile", rpz)).expect("start");
+        let mut events = events(&r);
+        let failed = wait_event(&mut events, &r, |e| kind(e, "rpz-transfer-failed"));
+        assert_eq!(failed["reason"], reason, "{how:?}: {failed}");
+        assert_stored_policy_kept(&r, &zone_host);
+        r.stop();
+    }
 }
 
 /// Validation of the `transfer` key, strict (as the daemon and `kresctl validate --strict`):
