@@ -380,6 +380,25 @@ mod tests {
     }
 
     #[test]
+    fn a_zone_kept_by_zone_transfer_is_not_watched() {
+        let raw = serde_json::json!({"local-data": {"rpz": [
+            {"file": "/srv/rpz/file.rpz", "watchdog": true},
+            {"file": "/srv/rpz/transferred.rpz", "watchdog": true,
+             "transfer": {"zone": "transferred.rpz.", "primaries": ["192.0.2.53"]}},
+        ]}});
+        let ctx = crate::config::ValidationContext {
+            resolve_root: PathBuf::from("/etc/knot-resolver"),
+            checks: crate::config::PathChecks::Lenient,
+            logtarget_arg: Default::default(),
+        };
+        let cfg = crate::config::validate(&raw, &ctx).expect("valid");
+        let watched: Vec<PathBuf> = watched_files(&cfg, &ConfigFiles::Unwatched)
+            .into_keys()
+            .collect();
+        assert_eq!(watched, [PathBuf::from("/srv/rpz/file.rpz")]);
+    }
+
+    #[test]
     fn a_deletion_or_a_move_away_is_an_entry_gone() {
         let rows = [
             (AddWatchFlags::IN_CLOSE_WRITE, EntryChange::Written),
