@@ -24,6 +24,12 @@ use testbed::knot::{KeySetup, KnotPrimary, PrimarySetup};
 
 const ZONE: &str = "blocklist.rpz.";
 
+/// Names the tests list and check. Not under `.test` (the generated entries' TLD): kresd
+/// answers every special-use name NXDOMAIN by itself, blocked or not.
+const LISTED: &str = "listed.blocked-by-rpz.net";
+const NEW: &str = "new.blocked-by-rpz.net";
+const KEPT: &str = "kept.blocked-by-rpz.net";
+
 /// The `local-data` section keeping `file` (a bed path) by transfer from `primaries`.
 fn rpz_section(file: &Path, primaries: &[String], extra: &str) -> String {
     let primaries: Vec<String> = primaries.iter().map(|p| format!("\"{p}\"")).collect();
@@ -49,9 +55,18 @@ fn knot_primary(bed: &testbed::Bed, entries: usize, notify: Option<SocketAddr>) 
     .expect("knotd")
 }
 
-/// Whether kresd answers `name` NXDOMAIN, as an RPZ entry of the zone makes it.
+/// Whether kresd answers `name` (relative to the root, no final dot) NXDOMAIN, as an RPZ
+/// entry of the zone makes it.
 fn blocked(r: &Resolver, name: &str) -> bool {
-    dns::query_udp(r.dns(), name, dns::TYPE_A, DNS_TIMEOUT).is_ok_and(|resp| resp.rcode == 3)
+    let absolute = format!("{name}.");
+    dns::query_udp(r.dns(), &absolute, dns::TYPE_A, DNS_TIMEOUT).is_ok_and(|resp| resp.rcode == 3)
+}
+
+/// [`knot_primary`], its zone at serial 2 with [`LISTED`] added.
+fn listed_primary(bed: &testbed::Bed, notify: Option<SocketAddr>) -> KnotPrimary {
+    let mut primary = knot_primary(bed, 100, notify);
+    assert_eq!(primary.bump(&[LISTED], &[]).expect("bump"), 2);
+    primary
 }
 
 /// Every event of the log from its first one on (an id not of this resolver resumes from
@@ -152,16 +167,16 @@ fn secondary_of(name: &'static str, primary: &KnotPrimary, extra: &str) -> (Reso
 #[test]
 fn the_first_transfer_blocks_a_listed_name() {
     let bed = testbed::Bed::get().expect("bed");
-    let primary = knot_primary(bed, 100, None);
+    let primary = listed_primary(bed, None);
     let (r, files) = secondary_of("rpz-first", &primary, "");
     let (zone_host, _) = files.zone();
     // No stored file: the start waited for the first transfer, so READY means it serves.
     assert!(zone_host.exists(), "the zone is stored");
-    assert!(blocked(&r, "n42.blocked.test."), "a listed name is blocked");
+    assert!(blocked(&r, LISTED), "a listed name is blocked");
     let mut events = events(&r);
     let transferred = wait_event(&mut events, &r, |e| kind(e, "rpz-transferred"));
     assert_eq!(transferred["transfer"], "axfr", "{transferred}");
-    assert_eq!(transferred["serial"], 1);
+    assert_eq!(transferred["serial"], 2);
     assert!(primary.output().text().contains("AXFR, outgoing"));
     wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
     let status = rpz_status(&r);
@@ -171,20 +186,20 @@ fn the_first_transfer_blocks_a_listed_name() {
             &status["serial"],
             &status["last-transfer"]["result"]
         ),
-        (&json!(ZONE), &json!(1), &json!("success")),
+        (&json!(ZONE), &json!(2), &json!("success")),
         "{status}"
     );
     assert!(status["next-refresh"].is_number(), "{status}");
     let text = r.kresctl(&["rpz"]).expect("kresctl rpz");
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("blocklist.rpz.  serial 1"), "{text}");
+    assert!(text.contains("blocklist.rpz.  serial 2"), "{text}");
     assert!(text.contains("axfr from 127.0.0.1"), "{text}");
     let metrics = r
         .http("GET", "/metrics/prometheus", b"")
         .expect("metrics")
         .text();
     assert!(
-        metrics.contains("knot_resolver_rpz_serial{zone=\"blocklist.rpz.\"} 1"),
+        metrics.contains("knot_resolver_rpz_serial{zone=\"blocklist.rpz.\"} 2"),
         "{metrics}"
     );
     r.stop();
@@ -195,29 +210,22 @@ fn a_notify_brings_an_ixfr_and_a_newly_listed_name_is_blocked() {
     let bed = testbed::Bed::get().expect("bed");
     let notify_port = testbed::free_port().expect("port");
     let notify: SocketAddr = format!("127.0.0.1:{notify_port}").parse().expect("address");
-    let mut primary = knot_primary(bed, 100, Some(notify));
+    let mut primary = listed_primary(bed, Some(notify));
     let listen = format!("        notify-listen: 127.0.0.1@{notify_port}\n");
     let (r, _files) = secondary_of("rpz-notify", &primary, &listen);
     let workers = r.pids_named("kresd");
     let mut events = events(&r);
     // The listener is up once the zone is followed.
     wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
-    assert_eq!(
-        primary
-            .bump(&["new.blocked.test"], &["n7.blocked.test"])
-            .expect("bump"),
-        2
-    );
+    assert!(!blocked(&r, NEW), "not listed yet");
+    assert_eq!(primary.bump(&[NEW], &["n7.blocked.test"]).expect("bump"), 3);
     let notified = wait_event(&mut events, &r, |e| kind(e, "rpz-notified"));
     assert_eq!(notified["zone"], ZONE, "{notified}");
-    let transferred = wait_transferred_and_renewed(&mut events, &r, 2);
+    let transferred = wait_transferred_and_renewed(&mut events, &r, 3);
     assert_eq!(transferred["transfer"], "ixfr", "{transferred}");
     assert!(primary.output().text().contains("IXFR, outgoing"));
-    assert!(
-        blocked(&r, "new.blocked.test."),
-        "the new entry is in force"
-    );
-    assert!(blocked(&r, "n8.blocked.test."), "the others stay");
+    assert!(blocked(&r, NEW), "the new entry is in force");
+    assert!(blocked(&r, LISTED), "the others stay");
     assert_eq!(r.pids_named("kresd"), workers, "no worker restarted");
     r.stop();
 }
@@ -261,13 +269,13 @@ fn entries_sharing_a_notify_address_are_told_apart_by_their_zone() {
         wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
     }
     primaries[1]
-        .bump(&["second-only.blocked.test"], &[])
+        .bump(&["second-only.blocked-by-rpz.net"], &[])
         .expect("bump");
     let notified = wait_event(&mut events, &r, |e| kind(e, "rpz-notified"));
     assert_eq!(notified["zone"], "second.rpz.", "{notified}");
     let transferred = wait_transferred_and_renewed(&mut events, &r, 2);
     assert_eq!(transferred["zone"], "second.rpz.", "{transferred}");
-    assert!(blocked(&r, "second-only.blocked.test."));
+    assert!(blocked(&r, "second-only.blocked-by-rpz.net"));
     let status: Value =
         serde_json::from_slice(&r.http("GET", "/rpz", b"").expect("GET").body).expect("JSON");
     let serials: Vec<(&Value, &Value)> = status
@@ -329,10 +337,10 @@ fn the_soa_refresh_brings_a_change_without_notify() {
         first["next-refresh"].as_f64().is_some_and(|s| s <= 1.0),
         "{first}"
     );
-    republish(&primary, 3, &["refreshed.blocked.test"]);
+    republish(&primary, 3, &[NEW]);
     let transferred = wait_transferred_and_renewed(&mut events, &r, 3);
     assert_eq!(transferred["transfer"], "ixfr", "{transferred}");
-    assert!(blocked(&r, "refreshed.blocked.test."));
+    assert!(blocked(&r, NEW));
     assert!(
         !primary.output().text().contains("notify, outgoing"),
         "no NOTIFY was involved"
@@ -343,9 +351,9 @@ fn the_soa_refresh_brings_a_change_without_notify() {
 #[test]
 fn a_wrong_key_is_refused_while_the_old_policy_serves() {
     let bed = testbed::Bed::get().expect("bed");
-    let primary = knot_primary(bed, 50, None);
+    let primary = listed_primary(bed, None);
     let (r, files) = secondary_of("rpz-wrong-key", &primary, "");
-    assert!(blocked(&r, "n3.blocked.test."));
+    assert!(blocked(&r, LISTED));
     let mut events = events(&r);
     wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
     // The same key name with another secret: the primary's signatures do not verify.
@@ -366,9 +374,9 @@ fn a_wrong_key_is_refused_while_the_old_policy_serves() {
         ["tsig", "refused"].contains(&refused["reason"].as_str().unwrap_or("")),
         "{refused}"
     );
-    assert!(blocked(&r, "n3.blocked.test."), "the old policy serves");
+    assert!(blocked(&r, LISTED), "the old policy serves");
     let status = rpz_status(&r);
-    assert_eq!(status["serial"], 1, "{status}");
+    assert_eq!(status["serial"], 2, "{status}");
     assert_ne!(status["last-transfer"]["result"], "success", "{status}");
     let metrics = r
         .http("GET", "/metrics/prometheus", b"")
@@ -399,9 +407,9 @@ fn stored_zone_with_timers(path: &Path, serial: u32, timers: &str, names: &[&str
     testbed::write(path, &text).expect("stored zone");
 }
 
-/// The stored zone of [`stored_zone`] with `kept.blocked.test` is untouched and serves.
+/// The stored zone of [`stored_zone`] with [`KEPT`] is untouched and serves.
 fn assert_stored_policy_kept(r: &Resolver, zone_host: &Path) {
-    assert!(blocked(r, "kept.blocked.test."), "the stored policy serves");
+    assert!(blocked(r, KEPT), "the stored policy serves");
     let stored = std::fs::read_to_string(zone_host).expect("stored");
     assert_eq!(stored.lines().count(), 2, "the stored file is untouched");
 }
@@ -411,12 +419,12 @@ fn a_warm_start_needs_no_primary() {
     let bed = testbed::Bed::get().expect("bed");
     let files = Files::new(bed, "rpz-warm");
     let (zone_host, zone_bed) = files.zone();
-    stored_zone(&zone_host, 41, &["kept.blocked.test"]);
+    stored_zone(&zone_host, 41, &[KEPT]);
     // Nothing listens there.
     let nobody = testbed::free_port().expect("port");
     let rpz = rpz_section(&zone_bed, &[format!("127.0.0.1@{nobody}")], "");
     let r = common::start(&setup_for("rpz-warm", rpz)).expect("start");
-    assert!(blocked(&r, "kept.blocked.test."), "the stored zone serves");
+    assert!(blocked(&r, KEPT), "the stored zone serves");
     let mut events = events(&r);
     let followed = wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
     assert_eq!(followed["serial"], 41, "{followed}");
@@ -432,7 +440,7 @@ fn an_expired_zone_is_still_served_and_said_to_be_expired() {
     let files = Files::new(bed, "rpz-expired");
     let (zone_host, zone_bed) = files.zone();
     // Retried every second, expired 2 s after the start without a successful refresh.
-    stored_zone_with_timers(&zone_host, 5, "1 1 2", &["kept.blocked.test"]);
+    stored_zone_with_timers(&zone_host, 5, "1 1 2", &[KEPT]);
     let nobody = testbed::free_port().expect("port");
     let rpz = rpz_section(&zone_bed, &[format!("127.0.0.1@{nobody}")], "");
     let r = common::start(&setup_for("rpz-expired", rpz)).expect("start");
@@ -673,7 +681,7 @@ fn an_endless_transfer_is_cut_at_its_bound_and_the_manager_memory_stays_bounded(
     let bed = testbed::Bed::get().expect("bed");
     let files = Files::new(bed, "rpz-endless");
     let (zone_host, zone_bed) = files.zone();
-    stored_zone(&zone_host, 1, &["kept.blocked.test"]);
+    stored_zone(&zone_host, 1, &[KEPT]);
     let hostile = HostilePrimary::start(Misbehaviour::Endless);
     // Cut at 32 MiB: a secondary holding the transfer in memory would grow by that much.
     let rpz = rpz_section(
@@ -714,7 +722,7 @@ fn garbage_and_a_serial_going_back_keep_the_stored_policy() {
     ] {
         let files = Files::new(bed, "rpz-hostile");
         let (zone_host, zone_bed) = files.zone();
-        stored_zone(&zone_host, 5, &["kept.blocked.test"]);
+        stored_zone(&zone_host, 5, &[KEPT]);
         let hostile = HostilePrimary::start(how);
         let rpz = rpz_section(&zone_bed, &[format!("127.0.0.1@{}", hostile.port)], "");
         let r = common::start(&setup_for("rpz-hostile", rpz)).expect("start");

@@ -28,6 +28,7 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(900);
 const ZONE: &str = "bench.rpz.";
 
 /// Whether kresd at `server` answers `name` NXDOMAIN (blocked by an RPZ `CNAME .` entry).
+/// The names timed are not under `.test`, which kresd answers NXDOMAIN by itself.
 fn blocked(server: SocketAddr, name: &str) -> bool {
     testbed::dns::query_udp(server, name, testbed::dns::TYPE_A, Duration::from_secs(2))
         .is_ok_and(|r| r.rcode == 3)
@@ -80,7 +81,7 @@ fn transfer_runs(bed: &Bed, entries: usize, runs: usize) -> Result<Vec<f64>> {
     let (mut launched, server) = resolver(bed, &dir, &rpz)?;
     let mut times = Vec::new();
     for run in 0..runs {
-        let name = format!("transfer{run}.blocked.test");
+        let name = format!("transfer{run}.blocked-by-rpz.net");
         primary.bump(&[&name], &[])?;
         times.push(seconds_until_blocked(server, &name, Instant::now())?);
     }
@@ -107,7 +108,7 @@ fn watchdog_runs(bed: &Bed, entries: usize, runs: usize) -> Result<Vec<f64>> {
     let (mut launched, server) = resolver(bed, &dir, &rpz)?;
     let mut times = Vec::new();
     for run in 0..runs {
-        let name = format!("watched{run}.blocked.test");
+        let name = format!("watched{run}.blocked-by-rpz.net");
         text.push_str(&format!("{name}.{ZONE} 3600 IN CNAME .\n"));
         let tmp = zone.with_extension("tmp");
         testbed::write(&tmp, &text)?;
