@@ -43,8 +43,9 @@ fn seconds_until_blocked(server: SocketAddr, name: &str, since: Instant) -> Resu
     Ok(took.as_secs_f64())
 }
 
-/// A resolver of ours running `rpz` (a `local-data` section) in `dir`; returns once READY.
-fn resolver(bed: &Bed, dir: &TestDir, rpz: &str) -> Result<(Launched, SocketAddr)> {
+/// A resolver of ours running `rpz` (a `local-data` section) in `dir`; returns once READY,
+/// with the seconds it took.
+fn resolver(bed: &Bed, dir: &TestDir, rpz: &str) -> Result<(Launched, SocketAddr, f64)> {
     let port = testbed::free_port()?;
     // `write_config` ends with `local-data:` and its records: the RPZ goes beside them.
     bench::write_config(dir, port, 1, rpz)?;
@@ -54,11 +55,13 @@ fn resolver(bed: &Bed, dir: &TestDir, rpz: &str) -> Result<(Launched, SocketAddr
         notify.wait_for("READY=1", Duration::from_millis(250)).ok()
     })
     .with_context(|| format!("READY: {}", launched.output.text()))?;
-    Ok((launched, SocketAddr::from(([127, 0, 0, 1], port))))
+    let ready = t0.elapsed().as_secs_f64();
+    Ok((launched, SocketAddr::from(([127, 0, 0, 1], port)), ready))
 }
 
-/// Seconds from each change at the primary until its new entry is blocked.
-fn transfer_runs(bed: &Bed, entries: usize, runs: usize) -> Result<Vec<f64>> {
+/// Seconds from each change at the primary until its new entry is blocked, and of the
+/// start (its first transfer, AXFR) to READY.
+fn transfer_runs(bed: &Bed, entries: usize, runs: usize) -> Result<(Vec<f64>, f64)> {
     let dir = bed.test_dir("bench-rpz-transfer")?;
     std::fs::create_dir_all(dir.host("zones"))?;
     let notify_port = testbed::free_port()?;
@@ -78,7 +81,7 @@ fn transfer_runs(bed: &Bed, entries: usize, runs: usize) -> Result<Vec<f64>> {
         primary.port(),
         dir.bed("xfr.key").display(),
     );
-    let (mut launched, server) = resolver(bed, &dir, &rpz)?;
+    let (mut launched, server, ready) = resolver(bed, &dir, &rpz)?;
     let mut times = Vec::new();
     for run in 0..runs {
         let name = format!("transfer{run}.blocked-by-rpz.net");
@@ -87,11 +90,12 @@ fn transfer_runs(bed: &Bed, entries: usize, runs: usize) -> Result<Vec<f64>> {
     }
     launched.signal(nix::sys::signal::Signal::SIGINT)?;
     launched.wait(STEP_TIMEOUT)?;
-    Ok(times)
+    Ok((times, ready))
 }
 
-/// Seconds from each atomic replacement of the watched file until its new entry is blocked.
-fn watchdog_runs(bed: &Bed, entries: usize, runs: usize) -> Result<Vec<f64>> {
+/// Seconds from each atomic replacement of the watched file until its new entry is blocked,
+/// and of the start (the file read) to READY.
+fn watchdog_runs(bed: &Bed, entries: usize, runs: usize) -> Result<(Vec<f64>, f64)> {
     let dir = bed.test_dir("bench-rpz-watchdog")?;
     std::fs::create_dir_all(dir.host("zones"))?;
     let zone = dir.host("zones/bench.rpz");
@@ -105,7 +109,7 @@ fn watchdog_runs(bed: &Bed, entries: usize, runs: usize) -> Result<Vec<f64>> {
         "  rpz:\n    - file: {}\n      watchdog: true\n",
         dir.bed("zones/bench.rpz").display()
     );
-    let (mut launched, server) = resolver(bed, &dir, &rpz)?;
+    let (mut launched, server, ready) = resolver(bed, &dir, &rpz)?;
     let mut times = Vec::new();
     for run in 0..runs {
         let name = format!("watched{run}.blocked-by-rpz.net");
@@ -118,7 +122,7 @@ fn watchdog_runs(bed: &Bed, entries: usize, runs: usize) -> Result<Vec<f64>> {
     }
     launched.signal(nix::sys::signal::Signal::SIGINT)?;
     launched.wait(STEP_TIMEOUT)?;
-    Ok(times)
+    Ok((times, ready))
 }
 
 /// `--sizes a,b` and `--runs n` from the command line.
@@ -147,13 +151,17 @@ fn main() -> Result<()> {
         "change → newly listed name blocked", "transfer", "file+watch"
     );
     for entries in sizes {
-        let transfer = transfer_runs(bed, entries, runs)?;
-        let watchdog = watchdog_runs(bed, entries, runs)?;
+        let (transfer, transfer_ready) = transfer_runs(bed, entries, runs)?;
+        let (watchdog, watchdog_ready) = watchdog_runs(bed, entries, runs)?;
         println!(
             "{:<36} {:>11.3}s {:>11.3}s   (medians of {runs})",
             format!("{entries} entries"),
             median(transfer),
             median(watchdog)
+        );
+        println!(
+            "{:<36} {:>11.3}s {:>11.3}s",
+            "  start to READY (first AXFR | file)", transfer_ready, watchdog_ready
         );
     }
     Ok(())
