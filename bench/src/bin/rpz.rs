@@ -51,10 +51,16 @@ fn resolver(bed: &Bed, dir: &TestDir, rpz: &str) -> Result<(Launched, SocketAddr
     bench::write_config(dir, port, 1, rpz)?;
     let t0 = Instant::now();
     let (launched, mut notify) = launch(bed, Flavor::Ours, dir)?;
-    until(t0, STEP_TIMEOUT, || {
-        notify.wait_for("READY=1", Duration::from_millis(250)).ok()
+    // In slices, so that a resolver that gave up is reported at once.
+    let (_, ready) = until(t0, STEP_TIMEOUT, || {
+        if launched.tree().is_empty() {
+            return Some(false);
+        }
+        let ready = notify.wait_for("READY=1", Duration::from_millis(250));
+        ready.is_ok().then_some(true)
     })
     .with_context(|| format!("READY: {}", launched.output.text()))?;
+    anyhow::ensure!(ready, "exited before READY: {}", launched.output.text());
     let ready = t0.elapsed().as_secs_f64();
     Ok((launched, SocketAddr::from(([127, 0, 0, 1], port)), ready))
 }
