@@ -245,3 +245,273 @@ fn knotd_notifies_over_tcp_signed_and_the_listener_accepts() {
     stop.cancel();
     served.join().unwrap();
 }
+
+/// The secret the hostile primaries and their tests share.
+const HOSTILE_SECRET: &[u8] = b"hostile but signed, hostile but signed";
+
+/// The key file text of [`HOSTILE_SECRET`], and the library's key for the primary.
+fn hostile_key() -> (TsigKey, std::sync::Arc<domain::tsig::Key>) {
+    let text = format!(
+        "key \"xfr-key.\" {{ algorithm hmac-sha256; secret \"{}\"; }};",
+        testbed::knot::base64(HOSTILE_SECRET)
+    );
+    let name = std::str::FromStr::from_str("xfr-key.").expect("a key name");
+    let key = domain::tsig::Key::new(
+        domain::tsig::Algorithm::Sha256,
+        HOSTILE_SECRET,
+        name,
+        None,
+        None,
+    )
+    .expect("a key");
+    (
+        TsigKey::parse(&text).expect("the key parses"),
+        std::sync::Arc::new(key),
+    )
+}
+
+/// Refresh `file` from a hostile primary behaving so, within `limits`.
+async fn from_hostile(
+    behaviour: hostile::Behaviour,
+    file: &std::path::Path,
+    limits: &Limits,
+) -> Result<rpz::TransferReport, rpz::TransferError> {
+    let (key, primary_key) = hostile_key();
+    let addr = hostile::start(behaviour, Some(primary_key)).await;
+    rpz::refresh(hostile::ZONE, &Primary { addr }, Some(&key), file, limits).await
+}
+
+#[tokio::test]
+async fn an_endless_transfer_is_cut_at_its_bound_and_leaves_nothing() {
+    let dir = tempdir("endless");
+    let file = dir.join("hostile.rpz");
+    let records = Limits {
+        max_records: 50_000,
+        ..Limits::default()
+    };
+    let endless = hostile::Behaviour::Endless { soa: 1 };
+    let error = from_hostile(endless, &file, &records).await.unwrap_err();
+    assert_eq!(error.reason(), "too-large", "{error}");
+    assert_eq!(
+        error.to_string(),
+        "the transfer is too large: more than 50000 records"
+    );
+    let bytes = Limits {
+        max_bytes: 1 << 20,
+        ..Limits::default()
+    };
+    let error = from_hostile(endless, &file, &bytes).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the transfer is too large: more than 1048576 bytes"
+    );
+    let time = Limits {
+        max_duration: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let error = from_hostile(endless, &file, &time).await.unwrap_err();
+    assert_eq!(error.reason(), "timeout", "{error}");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "no file, no temporary file"
+    );
+}
+
+#[tokio::test]
+async fn garbage_silence_and_an_unsigned_end_are_refused() {
+    let dir = tempdir("garbage");
+    let file = dir.join("hostile.rpz");
+    let limits = Limits {
+        idle: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let error = from_hostile(hostile::Behaviour::Garbage, &file, &limits)
+        .await
+        .unwrap_err();
+    assert_eq!(error.reason(), "malformed", "{error}");
+    let error = from_hostile(hostile::Behaviour::Silent, &file, &limits)
+        .await
+        .unwrap_err();
+    assert_eq!(error.reason(), "timeout", "{error}");
+    assert!(error.to_string().contains("idle bound"), "{error}");
+    let unsigned = hostile::Behaviour::UnsignedLast { soa: 3 };
+    let error = from_hostile(unsigned, &file, &limits).await.unwrap_err();
+    assert_eq!(error.to_string(), "TSIG: the last message is not signed");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    // The same primary, signing its last message: the file is written.
+    let serving = hostile::Behaviour::Serving { soa: 3 };
+    let report = from_hostile(serving, &file, &limits)
+        .await
+        .expect("a transfer");
+    assert_eq!(
+        (report.kind, report.serial, report.records),
+        (TransferKind::Axfr, 3, 5)
+    );
+}
+
+#[tokio::test]
+async fn a_serial_going_back_is_an_error_and_the_file_stays() {
+    let dir = tempdir("backwards");
+    let file = dir.join("hostile.rpz");
+    let limits = Limits::default();
+    from_hostile(hostile::Behaviour::Serving { soa: 10 }, &file, &limits)
+        .await
+        .expect("the first transfer");
+    let before = std::fs::read_to_string(&file).unwrap();
+    let error = from_hostile(hostile::Behaviour::Serving { soa: 9 }, &file, &limits)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the primary's serial 9 is older than the stored serial 10"
+    );
+    assert_eq!(error.reason(), "serial-backwards");
+    // Past the wrap of serial arithmetic (RFC 1982) it is newer, and taken.
+    let report = from_hostile(
+        hostile::Behaviour::Serving {
+            soa: 10 + (1 << 31) - 1,
+        },
+        &file,
+        &limits,
+    )
+    .await
+    .expect("a newer serial");
+    assert_eq!(report.serial, 10 + (1 << 31) - 1);
+    assert_ne!(std::fs::read_to_string(&file).unwrap(), before);
+}
+
+/// Primaries that misbehave on purpose, written here: in-process TCP servers on loopback.
+mod hostile {
+    use std::net::SocketAddr;
+    use std::str::FromStr;
+    use std::sync::Arc;
+
+    use domain::base::iana::Rtype;
+    use domain::base::{Message, MessageBuilder, Name, Serial, Ttl};
+    use domain::rdata::tsig::Time48;
+    use domain::rdata::{Cname, Soa};
+    use domain::tsig;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    pub const ZONE: &str = "hostile.rpz.";
+
+    /// How the primary misbehaves.
+    #[derive(Clone, Copy, Debug)]
+    pub enum Behaviour {
+        /// Its SOA says `soa`; its AXFR never ends (messages of 100 records forever).
+        Endless { soa: u32 },
+        /// Bytes that are no DNS message in answer to anything.
+        Garbage,
+        /// Its SOA says `soa`; its AXFR is a whole zone at that serial.
+        Serving { soa: u32 },
+        /// Accepts connections and never answers.
+        Silent,
+        /// A whole zone whose last message is not signed.
+        UnsignedLast { soa: u32 },
+    }
+
+    /// Start a primary behaving so; its address. It stops with the test's runtime.
+    pub async fn start(behaviour: Behaviour, key: Option<Arc<tsig::Key>>) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let addr = listener.local_addr().expect("its address");
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(serve(stream, behaviour, key.clone()));
+            }
+        });
+        addr
+    }
+
+    async fn serve(mut stream: TcpStream, behaviour: Behaviour, key: Option<Arc<tsig::Key>>) {
+        let Ok(len) = stream.read_u16().await else {
+            return;
+        };
+        let mut query = vec![0; usize::from(len)];
+        if stream.read_exact(&mut query).await.is_err() {
+            return;
+        }
+        let mut query = Message::from_octets(query).expect("our own query parses");
+        let mut signer = key.and_then(|key| {
+            tsig::ServerSequence::request(&key, &mut query, Time48::now()).expect("signed right")
+        });
+        let qtype = query.sole_question().expect("one question").qtype();
+        let serial = match behaviour {
+            Behaviour::Silent => {
+                let _ = stream.read_u16().await;
+                return;
+            }
+            Behaviour::Garbage => {
+                let _ = stream
+                    .write_all(b"\x00\x20garbage, garbage, garbage, garb")
+                    .await;
+                return;
+            }
+            Behaviour::Endless { soa } | Behaviour::Serving { soa } => soa,
+            Behaviour::UnsignedLast { soa } => soa,
+        };
+        let zone = Name::<Vec<u8>>::from_str(ZONE).expect("a name");
+        let soa = (
+            zone.clone(),
+            Ttl::from_secs(60),
+            Soa::new(
+                zone.clone(),
+                zone.clone(),
+                Serial(serial),
+                Ttl::from_secs(300),
+                Ttl::from_secs(60),
+                Ttl::from_secs(3600),
+                Ttl::from_secs(60),
+            ),
+        );
+        let entry = |i: u64| {
+            let owner = Name::<Vec<u8>>::from_str(&format!("n{i}.{ZONE}")).expect("a name");
+            (owner, Ttl::from_secs(60), Cname::new(Name::root_vec()))
+        };
+        let mut next = 0u64;
+        let mut first = true;
+        loop {
+            let mut answer = MessageBuilder::new_vec()
+                .start_answer(&query, domain::base::iana::Rcode::NOERROR)
+                .expect("an answer");
+            let mut done = false;
+            if first {
+                answer.push(soa.clone()).expect("room");
+            }
+            match (behaviour, qtype) {
+                (_, Rtype::SOA) => done = true,
+                (Behaviour::Endless { .. }, _) => {
+                    for _ in 0..100 {
+                        answer.push(entry(next)).expect("room");
+                        next += 1;
+                    }
+                }
+                (_, _) => {
+                    answer.push(entry(next)).expect("room");
+                    next += 1;
+                    if next == 3 {
+                        answer.push(soa.clone()).expect("room");
+                        done = true;
+                    }
+                }
+            }
+            let mut additional = answer.additional();
+            let unsigned_last =
+                matches!(behaviour, Behaviour::UnsignedLast { .. }) && done && qtype != Rtype::SOA;
+            if let (Some(signer), false) = (signer.as_mut(), unsigned_last) {
+                signer.answer(&mut additional, Time48::now()).expect("room");
+            }
+            let message = additional.finish();
+            let mut framed = u16::try_from(message.len())
+                .expect("small")
+                .to_be_bytes()
+                .to_vec();
+            framed.extend_from_slice(&message);
+            if stream.write_all(&framed).await.is_err() || done {
+                return;
+            }
+            first = false;
+        }
+    }
+}
