@@ -1,6 +1,8 @@
 //! Zone transfers of RPZ zones against a real primary (knotd in the test bed) and hostile
 //! ones written here.
 
+mod common;
+
 use std::time::Duration;
 
 use knot_resolver::rpz::{
@@ -29,17 +31,17 @@ fn the_knotd_primary_serves_its_zone_and_its_changes_as_ixfr() {
     };
     let mut primary = KnotPrimary::start(bed, setup).expect("knotd");
     let axfr = kdig_transfer(bed, &primary, "AXFR");
-    assert!(axfr.contains("n9.blocked.test.blocklist.rpz."), "{axfr}");
+    assert!(axfr.contains("n9.blocked.zz.blocklist.rpz."), "{axfr}");
     assert_eq!(
         primary
-            .bump(&["new.blocked.test"], &["n3.blocked.test"])
+            .bump(&["new.blocked.zz"], &["n3.blocked.zz"])
             .unwrap(),
         2
     );
     let ixfr = kdig_transfer(bed, &primary, "IXFR=1");
-    assert!(ixfr.contains("new.blocked.test.blocklist.rpz."), "{ixfr}");
+    assert!(ixfr.contains("new.blocked.zz.blocklist.rpz."), "{ixfr}");
     assert!(
-        !ixfr.contains("n4.blocked.test"),
+        !ixfr.contains("n4.blocked.zz"),
         "an IXFR, not the whole zone: {ixfr}"
     );
     let log = primary.output().text();
@@ -96,11 +98,11 @@ fn axfr_then_ixfr_then_up_to_date_from_knotd() {
     assert_eq!(first.timers.refresh, Duration::from_secs(300));
     let text = std::fs::read_to_string(&file).unwrap();
     assert_eq!(text.lines().count(), 102, "header, SOA, 100 entries");
-    assert!(text.contains("\nn99.blocked.test.blocklist.rpz. 3600 IN CNAME .\n"));
+    assert!(text.contains("\nn99.blocked.zz.blocklist.rpz. 3600 IN CNAME .\n"));
     assert_eq!(rpz::stored(&file).map(|(serial, _)| serial), Some(1));
 
     primary
-        .bump(&["new.blocked.test"], &["n7.blocked.test"])
+        .bump(&["new.blocked.zz"], &["n7.blocked.zz"])
         .unwrap();
     let second = refresh(&rt).expect("the second transfer");
     assert_eq!((second.kind, second.serial), (TransferKind::Ixfr, 2));
@@ -109,8 +111,8 @@ fn axfr_then_ixfr_then_up_to_date_from_knotd() {
         .wait_for("IXFR, outgoing", Duration::from_secs(5))
         .unwrap();
     let text = std::fs::read_to_string(&file).unwrap();
-    assert!(text.contains("\nnew.blocked.test.blocklist.rpz. 3600 IN CNAME .\n"));
-    assert!(!text.contains("\nn7.blocked.test."));
+    assert!(text.contains("\nnew.blocked.zz.blocklist.rpz. 3600 IN CNAME .\n"));
+    assert!(!text.contains("\nn7.blocked.zz."));
     assert_eq!(text.lines().count(), 102);
     assert_eq!(rpz::stored(&file).map(|(serial, _)| serial), Some(2));
 
@@ -146,7 +148,7 @@ fn a_wrong_key_is_a_tsig_error_and_the_file_stays() {
     ))
     .expect("the first transfer");
     let before = std::fs::read_to_string(&file).unwrap();
-    primary.bump(&["new.blocked.test"], &[]).unwrap();
+    primary.bump(&["new.blocked.zz"], &[]).unwrap();
     let wrong = TsigKey::parse(
         "key \"xfr-key.\" { algorithm hmac-sha256; secret \"d3Jvbmctc2VjcmV0LXdyb25nLXNlY3JldC13cm9uZyE=\"; };",
     )
@@ -171,6 +173,59 @@ fn a_wrong_key_is_a_tsig_error_and_the_file_stays() {
         1,
         "no temporary file left"
     );
+}
+
+#[test]
+fn a_transferred_zone_blocks_its_names_in_kresd() {
+    let mut primary = knotd(100, None);
+    let bed = testbed::Bed::get().expect("bed");
+    let dir = bed.test_dir("rpz-kresd").expect("dir");
+    let (file, file_in_bed) = dir.join("blocklist.rpz");
+    let key = key_of(&primary);
+    let from = Primary {
+        addr: primary.addr(),
+    };
+    let rt = runtime();
+    let limits = Limits::default();
+    let refresh = || {
+        rt.block_on(rpz::refresh(
+            "blocklist.rpz.",
+            &from,
+            Some(&key),
+            &file,
+            &limits,
+        ))
+    };
+    assert_eq!(refresh().expect("AXFR").kind, TransferKind::Axfr);
+    primary
+        .bump(&["new.blocked.zz"], &["n7.blocked.zz"])
+        .unwrap();
+    assert_eq!(refresh().expect("IXFR").kind, TransferKind::Ixfr);
+
+    let setup = common::Setup::new("rpz-transfer").extra(&format!(
+        "local-data:\n  rpz:\n    - file: {}\n",
+        file_in_bed.display()
+    ));
+    let r = common::start(&setup).expect("start");
+    // No answer in time (the bed has no network) is no NXDOMAIN either.
+    let rcode = |name: &str| {
+        testbed::dns::query_udp(r.dns(), name, testbed::dns::TYPE_A, common::DNS_TIMEOUT)
+            .map_or(u8::MAX, |answer| answer.rcode)
+    };
+    // `CNAME .` is RPZ's NXDOMAIN: kresd's loader read the file the transfers wrote.
+    assert_eq!(rcode("n5.blocked.zz."), testbed::dns::RCODE_NXDOMAIN);
+    assert_eq!(rcode("new.blocked.zz."), testbed::dns::RCODE_NXDOMAIN);
+    assert_ne!(
+        rcode("n7.blocked.zz."),
+        testbed::dns::RCODE_NXDOMAIN,
+        "deleted by the IXFR"
+    );
+    let log = r.launched.output.text();
+    assert!(
+        !log.contains("blocklist.rpz") || !log.contains("error"),
+        "{log}"
+    );
+    r.stop();
 }
 
 /// A fresh directory for a test's files.
@@ -226,7 +281,7 @@ fn knotd_notifies_over_tcp_signed_and_the_listener_accepts() {
     };
     // knotd notifies when it loads the zone, and at every change.
     assert_eq!(next().serial, Some(1));
-    primary.bump(&["new.blocked.test"], &[]).unwrap();
+    primary.bump(&["new.blocked.zz"], &[]).unwrap();
     let notified = next();
     assert_eq!(notified.zone, "blocklist.rpz.");
     assert_eq!(notified.serial, Some(2));

@@ -5,13 +5,13 @@
 //! let bed = testbed::Bed::get()?;
 //! let mut primary = testbed::knot::KnotPrimary::start(bed, testbed::knot::PrimarySetup {
 //!     zone: "blocklist.rpz.".into(),
-//!     entries: 1000,                                   // n0.blocked.test … n999.blocked.test
+//!     entries: 1000,                                   // n0.blocked.zz … n999.blocked.zz
 //!     key: testbed::knot::KeySetup::Generated,         // or KeySetup::None
 //!     notify: Some("127.0.0.1:5354".parse()?),         // where NOTIFY goes (TCP, signed)
 //! })?;
 //! primary.write_key_file(&key_path)?;                 // BIND format, for `tsig-key-file`
 //! // configure `primaries: ["127.0.0.1@{primary.port()}"]`, transfer, then:
-//! primary.bump(&["new.blocked.test"], &[])?;          // serial + 1, IXFR-able, NOTIFY sent
+//! primary.bump(&["new.blocked.zz"], &[])?;          // serial + 1, IXFR-able, NOTIFY sent
 //! primary.output().wait_for("IXFR, outgoing", timeout)?;
 //! ```
 //! Every entry is `NAME.ZONE 3600 IN CNAME .` (RPZ's NXDOMAIN action). `zonefile-load:
@@ -28,6 +28,12 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use crate::{Bed, Launched, Output, TestDir};
+
+/// The domain below which the generated entries are (`n{i}.blocked.zz`): not a special-use
+/// domain, which kresd answers NXDOMAIN by itself (names under `.test` are), so an entry's
+/// NXDOMAIN shows the RPZ at work; an unlisted name there gets no NXDOMAIN (SERVFAIL or no
+/// answer in time: the bed has no network).
+pub const ENTRIES_BELOW: &str = "blocked.zz";
 
 /// The TSIG key name every generated key has.
 pub const KEY_NAME: &str = "xfr-key.";
@@ -48,7 +54,7 @@ pub enum KeySetup {
 pub struct PrimarySetup {
     /// The zone's name, absolute ("blocklist.rpz.").
     pub zone: String,
-    /// How many entries the generated zone has (`n{i}.blocked.test`).
+    /// How many entries the generated zone has (`n{i}.blocked.zz`).
     pub entries: usize,
     /// Whether transfers (and NOTIFYs) are signed.
     pub key: KeySetup,
@@ -167,7 +173,7 @@ impl KnotPrimary {
     }
 
     /// Add the entries `added` and remove `removed` (names relative to the zone, as
-    /// "x.blocked.test"), raise the serial by one and have knotd load the change (an IXFR
+    /// "x.blocked.zz"), raise the serial by one and have knotd load the change (an IXFR
     /// from the previous serial) and send NOTIFY. Returns the new serial once it is served.
     pub fn bump(&mut self, added: &[&str], removed: &[&str]) -> Result<u32> {
         self.set_serial(self.serial.wrapping_add(1), added, removed)
@@ -230,7 +236,7 @@ impl KnotPrimary {
 
 /// The names of `n` generated entries, relative to the zone.
 fn entry_names(n: usize) -> impl Iterator<Item = String> {
-    (0..n).map(|i| format!("n{i}.blocked.test"))
+    (0..n).map(|i| format!("n{i}.{ENTRIES_BELOW}"))
 }
 
 fn absolute(zone: &str) -> String {
