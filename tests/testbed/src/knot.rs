@@ -90,13 +90,8 @@ impl KnotPrimary {
             KeySetup::Secret(s) => Some(s.clone()),
         };
         let zone = absolute(&setup.zone);
-        write_zone(
-            &dir.host("zone.rpz"),
-            &zone,
-            1,
-            entry_names(setup.entries),
-            &[],
-        )?;
+        let entries = entry_names(setup.entries).map(|n| entry_line(&format!("{n}.{zone}")));
+        write_lines(&dir.host("zone.rpz"), &zone, 1, entries, &[])?;
         let config = config(&dir, &zone, port, secret.as_deref(), setup.notify);
         crate::write(&dir.host("knot.conf"), &config)?;
         std::fs::create_dir_all(dir.host("db"))?;
@@ -241,19 +236,6 @@ fn entry_names(n: usize) -> impl Iterator<Item = String> {
 
 fn absolute(zone: &str) -> String {
     format!("{}.", zone.trim_end_matches('.').to_ascii_lowercase())
-}
-
-/// Write a whole zone: SOA with `serial`, then `names` (relative) and `absolute` owners, each
-/// as an NXDOMAIN entry.
-fn write_zone(
-    path: &Path,
-    zone: &str,
-    serial: u32,
-    names: impl Iterator<Item = String>,
-    absolute: &[String],
-) -> Result<()> {
-    let lines = names.map(|n| entry_line(&format!("{n}.{zone}")));
-    write_lines(path, zone, serial, lines, absolute)
 }
 
 /// Write the SOA with `serial`, the `kept` lines as they are, then an entry for each owner
