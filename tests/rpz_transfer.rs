@@ -94,10 +94,10 @@ fn axfr_then_ixfr_then_up_to_date_from_knotd() {
 
     let first = refresh(&rt).expect("the first transfer");
     assert_eq!((first.kind, first.serial), (TransferKind::Axfr, 1));
-    assert_eq!(first.records, 102, "SOA, 100 entries, SOA");
+    assert_eq!(first.records, 103, "SOA, NS, 100 entries, SOA");
     assert_eq!(first.timers.refresh, Duration::from_secs(300));
     let text = std::fs::read_to_string(&file).unwrap();
-    assert_eq!(text.lines().count(), 102, "header, SOA, 100 entries");
+    assert_eq!(text.lines().count(), 103, "header, SOA, NS, 100 entries");
     assert!(text.contains("\nn99.blocked.zz.blocklist.rpz. 3600 IN CNAME .\n"));
     assert_eq!(rpz::stored(&file).map(|(serial, _)| serial), Some(1));
 
@@ -113,7 +113,7 @@ fn axfr_then_ixfr_then_up_to_date_from_knotd() {
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.contains("\nnew.blocked.zz.blocklist.rpz. 3600 IN CNAME .\n"));
     assert!(!text.contains("\nn7.blocked.zz."));
-    assert_eq!(text.lines().count(), 102);
+    assert_eq!(text.lines().count(), 103);
     assert_eq!(rpz::stored(&file).map(|(serial, _)| serial), Some(2));
 
     let third = refresh(&rt).expect("the third refresh");
@@ -127,6 +127,22 @@ fn axfr_then_ixfr_then_up_to_date_from_knotd() {
         2,
         "started and finished once"
     );
+
+    // Two changes in one IXFR: the first's addition is the second's deletion.
+    primary
+        .bump(&["brief.blocked.zz", "third.blocked.zz"], &[])
+        .unwrap();
+    primary
+        .bump(&[], &["brief.blocked.zz", "n8.blocked.zz"])
+        .unwrap();
+    let fourth = refresh(&rt).expect("the fourth refresh");
+    assert_eq!((fourth.kind, fourth.serial), (TransferKind::Ixfr, 4));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\nthird.blocked.zz.blocklist.rpz. 3600 IN CNAME .\n"));
+    assert!(!text.contains("brief.blocked.zz") && !text.contains("\nn8.blocked.zz"));
+    assert_eq!(text.lines().count(), 103);
+    let axfrs = primary.output().count("AXFR, outgoing");
+    assert_eq!(axfrs, 2, "still the first AXFR only");
 }
 
 #[test]

@@ -35,6 +35,9 @@ use crate::{Bed, Launched, Output, TestDir};
 /// answer in time: the bed has no network).
 pub const ENTRIES_BELOW: &str = "blocked.zz";
 
+/// The lines of the zone's apex that start the zone file: its SOA and NS (as feeds have).
+const APEX_LINES: usize = 2;
+
 /// The TSIG key name every generated key has.
 pub const KEY_NAME: &str = "xfr-key.";
 
@@ -183,7 +186,7 @@ impl KnotPrimary {
         let removed: Vec<String> = removed.iter().map(|n| self.owner(n)).collect();
         let kept = old
             .lines()
-            .skip(1)
+            .skip(APEX_LINES)
             .filter(|l| {
                 let owner = l.split_whitespace().next().unwrap_or("");
                 !removed.iter().any(|r| r == owner)
@@ -238,7 +241,7 @@ fn absolute(zone: &str) -> String {
     format!("{}.", zone.trim_end_matches('.').to_ascii_lowercase())
 }
 
-/// Write the SOA with `serial`, the `kept` lines as they are, then an entry for each owner
+/// Write the apex (SOA with `serial`, NS), the `kept` lines as they are, then an entry for each owner
 /// of `added` (through a temporary file: knotd may read the file at any time).
 fn write_lines(
     path: &Path,
@@ -252,7 +255,8 @@ fn write_lines(
     let mut out = BufWriter::new(file);
     writeln!(
         out,
-        "{zone} 3600 IN SOA primary.{zone} hostmaster.{zone} {serial} 300 60 86400 60"
+        "{zone} 3600 IN SOA primary.{zone} hostmaster.{zone} {serial} 300 60 86400 60\n\
+         {zone} 3600 IN NS primary.{zone}"
     )?;
     for line in kept {
         writeln!(out, "{line}")?;
