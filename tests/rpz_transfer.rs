@@ -419,6 +419,12 @@ async fn garbage_silence_and_an_unsigned_end_are_refused() {
         (report.kind, report.serial, report.records),
         (TransferKind::Axfr, 3, 5)
     );
+    // An IXFR answered with the SOA alone: the primary offers none, the zone is transferred.
+    let condensed = hostile::Behaviour::Condensed { soa: 4 };
+    let report = from_hostile(condensed, &file, &limits)
+        .await
+        .expect("a transfer");
+    assert_eq!((report.kind, report.serial), (TransferKind::Axfr, 4));
 }
 
 #[tokio::test]
@@ -449,6 +455,11 @@ async fn a_serial_going_back_is_an_error_and_the_file_stays() {
     .await
     .expect("a newer serial");
     assert_eq!(report.serial, 10 + (1 << 31) - 1);
+    assert_eq!(
+        report.kind,
+        TransferKind::Axfr,
+        "an IXFR answered with the whole zone"
+    );
     assert_ne!(std::fs::read_to_string(&file).unwrap(), before);
 }
 
@@ -479,6 +490,8 @@ mod hostile {
         Serving { soa: u32 },
         /// Accepts connections and never answers.
         Silent,
+        /// Its IXFR answer is the SOA alone (it offers none); its AXFR a whole zone.
+        Condensed { soa: u32 },
         /// A whole zone whose last message is not signed.
         UnsignedLast { soa: u32 },
     }
@@ -520,7 +533,7 @@ mod hostile {
                 return;
             }
             Behaviour::Endless { soa } | Behaviour::Serving { soa } => soa,
-            Behaviour::UnsignedLast { soa } => soa,
+            Behaviour::UnsignedLast { soa } | Behaviour::Condensed { soa } => soa,
         };
         let zone = Name::<Vec<u8>>::from_str(ZONE).expect("a name");
         let soa = (
@@ -551,7 +564,7 @@ mod hostile {
                 answer.push(soa.clone()).expect("room");
             }
             match (behaviour, qtype) {
-                (_, Rtype::SOA) => done = true,
+                (_, Rtype::SOA) | (Behaviour::Condensed { .. }, Rtype::IXFR) => done = true,
                 (Behaviour::Endless { .. }, _) => {
                     for _ in 0..100 {
                         answer.push(entry(next)).expect("room");

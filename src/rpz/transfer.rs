@@ -124,6 +124,14 @@ impl Transfer {
         matches!(self.state, State::Done(_))
     }
 
+    /// Whether an IXFR's answer is the new SOA alone so far: at the end of the first
+    /// message, the condensed answer of a primary that offers no IXFR (RFC 1995 §4).
+    pub(crate) fn is_condensed(&self) -> bool {
+        matches!(self.asked, Asked::Ixfr { .. })
+            && matches!(self.state, State::Opened(_))
+            && self.records == 1
+    }
+
     /// The lines of a whole zone received since the last call (empty for an IXFR).
     pub(crate) fn take_lines(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.lines)
