@@ -143,6 +143,20 @@ fn axfr_then_ixfr_then_up_to_date_from_knotd() {
     assert_eq!(text.lines().count(), 103);
     let axfrs = primary.output().count("AXFR, outgoing");
     assert_eq!(axfrs, 2, "still the first AXFR only");
+
+    // A stored file that lost what an IXFR deletes has diverged: the zone comes whole.
+    let edited: String = text
+        .lines()
+        .filter(|l| !l.starts_with("n9.blocked.zz."))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&file, edited).unwrap();
+    primary.bump(&[], &["n9.blocked.zz"]).unwrap();
+    let fifth = refresh(&rt).expect("the fifth refresh");
+    assert_eq!((fifth.kind, fifth.serial), (TransferKind::Axfr, 5));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\nn10.blocked.zz.blocklist.rpz. 3600 IN CNAME .\n"));
+    assert_eq!(text.lines().count(), 102);
 }
 
 #[test]
