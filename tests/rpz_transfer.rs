@@ -403,6 +403,45 @@ async fn an_endless_transfer_is_cut_at_its_bound_and_leaves_nothing() {
     );
 }
 
+/// A value in kB of this process's `/proc/self/status` (VmRSS, VmHWM).
+fn status_kb(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("our status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("the field")
+}
+
+#[tokio::test]
+async fn an_endless_transfer_holds_a_message_in_memory_not_the_zone() {
+    let dir = tempdir("flood");
+    let file = dir.join("hostile.rpz");
+    let limits = Limits {
+        max_bytes: 64 << 20,
+        ..Limits::default()
+    };
+    // The peak of resident memory starts again from here (Linux: "5" to clear_refs).
+    std::fs::write("/proc/self/clear_refs", "5").expect("the peak resets");
+    let before = status_kb("VmRSS:");
+    let flood = hostile::Behaviour::Flood { soa: 1 };
+    let error = from_hostile(flood, &file, &limits).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the transfer is too large: more than 67108864 bytes"
+    );
+    let grown = status_kb("VmHWM:").saturating_sub(before);
+    assert!(
+        grown < 16 * 1024,
+        "64 MiB received, the peak grew by {grown} kB"
+    );
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "the temporary file is gone"
+    );
+}
+
 #[tokio::test]
 async fn garbage_silence_and_an_unsigned_end_are_refused() {
     let dir = tempdir("garbage");
@@ -486,7 +525,7 @@ mod hostile {
     use domain::base::iana::Rtype;
     use domain::base::{Message, MessageBuilder, Name, Serial, Ttl};
     use domain::rdata::tsig::Time48;
-    use domain::rdata::{Cname, Soa};
+    use domain::rdata::{Cname, Soa, Txt};
     use domain::tsig;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
@@ -498,6 +537,8 @@ mod hostile {
     pub enum Behaviour {
         /// Its SOA says `soa`; its AXFR never ends (messages of 100 records forever).
         Endless { soa: u32 },
+        /// As `Endless`, with records of 1,000 bytes of text (50 to a message).
+        Flood { soa: u32 },
         /// Bytes that are no DNS message in answer to anything.
         Garbage,
         /// Its SOA says `soa`; its AXFR is a whole zone at that serial.
@@ -546,7 +587,9 @@ mod hostile {
                     .await;
                 return;
             }
-            Behaviour::Endless { soa } | Behaviour::Serving { soa } => soa,
+            Behaviour::Endless { soa } | Behaviour::Flood { soa } | Behaviour::Serving { soa } => {
+                soa
+            }
             Behaviour::UnsignedLast { soa } | Behaviour::Condensed { soa } => soa,
         };
         let zone = Name::<Vec<u8>>::from_str(ZONE).expect("a name");
@@ -579,6 +622,17 @@ mod hostile {
             }
             match (behaviour, qtype) {
                 (_, Rtype::SOA) | (Behaviour::Condensed { .. }, Rtype::IXFR) => done = true,
+                (Behaviour::Flood { .. }, _) => {
+                    for _ in 0..50 {
+                        let owner = format!("n{next}.{ZONE}");
+                        let owner = Name::<Vec<u8>>::from_str(&owner).expect("a name");
+                        let text = Txt::<Vec<u8>>::build_from_slice(&[b'x'; 1000]).expect("a text");
+                        answer
+                            .push((owner, Ttl::from_secs(60), text))
+                            .expect("room");
+                        next += 1;
+                    }
+                }
                 (Behaviour::Endless { .. }, _) => {
                     for _ in 0..100 {
                         answer.push(entry(next)).expect("room");
