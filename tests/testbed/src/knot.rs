@@ -177,9 +177,9 @@ impl KnotPrimary {
         self.set_serial(self.serial.wrapping_add(1), added, removed)
     }
 
-    /// As [`KnotPrimary::bump`] with a given serial (a lower one makes a primary whose
-    /// serial went back: knotd then serves it only after `knotc zone-purge`, so tests of
-    /// that use a hostile primary instead).
+    /// As [`KnotPrimary::bump`] with a given serial, which must be newer (RFC 1982): the
+    /// wait is for knotd's log of loading it. A primary whose serial goes back is better
+    /// written as a hostile one in the test.
     pub fn set_serial(&mut self, serial: u32, added: &[&str], removed: &[&str]) -> Result<u32> {
         let path = self.zone_file();
         let old = std::fs::read_to_string(&path).context("reading the zone file")?;
