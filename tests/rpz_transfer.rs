@@ -259,11 +259,34 @@ fn a_transferred_zone_blocks_its_names_in_kresd() {
 }
 
 /// A fresh directory for a test's files.
-fn tempdir(name: &str) -> std::path::PathBuf {
+fn tempdir(name: &str) -> TempDir {
     let dir = std::env::temp_dir().join(format!("rpz-transfer-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a test directory");
-    dir
+    TempDir(dir)
+}
+
+/// A test's directory, removed with everything in it when the test ends.
+struct TempDir(std::path::PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for TempDir {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 #[test]
