@@ -124,6 +124,14 @@ impl Transfer {
         matches!(self.state, State::Done(_))
     }
 
+    /// Whether an IXFR's answer is the new SOA alone so far: at the end of the first
+    /// message, the condensed answer of a primary that offers no IXFR (RFC 1995 §4).
+    pub(crate) fn is_condensed(&self) -> bool {
+        matches!(self.asked, Asked::Ixfr { .. })
+            && matches!(self.state, State::Opened(_))
+            && self.records == 1
+    }
+
     /// The lines of a whole zone received since the last call (empty for an IXFR).
     pub(crate) fn take_lines(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.lines)
@@ -156,33 +164,118 @@ impl Transfer {
                 self.max_records
             )));
         }
+        let taken = self.take(record)?;
         let state = std::mem::replace(&mut self.state, State::Failed);
-        self.state = self.next(state, record)?;
+        self.state = self.next(state, taken)?;
         Ok(())
     }
 
-    /// The state after `record` in `state`.
-    fn next<N, O, M>(
-        &mut self,
-        state: State,
-        record: &Record<N, Data<O, M>>,
-    ) -> Result<State, TransferError>
+    /// What the current state needs of `record`: its version when it is the zone's SOA,
+    /// else its line (for a whole zone or an addition) and its key (for a diff). An error
+    /// when it is outside the zone (the first record: of another zone) or of another class.
+    fn take<N, O, M>(&self, record: &Record<N, Data<O, M>>) -> Result<Taken, TransferError>
     where
         N: ToName,
         O: AsRef<[u8]>,
         M: ToName,
     {
-        let soa = self.soa(record, matches!(state, State::Start))?;
-        Ok(match (state, soa) {
-            (State::Start, Some(new)) => self.opened(new)?,
-            (State::Start, None) => {
+        let owner = record.owner();
+        let first = matches!(self.state, State::Start);
+        if !owner.ends_with(&self.zone) {
+            return Err(if first {
+                TransferError::WrongZone {
+                    expected: self.zone.fmt_with_dot().to_string(),
+                    got: owner.fmt_with_dot().to_string(),
+                }
+            } else {
+                TransferError::Malformed(format!(
+                    "the record of {} is outside the zone",
+                    owner.fmt_with_dot()
+                ))
+            });
+        }
+        if record.class() != Class::IN {
+            return Err(TransferError::Malformed(format!(
+                "a record of class {} in the zone",
+                record.class()
+            )));
+        }
+        if let ZoneRecordData::Soa(soa) = record.data() {
+            if !owner.name_eq(&self.zone) {
                 return Err(TransferError::Malformed(format!(
-                    "the answer starts with {} {}, not the zone's SOA",
-                    record.owner().fmt_with_dot(),
-                    record.data().rtype()
-                )))
+                    "a SOA record at {}, below the zone's apex",
+                    owner.fmt_with_dot()
+                )));
             }
-            (State::Opened(new), Some(soa)) => match self.asked {
+            return Ok(Taken::Soa(Version {
+                serial: soa.serial().into_int(),
+                timers: zonefile::timers(soa),
+                soa_line: zonefile::record_line(record),
+            }));
+        }
+        if first {
+            return Err(TransferError::Malformed(format!(
+                "the answer starts with {} {}, not the zone's SOA",
+                owner.fmt_with_dot(),
+                record.data().rtype()
+            )));
+        }
+        let in_diff = matches!(self.state, State::Deleting { .. } | State::Adding { .. });
+        let deleting = matches!(self.state, State::Deleting { .. });
+        Ok(Taken::Other {
+            line: (!deleting).then(|| zonefile::record_line(record)),
+            key: in_diff.then(|| {
+                let key = zonefile::record_key(owner, record.class(), record.data());
+                (key, zonefile::owner_text(owner))
+            }),
+        })
+    }
+
+    /// The state after `taken` in `state`.
+    fn next(&mut self, state: State, taken: Taken) -> Result<State, TransferError> {
+        let (line, key) = match taken {
+            Taken::Soa(soa) => return self.next_soa(state, soa),
+            Taken::Other { line, key } => (line, key),
+        };
+        Ok(match (state, line, key) {
+            (State::Opened(new), Some(line), _) => {
+                self.open_file(&new);
+                self.lines.extend_from_slice(line.as_bytes());
+                State::Full(new)
+            }
+            (State::Full(new), Some(line), _) => {
+                self.lines.extend_from_slice(line.as_bytes());
+                State::Full(new)
+            }
+            (State::Deleting { new, mut diff }, _, Some((key, owner))) => {
+                diff.delete(key, owner);
+                State::Deleting { new, diff }
+            }
+            (
+                State::Adding {
+                    new,
+                    mut diff,
+                    current,
+                },
+                Some(line),
+                Some((key, owner)),
+            ) => {
+                diff.add(key, owner, line);
+                State::Adding { new, diff, current }
+            }
+            _ => {
+                return Err(TransferError::Malformed(
+                    "records follow the transfer's closing SOA".to_owned(),
+                ))
+            }
+        })
+    }
+
+    /// The state after the zone's SOA at version `soa` in `state`.
+    fn next_soa(&mut self, state: State, soa: Version) -> Result<State, TransferError> {
+        Ok(match state {
+            State::Start => self.opened(soa)?,
+            State::Opened(new) => match self.asked {
                 Asked::Ixfr { stored } if soa.serial == stored && soa.serial != new.serial => {
                     State::Deleting {
                         new,
@@ -191,24 +284,16 @@ impl Transfer {
                 }
                 _ => {
                     self.open_file(&new);
-                    self.full_record(new, Some(soa), record)?
+                    close_full(new, soa)?
                 }
             },
-            (State::Opened(new), None) => {
-                self.open_file(&new);
-                self.full_record(new, None, record)?
-            }
-            (State::Full(new), soa) => self.full_record(new, soa, record)?,
-            (State::Deleting { new, diff }, Some(soa)) => State::Adding {
+            State::Full(new) => close_full(new, soa)?,
+            State::Deleting { new, diff } => State::Adding {
                 new,
                 diff,
                 current: soa.serial,
             },
-            (State::Deleting { new, mut diff }, None) => {
-                diff.delete(key(record), zonefile::owner_text(record.owner()));
-                State::Deleting { new, diff }
-            }
-            (State::Adding { new, diff, current }, Some(soa)) => {
+            State::Adding { new, diff, current } => {
                 if current == new.serial && soa.serial == new.serial {
                     State::Done(Received::Incremental(new, diff))
                 } else if soa.serial == current {
@@ -220,19 +305,7 @@ impl Transfer {
                     )));
                 }
             }
-            (
-                State::Adding {
-                    new,
-                    mut diff,
-                    current,
-                },
-                None,
-            ) => {
-                let line = zonefile::record_line(record);
-                diff.add(key(record), zonefile::owner_text(record.owner()), line);
-                State::Adding { new, diff, current }
-            }
-            (State::Done(_) | State::Failed, _) => {
+            State::Done(_) | State::Failed => {
                 return Err(TransferError::Malformed(
                     "records follow the transfer's closing SOA".to_owned(),
                 ))
@@ -263,91 +336,30 @@ impl Transfer {
             .extend_from_slice(zonefile::header(&new.soa_line).as_bytes());
         self.lines.extend_from_slice(new.soa_line.as_bytes());
     }
-
-    /// The state after `record` (with its SOA `soa`) in a whole zone at `new`.
-    fn full_record<N, O, M>(
-        &mut self,
-        new: Version,
-        soa: Option<Version>,
-        record: &Record<N, Data<O, M>>,
-    ) -> Result<State, TransferError>
-    where
-        N: ToName,
-        O: AsRef<[u8]>,
-        M: ToName,
-    {
-        if let Some(soa) = soa {
-            if soa.serial != new.serial {
-                return Err(TransferError::Malformed(format!(
-                    "the transfer of serial {} closes with serial {}",
-                    new.serial, soa.serial
-                )));
-            }
-            return Ok(State::Done(Received::Full(new)));
-        }
-        self.lines
-            .extend_from_slice(zonefile::record_line(record).as_bytes());
-        Ok(State::Full(new))
-    }
-
-    /// The version a record states when it is the zone's SOA; an error when it is a
-    /// record outside the zone (the `first` record: of another zone) or of another class.
-    fn soa<N, O, M>(
-        &self,
-        record: &Record<N, Data<O, M>>,
-        first: bool,
-    ) -> Result<Option<Version>, TransferError>
-    where
-        N: ToName,
-        O: AsRef<[u8]>,
-        M: ToName,
-    {
-        let owner = record.owner();
-        if !owner.ends_with(&self.zone) {
-            return Err(if first {
-                TransferError::WrongZone {
-                    expected: self.zone.fmt_with_dot().to_string(),
-                    got: owner.fmt_with_dot().to_string(),
-                }
-            } else {
-                TransferError::Malformed(format!(
-                    "the record of {} is outside the zone",
-                    owner.fmt_with_dot()
-                ))
-            });
-        }
-        if record.class() != Class::IN {
-            return Err(TransferError::Malformed(format!(
-                "a record of class {} in the zone",
-                record.class()
-            )));
-        }
-        let ZoneRecordData::Soa(soa) = record.data() else {
-            return Ok(None);
-        };
-        if !owner.name_eq(&self.zone) {
-            return Err(TransferError::Malformed(format!(
-                "a SOA record at {}, below the zone's apex",
-                owner.fmt_with_dot()
-            )));
-        }
-        let version = Version {
-            serial: soa.serial().into_int(),
-            timers: zonefile::timers(soa),
-            soa_line: zonefile::record_line(record),
-        };
-        Ok(Some(version))
-    }
 }
 
-/// The IXFR identity of a record.
-fn key<N, O, M>(record: &Record<N, Data<O, M>>) -> Vec<u8>
-where
-    N: ToName,
-    O: AsRef<[u8]>,
-    M: ToName,
-{
-    zonefile::record_key(record.owner(), record.class(), record.data())
+/// The end of a whole zone at `new`: its closing SOA `soa` must be of the same version.
+fn close_full(new: Version, soa: Version) -> Result<State, TransferError> {
+    if soa.serial != new.serial {
+        return Err(TransferError::Malformed(format!(
+            "the transfer of serial {} closes with serial {}",
+            new.serial, soa.serial
+        )));
+    }
+    Ok(State::Done(Received::Full(new)))
+}
+
+/// A record as the transfer takes it.
+enum Taken {
+    /// The zone's SOA: a version.
+    Soa(Version),
+    /// Any other record.
+    Other {
+        /// Its line, when a whole zone or an addition needs it.
+        line: Option<String>,
+        /// Its key and owner, when a diff needs them.
+        key: Option<(Vec<u8>, String)>,
+    },
 }
 
 #[cfg(test)]

@@ -93,7 +93,7 @@ impl Refresh<'_> {
     async fn run(&self, budget: &mut Budget) -> Result<Done, TransferError> {
         let serial = self.query_soa(budget).await?;
         let Some(stored) = self.stored else {
-            return self.transfer(Asked::Axfr, budget).await;
+            return self.axfr(budget).await;
         };
         match serial_order(serial, stored.serial) {
             SerialOrder::Same => {
@@ -117,16 +117,29 @@ impl Refresh<'_> {
                 stored: stored.serial,
             };
             match self.transfer(asked, budget).await {
+                Ok(Some(done)) => return Ok(done),
+                Ok(None) => tracing::info!(
+                    "rpz: IXFR of {} answered with its SOA alone, AXFR instead",
+                    self.zone_text()
+                ),
                 Err(e @ (TransferError::Refused { .. } | TransferError::Diverged(_))) => {
                     tracing::info!(
                         "rpz: IXFR of {} not taken ({e}), AXFR instead",
                         self.zone_text()
                     );
                 }
-                done => return done,
+                Err(e) => return Err(e),
             }
         }
-        self.transfer(Asked::Axfr, budget).await
+        self.axfr(budget).await
+    }
+
+    /// The whole zone (an AXFR's answer is never taken for a condensed one).
+    async fn axfr(&self, budget: &mut Budget) -> Result<Done, TransferError> {
+        let done = self.transfer(Asked::Axfr, budget).await?;
+        done.ok_or_else(|| {
+            TransferError::Malformed("an AXFR answered with its SOA alone".to_owned())
+        })
     }
 
     fn zone_text(&self) -> String {
@@ -160,8 +173,13 @@ impl Refresh<'_> {
         ))
     }
 
-    /// Ask `asked`, read the answer to its end and write the file it makes.
-    async fn transfer(&self, asked: Asked, budget: &mut Budget) -> Result<Done, TransferError> {
+    /// Ask `asked`, read the answer to its end and write the file it makes; `None` when an
+    /// IXFR is answered with the new SOA alone (RFC 1995 §4: ask for the whole zone).
+    async fn transfer(
+        &self,
+        asked: Asked,
+        budget: &mut Budget,
+    ) -> Result<Option<Done>, TransferError> {
         let ixfr_from = match asked {
             Asked::Axfr => None,
             Asked::Ixfr { stored } => Some(stored),
@@ -170,9 +188,13 @@ impl Refresh<'_> {
         let mut exchange = Exchange::start(self, qtype, ixfr_from, budget).await?;
         let mut transfer = Transfer::new(self.zone.clone(), asked, budget.max_records());
         let mut out: Option<TempFile> = None;
+        let mut first = true;
         while !transfer.is_done() {
             let message = exchange.next(budget).await?;
             feed(&mut transfer, &message)?;
+            if std::mem::take(&mut first) && transfer.is_condensed() {
+                return Ok(None);
+            }
             let lines = transfer.take_lines();
             if !lines.is_empty() {
                 let file = match out.as_mut() {
@@ -193,7 +215,7 @@ impl Refresh<'_> {
         match transfer.finish()? {
             Received::UpToDate { serial } => {
                 let timers = self.stored.map(|s| s.timers).unwrap_or(ZERO_TIMERS);
-                Ok(done(TransferKind::UpToDate, serial, timers))
+                Ok(Some(done(TransferKind::UpToDate, serial, timers)))
             }
             Received::Full(version) => {
                 if let Some(stored) = self.stored {
@@ -209,13 +231,21 @@ impl Refresh<'_> {
                     None => return Err(TransferError::Malformed("an empty transfer".to_owned())),
                 };
                 out.commit().await?;
-                Ok(done(TransferKind::Axfr, version.serial, version.timers))
+                Ok(Some(done(
+                    TransferKind::Axfr,
+                    version.serial,
+                    version.timers,
+                )))
             }
             Received::Incremental(version, diff) => {
                 let mut out = TempFile::create(self.file).await?;
                 zonefile::apply(self.file, &diff, &version.soa_line, &mut out).await?;
                 out.commit().await?;
-                Ok(done(TransferKind::Ixfr, version.serial, version.timers))
+                Ok(Some(done(
+                    TransferKind::Ixfr,
+                    version.serial,
+                    version.timers,
+                )))
             }
         }
     }

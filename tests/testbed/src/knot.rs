@@ -5,13 +5,13 @@
 //! let bed = testbed::Bed::get()?;
 //! let mut primary = testbed::knot::KnotPrimary::start(bed, testbed::knot::PrimarySetup {
 //!     zone: "blocklist.rpz.".into(),
-//!     entries: 1000,                                   // n0.blocked.test … n999.blocked.test
+//!     entries: 1000,                                   // n0.blocked.zz … n999.blocked.zz
 //!     key: testbed::knot::KeySetup::Generated,         // or KeySetup::None
 //!     notify: Some("127.0.0.1:5354".parse()?),         // where NOTIFY goes (TCP, signed)
 //! })?;
 //! primary.write_key_file(&key_path)?;                 // BIND format, for `tsig-key-file`
 //! // configure `primaries: ["127.0.0.1@{primary.port()}"]`, transfer, then:
-//! primary.bump(&["new.blocked.test"], &[])?;          // serial + 1, IXFR-able, NOTIFY sent
+//! primary.bump(&["new.blocked.zz"], &[])?;          // serial + 1, IXFR-able, NOTIFY sent
 //! primary.output().wait_for("IXFR, outgoing", timeout)?;
 //! ```
 //! Every entry is `NAME.ZONE 3600 IN CNAME .` (RPZ's NXDOMAIN action). `zonefile-load:
@@ -28,6 +28,15 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use crate::{Bed, Launched, Output, TestDir};
+
+/// The domain below which the generated entries are (`n{i}.blocked.zz`): not a special-use
+/// domain, which kresd answers NXDOMAIN by itself (names under `.test` are), so an entry's
+/// NXDOMAIN shows the RPZ at work; an unlisted name there gets no NXDOMAIN (SERVFAIL or no
+/// answer in time: the bed has no network).
+pub const ENTRIES_BELOW: &str = "blocked.zz";
+
+/// The lines of the zone's apex that start the zone file: its SOA and NS (as feeds have).
+const APEX_LINES: usize = 2;
 
 /// The TSIG key name every generated key has.
 pub const KEY_NAME: &str = "xfr-key.";
@@ -48,7 +57,7 @@ pub enum KeySetup {
 pub struct PrimarySetup {
     /// The zone's name, absolute ("blocklist.rpz.").
     pub zone: String,
-    /// How many entries the generated zone has (`n{i}.blocked.test`).
+    /// How many entries the generated zone has (`n{i}.blocked.zz`).
     pub entries: usize,
     /// Whether transfers (and NOTIFYs) are signed.
     pub key: KeySetup,
@@ -84,13 +93,8 @@ impl KnotPrimary {
             KeySetup::Secret(s) => Some(s.clone()),
         };
         let zone = absolute(&setup.zone);
-        write_zone(
-            &dir.host("zone.rpz"),
-            &zone,
-            1,
-            entry_names(setup.entries),
-            &[],
-        )?;
+        let entries = entry_names(setup.entries).map(|n| entry_line(&format!("{n}.{zone}")));
+        write_lines(&dir.host("zone.rpz"), &zone, 1, entries, &[])?;
         let config = config(&dir, &zone, port, secret.as_deref(), setup.notify);
         crate::write(&dir.host("knot.conf"), &config)?;
         std::fs::create_dir_all(dir.host("db"))?;
@@ -167,22 +171,22 @@ impl KnotPrimary {
     }
 
     /// Add the entries `added` and remove `removed` (names relative to the zone, as
-    /// "x.blocked.test"), raise the serial by one and have knotd load the change (an IXFR
+    /// "x.blocked.zz"), raise the serial by one and have knotd load the change (an IXFR
     /// from the previous serial) and send NOTIFY. Returns the new serial once it is served.
     pub fn bump(&mut self, added: &[&str], removed: &[&str]) -> Result<u32> {
         self.set_serial(self.serial.wrapping_add(1), added, removed)
     }
 
-    /// As [`KnotPrimary::bump`] with a given serial (a lower one makes a primary whose
-    /// serial went back: knotd then serves it only after `knotc zone-purge`, so tests of
-    /// that use a hostile primary instead).
+    /// As [`KnotPrimary::bump`] with a given serial, which must be newer (RFC 1982): the
+    /// wait is for knotd's log of loading it. A primary whose serial goes back is better
+    /// written as a hostile one in the test.
     pub fn set_serial(&mut self, serial: u32, added: &[&str], removed: &[&str]) -> Result<u32> {
         let path = self.zone_file();
         let old = std::fs::read_to_string(&path).context("reading the zone file")?;
         let removed: Vec<String> = removed.iter().map(|n| self.owner(n)).collect();
         let kept = old
             .lines()
-            .skip(1)
+            .skip(APEX_LINES)
             .filter(|l| {
                 let owner = l.split_whitespace().next().unwrap_or("");
                 !removed.iter().any(|r| r == owner)
@@ -230,27 +234,14 @@ impl KnotPrimary {
 
 /// The names of `n` generated entries, relative to the zone.
 fn entry_names(n: usize) -> impl Iterator<Item = String> {
-    (0..n).map(|i| format!("n{i}.blocked.test"))
+    (0..n).map(|i| format!("n{i}.{ENTRIES_BELOW}"))
 }
 
 fn absolute(zone: &str) -> String {
     format!("{}.", zone.trim_end_matches('.').to_ascii_lowercase())
 }
 
-/// Write a whole zone: SOA with `serial`, then `names` (relative) and `absolute` owners, each
-/// as an NXDOMAIN entry.
-fn write_zone(
-    path: &Path,
-    zone: &str,
-    serial: u32,
-    names: impl Iterator<Item = String>,
-    absolute: &[String],
-) -> Result<()> {
-    let lines = names.map(|n| entry_line(&format!("{n}.{zone}")));
-    write_lines(path, zone, serial, lines, absolute)
-}
-
-/// Write the SOA with `serial`, the `kept` lines as they are, then an entry for each owner
+/// Write the apex (SOA with `serial`, NS), the `kept` lines as they are, then an entry for each owner
 /// of `added` (through a temporary file: knotd may read the file at any time).
 fn write_lines(
     path: &Path,
@@ -264,7 +255,8 @@ fn write_lines(
     let mut out = BufWriter::new(file);
     writeln!(
         out,
-        "{zone} 3600 IN SOA primary.{zone} hostmaster.{zone} {serial} 300 60 86400 60"
+        "{zone} 3600 IN SOA primary.{zone} hostmaster.{zone} {serial} 300 60 86400 60\n\
+         {zone} 3600 IN NS primary.{zone}"
     )?;
     for line in kept {
         writeln!(out, "{line}")?;
