@@ -5,7 +5,9 @@
 #                                  throughput ([RUNS] [SECONDS]: DNS answers per second and kresd
 #                                  CPU per answer, ours with the answer counting against upstream),
 #                                  lossless, scale (--sizes 1000,10000,100000 --runs N --files),
-#                                  chaos (--minutes N [--seed S]: a long soak, not in the default list)
+#                                  chaos (--minutes N [--seed S]: a long soak, not in the default list),
+#                                  rpz (--sizes 10000,1000000 --runs N: RPZ by zone transfer from knotd
+#                                  against file + watchdog; not in the default list)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bins -p knot-resolver -p bench -p supervisor

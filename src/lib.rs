@@ -15,6 +15,7 @@ pub mod kresctl;
 pub mod lua;
 pub mod manager;
 pub mod metrics;
+pub mod rpz;
 pub mod service;
 pub mod watchdog;
 pub mod wire;

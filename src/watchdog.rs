@@ -1,5 +1,6 @@
 //! The files watchdog: watches the TLS certificate and key (when `network.tls.watchdog`) and
-//! the RPZ files with `watchdog: true`, and renews the configuration when they change, so the
+//! the RPZ files with `watchdog: true` (but those kept by zone transfer, which the
+//! secondary renews itself), and renews the configuration when they change, so the
 //! workers reload the certificate and the policy-loader re-reads the RPZ; with
 //! `--watch-config`, it also watches the configuration files and reloads them when they
 //! change. Events are debounced; a deleted file only logs a warning until it comes back.
@@ -57,8 +58,9 @@ pub fn watched_files(cfg: &KresConfig, config_files: &ConfigFiles) -> BTreeMap<P
             files.insert(key.clone(), OnChange::Renew);
         }
     }
+    // A zone kept by zone transfer is renewed by its secondary once stored, not watched.
     for rpz in cfg.local_data.rpz.iter().flatten() {
-        if rpz.watchdog {
+        if rpz.watchdog && rpz.transfer.is_none() {
             files.insert(rpz.file.clone(), OnChange::Renew);
         }
     }
@@ -375,6 +377,25 @@ mod tests {
                 "{name} {change:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_zone_kept_by_zone_transfer_is_not_watched() {
+        let raw = serde_json::json!({"local-data": {"rpz": [
+            {"file": "/srv/rpz/file.rpz", "watchdog": true},
+            {"file": "/srv/rpz/transferred.rpz", "watchdog": true,
+             "transfer": {"zone": "transferred.rpz.", "primaries": ["192.0.2.53"]}},
+        ]}});
+        let ctx = crate::config::ValidationContext {
+            resolve_root: PathBuf::from("/etc/knot-resolver"),
+            checks: crate::config::PathChecks::Lenient,
+            logtarget_arg: Default::default(),
+        };
+        let cfg = crate::config::validate(&raw, &ctx).expect("valid");
+        let watched: Vec<PathBuf> = watched_files(&cfg, &ConfigFiles::Unwatched)
+            .into_keys()
+            .collect();
+        assert_eq!(watched, [PathBuf::from("/srv/rpz/file.rpz")]);
     }
 
     #[test]

@@ -434,6 +434,7 @@ fn documented_requests(etag: &str) -> Vec<(&'static str, &'static str, Request<B
             request("GET", "/processes/nope"),
         ),
         ("/upgrade", "get", request("GET", "/upgrade")),
+        ("/rpz", "get", request("GET", "/rpz")),
         ("/v1/config", "get", request("GET", "/v1/config")),
         ("/v1/config", "head", request("HEAD", "/v1/config")),
         (

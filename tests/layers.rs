@@ -10,6 +10,7 @@ const LAYERS: &[&str] = &[
     "kresctl",
     "daemon",
     "api",
+    "rpz",
     "watchdog",
     "manager",
     "metrics",

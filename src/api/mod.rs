@@ -22,6 +22,7 @@ pub mod params;
 pub mod pointer;
 pub mod responses;
 pub mod roles;
+pub mod rpz;
 pub mod schema;
 pub mod server;
 pub mod stats;
@@ -129,6 +130,7 @@ pub fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(stats::metrics_json))
         .routes(routes!(stats::metrics_prometheus))
         .routes(routes!(control::cache_clear))
+        .routes(routes!(rpz::zones))
 }
 
 /// Every supervised process.

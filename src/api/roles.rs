@@ -62,6 +62,7 @@ const READ_ROUTES: &[Route] = &[
     Route::Exact("/metrics"),
     Route::Exact("/metrics/json"),
     Route::Exact("/metrics/prometheus"),
+    Route::Exact("/rpz"),
 ];
 
 /// The role a request needs: [`Role::ReadOnly`] for a `GET` or `HEAD` of a route in

@@ -119,7 +119,14 @@ pub(crate) struct ObjectDef {
     pub transform: Option<Hook>,
     /// Cross-field rules.
     pub validate: Option<Hook>,
+    /// A field whose type depends on the section's other fields as given (`None`: every
+    /// field has its described type).
+    pub retype: Option<Retype>,
 }
+
+/// The type a field takes in this section as given, when not its described one: the field's
+/// name and the section's raw mapping in, `Some(type)` out.
+pub(crate) type Retype = fn(&str, &Map<String, Value>) -> Option<Ty>;
 
 /// Append one JSON-pointer segment.
 pub(crate) fn child_path(path: &str, segment: &str) -> String {
@@ -655,9 +662,11 @@ pub(crate) fn map_object(
     for field in &def.fields {
         let fpath = child_path(path, field.name);
         let given = src.get(field.name);
+        let retyped = def.retype.and_then(|retype| retype(field.name, src));
+        let ty = retyped.as_ref().unwrap_or(&field.ty);
         let result = match (given, &field.default) {
-            (Some(v), _) => map_value(&field.ty, v, Container::Renamed, &fpath, ctx),
-            (None, Default::Value(d)) => map_value(&field.ty, d, Container::Renamed, &fpath, ctx),
+            (Some(v), _) => map_value(ty, v, Container::Renamed, &fpath, ctx),
+            (None, Default::Value(d)) => map_value(ty, d, Container::Renamed, &fpath, ctx),
             (None, Default::Required) => {
                 errs.push(Failure::new(
                     path,

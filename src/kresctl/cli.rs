@@ -246,6 +246,13 @@ pub enum ApiCommand {
     },
     /// Work with the resolver's cache.
     Cache(CacheArgs),
+    /// Show the RPZ zones kept by zone transfer: serial, last transfer, next refresh, expiry.
+    Rpz {
+        /// Print the API's JSON instead of a table.
+        #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
+              value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
+        format: OutputFormat,
+    },
 }
 
 #[derive(Args)]

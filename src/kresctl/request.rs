@@ -84,6 +84,8 @@ pub enum Request<'a> {
     UpgradeStatus,
     /// Start an in-place upgrade.
     Upgrade,
+    /// The RPZ zones kept by zone transfer.
+    Rpz,
     /// The event stream, after the event `last_event_id` names or from now on.
     Events {
         last_event_id: Option<&'a str>,
@@ -101,6 +103,7 @@ impl Request<'_> {
             | Request::ProcessesOf { .. }
             | Request::Metrics(_)
             | Request::UpgradeStatus
+            | Request::Rpz
             | Request::Events { .. } => Method::GET,
             Request::SetConfig { .. } | Request::ReplaceConfig { .. } => Method::PUT,
             Request::DeleteConfig { .. } => Method::DELETE,
@@ -138,6 +141,7 @@ impl Request<'_> {
             Request::Metrics(MetricsFormat::Prometheus) => "/metrics/prometheus".into(),
             Request::CacheClear { .. } => "/cache/clear".into(),
             Request::UpgradeStatus | Request::Upgrade => "/upgrade".into(),
+            Request::Rpz => "/rpz".into(),
             Request::Events { .. } => "/events".into(),
         }
     }
@@ -249,6 +253,7 @@ mod tests {
                 r#"POST /cache/clear {"workers":2}"#,
             ),
             (Request::UpgradeStatus, "GET /upgrade"),
+            (Request::Rpz, "GET /rpz"),
             (Request::Upgrade, "POST /upgrade"),
             (
                 Request::Events {

@@ -204,11 +204,14 @@ struct Tally {
     policy_loader_seconds: Histogram,
     /// Events this tally never saw (its follower fell behind and the log had dropped them).
     missed: u64,
+    /// The RPZ zones kept by zone transfer.
+    rpz: super::rpz::RpzTally,
 }
 
 impl Tally {
     /// What one record of the log adds.
     fn on(&mut self, record: &Record) {
+        self.rpz.on(record);
         let now = record.time;
         if let Some((cause, result)) = change_result(&record.event) {
             *self
@@ -331,6 +334,12 @@ impl ControlPlane {
         write_current(out, now);
         let tally = self.tally().clone();
         write_tally(out, &tally);
+        tally.rpz.write(out);
+    }
+
+    /// The RPZ zones kept by zone transfer, as the events told them (`GET /rpz`).
+    pub fn rpz_zones(&self) -> Vec<crate::wire::rpz::RpzZone> {
+        self.tally().rpz.zones()
     }
 }
 

@@ -16,6 +16,7 @@
 mod control_plane;
 mod exposition;
 mod labelled;
+mod rpz;
 
 use std::path::Path;
 

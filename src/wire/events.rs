@@ -100,6 +100,54 @@ pub enum Event {
         reason: String,
         recovered: bool,
     },
+    /// An RPZ zone kept by zone transfer is followed (at the start, and when the
+    /// configuration changes its transfer): its stored file, with its serial when there is
+    /// one, is what kresd serves until a transfer brings a newer one.
+    RpzFollowed {
+        zone: String,
+        file: String,
+        primaries: Vec<String>,
+        serial: Option<u32>,
+        /// Seconds until the first refresh.
+        next_refresh: f64,
+    },
+    /// A primary sent a NOTIFY for the zone: it is refreshed now.
+    RpzNotified {
+        zone: String,
+        from: String,
+        serial: Option<u32>,
+    },
+    /// A refresh of an RPZ zone succeeded: `transfer` `axfr` or `ixfr` (a new file was stored and
+    /// the policy is renewed: the policy-loader runs, the workers reset their rules) or
+    /// `up-to-date`.
+    RpzTransferred {
+        zone: String,
+        primary: String,
+        transfer: String,
+        serial: u32,
+        bytes: u64,
+        records: u64,
+        /// Seconds.
+        duration: f64,
+        /// Seconds until the next refresh.
+        next_refresh: f64,
+    },
+    /// A refresh of an RPZ zone from one primary failed; the stored file and the running
+    /// policy are kept. `reason` is a short label (`timeout`, `too-large`, `tsig`, …);
+    /// `next_refresh` (seconds) is set when no other primary is tried now.
+    RpzTransferFailed {
+        zone: String,
+        primary: String,
+        transfer: String,
+        reason: String,
+        error: String,
+        next_refresh: Option<f64>,
+    },
+    /// The zone's SOA expire time passed with no successful refresh: kresd keeps serving the
+    /// stored policy, and refreshes go on.
+    RpzExpired { zone: String, serial: Option<u32> },
+    /// NOTIFYs cannot be received on `address`: its zones follow their SOA timers only.
+    RpzNotifyListenFailed { address: String, reason: String },
     /// To one follower only, first: events after the id it resumed from are gone.
     EventsMissed {
         last_event_id: String,
@@ -119,6 +167,8 @@ pub enum Origin {
     Signal,
     /// The files watchdog: a watched file changed.
     WatchedFile,
+    /// A zone transfer stored a new RPZ zone.
+    ZoneTransfer,
 }
 
 impl fmt::Display for Origin {
@@ -127,6 +177,7 @@ impl fmt::Display for Origin {
             Origin::Api => "asked through the API",
             Origin::Signal => "on SIGHUP",
             Origin::WatchedFile => "a watched file changed",
+            Origin::ZoneTransfer => "a zone transfer stored a new RPZ zone",
         })
     }
 }
@@ -165,6 +216,12 @@ impl Event {
             Event::ConfigApplied { .. } => "config-applied",
             Event::ConfigRefused { .. } => "config-refused",
             Event::ConfigRolledBack { .. } => "config-rolled-back",
+            Event::RpzFollowed { .. } => "rpz-followed",
+            Event::RpzNotified { .. } => "rpz-notified",
+            Event::RpzTransferred { .. } => "rpz-transferred",
+            Event::RpzTransferFailed { .. } => "rpz-transfer-failed",
+            Event::RpzExpired { .. } => "rpz-expired",
+            Event::RpzNotifyListenFailed { .. } => "rpz-notify-listen-failed",
             Event::EventsMissed { .. } => "events-missed",
             Event::EventsLagged { .. } => "events-lagged",
         }
@@ -242,6 +299,12 @@ impl fmt::Display for Event {
                 last_event_id,
                 reason,
             } => write!(f, "{kind} after {last_event_id}: {reason}"),
+            Event::RpzFollowed { .. }
+            | Event::RpzNotified { .. }
+            | Event::RpzTransferred { .. }
+            | Event::RpzTransferFailed { .. }
+            | Event::RpzExpired { .. }
+            | Event::RpzNotifyListenFailed { .. } => write_rpz(self, kind, f),
             Event::EventsLagged { lost } => {
                 write!(
                     f,
@@ -249,6 +312,47 @@ impl fmt::Display for Event {
                 )
             }
         }
+    }
+}
+
+/// One line for an operator about an RPZ zone kept by zone transfer.
+fn write_rpz(event: &Event, kind: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    match event {
+        Event::RpzFollowed {
+            zone, file, serial, ..
+        } => match serial {
+            Some(serial) => write!(f, "{kind} {zone}: serial {serial} in {file}"),
+            None => write!(f, "{kind} {zone}: no stored zone in {file} yet"),
+        },
+        Event::RpzNotified { zone, from, .. } => write!(f, "{kind} {zone} by {from}"),
+        Event::RpzTransferred {
+            zone,
+            primary,
+            transfer: how,
+            serial,
+            records,
+            ..
+        } => write!(
+            f,
+            "{kind} {zone} from {primary}: {how}, serial {serial}, {records} records"
+        ),
+        Event::RpzTransferFailed {
+            zone,
+            primary,
+            error,
+            ..
+        } => write!(
+            f,
+            "{kind} {zone} from {primary}: {error}; the running policy is kept"
+        ),
+        Event::RpzExpired { zone, .. } => write!(
+            f,
+            "{kind} {zone}: no refresh within the SOA expire time; the stored policy is still served"
+        ),
+        Event::RpzNotifyListenFailed { address, reason } => {
+            write!(f, "{kind} {address}: {reason}")
+        }
+        _ => f.write_str(kind),
     }
 }
 

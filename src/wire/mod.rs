@@ -7,6 +7,7 @@ pub mod change;
 pub mod events;
 pub mod failures;
 pub mod processes;
+pub mod rpz;
 pub mod upgrade;
 
 /// A record read back as JSON text: `None` when it is longer than `max` bytes or does not

@@ -89,6 +89,7 @@ pub(super) fn section(
         fields,
         transform: None,
         validate: None,
+        retype: None,
     }
 }
 

@@ -61,6 +61,7 @@ pub(super) fn local_data() -> ObjectDef {
         Some("Configuration or Response Policy Zone (RPZ)."),
         vec![
             req("file", v(&vt::READABLE_FILE), "Path to the RPZ zone file."),
+            f("transfer", opt(obj(rpz_transfer())), Value::Null, "Keep the zone up to date from its primaries by zone transfer (AXFR/IXFR, NOTIFY, TSIG); 'file' is where it is kept and need not exist yet. Not in upstream's schema."),
             f("watchdog", watchdog_ty(), json!("auto"), "Enables files watchdog for configured RPZ file. Requires the optional 'watchdog' dependency."),
             f("tags", opt(list(v(&vt::ID_PATTERN_TYPE))), Value::Null, "Tags to link with other policy rules."),
             f("log", opt(list(Ty::Literal(&["ip", "name"]))), Value::Null, "Enables logging information whenever this RPZ matches."),
@@ -69,6 +70,12 @@ pub(super) fn local_data() -> ObjectDef {
     rpz.transform = Some(|m, _, _| {
         resolve_watchdog(m);
         Ok(())
+    });
+    rpz.retype = Some(|field, given| {
+        // A transferred zone's file is written by the resolver: its directory must be
+        // writable, the file need not exist yet.
+        (field == "file" && given.get("transfer").is_some_and(|t| !t.is_null()))
+            .then(|| v(&vt::WRITABLE_FILE_PATH))
     });
     rpz.validate = Some(|m, _, path| {
         if is_true(m, "watchdog") && !WATCHDOG_AVAILABLE {
@@ -87,6 +94,24 @@ pub(super) fn local_data() -> ObjectDef {
             f("records", opt(v(&vt::ESCAPED_STR)), Value::Null, "Direct addition of records in DNS zone file format."),
             f("rules", opt(list(obj(rule))), Value::Null, "Local data rules."),
             f("rpz", opt(list(obj(rpz))), Value::Null, "List of Response Policy Zones and its configuration."),
+        ],
+    )
+}
+
+/// `local-data.rpz[].transfer`: the zone's name at its primaries, where to ask for it, how
+/// to sign, where NOTIFYs are heard, and the bounds of one transfer.
+fn rpz_transfer() -> ObjectDef {
+    section(
+        "knot_resolver.datamodel.local_data_schema.RPZTransferSchema",
+        Some("Zone transfer of a Response Policy Zone from its primaries."),
+        vec![
+            req("zone", v(&vt::DOMAIN_NAME), "The zone's name at the primaries."),
+            req("primaries", list(v(&vt::IP_ADDRESS_OPTIONAL_PORT)), "Primaries, 'address[@port]' (port 53 by default), asked in this order."),
+            f("tsig-key-file", opt(v(&vt::TSIG_KEY_FILE)), Value::Null, "File with the TSIG key (as BIND's 'tsig-keygen' writes it) signing transfers and NOTIFYs."),
+            f("notify-listen", opt(v(&vt::IP_ADDRESS_OPTIONAL_PORT)), Value::Null, "Where NOTIFYs from the primaries are accepted, 'address[@port]' (port 53 by default); none: the zone follows its SOA timers only."),
+            f("max-size", opt(v(&vt::SIZE_UNIT)), Value::Null, "The most bytes one transfer may bring; a longer one is cut and fails, the stored zone kept. Default: sized for zones of a few million entries."),
+            f("timeout", opt(v(&vt::TIME_UNIT)), Value::Null, "The longest one transfer may take; a slower one is cut and fails, the stored zone kept. Default: sized for zones of a few million entries."),
+            f("first-transfer-timeout", v(&vt::TIME_UNIT), json!("30s"), "With no stored file at start, how long the start waits for the first transfer before it fails."),
         ],
     )
 }
@@ -161,9 +186,31 @@ pub enum RpzLog {
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct RpzSchema {
     pub file: PathBuf,
+    /// Zone transfer from primaries; `file` is where the zone is kept.
+    pub transfer: Option<RpzTransferSchema>,
     pub watchdog: bool,
     pub tags: Option<Vec<IdPattern>>,
     pub log: Option<Vec<RpzLog>>,
+}
+
+/// Where an RPZ comes from by zone transfer (an extension of ours: upstream has no such key).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RpzTransferSchema {
+    /// The zone's name at the primaries.
+    pub zone: DomainName,
+    /// The primaries, asked in order.
+    pub primaries: Vec<IpAddressOptionalPort>,
+    /// The TSIG key signing transfers and NOTIFYs.
+    pub tsig_key_file: Option<PathBuf>,
+    /// Where NOTIFYs are accepted.
+    pub notify_listen: Option<IpAddressOptionalPort>,
+    /// The most bytes one transfer may bring.
+    pub max_size: Option<SizeUnit>,
+    /// The longest one transfer may take.
+    pub timeout: Option<TimeUnit>,
+    /// How long a start with no stored file waits for the first transfer.
+    pub first_transfer_timeout: TimeUnit,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -140,6 +140,11 @@ fn typed_forms() -> Vec<(&'static str, Typed)> {
             typed::<RpzSchema>().minimal(json!({"file": "/rpz.zone"})),
         ),
         (
+            "RPZTransferSchema",
+            typed::<RpzTransferSchema>()
+                .minimal(json!({"zone": "rpz.example.", "primaries": ["192.0.2.53"]})),
+        ),
+        (
             "ForwardSchema",
             typed::<ForwardSchema>().minimal(json!({"subtree": ".", "servers": ["127.0.0.1"]})),
         ),

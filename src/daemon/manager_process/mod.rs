@@ -136,7 +136,15 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        let (mut running, sources) = Running::start(restored, settings, checked);
+        let transferred = match start::first_transfers(&restored).await {
+            Ok(transferred) => transferred,
+            Err(e) => {
+                tracing::error!("{e}");
+                let _ = restored.parent.exit(1).await;
+                return ExitCode::from(1);
+            }
+        };
+        let (mut running, sources) = Running::start(restored, settings, checked, transferred);
         let exit = lifecycle::serve(stream::select(signals, sources), &mut running).await;
         running.stop().await;
         ExitCode::from(exit)

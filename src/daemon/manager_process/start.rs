@@ -28,6 +28,7 @@ use crate::events::EventLog;
 use crate::manager::listen::{Mirrored, SocketOwner, SocketTable};
 use crate::manager::task::{self, ManagerContext};
 use crate::manager::{Executables, ManagerHandle};
+use crate::rpz::secondary::{FirstTransferFailed, FirstTransfers};
 use crate::watchdog::ConfigFiles;
 
 /// How the manager task is restarted: at once after its first failure, then 200 ms doubling
@@ -79,6 +80,9 @@ pub enum StartFailed {
     /// The groups of the API's roles cannot be used.
     #[error("{0}")]
     Groups(#[source] ApiGroupsError),
+    /// An RPZ zone kept by zone transfer has no stored file and no primary gave it in time.
+    #[error("{0}")]
+    FirstTransfer(#[source] FirstTransferFailed),
 }
 
 /// Why serving could not begin.
@@ -116,6 +120,8 @@ struct ToServe {
     api_socket: Option<OwnedFd>,
     management: ManagementSchema,
     api: ApiState,
+    /// The RPZ zones the start transferred, told to the event log by their tasks.
+    transferred: FirstTransfers,
 }
 
 /// What the start checked in the environment: the workers' user, the API's guard.
@@ -130,7 +136,9 @@ impl StartFailed {
     /// the workers serving and the root starts another).
     pub fn stops_the_resolver(&self, incarnation: Incarnation) -> bool {
         match self {
-            StartFailed::Rundir { .. } | StartFailed::WorkerUser(_) => true,
+            StartFailed::Rundir { .. }
+            | StartFailed::WorkerUser(_)
+            | StartFailed::FirstTransfer(_) => true,
             StartFailed::Guard(_) | StartFailed::Groups(_) => incarnation == Incarnation::First,
         }
     }
@@ -164,6 +172,19 @@ pub fn check(restored: &Restored, settings: &Settings) -> Result<Checked, StartF
     Ok(Checked { run_as, guard })
 }
 
+/// Before the first policy-loader run of the resolver's first manager process: the first
+/// transfer of every RPZ zone kept by zone transfer that has no stored file, each within its
+/// deadline. A zone with a stored file waits for nothing (READY never waits for the network
+/// then), and a successor's workers already serve, so it waits for nothing either.
+pub async fn first_transfers(restored: &Restored) -> Result<FirstTransfers, StartFailed> {
+    if restored.incarnation != Incarnation::First {
+        return Ok(FirstTransfers::default());
+    }
+    crate::rpz::secondary::first_transfers(&restored.loaded.model)
+        .await
+        .map_err(StartFailed::FirstTransfer)
+}
+
 impl Running {
     /// Start: run the manager task under supervision. The process, and the events of its
     /// task, its API's `/stop` and its link.
@@ -171,6 +192,7 @@ impl Running {
         restored: Restored,
         settings: Settings,
         checked: Checked,
+        transferred: FirstTransfers,
     ) -> (Running, impl Stream<Item = ManagerEvent> + Unpin) {
         let Checked { run_as, guard } = checked;
         let Restored {
@@ -251,6 +273,7 @@ impl Running {
             api_socket,
             management,
             api,
+            transferred,
         };
         let running = Running {
             parent,
@@ -308,6 +331,12 @@ impl Running {
         self.serving.spawn(crate::watchdog::start(
             self.handle.clone(),
             to_serve.watched,
+            self.stop.child_token(),
+        ));
+        self.serving.spawn(crate::rpz::secondary::start(
+            self.handle.clone(),
+            to_serve.api.events.clone(),
+            to_serve.transferred,
             self.stop.child_token(),
         ));
         let listener = to_serve

@@ -11,6 +11,7 @@ pub mod events;
 pub mod metrics;
 pub mod migrate;
 pub mod processes;
+pub mod rpz;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -178,6 +179,7 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
         }
         ApiCommand::Cache(CacheArgs { op: None }) => cli::print_help(Some("cache")),
         ApiCommand::Cache(CacheArgs { op: Some(op) }) => cache::run(client, op).await?,
+        ApiCommand::Rpz { format } => rpz::print_zones(client, format).await?,
     }
     Ok(())
 }

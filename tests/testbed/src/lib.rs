@@ -11,6 +11,7 @@
 pub mod chaos;
 pub mod dns;
 pub mod http;
+pub mod knot;
 pub mod load;
 pub mod machine;
 pub mod notify;

@@ -1,0 +1,265 @@
+//! The series of RPZ zones kept by zone transfer (`knot_resolver_rpz_*`) and the zones'
+//! status (`GET /rpz`), both tallied from the `rpz-*` events of the log, one pure step per
+//! record ([`RpzTally::on`]), so the series, the status and `GET /events` always agree.
+
+use std::collections::BTreeMap;
+
+use super::exposition::{label, sample_line, Exposition, Kind};
+use crate::events::{Event, Record};
+use crate::wire::rpz::{RpzTransfer, RpzZone};
+
+/// The label of a successful refresh in `knot_resolver_rpz_transfers_total`.
+const SUCCESS: &str = "success";
+
+/// (name, help, value of one zone) of a per-zone gauge.
+type ZoneFamily = (&'static str, &'static str, fn(&RpzZone) -> Option<f64>);
+
+/// What the `rpz-*` events said so far, per zone.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct RpzTally {
+    /// Each zone's status, by name.
+    zones: BTreeMap<String, RpzZone>,
+    /// Refreshes by zone, kind and result.
+    transfers: BTreeMap<(String, String, String), u64>,
+}
+
+impl RpzTally {
+    /// What one record of the log adds.
+    pub(super) fn on(&mut self, record: &Record) {
+        let now = record.time;
+        match &record.event {
+            Event::RpzFollowed {
+                zone,
+                file,
+                primaries,
+                serial,
+                next_refresh,
+            } => {
+                let status = self.zone(zone);
+                status.file.clone_from(file);
+                status.primaries.clone_from(primaries);
+                if serial.is_some() {
+                    status.serial = *serial;
+                }
+                status.next_refresh = Some(now + next_refresh);
+            }
+            Event::RpzTransferred {
+                zone,
+                primary,
+                transfer: kind,
+                serial,
+                bytes,
+                records,
+                duration,
+                next_refresh,
+            } => {
+                self.count(zone, kind, SUCCESS);
+                let status = self.zone(zone);
+                status.serial = Some(*serial);
+                status.expired = false;
+                status.last_success = Some(now);
+                status.next_refresh = Some(now + next_refresh);
+                status.last_transfer = Some(RpzTransfer {
+                    kind: kind.clone(),
+                    primary: primary.clone(),
+                    time: now,
+                    duration: Some(*duration),
+                    bytes: Some(*bytes),
+                    records: Some(*records),
+                    result: SUCCESS.to_owned(),
+                    error: None,
+                });
+            }
+            Event::RpzTransferFailed {
+                zone,
+                primary,
+                transfer: kind,
+                reason,
+                error,
+                next_refresh,
+            } => {
+                self.count(zone, kind, reason);
+                let status = self.zone(zone);
+                if let Some(next) = next_refresh {
+                    status.next_refresh = Some(now + next);
+                }
+                status.last_transfer = Some(RpzTransfer {
+                    kind: kind.clone(),
+                    primary: primary.clone(),
+                    time: now,
+                    duration: None,
+                    bytes: None,
+                    records: None,
+                    result: reason.clone(),
+                    error: Some(error.clone()),
+                });
+            }
+            Event::RpzExpired { zone, .. } => self.zone(zone).expired = true,
+            _ => {}
+        }
+    }
+
+    fn zone(&mut self, zone: &str) -> &mut RpzZone {
+        self.zones
+            .entry(zone.to_owned())
+            .or_insert_with(|| RpzZone {
+                zone: zone.to_owned(),
+                file: String::new(),
+                primaries: Vec::new(),
+                serial: None,
+                last_transfer: None,
+                last_success: None,
+                next_refresh: None,
+                expired: false,
+            })
+    }
+
+    fn count(&mut self, zone: &str, kind: &str, result: &str) {
+        *self
+            .transfers
+            .entry((zone.to_owned(), kind.to_owned(), result.to_owned()))
+            .or_default() += 1;
+    }
+
+    /// The zones' status, by name.
+    pub(super) fn zones(&self) -> Vec<RpzZone> {
+        self.zones.values().cloned().collect()
+    }
+
+    /// The `knot_resolver_rpz_*` families (none while no zone is kept by transfer).
+    pub(super) fn write(&self, out: &mut Exposition) {
+        if self.zones.is_empty() {
+            return;
+        }
+        let zone_label = |zone: &str| format!("zone=\"{}\"", label(zone));
+        let per_zone: [ZoneFamily; 3] = [
+            (
+                "knot_resolver_rpz_serial",
+                "the serial of the stored RPZ zone (absent before its first transfer)",
+                |z| z.serial.map(f64::from),
+            ),
+            (
+                "knot_resolver_rpz_last_success_timestamp_seconds",
+                "when the last successful refresh of the RPZ zone ended (Unix time)",
+                |z| z.last_success,
+            ),
+            (
+                "knot_resolver_rpz_expired",
+                "1 when the RPZ zone's SOA expire time passed with no successful refresh (the \
+                 stored policy is still served), otherwise 0",
+                |z| Some(f64::from(u8::from(z.expired))),
+            ),
+        ];
+        for (name, help, value) in per_zone {
+            let samples = out.family(name, help, Kind::Gauge);
+            for z in self.zones.values() {
+                if let Some(v) = value(z) {
+                    samples.push_str(&sample_line(name, &zone_label(&z.zone), v));
+                }
+            }
+        }
+        let name = "knot_resolver_rpz_transfers_total";
+        let samples = out.family(
+            name,
+            "refreshes of RPZ zones by zone, kind (axfr, ixfr, up-to-date) and result \
+             (success, or why it failed: timeout, too-large, tsig, refused and the like)",
+            Kind::Counter,
+        );
+        for ((zone, kind, result), n) in &self.transfers {
+            let labels = format!(
+                "{},kind=\"{}\",result=\"{}\"",
+                zone_label(zone),
+                label(kind),
+                label(result)
+            );
+            samples.push_str(&sample_line(name, &labels, *n as f64));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(time: f64, event: Event) -> Record {
+        Record {
+            id: None,
+            time,
+            event,
+        }
+    }
+
+    #[test]
+    fn the_events_of_a_zone_make_its_status_and_series() {
+        let zone = || "block.rpz.".to_owned();
+        let mut tally = RpzTally::default();
+        let rows = [
+            record(
+                100.0,
+                Event::RpzFollowed {
+                    zone: zone(),
+                    file: "/var/rpz/block.rpz".into(),
+                    primaries: vec!["192.0.2.53".into()],
+                    serial: Some(7),
+                    next_refresh: 0.0,
+                },
+            ),
+            record(
+                101.0,
+                Event::RpzTransferFailed {
+                    zone: zone(),
+                    primary: "192.0.2.53".into(),
+                    transfer: "ixfr".into(),
+                    reason: "tsig".into(),
+                    error: "TSIG: bad signature".into(),
+                    next_refresh: Some(60.0),
+                },
+            ),
+            record(
+                150.0,
+                Event::RpzExpired {
+                    zone: zone(),
+                    serial: Some(7),
+                },
+            ),
+        ];
+        for r in &rows {
+            tally.on(r);
+        }
+        let status = &tally.zones()[0];
+        assert_eq!(status.serial, Some(7));
+        assert!(status.expired);
+        assert_eq!(status.next_refresh, Some(161.0));
+        assert_eq!(
+            status.last_transfer.as_ref().map(|t| t.result.as_str()),
+            Some("tsig")
+        );
+        tally.on(&record(
+            200.0,
+            Event::RpzTransferred {
+                zone: zone(),
+                primary: "192.0.2.53".into(),
+                transfer: "ixfr".into(),
+                serial: 8,
+                bytes: 300,
+                records: 4,
+                duration: 0.5,
+                next_refresh: 3600.0,
+            },
+        ));
+        let status = &tally.zones()[0];
+        assert_eq!((status.serial, status.expired), (Some(8), false));
+        assert_eq!(status.last_success, Some(200.0));
+        let mut out = Exposition::default();
+        tally.write(&mut out);
+        let text = out.render();
+        for line in [
+            "knot_resolver_rpz_serial{zone=\"block.rpz.\"} 8",
+            "knot_resolver_rpz_expired{zone=\"block.rpz.\"} 0",
+            "knot_resolver_rpz_transfers_total{zone=\"block.rpz.\",kind=\"ixfr\",result=\"tsig\"} 1",
+            "knot_resolver_rpz_transfers_total{zone=\"block.rpz.\",kind=\"ixfr\",result=\"success\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,663 @@
+//! The secondary: one task per `local-data.rpz[]` entry with `transfer`, in the manager
+//! process. Each keeps its zone's file up to date from the entry's primaries (tried in
+//! order) by the SOA timers (`status::ZoneClock`) and on NOTIFY, through [`super::refresh`];
+//! after a new file it renews the running configuration, so the policy-loader reads it and
+//! the workers reset their rules (a renew with no section changed is a rules reset: workers
+//! are never restarted for it). One [`NotifyListener`] serves each distinct `notify-listen`
+//! address, for every entry naming it; the zone in a NOTIFY picks the entry.
+//!
+//! Failures keep the running policy: the stored file is replaced only by a complete
+//! transfer, and a failed one is logged and told to the event log (`rpz-transfer-failed`,
+//! whence `/metrics` and `GET /rpz`); past the SOA's expire time the stored policy is still
+//! served (`rpz-expired`). The tasks are rebuilt when the configuration changes what they
+//! follow, and end with the manager process.
+//!
+//! At the start (before the first policy-loader run), [`first_transfers`] brings the zones
+//! that have no stored file, each within its deadline; a zone with a stored file waits for
+//! nothing, so READY never waits for the network when the file exists.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::status::{Refreshed, ZoneClock};
+use super::{
+    refresh, stored, zone_name, AddressError, KeyFileError, Limits, Notified, NotifyListener,
+    NotifyZone, Primary, TransferError, TransferKind, TransferReport, TsigKey, ZoneNameError,
+};
+use crate::config::{KresConfig, LoadedConfig, RpzSchema};
+use crate::events::{Event, EventLog, Origin};
+use crate::manager::plan::Restart;
+use crate::manager::ManagerHandle;
+
+/// One zone to follow, from its configuration entry.
+#[derive(Clone)]
+pub struct Zone {
+    /// The zone's name, normalised (lower case, absolute).
+    pub name: String,
+    /// Where the zone is kept.
+    pub file: PathBuf,
+    /// The primaries, in the order they are asked.
+    pub primaries: Vec<Primary>,
+    /// The key signing transfers and NOTIFYs.
+    pub key: Option<TsigKey>,
+    /// Where NOTIFYs for the zone are accepted.
+    pub notify_listen: Option<SocketAddr>,
+    /// The bounds of one refresh.
+    pub limits: Limits,
+    /// How long a start with no stored file waits for the first transfer.
+    pub first_deadline: Duration,
+}
+
+/// Why a configuration entry cannot be followed.
+#[derive(Debug, thiserror::Error)]
+pub enum ZoneError {
+    #[error("RPZ zone '{zone}': {source}")]
+    Name {
+        zone: String,
+        #[source]
+        source: ZoneNameError,
+    },
+    #[error("RPZ zone {zone}: address '{text}': {source}")]
+    Address {
+        zone: String,
+        text: String,
+        #[source]
+        source: AddressError,
+    },
+    #[error("RPZ zone {zone}: key file {}: {source}", path.display())]
+    Key {
+        zone: String,
+        path: PathBuf,
+        #[source]
+        source: KeyFileError,
+    },
+}
+
+impl ZoneError {
+    /// The zone it is about, as written.
+    fn zone(&self) -> &str {
+        match self {
+            ZoneError::Name { zone, .. }
+            | ZoneError::Address { zone, .. }
+            | ZoneError::Key { zone, .. } => zone,
+        }
+    }
+}
+
+/// The entries of `cfg` kept by zone transfer, as written (what the tasks are rebuilt on).
+fn transfer_entries(cfg: &KresConfig) -> Vec<RpzSchema> {
+    cfg.local_data
+        .rpz
+        .iter()
+        .flatten()
+        .filter(|rpz| rpz.transfer.is_some())
+        .cloned()
+        .collect()
+}
+
+/// The zone of one entry (the key file is read now).
+fn zone_of(rpz: &RpzSchema) -> Option<Result<Zone, ZoneError>> {
+    let transfer = rpz.transfer.as_ref()?;
+    let written = transfer.zone.as_str().to_owned();
+    let address = |text: &str| {
+        Primary::parse(text).map_err(|source| ZoneError::Address {
+            zone: written.clone(),
+            text: text.to_owned(),
+            source,
+        })
+    };
+    let zone = || -> Result<Zone, ZoneError> {
+        let name = zone_name(&written).map_err(|source| ZoneError::Name {
+            zone: written.clone(),
+            source,
+        })?;
+        let primaries = transfer
+            .primaries
+            .iter()
+            .map(|p| address(p.as_str()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let notify_listen = match &transfer.notify_listen {
+            Some(at) => Some(address(at.as_str())?.addr),
+            None => None,
+        };
+        let key = match &transfer.tsig_key_file {
+            Some(path) => Some(TsigKey::from_file(path).map_err(|source| ZoneError::Key {
+                zone: written.clone(),
+                path: path.clone(),
+                source,
+            })?),
+            None => None,
+        };
+        let mut limits = Limits::default();
+        if let Some(size) = &transfer.max_size {
+            limits.max_bytes = size.bytes();
+        }
+        if let Some(timeout) = &transfer.timeout {
+            limits.max_duration = Duration::from_micros(timeout.micros());
+        }
+        Ok(Zone {
+            name,
+            file: rpz.file.clone(),
+            primaries,
+            key,
+            notify_listen,
+            limits,
+            first_deadline: Duration::from_micros(transfer.first_transfer_timeout.micros()),
+        })
+    };
+    Some(zone())
+}
+
+/// Every zone `cfg` keeps by zone transfer.
+pub fn zones(cfg: &KresConfig) -> Vec<Result<Zone, ZoneError>> {
+    cfg.local_data
+        .rpz
+        .iter()
+        .flatten()
+        .filter_map(zone_of)
+        .collect()
+}
+
+/// What trying a zone's primaries came to.
+struct Attempt {
+    /// The primary that answered, and what it gave.
+    success: Option<(Primary, TransferReport)>,
+    /// The primaries that failed before, in order, and why.
+    failures: Vec<(Primary, TransferError)>,
+}
+
+/// Bring `zone` up to date from its primaries, in order, until one answers; no refresh
+/// goes past `deadline`.
+async fn attempt(zone: &Zone, deadline: Option<Instant>) -> Attempt {
+    let mut failures = Vec::new();
+    for primary in &zone.primaries {
+        let refreshing = refresh(
+            &zone.name,
+            primary,
+            zone.key.as_ref(),
+            &zone.file,
+            &zone.limits,
+        );
+        let result = match deadline {
+            Some(at) => match tokio::time::timeout_at(at, refreshing).await {
+                Ok(result) => result,
+                Err(_) => Err(TransferError::Timeout(
+                    "the start's deadline for the first transfer passed".into(),
+                )),
+            },
+            None => refreshing.await,
+        };
+        match result {
+            Ok(report) => {
+                return Attempt {
+                    success: Some((*primary, report)),
+                    failures,
+                }
+            }
+            Err(e) => failures.push((*primary, e)),
+        }
+    }
+    Attempt {
+        success: None,
+        failures,
+    }
+}
+
+/// The zones a start transferred because it had no stored file for them.
+#[derive(Default)]
+pub struct FirstTransfers(Vec<(String, Primary, TransferReport)>);
+
+/// Why the first transfer of a zone with no stored file failed at the start.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "RPZ zone {zone} has no stored file ({}) and its first transfer from {primaries} failed: {why}",
+    file.display()
+)]
+pub struct FirstTransferFailed {
+    /// The zone.
+    pub zone: String,
+    /// Where it was to be kept.
+    pub file: PathBuf,
+    /// The primaries asked, in order.
+    pub primaries: String,
+    /// Why, per primary.
+    pub why: String,
+}
+
+/// Transfer every zone of `cfg` that has no stored file (all at once), each within its
+/// `first-transfer-timeout`; a zone with a stored file is left to its task. An entry that
+/// cannot be followed is an error only when it has no stored file.
+pub async fn first_transfers(cfg: &KresConfig) -> Result<FirstTransfers, FirstTransferFailed> {
+    let mut running = JoinSet::new();
+    for zone in zones(cfg) {
+        let zone = match zone {
+            Ok(zone) if stored(&zone.file).is_none() => zone,
+            Ok(_) => continue,
+            Err(e) => {
+                let file = cfg
+                    .local_data
+                    .rpz
+                    .iter()
+                    .flatten()
+                    .find(|r| r.transfer.as_ref().map(|t| t.zone.as_str()) == Some(e.zone()))
+                    .map(|r| r.file.clone())
+                    .unwrap_or_default();
+                if stored(&file).is_some() {
+                    continue;
+                }
+                return Err(FirstTransferFailed {
+                    zone: e.zone().to_owned(),
+                    file,
+                    primaries: "its primaries".into(),
+                    why: e.to_string(),
+                });
+            }
+        };
+        tracing::info!(zone = %zone.name, "no stored RPZ zone: waiting for its first transfer");
+        running.spawn(async move {
+            let deadline = Instant::now() + zone.first_deadline;
+            let attempt = attempt(&zone, Some(deadline)).await;
+            (zone, attempt)
+        });
+    }
+    let mut done = FirstTransfers::default();
+    while let Some(joined) = running.join_next().await {
+        let Ok((zone, attempt)) = joined else {
+            continue;
+        };
+        match attempt.success {
+            Some((primary, report)) => done.0.push((zone.name.clone(), primary, report)),
+            None => return Err(first_failure(&zone, &attempt.failures)),
+        }
+    }
+    Ok(done)
+}
+
+/// The start-up error of a zone no primary gave.
+fn first_failure(zone: &Zone, failures: &[(Primary, TransferError)]) -> FirstTransferFailed {
+    let why = failures
+        .iter()
+        .map(|(p, e)| format!("{}: {}", p.addr, error_chain(e)))
+        .collect::<Vec<_>>()
+        .join("; ");
+    FirstTransferFailed {
+        zone: zone.name.clone(),
+        file: zone.file.clone(),
+        primaries: primaries_text(zone),
+        why: if why.is_empty() {
+            "no primary".into()
+        } else {
+            why
+        },
+    }
+}
+
+/// The primaries of a zone, for messages.
+fn primaries_text(zone: &Zone) -> String {
+    zone.primaries
+        .iter()
+        .map(|p| p.addr.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// An error and its causes, in one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// What the tasks share.
+#[derive(Clone)]
+struct Shared {
+    /// For the renew after a new file.
+    manager: ManagerHandle,
+    /// Where what happens is told.
+    events: EventLog,
+}
+
+/// Follow the zones of the running configuration until `stop`; rebuild the tasks whenever
+/// the configuration changes what they follow. `first` are the transfers the start made.
+pub fn start(
+    manager: ManagerHandle,
+    events: EventLog,
+    first: FirstTransfers,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let config = manager.subscribe();
+    let shared = Shared { manager, events };
+    tokio::spawn(run(config, shared, first, stop))
+}
+
+async fn run(
+    mut config: watch::Receiver<Arc<LoadedConfig>>,
+    shared: Shared,
+    first: FirstTransfers,
+    stop: CancellationToken,
+) {
+    let mut first = Some(first);
+    loop {
+        let entries = transfer_entries(&config.borrow_and_update().model);
+        let following = stop.child_token();
+        let tasks = TaskTracker::new();
+        if !entries.is_empty() {
+            let done = first.take().unwrap_or_default();
+            follow_all(&entries, &shared, done, &following, &tasks).await;
+        }
+        tasks.close();
+        let rebuild = loop {
+            tokio::select! {
+                () = stop.cancelled() => break false,
+                changed = config.changed() => {
+                    if changed.is_err() {
+                        break false;
+                    }
+                    if transfer_entries(&config.borrow().model) != entries {
+                        break true;
+                    }
+                }
+            }
+        };
+        following.cancel();
+        tasks.wait().await;
+        if !rebuild {
+            return;
+        }
+        tracing::info!("the RPZ zones kept by zone transfer changed; following them anew");
+    }
+}
+
+/// Start a task per zone and a listener per NOTIFY address, on `tasks`, until `stop`.
+async fn follow_all(
+    entries: &[RpzSchema],
+    shared: &Shared,
+    first: FirstTransfers,
+    stop: &CancellationToken,
+    tasks: &TaskTracker,
+) {
+    let mut first: BTreeMap<String, (Primary, TransferReport)> = first
+        .0
+        .into_iter()
+        .map(|(zone, primary, report)| (zone, (primary, report)))
+        .collect();
+    let mut inboxes: BTreeMap<String, mpsc::Sender<Notified>> = BTreeMap::new();
+    let mut listening: BTreeMap<SocketAddr, Vec<NotifyZone>> = BTreeMap::new();
+    for rpz in entries {
+        let zone = match zone_of(rpz) {
+            Some(Ok(zone)) => zone,
+            Some(Err(e)) => {
+                tracing::error!("{}; the zone is not refreshed", error_chain(&e));
+                continue;
+            }
+            None => continue,
+        };
+        // One NOTIFY waiting is enough: a refresh after it brings whatever came since.
+        let (inbox, notified) = mpsc::channel(1);
+        inboxes.insert(zone.name.clone(), inbox);
+        if let Some(at) = zone.notify_listen {
+            listening.entry(at).or_default().push(NotifyZone {
+                zone: zone.name.clone(),
+                primaries: zone.primaries.iter().map(|p| p.addr.ip()).collect(),
+                key: zone.key.clone(),
+            });
+        }
+        let transferred = first.remove(&zone.name);
+        tasks.spawn(follow(
+            zone,
+            notified,
+            transferred,
+            shared.clone(),
+            stop.clone(),
+        ));
+    }
+    let (accepted, mut notifies) = mpsc::channel::<Notified>(64);
+    for (at, zones) in listening {
+        match NotifyListener::bind(at, zones).await {
+            Ok(listener) => {
+                tracing::info!(address = %at, "accepting NOTIFY for RPZ zones");
+                tasks.spawn(listener.serve(accepted.clone(), stop.clone()));
+            }
+            Err(e) => {
+                tracing::error!(address = %at, "cannot accept NOTIFY: {e}; its zones follow their SOA timers");
+                shared.events.publish(Event::RpzNotifyListenFailed {
+                    address: at.to_string(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+    }
+    drop(accepted);
+    let stop = stop.clone();
+    tasks.spawn(async move {
+        loop {
+            let notified = tokio::select! {
+                () = stop.cancelled() => return,
+                n = notifies.recv() => n,
+            };
+            let Some(notified) = notified else { return };
+            if let Some(inbox) = inboxes.get(&notified.zone) {
+                // Full: a refresh is already due, which brings this serial too.
+                let _ = inbox.try_send(notified);
+            }
+        }
+    });
+}
+
+/// Seconds from now until `at`.
+fn seconds_until(at: Instant) -> f64 {
+    at.saturating_duration_since(Instant::now()).as_secs_f64()
+}
+
+/// Follow one zone until `stop`: refresh at the clock's times and on NOTIFY; renew the
+/// policy after a new file.
+async fn follow(
+    zone: Zone,
+    mut notified: mpsc::Receiver<Notified>,
+    transferred: Option<(Primary, TransferReport)>,
+    shared: Shared,
+    stop: CancellationToken,
+) {
+    let stored = stored(&zone.file);
+    let mut clock = ZoneClock::new(stored.map(|(_, t)| t), Instant::now().into_std());
+    let mut next = Instant::now();
+    if let Some((primary, report)) = &transferred {
+        next = clock
+            .on(
+                Refreshed::Succeeded(report.timers),
+                Instant::now().into_std(),
+            )
+            .next
+            .into();
+        publish_transferred(&shared.events, &zone, *primary, report, next);
+    }
+    shared.events.publish(Event::RpzFollowed {
+        zone: zone.name.clone(),
+        file: zone.file.display().to_string(),
+        primaries: zone.primaries.iter().map(|p| p.addr.to_string()).collect(),
+        serial: stored.map(|(serial, _)| serial),
+        next_refresh: seconds_until(next),
+    });
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            Some(n) = notified.recv() => {
+                tracing::info!(zone = %zone.name, from = %n.from, "NOTIFY received");
+                shared.events.publish(Event::RpzNotified {
+                    zone: zone.name.clone(),
+                    from: n.from.to_string(),
+                    serial: n.serial,
+                });
+            }
+            () = tokio::time::sleep_until(next) => {}
+        }
+        let attempt = tokio::select! {
+            () = stop.cancelled() => return,
+            attempt = attempt(&zone, None) => attempt,
+        };
+        next = carry_out(&zone, &mut clock, attempt, &shared).await;
+    }
+}
+
+/// Tell what an attempt came to, renew the policy after a new file, and say when the zone
+/// is refreshed next.
+async fn carry_out(
+    zone: &Zone,
+    clock: &mut ZoneClock,
+    attempt: Attempt,
+    shared: &Shared,
+) -> Instant {
+    let refreshed = match &attempt.success {
+        Some((_, report)) => Refreshed::Succeeded(report.timers),
+        None => Refreshed::Failed,
+    };
+    let schedule = clock.on(refreshed, Instant::now().into_std());
+    let next = Instant::from_std(schedule.next);
+    let kind = if stored(&zone.file).is_some() {
+        TransferKind::Ixfr
+    } else {
+        TransferKind::Axfr
+    };
+    let last = attempt.failures.len();
+    for (i, (primary, e)) in attempt.failures.iter().enumerate() {
+        let error = error_chain(e);
+        tracing::warn!(zone = %zone.name, primary = %primary.addr, "RPZ refresh failed: {error}; the running policy is kept");
+        let told_next = attempt.success.is_none() && i + 1 == last;
+        shared.events.publish(Event::RpzTransferFailed {
+            zone: zone.name.clone(),
+            primary: primary.addr.to_string(),
+            transfer: kind.as_str().to_owned(),
+            reason: e.reason().to_owned(),
+            error,
+            next_refresh: told_next.then(|| seconds_until(next)),
+        });
+    }
+    if schedule.expired_now {
+        tracing::warn!(zone = %zone.name, "RPZ zone expired: no refresh within its SOA expire time; the stored policy is still served");
+        shared.events.publish(Event::RpzExpired {
+            zone: zone.name.clone(),
+            serial: stored(&zone.file).map(|(serial, _)| serial),
+        });
+    }
+    if let Some((primary, report)) = &attempt.success {
+        publish_transferred(&shared.events, zone, *primary, report, next);
+        if report.kind != TransferKind::UpToDate {
+            renew(zone, &shared.manager).await;
+        }
+    }
+    next
+}
+
+fn publish_transferred(
+    events: &EventLog,
+    zone: &Zone,
+    primary: Primary,
+    report: &TransferReport,
+    next: Instant,
+) {
+    tracing::info!(
+        zone = %zone.name,
+        primary = %primary.addr,
+        serial = report.serial,
+        records = report.records,
+        "RPZ refresh: {}",
+        report.kind.as_str()
+    );
+    events.publish(Event::RpzTransferred {
+        zone: zone.name.clone(),
+        primary: primary.addr.to_string(),
+        transfer: report.kind.as_str().to_owned(),
+        serial: report.serial,
+        bytes: report.bytes,
+        records: report.records,
+        duration: report.duration.as_secs_f64(),
+        next_refresh: seconds_until(next),
+    });
+}
+
+/// Apply the running configuration again: the policy-loader reads the new file, the
+/// workers reset their rules (no section changed, so no worker restarts). A refusal is
+/// logged and told by the manager; the workers keep the running policy.
+async fn renew(zone: &Zone, manager: &ManagerHandle) {
+    if let Err(e) = manager
+        .renew(Restart::WhenNeeded, Origin::ZoneTransfer)
+        .await
+    {
+        tracing::warn!(zone = %zone.name, "the new RPZ zone is stored but not in force: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{validate, PathChecks, ValidationContext};
+
+    fn config(transfer: serde_json::Value) -> KresConfig {
+        let raw = serde_json::json!({"local-data": {"rpz": [
+            {"file": "/var/rpz/plain.rpz"},
+            {"file": "/var/rpz/block.rpz", "transfer": transfer},
+        ]}});
+        let ctx = ValidationContext {
+            resolve_root: PathBuf::from("/etc/knot-resolver"),
+            checks: PathChecks::Lenient,
+            logtarget_arg: Default::default(),
+        };
+        validate(&raw, &ctx).expect("valid")
+    }
+
+    #[test]
+    fn an_entry_with_transfer_is_a_zone_with_its_bounds_and_addresses() {
+        let cfg = config(serde_json::json!({
+            "zone": "Block.RPZ", "primaries": ["192.0.2.53", "2001:db8::53@5353"],
+            "notify-listen": "127.0.0.1@5354", "max-size": "1M", "timeout": "2m",
+        }));
+        let zones = zones(&cfg);
+        assert_eq!(zones.len(), 1, "only the entry with transfer");
+        let Some(Ok(zone)) = zones.into_iter().next() else {
+            panic!("a zone")
+        };
+        assert_eq!(zone.name, "block.rpz.");
+        assert_eq!(zone.file, PathBuf::from("/var/rpz/block.rpz"));
+        let primaries: Vec<String> = zone.primaries.iter().map(|p| p.addr.to_string()).collect();
+        assert_eq!(primaries, ["192.0.2.53:53", "[2001:db8::53]:5353"]);
+        assert_eq!(
+            zone.notify_listen,
+            Some("127.0.0.1:5354".parse().expect("address"))
+        );
+        assert_eq!(zone.limits.max_bytes, 1 << 20);
+        assert_eq!(zone.limits.max_duration, Duration::from_secs(120));
+        assert_eq!(zone.limits.max_records, Limits::default().max_records);
+        assert_eq!(zone.first_deadline, Duration::from_secs(30));
+        assert!(zone.key.is_none());
+    }
+
+    #[test]
+    fn a_key_file_gone_since_validation_is_an_error_naming_the_zone() {
+        let cfg = config(serde_json::json!({
+            "zone": "block.rpz.", "primaries": ["192.0.2.53"],
+            "tsig-key-file": "/nonexistent/xfr.key",
+        }));
+        let Some(Err(e)) = zones(&cfg).into_iter().next() else {
+            panic!("an error")
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("block.rpz.") && text.contains("/nonexistent/xfr.key"),
+            "{text}"
+        );
+    }
+}
