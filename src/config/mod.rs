@@ -38,6 +38,7 @@ mod model;
 mod parse;
 pub mod types;
 mod value_types;
+pub mod xfr;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

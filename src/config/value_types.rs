@@ -2,7 +2,6 @@
 //! upstream's messages), normalization, strict-mode path checks and JSON-schema fragments.
 
 use std::fs;
-use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -456,106 +455,6 @@ pub(crate) static API_SOCKET_PATH: ValueType = ValueType {
 // ---------------------------------------------------------------------------------------------
 // TSIG key files
 
-/// The largest key file read: a `tsig-keygen` key is about 100 bytes.
-const MAX_KEY_FILE: u64 = 64 * 1024;
-
-/// The HMAC algorithms a key file may name.
-const TSIG_ALGORITHMS: [&str; 3] = ["hmac-sha256", "hmac-sha384", "hmac-sha512"];
-
-/// One token of a BIND key file.
-#[derive(Debug, PartialEq, Eq)]
-enum KeyToken<'a> {
-    Word(&'a str),
-    Quoted(&'a str),
-    Open,
-    Close,
-    End,
-}
-
-/// The tokens of `text`; `#` and `//` comments run to the end of their line.
-fn key_tokens(text: &str) -> Result<Vec<KeyToken<'_>>, String> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    loop {
-        rest = rest.trim_start();
-        let Some(c) = rest.chars().next() else {
-            return Ok(out);
-        };
-        if c == '#' || rest.starts_with("//") {
-            rest = rest.find('\n').map_or("", |at| &rest[at..]);
-            continue;
-        }
-        let (token, len) = match c {
-            '{' => (KeyToken::Open, 1),
-            '}' => (KeyToken::Close, 1),
-            ';' => (KeyToken::End, 1),
-            '"' => {
-                let close = rest[1..]
-                    .find('"')
-                    .ok_or_else(|| "a quoted string is not closed".to_owned())?;
-                (KeyToken::Quoted(&rest[1..=close]), close + 2)
-            }
-            _ => {
-                let len = rest
-                    .find(|c: char| c.is_whitespace() || "{};\"".contains(c))
-                    .unwrap_or(rest.len());
-                (KeyToken::Word(&rest[..len]), len)
-            }
-        };
-        out.push(token);
-        rest = &rest[len..];
-    }
-}
-
-/// Whether `s` is base64 (RFC 4648, padded).
-fn is_base64(s: &str) -> bool {
-    let body = s.trim_end_matches('=');
-    !s.is_empty()
-        && s.len() % 4 == 0
-        && s.len() - body.len() <= 2
-        && body
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
-}
-
-/// Check the text of a key file as BIND's `tsig-keygen` writes it:
-/// `key "name" { algorithm hmac-sha256; secret "base64"; };`.
-pub(crate) fn check_tsig_key_text(text: &str) -> Result<(), String> {
-    use KeyToken::*;
-    let tokens = key_tokens(text)?;
-    let (name, body) = match tokens.as_slice() {
-        [Word("key"), Quoted(name) | Word(name), Open, body @ .., Close, End] => (name, body),
-        _ => {
-            return Err(
-                "expected 'key \"<name>\" { algorithm <hmac>; secret \"<base64>\"; };'".into(),
-            )
-        }
-    };
-    if name.is_empty() {
-        return Err("the key has no name".into());
-    }
-    let (mut algorithm, mut secret) = (None, None);
-    for statement in body.split(|t| *t == End).filter(|s| !s.is_empty()) {
-        match statement {
-            [Word("algorithm"), Word(a) | Quoted(a)] => algorithm = Some(*a),
-            [Word("secret"), Quoted(s) | Word(s)] => secret = Some(*s),
-            other => return Err(format!("unexpected statement {other:?} in the key")),
-        }
-    }
-    let algorithm = algorithm.ok_or("the key has no algorithm")?;
-    if !TSIG_ALGORITHMS.contains(&algorithm.to_ascii_lowercase().as_str()) {
-        return Err(format!(
-            "algorithm '{algorithm}' is not one of {}",
-            TSIG_ALGORITHMS.join(", ")
-        ));
-    }
-    match secret {
-        None => Err("the key has no secret".into()),
-        Some(s) if !is_base64(s) => Err("the key's secret is not base64".into()),
-        Some(_) => Ok(()),
-    }
-}
-
 /// A readable file holding a TSIG key: checked for its syntax where paths are checked.
 fn check_tsig_key_file(v: &Value, container: Container, ctx: &Ctx) -> Result<Value, String> {
     let resolved = check_path(v, container, ctx, PathKind::ReadableFile)?;
@@ -563,12 +462,13 @@ fn check_tsig_key_file(v: &Value, container: Container, ctx: &Ctx) -> Result<Val
         return Ok(resolved);
     }
     let path = PathBuf::from(resolved.as_str().unwrap_or_default());
-    let mut text = String::new();
-    fs::File::open(&path)
-        .and_then(|f| f.take(MAX_KEY_FILE).read_to_string(&mut text))
-        .map_err(|e| format!("cannot read key file '{}': {e}", path.display()))?;
-    check_tsig_key_text(&text)
-        .map_err(|e| format!("malformed key file '{}': {e}", path.display()))?;
+    // The reader the zone transfers use: what validates is what runs.
+    super::xfr::read_key(&path).map_err(|e| match e {
+        super::xfr::KeyFileError::Read { source, .. } => {
+            format!("cannot read key file '{}': {source}", path.display())
+        }
+        e => format!("malformed key file '{}': {e}", path.display()),
+    })?;
     Ok(resolved)
 }
 pub(crate) static TSIG_KEY_FILE: ValueType = ValueType {
@@ -576,36 +476,3 @@ pub(crate) static TSIG_KEY_FILE: ValueType = ValueType {
     check: check_tsig_key_file,
     schema: string_schema,
 };
-
-#[cfg(test)]
-mod key_tests {
-    use super::check_tsig_key_text;
-
-    #[test]
-    fn key_files_as_tsig_keygen_writes_them_pass_and_others_say_why() {
-        let good = "key \"xfr\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTI=\";\n};\n";
-        assert_eq!(check_tsig_key_text(good), Ok(()));
-        let rows = [
-            ("", "expected"),
-            ("key \"x\" { algorithm hmac-sha256; };", "no secret"),
-            ("key \"x\" { secret \"AAAA\"; };", "no algorithm"),
-            (
-                "key \"x\" { algorithm hmac-md5; secret \"AAAA\"; };",
-                "not one of",
-            ),
-            (
-                "key \"x\" { algorithm hmac-sha512; secret \"A*A\"; };",
-                "not base64",
-            ),
-            (
-                "key \"x\" { algorithm hmac-sha512; secret \"AAAA; };",
-                "not closed",
-            ),
-            ("key \"x\" { port 53; };", "unexpected statement"),
-        ];
-        for (text, want) in rows {
-            let got = check_tsig_key_text(text).expect_err(text);
-            assert!(got.contains(want), "{text}: {got}");
-        }
-    }
-}

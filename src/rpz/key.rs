@@ -1,13 +1,17 @@
 //! TSIG keys as BIND's `tsig-keygen` writes them, the format primaries' operators hand out:
-//! `key "name" { algorithm hmac-sha256; secret "base64"; };`. The secret never appears in
-//! `Debug` output or in an error.
+//! `key "name" { algorithm hmac-sha256; secret "base64"; };`, read by `config::xfr` (the
+//! same reader validation uses) and made into the DNS library's key here. The secret never
+//! appears in `Debug` output or in an error.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use domain::tsig;
+
+pub use crate::config::xfr::KeyFileError;
+use crate::config::xfr::{self, Algorithm, KeyText};
 
 /// A TSIG key: its name, its algorithm and its secret.
 #[derive(Clone)]
@@ -22,87 +26,42 @@ pub struct TsigKey {
     key: Arc<tsig::Key>,
 }
 
-/// Why a key file holds no usable key. Never shows the secret.
-#[derive(Debug, thiserror::Error)]
-pub enum KeyFileError {
-    /// The file could not be read.
-    #[error("cannot read the key file {path}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// What the file system said.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The text is not a `key "name" { ... };` clause.
-    #[error("line {line}: {what}")]
-    Syntax {
-        /// The line (from 1) where it went wrong.
-        line: usize,
-        /// What was expected or found.
-        what: String,
-    },
-    /// The algorithm is not one TSIG signs with here.
-    #[error("line {line}: the algorithm '{name}' is not supported (hmac-sha1, hmac-sha256, hmac-sha384, hmac-sha512)")]
-    Algorithm {
-        /// The line of the `algorithm` statement.
-        line: usize,
-        /// The algorithm named.
-        name: String,
-    },
-    /// The secret is not base64, or is empty.
-    #[error("line {line}: the secret is not valid base64")]
-    Secret {
-        /// The line of the `secret` statement.
-        line: usize,
-    },
-    /// The key's name is not a domain name.
-    #[error("line {line}: the key name '{name}' is not a domain name")]
-    Name {
-        /// The line of the `key` statement.
-        line: usize,
-        /// The name given.
-        name: String,
-    },
-    /// A statement the key needs is not there.
-    #[error("the key '{key}' has no '{statement}' statement")]
-    Missing {
-        /// The key's name.
-        key: String,
-        /// "algorithm" or "secret".
-        statement: &'static str,
-    },
-    /// The file has no key, or more than one.
-    #[error("the file must hold exactly one key clause, it holds {0}")]
-    Count(usize),
-}
-
 impl TsigKey {
     /// Read the key in `path` (BIND format; hmac-sha256/384/512, and hmac-sha1).
     pub fn from_file(path: &Path) -> Result<TsigKey, KeyFileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| KeyFileError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        TsigKey::parse(&text)
+        TsigKey::from_text(xfr::read_key(path)?)
     }
 
     /// Parse a key file's text (BIND format: `key "name" { algorithm A; secret "S"; };`,
     /// comments `#`, `//` and `/* */`).
     pub fn parse(text: &str) -> Result<TsigKey, KeyFileError> {
-        let tokens = tokens(text)?;
-        let mut clauses = Vec::new();
-        let mut rest = &tokens[..];
-        while !rest.is_empty() {
-            let (clause, after) = clause(rest)?;
-            clauses.push(clause);
-            rest = after;
-        }
-        if clauses.len() != 1 {
-            return Err(KeyFileError::Count(clauses.len()));
-        }
-        let clause = clauses.remove(0);
-        clause.key()
+        TsigKey::from_text(xfr::parse_key(text)?)
+    }
+
+    /// The library's key for a key file's checked text.
+    fn from_text(text: KeyText) -> Result<TsigKey, KeyFileError> {
+        let algorithm = match text.algorithm {
+            Algorithm::Sha1 => tsig::Algorithm::Sha1,
+            Algorithm::Sha256 => tsig::Algorithm::Sha256,
+            Algorithm::Sha384 => tsig::Algorithm::Sha384,
+            Algorithm::Sha512 => tsig::Algorithm::Sha512,
+        };
+        let bad_name = || KeyFileError::Name {
+            line: 1,
+            name: text.name.clone(),
+        };
+        let key_name = tsig::KeyName::from_str(&text.name).map_err(|_| bad_name())?;
+        let key = tsig::Key::new(algorithm, &text.secret, key_name, None, None).map_err(|_| {
+            KeyFileError::Secret {
+                line: text.secret_line,
+            }
+        })?;
+        Ok(TsigKey {
+            name: text.name,
+            algorithm: text.algorithm.as_str(),
+            secret: text.secret.into(),
+            key: Arc::new(key),
+        })
     }
 
     /// The key's name, lower case and absolute ("xfr-key.").
@@ -139,252 +98,6 @@ impl PartialEq for TsigKey {
 }
 
 impl Eq for TsigKey {}
-
-/// One token of a key file and the line it is on.
-#[derive(Debug, PartialEq)]
-struct Token {
-    /// The line, from 1.
-    line: usize,
-    /// What it is.
-    kind: TokenKind,
-}
-
-/// The kinds of tokens of BIND's configuration syntax that a key file uses.
-#[derive(Debug, PartialEq)]
-enum TokenKind {
-    /// A bare word (`key`, `algorithm`, `hmac-sha256`).
-    Word(String),
-    /// A quoted string, quotes removed.
-    Quoted(String),
-    /// `{`, `}` or `;`.
-    Punct(char),
-}
-
-/// Split `text` into tokens, leaving out whitespace and comments.
-fn tokens(text: &str) -> Result<Vec<Token>, KeyFileError> {
-    let mut out = Vec::new();
-    let mut line = 1;
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\n' => line += 1,
-            c if c.is_whitespace() => {}
-            '#' => skip_line(&mut chars, &mut line),
-            '/' if chars.peek() == Some(&'/') => skip_line(&mut chars, &mut line),
-            '/' if chars.peek() == Some(&'*') => {
-                let start = line;
-                chars.next();
-                let mut previous = ' ';
-                loop {
-                    match chars.next() {
-                        None => return Err(syntax(start, "a comment is not closed")),
-                        Some('/') if previous == '*' => break,
-                        Some(c) => {
-                            if c == '\n' {
-                                line += 1;
-                            }
-                            previous = c;
-                        }
-                    }
-                }
-            }
-            '"' => {
-                let start = line;
-                let mut value = String::new();
-                loop {
-                    match chars.next() {
-                        None | Some('\n') => return Err(syntax(start, "a string is not closed")),
-                        Some('"') => break,
-                        Some(c) => value.push(c),
-                    }
-                }
-                out.push(Token {
-                    line: start,
-                    kind: TokenKind::Quoted(value),
-                });
-            }
-            '{' | '}' | ';' => out.push(Token {
-                line,
-                kind: TokenKind::Punct(c),
-            }),
-            c => {
-                let mut word = String::from(c);
-                while let Some(&next) = chars.peek() {
-                    if next.is_whitespace() || matches!(next, '{' | '}' | ';' | '"' | '#') {
-                        break;
-                    }
-                    word.push(next);
-                    chars.next();
-                }
-                out.push(Token {
-                    line,
-                    kind: TokenKind::Word(word),
-                });
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Skip to the end of the line (the newline is counted).
-fn skip_line(chars: &mut std::iter::Peekable<std::str::Chars<'_>>, line: &mut usize) {
-    for c in chars.by_ref() {
-        if c == '\n' {
-            *line += 1;
-            return;
-        }
-    }
-}
-
-fn syntax(line: usize, what: impl Into<String>) -> KeyFileError {
-    KeyFileError::Syntax {
-        line,
-        what: what.into(),
-    }
-}
-
-/// A `key` clause as read, before its values are checked.
-struct Clause {
-    /// The line of the `key` word.
-    line: usize,
-    /// The key's name as written.
-    name: String,
-    /// The algorithm's name and its line.
-    algorithm: Option<(String, usize)>,
-    /// The secret (base64) and its line.
-    secret: Option<(String, usize)>,
-}
-
-/// Read one `key "name" { ... };` clause from the front of `tokens`.
-fn clause(tokens: &[Token]) -> Result<(Clause, &[Token]), KeyFileError> {
-    let mut rest = tokens.iter();
-    let first = rest.next().ok_or_else(|| syntax(1, "no key clause"))?;
-    if first.kind != TokenKind::Word("key".to_owned()) {
-        return Err(syntax(first.line, "expected 'key'"));
-    }
-    let name = match rest.next() {
-        Some(Token {
-            kind: TokenKind::Quoted(name) | TokenKind::Word(name),
-            ..
-        }) => name.clone(),
-        _ => return Err(syntax(first.line, "expected the key's name after 'key'")),
-    };
-    expect(&mut rest, '{', first.line, "after the key's name")?;
-    let mut clause = Clause {
-        line: first.line,
-        name,
-        algorithm: None,
-        secret: None,
-    };
-    loop {
-        let token = rest
-            .next()
-            .ok_or_else(|| syntax(last_line(tokens), "the key clause is not closed with '};'"))?;
-        let statement = match &token.kind {
-            TokenKind::Punct('}') => break,
-            TokenKind::Word(word) => word.as_str(),
-            _ => return Err(syntax(token.line, "expected 'algorithm' or 'secret'")),
-        };
-        let value = match rest.next() {
-            Some(Token {
-                kind: TokenKind::Word(v) | TokenKind::Quoted(v),
-                ..
-            }) => v.clone(),
-            _ => {
-                return Err(syntax(
-                    token.line,
-                    format!("expected a value after '{statement}'"),
-                ))
-            }
-        };
-        expect(
-            &mut rest,
-            ';',
-            token.line,
-            &format!("after the {statement}"),
-        )?;
-        match statement {
-            "algorithm" => clause.algorithm = Some((value, token.line)),
-            "secret" => clause.secret = Some((value, token.line)),
-            other => {
-                return Err(syntax(
-                    token.line,
-                    format!("unknown statement '{other}' (expected 'algorithm' or 'secret')"),
-                ))
-            }
-        }
-    }
-    expect(
-        &mut rest,
-        ';',
-        last_line(tokens),
-        "after the key clause's '}'",
-    )?;
-    Ok((clause, rest.as_slice()))
-}
-
-/// Take `punct` from `rest`, or say it is missing `context`.
-fn expect(
-    rest: &mut std::slice::Iter<'_, Token>,
-    punct: char,
-    line: usize,
-    context: &str,
-) -> Result<(), KeyFileError> {
-    match rest.next() {
-        Some(t) if t.kind == TokenKind::Punct(punct) => Ok(()),
-        Some(t) => Err(syntax(t.line, format!("expected '{punct}' {context}"))),
-        None => Err(syntax(line, format!("expected '{punct}' {context}"))),
-    }
-}
-
-fn last_line(tokens: &[Token]) -> usize {
-    tokens.last().map_or(1, |t| t.line)
-}
-
-impl Clause {
-    /// Check the clause's values and make the key.
-    fn key(self) -> Result<TsigKey, KeyFileError> {
-        let (algorithm_name, algorithm_line) = self.algorithm.ok_or(KeyFileError::Missing {
-            key: self.name.clone(),
-            statement: "algorithm",
-        })?;
-        let (secret, secret_line) = self.secret.ok_or(KeyFileError::Missing {
-            key: self.name.clone(),
-            statement: "secret",
-        })?;
-        let (algorithm, canonical) = match algorithm_name.to_ascii_lowercase().as_str() {
-            "hmac-sha1" => (tsig::Algorithm::Sha1, "hmac-sha1"),
-            "hmac-sha256" => (tsig::Algorithm::Sha256, "hmac-sha256"),
-            "hmac-sha384" => (tsig::Algorithm::Sha384, "hmac-sha384"),
-            "hmac-sha512" => (tsig::Algorithm::Sha512, "hmac-sha512"),
-            _ => {
-                return Err(KeyFileError::Algorithm {
-                    line: algorithm_line,
-                    name: algorithm_name,
-                })
-            }
-        };
-        let bits: Vec<u8> = domain::utils::base64::decode(&secret)
-            .map_err(|_| KeyFileError::Secret { line: secret_line })?;
-        if bits.is_empty() {
-            return Err(KeyFileError::Secret { line: secret_line });
-        }
-        let bad_name = || KeyFileError::Name {
-            line: self.line,
-            name: self.name.clone(),
-        };
-        let name = crate::rpz::zone_name(&self.name).map_err(|_| bad_name())?;
-        let key_name = tsig::KeyName::from_str(&name).map_err(|_| bad_name())?;
-        let key = tsig::Key::new(algorithm, &bits, key_name, None, None)
-            .map_err(|_| KeyFileError::Secret { line: secret_line })?;
-        Ok(TsigKey {
-            name,
-            algorithm: canonical,
-            secret: bits.into(),
-            key: Arc::new(key),
-        })
-    }
-}
 
 #[cfg(test)]
 mod tests {

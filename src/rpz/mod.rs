@@ -25,6 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use crate::config::xfr::{zone_name, ZoneNameError};
 pub use key::{KeyFileError, TsigKey};
 pub use notify::{Notified, NotifyListener, NotifyZone};
 pub use xfr::refresh;
@@ -72,74 +73,6 @@ impl Primary {
             addr: SocketAddr::new(ip, port),
         })
     }
-}
-
-/// Why a text is not a zone name.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ZoneNameError {
-    /// Nothing was given.
-    #[error("the zone name is empty")]
-    Empty,
-    /// Two dots in a row, or a dot leading a name other than the root.
-    #[error("the zone name '{0}' has an empty label")]
-    EmptyLabel(String),
-    /// A label longer than 63 octets.
-    #[error("the zone name '{name}' has a label of {len} octets (at most 63)")]
-    LabelTooLong {
-        /// The name as given.
-        name: String,
-        /// The label's length.
-        len: usize,
-    },
-    /// A name longer than 255 octets in wire form.
-    #[error("the zone name '{0}' is longer than 255 octets")]
-    TooLong(String),
-    /// A character that has no place in a host or RPZ name.
-    #[error("the zone name '{name}' has the character '{found}' (letters, digits, '-', '_' and '*' only)")]
-    Character {
-        /// The name as given.
-        name: String,
-        /// The first character not allowed.
-        found: char,
-    },
-}
-
-/// A zone name normalised: lower case, absolute (trailing dot). Errors name what is wrong.
-pub fn zone_name(text: &str) -> Result<String, ZoneNameError> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Err(ZoneNameError::Empty);
-    }
-    if text == "." {
-        return Ok(".".to_owned());
-    }
-    let relative = text.strip_suffix('.').unwrap_or(text);
-    let mut wire_len = 1;
-    for label in relative.split('.') {
-        if label.is_empty() {
-            return Err(ZoneNameError::EmptyLabel(text.to_owned()));
-        }
-        if label.len() > 63 {
-            return Err(ZoneNameError::LabelTooLong {
-                name: text.to_owned(),
-                len: label.len(),
-            });
-        }
-        if let Some(found) = label
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '*')))
-        {
-            return Err(ZoneNameError::Character {
-                name: text.to_owned(),
-                found,
-            });
-        }
-        wire_len += label.len() + 1;
-    }
-    if wire_len > 255 {
-        return Err(ZoneNameError::TooLong(text.to_owned()));
-    }
-    Ok(format!("{}.", relative.to_ascii_lowercase()))
 }
 
 /// The bounds of one refresh: hostile or broken primaries exist.
