@@ -231,6 +231,42 @@ fn a_notify_brings_an_ixfr_and_a_newly_listed_name_is_blocked() {
 }
 
 #[test]
+fn a_zone_added_at_run_time_is_transferred_and_takes_effect_without_restarts() {
+    let bed = testbed::Bed::get().expect("bed");
+    let primary = listed_primary(bed, None);
+    let files = Files::new(bed, "rpz-added");
+    let (key_host, key_bed) = files.key();
+    primary.write_key_file(&key_host).expect("key file");
+    let (zone_host, zone_bed) = files.zone();
+    let r = common::start(&Setup::new("rpz-added").workers(2)).expect("start");
+    let workers = r.pids_named("kresd");
+    let mut events = events(&r);
+    assert!(!blocked(&r, LISTED), "no policy yet");
+    // The zone has no stored file yet: the change applies (its rules come with the first
+    // transfer), then the first transfer renews the rules.
+    let resp = r.put_json(
+        "/local-data",
+        json!({"rpz": [{"file": zone_bed, "transfer": {
+            "zone": ZONE,
+            "primaries": [format!("127.0.0.1@{}", primary.port())],
+            "tsig-key-file": key_bed,
+        }}]}),
+    );
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let applied = wait_event(&mut events, &r, |e| {
+        (kind(e, "config-applied") || kind(e, "config-refused")) && e["cause"] == "api"
+    });
+    assert_eq!(applied["kind"], "config-applied", "{applied}");
+    assert_eq!(applied["workers"]["action"], "rules-reset", "{applied}");
+    let transferred = wait_transferred_and_renewed(&mut events, &r, 2);
+    assert_eq!(transferred["transfer"], "axfr", "{transferred}");
+    assert!(zone_host.exists(), "the zone is stored");
+    assert!(blocked(&r, LISTED), "a listed name is blocked");
+    assert_eq!(r.pids_named("kresd"), workers, "no worker restarted");
+    r.stop();
+}
+
+#[test]
 fn entries_sharing_a_notify_address_are_told_apart_by_their_zone() {
     let bed = testbed::Bed::get().expect("bed");
     let files = Files::new(bed, "rpz-shared-notify");

@@ -341,6 +341,22 @@ fn local_data(out: &mut String, cfg: &KresConfig) {
             tags: rpz.tags.as_deref(),
             ..defaults
         };
-        zonefile(out, ZoneSource::Rpz(rpz), &v, Score::Rule);
+        if rpz.transfer.is_some() {
+            // A zone kept by zone transfer that a change has just added has no stored file
+            // until its first transfer, which then renews the rules: none from it till then.
+            line!(out, "do");
+            line!(
+                out,
+                "local stored = io.open({}, 'r')",
+                quote_path(&rpz.file)
+            );
+            line!(out, "if stored then");
+            line!(out, "stored:close()");
+            zonefile(out, ZoneSource::Rpz(rpz), &v, Score::Rule);
+            line!(out, "end");
+            line!(out, "end");
+        } else {
+            zonefile(out, ZoneSource::Rpz(rpz), &v, Score::Rule);
+        }
     }
 }
