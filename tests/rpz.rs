@@ -504,6 +504,30 @@ fn an_expired_zone_is_still_served_and_said_to_be_expired() {
 }
 
 #[test]
+fn a_zone_stored_past_its_expire_time_is_expired_at_once() {
+    let bed = testbed::Bed::get().expect("bed");
+    let files = Files::new(bed, "rpz-stale");
+    let (zone_host, zone_bed) = files.zone();
+    // Expired an hour after its last refresh, which was two hours ago: a start (of the
+    // resolver, or of the manager) does not make it younger.
+    stored_zone_with_timers(&zone_host, 9, "1 1 3600", &[KEPT]);
+    let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+    std::fs::File::options()
+        .append(true)
+        .open(&zone_host)
+        .and_then(|f| f.set_modified(two_hours_ago))
+        .expect("set the stored zone's time");
+    let nobody = testbed::free_port().expect("port");
+    let rpz = rpz_section(&zone_bed, &[format!("127.0.0.1@{nobody}")], "");
+    let r = common::start(&setup_for("rpz-stale", rpz)).expect("start");
+    let mut events = events(&r);
+    let expired = wait_event(&mut events, &r, |e| kind(e, "rpz-expired"));
+    assert_eq!(expired["serial"], 9, "{expired}");
+    assert_stored_policy_kept(&r, &zone_host);
+    r.stop();
+}
+
+#[test]
 fn a_cold_start_with_no_primary_is_a_clear_error() {
     let bed = testbed::Bed::get().expect("bed");
     let files = Files::new(bed, "rpz-cold-fail");

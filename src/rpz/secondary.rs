@@ -18,9 +18,9 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -463,6 +463,25 @@ fn seconds_until(at: Instant) -> f64 {
     at.saturating_duration_since(Instant::now()).as_secs_f64()
 }
 
+/// How long ago the stored `file` was last known current: its modification time, which a
+/// transfer (a new file) and [`mark_current`] set.
+fn current_for(file: &Path) -> Option<Duration> {
+    let modified = std::fs::metadata(file).and_then(|m| m.modified()).ok()?;
+    SystemTime::now().duration_since(modified).ok()
+}
+
+/// The stored `file` is current now (a primary said so): its modification time says when,
+/// for the expire time at the next start.
+fn mark_current(file: &Path) {
+    let marked = std::fs::File::options()
+        .append(true)
+        .open(file)
+        .and_then(|f| f.set_modified(SystemTime::now()));
+    if let Err(e) = marked {
+        tracing::warn!(file = %file.display(), "cannot mark the stored RPZ zone current: {e}");
+    }
+}
+
 /// Follow one zone until `stop`: refresh at the clock's times and on NOTIFY; renew the
 /// policy after a new file.
 async fn follow(
@@ -473,7 +492,12 @@ async fn follow(
     stop: CancellationToken,
 ) {
     let stored = stored(&zone.file);
-    let mut clock = ZoneClock::new(stored.map(|(_, t)| t), Instant::now().into_std());
+    let now = Instant::now().into_std();
+    let since = stored
+        .and_then(|_| current_for(&zone.file))
+        .and_then(|age| now.checked_sub(age))
+        .unwrap_or(now);
+    let mut clock = ZoneClock::new(stored.map(|(_, t)| t), since);
     let mut next = Instant::now();
     if let Some((primary, report)) = &transferred {
         next = clock
@@ -554,6 +578,9 @@ async fn carry_out(
         });
     }
     if let Some((primary, report)) = &attempt.success {
+        if report.kind == TransferKind::UpToDate {
+            mark_current(&zone.file);
+        }
         publish_transferred(&shared.events, zone, *primary, report, next);
         if report.kind != TransferKind::UpToDate {
             renew(zone, &shared.manager).await;

@@ -4,8 +4,10 @@
 //! what it says (sleep until `next`, warn once at expiry).
 //!
 //! The SOA timers are followed as a secondary does (RFC 1035 §4.3.5): `refresh` after a
-//! success, `retry` after a failure, and `expire` counted from the last success (or from the
-//! start, for a zone stored before it). Expiry changes nothing of what kresd serves: the
+//! success, `retry` after a failure, and `expire` counted from the last success: for a zone
+//! stored before the start, when its file was last known current (its modification time,
+//! which every successful refresh renews), so that no restart of the manager or of the
+//! resolver makes a zone younger than it is. Expiry changes nothing of what kresd serves: the
 //! stored policy is kept, and refreshes go on at `retry`.
 
 use std::time::{Duration, Instant};
@@ -66,11 +68,11 @@ fn bounded(d: Duration) -> Duration {
 }
 
 impl ZoneClock {
-    /// A zone whose stored file has `timers` (or none), followed from `now`.
-    pub fn new(timers: Option<SoaTimers>, now: Instant) -> ZoneClock {
+    /// A zone whose stored file has `timers` (or none), current as of `since`.
+    pub fn new(timers: Option<SoaTimers>, since: Instant) -> ZoneClock {
         ZoneClock {
             timers,
-            since: now,
+            since,
             freshness: Freshness::Current,
         }
     }
