@@ -1,6 +1,7 @@
 //! Steering of the workers' reuseport groups, on real kresd under load: a crashed worker's
-//! share goes to the other worker at once (no query lost, and the crash barely shows in the
-//! latency; the same crash without steering is measured for comparison), scaling down loses
+//! share goes to the other worker at once (nothing lost but the query the killed process
+//! held, and the crash barely shows in the latency; the same crash without steering is
+//! measured for comparison), scaling down loses
 //! nothing, and the groups follow each worker's state (a worker in its restart backoff gets
 //! no query; both answer again once it is back).
 
@@ -161,7 +162,9 @@ fn a_crashed_workers_share_goes_to_the_other_at_once() {
         report.rate() >= 3000.0,
         "too slow to prove anything: {report}"
     );
-    assert_eq!(report.lost, 0, "{report}");
+    // What the kernel already gave the killed process (a query it was answering) is lost
+    // with it, steered or not; its queue is not.
+    assert!(report.lost <= 1, "{report}");
 }
 
 #[test]
