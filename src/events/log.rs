@@ -98,6 +98,16 @@ pub struct Record {
 }
 
 impl Record {
+    /// A record of `event` at `time` (seconds), with no id: what a follower's tests feed it.
+    #[cfg(test)]
+    pub fn at(time: f64, event: Event) -> Record {
+        Record {
+            id: None,
+            time,
+            event,
+        }
+    }
+
     /// A notice to one follower: no id, published now.
     pub fn notice(event: Event) -> Record {
         Record::now(None, event)

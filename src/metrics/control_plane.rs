@@ -472,11 +472,7 @@ mod tests {
     use crate::wire::change::{ChangeSummary, GcAction};
 
     fn record(time: f64, event: Event) -> Record {
-        Record {
-            id: None,
-            time,
-            event,
-        }
+        Record::at(time, event)
     }
 
     fn applied(cause: Cause, changed: &[&str], workers: WorkersAction) -> Event {

@@ -182,11 +182,7 @@ mod tests {
     use super::*;
 
     fn record(time: f64, event: Event) -> Record {
-        Record {
-            id: None,
-            time,
-            event,
-        }
+        Record::at(time, event)
     }
 
     #[test]
