@@ -1,7 +1,7 @@
 //! A real zone-transfer primary for tests: Knot DNS's `knotd` from the bed's rootfs, serving
 //! one generated RPZ zone over loopback with TSIG, IXFR from its journal and NOTIFY.
 //!
-//! ```ignore
+//! ```text
 //! let bed = testbed::Bed::get()?;
 //! let mut primary = testbed::knot::KnotPrimary::start(bed, testbed::knot::PrimarySetup {
 //!     zone: "blocklist.rpz.".into(),
