@@ -344,14 +344,16 @@ fn local_data(out: &mut String, cfg: &KresConfig) {
         if rpz.transfer.is_some() {
             // A zone kept by zone transfer that a change has just added has no stored file
             // until its first transfer, which then renews the rules: none from it till then.
+            // Only a missing file (ENOENT) is skipped: one that cannot be read fails the
+            // policy-loader, and so the change, as any RPZ file does.
             line!(out, "do");
             line!(
                 out,
-                "local stored = io.open({}, 'r')",
+                "local stored, _, errno = io.open({}, 'r')",
                 quote_path(&rpz.file)
             );
-            line!(out, "if stored then");
-            line!(out, "stored:close()");
+            line!(out, "if stored then stored:close() end");
+            line!(out, "if stored or errno ~= 2 then");
             zonefile(out, ZoneSource::Rpz(rpz), &v, Score::Rule);
             line!(out, "end");
             line!(out, "end");

@@ -259,6 +259,20 @@ fn rpz_logging_and_rule_scores() {
 }
 
 #[test]
+fn a_zone_kept_by_transfer_is_skipped_only_while_its_file_does_not_exist() {
+    check(
+        "local-data:\n  rpz:\n    - file: /var/cache/kr/block.rpz\n      transfer:\n        zone: block.rpz.\n        primaries: [192.0.2.53]\n    - file: /etc/kr/plain.rpz\n",
+        File::PolicyLoader,
+        &[
+            "do\nlocal stored, _, errno = io.open('/var/cache/kr/block.rpz', 'r')\nif stored then stored:close() end\nif stored or errno ~= 2 then\nrrs = ffi.new",
+            "rrs.filename = '/var/cache/kr/block.rpz'",
+            "rrs.filename = '/etc/kr/plain.rpz'",
+        ],
+        &["io.open('/etc/kr/plain.rpz'"],
+    );
+}
+
+#[test]
 fn non_ascii_names_reach_kresd_as_punycode() {
     check(
         "local-data:\n  rules:\n    - name: [ñ.test]\n      subtree: nxdomain\n",
