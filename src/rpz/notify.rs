@@ -135,6 +135,12 @@ impl NotifyListener {
                 }
                 connection = self.tcp.accept() => {
                     let Ok((stream, from)) = connection else { continue };
+                    // Only a primary may hold one of the few connection places: anyone
+                    // else could keep them all, and the primaries' NOTIFY out.
+                    if !context.is_primary(from) {
+                        context.noise(from, "a TCP connection from no zone's primary");
+                        continue;
+                    }
                     let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
                         context.noise(from, "too many TCP connections at once");
                         continue;
@@ -165,6 +171,12 @@ struct Context {
 }
 
 impl Context {
+    /// Whether `from` is a primary of one of the zones.
+    fn is_primary(&self, from: SocketAddr) -> bool {
+        let ip = from.ip().to_canonical();
+        self.zones.iter().any(|z| z.entry.primaries.contains(&ip))
+    }
+
     /// Serve one TCP connection: messages until it closes, idles or sends too much.
     async fn connection(&self, mut stream: TcpStream, from: SocketAddr) {
         loop {
@@ -574,6 +586,42 @@ mod tests {
         tcp.write_all(&[0xff, 0xff]).await.unwrap();
         assert_eq!(read_message(&mut tcp).await.unwrap(), None);
 
+        stop.cancel();
+        served.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn idle_connections_from_no_primary_keep_no_place_from_the_primaries() {
+        // The primary is 127.0.0.2; the hostile client connects from 127.0.0.1.
+        let zone = NotifyZone {
+            zone: "open.rpz".to_owned(),
+            primaries: vec!["127.0.0.2".parse().unwrap()],
+            key: None,
+        };
+        let listener = NotifyListener::bind("127.0.0.1:0".parse().unwrap(), vec![zone])
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, mut rx) = mpsc::channel(4);
+        let stop = CancellationToken::new();
+        let served = tokio::spawn(listener.serve(tx, stop.clone()));
+        // Twice as many idle connections as there are places, all queued before the
+        // primary's: were they held, the primary's would find none and be closed unanswered.
+        let mut idle = Vec::new();
+        for _ in 0..2 * MAX_CONNECTIONS {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut primary = socket.connect(addr).await.unwrap();
+        let (request, _) = notify("open.rpz.", Opcode::NOTIFY, None);
+        let mut framed = u16::try_from(request.len()).unwrap().to_be_bytes().to_vec();
+        framed.extend_from_slice(&request);
+        primary.write_all(&framed).await.unwrap();
+        let answer = read_message(&mut primary).await.unwrap().unwrap();
+        let answer = Message::from_octets(answer).unwrap();
+        assert_eq!(answer.header().rcode(), Rcode::NOERROR);
+        assert_eq!(rx.recv().await.unwrap().zone, "open.rpz");
         stop.cancel();
         served.await.unwrap();
     }
