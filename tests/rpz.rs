@@ -443,6 +443,14 @@ fn stored_zone_with_timers(path: &Path, serial: u32, timers: &str, names: &[&str
     testbed::write(path, &text).expect("stored zone");
 }
 
+/// A resolver named `name` keeping the zone stored at `zone_bed` (a bed path) from a
+/// primary that nobody runs.
+fn secondary_without_primary(name: &'static str, zone_bed: &Path) -> Resolver {
+    let nobody = testbed::free_port().expect("port");
+    let rpz = rpz_section(zone_bed, &[format!("127.0.0.1@{nobody}")], "");
+    common::start(&setup_for(name, rpz)).expect("start")
+}
+
 /// The stored zone of [`stored_zone`] with [`KEPT`] is untouched and serves.
 fn assert_stored_policy_kept(r: &Resolver, zone_host: &Path) {
     assert!(blocked(r, KEPT), "the stored policy serves");
@@ -457,9 +465,7 @@ fn a_warm_start_needs_no_primary() {
     let (zone_host, zone_bed) = files.zone();
     stored_zone(&zone_host, 41, &[KEPT]);
     // Nothing listens there.
-    let nobody = testbed::free_port().expect("port");
-    let rpz = rpz_section(&zone_bed, &[format!("127.0.0.1@{nobody}")], "");
-    let r = common::start(&setup_for("rpz-warm", rpz)).expect("start");
+    let r = secondary_without_primary("rpz-warm", &zone_bed);
     assert!(blocked(&r, KEPT), "the stored zone serves");
     let mut events = events(&r);
     let followed = wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
@@ -477,9 +483,7 @@ fn an_expired_zone_is_still_served_and_said_to_be_expired() {
     let (zone_host, zone_bed) = files.zone();
     // Retried every second, expired 2 s after the start without a successful refresh.
     stored_zone_with_timers(&zone_host, 5, "1 1 2", &[KEPT]);
-    let nobody = testbed::free_port().expect("port");
-    let rpz = rpz_section(&zone_bed, &[format!("127.0.0.1@{nobody}")], "");
-    let r = common::start(&setup_for("rpz-expired", rpz)).expect("start");
+    let r = secondary_without_primary("rpz-expired", &zone_bed);
     let mut events = events(&r);
     let expired = wait_event(&mut events, &r, |e| kind(e, "rpz-expired"));
     assert_eq!(
@@ -517,9 +521,7 @@ fn a_zone_stored_past_its_expire_time_is_expired_at_once() {
         .open(&zone_host)
         .and_then(|f| f.set_modified(two_hours_ago))
         .expect("set the stored zone's time");
-    let nobody = testbed::free_port().expect("port");
-    let rpz = rpz_section(&zone_bed, &[format!("127.0.0.1@{nobody}")], "");
-    let r = common::start(&setup_for("rpz-stale", rpz)).expect("start");
+    let r = secondary_without_primary("rpz-stale", &zone_bed);
     let mut events = events(&r);
     let expired = wait_event(&mut events, &r, |e| kind(e, "rpz-expired"));
     assert_eq!(expired["serial"], 9, "{expired}");

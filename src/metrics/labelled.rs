@@ -259,12 +259,17 @@ fn write_stats_answers(out: &mut Exposition, id: &str, stats: &Value) -> Option<
 mod tests {
     use super::*;
 
-    #[test]
-    fn upstreams_names_become_labels() {
+    /// One worker's statistics as upstream's fixture has them.
+    fn upstream_worker() -> Value {
         let stats: serde_json::Map<String, Value> =
             serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
                 .expect("fixture");
-        let mut worker = stats["kresd:kresd0"].clone();
+        stats["kresd:kresd0"].clone()
+    }
+
+    #[test]
+    fn upstreams_names_become_labels() {
+        let mut worker = upstream_worker();
         worker["request"]["udp4"] = 7.into();
         worker["request"]["doh6"] = 3.into();
         worker["answer"]["noerror"] = 5.into();
@@ -313,10 +318,7 @@ mod tests {
 
     #[test]
     fn the_workers_counts_give_every_rcode_qtype_and_outcome() {
-        let stats: serde_json::Map<String, Value> =
-            serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
-                .expect("fixture");
-        let mut worker = stats["kresd:kresd0"].clone();
+        let mut worker = upstream_worker();
         worker["answer"]["cached"] = 99.into();
         worker["answer"]["noerror"] = 99.into();
         let mut out = Exposition::default();
@@ -367,10 +369,7 @@ mod tests {
 
     #[test]
     fn incomplete_counts_leave_kresds_answers_and_hits() {
-        let stats: serde_json::Map<String, Value> =
-            serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
-                .expect("fixture");
-        let mut worker = stats["kresd:kresd0"].clone();
+        let mut worker = upstream_worker();
         worker["answer"]["nxdomain"] = 5.into();
         worker["answer"]["cached"] = 4.into();
         let mut counts = counts();

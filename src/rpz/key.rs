@@ -3,7 +3,6 @@
 //! same reader validation uses) and made into the DNS library's key here. The secret never
 //! appears in `Debug` output or in an error.
 
-use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -13,15 +12,12 @@ use domain::tsig;
 pub use crate::config::xfr::KeyFileError;
 use crate::config::xfr::{self, Algorithm, KeyText};
 
-/// A TSIG key: its name, its algorithm and its secret.
-#[derive(Clone)]
+/// A TSIG key: its file's checked text (name, algorithm, secret; `Debug` hides the secret)
+/// and the library's key made from it.
+#[derive(Clone, Debug)]
 pub struct TsigKey {
-    /// The key's name as the key file gives it, lower case and absolute.
-    name: String,
-    /// The algorithm's name in the key file ("hmac-sha256").
-    algorithm: &'static str,
-    /// The secret's bits, kept to compare keys (never shown).
-    secret: Arc<[u8]>,
+    /// What the key file says.
+    text: KeyText,
     /// The library's key, made from the secret; shared by the transactions signed with it.
     key: Arc<tsig::Key>,
 }
@@ -46,32 +42,29 @@ impl TsigKey {
             Algorithm::Sha384 => tsig::Algorithm::Sha384,
             Algorithm::Sha512 => tsig::Algorithm::Sha512,
         };
-        let bad_name = || KeyFileError::Name {
+        let key_name = tsig::KeyName::from_str(&text.name).map_err(|_| KeyFileError::Name {
             line: 1,
             name: text.name.clone(),
-        };
-        let key_name = tsig::KeyName::from_str(&text.name).map_err(|_| bad_name())?;
+        })?;
         let key = tsig::Key::new(algorithm, &text.secret, key_name, None, None).map_err(|_| {
             KeyFileError::Secret {
                 line: text.secret_line,
             }
         })?;
         Ok(TsigKey {
-            name: text.name,
-            algorithm: text.algorithm.as_str(),
-            secret: text.secret.into(),
+            text,
             key: Arc::new(key),
         })
     }
 
     /// The key's name, lower case and absolute ("xfr-key.").
     pub fn name(&self) -> &str {
-        &self.name
+        &self.text.name
     }
 
     /// The algorithm's name as key files give it ("hmac-sha256").
     pub fn algorithm(&self) -> &'static str {
-        self.algorithm
+        self.text.algorithm.as_str()
     }
 
     /// The library's key, for signing and verifying.
@@ -80,20 +73,11 @@ impl TsigKey {
     }
 }
 
-impl fmt::Debug for TsigKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TsigKey")
-            .field("name", &self.name)
-            .field("algorithm", &self.algorithm)
-            .field("secret", &"<hidden>")
-            .finish()
-    }
-}
-
 impl PartialEq for TsigKey {
     /// Keys are equal when they sign alike: same name, algorithm and secret.
     fn eq(&self, other: &TsigKey) -> bool {
-        self.name == other.name && self.algorithm == other.algorithm && self.secret == other.secret
+        let (a, b) = (&self.text, &other.text);
+        a.name == b.name && a.algorithm == b.algorithm && a.secret == b.secret
     }
 }
 
