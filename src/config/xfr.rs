@@ -451,3 +451,15 @@ pub fn zone_name(text: &str) -> Result<String, ZoneNameError> {
     }
     Ok(format!("{}.", relative.to_ascii_lowercase()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endless_key_file_is_read_only_so_far() {
+        // /dev/zero never ends: at most MAX_KEY_FILE bytes are read, and they are no key.
+        let error = read_key(Path::new("/dev/zero")).unwrap_err();
+        assert!(matches!(error, KeyFileError::Syntax { .. }), "{error}");
+    }
+}
