@@ -2,7 +2,9 @@
 //! than 65,536 constants, and a policy-loader file with one statement per entry of 70,000
 //! `local-data.addresses` has more. The generated Lua splits long runs into functions; the
 //! resolver starts and answers the last entry. The root process reads the same files at its
-//! start; their parse does not stay its memory.
+//! start; their parse does not stay its memory. (The addresses are written as one flow
+//! mapping: a file in the plain block form would be read by the root for its form only, with
+//! no values made.)
 
 mod common;
 
@@ -12,15 +14,16 @@ use testbed::dns;
 #[test]
 fn seventy_thousand_local_addresses_load_and_answer() {
     const N: usize = 70_000;
-    let mut extra = String::from("local-data:\n  addresses:\n");
+    let mut extra = String::from("local-data:\n  addresses: {\n");
     for i in 0..N {
         extra.push_str(&format!(
-            "    h{i}.large.test: 10.{}.{}.{}\n",
+            "    h{i}.large.test: 10.{}.{}.{},\n",
             (i >> 16) & 255,
             (i >> 8) & 255,
             i & 255
         ));
     }
+    extra.push_str("  }\n");
     let r = common::start(&Setup::new("large-addresses").extra(&extra)).expect("starts");
     let last = N - 1;
     let name = format!("h{last}.large.test.");

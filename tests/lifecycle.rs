@@ -155,6 +155,31 @@ fn a_failing_policy_loader_is_a_clear_startup_error() {
     );
 }
 
+/// The root reads only `rundir`, `management` and `logging` before it starts the manager; an
+/// error in any other section is the manager's to report, and it still stops the start:
+/// exit 1, the error naming its path, nothing left running, no READY.
+#[test]
+fn an_invalid_section_the_root_does_not_read_is_a_clear_startup_error() {
+    let setup = Setup::new("bad-section").extra("dns64:\n  prefix: not-a-prefix\n");
+    let mut r = common::launch(&setup).expect("launch");
+    let status = r.launched.wait(START_TIMEOUT).expect("daemon exits");
+    let text = r.launched.output.text();
+    assert_eq!(status.code(), Some(1), "output:\n{text}");
+    assert!(text.contains("/dns64/prefix"), "output:\n{text}");
+    assert!(
+        r.launched.tree().is_empty(),
+        "processes left: {:?}",
+        r.launched.tree()
+    );
+    assert!(
+        !r.notify
+            .received
+            .iter()
+            .any(|m| m.lines().any(|l| l == "READY=1")),
+        "no READY on failure"
+    );
+}
+
 #[test]
 fn one_manager_per_rundir() {
     let mut first = common::start(&Setup::new("lock")).expect("first resolver starts");

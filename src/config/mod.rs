@@ -256,10 +256,18 @@ fn read_config_file(path: &Path) -> Result<String, ConfigError> {
 }
 
 fn read_and_merge(paths: &[PathBuf]) -> Result<Value, ConfigError> {
+    read_and_merge_with(paths, parse_document)
+}
+
+/// Read and deep-merge several files, each parsed by `parse`.
+fn read_and_merge_with(
+    paths: &[PathBuf],
+    parse: impl Fn(&str, &Path) -> Result<Value, ConfigError>,
+) -> Result<Value, ConfigError> {
     let mut merged = Map::new();
     for path in paths {
         let text = read_config_file(path)?;
-        let doc = match parse_document(&text, path)? {
+        let doc = match parse(&text, path)? {
             Value::Null => Map::new(),
             Value::Object(m) => m,
             other => {
@@ -344,36 +352,75 @@ impl ConfigSource {
     }
 }
 
-/// Validate a raw document (a mapping; `null` counts as an empty one). All errors are reported.
-pub fn validate(raw: &Value, ctx: &ValidationContext) -> Result<KresConfig, ValidationErrors> {
-    let normalized = model::normalize(raw, ctx).map_err(|fails| {
-        let total = fails.len();
-        let mut errors: Vec<ValidationError> = fails
-            .into_iter()
-            .take(MAX_REPORTED_ERRORS)
-            .map(ValidationError::from_failure)
-            .collect();
-        if total > MAX_REPORTED_ERRORS {
-            errors.push(ValidationError {
-                path: "/".into(),
-                message: format!(
-                    "{} more errors not shown (the first {MAX_REPORTED_ERRORS} are)",
-                    total - MAX_REPORTED_ERRORS
-                ),
-                causes: Vec::new(),
-            });
+/// Read what the root process needs of the files before anything starts: the sections
+/// `rundir`, `management` and `logging`, parsed and validated as [`ConfigSource::load`] would (syntax errors anywhere
+/// are reported). The other sections are not validated: the manager, which loads the whole
+/// configuration, reports their errors. A large configuration costs the root only a reading
+/// of its form, not the making of its values.
+pub fn load_root_view(
+    paths: &[PathBuf],
+    checks: PathChecks,
+    logtarget_arg: LogTargetArg,
+) -> Result<RootView, ConfigError> {
+    let raw = read_and_merge_with(paths, |text, origin| {
+        if origin.extension().is_some_and(|e| e == "toml") {
+            return parse_document(text, origin);
         }
-        ValidationErrors(errors)
+        parse::parse_sections(text, &model::ROOT_VIEW).map_err(|source| ConfigError::Parse {
+            path: origin.to_owned(),
+            source,
+        })
     })?;
-    let model: KresConfig = serde_json::from_value(normalized).map_err(|e| {
-        ValidationErrors(vec![ValidationError {
+    let mut raw = match raw {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    raw.retain(|k, _| model::ROOT_VIEW.contains(&k.as_str()));
+    let ctx = ConfigSource {
+        files: paths.to_vec(),
+        checks,
+        logtarget_arg,
+    }
+    .context();
+    let normalized = model::normalize_root_view(&raw, &ctx).map_err(reported)?;
+    serde_json::from_value(normalized).map_err(|e| ValidationErrors(vec![not_the_model(&e)]).into())
+}
+
+/// The error of a normalized configuration that does not deserialize into the model.
+fn not_the_model(e: &serde_json::Error) -> ValidationError {
+    ValidationError {
+        path: "/".into(),
+        message: format!("internal error: the validated configuration does not fit the model: {e}"),
+        causes: Vec::new(),
+    }
+}
+
+/// Validation failures as reported: the first [`MAX_REPORTED_ERRORS`], and how many more.
+fn reported(fails: Vec<engine::Failure>) -> ValidationErrors {
+    let total = fails.len();
+    let mut errors: Vec<ValidationError> = fails
+        .into_iter()
+        .take(MAX_REPORTED_ERRORS)
+        .map(ValidationError::from_failure)
+        .collect();
+    if total > MAX_REPORTED_ERRORS {
+        errors.push(ValidationError {
             path: "/".into(),
             message: format!(
-                "internal error: the validated configuration does not fit the model: {e}"
+                "{} more errors not shown (the first {MAX_REPORTED_ERRORS} are)",
+                total - MAX_REPORTED_ERRORS
             ),
             causes: Vec::new(),
-        }])
-    })?;
+        });
+    }
+    ValidationErrors(errors)
+}
+
+/// Validate a raw document (a mapping; `null` counts as an empty one). All errors are reported.
+pub fn validate(raw: &Value, ctx: &ValidationContext) -> Result<KresConfig, ValidationErrors> {
+    let normalized = model::normalize(raw, ctx).map_err(reported)?;
+    let model: KresConfig = serde_json::from_value(normalized)
+        .map_err(|e| ValidationErrors(vec![not_the_model(&e)]))?;
     if let Some(warning) = management_socket_warning(&model) {
         tracing::warn!("{warning}");
     }

@@ -241,6 +241,43 @@ pub(crate) fn root_def() -> &'static ObjectDef {
     ROOT.get_or_init(root)
 }
 
+/// The sections the root process reads: what it needs before anything starts (where to run,
+/// the API's endpoint, how to log). Their values do not depend on any other section.
+pub(crate) const ROOT_VIEW: [&str; 3] = ["rundir", "management", "logging"];
+
+/// The root's definition cut to [`ROOT_VIEW`], without its cross-section rules.
+fn root_view_def() -> &'static ObjectDef {
+    static VIEW: OnceLock<ObjectDef> = OnceLock::new();
+    VIEW.get_or_init(|| {
+        let mut d = root();
+        d.fields.retain(|f| ROOT_VIEW.contains(&f.name));
+        d.transform = None;
+        d.validate = None;
+        d
+    })
+}
+
+/// Validate the [`ROOT_VIEW`] sections of a raw document (a mapping holding no others) into
+/// their normalized form.
+pub(crate) fn normalize_root_view(
+    raw: &Map<String, Value>,
+    ctx: &Ctx,
+) -> Result<Value, Vec<Failure>> {
+    crate::config::engine::map_object(root_view_def(), raw, "", ctx)
+}
+
+/// The [`ROOT_VIEW`] sections, validated.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RootView {
+    /// The manager's working directory for runtime files.
+    pub rundir: PathBuf,
+    /// Configuration of management HTTP API.
+    pub management: ManagementSchema,
+    /// Logging and debugging configuration.
+    pub logging: LoggingSchema,
+}
+
 /// Validate a raw document (a mapping; `null` counts as empty) into its normalized form.
 pub(crate) fn normalize(raw: &Value, ctx: &Ctx) -> Result<Value, Vec<Failure>> {
     match raw {

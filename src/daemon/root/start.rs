@@ -66,26 +66,28 @@ pub fn run(invocation: Invocation) -> ExitCode {
         .iter()
         .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
         .collect();
-    let loaded = match config::load_files(
+    // Only what the root needs; the manager validates the whole configuration (and a
+    // failure there stops the resolver before anything serves).
+    let view = match config::load_root_view(
         &files,
         crate::config::PathChecks::Strict,
         config::LogTargetArg::Given(invocation.log.target),
     ) {
-        Ok(l) => l,
+        Ok(view) => view,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::from(1);
         }
     };
     if let Some(logging) = logging {
-        logging.configure(loaded.model.logging.level, loaded.model.logging.target);
+        logging.configure(view.logging.level, view.logging.target);
     }
-    let log = (loaded.model.logging.level, loaded.model.logging.target);
-    let rundir = loaded.model.rundir.clone();
-    let management = loaded.model.management.clone();
-    drop(loaded);
-    // A large configuration (100,000 records: ~60 MiB of heap while parsed) must not stay
-    // the root's memory for the resolver's life: its pages go back to the kernel now.
+    let log = (view.logging.level, view.logging.target);
+    let config::RootView {
+        rundir, management, ..
+    } = view;
+    // A configuration in another form than the plain block one is parsed whole (~60 MiB of
+    // heap for 100,000 records): its pages go back to the kernel now, not at the resolver's end.
     supervisor::os::release_free_heap();
     let api_groups = match invocation.api_groups.resolve(&management) {
         Ok(groups) => groups,

@@ -10,6 +10,8 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
+mod block;
+
 use super::engine::py_only_value;
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser, Tag};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
@@ -65,6 +67,11 @@ pub fn short(text: String) -> String {
 
 /// Parse text as JSON, and when it is not JSON, as YAML (upstream's `try_to_parse`).
 pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
+    // A document in the plain block form is never JSON (its first line is `key:`), and the
+    // direct reader gives what the full YAML reader would.
+    if let Some(value) = block::read(text) {
+        return Ok(value);
+    }
     match parse_json(text) {
         Ok(v) => Ok(v),
         Err(JsonFailure::Duplicate(k)) => Err(ParseError::JsonDuplicateKey(short(k))),
@@ -92,6 +99,22 @@ pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
                 },
             }),
     }
+}
+
+/// Like [`parse_json_or_yaml`], but only the top-level keys in `wanted` are kept (a document
+/// that is not a mapping is returned whole). Whether the others' values are valid is not
+/// decided: a document in the plain block form is only read for its form there.
+pub fn parse_sections(text: &str, wanted: &[&str]) -> Result<Value, ParseError> {
+    if let Some(value) = block::read_sections(text, Some(wanted)) {
+        return Ok(value);
+    }
+    Ok(match parse_json_or_yaml(text)? {
+        Value::Object(mut m) => {
+            m.retain(|k, _| wanted.contains(&k.as_str()));
+            Value::Object(m)
+        }
+        other => other,
+    })
 }
 
 /// Parse TOML text into the same JSON data model.
@@ -1085,6 +1108,9 @@ fn yaml_float(t: &str) -> Option<Value> {
 /// where a YAML 1.2 parser such as `yaml-rust2` accepts some of them. Returns the position
 /// (1-based line, 1-based column) of the first offending tab.
 fn pyyaml_stray_tab(text: &str) -> Option<(usize, usize)> {
+    if !text.contains('\t') {
+        return None;
+    }
     enum Quoted {
         No,
         Single,

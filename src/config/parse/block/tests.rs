@@ -1,0 +1,401 @@
+//! The direct reader against the full one: whatever it reads, the full reader reads the same.
+
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+use super::super::parse_yaml;
+use super::read;
+
+/// The full reader's value, `None` for its errors.
+fn full(text: &str) -> Option<Value> {
+    parse_yaml(text).ok()
+}
+
+/// Assert the direct reader agrees with the full one on `text`; returns whether it read it.
+#[track_caller]
+fn agrees(text: &str) -> bool {
+    match read(text) {
+        Some(value) => {
+            assert_eq!(Some(&value), full(text).as_ref(), "on {text:?}");
+            true
+        }
+        None => false,
+    }
+}
+
+#[test]
+fn reads_the_usual_form_exactly() {
+    let text = "\
+# a comment
+rundir: /run/knot-resolver
+workers: 4   # trailing comment
+network:
+  listen:
+    - interface: 127.0.0.1@5353
+      kind: dns
+    - interface: '::1@53'
+  tls:
+    padding: yes
+local-data:
+  addresses:
+    a.example: 192.0.2.1
+    b.example: ::1
+  records: |
+    x.example. 300 A 192.0.2.2
+      deeper # kept
+
+    y.example. 300 TXT \"t # u\"
+  rules:
+  - name: [skipped]
+views: []
+";
+    assert!(
+        !agrees(text),
+        "flow collections are left to the full reader"
+    );
+    let text = text
+        .replace("  - name: [skipped]\n", "  - name: n\n")
+        .replace("views: []\n", "");
+    assert!(agrees(&text));
+    let value = read(&text).expect("read");
+    assert_eq!(value["workers"], json!(4));
+    assert_eq!(value["network"]["tls"]["padding"], json!(true));
+    assert_eq!(value["network"]["listen"][1]["interface"], json!("::1@53"));
+    assert_eq!(value["local-data"]["addresses"]["b.example"], json!("::1"));
+    assert_eq!(
+        value["local-data"]["records"],
+        json!("x.example. 300 A 192.0.2.2\n  deeper # kept\n\ny.example. 300 TXT \"t # u\"\n")
+    );
+    assert_eq!(value["local-data"]["rules"], json!([{"name": "n"}]));
+}
+
+#[test]
+fn gives_up_on_what_it_does_not_read() {
+    for text in [
+        "a: &x 1\nb: *x\n",
+        "a: !!str 1\n",
+        "a: {b: 1}\n",
+        "a: \"x\\ty\"\n",
+        "a: b\n  c\n",
+        "a: 'x\n  y'\n",
+        "a: >\n  folded\n",
+        "a: |2\n   x\n",
+        "a: |+\n  x\n\n",
+        "a: |\n\n  x\n",
+        "a: 1\na: 2\n",
+        "1: a\n",
+        "yes: a\n",
+        "---\na: 1\n",
+        "a:\tb\n",
+        "a: b\r\n",
+        "a: é\n",
+        "- a\n",
+        " a: 1\n",
+        "a: b: c\n",
+        "a: b:\n",
+        "? a\n: b\n",
+        "a: |\n  x\n y\n",
+        "",
+        "# only a comment\n",
+    ] {
+        assert_eq!(read(text), None, "on {text:?}");
+    }
+}
+
+#[test]
+fn the_projects_own_configurations_agree() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("tests/data"), root.join("dist")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)
+            .expect("a test data folder")
+            .flatten()
+        {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                files.push(path);
+            }
+        }
+    }
+    let mut read_directly = 0;
+    for file in &files {
+        let bytes = std::fs::read(file).expect("a configuration");
+        // (some test files are deliberately not text)
+        let Ok(text) = String::from_utf8(bytes) else {
+            continue;
+        };
+        if agrees(&text) {
+            read_directly += 1;
+        }
+    }
+    // Most are in the plain block form; the rest exercise what it leaves alone.
+    assert!(
+        read_directly * 2 > files.len(),
+        "{read_directly} of {} read directly",
+        files.len()
+    );
+}
+
+/// Pieces a scalar is made of, YAML 1.1's special spellings among them.
+fn scalar_piece() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "a",
+        "b.example",
+        "yes",
+        "No",
+        "on",
+        "~",
+        "null",
+        "",
+        "1",
+        "-1",
+        "0x1F",
+        "0o17",
+        "017",
+        "1_000",
+        "1e3",
+        "1.5",
+        ".inf",
+        "-.inf",
+        ".nan",
+        "2001-12-14",
+        "12:30:45",
+        "::1",
+        "127.0.0.1@53",
+        "a#b",
+        "a #b",
+        " # c",
+        "x: y",
+        "x:",
+        ":x",
+        "-x",
+        "- x",
+        "?x",
+        "%x",
+        "@x",
+        "'q'",
+        "\"d\"",
+        "'it''s'",
+        "\"a\\n\"",
+        "[1]",
+        "{a: 1}",
+        "a,b",
+        "&a",
+        "*a",
+        "!t",
+        "|",
+        ">",
+        "<<",
+        "=",
+        "  ",
+        "Y",
+        "true",
+        "NaN",
+        "+1",
+        "0b101",
+        "1:20",
+        "1__0",
+    ])
+    .prop_map(str::to_owned)
+}
+
+fn scalar_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        12 => "[a-z0-9][a-z0-9 .@:/-]{0,8}",
+        1 => prop::collection::vec(scalar_piece(), 1..3).prop_map(|p| p.concat()),
+    ]
+}
+
+/// A key: usually a plain one of the common characters.
+fn key_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        12 => "[a-z_][a-z0-9._/+-]{0,6}",
+        1 => scalar_text(),
+    ]
+}
+
+#[derive(Debug, Clone)]
+enum Node {
+    Scalar(String),
+    Literal { lines: Vec<String>, strip: bool },
+    Map(Vec<(String, Node)>),
+    Seq(Vec<Node>),
+}
+
+fn node() -> impl Strategy<Value = Node> {
+    let leaf = prop_oneof![
+        4 => scalar_text().prop_map(Node::Scalar),
+        1 => (
+            prop::collection::vec(
+                prop::sample::select(vec!["x y", "  deeper", "", "# c", "a: b", "- z", "'q"]),
+                0..4
+            ),
+            any::<bool>()
+        )
+            .prop_map(|(lines, strip)| Node::Literal {
+                lines: lines.into_iter().map(str::to_owned).collect(),
+                strip
+            }),
+    ];
+    leaf.prop_recursive(4, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec((key_text(), inner.clone()), 0..4).prop_map(Node::Map),
+            prop::collection::vec(inner, 0..4).prop_map(Node::Seq),
+        ]
+    })
+}
+
+/// How a tree is written out.
+#[derive(Debug, Clone, Copy)]
+struct Style {
+    step: usize,
+    indentless: bool,
+    comments: bool,
+}
+
+fn write(node: &Node, indent: usize, style: Style, out: &mut String) {
+    let pad = " ".repeat(indent);
+    match node {
+        Node::Map(entries) => {
+            for (key, value) in entries {
+                out.push_str(&format!("{pad}{key}:"));
+                write_value(value, indent, style, out);
+            }
+        }
+        Node::Seq(items) => {
+            for item in items {
+                out.push_str(&format!("{pad}-"));
+                match item {
+                    Node::Map(entries) if !entries.is_empty() => {
+                        out.push(' ');
+                        let mut first = String::new();
+                        write(item, indent + 2, style, &mut first);
+                        out.push_str(first.trim_start_matches(' '));
+                    }
+                    other => write_value(other, indent, style, out),
+                }
+            }
+        }
+        other => {
+            out.push_str(&pad);
+            write_value(other, indent, style, out);
+        }
+    }
+}
+
+fn write_value(node: &Node, indent: usize, style: Style, out: &mut String) {
+    match node {
+        Node::Scalar(text) => {
+            out.push_str(&format!(" {text}"));
+            if style.comments {
+                out.push_str(" # note");
+            }
+            out.push('\n');
+        }
+        Node::Literal { lines, strip } => {
+            out.push_str(if *strip { " |-\n" } else { " |\n" });
+            let pad = " ".repeat(indent + style.step);
+            for line in lines {
+                if line.is_empty() {
+                    out.push('\n');
+                } else {
+                    out.push_str(&format!("{pad}{line}\n"));
+                }
+            }
+        }
+        Node::Seq(_) if style.indentless => {
+            out.push('\n');
+            if style.comments {
+                out.push_str("# between\n\n");
+            }
+            write(node, indent, style, out);
+        }
+        Node::Map(_) | Node::Seq(_) => {
+            out.push('\n');
+            write(node, indent + style.step, style, out);
+        }
+    }
+}
+
+/// A generated document: a tree written out in a style, and a damaged copy of it.
+fn documents() -> impl Strategy<Value = (String, String)> {
+    (
+        prop::collection::vec((key_text(), node()), 1..5),
+        1usize..4,
+        any::<bool>(),
+        any::<bool>(),
+        any::<prop::sample::Index>(),
+        prop::sample::select(vec!["", " ", "\n", "#", ":", "- ", "  ", "'", "|"]),
+    )
+        .prop_map(|(entries, step, indentless, comments, cut, insert)| {
+            let mut text = String::new();
+            let style = Style {
+                step,
+                indentless,
+                comments,
+            };
+            write(&Node::Map(entries), 0, style, &mut text);
+            let mut at = cut.index(text.len() + 1);
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            let mut damaged = text.clone();
+            damaged.insert_str(at, insert);
+            (text, damaged)
+        })
+}
+
+#[test]
+fn whatever_it_reads_the_full_reader_reads_the_same() {
+    use proptest::test_runner::{Config, TestRunner};
+    let cases = 4000;
+    let mut runner = TestRunner::new(Config {
+        cases,
+        ..Config::default()
+    });
+    let read_directly = std::cell::Cell::new(0u32);
+    runner
+        .run(&documents(), |(text, damaged)| {
+            let n = u32::from(agrees(&text)) + u32::from(agrees(&damaged));
+            read_directly.set(read_directly.get() + n);
+            Ok(())
+        })
+        .expect("the readers agree");
+    // The generator must reach the direct reader, not only what it leaves alone.
+    assert!(
+        read_directly.get() > cases / 4,
+        "only {} of {} documents read directly",
+        read_directly.get(),
+        cases * 2
+    );
+}
+
+#[test]
+fn sections_not_wanted_are_read_for_their_form_only() {
+    let text = "\
+rundir: /run/x
+local-data:
+  addresses:
+    a.example: 192.0.2.1
+    a.example: 192.0.2.1
+    yes: no
+  records: |
+    x.example. A 192.0.2.2
+logging:
+  level: debug
+";
+    let wanted = ["rundir", "logging", "management"];
+    assert_eq!(
+        super::read_sections(text, Some(&wanted)),
+        Some(json!({"rundir": "/run/x", "logging": {"level": "debug"}}))
+    );
+    // a wanted section is read as always: its duplicate leaves the document to the full reader
+    let twice = format!("{text}rundir: /run/y\n");
+    assert_eq!(super::read_sections(&twice, Some(&wanted)), None);
+    // and a section not wanted must still be in the form
+    let flow = text.replace("192.0.2.1\n    yes", "[192.0.2.1]\n    yes");
+    assert_eq!(super::read_sections(&flow, Some(&wanted)), None);
+}
