@@ -21,6 +21,7 @@ use super::responses::{ConfigConditions, ConfigDelete, ConfigDeleteAll, ConfigPa
 use super::ApiState;
 use crate::config::{self, LoadedConfig};
 use crate::etag::{etag, tag_list, tags_name};
+use crate::manager::handle::Base;
 use crate::manager::plan::Stage;
 use crate::manager::ChangeError;
 use crate::wire::change::DryRun;
@@ -402,13 +403,18 @@ async fn change(
         let tag = state.rendered.get(&current).etag.clone();
         let conditional = conditions.check(&tag, Access::Change)?;
         let doc = edit(&current.raw)?;
-        let model = config::validate(&doc, &state.validation).map_err(ApiError::Invalid)?;
-        let new_tag = etag(&doc);
+        let large = state.rendered.get(&current).json.len() > LARGE_DOCUMENT;
+        let (model, new_tag) = validate_and_tag(&doc, &state.validation, large);
+        let model = model.map_err(ApiError::Invalid)?;
         let loaded = LoadedConfig { raw: doc, model };
+        let base = Some(Base {
+            config: current,
+            tag,
+        });
         let outcome = if query.dry_run {
-            state.manager.dry_run(loaded, Some(tag)).await
+            state.manager.dry_run(loaded, base).await
         } else {
-            state.manager.apply(loaded, Some(tag)).await
+            state.manager.apply(loaded, base).await
         };
         match outcome {
             Ok(plan) if query.dry_run => {
@@ -429,6 +435,33 @@ async fn change(
         }
     }
     Err(ApiError::KeptChanging)
+}
+
+/// A configuration whose compact JSON is larger has its new ETag hashed on a thread of its own
+/// while it is validated (100,000 entries: ~20 ms each, on a machine's two cores at once).
+const LARGE_DOCUMENT: usize = 1 << 20;
+
+/// Validate `doc` and hash its ETag; for a `large` one both at once (they only read it).
+fn validate_and_tag(
+    doc: &Value,
+    ctx: &config::ValidationContext,
+    large: bool,
+) -> (Result<config::KresConfig, config::ValidationErrors>, String) {
+    if !large {
+        return (config::validate(doc, ctx), etag(doc));
+    }
+    std::thread::scope(|scope| {
+        let tagging = std::thread::Builder::new()
+            .name("etag".into())
+            .spawn_scoped(scope, || etag(doc));
+        let model = config::validate(doc, ctx);
+        // No thread to be had, or its hashing failed: hash here.
+        let tag = tagging
+            .ok()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_else(|| etag(doc));
+        (model, tag)
+    })
 }
 
 /// The ETag and compact JSON of one configuration version.

@@ -131,8 +131,19 @@ pub(crate) type Retype = fn(&str, &Map<String, Value>) -> Option<Ty>;
 /// Append one JSON-pointer segment.
 pub(crate) fn child_path(path: &str, segment: &str) -> String {
     let mut out = String::with_capacity(path.len() + 1 + segment.len());
+    set_child_path(&mut out, path, segment);
+    out
+}
+
+/// [`child_path`] into `out` (its old text replaced): one buffer serves a whole mapping.
+fn set_child_path(out: &mut String, path: &str, segment: &str) {
+    out.clear();
     out.push_str(path);
     out.push('/');
+    if !segment.contains(['~', '/']) {
+        out.push_str(segment);
+        return;
+    }
     for c in segment.chars() {
         match c {
             '~' => out.push_str("~0"),
@@ -140,7 +151,6 @@ pub(crate) fn child_path(path: &str, segment: &str) -> String {
             c => out.push(c),
         }
     }
-    out
 }
 
 /// How upstream hands a value to its type, which shows in messages ([`py_type`]).
@@ -548,8 +558,9 @@ fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
     };
     let mut errs = Vec::new();
     let mut out = Map::with_capacity(obj.len());
+    let mut p = String::new();
     for (k, val) in obj {
-        let p = child_path(path, k);
+        set_child_path(&mut p, path, k);
         // upstream unwraps the renaming dict first, so its values are plain containers (a key
         // is a string, whose type's name shows the same either way)
         let key = map_value(kt, &Value::String(k.clone()), Container::Plain, &p, ctx);

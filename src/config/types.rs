@@ -245,6 +245,17 @@ pub(crate) const DOMAIN_NAME_PATTERN: &str =
 impl DomainName {
     /// Parse and IDNA-encode a name.
     pub fn parse(s: &str) -> Result<Self, String> {
+        if is_plain_ascii_name(s) {
+            return Ok(DomainName {
+                raw: s.to_owned(),
+                punycode: s.to_owned(),
+            });
+        }
+        Self::parse_long(s)
+    }
+
+    /// [`DomainName::parse`] without the shortcut for plain ASCII names.
+    fn parse_long(s: &str) -> Result<Self, String> {
         let punycode = if s == "." {
             ".".to_owned()
         } else {
@@ -269,6 +280,22 @@ impl DomainName {
     }
 }
 string_backed!(DomainName);
+
+/// Whether `s` is a name both [`idna_encode`] and [`domain_pattern_matches`] take as it is:
+/// ASCII without a line feed, at most 253 characters (254 with the final dot), labels of 1 to 63
+/// characters that neither start nor end with `-`. One pass over the bytes; a name it refuses
+/// goes the long way (and gets that way's error).
+fn is_plain_ascii_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    let body = b.strip_suffix(b".").unwrap_or(b);
+    !body.is_empty()
+        && (b.len() <= 253 || (b.len() == 254 && b.ends_with(b".")))
+        && body.split(|&c| c == b'.').all(|label| {
+            matches!((label.first(), label.last()), (Some(&first), Some(&last)) if first != b'-' && last != b'-')
+                && label.len() <= 63
+                && label.iter().all(|&c| c.is_ascii() && c != b'\n')
+        })
+}
 
 /// Python's `str.encode("idna")` (IDNA 2003): ASCII input is only checked for empty/long labels;
 /// other input goes through IDNA processing label by label.
@@ -454,6 +481,23 @@ impl PinSha256 {
 string_backed!(PinSha256);
 
 /// Python's `ipaddress.ip_address` on a string: IPv4, or IPv6 with an optional `%scope`.
+/// `a` in dotted decimal appended to `out`: what its `Display` writes, without the formatting
+/// machinery (100,000 addresses are checked and rendered at a configuration's load).
+pub(crate) fn push_ipv4(out: &mut String, a: Ipv4Addr) {
+    for (i, octet) in a.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        if octet >= 100 {
+            out.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            out.push(char::from(b'0' + octet / 10 % 10));
+        }
+        out.push(char::from(b'0' + octet % 10));
+    }
+}
+
 pub(crate) fn parse_ip(s: &str) -> Option<IpAddr> {
     if let Ok(v4) = Ipv4Addr::from_str(s) {
         return Some(IpAddr::V4(v4));
@@ -859,6 +903,58 @@ mod tests {
             assert!(TimeUnit::parse(s).is_err(), "{s}");
         }
         assert_eq!(TimeUnit::parse("1s\n").map(|u| u.millis()), Ok(1000));
+    }
+
+    #[test]
+    fn ipv4_text_is_what_display_writes() {
+        use proptest::prelude::*;
+        proptest::test_runner::TestRunner::default()
+            .run(&any::<u32>(), |n| {
+                let a = Ipv4Addr::from(n);
+                let mut text = String::new();
+                push_ipv4(&mut text, a);
+                prop_assert_eq!(text, a.to_string());
+                Ok(())
+            })
+            .expect("the same text");
+        for a in [
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::BROADCAST,
+            Ipv4Addr::new(10, 0, 100, 9),
+        ] {
+            let mut text = String::new();
+            push_ipv4(&mut text, a);
+            assert_eq!(text, a.to_string());
+        }
+    }
+
+    #[test]
+    fn the_shortcut_for_plain_names_takes_only_what_the_long_way_takes_as_it_is() {
+        use proptest::prelude::*;
+        let mut runner = proptest::test_runner::TestRunner::default();
+        let short = std::cell::Cell::new(0u32);
+        runner
+            .run(
+                &prop_oneof![
+                    "(([a-c*_é-]{1,4}|-[a-c]|[a-c]-)\\.){0,5}[a-c\n-]{0,4}\\.{0,2}",
+                    "([ab]{1,64}\\.){3,5}[ab]{0,64}\\.?",
+                    "[a-c.\\-\n*é]{0,70}",
+                ],
+                |s| {
+                    if is_plain_ascii_name(&s) {
+                        short.set(short.get() + 1);
+                        let long = DomainName::parse_long(&s).map(|d| d.punycode);
+                        prop_assert_eq!(long, Ok(s.clone()));
+                    }
+                    Ok(())
+                },
+            )
+            .expect("the shortcut agrees");
+        assert!(
+            short.get() > 10,
+            "only {} names took the shortcut",
+            short.get()
+        );
     }
 
     #[test]

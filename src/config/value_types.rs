@@ -131,7 +131,11 @@ fn check_ipv4(v: &Value, container: Container, _: &Ctx) -> Result<Value, String>
         return Err(wrong_kind("IPv4 address", v, container));
     };
     match parse_ip(s) {
-        Some(std::net::IpAddr::V4(a)) if !s.contains('%') => Ok(Value::String(a.to_string())),
+        Some(std::net::IpAddr::V4(a)) if !s.contains('%') => {
+            let mut text = String::with_capacity(15);
+            super::types::push_ipv4(&mut text, a);
+            Ok(Value::String(text))
+        }
         _ => Err("failed to parse IPv4 address.".into()),
     }
 }

@@ -79,19 +79,35 @@ pub fn quote(s: &str) -> String {
 /// [`quote`] for arbitrary bytes.
 pub fn quote_bytes(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() + 2);
+    push_quoted(&mut out, bytes);
+    out
+}
+
+/// [`quote_bytes`] appended to `out`: runs of printable ASCII are copied whole.
+pub(crate) fn push_quoted(out: &mut String, bytes: &[u8]) {
     out.push('\'');
-    for &b in bytes {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let plain = rest
+            .iter()
+            .position(|&b| !(0x20..=0x7e).contains(&b) || b == b'\'' || b == b'\\')
+            .unwrap_or(rest.len());
+        if let Ok(run) = std::str::from_utf8(&rest[..plain]) {
+            out.push_str(run);
+        }
+        let Some((&b, after)) = rest[plain..].split_first() else {
+            break;
+        };
         match b {
             b'\'' => out.push_str("\\'"),
             b'\\' => out.push_str("\\\\"),
-            0x20..=0x7e => out.push(b as char),
             _ => {
                 let _ = write!(out, "\\{b:03}");
             }
         }
+        rest = after;
     }
     out.push('\'');
-    out
 }
 
 /// [`quote`] for paths: their bytes, exactly (a path need not be UTF-8).

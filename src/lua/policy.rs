@@ -2,7 +2,9 @@
 //! rebuilds the rules DB (views, local data, forwarding) and quits.
 
 use super::sections::{self, Defer};
-use super::{boolean, line, quote, quote_display, quote_path, string_table, RenderContext};
+use super::{
+    boolean, line, push_quoted, quote, quote_display, quote_path, string_table, RenderContext,
+};
 use crate::config::types::{IdPattern, TimeUnit};
 use crate::config::{
     KresConfig, RpzLog, RpzSchema, RuleSchema, SubtreeKind, ViewAnswer, ViewProtocol, ViewSchema,
@@ -160,16 +162,41 @@ struct RuleValues<'a> {
     tags: Option<&'a [IdPattern]>,
 }
 
-fn local_address(out: &mut String, name: &str, addr: std::net::IpAddr, v: &RuleValues<'_>) {
-    line!(
-        out,
-        "assert(C.kr_rule_local_address({}, {}, {}, {}, {}, C.KR_RULE_OPTS_DEFAULT) == 0)",
-        quote(name),
-        quote_display(addr),
-        boolean(v.nodata),
-        ttl(v.ttl),
-        tagset(v.tags)
-    );
+/// A run of `kr_rule_local_address` statements sharing their rule values: the arguments after
+/// the name and the address are rendered once, not once an address.
+struct LocalAddresses {
+    tail: String,
+    addr: String,
+}
+
+impl LocalAddresses {
+    fn new(v: &RuleValues<'_>) -> Self {
+        LocalAddresses {
+            tail: format!(
+                ", {}, {}, {}, C.KR_RULE_OPTS_DEFAULT) == 0)\n",
+                boolean(v.nodata),
+                ttl(v.ttl),
+                tagset(v.tags)
+            ),
+            addr: String::new(),
+        }
+    }
+
+    fn push(&mut self, out: &mut String, name: &str, addr: std::net::IpAddr) {
+        use std::fmt::Write as _;
+        self.addr.clear();
+        match addr {
+            std::net::IpAddr::V4(a) => crate::config::types::push_ipv4(&mut self.addr, a),
+            std::net::IpAddr::V6(a) => {
+                let _ = write!(self.addr, "{a}");
+            }
+        }
+        out.push_str("assert(C.kr_rule_local_address(");
+        push_quoted(out, name.as_bytes());
+        out.push_str(", ");
+        push_quoted(out, self.addr.as_bytes());
+        out.push_str(&self.tail);
+    }
 }
 
 fn local_hosts(out: &mut String, file: &std::path::Path, v: &RuleValues<'_>) {
@@ -253,9 +280,10 @@ fn rule(out: &mut String, item: &RuleSchema, defaults: &RuleValues<'_>) {
         tags: item.tags.as_deref(),
     };
     if let Some(names) = item.name.as_deref().filter(|n| !n.is_empty()) {
+        let mut addresses = LocalAddresses::new(&v);
         for name in names {
             for addr in item.address.iter().flatten() {
-                local_address(out, name.punycode(), *addr, &v);
+                addresses.push(out, name.punycode(), *addr);
             }
             if let Some(kind) = item.subtree {
                 local_subtree(out, name.punycode(), kind, &v);
@@ -317,10 +345,11 @@ fn local_data(out: &mut String, cfg: &KresConfig) {
     };
     line!(out, "modules = {{ 'hints > iterate' }}");
     let mut chunk = Chunk::default();
+    let mut addresses = LocalAddresses::new(&defaults);
     for (name, addrs) in ld.addresses.iter().flatten() {
         for addr in addrs {
             chunk.statement(out);
-            local_address(out, name.punycode(), *addr, &defaults);
+            addresses.push(out, name.punycode(), *addr);
         }
     }
     chunk.end(out);

@@ -36,22 +36,37 @@ pub type ChangeResult = Result<ChangePlan, ChangeError>;
 /// Where the manager sends the outcome of a command.
 pub type ChangeReply = oneshot::Sender<ChangeResult>;
 
+/// The configuration a change was computed from: the version read, and its ETag.
+#[derive(Debug, Clone)]
+pub struct Base {
+    pub config: Arc<LoadedConfig>,
+    pub tag: String,
+}
+
+impl Base {
+    /// Whether `running` is still this base: the same version (no document hashed), or one
+    /// with the same ETag (files reloaded unchanged).
+    pub fn is(&self, running: &Arc<LoadedConfig>) -> bool {
+        Arc::ptr_eq(&self.config, running) || crate::etag::etag(&running.raw) == self.tag
+    }
+}
+
 /// Requests to the manager task. Public so that tests can stand in for the manager.
 #[derive(Debug)]
 pub enum ManagerCommand {
-    /// Apply a validated configuration (API PUT/PATCH/DELETE). `base` is the ETag of the
-    /// document the change was computed from; if the current one differs, nothing happens and
-    /// the reply is `Conflict`.
+    /// Apply a validated configuration (API PUT/PATCH/DELETE). `base` is the configuration
+    /// the change was computed from; if the current one differs, nothing happens and the reply
+    /// is `Conflict`.
     Apply {
         config: Box<LoadedConfig>,
-        base: Option<String>,
+        base: Option<Base>,
         reply: ChangeReply,
     },
     /// Everything `Apply` does before it changes anything (plan, sockets bound, the canary),
     /// then nothing: the reply is the plan an `Apply` would carry out now.
     DryRun {
         config: Box<LoadedConfig>,
-        base: Option<String>,
+        base: Option<Base>,
         reply: ChangeReply,
     },
     /// Re-read the configuration files given on the command line and apply them.
@@ -116,7 +131,7 @@ impl ManagerHandle {
     }
 
     /// What applying `config` would do, proven as far as it can be without changing anything.
-    pub async fn dry_run(&self, config: LoadedConfig, base: Option<String>) -> ChangeResult {
+    pub async fn dry_run(&self, config: LoadedConfig, base: Option<Base>) -> ChangeResult {
         self.ask(|reply| ManagerCommand::DryRun {
             config: Box::new(config),
             base,
@@ -125,8 +140,8 @@ impl ManagerHandle {
         .await
     }
 
-    /// Apply `config`, unless the running configuration's ETag is no longer `base`.
-    pub async fn apply(&self, config: LoadedConfig, base: Option<String>) -> ChangeResult {
+    /// Apply `config`, unless the running configuration is no longer `base`.
+    pub async fn apply(&self, config: LoadedConfig, base: Option<Base>) -> ChangeResult {
         self.ask(|reply| ManagerCommand::Apply {
             config: Box::new(config),
             base,

@@ -11,7 +11,7 @@ use supervisor::SupervisorHandle;
 use tokio::sync::{mpsc, watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
-use super::handle::{ChangeError, ChangeResult, ManagerCommand};
+use super::handle::{Base, ChangeError, ChangeResult, ManagerCommand};
 use super::listen::{SocketOwner, SocketTable};
 use super::plan::{ChangePlan, Restart, Stage};
 use super::repairs::{GaveUp, Repairs};
@@ -178,7 +178,7 @@ async fn change(
     ctx: &ManagerContext,
     manager: &mut Manager,
     config: LoadedConfig,
-    base: Option<String>,
+    base: Option<Base>,
 ) -> ChangeResult {
     let result = match current(manager, base) {
         Ok(()) => {
@@ -192,7 +192,7 @@ async fn change(
 }
 
 /// What applying `config` would do, unless another configuration than `base` runs by now.
-async fn dry_run(manager: &Manager, config: &LoadedConfig, base: Option<String>) -> ChangeResult {
+async fn dry_run(manager: &Manager, config: &LoadedConfig, base: Option<Base>) -> ChangeResult {
     current(manager, base)?;
     Ok(manager.dry_run(config).await?)
 }
@@ -249,10 +249,9 @@ async fn renew(
 }
 
 /// `Conflict` when the change was computed from `base`, which is no longer what runs.
-fn current(manager: &Manager, base: Option<String>) -> Result<(), ChangeError> {
-    let running = crate::etag::etag(&manager.config().raw);
+fn current(manager: &Manager, base: Option<Base>) -> Result<(), ChangeError> {
     match base {
-        Some(base) if base != running => Err(ChangeError::Conflict),
+        Some(base) if !base.is(&manager.config()) => Err(ChangeError::Conflict),
         _ => Ok(()),
     }
 }
@@ -420,7 +419,10 @@ mod tests {
     async fn a_change_computed_from_another_configuration_is_a_conflict_and_no_event() {
         let mut world = World::new("conflict").await;
         let running = world.handle.config();
-        let base = Some("\"not-the-running-one\"".to_owned());
+        let base = Some(Base {
+            config: Arc::new((*running).clone()),
+            tag: "\"not-the-running-one\"".to_owned(),
+        });
         let applied = world.handle.apply((*running).clone(), base.clone()).await;
         assert!(matches!(applied, Err(ChangeError::Conflict)), "{applied:?}");
         let dry = world.handle.dry_run((*running).clone(), base).await;
@@ -434,7 +436,10 @@ mod tests {
         let mut world = World::new("immutable").await;
         let moved = write_config(&world.dir.join("elsewhere"));
         let running = world.handle.config();
-        let base = Some(crate::etag::etag(&running.raw));
+        let base = Some(Base {
+            tag: crate::etag::etag(&running.raw),
+            config: running.clone(),
+        });
         let result = world.handle.apply(moved, base).await;
         assert!(
             matches!(result, Err(ChangeError::Apply(ApplyError::Immutable(_)))),

@@ -35,10 +35,7 @@ pub(super) fn read(text: &str) -> Option<Value> {
 /// the others are read for their form alone (whether the full reader would accept them is
 /// left to whoever reads the whole document).
 pub(super) fn read_sections(text: &str, wanted: Option<&[&str]>) -> Option<Value> {
-    if !text
-        .bytes()
-        .all(|b| b == b'\n' || (b' '..=b'~').contains(&b))
-    {
+    if !printable_ascii(text.as_bytes()) {
         return None;
     }
     let mut reader = Reader {
@@ -48,6 +45,7 @@ pub(super) fn read_sections(text: &str, wanted: Option<&[&str]>) -> Option<Value
         spent: Size::default(),
         wanted,
         skipping: false,
+        peeked: None,
     };
     let first = reader.peek()?;
     if first.indent != 0 {
@@ -59,6 +57,17 @@ pub(super) fn read_sections(text: &str, wanted: Option<&[&str]>) -> Option<Value
         return None;
     }
     Some(Value::Object(map))
+}
+
+/// Whether every byte is printable ASCII or a line feed. Chunks are checked without an early
+/// exit, so the loop runs many bytes a step.
+fn printable_ascii(bytes: &[u8]) -> bool {
+    let bad = |b: u8| b >= 0x7f || (b < b' ' && b != b'\n');
+    let mut chunks = bytes.chunks_exact(64);
+    let clean = chunks
+        .by_ref()
+        .all(|chunk| !chunk.iter().fold(false, |acc, &b| acc | bad(b)));
+    clean && !chunks.remainder().iter().any(|&b| bad(b))
 }
 
 /// A line that carries structure (not blank, not a comment).
@@ -85,6 +94,8 @@ struct Reader<'a> {
     wanted: Option<&'a [&'a str]>,
     /// Whether the value being read is one of those others.
     skipping: bool,
+    /// The last line `peek` found, and the `pos` it was found from.
+    peeked: Option<(usize, Option<Line<'a>>)>,
 }
 
 impl<'a> Reader<'a> {
@@ -98,10 +109,22 @@ impl<'a> Reader<'a> {
     }
 
     /// The next line that carries structure, without taking it.
-    fn peek(&self) -> Option<Line<'a>> {
+    fn peek(&mut self) -> Option<Line<'a>> {
         if let Some(line) = self.inline {
             return Some(line);
         }
+        if let Some((at, line)) = self.peeked {
+            if at == self.pos {
+                return line;
+            }
+        }
+        let line = self.find_line();
+        self.peeked = Some((self.pos, line));
+        line
+    }
+
+    /// The first line from `pos` on that carries structure.
+    fn find_line(&self) -> Option<Line<'a>> {
         let mut pos = self.pos;
         loop {
             let (raw, next) = self.raw_line(pos)?;
@@ -390,15 +413,21 @@ fn plain_scalar(text: &str) -> Option<&str> {
         | b'|' | b'>' | b'\'' | b'"' | b'%' | b'@' | b'`' => return None,
         _ => {}
     }
-    let scalar = match text.find(" #") {
-        Some(comment) => &text[..comment],
-        None => text,
+    // One pass: the scalar ends at a comment; `: ` (or a final `:`) and flow indicators
+    // leave the line to the full reader.
+    let mut end = bytes.len();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'#' if i > 0 && bytes[i - 1] == b' ' => {
+                end = i;
+                break;
+            }
+            b':' if matches!(bytes.get(i + 1), None | Some(b' ')) => return None,
+            b'[' | b']' | b'{' | b'}' | b',' => return None,
+            _ => {}
+        }
     }
-    .trim_end_matches(' ');
-    if scalar.contains(": ") || scalar.ends_with(':') || scalar.contains(['[', ']', '{', '}', ','])
-    {
-        return None;
-    }
+    let scalar = text[..end].trim_end_matches(' ');
     Some(scalar)
 }
 

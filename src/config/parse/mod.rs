@@ -767,6 +767,16 @@ fn resolve_scalar(text: String, style: TScalarStyle, tag: Option<&Tag>) -> Resul
     if style != TScalarStyle::Plain {
         return Ok(Value::String(text));
     }
+    // Every implicit type but text (null, booleans, numbers, timestamps, `.inf`, `<<`, `=`)
+    // starts with a sign, a digit, a dot, one of these letters or a symbol: most names and
+    // words are text at once.
+    if text
+        .as_bytes()
+        .first()
+        .is_some_and(|c| c.is_ascii_alphabetic() && !b"nNtTfFyYoO".contains(c))
+    {
+        return Ok(Value::String(text));
+    }
     if text == "<<" {
         // PyYAML resolves `<<` to the merge tag, which upstream's loader cannot construct
         return Err(format!(

@@ -510,9 +510,17 @@ async fn keep_config(
 ) {
     loop {
         let current = config.borrow_and_update().clone();
-        // The same bytes `GET /v1/config` serves: rendered once per version, for both.
-        let stored =
-            supervisor::os::sealed_memfd("knot-resolver-config", &rendered.get(&current).json);
+        // The same bytes `GET /v1/config` serves: rendered once per version, for both. Off
+        // the runtime's thread: a large configuration takes tens of milliseconds, which the
+        // API's answers (that of the change just made among them) must not wait for.
+        let version = {
+            let rendered = rendered.clone();
+            tokio::task::spawn_blocking(move || rendered.get(&current)).await
+        };
+        let stored = match version {
+            Ok(version) => supervisor::os::sealed_memfd("knot-resolver-config", &version.json),
+            Err(e) => Err(std::io::Error::other(e)),
+        };
         match stored {
             Ok(fd) => {
                 if let Err(e) = parent.store(STORED_CONFIG, &fd).await {
