@@ -470,10 +470,12 @@ pub struct Rendered {
     pub json: axum::body::Bytes,
 }
 
-/// The configuration version a [`Rendered`] belongs to, and the rendering.
-type RenderedEntry = (Arc<LoadedConfig>, Arc<Rendered>);
+/// The configuration version a [`Rendered`] belongs to, and its rendering once made.
+type RenderedEntry = (Arc<LoadedConfig>, Arc<std::sync::OnceLock<Arc<Rendered>>>);
 
-/// Memo of [`Rendered`] for the latest configuration, keyed by its `Arc`.
+/// Memo of [`Rendered`] for the latest configuration, keyed by its `Arc`. A version is
+/// rendered once: whoever asks while it is being rendered (the first `GET` right after a
+/// start, while the copy kept in the root is made) waits for that rendering.
 #[derive(Clone, Default)]
 pub struct RenderedCache {
     inner: Arc<std::sync::Mutex<Option<RenderedEntry>>>,
@@ -481,21 +483,26 @@ pub struct RenderedCache {
 
 impl RenderedCache {
     pub fn get(&self, config: &Arc<LoadedConfig>) -> Arc<Rendered> {
-        if let Ok(guard) = self.inner.lock() {
-            if let Some((c, r)) = guard.as_ref() {
-                if Arc::ptr_eq(c, config) {
-                    return r.clone();
+        let slot = match self.inner.lock() {
+            Ok(mut guard) => match guard.as_ref() {
+                Some((c, slot)) if Arc::ptr_eq(c, config) => slot.clone(),
+                _ => {
+                    let slot = Arc::new(std::sync::OnceLock::new());
+                    *guard = Some((config.clone(), slot.clone()));
+                    slot
                 }
-            }
-        }
-        let rendered = Arc::new(Rendered {
-            etag: etag(&config.raw),
-            json: axum::body::Bytes::from(serde_json::to_vec(&config.raw).unwrap_or_default()),
-        });
-        if let Ok(mut guard) = self.inner.lock() {
-            *guard = Some((config.clone(), rendered.clone()));
-        }
-        rendered
+            },
+            Err(_) => Arc::new(std::sync::OnceLock::new()),
+        };
+        slot.get_or_init(|| {
+            Arc::new(Rendered {
+                etag: etag(&config.raw),
+                json: axum::body::Bytes::from(
+                    serde_json::to_vec(&config.raw).unwrap_or_default(),
+                ),
+            })
+        })
+        .clone()
     }
 }
 

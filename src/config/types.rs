@@ -285,7 +285,7 @@ string_backed!(DomainName);
 /// ASCII without a line feed, at most 253 characters (254 with the final dot), labels of 1 to 63
 /// characters that neither start nor end with `-`. One pass over the bytes; a name it refuses
 /// goes the long way (and gets that way's error).
-fn is_plain_ascii_name(s: &str) -> bool {
+pub(crate) fn is_plain_ascii_name(s: &str) -> bool {
     let b = s.as_bytes();
     let body = b.strip_suffix(b".").unwrap_or(b);
     !body.is_empty()

@@ -14,7 +14,7 @@ use super::engine::{
     ValueType,
 };
 use super::types::{
-    check_ipv6_network96, parse_ip, parse_ipv6, DomainName, IdPattern, InterfaceOptionalPort,
+    check_ipv6_network96, is_plain_ascii_name, parse_ip, parse_ipv6, DomainName, IdPattern, InterfaceOptionalPort,
     IpAddressEm, IpAddressOptionalPort, IpAddressPort, IpNetwork, PinSha256, SizeUnit, TimeUnit,
     DOMAIN_NAME_PATTERN, ID_PATTERN, PIN_SHA256_PATTERN,
 };
@@ -76,12 +76,20 @@ pub(crate) static ESCAPED_STR_32B: ValueType = ValueType {
     schema: || json!({"type": "string", "minLength": 32}),
 };
 
-str_type!(
-    DOMAIN_NAME,
-    "DomainName",
-    DomainName,
-    || json!({"type": "string", "pattern": DOMAIN_NAME_PATTERN})
-);
+/// `types.DomainName`, as [`str_type!`] makes it, but a plain ASCII name (nearly every
+/// name of a large `local-data.addresses`) is taken without making a [`DomainName`].
+fn check_domain_name(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
+    let s = str_base(v, container, "DomainName")?;
+    if !is_plain_ascii_name(&s) {
+        DomainName::parse(&s)?;
+    }
+    Ok(Value::String(s))
+}
+pub(crate) static DOMAIN_NAME: ValueType = ValueType {
+    class: "types.DomainName",
+    check: check_domain_name,
+    schema: || json!({"type": "string", "pattern": DOMAIN_NAME_PATTERN}),
+};
 
 str_type!(
     ID_PATTERN_TYPE,
