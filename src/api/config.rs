@@ -497,9 +497,7 @@ impl RenderedCache {
         slot.get_or_init(|| {
             Arc::new(Rendered {
                 etag: etag(&config.raw),
-                json: axum::body::Bytes::from(
-                    serde_json::to_vec(&config.raw).unwrap_or_default(),
-                ),
+                json: axum::body::Bytes::from(serde_json::to_vec(&config.raw).unwrap_or_default()),
             })
         })
         .clone()

@@ -508,12 +508,17 @@ async fn keep_config(
     mut config: watch::Receiver<Arc<LoadedConfig>>,
     rendered: api::config::RenderedCache,
 ) {
+    let mut first = true;
     loop {
         let current = config.borrow_and_update().clone();
-        // The same bytes `GET /v1/config` serves: rendered once per version, for both. Off
-        // the runtime's thread: a large configuration takes tens of milliseconds, which the
-        // API's answers (that of the change just made among them) must not wait for.
-        let version = {
+        // The same bytes `GET /v1/config` serves: rendered once per version, for both. The
+        // first version right here (the first request after READY would make it anyway);
+        // a changed one off the runtime's thread: a large configuration takes tens of
+        // milliseconds, which the answer to the change just made must not wait for.
+        let version = if first {
+            first = false;
+            Ok(rendered.get(&current))
+        } else {
             let rendered = rendered.clone();
             tokio::task::spawn_blocking(move || rendered.get(&current)).await
         };
