@@ -141,6 +141,11 @@ fn a_failing_policy_loader_is_a_clear_startup_error() {
     );
     let text = r.launched.output.text();
     assert!(text.contains("policy-loader failed"), "output:\n{text}");
+    assert_nothing_started(&r);
+}
+
+/// What a failed start leaves: no process of the tree, and no READY sent.
+fn assert_nothing_started(r: &common::Resolver) {
     assert!(
         r.launched.tree().is_empty(),
         "processes left: {:?}",
@@ -166,18 +171,7 @@ fn an_invalid_section_the_root_does_not_read_is_a_clear_startup_error() {
     let text = r.launched.output.text();
     assert_eq!(status.code(), Some(1), "output:\n{text}");
     assert!(text.contains("/dns64/prefix"), "output:\n{text}");
-    assert!(
-        r.launched.tree().is_empty(),
-        "processes left: {:?}",
-        r.launched.tree()
-    );
-    assert!(
-        !r.notify
-            .received
-            .iter()
-            .any(|m| m.lines().any(|l| l == "READY=1")),
-        "no READY on failure"
-    );
+    assert_nothing_started(&r);
 }
 
 #[test]

@@ -20,6 +20,9 @@ pub fn render_policy_loader(cfg: &KresConfig) -> String {
 /// matter: the policy-loader listens nowhere).
 pub fn render_policy_loader_with(cfg: &KresConfig, ctx: &RenderContext) -> String {
     let mut out = sections::generated_header();
+    // Room for the local data made up front: 100,000 addresses are ~10 MB of statements,
+    // which growing by doubling would copy several times over.
+    out.reserve(local_data_size(cfg));
     if !cfg.lua.policy_script_only {
         sections::ffi(&mut out);
         sections::logging(&mut out, cfg, "policy-loader");
@@ -334,6 +337,14 @@ impl Chunk {
             line!(out, "end)() end");
         }
     }
+}
+
+/// About how many bytes [`local_data`] writes (a hint: more or less is fine).
+fn local_data_size(cfg: &KresConfig) -> usize {
+    let ld = &cfg.local_data;
+    let addresses: usize = ld.addresses.iter().flatten().map(|(_, a)| a.len()).sum();
+    let records = ld.records.as_deref().map_or(0, str::len);
+    addresses * 112 + records + records / 4 + ld.rules.as_ref().map_or(0, Vec::len) * 160
 }
 
 fn local_data(out: &mut String, cfg: &KresConfig) {
