@@ -400,10 +400,11 @@ async fn change(
     } = request;
     for _ in 0..CONFLICT_RETRIES {
         let current = state.manager.config();
-        let tag = state.rendered.get(&current).etag.clone();
+        let rendered = state.rendered.get(&current);
+        let tag = rendered.etag.clone();
         let conditional = conditions.check(&tag, Access::Change)?;
         let doc = edit(&current.raw)?;
-        let large = state.rendered.get(&current).json.len() > LARGE_DOCUMENT;
+        let large = rendered.json.len() > LARGE_DOCUMENT;
         let (model, new_tag) = validate_and_tag(&doc, &state.validation, large);
         let model = model.map_err(ApiError::Invalid)?;
         let loaded = LoadedConfig { raw: doc, model };

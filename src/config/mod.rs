@@ -376,12 +376,11 @@ pub fn load_root_view(
         _ => Map::new(),
     };
     raw.retain(|k, _| model::ROOT_VIEW.contains(&k.as_str()));
-    let ctx = ConfigSource {
-        files: paths.to_vec(),
+    let ctx = ValidationContext {
+        resolve_root: resolve_root_of(paths),
         checks,
         logtarget_arg,
-    }
-    .context();
+    };
     let normalized = model::normalize_root_view(&raw, &ctx).map_err(reported)?;
     serde_json::from_value(normalized).map_err(|e| ValidationErrors(vec![not_the_model(&e)]).into())
 }

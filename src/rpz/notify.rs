@@ -546,20 +546,51 @@ mod tests {
         assert_eq!(noise.suppressed, 0);
     }
 
+    /// A listener on 127.0.0.1 for `open.rpz` from `primary`, serving.
+    struct Serving {
+        addr: SocketAddr,
+        accepted: mpsc::Receiver<Notified>,
+        stop: CancellationToken,
+        served: tokio::task::JoinHandle<()>,
+    }
+
+    impl Serving {
+        async fn start(primary: &str) -> Serving {
+            let zone = NotifyZone {
+                zone: "open.rpz".to_owned(),
+                primaries: vec![primary.parse().unwrap()],
+                key: None,
+            };
+            let listener = NotifyListener::bind("127.0.0.1:0".parse().unwrap(), vec![zone])
+                .await
+                .unwrap();
+            let (tx, accepted) = mpsc::channel(4);
+            let stop = CancellationToken::new();
+            Serving {
+                addr: listener.local_addr().unwrap(),
+                accepted,
+                served: tokio::spawn(listener.serve(tx, stop.clone())),
+                stop,
+            }
+        }
+
+        async fn stop(self) {
+            self.stop.cancel();
+            self.served.await.unwrap();
+        }
+    }
+
+    /// `message` with its TCP length prefix.
+    fn framed(message: &[u8]) -> Vec<u8> {
+        let mut framed = u16::try_from(message.len()).unwrap().to_be_bytes().to_vec();
+        framed.extend_from_slice(message);
+        framed
+    }
+
     #[tokio::test]
     async fn notify_is_heard_over_udp_and_tcp_on_one_address() {
-        let zone = NotifyZone {
-            zone: "open.rpz".to_owned(),
-            primaries: vec!["127.0.0.1".parse().unwrap()],
-            key: None,
-        };
-        let listener = NotifyListener::bind("127.0.0.1:0".parse().unwrap(), vec![zone])
-            .await
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, mut rx) = mpsc::channel(4);
-        let stop = CancellationToken::new();
-        let served = tokio::spawn(listener.serve(tx, stop.clone()));
+        let mut serving = Serving::start("127.0.0.1").await;
+        let (addr, rx) = (serving.addr, &mut serving.accepted);
         let (request, _) = notify("open.rpz.", Opcode::NOTIFY, None);
 
         let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -571,9 +602,7 @@ mod tests {
         assert_eq!(rx.recv().await.unwrap().from, udp.local_addr().unwrap());
 
         let mut tcp = TcpStream::connect(addr).await.unwrap();
-        let mut framed = u16::try_from(request.len()).unwrap().to_be_bytes().to_vec();
-        framed.extend_from_slice(&request);
-        tcp.write_all(&framed).await.unwrap();
+        tcp.write_all(&framed(&request)).await.unwrap();
         let answer = read_message(&mut tcp).await.unwrap().unwrap();
         let answer = Message::from_octets(answer).unwrap();
         assert_eq!(answer.header().id(), 4711);
@@ -585,26 +614,14 @@ mod tests {
         // An oversized message closes the connection.
         tcp.write_all(&[0xff, 0xff]).await.unwrap();
         assert_eq!(read_message(&mut tcp).await.unwrap(), None);
-
-        stop.cancel();
-        served.await.unwrap();
+        serving.stop().await;
     }
 
     #[tokio::test]
     async fn idle_connections_from_no_primary_keep_no_place_from_the_primaries() {
         // The primary is 127.0.0.2; the hostile client connects from 127.0.0.1.
-        let zone = NotifyZone {
-            zone: "open.rpz".to_owned(),
-            primaries: vec!["127.0.0.2".parse().unwrap()],
-            key: None,
-        };
-        let listener = NotifyListener::bind("127.0.0.1:0".parse().unwrap(), vec![zone])
-            .await
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, mut rx) = mpsc::channel(4);
-        let stop = CancellationToken::new();
-        let served = tokio::spawn(listener.serve(tx, stop.clone()));
+        let mut serving = Serving::start("127.0.0.2").await;
+        let addr = serving.addr;
         // Twice as many idle connections as there are places, all queued before the
         // primary's: were they held, the primary's would find none and be closed unanswered.
         let mut idle = Vec::new();
@@ -615,14 +632,11 @@ mod tests {
         socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
         let mut primary = socket.connect(addr).await.unwrap();
         let (request, _) = notify("open.rpz.", Opcode::NOTIFY, None);
-        let mut framed = u16::try_from(request.len()).unwrap().to_be_bytes().to_vec();
-        framed.extend_from_slice(&request);
-        primary.write_all(&framed).await.unwrap();
+        primary.write_all(&framed(&request)).await.unwrap();
         let answer = read_message(&mut primary).await.unwrap().unwrap();
         let answer = Message::from_octets(answer).unwrap();
         assert_eq!(answer.header().rcode(), Rcode::NOERROR);
-        assert_eq!(rx.recv().await.unwrap().zone, "open.rpz");
-        stop.cancel();
-        served.await.unwrap();
+        assert_eq!(serving.accepted.recv().await.unwrap().zone, "open.rpz");
+        serving.stop().await;
     }
 }

@@ -103,6 +103,25 @@ fn gives_up_on_what_it_does_not_read() {
 }
 
 #[test]
+fn a_deep_document_is_left_to_the_full_reader_without_deep_recursion() {
+    // 1,000 levels of block mappings: the direct reader stops at its depth bound, the full
+    // reader refuses the document at its own; neither recurses a level at a time (a small
+    // stack is proof).
+    let mut text = String::new();
+    for level in 0..1000 {
+        text.push_str(&" ".repeat(level));
+        text.push_str("k:\n");
+    }
+    let outcome = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || (read(&text), full(&text)))
+        .expect("thread")
+        .join()
+        .expect("no overflow");
+    assert_eq!(outcome, (None, None));
+}
+
+#[test]
 fn the_projects_own_configurations_agree() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
