@@ -6,7 +6,9 @@
 
 pub mod api;
 pub mod cache_clear;
-pub mod config;
+/// The configuration (its own crate, `config/`, built for speed: it parses and validates
+/// documents of many megabytes).
+pub use kres_config as config;
 pub mod control;
 pub mod daemon;
 pub mod etag;

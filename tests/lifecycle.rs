@@ -165,13 +165,28 @@ fn assert_nothing_started(r: &common::Resolver) {
 /// exit 1, the error naming its path, nothing left running, no READY.
 #[test]
 fn an_invalid_section_the_root_does_not_read_is_a_clear_startup_error() {
-    let setup = Setup::new("bad-section").extra("dns64:\n  prefix: not-a-prefix\n");
-    let mut r = common::launch(&setup).expect("launch");
-    let status = r.launched.wait(START_TIMEOUT).expect("daemon exits");
-    let text = r.launched.output.text();
-    assert_eq!(status.code(), Some(1), "output:\n{text}");
-    assert!(text.contains("/dns64/prefix"), "output:\n{text}");
-    assert_nothing_started(&r);
+    // The root passes over the sections it does not read: an invalid value there, or a
+    // syntax error (a duplicate key), stops the start all the same, with the error named.
+    for (name, section, error) in [
+        (
+            "bad-section",
+            "dns64:\n  prefix: not-a-prefix\n",
+            "/dns64/prefix",
+        ),
+        (
+            "bad-syntax",
+            "dns64:\n  prefix: 64:ff9b::/96\n  prefix: 64:ff9b::/96\n",
+            "duplicate key",
+        ),
+    ] {
+        let setup = Setup::new(name).extra(section);
+        let mut r = common::launch(&setup).expect("launch");
+        let status = r.launched.wait(START_TIMEOUT).expect("daemon exits");
+        let text = r.launched.output.text();
+        assert_eq!(status.code(), Some(1), "{name}: output:\n{text}");
+        assert!(text.contains(error), "{name}: output:\n{text}");
+        assert_nothing_started(&r);
+    }
 }
 
 #[test]

@@ -79,6 +79,9 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
         .into_iter()
         .map(|p| std::path::absolute(&p).unwrap_or(p))
         .collect();
+    // A large configuration's start allocates in one burst: its heap is made ready on the
+    // second core meanwhile.
+    let heap = supervisor::os::prefault_heap(crate::config::load_heap_bytes(&files));
     let settings = Settings {
         watched: match invocation.watch_config {
             WatchConfig::On => ConfigFiles::Watched(files.clone()),
@@ -95,6 +98,7 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
         api_groups: invocation.api_groups,
         logging,
         began,
+        heap,
     };
     crate::block_on("knot-resolver manager", async move {
         let parent = match restore::connect(link).await {

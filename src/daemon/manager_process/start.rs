@@ -61,6 +61,9 @@ pub struct Settings {
     pub logging: Option<&'static Logging>,
     /// When the process began, for the start-up's duration in the log.
     pub began: std::time::Instant,
+    /// The heap made ready for a large configuration's start (its load, rendering and
+    /// policy-loader run), until serving begins.
+    pub heap: supervisor::os::HeapPrefault,
 }
 
 /// Why the manager process could not start.
@@ -122,6 +125,7 @@ struct ToServe {
     api: ApiState,
     /// The RPZ zones the start transferred, told to the event log by their tasks.
     transferred: FirstTransfers,
+    heap: supervisor::os::HeapPrefault,
 }
 
 /// What the start checked in the environment: the workers' user, the API's guard.
@@ -274,6 +278,7 @@ impl Running {
             management,
             api,
             transferred,
+            heap: settings.heap,
         };
         let running = Running {
             parent,
@@ -367,6 +372,7 @@ impl Running {
         upward.ready(&task::ready_status(&self.handle.config()));
         // Start-up's temporary allocations (the first configuration's parse, validation and
         // rendering, the API's route table) are freed by now: give their pages back.
+        drop(to_serve.heap);
         supervisor::os::release_free_heap();
         Ok(())
     }

@@ -122,13 +122,13 @@ pub(super) fn de_addresses<'de, D: serde::Deserializer<'de>>(
     Ok(Option::<PairsInOrder>::deserialize(d)?.map(|pairs| pairs.0))
 }
 
-/// The pairs of an `addresses` mapping, read entry by entry (no mapping is built to be
-/// walked once).
+/// The pairs of an `addresses` mapping, in document order (normalized as `[name, addresses]`
+/// pairs: `Ty::Dict`).
 struct PairsInOrder(AddressPairs);
 
 impl<'de> Deserialize<'de> for PairsInOrder {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(PairsInOrder(Vec::new()))
+        d.deserialize_seq(PairsInOrder(Vec::new()))
     }
 }
 
@@ -136,16 +136,14 @@ impl<'de> serde::de::Visitor<'de> for PairsInOrder {
     type Value = PairsInOrder;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a map")
+        f.write_str("a list of [name, addresses] pairs")
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<Self, A::Error> {
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<Self, A::Error> {
         use serde::de::Error;
-        self.0.reserve(map.size_hint().unwrap_or(0));
-        while let Some((name, addrs)) = map.next_entry::<String, Value>()? {
+        self.0.reserve(seq.size_hint().unwrap_or(0));
+        while let Some((name, addrs)) = seq.next_element::<(String, Vec<std::net::IpAddr>)>()? {
             let name = DomainName::parse(&name).map_err(A::Error::custom)?;
-            let addrs: Vec<std::net::IpAddr> =
-                serde_json::from_value(addrs).map_err(A::Error::custom)?;
             self.0.push((name, addrs));
         }
         Ok(self)

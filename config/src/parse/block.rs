@@ -59,15 +59,133 @@ pub(super) fn read_sections(text: &str, wanted: Option<&[&str]>) -> Option<Value
     Some(Value::Object(map))
 }
 
-/// Whether every byte is printable ASCII or a line feed. Chunks are checked without an early
-/// exit, so the loop runs many bytes a step.
+/// The text of the top-level sections named in `wanted` (each once, in document order), cut
+/// out of a document in the plain block form by the lines at the left margin alone: the other
+/// sections are passed over, not read. Their form is left to whoever reads the whole
+/// document. `None` when the cut cannot be trusted to give exactly those sections, and the
+/// document is to be read instead:
+/// - a line at the margin that is not a comment, a sequence entry (`- `) or a plain text key
+///   of letters, digits, `-` and `_` followed by `:` (document markers, directives, quoted,
+///   complex or non-text keys, a document that is not a block mapping);
+/// - indented lines before the first key;
+/// - a wanted key given twice;
+/// - a quote or a flow bracket in a section passed over: a quoted scalar or a flow
+///   collection may go on past the margin (`a: "x` / `rundir: y"` is one scalar), and only
+///   there can a line at the margin not start a section;
+/// - an alias in a wanted section: its anchor may lie in a section passed over;
+/// - anything but ASCII, or a carriage return (YAML 1.1 breaks lines there too; other
+///   control characters are errors for whoever reads them).
+///
+/// What is passed over is a block value: its plain scalars end at the margin, and so do its
+/// block scalars. The text may hold keys besides the wanted ones (with no value): the reader
+/// keeps the wanted ones.
+pub(super) fn wanted_sections_text(text: &str, wanted: &[&str]) -> Option<String> {
+    let bytes = text.as_bytes();
+    // (the text is UTF-8: ASCII has no byte above 0x7f)
+    if !text.is_ascii() || memchr::memchr(b'\r', bytes).is_some() {
+        return None;
+    }
+    // Where each section starts, its key and whether it is wanted.
+    let mut starts: Vec<(usize, &str, bool)> = Vec::new();
+    let mut found: Vec<&str> = Vec::new();
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let end = text[pos..].find('\n').map_or(bytes.len(), |e| pos + e + 1);
+        let in_section = !starts.is_empty();
+        match bytes[pos] {
+            b'\n' | b'#' => {}
+            b' ' if in_section => {}
+            b'-' if in_section && matches!(bytes.get(pos + 1), None | Some(b' ' | b'\n')) => {}
+            _ => {
+                let key = margin_key(&text[pos..end])?;
+                // a key read as anything but itself (`yes`, `1`) is left to the reader
+                if text_key(key).as_deref() != Some(key) {
+                    return None;
+                }
+                let is_wanted = wanted.contains(&key);
+                if is_wanted {
+                    if found.contains(&key) {
+                        return None;
+                    }
+                    found.push(key);
+                }
+                starts.push((pos, key, is_wanted));
+            }
+        }
+        pos = end;
+    }
+    let mut out = String::new();
+    for (i, &(start, _, is_wanted)) in starts.iter().enumerate() {
+        let next = starts.get(i + 1);
+        let end = next.map_or(bytes.len(), |n| n.0);
+        let section = &text[start..end];
+        if !is_wanted {
+            if has_flow_character(section.as_bytes()) {
+                return None;
+            }
+            continue;
+        }
+        out.push_str(section);
+        if !section.ends_with('\n') {
+            out.push('\n');
+        }
+        // The section ends where the next one's key is, as in the whole document (a block
+        // scalar ends differently at the end of the text): a section passed over leaves its
+        // key with no value, which the reader of the text drops.
+        if let Some(&(_, key, false)) = next {
+            out.push_str(key);
+            out.push_str(":\n");
+        }
+    }
+    (!out.contains('*')).then_some(out)
+}
+
+/// The key of a line at the margin that starts a section (`key:` then a space or the line's
+/// end), letters, digits, `-` and `_` only.
+fn margin_key(line: &str) -> Option<&str> {
+    let line = line.strip_suffix('\n').unwrap_or(line);
+    let colon = line.find(':')?;
+    let key = &line[..colon];
+    let plain = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    let ends = matches!(line.as_bytes().get(colon + 1), None | Some(b' '));
+    (plain && ends).then_some(key)
+}
+
+/// Whether `bytes` hold a quote or a flow bracket.
+fn has_flow_character(bytes: &[u8]) -> bool {
+    memchr::memchr3(b'"', b'\'', b'[', bytes).is_some() || memchr::memchr(b'{', bytes).is_some()
+}
+
+/// Whether every byte is printable ASCII or a line feed: eight bytes a step (the build
+/// optimises for size, which leaves loops as they are written).
 fn printable_ascii(bytes: &[u8]) -> bool {
-    let bad = |b: u8| b >= 0x7f || (b < b' ' && b != b'\n');
-    let mut chunks = bytes.chunks_exact(64);
-    let clean = chunks
-        .by_ref()
-        .all(|chunk| !chunk.iter().fold(false, |acc, &b| acc | bad(b)));
-    clean && !chunks.remainder().iter().any(|&b| bad(b))
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const HIGH: u64 = ONES * 0x80;
+    /// 0x80 in each byte of `x` that is zero, 0 in the others.
+    fn zero_bytes(x: u64) -> u64 {
+        !((x & !HIGH).wrapping_add(!HIGH) | x | !HIGH)
+    }
+    let mut words = bytes.chunks_exact(8);
+    let mut bad = 0;
+    for word in words.by_ref() {
+        let mut bytes8 = [0; 8];
+        bytes8.copy_from_slice(word);
+        let x = u64::from_ne_bytes(bytes8);
+        // line feeds (0x0a) made 0x2a, printable like the rest should be
+        let x = x ^ (zero_bytes(x ^ (ONES * u64::from(b'\n'))) >> 2);
+        // non-ASCII, DEL, or below 0x20 (the borrow of a byte below 0x20 sets its top bit)
+        bad |= x & HIGH
+            | zero_bytes(x ^ (ONES * 0x7f))
+            | (x.wrapping_sub(ONES * u64::from(b' ')) & !x & HIGH);
+    }
+    bad == 0
+        && words
+            .remainder()
+            .iter()
+            .all(|&b| (b' '..=b'~').contains(&b) || b == b'\n')
 }
 
 /// A line that carries structure (not blank, not a comment).

@@ -103,8 +103,22 @@ pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
 
 /// Like [`parse_json_or_yaml`], but only the top-level keys in `wanted` are kept (a document
 /// that is not a mapping is returned whole). Whether the others' values are valid is not
-/// decided: a document in the plain block form is only read for its form there.
+/// decided: in a document in the plain block form they are passed over, or read only for
+/// their form. A syntax error is reported when it lies in a wanted section, or when the
+/// document is read whole.
 pub fn parse_sections(text: &str, wanted: &[&str]) -> Result<Value, ParseError> {
+    if let Some(part) = block::wanted_sections_text(text, wanted) {
+        // The wanted sections alone, as a document of their own; when they do not read so,
+        // the whole document is read, for its own error and line numbers.
+        match parse_json_or_yaml(&part) {
+            Ok(Value::Object(mut m)) => {
+                m.retain(|k, _| wanted.contains(&k.as_str()));
+                return Ok(Value::Object(m));
+            }
+            Ok(Value::Null) => return Ok(Value::Object(Map::new())),
+            _ => {}
+        }
+    }
     if let Some(value) = block::read_sections(text, Some(wanted)) {
         return Ok(value);
     }

@@ -7,14 +7,14 @@ pub(super) use serde::Deserialize;
 pub(super) use serde_json::{json, Map, Value};
 
 pub(super) use super::{LOGTARGET_ENV_VAR, WATCHDOG_AVAILABLE};
-pub(super) use crate::config::engine::{
+pub(super) use crate::engine::{
     child_path, flat_union, Ctx, Default, Failure, Field, IntRange, ObjectDef, Ty,
 };
-pub(super) use crate::config::types::{
+pub(super) use crate::types::{
     DomainName, EscapedStr, IdPattern, InterfaceOptionalPort, IpAddressEm, IpAddressOptionalPort,
     IpAddressPort, IpNetwork, PinSha256, SizeUnit, TimeUnit,
 };
-pub(super) use crate::config::value_types as vt;
+pub(super) use crate::value_types as vt;
 
 pub(super) fn f(name: &'static str, ty: Ty, default: Value, doc: &'static str) -> Field {
     Field {
@@ -46,7 +46,7 @@ pub(super) fn loi(ty: Ty) -> Ty {
     Ty::ListOrItem(Box::new(ty))
 }
 
-pub(super) fn v(t: &'static crate::config::engine::ValueType) -> Ty {
+pub(super) fn v(t: &'static crate::engine::ValueType) -> Ty {
     Ty::Value(t)
 }
 

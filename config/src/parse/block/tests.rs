@@ -123,7 +123,9 @@ fn a_deep_document_is_left_to_the_full_reader_without_deep_recursion() {
 
 #[test]
 fn the_projects_own_configurations_agree() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // the workspace's: this crate's folder is one of its own
+    let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = crate_dir.parent().expect("the workspace");
     let mut files = Vec::new();
     let mut dirs = vec![root.join("tests/data"), root.join("dist")];
     while let Some(dir) = dirs.pop() {
@@ -417,4 +419,161 @@ logging:
     // and a section not wanted must still be in the form
     let flow = text.replace("192.0.2.1\n    yes", "[192.0.2.1]\n    yes");
     assert_eq!(super::read_sections(&flow, Some(&wanted)), None);
+}
+
+/// The wanted sections as cut out and read on their own, when they are (`None`: the document
+/// is to be read instead).
+fn cut_and_read(text: &str, wanted: &[&str]) -> Option<Value> {
+    let part = super::wanted_sections_text(text, wanted)?;
+    match parse_yaml(&part).ok()? {
+        Value::Object(mut m) => {
+            m.retain(|k, _| wanted.contains(&k.as_str()));
+            Some(Value::Object(m))
+        }
+        Value::Null => Some(json!({})),
+        _ => None,
+    }
+}
+
+/// The full reader's value of `text` with only the `wanted` top-level keys.
+fn full_sections(text: &str, wanted: &[&str]) -> Option<Value> {
+    match full(text)? {
+        Value::Object(mut m) => {
+            m.retain(|k, _| wanted.contains(&k.as_str()));
+            Some(Value::Object(m))
+        }
+        _ => None,
+    }
+}
+
+#[test]
+fn wanted_sections_are_cut_out_by_the_margin() {
+    let text = "\
+# a comment
+rundir: /run/x
+local-data:
+  addresses:
+    a.example: 192.0.2.1
+    a.example: 192.0.2.1
+  records: |
+    x.example. A 192.0.2.2
+management:
+- not: a mapping
+logging:
+  level: debug
+";
+    let wanted = ["rundir", "logging", "management"];
+    // the duplicate key passed over is the whole document's error, not the cut's
+    assert_eq!(full(text), None);
+    assert_eq!(
+        cut_and_read(text, &wanted),
+        Some(
+            json!({"rundir": "/run/x", "management": [{"not": "a mapping"}], "logging": {"level": "debug"}})
+        )
+    );
+    assert_eq!(
+        super::wanted_sections_text("# only\n\n", &wanted).as_deref(),
+        Some("")
+    );
+}
+
+#[test]
+fn the_margin_is_not_trusted_where_a_section_passed_over_could_cross_it() {
+    let wanted = ["rundir", "logging", "management"];
+    let refused = [
+        // one quoted scalar over the margin: there is no rundir
+        "a: \"x\nrundir: y\"\n",
+        "a:\n  b: 'x\nrundir: y'\n",
+        // a flow collection over the margin
+        "a: [x,\nrundir: y]\n",
+        "a: {x: 1,\nrundir: y}\n",
+        // an alias whose anchor may lie in a section passed over
+        "a: &r /run/x\nrundir: *r\n",
+        "logging: &l\n  level: info\na: &l\n  level: debug\nmanagement: *l\n",
+        // a wanted key twice
+        "rundir: /a\nrundir: /b\n",
+        // lines at the margin that start no plain section
+        "---\nrundir: /a\n",
+        "%YAML 1.1\n---\nrundir: /a\n",
+        "\"rundir\": /a\n",
+        "? rundir\n: /a\n",
+        "rundir:/a\n",
+        "<<: {rundir: /a}\n",
+        "  rundir: /a\n",
+        "- rundir: /a\n",
+        "{\"rundir\": \"/a\"}\n",
+        "rundir: /a\r\nlogging: {}\r\n",
+        "rundir: /a\n\tb: 1\n",
+        "rundir: /a\nb: \u{2028}logging: x\n",
+    ];
+    for text in refused {
+        assert_eq!(
+            super::wanted_sections_text(text, &wanted),
+            None,
+            "on {text:?}"
+        );
+    }
+    // quotes and brackets in a wanted section are read with it
+    let text = "rundir: '/run/x'\nlogging:\n  groups: [manager]\nb: 1\n";
+    assert_eq!(cut_and_read(text, &wanted), full_sections(text, &wanted));
+}
+
+#[test]
+fn wanted_sections_cut_out_read_as_the_whole_document_reads_them() {
+    use proptest::test_runner::{Config, TestRunner};
+    let cases = 4000;
+    let mut runner = TestRunner::new(Config {
+        cases,
+        ..Config::default()
+    });
+    let cut = std::cell::Cell::new(0u32);
+    runner
+        .run(&documents(), |(text, damaged)| {
+            for text in [&text, &damaged] {
+                // every other key of the document is wanted
+                let keys: Vec<String> = match full(text) {
+                    Some(Value::Object(m)) => m.keys().step_by(2).cloned().collect(),
+                    _ => continue,
+                };
+                let wanted: Vec<&str> = keys.iter().map(String::as_str).collect();
+                if let Some(value) = cut_and_read(text, &wanted) {
+                    assert_eq!(Some(value), full_sections(text, &wanted), "on {text:?}");
+                    cut.set(cut.get() + 1);
+                }
+            }
+            Ok(())
+        })
+        .expect("the cut agrees with the whole");
+    // The generator must reach the cut, not only what it refuses.
+    assert!(
+        cut.get() > cases / 8,
+        "only {} of {} documents cut",
+        cut.get(),
+        cases * 2
+    );
+}
+
+proptest! {
+    #[test]
+    fn printable_ascii_eight_bytes_a_step_is_the_byte_rule(
+        text in prop::collection::vec(
+            prop_oneof![4 => 0x20u8..0x7f, 1 => Just(b'\n'), 1 => any::<u8>()],
+            0..40,
+        )
+    ) {
+        let rule = text.iter().all(|&b| (0x20..0x7f).contains(&b) || b == b'\n');
+        prop_assert_eq!(super::printable_ascii(&text), rule);
+    }
+}
+
+#[test]
+fn printable_ascii_sees_every_byte_at_every_place_of_a_word() {
+    for b in 0..=255u8 {
+        for at in 0..17 {
+            let mut text = vec![b'a'; 17];
+            text[at] = b;
+            let rule = (0x20..0x7f).contains(&b) || b == b'\n';
+            assert_eq!(super::printable_ascii(&text), rule, "byte {b:#x} at {at}");
+        }
+    }
 }

@@ -33,6 +33,8 @@
 //! * non-ASCII domain names use UTS #46 processing (plus IDNA 2003's deletions and `ß`/`ς`
 //!   mappings) instead of IDNA 2003, so a few exotic labels (bidi edge cases) differ.
 
+#![forbid(unsafe_code)]
+
 mod engine;
 mod model;
 mod parse;
@@ -231,7 +233,30 @@ pub fn parse_document(text: &str, origin: &Path) -> Result<Value, ConfigError> {
     })
 }
 
-/// Read, parse and deep-merge several files in order, without validating.
+/// Files from this size on are large: their load gets its heap made ready beforehand
+/// ([`load_heap_bytes`]).
+const LARGE_LOAD_BYTES: u64 = 1 << 20;
+
+/// The heap a load of `files` and the rendering of what they hold touch, at most (about ten
+/// times their size: the document's text, its parsed and normalized trees, the model, the
+/// policy-loader's Lua), to be made ready ahead of the load (`supervisor::os::prefault_heap`);
+/// 0 when they are small, missing or unreadable (nothing to prepare).
+pub fn load_heap_bytes(files: &[PathBuf]) -> usize {
+    const PER_BYTE: u64 = 10;
+    let total: u64 = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    if total < LARGE_LOAD_BYTES {
+        return 0;
+    }
+    let bytes = total
+        .min(MAX_EXPANDED_BYTES as u64)
+        .saturating_mul(PER_BYTE);
+    usize::try_from(bytes).unwrap_or(0)
+}
+
 /// Read one configuration file, at most [`MAX_EXPANDED_BYTES`] of it (what a document may
 /// expand to): a file that is larger, or endless (`/dev/zero`), is an error, not a read
 /// without end. Watched files (`--watch-config`) are read whenever they change.
@@ -241,10 +266,14 @@ fn read_config_file(path: &Path) -> Result<String, ConfigError> {
         path: path.to_owned(),
         source,
     };
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .map_err(read)?
-        .take(MAX_EXPANDED_BYTES as u64 + 1)
+    let file = std::fs::File::open(path).map_err(read)?;
+    // Room for the whole file at once: a large one is not copied at each doubling.
+    let size = file
+        .metadata()
+        .map_or(0, |m| m.len())
+        .min(MAX_EXPANDED_BYTES as u64);
+    let mut text = String::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
+    file.take(MAX_EXPANDED_BYTES as u64 + 1)
         .read_to_string(&mut text)
         .map_err(read)?;
     if text.len() > MAX_EXPANDED_BYTES {
@@ -479,6 +508,7 @@ pub fn validate_command(files: &[PathBuf], checks: PathChecks) -> i32 {
     } else {
         files
     };
+    let _heap = supervisor::os::prefault_heap(load_heap_bytes(files));
     match load_files(files, checks, LogTargetArg::from_env()) {
         Ok(LoadedConfig { model: cfg, .. }) => {
             if let Some(warning) = management_socket_warning(&cfg) {

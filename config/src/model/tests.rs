@@ -9,7 +9,7 @@ use serde::de::{DeserializeOwned, Visitor};
 use serde::Deserializer;
 
 use super::*;
-use crate::config::engine::{map_object, Ctx, ObjectDef, Ty};
+use crate::engine::{map_object, Ctx, ObjectDef, Ty};
 
 /// A deserializer that only records which fields a struct asks for.
 struct Probe<'a>(&'a mut Option<&'static [&'static str]>);
@@ -254,8 +254,8 @@ fn every_sections_smallest_input_deserialises_into_its_typed_form() {
     let forms = typed_forms();
     let ctx = Ctx {
         resolve_root: "/".into(),
-        checks: crate::config::PathChecks::Lenient,
-        logtarget_arg: crate::config::LogTargetArg::default(),
+        checks: crate::PathChecks::Lenient,
+        logtarget_arg: crate::LogTargetArg::default(),
     };
     for def in described_objects() {
         let name = short(def.class);

@@ -79,7 +79,11 @@ pub(crate) enum Ty {
     List(Box<Ty>),
     /// An item or a non-empty list of items; normalized to a list.
     ListOrItem(Box<Ty>),
-    /// A mapping with typed keys (normalized to strings) and values.
+    /// A mapping with typed keys and values, normalized to a list of `[key, value]` pairs in
+    /// document order: its model field reads it pair by pair, and a mapping of 100,000
+    /// entries is not built a second time to be walked once. The key type must give a text
+    /// back as it was (as `DomainName` does), so the pairs' keys are the document's own,
+    /// each once.
     Dict(Box<Ty>, Box<Ty>),
     /// A section.
     Object(Arc<ObjectDef>),
@@ -546,6 +550,7 @@ fn map_literal(options: &[&str], v: &Value) -> Result<Value, String> {
 }
 
 /// A mapping: every key and every value checked, every error kept.
+/// A mapping, normalized to `[key, value]` pairs ([`Ty::Dict`]).
 fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
     let (Value::Object(obj), None) = (v, py_only(v)) else {
         return Err(vec![Failure::new(
@@ -557,7 +562,7 @@ fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
         )]);
     };
     let mut errs = Vec::new();
-    let mut out = Map::with_capacity(obj.len());
+    let mut pairs = Vec::with_capacity(obj.len());
     let mut p = String::new();
     for (k, val) in obj {
         set_child_path(&mut p, path, k);
@@ -571,16 +576,15 @@ fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
                     Value::String(key) => key,
                     _ => k.clone(),
                 };
-                out.insert(key, value);
+                pairs.push(Value::Array(vec![Value::String(key), value]));
             }
             (Err(mut e), _) | (Ok(_), Err(mut e)) => errs.append(&mut e),
         }
     }
-    if errs.is_empty() {
-        Ok(Value::Object(out))
-    } else {
-        Err(errs)
+    if !errs.is_empty() {
+        return Err(errs);
     }
+    Ok(Value::Array(pairs))
 }
 
 fn map_int(range: &IntRange, v: &Value, container: Container) -> Result<Value, String> {
@@ -801,7 +805,7 @@ fn schema_default(ty: &Ty, raw: &Value) -> Value {
     }
     let ctx = Ctx {
         resolve_root: "/".into(),
-        checks: crate::config::PathChecks::Lenient,
+        checks: crate::PathChecks::Lenient,
         logtarget_arg: super::LogTargetArg::default(),
     };
     match map_value(ty, raw, Container::Renamed, "", &ctx) {

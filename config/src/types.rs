@@ -485,7 +485,7 @@ string_backed!(PinSha256);
 /// Python's `ipaddress.ip_address` on a string: IPv4, or IPv6 with an optional `%scope`.
 /// `a` in dotted decimal appended to `out`: what its `Display` writes, without the formatting
 /// machinery (100,000 addresses are checked and rendered at a configuration's load).
-pub(crate) fn push_ipv4(out: &mut String, a: Ipv4Addr) {
+pub fn push_ipv4(out: &mut String, a: Ipv4Addr) {
     for (i, octet) in a.octets().into_iter().enumerate() {
         if i > 0 {
             out.push('.');

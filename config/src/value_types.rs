@@ -5,7 +5,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::config::PathChecks;
+use crate::PathChecks;
 
 use serde_json::{json, Value};
 

@@ -263,7 +263,7 @@ pub(crate) fn normalize_root_view(
     raw: &Map<String, Value>,
     ctx: &Ctx,
 ) -> Result<Value, Vec<Failure>> {
-    crate::config::engine::map_object(root_view_def(), raw, "", ctx)
+    crate::engine::map_object(root_view_def(), raw, "", ctx)
 }
 
 /// The [`ROOT_VIEW`] sections, validated.
@@ -281,13 +281,13 @@ pub struct RootView {
 /// Validate a raw document (a mapping; `null` counts as empty) into its normalized form.
 pub(crate) fn normalize(raw: &Value, ctx: &Ctx) -> Result<Value, Vec<Failure>> {
     match raw {
-        Value::Null => crate::config::engine::map_object(root_def(), &Map::new(), "", ctx),
-        Value::Object(m) => crate::config::engine::map_object(root_def(), m, "", ctx),
+        Value::Null => crate::engine::map_object(root_def(), &Map::new(), "", ctx),
+        Value::Object(m) => crate::engine::map_object(root_def(), m, "", ctx),
         other => Err(vec![Failure::new(
             "",
             format!(
                 "expected dict-like object, found '{}'",
-                crate::config::engine::py_type(other, crate::config::engine::Container::Renamed)
+                crate::engine::py_type(other, crate::engine::Container::Renamed)
             ),
         )]),
     }
