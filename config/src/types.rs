@@ -256,6 +256,17 @@ impl DomainName {
         Self::parse_long(s)
     }
 
+    /// [`DomainName::parse`], keeping the text it is given (no copy of it is made).
+    pub fn parse_owned(s: String) -> Result<Self, String> {
+        if is_plain_ascii_name(&s) {
+            return Ok(DomainName {
+                raw: s,
+                punycode: None,
+            });
+        }
+        Self::parse_long(&s)
+    }
+
     /// [`DomainName::parse`] without the shortcut for plain ASCII names.
     fn parse_long(s: &str) -> Result<Self, String> {
         let punycode = if s == "." {

@@ -7,7 +7,8 @@ use super::{
 };
 use crate::config::types::{IdPattern, TimeUnit};
 use crate::config::{
-    KresConfig, RpzLog, RpzSchema, RuleSchema, SubtreeKind, ViewAnswer, ViewProtocol, ViewSchema,
+    AddressPairs, KresConfig, RpzLog, RpzSchema, RuleSchema, SubtreeKind, ViewAnswer, ViewProtocol,
+    ViewSchema,
 };
 
 /// The Lua configuration of the policy-loader. kresd runs it with `-c -`, so the rules DB is
@@ -342,7 +343,7 @@ impl Chunk {
 /// About how many bytes [`local_data`] writes (a hint: more or less is fine).
 fn local_data_size(cfg: &KresConfig) -> usize {
     let ld = &cfg.local_data;
-    let addresses: usize = ld.addresses.iter().flatten().map(|(_, a)| a.len()).sum();
+    let addresses = ld.addresses.as_ref().map_or(0, AddressPairs::address_count);
     let records = ld.records.as_deref().map_or(0, str::len);
     addresses * 112 + records + records / 4 + ld.rules.as_ref().map_or(0, Vec::len) * 160
 }
@@ -357,10 +358,10 @@ fn local_data(out: &mut String, cfg: &KresConfig) {
     line!(out, "modules = {{ 'hints > iterate' }}");
     let mut chunk = Chunk::default();
     let mut addresses = LocalAddresses::new(&defaults);
-    for (name, addrs) in ld.addresses.iter().flatten() {
+    for (name, addrs) in ld.addresses.iter().flat_map(AddressPairs::iter) {
         for addr in addrs {
             chunk.statement(out);
-            addresses.push(out, name.punycode(), *addr);
+            addresses.push(out, name, *addr);
         }
     }
     chunk.end(out);

@@ -274,3 +274,30 @@ fn every_sections_smallest_input_deserialises_into_its_typed_form() {
         }
     }
 }
+
+#[test]
+fn addresses_keep_each_names_addresses_in_document_order() {
+    let raw = serde_json::json!({"local-data": {"addresses": {
+        "b.example": ["192.0.2.1", "2001:db8::1"],
+        "a.example": "192.0.2.2",
+        "příklad.example": "192.0.2.3",
+    }}});
+    let ctx = crate::ValidationContext {
+        resolve_root: "/".into(),
+        checks: crate::PathChecks::Lenient,
+        logtarget_arg: crate::LogTargetArg::Given(crate::LogTarget::Stdout),
+    };
+    let cfg = crate::validate(&raw, &ctx).expect("valid");
+    let pairs = cfg.local_data.addresses.expect("addresses");
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().expect("an address");
+    let read: Vec<(&str, &[std::net::IpAddr])> = pairs.iter().collect();
+    assert_eq!(
+        read,
+        [
+            ("b.example", &[ip("192.0.2.1"), ip("2001:db8::1")][..]),
+            ("a.example", &[ip("192.0.2.2")][..]),
+            ("xn--pklad-zsa96e.example", &[ip("192.0.2.3")][..]),
+        ]
+    );
+    assert_eq!(pairs.address_count(), 4);
+}
