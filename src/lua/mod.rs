@@ -16,7 +16,6 @@ mod policy;
 mod sections;
 mod worker;
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 pub use policy::{render_policy_loader, render_policy_loader_with};
@@ -102,7 +101,11 @@ pub(crate) fn push_quoted(out: &mut String, bytes: &[u8]) {
             b'\'' => out.push_str("\\'"),
             b'\\' => out.push_str("\\\\"),
             _ => {
-                let _ = write!(out, "\\{b:03}");
+                // `\ddd`, written digit by digit (a zone's text has a line feed a line)
+                out.push('\\');
+                for digit in [b / 100, b / 10 % 10, b % 10] {
+                    out.push(char::from(b'0' + digit));
+                }
             }
         }
         rest = after;
