@@ -238,9 +238,10 @@ pub fn parse_document(text: &str, origin: &Path) -> Result<Value, ConfigError> {
 const LARGE_LOAD_BYTES: u64 = 1 << 20;
 
 /// The heap a load of `files` and the rendering of what they hold touch, at most (about
-/// twelve times their size: the document's text, its parsed and normalized trees, the model, the
-/// policy-loader's Lua), to be made ready ahead of the load (`supervisor::os::prefault_heap`);
-/// 0 when they are small, missing or unreadable (nothing to prepare).
+/// twelve times their size: the document's text, its parsed and normalized trees, the
+/// model, the policy-loader's Lua), to be made ready ahead of the load
+/// (`supervisor::os::prefault_heap`); 0 when they are small, missing or unreadable
+/// (nothing to prepare).
 pub fn load_heap_bytes(files: &[PathBuf]) -> usize {
     const PER_BYTE: u64 = 12;
     let total: u64 = files

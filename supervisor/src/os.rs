@@ -812,18 +812,22 @@ pub struct HeapPrefault {
 /// bits); larger ones are always mappings of their own.
 const HEAP_LARGEST_ALLOCATION: usize = 32 << 20;
 
+/// The most heap [`prefault_heap`] makes ready, whatever it is asked: a guess must not take
+/// a container's memory on its own.
+const MAX_PREFAULT: usize = 256 << 20;
+
 /// glibc's initial thresholds (`M_MMAP_THRESHOLD`, `M_TRIM_THRESHOLD`), restored after a burst.
 const GLIBC_DEFAULT_THRESHOLD: i32 = 128 << 10;
 
-/// Make `bytes` of heap ready for a burst of allocations the main thread is about to make
-/// (reading, validating and rendering a configuration of many megabytes), on a second thread
-/// while the burst runs: its first writes then find their pages present instead of faulting
-/// each one in, page by page (zeroing them is most of that cost, and it moves to the second
-/// core). Until the guard is dropped, allocations up to 32 MiB come from the heap rather than
-/// from mappings of their own (those would fault page by page), and free memory stays in it;
-/// dropping the guard waits for the thread, puts glibc's thresholds back to their initial
-/// values; the caller gives the free pages back when its burst's garbage is gone
-/// ([`release_free_heap`]).
+/// Make `bytes` of heap (at most 256 MiB) ready for a burst of allocations the main thread is
+/// about to make (reading, validating and rendering a configuration of many megabytes), on a
+/// second thread while the burst runs: its first writes then find their pages present
+/// instead of faulting each one in, page by page (zeroing them is most of that cost, and it
+/// moves to the second core). Until the guard is dropped, allocations up to 32 MiB come from
+/// the heap rather than from mappings of their own (those would fault page by page), and
+/// free memory stays in it; dropping the guard waits for the thread and puts glibc's
+/// thresholds back to their initial values; the caller gives the free pages back when its
+/// burst's garbage is gone ([`release_free_heap`]).
 ///
 /// Nothing is done off the main thread (other threads allocate from arenas of their own),
 /// with another C library, or on kernels before 5.14 (no `MADV_POPULATE_WRITE`: the burst
@@ -834,6 +838,7 @@ pub fn prefault_heap(bytes: usize) -> HeapPrefault {
         thread: None,
         tuned: false,
     };
+    let bytes = bytes.min(MAX_PREFAULT);
     #[cfg(target_env = "gnu")]
     if bytes > 0 && nix::unistd::gettid() == nix::unistd::getpid() {
         guard.tuned = true;
