@@ -564,11 +564,17 @@ fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
     let mut errs = Vec::new();
     let mut pairs = Vec::with_capacity(obj.len());
     let mut p = String::new();
+    // the key handed to its type, one buffer for the whole mapping
+    let mut key_value = Value::String(String::new());
     for (k, val) in obj {
         set_child_path(&mut p, path, k);
+        if let Value::String(buffer) = &mut key_value {
+            buffer.clear();
+            buffer.push_str(k);
+        }
         // upstream unwraps the renaming dict first, so its values are plain containers (a key
         // is a string, whose type's name shows the same either way)
-        let key = map_value(kt, &Value::String(k.clone()), Container::Plain, &p, ctx);
+        let key = map_value(kt, &key_value, Container::Plain, &p, ctx);
         let value = map_value(vt, val, Container::Plain, &p, ctx);
         match (key, value) {
             (Ok(key), Ok(value)) => {

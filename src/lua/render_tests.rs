@@ -338,3 +338,26 @@ fn script_files_are_read_with_the_permissions_of_the_user_given() {
     let _ = std::fs::remove_file(&file);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn a_large_zone_text_quoted_apart_lands_where_a_small_one_does() {
+    // past the size the zone text is quoted on a second thread: the same Lua, in its place
+    // (after the addresses, before the rules)
+    let line = "r.example. 300 TXT \"it's\"\n";
+    for lines in [1, (1 << 20) / line.len() + 1] {
+        let records = line.repeat(lines);
+        let indented: String = records.lines().map(|l| format!("    {l}\n")).collect();
+        let yaml = format!(
+            "local-data:\n  addresses:\n    a.example: 192.0.2.1\n  records: |\n{indented}  rules:\n    - name: b.example\n      subtree: empty\n"
+        );
+        let text = render_policy_loader(&cfg(&yaml));
+        let quoted = format!("rrs.input_str = {}\n", super::quote(&records));
+        let at = |what: &str| {
+            text.find(what)
+                .unwrap_or_else(|| panic!("{lines} lines: no {what:.60}"))
+        };
+        assert!(at("'a.example'") < at(&quoted), "{lines} lines");
+        assert!(at(&quoted) < at("C.kr_rule_local_subtree"), "{lines} lines");
+        assert_eq!(text.matches("rrs.input_str").count(), 1, "{lines} lines");
+    }
+}

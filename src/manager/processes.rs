@@ -311,7 +311,7 @@ impl Processes {
         if let Some(event) = told {
             self.events.publish(event);
         }
-        rundir::remove(&path);
+        rundir::remove_soon(&path);
         match outcome {
             Ok(Ok(ExitStatus::Code(0))) => Ok(()),
             Ok(Ok(status)) => Err(PolicyLoaderFailure::Exited(status).into()),

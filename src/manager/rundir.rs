@@ -35,6 +35,33 @@ pub fn remove(path: &Path) {
     }
 }
 
+/// Remove a generated file without waiting for its pages to be freed (the policy-loader's
+/// Lua of a large configuration is tens of megabytes, milliseconds to free): it is renamed
+/// out of the way at once, under a name of its own, and removed by a thread.
+pub fn remove_soon(path: &Path) {
+    let (Some(dir), Some(name), Ok(suffix)) = (path.parent(), path.file_name(), random_hex(8))
+    else {
+        return remove(path);
+    };
+    let mut gone = std::ffi::OsString::from(".");
+    gone.push(name);
+    gone.push(format!(".{suffix}.old"));
+    let gone = dir.join(gone);
+    match std::fs::rename(path, &gone) {
+        Ok(()) => {
+            let spawned = std::thread::Builder::new().name("remove".into()).spawn({
+                let gone = gone.clone();
+                move || remove(&gone)
+            });
+            if spawned.is_err() {
+                remove(&gone);
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(_) => remove(path),
+    }
+}
+
 /// `n` random bytes from the kernel, as lowercase hex.
 pub fn random_hex(n: usize) -> std::io::Result<String> {
     use std::io::Read;
