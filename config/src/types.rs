@@ -247,13 +247,7 @@ pub(crate) const DOMAIN_NAME_PATTERN: &str =
 impl DomainName {
     /// Parse and IDNA-encode a name.
     pub fn parse(s: &str) -> Result<Self, String> {
-        if is_plain_ascii_name(s) {
-            return Ok(DomainName {
-                raw: s.to_owned(),
-                punycode: None,
-            });
-        }
-        Self::parse_long(s)
+        Self::parse_owned(s.to_owned())
     }
 
     /// [`DomainName::parse`], keeping the text it is given (no copy of it is made).

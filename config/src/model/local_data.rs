@@ -116,12 +116,6 @@ fn rpz_transfer() -> ObjectDef {
     )
 }
 
-pub(super) fn de_addresses<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Option<AddressPairs>, D::Error> {
-    Option::<AddressPairs>::deserialize(d)
-}
-
 /// `local-data.addresses`: names (in their ASCII form, IDNA-encoded) and their addresses, in
 /// document order, kept compact: one text of all the names and one list of all the
 /// addresses, not two allocations for each of 100,000 names. The policy-loader's Lua is
@@ -312,7 +306,6 @@ pub struct LocalDataSchema {
     pub ttl: Option<TimeUnit>,
     pub nodata: bool,
     /// Name → addresses, in document order.
-    #[serde(deserialize_with = "de_addresses")]
     pub addresses: Option<AddressPairs>,
     pub addresses_files: Option<Vec<PathBuf>>,
     /// Zone-file text.

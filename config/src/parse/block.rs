@@ -87,32 +87,29 @@ pub(super) fn wanted_sections_text(text: &str, wanted: &[&str]) -> Option<String
     }
     // Where each section starts, its key and whether it is wanted.
     let mut starts: Vec<(usize, &str, bool)> = Vec::new();
-    let mut found: Vec<&str> = Vec::new();
     let mut pos = 0;
-    while pos < bytes.len() {
-        let end = text[pos..].find('\n').map_or(bytes.len(), |e| pos + e + 1);
+    for line in text.split_inclusive('\n') {
+        let at = pos;
+        pos += line.len();
         let in_section = !starts.is_empty();
-        match bytes[pos] {
-            b'\n' | b'#' => {}
-            b' ' if in_section => {}
-            b'-' if in_section && matches!(bytes.get(pos + 1), None | Some(b' ' | b'\n')) => {}
+        match line.as_bytes() {
+            [b'\n' | b'#', ..] => {}
+            [b' ', ..] if in_section => {}
+            [b'-'] | [b'-', b' ' | b'\n', ..] if in_section => {}
             _ => {
-                let key = margin_key(&text[pos..end])?;
+                let key = margin_key(line)?;
                 // a key read as anything but itself (`yes`, `1`) is left to the reader
                 if text_key(key).as_deref() != Some(key) {
                     return None;
                 }
                 let is_wanted = wanted.contains(&key);
-                if is_wanted {
-                    if found.contains(&key) {
-                        return None;
-                    }
-                    found.push(key);
+                // (looked for only among the few wanted ones: a first repeat ends the cut)
+                if is_wanted && starts.iter().any(|&(_, k, w)| w && k == key) {
+                    return None;
                 }
-                starts.push((pos, key, is_wanted));
+                starts.push((at, key, is_wanted));
             }
         }
-        pos = end;
     }
     let mut out = String::new();
     for (i, &(start, _, is_wanted)) in starts.iter().enumerate() {

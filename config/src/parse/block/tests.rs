@@ -567,3 +567,19 @@ fn printable_ascii_sees_every_byte_at_every_place_of_a_word() {
         }
     }
 }
+
+#[test]
+fn a_document_of_many_sections_is_cut_in_one_pass() {
+    // 200,000 top-level keys, the wanted ones among them: every key is looked at once
+    let mut text: String = (0..200_000).map(|i| format!("k{i}: {i}\n")).collect();
+    text.push_str("rundir: /run/x\n");
+    text.push_str("logging:\n  level: info\n");
+    let wanted = ["rundir", "logging", "management"];
+    assert_eq!(
+        cut_and_read(&text, &wanted),
+        Some(json!({"rundir": "/run/x", "logging": {"level": "info"}}))
+    );
+    // and a wanted key given twice among them still leaves the document to the reader
+    text.push_str("rundir: /run/y\n");
+    assert_eq!(super::wanted_sections_text(&text, &wanted), None);
+}
