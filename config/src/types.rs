@@ -915,7 +915,7 @@ mod tests {
     #[test]
     fn ipv4_text_is_what_display_writes() {
         use proptest::prelude::*;
-        proptest::test_runner::TestRunner::default()
+        proptest::test_runner::TestRunner::deterministic()
             .run(&any::<u32>(), |n| {
                 let a = Ipv4Addr::from(n);
                 let mut text = String::new();
@@ -938,7 +938,7 @@ mod tests {
     #[test]
     fn the_shortcut_for_plain_names_takes_only_what_the_long_way_takes_as_it_is() {
         use proptest::prelude::*;
-        let mut runner = proptest::test_runner::TestRunner::default();
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
         let short = std::cell::Cell::new(0u32);
         runner
             .run(

@@ -72,6 +72,8 @@ pub(super) fn read_sections(text: &str, wanted: Option<&[&str]>) -> Option<Value
 /// - a quote or a flow bracket in a section passed over: a quoted scalar or a flow
 ///   collection may go on past the margin (`a: "x` / `rundir: y"` is one scalar), and only
 ///   there can a line at the margin not start a section;
+/// - a wanted section holding a quote or a flow bracket that does not read on its own: the
+///   scalar or collection it opens goes on past the margin;
 /// - an alias in a wanted section: its anchor may lie in a section passed over;
 /// - anything but ASCII, or a carriage return (YAML 1.1 breaks lines there too; other
 ///   control characters are errors for whoever reads them).
@@ -121,6 +123,12 @@ pub(super) fn wanted_sections_text(text: &str, wanted: &[&str]) -> Option<String
                 return None;
             }
             continue;
+        }
+        // A quoted scalar or flow collection opened in a wanted section must close in it: one
+        // left open goes on past the margin (`rundir: "x` / `a: 1` / `logging: y"` is one
+        // scalar), and the section then reads alone as an error. Wanted sections are small.
+        if has_flow_character(section.as_bytes()) && super::parse_yaml(section).is_err() {
+            return None;
         }
         out.push_str(section);
         if !section.ends_with('\n') {

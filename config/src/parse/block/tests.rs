@@ -369,16 +369,21 @@ fn documents() -> impl Strategy<Value = (String, String)> {
         })
 }
 
-/// Run `check` on 4,000 generated documents and their damaged copies; it says whether it
-/// got to compare (the generator must reach what is tested in a quarter of the cases, not
-/// only what it leaves alone). `what` names the comparison.
-fn on_generated_documents(what: &str, check: impl Fn(&str) -> bool) {
-    use proptest::test_runner::{Config, TestRunner};
+/// Run `check` on 4,000 generated documents and their damaged copies (one fixed sequence);
+/// it says whether it got to compare. The generator must reach what is tested in at least
+/// `1/share` of the 8,000 documents, not only what it leaves alone. `what` names the
+/// comparison.
+fn on_generated_documents(what: &str, share: u32, check: impl Fn(&str) -> bool) {
+    use proptest::test_runner::{Config, TestRng, TestRunner};
     let cases = 4000;
-    let mut runner = TestRunner::new(Config {
+    let config = Config {
         cases,
+        failure_persistence: None,
         ..Config::default()
-    });
+    };
+    // One fixed sequence of documents: the test fails on a disagreement, never by chance.
+    let rng = TestRng::deterministic_rng(config.rng_algorithm);
+    let mut runner = TestRunner::new_with_rng(config, rng);
     let compared = std::cell::Cell::new(0u32);
     runner
         .run(&documents(), |(text, damaged)| {
@@ -388,7 +393,7 @@ fn on_generated_documents(what: &str, check: impl Fn(&str) -> bool) {
         })
         .expect(what);
     assert!(
-        compared.get() > cases / 4,
+        compared.get() >= 2 * cases / share,
         "{what}: only {} of {} documents compared",
         compared.get(),
         cases * 2
@@ -397,7 +402,7 @@ fn on_generated_documents(what: &str, check: impl Fn(&str) -> bool) {
 
 #[test]
 fn whatever_it_reads_the_full_reader_reads_the_same() {
-    on_generated_documents("the readers agree", agrees);
+    on_generated_documents("the readers agree", 8, agrees);
 }
 
 #[test]
@@ -511,6 +516,11 @@ fn the_margin_is_not_trusted_where_a_section_passed_over_could_cross_it() {
         "rundir: /a\r\nlogging: {}\r\n",
         "rundir: /a\n\tb: 1\n",
         "rundir: /a\nb: \u{2028}logging: x\n",
+        // a quoted scalar or flow collection opened in a wanted section, closed past a
+        // section passed over
+        "rundir: \"x\nfoo: 1\nlogging: y\"\n",
+        "logging: 'x\nfoo: 1\nmanagement: y'\n",
+        "logging: [x,\nfoo: 1\nrundir: y]\n",
     ];
     for text in refused {
         assert_eq!(
@@ -526,7 +536,9 @@ fn the_margin_is_not_trusted_where_a_section_passed_over_could_cross_it() {
 
 #[test]
 fn wanted_sections_cut_out_read_as_the_whole_document_reads_them() {
-    on_generated_documents("the cut agrees with the whole", |text| {
+    // (the cut declines every document with a quote or bracket in a section it passes over:
+    // about one in eight is cut)
+    on_generated_documents("the cut agrees with the whole", 10, |text| {
         // every other key of the document is wanted
         let keys: Vec<String> = match full(text) {
             Some(Value::Object(m)) => m.keys().step_by(2).cloned().collect(),
@@ -544,6 +556,12 @@ fn wanted_sections_cut_out_read_as_the_whole_document_reads_them() {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig {
+        failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(8),
+        ..ProptestConfig::default()
+    })]
+
     #[test]
     fn printable_ascii_eight_bytes_a_step_is_the_byte_rule(
         text in prop::collection::vec(
