@@ -126,6 +126,12 @@ struct ToServe {
     /// The RPZ zones the start transferred, told to the event log by their tasks.
     transferred: FirstTransfers,
     heap: supervisor::os::HeapPrefault,
+    /// Where the configuration last kept in the root's fd store is published (the handle's
+    /// answers wait for it).
+    kept: watch::Sender<Option<Arc<LoadedConfig>>>,
+    /// Fault injection (`slow-keeper`): how long each changed configuration waits before it
+    /// is kept, to prove that answers wait for it.
+    keep_delay: Option<std::time::Duration>,
 }
 
 /// What the start checked in the environment: the workers' user, the API's guard.
@@ -218,7 +224,10 @@ impl Running {
         let (config_tx, config_rx) = watch::channel(Arc::new(loaded));
         let (command_tx, command_rx) = mpsc::channel(16);
         let (health_tx, health_rx) = watch::channel(TaskHealth::default());
-        let handle = ManagerHandle::new(command_tx, config_rx).with_health(health_rx.clone());
+        let (kept_tx, kept_rx) = watch::channel(None);
+        let handle = ManagerHandle::new(command_tx, config_rx)
+            .with_health(health_rx.clone())
+            .with_keeper(kept_rx);
         let (started_tx, started_rx) = watch::channel(incarnation == Incarnation::Successor);
         let stop = CancellationToken::new();
         let events = start_event_log(&parent, upgrade.as_deref());
@@ -279,6 +288,10 @@ impl Running {
             api,
             transferred,
             heap: settings.heap,
+            kept: kept_tx,
+            keep_delay: std::env::var(FAULT_INJECTION_VAR)
+                .is_ok_and(|v| v.contains("slow-keeper"))
+                .then_some(std::time::Duration::from_secs(2)),
         };
         let running = Running {
             parent,
@@ -309,6 +322,8 @@ impl Running {
             self.parent.clone(),
             self.handle.subscribe(),
             to_serve.api.rendered.clone(),
+            to_serve.kept,
+            to_serve.keep_delay,
         ));
         tokio::spawn(report_task_health(
             to_serve.health,
@@ -508,11 +523,15 @@ async fn report_task_health(
     }
 }
 
-/// Keep every configuration that is applied in the root's fd store.
+/// Keep every configuration that is applied in the root's fd store, and publish each one
+/// kept (or given up on, which is logged) in `kept`; `delay` (fault injection) holds back
+/// every changed one.
 async fn keep_config(
     parent: Arc<Parent>,
     mut config: watch::Receiver<Arc<LoadedConfig>>,
     rendered: api::config::RenderedCache,
+    kept: watch::Sender<Option<Arc<LoadedConfig>>>,
+    delay: Option<std::time::Duration>,
 ) {
     let mut first = true;
     loop {
@@ -520,12 +539,17 @@ async fn keep_config(
         // The same bytes `GET /v1/config` serves: rendered once per version, for both. The
         // first version right here (the first request after READY would make it anyway);
         // a changed one off the runtime's thread: a large configuration takes tens of
-        // milliseconds, which the answer to the change just made must not wait for.
+        // milliseconds, which the runtime's other requests must not wait for (the answer to
+        // the change waits until it is kept).
         let version = if first {
             first = false;
             Ok(rendered.get(&current))
         } else {
+            if let Some(delay) = delay {
+                tokio::time::sleep(delay).await;
+            }
             let rendered = rendered.clone();
+            let current = current.clone();
             tokio::task::spawn_blocking(move || rendered.get(&current)).await
         };
         let stored = match version {
@@ -540,6 +564,7 @@ async fn keep_config(
             }
             Err(e) => tracing::warn!("cannot keep the configuration for a restart: {e}"),
         }
+        kept.send_replace(Some(current));
         if config.changed().await.is_err() {
             return;
         }
