@@ -77,13 +77,22 @@ pub(super) fn local_data() -> ObjectDef {
         (field == "file" && given.get("transfer").is_some_and(|t| !t.is_null()))
             .then(|| v(&vt::WRITABLE_FILE_PATH))
     });
-    rpz.validate = Some(|m, _, path| {
+    rpz.validate = Some(|m, ctx, path| {
         if is_true(m, "watchdog") && !WATCHDOG_AVAILABLE {
             return fail(path, "'watchdog' is enabled, but the required 'watchdog' dependency (optional) is not installed");
         }
+        // A zone kept by transfer is read by the manager itself: a regular file or none yet
+        // (without `transfer` the file's type says it must exist and be a file).
+        let kept = is_set(m, "transfer");
+        let file = m.get("file").and_then(Value::as_str);
+        if let (true, Some(file), true) = (kept, file, ctx.checks != crate::PathChecks::Lenient) {
+            if let Some(not) = crate::regular_file::not_regular(std::path::Path::new(file)) {
+                return fail(&child_path(path, "file"), format!("file {not}"));
+            }
+        }
         Ok(())
     });
-    section(
+    let mut d = section(
         "knot_resolver.datamodel.local_data_schema.LocalDataSchema",
         Some("Local data for forward records (A/AAAA) and reverse records (PTR)."),
         vec![
