@@ -104,7 +104,56 @@ pub(super) fn local_data() -> ObjectDef {
             f("rules", opt(list(obj(rule))), Value::Null, "Local data rules."),
             f("rpz", opt(list(obj(rpz))), Value::Null, "List of Response Policy Zones and its configuration."),
         ],
-    )
+    );
+    d.validate = Some(|m, ctx, path| {
+        let entries = m.get("rpz").and_then(Value::as_array);
+        let files: Vec<&str> = entries
+            .into_iter()
+            .flatten()
+            .map(|e| e.get("file").and_then(Value::as_str).unwrap_or_default())
+            .collect();
+        let errs = shared_rpz_files(&files, ctx.checks != crate::PathChecks::Lenient, path);
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs)
+        }
+    });
+    d
+}
+
+/// Two RPZ entries naming one file: each entry renews the policy from it, and a zone kept by
+/// transfer would overwrite the other's. One error per entry whose file an earlier entry
+/// already names, saying which: the same path, or (`on_disk`: where the file system is
+/// checked) another path of the same existing file (a link to it).
+fn shared_rpz_files(files: &[&str], on_disk: bool, path: &str) -> Vec<Failure> {
+    use std::os::unix::fs::MetadataExt;
+    // What identifies a file without opening it (a FIFO would block an open).
+    let identity = |file: &str| {
+        on_disk
+            .then(|| std::fs::metadata(file).ok())
+            .flatten()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    let identities: Vec<Option<(u64, u64)>> = files.iter().map(|f| identity(f)).collect();
+    let mut errs = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        let earlier = (0..i).find(|&j| {
+            std::path::Path::new(files[j]) == std::path::Path::new(file)
+                || identities[i].is_some() && identities[i] == identities[j]
+        });
+        if let Some(j) = earlier {
+            let entry = |n: usize| child_path(&child_path(path, "rpz"), &n.to_string());
+            errs.push(Failure::new(
+                &child_path(&entry(i), "file"),
+                format!(
+                    "file '{file}' is already the file of '{}': two RPZ entries cannot share one file",
+                    entry(j)
+                ),
+            ));
+        }
+    }
+    errs
 }
 
 /// `local-data.rpz[].transfer`: the zone's name at its primaries, where to ask for it, how
