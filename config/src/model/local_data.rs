@@ -83,12 +83,10 @@ pub(super) fn local_data() -> ObjectDef {
         }
         // A zone kept by transfer is read by the manager itself: a regular file or none yet
         // (without `transfer` the file's type says it must exist and be a file).
-        let kept = is_set(m, "transfer");
-        let file = m.get("file").and_then(Value::as_str);
-        if let (true, Some(file), true) = (kept, file, ctx.checks != crate::PathChecks::Lenient) {
-            if let Some(not) = crate::regular_file::not_regular(std::path::Path::new(file)) {
-                return fail(&child_path(path, "file"), format!("file {not}"));
-            }
+        let checked = ctx.checks != crate::PathChecks::Lenient && is_set(m, "transfer");
+        let file = m.get("file").and_then(Value::as_str).filter(|_| checked);
+        if let Some(not) = file.and_then(|f| crate::regular_file::not_regular(f.as_ref())) {
+            return fail(&child_path(path, "file"), format!("file {not}"));
         }
         Ok(())
     });
@@ -139,8 +137,8 @@ fn shared_rpz_files(files: &[&str], on_disk: bool, path: &str) -> Vec<Failure> {
     let mut errs = Vec::new();
     for (i, file) in files.iter().enumerate() {
         let earlier = (0..i).find(|&j| {
-            std::path::Path::new(files[j]) == std::path::Path::new(file)
-                || identities[i].is_some() && identities[i] == identities[j]
+            let same_path = std::path::Path::new(files[j]) == std::path::Path::new(file);
+            same_path || (identities[i].is_some() && identities[i] == identities[j])
         });
         if let Some(j) = earlier {
             let entry = |n: usize| child_path(&child_path(path, "rpz"), &n.to_string());
