@@ -281,7 +281,8 @@ pub struct ChildPolicy {
 }
 
 /// The longest extension of the service manager's timeout a child's notification passes on
-/// unless its policy says otherwise: ten times what the resolver's manager asks at once.
+/// unless its policy says otherwise: five minutes, several times any one step a child asks
+/// for, and an extension can be asked again as the step goes on.
 pub const MAX_EXTENSION: Duration = Duration::from_secs(300);
 
 /// The environment a service may have: what we pass on, unchanged, and a few more names.
