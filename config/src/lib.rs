@@ -38,6 +38,7 @@
 mod engine;
 mod model;
 mod parse;
+pub mod regular_file;
 pub mod types;
 mod value_types;
 pub mod xfr;

@@ -473,9 +473,9 @@ fn current_for(file: &Path) -> Option<Duration> {
 /// The stored `file` is current now (a primary said so): its modification time says when,
 /// for the expire time at the next start.
 fn mark_current(file: &Path) {
-    let marked = std::fs::File::options()
-        .append(true)
-        .open(file)
+    // A regular file (the owner sets its times): a FIFO put there meanwhile is not waited on.
+    let marked = crate::config::regular_file::open_regular(file)
+        .map_err(std::io::Error::other)
         .and_then(|f| f.set_modified(SystemTime::now()));
     if let Err(e) = marked {
         tracing::warn!(file = %file.display(), "cannot mark the stored RPZ zone current: {e}");
