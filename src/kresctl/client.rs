@@ -60,6 +60,9 @@ pub enum ClientError {
     /// The event stream broke off or carried something that is not one.
     #[error("event stream: {0}")]
     EventStream(String),
+    /// Standard output could not be written (closed: the command ends quietly).
+    #[error("{0}")]
+    Output(#[from] super::output::WriteError),
 }
 
 /// How long kresctl waits for an answer: a configuration change may take the API's own limit

@@ -20,6 +20,7 @@ use super::cli::{
     self, ApiCommand, ApplyMode, CacheArgs, CompletionShell, ConfigArgs, Follow, MetricsView,
 };
 use super::client::{ApiClient, ClientError};
+use super::output::WriteError;
 
 /// The error of a command that works on files, without a resolver (`convert`, `migrate`).
 #[derive(Debug, thiserror::Error)]
@@ -43,12 +44,35 @@ pub enum FileError {
     Config(#[source] crate::config::ConfigError),
     #[error("{}: the configuration is not a mapping", .0.display())]
     NotAMapping(PathBuf),
+    /// Standard output could not be written (closed: the command ends quietly).
+    #[error("{0}")]
+    Output(#[from] WriteError),
 }
 
-/// Exit 0 on success; otherwise print the error and exit 1.
-pub fn exit_code<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
+/// An error a command ends with.
+pub trait CommandError: std::fmt::Display {
+    /// Whether it is only that standard output's reader is gone.
+    fn is_closed_output(&self) -> bool;
+}
+
+impl CommandError for ClientError {
+    fn is_closed_output(&self) -> bool {
+        matches!(self, ClientError::Output(WriteError::Closed))
+    }
+}
+
+impl CommandError for FileError {
+    fn is_closed_output(&self) -> bool {
+        matches!(self, FileError::Output(WriteError::Closed))
+    }
+}
+
+/// Exit 0 on success, and quietly when standard output's reader is gone (`| head`);
+/// otherwise print the error and exit 1.
+pub fn exit_code<E: CommandError>(result: Result<(), E>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_closed_output() => ExitCode::SUCCESS,
         Err(e) => {
             eprint!("{}", error_lines(&e.to_string(), Stderr::detect()));
             ExitCode::from(1)
@@ -86,15 +110,8 @@ fn error_lines(text: &str, stderr: Stderr) -> String {
 
 /// `kresctl completion SHELL`: print the script.
 pub fn completion(shell: CompletionShell) -> ExitCode {
-    use std::io::Write;
-    match std::io::stdout().write_all(&cli::completion_script(shell.into())) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("cannot write the completion script: {e}");
-            ExitCode::from(1)
-        }
-    }
+    let script = cli::completion_script(shell.into());
+    exit_code(super::output::print(&String::from_utf8_lossy(&script)).map_err(ClientError::from))
 }
 
 /// Run `command` if it needs no resolver (`validate`, `schema` and `openapi --local`), and
