@@ -109,7 +109,7 @@ impl Root {
         };
         // Still this image: take everything back.
         match Adopted::take(&image) {
-            Ok(adopted) => match Supervisor::adopt(adopted.handover) {
+            Ok(adopted) => match Supervisor::adopt(adopted.handover, crate::daemon::logging::child_line_level) {
                 Ok((sup, task)) => {
                     started.sup = sup;
                     started.sup_task = task;
