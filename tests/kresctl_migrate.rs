@@ -49,6 +49,14 @@ fn check(name: &'static str, old: &str) {
             .output()
             .expect("kresctl");
         assert!(ours.status.success(), "{ours:?}");
+        // The header names the same version: the configuration's, not the program's.
+        let header = |out: &[u8]| {
+            String::from_utf8_lossy(out)
+                .lines()
+                .find(|l| l.starts_with("New migrated configuration"))
+                .map(str::to_owned)
+        };
+        assert_eq!(header(&ours.stdout), header(&theirs.stdout), "{name}");
         let (their_log, their_doc) = split(&theirs.stdout, format);
         let (our_log, our_doc) = split(&ours.stdout, format);
         assert_eq!(our_log, their_log, "{name} {format}");

@@ -83,3 +83,86 @@ fn every_command_ends_quietly_when_its_reader_is_gone() {
     }
     r.stop();
 }
+
+/// What `program` with `args` prints in the bed, within [`WAIT`].
+fn run_in_bed(r: &common::Resolver, program: Program<'_>, args: &[&str]) -> String {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    let mut launched = match program {
+        Program::Ours(path) => r.bed.launch(std::path::Path::new(path), &args, &[]),
+        Program::Installed(path) => r
+            .bed
+            .launch_installed(std::path::Path::new(path), &args, &[]),
+    }
+    .expect("launch in the bed");
+    let status = launched.wait(WAIT).expect("it ends");
+    assert!(launched.output.wait_eof(WAIT), "its output ends");
+    let text = launched.output.text();
+    assert!(status.success(), "{args:?}: {status:?}\n{text}");
+    text
+}
+
+/// A program to run in the bed: one of ours (by its path here), or one the bed has.
+#[derive(Clone, Copy)]
+enum Program<'a> {
+    Ours(&'a str),
+    Installed(&'a str),
+}
+
+#[test]
+fn versions_name_ours_and_the_kresd_we_drive() {
+    let r = common::start(&Setup::new("kresctl-versions")).expect("start");
+    let said = run_in_bed(&r, Program::Installed("/usr/sbin/kresd"), &["--version"]);
+    let kresd = said
+        .split_whitespace()
+        .last()
+        .expect("kresd says its version")
+        .to_owned();
+    let ours = knot_resolver::build_version();
+
+    // kresctl -V, on the machine of the kresd.
+    let line = run_in_bed(&r, Program::Ours(KRESCTL), &["-V"]);
+    assert_eq!(
+        line.trim(),
+        format!("kresctl {ours} (kresd {kresd}, /usr/sbin/kresd)")
+    );
+
+    // GET /, once the manager learned it.
+    let greeting = testbed::wait_for("GET / names kresd's version", WAIT, || {
+        let response = r.http("GET", "/", b"")?;
+        let body: serde_json::Value = serde_json::from_slice(&response.body)?;
+        Ok((!body["kresd_version"].is_null()).then_some(body))
+    })
+    .expect("kresd's version is known");
+    assert_eq!(greeting["version"], ours.as_str(), "{greeting}");
+    assert_eq!(greeting["kresd_version"], kresd.as_str(), "{greeting}");
+
+    // knot_resolver_build_info.
+    let metrics = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("GET /metrics");
+    let text = metrics.text();
+    let info = text
+        .lines()
+        .find(|l| l.starts_with("knot_resolver_build_info{"))
+        .unwrap_or_else(|| panic!("no build_info in\n{text}"));
+    assert_eq!(
+        info,
+        format!("knot_resolver_build_info{{version=\"{ours}\",kresd_version=\"{kresd}\"}} 1.0")
+    );
+
+    // The start-up line: the versions, the configuration file, the users.
+    let line = r
+        .launched
+        .output
+        .wait_for("driving kresd", WAIT)
+        .expect("the start-up line");
+    let config = r.dir.bed("config.yaml");
+    for part in [
+        format!("knot-resolver {ours} driving kresd {kresd} (/usr/sbin/kresd)"),
+        format!("configuration {}", config.display()),
+        "manager process as user root (uid 0), workers as user root (uid 0)".to_owned(),
+    ] {
+        assert!(line.contains(&part), "{part:?} not in {line}");
+    }
+    r.stop();
+}

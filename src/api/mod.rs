@@ -75,6 +75,8 @@ pub struct ApiState {
     pub events: crate::events::EventLog,
     /// The control plane's series for `/metrics/prometheus`, tallied from `events`.
     pub control_plane: crate::metrics::ControlPlane,
+    /// The version of the kresd the workers run (`kresd --version`), once it is known.
+    pub kresd_version: std::sync::Arc<std::sync::OnceLock<String>>,
 }
 
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.

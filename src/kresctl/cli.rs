@@ -74,10 +74,18 @@ fn interval(text: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
+/// Whether `-V` asked for the versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShowVersion {
+    Yes,
+    No,
+}
+
 #[derive(Parser)]
 #[command(
     name = "kresctl",
     version = crate::VERSION,
+    disable_version_flag = true,
     about = "Command-line utility that helps communicate with Knot Resolver's management API.",
     after_long_help = EXIT_CODES
 )]
@@ -93,6 +101,10 @@ pub struct Cli {
     /// Configuration file whose `management` section names the API socket.
     #[arg(short = 'c', long = "config")]
     pub config: Option<PathBuf>,
+    /// Print the versions of kresctl and of the kresd installed here (`kresd --version`).
+    #[arg(id = "version", short = 'V', long = "version", action = ArgAction::SetTrue,
+          value_parser = flag(ShowVersion::Yes, ShowVersion::No))]
+    pub version: ShowVersion,
     #[command(subcommand)]
     pub command: Option<Command>,
 }

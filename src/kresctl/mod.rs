@@ -21,14 +21,31 @@ pub use cli::{completion_script, Cli};
 pub use output::to_yaml;
 
 use cli::Command;
-use client::{ApiClient, Target};
+use client::{ApiClient, ClientError, Target};
 use commands::exit_code;
+
+/// What `kresctl -V` says: our version, and the version of the kresd installed here (the one
+/// a daemon on this machine runs), from `kresd --version`.
+pub fn version_line() -> String {
+    let kresd = crate::manager::Executables::discover().kresd;
+    match crate::manager::executables::kresd_version(&kresd) {
+        Ok(version) => format!(
+            "kresctl {} (kresd {version}, {})",
+            crate::build_version(),
+            kresd.display()
+        ),
+        Err(e) => format!("kresctl {} (kresd: {e})", crate::build_version()),
+    }
+}
 
 /// The default API socket when nothing else says where it is.
 pub const DEFAULT_SOCKET: &str = "/run/knot-resolver/kres-api.sock";
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.version == cli::ShowVersion::Yes {
+        return commands::exit_code(output::println(&version_line()).map_err(ClientError::from));
+    }
     let command = match cli.command {
         None => {
             cli::print_help(None);

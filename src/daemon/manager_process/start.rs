@@ -228,12 +228,20 @@ impl Running {
             events.clone(),
             stop.child_token(),
         ));
+        let executables = Executables {
+            run_as,
+            ..Executables::discover()
+        };
+        let kresd_version = Arc::default();
+        tokio::spawn(announce_versions(
+            executables.clone(),
+            settings.source.files.clone(),
+            parent.incarnation,
+            Arc::clone(&kresd_version),
+        ));
         let ctx = ManagerContext {
             supervisor: parent.handle.clone(),
-            executables: Executables {
-                run_as,
-                ..Executables::discover()
-            },
+            executables,
             source: settings.source,
             config: config_tx,
             commands: Arc::new(Mutex::new(command_rx)),
@@ -265,6 +273,7 @@ impl Running {
             process_failures,
             events,
             control_plane,
+            kresd_version,
         };
         let to_serve = ToServe {
             incarnation,
@@ -469,6 +478,49 @@ fn task_events(
         stream::once(gone).boxed(),
     ];
     stream::select_all(sources).filter_map(std::future::ready)
+}
+
+/// Learn the version of the kresd the workers run (`kresd --version`, once per manager
+/// process, on a thread of its own: the start does not wait for it) and say, in one line,
+/// what runs: our version and kresd's, the configuration files, and who the manager process
+/// and the workers run as.
+async fn announce_versions(
+    executables: Executables,
+    files: Vec<std::path::PathBuf>,
+    incarnation: u32,
+    known: Arc<std::sync::OnceLock<String>>,
+) {
+    let program = executables.kresd.clone();
+    let probed =
+        tokio::task::spawn_blocking(move || crate::manager::executables::kresd_version(&program))
+            .await;
+    let kresd = match probed {
+        Ok(Ok(version)) => {
+            let _ = known.set(version.clone());
+            format!("kresd {version} ({})", executables.kresd.display())
+        }
+        Ok(Err(e)) => format!("kresd of unknown version ({e})"),
+        Err(e) => format!("kresd of unknown version ({e})"),
+    };
+    let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let manager_uid = nix::unistd::geteuid().as_raw();
+    let workers = executables.run_as.map_or(manager_uid, |c| c.uid);
+    tracing::info!(
+        incarnation,
+        "knot-resolver {} driving {kresd}; configuration {}; manager process as {}, workers as {}",
+        crate::build_version(),
+        files.join(", "),
+        user_name(manager_uid),
+        user_name(workers),
+    );
+}
+
+/// `name (uid)`, or the uid alone when the user database does not name it.
+fn user_name(uid: u32) -> String {
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(user)) => format!("user {} (uid {uid})", user.name),
+        _ => format!("uid {uid}"),
+    }
 }
 
 /// The epoch of the event ids of this manager process: its incarnation and its start

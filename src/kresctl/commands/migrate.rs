@@ -51,7 +51,7 @@ pub fn command(args: &MigrateArgs) -> Result<(), FileError> {
         None => {
             output::print(&format!(
                 "\nNew migrated configuration (v{}):\n---\n{dumped}",
-                crate::VERSION
+                crate::config::SCHEMA_VERSION
             ))?;
             Ok(())
         }
