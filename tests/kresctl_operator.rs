@@ -166,3 +166,157 @@ fn versions_name_ours_and_the_kresd_we_drive() {
     }
     r.stop();
 }
+
+/// kresctl as user `nobody` (uid and gid 65534, no other group), through setpriv(1).
+fn kresctl_as_nobody(r: &common::Resolver, args: &[&str]) -> std::process::Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", KRESCTL, "-s"])
+        .arg(&r.api)
+        .args(args)
+        .output()
+        .expect("setpriv kresctl")
+}
+
+#[test]
+fn hints_fit_the_cause() {
+    let r = common::start(&Setup::new("kresctl-hints")).expect("start");
+
+    // Refused by the socket's permissions: who may, not whether the resolver runs.
+    let out = kresctl_as_nobody(&r, &["config", "get"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+    assert!(!stderr.contains("Is the resolver running?"), "{stderr}");
+    assert!(
+        stderr.contains("belongs to user root and group root") && stderr.contains("runs as "),
+        "{stderr}"
+    );
+
+    // A pointer without its leading `/`.
+    let out = r.kresctl(&["config", "get", "-p", "workers", "--json"]).expect("kresctl");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+
+    // An invalid value: one header.
+    let out = r.kresctl(&["config", "set", "-p", "/workers", "\"many\""]).expect("kresctl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.matches("validation error").count(),
+        1,
+        "one header: {stderr}"
+    );
+
+    // Usage errors are upstream's exit 2 (`-s SOCKET` alone included).
+    for args in [&[][..], &["config"], &["cache"]] {
+        let out = r.kresctl(args).expect("kresctl");
+        assert_eq!(out.status.code(), Some(2), "kresctl {args:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "kresctl {args:?}: help goes to stderr");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("Usage:"));
+    }
+    r.stop();
+}
+
+#[test]
+fn a_refused_token_names_the_token_variable() {
+    let token = "s3cret-token-for-kresctl";
+    let bed = testbed::Bed::get().expect("bed");
+    let port = testbed::free_port().expect("port");
+    let dir = bed.test_dir("kresctl-token").expect("dir");
+    let file = dir.host("token");
+    std::fs::write(&file, token).expect("token file");
+    let r = common::start(
+        &Setup::new("kresctl-token-api")
+            .management(&format!("  interface: 127.0.0.1@{port}\n"))
+            .env("KRES_API_TOKEN_FILE", &dir.bed("token").display().to_string()),
+    )
+    .expect("start");
+    let url = format!("http://127.0.0.1:{port}");
+    let wrong = dir.host("wrong");
+    std::fs::write(&wrong, "not-the-token").expect("wrong token file");
+    let out = Command::new(KRESCTL)
+        .args(["-s", &url, "config", "get"])
+        .env("KRES_API_TOKEN_FILE", &wrong)
+        .output()
+        .expect("kresctl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("KRES_API_TOKEN_FILE"), "{stderr}");
+    let out = Command::new(KRESCTL)
+        .args(["-s", &url, "config", "get", "-p", "/workers"])
+        .env("KRES_API_TOKEN_FILE", &file)
+        .output()
+        .expect("kresctl");
+    assert!(out.status.success(), "{out:?}");
+    // --help names it too.
+    let help = Command::new(KRESCTL).arg("--help").output().expect("kresctl");
+    assert!(String::from_utf8_lossy(&help.stdout).contains("KRES_API_TOKEN_FILE"));
+    r.stop();
+}
+
+/// What bash's completion offers after `words` (the last being completed) with `script`
+/// loaded and our kresctl first on `PATH`.
+fn bash_offers(script: &std::path::Path, words: &[&str]) -> Vec<String> {
+    let bin = std::path::Path::new(KRESCTL).parent().expect("a directory");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let program = format!(
+        "source '{}'\nCOMP_WORDS=(kresctl {})\nCOMP_CWORD={}\n_kresctl_completion 2>/dev/null\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
+        script.display(),
+        quoted.join(" "),
+        words.len()
+    );
+    let out = Command::new("bash")
+        .args(["--norc", "-c", &program])
+        .env("PATH", path)
+        .output()
+        .expect("bash");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn bash_completes_pointers_from_the_schema_with_either_script() {
+    let bed = testbed::Bed::get().expect("bed");
+    let dir = bed.test_dir("kresctl-completion").expect("dir");
+    let ours = dir.host("kresctl.bash");
+    let script = Command::new(KRESCTL)
+        .args(["completion", "bash"])
+        .output()
+        .expect("kresctl completion");
+    assert!(script.status.success());
+    std::fs::write(&ours, &script.stdout).expect("write");
+    let upstreams = bed.host_path(std::path::Path::new(
+        "/usr/share/bash-completion/completions/kresctl",
+    ));
+    for script in [&ours, &upstreams] {
+        let offered = bash_offers(script, &["config", "get", "-p", "/"]);
+        assert!(
+            offered.iter().any(|w| w == "/workers") && offered.iter().any(|w| w == "/cache"),
+            "{}: {offered:?}",
+            script.display()
+        );
+        // Pointers only, no file of the root directory.
+        assert!(
+            offered.iter().all(|w| !w.starts_with("/usr")),
+            "{}: {offered:?}",
+            script.display()
+        );
+        let offered = bash_offers(script, &["config", "get", "-p", "/cache/s"]);
+        assert_eq!(
+            offered,
+            vec!["/cache/storage", "/cache/size-max"],
+            "{}",
+            script.display()
+        );
+        let offered = bash_offers(script, &["conf"]);
+        assert_eq!(offered, vec!["config"], "{}", script.display());
+    }
+}

@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod client;
 pub mod commands;
+pub mod completion;
 pub mod output;
 pub mod request;
 
@@ -47,13 +48,19 @@ pub fn main() -> ExitCode {
         return commands::exit_code(output::println(&version_line()).map_err(ClientError::from));
     }
     let command = match cli.command {
+        // A command is required, as upstream's says: a usage error.
         None => {
-            cli::print_help(None);
-            return ExitCode::SUCCESS;
+            cli::print_help_to_stderr(None);
+            return ExitCode::from(2);
         }
         Some(Command::Convert(args)) => return exit_code(commands::convert::convert(&args)),
         Some(Command::Migrate(args)) => return exit_code(commands::migrate::command(&args)),
-        Some(Command::Completion { shell }) => return commands::completion(shell),
+        Some(Command::Completion {
+            shell,
+            bash,
+            fish,
+            args,
+        }) => return commands::completion(bash.0.or(fish.0).unwrap_or(shell), args.as_deref()),
         Some(Command::Api(command)) => command,
     };
     if let Some(code) = commands::offline(&command) {

@@ -108,10 +108,19 @@ fn error_lines(text: &str, stderr: Stderr) -> String {
     }
 }
 
-/// `kresctl completion SHELL`: print the script.
-pub fn completion(shell: CompletionShell) -> ExitCode {
-    let script = cli::completion_script(shell.into());
-    exit_code(super::output::print(&String::from_utf8_lossy(&script)).map_err(ClientError::from))
+/// `kresctl completion SHELL`: print the script; with `--args WORD…`, the words to offer
+/// after them, space-separated on one line (bash; fish gets nothing, as from upstream's).
+pub fn completion(shell: CompletionShell, args: Option<&[String]>) -> ExitCode {
+    let text = match (args, shell) {
+        (None, _) => String::from_utf8_lossy(&cli::completion_script(shell.into())).into_owned(),
+        (Some(args), CompletionShell::Bash) => {
+            let command = <cli::Cli as clap::CommandFactory>::command();
+            let args = if args.is_empty() { &[String::new()][..] } else { args };
+            format!("{}\n", super::completion::words(&command, args).join(" "))
+        }
+        (Some(_), CompletionShell::Zsh | CompletionShell::Fish) => String::new(),
+    };
+    exit_code(super::output::print(&text).map_err(ClientError::from))
 }
 
 /// Run `command` if it needs no resolver (`validate`, `schema` and `openapi --local`), and
@@ -142,7 +151,8 @@ pub fn offline(command: &ApiCommand) -> Option<ExitCode> {
 /// Run a command against the API.
 pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), ClientError> {
     match command {
-        ApiCommand::Config(ConfigArgs { op: None }) => cli::print_help(Some("config")),
+        // Refused by the command line (`arg_required_else_help`).
+        ApiCommand::Config(ConfigArgs { op: None }) => cli::print_help_to_stderr(Some("config")),
         ApiCommand::Config(ConfigArgs { op: Some(op) }) => config::run(client, op).await?,
         ApiCommand::Apply {
             mode: ApplyMode::DryRun,
@@ -194,7 +204,7 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
         } => {
             metrics::metrics(client, format, file.as_deref()).await?;
         }
-        ApiCommand::Cache(CacheArgs { op: None }) => cli::print_help(Some("cache")),
+        ApiCommand::Cache(CacheArgs { op: None }) => cli::print_help_to_stderr(Some("cache")),
         ApiCommand::Cache(CacheArgs { op: Some(op) }) => cache::run(client, op).await?,
         ApiCommand::Rpz { format } => rpz::print_zones(client, format).await?,
     }
