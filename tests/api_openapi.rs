@@ -102,6 +102,11 @@ async fn fixture() -> Fixture {
             failures: 2,
             since: 1_700_000_000,
             last: "killed by signal 9 (SIGKILL)".into(),
+            restarts: 3,
+            last_exit: Some(supervisor::ExitStatus::Signaled {
+                signal: 9,
+                core_dumped: false,
+            }),
         }),
     };
     Fixture::new(2, Supervision::Remote(process_table()), history).await

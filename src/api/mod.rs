@@ -200,7 +200,7 @@ fn processes_of(State(state): State<ApiState>, filter: ProcessFilter) -> Respons
         .iter()
         .filter(|p| filter.is_none_or(|k| ServiceKind::of(p) == Some(k)))
         .map(|p| ProcessEntry {
-            process: p.clone(),
+            process: with_failures(p, state.process_failures.as_deref()),
             r#type: ServiceKind::of(p)
                 .map_or("UNKNOWN", ServiceKind::upstream_type)
                 .to_owned(),
@@ -210,6 +210,21 @@ fn processes_of(State(state): State<ApiState>, filter: ProcessFilter) -> Respons
         })
         .collect();
     json_value(StatusCode::OK, &list)
+}
+
+/// A process of the table as `/processes` shows it: the manager's entry, which the root adds
+/// anew for every incarnation, counts the restarts and shows the last exit of the
+/// incarnations before it, as the root recorded them.
+fn with_failures(
+    process: &supervisor::ProcessSnapshot,
+    record: Option<&crate::wire::failures::ProcessFailureRecord>,
+) -> supervisor::ProcessSnapshot {
+    let mut process = process.clone();
+    if let (Some(ServiceKind::Manager), Some(record)) = (ServiceKind::of(&process), record) {
+        process.restarts = process.restarts.saturating_add(record.restarts);
+        process.last_exit = process.last_exit.or(record.last_exit);
+    }
+    process
 }
 
 /// A serialisable value as a JSON answer.
