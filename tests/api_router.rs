@@ -453,7 +453,7 @@ async fn path_parameters_outside_their_types_get_the_routes_answers() {
     assert_eq!(r.status, StatusCode::OK, "percent-decoded: {}", r.text());
     // With fault injection on, a crash kind none of the three is 404 as the route being off is
     // (and nothing crashes).
-    f.state.fault_injection = true;
+    f.state.fault_injection = knot_resolver::api::fault::FaultInjection::On;
     for how in ["explode", "Abort", ""] {
         let r = f
             .send(request("POST", &format!("/debug/crash-manager/{how}")))

@@ -56,8 +56,9 @@ pub struct ApiState {
     pub stop: CancellationToken,
     /// The manager: the configuration it runs, and changes to it.
     pub manager: ManagerHandle,
-    /// Whether `POST /debug/panic-manager` is enabled (tests of manager recovery only).
-    pub fault_injection: bool,
+    /// Whether the fault-injection routes (`POST /debug/…`) are served (tests of manager
+    /// recovery only).
+    pub fault_injection: fault::FaultInjection,
     /// How configurations sent to the API are validated: relative paths resolve against the
     /// first configuration file's directory.
     pub validation: crate::config::ValidationContext,
@@ -81,7 +82,7 @@ pub struct ApiState {
 
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.
 pub fn app(state: ApiState) -> Router {
-    let (router, _) = routes().split_for_parts();
+    let (router, _) = routes(state.fault_injection).split_for_parts();
     let router = server::with_change_places(router)
         .layer(axum::middleware::from_fn_with_state(
             state.guard.clone(),
@@ -95,9 +96,12 @@ pub fn app(state: ApiState) -> Router {
 /// path and methods of its `#[utoipa::path]` and adds that description to the document, so
 /// the router and `GET /openapi.json` come from this one registration. Never add a route with
 /// `.route()`: it would be served undocumented (`tests/api_openapi.rs` finds it).
-pub fn routes() -> OpenApiRouter<ApiState> {
+///
+/// The fault-injection routes are registered only when `faults` is on: the production
+/// document describes no route the server does not serve.
+pub fn routes(faults: fault::FaultInjection) -> OpenApiRouter<ApiState> {
     use utoipa::OpenApi;
-    OpenApiRouter::with_openapi(openapi::Base::openapi())
+    let registered = OpenApiRouter::with_openapi(openapi::Base::openapi())
         .routes(routes!(status::root))
         .routes(routes!(
             config::get_document,
@@ -126,13 +130,17 @@ pub fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(processes_all))
         .routes(routes!(processes))
         .routes(routes!(events::follow))
-        .routes(routes!(fault::panic_manager))
-        .routes(routes!(fault::crash_manager))
         .routes(routes!(stats::metrics_redirect))
         .routes(routes!(stats::metrics_json))
         .routes(routes!(stats::metrics_prometheus))
         .routes(routes!(control::cache_clear))
-        .routes(routes!(rpz::zones))
+        .routes(routes!(rpz::zones));
+    match faults {
+        fault::FaultInjection::Off => registered,
+        fault::FaultInjection::On => registered
+            .routes(routes!(fault::panic_manager))
+            .routes(routes!(fault::crash_manager)),
+    }
 }
 
 /// Every supervised process.

@@ -265,7 +265,10 @@ impl Running {
             supervisor: parent.handle.clone(),
             stop: stop.clone(),
             manager: handle.clone(),
-            fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
+            fault_injection: match std::env::var_os(FAULT_INJECTION_VAR) {
+                Some(_) => api::fault::FaultInjection::On,
+                None => api::fault::FaultInjection::Off,
+            },
             validation,
             rendered: Default::default(),
             guard: Arc::new(guard),
