@@ -408,6 +408,15 @@ fn a_killed_manager_is_counted_and_followers_resume() {
         "kresctl events ended: {printed:#?}"
     );
 
+    // The new manager process knows kresd's version (its predecessor's, kept by the root).
+    r.launched
+        .output
+        .wait_for_count("driving kresd", 2, START_TIMEOUT)
+        .expect("the successor's start-up line");
+    let greeting: Value =
+        serde_json::from_slice(&r.http("GET", "/", b"").expect("GET /").body).expect("JSON");
+    assert!(greeting["kresd_version"].is_string(), "{greeting}");
+
     let entry = manager_entry(&r);
     assert_eq!(entry["restarts"], 1, "{entry}");
     assert_eq!(entry["last_exit"]["signaled"]["signal"], 9, "{entry}");

@@ -115,8 +115,9 @@ pub fn kresd_version(program: &Path) -> Result<String, VersionError> {
 }
 
 /// The version in `kresd --version`'s output: the last word of its first line, when it is
-/// made of the characters of a version.
-fn version_of(output: &str) -> Option<String> {
+/// made of the characters of a version (also how a version kept in the fd store is read
+/// back).
+pub fn version_of(output: &str) -> Option<String> {
     let word = output.lines().next()?.split_whitespace().last()?;
     let is_version_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+' | '~');
     (word.len() <= VERSION_LENGTH

@@ -192,11 +192,13 @@ pub async fn first_transfers(restored: &Restored) -> Result<FirstTransfers, Star
 impl Running {
     /// Start: run the manager task under supervision. The process, and the events of its
     /// task, its API's `/stop` and its link.
+    /// `kresd` is the version of kresd ([`learn_kresd_version`]), or why it is unknown.
     pub fn start(
         restored: Restored,
         settings: Settings,
         checked: Checked,
         transferred: FirstTransfers,
+        kresd: Result<String, String>,
     ) -> (Running, impl Stream<Item = ManagerEvent> + Unpin) {
         let Checked { run_as, guard } = checked;
         let Restored {
@@ -208,6 +210,7 @@ impl Running {
             process_failures,
             reload_bell,
             sockets,
+            kresd_version: _,
         } = restored;
         let parent = Arc::new(parent);
         let (mirror_tx, mirror_rx) = mpsc::unbounded_channel();
@@ -232,13 +235,11 @@ impl Running {
             run_as,
             ..Executables::discover()
         };
-        let kresd_version = Arc::default();
-        tokio::spawn(announce_versions(
-            executables.clone(),
-            settings.source.files.clone(),
-            parent.incarnation,
-            Arc::clone(&kresd_version),
-        ));
+        let kresd_version: Arc<std::sync::OnceLock<String>> = Arc::default();
+        if let Ok(version) = &kresd {
+            let _ = kresd_version.set(version.clone());
+        }
+        announce_versions(&executables, &kresd, &settings.source.files, parent.incarnation);
         let ctx = ManagerContext {
             supervisor: parent.handle.clone(),
             executables,
@@ -483,26 +484,45 @@ fn task_events(
     stream::select_all(sources).filter_map(std::future::ready)
 }
 
-/// Learn the version of the kresd the workers run (`kresd --version`, once per manager
-/// process, on a thread of its own: the start does not wait for it) and say, in one line,
-/// what runs: our version and kresd's, the configuration files, and who the manager process
-/// and the workers run as.
-async fn announce_versions(
-    executables: Executables,
-    files: Vec<std::path::PathBuf>,
-    incarnation: u32,
-    known: Arc<std::sync::OnceLock<String>>,
-) {
-    let program = executables.kresd.clone();
-    let probed =
+/// The version of the kresd the workers run, or why it is unknown: the one an earlier
+/// manager process learned, else `kresd --version`, run here once (on a thread of its own,
+/// bounded in time and output) before anything else starts, and kept in the root's fd store
+/// for the successors, so no incarnation but the first runs it.
+pub async fn learn_kresd_version(restored: &Restored) -> Result<String, String> {
+    if let Some(version) = &restored.kresd_version {
+        return Ok(version.clone());
+    }
+    let program = Executables::discover().kresd;
+    let version =
         tokio::task::spawn_blocking(move || crate::manager::executables::kresd_version(&program))
-            .await;
-    let kresd = match probed {
-        Ok(Ok(version)) => {
-            let _ = known.set(version.clone());
-            format!("kresd {version} ({})", executables.kresd.display())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+    match supervisor::os::sealed_memfd("knot-resolver-kresd-version", version.as_bytes()) {
+        Ok(fd) => {
+            if let Err(e) = restored
+                .parent
+                .store(super::super::recovery::STORED_KRESD_VERSION, &fd)
+                .await
+            {
+                tracing::warn!("cannot keep kresd's version for the next manager process: {e}");
+            }
         }
-        Ok(Err(e)) => format!("kresd of unknown version ({e})"),
+        Err(e) => tracing::warn!("cannot keep kresd's version for the next manager process: {e}"),
+    }
+    Ok(version)
+}
+
+/// Say, in one line, what runs: our version and kresd's, the configuration files, and who
+/// the manager process and the workers run as.
+fn announce_versions(
+    executables: &Executables,
+    kresd: &Result<String, String>,
+    files: &[std::path::PathBuf],
+    incarnation: u32,
+) {
+    let kresd = match kresd {
+        Ok(version) => format!("kresd {version} ({})", executables.kresd.display()),
         Err(e) => format!("kresd of unknown version ({e})"),
     };
     let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
