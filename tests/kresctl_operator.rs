@@ -50,8 +50,7 @@ fn head_one(mut child: Child) -> (ExitStatus, String, String) {
 fn every_command_ends_quietly_when_its_reader_is_gone() {
     let r = common::start(&Setup::new("kresctl-pipe")).expect("start");
     // An event to print at once: the reload's, replayed after the id before it.
-    let mut stream =
-        testbed::http::EventStream::open(&r.api, "/events", &[]).expect("GET /events");
+    let mut stream = testbed::http::EventStream::open(&r.api, "/events", &[]).expect("GET /events");
     let out = r.kresctl(&["reload"]).expect("kresctl reload");
     assert!(out.status.success(), "{out:?}");
     let first = stream
@@ -170,7 +169,13 @@ fn versions_name_ours_and_the_kresd_we_drive() {
 /// kresctl as user `nobody` (uid and gid 65534, no other group), through setpriv(1).
 fn kresctl_as_nobody(r: &common::Resolver, args: &[&str]) -> std::process::Output {
     Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", KRESCTL, "-s"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            KRESCTL,
+            "-s",
+        ])
         .arg(&r.api)
         .args(args)
         .output()
@@ -193,12 +198,16 @@ fn hints_fit_the_cause() {
     );
 
     // A pointer without its leading `/`.
-    let out = r.kresctl(&["config", "get", "-p", "workers", "--json"]).expect("kresctl");
+    let out = r
+        .kresctl(&["config", "get", "-p", "workers", "--json"])
+        .expect("kresctl");
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
 
     // An invalid value: one header.
-    let out = r.kresctl(&["config", "set", "-p", "/workers", "\"many\""]).expect("kresctl");
+    let out = r
+        .kresctl(&["config", "set", "-p", "/workers", "\"many\""])
+        .expect("kresctl");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(
@@ -211,7 +220,10 @@ fn hints_fit_the_cause() {
     for args in [&[][..], &["config"], &["cache"]] {
         let out = r.kresctl(args).expect("kresctl");
         assert_eq!(out.status.code(), Some(2), "kresctl {args:?}: {out:?}");
-        assert!(out.stdout.is_empty(), "kresctl {args:?}: help goes to stderr");
+        assert!(
+            out.stdout.is_empty(),
+            "kresctl {args:?}: help goes to stderr"
+        );
         assert!(String::from_utf8_lossy(&out.stderr).contains("Usage:"));
     }
     r.stop();
@@ -228,7 +240,10 @@ fn a_refused_token_names_the_token_variable() {
     let r = common::start(
         &Setup::new("kresctl-token-api")
             .management(&format!("  interface: 127.0.0.1@{port}\n"))
-            .env("KRES_API_TOKEN_FILE", &dir.bed("token").display().to_string()),
+            .env(
+                "KRES_API_TOKEN_FILE",
+                &dir.bed("token").display().to_string(),
+            ),
     )
     .expect("start");
     let url = format!("http://127.0.0.1:{port}");
@@ -249,7 +264,10 @@ fn a_refused_token_names_the_token_variable() {
         .expect("kresctl");
     assert!(out.status.success(), "{out:?}");
     // --help names it too.
-    let help = Command::new(KRESCTL).arg("--help").output().expect("kresctl");
+    let help = Command::new(KRESCTL)
+        .arg("--help")
+        .output()
+        .expect("kresctl");
     assert!(String::from_utf8_lossy(&help.stdout).contains("KRES_API_TOKEN_FILE"));
     r.stop();
 }

@@ -366,7 +366,10 @@ fn a_killed_manager_is_counted_and_followers_resume() {
     let (tx, lines) = std::sync::mpsc::channel();
     let stdout = follower.stdout.take().expect("stdout");
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
             if tx.send(line).is_err() {
                 break;
             }
@@ -438,7 +441,10 @@ fn a_killed_manager_is_counted_and_followers_resume() {
         if let Some(status) = follower.try_wait().expect("try_wait") {
             break status;
         }
-        assert!(Instant::now() < deadline, "kresctl events outlives the resolver");
+        assert!(
+            Instant::now() < deadline,
+            "kresctl events outlives the resolver"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}: {printed:#?}");

@@ -102,8 +102,8 @@ pub(super) async fn serve(State(state): State<ApiState>) -> Response {
         FaultInjection::Off => &PRODUCTION,
         FaultInjection::On => &WITH_FAULTS,
     };
-    let text = cell
-        .get_or_init(|| serde_json::to_string_pretty(document_for(faults)).unwrap_or_default());
+    let text =
+        cell.get_or_init(|| serde_json::to_string_pretty(document_for(faults)).unwrap_or_default());
     (
         StatusCode::OK,
         [

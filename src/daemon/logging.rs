@@ -408,7 +408,11 @@ mod tests {
     /// Each row: a line, its stream, the level it is logged at.
     fn check(rows: &[(&str, Stream, OutputLevel)]) {
         for &(line, stream, want) in rows {
-            assert_eq!(child_line_level(line, stream), want, "{line:?} on {stream:?}");
+            assert_eq!(
+                child_line_level(line, stream),
+                want,
+                "{line:?} on {stream:?}"
+            );
         }
     }
 

@@ -344,8 +344,7 @@ pub fn connect_hint(path: Option<&Path>, error: &std::io::Error) -> String {
 fn bearer_token() -> Result<Option<String>, ClientError> {
     use std::io::Read;
     let file = |var| std::env::var_os(var).filter(|p| !p.is_empty());
-    let Some(path) = file(TOKEN_FILE_VAR).or_else(|| file(READ_ONLY_TOKEN_FILE_VAR))
-    else {
+    let Some(path) = file(TOKEN_FILE_VAR).or_else(|| file(READ_ONLY_TOKEN_FILE_VAR)) else {
         return Ok(None);
     };
     let path = PathBuf::from(path);

@@ -217,10 +217,16 @@ mod tests {
             let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
             let got = words(&command, &args);
             for word in present {
-                assert!(got.iter().any(|w| w == word), "{args:?}: {word} missing in {got:?}");
+                assert!(
+                    got.iter().any(|w| w == word),
+                    "{args:?}: {word} missing in {got:?}"
+                );
             }
             for word in absent {
-                assert!(!got.iter().any(|w| w == word), "{args:?}: {word} in {got:?}");
+                assert!(
+                    !got.iter().any(|w| w == word),
+                    "{args:?}: {word} in {got:?}"
+                );
             }
         }
     }
@@ -228,22 +234,58 @@ mod tests {
     #[test]
     fn words_as_upstreams_kresctl_gives_them() {
         check(&[
-            (&[""], &["config", "reload", "stop", "--socket", "-s"], &[FILENAMES]),
+            (
+                &[""],
+                &["config", "reload", "stop", "--socket", "-s"],
+                &[FILENAMES],
+            ),
             (&["con"], &["config", "convert"], &[]),
             (&["config", ""], &["get", "set", "delete"], &["reload"]),
-            (&["config", "get", ""], &["-p", "--path", "--json", FILENAMES], &["get"]),
+            (
+                &["config", "get", ""],
+                &["-p", "--path", "--json", FILENAMES],
+                &["get"],
+            ),
             // The pointer, from the schema.
-            (&["config", "get", "-p", ""], &[NOSPACE, "/workers", "/cache", "/network"], &[FILENAMES]),
-            (&["config", "get", "-p", "/"], &["/workers", "/cache", "/network"], &[]),
-            (&["config", "get", "-p", "/cache/"], &["/cache/size-max", "/cache/storage"], &["/workers"]),
-            (&["config", "set", "--path", "/network/listen/0/"], &["/network/listen/0/interface"], &[]),
+            (
+                &["config", "get", "-p", ""],
+                &[NOSPACE, "/workers", "/cache", "/network"],
+                &[FILENAMES],
+            ),
+            (
+                &["config", "get", "-p", "/"],
+                &["/workers", "/cache", "/network"],
+                &[],
+            ),
+            (
+                &["config", "get", "-p", "/cache/"],
+                &["/cache/size-max", "/cache/storage"],
+                &["/workers"],
+            ),
+            (
+                &["config", "set", "--path", "/network/listen/0/"],
+                &["/network/listen/0/interface"],
+                &[],
+            ),
             // A leaf: no deeper words, and a space after it.
-            (&["config", "get", "-p", "/workers"], &["/workers"], &[NOSPACE]),
+            (
+                &["config", "get", "-p", "/workers"],
+                &["/workers"],
+                &[NOSPACE],
+            ),
             // An option's value: its possible values, or files.
-            (&["convert", "--type", ""], &["worker", "policy-loader"], &["--type"]),
+            (
+                &["convert", "--type", ""],
+                &["worker", "policy-loader"],
+                &["--type"],
+            ),
             (&["-s", ""], &[FILENAMES], &["config"]),
             // Once given, an option is not offered again.
-            (&["-s", "/run/x.sock", ""], &["config", "-c"], &["-s", "--socket"]),
+            (
+                &["-s", "/run/x.sock", ""],
+                &["config", "-c"],
+                &["-s", "--socket"],
+            ),
             // A word that is nothing known, before the last: nothing.
             (&["frobnicate", ""], &[], &["config"]),
             (&["--help", ""], &[], &["config"]),

@@ -140,7 +140,13 @@ mod tests {
             version_of("Knot Resolver, version 6.0.17-1~bpo\nmore\n").as_deref(),
             Some("6.0.17-1~bpo")
         );
-        for odd in ["", "\n", "Knot Resolver, version\n", "version 6.5.0;rm\n", "v6"] {
+        for odd in [
+            "",
+            "\n",
+            "Knot Resolver, version\n",
+            "version 6.5.0;rm\n",
+            "v6",
+        ] {
             assert_eq!(version_of(odd), None, "{odd:?}");
         }
         assert_eq!(version_of(&format!("x {}", "6".repeat(65))), None);

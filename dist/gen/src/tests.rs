@@ -154,10 +154,7 @@ fn the_kresctl_page_names_every_command_and_its_options_in_its_part() {
         .get_after_long_help()
         .expect("exit codes")
         .to_string();
-    let heading = format!(
-        "\n\n{}\n",
-        knot_resolver::kresctl::cli::ENVIRONMENT_HEADING
-    );
+    let heading = format!("\n\n{}\n", knot_resolver::kresctl::cli::ENVIRONMENT_HEADING);
     let (exit_codes, environment) = help.split_once(&heading).expect("an environment part");
     for (title, part) in [("EXIT STATUS", exit_codes), ("ENVIRONMENT", environment)] {
         let rendered = section(title);
@@ -178,8 +175,7 @@ fn every_completion_script_knows_every_command() {
         .iter()
         .find(|a| a.path == "completions/kresctl.bash")
         .expect("the bash script");
-    assert!(String::from_utf8_lossy(&bash.contents)
-        .contains("kresctl completion --bash --args"));
+    assert!(String::from_utf8_lossy(&bash.contents).contains("kresctl completion --bash --args"));
     let root = kresctl_command();
     for (name, _) in &commands {
         let mut typed: Vec<String> = name.split(' ').skip(1).map(str::to_owned).collect();
@@ -188,7 +184,10 @@ fn every_completion_script_knows_every_command() {
         };
         typed.push(String::new());
         let offered = knot_resolver::kresctl::completion::words(&root, &typed);
-        assert!(offered.contains(&last), "bash: `{name}` not offered: {offered:?}");
+        assert!(
+            offered.contains(&last),
+            "bash: `{name}` not offered: {offered:?}"
+        );
     }
     for path in ["completions/_kresctl", "completions/kresctl.fish"] {
         let asset = assets.iter().find(|a| a.path == path).expect(path);

@@ -239,7 +239,12 @@ impl Running {
         if let Ok(version) = &kresd {
             let _ = kresd_version.set(version.clone());
         }
-        announce_versions(&executables, &kresd, &settings.source.files, parent.incarnation);
+        announce_versions(
+            &executables,
+            &kresd,
+            &settings.source.files,
+            parent.incarnation,
+        );
         let ctx = ManagerContext {
             supervisor: parent.handle.clone(),
             executables,

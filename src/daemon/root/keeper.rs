@@ -295,13 +295,7 @@ impl FailureStreak {
 
     /// Tell of the streak: the log, systemd's status, and the record in `store` that the
     /// next incarnation serves on `/processes`.
-    fn report(
-        &self,
-        delay: Duration,
-        ended: Ended,
-        upward: &UpwardNotifier,
-        store: &mut FdStore,
-    ) {
+    fn report(&self, delay: Duration, ended: Ended, upward: &UpwardNotifier, store: &mut FdStore) {
         let failures = self.failures;
         let within = self.since.elapsed().unwrap_or_default().as_secs();
         tracing::warn!(

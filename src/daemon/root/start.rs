@@ -332,7 +332,8 @@ impl Root {
         failed: Option<String>,
         upward: UpwardNotifier,
     ) -> Result<Started, StartError> {
-        let (sup, sup_task) = Supervisor::adopt(adopted.handover, logging::child_line_level).map_err(StartError::Adopt)?;
+        let (sup, sup_task) = Supervisor::adopt(adopted.handover, logging::child_line_level)
+            .map_err(StartError::Adopt)?;
         let mut started = Started {
             sup,
             sup_task,

@@ -115,7 +115,11 @@ pub fn completion(shell: CompletionShell, args: Option<&[String]>) -> ExitCode {
         (None, _) => String::from_utf8_lossy(&cli::completion_script(shell.into())).into_owned(),
         (Some(args), CompletionShell::Bash) => {
             let command = <cli::Cli as clap::CommandFactory>::command();
-            let args = if args.is_empty() { &[String::new()][..] } else { args };
+            let args = if args.is_empty() {
+                &[String::new()][..]
+            } else {
+                args
+            };
             format!("{}\n", super::completion::words(&command, args).join(" "))
         }
         (Some(_), CompletionShell::Zsh | CompletionShell::Fish) => String::new(),
