@@ -83,7 +83,7 @@ pub struct ApiState {
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.
 pub fn app(state: ApiState) -> Router {
     let (router, _) = routes(state.fault_injection).split_for_parts();
-    let router = server::with_change_places(router)
+    let router = server::with_change_places(router.fallback(no_route))
         .layer(axum::middleware::from_fn_with_state(
             state.guard.clone(),
             guard::check,
@@ -233,6 +233,24 @@ fn with_failures(
         process.last_exit = process.last_exit.or(record.last_exit);
     }
     process
+}
+
+/// The answer to a path no route serves: 404, saying so; a configuration path whose pointer
+/// lacks its leading `/` (`/v1/configworkers`, from `kresctl config get -p workers`) is told
+/// what it meant.
+async fn no_route(uri: axum::http::Uri) -> Response {
+    /// The most of the path quoted back.
+    const QUOTED: usize = 200;
+    let path = uri.path();
+    let quoted: String = path.chars().take(QUOTED).collect();
+    let text = match path.strip_prefix("/v1/config") {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => {
+            let rest: String = rest.chars().take(QUOTED).collect();
+            format!("no route for {quoted}: a JSON pointer starts with '/' (/v1/config/{rest})\n")
+        }
+        _ => format!("no route for {quoted}\n"),
+    };
+    (StatusCode::NOT_FOUND, text).into_response()
 }
 
 /// A serialisable value as a JSON answer.

@@ -295,8 +295,9 @@ fn description() -> String {
         "The management API of Knot Resolver 6's manager (the knot-resolver daemon), served on a \
 unix socket (guarded by its file permissions) or on TCP (`management.interface`).\n\n\
 Answers every route can give:\n\
-- `404` (empty body) for a path no route serves; `405` with an `Allow` header listing the \
-methods served, for a method a path does not serve.\n\
+- `404` for a path no route serves (a line saying so, and what a configuration path \
+lacking the `/` of its JSON pointer meant); `405` with an `Allow` header listing the methods \
+served, for a method a path does not serve.\n\
 - Every `GET` also answers `HEAD`, with the same status and headers and no body.\n\
 - Over TCP only: `421` when `Host` names neither the endpoint nor a loopback name, `403` for a \
 cross-origin `Origin`, `401` without the bearer token when one is configured \
