@@ -6,6 +6,16 @@
 use hyper::Method;
 use serde_json::Value;
 
+/// A JSON pointer as the API takes it: `workers` is taken for `/workers` (a pointer always
+/// starts with `/`; without it, the path would name no route at all).
+fn rooted(pointer: &str) -> std::borrow::Cow<'_, str> {
+    if pointer.is_empty() || pointer.starts_with('/') {
+        pointer.into()
+    } else {
+        format!("/{pointer}").into()
+    }
+}
+
 /// Which health probe `kresctl health` asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Probe {
@@ -120,7 +130,7 @@ impl Request<'_> {
         match self {
             Request::GetConfig { pointer }
             | Request::SetConfig { pointer, .. }
-            | Request::DeleteConfig { pointer } => format!("/v1/config{pointer}"),
+            | Request::DeleteConfig { pointer } => format!("/v1/config{}", rooted(pointer)),
             Request::ReplaceConfig {
                 run: Run::ForReal, ..
             } => "/v1/config".into(),
@@ -199,6 +209,10 @@ mod tests {
                 Request::GetConfig {
                     pointer: "/workers",
                 },
+                "GET /v1/config/workers",
+            ),
+            (
+                Request::GetConfig { pointer: "workers" },
                 "GET /v1/config/workers",
             ),
             (

@@ -363,6 +363,7 @@ fn scenario(filter: &str, body: impl AsyncFnOnce(&mut Env)) {
             let (sup, actor) = Supervisor::start(SupervisorOptions {
                 notify_socket: dir.join("notify.sock"),
                 notify_senders: None,
+                line_levels: supervisor::output::levels_by_stream,
             })
             .expect("start supervisor");
             let reports = pipe::OpenOptions::new()
@@ -717,7 +718,8 @@ fn a_handed_over_table_is_adopted_without_restarting_anything() {
         let claimed =
             supervisor::handover::Handover::claim(serde_json::from_str(&text).expect("parse"))
                 .expect("claim");
-        let (sup, _actor) = Supervisor::adopt(claimed).expect("adopt");
+        let (sup, _actor) =
+            Supervisor::adopt(claimed, supervisor::output::levels_by_stream).expect("adopt");
         env.sup = sup;
 
         let p = env.process("a").expect("a adopted");

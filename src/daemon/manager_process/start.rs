@@ -198,11 +198,13 @@ pub async fn first_transfers(restored: &Restored) -> Result<FirstTransfers, Star
 impl Running {
     /// Start: run the manager task under supervision. The process, and the events of its
     /// task, its API's `/stop` and its link.
+    /// `kresd` is the version of kresd ([`learn_kresd_version`]), or why it is unknown.
     pub fn start(
         restored: Restored,
         settings: Settings,
         checked: Checked,
         transferred: FirstTransfers,
+        kresd: Result<String, String>,
     ) -> (Running, impl Stream<Item = ManagerEvent> + Unpin) {
         let Checked { run_as, guard } = checked;
         let Restored {
@@ -214,6 +216,7 @@ impl Running {
             process_failures,
             reload_bell,
             sockets,
+            kresd_version: _,
         } = restored;
         let parent = Arc::new(parent);
         let (mirror_tx, mirror_rx) = mpsc::unbounded_channel();
@@ -237,12 +240,23 @@ impl Running {
             events.clone(),
             stop.child_token(),
         ));
+        let executables = Executables {
+            run_as,
+            ..Executables::discover()
+        };
+        let kresd_version: Arc<std::sync::OnceLock<String>> = Arc::default();
+        if let Ok(version) = &kresd {
+            let _ = kresd_version.set(version.clone());
+        }
+        announce_versions(
+            &executables,
+            &kresd,
+            &settings.source.files,
+            parent.incarnation,
+        );
         let ctx = ManagerContext {
             supervisor: parent.handle.clone(),
-            executables: Executables {
-                run_as,
-                ..Executables::discover()
-            },
+            executables,
             source: settings.source,
             config: config_tx,
             commands: Arc::new(Mutex::new(command_rx)),
@@ -266,7 +280,10 @@ impl Running {
             supervisor: parent.handle.clone(),
             stop: stop.clone(),
             manager: handle.clone(),
-            fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
+            fault_injection: match std::env::var_os(FAULT_INJECTION_VAR) {
+                Some(_) => api::fault::FaultInjection::On,
+                None => api::fault::FaultInjection::Off,
+            },
             validation,
             rendered: Default::default(),
             guard: Arc::new(guard),
@@ -274,6 +291,7 @@ impl Running {
             process_failures,
             events,
             control_plane,
+            kresd_version,
         };
         let to_serve = ToServe {
             incarnation,
@@ -484,6 +502,68 @@ fn task_events(
         stream::once(gone).boxed(),
     ];
     stream::select_all(sources).filter_map(std::future::ready)
+}
+
+/// The version of the kresd the workers run, or why it is unknown: the one an earlier
+/// manager process learned, else `kresd --version`, run here once (on a thread of its own,
+/// bounded in time and output) before anything else starts, and kept in the root's fd store
+/// for the successors, so no incarnation but the first runs it.
+pub async fn learn_kresd_version(restored: &Restored) -> Result<String, String> {
+    if let Some(version) = &restored.kresd_version {
+        return Ok(version.clone());
+    }
+    let program = Executables::discover().kresd;
+    let version =
+        tokio::task::spawn_blocking(move || crate::manager::executables::kresd_version(&program))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+    match supervisor::os::sealed_memfd("knot-resolver-kresd-version", version.as_bytes()) {
+        Ok(fd) => {
+            if let Err(e) = restored
+                .parent
+                .store(super::super::recovery::STORED_KRESD_VERSION, &fd)
+                .await
+            {
+                tracing::warn!("cannot keep kresd's version for the next manager process: {e}");
+            }
+        }
+        Err(e) => tracing::warn!("cannot keep kresd's version for the next manager process: {e}"),
+    }
+    Ok(version)
+}
+
+/// Say, in one line, what runs: our version and kresd's, the configuration files, and who
+/// the manager process and the workers run as.
+fn announce_versions(
+    executables: &Executables,
+    kresd: &Result<String, String>,
+    files: &[std::path::PathBuf],
+    incarnation: u32,
+) {
+    let kresd = match kresd {
+        Ok(version) => format!("kresd {version} ({})", executables.kresd.display()),
+        Err(e) => format!("kresd of unknown version ({e})"),
+    };
+    let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let manager_uid = nix::unistd::geteuid().as_raw();
+    let workers = executables.run_as.map_or(manager_uid, |c| c.uid);
+    tracing::info!(
+        incarnation,
+        "knot-resolver {} driving {kresd}; configuration {}; manager process as {}, workers as {}",
+        crate::build_version(),
+        files.join(", "),
+        user_name(manager_uid),
+        user_name(workers),
+    );
+}
+
+/// `name (uid)`, or the uid alone when the user database does not name it.
+fn user_name(uid: u32) -> String {
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(user)) => format!("user {} (uid {uid})", user.name),
+        _ => format!("uid {uid}"),
+    }
 }
 
 /// The epoch of the event ids of this manager process: its incarnation and its start

@@ -129,7 +129,7 @@ impl Root {
                 Ok(end) => end,
                 Err(why) => return why,
             };
-            let why = match answer(end, sup, hang_after) {
+            let ended = match answer(end, sup, hang_after) {
                 Answer::Stop(why) => return why,
                 Answer::Replace(why) => removed(sup, why).await,
             };
@@ -141,7 +141,7 @@ impl Root {
             // Never given up on while the workers serve: a request that crashes the manager
             // again and again costs the API, not DNS.
             let delay = streak.failed(started.elapsed(), SystemTime::now());
-            streak.report(delay, why, upward, store);
+            streak.report(delay, ended, upward, store);
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = stop.cancelled() => return Stop::Signal,
@@ -227,9 +227,17 @@ fn answer(end: ChildEnd, sup: &SupervisorHandle, hang_after: Duration) -> Answer
     }
 }
 
-/// Remove the manager service (logging how it ended); why it failed: `why`, else its exit
-/// status, else nothing known.
-async fn removed(sup: &SupervisorHandle, why: Option<String>) -> Option<String> {
+/// How a manager process that failed ended.
+struct Ended {
+    /// Why it failed: what the root saw (a hang, a broken link), else its exit status, else
+    /// nothing known.
+    why: Option<String>,
+    /// Its exit status, when it was reaped (a death by signal stays one).
+    status: Option<supervisor::ExitStatus>,
+}
+
+/// Remove the manager service (logging how it ended) and say how it ended.
+async fn removed(sup: &SupervisorHandle, why: Option<String>) -> Ended {
     let last_exit = sup
         .snapshot()
         .processes
@@ -240,13 +248,19 @@ async fn removed(sup: &SupervisorHandle, why: Option<String>) -> Option<String> 
         Ok(status) => match status.or(last_exit) {
             Some(status) => {
                 tracing::error!("the manager process ended: {status}");
-                return why.or_else(|| Some(status.to_string()));
+                return Ended {
+                    why: why.or_else(|| Some(status.to_string())),
+                    status: Some(status),
+                };
             }
             None => tracing::error!("the manager process ended"),
         },
         Err(e) => tracing::error!("the manager process: {e}"),
     }
-    why
+    Ended {
+        why,
+        status: last_exit,
+    }
 }
 
 /// The manager process's unforgiven failures: how many, since when, and the delay before
@@ -255,6 +269,8 @@ struct FailureStreak {
     backoff: Backoff,
     /// Failures in the streak.
     failures: u32,
+    /// Failures since the root started, forgiven or not: the manager's restarts.
+    total: u32,
     /// When the first of them happened.
     since: SystemTime,
 }
@@ -264,6 +280,7 @@ impl FailureStreak {
         FailureStreak {
             backoff: Backoff::default(),
             failures: 0,
+            total: 0,
             since: now,
         }
     }
@@ -276,18 +293,13 @@ impl FailureStreak {
             self.since = now;
         }
         self.failures = self.failures.saturating_add(1);
+        self.total = self.total.saturating_add(1);
         self.backoff.delay(self.failures, 0)
     }
 
     /// Tell of the streak: the log, systemd's status, and the record in `store` that the
     /// next incarnation serves on `/processes`.
-    fn report(
-        &self,
-        delay: Duration,
-        why: Option<String>,
-        upward: &UpwardNotifier,
-        store: &mut FdStore,
-    ) {
+    fn report(&self, delay: Duration, ended: Ended, upward: &UpwardNotifier, store: &mut FdStore) {
         let failures = self.failures;
         let within = self.since.elapsed().unwrap_or_default().as_secs();
         tracing::warn!(
@@ -303,7 +315,9 @@ impl FailureStreak {
                 .since
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
-            last: why.unwrap_or_else(|| "ended".to_owned()),
+            last: ended.why.unwrap_or_else(|| "ended".to_owned()),
+            restarts: self.total,
+            last_exit: ended.status,
         };
         let made = recovery::failure_record(&record);
         if let Err(e) = keep_in(store, recovery::STORED_FAILURES, made) {
@@ -576,5 +590,7 @@ mod tests {
         let later = t0 + Duration::from_secs(600);
         assert_eq!(streak.failed(MANAGER_STABLE_AFTER, later), Duration::ZERO);
         assert_eq!((streak.failures, streak.since), (1, later));
+        // The restarts are every failure, forgiven or not.
+        assert_eq!(streak.total, 6);
     }
 }

@@ -65,7 +65,7 @@ async fn set(
     };
     let body = client.call(&request).await?.ok()?;
     if !body.is_empty() {
-        println!("{}", String::from_utf8_lossy(&body));
+        output::println(&String::from_utf8_lossy(&body))?;
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use crate::kresctl::client::{ApiClient, ClientError};
+use crate::kresctl::output;
 use crate::kresctl::request::{Probe, ReloadScope, Request};
 
 /// How long `kresctl upgrade` waits for the upgraded daemon to say how it went.
@@ -18,14 +19,14 @@ pub async fn stop(client: &ApiClient) -> Result<(), ClientError> {
 /// `kresctl drain`: prints what the resolver answers.
 pub async fn drain(client: &ApiClient) -> Result<(), ClientError> {
     let body = client.call(&Request::Drain).await?.ok()?;
-    print!("{}", String::from_utf8_lossy(&body));
+    output::print(&String::from_utf8_lossy(&body))?;
     Ok(())
 }
 
 /// `kresctl health [--ready]`: prints the probe's answer; an error when it is no success.
 pub async fn health(client: &ApiClient, probe: Probe) -> Result<(), ClientError> {
     let body = client.call(&Request::Health(probe)).await?.ok()?;
-    print!("{}", String::from_utf8_lossy(&body));
+    output::print(&String::from_utf8_lossy(&body))?;
     Ok(())
 }
 
@@ -101,7 +102,7 @@ pub async fn upgrade(client: &ApiClient) -> Result<(), ClientError> {
                 return match now.last {
                     Some(LastUpgrade::Upgraded { from }) => {
                         let from = from.as_deref().unwrap_or(&before.version);
-                        println!("upgraded: {from} -> {}", now.version);
+                        output::println(&format!("upgraded: {from} -> {}", now.version))?;
                         Ok(())
                     }
                     Some(LastUpgrade::Failed { error }) => Err(failed(error, &now.version)),

@@ -230,7 +230,7 @@ pub async fn diff(
     } else {
         None
     };
-    print!("{}", report(&found, plan.as_ref(), format)?);
+    output::print(&report(&found, plan.as_ref(), format)?)?;
     match plan {
         Some(_) => Ok(()),
         None => Err(ClientError::NotOffered(
@@ -248,7 +248,7 @@ pub async fn apply(client: &ApiClient, files: &[PathBuf]) -> Result<(), ClientEr
     let (_, etag) = running(client).await?;
     let body = put(client, &new, etag.as_deref(), Run::ForReal).await?;
     if !body.is_empty() {
-        println!("{}", String::from_utf8_lossy(&body));
+        output::println(&String::from_utf8_lossy(&body))?;
     }
     Ok(())
 }
