@@ -17,9 +17,11 @@
 //! nothing, so READY never waits for the network when the file exists.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, watch};
@@ -28,6 +30,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::pacing::{
+    NotifyReport, PacerAction, PacerEvent, SoaQueryRate, ZonePacer, REFRESH_INTERVAL,
+    SOA_QUERIES_PER_SECOND,
+};
 use super::status::{Refreshed, ZoneClock};
 use super::{
     refresh, stored, zone_name, AddressError, KeyFileError, Limits, Notified, NotifyListener,
@@ -329,6 +335,33 @@ struct Shared {
     manager: ManagerHandle,
     /// Where what happens is told.
     events: EventLog,
+    /// The SOA queries all zones may send their primaries.
+    soa_queries: Arc<Mutex<SoaQueryRate>>,
+}
+
+impl Shared {
+    /// Wait until the shared rate lets one more SOA query go.
+    async fn soa_query_allowed(&self) {
+        loop {
+            let now = Instant::now();
+            let taken = match self.soa_queries.lock() {
+                Ok(mut rate) => rate.take(now.into_std()),
+                Err(_) => Ok(()),
+            };
+            match taken {
+                Ok(()) => return,
+                Err(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
+            }
+        }
+    }
+
+    /// Charge the shared rate with `queries` SOA queries sent beyond the one it let go.
+    fn soa_queries_sent_beyond(&self, queries: usize) {
+        if let Ok(mut rate) = self.soa_queries.lock() {
+            let queries = u32::try_from(queries).unwrap_or(u32::MAX);
+            rate.charge(queries, Instant::now().into_std());
+        }
+    }
 }
 
 /// Follow the zones of the running configuration until `stop`; rebuild the tasks whenever
@@ -340,7 +373,11 @@ pub fn start(
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let config = manager.subscribe();
-    let shared = Shared { manager, events };
+    let shared = Shared {
+        manager,
+        events,
+        soa_queries: Arc::new(Mutex::new(SoaQueryRate::new(SOA_QUERIES_PER_SECOND))),
+    };
     tokio::spawn(run(config, shared, first, stop))
 }
 
@@ -406,8 +443,9 @@ async fn follow_all(
             }
             None => continue,
         };
-        // One NOTIFY waiting is enough: a refresh after it brings whatever came since.
-        let (inbox, notified) = mpsc::channel(1);
+        // The zone's task takes NOTIFYs as they come (its pacer folds them); a burst beyond
+        // this is dropped uncounted, the refresh it asks for being due anyway.
+        let (inbox, notified) = mpsc::channel(NOTIFY_INBOX);
         inboxes.insert(zone.name.clone(), inbox);
         if let Some(at) = zone.notify_listen {
             listening.entry(at).or_default().push(NotifyZone {
@@ -457,6 +495,9 @@ async fn follow_all(
         }
     });
 }
+
+/// NOTIFYs waiting for a zone's task at most.
+const NOTIFY_INBOX: usize = 64;
 
 /// Seconds from now until `at`.
 fn seconds_until(at: Instant) -> f64 {
@@ -516,25 +557,128 @@ async fn follow(
         serial: stored.map(|(serial, _)| serial),
         next_refresh: seconds_until(next),
     });
+    let mut pacer = ZonePacer::new(
+        REFRESH_INTERVAL,
+        stored.map(|(serial, _)| serial),
+        next.into_std(),
+        Instant::now().into_std(),
+    );
+    // The clock is lent to the refresh running, and handed back with its end.
+    let mut idle_clock = Some(clock);
+    let mut refreshing: Option<Refreshing<'_>> = None;
     loop {
-        tokio::select! {
+        let wake = pacer.wake().map(Instant::from_std);
+        let woke = tokio::select! {
             () = stop.cancelled() => return,
-            Some(n) = notified.recv() => {
-                tracing::info!(zone = %zone.name, from = %n.from, "NOTIFY received");
-                shared.events.publish(Event::RpzNotified {
-                    zone: zone.name.clone(),
-                    from: n.from.to_string(),
-                    serial: n.serial,
-                });
-            }
-            () = tokio::time::sleep_until(next) => {}
-        }
-        let attempt = tokio::select! {
-            () = stop.cancelled() => return,
-            attempt = attempt(&zone, None) => attempt,
+            Some(n) = notified.recv() => Woke::Notified(n),
+            () = sleep_until_if(wake) => Woke::Timer,
+            ended = finished(&mut refreshing) => Woke::Refreshed(ended),
         };
-        next = carry_out(&zone, &mut clock, attempt, &shared).await;
+        let now = Instant::now().into_std();
+        let event = match woke {
+            Woke::Notified(n) => PacerEvent::NotifyReceived {
+                from: n.from,
+                serial: n.serial,
+            },
+            Woke::Timer => PacerEvent::TimerFired,
+            Woke::Refreshed((clock, next)) => {
+                refreshing = None;
+                idle_clock = Some(clock);
+                PacerEvent::RefreshEnded {
+                    next: next.into_std(),
+                    serial: super::stored(&zone.file).map(|(serial, _)| serial),
+                }
+            }
+        };
+        for action in pacer.on(event, now) {
+            match action {
+                PacerAction::StartRefresh => {
+                    if let Some(clock) = idle_clock.take() {
+                        refreshing = Some(Box::pin(paced_refresh(&zone, clock, &shared)));
+                    }
+                }
+                PacerAction::Report(report) => report_notifies(&zone, &report, &shared.events),
+            }
+        }
     }
+}
+
+/// A refresh running: it hands the zone's clock back, with the next refresh's time.
+type Refreshing<'a> = Pin<Box<dyn Future<Output = (ZoneClock, Instant)> + Send + 'a>>;
+
+/// What woke a zone's task.
+enum Woke {
+    /// A NOTIFY for the zone was accepted.
+    Notified(Notified),
+    /// The pacer's time came.
+    Timer,
+    /// The refresh running ended.
+    Refreshed((ZoneClock, Instant)),
+}
+
+/// Sleep until `at`; forever when there is no such time.
+async fn sleep_until_if(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The end of the refresh running; never, when none runs.
+async fn finished(refreshing: &mut Option<Refreshing<'_>>) -> (ZoneClock, Instant) {
+    match refreshing {
+        Some(refresh) => refresh.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One refresh of `zone` within the SOA queries all zones may send: try its primaries, tell
+/// what came of it and renew the policy after a new file; the clock back, and when the
+/// zone is refreshed next.
+async fn paced_refresh(zone: &Zone, mut clock: ZoneClock, shared: &Shared) -> (ZoneClock, Instant) {
+    shared.soa_query_allowed().await;
+    let attempt = attempt(zone, None).await;
+    let asked = attempt.failures.len() + usize::from(attempt.success.is_some());
+    shared.soa_queries_sent_beyond(asked.saturating_sub(1));
+    let next = carry_out(zone, &mut clock, attempt, shared).await;
+    (clock, next)
+}
+
+/// Tell what a zone's NOTIFYs came to since the last report: a line of the log and an
+/// `rpz-notified` event (at most one each a second per zone, whatever arrives).
+fn report_notifies(zone: &Zone, report: &NotifyReport, events: &EventLog) {
+    let serial = report
+        .serial
+        .map_or_else(|| "no serial".to_owned(), |s| format!("serial {s}"));
+    if report.received() == 1 {
+        let outcome = if report.refreshes == 1 {
+            "the zone is refreshed"
+        } else if report.coalesced == 1 {
+            "a refresh is already due"
+        } else {
+            "not newer than the stored zone: nothing to do"
+        };
+        tracing::info!(zone = %zone.name, from = %report.from, "NOTIFY received ({serial}): {outcome}");
+    } else {
+        tracing::info!(
+            zone = %zone.name,
+            from = %report.from,
+            "{} NOTIFYs received (the last: {serial}): {} brought a refresh, {} folded into one already due, {} not newer than the stored zone",
+            report.received(),
+            report.refreshes,
+            report.coalesced,
+            report.stale
+        );
+    }
+    events.publish(Event::RpzNotified {
+        zone: zone.name.clone(),
+        from: report.from.to_string(),
+        serial: report.serial,
+        received: report.received(),
+        refreshes: report.refreshes,
+        coalesced: report.coalesced,
+        stale: report.stale,
+    });
 }
 
 /// Tell what an attempt came to, renew the policy after a new file, and say when the zone

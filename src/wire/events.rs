@@ -111,11 +111,23 @@ pub enum Event {
         /// Seconds until the first refresh.
         next_refresh: f64,
     },
-    /// A primary sent a NOTIFY for the zone: it is refreshed now.
+    /// Primaries sent NOTIFYs for the zone: told at most once a second per zone, for every
+    /// NOTIFY accepted since the last (`received`); `from` and `serial` are the last one's.
+    /// `refreshes` started a refresh or brought the next one forward, `coalesced` were folded
+    /// into one already running or due (a zone is refreshed at most once per interval),
+    /// `stale` carried a serial not newer than the stored one and started nothing.
     RpzNotified {
         zone: String,
         from: String,
         serial: Option<u32>,
+        #[serde(default)]
+        received: u64,
+        #[serde(default)]
+        refreshes: u64,
+        #[serde(default)]
+        coalesced: u64,
+        #[serde(default)]
+        stale: u64,
     },
     /// A refresh of an RPZ zone succeeded: `transfer` `axfr` or `ixfr` (a new file was stored and
     /// the policy is renewed: the policy-loader runs, the workers reset their rules) or
@@ -324,7 +336,22 @@ fn write_rpz(event: &Event, kind: &str, f: &mut fmt::Formatter<'_>) -> fmt::Resu
             Some(serial) => write!(f, "{kind} {zone}: serial {serial} in {file}"),
             None => write!(f, "{kind} {zone}: no stored zone in {file} yet"),
         },
-        Event::RpzNotified { zone, from, .. } => write!(f, "{kind} {zone} by {from}"),
+        Event::RpzNotified {
+            zone,
+            from,
+            received,
+            refreshes,
+            coalesced,
+            stale,
+            ..
+        } => match received {
+            0 | 1 => write!(f, "{kind} {zone} by {from}"),
+            _ => write!(
+                f,
+                "{kind} {zone} by {from} and others: {received} NOTIFYs, {refreshes} brought a \
+                 refresh, {coalesced} folded into one due, {stale} not newer than the stored zone"
+            ),
+        },
         Event::RpzTransferred {
             zone,
             primary,
