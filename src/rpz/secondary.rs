@@ -443,8 +443,6 @@ async fn follow_all(
             }
             None => continue,
         };
-        // The zone's task takes NOTIFYs as they come (its pacer folds them); a burst beyond
-        // this is dropped uncounted, the refresh it asks for being due anyway.
         let (inbox, notified) = mpsc::channel(NOTIFY_INBOX);
         inboxes.insert(zone.name.clone(), inbox);
         if let Some(at) = zone.notify_listen {
@@ -489,8 +487,12 @@ async fn follow_all(
             };
             let Some(notified) = notified else { return };
             if let Some(inbox) = inboxes.get(&notified.zone) {
-                // Full: a refresh is already due, which brings this serial too.
-                let _ = inbox.try_send(notified);
+                // The zone's task takes NOTIFYs as fast as they come (its pacer only counts
+                // and folds them), so none is lost to its count.
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = inbox.send(notified) => {}
+                }
             }
         }
     });
