@@ -363,14 +363,16 @@ fn republish(primary: &KnotPrimary, serial: u32, added: &[&str]) {
 fn the_soa_refresh_brings_a_change_without_notify() {
     let bed = testbed::Bed::get().expect("bed");
     let primary = knot_primary(bed, 50, None);
-    // A refresh of 1 s from the first transfer on.
+    // A refresh of 1 s from the first transfer on: held to the pacing's interval.
     republish(&primary, 2, &[]);
     let (r, _files) = secondary_of("rpz-refresh", &primary, "");
     let mut events = events(&r);
     let first = wait_event(&mut events, &r, |e| kind(e, "rpz-transferred"));
     assert_eq!(first["serial"], 2);
     assert!(
-        first["next-refresh"].as_f64().is_some_and(|s| s <= 1.0),
+        first["next-refresh"]
+            .as_f64()
+            .is_some_and(|s| s <= INTERVAL.as_secs_f64()),
         "{first}"
     );
     republish(&primary, 3, &[NEW]);

@@ -4,7 +4,9 @@
 //! after a new file it renews the running configuration, so the policy-loader reads it and
 //! the workers reset their rules (a renew with no section changed is a rules reset: workers
 //! are never restarted for it). One [`NotifyListener`] serves each distinct `notify-listen`
-//! address, for every entry naming it; the zone in a NOTIFY picks the entry.
+//! address, for every entry naming it; the zone in a NOTIFY picks the entry. Each task's
+//! refreshes are paced by its [`ZonePacer`] (at most one per interval, NOTIFYs folded and
+//! told at most once a second) and its SOA queries by the [`SoaQueryRate`] all tasks share.
 //!
 //! Failures keep the running policy: the stored file is replaced only by a complete
 //! transfer, and a failed one is logged and told to the event log (`rpz-transfer-failed`,
@@ -525,8 +527,8 @@ fn mark_current(file: &Path) {
     }
 }
 
-/// Follow one zone until `stop`: refresh at the clock's times and on NOTIFY; renew the
-/// policy after a new file.
+/// Follow one zone until `stop`: refresh at the clock's times and on NOTIFY, as its pacer
+/// lets it; renew the policy after a new file.
 async fn follow(
     zone: Zone,
     mut notified: mpsc::Receiver<Notified>,
