@@ -539,13 +539,19 @@ mod tests {
                 (5_000, Tick, vec![StartRefresh]),
             ],
         );
-        assert!(matches!(pacer.state(), RefreshState::Running { .. }));
+        assert_eq!(
+            pacer.state(),
+            RefreshState::Running {
+                started: at(5_000),
+                then: Followup::Nothing,
+            }
+        );
         assert_eq!(pacer.wake(), None, "nothing to wait for but the refresh");
     }
 
     #[test]
     fn a_stored_zone_of_no_serial_takes_every_notify() {
-        check(
+        let (pacer, at) = check(
             None,
             60_000,
             &[
@@ -556,6 +562,14 @@ mod tests {
                 ),
                 (1, Notify(Some(1)), vec![]),
             ],
+        );
+        assert_eq!(
+            pacer.state(),
+            RefreshState::Running {
+                started: at(0),
+                then: Followup::Serial(1),
+            },
+            "the second may not be covered by the first refresh"
         );
     }
 
