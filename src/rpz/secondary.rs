@@ -345,11 +345,7 @@ impl Shared {
     /// Wait until the shared rate lets one more SOA query go.
     async fn soa_query_allowed(&self) {
         loop {
-            let now = Instant::now();
-            let taken = match self.soa_queries.lock() {
-                Ok(mut rate) => rate.take(now.into_std()),
-                Err(_) => Ok(()),
-            };
+            let taken = self.rate().take(Instant::now().into_std());
             match taken {
                 Ok(()) => return,
                 Err(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
@@ -359,10 +355,16 @@ impl Shared {
 
     /// Charge the shared rate with `queries` SOA queries sent beyond the one it let go.
     fn soa_queries_sent_beyond(&self, queries: usize) {
-        if let Ok(mut rate) = self.soa_queries.lock() {
-            let queries = u32::try_from(queries).unwrap_or(u32::MAX);
-            rate.charge(queries, Instant::now().into_std());
-        }
+        let queries = u32::try_from(queries).unwrap_or(u32::MAX);
+        self.rate().charge(queries, Instant::now().into_std());
+    }
+
+    /// The shared rate (its state stays whole whatever happened to a holder: each change
+    /// is one assignment).
+    fn rate(&self) -> std::sync::MutexGuard<'_, SoaQueryRate> {
+        self.soa_queries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
