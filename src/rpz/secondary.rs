@@ -338,12 +338,21 @@ struct Shared {
     /// Where what happens is told.
     events: EventLog,
     /// The SOA queries all zones may send their primaries.
-    soa_queries: Arc<Mutex<SoaQueryRate>>,
+    soa_queries: SoaQueries,
 }
 
-impl Shared {
-    /// Wait until the shared rate lets one more SOA query go.
-    async fn soa_query_allowed(&self) {
+/// The SOA queries all zones' tasks may send their primaries: one [`SoaQueryRate`], shared.
+#[derive(Clone)]
+struct SoaQueries(Arc<Mutex<SoaQueryRate>>);
+
+impl SoaQueries {
+    /// At most `per_second` a second.
+    fn new(per_second: u32) -> SoaQueries {
+        SoaQueries(Arc::new(Mutex::new(SoaQueryRate::new(per_second))))
+    }
+
+    /// Wait until one more SOA query may go.
+    async fn allowed(&self) {
         loop {
             let taken = self.rate().take(Instant::now().into_std());
             match taken {
@@ -353,16 +362,16 @@ impl Shared {
         }
     }
 
-    /// Charge the shared rate with `queries` SOA queries sent beyond the one it let go.
-    fn soa_queries_sent_beyond(&self, queries: usize) {
+    /// Charge `queries` SOA queries sent beyond the one let go.
+    fn sent_beyond(&self, queries: usize) {
         let queries = u32::try_from(queries).unwrap_or(u32::MAX);
         self.rate().charge(queries, Instant::now().into_std());
     }
 
-    /// The shared rate (its state stays whole whatever happened to a holder: each change
-    /// is one assignment).
+    /// The rate (its state stays whole whatever happened to a holder: each change is one
+    /// assignment).
     fn rate(&self) -> std::sync::MutexGuard<'_, SoaQueryRate> {
-        self.soa_queries
+        self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -380,7 +389,7 @@ pub fn start(
     let shared = Shared {
         manager,
         events,
-        soa_queries: Arc::new(Mutex::new(SoaQueryRate::new(SOA_QUERIES_PER_SECOND))),
+        soa_queries: SoaQueries::new(SOA_QUERIES_PER_SECOND),
     };
     tokio::spawn(run(config, shared, first, stop))
 }
@@ -642,10 +651,10 @@ async fn finished(refreshing: &mut Option<Refreshing<'_>>) -> (ZoneClock, Instan
 /// what came of it and renew the policy after a new file; the clock back, and when the
 /// zone is refreshed next.
 async fn paced_refresh(zone: &Zone, mut clock: ZoneClock, shared: &Shared) -> (ZoneClock, Instant) {
-    shared.soa_query_allowed().await;
+    shared.soa_queries.allowed().await;
     let attempt = attempt(zone, None).await;
     let asked = attempt.failures.len() + usize::from(attempt.success.is_some());
-    shared.soa_queries_sent_beyond(asked.saturating_sub(1));
+    shared.soa_queries.sent_beyond(asked.saturating_sub(1));
     let next = carry_out(zone, &mut clock, attempt, shared).await;
     (clock, next)
 }
@@ -820,6 +829,39 @@ mod tests {
         assert_eq!(zone.limits.max_records, Limits::default().max_records);
         assert_eq!(zone.first_deadline, Duration::from_secs(30));
         assert!(zone.key.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn soa_queries_of_all_tasks_wait_for_the_shared_rate() {
+        let queries = SoaQueries::new(20);
+        let start = Instant::now();
+        let mut tasks = JoinSet::new();
+        for _ in 0..100 {
+            let queries = queries.clone();
+            tasks.spawn(async move {
+                queries.allowed().await;
+                Instant::now().duration_since(start)
+            });
+        }
+        let mut sent = Vec::new();
+        while let Some(at) = tasks.join_next().await {
+            sent.push(at.expect("a task"));
+        }
+        sent.sort();
+        // A second's worth at once, then one each 50 ms.
+        assert!(sent[..20].iter().all(|at| at.is_zero()), "{sent:?}");
+        for (i, at) in sent.iter().enumerate().skip(20) {
+            let expected = Duration::from_millis(50 * (i as u64 - 19));
+            assert_eq!(*at, expected, "query {i}");
+        }
+        // A refresh that asked two more primaries delays the next ones by as much.
+        queries.sent_beyond(2);
+        let before = Instant::now();
+        queries.allowed().await;
+        assert_eq!(
+            Instant::now().duration_since(before),
+            Duration::from_millis(150)
+        );
     }
 
     #[test]
