@@ -348,7 +348,7 @@ fn write_rpz(event: &Event, kind: &str, f: &mut fmt::Formatter<'_>) -> fmt::Resu
             0 | 1 => write!(f, "{kind} {zone} by {from}"),
             _ => write!(
                 f,
-                "{kind} {zone} by {from} and others: {received} NOTIFYs, {refreshes} brought a \
+                "{kind} {zone}: {received} NOTIFYs (the last by {from}), {refreshes} brought a \
                  refresh, {coalesced} folded into one due, {stale} not newer than the stored zone"
             ),
         },
@@ -400,6 +400,47 @@ mod tests {
     use super::*;
     use crate::wire::change::tests::names;
     use crate::wire::change::{GcAction, WorkersAction};
+
+    #[test]
+    fn notifies_are_told_with_their_counts_and_older_records_read_as_none() {
+        let notified = |received, refreshes, coalesced, stale| Event::RpzNotified {
+            zone: "block.rpz.".into(),
+            from: "192.0.2.53:4711".into(),
+            serial: Some(7),
+            received,
+            refreshes,
+            coalesced,
+            stale,
+        };
+        assert_eq!(
+            notified(1, 1, 0, 0).to_string(),
+            "rpz-notified block.rpz. by 192.0.2.53:4711"
+        );
+        assert_eq!(
+            notified(1000, 1, 989, 10).to_string(),
+            "rpz-notified block.rpz.: 1000 NOTIFYs (the last by 192.0.2.53:4711), 1 brought a \
+             refresh, 989 folded into one due, 10 not newer than the stored zone"
+        );
+        let text = serde_json::to_value(notified(3, 1, 2, 0)).expect("JSON");
+        assert_eq!(
+            (&text["received"], &text["coalesced"], &text["stale"]),
+            (&json!(3), &json!(2), &json!(0))
+        );
+        let older = json!({"kind": "rpz-notified", "zone": "block.rpz.",
+                           "from": "192.0.2.53:4711", "serial": null});
+        assert_eq!(
+            serde_json::from_value::<Event>(older).expect("an older record"),
+            Event::RpzNotified {
+                zone: "block.rpz.".into(),
+                from: "192.0.2.53:4711".into(),
+                serial: None,
+                received: 0,
+                refreshes: 0,
+                coalesced: 0,
+                stale: 0,
+            }
+        );
+    }
 
     #[test]
     fn an_applied_change_keeps_its_fields_and_reads_older_ones() {
