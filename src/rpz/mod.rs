@@ -14,6 +14,7 @@
 
 mod key;
 mod notify;
+pub mod pacing;
 pub mod secondary;
 pub mod status;
 mod transfer;
