@@ -14,6 +14,7 @@
 
 mod key;
 mod notify;
+mod presentation;
 pub mod secondary;
 pub mod status;
 mod transfer;
@@ -207,6 +208,9 @@ pub enum TransferError {
         /// The zone answered.
         got: String,
     },
+    /// A record cannot be stored in a form kresd's zone reader takes as that record.
+    #[error("a record cannot be stored: {0}")]
+    Unstorable(String),
     /// The stored file does not hold what an IXFR deletes (it must be transferred whole).
     #[error("the stored file does not match the transfer: {0}")]
     Diverged(String),
@@ -234,6 +238,7 @@ impl TransferError {
             TransferError::Malformed(_) => "malformed",
             TransferError::SerialBackwards { .. } => "serial-backwards",
             TransferError::WrongZone { .. } => "wrong-zone",
+            TransferError::Unstorable(_) => "unstorable",
             TransferError::Diverged(_) => "diverged",
             TransferError::File { .. } => "file",
         }

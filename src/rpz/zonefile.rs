@@ -1,6 +1,7 @@
 //! The zone file a secondary keeps: a header comment, then one record per line in
-//! presentation format, absolute names, SOA first, no `$ORIGIN` — the form kresd's RPZ
-//! loader reads, and one an IXFR can be applied to by copying the file line by line.
+//! presentation format (`presentation`: every name byte outside `[A-Za-z0-9*_/-]` as `\DDD`),
+//! absolute names, SOA first, no `$ORIGIN` — the form kresd's RPZ loader reads, and one an
+//! IXFR can be applied to by copying the file line by line.
 //!
 //! A file is only ever replaced whole: written to a temporary sibling, synced, renamed over
 //! the old one, and the directory synced. An IXFR's differences ([`Diff`]) are the only
@@ -11,20 +12,17 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use domain::base::iana::Class;
-use domain::base::name::ToName;
-use domain::base::rdata::{ComposeRecordData, RecordData};
-use domain::base::zonefile_fmt::{DisplayKind, ZonefileFmt};
-use domain::base::Record;
 use domain::rdata::{Soa, ZoneRecordData};
-use domain::zonefile::inplace::{Entry, ScannedRecord, Zonefile};
+use domain::zonefile::inplace::{Entry, Zonefile};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
+use super::presentation::{parse_line, record_key};
 use super::{SoaTimers, TransferError};
 
 /// How the first line of a file written here starts; a file without it was written by
-/// someone else, and an IXFR is not applied to it (it is transferred whole).
-pub(crate) const HEADER: &str = "; zone transfer, one record per line:";
+/// someone else (or by a version that wrote names otherwise), and an IXFR is not applied to
+/// it (it is transferred whole).
+pub(crate) const HEADER: &str = "; zone transfer, one record per line, names escaped:";
 
 /// How much of a file is read to find its SOA.
 const SOA_PREFIX: usize = 64 * 1024;
@@ -94,53 +92,11 @@ pub(crate) fn stored_soa(file: &Path) -> Option<StoredSoa> {
     })
 }
 
-/// A record as one line of a zone file (newline included).
-pub(crate) fn record_line<N, D>(record: &Record<N, D>) -> String
-where
-    N: ToName,
-    D: RecordData + ZonefileFmt,
-{
-    format!("{}\n", record.display_zonefile(DisplayKind::Simple))
-}
-
-/// What identifies a record in a zone for IXFR (RFC 1995: name, type, class and data; not
-/// the TTL), in canonical form so that case does not matter where DNS says it does not.
-pub(crate) fn record_key<N, D>(owner: &N, class: Class, data: &D) -> Vec<u8>
-where
-    N: ToName,
-    D: ComposeRecordData,
-{
-    let mut key = Vec::with_capacity(64);
-    // Writing to a Vec cannot fail.
-    let _ = owner.compose_canonical(&mut key);
-    key.extend_from_slice(&data.rtype().to_int().to_be_bytes());
-    key.extend_from_slice(&class.to_int().to_be_bytes());
-    let _ = data.compose_canonical_rdata(&mut key);
-    key
-}
-
 /// The owner of a line as written here (its first token), lower case; `None` for a
 /// comment or an empty line.
 fn owner_token(line: &str) -> Option<String> {
     let token = line.split_ascii_whitespace().next()?;
     (!token.starts_with(';')).then(|| token.to_ascii_lowercase())
-}
-
-/// The owner of a record as [`record_line`] writes it, lower case.
-pub(crate) fn owner_text<N: ToName>(owner: &N) -> String {
-    owner.fmt_with_dot().to_string().to_ascii_lowercase()
-}
-
-/// One line of a file written here, parsed.
-pub(crate) fn parse_line(line: &str) -> Result<ScannedRecord, String> {
-    let mut zone = Zonefile::with_capacity(line.len() + 1);
-    zone.extend_from_slice(line.as_bytes());
-    zone.extend_from_slice(b"\n");
-    match zone.next_entry() {
-        Ok(Some(Entry::Record(record))) => Ok(record),
-        Ok(_) => Err(format!("'{}' is no record", line.trim_end())),
-        Err(e) => Err(format!("'{}': {e}", line.trim_end())),
-    }
 }
 
 /// The net differences of an IXFR's sequence of changes: what leaves the stored zone and
@@ -151,7 +107,7 @@ pub(crate) struct Diff {
     deleted: HashSet<Vec<u8>>,
     /// Records to add, by [`record_key`], with their lines.
     added: HashMap<Vec<u8>, String>,
-    /// The owners ([`owner_text`]) of every deleted or added record: only the stored lines
+    /// The owners ([`super::presentation::owner_text`]) of every deleted or added record: only the stored lines
     /// of these owners are parsed.
     owners: HashSet<String>,
 }
@@ -336,6 +292,7 @@ impl Drop for TempFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rpz::presentation::owner_text;
 
     const SOA1: &str = "blocklist.rpz. 3600 IN SOA primary.blocklist.rpz. hostmaster.blocklist.rpz. 1 300 60 86400 60\n";
     const SOA2: &str = "blocklist.rpz. 3600 IN SOA primary.blocklist.rpz. hostmaster.blocklist.rpz. 2 300 60 86400 60\n";
@@ -346,34 +303,6 @@ mod tests {
             record_key(record.owner(), record.class(), record.data()),
             owner_text(record.owner()),
         )
-    }
-
-    #[test]
-    fn lines_are_written_as_they_are_read() {
-        for line in [
-            SOA1,
-            "a.example.blocklist.rpz. 3600 IN CNAME .\n",
-            "*.b.example.blocklist.rpz. 60 IN CNAME rpz-passthru.\n",
-            "c.example.blocklist.rpz. 3600 IN A 192.0.2.1\n",
-            "d.example.blocklist.rpz. 3600 IN TXT \"a b\" \"c\"\n",
-            "e.example.blocklist.rpz. 3600 IN AAAA 2001:db8::1\n",
-        ] {
-            let record = parse_line(line).unwrap();
-            assert_eq!(record_line(&record), line);
-        }
-    }
-
-    #[test]
-    fn keys_ignore_case_of_names_and_the_ttl() {
-        let (a, owner_a) = key_of("A.Example.blocklist.rpz. 3600 IN CNAME Target.Example.");
-        let (b, owner_b) = key_of("a.example.BLOCKLIST.rpz. 60 IN CNAME target.example.");
-        assert_eq!(a, b);
-        assert_eq!(owner_a, owner_b);
-        let (c, _) = key_of("a.example.blocklist.rpz. 60 IN CNAME other.example.");
-        assert_ne!(a, c);
-        let (t1, _) = key_of("t.blocklist.rpz. 60 IN TXT \"Case\"");
-        let (t2, _) = key_of("t.blocklist.rpz. 60 IN TXT \"case\"");
-        assert_ne!(t1, t2, "text keeps its case");
     }
 
     #[test]
