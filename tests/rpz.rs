@@ -330,6 +330,89 @@ fn entries_sharing_a_notify_address_are_told_apart_by_their_zone() {
     r.stop();
 }
 
+/// The label listing `byte`: `b`, its hex, the byte, `x` (distinct for every byte, also
+/// where DNS ignores case).
+fn byte_label(byte: u8) -> Vec<u8> {
+    let mut label = format!("b{byte:02x}").into_bytes();
+    label.extend_from_slice(&[byte, b'x']);
+    label
+}
+
+/// The entry of `byte` as knotd's zone file writes it, relative to the zone (every byte of
+/// the label as `\DDD`).
+fn byte_entry(byte: u8) -> String {
+    let label: String = byte_label(byte)
+        .iter()
+        .map(|b| format!("\\{b:03}"))
+        .collect();
+    format!("{label}.{BYTES_BELOW}")
+}
+
+/// Where the entries of [`byte_entry`] are.
+const BYTES_BELOW: &str = "bytes.blocked-by-rpz.net";
+
+/// The rcode kresd answers for the entry of `byte`, asked in wire form (`u8::MAX` for none).
+fn rcode_of_byte(r: &Resolver, byte: u8) -> u8 {
+    let label = byte_label(byte);
+    let name = dns::wire_name(&[&label, b"bytes", b"blocked-by-rpz", b"net"]).expect("a name");
+    dns::query_udp_wire(r.dns(), &name, dns::TYPE_A, DNS_TIMEOUT).map_or(u8::MAX, |a| a.rcode)
+}
+
+#[test]
+fn a_name_with_any_byte_is_stored_read_by_kresd_and_blocked() {
+    let bed = testbed::Bed::get().expect("bed");
+    let notify_port = testbed::free_port().expect("port");
+    let notify = SocketAddr::from(([127, 0, 0, 1], notify_port));
+    let mut primary = knot_primary(bed, 10, Some(notify));
+    let entries: Vec<String> = (0..=255u8).map(byte_entry).collect();
+    let entries: Vec<&str> = entries.iter().map(String::as_str).collect();
+    assert_eq!(primary.bump(&entries, &[]).expect("bump"), 2);
+    let listen = format!("        notify-listen: 127.0.0.1@{notify_port}\n");
+    let (r, files) = secondary_of("rpz-every-byte", &primary, &listen);
+    let (zone_host, _) = files.zone();
+    let stored = std::fs::read_to_string(&zone_host).expect("the stored zone");
+    assert!(
+        stored.contains("\nb21\\033x.bytes.blocked-by-rpz.net.blocklist.rpz. 3600 IN CNAME .\n"),
+        "'!' is written as \\033:\n{stored}"
+    );
+    // kresd's rules hold no name with a zero byte: its loader reads the entry and skips it,
+    // as it says; every other byte is blocked as the feed says.
+    let output = r.launched.output.text();
+    assert!(
+        output.contains("skipping zero-containing RR owner name"),
+        "{output}"
+    );
+    assert!(!output.contains("error parsing zone file"), "{output}");
+    let unblocked: Vec<u8> = (1..=255u8)
+        .filter(|byte| rcode_of_byte(&r, *byte) != dns::RCODE_NXDOMAIN)
+        .collect();
+    assert_eq!(unblocked, [0u8; 0], "bytes whose entry is not in force");
+    assert!(!blocked(&r, "b21-x.bytes.blocked-by-rpz.net"), "not listed");
+
+    // Entries of special bytes leave by IXFR: the stored lines are read back and deleted.
+    let mut events = events(&r);
+    wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
+    let leaving = [b'!', b' ', b'.', b'"', b'\\', b';', 0xff, 0x7f];
+    let removed: Vec<String> = leaving.iter().map(|b| byte_entry(*b)).collect();
+    let removed: Vec<&str> = removed.iter().map(String::as_str).collect();
+    assert_eq!(primary.bump(&[], &removed).expect("bump"), 3);
+    let transferred = wait_transferred_and_renewed(&mut events, &r, 3);
+    assert_eq!(transferred["transfer"], "ixfr", "{transferred}");
+    for byte in leaving {
+        assert_ne!(
+            rcode_of_byte(&r, byte),
+            dns::RCODE_NXDOMAIN,
+            "byte {byte} left"
+        );
+    }
+    assert_eq!(
+        rcode_of_byte(&r, b'#'),
+        dns::RCODE_NXDOMAIN,
+        "the others stay"
+    );
+    r.stop();
+}
+
 /// Rewrite the primary's zone with `serial`, the SOA's refresh and retry at 1 s, and
 /// `added` entries; knotd loads it (no NOTIFY is configured).
 fn republish(primary: &KnotPrimary, serial: u32, added: &[&str]) {
