@@ -635,6 +635,128 @@ fn a_cold_start_with_no_primary_is_a_clear_error() {
     assert!(r.notify.wait_for("READY=1", Duration::ZERO).is_err());
 }
 
+/// A stored zone of the entry kept by transfer that kresd cannot read: its SOA at `serial`,
+/// then [`KEPT`], then a name as an older writer left it (`!` unescaped), which kresd's zone
+/// reader refuses ("invalid domain name character").
+fn broken_zone(path: &Path, serial: u32) {
+    let text = format!(
+        "; zone transfer, one record per line:\n\
+         {ZONE} 3600 IN SOA primary.{ZONE} hostmaster.{ZONE} {serial} 300 60 86400 60\n\
+         {KEPT}.{ZONE} 3600 IN CNAME .\n\
+         evil!name.blocked-by-rpz.net.{ZONE} 3600 IN CNAME .\n"
+    );
+    testbed::write(path, &text).expect("stored zone");
+}
+
+/// A rule beside the RPZ: the rest of the policy.
+const RULED: &str = "ruled.blocked-by-rpz.net";
+
+/// The change or renew `cause` asked for is applied (not refused).
+fn wait_applied(events: &mut EventStream, r: &Resolver, cause: &str) {
+    let outcome = wait_event(events, r, |e| {
+        (kind(e, "config-applied") || kind(e, "config-refused")) && e["cause"] == cause
+    });
+    assert_eq!(outcome["kind"], "config-applied", "{outcome}");
+}
+
+#[test]
+fn a_stored_zone_kresd_cannot_load_is_left_out_and_repaired_by_a_whole_transfer() {
+    let bed = testbed::Bed::get().expect("bed");
+    // The primary serves the stored serial: only a whole transfer, asked for because the
+    // stored file cannot be loaded, replaces it.
+    let primary = listed_primary(bed, None);
+    let files = Files::new(bed, "rpz-broken");
+    let (key_host, key_bed) = files.key();
+    primary.write_key_file(&key_host).expect("key file");
+    let (zone_host, zone_bed) = files.zone();
+    broken_zone(&zone_host, 2);
+    // First from a primary nobody runs: the zone stays broken while the resolver is watched.
+    let nobody = testbed::free_port().expect("port");
+    let local = format!(
+        "local-data:\n  rules:\n    - name: [{RULED}]\n      subtree: nxdomain\n  rpz:\n    \
+         - file: {}\n      transfer:\n        zone: {ZONE}\n        primaries: [\"127.0.0.1@{nobody}\"]\n{}",
+        zone_bed.display(),
+        key_line(&key_bed)
+    );
+    let mut r = common::start(&setup_for("rpz-broken", local)).expect("the resolver starts");
+    let mut events = events(&r);
+    let broken = wait_event(&mut events, &r, |e| kind(e, "rpz-zone-broken"));
+    assert_eq!(broken["zone"], ZONE, "{broken}");
+    let reason = broken["reason"].as_str().expect("a reason");
+    assert!(reason.contains("line 4"), "{broken}");
+    // The rest of the policy is in force; the zone is left out whole, never in part.
+    assert!(blocked(&r, RULED), "the rule beside the zone is in force");
+    assert!(!blocked(&r, KEPT), "nothing of the broken zone is loaded");
+    let failed = wait_event(&mut events, &r, |e| kind(e, "rpz-transfer-failed"));
+    assert_eq!(
+        failed["transfer"], "axfr",
+        "a whole transfer is asked for: {failed}"
+    );
+    // Reported everywhere.
+    let status = rpz_status(&r);
+    assert!(
+        status["broken"]
+            .as_str()
+            .is_some_and(|b| b.contains("line 4")),
+        "{status}"
+    );
+    let text = r.kresctl(&["rpz"]).expect("kresctl rpz");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("BROKEN:       kresd cannot load the stored zone"),
+        "{text}"
+    );
+    let metrics = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("metrics")
+        .text();
+    let gauge = format!("knot_resolver_rpz_broken{{zone=\"{ZONE}\"}} 1");
+    assert!(metrics.contains(&gauge), "{metrics}");
+    let status_line = "STATUS=Ready: 2 workers configured";
+    let broken_line = format!("{status_line}; RPZ zone {ZONE} cannot be loaded, see `kresctl rpz`");
+    r.notify
+        .wait_for(&broken_line, Duration::ZERO)
+        .expect("the status line names the zone");
+    // Renews, reloads and changes go on.
+    let renew = r.http("POST", "/renew", b"").expect("renew");
+    assert_eq!(renew.status, 200, "{}", renew.text());
+    wait_applied(&mut events, &r, "renew");
+    let reload = r.http("POST", "/reload", b"").expect("reload");
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    wait_applied(&mut events, &r, "reload");
+    // The change that names the running primary: the zone is transferred whole at once and
+    // loaded.
+    let primaries = json!([format!("127.0.0.1@{}", primary.port())]);
+    let resp = r.put_json("/local-data/rpz/0/transfer/primaries", primaries);
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    wait_applied(&mut events, &r, "api");
+    let transferred = wait_event(&mut events, &r, |e| kind(e, "rpz-transferred"));
+    assert_eq!(
+        (&transferred["transfer"], &transferred["serial"]),
+        (&json!("axfr"), &json!(2)),
+        "{transferred}"
+    );
+    // The renew it caused loads the zone.
+    let loaded = wait_event(&mut events, &r, |e| kind(e, "rpz-zone-loaded"));
+    assert_eq!(loaded["zone"], ZONE, "{loaded}");
+    wait_applied(&mut events, &r, "renew");
+    assert!(blocked(&r, LISTED), "the transferred zone is in force");
+    assert!(blocked(&r, RULED), "and the rest of the policy");
+    assert_eq!(rpz_status(&r)["broken"], Value::Null);
+    r.notify
+        .wait_for(status_line, START_TIMEOUT)
+        .expect("the status line no longer names it");
+    let metrics = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("metrics")
+        .text();
+    let gauge = format!("knot_resolver_rpz_broken{{zone=\"{ZONE}\"}} 0");
+    assert!(metrics.contains(&gauge), "{metrics}");
+    let stored = std::fs::read_to_string(&zone_host).expect("stored");
+    assert!(!stored.contains("evil!name"), "{stored}");
+    r.stop();
+}
+
 /// How the hostile primary misbehaves.
 #[derive(Clone, Copy, Debug)]
 enum Misbehaviour {

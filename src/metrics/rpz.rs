@@ -95,6 +95,14 @@ impl RpzTally {
                 });
             }
             Event::RpzExpired { zone, .. } => self.zone(zone).expired = true,
+            Event::RpzZoneBroken { zone, file, reason } => {
+                let status = self.zone(zone);
+                if status.file.is_empty() {
+                    status.file.clone_from(file);
+                }
+                status.broken = Some(reason.clone());
+            }
+            Event::RpzZoneLoaded { zone } => self.zone(zone).broken = None,
             _ => {}
         }
     }
@@ -111,6 +119,7 @@ impl RpzTally {
                 last_success: None,
                 next_refresh: None,
                 expired: false,
+                broken: None,
             })
     }
 
@@ -132,7 +141,7 @@ impl RpzTally {
             return;
         }
         let zone_label = |zone: &str| format!("zone=\"{}\"", label(zone));
-        let per_zone: [ZoneFamily; 3] = [
+        let per_zone: [ZoneFamily; 4] = [
             (
                 "knot_resolver_rpz_serial",
                 "the serial of the stored RPZ zone (absent before its first transfer)",
@@ -148,6 +157,12 @@ impl RpzTally {
                 "1 when the RPZ zone's SOA expire time passed with no successful refresh (the \
                  stored policy is still served), otherwise 0",
                 |z| Some(f64::from(u8::from(z.expired))),
+            ),
+            (
+                "knot_resolver_rpz_broken",
+                "1 when kresd cannot load the stored RPZ zone (the policy-loader left it out, the \
+                 rest of the policy is in force, and it is transferred whole again), otherwise 0",
+                |z| Some(f64::from(u8::from(z.broken.is_some()))),
             ),
         ];
         for (name, help, value) in per_zone {

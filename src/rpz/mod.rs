@@ -29,7 +29,7 @@ use std::time::Duration;
 pub use crate::config::xfr::{zone_name, ZoneNameError};
 pub use key::{KeyFileError, TsigKey};
 pub use notify::{Notified, NotifyListener, NotifyZone};
-pub use xfr::refresh;
+pub use xfr::{refresh, refresh_whole};
 
 /// The port of a primary or a listener when the text names none.
 const DNS_PORT: u16 = 53;

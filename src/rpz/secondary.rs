@@ -15,6 +15,10 @@
 //! At the start (before the first policy-loader run), [`first_transfers`] brings the zones
 //! that have no stored file, each within its deadline; a zone with a stored file waits for
 //! nothing, so READY never waits for the network when the file exists.
+//!
+//! A stored zone kresd cannot load (the policy-loader leaves it out and reports it, see
+//! `manager::rpz_loads`) is transferred whole at once, at the start as after any change;
+//! while it stays broken, every refresh transfers it whole (`status::Loading`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,14 +32,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::status::{Refreshed, ZoneClock};
+use super::status::{Loaded, Loading, LoadingAction, Refreshed, Wanted, ZoneClock};
 use super::{
-    refresh, stored, zone_name, AddressError, KeyFileError, Limits, Notified, NotifyListener,
-    NotifyZone, Primary, TransferError, TransferKind, TransferReport, TsigKey, ZoneNameError,
+    refresh, refresh_whole, stored, zone_name, AddressError, KeyFileError, Limits, Notified,
+    NotifyListener, NotifyZone, Primary, TransferError, TransferKind, TransferReport, TsigKey,
+    ZoneNameError,
 };
 use crate::config::{KresConfig, LoadedConfig, RpzSchema};
 use crate::events::{Event, EventLog, Origin};
 use crate::manager::plan::Restart;
+use crate::manager::rpz_loads::RpzLoads;
 use crate::manager::ManagerHandle;
 
 /// One zone to follow, from its configuration entry.
@@ -175,18 +181,18 @@ struct Attempt {
     failures: Vec<(Primary, TransferError)>,
 }
 
-/// Bring `zone` up to date from its primaries, in order, until one answers; no refresh
-/// goes past `deadline`.
-async fn attempt(zone: &Zone, deadline: Option<Instant>) -> Attempt {
+/// Bring `zone` up to date from its primaries, in order, until one answers, transferring
+/// what is `wanted`; no refresh goes past `deadline`.
+async fn attempt(zone: &Zone, deadline: Option<Instant>, wanted: Wanted) -> Attempt {
     let mut failures = Vec::new();
     for primary in &zone.primaries {
-        let refreshing = refresh(
-            &zone.name,
-            primary,
-            zone.key.as_ref(),
-            &zone.file,
-            &zone.limits,
-        );
+        let (name, key, file, limits) = (&zone.name, zone.key.as_ref(), &zone.file, &zone.limits);
+        let refreshing = async move {
+            match wanted {
+                Wanted::Changes => refresh(name, primary, key, file, limits).await,
+                Wanted::WholeZone => refresh_whole(name, primary, key, file, limits).await,
+            }
+        };
         let result = match deadline {
             Some(at) => match tokio::time::timeout_at(at, refreshing).await {
                 Ok(result) => result,
@@ -233,14 +239,21 @@ pub struct FirstTransferFailed {
     pub why: String,
 }
 
+/// Whether there is no stored `file` at all. A file that is there but cannot be read as a
+/// zone is no reason to wait at the start: the policy-loader leaves it out and reports it, and
+/// its task transfers it whole.
+fn missing(file: &Path) -> bool {
+    std::fs::symlink_metadata(file).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+}
+
 /// Transfer every zone of `cfg` that has no stored file (all at once), each within its
-/// `first-transfer-timeout`; a zone with a stored file is left to its task. An entry that
-/// cannot be followed is an error only when it has no stored file.
+/// `first-transfer-timeout`; a zone with a stored file (loadable or not) is left to its task.
+/// An entry that cannot be followed is an error only when it has no stored file.
 pub async fn first_transfers(cfg: &KresConfig) -> Result<FirstTransfers, FirstTransferFailed> {
     let mut running = JoinSet::new();
     for zone in zones(cfg) {
         let zone = match zone {
-            Ok(zone) if stored(&zone.file).is_none() => zone,
+            Ok(zone) if missing(&zone.file) => zone,
             Ok(_) => continue,
             Err(e) => {
                 let file = cfg
@@ -251,7 +264,7 @@ pub async fn first_transfers(cfg: &KresConfig) -> Result<FirstTransfers, FirstTr
                     .find(|r| r.transfer.as_ref().map(|t| t.zone.as_str()) == Some(e.zone()))
                     .map(|r| r.file.clone())
                     .unwrap_or_default();
-                if stored(&file).is_some() {
+                if !missing(&file) {
                     continue;
                 }
                 return Err(FirstTransferFailed {
@@ -265,7 +278,7 @@ pub async fn first_transfers(cfg: &KresConfig) -> Result<FirstTransfers, FirstTr
         tracing::info!(zone = %zone.name, "no stored RPZ zone: waiting for its first transfer");
         running.spawn(async move {
             let deadline = Instant::now() + zone.first_deadline;
-            let attempt = attempt(&zone, Some(deadline)).await;
+            let attempt = attempt(&zone, Some(deadline), Wanted::Changes).await;
             (zone, attempt)
         });
     }
@@ -509,6 +522,15 @@ async fn follow(
             .into();
         publish_transferred(&shared.events, &zone, *primary, report, next);
     }
+    // What the policy-loader said before this task (at the start, say) counts now.
+    let mut loads = Some(shared.manager.rpz_loads());
+    let mut loading = Loading::Loads;
+    if let Some(loads) = loads.as_mut() {
+        let report = loaded_in(&loads.borrow_and_update(), &zone.name);
+        if loading.on_report(report) == LoadingAction::RefreshNow {
+            next = Instant::now();
+        }
+    }
     shared.events.publish(Event::RpzFollowed {
         zone: zone.name.clone(),
         file: zone.file.display().to_string(),
@@ -527,13 +549,50 @@ async fn follow(
                     serial: n.serial,
                 });
             }
+            report = next_report(&mut loads, &zone.name) => {
+                if loading.on_report(report) != LoadingAction::RefreshNow {
+                    continue;
+                }
+                tracing::info!(zone = %zone.name, "kresd cannot load the stored RPZ zone: transferring it whole");
+            }
             () = tokio::time::sleep_until(next) => {}
         }
+        let wanted = loading.wanted();
         let attempt = tokio::select! {
             () = stop.cancelled() => return,
-            attempt = attempt(&zone, None) => attempt,
+            attempt = attempt(&zone, None, wanted) => attempt,
         };
-        next = carry_out(&zone, &mut clock, attempt, &shared).await;
+        if attempt
+            .success
+            .as_ref()
+            .is_some_and(|(_, report)| report.kind == TransferKind::Axfr)
+        {
+            loading.on_whole_transfer();
+        }
+        next = carry_out(&zone, &mut clock, attempt, wanted, &shared).await;
+    }
+}
+
+/// What `loads` says of `zone`.
+fn loaded_in(loads: &RpzLoads, zone: &str) -> Loaded {
+    if loads.broken.contains_key(zone) {
+        Loaded::No
+    } else {
+        Loaded::Yes
+    }
+}
+
+/// What the next run of the policy-loader says of `zone`; never, when nothing publishes runs.
+async fn next_report(loads: &mut Option<watch::Receiver<RpzLoads>>, zone: &str) -> Loaded {
+    loop {
+        let Some(receiver) = loads.as_mut() else {
+            return std::future::pending().await;
+        };
+        if receiver.changed().await.is_err() {
+            *loads = None;
+            continue;
+        }
+        return loaded_in(&receiver.borrow_and_update(), zone);
     }
 }
 
@@ -543,6 +602,7 @@ async fn carry_out(
     zone: &Zone,
     clock: &mut ZoneClock,
     attempt: Attempt,
+    wanted: Wanted,
     shared: &Shared,
 ) -> Instant {
     let refreshed = match &attempt.success {
@@ -551,7 +611,7 @@ async fn carry_out(
     };
     let schedule = clock.on(refreshed, Instant::now().into_std());
     let next = Instant::from_std(schedule.next);
-    let kind = if stored(&zone.file).is_some() {
+    let kind = if wanted == Wanted::Changes && stored(&zone.file).is_some() {
         TransferKind::Ixfr
     } else {
         TransferKind::Axfr
