@@ -498,4 +498,25 @@ mod tests {
             .collect();
         assert_eq!(reason(run(Asked::Axfr, &endless).0), "too-large");
     }
+
+    #[test]
+    fn a_record_kresd_would_refuse_fails_the_transfer() {
+        // SPF with empty data: no line kresd's zone reader takes.
+        let empty_spf = "e.feed.rpz. 60 IN TYPE99 \\# 0".to_owned();
+        let (result, _) = run(
+            Asked::Axfr,
+            &[soa(7), entry("a"), empty_spf.clone(), soa(7)],
+        );
+        let error = result.unwrap_err();
+        assert_eq!(error.reason(), "unstorable", "{error}");
+        assert_eq!(
+            error.to_string(),
+            "a record cannot be stored: the SPF record of e.feed.rpz. has empty data, which \
+             kresd's zone reader refuses"
+        );
+        // Added by an IXFR: the same.
+        let ixfr = [soa(8), soa(7), soa(8), empty_spf, soa(8)];
+        let (result, _) = run(Asked::Ixfr { stored: 7 }, &ixfr);
+        assert_eq!(reason(result), "unstorable");
+    }
 }

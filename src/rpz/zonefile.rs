@@ -157,7 +157,9 @@ pub(crate) async fn apply(
     };
     let stored = tokio::fs::File::open(file).await.map_err(read_error)?;
     let mut lines = tokio::io::BufReader::with_capacity(BUFFER, stored).lines();
-    let mut found = 0;
+    // The deleted records found, by key: one record may be stored on several lines whose
+    // names differ only in case (an AXFR may bring it so), and every such line goes.
+    let mut found: HashSet<Vec<u8>> = HashSet::new();
     let mut soa_seen = false;
     while let Some(line) = lines.next_line().await.map_err(read_error)? {
         let Some(owner) = owner_token(&line) else {
@@ -174,7 +176,7 @@ pub(crate) async fn apply(
             let record = parse_line(&line).map_err(TransferError::Diverged)?;
             let key = record_key(record.owner(), record.class(), record.data());
             if diff.deleted.contains(&key) {
-                found += 1;
+                found.insert(key);
                 continue;
             }
             if diff.added.contains_key(&key) {
@@ -184,10 +186,10 @@ pub(crate) async fn apply(
         out.write(line.as_bytes()).await?;
         out.write(b"\n").await?;
     }
-    if found != diff.deleted.len() {
+    if found.len() != diff.deleted.len() {
         return Err(TransferError::Diverged(format!(
             "{} of the {} records the transfer deletes are not in the file",
-            diff.deleted.len() - found,
+            diff.deleted.len().saturating_sub(found.len()),
             diff.deleted.len()
         )));
     }
@@ -293,6 +295,7 @@ impl Drop for TempFile {
 mod tests {
     use super::*;
     use crate::rpz::presentation::owner_text;
+    use domain::base::iana::Class;
 
     const SOA1: &str = "blocklist.rpz. 3600 IN SOA primary.blocklist.rpz. hostmaster.blocklist.rpz. 1 300 60 86400 60\n";
     const SOA2: &str = "blocklist.rpz. 3600 IN SOA primary.blocklist.rpz. hostmaster.blocklist.rpz. 2 300 60 86400 60\n";
@@ -303,6 +306,48 @@ mod tests {
             record_key(record.owner(), record.class(), record.data()),
             owner_text(record.owner()),
         )
+    }
+
+    #[tokio::test]
+    async fn stored_lines_of_names_with_any_byte_are_found_and_deleted() {
+        use crate::rpz::presentation::record_line;
+        use domain::base::name::NameBuilder;
+        use domain::base::{Name, Record, Ttl};
+        use domain::rdata::Cname;
+
+        let dir = std::env::temp_dir().join(format!("rpz-bytes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("zone.rpz");
+        let zone: Name<Vec<u8>> = "blocklist.rpz.".parse().unwrap();
+        let records: Vec<_> = (0..=255u8)
+            .map(|byte| {
+                let mut owner = NameBuilder::new_vec();
+                owner.append_label(&[b'x', byte, b'y']).unwrap();
+                let owner = owner.append_origin(&zone).unwrap();
+                let data: ZoneRecordData<Vec<u8>, Name<Vec<u8>>> =
+                    ZoneRecordData::Cname(Cname::new(Name::root_vec()));
+                Record::new(owner, Class::IN, Ttl::from_secs(60), data)
+            })
+            .collect();
+        let mut stored = format!("{}{SOA1}", header(SOA1));
+        for record in &records {
+            stored.push_str(&record_line(record).unwrap());
+        }
+        std::fs::write(&file, &stored).unwrap();
+        // Every record deleted, keyed and found by its owner as the transfer gives it. The
+        // bytes `A`-`Z` and `a`-`z` make names that differ only in case: one record on two
+        // lines, both deleted (counted once).
+        let mut diff = Diff::default();
+        for record in &records {
+            let key = record_key(record.owner(), record.class(), record.data());
+            diff.delete(key, owner_text(record.owner()));
+        }
+        let mut out = TempFile::create(&file).await.unwrap();
+        apply(&file, &diff, SOA2, &mut out).await.unwrap();
+        out.commit().await.unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text, format!("{}{SOA2}", header(SOA2)));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
