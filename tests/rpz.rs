@@ -766,6 +766,9 @@ enum Misbehaviour {
     SerialBack,
     /// Every answer is its query's id followed by bytes that are no DNS message.
     Garbage,
+    /// SOA serial 100, and a zone holding a record kresd's zone reader cannot take (SPF
+    /// with empty data).
+    Unstorable,
 }
 
 impl Misbehaviour {
@@ -781,6 +784,15 @@ impl Misbehaviour {
                 vec![junk]
             }
             Misbehaviour::SerialBack => vec![answer(query, &[soa_record(1)])],
+            Misbehaviour::Unstorable if qtype == 252 => {
+                // The apex (a pointer to the question's name), SPF, IN, TTL 3600, no data.
+                let empty_spf = vec![0xC0, 12, 0, 99, 0, 1, 0, 0, 14, 16, 0, 0];
+                vec![answer(
+                    query,
+                    &[soa_record(100), empty_spf, soa_record(100)],
+                )]
+            }
+            Misbehaviour::Unstorable => vec![answer(query, &[soa_record(100)])],
             Misbehaviour::Endless => vec![answer(query, &[soa_record(100)])],
         }
         .into_iter()
@@ -986,6 +998,7 @@ fn garbage_and_a_serial_going_back_keep_the_stored_policy() {
     for (how, reason) in [
         (Misbehaviour::SerialBack, "serial-backwards"),
         (Misbehaviour::Garbage, "malformed"),
+        (Misbehaviour::Unstorable, "unstorable"),
     ] {
         let files = Files::new(bed, "rpz-hostile");
         let (zone_host, zone_bed) = files.zone();
@@ -996,6 +1009,11 @@ fn garbage_and_a_serial_going_back_keep_the_stored_policy() {
         let mut events = events(&r);
         let failed = wait_event(&mut events, &r, |e| kind(e, "rpz-transfer-failed"));
         assert_eq!(failed["reason"], reason, "{how:?}: {failed}");
+        let status = rpz_status(&r);
+        assert_eq!(
+            status["last-transfer"]["result"], reason,
+            "{how:?}: {status}"
+        );
         assert_stored_policy_kept(&r, &zone_host);
         r.stop();
     }
