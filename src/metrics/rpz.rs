@@ -267,10 +267,50 @@ mod tests {
         for line in [
             "knot_resolver_rpz_serial{zone=\"block.rpz.\"} 8",
             "knot_resolver_rpz_expired{zone=\"block.rpz.\"} 0",
+            "knot_resolver_rpz_broken{zone=\"block.rpz.\"} 0",
             "knot_resolver_rpz_transfers_total{zone=\"block.rpz.\",kind=\"ixfr\",result=\"tsig\"} 1",
             "knot_resolver_rpz_transfers_total{zone=\"block.rpz.\",kind=\"ixfr\",result=\"success\"} 1",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_zone_kresd_cannot_load_is_broken_until_it_loads_again() {
+        let mut tally = RpzTally::default();
+        let broken = Event::RpzZoneBroken {
+            zone: "block.rpz.".into(),
+            file: "/var/rpz/block.rpz".into(),
+            reason: "line 4: invalid domain name character".into(),
+        };
+        assert_eq!(
+            broken.to_string(),
+            "rpz-zone-broken block.rpz.: kresd cannot load /var/rpz/block.rpz (line 4: invalid \
+             domain name character); the zone is left out, the rest of the policy is in force, \
+             and it is transferred whole again"
+        );
+        tally.on(&record(100.0, broken));
+        let status = &tally.zones()[0];
+        assert_eq!(status.file, "/var/rpz/block.rpz");
+        assert_eq!(
+            status.broken.as_deref(),
+            Some("line 4: invalid domain name character")
+        );
+        let mut out = Exposition::default();
+        tally.write(&mut out);
+        let text = out.render();
+        assert!(
+            text.contains("knot_resolver_rpz_broken{zone=\"block.rpz.\"} 1"),
+            "{text}"
+        );
+        let loaded = Event::RpzZoneLoaded {
+            zone: "block.rpz.".into(),
+        };
+        assert_eq!(
+            loaded.to_string(),
+            "rpz-zone-loaded block.rpz.: loaded again"
+        );
+        tally.on(&record(200.0, loaded));
+        assert_eq!(tally.zones()[0].broken, None);
     }
 }
