@@ -239,11 +239,12 @@ pub struct FirstTransferFailed {
     pub why: String,
 }
 
-/// Whether there is no stored `file` at all. A file that is there but cannot be read as a
-/// zone is no reason to wait at the start: the policy-loader leaves it out and reports it, and
-/// its task transfers it whole.
+/// Whether there is no stored `file`: nothing there, or no regular file (a FIFO is not
+/// opened, and the first transfer replaces it). A regular file that cannot be read as a zone
+/// is no reason to wait at the start: the policy-loader leaves it out and reports it, and its
+/// task transfers it whole.
 fn missing(file: &Path) -> bool {
-    std::fs::symlink_metadata(file).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    !std::fs::metadata(file).is_ok_and(|meta| meta.is_file())
 }
 
 /// Transfer every zone of `cfg` that has no stored file (all at once), each within its
