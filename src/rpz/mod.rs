@@ -11,8 +11,9 @@
 //! record by record to a temporary file; an IXFR is applied while copying the stored file
 //! line by line); every bound of [`Limits`] is enforced; a stored file is only ever replaced
 //! whole (temporary file in its directory, fsync, rename), and never on an error; every line
-//! stored is in the form kresd's zone reader takes (`presentation`) and is read back as the
-//! record it was written from before it is stored, else the transfer fails.
+//! stored is in the form kresd's zone reader takes (`presentation`), and one with an escape
+//! is read back as the record it was written from before it is stored, else the transfer
+//! fails.
 
 mod key;
 mod notify;

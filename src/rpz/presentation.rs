@@ -259,7 +259,10 @@ pub(crate) fn parse_line(line: &str) -> Result<ScannedRecord, String> {
     }
 }
 
-/// `line`, written from `record`, if it reads back as the record (same key and TTL).
+/// `line`, written from `record`, if it reads back as the record (same key and TTL). A line
+/// with no `\\` is the readers' plain case (labels of `[A-Za-z0-9*_/-]`, numbers, addresses,
+/// printable text) and is taken as it is; every line with an escape or in the generic form is
+/// read back (about 1 µs a line), so the writer's work is proven where it does any.
 pub(crate) fn checked<N, O, M>(
     line: String,
     record: &Record<N, ZoneRecordData<O, M>>,
@@ -269,6 +272,9 @@ where
     O: AsRef<[u8]>,
     M: ToName,
 {
+    if !line.contains('\\') {
+        return Ok(line);
+    }
     let same = parse_line(&line).is_ok_and(|read| {
         read.ttl() == record.ttl()
             && record_key(read.owner(), read.class(), read.data())
@@ -491,21 +497,21 @@ mod tests {
 
     #[test]
     fn a_line_that_reads_back_otherwise_is_caught() {
-        let cname = record(
-            name_of(&[b"a"]),
-            ZoneRecordData::Cname(Cname::new(Name::root_vec())),
-        );
-        let error = checked("b.feed.rpz. 60 IN CNAME .\n".to_owned(), &cname).unwrap_err();
-        assert!(
-            matches!(error, Unstorable::ReadsBackOtherwise { .. }),
-            "{error}"
-        );
-        let error = checked("a.feed.rpz. 61 IN CNAME .\n".to_owned(), &cname).unwrap_err();
-        assert!(
-            matches!(error, Unstorable::ReadsBackOtherwise { .. }),
-            "{error}"
-        );
-        assert!(checked("a.feed.rpz. 60 IN CNAME .\n".to_owned(), &cname).is_ok());
+        let data = ZoneRecordData::Cname(Cname::new(Name::root_vec()));
+        let cname = record(name_of(&[b"a!"]), data);
+        let caught = |line: &str| {
+            let error = checked(line.to_owned(), &cname).unwrap_err();
+            assert!(
+                matches!(error, Unstorable::ReadsBackOtherwise { .. }),
+                "{error}"
+            );
+        };
+        caught("b\\033.feed.rpz. 60 IN CNAME .\n");
+        caught("a\\033.feed.rpz. 61 IN CNAME .\n");
+        caught("a\\033.feed.rpz. 60 IN CNAME x.\n");
+        caught("a\\033.feed.rpz. 60 IN TYPE5 \\# 3 017800\n");
+        assert!(checked("a\\033.feed.rpz. 60 IN CNAME .\n".to_owned(), &cname).is_ok());
+        assert!(checked("a\\033.feed.rpz. 60 IN TYPE5 \\# 1 00\n".to_owned(), &cname).is_ok());
     }
 
     #[test]

@@ -344,8 +344,8 @@ impl Transfer {
     }
 }
 
-/// The line `record` is stored as, proven to read back as the record; a record that cannot
-/// be stored fails the transfer (nothing is committed).
+/// The line `record` is stored as (read back as the record where it has escapes); a record
+/// that cannot be stored fails the transfer (nothing is committed).
 fn line_of<N, O, M>(record: &Record<N, Data<O, M>>) -> Result<String, TransferError>
 where
     N: ToName,
