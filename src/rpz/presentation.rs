@@ -11,8 +11,9 @@
 //! Record data: SOA, A, AAAA, CNAME, DNAME, NS, PTR, MX and TXT in their usual form (names by
 //! the rule above, TXT strings quoted with `\DDD` for bytes outside printable ASCII and for
 //! `"`, `\` and `;`); every other type in RFC 3597's generic form (`TYPEn \# len hex`), which
-//! carries its wire bytes unchanged. A record libzscanner would refuse even so (empty data of
-//! a type it requires data for) cannot be stored, and [`record_line`] says so.
+//! carries its wire bytes unchanged. A record libzscanner may refuse even so (empty data, of
+//! any type but NULL, APL and the private-use ones) cannot be stored, and [`record_line`]
+//! says so.
 
 use std::fmt::Write as _;
 
@@ -70,7 +71,7 @@ fn push_label(out: &mut String, label: &[u8]) {
 }
 
 /// Append `name`, absolute (the root is `.`).
-pub(crate) fn push_name<N: ToName + ?Sized>(out: &mut String, name: &N) {
+fn push_name<N: ToName + ?Sized>(out: &mut String, name: &N) {
     let mut labels = 0;
     for label in name.iter_labels() {
         let bytes = label.as_ref();
@@ -87,7 +88,7 @@ pub(crate) fn push_name<N: ToName + ?Sized>(out: &mut String, name: &N) {
 }
 
 /// `name` as [`push_name`] writes it.
-pub(crate) fn name_text<N: ToName + ?Sized>(name: &N) -> String {
+fn name_text<N: ToName + ?Sized>(name: &N) -> String {
     let mut out = String::with_capacity(usize::from(name.compose_len()) + 8);
     push_name(&mut out, name);
     out
