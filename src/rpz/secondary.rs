@@ -734,6 +734,25 @@ mod tests {
     }
 
     #[test]
+    fn only_a_regular_file_is_a_stored_zone_the_start_does_not_wait_for() {
+        let dir = std::env::temp_dir().join(format!("kres-rpz-missing-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let broken = dir.join("broken.rpz");
+        std::fs::write(&broken, "not a zone kresd can read\n").expect("file");
+        assert!(
+            !missing(&broken),
+            "a file kresd cannot load is left to its task"
+        );
+        assert!(missing(&dir.join("none.rpz")));
+        let fifo = dir.join("fifo.rpz");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+        assert!(missing(&fifo), "a FIFO is replaced by the first transfer");
+        assert!(missing(&dir));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
     fn a_key_file_gone_since_validation_is_an_error_naming_the_zone() {
         let cfg = config(serde_json::json!({
             "zone": "block.rpz.", "primaries": ["192.0.2.53"],
