@@ -330,6 +330,89 @@ fn entries_sharing_a_notify_address_are_told_apart_by_their_zone() {
     r.stop();
 }
 
+/// The label listing `byte`: `b`, its hex, the byte, `x` (distinct for every byte, also
+/// where DNS ignores case).
+fn byte_label(byte: u8) -> Vec<u8> {
+    let mut label = format!("b{byte:02x}").into_bytes();
+    label.extend_from_slice(&[byte, b'x']);
+    label
+}
+
+/// The entry of `byte` as knotd's zone file writes it, relative to the zone (every byte of
+/// the label as `\DDD`).
+fn byte_entry(byte: u8) -> String {
+    let label: String = byte_label(byte)
+        .iter()
+        .map(|b| format!("\\{b:03}"))
+        .collect();
+    format!("{label}.{BYTES_BELOW}")
+}
+
+/// Where the entries of [`byte_entry`] are.
+const BYTES_BELOW: &str = "bytes.blocked-by-rpz.net";
+
+/// The rcode kresd answers for the entry of `byte`, asked in wire form (`u8::MAX` for none).
+fn rcode_of_byte(r: &Resolver, byte: u8) -> u8 {
+    let label = byte_label(byte);
+    let name = dns::wire_name(&[&label, b"bytes", b"blocked-by-rpz", b"net"]).expect("a name");
+    dns::query_udp_wire(r.dns(), &name, dns::TYPE_A, DNS_TIMEOUT).map_or(u8::MAX, |a| a.rcode)
+}
+
+#[test]
+fn a_name_with_any_byte_is_stored_read_by_kresd_and_blocked() {
+    let bed = testbed::Bed::get().expect("bed");
+    let notify_port = testbed::free_port().expect("port");
+    let notify = SocketAddr::from(([127, 0, 0, 1], notify_port));
+    let mut primary = knot_primary(bed, 10, Some(notify));
+    let entries: Vec<String> = (0..=255u8).map(byte_entry).collect();
+    let entries: Vec<&str> = entries.iter().map(String::as_str).collect();
+    assert_eq!(primary.bump(&entries, &[]).expect("bump"), 2);
+    let listen = format!("        notify-listen: 127.0.0.1@{notify_port}\n");
+    let (r, files) = secondary_of("rpz-every-byte", &primary, &listen);
+    let (zone_host, _) = files.zone();
+    let stored = std::fs::read_to_string(&zone_host).expect("the stored zone");
+    assert!(
+        stored.contains("\nb21\\033x.bytes.blocked-by-rpz.net.blocklist.rpz. 3600 IN CNAME .\n"),
+        "'!' is written as \\033:\n{stored}"
+    );
+    // kresd's rules hold no name with a zero byte: its loader reads the entry and skips it,
+    // as it says; every other byte is blocked as the feed says.
+    let output = r.launched.output.text();
+    assert!(
+        output.contains("skipping zero-containing RR owner name"),
+        "{output}"
+    );
+    assert!(!output.contains("error parsing zone file"), "{output}");
+    let unblocked: Vec<u8> = (1..=255u8)
+        .filter(|byte| rcode_of_byte(&r, *byte) != dns::RCODE_NXDOMAIN)
+        .collect();
+    assert_eq!(unblocked, [0u8; 0], "bytes whose entry is not in force");
+    assert!(!blocked(&r, "b21-x.bytes.blocked-by-rpz.net"), "not listed");
+
+    // Entries of special bytes leave by IXFR: the stored lines are read back and deleted.
+    let mut events = events(&r);
+    wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
+    let leaving = [b'!', b' ', b'.', b'"', b'\\', b';', 0xff, 0x7f];
+    let removed: Vec<String> = leaving.iter().map(|b| byte_entry(*b)).collect();
+    let removed: Vec<&str> = removed.iter().map(String::as_str).collect();
+    assert_eq!(primary.bump(&[], &removed).expect("bump"), 3);
+    let transferred = wait_transferred_and_renewed(&mut events, &r, 3);
+    assert_eq!(transferred["transfer"], "ixfr", "{transferred}");
+    for byte in leaving {
+        assert_ne!(
+            rcode_of_byte(&r, byte),
+            dns::RCODE_NXDOMAIN,
+            "byte {byte} left"
+        );
+    }
+    assert_eq!(
+        rcode_of_byte(&r, b'#'),
+        dns::RCODE_NXDOMAIN,
+        "the others stay"
+    );
+    r.stop();
+}
+
 /// Rewrite the primary's zone with `serial`, the SOA's refresh and retry at 1 s, and
 /// `added` entries; knotd loads it (no NOTIFY is configured).
 fn republish(primary: &KnotPrimary, serial: u32, added: &[&str]) {
@@ -554,6 +637,128 @@ fn a_cold_start_with_no_primary_is_a_clear_error() {
     assert!(r.notify.wait_for("READY=1", Duration::ZERO).is_err());
 }
 
+/// A stored zone of the entry kept by transfer that kresd cannot read: its SOA at `serial`,
+/// then [`KEPT`], then a name as an older writer left it (`!` unescaped), which kresd's zone
+/// reader refuses ("invalid domain name character").
+fn broken_zone(path: &Path, serial: u32) {
+    let text = format!(
+        "; zone transfer, one record per line:\n\
+         {ZONE} 3600 IN SOA primary.{ZONE} hostmaster.{ZONE} {serial} 300 60 86400 60\n\
+         {KEPT}.{ZONE} 3600 IN CNAME .\n\
+         evil!name.blocked-by-rpz.net.{ZONE} 3600 IN CNAME .\n"
+    );
+    testbed::write(path, &text).expect("stored zone");
+}
+
+/// A rule beside the RPZ: the rest of the policy.
+const RULED: &str = "ruled.blocked-by-rpz.net";
+
+/// The change or renew `cause` asked for is applied (not refused).
+fn wait_applied(events: &mut EventStream, r: &Resolver, cause: &str) {
+    let outcome = wait_event(events, r, |e| {
+        (kind(e, "config-applied") || kind(e, "config-refused")) && e["cause"] == cause
+    });
+    assert_eq!(outcome["kind"], "config-applied", "{outcome}");
+}
+
+#[test]
+fn a_stored_zone_kresd_cannot_load_is_left_out_and_repaired_by_a_whole_transfer() {
+    let bed = testbed::Bed::get().expect("bed");
+    // The primary serves the stored serial: only a whole transfer, asked for because the
+    // stored file cannot be loaded, replaces it.
+    let primary = listed_primary(bed, None);
+    let files = Files::new(bed, "rpz-broken");
+    let (key_host, key_bed) = files.key();
+    primary.write_key_file(&key_host).expect("key file");
+    let (zone_host, zone_bed) = files.zone();
+    broken_zone(&zone_host, 2);
+    // First from a primary nobody runs: the zone stays broken while the resolver is watched.
+    let nobody = testbed::free_port().expect("port");
+    let local = format!(
+        "local-data:\n  rules:\n    - name: [{RULED}]\n      subtree: nxdomain\n  rpz:\n    \
+         - file: {}\n      transfer:\n        zone: {ZONE}\n        primaries: [\"127.0.0.1@{nobody}\"]\n{}",
+        zone_bed.display(),
+        key_line(&key_bed)
+    );
+    let mut r = common::start(&setup_for("rpz-broken", local)).expect("the resolver starts");
+    let mut events = events(&r);
+    let broken = wait_event(&mut events, &r, |e| kind(e, "rpz-zone-broken"));
+    assert_eq!(broken["zone"], ZONE, "{broken}");
+    let reason = broken["reason"].as_str().expect("a reason");
+    assert!(reason.contains("line 4"), "{broken}");
+    // The rest of the policy is in force; the zone is left out whole, never in part.
+    assert!(blocked(&r, RULED), "the rule beside the zone is in force");
+    assert!(!blocked(&r, KEPT), "nothing of the broken zone is loaded");
+    let failed = wait_event(&mut events, &r, |e| kind(e, "rpz-transfer-failed"));
+    assert_eq!(
+        failed["transfer"], "axfr",
+        "a whole transfer is asked for: {failed}"
+    );
+    // Reported everywhere.
+    let status = rpz_status(&r);
+    assert!(
+        status["broken"]
+            .as_str()
+            .is_some_and(|b| b.contains("line 4")),
+        "{status}"
+    );
+    let text = r.kresctl(&["rpz"]).expect("kresctl rpz");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("BROKEN:       kresd cannot load the stored zone"),
+        "{text}"
+    );
+    let metrics = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("metrics")
+        .text();
+    let gauge = format!("knot_resolver_rpz_broken{{zone=\"{ZONE}\"}} 1");
+    assert!(metrics.contains(&gauge), "{metrics}");
+    let status_line = "STATUS=Ready: 2 workers configured";
+    let broken_line = format!("{status_line}; RPZ zone {ZONE} cannot be loaded, see `kresctl rpz`");
+    r.notify
+        .wait_for(&broken_line, Duration::ZERO)
+        .expect("the status line names the zone");
+    // Renews, reloads and changes go on.
+    let renew = r.http("POST", "/renew", b"").expect("renew");
+    assert_eq!(renew.status, 200, "{}", renew.text());
+    wait_applied(&mut events, &r, "renew");
+    let reload = r.http("POST", "/reload", b"").expect("reload");
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    wait_applied(&mut events, &r, "reload");
+    // The change that names the running primary: the zone is transferred whole at once and
+    // loaded.
+    let primaries = json!([format!("127.0.0.1@{}", primary.port())]);
+    let resp = r.put_json("/local-data/rpz/0/transfer/primaries", primaries);
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    wait_applied(&mut events, &r, "api");
+    let transferred = wait_event(&mut events, &r, |e| kind(e, "rpz-transferred"));
+    assert_eq!(
+        (&transferred["transfer"], &transferred["serial"]),
+        (&json!("axfr"), &json!(2)),
+        "{transferred}"
+    );
+    // The renew it caused loads the zone.
+    let loaded = wait_event(&mut events, &r, |e| kind(e, "rpz-zone-loaded"));
+    assert_eq!(loaded["zone"], ZONE, "{loaded}");
+    wait_applied(&mut events, &r, "renew");
+    assert!(blocked(&r, LISTED), "the transferred zone is in force");
+    assert!(blocked(&r, RULED), "and the rest of the policy");
+    assert_eq!(rpz_status(&r)["broken"], Value::Null);
+    r.notify
+        .wait_for(status_line, START_TIMEOUT)
+        .expect("the status line no longer names it");
+    let metrics = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("metrics")
+        .text();
+    let gauge = format!("knot_resolver_rpz_broken{{zone=\"{ZONE}\"}} 0");
+    assert!(metrics.contains(&gauge), "{metrics}");
+    let stored = std::fs::read_to_string(&zone_host).expect("stored");
+    assert!(!stored.contains("evil!name"), "{stored}");
+    r.stop();
+}
+
 /// How the hostile primary misbehaves.
 #[derive(Clone, Copy, Debug)]
 enum Misbehaviour {
@@ -563,6 +768,9 @@ enum Misbehaviour {
     SerialBack,
     /// Every answer is its query's id followed by bytes that are no DNS message.
     Garbage,
+    /// SOA serial 100, and a zone holding a record kresd's zone reader cannot take (SPF
+    /// with empty data).
+    Unstorable,
 }
 
 impl Misbehaviour {
@@ -578,6 +786,15 @@ impl Misbehaviour {
                 vec![junk]
             }
             Misbehaviour::SerialBack => vec![answer(query, &[soa_record(1)])],
+            Misbehaviour::Unstorable if qtype == 252 => {
+                // The apex (a pointer to the question's name), SPF, IN, TTL 3600, no data.
+                let empty_spf = vec![0xC0, 12, 0, 99, 0, 1, 0, 0, 14, 16, 0, 0];
+                vec![answer(
+                    query,
+                    &[soa_record(100), empty_spf, soa_record(100)],
+                )]
+            }
+            Misbehaviour::Unstorable => vec![answer(query, &[soa_record(100)])],
             Misbehaviour::Endless => vec![answer(query, &[soa_record(100)])],
         }
         .into_iter()
@@ -783,6 +1000,7 @@ fn garbage_and_a_serial_going_back_keep_the_stored_policy() {
     for (how, reason) in [
         (Misbehaviour::SerialBack, "serial-backwards"),
         (Misbehaviour::Garbage, "malformed"),
+        (Misbehaviour::Unstorable, "unstorable"),
     ] {
         let files = Files::new(bed, "rpz-hostile");
         let (zone_host, zone_bed) = files.zone();
@@ -793,6 +1011,11 @@ fn garbage_and_a_serial_going_back_keep_the_stored_policy() {
         let mut events = events(&r);
         let failed = wait_event(&mut events, &r, |e| kind(e, "rpz-transfer-failed"));
         assert_eq!(failed["reason"], reason, "{how:?}: {failed}");
+        let status = rpz_status(&r);
+        assert_eq!(
+            status["last-transfer"]["result"], reason,
+            "{how:?}: {status}"
+        );
         assert_stored_policy_kept(&r, &zone_host);
         r.stop();
     }

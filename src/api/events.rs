@@ -69,7 +69,8 @@ impl<S: Send + Sync> FromRequestParts<S> for LastEventId {
 /// `policy-loader-finished`, `config-reloading`, `config-renewing`, `config-changing`,
 /// `config-applied`, `config-refused`, `config-rolled-back`; for RPZ zones kept by zone
 /// transfer `rpz-followed`, `rpz-notified`, `rpz-transferred`, `rpz-transfer-failed`,
-/// `rpz-expired`, `rpz-notify-listen-failed`) and one JSON `data:` line. Notices without
+/// `rpz-expired`, `rpz-notify-listen-failed`, `rpz-zone-broken`, `rpz-zone-loaded`) and one
+/// JSON `data:` line. Notices without
 /// `id:`: `events-missed`, `events-lagged` (the client fell behind
 /// and the stream ends), `stopping` (the resolver stops and the stream ends). A comment line is
 /// sent every 15 s when nothing else was.

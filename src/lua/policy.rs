@@ -245,7 +245,22 @@ enum Score {
     Rule,
 }
 
-fn zonefile(out: &mut String, source: ZoneSource<'_>, v: &RuleValues<'_>, score: Score) {
+/// What a failed load of a zone file does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    /// The policy-loader fails (and so the change): local data, rules, operators' RPZ files.
+    Fatal,
+    /// The zone is left out and reported in `broken` (an RPZ zone kept by zone transfer).
+    Reported,
+}
+
+fn zonefile(
+    out: &mut String,
+    source: ZoneSource<'_>,
+    v: &RuleValues<'_>,
+    score: Score,
+    failure: Failure,
+) {
     line!(out, "rrs = ffi.new('struct kr_rule_zonefile_config')");
     line!(out, "rrs.ttl = {}", ttl(v.ttl));
     line!(out, "rrs.tags = {}", tagset(v.tags));
@@ -275,7 +290,13 @@ fn zonefile(out: &mut String, source: ZoneSource<'_>, v: &RuleValues<'_>, score:
             line!(out, "rrs.opts.log_name = true");
         }
     }
-    line!(out, "assert(C.kr_rule_zonefile(rrs) == 0)");
+    match failure {
+        Failure::Fatal => line!(out, "assert(C.kr_rule_zonefile(rrs) == 0)"),
+        Failure::Reported => {
+            line!(out, "local loaded = C.kr_rule_zonefile(rrs)");
+            line!(out, "if loaded ~= 0 then broken = 'kresd could not load it (error ' .. loaded .. ')' end");
+        }
+    }
 }
 
 /// One `local-data.rules` item; `defaults` are the section's `nodata` and `ttl`.
@@ -305,6 +326,7 @@ fn rule(out: &mut String, item: &RuleSchema, defaults: &RuleValues<'_>) {
             ZoneSource::Text(&quote(records.as_str())),
             &v,
             Score::Rule,
+            Failure::Fatal,
         );
     }
 }
@@ -403,7 +425,13 @@ fn local_data_with(out: &mut String, cfg: &KresConfig, quoted_records: impl FnOn
     }
     if ld.records.as_deref().is_some_and(|r| !r.is_empty()) {
         let quoted = quoted_records();
-        zonefile(out, ZoneSource::Text(&quoted), &defaults, Score::Default);
+        zonefile(
+            out,
+            ZoneSource::Text(&quoted),
+            &defaults,
+            Score::Default,
+            Failure::Fatal,
+        );
     }
     let mut chunk = Chunk::default();
     for item in ld.rules.iter().flatten() {
@@ -411,29 +439,100 @@ fn local_data_with(out: &mut String, cfg: &KresConfig, quoted_records: impl FnOn
         rule(out, item, &defaults);
     }
     chunk.end(out);
-    for rpz in ld.rpz.iter().flatten() {
+    let rpz = ld.rpz.as_deref().unwrap_or_default();
+    let transferred = rpz.iter().any(|r| r.transfer.is_some());
+    if transferred {
+        rpz_checks(out);
+    }
+    for (index, rpz) in rpz.iter().enumerate() {
         let v = RuleValues {
             tags: rpz.tags.as_deref(),
             ..defaults
         };
         if rpz.transfer.is_some() {
-            // A zone kept by zone transfer that a change has just added has no stored file
-            // until its first transfer, which then renews the rules: none from it till then.
-            // Only a missing file (ENOENT) is skipped: one that cannot be read fails the
-            // policy-loader, and so the change, as any RPZ file does.
-            line!(out, "do");
-            line!(
-                out,
-                "local stored, _, errno = io.open({}, 'r')",
-                quote_path(&rpz.file)
-            );
-            line!(out, "if stored then stored:close() end");
-            line!(out, "if stored or errno ~= 2 then");
-            zonefile(out, ZoneSource::Rpz(rpz), &v, Score::Rule);
-            line!(out, "end");
-            line!(out, "end");
+            transferred_zone(out, index, rpz, &v);
         } else {
-            zonefile(out, ZoneSource::Rpz(rpz), &v, Score::Rule);
+            zonefile(out, ZoneSource::Rpz(rpz), &v, Score::Rule, Failure::Fatal);
         }
     }
+    if transferred {
+        rpz_report(out, &cfg.rundir.join(RPZ_REPORT));
+    }
+}
+
+/// Where the policy-loader lists the RPZ zones kept by zone transfer it could not load, in
+/// the rundir: one line each, `INDEX REASON` (the entry's index in `local-data.rpz`, why in
+/// one line). Written whole at every run that has such zones (empty when all loaded).
+pub const RPZ_REPORT: &str = "policy-loader.rpz-report";
+
+/// The functions the loads of zones kept by zone transfer share: the list of broken ones,
+/// and a check that libzscanner (kresd's zone reader) reads a file to its end, and that no
+/// SOA record past the first record has another owner (where kresd stops loading a zone it
+/// has partly loaded) — so that a broken zone is left out whole, never loaded in part.
+fn rpz_checks(out: &mut String) {
+    out.push_str(
+        "-- RPZ zones kept by zone transfer: one kresd cannot read is left out (the rest of the
+-- policy loads) and listed for the manager, which transfers it whole again.
+local rpz_broken = {}
+local function rpz_unreadable(file)
+\tlocal zs = require('zonefile').new()
+\tlocal opened, why = zs:open(file)
+\tif not opened then return why end
+\tlocal apex, seen = nil, false
+\twhile true do
+\t\tlocal record, fault = zs:parse()
+\t\tif fault ~= nil then
+\t\t\treturn 'line ' .. tostring(tonumber(zs.line_counter)) .. ': ' .. fault
+\t\tend
+\t\tif not record then return nil end
+\t\tif zs.r_type == 6 then
+\t\t\tlocal owner = ffi.string(zs.r_owner, zs.r_owner_length):lower()
+\t\t\tif seen and owner ~= (apex or '\\0') then
+\t\t\t\treturn 'line ' .. tostring(tonumber(zs.line_counter)) .. ': a SOA record of another owner after the first record'
+\t\t\tend
+\t\t\tapex = apex or owner
+\t\tend
+\t\tseen = true
+\tend
+end
+",
+    );
+}
+
+/// An RPZ zone kept by zone transfer (entry `index` of `local-data.rpz`). A zone that a change
+/// has just added has no stored file until its first transfer, which then renews the rules:
+/// none from it till then (only a missing file, ENOENT, is skipped). A file kresd cannot read
+/// whole is left out and listed in `rpz_broken`; the rest of the policy loads.
+fn transferred_zone(out: &mut String, index: usize, rpz: &RpzSchema, v: &RuleValues<'_>) {
+    let file = quote_path(&rpz.file);
+    line!(out, "do");
+    line!(out, "local stored, why, errno = io.open({file}, 'r')");
+    line!(out, "if stored then stored:close() end");
+    line!(out, "if stored or errno ~= 2 then");
+    line!(out, "local broken = why or rpz_unreadable({file})");
+    line!(out, "if broken == nil then");
+    zonefile(out, ZoneSource::Rpz(rpz), v, Score::Rule, Failure::Reported);
+    line!(out, "end");
+    line!(
+        out,
+        "if broken ~= nil then rpz_broken[#rpz_broken + 1] = '{index} ' .. tostring(broken):gsub('%c', ' ') end"
+    );
+    line!(out, "end");
+    line!(out, "end");
+}
+
+/// Write the list of broken zones to `path` (the report the manager reads after the run).
+fn rpz_report(out: &mut String, path: &std::path::Path) {
+    line!(out, "do");
+    line!(
+        out,
+        "local report = assert(io.open({}, 'w'))",
+        quote_path(path)
+    );
+    line!(
+        out,
+        "for _, line in ipairs(rpz_broken) do assert(report:write(line, '\\n')) end"
+    );
+    line!(out, "assert(report:close())");
+    line!(out, "end");
 }

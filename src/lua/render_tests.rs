@@ -259,16 +259,31 @@ fn rpz_logging_and_rule_scores() {
 }
 
 #[test]
-fn a_zone_kept_by_transfer_is_skipped_only_while_its_file_does_not_exist() {
+fn a_zone_kept_by_transfer_is_skipped_while_missing_and_left_out_when_kresd_cannot_read_it() {
     check(
-        "local-data:\n  rpz:\n    - file: /var/cache/kr/block.rpz\n      transfer:\n        zone: block.rpz.\n        primaries: [192.0.2.53]\n    - file: /etc/kr/plain.rpz\n",
+        "rundir: /run/kr\nlocal-data:\n  rpz:\n    - file: /etc/kr/plain.rpz\n    - file: /var/cache/kr/block.rpz\n      transfer:\n        zone: block.rpz.\n        primaries: [192.0.2.53]\n",
         File::PolicyLoader,
         &[
-            "do\nlocal stored, _, errno = io.open('/var/cache/kr/block.rpz', 'r')\nif stored then stored:close() end\nif stored or errno ~= 2 then\nrrs = ffi.new",
+            "local rpz_broken = {}\nlocal function rpz_unreadable(file)\n",
+            "rrs.filename = '/etc/kr/plain.rpz'\nrrs.opts = C.KR_RULE_OPTS_DEFAULT\nrrs.opts.score = 9\nassert(C.kr_rule_zonefile(rrs) == 0)",
+            "do\nlocal stored, why, errno = io.open('/var/cache/kr/block.rpz', 'r')\n\
+             if stored then stored:close() end\nif stored or errno ~= 2 then\n\
+             local broken = why or rpz_unreadable('/var/cache/kr/block.rpz')\n\
+             if broken == nil then\nrrs = ffi.new",
             "rrs.filename = '/var/cache/kr/block.rpz'",
-            "rrs.filename = '/etc/kr/plain.rpz'",
+            "local loaded = C.kr_rule_zonefile(rrs)\n\
+             if loaded ~= 0 then broken = 'kresd could not load it (error ' .. loaded .. ')' end\nend\n\
+             if broken ~= nil then rpz_broken[#rpz_broken + 1] = '1 ' .. tostring(broken):gsub('%c', ' ') end",
+            "local report = assert(io.open('/run/kr/policy-loader.rpz-report', 'w'))",
         ],
         &["io.open('/etc/kr/plain.rpz'"],
+    );
+    // Without zones kept by zone transfer, no check and no report.
+    check(
+        "local-data:\n  rpz:\n    - file: /etc/kr/plain.rpz\n",
+        File::PolicyLoader,
+        &["assert(C.kr_rule_zonefile(rrs) == 0)"],
+        &["rpz_broken", "rpz-report"],
     );
 }
 

@@ -48,6 +48,13 @@ impl Manager {
         }
     }
 
+    /// The same manager, publishing what the policy-loader says of the RPZ zones kept by
+    /// zone transfer to `loads`.
+    pub fn with_rpz_loads(mut self, loads: watch::Sender<super::rpz_loads::RpzLoads>) -> Self {
+        self.processes.tell_rpz_loads_to(loads);
+        self
+    }
+
     /// The configuration currently applied.
     pub fn config(&self) -> Arc<LoadedConfig> {
         self.config.borrow().clone()

@@ -12,6 +12,7 @@ use supervisor::task::TaskHealth;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::plan::{ChangePlan, Restart};
+use super::rpz_loads::RpzLoads;
 use super::ApplyError;
 use crate::config::{ConfigError, LoadedConfig};
 use crate::events::Origin;
@@ -105,6 +106,8 @@ pub struct ManagerHandle {
     /// The configuration last kept for the next incarnation (the root's fd store), when
     /// something keeps it: answers to changes wait until it is the running one.
     kept: Option<watch::Receiver<Option<Arc<LoadedConfig>>>>,
+    /// What the policy-loader's last run said of the RPZ zones kept by zone transfer.
+    rpz_loads: watch::Receiver<RpzLoads>,
 }
 
 impl ManagerHandle {
@@ -118,6 +121,7 @@ impl ManagerHandle {
             config,
             health: watch::channel(TaskHealth::default()).1,
             kept: None,
+            rpz_loads: watch::channel(RpzLoads::default()).1,
         }
     }
 
@@ -127,6 +131,20 @@ impl ManagerHandle {
             kept: Some(kept),
             ..self
         }
+    }
+
+    /// The same handle, reading what the policy-loader says of RPZ zones from `loads`.
+    pub fn with_rpz_loads(self, loads: watch::Receiver<RpzLoads>) -> ManagerHandle {
+        ManagerHandle {
+            rpz_loads: loads,
+            ..self
+        }
+    }
+
+    /// What the policy-loader's runs say of the RPZ zones kept by zone transfer, from now on
+    /// (the last run's at once). Never changes on a handle made without it.
+    pub fn rpz_loads(&self) -> watch::Receiver<RpzLoads> {
+        self.rpz_loads.clone()
     }
 
     /// The same handle, reading the manager task's health from `health`.

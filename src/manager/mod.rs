@@ -9,7 +9,8 @@
 //! `executor` (carries a plan out), `processes` (its steps on processes, through the
 //! supervisor), `worker_control` (its commands to running workers), `error` (why a change
 //! was not applied). Beside them: `repairs` (the task's bounded fix attempts of failed
-//! processes), `liveness` (hung workers found and killed), and what the steps use: `specs`
+//! processes), `liveness` (hung workers found and killed), `rpz_loads` (the RPZ zones kept by
+//! zone transfer the policy-loader could not load), and what the steps use: `specs`
 //! (command lines of Knot Resolver's programs), `rundir` (the files it writes), `listen`
 //! (the listening sockets), `executables` (where the programs are).
 
@@ -22,6 +23,7 @@ pub mod liveness;
 pub mod plan;
 mod processes;
 mod repairs;
+pub mod rpz_loads;
 pub mod rundir;
 pub mod specs;
 pub mod task;

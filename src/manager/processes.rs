@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use supervisor::upward::UpwardNotifier;
 use supervisor::{ExitStatus, ServiceSpec, SupervisorError, SupervisorHandle};
+use tokio::sync::watch;
 
 use super::error::PolicyLoaderFailure;
 use super::listen::{self, SocketOwner, SocketTable, Steering};
+use super::rpz_loads::{self, RpzLoads};
 use super::specs::{self, Specs};
 use super::{rundir, ApplyError, Executables};
 use crate::config::KresConfig;
@@ -62,8 +64,11 @@ pub struct Processes {
     upward: UpwardNotifier,
     /// How long the policy-loader may run.
     policy_loader_timeout: Duration,
-    /// Where each policy-loader run is told (`policy-loader-finished`).
+    /// Where each policy-loader run is told (`policy-loader-finished`, `rpz-zone-broken`).
     events: EventLog,
+    /// What the policy-loader's last run said of the RPZ zones kept by zone transfer (a
+    /// channel of the task's context, which outlives this manager, once it is given).
+    rpz_loads: watch::Sender<RpzLoads>,
 }
 
 impl Processes {
@@ -85,7 +90,13 @@ impl Processes {
             upward,
             policy_loader_timeout: policy_loader_timeout_from_env(),
             events,
+            rpz_loads: watch::Sender::new(RpzLoads::default()),
         }
+    }
+
+    /// Publish what the policy-loader says of the RPZ zones kept by zone transfer to `loads`.
+    pub fn tell_rpz_loads_to(&mut self, loads: watch::Sender<RpzLoads>) {
+        self.rpz_loads = loads;
     }
 
     /// The socket table (a poisoned lock only means a panic elsewhere; the table is intact).
@@ -272,6 +283,9 @@ impl Processes {
 
     /// Run the policy-loader to completion; anything but exit code 0 is an error.
     pub async fn run_policy_loader(&self, cfg: &KresConfig) -> Result<(), ApplyError> {
+        let report = cfg.rundir.join(lua::RPZ_REPORT);
+        // What an earlier run reported is no report of this one.
+        rundir::remove(&report);
         let path = cfg.rundir.join(specs::POLICY_LOADER_CONF);
         self.write_generated(
             &path,
@@ -313,11 +327,73 @@ impl Processes {
         }
         rundir::remove_soon(&path);
         match outcome {
-            Ok(Ok(ExitStatus::Code(0))) => Ok(()),
+            Ok(Ok(ExitStatus::Code(0))) => {
+                self.rpz_loaded(cfg, &report);
+                rundir::remove(&report);
+                Ok(())
+            }
             Ok(Ok(status)) => Err(PolicyLoaderFailure::Exited(status).into()),
             Ok(Err(e)) => Err(PolicyLoaderFailure::NotRun(e).into()),
             Err(_) => Err(PolicyLoaderFailure::TimedOut(deadline).into()),
         }
+    }
+}
+
+impl Processes {
+    /// Read what the policy-loader of `cfg` reported at `report` of the RPZ zones kept by
+    /// zone transfer; tell the zones it left out (and those loaded again) and publish it. A
+    /// report that cannot be read is logged, and the last one known stands.
+    fn rpz_loaded(&self, cfg: &KresConfig, report: &Path) {
+        let broken = if rpz_loads::reports(cfg) {
+            match rpz_loads::read_report(report, cfg) {
+                Ok(broken) => broken,
+                Err(e) => {
+                    let cause = std::error::Error::source(&e)
+                        .map(|cause| format!(": {cause}"))
+                        .unwrap_or_default();
+                    tracing::error!(
+                        "the policy-loader's report of the RPZ zones kept by zone transfer: \
+                         {e}{cause}; the last report stands"
+                    );
+                    return;
+                }
+            }
+        } else {
+            Default::default()
+        };
+        let before = self.rpz_loads.borrow().broken.clone();
+        for (zone, b) in &broken {
+            tracing::error!(
+                zone,
+                file = %b.file.display(),
+                "kresd cannot load the stored RPZ zone ({}); it is left out, the rest of the policy is in force, and it is transferred whole again",
+                b.reason
+            );
+            self.events.publish(Event::RpzZoneBroken {
+                zone: zone.clone(),
+                file: b.file.display().to_string(),
+                reason: b.reason.clone(),
+            });
+        }
+        let kept: Vec<String> = cfg
+            .local_data
+            .rpz
+            .iter()
+            .flatten()
+            .filter_map(|rpz| rpz.transfer.as_ref())
+            .filter_map(|t| crate::config::xfr::zone_name(t.zone.as_str()).ok())
+            .collect();
+        for zone in before.keys() {
+            if !broken.contains_key(zone) && kept.contains(zone) {
+                tracing::info!(zone, "the stored RPZ zone is loaded again");
+                self.events
+                    .publish(Event::RpzZoneLoaded { zone: zone.clone() });
+            }
+        }
+        self.rpz_loads.send_modify(|loads| {
+            loads.runs += 1;
+            loads.broken = broken;
+        });
     }
 }
 

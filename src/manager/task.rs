@@ -15,6 +15,7 @@ use super::handle::{Base, ChangeError, ChangeResult, ManagerCommand};
 use super::listen::{SocketOwner, SocketTable};
 use super::plan::{ChangePlan, Restart, Stage};
 use super::repairs::{GaveUp, Repairs};
+use super::rpz_loads::{self, RpzLoads};
 use super::{ApplyError, Executables, Manager};
 use crate::config::{self, LoadedConfig};
 use crate::events::{self, Cause, Event, EventLog, Origin};
@@ -47,6 +48,9 @@ pub struct ManagerContext {
     pub sockets: Arc<std::sync::Mutex<SocketTable>>,
     /// Where every change's outcome is told to followers of `/events`.
     pub events: EventLog,
+    /// What the policy-loader's last run said of the RPZ zones kept by zone transfer; the
+    /// secondary and the status line read it.
+    pub rpz_loads: watch::Sender<RpzLoads>,
 }
 
 impl ManagerContext {
@@ -61,6 +65,7 @@ impl ManagerContext {
             self.upward.clone(),
             self.events.clone(),
         )
+        .with_rpz_loads(self.rpz_loads.clone())
     }
 }
 
@@ -78,10 +83,11 @@ pub enum ManagerExit {
 }
 
 /// What systemd shows as the service's status while it serves `config`.
-pub fn ready_status(config: &crate::config::LoadedConfig) -> String {
+pub fn ready_status(config: &crate::config::LoadedConfig, loads: &RpzLoads) -> String {
     let workers = config.model.workers;
     let plural = if workers == 1 { "" } else { "s" };
-    format!("Ready: {workers} worker{plural} configured")
+    let zones = rpz_loads::status_suffix(loads);
+    format!("Ready: {workers} worker{plural} configured{zones}")
 }
 
 /// What wakes the manager task between commands.
@@ -219,7 +225,7 @@ async fn reload(
             Err(e.into())
         }
     };
-    let mut status = ready_status(&manager.config());
+    let mut status = ready_status(&manager.config(), &ctx.rpz_loads.borrow());
     if result.is_err() {
         status.push_str("; the last reload failed, see the log");
     }
@@ -366,6 +372,7 @@ mod tests {
                 socket_owner: SocketOwner::Kresd,
                 sockets: Default::default(),
                 events: EventLog::new("test"),
+                rpz_loads: watch::Sender::new(RpzLoads::default()),
             };
             let handle = ManagerHandle::new(commands, ctx.config.subscribe());
             let follower = ctx

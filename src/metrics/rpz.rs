@@ -118,6 +118,14 @@ impl RpzTally {
                 }
             }
             Event::RpzExpired { zone, .. } => self.zone(zone).expired = true,
+            Event::RpzZoneBroken { zone, file, reason } => {
+                let status = self.zone(zone);
+                if status.file.is_empty() {
+                    status.file.clone_from(file);
+                }
+                status.broken = Some(reason.clone());
+            }
+            Event::RpzZoneLoaded { zone } => self.zone(zone).broken = None,
             _ => {}
         }
     }
@@ -134,6 +142,7 @@ impl RpzTally {
                 last_success: None,
                 next_refresh: None,
                 expired: false,
+                broken: None,
             })
     }
 
@@ -155,7 +164,7 @@ impl RpzTally {
             return;
         }
         let zone_label = |zone: &str| format!("zone=\"{}\"", label(zone));
-        let per_zone: [ZoneFamily; 3] = [
+        let per_zone: [ZoneFamily; 4] = [
             (
                 "knot_resolver_rpz_serial",
                 "the serial of the stored RPZ zone (absent before its first transfer)",
@@ -171,6 +180,12 @@ impl RpzTally {
                 "1 when the RPZ zone's SOA expire time passed with no successful refresh (the \
                  stored policy is still served), otherwise 0",
                 |z| Some(f64::from(u8::from(z.expired))),
+            ),
+            (
+                "knot_resolver_rpz_broken",
+                "1 when kresd cannot load the stored RPZ zone (the policy-loader left it out, the \
+                 rest of the policy is in force, and it is transferred whole again), otherwise 0",
+                |z| Some(f64::from(u8::from(z.broken.is_some()))),
             ),
         ];
         for (name, help, value) in per_zone {
@@ -304,6 +319,7 @@ mod tests {
         for line in [
             "knot_resolver_rpz_serial{zone=\"block.rpz.\"} 8",
             "knot_resolver_rpz_expired{zone=\"block.rpz.\"} 0",
+            "knot_resolver_rpz_broken{zone=\"block.rpz.\"} 0",
             "knot_resolver_rpz_transfers_total{zone=\"block.rpz.\",kind=\"ixfr\",result=\"tsig\"} 1",
             "knot_resolver_rpz_transfers_total{zone=\"block.rpz.\",kind=\"ixfr\",result=\"success\"} 1",
             "knot_resolver_rpz_notifies_total{zone=\"block.rpz.\",result=\"refresh\"} 2",
@@ -312,5 +328,44 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_zone_kresd_cannot_load_is_broken_until_it_loads_again() {
+        let mut tally = RpzTally::default();
+        let broken = Event::RpzZoneBroken {
+            zone: "block.rpz.".into(),
+            file: "/var/rpz/block.rpz".into(),
+            reason: "line 4: invalid domain name character".into(),
+        };
+        assert_eq!(
+            broken.to_string(),
+            "rpz-zone-broken block.rpz.: kresd cannot load /var/rpz/block.rpz (line 4: invalid \
+             domain name character); the zone is left out, the rest of the policy is in force, \
+             and it is transferred whole again"
+        );
+        tally.on(&record(100.0, broken));
+        let status = &tally.zones()[0];
+        assert_eq!(status.file, "/var/rpz/block.rpz");
+        assert_eq!(
+            status.broken.as_deref(),
+            Some("line 4: invalid domain name character")
+        );
+        let mut out = Exposition::default();
+        tally.write(&mut out);
+        let text = out.render();
+        assert!(
+            text.contains("knot_resolver_rpz_broken{zone=\"block.rpz.\"} 1"),
+            "{text}"
+        );
+        let loaded = Event::RpzZoneLoaded {
+            zone: "block.rpz.".into(),
+        };
+        assert_eq!(
+            loaded.to_string(),
+            "rpz-zone-loaded block.rpz.: loaded again"
+        );
+        tally.on(&record(200.0, loaded));
+        assert_eq!(tally.zones()[0].broken, None);
     }
 }

@@ -10,11 +10,15 @@
 //! Invariants: memory is bounded by an IXFR's diff, never by the zone's size (an AXFR goes
 //! record by record to a temporary file; an IXFR is applied while copying the stored file
 //! line by line); every bound of [`Limits`] is enforced; a stored file is only ever replaced
-//! whole (temporary file in its directory, fsync, rename), and never on an error.
+//! whole (temporary file in its directory, fsync, rename), and never on an error; every line
+//! stored is in the form kresd's zone reader takes (`presentation`), and one with an escape
+//! is read back as the record it was written from before it is stored, else the transfer
+//! fails.
 
 mod key;
 mod notify;
 pub mod pacing;
+mod presentation;
 pub mod secondary;
 pub mod status;
 mod transfer;
@@ -29,7 +33,7 @@ use std::time::Duration;
 pub use crate::config::xfr::{zone_name, ZoneNameError};
 pub use key::{KeyFileError, TsigKey};
 pub use notify::{Notified, NotifyListener, NotifyZone};
-pub use xfr::refresh;
+pub use xfr::{refresh, refresh_whole};
 
 /// The port of a primary or a listener when the text names none.
 const DNS_PORT: u16 = 53;
@@ -208,6 +212,9 @@ pub enum TransferError {
         /// The zone answered.
         got: String,
     },
+    /// A record cannot be stored in a form kresd's zone reader takes as that record.
+    #[error("a record cannot be stored: {0}")]
+    Unstorable(String),
     /// The stored file does not hold what an IXFR deletes (it must be transferred whole).
     #[error("the stored file does not match the transfer: {0}")]
     Diverged(String),
@@ -235,6 +242,7 @@ impl TransferError {
             TransferError::Malformed(_) => "malformed",
             TransferError::SerialBackwards { .. } => "serial-backwards",
             TransferError::WrongZone { .. } => "wrong-zone",
+            TransferError::Unstorable(_) => "unstorable",
             TransferError::Diverged(_) => "diverged",
             TransferError::File { .. } => "file",
         }

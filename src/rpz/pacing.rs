@@ -42,6 +42,9 @@ pub enum PacerEvent {
         /// The serial it carried in its answer section, if any.
         serial: Option<u32>,
     },
+    /// A refresh is wanted as soon as the interval allows, whatever the serials say (the
+    /// stored zone cannot be loaded: it is to be transferred whole). Not a NOTIFY: not told.
+    RefreshWanted,
     /// The time [`ZonePacer::wake`] asked for came.
     TimerFired,
     /// The refresh started by [`PacerAction::StartRefresh`] ended.
@@ -201,6 +204,11 @@ impl ZonePacer {
             PacerEvent::NotifyReceived { from, serial } => {
                 let outcome = self.notified(serial, now, &mut actions);
                 self.count(from, serial, outcome);
+            }
+            PacerEvent::RefreshWanted => {
+                // as a NOTIFY of no serial: at once, or at the interval's end, or after the
+                // refresh running
+                let _ = self.notified(None, now, &mut actions);
             }
             PacerEvent::TimerFired => {
                 if let RefreshState::Waiting { due, .. } = self.state {
@@ -371,6 +379,8 @@ mod tests {
         Tick,
         /// The refresh ended: the SOA timers want the next at this time; this serial stored.
         Ended(u64, Option<u32>),
+        /// The stored zone cannot be loaded: a whole transfer is wanted.
+        Wanted,
     }
 
     /// (milliseconds since the start, what happens, the actions expected).
@@ -403,6 +413,7 @@ mod tests {
                     serial,
                 },
                 Step::Tick => PacerEvent::TimerFired,
+                Step::Wanted => PacerEvent::RefreshWanted,
                 Step::Ended(next, serial) => PacerEvent::RefreshEnded {
                     next: at(next),
                     serial,
@@ -415,7 +426,34 @@ mod tests {
     }
 
     use PacerAction::StartRefresh;
-    use Step::{Ended, Notify, Tick};
+    use Step::{Ended, Notify, Tick, Wanted};
+
+    #[test]
+    fn a_zone_that_cannot_be_loaded_is_refreshed_within_the_interval_and_not_told() {
+        let (pacer, at) = check(
+            Some(5),
+            300_000,
+            &[
+                // at once when the interval allows, whatever the serial
+                (0, Wanted, vec![StartRefresh]),
+                (50, Ended(300_050, Some(5)), vec![]),
+                // within the interval: at its end, once however often it is asked
+                (1_000, Wanted, vec![]),
+                (2_000, Wanted, vec![]),
+                (5_000, Tick, vec![StartRefresh]),
+                // while a refresh runs: one more after it
+                (5_010, Wanted, vec![]),
+                (5_100, Ended(305_100, Some(5)), vec![]),
+            ],
+        );
+        assert_eq!(
+            pacer.state(),
+            RefreshState::Waiting {
+                due: at(10_000),
+                earliest: at(10_000),
+            }
+        );
+    }
 
     #[test]
     fn a_flood_of_notifies_brings_one_refresh_per_interval() {

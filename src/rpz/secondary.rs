@@ -17,6 +17,10 @@
 //! At the start (before the first policy-loader run), [`first_transfers`] brings the zones
 //! that have no stored file, each within its deadline; a zone with a stored file waits for
 //! nothing, so READY never waits for the network when the file exists.
+//!
+//! A stored zone kresd cannot load (the policy-loader leaves it out and reports it, see
+//! `manager::rpz_loads`) is transferred whole at once, at the start as after any change;
+//! while it stays broken, every refresh transfers it whole (`status::Loading`).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -36,14 +40,16 @@ use super::pacing::{
     NotifyReport, PacerAction, PacerEvent, SoaQueryRate, ZonePacer, REFRESH_INTERVAL,
     SOA_QUERIES_PER_SECOND,
 };
-use super::status::{Refreshed, ZoneClock};
+use super::status::{Loaded, Loading, LoadingAction, Refreshed, Wanted, ZoneClock};
 use super::{
-    refresh, stored, zone_name, AddressError, KeyFileError, Limits, Notified, NotifyListener,
-    NotifyZone, Primary, TransferError, TransferKind, TransferReport, TsigKey, ZoneNameError,
+    refresh, refresh_whole, stored, zone_name, AddressError, KeyFileError, Limits, Notified,
+    NotifyListener, NotifyZone, Primary, TransferError, TransferKind, TransferReport, TsigKey,
+    ZoneNameError,
 };
 use crate::config::{KresConfig, LoadedConfig, RpzSchema};
 use crate::events::{Event, EventLog, Origin};
 use crate::manager::plan::Restart;
+use crate::manager::rpz_loads::RpzLoads;
 use crate::manager::ManagerHandle;
 
 /// One zone to follow, from its configuration entry.
@@ -183,18 +189,18 @@ struct Attempt {
     failures: Vec<(Primary, TransferError)>,
 }
 
-/// Bring `zone` up to date from its primaries, in order, until one answers; no refresh
-/// goes past `deadline`.
-async fn attempt(zone: &Zone, deadline: Option<Instant>) -> Attempt {
+/// Bring `zone` up to date from its primaries, in order, until one answers, transferring
+/// what is `wanted`; no refresh goes past `deadline`.
+async fn attempt(zone: &Zone, deadline: Option<Instant>, wanted: Wanted) -> Attempt {
     let mut failures = Vec::new();
     for primary in &zone.primaries {
-        let refreshing = refresh(
-            &zone.name,
-            primary,
-            zone.key.as_ref(),
-            &zone.file,
-            &zone.limits,
-        );
+        let (name, key, file, limits) = (&zone.name, zone.key.as_ref(), &zone.file, &zone.limits);
+        let refreshing = async move {
+            match wanted {
+                Wanted::Changes => refresh(name, primary, key, file, limits).await,
+                Wanted::WholeZone => refresh_whole(name, primary, key, file, limits).await,
+            }
+        };
         let result = match deadline {
             Some(at) => match tokio::time::timeout_at(at, refreshing).await {
                 Ok(result) => result,
@@ -241,14 +247,22 @@ pub struct FirstTransferFailed {
     pub why: String,
 }
 
+/// Whether there is no stored `file`: nothing there, or no regular file (a FIFO is not
+/// opened, and the first transfer replaces it). A regular file that cannot be read as a zone
+/// is no reason to wait at the start: the policy-loader leaves it out and reports it, and its
+/// task transfers it whole.
+fn missing(file: &Path) -> bool {
+    !std::fs::metadata(file).is_ok_and(|meta| meta.is_file())
+}
+
 /// Transfer every zone of `cfg` that has no stored file (all at once), each within its
-/// `first-transfer-timeout`; a zone with a stored file is left to its task. An entry that
-/// cannot be followed is an error only when it has no stored file.
+/// `first-transfer-timeout`; a zone with a stored file (loadable or not) is left to its task.
+/// An entry that cannot be followed is an error only when it has no stored file.
 pub async fn first_transfers(cfg: &KresConfig) -> Result<FirstTransfers, FirstTransferFailed> {
     let mut running = JoinSet::new();
     for zone in zones(cfg) {
         let zone = match zone {
-            Ok(zone) if stored(&zone.file).is_none() => zone,
+            Ok(zone) if missing(&zone.file) => zone,
             Ok(_) => continue,
             Err(e) => {
                 let file = cfg
@@ -259,7 +273,7 @@ pub async fn first_transfers(cfg: &KresConfig) -> Result<FirstTransfers, FirstTr
                     .find(|r| r.transfer.as_ref().map(|t| t.zone.as_str()) == Some(e.zone()))
                     .map(|r| r.file.clone())
                     .unwrap_or_default();
-                if stored(&file).is_some() {
+                if !missing(&file) {
                     continue;
                 }
                 return Err(FirstTransferFailed {
@@ -273,7 +287,7 @@ pub async fn first_transfers(cfg: &KresConfig) -> Result<FirstTransfers, FirstTr
         tracing::info!(zone = %zone.name, "no stored RPZ zone: waiting for its first transfer");
         running.spawn(async move {
             let deadline = Instant::now() + zone.first_deadline;
-            let attempt = attempt(&zone, Some(deadline)).await;
+            let attempt = attempt(&zone, Some(deadline), Wanted::Changes).await;
             (zone, attempt)
         });
     }
@@ -565,6 +579,15 @@ async fn follow(
             .into();
         publish_transferred(&shared.events, &zone, *primary, report, next);
     }
+    // What the policy-loader said before this task (at the start, say) counts now.
+    let mut loads = Some(shared.manager.rpz_loads());
+    let mut loading = Loading::Loads;
+    if let Some(loads) = loads.as_mut() {
+        let report = loaded_in(&loads.borrow_and_update(), &zone.name);
+        if loading.on_report(report) == LoadingAction::RefreshNow {
+            next = Instant::now();
+        }
+    }
     shared.events.publish(Event::RpzFollowed {
         zone: zone.name.clone(),
         file: zone.file.display().to_string(),
@@ -586,6 +609,7 @@ async fn follow(
         let woke = tokio::select! {
             () = stop.cancelled() => return,
             Some(n) = notified.recv() => Woke::Notified(n),
+            report = next_report(&mut loads, &zone.name) => Woke::Loaded(report),
             () = sleep_until_if(wake) => Woke::Timer,
             ended = finished(&mut refreshing) => Woke::Refreshed(ended),
         };
@@ -595,12 +619,22 @@ async fn follow(
                 from: n.from,
                 serial: n.serial,
             },
+            Woke::Loaded(report) => {
+                if loading.on_report(report) != LoadingAction::RefreshNow {
+                    continue;
+                }
+                tracing::info!(zone = %zone.name, "kresd cannot load the stored RPZ zone: transferring it whole");
+                PacerEvent::RefreshWanted
+            }
             Woke::Timer => PacerEvent::TimerFired,
-            Woke::Refreshed((clock, next)) => {
+            Woke::Refreshed(ended) => {
                 refreshing = None;
-                idle_clock = Some(clock);
+                idle_clock = Some(ended.clock);
+                if ended.whole {
+                    loading.on_whole_transfer();
+                }
                 PacerEvent::RefreshEnded {
-                    next: next.into_std(),
+                    next: ended.next.into_std(),
                     serial: super::stored(&zone.file).map(|(serial, _)| serial),
                 }
             }
@@ -609,7 +643,8 @@ async fn follow(
             match action {
                 PacerAction::StartRefresh => {
                     if let Some(clock) = idle_clock.take() {
-                        refreshing = Some(Box::pin(paced_refresh(&zone, clock, &shared)));
+                        let wanted = loading.wanted();
+                        refreshing = Some(Box::pin(paced_refresh(&zone, clock, wanted, &shared)));
                     }
                 }
                 PacerAction::Report(report) => report_notifies(&zone, &report, &shared.events),
@@ -618,17 +653,52 @@ async fn follow(
     }
 }
 
-/// A refresh running: it hands the zone's clock back, with the next refresh's time.
-type Refreshing<'a> = Pin<Box<dyn Future<Output = (ZoneClock, Instant)> + Send + 'a>>;
+/// What `loads` says of `zone`.
+fn loaded_in(loads: &RpzLoads, zone: &str) -> Loaded {
+    if loads.broken.contains_key(zone) {
+        Loaded::No
+    } else {
+        Loaded::Yes
+    }
+}
+
+/// What the next run of the policy-loader says of `zone`; never, when nothing publishes runs.
+async fn next_report(loads: &mut Option<watch::Receiver<RpzLoads>>, zone: &str) -> Loaded {
+    loop {
+        let Some(receiver) = loads.as_mut() else {
+            return std::future::pending().await;
+        };
+        if receiver.changed().await.is_err() {
+            *loads = None;
+            continue;
+        }
+        return loaded_in(&receiver.borrow_and_update(), zone);
+    }
+}
+
+/// A refresh running: it hands the zone's clock back, with what came of it.
+type Refreshing<'a> = Pin<Box<dyn Future<Output = RefreshEnded> + Send + 'a>>;
+
+/// What a refresh hands back when it ends.
+struct RefreshEnded {
+    /// The zone's clock, lent to the refresh.
+    clock: ZoneClock,
+    /// When the SOA timers want the next refresh.
+    next: Instant,
+    /// Whether the whole zone was transferred (what a zone kresd cannot load waits for).
+    whole: bool,
+}
 
 /// What woke a zone's task.
 enum Woke {
     /// A NOTIFY for the zone was accepted.
     Notified(Notified),
+    /// The policy-loader's latest word on whether it loads the zone.
+    Loaded(Loaded),
     /// The pacer's time came.
     Timer,
     /// The refresh running ended.
-    Refreshed((ZoneClock, Instant)),
+    Refreshed(RefreshEnded),
 }
 
 /// Sleep until `at`; forever when there is no such time.
@@ -640,23 +710,32 @@ async fn sleep_until_if(at: Option<Instant>) {
 }
 
 /// The end of the refresh running; never, when none runs.
-async fn finished(refreshing: &mut Option<Refreshing<'_>>) -> (ZoneClock, Instant) {
+async fn finished(refreshing: &mut Option<Refreshing<'_>>) -> RefreshEnded {
     match refreshing {
         Some(refresh) => refresh.await,
         None => std::future::pending().await,
     }
 }
 
-/// One refresh of `zone` within the SOA queries all zones may send: try its primaries, tell
-/// what came of it and renew the policy after a new file; the clock back, and when the
-/// zone is refreshed next.
-async fn paced_refresh(zone: &Zone, mut clock: ZoneClock, shared: &Shared) -> (ZoneClock, Instant) {
+/// One refresh of `zone` (of what `wanted` says) within the SOA queries all zones may send:
+/// try its primaries, tell what came of it and renew the policy after a new file; the clock
+/// back, when the zone is refreshed next, and whether it came whole.
+async fn paced_refresh(
+    zone: &Zone,
+    mut clock: ZoneClock,
+    wanted: Wanted,
+    shared: &Shared,
+) -> RefreshEnded {
     shared.soa_queries.allowed().await;
-    let attempt = attempt(zone, None).await;
+    let attempt = attempt(zone, None, wanted).await;
     let asked = attempt.failures.len() + usize::from(attempt.success.is_some());
     shared.soa_queries.sent_beyond(asked.saturating_sub(1));
-    let next = carry_out(zone, &mut clock, attempt, shared).await;
-    (clock, next)
+    let whole = attempt
+        .success
+        .as_ref()
+        .is_some_and(|(_, report)| report.kind == TransferKind::Axfr);
+    let next = carry_out(zone, &mut clock, attempt, wanted, shared).await;
+    RefreshEnded { clock, next, whole }
 }
 
 /// Tell what a zone's NOTIFYs came to since the last report: a line of the log and an
@@ -702,6 +781,7 @@ async fn carry_out(
     zone: &Zone,
     clock: &mut ZoneClock,
     attempt: Attempt,
+    wanted: Wanted,
     shared: &Shared,
 ) -> Instant {
     let refreshed = match &attempt.success {
@@ -710,7 +790,7 @@ async fn carry_out(
     };
     let schedule = clock.on(refreshed, Instant::now().into_std());
     let next = Instant::from_std(schedule.next);
-    let kind = if stored(&zone.file).is_some() {
+    let kind = if wanted == Wanted::Changes && stored(&zone.file).is_some() {
         TransferKind::Ixfr
     } else {
         TransferKind::Axfr
@@ -862,6 +942,25 @@ mod tests {
             Instant::now().duration_since(before),
             Duration::from_millis(150)
         );
+    }
+
+    #[test]
+    fn only_a_regular_file_is_a_stored_zone_the_start_does_not_wait_for() {
+        let dir = std::env::temp_dir().join(format!("kres-rpz-missing-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let broken = dir.join("broken.rpz");
+        std::fs::write(&broken, "not a zone kresd can read\n").expect("file");
+        assert!(
+            !missing(&broken),
+            "a file kresd cannot load is left to its task"
+        );
+        assert!(missing(&dir.join("none.rpz")));
+        let fifo = dir.join("fifo.rpz");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+        assert!(missing(&fifo), "a FIFO is replaced by the first transfer");
+        assert!(missing(&dir));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[test]

@@ -9,6 +9,11 @@
 //! which every successful refresh renews), so that no restart of the manager or of the
 //! resolver makes a zone younger than it is. Expiry changes nothing of what kresd serves: the
 //! stored policy is kept, and refreshes go on at `retry`.
+//!
+//! Beside the clock, [`Loading`]: whether kresd loads the stored file, as the policy-loader's
+//! runs report it. A zone kresd cannot load is left out of the policy; it is transferred whole
+//! at once, and while it stays broken after that, whole at every refresh (never at once again:
+//! a feed that keeps giving what kresd cannot load costs one transfer per refresh interval).
 
 use std::time::{Duration, Instant};
 
@@ -112,9 +117,151 @@ impl ZoneClock {
     }
 }
 
+/// What the policy-loader's last run said of the zone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loaded {
+    /// kresd loaded the stored file (or there was none to load).
+    Yes,
+    /// kresd could not load it: the zone is left out of the policy.
+    No,
+}
+
+/// What a refresh transfers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wanted {
+    /// What changed since the stored serial (IXFR), nothing when it is current.
+    Changes,
+    /// The whole zone (AXFR), whatever the stored serial.
+    WholeZone,
+}
+
+/// Whether kresd loads the stored zone, and what is done about it when not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loading {
+    /// kresd loads it (or nothing says otherwise).
+    Loads,
+    /// kresd cannot load the stored file; a whole transfer is due at once.
+    Broken,
+    /// kresd could not load the file a whole transfer stored since it broke: the next whole
+    /// transfer waits for the next refresh.
+    BrokenAfterTransfer,
+}
+
+/// What a change of [`Loading`] asks the zone's task to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadingAction {
+    /// Nothing now.
+    None,
+    /// Refresh now (with [`Loading::wanted`]).
+    RefreshNow,
+}
+
+impl Loading {
+    /// What refreshes transfer in this state.
+    pub fn wanted(self) -> Wanted {
+        match self {
+            Loading::Loads => Wanted::Changes,
+            Loading::Broken | Loading::BrokenAfterTransfer => Wanted::WholeZone,
+        }
+    }
+
+    /// The policy-loader ran and said `loaded`.
+    pub fn on_report(&mut self, loaded: Loaded) -> LoadingAction {
+        match (*self, loaded) {
+            (_, Loaded::Yes) => {
+                *self = Loading::Loads;
+                LoadingAction::None
+            }
+            (Loading::Loads | Loading::Broken, Loaded::No) => {
+                *self = Loading::Broken;
+                LoadingAction::RefreshNow
+            }
+            (Loading::BrokenAfterTransfer, Loaded::No) => LoadingAction::None,
+        }
+    }
+
+    /// A refresh stored a new file of the whole zone.
+    pub fn on_whole_transfer(&mut self) {
+        if *self == Loading::Broken {
+            *self = Loading::BrokenAfterTransfer;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broken_zone_is_transferred_whole_at_once_then_at_its_refreshes() {
+        use Loaded::{No, Yes};
+        use Loading::{Broken, BrokenAfterTransfer, Loads};
+        /// An input: a report of the policy-loader, or a whole transfer stored.
+        enum Step {
+            Report(Loaded),
+            WholeTransfer,
+        }
+        use Step::*;
+        // (step, state after, action, what refreshes transfer after)
+        let rows = [
+            (Report(Yes), Loads, LoadingAction::None, Wanted::Changes),
+            (
+                Report(No),
+                Broken,
+                LoadingAction::RefreshNow,
+                Wanted::WholeZone,
+            ),
+            // Reported again before the transfer (another change ran the policy-loader).
+            (
+                Report(No),
+                Broken,
+                LoadingAction::RefreshNow,
+                Wanted::WholeZone,
+            ),
+            (
+                WholeTransfer,
+                BrokenAfterTransfer,
+                LoadingAction::None,
+                Wanted::WholeZone,
+            ),
+            // What the transfer brought cannot be loaded either: no transfer at once again.
+            (
+                Report(No),
+                BrokenAfterTransfer,
+                LoadingAction::None,
+                Wanted::WholeZone,
+            ),
+            (
+                WholeTransfer,
+                BrokenAfterTransfer,
+                LoadingAction::None,
+                Wanted::WholeZone,
+            ),
+            (Report(Yes), Loads, LoadingAction::None, Wanted::Changes),
+            (WholeTransfer, Loads, LoadingAction::None, Wanted::Changes),
+            (
+                Report(No),
+                Broken,
+                LoadingAction::RefreshNow,
+                Wanted::WholeZone,
+            ),
+        ];
+        let mut loading = Loading::Loads;
+        for (i, (step, state, action, wanted)) in rows.into_iter().enumerate() {
+            let done = match step {
+                Report(loaded) => loading.on_report(loaded),
+                WholeTransfer => {
+                    loading.on_whole_transfer();
+                    LoadingAction::None
+                }
+            };
+            assert_eq!(
+                (loading, done, loading.wanted()),
+                (state, action, wanted),
+                "row {i}"
+            );
+        }
+    }
 
     fn timers(refresh: u64, retry: u64, expire: u64) -> SoaTimers {
         SoaTimers {

@@ -11,6 +11,7 @@ use domain::base::rdata::RecordData;
 use domain::base::{Name, Record};
 use domain::rdata::ZoneRecordData;
 
+use super::presentation::{self, Unstorable};
 use super::zonefile::{self, Diff};
 use super::{serial_order, SerialOrder, SoaTimers, TransferError};
 
@@ -210,7 +211,7 @@ impl Transfer {
             return Ok(Taken::Soa(Version {
                 serial: soa.serial().into_int(),
                 timers: zonefile::timers(soa),
-                soa_line: zonefile::record_line(record),
+                soa_line: line_of(record)?,
             }));
         }
         if first {
@@ -222,11 +223,16 @@ impl Transfer {
         }
         let in_diff = matches!(self.state, State::Deleting { .. } | State::Adding { .. });
         let deleting = matches!(self.state, State::Deleting { .. });
+        let line = if deleting {
+            None
+        } else {
+            Some(line_of(record)?)
+        };
         Ok(Taken::Other {
-            line: (!deleting).then(|| zonefile::record_line(record)),
+            line,
             key: in_diff.then(|| {
-                let key = zonefile::record_key(owner, record.class(), record.data());
-                (key, zonefile::owner_text(owner))
+                let key = presentation::record_key(owner, record.class(), record.data());
+                (key, presentation::owner_text(owner))
             }),
         })
     }
@@ -338,6 +344,19 @@ impl Transfer {
     }
 }
 
+/// The line `record` is stored as (read back as the record where it has escapes); a record
+/// that cannot be stored fails the transfer (nothing is committed).
+fn line_of<N, O, M>(record: &Record<N, Data<O, M>>) -> Result<String, TransferError>
+where
+    N: ToName,
+    O: AsRef<[u8]>,
+    M: ToName,
+{
+    let unstorable = |e: Unstorable| TransferError::Unstorable(e.to_string());
+    let line = presentation::record_line(record).map_err(unstorable)?;
+    presentation::checked(line, record).map_err(unstorable)
+}
+
 /// The end of a whole zone at `new`: its closing SOA `soa` must be of the same version.
 fn close_full(new: Version, soa: Version) -> Result<State, TransferError> {
     if soa.serial != new.serial {
@@ -377,7 +396,7 @@ mod tests {
         let zone = Name::<Vec<u8>>::from_str("feed.rpz.").unwrap();
         let mut transfer = Transfer::new(zone, asked, 12);
         for line in lines {
-            let record = zonefile::parse_line(line).unwrap();
+            let record = presentation::parse_line(line).unwrap();
             if let Err(e) = transfer.on_record(&record) {
                 return (Err(e), transfer.take_lines());
             }
@@ -478,5 +497,26 @@ mod tests {
             .chain((0..20).map(|i| entry(&format!("n{i}"))))
             .collect();
         assert_eq!(reason(run(Asked::Axfr, &endless).0), "too-large");
+    }
+
+    #[test]
+    fn a_record_kresd_would_refuse_fails_the_transfer() {
+        // SPF with empty data: no line kresd's zone reader takes.
+        let empty_spf = "e.feed.rpz. 60 IN TYPE99 \\# 0".to_owned();
+        let (result, _) = run(
+            Asked::Axfr,
+            &[soa(7), entry("a"), empty_spf.clone(), soa(7)],
+        );
+        let error = result.unwrap_err();
+        assert_eq!(error.reason(), "unstorable", "{error}");
+        assert_eq!(
+            error.to_string(),
+            "a record cannot be stored: the SPF record of e.feed.rpz. has empty data, which \
+             kresd's zone reader refuses"
+        );
+        // Added by an IXFR: the same.
+        let ixfr = [soa(8), soa(7), soa(8), empty_spf, soa(8)];
+        let (result, _) = run(Asked::Ixfr { stored: 7 }, &ixfr);
+        assert_eq!(reason(result), "unstorable");
     }
 }

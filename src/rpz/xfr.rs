@@ -17,6 +17,7 @@ use domain::rdata::tsig::Time48;
 use domain::rdata::{Soa, ZoneRecordData};
 use domain::tsig;
 
+use super::status::Wanted;
 use super::transfer::{Asked, Received, Transfer};
 use super::wire::{Budget, Connection};
 use super::zonefile::{self, Layout, StoredSoa, TempFile};
@@ -64,6 +65,29 @@ pub async fn refresh(
     file: &Path,
     limits: &Limits,
 ) -> Result<TransferReport, TransferError> {
+    refresh_as(Wanted::Changes, zone, primary, key, file, limits).await
+}
+
+/// [`refresh`], transferring the whole zone (AXFR) whatever the stored file holds: for a
+/// stored file kresd cannot load. The SOA query still comes first.
+pub async fn refresh_whole(
+    zone: &str,
+    primary: &Primary,
+    key: Option<&TsigKey>,
+    file: &Path,
+    limits: &Limits,
+) -> Result<TransferReport, TransferError> {
+    refresh_as(Wanted::WholeZone, zone, primary, key, file, limits).await
+}
+
+async fn refresh_as(
+    wanted: Wanted,
+    zone: &str,
+    primary: &Primary,
+    key: Option<&TsigKey>,
+    file: &Path,
+    limits: &Limits,
+) -> Result<TransferReport, TransferError> {
     let started = std::time::Instant::now();
     let zone = super::zone_name(zone)
         .ok()
@@ -74,7 +98,10 @@ pub async fn refresh(
         primary,
         key,
         file,
-        stored: zonefile::stored_soa(file),
+        stored: match wanted {
+            Wanted::Changes => zonefile::stored_soa(file),
+            Wanted::WholeZone => None,
+        },
     };
     let mut budget = Budget::new(limits);
     let done = refresh.run(&mut budget).await?;

@@ -1,6 +1,7 @@
 //! The zone file a secondary keeps: a header comment, then one record per line in
-//! presentation format, absolute names, SOA first, no `$ORIGIN` — the form kresd's RPZ
-//! loader reads, and one an IXFR can be applied to by copying the file line by line.
+//! presentation format (`presentation`: every name byte outside `[A-Za-z0-9*_/-]` as `\DDD`),
+//! absolute names, SOA first, no `$ORIGIN` — the form kresd's RPZ loader reads, and one an
+//! IXFR can be applied to by copying the file line by line.
 //!
 //! A file is only ever replaced whole: written to a temporary sibling, synced, renamed over
 //! the old one, and the directory synced. An IXFR's differences ([`Diff`]) are the only
@@ -11,20 +12,17 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use domain::base::iana::Class;
-use domain::base::name::ToName;
-use domain::base::rdata::{ComposeRecordData, RecordData};
-use domain::base::zonefile_fmt::{DisplayKind, ZonefileFmt};
-use domain::base::Record;
 use domain::rdata::{Soa, ZoneRecordData};
-use domain::zonefile::inplace::{Entry, ScannedRecord, Zonefile};
+use domain::zonefile::inplace::{Entry, Zonefile};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
+use super::presentation::{parse_line, record_key};
 use super::{SoaTimers, TransferError};
 
 /// How the first line of a file written here starts; a file without it was written by
-/// someone else, and an IXFR is not applied to it (it is transferred whole).
-pub(crate) const HEADER: &str = "; zone transfer, one record per line:";
+/// someone else (or by a version that wrote names otherwise), and an IXFR is not applied to
+/// it (it is transferred whole).
+pub(crate) const HEADER: &str = "; zone transfer, one record per line, names escaped:";
 
 /// How much of a file is read to find its SOA.
 const SOA_PREFIX: usize = 64 * 1024;
@@ -94,53 +92,11 @@ pub(crate) fn stored_soa(file: &Path) -> Option<StoredSoa> {
     })
 }
 
-/// A record as one line of a zone file (newline included).
-pub(crate) fn record_line<N, D>(record: &Record<N, D>) -> String
-where
-    N: ToName,
-    D: RecordData + ZonefileFmt,
-{
-    format!("{}\n", record.display_zonefile(DisplayKind::Simple))
-}
-
-/// What identifies a record in a zone for IXFR (RFC 1995: name, type, class and data; not
-/// the TTL), in canonical form so that case does not matter where DNS says it does not.
-pub(crate) fn record_key<N, D>(owner: &N, class: Class, data: &D) -> Vec<u8>
-where
-    N: ToName,
-    D: ComposeRecordData,
-{
-    let mut key = Vec::with_capacity(64);
-    // Writing to a Vec cannot fail.
-    let _ = owner.compose_canonical(&mut key);
-    key.extend_from_slice(&data.rtype().to_int().to_be_bytes());
-    key.extend_from_slice(&class.to_int().to_be_bytes());
-    let _ = data.compose_canonical_rdata(&mut key);
-    key
-}
-
 /// The owner of a line as written here (its first token), lower case; `None` for a
 /// comment or an empty line.
 fn owner_token(line: &str) -> Option<String> {
     let token = line.split_ascii_whitespace().next()?;
     (!token.starts_with(';')).then(|| token.to_ascii_lowercase())
-}
-
-/// The owner of a record as [`record_line`] writes it, lower case.
-pub(crate) fn owner_text<N: ToName>(owner: &N) -> String {
-    owner.fmt_with_dot().to_string().to_ascii_lowercase()
-}
-
-/// One line of a file written here, parsed.
-pub(crate) fn parse_line(line: &str) -> Result<ScannedRecord, String> {
-    let mut zone = Zonefile::with_capacity(line.len() + 1);
-    zone.extend_from_slice(line.as_bytes());
-    zone.extend_from_slice(b"\n");
-    match zone.next_entry() {
-        Ok(Some(Entry::Record(record))) => Ok(record),
-        Ok(_) => Err(format!("'{}' is no record", line.trim_end())),
-        Err(e) => Err(format!("'{}': {e}", line.trim_end())),
-    }
 }
 
 /// The net differences of an IXFR's sequence of changes: what leaves the stored zone and
@@ -151,7 +107,7 @@ pub(crate) struct Diff {
     deleted: HashSet<Vec<u8>>,
     /// Records to add, by [`record_key`], with their lines.
     added: HashMap<Vec<u8>, String>,
-    /// The owners ([`owner_text`]) of every deleted or added record: only the stored lines
+    /// The owners ([`super::presentation::owner_text`]) of every deleted or added record: only the stored lines
     /// of these owners are parsed.
     owners: HashSet<String>,
 }
@@ -201,7 +157,9 @@ pub(crate) async fn apply(
     };
     let stored = tokio::fs::File::open(file).await.map_err(read_error)?;
     let mut lines = tokio::io::BufReader::with_capacity(BUFFER, stored).lines();
-    let mut found = 0;
+    // The deleted records found, by key: one record may be stored on several lines whose
+    // names differ only in case (an AXFR may bring it so), and every such line goes.
+    let mut found: HashSet<Vec<u8>> = HashSet::new();
     let mut soa_seen = false;
     while let Some(line) = lines.next_line().await.map_err(read_error)? {
         let Some(owner) = owner_token(&line) else {
@@ -218,7 +176,7 @@ pub(crate) async fn apply(
             let record = parse_line(&line).map_err(TransferError::Diverged)?;
             let key = record_key(record.owner(), record.class(), record.data());
             if diff.deleted.contains(&key) {
-                found += 1;
+                found.insert(key);
                 continue;
             }
             if diff.added.contains_key(&key) {
@@ -228,10 +186,10 @@ pub(crate) async fn apply(
         out.write(line.as_bytes()).await?;
         out.write(b"\n").await?;
     }
-    if found != diff.deleted.len() {
+    if found.len() != diff.deleted.len() {
         return Err(TransferError::Diverged(format!(
             "{} of the {} records the transfer deletes are not in the file",
-            diff.deleted.len() - found,
+            diff.deleted.len().saturating_sub(found.len()),
             diff.deleted.len()
         )));
     }
@@ -336,6 +294,8 @@ impl Drop for TempFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rpz::presentation::owner_text;
+    use domain::base::iana::Class;
 
     const SOA1: &str = "blocklist.rpz. 3600 IN SOA primary.blocklist.rpz. hostmaster.blocklist.rpz. 1 300 60 86400 60\n";
     const SOA2: &str = "blocklist.rpz. 3600 IN SOA primary.blocklist.rpz. hostmaster.blocklist.rpz. 2 300 60 86400 60\n";
@@ -348,32 +308,46 @@ mod tests {
         )
     }
 
-    #[test]
-    fn lines_are_written_as_they_are_read() {
-        for line in [
-            SOA1,
-            "a.example.blocklist.rpz. 3600 IN CNAME .\n",
-            "*.b.example.blocklist.rpz. 60 IN CNAME rpz-passthru.\n",
-            "c.example.blocklist.rpz. 3600 IN A 192.0.2.1\n",
-            "d.example.blocklist.rpz. 3600 IN TXT \"a b\" \"c\"\n",
-            "e.example.blocklist.rpz. 3600 IN AAAA 2001:db8::1\n",
-        ] {
-            let record = parse_line(line).unwrap();
-            assert_eq!(record_line(&record), line);
-        }
-    }
+    #[tokio::test]
+    async fn stored_lines_of_names_with_any_byte_are_found_and_deleted() {
+        use crate::rpz::presentation::record_line;
+        use domain::base::name::NameBuilder;
+        use domain::base::{Name, Record, Ttl};
+        use domain::rdata::Cname;
 
-    #[test]
-    fn keys_ignore_case_of_names_and_the_ttl() {
-        let (a, owner_a) = key_of("A.Example.blocklist.rpz. 3600 IN CNAME Target.Example.");
-        let (b, owner_b) = key_of("a.example.BLOCKLIST.rpz. 60 IN CNAME target.example.");
-        assert_eq!(a, b);
-        assert_eq!(owner_a, owner_b);
-        let (c, _) = key_of("a.example.blocklist.rpz. 60 IN CNAME other.example.");
-        assert_ne!(a, c);
-        let (t1, _) = key_of("t.blocklist.rpz. 60 IN TXT \"Case\"");
-        let (t2, _) = key_of("t.blocklist.rpz. 60 IN TXT \"case\"");
-        assert_ne!(t1, t2, "text keeps its case");
+        let dir = std::env::temp_dir().join(format!("rpz-bytes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("zone.rpz");
+        let zone: Name<Vec<u8>> = "blocklist.rpz.".parse().unwrap();
+        let records: Vec<_> = (0..=255u8)
+            .map(|byte| {
+                let mut owner = NameBuilder::new_vec();
+                owner.append_label(&[b'x', byte, b'y']).unwrap();
+                let owner = owner.append_origin(&zone).unwrap();
+                let data: ZoneRecordData<Vec<u8>, Name<Vec<u8>>> =
+                    ZoneRecordData::Cname(Cname::new(Name::root_vec()));
+                Record::new(owner, Class::IN, Ttl::from_secs(60), data)
+            })
+            .collect();
+        let mut stored = format!("{}{SOA1}", header(SOA1));
+        for record in &records {
+            stored.push_str(&record_line(record).unwrap());
+        }
+        std::fs::write(&file, &stored).unwrap();
+        // Every record deleted, keyed and found by its owner as the transfer gives it. The
+        // bytes `A`-`Z` and `a`-`z` make names that differ only in case: one record on two
+        // lines, both deleted (counted once).
+        let mut diff = Diff::default();
+        for record in &records {
+            let key = record_key(record.owner(), record.class(), record.data());
+            diff.delete(key, owner_text(record.owner()));
+        }
+        let mut out = TempFile::create(&file).await.unwrap();
+        apply(&file, &diff, SOA2, &mut out).await.unwrap();
+        out.commit().await.unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text, format!("{}{SOA2}", header(SOA2)));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -160,6 +160,16 @@ pub enum Event {
     RpzExpired { zone: String, serial: Option<u32> },
     /// NOTIFYs cannot be received on `address`: its zones follow their SOA timers only.
     RpzNotifyListenFailed { address: String, reason: String },
+    /// kresd cannot load the zone's stored file (`reason`, as its zone reader says): the
+    /// policy-loader left the zone out and loaded the rest of the policy. The zone is
+    /// transferred whole again. Told at every policy-loader run that leaves it out.
+    RpzZoneBroken {
+        zone: String,
+        file: String,
+        reason: String,
+    },
+    /// A zone kresd could not load is loaded again.
+    RpzZoneLoaded { zone: String },
     /// To one follower only, first: events after the id it resumed from are gone.
     EventsMissed {
         last_event_id: String,
@@ -234,6 +244,8 @@ impl Event {
             Event::RpzTransferFailed { .. } => "rpz-transfer-failed",
             Event::RpzExpired { .. } => "rpz-expired",
             Event::RpzNotifyListenFailed { .. } => "rpz-notify-listen-failed",
+            Event::RpzZoneBroken { .. } => "rpz-zone-broken",
+            Event::RpzZoneLoaded { .. } => "rpz-zone-loaded",
             Event::EventsMissed { .. } => "events-missed",
             Event::EventsLagged { .. } => "events-lagged",
         }
@@ -316,7 +328,9 @@ impl fmt::Display for Event {
             | Event::RpzTransferred { .. }
             | Event::RpzTransferFailed { .. }
             | Event::RpzExpired { .. }
-            | Event::RpzNotifyListenFailed { .. } => write_rpz(self, kind, f),
+            | Event::RpzNotifyListenFailed { .. }
+            | Event::RpzZoneBroken { .. }
+            | Event::RpzZoneLoaded { .. } => write_rpz(self, kind, f),
             Event::EventsLagged { lost } => {
                 write!(
                     f,
@@ -379,6 +393,11 @@ fn write_rpz(event: &Event, kind: &str, f: &mut fmt::Formatter<'_>) -> fmt::Resu
         Event::RpzNotifyListenFailed { address, reason } => {
             write!(f, "{kind} {address}: {reason}")
         }
+        Event::RpzZoneBroken { zone, file, reason } => write!(
+            f,
+            "{kind} {zone}: kresd cannot load {file} ({reason}); the zone is left out, the rest of the policy is in force, and it is transferred whole again"
+        ),
+        Event::RpzZoneLoaded { zone } => write!(f, "{kind} {zone}: loaded again"),
         _ => f.write_str(kind),
     }
 }

@@ -1,5 +1,6 @@
 //! `GET /rpz`: the RPZ zones kept by zone transfer, as the event log tells them (their
-//! stored serial, last transfer, next refresh, expiry), read back by `kresctl rpz`.
+//! stored serial, last transfer, next refresh, expiry, whether kresd loads them), read back
+//! by `kresctl rpz`.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -25,6 +26,10 @@ pub struct RpzZone {
     /// Whether the SOA's expire time passed with no successful refresh: the stored policy is
     /// still served.
     pub expired: bool,
+    /// Why kresd cannot load the stored zone, when it cannot: the policy-loader left it out
+    /// (the rest of the policy is in force), and it is transferred whole again.
+    #[serde(default)]
+    pub broken: Option<String>,
 }
 
 /// One refresh of a zone, from one primary.

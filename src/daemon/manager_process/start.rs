@@ -26,6 +26,7 @@ use crate::api::{self, ApiState};
 use crate::config::{LoadedConfig, ManagementSchema};
 use crate::events::EventLog;
 use crate::manager::listen::{Mirrored, SocketOwner, SocketTable};
+use crate::manager::rpz_loads::RpzLoads;
 use crate::manager::task::{self, ManagerContext};
 use crate::manager::{Executables, ManagerHandle};
 use crate::rpz::secondary::{FirstTransferFailed, FirstTransfers};
@@ -228,9 +229,11 @@ impl Running {
         let (command_tx, command_rx) = mpsc::channel(16);
         let (health_tx, health_rx) = watch::channel(TaskHealth::default());
         let (kept_tx, kept_rx) = watch::channel(None);
+        let (rpz_loads_tx, rpz_loads_rx) = watch::channel(RpzLoads::default());
         let handle = ManagerHandle::new(command_tx, config_rx)
             .with_health(health_rx.clone())
-            .with_keeper(kept_rx);
+            .with_keeper(kept_rx)
+            .with_rpz_loads(rpz_loads_rx);
         let (started_tx, started_rx) = watch::channel(incarnation == Incarnation::Successor);
         let stop = CancellationToken::new();
         let events = start_event_log(&parent, upgrade.as_deref());
@@ -266,6 +269,7 @@ impl Running {
             socket_owner: settings.socket_owner,
             sockets: Arc::new(std::sync::Mutex::new(table)),
             events: events.clone(),
+            rpz_loads: rpz_loads_tx,
         };
         let task = tokio::spawn(supervise_task(
             "manager",
@@ -348,6 +352,7 @@ impl Running {
             upward.clone(),
             self.handle.clone(),
         ));
+        tokio::spawn(report_rpz_loads(upward.clone(), self.handle.clone()));
         if let Some(bell) = to_serve.reload_bell {
             tokio::spawn(super::super::recovery::answer_reloads(
                 bell,
@@ -402,7 +407,10 @@ impl Running {
         }
         // After an in-place upgrade, READY=1 again ends the reload it announced; at any other
         // time systemd takes it as the status it carries.
-        upward.ready(&task::ready_status(&self.handle.config()));
+        upward.ready(&task::ready_status(
+            &self.handle.config(),
+            &self.handle.rpz_loads().borrow(),
+        ));
         // Start-up's temporary allocations (the first configuration's parse, validation and
         // rendering, the API's route table) are freed by now: give their pages back.
         drop(to_serve.heap);
@@ -598,7 +606,30 @@ async fn report_task_health(
                 h.failures,
                 h.streak_age().as_secs()
             )),
-            None => upward.status(&task::ready_status(&handle.config())),
+            None => upward.status(&task::ready_status(
+                &handle.config(),
+                &handle.rpz_loads().borrow(),
+            )),
+        }
+    }
+}
+
+/// Tell the service manager above us when RPZ zones kept by zone transfer break or load
+/// again: the status line names the zones kresd cannot load.
+async fn report_rpz_loads(upward: supervisor::upward::UpwardNotifier, handle: ManagerHandle) {
+    let mut loads = handle.rpz_loads();
+    let mut told = loads
+        .borrow_and_update()
+        .broken
+        .keys()
+        .cloned()
+        .collect::<Vec<_>>();
+    while loads.changed().await.is_ok() {
+        let now = loads.borrow_and_update().clone();
+        let broken: Vec<String> = now.broken.keys().cloned().collect();
+        if broken != told {
+            upward.status(&task::ready_status(&handle.config(), &now));
+            told = broken;
         }
     }
 }

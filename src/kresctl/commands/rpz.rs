@@ -53,6 +53,11 @@ fn zone_lines(zone: &RpzZone, now: f64) -> String {
         ""
     };
     let mut out = format!("{}  serial {serial}{expired}\n", zone.zone);
+    if let Some(reason) = &zone.broken {
+        out.push_str(&format!(
+            "  BROKEN:       kresd cannot load the stored zone ({reason}); it is left out, the rest of the policy is in force, and it is transferred whole again\n"
+        ));
+    }
     out.push_str(&format!("  file:         {}\n", zone.file));
     out.push_str(&format!("  primaries:    {}\n", zone.primaries.join(", ")));
     let last = match &zone.last_transfer {
@@ -115,6 +120,7 @@ mod tests {
             last_success: Some(1000.0),
             next_refresh: Some(4600.0),
             expired: false,
+            broken: None,
         };
         assert_eq!(
             zone_lines(&zone, 1065.0),
@@ -124,6 +130,20 @@ mod tests {
              \x20 last refresh: ixfr from 192.0.2.53:53, 1m05s ago: success (12 records, 900 bytes in 0.250s)\n\
              \x20 last success: 1m05s ago\n\
              \x20 next refresh: in 58m55s\n"
+        );
+        let broken = RpzZone {
+            broken: Some("line 3: invalid domain name character".into()),
+            last_transfer: None,
+            ..zone
+        };
+        let text = zone_lines(&broken, 1065.0);
+        assert!(
+            text.starts_with(
+                "block.rpz.  serial 42\n\
+                 \x20 BROKEN:       kresd cannot load the stored zone (line 3: invalid domain name \
+                 character); it is left out"
+            ),
+            "{text}"
         );
     }
 }

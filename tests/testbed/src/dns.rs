@@ -80,13 +80,38 @@ impl Response {
 
 /// Encode a query. `nsid` asks for the server's NSID through EDNS.
 pub fn encode_query(id: u16, name: &str, qtype: u16, nsid: bool) -> Result<Vec<u8>> {
-    let mut m = Vec::with_capacity(64);
+    let mut wire = Vec::with_capacity(name.len() + 2);
+    encode_name(&mut wire, name)?;
+    Ok(encode_query_wire(id, &wire, qtype, nsid))
+}
+
+/// A name in wire form from its labels, each any bytes (dots, spaces, NUL and all), most
+/// significant last: `wire_name(&[b"a.b", b"example"])` is the two labels `a.b` and `example`.
+pub fn wire_name(labels: &[&[u8]]) -> Result<Vec<u8>> {
+    let mut wire = Vec::with_capacity(labels.iter().map(|l| l.len() + 1).sum::<usize>() + 1);
+    for label in labels {
+        if label.is_empty() || label.len() > 63 {
+            bail!("a label of {} bytes", label.len());
+        }
+        wire.push(label.len() as u8);
+        wire.extend_from_slice(label);
+    }
+    wire.push(0);
+    if wire.len() > 255 {
+        bail!("a name of {} bytes", wire.len());
+    }
+    Ok(wire)
+}
+
+/// Encode a query for `name` in wire form ([`wire_name`]).
+pub fn encode_query_wire(id: u16, name: &[u8], qtype: u16, nsid: bool) -> Vec<u8> {
+    let mut m = Vec::with_capacity(64 + name.len());
     m.extend_from_slice(&id.to_be_bytes());
     m.extend_from_slice(&0x0100u16.to_be_bytes()); // RD
     m.extend_from_slice(&1u16.to_be_bytes()); // QDCOUNT
     m.extend_from_slice(&[0, 0, 0, 0]);
     m.extend_from_slice(&u16::from(nsid).to_be_bytes()); // ARCOUNT
-    encode_name(&mut m, name)?;
+    m.extend_from_slice(name);
     m.extend_from_slice(&qtype.to_be_bytes());
     m.extend_from_slice(&1u16.to_be_bytes());
     if nsid {
@@ -98,7 +123,7 @@ pub fn encode_query(id: u16, name: &str, qtype: u16, nsid: bool) -> Result<Vec<u
         m.extend_from_slice(&3u16.to_be_bytes()); // NSID
         m.extend_from_slice(&0u16.to_be_bytes());
     }
-    Ok(m)
+    m
 }
 
 fn encode_name(m: &mut Vec<u8>, name: &str) -> Result<()> {
@@ -124,6 +149,18 @@ pub fn query_udp(
     qtype: u16,
     timeout: Duration,
 ) -> Result<Response> {
+    let mut wire = Vec::with_capacity(name.len() + 2);
+    encode_name(&mut wire, name)?;
+    query_udp_wire(server, &wire, qtype, timeout).with_context(|| format!("asking for {name}"))
+}
+
+/// Ask over UDP for `name` in wire form ([`wire_name`]): any bytes in its labels.
+pub fn query_udp_wire(
+    server: SocketAddr,
+    name: &[u8],
+    qtype: u16,
+    timeout: Duration,
+) -> Result<Response> {
     let id = fastrand_id();
     let sock = UdpSocket::bind(if server.is_ipv4() {
         "127.0.0.1:0"
@@ -132,12 +169,12 @@ pub fn query_udp(
     })?;
     sock.set_read_timeout(Some(timeout))?;
     sock.connect(server)?;
-    sock.send(&encode_query(id, name, qtype, false)?)?;
+    sock.send(&encode_query_wire(id, name, qtype, false))?;
     let mut buf = vec![0u8; 65535];
     loop {
         let n = sock
             .recv(&mut buf)
-            .with_context(|| format!("no answer from {server} for {name} within {timeout:?}"))?;
+            .with_context(|| format!("no answer from {server} within {timeout:?}"))?;
         let r = parse_response(&buf[..n])?;
         if r.id == id {
             return Ok(r);
