@@ -182,7 +182,13 @@ fn render_and_load(
 fn prepare(bed: &Bed, name: &str, config: &Path) -> (TestDir, Vec<PathBuf>) {
     let dir = bed.test_dir(name).expect("test dir");
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/lua");
-    for aux in ["hosts", "blocklist.rpz", "worker.lua", "policy.lua"] {
+    for aux in [
+        "hosts",
+        "blocklist.rpz",
+        "second-blocklist.rpz",
+        "worker.lua",
+        "policy.lua",
+    ] {
         std::fs::copy(data.join(aux), dir.host(aux)).expect("copy auxiliary file");
     }
     std::fs::copy(config, dir.host("config.yaml")).expect("copy config");
