@@ -2,12 +2,15 @@
 //! presentation format, absolute names, SOA first, no `$ORIGIN` — the form kresd's RPZ
 //! loader reads, and one an IXFR can be applied to by copying the file line by line.
 //!
-//! A file is only ever replaced whole: written to a temporary sibling, synced, renamed over
-//! the old one, and the directory synced. An IXFR's differences ([`Diff`]) are the only
-//! records held in memory; the stored file streams through.
+//! A file is only ever replaced whole: written to a fresh temporary sibling created
+//! exclusively, synced, renamed over the old one, and the directory synced. An IXFR's
+//! differences ([`Diff`]) are the only records held in memory; the stored file streams
+//! through.
 
 use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
 use std::io::Read;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,9 +21,13 @@ use domain::base::zonefile_fmt::{DisplayKind, ZonefileFmt};
 use domain::base::Record;
 use domain::rdata::{Soa, ZoneRecordData};
 use domain::zonefile::inplace::{Entry, ScannedRecord, Zonefile};
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use nix::unistd::UnlinkatFlags;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use super::{SoaTimers, TransferError};
+use crate::manager::rundir;
 
 /// How the first line of a file written here starts; a file without it was written by
 /// someone else, and an IXFR is not applied to it (it is transferred whole).
@@ -246,88 +253,155 @@ pub(crate) fn header(soa_line: &str) -> String {
     format!("{HEADER} {zone}\n")
 }
 
-/// A file being written next to the one it will replace. Dropped without
-/// [`TempFile::commit`], it is removed and the stored file stays as it was.
+/// A file being written next to the one it will replace, under a fresh name
+/// (`.NAME.RANDOM.transfer`) created exclusively: a link or a file planted in the directory
+/// is never followed, truncated or written through, and two transfers to one file never
+/// share a temporary file. Dropped without [`TempFile::commit`], or when the commit fails,
+/// it is removed and the stored file stays as it was.
 pub(crate) struct TempFile {
-    /// The temporary file's path.
+    /// The temporary file's path, for errors.
     path: PathBuf,
-    /// The file it replaces on commit.
+    /// The file it replaces on commit, for errors.
     target: PathBuf,
-    /// The writer; `None` once committed.
-    out: Option<tokio::io::BufWriter<tokio::fs::File>>,
+    /// The open file; `None` once committed or removed.
+    open: Option<OpenTemp>,
+}
+
+/// A temporary file being written, and where it lies.
+struct OpenTemp {
+    /// The directory of both files, opened once: the rename and the removal are made
+    /// relative to it, whatever happens to its path meanwhile.
+    dir: OwnedFd,
+    /// The temporary file's name in the directory.
+    name: OsString,
+    /// The name of the file it replaces.
+    target_name: OsString,
+    /// The writer.
+    out: tokio::io::BufWriter<tokio::fs::File>,
+}
+
+impl OpenTemp {
+    /// Remove the temporary file.
+    fn remove(&self) {
+        let _ = nix::unistd::unlinkat(&self.dir, self.name.as_os_str(), UnlinkatFlags::NoRemoveDir);
+    }
 }
 
 impl TempFile {
-    /// Create the temporary sibling of `target` (`.NAME.transfer` in its directory).
+    /// Create a fresh temporary sibling of `target` in its directory.
     pub(crate) async fn create(target: &Path) -> Result<TempFile, TransferError> {
+        let file_error = |source| TransferError::File {
+            path: target.to_owned(),
+            source,
+        };
         let name = target
             .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let path = target.with_file_name(format!(".{name}.transfer"));
-        let file = tokio::fs::File::create(&path)
-            .await
-            .map_err(|source| TransferError::File {
-                path: path.clone(),
-                source,
-            })?;
+            .ok_or_else(|| file_error(std::io::Error::other("not a file path")))?;
+        let temporary = rundir::fresh_sibling_name(name, "transfer").map_err(file_error)?;
+        TempFile::create_named(target, temporary)
+    }
+
+    /// Create the temporary file `temporary` beside `target`, exclusively.
+    fn create_named(target: &Path, temporary: OsString) -> Result<TempFile, TransferError> {
+        let path = target.with_file_name(&temporary);
+        let file_error = |source| TransferError::File {
+            path: path.clone(),
+            source,
+        };
+        let target_name = target
+            .file_name()
+            .ok_or_else(|| file_error(std::io::Error::other("not a file path")))?
+            .to_owned();
+        let dir = match target.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        // The directory may be a link (an operator's choice); the temporary name may not.
+        // Neither open waits: a directory, and a name created exclusively, are no FIFO.
+        let dir = nix::fcntl::open(
+            dir,
+            OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| file_error(e.into()))?;
+        let file = rundir::create_exclusive(&dir, &temporary, 0o666).map_err(file_error)?;
+        let file = tokio::fs::File::from_std(std::fs::File::from(file));
         Ok(TempFile {
             path,
             target: target.to_owned(),
-            out: Some(tokio::io::BufWriter::with_capacity(BUFFER, file)),
+            open: Some(OpenTemp {
+                dir,
+                name: temporary,
+                target_name,
+                out: tokio::io::BufWriter::with_capacity(BUFFER, file),
+            }),
         })
-    }
-
-    fn error(&self, source: std::io::Error) -> TransferError {
-        TransferError::File {
-            path: self.path.clone(),
-            source,
-        }
     }
 
     /// Append `bytes`.
     pub(crate) async fn write(&mut self, bytes: &[u8]) -> Result<(), TransferError> {
-        let Some(out) = self.out.as_mut() else {
+        let Some(open) = self.open.as_mut() else {
             return Ok(());
         };
-        match out.write_all(bytes).await {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.error(e)),
-        }
+        open.out
+            .write_all(bytes)
+            .await
+            .map_err(|source| TransferError::File {
+                path: self.path.clone(),
+                source,
+            })
     }
 
-    /// Flush, sync, rename over the target and sync the directory.
+    /// Flush, sync, rename over the target and sync the directory; on an error before the
+    /// rename, the temporary file is removed.
     pub(crate) async fn commit(mut self) -> Result<(), TransferError> {
-        let Some(mut out) = self.out.take() else {
+        let Some(mut open) = self.open.take() else {
             return Ok(());
         };
         let synced = async {
-            out.flush().await?;
-            out.get_mut().sync_all().await?;
-            drop(out);
-            tokio::fs::rename(&self.path, &self.target).await?;
-            if let Some(dir) = self.target.parent() {
-                let dir = if dir.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    dir
-                };
-                tokio::fs::File::open(dir).await?.sync_all().await?;
-            }
-            Ok(())
+            open.out.flush().await?;
+            open.out.get_mut().sync_all().await
         }
         .await;
+        let renamed = synced.and_then(|()| {
+            nix::fcntl::renameat(
+                &open.dir,
+                open.name.as_os_str(),
+                &open.dir,
+                open.target_name.as_os_str(),
+            )
+            .map_err(std::io::Error::from)
+        });
+        if let Err(source) = renamed {
+            open.remove();
+            return Err(TransferError::File {
+                path: self.path.clone(),
+                source,
+            });
+        }
+        // The rename is made durable; the sync may wait for the disk, off the runtime.
+        let OpenTemp { dir, .. } = open;
+        let synced = tokio::task::spawn_blocking(move || nix::unistd::fsync(&dir))
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r.map_err(std::io::Error::from));
         synced.map_err(|source| TransferError::File {
             path: self.target.clone(),
             source,
         })
     }
+
+    /// The temporary file's path (for tests).
+    #[cfg(test)]
+    fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 impl Drop for TempFile {
     fn drop(&mut self) {
-        if self.out.is_some() {
-            let _ = std::fs::remove_file(&self.path);
+        if let Some(open) = self.open.take() {
+            open.remove();
         }
     }
 }
@@ -452,7 +526,7 @@ mod tests {
                 "d.blocklist.rpz. 60 IN CNAME ."
             ]
         );
-        assert!(!dir.join(".zone.rpz.transfer").exists());
+        assert_eq!(entries(&dir), ["zone.rpz"], "no temporary file left");
 
         // Deleting what the file does not hold: diverged, the file untouched.
         let mut diff = Diff::default();
@@ -463,7 +537,101 @@ mod tests {
         drop(out);
         assert_eq!(error.reason(), "diverged", "{error}");
         assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
-        assert!(!dir.join(".zone.rpz.transfer").exists());
+        assert_eq!(entries(&dir), ["zone.rpz"], "no temporary file left");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The names in `dir`, sorted.
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A fresh directory for a test.
+    fn test_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("rpz-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[tokio::test]
+    async fn a_temporary_file_never_follows_a_planted_link() {
+        let dir = test_dir("planted");
+        let file = dir.join("zone.rpz");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        // A link at the name the temporary file had when it was predictable.
+        std::os::unix::fs::symlink(&victim, dir.join(".zone.rpz.transfer")).unwrap();
+        let mut out = TempFile::create(&file).await.unwrap();
+        assert_ne!(out.path(), dir.join(".zone.rpz.transfer"));
+        out.write(b"the zone\n").await.unwrap();
+        out.commit().await.unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "the zone\n");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        // A link at the very name chosen is not followed either: the creation fails.
+        for (link, to) in [("planted", &victim), ("dangling", &dir.join("created"))] {
+            std::os::unix::fs::symlink(to, dir.join(link)).unwrap();
+            let error = match TempFile::create_named(&file, link.into()) {
+                Ok(_) => panic!("a link was opened"),
+                Err(error) => error,
+            };
+            assert_eq!(error.reason(), "file", "{error}");
+            assert!(error.to_string().contains(link), "{error}");
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(
+            !dir.join("created").exists(),
+            "nothing created through a link"
+        );
+        assert_eq!(
+            entries(&dir),
+            [
+                ".zone.rpz.transfer",
+                "dangling",
+                "planted",
+                "victim",
+                "zone.rpz"
+            ]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn two_transfers_to_one_file_never_share_a_temporary_file() {
+        let dir = test_dir("concurrent");
+        let file = dir.join("zone.rpz");
+        let mut first = TempFile::create(&file).await.unwrap();
+        let mut second = TempFile::create(&file).await.unwrap();
+        assert_ne!(first.path(), second.path());
+        let (a, b) = ("a\n".repeat(100_000), "b\n".repeat(100_000));
+        // Written interleaved: each file holds its own text only.
+        for _ in 0..2 {
+            first.write(&a.as_bytes()[..a.len() / 2]).await.unwrap();
+            second.write(&b.as_bytes()[..b.len() / 2]).await.unwrap();
+        }
+        first.commit().await.unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), a);
+        second.commit().await.unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), b);
+        assert_eq!(entries(&dir), ["zone.rpz"]);
+        // Dropped unfinished, or failing to commit, a temporary file is removed.
+        let mut dropped = TempFile::create(&file).await.unwrap();
+        dropped.write(b"half a zone").await.unwrap();
+        drop(dropped);
+        let blocked = dir.join("blocked");
+        std::fs::create_dir_all(blocked.join("in the way")).unwrap();
+        let mut failing = TempFile::create(&blocked).await.unwrap();
+        failing.write(b"a zone").await.unwrap();
+        let error = failing.commit().await.unwrap_err();
+        assert_eq!(error.reason(), "file", "{error}");
+        assert!(blocked.join("in the way").is_dir(), "the target stays");
+        assert_eq!(entries(&dir), ["blocked", "zone.rpz"]);
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), b);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
