@@ -4,11 +4,11 @@
 //!
 //! A file is only ever replaced whole: written to a fresh temporary sibling created
 //! exclusively, synced, renamed over the old one, and the directory synced. An IXFR's
-//! differences ([`Diff`]) are the only records held in memory; the stored file streams
-//! through.
+//! differences ([`Diff`]) are the only records held in memory, within a budget; the stored
+//! file streams through.
 
-use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
+use std::hash::{BuildHasher, RandomState};
 use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -21,6 +21,7 @@ use domain::base::zonefile_fmt::{DisplayKind, ZonefileFmt};
 use domain::base::Record;
 use domain::rdata::{Soa, ZoneRecordData};
 use domain::zonefile::inplace::{Entry, ScannedRecord, Zonefile};
+use hashbrown::HashTable;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use nix::unistd::UnlinkatFlags;
@@ -150,46 +151,256 @@ pub(crate) fn parse_line(line: &str) -> Result<ScannedRecord, String> {
 }
 
 /// The net differences of an IXFR's sequence of changes: what leaves the stored zone and
-/// what comes in. The only records a transfer holds in memory.
-#[derive(Debug, Default)]
+/// what comes in. The only records a transfer holds in memory, and held within a budget of
+/// heap: keys and lines are packed into large chunks, the tables hold where they are
+/// (16 bytes a record), and every allocation is counted before it is made.
+#[derive(Debug)]
 pub(crate) struct Diff {
-    /// Records of the stored zone to leave out, by [`record_key`].
-    deleted: HashSet<Vec<u8>>,
-    /// Records to add, by [`record_key`], with their lines.
-    added: HashMap<Vec<u8>, String>,
-    /// The owners ([`owner_text`]) of every deleted or added record: only the stored lines
-    /// of these owners are parsed.
-    owners: HashSet<String>,
+    /// The most bytes of heap the diff may hold.
+    budget: usize,
+    /// The bytes of every key ([`record_key`]) and added line, one after the other; a chunk
+    /// is never reallocated, so its bytes are counted once and never copied.
+    chunks: Vec<Vec<u8>>,
+    /// Records of the stored zone to leave out (their keys).
+    deleted: HashTable<Packed>,
+    /// Records to add (their keys and lines); one added, then deleted again is withdrawn
+    /// in place, not removed, so that the table never grows but by a counted step.
+    added: HashTable<Packed>,
+    /// Hashes of the owners ([`owner_text`]) of every deleted or added record: only the
+    /// stored lines of these owners are parsed (a collision parses one line more).
+    owners: HashTable<u64>,
+    /// The keyed hash of keys and owners (SipHash, random keys: a primary cannot choose
+    /// collisions).
+    hasher: RandomState,
+}
+
+/// Where a record's key (and line) lie in a [`Diff`]'s chunks.
+#[derive(Clone, Copy, Debug)]
+struct Packed {
+    /// The chunk.
+    chunk: u32,
+    /// Where the key starts in it; the line follows the key.
+    start: u32,
+    /// The key's length.
+    key_len: u32,
+    /// The line's length (0 for a deletion), or [`WITHDRAWN`].
+    line_len: u32,
+}
+
+/// The line length of an added record deleted again by a later change.
+const WITHDRAWN: u32 = u32::MAX;
+
+/// The size of a [`Diff`]'s chunks (a larger record has a chunk of its own).
+const CHUNK: usize = 256 * 1024;
+
+/// A [`Diff`] would need more heap than its budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OverBudget;
+
+impl Packed {
+    fn key<'a>(&self, chunks: &'a [Vec<u8>]) -> &'a [u8] {
+        let start = self.start as usize;
+        chunks
+            .get(self.chunk as usize)
+            .and_then(|chunk| chunk.get(start..start + self.key_len as usize))
+            .unwrap_or_default()
+    }
+
+    /// The line of an added record; `None` when withdrawn.
+    fn line<'a>(&self, chunks: &'a [Vec<u8>]) -> Option<&'a [u8]> {
+        if self.line_len == WITHDRAWN {
+            return None;
+        }
+        let start = (self.start + self.key_len) as usize;
+        chunks
+            .get(self.chunk as usize)
+            .and_then(|chunk| chunk.get(start..start + self.line_len as usize))
+    }
+}
+
+/// The bytes a hash table of `capacity` entries of `size` bytes allocates (hashbrown: a
+/// power of two of buckets, at most 7/8 full, one control byte each and a group more).
+fn table_bytes(capacity: usize, size: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = match capacity {
+        0..4 => 4,
+        4..8 => 8,
+        _ => (capacity.saturating_mul(8) / 7).next_power_of_two(),
+    };
+    buckets * (size + 1) + 16
 }
 
 impl Diff {
-    /// A record leaves the zone: one added by an earlier change is forgotten, one of the
-    /// stored zone is left out.
-    pub(crate) fn delete(&mut self, key: Vec<u8>, owner: String) {
-        if self.added.remove(&key).is_none() {
-            self.deleted.insert(key);
+    /// An empty diff that may hold `budget` bytes of heap.
+    pub(crate) fn new(budget: u64) -> Diff {
+        Diff {
+            budget: usize::try_from(budget).unwrap_or(usize::MAX),
+            chunks: Vec::new(),
+            deleted: HashTable::new(),
+            added: HashTable::new(),
+            owners: HashTable::new(),
+            hasher: RandomState::new(),
         }
-        self.owners.insert(owner);
+    }
+
+    /// The bytes of heap the diff holds.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let chunks: usize = self.chunks.iter().map(Vec::capacity).sum();
+        chunks
+            + self.chunks.capacity() * std::mem::size_of::<Vec<u8>>()
+            + table_bytes(self.deleted.capacity(), std::mem::size_of::<Packed>())
+            + table_bytes(self.added.capacity(), std::mem::size_of::<Packed>())
+            + table_bytes(self.owners.capacity(), std::mem::size_of::<u64>())
+    }
+
+    /// Whether `more` bytes of heap fit beside what is held.
+    fn fits(&self, more: usize) -> Result<(), OverBudget> {
+        if more == 0 {
+            return Ok(());
+        }
+        match self.heap_bytes().checked_add(more) {
+            Some(total) if total <= self.budget => Ok(()),
+            _ => Err(OverBudget),
+        }
+    }
+
+    /// The bytes that make room in `table` for one entry more: none while it has room, else
+    /// a table of twice the entries (the old one is freed only after the move).
+    fn growth<T>(table: &HashTable<T>) -> usize {
+        if table.len() < table.capacity() {
+            return 0;
+        }
+        table_bytes((table.len() * 2).max(16), std::mem::size_of::<T>())
+    }
+
+    /// A record leaves the zone: one added by an earlier change is withdrawn, one of the
+    /// stored zone is left out.
+    pub(crate) fn delete(&mut self, key: &[u8], owner: &str) -> Result<(), OverBudget> {
+        let hash = self.hasher.hash_one(key);
+        let chunks = &self.chunks;
+        let added = self
+            .added
+            .find_mut(hash, |p| p.key(chunks) == key)
+            .filter(|p| p.line_len != WITHDRAWN);
+        if let Some(added) = added {
+            added.line_len = WITHDRAWN;
+        } else if self.deleted.find(hash, |p| p.key(chunks) == key).is_none() {
+            self.fits(Self::growth(&self.deleted))?;
+            let packed = self.pack(key, b"")?;
+            let (chunks, hasher) = (&self.chunks, &self.hasher);
+            self.deleted.reserve(1, |p| hasher.hash_one(p.key(chunks)));
+            self.deleted
+                .insert_unique(hash, packed, |p| hasher.hash_one(p.key(chunks)));
+        }
+        self.note_owner(owner)
     }
 
     /// A record comes in (replacing a stored one with the same key: a new TTL).
-    pub(crate) fn add(&mut self, key: Vec<u8>, owner: String, line: String) {
-        self.added.insert(key, line);
-        self.owners.insert(owner);
+    pub(crate) fn add(&mut self, key: &[u8], owner: &str, line: &str) -> Result<(), OverBudget> {
+        let hash = self.hasher.hash_one(key);
+        let chunks = &self.chunks;
+        let known = self.added.find(hash, |p| p.key(chunks) == key).is_some();
+        if !known {
+            self.fits(Self::growth(&self.added))?;
+        }
+        let packed = self.pack(key, line.as_bytes())?;
+        let (chunks, hasher) = (&self.chunks, &self.hasher);
+        match self.added.find_mut(hash, |p| p.key(chunks) == key) {
+            Some(entry) => *entry = packed,
+            None => {
+                self.added.reserve(1, |p| hasher.hash_one(p.key(chunks)));
+                self.added
+                    .insert_unique(hash, packed, |p| hasher.hash_one(p.key(chunks)));
+            }
+        }
+        self.note_owner(owner)
+    }
+
+    /// Remember `owner` among the owners the diff touches.
+    fn note_owner(&mut self, owner: &str) -> Result<(), OverBudget> {
+        let hash = self.hasher.hash_one(owner.as_bytes());
+        if self.owners.find(hash, |h| *h == hash).is_none() {
+            self.fits(Self::growth(&self.owners))?;
+            self.owners.reserve(1, |h| *h);
+            self.owners.insert_unique(hash, hash, |h| *h);
+        }
+        Ok(())
+    }
+
+    /// Copy `key` and `line` into the chunks (a new chunk when the last one is full).
+    fn pack(&mut self, key: &[u8], line: &[u8]) -> Result<Packed, OverBudget> {
+        let needed = key.len() + line.len();
+        let room = self
+            .chunks
+            .last()
+            .is_some_and(|c| c.capacity() - c.len() >= needed);
+        if !room {
+            let size = needed.max(CHUNK);
+            let list_growth = if self.chunks.len() == self.chunks.capacity() {
+                self.chunks.capacity().max(4) * 2 * std::mem::size_of::<Vec<u8>>()
+            } else {
+                0
+            };
+            self.fits(size + list_growth)?;
+            self.chunks.push(Vec::with_capacity(size));
+        }
+        let index = self.chunks.len().checked_sub(1).ok_or(OverBudget)?;
+        let chunk = self.chunks.get_mut(index).ok_or(OverBudget)?;
+        let number = |n: usize| u32::try_from(n).map_err(|_| OverBudget);
+        let packed = Packed {
+            chunk: number(index)?,
+            start: number(chunk.len())?,
+            key_len: number(key.len())?,
+            line_len: number(line.len())?,
+        };
+        chunk.extend_from_slice(key);
+        chunk.extend_from_slice(line);
+        Ok(packed)
+    }
+
+    /// Whether a stored record with `key` leaves the zone.
+    fn is_deleted(&self, key: &[u8]) -> bool {
+        let hash = self.hasher.hash_one(key);
+        self.deleted
+            .find(hash, |p| p.key(&self.chunks) == key)
+            .is_some()
+    }
+
+    /// Whether a record with `key` is added (a stored one is replaced by it).
+    fn is_added(&self, key: &[u8]) -> bool {
+        let hash = self.hasher.hash_one(key);
+        self.added
+            .find(hash, |p| p.key(&self.chunks) == key)
+            .is_some_and(|p| p.line_len != WITHDRAWN)
+    }
+
+    /// Whether stored lines of `owner` may be touched by the diff.
+    fn may_touch(&self, owner: &str) -> bool {
+        let hash = self.hasher.hash_one(owner.as_bytes());
+        self.owners.find(hash, |h| *h == hash).is_some()
+    }
+
+    /// The lines added.
+    fn added_lines(&self) -> impl Iterator<Item = &[u8]> {
+        self.added.iter().filter_map(|p| p.line(&self.chunks))
+    }
+
+    /// How many stored records are left out.
+    pub(crate) fn deleted_count(&self) -> usize {
+        self.deleted.len()
     }
 
     /// The lines added, sorted (for tests).
     #[cfg(test)]
-    pub(crate) fn added_lines(&self) -> Vec<String> {
-        let mut lines: Vec<String> = self.added.values().cloned().collect();
+    pub(crate) fn sorted_added_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .added_lines()
+            .map(|l| String::from_utf8_lossy(l).into_owned())
+            .collect();
         lines.sort();
         lines
-    }
-
-    /// How many stored records are left out.
-    #[cfg(test)]
-    pub(crate) fn deleted_count(&self) -> usize {
-        self.deleted.len()
     }
 }
 
@@ -220,29 +431,29 @@ pub(crate) async fn apply(
             out.write(soa_line.as_bytes()).await?;
             continue;
         }
-        if diff.owners.contains(&owner) {
+        if diff.may_touch(&owner) {
             let record = parse_line(&line).map_err(TransferError::Diverged)?;
             let key = record_key(record.owner(), record.class(), record.data());
-            if diff.deleted.contains(&key) {
+            if diff.is_deleted(&key) {
                 found += 1;
                 continue;
             }
-            if diff.added.contains_key(&key) {
+            if diff.is_added(&key) {
                 continue;
             }
         }
         out.write(line.as_bytes()).await?;
         out.write(b"\n").await?;
     }
-    if found != diff.deleted.len() {
+    let deleted = diff.deleted_count();
+    if found != deleted {
         return Err(TransferError::Diverged(format!(
-            "{} of the {} records the transfer deletes are not in the file",
-            diff.deleted.len() - found,
-            diff.deleted.len()
+            "{} of the {deleted} records the transfer deletes are not in the file",
+            deleted.saturating_sub(found),
         )));
     }
-    for line in diff.added.values() {
-        out.write(line.as_bytes()).await?;
+    for line in diff.added_lines() {
+        out.write(line).await?;
     }
     Ok(())
 }
@@ -496,20 +707,17 @@ mod tests {
             header(SOA1)
         );
         std::fs::write(&file, &stored).unwrap();
-        let mut diff = Diff::default();
+        let mut diff = Diff::new(BUDGET);
         let (key, owner) = key_of("B.blocklist.rpz. 60 IN CNAME .");
-        diff.delete(key, owner);
+        diff.delete(&key, &owner).unwrap();
         let line = "d.blocklist.rpz. 60 IN CNAME .\n";
         let (key, owner) = key_of(line);
-        diff.add(key, owner, line.to_owned());
+        diff.add(&key, &owner, line).unwrap();
         // A new TTL: deleted and added again.
         let (key, owner) = key_of("c.blocklist.rpz. 60 IN A 192.0.2.1");
-        diff.delete(key.clone(), owner.clone());
-        diff.add(
-            key,
-            owner,
-            "c.blocklist.rpz. 30 IN A 192.0.2.1\n".to_owned(),
-        );
+        diff.delete(&key, &owner).unwrap();
+        diff.add(&key, &owner, "c.blocklist.rpz. 30 IN A 192.0.2.1\n")
+            .unwrap();
         let mut out = TempFile::create(&file).await.unwrap();
         apply(&file, &diff, SOA2, &mut out).await.unwrap();
         out.commit().await.unwrap();
@@ -529,9 +737,9 @@ mod tests {
         assert_eq!(entries(&dir), ["zone.rpz"], "no temporary file left");
 
         // Deleting what the file does not hold: diverged, the file untouched.
-        let mut diff = Diff::default();
+        let mut diff = Diff::new(BUDGET);
         let (key, owner) = key_of("zz.blocklist.rpz. 60 IN CNAME .");
-        diff.delete(key, owner);
+        diff.delete(&key, &owner).unwrap();
         let mut out = TempFile::create(&file).await.unwrap();
         let error = apply(&file, &diff, SOA1, &mut out).await.unwrap_err();
         drop(out);
@@ -540,6 +748,9 @@ mod tests {
         assert_eq!(entries(&dir), ["zone.rpz"], "no temporary file left");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// A diff's budget in these tests, unless one is being tested.
+    const BUDGET: u64 = 1 << 20;
 
     /// The names in `dir`, sorted.
     fn entries(dir: &Path) -> Vec<String> {
@@ -557,6 +768,87 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn a_diff_nets_its_changes_out() {
+        let mut diff = Diff::new(BUDGET);
+        let (a, owner_a) = key_of("a.blocklist.rpz. 60 IN CNAME .");
+        let (b, owner_b) = key_of("b.blocklist.rpz. 60 IN CNAME .");
+        // Added by one change, deleted by the next: withdrawn, nothing of the file leaves.
+        diff.add(&a, &owner_a, "a.blocklist.rpz. 60 IN CNAME .\n")
+            .unwrap();
+        assert!(diff.is_added(&a));
+        diff.delete(&a, &owner_a).unwrap();
+        assert!(!diff.is_added(&a) && !diff.is_deleted(&a));
+        assert_eq!(diff.deleted_count(), 0);
+        // Deleted again: now a record of the file leaves.
+        diff.delete(&a, &owner_a).unwrap();
+        assert!(diff.is_deleted(&a));
+        // Added once more (after its deletion): the file's record is replaced.
+        diff.add(&a, &owner_a, "a.blocklist.rpz. 30 IN CNAME .\n")
+            .unwrap();
+        assert!(diff.is_added(&a) && diff.is_deleted(&a));
+        // A record added twice keeps its last line.
+        diff.add(&b, &owner_b, "b.blocklist.rpz. 60 IN CNAME .\n")
+            .unwrap();
+        diff.add(&b, &owner_b, "b.blocklist.rpz. 10 IN CNAME .\n")
+            .unwrap();
+        assert_eq!(
+            diff.sorted_added_lines(),
+            [
+                "a.blocklist.rpz. 30 IN CNAME .\n",
+                "b.blocklist.rpz. 10 IN CNAME .\n"
+            ]
+        );
+        assert_eq!(diff.deleted_count(), 1);
+        assert!(diff.may_touch(&owner_a) && diff.may_touch(&owner_b));
+        assert!(!diff.may_touch("c.blocklist.rpz."));
+    }
+
+    #[test]
+    fn a_diff_never_holds_more_than_its_budget() {
+        // Records with the longest names a primary can compress to a few bytes each.
+        let long = vec!["x".repeat(60); 3].join(".");
+        let budget = 2 << 20;
+        let mut diff = Diff::new(budget);
+        let mut held = 0;
+        for i in 0.. {
+            let line = format!("n{i}.{long}.blocklist.rpz. 60 IN CNAME n{i}.{long}.example.\n");
+            let (key, owner) = key_of(&line);
+            let result = if i % 2 == 0 {
+                diff.delete(&key, &owner)
+            } else {
+                diff.add(&key, &owner, &line)
+            };
+            assert!(
+                diff.heap_bytes() <= budget as usize,
+                "{} bytes",
+                diff.heap_bytes()
+            );
+            if result == Err(OverBudget) {
+                break;
+            }
+            held += 1;
+        }
+        // Keys of about 400 bytes, lines of about 420: at least 3/4 of the budget is records.
+        assert!(
+            held > (budget as usize) * 3 / 4 / 600,
+            "only {held} records held"
+        );
+        let used = diff.heap_bytes();
+        assert!(
+            used > (budget as usize) / 2,
+            "{used} bytes of {budget} used"
+        );
+        // Small records cost little more than their bytes.
+        let mut diff = Diff::new(budget);
+        for i in 0..10_000 {
+            let (key, owner) = key_of(&format!("n{i}.blocklist.rpz. 60 IN CNAME ."));
+            diff.delete(&key, &owner).unwrap();
+        }
+        let per_record = diff.heap_bytes() / 10_000;
+        assert!(per_record < 128, "{per_record} bytes a record");
     }
 
     #[tokio::test]
