@@ -79,6 +79,7 @@ pub async fn refresh(
         .ok()
         .and_then(|z| Name::<Vec<u8>>::from_str(&z).ok())
         .ok_or_else(|| TransferError::Malformed(format!("'{zone}' is not a zone name")))?;
+    zonefile::remove_leftovers(file).await;
     let refresh = Refresh {
         zone,
         primary,

@@ -498,6 +498,56 @@ impl OpenTemp {
     }
 }
 
+/// Whether `name` is the name of a temporary sibling of the file `target_name`, as
+/// [`TempFile`] makes them (`.NAME.` 16 hex digits `.transfer`) or as they were once made
+/// (`.NAME.transfer`).
+fn is_temporary_of(name: &[u8], target_name: &[u8]) -> bool {
+    let Some(rest) = name
+        .strip_prefix(b".")
+        .and_then(|n| n.strip_prefix(target_name))
+        .and_then(|n| n.strip_suffix(b".transfer"))
+    else {
+        return false;
+    };
+    match rest {
+        [] => true,
+        [b'.', random @ ..] => random.len() == 16 && random.iter().all(u8::is_ascii_hexdigit),
+        _ => false,
+    }
+}
+
+/// Remove the temporary siblings of `target` that an interrupted transfer left (a crash,
+/// a kill): with fresh names, none is ever reused. Called before a zone's refresh, which
+/// runs alone for its file. Links are removed, never followed.
+pub(crate) async fn remove_leftovers(target: &Path) {
+    let target = target.to_owned();
+    let removed = tokio::task::spawn_blocking(move || {
+        use std::os::unix::ffi::OsStrExt;
+        let (Some(name), dir) = (target.file_name(), target.parent()) else {
+            return;
+        };
+        let dir = match dir {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if is_temporary_of(entry.file_name().as_bytes(), name.as_bytes()) {
+                match std::fs::remove_file(entry.path()) {
+                    Ok(()) => tracing::info!(
+                        "rpz: removed {}, left by an interrupted transfer",
+                        entry.path().display()
+                    ),
+                    Err(e) => tracing::warn!("rpz: cannot remove {}: {e}", entry.path().display()),
+                }
+            }
+        }
+    });
+    let _ = removed.await;
+}
+
 impl TempFile {
     /// Create a fresh temporary sibling of `target` in its directory.
     pub(crate) async fn create(target: &Path) -> Result<TempFile, TransferError> {
@@ -924,6 +974,51 @@ mod tests {
         assert!(blocked.join("in the way").is_dir(), "the target stays");
         assert_eq!(entries(&dir), ["blocked", "zone.rpz"]);
         assert_eq!(std::fs::read_to_string(&file).unwrap(), b);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn what_an_interrupted_transfer_left_is_removed_and_nothing_else() {
+        let dir = test_dir("leftovers");
+        let file = dir.join("zone.rpz");
+        std::fs::write(&file, "the zone").unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        for name in [
+            ".zone.rpz.0123456789abcdef.transfer",
+            ".zone.rpz.transfer",
+            ".zone.rpz.0123456789abcdeg.transfer",
+            ".zone.rpz.0123456789abcdef.tmp",
+            ".zone.rpzz.0123456789abcdef.transfer",
+            ".other.rpz.0123456789abcdef.transfer",
+        ] {
+            std::fs::write(dir.join(name), "left").unwrap();
+        }
+        std::os::unix::fs::symlink(&victim, dir.join(".zone.rpz.fedcba9876543210.transfer"))
+            .unwrap();
+        remove_leftovers(&file).await;
+        assert_eq!(
+            entries(&dir),
+            [
+                ".other.rpz.0123456789abcdef.transfer",
+                ".zone.rpz.0123456789abcdef.tmp",
+                ".zone.rpz.0123456789abcdeg.transfer",
+                ".zone.rpzz.0123456789abcdef.transfer",
+                "victim",
+                "zone.rpz"
+            ]
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "the zone");
+        // A fresh temporary file has the name the removal looks for.
+        let out = TempFile::create(&file).await.unwrap();
+        let name = out.path().file_name().unwrap().to_owned();
+        assert!(
+            is_temporary_of(name.as_encoded_bytes(), b"zone.rpz"),
+            "{name:?}"
+        );
+        remove_leftovers(&file).await;
+        assert!(!out.path().exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
