@@ -11,6 +11,11 @@ use knot_resolver::rpz::{
 use testbed::knot::{KeySetup, KnotPrimary, PrimarySetup};
 use tokio_util::sync::CancellationToken;
 
+/// Held alone by the tests that measure this process's memory or the disk a transfer
+/// writes, and shared by every other test of this file: the peak of resident memory is the
+/// whole process's (one test resets it), and nothing else may allocate while it is measured.
+static MEASURING: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// kdig's transfer of `query` ("AXFR", "IXFR=1") from `primary`, signed with its key.
 fn kdig_transfer(bed: &testbed::Bed, primary: &KnotPrimary, query: &str) -> String {
     let key = format!("hmac-sha256:xfr-key.:{}", primary.secret().expect("a key"));
@@ -22,6 +27,7 @@ fn kdig_transfer(bed: &testbed::Bed, primary: &KnotPrimary, query: &str) -> Stri
 
 #[test]
 fn the_knotd_primary_serves_its_zone_and_its_changes_as_ixfr() {
+    let _shared = MEASURING.blocking_read();
     let bed = testbed::Bed::get().expect("bed");
     let setup = PrimarySetup {
         zone: "blocklist.rpz.".into(),
@@ -44,8 +50,11 @@ fn the_knotd_primary_serves_its_zone_and_its_changes_as_ixfr() {
         !ixfr.contains("n4.blocked.zz"),
         "an IXFR, not the whole zone: {ixfr}"
     );
-    let log = primary.output().text();
-    assert!(log.contains("IXFR, outgoing"), "{log}");
+    // knotd logs the transfer once it is over, which kdig may see first.
+    primary
+        .output()
+        .wait_for("IXFR, outgoing", Duration::from_secs(5))
+        .unwrap();
 }
 
 /// A runtime for the async parts of a test (our processes use a single-threaded one).
@@ -73,6 +82,7 @@ fn key_of(primary: &KnotPrimary) -> TsigKey {
 
 #[test]
 fn axfr_then_ixfr_then_up_to_date_from_knotd() {
+    let _shared = MEASURING.blocking_read();
     let mut primary = knotd(100, None);
     let dir = tempdir("transfers");
     let file = dir.join("blocklist.rpz");
@@ -161,6 +171,7 @@ fn axfr_then_ixfr_then_up_to_date_from_knotd() {
 
 #[test]
 fn a_wrong_key_is_a_tsig_error_and_the_file_stays() {
+    let _shared = MEASURING.blocking_read();
     let mut primary = knotd(10, None);
     let dir = tempdir("wrong-key");
     let file = dir.join("blocklist.rpz");
@@ -207,6 +218,7 @@ fn a_wrong_key_is_a_tsig_error_and_the_file_stays() {
 
 #[test]
 fn a_transferred_zone_blocks_its_names_in_kresd() {
+    let _shared = MEASURING.blocking_read();
     let mut primary = knotd(100, None);
     let bed = testbed::Bed::get().expect("bed");
     let dir = bed.test_dir("rpz-kresd").expect("dir");
@@ -291,6 +303,7 @@ impl Drop for TempDir {
 
 #[test]
 fn knotd_notifies_over_tcp_signed_and_the_listener_accepts() {
+    let _shared = MEASURING.blocking_read();
     let rt = runtime();
     let bed = testbed::Bed::get().expect("bed");
     let secret = testbed::knot::base64(b"a secret shared with the primary!");
@@ -391,6 +404,7 @@ async fn from_hostile(
 
 #[tokio::test]
 async fn an_endless_transfer_is_cut_at_its_bound_and_leaves_nothing() {
+    let _shared = MEASURING.read().await;
     let dir = tempdir("endless");
     let file = dir.join("hostile.rpz");
     let records = Limits {
@@ -436,13 +450,9 @@ fn status_kb(field: &str) -> u64 {
         .expect("the field")
 }
 
-/// Held by the tests that measure this process's memory or the disk a transfer writes: the
-/// peak of resident memory is the whole process's, and one test resets it.
-static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 #[tokio::test]
 async fn an_endless_transfer_holds_a_message_in_memory_not_the_zone() {
-    let _measuring = MEASURING.lock().await;
+    let _measuring = MEASURING.write().await;
     let dir = tempdir("flood");
     let file = dir.join("hostile.rpz");
     let limits = Limits {
@@ -472,7 +482,7 @@ async fn an_endless_transfer_holds_a_message_in_memory_not_the_zone() {
 
 #[tokio::test]
 async fn an_ixfr_of_compressed_deletions_stays_within_its_memory_budget() {
-    let _measuring = MEASURING.lock().await;
+    let _measuring = MEASURING.write().await;
     let dir = tempdir("deletions");
     let file = dir.join("hostile.rpz");
     let limits = Limits::default();
@@ -556,7 +566,7 @@ fn number_after(text: &str, before: &str) -> u64 {
 
 #[tokio::test]
 async fn a_cut_axfr_of_compressed_names_writes_no_more_than_it_received_allows() {
-    let _measuring = MEASURING.lock().await;
+    let _measuring = MEASURING.write().await;
     let dir = tempdir("cut");
     let file = dir.join("hostile.rpz");
     let limits = Limits::default();
@@ -599,6 +609,7 @@ async fn a_cut_axfr_of_compressed_names_writes_no_more_than_it_received_allows()
 
 #[tokio::test]
 async fn garbage_silence_and_an_unsigned_end_are_refused() {
+    let _shared = MEASURING.read().await;
     let dir = tempdir("garbage");
     let file = dir.join("hostile.rpz");
     let limits = Limits {
@@ -637,6 +648,7 @@ async fn garbage_silence_and_an_unsigned_end_are_refused() {
 
 #[tokio::test]
 async fn a_serial_going_back_is_an_error_and_the_file_stays() {
+    let _shared = MEASURING.read().await;
     let dir = tempdir("backwards");
     let file = dir.join("hostile.rpz");
     let limits = Limits::default();
