@@ -11,6 +11,11 @@ use knot_resolver::rpz::{
 use testbed::knot::{KeySetup, KnotPrimary, PrimarySetup};
 use tokio_util::sync::CancellationToken;
 
+/// Held alone by the tests that measure this process's memory or the disk a transfer
+/// writes, and shared by every other test of this file: the peak of resident memory is the
+/// whole process's (one test resets it), and nothing else may allocate while it is measured.
+static MEASURING: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// kdig's transfer of `query` ("AXFR", "IXFR=1") from `primary`, signed with its key.
 fn kdig_transfer(bed: &testbed::Bed, primary: &KnotPrimary, query: &str) -> String {
     let key = format!("hmac-sha256:xfr-key.:{}", primary.secret().expect("a key"));
@@ -22,6 +27,7 @@ fn kdig_transfer(bed: &testbed::Bed, primary: &KnotPrimary, query: &str) -> Stri
 
 #[test]
 fn the_knotd_primary_serves_its_zone_and_its_changes_as_ixfr() {
+    let _shared = MEASURING.blocking_read();
     let bed = testbed::Bed::get().expect("bed");
     let setup = PrimarySetup {
         zone: "blocklist.rpz.".into(),
@@ -44,8 +50,11 @@ fn the_knotd_primary_serves_its_zone_and_its_changes_as_ixfr() {
         !ixfr.contains("n4.blocked.zz"),
         "an IXFR, not the whole zone: {ixfr}"
     );
-    let log = primary.output().text();
-    assert!(log.contains("IXFR, outgoing"), "{log}");
+    // knotd logs the transfer once it is over, which kdig may see first.
+    primary
+        .output()
+        .wait_for("IXFR, outgoing", Duration::from_secs(5))
+        .unwrap();
 }
 
 /// A runtime for the async parts of a test (our processes use a single-threaded one).
@@ -73,6 +82,7 @@ fn key_of(primary: &KnotPrimary) -> TsigKey {
 
 #[test]
 fn axfr_then_ixfr_then_up_to_date_from_knotd() {
+    let _shared = MEASURING.blocking_read();
     let mut primary = knotd(100, None);
     let dir = tempdir("transfers");
     let file = dir.join("blocklist.rpz");
@@ -161,6 +171,7 @@ fn axfr_then_ixfr_then_up_to_date_from_knotd() {
 
 #[test]
 fn a_wrong_key_is_a_tsig_error_and_the_file_stays() {
+    let _shared = MEASURING.blocking_read();
     let mut primary = knotd(10, None);
     let dir = tempdir("wrong-key");
     let file = dir.join("blocklist.rpz");
@@ -207,6 +218,7 @@ fn a_wrong_key_is_a_tsig_error_and_the_file_stays() {
 
 #[test]
 fn a_transferred_zone_blocks_its_names_in_kresd() {
+    let _shared = MEASURING.blocking_read();
     let mut primary = knotd(100, None);
     let bed = testbed::Bed::get().expect("bed");
     let dir = bed.test_dir("rpz-kresd").expect("dir");
@@ -291,6 +303,7 @@ impl Drop for TempDir {
 
 #[test]
 fn knotd_notifies_over_tcp_signed_and_the_listener_accepts() {
+    let _shared = MEASURING.blocking_read();
     let rt = runtime();
     let bed = testbed::Bed::get().expect("bed");
     let secret = testbed::knot::base64(b"a secret shared with the primary!");
@@ -391,6 +404,7 @@ async fn from_hostile(
 
 #[tokio::test]
 async fn an_endless_transfer_is_cut_at_its_bound_and_leaves_nothing() {
+    let _shared = MEASURING.read().await;
     let dir = tempdir("endless");
     let file = dir.join("hostile.rpz");
     let records = Limits {
@@ -438,6 +452,7 @@ fn status_kb(field: &str) -> u64 {
 
 #[tokio::test]
 async fn an_endless_transfer_holds_a_message_in_memory_not_the_zone() {
+    let _measuring = MEASURING.write().await;
     let dir = tempdir("flood");
     let file = dir.join("hostile.rpz");
     let limits = Limits {
@@ -466,7 +481,135 @@ async fn an_endless_transfer_holds_a_message_in_memory_not_the_zone() {
 }
 
 #[tokio::test]
+async fn an_ixfr_of_compressed_deletions_stays_within_its_memory_budget() {
+    let _measuring = MEASURING.write().await;
+    let dir = tempdir("deletions");
+    let file = dir.join("hostile.rpz");
+    let limits = Limits::default();
+    from_hostile(hostile::Behaviour::Serving { soa: 1 }, &file, &limits)
+        .await
+        .expect("the first transfer");
+    // The peak of resident memory starts again from here (Linux: "5" to clear_refs).
+    std::fs::write("/proc/self/clear_refs", "5").expect("the peak resets");
+    let before = status_kb("VmRSS:");
+    // 200,000 deletions of 249-octet names, 22 bytes each on the wire (4.4 MB): as keys
+    // they would need about 100 MB, more than the budget allows.
+    let deletions = hostile::Behaviour::IxfrDeletions {
+        soa: 2,
+        deletions: 200_000,
+    };
+    let report = from_hostile(deletions, &file, &limits)
+        .await
+        .expect("the zone, transferred whole");
+    let grown = status_kb("VmHWM:").saturating_sub(before);
+    eprintln!(
+        "an IXFR of 200,000 compressed deletions: {} bytes received, the peak of resident \
+         memory grew by {grown} kB (budget {} kB)",
+        report.bytes,
+        limits.max_ixfr_memory / 1024
+    );
+    assert_eq!((report.kind, report.serial), (TransferKind::Axfr, 2));
+    assert!(
+        grown * 1024 < limits.max_ixfr_memory,
+        "the peak grew by {grown} kB"
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\nn2.hostile.rpz. 60 IN CNAME .\n"), "{text}");
+    assert_eq!(text.lines().count(), 5, "header, SOA, 3 entries: {text}");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        1,
+        "no temporary file"
+    );
+}
+
+/// The largest size any file in a directory had, sampled by a thread until it is asked.
+struct LargestFile {
+    /// Set to stop sampling.
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The sampler; it returns the largest size it saw.
+    sampler: std::thread::JoinHandle<u64>,
+}
+
+impl LargestFile {
+    fn watch(dir: &std::path::Path) -> LargestFile {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = std::thread::spawn({
+            let (dir, stop) = (dir.to_owned(), stop.clone());
+            move || {
+                let mut largest = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for entry in std::fs::read_dir(&dir).expect("the directory").flatten() {
+                        let size = entry.metadata().map_or(0, |m| m.len());
+                        largest = largest.max(size);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                largest
+            }
+        });
+        LargestFile { stop, sampler }
+    }
+
+    fn largest(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.sampler.join().expect("the sampler")
+    }
+}
+
+/// The number after `before` in `text`.
+fn number_after(text: &str, before: &str) -> u64 {
+    let rest = &text[text.find(before).expect(before) + before.len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().expect("a number")
+}
+
+#[tokio::test]
+async fn a_cut_axfr_of_compressed_names_writes_no_more_than_it_received_allows() {
+    let _measuring = MEASURING.write().await;
+    let dir = tempdir("cut");
+    let file = dir.join("hostile.rpz");
+    let limits = Limits::default();
+    let (key, primary_key) = hostile_key();
+    // 100,000 records of 22 bytes on the wire, about 1,850 characters each as text.
+    let cut = hostile::Behaviour::CutCompressed {
+        soa: 1,
+        records: 100_000,
+    };
+    let (addr, sent) = hostile::start_counting(cut, Some(primary_key)).await;
+    let largest = LargestFile::watch(&dir);
+    let error = rpz::refresh(hostile::ZONE, &Primary { addr }, Some(&key), &file, &limits)
+        .await
+        .unwrap_err();
+    let written = largest.largest();
+    let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+    let text = error.to_string();
+    eprintln!(
+        "a cut AXFR of 100,000 compressed records: the primary sent {sent} bytes, the \
+         temporary file reached {written} bytes; {text}"
+    );
+    assert_eq!(error.reason(), "too-large", "{error}");
+    let received = number_after(&text, " bytes from ");
+    assert!(received <= sent, "{text}");
+    assert!(
+        text.ends_with(&format!(
+            "bytes received (at most {} times as much, plus {} bytes)",
+            limits.max_text_ratio, limits.text_margin
+        )),
+        "{text}"
+    );
+    let bound = limits.max_text_ratio * received + limits.text_margin;
+    assert!(written <= bound, "{written} bytes written, {bound} allowed");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "no file, no temporary file"
+    );
+}
+
+#[tokio::test]
 async fn garbage_silence_and_an_unsigned_end_are_refused() {
+    let _shared = MEASURING.read().await;
     let dir = tempdir("garbage");
     let file = dir.join("hostile.rpz");
     let limits = Limits {
@@ -505,6 +648,7 @@ async fn garbage_silence_and_an_unsigned_end_are_refused() {
 
 #[tokio::test]
 async fn a_serial_going_back_is_an_error_and_the_file_stays() {
+    let _shared = MEASURING.read().await;
     let dir = tempdir("backwards");
     let file = dir.join("hostile.rpz");
     let limits = Limits::default();
@@ -545,7 +689,10 @@ mod hostile {
     use std::str::FromStr;
     use std::sync::Arc;
 
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use domain::base::iana::Rtype;
+    use domain::base::message_builder::TreeCompressor;
     use domain::base::{Message, MessageBuilder, Name, Serial, Ttl};
     use domain::rdata::tsig::Time48;
     use domain::rdata::{Cname, Soa, Txt};
@@ -572,21 +719,43 @@ mod hostile {
         Condensed { soa: u32 },
         /// A whole zone whose last message is not signed.
         UnsignedLast { soa: u32 },
+        /// Its SOA says `soa`; its IXFR deletes `deletions` records of the longest names
+        /// (that need not exist) in one change, every name compressed to a few bytes; its
+        /// AXFR is a whole zone at `soa`.
+        IxfrDeletions { soa: u32, deletions: u32 },
+        /// Its SOA says `soa`; its AXFR brings `records` records of the longest names, every
+        /// name compressed to a few bytes, and stops before the closing SOA.
+        CutCompressed { soa: u32, records: u32 },
     }
 
     /// Start a primary behaving so; its address. It stops with the test's runtime.
     pub async fn start(behaviour: Behaviour, key: Option<Arc<tsig::Key>>) -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
-        let addr = listener.local_addr().expect("its address");
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve(stream, behaviour, key.clone()));
-            }
-        });
-        addr
+        start_counting(behaviour, key).await.0
     }
 
-    async fn serve(mut stream: TcpStream, behaviour: Behaviour, key: Option<Arc<tsig::Key>>) {
+    /// As [`start`], with the count of the bytes it has sent.
+    pub async fn start_counting(
+        behaviour: Behaviour,
+        key: Option<Arc<tsig::Key>>,
+    ) -> (SocketAddr, Arc<AtomicU64>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let addr = listener.local_addr().expect("its address");
+        let sent = Arc::new(AtomicU64::new(0));
+        let counted = sent.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(serve(stream, behaviour, key.clone(), counted.clone()));
+            }
+        });
+        (addr, sent)
+    }
+
+    async fn serve(
+        mut stream: TcpStream,
+        behaviour: Behaviour,
+        key: Option<Arc<tsig::Key>>,
+        sent: Arc<AtomicU64>,
+    ) {
         let Ok(len) = stream.read_u16().await else {
             return;
         };
@@ -614,6 +783,7 @@ mod hostile {
                 soa
             }
             Behaviour::UnsignedLast { soa } | Behaviour::Condensed { soa } => soa,
+            Behaviour::IxfrDeletions { soa, .. } | Behaviour::CutCompressed { soa, .. } => soa,
         };
         let zone = Name::<Vec<u8>>::from_str(ZONE).expect("a name");
         let soa = (
@@ -629,6 +799,32 @@ mod hostile {
                 Ttl::from_secs(60),
             ),
         );
+        // Generated as they are sent: the primary holds one message, not the answer.
+        let compressed: Option<(Box<dyn Iterator<Item = Item> + Send>, usize)> =
+            match (behaviour, qtype) {
+                (Behaviour::IxfrDeletions { deletions, .. }, Rtype::IXFR) => Some((
+                    Box::new(
+                        [Item::Soa(serial), Item::Soa(serial - 1)]
+                            .into_iter()
+                            .chain((0..deletions).map(Item::Entry))
+                            .chain([Item::Soa(serial), Item::Soa(serial)]),
+                    ),
+                    usize::MAX,
+                )),
+                // Messages of 100 records: the first few fit the text's margin, and are
+                // written before the bound is reached.
+                (Behaviour::CutCompressed { records, .. }, Rtype::AXFR) => Some((
+                    Box::new(
+                        std::iter::once(Item::Soa(serial)).chain((0..records).map(Item::Entry)),
+                    ),
+                    100,
+                )),
+                _ => None,
+            };
+        if let Some((items, per_message)) = compressed {
+            let signer = signer.as_mut();
+            return send_compressed(&mut stream, &query, signer, items, per_message, &sent).await;
+        }
         let entry = |i: u64| {
             let owner = Name::<Vec<u8>>::from_str(&format!("n{i}.{ZONE}")).expect("a name");
             (owner, Ttl::from_secs(60), Cname::new(Name::root_vec()))
@@ -678,15 +874,108 @@ mod hostile {
                 signer.answer(&mut additional, Time48::now()).expect("room");
             }
             let message = additional.finish();
-            let mut framed = u16::try_from(message.len())
-                .expect("small")
-                .to_be_bytes()
-                .to_vec();
-            framed.extend_from_slice(&message);
-            if stream.write_all(&framed).await.is_err() || done {
+            if send(&mut stream, &message, &sent).await.is_err() || done {
                 return;
             }
             first = false;
+        }
+    }
+
+    /// Send `message` with its length prefix, counted in `sent`.
+    async fn send(stream: &mut TcpStream, message: &[u8], sent: &AtomicU64) -> std::io::Result<()> {
+        let mut framed = u16::try_from(message.len())
+            .expect("small")
+            .to_be_bytes()
+            .to_vec();
+        framed.extend_from_slice(message);
+        stream.write_all(&framed).await?;
+        sent.fetch_add(framed.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A record of a compressed answer.
+    #[derive(Clone, Copy)]
+    enum Item {
+        /// The zone's SOA at this serial.
+        Soa(u32),
+        /// The entry `n{i}` under [`long_name`], a CNAME to that name.
+        Entry(u32),
+    }
+
+    /// A name of 249 octets in the zone, `first` its first label: four labels of 56
+    /// octets of byte 1, which a zone file writes escaped (`\001`), 4 characters each.
+    fn long_name(first: Option<&str>) -> Name<Vec<u8>> {
+        let mut wire = Vec::new();
+        if let Some(first) = first {
+            wire.push(u8::try_from(first.len()).expect("a label"));
+            wire.extend_from_slice(first.as_bytes());
+        }
+        for _ in 0..4 {
+            wire.push(56);
+            wire.extend_from_slice(&[1; 56]);
+        }
+        for label in ["hostile", "rpz", ""] {
+            wire.push(u8::try_from(label.len()).expect("a label"));
+            wire.extend_from_slice(label.as_bytes());
+        }
+        Name::from_octets(wire).expect("a name")
+    }
+
+    /// Send `items` in messages of about 16 KB or `per_message` records, every name
+    /// compressed (an entry is 22 bytes on the wire, about 1,850 characters as a line),
+    /// each message signed.
+    async fn send_compressed(
+        stream: &mut TcpStream,
+        query: &Message<Vec<u8>>,
+        mut signer: Option<&mut tsig::ServerSequence<Arc<tsig::Key>>>,
+        items: Box<dyn Iterator<Item = Item> + Send>,
+        per_message: usize,
+        sent: &AtomicU64,
+    ) {
+        let zone = Name::<Vec<u8>>::from_str(ZONE).expect("a name");
+        let target = long_name(None);
+        let mut items = items.peekable();
+        while items.peek().is_some() {
+            let builder =
+                MessageBuilder::from_target(TreeCompressor::new(Vec::new())).expect("room");
+            let mut answer = builder
+                .start_answer(query, domain::base::iana::Rcode::NOERROR)
+                .expect("an answer");
+            // Compression pointers reach the first 16 KiB of a message only.
+            let mut records = 0;
+            while answer.as_slice().len() < 16_000 && records < per_message {
+                let Some(item) = items.next() else { break };
+                records += 1;
+                match item {
+                    Item::Soa(serial) => {
+                        let soa = Soa::new(
+                            zone.clone(),
+                            zone.clone(),
+                            Serial(serial),
+                            Ttl::from_secs(300),
+                            Ttl::from_secs(60),
+                            Ttl::from_secs(3600),
+                            Ttl::from_secs(60),
+                        );
+                        answer.push((&zone, Ttl::from_secs(60), soa)).expect("room");
+                    }
+                    Item::Entry(i) => {
+                        let owner = long_name(Some(&format!("n{i}")));
+                        let cname = Cname::new(target.clone());
+                        answer
+                            .push((owner, Ttl::from_secs(60), cname))
+                            .expect("room");
+                    }
+                }
+            }
+            let mut additional = answer.additional();
+            if let Some(signer) = signer.as_mut() {
+                signer.answer(&mut additional, Time48::now()).expect("room");
+            }
+            let message = additional.finish().into_target();
+            if send(stream, &message, sent).await.is_err() {
+                return;
+            }
         }
     }
 }

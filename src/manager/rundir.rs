@@ -70,12 +70,43 @@ pub fn random_hex(n: usize) -> std::io::Result<String> {
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// A fresh name for a temporary sibling of the file `name`: `.NAME.RANDOM.TAG`, which
+/// nobody can plant a link at in advance.
+pub fn fresh_sibling_name(
+    name: &std::ffi::OsStr,
+    tag: &str,
+) -> std::io::Result<std::ffi::OsString> {
+    let suffix = random_hex(8)?;
+    let mut fresh = std::ffi::OsString::from(".");
+    fresh.push(name);
+    fresh.push(format!(".{suffix}.{tag}"));
+    Ok(fresh)
+}
+
+/// Create the file `name` in `dir` for writing: exclusively (nothing already there, a link
+/// included, is opened, followed or truncated) and close-on-exec. `mode` is narrowed by the
+/// umask.
+pub fn create_exclusive(
+    dir: &std::os::fd::OwnedFd,
+    name: &std::ffi::OsStr,
+    mode: u32,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    Ok(openat(
+        dir,
+        name,
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(mode),
+    )?)
+}
+
 /// Write `path` whole and atomically, safe against links planted in its directory (the
 /// workers' user may write there): a fresh temporary name is created exclusively without
 /// following links, relative to the directory opened without following a link either, then
 /// renamed over `path`. Mode 0640, group `group` (the workers') when given.
 pub fn write_file_as(path: &Path, text: &str, group: Option<u32>) -> std::io::Result<()> {
-    use nix::fcntl::{open, openat, renameat, OFlag};
+    use nix::fcntl::{open, renameat, OFlag};
     use nix::sys::stat::Mode;
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(std::io::Error::other("not a file path"));
@@ -85,16 +116,8 @@ pub fn write_file_as(path: &Path, text: &str, group: Option<u32>) -> std::io::Re
         OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
         Mode::empty(),
     )?;
-    let suffix = random_hex(8)?;
-    let mut tmp = std::ffi::OsString::from(".");
-    tmp.push(name);
-    tmp.push(format!(".{suffix}.tmp"));
-    let fd = openat(
-        &dir,
-        tmp.as_os_str(),
-        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(GENERATED_MODE),
-    )?;
+    let tmp = fresh_sibling_name(name, "tmp")?;
+    let fd = create_exclusive(&dir, &tmp, GENERATED_MODE)?;
     let written = (|| -> std::io::Result<()> {
         if let Some(gid) = group {
             nix::unistd::fchown(&fd, None, Some(nix::unistd::Gid::from_raw(gid)))?;

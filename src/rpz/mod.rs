@@ -9,11 +9,13 @@
 //!
 //! Invariants: memory is bounded by an IXFR's diff, never by the zone's size (an AXFR goes
 //! record by record to a temporary file; an IXFR is applied while copying the stored file
-//! line by line); every bound of [`Limits`] is enforced; a stored file is only ever replaced
-//! whole (temporary file in its directory, fsync, rename), and never on an error; every line
-//! stored is in the form kresd's zone reader takes (`presentation`), and one with an escape
-//! is read back as the record it was written from before it is stored, else the transfer
-//! fails.
+//! line by line), and the diff by [`Limits::max_ixfr_memory`] (past it, an AXFR instead);
+//! what a transfer writes is bounded by what it received ([`Limits::max_text_ratio`]),
+//! however the primary compresses; every bound of [`Limits`] is enforced; a stored file is
+//! only ever replaced whole (a fresh temporary file in its directory, created exclusively,
+//! fsync, rename), and never on an error; every line stored is in the form kresd's zone
+//! reader takes (`presentation`), and one with an escape is read back as the record it was
+//! written from before it is stored, else the transfer fails.
 
 mod key;
 mod notify;
@@ -91,6 +93,16 @@ pub struct Limits {
     pub max_duration: Duration,
     /// The longest wait for the next message (or connection) of a transfer.
     pub idle: Duration,
+    /// The most heap an IXFR's changes may hold (with the transfer's buffers); an IXFR
+    /// that needs more is left for an AXFR, which streams to disk.
+    pub max_ixfr_memory: u64,
+    /// How many times the bytes received a transfer's text (the lines it writes or adds)
+    /// may grow to, plus [`Limits::text_margin`]: a zone's text is a few times its
+    /// compressed wire form, so a transfer that outgrows this is hostile and refused.
+    pub max_text_ratio: u64,
+    /// The text a transfer may write beyond [`Limits::max_text_ratio`] times what it
+    /// received (the header and the SOA of a zone whose first message is small).
+    pub text_margin: u64,
 }
 
 impl Default for Limits {
@@ -101,6 +113,9 @@ impl Default for Limits {
             max_records: 20_000_000,
             max_duration: Duration::from_secs(30 * 60),
             idle: Duration::from_secs(30),
+            max_ixfr_memory: 64 << 20,
+            max_text_ratio: 16,
+            text_margin: 1 << 20,
         }
     }
 }

@@ -158,6 +158,9 @@ fn zone_of(rpz: &RpzSchema) -> Option<Result<Zone, ZoneError>> {
         if let Some(timeout) = &transfer.timeout {
             limits.max_duration = Duration::from_micros(timeout.micros());
         }
+        if let Some(memory) = &transfer.max_ixfr_memory {
+            limits.max_ixfr_memory = memory.bytes();
+        }
         Ok(Zone {
             name,
             file: rpz.file.clone(),
@@ -890,6 +893,7 @@ mod tests {
         let cfg = config(serde_json::json!({
             "zone": "Block.RPZ", "primaries": ["192.0.2.53", "2001:db8::53@5353"],
             "notify-listen": "127.0.0.1@5354", "max-size": "1M", "timeout": "2m",
+            "max-ixfr-memory": "16M",
         }));
         let zones = zones(&cfg);
         assert_eq!(zones.len(), 1, "only the entry with transfer");
@@ -907,6 +911,7 @@ mod tests {
         assert_eq!(zone.limits.max_bytes, 1 << 20);
         assert_eq!(zone.limits.max_duration, Duration::from_secs(120));
         assert_eq!(zone.limits.max_records, Limits::default().max_records);
+        assert_eq!(zone.limits.max_ixfr_memory, 16 << 20);
         assert_eq!(zone.first_deadline, Duration::from_secs(30));
         assert!(zone.key.is_none());
     }

@@ -12,8 +12,14 @@ use domain::base::{Name, Record};
 use domain::rdata::ZoneRecordData;
 
 use super::presentation::{self, Unstorable};
-use super::zonefile::{self, Diff};
-use super::{serial_order, SerialOrder, SoaTimers, TransferError};
+use super::zonefile::{self, Diff, OverBudget};
+use super::{serial_order, Limits, SerialOrder, SoaTimers, TransferError};
+
+/// What an IXFR holds besides its diff, within [`Limits::max_ixfr_memory`]: the
+/// connection's buffer and one message (64 KiB each), the records parsed from it, the
+/// reader and writer of the files the diff is applied with (256 KiB each), and the
+/// allocator's slack around them.
+const IXFR_BUFFERS: u64 = 4 << 20;
 
 /// What was asked of the primary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +56,12 @@ pub(crate) enum Received {
     Full(Version),
     /// Changes to apply to the stored file.
     Incremental(Version, Diff),
+    /// An IXFR whose changes outgrew the memory they may hold: the rest of the answer was
+    /// not taken, and the zone is to be transferred whole.
+    OverBudget {
+        /// The memory the changes may hold, in bytes.
+        budget: u64,
+    },
 }
 
 /// Where in an answer the transfer is.
@@ -79,6 +91,11 @@ enum State {
     },
     /// The closing SOA was received.
     Done(Received),
+    /// An IXFR's changes outgrew their budget: nothing more is taken.
+    OverBudget {
+        /// The memory the changes may hold, in bytes.
+        budget: u64,
+    },
     /// A previous record was refused; nothing more is taken.
     Failed,
 }
@@ -94,8 +111,12 @@ pub(crate) struct Transfer {
     state: State,
     /// Records received so far.
     records: u64,
-    /// The most records taken.
-    max_records: u64,
+    /// Bytes of the answer's messages received so far.
+    received: u64,
+    /// Bytes of text the answer made so far: a whole zone's lines, an IXFR's added lines.
+    text: u64,
+    /// The bounds of records, text and memory.
+    limits: Limits,
     /// Lines of a whole zone not yet written out (header and SOA first).
     lines: Vec<u8>,
 }
@@ -104,15 +125,22 @@ pub(crate) struct Transfer {
 type Data<O, N> = ZoneRecordData<O, N>;
 
 impl Transfer {
-    pub(crate) fn new(zone: Name<Vec<u8>>, asked: Asked, max_records: u64) -> Transfer {
+    pub(crate) fn new(zone: Name<Vec<u8>>, asked: Asked, limits: &Limits) -> Transfer {
         Transfer {
             zone,
             asked,
             state: State::Start,
             records: 0,
-            max_records,
+            received: 0,
+            text: 0,
+            limits: limits.clone(),
             lines: Vec::new(),
         }
+    }
+
+    /// A message of `bytes` bytes arrived (its records follow): the text may grow with it.
+    pub(crate) fn received(&mut self, bytes: usize) {
+        self.received = self.received.saturating_add(bytes as u64);
     }
 
     /// Records received so far.
@@ -120,9 +148,10 @@ impl Transfer {
         self.records
     }
 
-    /// Whether the closing SOA was received.
+    /// Whether nothing more of the answer is wanted: the closing SOA was received, or an
+    /// IXFR's changes outgrew their budget.
     pub(crate) fn is_done(&self) -> bool {
-        matches!(self.state, State::Done(_))
+        matches!(self.state, State::Done(_) | State::OverBudget { .. })
     }
 
     /// Whether an IXFR's answer is the new SOA alone so far: at the end of the first
@@ -142,6 +171,7 @@ impl Transfer {
     pub(crate) fn finish(self) -> Result<Received, TransferError> {
         match self.state {
             State::Done(received) => Ok(received),
+            State::OverBudget { budget } => Ok(Received::OverBudget { budget }),
             _ => Err(TransferError::Malformed(
                 "the transfer ended before its closing SOA".to_owned(),
             )),
@@ -158,11 +188,14 @@ impl Transfer {
         O: AsRef<[u8]>,
         M: ToName,
     {
+        if let State::OverBudget { .. } = self.state {
+            return Ok(());
+        }
         self.records += 1;
-        if self.records > self.max_records {
+        if self.records > self.limits.max_records {
             return Err(TransferError::TooLarge(format!(
                 "more than {} records",
-                self.max_records
+                self.limits.max_records
             )));
         }
         let taken = self.take(record)?;
@@ -245,17 +278,21 @@ impl Transfer {
         };
         Ok(match (state, line, key) {
             (State::Opened(new), Some(line), _) => {
-                self.open_file(&new);
+                self.open_file(&new)?;
+                self.count_text(line.len())?;
                 self.lines.extend_from_slice(line.as_bytes());
                 State::Full(new)
             }
             (State::Full(new), Some(line), _) => {
+                self.count_text(line.len())?;
                 self.lines.extend_from_slice(line.as_bytes());
                 State::Full(new)
             }
             (State::Deleting { new, mut diff }, _, Some((key, owner))) => {
-                diff.delete(key, owner);
-                State::Deleting { new, diff }
+                match diff.delete(&key, &owner) {
+                    Ok(()) => State::Deleting { new, diff },
+                    Err(OverBudget) => self.over_budget(),
+                }
             }
             (
                 State::Adding {
@@ -266,8 +303,11 @@ impl Transfer {
                 Some(line),
                 Some((key, owner)),
             ) => {
-                diff.add(key, owner, line);
-                State::Adding { new, diff, current }
+                self.count_text(line.len())?;
+                match diff.add(&key, &owner, &line) {
+                    Ok(()) => State::Adding { new, diff, current },
+                    Err(OverBudget) => self.over_budget(),
+                }
             }
             _ => {
                 return Err(TransferError::Malformed(
@@ -285,11 +325,11 @@ impl Transfer {
                 Asked::Ixfr { stored } if soa.serial == stored && soa.serial != new.serial => {
                     State::Deleting {
                         new,
-                        diff: Diff::default(),
+                        diff: Diff::new(self.diff_budget()),
                     }
                 }
                 _ => {
-                    self.open_file(&new);
+                    self.open_file(&new)?;
                     close_full(new, soa)?
                 }
             },
@@ -311,12 +351,45 @@ impl Transfer {
                     )));
                 }
             }
-            State::Done(_) | State::Failed => {
+            State::Done(_) | State::OverBudget { .. } | State::Failed => {
                 return Err(TransferError::Malformed(
                     "records follow the transfer's closing SOA".to_owned(),
                 ))
             }
         })
+    }
+
+    /// The heap an IXFR's diff may hold: the budget less the transfer's buffers.
+    fn diff_budget(&self) -> u64 {
+        self.limits.max_ixfr_memory.saturating_sub(IXFR_BUFFERS)
+    }
+
+    /// The state once the diff outgrew its budget (the diff is freed).
+    fn over_budget(&self) -> State {
+        State::OverBudget {
+            budget: self.limits.max_ixfr_memory,
+        }
+    }
+
+    /// Count `bytes` more of text made from the answer: a zone's text is a few times its
+    /// compressed wire form, so text that outgrows the bytes received by far is refused
+    /// before it is written or held.
+    fn count_text(&mut self, bytes: usize) -> Result<(), TransferError> {
+        self.text = self.text.saturating_add(bytes as u64);
+        let Limits {
+            max_text_ratio: ratio,
+            text_margin: margin,
+            ..
+        } = self.limits;
+        let allowed = ratio.saturating_mul(self.received).saturating_add(margin);
+        if self.text > allowed {
+            return Err(TransferError::TooLarge(format!(
+                "its text would reach {} bytes from {} bytes received (at most {ratio} times \
+                 as much, plus {margin} bytes)",
+                self.text, self.received
+            )));
+        }
+        Ok(())
     }
 
     /// The state after the answer's first SOA, `new`.
@@ -337,10 +410,12 @@ impl Transfer {
     }
 
     /// Start the lines of a whole zone at `new`: the header, then the SOA.
-    fn open_file(&mut self, new: &Version) {
-        self.lines
-            .extend_from_slice(zonefile::header(&new.soa_line).as_bytes());
+    fn open_file(&mut self, new: &Version) -> Result<(), TransferError> {
+        let header = zonefile::header(&new.soa_line);
+        self.count_text(header.len() + new.soa_line.len())?;
+        self.lines.extend_from_slice(header.as_bytes());
         self.lines.extend_from_slice(new.soa_line.as_bytes());
+        Ok(())
     }
 }
 
@@ -394,7 +469,11 @@ mod tests {
     /// Feed `lines` to a transfer of `asked` (at most 5 records); its result.
     fn run(asked: Asked, lines: &[String]) -> (Result<Received, TransferError>, Vec<u8>) {
         let zone = Name::<Vec<u8>>::from_str("feed.rpz.").unwrap();
-        let mut transfer = Transfer::new(zone, asked, 12);
+        let limits = Limits {
+            max_records: 12,
+            ..Limits::default()
+        };
+        let mut transfer = Transfer::new(zone, asked, &limits);
         for line in lines {
             let record = presentation::parse_line(line).unwrap();
             if let Err(e) = transfer.on_record(&record) {
@@ -462,7 +541,7 @@ mod tests {
         };
         assert_eq!(version.serial, 3);
         assert_eq!(diff.deleted_count(), 1);
-        assert_eq!(diff.added_lines(), [format!("{}\n", entry("d"))]);
+        assert_eq!(diff.sorted_added_lines(), [format!("{}\n", entry("d"))]);
         assert!(lines.is_empty(), "no lines of a whole zone");
         // The whole zone in answer to an IXFR (RFC 1995 §4).
         let (result, lines) = run(ixfr, &[soa(2), entry("a"), soa(2)]);
@@ -518,5 +597,105 @@ mod tests {
         let ixfr = [soa(8), soa(7), soa(8), empty_spf, soa(8)];
         let (result, _) = run(Asked::Ixfr { stored: 7 }, &ixfr);
         assert_eq!(reason(result), "unstorable");
+    }
+
+    /// A transfer of `asked` within `limits`, told that `received` bytes came with the
+    /// answer, fed `lines`: the first error, or the transfer.
+    fn feed(
+        asked: Asked,
+        limits: &Limits,
+        received: usize,
+        lines: &[String],
+    ) -> Result<Transfer, TransferError> {
+        let zone = Name::<Vec<u8>>::from_str("feed.rpz.").unwrap();
+        let mut transfer = Transfer::new(zone, asked, limits);
+        transfer.received(received);
+        for line in lines {
+            let record = presentation::parse_line(line).unwrap();
+            transfer.on_record(&record)?;
+        }
+        Ok(transfer)
+    }
+
+    #[test]
+    fn text_grows_with_what_is_received_and_no_further() {
+        let limits = Limits {
+            max_text_ratio: 2,
+            text_margin: 300,
+            ..Limits::default()
+        };
+        // The header, the SOA, then entries: at most 2 * 100 + 300 bytes of text.
+        let zone: Vec<String> = std::iter::once(soa(7))
+            .chain((0..20).map(|i| entry(&format!("n{i:02}"))))
+            .collect();
+        let text = |lines: &[String]| {
+            zonefile::header(&soa(7)).len() + lines.iter().map(|l| l.len() + 1).sum::<usize>()
+        };
+        let fits = (0..zone.len()).rfind(|n| text(&zone[..*n]) <= 500).unwrap();
+        assert!(feed(Asked::Axfr, &limits, 100, &zone[..fits]).is_ok());
+        let error = match feed(Asked::Axfr, &limits, 100, &zone[..fits + 1]) {
+            Ok(_) => panic!("the text outgrew what was received"),
+            Err(error) => error,
+        };
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "the transfer is too large: its text would reach {} bytes from 100 bytes \
+                 received (at most 2 times as much, plus 300 bytes)",
+                text(&zone[..fits + 1])
+            )
+        );
+        // More received, more text: the whole zone fits.
+        assert!(feed(Asked::Axfr, &limits, 1000, &zone).is_ok());
+        // An IXFR's additions are text too; its deletions are not.
+        let deletions: Vec<String> = [soa(8), soa(7)]
+            .into_iter()
+            .chain((0..20).map(|i| entry(&format!("n{i:02}"))))
+            .chain([soa(8)])
+            .collect();
+        let ixfr = Asked::Ixfr { stored: 7 };
+        assert!(feed(ixfr, &limits, 0, &deletions).is_ok());
+        let additions: Vec<String> = deletions
+            .iter()
+            .cloned()
+            .chain(zone[1..].iter().cloned())
+            .collect();
+        let error = feed(ixfr, &limits, 0, &additions).err().unwrap();
+        assert_eq!(error.reason(), "too-large", "{error}");
+    }
+
+    #[test]
+    fn changes_past_their_memory_are_left_for_the_whole_zone() {
+        // Room for the first chunk of the diff's records, not for a second one.
+        let limits = Limits {
+            max_ixfr_memory: IXFR_BUFFERS + 300 * 1024,
+            max_records: 100_000,
+            ..Limits::default()
+        };
+        let long = vec!["x".repeat(60); 3].join(".");
+        let changes: Vec<String> = [soa(8), soa(7)]
+            .into_iter()
+            .chain((0..2000).map(|i| entry(&format!("n{i}.{long}"))))
+            .chain([soa(8), soa(8)])
+            .collect();
+        let ixfr = Asked::Ixfr { stored: 7 };
+        let transfer = feed(ixfr, &limits, 0, &changes).unwrap();
+        assert!(transfer.is_done(), "nothing more is taken");
+        let records = transfer.records();
+        assert!(records > 100 && records < 2000, "{records} records taken");
+        assert!(matches!(
+            transfer.finish().unwrap(),
+            Received::OverBudget { budget } if budget == limits.max_ixfr_memory
+        ));
+        // Within the budget, the same changes are a diff.
+        let roomy = Limits {
+            max_ixfr_memory: IXFR_BUFFERS + (4 << 20),
+            ..limits
+        };
+        let transfer = feed(ixfr, &roomy, 0, &changes).unwrap();
+        let Received::Incremental(_, diff) = transfer.finish().unwrap() else {
+            panic!("not incremental")
+        };
+        assert_eq!(diff.deleted_count(), 2000);
     }
 }

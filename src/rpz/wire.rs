@@ -39,9 +39,9 @@ impl Budget {
         self.bytes
     }
 
-    /// The most records a transfer may bring.
-    pub(crate) fn max_records(&self) -> u64 {
-        self.limits.max_records
+    /// The bounds.
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// Run `io` (`what`, for the error) within the idle bound and the deadline.

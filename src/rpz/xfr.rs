@@ -40,6 +40,15 @@ struct Refresh<'a> {
     stored: Option<StoredSoa>,
 }
 
+/// What an answer to a transfer query came to.
+enum Outcome {
+    /// The zone was brought up to date.
+    Done(Done),
+    /// An IXFR cannot bring it (the primary offers none, or the changes need more memory
+    /// than they may hold): the zone is to be transferred whole; why, for the log.
+    WholeZoneNeeded(String),
+}
+
 /// What a transfer did.
 struct Done {
     /// Its kind.
@@ -54,10 +63,11 @@ struct Done {
 
 /// Bring `file` up to date from `primary`: SOA query first (UpToDate when not newer; a
 /// serial going back is an error), IXFR from the stored serial (RFC 1995), AXFR when there
-/// is no stored file or the primary offers no IXFR. The result is written atomically
-/// (temporary file in the same directory, fsync, rename). Streaming: memory is bounded by
-/// the IXFR diff, never by the zone's size. Every bound of `limits` is enforced; on any
-/// error the stored file is untouched.
+/// is no stored file, the primary offers no IXFR, or the IXFR's changes need more memory
+/// than `limits` gives them. The result is written atomically (a fresh temporary file in
+/// the same directory, fsync, rename). Streaming: memory is bounded by the IXFR diff, never
+/// by the zone's size; the text written by what was received. Every bound of `limits` is
+/// enforced; on any error the stored file is untouched and the temporary file removed.
 pub async fn refresh(
     zone: &str,
     primary: &Primary,
@@ -93,6 +103,7 @@ async fn refresh_as(
         .ok()
         .and_then(|z| Name::<Vec<u8>>::from_str(&z).ok())
         .ok_or_else(|| TransferError::Malformed(format!("'{zone}' is not a zone name")))?;
+    zonefile::remove_leftovers(file).await;
     let refresh = Refresh {
         zone,
         primary,
@@ -144,11 +155,10 @@ impl Refresh<'_> {
                 stored: stored.serial,
             };
             match self.transfer(asked, budget).await {
-                Ok(Some(done)) => return Ok(done),
-                Ok(None) => tracing::info!(
-                    "rpz: IXFR of {} answered with its SOA alone, AXFR instead",
-                    self.zone_text()
-                ),
+                Ok(Outcome::Done(done)) => return Ok(done),
+                Ok(Outcome::WholeZoneNeeded(why)) => {
+                    tracing::info!("rpz: IXFR of {} {why}, AXFR instead", self.zone_text())
+                }
                 Err(e @ (TransferError::Refused { .. } | TransferError::Diverged(_))) => {
                     tracing::info!(
                         "rpz: IXFR of {} not taken ({e}), AXFR instead",
@@ -163,10 +173,12 @@ impl Refresh<'_> {
 
     /// The whole zone (an AXFR's answer is never taken for a condensed one).
     async fn axfr(&self, budget: &mut Budget) -> Result<Done, TransferError> {
-        let done = self.transfer(Asked::Axfr, budget).await?;
-        done.ok_or_else(|| {
-            TransferError::Malformed("an AXFR answered with its SOA alone".to_owned())
-        })
+        match self.transfer(Asked::Axfr, budget).await? {
+            Outcome::Done(done) => Ok(done),
+            Outcome::WholeZoneNeeded(why) => {
+                Err(TransferError::Malformed(format!("an AXFR {why}")))
+            }
+        }
     }
 
     fn zone_text(&self) -> String {
@@ -200,27 +212,26 @@ impl Refresh<'_> {
         ))
     }
 
-    /// Ask `asked`, read the answer to its end and write the file it makes; `None` when an
-    /// IXFR is answered with the new SOA alone (RFC 1995 §4: ask for the whole zone).
-    async fn transfer(
-        &self,
-        asked: Asked,
-        budget: &mut Budget,
-    ) -> Result<Option<Done>, TransferError> {
+    /// Ask `asked`, read the answer to its end and write the file it makes; the whole zone
+    /// is needed when an IXFR is answered with the new SOA alone (RFC 1995 §4) or its
+    /// changes outgrow their memory.
+    async fn transfer(&self, asked: Asked, budget: &mut Budget) -> Result<Outcome, TransferError> {
         let ixfr_from = match asked {
             Asked::Axfr => None,
             Asked::Ixfr { stored } => Some(stored),
         };
         let qtype = ixfr_from.map_or(Rtype::AXFR, |_| Rtype::IXFR);
         let mut exchange = Exchange::start(self, qtype, ixfr_from, budget).await?;
-        let mut transfer = Transfer::new(self.zone.clone(), asked, budget.max_records());
+        let mut transfer = Transfer::new(self.zone.clone(), asked, budget.limits());
         let mut out: Option<TempFile> = None;
         let mut first = true;
         while !transfer.is_done() {
             let message = exchange.next(budget).await?;
             feed(&mut transfer, &message)?;
             if std::mem::take(&mut first) && transfer.is_condensed() {
-                return Ok(None);
+                return Ok(Outcome::WholeZoneNeeded(
+                    "answered with its SOA alone".to_owned(),
+                ));
             }
             let lines = transfer.take_lines();
             if !lines.is_empty() {
@@ -231,18 +242,25 @@ impl Refresh<'_> {
                 file.write(&lines).await?;
             }
         }
-        exchange.signing.done()?;
         let records = transfer.records();
-        let done = |kind, serial, timers| Done {
-            kind,
-            serial,
-            timers,
-            records,
+        let received = transfer.finish()?;
+        if !matches!(received, Received::OverBudget { .. }) {
+            // An answer left over budget is not read to its end (its connection is dropped),
+            // and nothing of it is kept; any other ends with a signed message.
+            exchange.signing.done()?;
+        }
+        let done = |kind, serial, timers| {
+            Outcome::Done(Done {
+                kind,
+                serial,
+                timers,
+                records,
+            })
         };
-        match transfer.finish()? {
+        match received {
             Received::UpToDate { serial } => {
                 let timers = self.stored.map(|s| s.timers).unwrap_or(ZERO_TIMERS);
-                Ok(Some(done(TransferKind::UpToDate, serial, timers)))
+                Ok(done(TransferKind::UpToDate, serial, timers))
             }
             Received::Full(version) => {
                 if let Some(stored) = self.stored {
@@ -258,22 +276,17 @@ impl Refresh<'_> {
                     None => return Err(TransferError::Malformed("an empty transfer".to_owned())),
                 };
                 out.commit().await?;
-                Ok(Some(done(
-                    TransferKind::Axfr,
-                    version.serial,
-                    version.timers,
-                )))
+                Ok(done(TransferKind::Axfr, version.serial, version.timers))
             }
-            Received::Incremental(version, diff) => {
+            Received::Incremental(version, mut diff) => {
                 let mut out = TempFile::create(self.file).await?;
-                zonefile::apply(self.file, &diff, &version.soa_line, &mut out).await?;
+                zonefile::apply(self.file, &mut diff, &version.soa_line, &mut out).await?;
                 out.commit().await?;
-                Ok(Some(done(
-                    TransferKind::Ixfr,
-                    version.serial,
-                    version.timers,
-                )))
+                Ok(done(TransferKind::Ixfr, version.serial, version.timers))
             }
+            Received::OverBudget { budget } => Ok(Outcome::WholeZoneNeeded(format!(
+                "needs more than {budget} bytes of memory for its changes"
+            ))),
         }
     }
 }
@@ -287,6 +300,8 @@ const ZERO_TIMERS: SoaTimers = SoaTimers {
 
 /// Give the records of `message`'s answer section to `transfer`.
 fn feed(transfer: &mut Transfer, message: &Message<Vec<u8>>) -> Result<(), TransferError> {
+    // With its length prefix, as the size bound counts it.
+    transfer.received(message.as_slice().len() + 2);
     let malformed = |e: domain::base::wire::ParseError| TransferError::Malformed(e.to_string());
     for record in message.answer().map_err(malformed)? {
         let record = record.map_err(malformed)?;

@@ -167,6 +167,7 @@ fn rpz_transfer() -> ObjectDef {
             f("notify-listen", opt(v(&vt::IP_ADDRESS_OPTIONAL_PORT)), Value::Null, "Where NOTIFYs from the primaries are accepted, 'address[@port]' (port 53 by default); none: the zone follows its SOA timers only."),
             f("max-size", opt(v(&vt::SIZE_UNIT)), Value::Null, "The most bytes one transfer may bring; a longer one is cut and fails, the stored zone kept. Default: sized for zones of a few million entries."),
             f("timeout", opt(v(&vt::TIME_UNIT)), Value::Null, "The longest one transfer may take; a slower one is cut and fails, the stored zone kept. Default: sized for zones of a few million entries."),
+            f("max-ixfr-memory", opt(v(&vt::SIZE_UNIT)), Value::Null, "The most memory an IXFR's changes may hold; a larger IXFR is left for an AXFR, which streams to disk. Default: 64M."),
             f("first-transfer-timeout", v(&vt::TIME_UNIT), json!("30s"), "With no stored file at start, how long the start waits for the first transfer before it fails."),
         ],
     )
@@ -352,6 +353,8 @@ pub struct RpzTransferSchema {
     pub max_size: Option<SizeUnit>,
     /// The longest one transfer may take.
     pub timeout: Option<TimeUnit>,
+    /// The most memory an IXFR's changes may hold.
+    pub max_ixfr_memory: Option<SizeUnit>,
     /// How long a start with no stored file waits for the first transfer.
     pub first_transfer_timeout: TimeUnit,
 }
