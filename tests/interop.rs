@@ -192,3 +192,75 @@ fn our_kresctl_drives_upstreams_daemon() {
         .expect("upstream exits");
     assert!(status.success(), "{status:?}");
 }
+
+/// The cache's size changed by `kresctl config set` while the resolver runs: upstream's
+/// kresctl against our daemon, ours against upstream's manager, both take it (by a rolling
+/// restart on a new cache `top`). The time each takes is printed, not asserted.
+#[test]
+fn a_cache_size_change_is_taken_by_both_daemons_from_both_kresctls() {
+    let setup = Setup::new("interop-cache-size").workers(2).extra(RECORDS);
+    let r = common::start(&setup).expect("start");
+    let sock = r.dir.bed("run/kres-api.sock");
+    let started = std::time::Instant::now();
+    ok(&upstream_kresctl(
+        r.bed,
+        &sock,
+        &["config", "set", "-p", "/cache/size-max", "100M"],
+    ));
+    println!("ours, upstream's kresctl: {:?}", started.elapsed());
+    let started = std::time::Instant::now();
+    ok(&r
+        .kresctl(&["config", "set", "-p", "/cache/size-max", "50M"])
+        .expect("kresctl"));
+    println!("ours, our kresctl: {:?}", started.elapsed());
+    let size = ok(&r
+        .kresctl(&["config", "get", "--json", "-p", "/cache/size-max"])
+        .expect("kresctl"));
+    assert_eq!(size.trim(), "\"50M\"");
+    assert_eq!(r.a_records("i.test."), vec!["192.0.2.8"]);
+    r.stop();
+
+    let upstream = common::start_upstream(&setup).expect("upstream starts");
+    let api = upstream.api.clone();
+    let kresctl = |args: &[&str]| {
+        std::process::Command::new(common::KRESCTL)
+            .arg("-s")
+            .arg(&api)
+            .args(args)
+            .output()
+            .expect("our kresctl")
+    };
+    let started = std::time::Instant::now();
+    ok(&kresctl(&[
+        "config",
+        "set",
+        "-p",
+        "/cache/size-max",
+        "100M",
+    ]));
+    println!("upstream's, our kresctl: {:?}", started.elapsed());
+    let size = ok(&kresctl(&[
+        "config",
+        "get",
+        "--json",
+        "-p",
+        "/cache/size-max",
+    ]));
+    assert_eq!(size.trim(), "\"100M\"");
+    let answer = dns::query_udp(upstream.dns(), "i.test.", dns::TYPE_A, DNS_TIMEOUT);
+    assert_eq!(answer.expect("answer").a().len(), 1);
+    stop_upstream(upstream, &kresctl);
+}
+
+/// Stop upstream's manager through our kresctl and wait for it to exit.
+fn stop_upstream(
+    mut upstream: common::Upstream,
+    kresctl: &dyn Fn(&[&str]) -> std::process::Output,
+) {
+    ok(&kresctl(&["stop"]));
+    let status = upstream
+        .launched
+        .wait(Duration::from_secs(60))
+        .expect("upstream exits");
+    assert!(status.success(), "{status:?}");
+}

@@ -134,6 +134,7 @@ impl fmt::Display for WorkersAction {
                 stop,
                 restart,
                 start,
+                unlink,
                 ..
             } => {
                 f.write_str("; workers")?;
@@ -145,6 +146,9 @@ impl fmt::Display for WorkersAction {
                     if !names.is_empty() {
                         write!(f, " {what} {}", names.join(","))?;
                     }
+                }
+                if !unlink.is_empty() {
+                    write!(f, " on new shared memory ({})", unlink.join(", "))?;
                 }
                 Ok(())
             }
@@ -238,6 +242,21 @@ pub(crate) mod tests {
                     cache_gc: GcAction::Keep,
                 },
                 "no section changed; workers removed kresd2 restarted kresd0,kresd1",
+            ),
+            (
+                ChangeSummary {
+                    changed: names(&["cache"]),
+                    workers: WorkersAction::Restart {
+                        canary: true,
+                        stop: vec![],
+                        restart: names(&["kresd0", "kresd1"]),
+                        start: vec![],
+                        unlink: names(&["cache/top"]),
+                    },
+                    cache_gc: GcAction::Replace,
+                },
+                "changed cache; workers restarted kresd0,kresd1 on new shared memory \
+                 (cache/top); cache GC replaced",
             ),
         ] {
             assert_eq!(summary.to_string(), line);
