@@ -264,3 +264,160 @@ fn stop_upstream(
         .expect("upstream exits");
     assert!(status.success(), "{status:?}");
 }
+
+const ZONE: &str = "x.test. 300 A 192.0.2.30\ny.test. 300 A 192.0.2.31\nz.test. 300 A 192.0.2.32\n";
+
+/// Run our kresctl against `socket` with `stdin` as its standard input (a pipe).
+fn our_kresctl_with_input(socket: &Path, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(common::KRESCTL)
+        .arg("-s")
+        .arg(socket)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kresctl starts");
+    let mut input = child.stdin.take().expect("stdin");
+    input.write_all(stdin.as_bytes()).expect("write stdin");
+    drop(input);
+    child.wait_with_output().expect("kresctl ends")
+}
+
+/// The A records `server` answers for `name`.
+fn a_records(server: std::net::SocketAddr, name: &str) -> Vec<String> {
+    dns::query_udp(server, name, dns::TYPE_A, DNS_TIMEOUT)
+        .expect("answer")
+        .a()
+        .iter()
+        .map(|a| a.to_string())
+        .collect()
+}
+
+/// A zone text of several lines set through each kresctl reaches each daemon whole and reads
+/// back as it was set; a section replaced whole by upstream's kresctl is replaced by ours as
+/// by upstream's; a dry run is refused where the server would apply it.
+#[test]
+fn a_zone_text_set_by_either_kresctl_reaches_either_daemon_whole() {
+    let setup = Setup::new("interop-zone-text").workers(2).extra(RECORDS);
+
+    // Upstream's kresctl, our daemon. (Upstream's kresctl reads one line of standard input
+    // and folds a file's lines as YAML: a JSON string is how it sends several lines.)
+    let r = common::start(&setup).expect("start");
+    let sock = r.dir.bed("run/kres-api.sock");
+    let json = serde_json::to_string(ZONE).expect("JSON");
+    let said = ok(&upstream_kresctl(
+        r.bed,
+        &sock,
+        &["config", "set", "-p", "/local-data/records", &json],
+    ));
+    assert_eq!(
+        said, "",
+        "upstream's kresctl prints nothing, as against its own daemon"
+    );
+    let got = ok(&upstream_kresctl(
+        r.bed,
+        &sock,
+        &["config", "get", "--json", "-p", "/local-data/records"],
+    ));
+    assert_eq!(
+        serde_json::from_str::<Value>(&got).expect("JSON"),
+        Value::from(ZONE)
+    );
+    assert_eq!(a_records(r.dns(), "z.test."), vec!["192.0.2.32"]);
+    testbed::write(
+        &r.dir.host("local-data.yaml"),
+        "addresses:\n  w.test: 192.0.2.33\n",
+    )
+    .expect("write");
+    ok(&upstream_kresctl(
+        r.bed,
+        &sock,
+        &[
+            "config",
+            "set",
+            "-p",
+            "/local-data",
+            &r.dir.bed("local-data.yaml").display().to_string(),
+        ],
+    ));
+    assert_eq!(a_records(r.dns(), "w.test."), vec!["192.0.2.33"]);
+    assert!(a_records(r.dns(), "z.test.").is_empty(), "replaced whole");
+    // Ours, on the same daemon: the zone text on standard input, the same answers.
+    let said = our_kresctl_with_input(
+        &r.api,
+        &["config", "set", "-p", "/local-data/records"],
+        ZONE,
+    );
+    assert!(
+        said.status.success(),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    assert_eq!(a_records(r.dns(), "y.test."), vec!["192.0.2.31"]);
+    r.stop();
+
+    // Our kresctl, upstream's daemon.
+    let mut upstream = common::start_upstream(&setup).expect("upstream starts");
+    let api = upstream.api.clone();
+    let said = our_kresctl_with_input(&api, &["config", "set", "-p", "/local-data/records"], ZONE);
+    assert!(
+        said.status.success(),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    assert!(
+        !String::from_utf8_lossy(&said.stderr).contains("Type"),
+        "no prompt"
+    );
+    for (name, ip) in [("x.test.", "192.0.2.30"), ("z.test.", "192.0.2.32")] {
+        assert_eq!(a_records(upstream.dns(), name), vec![ip], "{name}");
+    }
+    let got = our_kresctl_with_input(
+        &api,
+        &["config", "get", "--json", "-p", "/local-data/records"],
+        "",
+    );
+    let got: Value = serde_json::from_slice(&got.stdout).expect("JSON");
+    assert_eq!(got, Value::from(ZONE));
+    // Replacing the section whole: as upstream's kresctl does it, and said.
+    let said = our_kresctl_with_input(
+        &api,
+        &["config", "set", "-p", "/local-data"],
+        "addresses:\n  w.test: 192.0.2.33\n",
+    );
+    assert!(
+        said.status.success(),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&said.stderr).contains("removed: /local-data/records"),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    assert_eq!(a_records(upstream.dns(), "w.test."), vec!["192.0.2.33"]);
+    // Upstream's manager would apply a `?dry-run=true` change: ours refuses to send it.
+    let said = our_kresctl_with_input(
+        &api,
+        &["config", "set", "--dry-run", "-p", "/workers", "3"],
+        "",
+    );
+    assert_eq!(said.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&said.stderr).contains("offers no dry run"),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    let workers = our_kresctl_with_input(&api, &["config", "get", "--json", "-p", "/workers"], "");
+    assert_eq!(String::from_utf8_lossy(&workers.stdout).trim(), "2");
+    let said = our_kresctl_with_input(&api, &["stop"], "");
+    assert!(said.status.success());
+    let status = upstream
+        .launched
+        .wait(Duration::from_secs(60))
+        .expect("upstream exits");
+    assert!(status.success(), "{status:?}");
+}

@@ -124,7 +124,9 @@ const APPLYING: &[Answer] = &[
 const CONFIG_CHANGE: &[Answer] = &[
     Answer {
         status: 200,
-        description: "Applied (empty body), or, with `dry-run=true`, what the change would do.",
+        description: "Applied: an empty body, or what the change did (`changed`, `workers`, \
+`cache-gc`, as in a dry run's answer) when `Accept` names `application/json`; with \
+`dry-run=true`, what the change would do.",
         body: Body::DryRun,
         etag: Some(
             "The ETag of the configuration the change made (with `dry-run`: would make, also \
