@@ -510,9 +510,10 @@ mod tests {
     #[test]
     fn every_outcome_of_a_change_is_told_as_its_event() {
         let failed = || {
-            Box::new(ApplyError::PolicyLoader(PolicyLoaderFailure::Exited(
-                supervisor::ExitStatus::Code(1),
-            )))
+            Box::new(ApplyError::PolicyLoader(PolicyLoaderFailure::Exited {
+                status: supervisor::ExitStatus::Code(1),
+                output: vec![],
+            }))
         };
         let roll = ChangePlan {
             changed: vec![Section::Workers, Section::Cache],
