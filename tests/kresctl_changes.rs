@@ -222,3 +222,117 @@ fn replacing_a_section_says_what_it_removed_and_a_dry_run_changes_nothing() {
     assert_eq!(pids.len(), 2);
     r.stop();
 }
+
+#[test]
+fn config_patch_applies_operations_as_one_change_and_says_what_it_did() {
+    let setup = Setup::new("kresctl-patch")
+        .workers(2)
+        .extra("local-data:\n  addresses:\n    p.test: 192.0.2.60\n");
+    let r = common::start(&setup).expect("start");
+    let ops = r#"[{"op": "replace", "path": "/local-data/addresses/p.test", "value": "192.0.2.61"},
+                  {"op": "add", "path": "/local-data/addresses/q.test", "value": "192.0.2.62"}]"#;
+    let pids = r.pids_named("kresd");
+    let said = kresctl(&r, &["config", "patch", "--dry-run", ops], "").ok();
+    assert_eq!(
+        said.out.trim(),
+        "dry run, nothing changed: would have changed local-data; workers reset their rules"
+    );
+    assert_eq!(r.a_records("p.test."), vec!["192.0.2.60"]);
+    // From standard input, as YAML.
+    let yaml = "- op: replace\n  path: /local-data/addresses/p.test\n  value: 192.0.2.61\n\
+                - op: add\n  path: /local-data/addresses/q.test\n  value: 192.0.2.62\n";
+    let said = kresctl(&r, &["config", "patch"], yaml).ok();
+    assert_eq!(
+        said.out.trim(),
+        "changed local-data; workers reset their rules"
+    );
+    assert_eq!(r.a_records("p.test."), vec!["192.0.2.61"]);
+    assert_eq!(r.a_records("q.test."), vec!["192.0.2.62"]);
+    assert_eq!(r.pids_named("kresd"), pids, "no worker restarted");
+    // A failed `test` refuses the whole patch; so does anything that is no list.
+    let failing = r#"[{"op": "replace", "path": "/workers", "value": 3},
+                      {"op": "test", "path": "/workers", "value": 2}]"#;
+    let said = kresctl(&r, &["config", "patch", failing], "");
+    assert_eq!(said.code, Some(1), "{}", said.out);
+    let said = kresctl(&r, &["config", "patch", "{\"op\": \"remove\"}"], "");
+    assert_eq!(said.code, Some(1));
+    assert!(said.err.contains("list of operations"), "{}", said.err);
+    assert_eq!(r.pids_named("kresd"), pids, "nothing applied");
+    // A worker-affecting patch says which workers restarted.
+    let said = kresctl(
+        &r,
+        &[
+            "config",
+            "patch",
+            r#"[{"op": "replace", "path": "/workers", "value": 3}]"#,
+        ],
+        "",
+    )
+    .ok();
+    assert_eq!(
+        said.out.trim(),
+        "changed workers; workers restarted kresd0,kresd1 started kresd2 on new shared memory \
+         (defer)"
+    );
+    r.stop();
+}
+
+#[test]
+fn a_reload_says_what_it_did_and_warns_of_the_api_changes_it_discards() {
+    let setup = Setup::new("kresctl-reload")
+        .workers(2)
+        .extra("local-data:\n  addresses:\n    d.test: 192.0.2.70\n");
+    let r = common::start(&setup).expect("start");
+    // Nothing was changed through the API: no warning.
+    let said = kresctl(&r, &["reload"], "").ok();
+    assert_eq!(
+        said.out.trim(),
+        "no section changed; workers reset their rules"
+    );
+    assert!(said.err.is_empty(), "{}", said.err);
+
+    kresctl(&r, &["config", "set", "-p", "/workers", "3"], "").ok();
+    kresctl(
+        &r,
+        &[
+            "config",
+            "set",
+            "-p",
+            "/local-data/addresses/d.test",
+            "192.0.2.71",
+        ],
+        "",
+    )
+    .ok();
+    kresctl(&r, &["config", "set", "-p", "/local-data/ttl", "1m"], "").ok();
+    // The file takes one of those changes as it is: it is not lost.
+    let config = std::fs::read_to_string(&r.config).expect("read");
+    std::fs::write(&r.config, config.replace("workers: 2", "workers: 3")).expect("write");
+    let said = kresctl(&r, &["reload"], "").ok();
+    assert_eq!(
+        said.err.trim(),
+        "warning: the reload discarded changes made through the API that the configuration \
+         files do not have: /local-data/addresses/d.test, /local-data/ttl"
+    );
+    assert_eq!(
+        said.out.trim(),
+        "changed local-data; workers reset their rules"
+    );
+    assert_eq!(r.a_records("d.test."), vec!["192.0.2.70"]);
+    assert_eq!(r.pids_named("kresd").len(), 3);
+    r.launched
+        .output
+        .wait_for(
+            "the reload discarded changes made through the API: /local-data/addresses/d.test",
+            common::START_TIMEOUT,
+        )
+        .expect("logged for a reload by signal or by systemd too");
+    // Reloaded again: nothing more to discard.
+    let said = kresctl(&r, &["reload", "--force"], "").ok();
+    assert!(said.err.is_empty(), "{}", said.err);
+    assert_eq!(
+        said.out.trim(),
+        "no section changed; workers restarted kresd0,kresd1,kresd2"
+    );
+    r.stop();
+}

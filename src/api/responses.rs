@@ -239,7 +239,13 @@ family! {
     /// `POST /reload[/force]`.
     Reload = [
         &[
-            Answer::text_like(200, "Applied.", "Reloading..."),
+            Answer::text_like(
+                200,
+                "Applied: upstream's text, or, when `Accept` names `application/json`, what the \
+reload did (`changed`, `workers`, `cache-gc`) and `discarded`, the JSON pointers of changes made \
+through the API since the files were last applied that it undid.",
+                "Reloading...",
+            ),
             Answer::text(
                 400,
                 "A file does not parse, the configuration is invalid, or the manager refused it \

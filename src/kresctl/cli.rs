@@ -411,7 +411,8 @@ pub enum ConfigOp {
     /// Show what configuration files would change in the running resolver: the differences
     /// path by path, and what the resolver would do (sections changed, workers restarted or
     /// only rules reset, processes started or stopped), from its own dry run. Nothing
-    /// changes.
+    /// changes. As diff(1), exits 0 when there is no difference and 1 when there are (or on
+    /// an error).
     Diff {
         /// Print the differences (a JSON Patch) and the resolver's plan as JSON.
         #[arg(id = "json", long = "json", action = ArgAction::SetTrue,

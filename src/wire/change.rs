@@ -94,6 +94,19 @@ impl DryRun {
     }
 }
 
+/// What a reload answers when the client asks for JSON: what it did, and which changes made
+/// through the API since the files were last applied it undid (the files say otherwise).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct ReloadSummary {
+    /// What the reload did.
+    #[serde(flatten)]
+    pub change: ChangeSummary,
+    /// JSON pointers of the changes made through the API that the reload undid.
+    #[serde(default)]
+    pub discarded: Vec<String>,
+}
+
 impl fmt::Display for ChangeSummary {
     /// What changed and what the processes did, for an operator's line: `changed logging;
     /// applied live to 2 workers; cache GC replaced`.

@@ -215,7 +215,11 @@ impl Running {
         let table = SocketTable::restore(sockets, Some(mirror_tx));
         let management = loaded.model.management.clone();
         let validation = settings.source.context();
-        let (config_tx, config_rx) = watch::channel(Arc::new(loaded));
+        let loaded = Arc::new(loaded);
+        // A first incarnation runs what the files say; a successor took over a configuration
+        // that changes made through the API may have changed since.
+        let files_applied = (incarnation == Incarnation::First).then(|| loaded.clone());
+        let (config_tx, config_rx) = watch::channel(loaded);
         let (command_tx, command_rx) = mpsc::channel(16);
         let (health_tx, health_rx) = watch::channel(TaskHealth::default());
         let handle = ManagerHandle::new(command_tx, config_rx).with_health(health_rx.clone());
@@ -243,6 +247,7 @@ impl Running {
             socket_owner: settings.socket_owner,
             sockets: Arc::new(std::sync::Mutex::new(table)),
             events: events.clone(),
+            files_applied: Arc::new(std::sync::Mutex::new(files_applied)),
         };
         let task = tokio::spawn(supervise_task(
             "manager",

@@ -65,8 +65,12 @@ pub async fn run(client: &ApiClient, op: ConfigOp) -> Result<(), ClientError> {
             print_outcome(&client.call(&request).await?.ok()?, run);
             Ok(())
         }
+        // As diff(1): exit 1 when there are differences.
         ConfigOp::Diff { format, input_file } => {
-            super::diff::diff(client, &input_file, format).await
+            match super::diff::diff(client, &input_file, format).await? {
+                super::diff::Compared::Same => Ok(()),
+                super::diff::Compared::Different => Err(ClientError::Differences),
+            }
         }
     }
 }
@@ -199,7 +203,7 @@ async fn refuse_dry_run_without_support(client: &ApiClient, run: Run) -> Result<
 
 /// Print what the resolver answered about a change: its one-line summary, or a body that is
 /// none as it is (nothing from upstream's manager).
-fn print_outcome(body: &[u8], run: Run) {
+pub(super) fn print_outcome(body: &[u8], run: Run) {
     if body.is_empty() {
         return;
     }

@@ -155,13 +155,20 @@ async fn put(
     response.ok()
 }
 
+/// Whether the files make the running configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compared {
+    Same,
+    Different,
+}
+
 /// `config diff` and `apply --dry-run`: print the differences and the resolver's own
 /// prediction. Nothing changes.
 pub async fn diff(
     client: &ApiClient,
     files: &[PathBuf],
     format: OutputFormat,
-) -> Result<(), ClientError> {
+) -> Result<Compared, ClientError> {
     let new = load(files)?;
     let (old, etag) = running(client).await?;
     let found = differences(&old, &new);
@@ -172,8 +179,13 @@ pub async fn diff(
         None
     };
     print!("{}", report(&found, plan.as_ref(), format)?);
+    let compared = if found.is_empty() {
+        Compared::Same
+    } else {
+        Compared::Different
+    };
     match plan {
-        Some(_) => Ok(()),
+        Some(_) => Ok(compared),
         None => Err(ClientError::NotOffered(
             "the resolver's management API offers no dry run (it is upstream's manager or an \
              older knot-resolver): the differences are all kresctl can tell; nothing was \
@@ -188,9 +200,7 @@ pub async fn apply(client: &ApiClient, files: &[PathBuf]) -> Result<(), ClientEr
     let new = load(files)?;
     let (_, etag) = running(client).await?;
     let body = put(client, &new, etag.as_deref(), Run::ForReal).await?;
-    if !body.is_empty() {
-        println!("{}", String::from_utf8_lossy(&body));
-    }
+    super::config::print_outcome(&body, Run::ForReal);
     Ok(())
 }
 
