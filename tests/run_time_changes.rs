@@ -132,3 +132,65 @@ fn settings_that_size_shared_files_change_while_serving() {
     assert!(!log.contains(SIZED_OTHERWISE), "{log}");
     r.stop();
 }
+
+/// One change of every section the manager can change at run time, each on real kresd
+/// beside the running workers (a canary, then the roll, a live change or a rules reset):
+/// none is refused, and the resolver keeps answering. A section whose change kresd cannot
+/// take beside running workers (as `cache.size-max` once) fails here.
+#[test]
+fn every_section_changes_at_run_time() {
+    let r = common::start(&Setup::new("every-section").workers(2).extra(RECORDS)).expect("start");
+    let changes: Vec<(&str, Value)> = vec![
+        ("/nsid", serde_json::json!("every-section")),
+        ("/hostname", serde_json::json!("every-section.test")),
+        ("/workers", serde_json::json!(3)),
+        (
+            "/options",
+            serde_json::json!({"minimize": false, "glue-checking": "strict"}),
+        ),
+        ("/network/tcp-pipeline", serde_json::json!(50)),
+        (
+            "/network/edns-buffer-size",
+            serde_json::json!({"upstream": "1200B", "downstream": "1200B"}),
+        ),
+        (
+            "/views",
+            serde_json::json!([{"subnets": ["10.0.0.0/8"], "answer": "refused"}]),
+        ),
+        ("/local-data/ttl", serde_json::json!("1m")),
+        (
+            "/forward",
+            serde_json::json!([{"subtree": "example.", "servers": ["127.0.0.1"]}]),
+        ),
+        (
+            "/fallback",
+            serde_json::json!({"enable": true, "servers": ["127.0.0.1"]}),
+        ),
+        ("/cache/prefetch", serde_json::json!({"expiring": true})),
+        ("/cache/ttl-min", serde_json::json!("10s")),
+        ("/cache/size-max", serde_json::json!("20M")),
+        ("/dnssec", serde_json::json!({"log-bogus": true})),
+        ("/dns64", serde_json::json!({"enable": true})),
+        ("/logging/level", serde_json::json!("info")),
+        ("/monitoring", serde_json::json!({"metrics": "always"})),
+        (
+            "/rate-limiting",
+            serde_json::json!({"enable": true, "rate-limit": 1000}),
+        ),
+        ("/defer", serde_json::json!({"enable": false})),
+        ("/lua", serde_json::json!({"script": "-- nothing"})),
+        ("/workers", serde_json::json!(2)),
+    ];
+    for (pointer, value) in changes {
+        let resp = r.put_json(pointer, value.clone());
+        assert_eq!(resp.status, 200, "{pointer} = {value}: {}", resp.text());
+        assert_eq!(
+            r.a_records("c.test."),
+            vec!["192.0.2.20"],
+            "after {pointer}"
+        );
+    }
+    let log = r.launched.output.text();
+    assert!(!log.contains(SIZED_OTHERWISE), "{log}");
+    r.stop();
+}
