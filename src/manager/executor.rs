@@ -315,9 +315,12 @@ impl Manager {
                 return Ok(());
             };
             let prepared = self.processes.prepare_sockets(running)?;
-            self.processes.run_policy_loader(running).await?;
-            // The workers already replaced hold files sized for `tried`.
+            // A worker restarting on its own from now on (the one that did not come back)
+            // starts on `running`; the workers already replaced hold shared files sized for
+            // `tried`, and the policy-loader opens the cache too: they are made anew first.
+            self.processes.write_worker_configs(running)?;
             unlink_shared_memory(running, roll);
+            self.processes.run_policy_loader(running).await?;
             self.roll(running, roll, prepared).await
         };
         match back.await {
