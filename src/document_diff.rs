@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-/// One difference: what a JSON Patch operation does at `path` of the running configuration.
+/// One difference: what a JSON Patch operation does at `path` of the old document.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Difference {
     Add {
