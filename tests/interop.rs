@@ -399,6 +399,18 @@ fn a_zone_text_set_by_either_kresctl_reaches_either_daemon_whole() {
         String::from_utf8_lossy(&said.stderr)
     );
     assert_eq!(a_records(upstream.dns(), "w.test."), vec!["192.0.2.33"]);
+    // A section that is not there yet (upstream's manager answers its GET with an error).
+    let said = our_kresctl_with_input(&api, &["config", "set", "-p", "/dns64"], "enable: false\n");
+    assert!(
+        said.status.success(),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    assert!(
+        said.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
     // Upstream's manager would apply a `?dry-run=true` change: ours refuses to send it.
     let said = our_kresctl_with_input(
         &api,

@@ -169,17 +169,18 @@ async fn set(
 }
 
 /// The members of the object at `pointer` that `value` lacks (nothing when there is no
-/// object there yet).
+/// object there yet, or the server does not say: upstream's manager answers an error for a
+/// pointer to nothing).
 async fn removed_members(
     client: &ApiClient,
     pointer: &str,
     value: &Value,
 ) -> Result<Vec<Difference>, ClientError> {
     let response: ApiResponse = client.call(&Request::GetConfig { pointer }).await?;
-    if response.status == 404 {
-        return Ok(Vec::new());
-    }
-    let current: Value = serde_json::from_slice(&response.ok()?)?;
+    let current = match response.ok() {
+        Ok(body) => serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null),
+        Err(_) => return Ok(Vec::new()),
+    };
     let mut removed = differences(&current, value);
     removed.retain(|d| matches!(d, Difference::Remove { .. }));
     for d in &mut removed {
