@@ -352,7 +352,17 @@ fn more_refusals() -> Vec<(Request<Body>, StatusCode, &'static str)> {
             StatusCode::SERVICE_UNAVAILABLE,
             "no running worker",
         ),
-        (request("GET", "/no/such/route"), StatusCode::NOT_FOUND, ""),
+        (
+            request("GET", "/no/such/route"),
+            StatusCode::NOT_FOUND,
+            "no route for /no/such/route",
+        ),
+        // Upstream's kresctl with `-p workers`.
+        (
+            request("GET", "/v1/configworkers"),
+            StatusCode::NOT_FOUND,
+            "a JSON pointer starts with '/' (/v1/config/workers)",
+        ),
     ]
 }
 
@@ -451,16 +461,19 @@ async fn path_parameters_outside_their_types_get_the_routes_answers() {
     );
     let r = f.send(request("GET", "/processes/%6Bresd")).await;
     assert_eq!(r.status, StatusCode::OK, "percent-decoded: {}", r.text());
-    // With fault injection on, a crash kind none of the three is 404 as the route being off is
-    // (and nothing crashes).
-    f.state.fault_injection = true;
-    for how in ["explode", "Abort", ""] {
+    // With fault injection on, a crash kind none of the three is the route's 404 (and nothing
+    // crashes); no kind at all is no route.
+    f.state.fault_injection = knot_resolver::api::fault::FaultInjection::On;
+    for how in ["explode", "Abort"] {
         let r = f
             .send(request("POST", &format!("/debug/crash-manager/{how}")))
             .await;
         assert_eq!(r.status, StatusCode::NOT_FOUND, "{how}: {}", r.text());
         assert!(r.body.is_empty(), "{how}: {}", r.text());
     }
+    let r = f.send(request("POST", "/debug/crash-manager/")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert!(r.text().starts_with("no route for"), "{}", r.text());
 }
 
 #[tokio::test]

@@ -329,3 +329,50 @@ fn a_worker_that_cannot_take_it_live_is_restarted_on_the_new_level() {
     );
     r.stop();
 }
+
+/// The level word of a log line of the daemon (`WARN`, `ERROR`, `INFO`…).
+fn level_of(line: &str) -> Option<&str> {
+    line.split_whitespace()
+        .find(|w| ["ERROR", "WARN", "INFO", "DEBUG", "TRACE"].contains(w))
+}
+
+#[test]
+fn kresd_warnings_and_errors_are_logged_at_their_level() {
+    // Under a hard limit on descriptors below what kresd recommends, it warns as it starts.
+    let r = common::start(
+        &Setup::new("child-levels")
+            .open_files(4096, 4096)
+            .logging("  level: info\n"),
+    )
+    .expect("start");
+    let warning = r
+        .launched
+        .output
+        .wait_for("hard limit for number of file-descriptors", START_TIMEOUT)
+        .expect("kresd warns of the descriptor limit");
+    assert_eq!(level_of(&warning), Some("WARN"), "{warning}");
+    // Records the policy-loader cannot read: kresd's error is logged as an error.
+    let response = r.put_json(
+        "/local-data",
+        json!({"records": "this is not a zone file ((\n"}),
+    );
+    assert_ne!(response.status, 200, "{}", response.text());
+    let error = r
+        .launched
+        .output
+        .wait_for("error parsing zone file", START_TIMEOUT)
+        .expect("kresd's error");
+    assert_eq!(level_of(&error), Some("ERROR"), "{error}");
+    // kresd's other lines on its standard output stay information.
+    let text = r.launched.output.text();
+    let ordinary: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" child: ") && l.contains("stream=\"stdout\""))
+        .filter(|l| !l.contains("warning") && !l.contains("error"))
+        .collect();
+    assert!(
+        ordinary.iter().all(|l| level_of(l) == Some("INFO")),
+        "{ordinary:#?}"
+    );
+    r.stop();
+}

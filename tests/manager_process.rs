@@ -114,6 +114,35 @@ fn a_manager_killed_in_any_way_is_replaced_and_nothing_else_changes() {
     r.stop();
 }
 
+/// A change is answered only once the configuration is kept for the next manager process:
+/// one killed right after its answer comes back with the change, however slowly it was kept
+/// (the fault injected holds each changed configuration back 2 s before the root keeps it).
+#[test]
+fn a_manager_killed_right_after_answering_a_change_comes_back_with_it() {
+    let setup = Setup::new("manager-killed-after-change")
+        .env(knot_resolver::daemon::FAULT_INJECTION_VAR, "slow-keeper")
+        .extra("local-data:\n  records: |\n    kept.test. 300 A 192.0.2.9\n");
+    let r = common::start(&setup).expect("resolver starts");
+    let resp = r
+        .http(
+            "PUT",
+            "/v1/config/local-data/records",
+            br#""kept.test. 300 A 192.0.2.10\n""#,
+        )
+        .expect("API answers");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let before = r.etag();
+    let victim = manager_pid(&r);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(victim), Signal::SIGKILL).expect("kill");
+    r.launched
+        .output
+        .wait_for("serving the API again", START_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", r.launched.output.text()));
+    assert_ne!(manager_pid(&r), victim, "a new manager process");
+    assert_eq!(r.etag(), before, "the change answered is the one kept");
+    assert_eq!(r.a_records("kept.test."), vec!["192.0.2.10"]);
+}
+
 #[test]
 fn a_hung_manager_is_replaced_and_waiting_clients_are_answered() {
     let setup = Setup::new("manager-hung")

@@ -347,3 +347,105 @@ fn a_crash_loop_of_the_manager_process_never_stops_the_workers() {
     assert_eq!(r.pids_named("kresd"), workers_before);
     r.stop();
 }
+
+/// A kill of the manager process shows: `/processes` (and `kresctl processes`) count the
+/// manager's restart and show its death by SIGKILL, and a `kresctl events` that was running
+/// resumes by itself, from its last id, with the new manager's events.
+#[test]
+fn a_killed_manager_is_counted_and_followers_resume() {
+    use std::io::BufRead;
+    let r = common::start(&Setup::new("manager-kill-shown")).expect("resolver starts");
+    let mut follower = std::process::Command::new(common::KRESCTL)
+        .arg("-s")
+        .arg(&r.api)
+        .arg("events")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kresctl events");
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = follower.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut printed = Vec::new();
+    let mut wait_line = |what: &str| {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = lines
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("no line with {what} ({e}): {printed:#?}"));
+            printed.push(line.clone());
+            if line.contains(what) {
+                return line;
+            }
+        }
+    };
+    // The follower is connected once it prints what a reload does.
+    let out = r.kresctl(&["reload"]).expect("kresctl reload");
+    assert!(out.status.success(), "{out:?}");
+    wait_line("config-applied");
+
+    let [manager] = r.pids_named("kres-manager")[..] else {
+        panic!("one manager process: {:?}", r.pids_named("kres-manager"));
+    };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGKILL).expect("kill");
+    r.launched
+        .output
+        .wait_for("serving the API again", START_TIMEOUT)
+        .expect("a new manager process");
+
+    // The follower resumed: told what it missed, then the new manager's events.
+    wait_line("events-missed");
+    wait_line("manager-started");
+    assert!(
+        follower.try_wait().expect("try_wait").is_none(),
+        "kresctl events ended: {printed:#?}"
+    );
+
+    // The new manager process knows kresd's version (its predecessor's, kept by the root).
+    r.launched
+        .output
+        .wait_for_count("driving kresd", 2, START_TIMEOUT)
+        .expect("the successor's start-up line");
+    let greeting: Value =
+        serde_json::from_slice(&r.http("GET", "/", b"").expect("GET /").body).expect("JSON");
+    assert!(greeting["kresd_version"].is_string(), "{greeting}");
+
+    let entry = manager_entry(&r);
+    assert_eq!(entry["restarts"], 1, "{entry}");
+    assert_eq!(entry["last_exit"]["signaled"]["signal"], 9, "{entry}");
+    let table = r.kresctl(&["processes"]).expect("kresctl processes");
+    let text = String::from_utf8_lossy(&table.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("manager "))
+        .unwrap_or_else(|| panic!("no manager row:\n{text}"));
+    let columns: Vec<&str> = row.split_whitespace().collect();
+    assert!(
+        columns.ends_with(&["1", "signal", "9"]),
+        "restarts 1, last exit signal 9: {row}"
+    );
+
+    r.stop();
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    let status = loop {
+        if let Some(status) = follower.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kresctl events outlives the resolver"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}: {printed:#?}");
+}

@@ -363,14 +363,16 @@ fn republish(primary: &KnotPrimary, serial: u32, added: &[&str]) {
 fn the_soa_refresh_brings_a_change_without_notify() {
     let bed = testbed::Bed::get().expect("bed");
     let primary = knot_primary(bed, 50, None);
-    // A refresh of 1 s from the first transfer on.
+    // A refresh of 1 s from the first transfer on: held to the pacing's interval.
     republish(&primary, 2, &[]);
     let (r, _files) = secondary_of("rpz-refresh", &primary, "");
     let mut events = events(&r);
     let first = wait_event(&mut events, &r, |e| kind(e, "rpz-transferred"));
     assert_eq!(first["serial"], 2);
     assert!(
-        first["next-refresh"].as_f64().is_some_and(|s| s <= 1.0),
+        first["next-refresh"]
+            .as_f64()
+            .is_some_and(|s| s <= INTERVAL.as_secs_f64()),
         "{first}"
     );
     republish(&primary, 3, &[NEW]);
@@ -916,4 +918,382 @@ fn the_transfer_key_is_validated_where_it_is_written() {
         "{text}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A primary on `127.0.0.1` (TCP, as the secondary asks) that answers every SOA query with
+/// `serial` and notes when each came; any other query closes the connection.
+struct CountingPrimary {
+    port: u16,
+    /// When each SOA query came.
+    soa_queries: Arc<std::sync::Mutex<Vec<std::time::Instant>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl CountingPrimary {
+    fn start(serial: u32) -> CountingPrimary {
+        let tcp = TcpListener::bind("127.0.0.1:0").expect("tcp");
+        let port = tcp.local_addr().expect("address").port();
+        tcp.set_nonblocking(true).expect("nonblocking");
+        let soa_queries = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (queries, stopping) = (soa_queries.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stopping.load(Ordering::SeqCst) {
+                let Ok((mut conn, _)) = tcp.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let _ = conn.set_nonblocking(false);
+                let _ = conn.set_read_timeout(Some(DNS_TIMEOUT));
+                loop {
+                    let mut len = [0u8; 2];
+                    if conn.read_exact(&mut len).is_err() {
+                        break;
+                    }
+                    let mut msg = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                    if conn.read_exact(&mut msg).is_err() {
+                        break;
+                    }
+                    let Some((query, dns::TYPE_SOA)) = question(&msg) else {
+                        break;
+                    };
+                    queries
+                        .lock()
+                        .expect("lock")
+                        .push(std::time::Instant::now());
+                    let reply = answer(query, &[soa_record(serial)]);
+                    let mut framed = (reply.len() as u16).to_be_bytes().to_vec();
+                    framed.extend_from_slice(&reply);
+                    if conn.write_all(&framed).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        CountingPrimary {
+            port,
+            soa_queries,
+            stop,
+        }
+    }
+
+    /// When the SOA queries so far came.
+    fn queries(&self) -> Vec<std::time::Instant> {
+        self.soa_queries.lock().expect("lock").clone()
+    }
+}
+
+impl Drop for CountingPrimary {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A NOTIFY (RFC 1996) of [`ZONE`] with `id`, its answer section holding a SOA of `serial`.
+fn notify_message(id: u16, serial: u32) -> Vec<u8> {
+    let mut msg = id.to_be_bytes().to_vec();
+    // Opcode NOTIFY (4), AA; one question, one answer.
+    msg.extend_from_slice(&[0x24, 0, 0, 1, 0, 1, 0, 0, 0, 0]);
+    for label in ZONE.trim_end_matches('.').split('.') {
+        msg.push(label.len() as u8);
+        msg.extend_from_slice(label.as_bytes());
+    }
+    msg.extend_from_slice(&[0, 0, 6, 0, 1]);
+    msg.extend_from_slice(&soa_record(serial));
+    msg
+}
+
+/// NOTIFYs of `serial` sent from `127.0.0.1` (the primary's address) to `to`, `per_second`
+/// for `seconds`, in bursts each 10 ms; the answers are read (and counted) on a thread of
+/// their own. (NOTIFYs sent, answers received, how long the sending took.)
+fn notify_flood(
+    to: SocketAddr,
+    serial: u32,
+    per_second: u32,
+    seconds: u32,
+) -> (u32, u32, Duration) {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    socket.connect(to).expect("connect");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout");
+    let reader = socket.try_clone().expect("clone");
+    let sending = Arc::new(AtomicBool::new(true));
+    let answers = std::thread::spawn({
+        let sending = sending.clone();
+        move || {
+            let mut buf = [0u8; 512];
+            let mut answered = 0u32;
+            loop {
+                match reader.recv(&mut buf) {
+                    Ok(_) => answered += 1,
+                    Err(_) if !sending.load(Ordering::SeqCst) => return answered,
+                    Err(_) => {}
+                }
+            }
+        }
+    });
+    let start = std::time::Instant::now();
+    let bursts = seconds * 100;
+    let per_burst = per_second / 100;
+    let mut sent = 0u32;
+    for burst in 0..bursts {
+        for _ in 0..per_burst {
+            let id = (sent % 65_536) as u16;
+            if socket.send(&notify_message(id, serial)).is_ok() {
+                sent += 1;
+            }
+        }
+        // The rate of the flood (no event is ordered by this).
+        let next = start + Duration::from_millis(10 * u64::from(burst + 1));
+        std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
+    }
+    let took = start.elapsed();
+    sending.store(false, Ordering::SeqCst);
+    let answered = answers.join().expect("the reader");
+    (sent, answered, took)
+}
+
+/// The sum of `field` over the `rpz-notified` events read from `events` until the NOTIFYs
+/// they count reach `at_least`; and how many events that took.
+fn notified_until(
+    events: &mut EventStream,
+    r: &Resolver,
+    at_least: u64,
+) -> (serde_json::Map<String, Value>, u64) {
+    let mut sums = serde_json::Map::new();
+    let mut received = 0;
+    let mut reports = 0;
+    while received < at_least {
+        let e = wait_event(events, r, |e| kind(e, "rpz-notified"));
+        reports += 1;
+        received += e["received"].as_u64().expect("received");
+        for field in ["received", "refreshes", "coalesced", "stale"] {
+            let sum = sums.get(field).and_then(Value::as_u64).unwrap_or(0);
+            sums.insert(
+                field.into(),
+                json!(sum + e[field].as_u64().expect("a count")),
+            );
+        }
+    }
+    (sums, reports)
+}
+
+/// The value of the sample `series` of `/metrics/prometheus` (0 when absent).
+fn sample(r: &Resolver, series: &str) -> u64 {
+    let text = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("metrics")
+        .text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// The pacing of [`knot_resolver::rpz::pacing`]: its interval between two refreshes.
+const INTERVAL: Duration = knot_resolver::rpz::pacing::REFRESH_INTERVAL;
+
+#[test]
+fn a_flood_of_notifies_is_paced_and_dns_is_answered_throughout() {
+    let bed = testbed::Bed::get().expect("bed");
+    let files = Files::new(bed, "rpz-notify-flood");
+    let (zone_host, zone_bed) = files.zone();
+    stored_zone(&zone_host, 5, &[KEPT]);
+    // The primary has the stored serial: every refresh is a SOA query, up to date.
+    let primary = CountingPrimary::start(5);
+    let notify_port = testbed::free_port().expect("port");
+    let listener = SocketAddr::from(([127, 0, 0, 1], notify_port));
+    let rpz = rpz_section(
+        &zone_bed,
+        &[format!("127.0.0.1@{}", primary.port)],
+        &format!("        notify-listen: 127.0.0.1@{notify_port}\n"),
+    );
+    let r = common::start(&setup_for("rpz-notify-flood", rpz)).expect("start");
+    let mut events = events(&r);
+    wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
+    let first = wait_event(&mut events, &r, |e| kind(e, "rpz-transferred"));
+    assert_eq!(first["transfer"], "up-to-date", "{first}");
+    assert_eq!(primary.queries().len(), 1, "the refresh at the start");
+
+    // NOTIFYs of the stored serial start nothing: told as stale, no SOA query.
+    let (sent, answered, _) = notify_flood(listener, 5, 1000, 1);
+    let (stale, _) = notified_until(&mut events, &r, u64::from(answered));
+    eprintln!("stale NOTIFYs: {sent} sent, {answered} answered, told {stale:?}");
+    assert_eq!(stale["stale"], stale["received"], "{stale:?}");
+    assert_eq!(
+        primary.queries().len(),
+        1,
+        "no SOA query for a stale NOTIFY"
+    );
+
+    // 1,000 NOTIFYs a second for 10 s of a newer serial (the primary never has it, so every
+    // one of them asks for a refresh), while DNS is asked all along.
+    let dns_stop = Arc::new(AtomicBool::new(false));
+    let asker = std::thread::spawn({
+        let (server, stop) = (r.dns(), dns_stop.clone());
+        move || {
+            let (mut answered, mut failed) = (0u32, Vec::new());
+            while !stop.load(Ordering::SeqCst) {
+                let name = format!("{KEPT}.");
+                match dns::query_udp(server, &name, dns::TYPE_A, DNS_TIMEOUT) {
+                    Ok(resp) if resp.rcode == dns::RCODE_NXDOMAIN => answered += 1,
+                    Ok(resp) => failed.push(format!("rcode {}", resp.rcode)),
+                    Err(e) => failed.push(format!("{e:#}")),
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (answered, failed)
+        }
+    });
+    let queries_before = primary.queries().len();
+    let log_from = std::time::Instant::now();
+    let log_before = r.launched.output.text();
+    let flood_start = std::time::Instant::now();
+    let (sent, answered, took) = notify_flood(listener, 6, 1000, 10);
+    let log_after = r.launched.output.text();
+    let log_window = log_from.elapsed();
+    let during: Vec<Duration> = primary
+        .queries()
+        .iter()
+        .filter(|t| **t >= flood_start && **t <= flood_start + took)
+        .map(|t| t.duration_since(flood_start))
+        .collect();
+    dns_stop.store(true, Ordering::SeqCst);
+    let (dns_answered, dns_failed) = asker.join().expect("the asker");
+    let (told, reports) = notified_until(&mut events, &r, u64::from(answered));
+    let reports_window = flood_start.elapsed();
+    // NOTIFYs of a newer serial than the stored one bring a refresh.
+    testbed::wait_for("a refresh after the NOTIFYs", START_TIMEOUT, || {
+        Ok((primary.queries().len() > queries_before).then_some(()))
+    })
+    .expect("a refresh");
+
+    let mut per_second = vec![0u32; took.as_secs() as usize + 1];
+    for t in &during {
+        per_second[t.as_secs() as usize] += 1;
+    }
+    let added = &log_after[log_before.len()..];
+    let notify_lines = added.lines().filter(|l| l.contains("NOTIFY")).count();
+    eprintln!(
+        "NOTIFY flood: {sent} sent in {took:?}, {answered} answered; SOA queries at the primary \
+         during it: {} ({per_second:?} per second); log: {} bytes, {} lines ({notify_lines} about \
+         NOTIFY); {reports} rpz-notified events telling {told:?}; DNS: {dns_answered} answered, \
+         {} unanswered",
+        during.len(),
+        added.len(),
+        added.lines().count(),
+        dns_failed.len()
+    );
+    // A refresh at most once per interval (the first of the window may be one due from before).
+    let allowed = (took.as_secs_f64() / INTERVAL.as_secs_f64()).floor() as usize + 2;
+    assert!(
+        during.len() <= allowed,
+        "{} SOA queries in {took:?}, at most {allowed} allowed",
+        during.len()
+    );
+    assert_eq!(queries_before, 1, "nothing came between");
+    // At most a line (and an event) a second, over the time the log and the events were
+    // read (one more line for the pipe's delay).
+    let lines_allowed = log_window.as_secs_f64().ceil() as usize + 2;
+    assert!(
+        notify_lines <= lines_allowed,
+        "{notify_lines} lines in {log_window:?}:\n{added}"
+    );
+    let reports_allowed = reports_window.as_secs_f64().ceil() as u64 + 1;
+    assert!(
+        reports <= reports_allowed,
+        "{reports} reports in {reports_window:?}"
+    );
+    let received = told["received"].as_u64().expect("a count");
+    assert!(
+        (u64::from(answered)..=u64::from(sent)).contains(&received),
+        "every NOTIFY answered is counted: {received}"
+    );
+    assert_eq!(told["stale"], 0, "{told:?}");
+    assert!(dns_failed.is_empty(), "DNS unanswered: {dns_failed:?}");
+    assert!(dns_answered > 0);
+    // The counts of /metrics are those of the events.
+    let series = |result: &str| {
+        sample(
+            &r,
+            &format!("knot_resolver_rpz_notifies_total{{zone=\"{ZONE}\",result=\"{result}\"}}"),
+        )
+    };
+    assert_eq!(series("stale"), stale["stale"].as_u64().expect("a count"));
+    let counted = series("refresh") + series("coalesced");
+    assert!(
+        (received..=u64::from(sent)).contains(&counted),
+        "{counted} NOTIFYs in /metrics, {received} told by events, {sent} sent"
+    );
+    assert!(
+        series("refresh") <= allowed as u64 + 1,
+        "{}",
+        series("refresh")
+    );
+    assert_stored_policy_kept(&r, &zone_host);
+    r.stop();
+}
+
+#[test]
+fn a_serial_bumped_every_second_costs_one_policy_loader_run_per_interval() {
+    let bed = testbed::Bed::get().expect("bed");
+    let notify_port = testbed::free_port().expect("port");
+    let notify: SocketAddr = format!("127.0.0.1:{notify_port}").parse().expect("address");
+    let mut primary = listed_primary(bed, Some(notify));
+    let listen = format!("        notify-listen: 127.0.0.1@{notify_port}\n");
+    let (r, _files) = secondary_of("rpz-bumps", &primary, &listen);
+    let mut events = events(&r);
+    // The first transfer (at the start), then the zone is followed.
+    wait_event(&mut events, &r, |e| kind(e, "rpz-transferred"));
+    wait_event(&mut events, &r, |e| kind(e, "rpz-followed"));
+    let start = std::time::Instant::now();
+    let bumps = 12u32;
+    let mut last = 0;
+    for i in 0..bumps {
+        let name = format!("bump{i}.blocked-by-rpz.net");
+        last = primary.bump(&[&name], &[]).expect("bump");
+        // A change a second (the rate of the input; no event is ordered by this).
+        let next = start + Duration::from_secs(u64::from(i) + 1);
+        std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
+    }
+    // The last change is not lost: it is transferred and in force.
+    let (mut transfers, mut loader_runs, mut renews) = (0u32, 0u32, 0u32);
+    loop {
+        let e = wait_event(&mut events, &r, |e| {
+            kind(e, "rpz-transferred")
+                || kind(e, "policy-loader-finished")
+                || (kind(e, "config-applied") && e["cause"] == "renew")
+        });
+        match e["kind"].as_str() {
+            Some("rpz-transferred") => transfers += 1,
+            Some("policy-loader-finished") => loader_runs += 1,
+            _ => {
+                renews += 1;
+                if transfers > 0 && renews >= transfers && applied_serial(&r) == Some(last) {
+                    break;
+                }
+            }
+        }
+    }
+    let took = start.elapsed();
+    assert!(blocked(
+        &r,
+        &format!("bump{}.blocked-by-rpz.net", bumps - 1)
+    ));
+    eprintln!(
+        "{bumps} bumps a second: {transfers} transfers, {renews} renews, {loader_runs} \
+         policy-loader runs in {took:?}"
+    );
+    let allowed = (took.as_secs_f64() / INTERVAL.as_secs_f64()).floor() as u32 + 1;
+    assert!(
+        loader_runs <= allowed && renews <= allowed,
+        "{loader_runs} policy-loader runs, {renews} renews in {took:?}: at most {allowed}"
+    );
+    assert!(loader_runs < bumps, "coalesced");
+    r.stop();
+}
+
+/// The serial `GET /rpz` says is stored.
+fn applied_serial(r: &Resolver) -> Option<u32> {
+    rpz_status(r)["serial"].as_u64().map(|s| s as u32)
 }

@@ -469,6 +469,12 @@ pub(crate) static API_SOCKET_PATH: ValueType = ValueType {
 
 /// A readable file holding a TSIG key: checked for its syntax where paths are checked.
 fn check_tsig_key_file(v: &Value, container: Container, ctx: &Ctx) -> Result<Value, String> {
+    if let (Value::String(raw), true) = (v, ctx.checks != PathChecks::Lenient) {
+        // Said before the generic checks, which would say only "not a file".
+        if let Some(not) = crate::regular_file::not_regular(&resolve(raw, ctx)) {
+            return Err(format!("key file {not}"));
+        }
+    }
     let resolved = check_path(v, container, ctx, PathKind::ReadableFile)?;
     if ctx.checks == PathChecks::Lenient {
         return Ok(resolved);
@@ -479,6 +485,7 @@ fn check_tsig_key_file(v: &Value, container: Container, ctx: &Ctx) -> Result<Val
         super::xfr::KeyFileError::Read { source, .. } => {
             format!("cannot read key file '{}': {source}", path.display())
         }
+        super::xfr::KeyFileError::NotRegular(not) => format!("key file {not}"),
         e => format!("malformed key file '{}': {e}", path.display()),
     })?;
     Ok(resolved)

@@ -8,6 +8,8 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use crate::regular_file::{open_regular, NotRegular, OpenError};
+
 /// The largest key file read: a `tsig-keygen` key is about 100 bytes.
 const MAX_KEY_FILE: u64 = 64 * 1024;
 
@@ -65,16 +67,19 @@ impl fmt::Debug for KeyText {
     }
 }
 
-/// Read the key in `path` (at most 64 KiB of it).
+/// Read the key in `path` (at most 64 KiB of it), a regular file: anything else (a FIFO
+/// that would block the open or the read, a device) is refused without waiting on it.
 pub fn read_key(path: &Path) -> Result<KeyText, KeyFileError> {
     let read = |source| KeyFileError::Read {
         path: path.to_owned(),
         source,
     };
+    let file = open_regular(path).map_err(|e| match e {
+        OpenError::Io(source) => read(source),
+        OpenError::NotRegular(not) => KeyFileError::NotRegular(not),
+    })?;
     let mut text = String::new();
-    std::fs::File::open(path)
-        .map_err(read)?
-        .take(MAX_KEY_FILE)
+    file.take(MAX_KEY_FILE)
         .read_to_string(&mut text)
         .map_err(read)?;
     parse_key(&text)
@@ -109,6 +114,9 @@ pub enum KeyFileError {
         #[source]
         source: std::io::Error,
     },
+    /// The path names no regular file.
+    #[error("the key file {0}")]
+    NotRegular(NotRegular),
     /// The text is not a `key "name" { ... };` clause.
     #[error("line {line}: {what}")]
     Syntax {
@@ -457,9 +465,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_endless_key_file_is_read_only_so_far() {
-        // /dev/zero never ends: at most MAX_KEY_FILE bytes are read, and they are no key.
+    fn an_endless_key_file_is_refused_unread() {
+        // /dev/zero never ends: it is no regular file, and not read at all.
         let error = read_key(Path::new("/dev/zero")).unwrap_err();
+        assert!(matches!(error, KeyFileError::NotRegular(_)), "{error}");
+        assert_eq!(
+            error.to_string(),
+            "the key file '/dev/zero' is a character device, not a regular file"
+        );
+    }
+
+    #[test]
+    fn a_growing_key_file_is_read_only_so_far() {
+        // A regular file larger than any key: at most MAX_KEY_FILE bytes are read.
+        let path = std::env::temp_dir().join(format!("kres-key-large-{}", std::process::id()));
+        let mut text = String::from("key \"k\" { algorithm hmac-sha256; secret \"");
+        text.push_str(&"A".repeat(2 * MAX_KEY_FILE as usize));
+        text.push_str("\"; };\n");
+        std::fs::write(&path, text).expect("key file");
+        let error = read_key(&path).unwrap_err();
+        std::fs::remove_file(&path).expect("cleanup");
         assert!(matches!(error, KeyFileError::Syntax { .. }), "{error}");
     }
 }

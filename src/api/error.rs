@@ -32,8 +32,8 @@ pub enum ApiError {
     /// A JSON Patch could not be applied.
     #[error(transparent)]
     Patch(#[from] PatchError),
-    /// The resulting configuration is invalid.
-    #[error("Configuration validation error detected:\n{0}")]
+    /// The resulting configuration is invalid (the errors' text carries upstream's header).
+    #[error("{0}")]
     Invalid(ValidationErrors),
     /// A request body that is not what the route takes (messages already in upstream's form).
     #[error("{0}")]

@@ -59,6 +59,8 @@ mod tests {
             failures: 1,
             since: 100,
             last: "exited with 1".into(),
+            restarts: 1,
+            last_exit: Some(supervisor::ExitStatus::Code(1)),
         };
         let shown = ManagerFailures::of(Some(&process), &task);
         assert_eq!(

@@ -1,6 +1,7 @@
 //! Fault injection, for the tests of the manager's recovery: panic the manager task, or crash
-//! the manager process the way a bug would. Every route answers 404 unless the daemon was
-//! started with `KRES_FAULT_INJECTION` (`ApiState::fault_injection`).
+//! the manager process the way a bug would. The routes exist, in the router and in the
+//! OpenAPI document, only when the daemon was started with `KRES_FAULT_INJECTION`
+//! (`ApiState::fault_injection`); otherwise they are 404 as any path no route serves.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -10,6 +11,16 @@ use super::error::ApiError;
 use super::params::{PathParam, PathValue};
 use super::ApiState;
 
+/// Whether the fault-injection routes are served (and described).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FaultInjection {
+    /// Production: no such route.
+    #[default]
+    Off,
+    /// Tests of the manager's recovery (`KRES_FAULT_INJECTION` set).
+    On,
+}
+
 /// Fault injection: panic the manager task (it is restarted in-process).
 #[utoipa::path(
     post,
@@ -18,16 +29,11 @@ use super::ApiState;
     responses(
         (status = 200, description = "The panic was requested.", body = String,
          content_type = "text/plain"),
-        (status = 404, description = "Fault injection is off (the daemon runs without \
-`KRES_FAULT_INJECTION`); empty body."),
         (status = 503, description = "The manager task is not running.", body = String,
          content_type = "text/plain"),
     ),
 )]
 pub(super) async fn panic_manager(State(state): State<ApiState>) -> Result<Response, ApiError> {
-    if !state.fault_injection {
-        return Err(ApiError::NotFound);
-    }
     if !state.manager.panic().await {
         return Err(ApiError::Unavailable("manager is not running".into()));
     }
@@ -44,19 +50,14 @@ pub(super) async fn panic_manager(State(state): State<ApiState>) -> Result<Respo
     tag = "fault-injection",
     params(("how" = inline(CrashKind), Path, description = "How the manager process dies.")),
     responses(
-        (status = 404, description = "Fault injection is off, or `how` is none of the kinds; \
-empty body."),
+        (status = 404, description = "`how` is none of the kinds; empty body."),
         (status = 500, description = "The process survived its segmentation fault.",
          body = String, content_type = "text/plain"),
     ),
 )]
 pub(super) async fn crash_manager(
-    State(state): State<ApiState>,
     PathParam(how): PathParam<CrashKind>,
 ) -> Result<Response, ApiError> {
-    if !state.fault_injection {
-        return Err(ApiError::NotFound);
-    }
     let name = format!("{how:?}").to_ascii_lowercase();
     tracing::warn!("fault injection: crashing the manager process ({name})");
     match how {

@@ -56,8 +56,9 @@ pub struct ApiState {
     pub stop: CancellationToken,
     /// The manager: the configuration it runs, and changes to it.
     pub manager: ManagerHandle,
-    /// Whether `POST /debug/panic-manager` is enabled (tests of manager recovery only).
-    pub fault_injection: bool,
+    /// Whether the fault-injection routes (`POST /debug/…`) are served (tests of manager
+    /// recovery only).
+    pub fault_injection: fault::FaultInjection,
     /// How configurations sent to the API are validated: relative paths resolve against the
     /// first configuration file's directory.
     pub validation: crate::config::ValidationContext,
@@ -75,12 +76,14 @@ pub struct ApiState {
     pub events: crate::events::EventLog,
     /// The control plane's series for `/metrics/prometheus`, tallied from `events`.
     pub control_plane: crate::metrics::ControlPlane,
+    /// The version of the kresd the workers run (`kresd --version`), once it is known.
+    pub kresd_version: std::sync::Arc<std::sync::OnceLock<String>>,
 }
 
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.
 pub fn app(state: ApiState) -> Router {
-    let (router, _) = routes().split_for_parts();
-    let router = server::with_change_places(router)
+    let (router, _) = routes(state.fault_injection).split_for_parts();
+    let router = server::with_change_places(router.fallback(no_route))
         .layer(axum::middleware::from_fn_with_state(
             state.guard.clone(),
             guard::check,
@@ -93,9 +96,12 @@ pub fn app(state: ApiState) -> Router {
 /// path and methods of its `#[utoipa::path]` and adds that description to the document, so
 /// the router and `GET /openapi.json` come from this one registration. Never add a route with
 /// `.route()`: it would be served undocumented (`tests/api_openapi.rs` finds it).
-pub fn routes() -> OpenApiRouter<ApiState> {
+///
+/// The fault-injection routes are registered only when `faults` is on: the production
+/// document describes no route the server does not serve.
+pub fn routes(faults: fault::FaultInjection) -> OpenApiRouter<ApiState> {
     use utoipa::OpenApi;
-    OpenApiRouter::with_openapi(openapi::Base::openapi())
+    let registered = OpenApiRouter::with_openapi(openapi::Base::openapi())
         .routes(routes!(status::root))
         .routes(routes!(
             config::get_document,
@@ -124,13 +130,17 @@ pub fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(processes_all))
         .routes(routes!(processes))
         .routes(routes!(events::follow))
-        .routes(routes!(fault::panic_manager))
-        .routes(routes!(fault::crash_manager))
         .routes(routes!(stats::metrics_redirect))
         .routes(routes!(stats::metrics_json))
         .routes(routes!(stats::metrics_prometheus))
         .routes(routes!(control::cache_clear))
-        .routes(routes!(rpz::zones))
+        .routes(routes!(rpz::zones));
+    match faults {
+        fault::FaultInjection::Off => registered,
+        fault::FaultInjection::On => registered
+            .routes(routes!(fault::panic_manager))
+            .routes(routes!(fault::crash_manager)),
+    }
 }
 
 /// Every supervised process.
@@ -198,7 +208,7 @@ fn processes_of(State(state): State<ApiState>, filter: ProcessFilter) -> Respons
         .iter()
         .filter(|p| filter.is_none_or(|k| ServiceKind::of(p) == Some(k)))
         .map(|p| ProcessEntry {
-            process: p.clone(),
+            process: with_failures(p, state.process_failures.as_deref()),
             r#type: ServiceKind::of(p)
                 .map_or("UNKNOWN", ServiceKind::upstream_type)
                 .to_owned(),
@@ -208,6 +218,39 @@ fn processes_of(State(state): State<ApiState>, filter: ProcessFilter) -> Respons
         })
         .collect();
     json_value(StatusCode::OK, &list)
+}
+
+/// A process of the table as `/processes` shows it: the manager's entry, which the root adds
+/// anew for every incarnation, counts the restarts and shows the last exit of the
+/// incarnations before it, as the root recorded them.
+fn with_failures(
+    process: &supervisor::ProcessSnapshot,
+    record: Option<&crate::wire::failures::ProcessFailureRecord>,
+) -> supervisor::ProcessSnapshot {
+    let mut process = process.clone();
+    if let (Some(ServiceKind::Manager), Some(record)) = (ServiceKind::of(&process), record) {
+        process.restarts = process.restarts.saturating_add(record.restarts);
+        process.last_exit = process.last_exit.or(record.last_exit);
+    }
+    process
+}
+
+/// The answer to a path no route serves: 404, saying so; a configuration path whose pointer
+/// lacks its leading `/` (`/v1/configworkers`, from `kresctl config get -p workers`) is told
+/// what it meant.
+async fn no_route(uri: axum::http::Uri) -> Response {
+    /// The most of the path quoted back.
+    const QUOTED: usize = 200;
+    let path = uri.path();
+    let quoted: String = path.chars().take(QUOTED).collect();
+    let text = match path.strip_prefix("/v1/config") {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => {
+            let rest: String = rest.chars().take(QUOTED).collect();
+            format!("no route for {quoted}: a JSON pointer starts with '/' (/v1/config/{rest})\n")
+        }
+        _ => format!("no route for {quoted}\n"),
+    };
+    (StatusCode::NOT_FOUND, text).into_response()
 }
 
 /// A serialisable value as a JSON answer.

@@ -10,13 +10,16 @@
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 use utoipa::openapi::schema::{ObjectBuilder, Schema};
 use utoipa::openapi::RefOr;
 
+use super::fault::FaultInjection;
 use super::server::{BODY_LIMIT, CHANGE_TIMEOUT, HEADER_READ_TIMEOUT, READ_TIMEOUT};
+use super::ApiState;
 
 /// The name of the configuration's schema among the document's component schemas.
 pub const CONFIG_SCHEMA: &str = "KresConfig";
@@ -58,16 +61,27 @@ pointers, JSON Patch, structural ETags)."),
         (name = "schema", description = "Descriptions: the configuration's JSON schema, this \
 document."),
         (name = "fault-injection", description = "Fault injection, for tests of the manager's \
-recovery only: every such route answers 404 unless the daemon was started with \
-`KRES_FAULT_INJECTION` set."),
+recovery only: these routes exist (here and in the server) only when the daemon was started \
+with `KRES_FAULT_INJECTION` set."),
     ),
 )]
 pub struct Base;
 
-/// The document, computed once from the route registration (`api::routes()`).
+/// The production document (no fault injection), computed once from the route registration
+/// (`api::routes()`): what `kresctl openapi --local` prints.
 pub fn document() -> &'static Value {
-    static DOCUMENT: OnceLock<Value> = OnceLock::new();
-    DOCUMENT.get_or_init(|| finish(super::routes().into_openapi()))
+    document_for(FaultInjection::Off)
+}
+
+/// The document of a server with or without the fault-injection routes, computed once each.
+pub fn document_for(faults: FaultInjection) -> &'static Value {
+    static PRODUCTION: OnceLock<Value> = OnceLock::new();
+    static WITH_FAULTS: OnceLock<Value> = OnceLock::new();
+    let cell = match faults {
+        FaultInjection::Off => &PRODUCTION,
+        FaultInjection::On => &WITH_FAULTS,
+    };
+    cell.get_or_init(|| finish(super::routes(faults).into_openapi()))
 }
 
 /// `GET /openapi.json`.
@@ -80,9 +94,16 @@ pub fn document() -> &'static Value {
          content_type = "application/json"),
     ),
 )]
-pub(super) async fn serve() -> Response {
-    static TEXT: OnceLock<String> = OnceLock::new();
-    let text = TEXT.get_or_init(|| serde_json::to_string_pretty(document()).unwrap_or_default());
+pub(super) async fn serve(State(state): State<ApiState>) -> Response {
+    static PRODUCTION: OnceLock<String> = OnceLock::new();
+    static WITH_FAULTS: OnceLock<String> = OnceLock::new();
+    let faults = state.fault_injection;
+    let cell = match faults {
+        FaultInjection::Off => &PRODUCTION,
+        FaultInjection::On => &WITH_FAULTS,
+    };
+    let text =
+        cell.get_or_init(|| serde_json::to_string_pretty(document_for(faults)).unwrap_or_default());
     (
         StatusCode::OK,
         [
@@ -274,8 +295,9 @@ fn description() -> String {
         "The management API of Knot Resolver 6's manager (the knot-resolver daemon), served on a \
 unix socket (guarded by its file permissions) or on TCP (`management.interface`).\n\n\
 Answers every route can give:\n\
-- `404` (empty body) for a path no route serves; `405` with an `Allow` header listing the \
-methods served, for a method a path does not serve.\n\
+- `404` for a path no route serves (a line saying so, and what a configuration path \
+lacking the `/` of its JSON pointer meant); `405` with an `Allow` header listing the methods \
+served, for a method a path does not serve.\n\
 - Every `GET` also answers `HEAD`, with the same status and headers and no body.\n\
 - Over TCP only: `421` when `Host` names neither the endpoint nor a loopback name, `403` for a \
 cross-origin `Origin`, `401` without the bearer token when one is configured \

@@ -63,6 +63,7 @@ pub(super) async fn metrics_prometheus(State(state): State<ApiState>) -> Respons
         snapshot: &snapshot,
         etag: &rendered.etag,
         workers: config.model.workers,
+        kresd_version: state.kresd_version.get().map(String::as_str),
     };
     let text = crate::metrics::render_prometheus(&collected, &state.control_plane, &now);
     (

@@ -18,8 +18,11 @@ pub struct ManagerStatus {
     msg: &'static str,
     /// Always `RUNNING`.
     status: &'static str,
-    /// The version of the running daemon (`6.x.y`, `+label` when the build has one).
+    /// The version of the running daemon (`+label` when the build has one).
     version: String,
+    /// The version of the kresd the workers run (`kresd --version`); `null` until it is known
+    /// or when it cannot be told.
+    kresd_version: Option<String>,
 }
 
 /// Whether the manager runs, and its version.
@@ -29,13 +32,14 @@ pub struct ManagerStatus {
     tag = "status",
     responses((status = 200, description = "The manager runs.", body = ManagerStatus)),
 )]
-pub(super) async fn root() -> Response {
+pub(super) async fn root(State(state): State<ApiState>) -> Response {
     json_value(
         StatusCode::OK,
         &ManagerStatus {
             msg: "Knot Resolver Manager is running! The configuration endpoint is at /config",
             status: "RUNNING",
             version: crate::build_version(),
+            kresd_version: state.kresd_version.get().cloned(),
         },
     )
 }

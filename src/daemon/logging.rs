@@ -25,6 +25,8 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, reload, EnvFilter, Layer, Registry};
 
+use supervisor::output::OutputLevel;
+
 use crate::config::{LoadedConfig, LogLevel, LogTarget, LoggingSchema};
 
 /// The supervisor's target for lines its children wrote.
@@ -33,6 +35,60 @@ const CHILD_TARGET: &str = "child";
 /// At most this many children get a journal identity of their own; lines of any further child
 /// go under the daemon's identifier (the set of children is small and fixed in practice).
 const MAX_CHILD_IDENTITIES: usize = 256;
+
+/// How far into a child's line its level is looked for: the tags before the message and the
+/// message's first word fit.
+const LEVEL_PREFIX: usize = 64;
+
+/// The level a line a child wrote is logged at (and its journal priority). kresd writes no
+/// level into its lines, but its warnings and errors say so in the message's first words,
+/// after the log group's tag and a debug line's query tag (`[system] warning: …`,
+/// `[rules ] error parsing zone file …`, `[net   ] ERROR: …`); kres-cache-gc's likewise
+/// (`Error …`). Anything on standard error (Lua errors, crashes) is at least a warning.
+///
+/// It runs in the root, on what children wrote, so it only compares the first
+/// [`LEVEL_PREFIX`] bytes with a few fixed words: nothing is allocated, nothing can fail.
+pub fn child_line_level(line: &str, stream: supervisor::output::Stream) -> OutputLevel {
+    use supervisor::output::Stream;
+    let head = &line.as_bytes()[..line.len().min(LEVEL_PREFIX)];
+    let level = level_of_message(message_of(head));
+    match (level, stream) {
+        (OutputLevel::Info, Stream::Stderr) => OutputLevel::Warn,
+        (level, _) => level,
+    }
+}
+
+/// The message of a kresd line: what follows its bracketed tags (at most two: a debug line's
+/// `[12345.00]` and the log group's `[iter  ]`) and the spaces after them.
+fn message_of(mut head: &[u8]) -> &[u8] {
+    for _ in 0..2 {
+        let trimmed = head.trim_ascii_start();
+        let Some(after_open) = trimmed.strip_prefix(b"[") else {
+            break;
+        };
+        match after_open.iter().position(|&b| b == b']') {
+            Some(close) => head = &after_open[close + 1..],
+            None => break,
+        }
+    }
+    head.trim_ascii_start()
+}
+
+/// The level a message's first words give it.
+fn level_of_message(message: &[u8]) -> OutputLevel {
+    const ERRORS: [&[u8]; 4] = [b"error", b"fatal", b"critical", b"crit:"];
+    const WARNINGS: [&[u8]; 2] = [b"warning", b"deprecation warning"];
+    let starts = |word: &[u8]| {
+        message.len() >= word.len() && message[..word.len()].eq_ignore_ascii_case(word)
+    };
+    if ERRORS.into_iter().any(starts) {
+        OutputLevel::Error
+    } else if WARNINGS.into_iter().any(starts) {
+        OutputLevel::Warn
+    } else {
+        OutputLevel::Info
+    }
+}
 
 /// The `--loglevel` spellings (upstream's), as configuration levels.
 pub fn level_from_arg(arg: &str) -> Option<LogLevel> {
@@ -342,4 +398,47 @@ impl Visit for ChildFields {
     }
 
     fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use supervisor::output::Stream;
+
+    /// Each row: a line, its stream, the level it is logged at.
+    fn check(rows: &[(&str, Stream, OutputLevel)]) {
+        for &(line, stream, want) in rows {
+            assert_eq!(
+                child_line_level(line, stream),
+                want,
+                "{line:?} on {stream:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn kresd_lines_keep_the_level_their_words_give() {
+        use OutputLevel::{Error, Info, Warn};
+        use Stream::{Stderr, Stdout};
+        check(&[
+            ("[system] warning: hard limit for number of file-descriptors is only 4096 but recommended value is 524288", Stdout, Warn),
+            ("[rules ] error parsing zone file `/run/x' line 1: unexpected data", Stdout, Error),
+            ("[net   ] ERROR: cannot bind", Stdout, Error),
+            ("[system] deprecation WARNING: use log_level() instead of verbose()", Stdout, Warn),
+            ("[system] WARNING: unknown log group 'x'", Stdout, Warn),
+            ("[12345.00][iter  ] error in answer", Stdout, Error),
+            ("Error: cache is not open", Stdout, Error),
+            ("[system] quitting", Stdout, Info),
+            ("[rules ] an error-free line", Stdout, Info),
+            ("", Stdout, Info),
+            ("[", Stdout, Info),
+            ("[unclosed error", Stdout, Info),
+            // Standard error is at least a warning.
+            ("luajit: something went wrong", Stderr, Warn),
+            ("[system] quitting", Stderr, Warn),
+            ("[rules ] error parsing zone file", Stderr, Error),
+            // Only the first bytes are read: a level word far into the line says nothing.
+            (&format!("[system] {} error", "x".repeat(100)), Stdout, Info),
+        ]);
+    }
 }

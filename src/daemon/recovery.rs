@@ -18,6 +18,10 @@ use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
 use crate::wire::failures::ProcessFailureRecord;
 
+/// Fd store name of the version of the kresd the workers run (its text in a sealed memfd):
+/// `kresd --version` runs once, in the first manager process, and its successors read it.
+pub const STORED_KRESD_VERSION: &str = "kresd-version";
+
 /// Fd store name of the record of the manager process's failures (JSON in a sealed memfd).
 pub const STORED_FAILURES: &str = "manager-failures";
 

@@ -13,12 +13,24 @@ use super::output::OutputFormat;
 use super::request::{MetricsFormat, Probe, ReloadScope, Run};
 use crate::config::PathChecks;
 
-/// Exit codes, shown by `kresctl --help`.
-const EXIT_CODES: &str = "Exit codes:
+/// Exit codes and environment, shown by `kresctl --help` (and by kresctl(8) as its EXIT
+/// STATUS and ENVIRONMENT sections, split at [`ENVIRONMENT_HEADING`]).
+const AFTER_LONG_HELP: &str = "Exit codes:
   0  success
   1  operational or validation error (the resolver is unreachable, the API refused the
      request, a file is invalid or cannot be read or written)
-  2  usage error (unknown command or option, missing or invalid argument)";
+  2  usage error (unknown command or option, missing or invalid argument)
+
+Environment:
+  KRES_API_TOKEN_FILE            a file holding the API's admin bearer token, sent over TCP
+                                 (the daemon reads the same variable)
+  KRES_API_READ_ONLY_TOKEN_FILE  a file holding the read-only token, sent when
+                                 KRES_API_TOKEN_FILE is not set
+  KRES_KRESD_EXECUTABLE          the kresd whose version kresctl reports (default /usr/sbin/kresd)
+  KRES_LOGTARGET                 what logging.target: from-arg means to validate and convert";
+
+/// The line that starts the environment part of [`AFTER_LONG_HELP`].
+pub const ENVIRONMENT_HEADING: &str = "Environment:";
 
 /// A flag (`--json`, no value) parsed into `present` when given and `absent` otherwise.
 fn flag<T: Clone + Send + Sync + 'static>(
@@ -74,12 +86,20 @@ fn interval(text: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
+/// Whether `-V` asked for the versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShowVersion {
+    Yes,
+    No,
+}
+
 #[derive(Parser)]
 #[command(
     name = "kresctl",
     version = crate::VERSION,
+    disable_version_flag = true,
     about = "Command-line utility that helps communicate with Knot Resolver's management API.",
-    after_long_help = EXIT_CODES
+    after_long_help = AFTER_LONG_HELP
 )]
 pub struct Cli {
     /// Path or URL of the management API socket.
@@ -93,6 +113,10 @@ pub struct Cli {
     /// Configuration file whose `management` section names the API socket.
     #[arg(short = 'c', long = "config")]
     pub config: Option<PathBuf>,
+    /// Print the versions of kresctl and of the kresd installed here (`kresd --version`).
+    #[arg(id = "version", short = 'V', long = "version", action = ArgAction::SetTrue,
+          value_parser = flag(ShowVersion::Yes, ShowVersion::No))]
+    pub version: ShowVersion,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -103,11 +127,24 @@ pub enum Command {
     Convert(ConvertArgs),
     /// Migrates JSON or YAML configuration to the newer version.
     Migrate(MigrateArgs),
-    /// Print a shell completion script for kresctl.
+    /// Print a shell completion script for kresctl; with --args, the words to offer after
+    /// those typed (upstream's protocol, which the bash script uses).
     Completion {
         /// The shell: bash, zsh or fish.
         #[arg(value_enum, default_value = "bash")]
         shell: CompletionShell,
+        /// The shell is bash (upstream's spelling).
+        #[arg(id = "bash", long = "bash", conflicts_with = "fish", action = ArgAction::SetTrue,
+              value_parser = flag(ShellFlag(Some(CompletionShell::Bash)), ShellFlag(None)))]
+        bash: ShellFlag,
+        /// The shell is fish (upstream's spelling).
+        #[arg(id = "fish", long = "fish", action = ArgAction::SetTrue,
+              value_parser = flag(ShellFlag(Some(CompletionShell::Fish)), ShellFlag(None)))]
+        fish: ShellFlag,
+        /// The words typed after `kresctl`, the one being completed last: print the words to
+        /// offer instead of a script.
+        #[arg(long = "args", num_args = 0.., allow_hyphen_values = true, value_name = "WORD")]
+        args: Option<Vec<String>>,
     },
     #[command(flatten)]
     Api(ApiCommand),
@@ -118,6 +155,7 @@ pub enum Command {
 #[derive(Subcommand)]
 pub enum ApiCommand {
     /// Read or change the running configuration.
+    #[command(arg_required_else_help = true)]
     Config(ConfigArgs),
     /// List the PIDs of the resolver's processes.
     Pids {
@@ -245,6 +283,7 @@ pub enum ApiCommand {
         file: Option<PathBuf>,
     },
     /// Work with the resolver's cache.
+    #[command(arg_required_else_help = true)]
     Cache(CacheArgs),
     /// Show the RPZ zones kept by zone transfer: serial, last transfer, next refresh, expiry.
     Rpz {
@@ -286,6 +325,10 @@ pub enum CacheOp {
         yaml: bool,
     },
 }
+
+/// A shell named by a flag (`--bash`, `--fish`), or not.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ShellFlag(pub Option<CompletionShell>);
 
 /// Shells `completion` writes scripts for.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -427,6 +470,10 @@ pub enum ConfigOp {
 /// kresctl's completion script for `shell`, generated from its clap definition: what
 /// `kresctl completion SHELL` prints and what the package installs.
 pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
+    if shell == clap_complete::Shell::Bash {
+        // Words from kresctl itself: JSON pointers from the schema, as upstream's.
+        return super::completion::BASH_SCRIPT.as_bytes().to_vec();
+    }
     let mut command = <Cli as clap::CommandFactory>::command();
     // Into a buffer: the generator panics on a write error (a closed pipe).
     let mut script = Vec::new();
@@ -434,16 +481,17 @@ pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
     script
 }
 
-/// The help of kresctl, or of a command given without its subcommand, as upstream prints it.
-pub fn print_help(command: Option<&str>) {
+/// The help of kresctl, or of a command given without its subcommand, on standard error: a
+/// command line without a command is a usage error (exit 2), as upstream's.
+pub fn print_help_to_stderr(command: Option<&str>) {
     let mut cli = <Cli as clap::CommandFactory>::command();
-    let _ = match command {
-        None => cli.print_help(),
-        Some(name) => match cli.find_subcommand_mut(name) {
-            Some(sub) => sub.print_help(),
-            None => Ok(()),
-        },
+    let help = match command {
+        None => Some(cli.render_help()),
+        Some(name) => cli.find_subcommand_mut(name).map(|sub| sub.render_help()),
     };
+    if let Some(help) = help {
+        eprint!("{help}");
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use hyper_util::rt::TokioIo;
 
 use super::request::Request;
 use super::DEFAULT_SOCKET;
+use crate::api::guard::{READ_ONLY_TOKEN_FILE_VAR, TOKEN_FILE_VAR};
 
 /// Where the API is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,11 +25,18 @@ pub enum ClientError {
     Config { path: PathBuf, message: String },
     #[error("invalid socket URL {0:?}")]
     BadUrl(String),
-    #[error("Failed to connect to {target}: {source}\nIs the resolver running?")]
+    #[error("Failed to connect to {target}: {source}\n{hint}")]
     Connect {
         target: String,
         source: std::io::Error,
+        /// What to do about it, for this cause ([`connect_hint`]).
+        hint: String,
     },
+    /// 401: the API over TCP asks for a bearer token, and none or a wrong one was sent.
+    #[error("unauthorized: {}\nThe API asks for a bearer token: name a file holding the admin token in \
+             {TOKEN_FILE_VAR} (or the read-only token in {READ_ONLY_TOKEN_FILE_VAR}); see \
+             kresctl --help", .0.trim_end())]
+    Unauthorized(String),
     #[error("request failed: {0}")]
     Http(#[from] hyper::Error),
     #[error("request failed: {0}")]
@@ -64,6 +72,9 @@ pub enum ClientError {
     /// The event stream broke off or carried something that is not one.
     #[error("event stream: {0}")]
     EventStream(String),
+    /// Standard output could not be written (closed: the command ends quietly).
+    #[error("{0}")]
+    Output(#[from] super::output::WriteError),
 }
 
 /// How long kresctl waits for an answer: a configuration change may take the API's own limit
@@ -198,6 +209,7 @@ impl ClientError {
     /// The error of an answer with a status that is no success.
     pub fn from_status(status: u16, body: String) -> ClientError {
         match status {
+            401 => ClientError::Unauthorized(body),
             403 => ClientError::Forbidden(body),
             _ => ClientError::Status { status, body },
         }
@@ -253,6 +265,7 @@ impl ApiClient {
                 let s = tokio::net::UnixStream::connect(p).await.map_err(|source| {
                     ClientError::Connect {
                         target: p.display().to_string(),
+                        hint: connect_hint(Some(p), &source),
                         source,
                     }
                 })?;
@@ -263,6 +276,7 @@ impl ApiClient {
                     .await
                     .map_err(|source| ClientError::Connect {
                         target: authority(host, *port),
+                        hint: connect_hint(None, &source),
                         source,
                     })?;
                 (authority(host, *port), Box::new(s))
@@ -288,14 +302,53 @@ impl ApiClient {
     }
 }
 
+/// What to do when the API cannot be reached: upstream's question whether the resolver runs,
+/// unless the socket `path` is there and refused us; then who may use it (its owner and
+/// group, by name) and who kresctl runs as.
+pub fn connect_hint(path: Option<&Path>, error: &std::io::Error) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let running = "Is the resolver running?".to_owned();
+    if error.kind() != std::io::ErrorKind::PermissionDenied {
+        return running;
+    }
+    // The socket, or the directory above it that keeps us from it.
+    let Some((what, meta)) = path.and_then(|p| {
+        std::iter::successors(Some(p), |p| p.parent())
+            .find_map(|p| std::fs::metadata(p).ok().map(|m| (p, m)))
+    }) else {
+        return "Permission denied: run kresctl as a user the API socket's mode allows.".into();
+    };
+    let what = if Some(what) == path {
+        "The API socket".to_owned()
+    } else {
+        format!("{}, on the way to the API socket,", what.display())
+    };
+    let user = |uid: u32| {
+        nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map_or_else(|| format!("uid {uid}"), |u| u.name)
+    };
+    let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(meta.gid()))
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("gid {}", meta.gid()), |g| g.name);
+    format!(
+        "{what} belongs to user {} and group {group} (mode {:o}); kresctl runs as {}: run it as \
+         root, as that user or as a member of group {group} (the daemon's --api-admin-group \
+         and --api-read-only-group name the groups allowed).",
+        user(meta.uid()),
+        meta.mode() & 0o777,
+        user(nix::unistd::geteuid().as_raw()),
+    )
+}
+
 /// The bearer token the API asks of TCP clients, from the file `KRES_API_TOKEN_FILE` names
 /// (the admin token), else from the one `KRES_API_READ_ONLY_TOKEN_FILE` names.
 fn bearer_token() -> Result<Option<String>, ClientError> {
     use std::io::Read;
     let file = |var| std::env::var_os(var).filter(|p| !p.is_empty());
-    let Some(path) = file(crate::api::guard::TOKEN_FILE_VAR)
-        .or_else(|| file(crate::api::guard::READ_ONLY_TOKEN_FILE_VAR))
-    else {
+    let Some(path) = file(TOKEN_FILE_VAR).or_else(|| file(READ_ONLY_TOKEN_FILE_VAR)) else {
         return Ok(None);
     };
     let path = PathBuf::from(path);

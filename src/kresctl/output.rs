@@ -43,11 +43,84 @@ pub fn emit(text: &str, file: Option<&std::path::Path>) -> Result<(), ClientErro
     match file {
         Some(f) => {
             std::fs::write(f, text)?;
-            println!("saved to: {}", f.display());
+            print(&format!("saved to: {}\n", f.display()))?;
         }
-        None => print!("{text}"),
+        None => print(text)?,
     }
     Ok(())
+}
+
+/// Why standard output could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// Its reader is gone (`kresctl events | head -3`): not a failure, there is nobody left
+    /// to tell anything; the command ends quietly with exit 0.
+    #[error("standard output is closed")]
+    Closed,
+    #[error("cannot write to standard output: {0}")]
+    Io(#[source] std::io::Error),
+}
+
+/// Write `text` to standard output and flush it, so a reader that is gone is seen here, as
+/// [`WriteError::Closed`], and never as a panic of `print!`.
+pub fn print(text: &str) -> Result<(), WriteError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe => WriteError::Closed,
+            _ => WriteError::Io(e),
+        })
+}
+
+/// [`print`] with a newline after `text`.
+pub fn println(text: &str) -> Result<(), WriteError> {
+    print(&format!("{text}\n"))
+}
+
+/// Resolves once standard output's reader is gone (a pipe whose reader closed, a socket
+/// whose peer hung up), without anything being written: a command that prints only when
+/// something happens (`events`, `processes --watch`) ends as soon as its reader does. Never
+/// resolves for a terminal or a file.
+pub async fn closed() {
+    let (tell, told) = tokio::sync::oneshot::channel();
+    // A thread of its own, never joined: it blocks in poll(2) for the life of the process
+    // when standard output never closes, and must not keep the runtime from ending.
+    let spawned = std::thread::Builder::new()
+        .name("stdout-watch".into())
+        .spawn(move || {
+            if wait_for_hangup() {
+                let _ = tell.send(());
+            }
+        });
+    if spawned.is_err() || told.await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Block until standard output reports an error or a hang-up; `false` if it cannot be
+/// watched.
+fn wait_for_hangup() -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let stdout = std::io::stdout();
+    loop {
+        // No event asked for: poll(2) reports only POLLERR, POLLHUP and POLLNVAL.
+        let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::empty())];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {
+                let gone = PollFlags::POLLERR | PollFlags::POLLHUP;
+                match fds[0].revents() {
+                    Some(revents) if revents.intersects(gone) => return true,
+                    Some(revents) if revents.contains(PollFlags::POLLNVAL) => return false,
+                    _ => {}
+                }
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return false,
+        }
+    }
 }
 
 /// Render a JSON value as YAML.

@@ -6,6 +6,16 @@
 use hyper::Method;
 use serde_json::Value;
 
+/// A JSON pointer as the API takes it: `workers` is taken for `/workers` (a pointer always
+/// starts with `/`; without it, the path would name no route at all).
+pub fn rooted(pointer: &str) -> std::borrow::Cow<'_, str> {
+    if pointer.is_empty() || pointer.starts_with('/') {
+        pointer.into()
+    } else {
+        format!("/{pointer}").into()
+    }
+}
+
 /// Which health probe `kresctl health` asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Probe {
@@ -130,9 +140,9 @@ impl Request<'_> {
             Run::DryRun => "?dry-run=true",
         };
         match self {
-            Request::GetConfig { pointer } => format!("/v1/config{pointer}"),
+            Request::GetConfig { pointer } => format!("/v1/config{}", rooted(pointer)),
             Request::SetConfig { pointer, run, .. } | Request::DeleteConfig { pointer, run } => {
-                format!("/v1/config{pointer}{}", query(run))
+                format!("/v1/config{}{}", rooted(pointer), query(run))
             }
             Request::ReplaceConfig { run, .. } | Request::PatchConfig { run, .. } => {
                 format!("/v1/config{}", query(run))
@@ -219,6 +229,10 @@ mod tests {
                 Request::GetConfig {
                     pointer: "/workers",
                 },
+                "GET /v1/config/workers",
+            ),
+            (
+                Request::GetConfig { pointer: "workers" },
                 "GET /v1/config/workers",
             ),
             (

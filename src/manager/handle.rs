@@ -1,9 +1,12 @@
 //! `ManagerHandle`: how the API, signal handlers and the file watcher ask the manager for a
 //! change, with typed methods and one request/reply helper (like `SupervisorHandle`), and how
 //! they read the configuration it owns. The manager task is the only writer of the running
-//! configuration; everyone else holds a `watch` receiver.
+//! configuration; everyone else holds a `watch` receiver. A change is answered only once the
+//! configuration it applied is kept for the next incarnation (`with_keeper`): a manager
+//! killed right after its answer never comes back with an older one.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use supervisor::task::TaskHealth;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -104,6 +107,10 @@ pub enum ManagerCommand {
     Panic,
 }
 
+/// The longest an answer waits for its configuration to be kept; past it the answer is
+/// given anyway (keeping failed and was logged, or the keeper is stuck).
+const KEEP_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The manager's address: cheap to clone, one per caller.
 #[derive(Clone)]
 pub struct ManagerHandle {
@@ -112,6 +119,9 @@ pub struct ManagerHandle {
     /// How the manager task fares (failures, next attempt), as its supervision publishes it:
     /// for `/processes`, and to refuse an injected panic while no incarnation runs.
     health: watch::Receiver<TaskHealth>,
+    /// The configuration last kept for the next incarnation (the root's fd store), when
+    /// something keeps it: answers to changes wait until it is the running one.
+    kept: Option<watch::Receiver<Option<Arc<LoadedConfig>>>>,
 }
 
 impl ManagerHandle {
@@ -124,6 +134,15 @@ impl ManagerHandle {
             commands,
             config,
             health: watch::channel(TaskHealth::default()).1,
+            kept: None,
+        }
+    }
+
+    /// The same handle, answering changes only once `kept` holds the running configuration.
+    pub fn with_keeper(self, kept: watch::Receiver<Option<Arc<LoadedConfig>>>) -> ManagerHandle {
+        ManagerHandle {
+            kept: Some(kept),
+            ..self
         }
     }
 
@@ -219,6 +238,34 @@ impl ManagerHandle {
         if self.commands.send(command(reply)).await.is_err() {
             return Err(ChangeError::Unavailable);
         }
-        result.await.unwrap_or(Err(ChangeError::Unavailable))
+        let result = result.await.unwrap_or(Err(ChangeError::Unavailable));
+        if result.is_ok() {
+            self.until_kept().await;
+        }
+        result
+    }
+
+    /// Wait until the running configuration is kept for the next incarnation (at most
+    /// [`KEEP_TIMEOUT`]).
+    async fn until_kept(&self) {
+        let Some(mut kept) = self.kept.clone() else {
+            return;
+        };
+        let running = &self.config;
+        let is_running = |k: &Option<Arc<LoadedConfig>>| {
+            k.as_ref()
+                .is_some_and(|k| Arc::ptr_eq(k, &running.borrow()))
+        };
+        let waited = tokio::time::timeout(KEEP_TIMEOUT, async {
+            // (an error: the keeper is gone with its incarnation; nothing to wait for)
+            let _ = kept.wait_for(is_running).await;
+        })
+        .await;
+        if waited.is_err() {
+            tracing::warn!(
+                "the configuration is not yet kept for a restart after {} s; answering anyway",
+                KEEP_TIMEOUT.as_secs()
+            );
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use supervisor::command_line::{Arg, CommandLine};
 use supervisor::{Readiness, RestartPolicy, ServiceSpec};
 
 use crate::config::{KresConfig, LogLevel};
@@ -172,17 +173,17 @@ impl Specs {
             "-c".into(),
             cfg.cache.storage.clone().into_os_string(),
         ];
-        let numeric = [
-            ("-d", gc.interval.millis()),
-            ("-u", u64::from(gc.threshold)),
-            ("-f", u64::from(gc.release)),
-            ("-l", gc.rw_deletes),
-            ("-L", gc.rw_reads),
-            ("-t", gc.temp_keys_space.mbytes()),
-            ("-m", gc.rw_duration.micros()),
-            ("-w", gc.rw_delay.micros()),
+        let values = [
+            gc.interval.millis(),
+            u64::from(gc.threshold),
+            u64::from(gc.release),
+            gc.rw_deletes,
+            gc.rw_reads,
+            gc.temp_keys_space.mbytes(),
+            gc.rw_duration.micros(),
+            gc.rw_delay.micros(),
         ];
-        for (flag, value) in numeric {
+        for (flag, value) in CACHE_GC_NUMERIC_FLAGS.into_iter().zip(values) {
             argv.push(flag.into());
             argv.push(value.to_string().into());
         }
@@ -198,6 +199,36 @@ impl Specs {
         spec.cwd = Some(cfg.rundir.clone());
         spec
     }
+}
+
+/// kres-cache-gc's numeric options, in the order its command line has them: interval (ms),
+/// threshold and release (%), deletes and reads per transaction, temporary keys' space (MB),
+/// transaction duration and delay (µs).
+const CACHE_GC_NUMERIC_FLAGS: [&str; 8] = ["-d", "-u", "-f", "-l", "-L", "-t", "-m", "-w"];
+
+/// The shapes of every command line [`Specs`] builds for `executables` in `rundir`, exactly:
+/// what the root process lets the manager run (a worker or the canary, the policy-loader,
+/// kres-cache-gc). kresd reads only a file directly in the rundir.
+pub(crate) fn command_lines(executables: &Executables, rundir: &Path) -> Vec<CommandLine> {
+    let kresd = || {
+        CommandLine::program(&executables.kresd)
+            .flag("-c")
+            .then(Arg::FileIn(rundir.to_owned()))
+    };
+    // A worker with its `-S FD[:tls]` sockets; the canary has none.
+    let worker = kresd().flag("-n").repeated(vec![
+        Arg::exactly("-S"),
+        Arg::Descriptor(vec![OsString::from(":tls")]),
+    ]);
+    let policy_loader = kresd().flag("-c").flag("-").flag("-n");
+    let cache_gc = CACHE_GC_NUMERIC_FLAGS.into_iter().fold(
+        CommandLine::program(&executables.cache_gc)
+            .flag("-c")
+            .then(Arg::Path),
+        |line, flag| line.flag(flag).then(Arg::Number),
+    );
+    let cache_gc = cache_gc.maybe(Arg::exactly("-v")).maybe(Arg::exactly("-n"));
+    vec![worker, policy_loader, cache_gc]
 }
 
 /// Whether kres-cache-gc runs verbose (`-v`): at level `debug` or with the `cache-gc` group,

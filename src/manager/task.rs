@@ -393,6 +393,7 @@ mod tests {
                 supervisor::Supervisor::start(supervisor::SupervisorOptions {
                     notify_socket: dir.join("notify"),
                     notify_senders: None,
+                    line_levels: supervisor::output::levels_by_stream,
                 })
                 .expect("supervisor");
             let (upward_tx, upward) = mpsc::unbounded_channel();

@@ -281,6 +281,8 @@ pub struct Current<'a> {
     pub etag: &'a str,
     /// The workers the running configuration asks for.
     pub workers: u32,
+    /// The version of the kresd the workers run, when it is known.
+    pub kresd_version: Option<&'a str>,
 }
 
 /// The control plane's series: a tally of the event log, shared by its follower and the
@@ -347,9 +349,14 @@ impl ControlPlane {
 fn write_current(out: &mut Exposition, now: &Current<'_>) {
     out.sample(
         "knot_resolver_build_info",
-        "the version of the running knot-resolver, as a label; always 1",
+        "the version of the running knot-resolver and of the kresd its workers run (empty \
+         until known), as labels; always 1",
         Kind::Gauge,
-        &format!("version=\"{}\"", label(env!("CARGO_PKG_VERSION"))),
+        &format!(
+            "version=\"{}\",kresd_version=\"{}\"",
+            label(&crate::build_version()),
+            label(now.kresd_version.unwrap_or_default())
+        ),
         1.0,
     );
     out.sample(
@@ -698,6 +705,7 @@ mod tests {
                 snapshot: &Snapshot::default(),
                 etag: "\"abc\"",
                 workers: 2,
+                kresd_version: Some("6.5.0"),
             },
         );
         let text = out.render();

@@ -563,6 +563,7 @@ mod tests {
             snapshot,
             etag: "\"tag\"",
             workers: 2,
+            kresd_version: None,
         };
         let collected = Collected {
             stats: stats.clone(),

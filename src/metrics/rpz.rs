@@ -11,6 +11,12 @@ use crate::wire::rpz::{RpzTransfer, RpzZone};
 /// The label of a successful refresh in `knot_resolver_rpz_transfers_total`.
 const SUCCESS: &str = "success";
 
+/// The results of `knot_resolver_rpz_notifies_total`: a NOTIFY brought a refresh, was folded
+/// into one already due, or carried a serial not newer than the stored one.
+const NOTIFY_REFRESH: &str = "refresh";
+const NOTIFY_COALESCED: &str = "coalesced";
+const NOTIFY_STALE: &str = "stale";
+
 /// (name, help, value of one zone) of a per-zone gauge.
 type ZoneFamily = (&'static str, &'static str, fn(&RpzZone) -> Option<f64>);
 
@@ -21,6 +27,8 @@ pub(super) struct RpzTally {
     zones: BTreeMap<String, RpzZone>,
     /// Refreshes by zone, kind and result.
     transfers: BTreeMap<(String, String, String), u64>,
+    /// NOTIFYs accepted by zone and what they came to.
+    notifies: BTreeMap<(String, &'static str), u64>,
 }
 
 impl RpzTally {
@@ -93,6 +101,21 @@ impl RpzTally {
                     result: reason.clone(),
                     error: Some(error.clone()),
                 });
+            }
+            Event::RpzNotified {
+                zone,
+                refreshes,
+                coalesced,
+                stale,
+                ..
+            } => {
+                for (result, n) in [
+                    (NOTIFY_REFRESH, refreshes),
+                    (NOTIFY_COALESCED, coalesced),
+                    (NOTIFY_STALE, stale),
+                ] {
+                    *self.notifies.entry((zone.clone(), result)).or_default() += n;
+                }
             }
             Event::RpzExpired { zone, .. } => self.zone(zone).expired = true,
             _ => {}
@@ -174,6 +197,21 @@ impl RpzTally {
             );
             samples.push_str(&sample_line(name, &labels, *n as f64));
         }
+        if self.notifies.is_empty() {
+            return;
+        }
+        let name = "knot_resolver_rpz_notifies_total";
+        let samples = out.family(
+            name,
+            "NOTIFYs accepted for RPZ zones by zone and result (refresh: it started a refresh or \
+             brought the next one forward; coalesced: folded into one already running or due; \
+             stale: its serial is not newer than the stored one)",
+            Kind::Counter,
+        );
+        for ((zone, result), n) in &self.notifies {
+            let labels = format!("{},result=\"{result}\"", zone_label(zone));
+            samples.push_str(&sample_line(name, &labels, *n as f64));
+        }
     }
 }
 
@@ -243,6 +281,20 @@ mod tests {
                 next_refresh: 3600.0,
             },
         ));
+        for (refreshes, coalesced, stale) in [(1, 0, 0), (1, 999, 20)] {
+            tally.on(&record(
+                201.0,
+                Event::RpzNotified {
+                    zone: zone(),
+                    from: "192.0.2.53:4711".into(),
+                    serial: Some(9),
+                    received: refreshes + coalesced + stale,
+                    refreshes,
+                    coalesced,
+                    stale,
+                },
+            ));
+        }
         let status = &tally.zones()[0];
         assert_eq!((status.serial, status.expired), (Some(8), false));
         assert_eq!(status.last_success, Some(200.0));
@@ -254,6 +306,9 @@ mod tests {
             "knot_resolver_rpz_expired{zone=\"block.rpz.\"} 0",
             "knot_resolver_rpz_transfers_total{zone=\"block.rpz.\",kind=\"ixfr\",result=\"tsig\"} 1",
             "knot_resolver_rpz_transfers_total{zone=\"block.rpz.\",kind=\"ixfr\",result=\"success\"} 1",
+            "knot_resolver_rpz_notifies_total{zone=\"block.rpz.\",result=\"refresh\"} 2",
+            "knot_resolver_rpz_notifies_total{zone=\"block.rpz.\",result=\"coalesced\"} 999",
+            "knot_resolver_rpz_notifies_total{zone=\"block.rpz.\",result=\"stale\"} 20",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }

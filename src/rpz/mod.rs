@@ -14,6 +14,7 @@
 
 mod key;
 mod notify;
+pub mod pacing;
 pub mod secondary;
 pub mod status;
 mod transfer;
@@ -351,5 +352,19 @@ mod tests {
             error.to_string(),
             "the primary's serial 4 is older than the stored serial 5"
         );
+    }
+
+    #[test]
+    fn a_stored_file_that_is_not_regular_is_no_stored_zone_and_is_not_waited_on() {
+        let dir = std::env::temp_dir().join(format!("kres-rpz-stored-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let fifo = dir.join("zone.rpz");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+        // With no writer, a blocking open would never return.
+        assert_eq!(stored(&fifo), None);
+        assert_eq!(stored(Path::new("/dev/zero")), None);
+        assert_eq!(stored(&dir), None);
+        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

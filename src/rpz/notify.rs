@@ -213,8 +213,8 @@ impl Context {
     /// Pass an accepted NOTIFY on; log a refused one (rate-limited).
     async fn deliver(&self, verdict: Verdict, from: SocketAddr) {
         match verdict {
+            // Told by the zone's task, which paces it (at most a line a second).
             Verdict::Accepted(notified) => {
-                tracing::debug!("rpz: NOTIFY for {} from {from}", notified.zone);
                 tokio::select! {
                     () = self.stop.cancelled() => {}
                     _ = self.accepted.send(notified) => {}

@@ -4,7 +4,9 @@
 //! after a new file it renews the running configuration, so the policy-loader reads it and
 //! the workers reset their rules (a renew with no section changed is a rules reset: workers
 //! are never restarted for it). One [`NotifyListener`] serves each distinct `notify-listen`
-//! address, for every entry naming it; the zone in a NOTIFY picks the entry.
+//! address, for every entry naming it; the zone in a NOTIFY picks the entry. Each task's
+//! refreshes are paced by its [`ZonePacer`] (at most one per interval, NOTIFYs folded and
+//! told at most once a second) and its SOA queries by the [`SoaQueryRate`] all tasks share.
 //!
 //! Failures keep the running policy: the stored file is replaced only by a complete
 //! transfer, and a failed one is logged and told to the event log (`rpz-transfer-failed`,
@@ -17,9 +19,11 @@
 //! nothing, so READY never waits for the network when the file exists.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, watch};
@@ -28,6 +32,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::pacing::{
+    NotifyReport, PacerAction, PacerEvent, SoaQueryRate, ZonePacer, REFRESH_INTERVAL,
+    SOA_QUERIES_PER_SECOND,
+};
 use super::status::{Refreshed, ZoneClock};
 use super::{
     refresh, stored, zone_name, AddressError, KeyFileError, Limits, Notified, NotifyListener,
@@ -329,6 +337,44 @@ struct Shared {
     manager: ManagerHandle,
     /// Where what happens is told.
     events: EventLog,
+    /// The SOA queries all zones may send their primaries.
+    soa_queries: SoaQueries,
+}
+
+/// The SOA queries all zones' tasks may send their primaries: one [`SoaQueryRate`], shared.
+#[derive(Clone)]
+struct SoaQueries(Arc<Mutex<SoaQueryRate>>);
+
+impl SoaQueries {
+    /// At most `per_second` a second.
+    fn new(per_second: u32) -> SoaQueries {
+        SoaQueries(Arc::new(Mutex::new(SoaQueryRate::new(per_second))))
+    }
+
+    /// Wait until one more SOA query may go.
+    async fn allowed(&self) {
+        loop {
+            let taken = self.rate().take(Instant::now().into_std());
+            match taken {
+                Ok(()) => return,
+                Err(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
+            }
+        }
+    }
+
+    /// Charge `queries` SOA queries sent beyond the one let go.
+    fn sent_beyond(&self, queries: usize) {
+        let queries = u32::try_from(queries).unwrap_or(u32::MAX);
+        self.rate().charge(queries, Instant::now().into_std());
+    }
+
+    /// The rate (its state stays whole whatever happened to a holder: each change is one
+    /// assignment).
+    fn rate(&self) -> std::sync::MutexGuard<'_, SoaQueryRate> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// Follow the zones of the running configuration until `stop`; rebuild the tasks whenever
@@ -340,7 +386,11 @@ pub fn start(
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let config = manager.subscribe();
-    let shared = Shared { manager, events };
+    let shared = Shared {
+        manager,
+        events,
+        soa_queries: SoaQueries::new(SOA_QUERIES_PER_SECOND),
+    };
     tokio::spawn(run(config, shared, first, stop))
 }
 
@@ -406,8 +456,7 @@ async fn follow_all(
             }
             None => continue,
         };
-        // One NOTIFY waiting is enough: a refresh after it brings whatever came since.
-        let (inbox, notified) = mpsc::channel(1);
+        let (inbox, notified) = mpsc::channel(NOTIFY_INBOX);
         inboxes.insert(zone.name.clone(), inbox);
         if let Some(at) = zone.notify_listen {
             listening.entry(at).or_default().push(NotifyZone {
@@ -451,12 +500,19 @@ async fn follow_all(
             };
             let Some(notified) = notified else { return };
             if let Some(inbox) = inboxes.get(&notified.zone) {
-                // Full: a refresh is already due, which brings this serial too.
-                let _ = inbox.try_send(notified);
+                // The zone's task takes NOTIFYs as fast as they come (its pacer only counts
+                // and folds them), so none is lost to its count.
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = inbox.send(notified) => {}
+                }
             }
         }
     });
 }
+
+/// NOTIFYs waiting for a zone's task at most.
+const NOTIFY_INBOX: usize = 64;
 
 /// Seconds from now until `at`.
 fn seconds_until(at: Instant) -> f64 {
@@ -473,17 +529,17 @@ fn current_for(file: &Path) -> Option<Duration> {
 /// The stored `file` is current now (a primary said so): its modification time says when,
 /// for the expire time at the next start.
 fn mark_current(file: &Path) {
-    let marked = std::fs::File::options()
-        .append(true)
-        .open(file)
+    // A regular file (the owner sets its times): a FIFO put there meanwhile is not waited on.
+    let marked = crate::config::regular_file::open_regular(file)
+        .map_err(std::io::Error::other)
         .and_then(|f| f.set_modified(SystemTime::now()));
     if let Err(e) = marked {
         tracing::warn!(file = %file.display(), "cannot mark the stored RPZ zone current: {e}");
     }
 }
 
-/// Follow one zone until `stop`: refresh at the clock's times and on NOTIFY; renew the
-/// policy after a new file.
+/// Follow one zone until `stop`: refresh at the clock's times and on NOTIFY, as its pacer
+/// lets it; renew the policy after a new file.
 async fn follow(
     zone: Zone,
     mut notified: mpsc::Receiver<Notified>,
@@ -516,25 +572,128 @@ async fn follow(
         serial: stored.map(|(serial, _)| serial),
         next_refresh: seconds_until(next),
     });
+    let mut pacer = ZonePacer::new(
+        REFRESH_INTERVAL,
+        stored.map(|(serial, _)| serial),
+        next.into_std(),
+        Instant::now().into_std(),
+    );
+    // The clock is lent to the refresh running, and handed back with its end.
+    let mut idle_clock = Some(clock);
+    let mut refreshing: Option<Refreshing<'_>> = None;
     loop {
-        tokio::select! {
+        let wake = pacer.wake().map(Instant::from_std);
+        let woke = tokio::select! {
             () = stop.cancelled() => return,
-            Some(n) = notified.recv() => {
-                tracing::info!(zone = %zone.name, from = %n.from, "NOTIFY received");
-                shared.events.publish(Event::RpzNotified {
-                    zone: zone.name.clone(),
-                    from: n.from.to_string(),
-                    serial: n.serial,
-                });
-            }
-            () = tokio::time::sleep_until(next) => {}
-        }
-        let attempt = tokio::select! {
-            () = stop.cancelled() => return,
-            attempt = attempt(&zone, None) => attempt,
+            Some(n) = notified.recv() => Woke::Notified(n),
+            () = sleep_until_if(wake) => Woke::Timer,
+            ended = finished(&mut refreshing) => Woke::Refreshed(ended),
         };
-        next = carry_out(&zone, &mut clock, attempt, &shared).await;
+        let now = Instant::now().into_std();
+        let event = match woke {
+            Woke::Notified(n) => PacerEvent::NotifyReceived {
+                from: n.from,
+                serial: n.serial,
+            },
+            Woke::Timer => PacerEvent::TimerFired,
+            Woke::Refreshed((clock, next)) => {
+                refreshing = None;
+                idle_clock = Some(clock);
+                PacerEvent::RefreshEnded {
+                    next: next.into_std(),
+                    serial: super::stored(&zone.file).map(|(serial, _)| serial),
+                }
+            }
+        };
+        for action in pacer.on(event, now) {
+            match action {
+                PacerAction::StartRefresh => {
+                    if let Some(clock) = idle_clock.take() {
+                        refreshing = Some(Box::pin(paced_refresh(&zone, clock, &shared)));
+                    }
+                }
+                PacerAction::Report(report) => report_notifies(&zone, &report, &shared.events),
+            }
+        }
     }
+}
+
+/// A refresh running: it hands the zone's clock back, with the next refresh's time.
+type Refreshing<'a> = Pin<Box<dyn Future<Output = (ZoneClock, Instant)> + Send + 'a>>;
+
+/// What woke a zone's task.
+enum Woke {
+    /// A NOTIFY for the zone was accepted.
+    Notified(Notified),
+    /// The pacer's time came.
+    Timer,
+    /// The refresh running ended.
+    Refreshed((ZoneClock, Instant)),
+}
+
+/// Sleep until `at`; forever when there is no such time.
+async fn sleep_until_if(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The end of the refresh running; never, when none runs.
+async fn finished(refreshing: &mut Option<Refreshing<'_>>) -> (ZoneClock, Instant) {
+    match refreshing {
+        Some(refresh) => refresh.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One refresh of `zone` within the SOA queries all zones may send: try its primaries, tell
+/// what came of it and renew the policy after a new file; the clock back, and when the
+/// zone is refreshed next.
+async fn paced_refresh(zone: &Zone, mut clock: ZoneClock, shared: &Shared) -> (ZoneClock, Instant) {
+    shared.soa_queries.allowed().await;
+    let attempt = attempt(zone, None).await;
+    let asked = attempt.failures.len() + usize::from(attempt.success.is_some());
+    shared.soa_queries.sent_beyond(asked.saturating_sub(1));
+    let next = carry_out(zone, &mut clock, attempt, shared).await;
+    (clock, next)
+}
+
+/// Tell what a zone's NOTIFYs came to since the last report: a line of the log and an
+/// `rpz-notified` event (at most one each a second per zone, whatever arrives).
+fn report_notifies(zone: &Zone, report: &NotifyReport, events: &EventLog) {
+    let serial = report
+        .serial
+        .map_or_else(|| "no serial".to_owned(), |s| format!("serial {s}"));
+    if report.received() == 1 {
+        let outcome = if report.refreshes == 1 {
+            "the zone is refreshed"
+        } else if report.coalesced == 1 {
+            "a refresh is already due"
+        } else {
+            "not newer than the stored zone: nothing to do"
+        };
+        tracing::info!(zone = %zone.name, from = %report.from, "NOTIFY received ({serial}): {outcome}");
+    } else {
+        tracing::info!(
+            zone = %zone.name,
+            from = %report.from,
+            "{} NOTIFYs received (the last: {serial}): {} brought a refresh, {} folded into one already due, {} not newer than the stored zone",
+            report.received(),
+            report.refreshes,
+            report.coalesced,
+            report.stale
+        );
+    }
+    events.publish(Event::RpzNotified {
+        zone: zone.name.clone(),
+        from: report.from.to_string(),
+        serial: report.serial,
+        received: report.received(),
+        refreshes: report.refreshes,
+        coalesced: report.coalesced,
+        stale: report.stale,
+    });
 }
 
 /// Tell what an attempt came to, renew the policy after a new file, and say when the zone
@@ -670,6 +829,39 @@ mod tests {
         assert_eq!(zone.limits.max_records, Limits::default().max_records);
         assert_eq!(zone.first_deadline, Duration::from_secs(30));
         assert!(zone.key.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn soa_queries_of_all_tasks_wait_for_the_shared_rate() {
+        let queries = SoaQueries::new(20);
+        let start = Instant::now();
+        let mut tasks = JoinSet::new();
+        for _ in 0..100 {
+            let queries = queries.clone();
+            tasks.spawn(async move {
+                queries.allowed().await;
+                Instant::now().duration_since(start)
+            });
+        }
+        let mut sent = Vec::new();
+        while let Some(at) = tasks.join_next().await {
+            sent.push(at.expect("a task"));
+        }
+        sent.sort();
+        // A second's worth at once, then one each 50 ms.
+        assert!(sent[..20].iter().all(|at| at.is_zero()), "{sent:?}");
+        for (i, at) in sent.iter().enumerate().skip(20) {
+            let expected = Duration::from_millis(50 * (i as u64 - 19));
+            assert_eq!(*at, expected, "query {i}");
+        }
+        // A refresh that asked two more primaries delays the next ones by as much.
+        queries.sent_beyond(2);
+        let before = Instant::now();
+        queries.allowed().await;
+        assert_eq!(
+            Instant::now().duration_since(before),
+            Duration::from_millis(150)
+        );
     }
 
     #[test]

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use super::SoaTimers;
 
 /// The shortest wait between two refreshes, whatever a primary's SOA says (a refresh of 0
-/// would be a loop).
-pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
+/// would be a loop): the pacing's interval, so the time told is the time kept.
+pub const MIN_INTERVAL: Duration = super::pacing::REFRESH_INTERVAL;
 
 /// The longest wait between two refreshes, whatever a primary's SOA says.
 pub const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
@@ -196,7 +196,7 @@ mod tests {
         check(
             None,
             &[
-                (0, Succeeded(timers(0, 0, 1_000_000)), 1, false, Current),
+                (0, Succeeded(timers(0, 0, 1_000_000)), 5, false, Current),
                 (
                     1,
                     Succeeded(timers(10_000_000, 0, 1_000_000)),
@@ -204,7 +204,7 @@ mod tests {
                     false,
                     Current,
                 ),
-                (2, Failed, 3, false, Current),
+                (2, Failed, 7, false, Current),
             ],
         );
     }

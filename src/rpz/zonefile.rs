@@ -62,10 +62,11 @@ pub(crate) fn timers<N>(soa: &Soa<N>) -> SoaTimers {
     }
 }
 
-/// The SOA that starts `file`, if it is there and readable (blocking: a small prefix).
+/// The SOA that starts `file`, if it is there, a regular file and readable (a small prefix;
+/// a FIFO or a device is not opened in a way that waits on it, nor read).
 pub(crate) fn stored_soa(file: &Path) -> Option<StoredSoa> {
     let mut prefix = Vec::with_capacity(SOA_PREFIX);
-    std::fs::File::open(file)
+    crate::config::regular_file::open_regular(file)
         .ok()?
         .take(SOA_PREFIX as u64)
         .read_to_end(&mut prefix)

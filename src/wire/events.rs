@@ -111,11 +111,23 @@ pub enum Event {
         /// Seconds until the first refresh.
         next_refresh: f64,
     },
-    /// A primary sent a NOTIFY for the zone: it is refreshed now.
+    /// Primaries sent NOTIFYs for the zone: told at most once a second per zone, for every
+    /// NOTIFY accepted since the last (`received`); `from` and `serial` are the last one's.
+    /// `refreshes` started a refresh or brought the next one forward, `coalesced` were folded
+    /// into one already running or due (a zone is refreshed at most once per interval),
+    /// `stale` carried a serial not newer than the stored one and started nothing.
     RpzNotified {
         zone: String,
         from: String,
         serial: Option<u32>,
+        #[serde(default)]
+        received: u64,
+        #[serde(default)]
+        refreshes: u64,
+        #[serde(default)]
+        coalesced: u64,
+        #[serde(default)]
+        stale: u64,
     },
     /// A refresh of an RPZ zone succeeded: `transfer` `axfr` or `ixfr` (a new file was stored and
     /// the policy is renewed: the policy-loader runs, the workers reset their rules) or
@@ -324,7 +336,22 @@ fn write_rpz(event: &Event, kind: &str, f: &mut fmt::Formatter<'_>) -> fmt::Resu
             Some(serial) => write!(f, "{kind} {zone}: serial {serial} in {file}"),
             None => write!(f, "{kind} {zone}: no stored zone in {file} yet"),
         },
-        Event::RpzNotified { zone, from, .. } => write!(f, "{kind} {zone} by {from}"),
+        Event::RpzNotified {
+            zone,
+            from,
+            received,
+            refreshes,
+            coalesced,
+            stale,
+            ..
+        } => match received {
+            0 | 1 => write!(f, "{kind} {zone} by {from}"),
+            _ => write!(
+                f,
+                "{kind} {zone}: {received} NOTIFYs (the last by {from}), {refreshes} brought a \
+                 refresh, {coalesced} folded into one due, {stale} not newer than the stored zone"
+            ),
+        },
         Event::RpzTransferred {
             zone,
             primary,
@@ -373,6 +400,47 @@ mod tests {
     use super::*;
     use crate::wire::change::tests::names;
     use crate::wire::change::{GcAction, WorkersAction};
+
+    #[test]
+    fn notifies_are_told_with_their_counts_and_older_records_read_as_none() {
+        let notified = |received, refreshes, coalesced, stale| Event::RpzNotified {
+            zone: "block.rpz.".into(),
+            from: "192.0.2.53:4711".into(),
+            serial: Some(7),
+            received,
+            refreshes,
+            coalesced,
+            stale,
+        };
+        assert_eq!(
+            notified(1, 1, 0, 0).to_string(),
+            "rpz-notified block.rpz. by 192.0.2.53:4711"
+        );
+        assert_eq!(
+            notified(1000, 1, 989, 10).to_string(),
+            "rpz-notified block.rpz.: 1000 NOTIFYs (the last by 192.0.2.53:4711), 1 brought a \
+             refresh, 989 folded into one due, 10 not newer than the stored zone"
+        );
+        let text = serde_json::to_value(notified(3, 1, 2, 0)).expect("JSON");
+        assert_eq!(
+            (&text["received"], &text["coalesced"], &text["stale"]),
+            (&json!(3), &json!(2), &json!(0))
+        );
+        let older = json!({"kind": "rpz-notified", "zone": "block.rpz.",
+                           "from": "192.0.2.53:4711", "serial": null});
+        assert_eq!(
+            serde_json::from_value::<Event>(older).expect("an older record"),
+            Event::RpzNotified {
+                zone: "block.rpz.".into(),
+                from: "192.0.2.53:4711".into(),
+                serial: None,
+                received: 0,
+                refreshes: 0,
+                coalesced: 0,
+                stale: 0,
+            }
+        );
+    }
 
     #[test]
     fn an_applied_change_keeps_its_fields_and_reads_older_ones() {

@@ -17,6 +17,14 @@ pub struct ProcessFailureRecord {
     pub since: u64,
     /// How the last one ended, as logged.
     pub last: String,
+    /// Failures since the root started, forgiven or not: how often the manager process was
+    /// restarted (0 in a record of a version before this field).
+    #[serde(default)]
+    pub restarts: u32,
+    /// The last failed process's exit status, when it was reaped (a death by signal keeps
+    /// its signal).
+    #[serde(default)]
+    pub last_exit: Option<supervisor::ExitStatus>,
 }
 
 /// The largest record read back.
@@ -39,6 +47,11 @@ mod tests {
             failures: 3,
             since: 1_700_000_000,
             last: "killed by SIGKILL".into(),
+            restarts: 4,
+            last_exit: Some(supervisor::ExitStatus::Signaled {
+                signal: 9,
+                core_dumped: false,
+            }),
         };
         let text = serde_json::to_vec(&record).expect("JSON");
         assert_eq!(ProcessFailureRecord::parse(&text), Some(record));

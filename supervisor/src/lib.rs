@@ -10,6 +10,7 @@
 
 pub mod backoff;
 pub mod call;
+pub mod command_line;
 pub mod handover;
 pub mod machine;
 pub mod notify;

@@ -25,7 +25,7 @@ pub const TAIL_LINE: usize = 1024;
 pub type Tail = Arc<Mutex<VecDeque<String>>>;
 
 /// Which stream a line came from.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
     Stdout,
     Stderr,
@@ -40,6 +40,28 @@ impl Stream {
     }
 }
 
+/// The level a child's output line is logged at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputLevel {
+    Error,
+    Warn,
+    Info,
+}
+
+/// Decides the level of each output line of every child, from the line (cut at
+/// [`MAX_LINE`]) and its stream. It must read a bounded prefix of the line only: it runs in
+/// the supervisor's process on what children wrote.
+pub type LineLevels = fn(&str, Stream) -> OutputLevel;
+
+/// The levels when nothing is known of what children write: standard error is a warning,
+/// standard output information.
+pub fn levels_by_stream(_line: &str, stream: Stream) -> OutputLevel {
+    match stream {
+        Stream::Stdout => OutputLevel::Info,
+        Stream::Stderr => OutputLevel::Warn,
+    }
+}
+
 /// Drain `fd` until EOF (every writer, grandchildren included, has closed it), or until `stop`
 /// fires (the supervisor hands the pipe to its next process image).
 pub async fn drain(
@@ -48,6 +70,7 @@ pub async fn drain(
     pid: Pid,
     stream: Stream,
     tail: Tail,
+    levels: LineLevels,
     stop: CancellationToken,
 ) {
     if let Err(e) = crate::os::set_nonblocking(&fd) {
@@ -79,26 +102,37 @@ pub async fn drain(
         };
         for &b in &buf[..n] {
             if b == b'\n' {
-                emit(&name, pid, stream, &pending, &tail);
+                emit(&name, pid, stream, &pending, &tail, levels);
                 pending.clear();
             } else {
                 pending.push(b);
                 if pending.len() >= MAX_LINE {
-                    emit(&name, pid, stream, &pending, &tail);
+                    emit(&name, pid, stream, &pending, &tail, levels);
                     pending.clear();
                 }
             }
         }
     }
     if !pending.is_empty() {
-        emit(&name, pid, stream, &pending, &tail);
+        emit(&name, pid, stream, &pending, &tail, levels);
     }
 }
 
-fn emit(name: &str, pid: Pid, stream: Stream, line: &[u8], tail: &Tail) {
+fn emit(name: &str, pid: Pid, stream: Stream, line: &[u8], tail: &Tail, levels: LineLevels) {
     let text = String::from_utf8_lossy(line);
     let text = text.trim_end_matches('\r');
-    tracing::info!(target: "child", name, pid = pid.as_raw(), stream = stream.as_str(), "{text}");
+    let (pid_raw, stream_name) = (pid.as_raw(), stream.as_str());
+    match levels(text, stream) {
+        OutputLevel::Error => {
+            tracing::error!(target: "child", name, pid = pid_raw, stream = stream_name, "{text}");
+        }
+        OutputLevel::Warn => {
+            tracing::warn!(target: "child", name, pid = pid_raw, stream = stream_name, "{text}");
+        }
+        OutputLevel::Info => {
+            tracing::info!(target: "child", name, pid = pid_raw, stream = stream_name, "{text}");
+        }
+    }
     if let Ok(mut t) = tail.lock() {
         if t.len() >= TAIL_LINES {
             t.pop_front();

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::call::{Answer, Call, Reply, SupervisorError};
+use crate::command_line::CommandLine;
 use crate::os;
 use crate::runner::{Command, SupervisorHandle};
 use crate::snapshot::{ProcessSnapshot, Snapshot};
@@ -260,7 +261,7 @@ impl FdStore {
 }
 
 /// Rules for what a directing child may ask.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ChildPolicy {
     /// Programs services may run (`argv[0]`); empty allows any.
     pub programs: Vec<PathBuf>,
@@ -270,9 +271,19 @@ pub struct ChildPolicy {
     pub cwd: Option<PathBuf>,
     /// What services' environments may hold; `None` allows anything.
     pub env: Option<EnvironmentPolicy>,
-    /// Arguments naming files, and where those must be.
-    pub file_arguments: Vec<FileArgument>,
+    /// The command lines services may have, each exactly of one of these shapes; `None`
+    /// allows any arguments.
+    pub command_lines: Option<Vec<CommandLine>>,
+    /// The longest extension of the service manager's timeout (`EXTEND_TIMEOUT_USEC`)
+    /// passed upward at once: a longer one is cut to it, so that a child cannot hold a
+    /// start, reload or stop for an hour.
+    pub max_extension: Duration,
 }
+
+/// The longest extension of the service manager's timeout a child's notification passes on
+/// unless its policy says otherwise: five minutes, several times any one step a child asks
+/// for, and an extension can be asked again as the step goes on.
+pub const MAX_EXTENSION: Duration = Duration::from_secs(300);
 
 /// The environment a service may have: what we pass on, unchanged, and a few more names.
 #[derive(Debug, Clone, Default)]
@@ -281,16 +292,6 @@ pub struct EnvironmentPolicy {
     pub inherited: Vec<(OsString, OsString)>,
     /// Names of variables a spec may add with any value of at most 64 printable bytes.
     pub added: Vec<OsString>,
-}
-
-/// The value after `flag` on `program`'s command line names a file that must be `-` (standard
-/// input) or lie inside `inside`: no `..`, and relative paths resolve there (services'
-/// working directory).
-#[derive(Debug, Clone)]
-pub struct FileArgument {
-    pub program: PathBuf,
-    pub flag: OsString,
-    pub inside: PathBuf,
 }
 
 impl ChildPolicy {
@@ -302,14 +303,15 @@ impl ChildPolicy {
             user: None,
             cwd: None,
             env: None,
-            file_arguments: Vec::new(),
+            command_lines: None,
+            max_extension: MAX_EXTENSION,
         }
     }
 
     /// Whether a manager may have `spec` run: its whole spec, not only its program, since a
     /// manager taken over by hostile input must not make the root run anything else, as
-    /// anyone else, or with a preloaded library.
-    fn check(&self, spec: &ServiceSpec) -> Result<(), SupervisorError> {
+    /// anyone else, with other arguments, or with a preloaded library.
+    pub fn check(&self, spec: &ServiceSpec) -> Result<(), SupervisorError> {
         // Both are in every process table from now on: bounded, so that tables fit the link.
         check_name(&spec.name)?;
         if spec.kind.len() > MAX_NAME {
@@ -343,19 +345,48 @@ impl ChildPolicy {
                 }
             }
         }
-        for rule in &self.file_arguments {
-            if program.is_none_or(|p| p != rule.program.as_os_str()) {
-                continue;
-            }
-            for pair in spec.argv.windows(2) {
-                if pair[0] == rule.flag && !rule.allows(&pair[1]) {
-                    return refuse(format!("may not name {:?} after {:?}", pair[1], rule.flag));
-                }
+        if let Some(shapes) = &self.command_lines {
+            if !shapes.iter().any(|shape| shape.matches(&spec.argv)) {
+                return refuse(format!(
+                    "may not run the command line {}",
+                    shown_command_line(&spec.argv)
+                ));
             }
         }
         Ok(())
     }
+
+    /// What of a child's notification goes upward: its status text one printable line of
+    /// at most [`MAX_STATUS`] bytes, an extension of the timeout at most `max_extension`.
+    pub fn passed_upward(&self, note: &Upward) -> Upward {
+        match note.bounded(MAX_STATUS) {
+            Upward::ExtendTimeout(by) => Upward::ExtendTimeout(by.min(self.max_extension)),
+            bounded => bounded,
+        }
+    }
 }
+
+/// A refused command line for its error: quoted, at most [`MAX_SHOWN_ARGUMENTS`] arguments
+/// of it, each one cut to a bounded printable line.
+fn shown_command_line(argv: &[OsString]) -> String {
+    let mut shown: Vec<String> = argv
+        .iter()
+        .take(MAX_SHOWN_ARGUMENTS)
+        .map(|a| {
+            format!(
+                "{:?}",
+                crate::text::one_line(&a.to_string_lossy(), MAX_NAME)
+            )
+        })
+        .collect();
+    if argv.len() > MAX_SHOWN_ARGUMENTS {
+        shown.push(format!("and {} more", argv.len() - MAX_SHOWN_ARGUMENTS));
+    }
+    shown.join(" ")
+}
+
+/// The most arguments of a refused command line its error shows.
+const MAX_SHOWN_ARGUMENTS: usize = 16;
 
 impl EnvironmentPolicy {
     fn allows(&self, key: &OsString, value: &OsString) -> bool {
@@ -366,18 +397,6 @@ impl EnvironmentPolicy {
                     .as_encoded_bytes()
                     .iter()
                     .all(|b| b.is_ascii_graphic()))
-    }
-}
-
-impl FileArgument {
-    fn allows(&self, value: &OsString) -> bool {
-        use std::path::Component;
-        if value == "-" {
-            return true;
-        }
-        let path = std::path::Path::new(value);
-        let climbs = path.components().any(|c| matches!(c, Component::ParentDir));
-        !climbs && (path.is_relative() || path.starts_with(&self.inside))
     }
 }
 
@@ -576,7 +595,7 @@ impl Session<'_, '_> {
                 }
                 store.forget(&name);
             }
-            ToParent::Upward(note) => upward.send_upward(&note.bounded(MAX_STATUS)),
+            ToParent::Upward(note) => upward.send_upward(&self.service.policy.passed_upward(&note)),
             ToParent::Exit { code } => return Err(ChildEnd::Exit(code)),
             ToParent::Pong { seq } => {
                 if seq == self.seq {
@@ -1057,6 +1076,7 @@ fn attached(call: &Call) -> Vec<RawFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command_line::Arg;
     use crate::snapshot::ProcessState;
     use crate::spec::ExitStatus;
     use crate::text::{one_line, MAX_STATUS};
@@ -1072,11 +1092,13 @@ mod tests {
                 inherited: vec![("PATH".into(), "/usr/bin".into())],
                 added: vec!["SYSTEMD_INSTANCE".into()],
             }),
-            file_arguments: vec![FileArgument {
-                program: PathBuf::from("/usr/sbin/kresd"),
-                flag: "-c".into(),
-                inside: PathBuf::from("/run/knot-resolver"),
-            }],
+            command_lines: Some(vec![CommandLine::program("/usr/sbin/kresd")
+                .flag("-c")
+                .then(Arg::FileIn(PathBuf::from("/run/knot-resolver")))
+                .flag("-c")
+                .flag("-")
+                .flag("-n")]),
+            max_extension: MAX_EXTENSION,
         };
         let worker = || {
             let mut spec = ServiceSpec::new(
@@ -1124,9 +1146,21 @@ mod tests {
             ("a configuration climbing out", |s| {
                 s.argv[2] = "/run/knot-resolver/../../tmp/evil.lua".into();
             }),
+            ("a relative configuration", |s| {
+                s.argv[4] = "evil.lua".into()
+            }),
             ("a relative configuration climbing out", |s| {
                 s.argv[4] = "../evil.lua".into();
             }),
+            ("the configuration joined to its flag (-cX)", |s| {
+                s.argv.splice(1..3, ["-c/tmp/evil.lua".into()]);
+            }),
+            ("the configuration as --config=X", |s| {
+                s.argv.splice(1..3, ["--config=/tmp/evil.lua".into()]);
+            }),
+            ("a positional rundir", |s| s.argv.push("/tmp".into())),
+            ("an extra flag", |s| s.argv.insert(5, "-v".into())),
+            ("no arguments", |s| s.argv.truncate(1)),
         ];
         for (what, edit) in refused {
             let mut spec = worker();
@@ -1140,6 +1174,20 @@ mod tests {
         let mut spec = worker();
         spec.cwd = None;
         policy.check(&spec).expect("no directory");
+        // An extension of the timeout passes upward up to the policy's bound, and no further.
+        let rows = [
+            (Duration::from_secs(30), Duration::from_secs(30)),
+            (MAX_EXTENSION, MAX_EXTENSION),
+            (Duration::from_secs(3600), MAX_EXTENSION),
+            (Duration::MAX, MAX_EXTENSION),
+        ];
+        for (asked, passed) in rows {
+            assert_eq!(
+                policy.passed_upward(&Upward::ExtendTimeout(asked)),
+                Upward::ExtendTimeout(passed),
+                "{asked:?}"
+            );
+        }
         // The permissive policy of tests checks the program and the user only.
         let loose = ChildPolicy::programs(vec![PathBuf::from("/usr/sbin/kresd")]);
         let mut spec = worker();

@@ -57,6 +57,8 @@ pub struct SupervisorOptions {
     /// they run as another user. The kernel's credentials on each datagram still say which
     /// child sent it.
     pub notify_senders: Option<u32>,
+    /// The level each line the children write is logged at.
+    pub line_levels: output::LineLevels,
 }
 
 /// What reaches the actor: a call with where its answer goes, or an order only the process
@@ -364,6 +366,8 @@ pub struct Supervisor {
     output_tasks: TaskTracker,
     /// Ends the output drain tasks when the pipes are handed over.
     output_stop: CancellationToken,
+    /// The level each output line is logged at.
+    line_levels: output::LineLevels,
     /// Process groups whose leader we reaped and swept with SIGKILL, while members may still
     /// be dying. Shutdown waits until they are empty, so that nothing of a service outlives
     /// the supervisor and every member is reaped here rather than left a zombie.
@@ -392,7 +396,7 @@ impl Supervisor {
     ) -> io::Result<(SupervisorHandle, tokio::task::JoinHandle<()>)> {
         os::become_subreaper()?;
         let notify = NotifySocket::bind(&options.notify_socket, options.notify_senders)?;
-        let (sup, handle) = Supervisor::new(notify)?;
+        let (sup, handle) = Supervisor::new(notify, options.line_levels)?;
         Ok((handle, tokio::spawn(sup.run())))
     }
 
@@ -400,8 +404,11 @@ impl Supervisor {
     /// (after `execve`, through [`Handover::claim`]) or from an actor of this one whose
     /// handover was not used: every child is adopted as it runs, none is restarted. Children
     /// that exited meanwhile are reaped at once and their restart policy applies.
+    /// `line_levels` is the level of each line the children write, as
+    /// [`SupervisorOptions::line_levels`].
     pub fn adopt(
         handover: Handover,
+        line_levels: output::LineLevels,
     ) -> io::Result<(SupervisorHandle, tokio::task::JoinHandle<()>)> {
         os::become_subreaper()?;
         let (image, mut fds) = handover.into_parts();
@@ -410,7 +417,7 @@ impl Supervisor {
                 .ok_or_else(|| io::Error::other(format!("descriptor {fd} was not handed over")))
         };
         let notify = NotifySocket::from_fd(take(image.notify_fd)?, image.notify_socket)?;
-        let (mut sup, handle) = Supervisor::new(notify)?;
+        let (mut sup, handle) = Supervisor::new(notify, line_levels)?;
         if image.draining {
             sup.phase = Phase::Draining;
         }
@@ -458,7 +465,10 @@ impl Supervisor {
         Ok((handle, tokio::spawn(sup.run())))
     }
 
-    fn new(notify: NotifySocket) -> io::Result<(Supervisor, SupervisorHandle)> {
+    fn new(
+        notify: NotifySocket,
+        line_levels: output::LineLevels,
+    ) -> io::Result<(Supervisor, SupervisorHandle)> {
         let sigchld = Signals::new([SIGCHLD])?;
         let (tx, rx) = mpsc::unbounded_channel();
         let (snapshot_tx, snapshot_rx) = watch::channel(Arc::new(Snapshot::default()));
@@ -483,6 +493,7 @@ impl Supervisor {
             rng: seed | 1,
             output_tasks: TaskTracker::new(),
             output_stop: CancellationToken::new(),
+            line_levels,
             lingering_groups: Vec::new(),
             steering: Steering::default(),
             noise: NoiseLog::default(),
@@ -1091,6 +1102,7 @@ impl Supervisor {
                 pid,
                 stream,
                 svc.tail.clone(),
+                self.line_levels,
                 self.output_stop.clone(),
             ));
         }

@@ -363,6 +363,7 @@ fn scenario(filter: &str, body: impl AsyncFnOnce(&mut Env)) {
             let (sup, actor) = Supervisor::start(SupervisorOptions {
                 notify_socket: dir.join("notify.sock"),
                 notify_senders: None,
+                line_levels: supervisor::output::levels_by_stream,
             })
             .expect("start supervisor");
             let reports = pipe::OpenOptions::new()
@@ -717,7 +718,8 @@ fn a_handed_over_table_is_adopted_without_restarting_anything() {
         let claimed =
             supervisor::handover::Handover::claim(serde_json::from_str(&text).expect("parse"))
                 .expect("claim");
-        let (sup, _actor) = Supervisor::adopt(claimed).expect("adopt");
+        let (sup, _actor) =
+            Supervisor::adopt(claimed, supervisor::output::levels_by_stream).expect("adopt");
         env.sup = sup;
 
         let p = env.process("a").expect("a adopted");
@@ -1247,6 +1249,92 @@ fn tables_go_in_parts_that_fit_a_small_link_and_a_message_it_cannot_carry_ends_s
             other => panic!("serving ended otherwise: {other:?}"),
         }
         env.reported_pid("pid ").await;
+    });
+}
+
+#[test]
+fn a_directing_child_gets_only_its_command_lines_run_and_its_extensions_cut() {
+    use supervisor::command_line::{Arg, CommandLine};
+    use supervisor::remote::MAX_EXTENSION;
+    use supervisor::remote::{ChildEnd, ChildPolicy, ChildService, FdStore, Link, Parent};
+    use supervisor::upward::{Upward, UpwardNotifier};
+    scenario("info,child=off", async |env| {
+        let mut store = FdStore::default();
+        let mut policy = ChildPolicy::programs(vec![PathBuf::from(HELPER)]);
+        // Exactly what `Env::spec` builds for the verb `wait`.
+        let shape = CommandLine::program(HELPER)
+            .flag("report")
+            .then(Arg::FileIn(env.dir.clone()))
+            .flag("gate")
+            .then(Arg::FileIn(env.dir.clone()))
+            .flag("list-fds")
+            .then(Arg::FileIn(env.dir.clone()))
+            .flag("wait");
+        policy.command_lines = Some(vec![shape]);
+        let (passed_tx, mut passed) = tokio::sync::mpsc::unbounded_channel();
+        let upward = UpwardNotifier::forwarding(passed_tx);
+        let sup = env.sup.clone();
+        let service = ChildService {
+            sup: &sup,
+            policy: &policy,
+            upward: &upward,
+            hang_after: TIMEOUT,
+            reexec: None,
+            keep_upward: |_| false,
+        };
+        let (ours, theirs) = Link::pair().expect("link");
+        let stop = tokio_util::sync::CancellationToken::new();
+        let child = async {
+            let parent = Parent::connect(Link::from_fd(theirs).expect("link"))
+                .await
+                .expect("welcome");
+            type Edit = fn(&mut Vec<OsString>);
+            let rows: [(&str, Edit, bool); 5] = [
+                ("its own shape", |_| {}, true),
+                ("-cX", |a| a.insert(1, "-c/tmp/evil.lua".into()), false),
+                (
+                    "--config=X",
+                    |a| a.insert(1, "--config=/tmp/evil.lua".into()),
+                    false,
+                ),
+                ("a positional directory", |a| a.push("/tmp".into()), false),
+                (
+                    "a file outside its directory",
+                    |a| a[2] = "/tmp/reports".into(),
+                    false,
+                ),
+            ];
+            for (i, (what, edit, allowed)) in rows.into_iter().enumerate() {
+                let mut spec = env.spec(&format!("row{i}"), &["wait"]);
+                edit(&mut spec.argv);
+                let added = parent.handle.add(spec, Vec::new()).await;
+                match (added, allowed) {
+                    (Ok(_), true) => {}
+                    (Err(SupervisorError::Refused(why)), false) => {
+                        assert!(
+                            why.contains("may not run the command line"),
+                            "{what}: {why}"
+                        );
+                    }
+                    (other, _) => panic!("{what}: {other:?}"),
+                }
+            }
+            // What goes upward, in order: the hour cut to the bound, 30 s as it was.
+            let rows = [
+                (Duration::from_secs(3600), MAX_EXTENSION),
+                (Duration::from_secs(30), Duration::from_secs(30)),
+            ];
+            for (asked, expected) in rows {
+                parent.upward.extend_timeout(asked);
+                let note = tokio::time::timeout(TIMEOUT, passed.recv())
+                    .await
+                    .expect("passed upward in time");
+                assert_eq!(note, Some(Upward::ExtendTimeout(expected)), "{asked:?}");
+            }
+        };
+        let serving = supervisor::remote::serve_child(ours, 1, &service, &mut store, stop.clone());
+        let (end, ()) = tokio::join!(serving, child);
+        assert!(matches!(end, ChildEnd::Gone), "{end:?}");
     });
 }
 

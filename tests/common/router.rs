@@ -113,6 +113,7 @@ impl Fixture {
                 let (supervisor, _task) = Supervisor::start(SupervisorOptions {
                     notify_socket: dir.0.join("notify"),
                     notify_senders: None,
+                    line_levels: supervisor::output::levels_by_stream,
                 })
                 .expect("supervisor");
                 (supervisor.clone(), Keeper::Local(supervisor))
@@ -128,7 +129,7 @@ impl Fixture {
             supervisor,
             stop: CancellationToken::new(),
             manager: ManagerHandle::new(manager, config_rx),
-            fault_injection: false,
+            fault_injection: knot_resolver::api::fault::FaultInjection::Off,
             validation: knot_resolver::config::ValidationContext {
                 resolve_root: dir.0.clone(),
                 checks: knot_resolver::config::PathChecks::Manager,
@@ -140,6 +141,7 @@ impl Fixture {
             process_failures: history.process_failures.map(Arc::new),
             events: EventLog::new("test"),
             control_plane: Default::default(),
+            kresd_version: Default::default(),
         };
         Fixture {
             state,

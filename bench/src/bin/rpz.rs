@@ -89,8 +89,16 @@ fn transfer_runs(bed: &Bed, entries: usize, runs: usize) -> Result<(Vec<f64>, f6
     );
     let (mut launched, server, ready) = resolver(bed, &dir, &rpz)?;
     let mut times = Vec::new();
+    let mut changed: Option<Instant> = None;
     for run in 0..runs {
+        // A zone is refreshed at most once per interval: a change sooner after the last
+        // would time the pacing, not the transfer.
+        if let Some(at) = changed {
+            let next = at + knot_resolver::rpz::pacing::REFRESH_INTERVAL;
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
         let name = format!("transfer{run}.blocked-by-rpz.net");
+        changed = Some(Instant::now());
         primary.bump(&[&name], &[])?;
         times.push(seconds_until_blocked(server, &name, Instant::now())?);
     }

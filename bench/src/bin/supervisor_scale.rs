@@ -118,6 +118,7 @@ fn one_run(n: usize) -> Result<Sample> {
         let (sup, actor) = Supervisor::start(SupervisorOptions {
             notify_socket: dir.join("notify.sock"),
             notify_senders: None,
+            line_levels: supervisor::output::levels_by_stream,
         })?;
         for i in 0..n {
             let argv: Vec<OsString> = vec![

@@ -77,13 +77,20 @@ pub(super) fn local_data() -> ObjectDef {
         (field == "file" && given.get("transfer").is_some_and(|t| !t.is_null()))
             .then(|| v(&vt::WRITABLE_FILE_PATH))
     });
-    rpz.validate = Some(|m, _, path| {
+    rpz.validate = Some(|m, ctx, path| {
         if is_true(m, "watchdog") && !WATCHDOG_AVAILABLE {
             return fail(path, "'watchdog' is enabled, but the required 'watchdog' dependency (optional) is not installed");
         }
+        // A zone kept by transfer is read by the manager itself: a regular file or none yet
+        // (without `transfer` the file's type says it must exist and be a file).
+        let checked = ctx.checks != crate::PathChecks::Lenient && is_set(m, "transfer");
+        let file = m.get("file").and_then(Value::as_str).filter(|_| checked);
+        if let Some(not) = file.and_then(|f| crate::regular_file::not_regular(f.as_ref())) {
+            return fail(&child_path(path, "file"), format!("file {not}"));
+        }
         Ok(())
     });
-    section(
+    let mut d = section(
         "knot_resolver.datamodel.local_data_schema.LocalDataSchema",
         Some("Local data for forward records (A/AAAA) and reverse records (PTR)."),
         vec![
@@ -95,7 +102,56 @@ pub(super) fn local_data() -> ObjectDef {
             f("rules", opt(list(obj(rule))), Value::Null, "Local data rules."),
             f("rpz", opt(list(obj(rpz))), Value::Null, "List of Response Policy Zones and its configuration."),
         ],
-    )
+    );
+    d.validate = Some(|m, ctx, path| {
+        let entries = m.get("rpz").and_then(Value::as_array);
+        let files: Vec<&str> = entries
+            .into_iter()
+            .flatten()
+            .map(|e| e.get("file").and_then(Value::as_str).unwrap_or_default())
+            .collect();
+        let errs = shared_rpz_files(&files, ctx.checks != crate::PathChecks::Lenient, path);
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs)
+        }
+    });
+    d
+}
+
+/// Two RPZ entries naming one file: each entry renews the policy from it, and a zone kept by
+/// transfer would overwrite the other's. One error per entry whose file an earlier entry
+/// already names, saying which: the same path, or (`on_disk`: where the file system is
+/// checked) another path of the same existing file (a link to it).
+fn shared_rpz_files(files: &[&str], on_disk: bool, path: &str) -> Vec<Failure> {
+    use std::os::unix::fs::MetadataExt;
+    // What identifies a file without opening it (a FIFO would block an open).
+    let identity = |file: &str| {
+        on_disk
+            .then(|| std::fs::metadata(file).ok())
+            .flatten()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    let identities: Vec<Option<(u64, u64)>> = files.iter().map(|f| identity(f)).collect();
+    let mut errs = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        let earlier = (0..i).find(|&j| {
+            let same_path = std::path::Path::new(files[j]) == std::path::Path::new(file);
+            same_path || (identities[i].is_some() && identities[i] == identities[j])
+        });
+        if let Some(j) = earlier {
+            let entry = |n: usize| child_path(&child_path(path, "rpz"), &n.to_string());
+            errs.push(Failure::new(
+                &child_path(&entry(i), "file"),
+                format!(
+                    "file '{file}' is already the file of '{}': two RPZ entries cannot share one file",
+                    entry(j)
+                ),
+            ));
+        }
+    }
+    errs
 }
 
 /// `local-data.rpz[].transfer`: the zone's name at its primaries, where to ask for it, how

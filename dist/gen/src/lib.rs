@@ -105,8 +105,14 @@ pub fn kresctl_page(date: &str) -> io::Result<Vec<u8>> {
     for (path, sub) in commands_below(&cmd) {
         command_part(&mut page, &path, sub)?;
     }
-    if let Some(exit_codes) = cmd.get_after_long_help() {
-        page.add_roff(&exit_status(&exit_codes.to_string()))?;
+    if let Some(after) = cmd.get_after_long_help() {
+        let after = after.to_string();
+        let heading = format!("\n\n{}\n", knot_resolver::kresctl::cli::ENVIRONMENT_HEADING);
+        let (exit_codes, environment) = after.split_once(&heading).unwrap_or((&after, ""));
+        page.add_roff(&preformatted("EXIT STATUS", exit_codes))?;
+        if !environment.is_empty() {
+            page.add_roff(&preformatted("ENVIRONMENT", environment))?;
+        }
     }
     page.add_roff(&prose(Some("SEE ALSO"), KRESCTL_SEE_ALSO))?;
     Ok(page.text.into_bytes())
@@ -251,10 +257,11 @@ fn command_part(page: &mut Page, path: &str, cmd: &Command) -> io::Result<()> {
     Ok(())
 }
 
-/// The exit codes (kresctl's `after_long_help`), as preformatted lines under EXIT STATUS.
-fn exit_status(text: &str) -> Roff {
+/// A part of kresctl's `after_long_help` (the exit codes, the environment), as preformatted
+/// lines under a section of its own.
+fn preformatted(section: &str, text: &str) -> Roff {
     let mut roff = Roff::new();
-    roff.control("SH", ["EXIT STATUS"]);
+    roff.control("SH", [section]);
     roff.control("nf", []);
     for line in text.lines() {
         roff.text([roman(line)]);

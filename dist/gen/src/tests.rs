@@ -138,17 +138,30 @@ fn the_kresctl_page_names_every_command_and_its_options_in_its_part() {
     }
     // No part for anything that is not a command (such as clap's `help`).
     assert_eq!(parts.len(), commands.len(), "{:?}", parts.keys());
-    let exit_codes = page
-        .split(".SH \"EXIT STATUS\"")
-        .nth(1)
-        .and_then(|rest| rest.split("\n.SH ").next())
-        .expect("an EXIT STATUS section");
+    let section = |title: &str| {
+        let head = if title.contains(' ') {
+            format!(".SH \"{title}\"")
+        } else {
+            format!(".SH {title}")
+        };
+        page.split(&head)
+            .nth(1)
+            .and_then(|rest| rest.split("\n.SH ").next())
+            .unwrap_or_else(|| panic!("a {title} section"))
+            .to_owned()
+    };
     let help = kresctl_command()
         .get_after_long_help()
         .expect("exit codes")
         .to_string();
-    for line in help.lines() {
-        assert!(exit_codes.contains(line), "{line:?} not under EXIT STATUS");
+    let heading = format!("\n\n{}\n", knot_resolver::kresctl::cli::ENVIRONMENT_HEADING);
+    let (exit_codes, environment) = help.split_once(&heading).expect("an environment part");
+    for (title, part) in [("EXIT STATUS", exit_codes), ("ENVIRONMENT", environment)] {
+        let rendered = section(title);
+        for line in part.lines() {
+            assert!(rendered.contains(line), "{line:?} not under {title}");
+        }
+        assert!(part.lines().count() > 1, "{title}: {part}");
     }
 }
 
@@ -157,11 +170,26 @@ fn every_completion_script_knows_every_command() {
     let assets = assets(DATE).expect("render");
     let mut commands = Vec::new();
     walk(&kresctl_command(), "kresctl".to_owned(), &mut commands);
-    for path in [
-        "completions/kresctl.bash",
-        "completions/_kresctl",
-        "completions/kresctl.fish",
-    ] {
+    // bash: the script asks kresctl, whose answer after a command's parent names it.
+    let bash = assets
+        .iter()
+        .find(|a| a.path == "completions/kresctl.bash")
+        .expect("the bash script");
+    assert!(String::from_utf8_lossy(&bash.contents).contains("kresctl completion --bash --args"));
+    let root = kresctl_command();
+    for (name, _) in &commands {
+        let mut typed: Vec<String> = name.split(' ').skip(1).map(str::to_owned).collect();
+        let Some(last) = typed.pop() else {
+            continue;
+        };
+        typed.push(String::new());
+        let offered = knot_resolver::kresctl::completion::words(&root, &typed);
+        assert!(
+            offered.contains(&last),
+            "bash: `{name}` not offered: {offered:?}"
+        );
+    }
+    for path in ["completions/_kresctl", "completions/kresctl.fish"] {
         let asset = assets.iter().find(|a| a.path == path).expect(path);
         let script = String::from_utf8_lossy(&asset.contents);
         for (name, _) in &commands {

@@ -148,7 +148,9 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        let (mut running, sources) = Running::start(restored, settings, checked, transferred);
+        let kresd = start::learn_kresd_version(&restored).await;
+        let (mut running, sources) =
+            Running::start(restored, settings, checked, transferred, kresd);
         let exit = lifecycle::serve(stream::select(signals, sources), &mut running).await;
         running.stop().await;
         ExitCode::from(exit)

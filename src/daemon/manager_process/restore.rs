@@ -55,6 +55,8 @@ pub struct Restored {
     pub process_failures: Option<Arc<crate::wire::failures::ProcessFailureRecord>>,
     /// The read end of the root's reload doorbell.
     pub reload_bell: Option<OwnedFd>,
+    /// The version of kresd an earlier manager process learned (`kresd --version`).
+    pub kresd_version: Option<String>,
     /// The workers' listening sockets, by stored name.
     pub sockets: Vec<(String, OwnedFd)>,
 }
@@ -110,6 +112,12 @@ impl Restored {
                 .and_then(|bytes| crate::wire::failures::ProcessFailureRecord::parse(&bytes))
                 .map(Arc::new),
             reload_bell: stored.remove(recovery::STORED_RELOAD),
+            kresd_version: stored
+                .remove(recovery::STORED_KRESD_VERSION)
+                .and_then(|fd| read_record(fd, 256))
+                .and_then(|bytes| {
+                    crate::manager::executables::version_of(&String::from_utf8_lossy(&bytes))
+                }),
             sockets: stored
                 .into_iter()
                 .filter(|(name, _)| name.starts_with(STORED_PREFIX))

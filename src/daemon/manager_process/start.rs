@@ -126,6 +126,12 @@ struct ToServe {
     /// The RPZ zones the start transferred, told to the event log by their tasks.
     transferred: FirstTransfers,
     heap: supervisor::os::HeapPrefault,
+    /// Where the configuration last kept in the root's fd store is published (the handle's
+    /// answers wait for it).
+    kept: watch::Sender<Option<Arc<LoadedConfig>>>,
+    /// Fault injection (`slow-keeper`): how long each changed configuration waits before it
+    /// is kept, to prove that answers wait for it.
+    keep_delay: Option<std::time::Duration>,
 }
 
 /// What the start checked in the environment: the workers' user, the API's guard.
@@ -192,11 +198,13 @@ pub async fn first_transfers(restored: &Restored) -> Result<FirstTransfers, Star
 impl Running {
     /// Start: run the manager task under supervision. The process, and the events of its
     /// task, its API's `/stop` and its link.
+    /// `kresd` is the version of kresd ([`learn_kresd_version`]), or why it is unknown.
     pub fn start(
         restored: Restored,
         settings: Settings,
         checked: Checked,
         transferred: FirstTransfers,
+        kresd: Result<String, String>,
     ) -> (Running, impl Stream<Item = ManagerEvent> + Unpin) {
         let Checked { run_as, guard } = checked;
         let Restored {
@@ -208,6 +216,7 @@ impl Running {
             process_failures,
             reload_bell,
             sockets,
+            kresd_version: _,
         } = restored;
         let parent = Arc::new(parent);
         let (mirror_tx, mirror_rx) = mpsc::unbounded_channel();
@@ -222,7 +231,10 @@ impl Running {
         let (config_tx, config_rx) = watch::channel(loaded);
         let (command_tx, command_rx) = mpsc::channel(16);
         let (health_tx, health_rx) = watch::channel(TaskHealth::default());
-        let handle = ManagerHandle::new(command_tx, config_rx).with_health(health_rx.clone());
+        let (kept_tx, kept_rx) = watch::channel(None);
+        let handle = ManagerHandle::new(command_tx, config_rx)
+            .with_health(health_rx.clone())
+            .with_keeper(kept_rx);
         let (started_tx, started_rx) = watch::channel(incarnation == Incarnation::Successor);
         let stop = CancellationToken::new();
         let events = start_event_log(&parent, upgrade.as_deref());
@@ -232,12 +244,23 @@ impl Running {
             events.clone(),
             stop.child_token(),
         ));
+        let executables = Executables {
+            run_as,
+            ..Executables::discover()
+        };
+        let kresd_version: Arc<std::sync::OnceLock<String>> = Arc::default();
+        if let Ok(version) = &kresd {
+            let _ = kresd_version.set(version.clone());
+        }
+        announce_versions(
+            &executables,
+            &kresd,
+            &settings.source.files,
+            parent.incarnation,
+        );
         let ctx = ManagerContext {
             supervisor: parent.handle.clone(),
-            executables: Executables {
-                run_as,
-                ..Executables::discover()
-            },
+            executables,
             source: settings.source,
             config: config_tx,
             commands: Arc::new(Mutex::new(command_rx)),
@@ -262,7 +285,10 @@ impl Running {
             supervisor: parent.handle.clone(),
             stop: stop.clone(),
             manager: handle.clone(),
-            fault_injection: std::env::var_os(FAULT_INJECTION_VAR).is_some(),
+            fault_injection: match std::env::var_os(FAULT_INJECTION_VAR) {
+                Some(_) => api::fault::FaultInjection::On,
+                None => api::fault::FaultInjection::Off,
+            },
             validation,
             rendered: Default::default(),
             guard: Arc::new(guard),
@@ -270,6 +296,7 @@ impl Running {
             process_failures,
             events,
             control_plane,
+            kresd_version,
         };
         let to_serve = ToServe {
             incarnation,
@@ -284,6 +311,10 @@ impl Running {
             api,
             transferred,
             heap: settings.heap,
+            kept: kept_tx,
+            keep_delay: std::env::var(FAULT_INJECTION_VAR)
+                .is_ok_and(|v| v.contains("slow-keeper"))
+                .then_some(std::time::Duration::from_secs(2)),
         };
         let running = Running {
             parent,
@@ -314,6 +345,8 @@ impl Running {
             self.parent.clone(),
             self.handle.subscribe(),
             to_serve.api.rendered.clone(),
+            to_serve.kept,
+            to_serve.keep_delay,
         ));
         tokio::spawn(report_task_health(
             to_serve.health,
@@ -476,6 +509,68 @@ fn task_events(
     stream::select_all(sources).filter_map(std::future::ready)
 }
 
+/// The version of the kresd the workers run, or why it is unknown: the one an earlier
+/// manager process learned, else `kresd --version`, run here once (on a thread of its own,
+/// bounded in time and output) before anything else starts, and kept in the root's fd store
+/// for the successors, so no incarnation but the first runs it.
+pub async fn learn_kresd_version(restored: &Restored) -> Result<String, String> {
+    if let Some(version) = &restored.kresd_version {
+        return Ok(version.clone());
+    }
+    let program = Executables::discover().kresd;
+    let version =
+        tokio::task::spawn_blocking(move || crate::manager::executables::kresd_version(&program))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+    match supervisor::os::sealed_memfd("knot-resolver-kresd-version", version.as_bytes()) {
+        Ok(fd) => {
+            if let Err(e) = restored
+                .parent
+                .store(super::super::recovery::STORED_KRESD_VERSION, &fd)
+                .await
+            {
+                tracing::warn!("cannot keep kresd's version for the next manager process: {e}");
+            }
+        }
+        Err(e) => tracing::warn!("cannot keep kresd's version for the next manager process: {e}"),
+    }
+    Ok(version)
+}
+
+/// Say, in one line, what runs: our version and kresd's, the configuration files, and who
+/// the manager process and the workers run as.
+fn announce_versions(
+    executables: &Executables,
+    kresd: &Result<String, String>,
+    files: &[std::path::PathBuf],
+    incarnation: u32,
+) {
+    let kresd = match kresd {
+        Ok(version) => format!("kresd {version} ({})", executables.kresd.display()),
+        Err(e) => format!("kresd of unknown version ({e})"),
+    };
+    let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let manager_uid = nix::unistd::geteuid().as_raw();
+    let workers = executables.run_as.map_or(manager_uid, |c| c.uid);
+    tracing::info!(
+        incarnation,
+        "knot-resolver {} driving {kresd}; configuration {}; manager process as {}, workers as {}",
+        crate::build_version(),
+        files.join(", "),
+        user_name(manager_uid),
+        user_name(workers),
+    );
+}
+
+/// `name (uid)`, or the uid alone when the user database does not name it.
+fn user_name(uid: u32) -> String {
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(user)) => format!("user {} (uid {uid})", user.name),
+        _ => format!("uid {uid}"),
+    }
+}
+
 /// The epoch of the event ids of this manager process: its incarnation and its start
 /// (microseconds since the Unix epoch, in hex), so ids of an earlier incarnation, or of an
 /// earlier run of the resolver, are never taken for ours.
@@ -513,11 +608,15 @@ async fn report_task_health(
     }
 }
 
-/// Keep every configuration that is applied in the root's fd store.
+/// Keep every configuration that is applied in the root's fd store, and publish each one
+/// kept (or given up on, which is logged) in `kept`; `delay` (fault injection) holds back
+/// every changed one.
 async fn keep_config(
     parent: Arc<Parent>,
     mut config: watch::Receiver<Arc<LoadedConfig>>,
     rendered: api::config::RenderedCache,
+    kept: watch::Sender<Option<Arc<LoadedConfig>>>,
+    delay: Option<std::time::Duration>,
 ) {
     let mut first = true;
     loop {
@@ -525,12 +624,17 @@ async fn keep_config(
         // The same bytes `GET /v1/config` serves: rendered once per version, for both. The
         // first version right here (the first request after READY would make it anyway);
         // a changed one off the runtime's thread: a large configuration takes tens of
-        // milliseconds, which the answer to the change just made must not wait for.
+        // milliseconds, which the runtime's other requests must not wait for (the answer to
+        // the change waits until it is kept).
         let version = if first {
             first = false;
             Ok(rendered.get(&current))
         } else {
+            if let Some(delay) = delay {
+                tokio::time::sleep(delay).await;
+            }
             let rendered = rendered.clone();
+            let current = current.clone();
             tokio::task::spawn_blocking(move || rendered.get(&current)).await
         };
         let stored = match version {
@@ -545,6 +649,7 @@ async fn keep_config(
             }
             Err(e) => tracing::warn!("cannot keep the configuration for a restart: {e}"),
         }
+        kept.send_replace(Some(current));
         if config.changed().await.is_err() {
             return;
         }

@@ -109,15 +109,18 @@ impl Root {
         };
         // Still this image: take everything back.
         match Adopted::take(&image) {
-            Ok(adopted) => match Supervisor::adopt(adopted.handover) {
-                Ok((sup, task)) => {
-                    started.sup = sup;
-                    started.sup_task = task;
-                    started.store = adopted.store;
-                    started.lock = adopted.lock;
+            Ok(adopted) => {
+                match Supervisor::adopt(adopted.handover, crate::daemon::logging::child_line_level)
+                {
+                    Ok((sup, task)) => {
+                        started.sup = sup;
+                        started.sup_task = task;
+                        started.store = adopted.store;
+                        started.lock = adopted.lock;
+                    }
+                    Err(e) => tracing::error!("cannot supervise the processes again: {e}"),
                 }
-                Err(e) => tracing::error!("cannot supervise the processes again: {e}"),
-            },
+            }
             Err(e) => tracing::error!("cannot take the processes back: {e}"),
         }
         error

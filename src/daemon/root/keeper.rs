@@ -7,7 +7,7 @@ use std::os::fd::OwnedFd;
 use std::time::{Duration, SystemTime};
 
 use supervisor::remote::{
-    self, ChildEnd, ChildPolicy, ChildService, EnvironmentPolicy, FdStore, FileArgument, Link,
+    self, ChildEnd, ChildPolicy, ChildService, EnvironmentPolicy, FdStore, Link,
 };
 use supervisor::upward::UpwardNotifier;
 use supervisor::{
@@ -70,11 +70,15 @@ impl Root {
 
     /// What the manager may have the root run: exactly what the manager's specs hold
     /// (`manager::specs`): our programs, as the workers' user, in the rundir, with our
-    /// environment and an instance number, reading their configuration from the rundir.
+    /// environment and an instance number, with the very command lines the specs build.
     fn child_policy(&self) -> ChildPolicy {
-        let executables = Executables::discover();
+        self.child_policy_for(Executables::discover())
+    }
+
+    /// [`Root::child_policy`] for the programs `executables` names.
+    fn child_policy_for(&self, executables: Executables) -> ChildPolicy {
         ChildPolicy {
-            programs: vec![executables.kresd.clone(), executables.cache_gc],
+            programs: vec![executables.kresd.clone(), executables.cache_gc.clone()],
             user: self.run_as,
             cwd: Some(self.rundir.clone()),
             env: Some(EnvironmentPolicy {
@@ -84,11 +88,11 @@ impl Root {
                     .map(OsString::from)
                     .collect(),
             }),
-            file_arguments: vec![FileArgument {
-                program: executables.kresd,
-                flag: OsString::from("-c"),
-                inside: self.rundir.clone(),
-            }],
+            command_lines: Some(crate::manager::specs::command_lines(
+                &executables,
+                &self.rundir,
+            )),
+            max_extension: remote::MAX_EXTENSION,
         }
     }
 
@@ -125,7 +129,7 @@ impl Root {
                 Ok(end) => end,
                 Err(why) => return why,
             };
-            let why = match answer(end, sup, hang_after) {
+            let ended = match answer(end, sup, hang_after) {
                 Answer::Stop(why) => return why,
                 Answer::Replace(why) => removed(sup, why).await,
             };
@@ -137,7 +141,7 @@ impl Root {
             // Never given up on while the workers serve: a request that crashes the manager
             // again and again costs the API, not DNS.
             let delay = streak.failed(started.elapsed(), SystemTime::now());
-            streak.report(delay, why, upward, store);
+            streak.report(delay, ended, upward, store);
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = stop.cancelled() => return Stop::Signal,
@@ -223,9 +227,17 @@ fn answer(end: ChildEnd, sup: &SupervisorHandle, hang_after: Duration) -> Answer
     }
 }
 
-/// Remove the manager service (logging how it ended); why it failed: `why`, else its exit
-/// status, else nothing known.
-async fn removed(sup: &SupervisorHandle, why: Option<String>) -> Option<String> {
+/// How a manager process that failed ended.
+struct Ended {
+    /// Why it failed: what the root saw (a hang, a broken link), else its exit status, else
+    /// nothing known.
+    why: Option<String>,
+    /// Its exit status, when it was reaped (a death by signal stays one).
+    status: Option<supervisor::ExitStatus>,
+}
+
+/// Remove the manager service (logging how it ended) and say how it ended.
+async fn removed(sup: &SupervisorHandle, why: Option<String>) -> Ended {
     let last_exit = sup
         .snapshot()
         .processes
@@ -236,13 +248,19 @@ async fn removed(sup: &SupervisorHandle, why: Option<String>) -> Option<String> 
         Ok(status) => match status.or(last_exit) {
             Some(status) => {
                 tracing::error!("the manager process ended: {status}");
-                return why.or_else(|| Some(status.to_string()));
+                return Ended {
+                    why: why.or_else(|| Some(status.to_string())),
+                    status: Some(status),
+                };
             }
             None => tracing::error!("the manager process ended"),
         },
         Err(e) => tracing::error!("the manager process: {e}"),
     }
-    why
+    Ended {
+        why,
+        status: last_exit,
+    }
 }
 
 /// The manager process's unforgiven failures: how many, since when, and the delay before
@@ -251,6 +269,8 @@ struct FailureStreak {
     backoff: Backoff,
     /// Failures in the streak.
     failures: u32,
+    /// Failures since the root started, forgiven or not: the manager's restarts.
+    total: u32,
     /// When the first of them happened.
     since: SystemTime,
 }
@@ -260,6 +280,7 @@ impl FailureStreak {
         FailureStreak {
             backoff: Backoff::default(),
             failures: 0,
+            total: 0,
             since: now,
         }
     }
@@ -272,18 +293,13 @@ impl FailureStreak {
             self.since = now;
         }
         self.failures = self.failures.saturating_add(1);
+        self.total = self.total.saturating_add(1);
         self.backoff.delay(self.failures, 0)
     }
 
     /// Tell of the streak: the log, systemd's status, and the record in `store` that the
     /// next incarnation serves on `/processes`.
-    fn report(
-        &self,
-        delay: Duration,
-        why: Option<String>,
-        upward: &UpwardNotifier,
-        store: &mut FdStore,
-    ) {
+    fn report(&self, delay: Duration, ended: Ended, upward: &UpwardNotifier, store: &mut FdStore) {
         let failures = self.failures;
         let within = self.since.elapsed().unwrap_or_default().as_secs();
         tracing::warn!(
@@ -299,7 +315,9 @@ impl FailureStreak {
                 .since
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
-            last: why.unwrap_or_else(|| "ended".to_owned()),
+            last: ended.why.unwrap_or_else(|| "ended".to_owned()),
+            restarts: self.total,
+            last_exit: ended.status,
         };
         let made = recovery::failure_record(&record);
         if let Err(e) = keep_in(store, recovery::STORED_FAILURES, made) {
@@ -349,7 +367,207 @@ fn signal_manager(sup: &SupervisorHandle, signal: nix::sys::signal::Signal) {
 
 #[cfg(test)]
 mod tests {
+    use std::path::{Path, PathBuf};
+
+    use serde_json::json;
+    use supervisor::upward::Upward;
+
     use super::*;
+    use crate::config::{validate, KresConfig, PathChecks, ValidationContext};
+    use crate::manager::listen::{wanted, SocketTable};
+    use crate::manager::specs::Specs;
+    use crate::service::WorkerId;
+
+    const RUNDIR: &str = "/run/knot-resolver";
+
+    /// `raw` validated as the manager validates a change (paths as written, not checked).
+    fn typed(raw: serde_json::Value) -> KresConfig {
+        let ctx = ValidationContext {
+            resolve_root: PathBuf::from("/etc/knot-resolver"),
+            checks: PathChecks::Lenient,
+            logtarget_arg: Default::default(),
+        };
+        validate(&raw, &ctx).unwrap_or_else(|e| panic!("{raw}: {e}"))
+    }
+
+    /// Every spec the manager builds for `cfg`: each worker with the sockets its
+    /// configuration binds (on loopback, port 0 made a free port), the canary, the
+    /// policy-loader and the cache collector.
+    fn manager_specs(specs: &Specs, cfg: &KresConfig) -> Vec<ServiceSpec> {
+        let keys = wanted(&cfg.network).expect("listen keys");
+        let mut table = SocketTable::default();
+        let workers = cfg.workers;
+        let prepared = table.prepare(&keys, workers).expect("sockets bind");
+        table.commit(prepared, &keys, workers);
+        let mut built: Vec<ServiceSpec> = (0..workers)
+            .map(|slot| specs.worker(cfg, WorkerId(slot), table.slot(slot).1))
+            .collect();
+        built.push(specs.canary(cfg, WorkerId(workers)));
+        built.push(specs.policy_loader(cfg));
+        built.push(specs.cache_gc(cfg));
+        built
+    }
+
+    #[test]
+    fn the_child_policy_admits_exactly_the_command_lines_the_manager_builds() {
+        let root = super::super::tests::root(Path::new(RUNDIR), &["/bin/true"]);
+        let executables = Executables {
+            kresd: PathBuf::from("/usr/sbin/kresd"),
+            cache_gc: PathBuf::from("/usr/sbin/kres-cache-gc"),
+            run_as: None,
+        };
+        let policy = root.child_policy_for(executables.clone());
+        let specs = Specs::new(executables);
+        let port = |_| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .expect("a free port")
+        };
+        let [dns, dot] = [0, 1].map(port);
+        let plain = typed(json!({"rundir": RUNDIR, "workers": 2,
+            "network": {"listen": [{"interface": format!("127.0.0.1@{dns}")},
+                                   {"interface": format!("127.0.0.1@{dot}"), "kind": "dot"}]}}));
+        let verbose_dry_gc = typed(json!({"rundir": RUNDIR, "workers": 1,
+            "network": {"listen": [{"interface": format!("127.0.0.1@{dns}")}]},
+            "logging": {"level": "debug"},
+            "cache": {"storage": "relative-cache", "garbage-collector": {"dry-run": true}}}));
+        let mut legitimate = manager_specs(&specs, &plain);
+        legitimate.extend(manager_specs(&specs, &verbose_dry_gc));
+        for spec in &legitimate {
+            policy
+                .check(spec)
+                .unwrap_or_else(|e| panic!("{:?} refused: {e}", spec.argv));
+        }
+        let argvs: Vec<&[OsString]> = legitimate.iter().map(|s| s.argv.as_slice()).collect();
+        assert!(
+            argvs
+                .iter()
+                .any(|a| a.iter().any(|w| w.to_string_lossy().ends_with(":tls"))),
+            "a worker with a DoT socket among them: {argvs:?}"
+        );
+        assert!(
+            argvs
+                .iter()
+                .any(|a| a.ends_with(&["-v".into(), "-n".into()])),
+            "a verbose dry-run collector among them: {argvs:?}"
+        );
+        // Each row edits the command line of one spec the manager built.
+        let worker = || legitimate[0].clone();
+        let policy_loader = || {
+            let found = legitimate
+                .iter()
+                .find(|s| s.name == crate::service::POLICY_LOADER);
+            found.expect("a policy-loader").clone()
+        };
+        let cache_gc = || {
+            let found = legitimate
+                .iter()
+                .find(|s| s.name == crate::service::CACHE_GC);
+            found.expect("a collector").clone()
+        };
+        type Edit = fn(&mut Vec<OsString>);
+        let rows: Vec<(&str, ServiceSpec, Edit)> = vec![
+            ("-cX", worker(), |a| {
+                a.splice(1..3, ["-c/tmp/evil.lua".into()]);
+            }),
+            ("-cX after the configuration", worker(), |a| {
+                a.insert(3, "-c/tmp/evil.lua".into());
+            }),
+            ("--config=X", worker(), |a| {
+                a.splice(1..3, ["--config=/tmp/evil.lua".into()]);
+            }),
+            ("--config=X added", policy_loader(), |a| {
+                a.push("--config=/tmp/evil.lua".into());
+            }),
+            ("a positional rundir", worker(), |a| a.push("/tmp".into())),
+            (
+                "a positional rundir to the policy-loader",
+                policy_loader(),
+                |a| {
+                    a.push("/tmp".into());
+                },
+            ),
+            ("a configuration outside the rundir", worker(), |a| {
+                a[2] = "/tmp/evil.lua".into();
+            }),
+            ("a configuration below the rundir", worker(), |a| {
+                a[2] = format!("{RUNDIR}/sub/evil.lua").into();
+            }),
+            ("a configuration climbing out", policy_loader(), |a| {
+                a[2] = format!("{RUNDIR}/../evil.lua").into();
+            }),
+            ("a relative configuration", worker(), |a| {
+                a[2] = "evil.lua".into()
+            }),
+            ("standard input as the only configuration", worker(), |a| {
+                a[2] = "-".into();
+            }),
+            ("an extra flag", worker(), |a| a.insert(3, "-v".into())),
+            ("a socket argument cut short", worker(), |a| {
+                a.push("-S".into())
+            }),
+            ("a socket of another kind", worker(), |a| {
+                a.extend(["-S".into(), "7:udp".into()]);
+            }),
+            ("no -n", worker(), |a| a.truncate(3)),
+            ("a second configuration file", policy_loader(), |a| {
+                a[4] = format!("{RUNDIR}/kresd0.conf").into();
+            }),
+            ("a collector's flag twice", cache_gc(), |a| {
+                a.extend(["-d".into(), "1".into()]);
+            }),
+            ("a collector's value not a number", cache_gc(), |a| {
+                a[4] = "1;rm".into();
+            }),
+            ("a collector's cache climbing out", cache_gc(), |a| {
+                a[2] = "/var/cache/../../etc".into();
+            }),
+            ("the collector's options reordered", cache_gc(), |a| {
+                a.swap(3, 5)
+            }),
+            (
+                "the collector running kresd's command line",
+                worker(),
+                |a| {
+                    a[0] = "/usr/sbin/kres-cache-gc".into();
+                },
+            ),
+        ];
+        for (what, mut spec, edit) in rows {
+            edit(&mut spec.argv);
+            assert!(
+                matches!(policy.check(&spec), Err(SupervisorError::Refused(_))),
+                "{what} was allowed: {:?}",
+                spec.argv
+            );
+        }
+    }
+
+    #[test]
+    fn the_root_cuts_the_managers_extensions_of_the_service_managers_timeout() {
+        let root = super::super::tests::root(Path::new(RUNDIR), &["/bin/true"]);
+        let policy = root.child_policy();
+        let rows = [
+            // What the manager asks while a policy-loader runs: passed on as it is.
+            (Duration::from_secs(30), Duration::from_secs(30)),
+            (Duration::from_secs(300), Duration::from_secs(300)),
+            (Duration::from_secs(301), Duration::from_secs(300)),
+            // EXTEND_TIMEOUT_USEC's largest value, and more than it carries.
+            (
+                Duration::from_micros(u64::from(u32::MAX)),
+                Duration::from_secs(300),
+            ),
+            (Duration::MAX, Duration::from_secs(300)),
+        ];
+        for (asked, passed) in rows {
+            assert_eq!(
+                policy.passed_upward(&Upward::ExtendTimeout(asked)),
+                Upward::ExtendTimeout(passed),
+                "{asked:?}"
+            );
+        }
+    }
 
     #[test]
     fn failures_grow_the_delay_until_a_stable_run_forgives_them() {
@@ -372,5 +590,7 @@ mod tests {
         let later = t0 + Duration::from_secs(600);
         assert_eq!(streak.failed(MANAGER_STABLE_AFTER, later), Duration::ZERO);
         assert_eq!((streak.failures, streak.since), (1, later));
+        // The restarts are every failure, forgiven or not.
+        assert_eq!(streak.total, 6);
     }
 }

@@ -268,7 +268,7 @@ mod tests {
         }
     }
 
-    fn root(dir: &Path, manager_argv: &[&str]) -> Root {
+    pub(super) fn root(dir: &Path, manager_argv: &[&str]) -> Root {
         Root {
             rundir: dir.to_owned(),
             drain_period: Duration::ZERO,

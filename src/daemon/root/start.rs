@@ -11,7 +11,7 @@ use supervisor::remote::{self, FdStore};
 use supervisor::upward::UpwardNotifier;
 use supervisor::{Supervisor, SupervisorOptions};
 
-use super::super::logging::Logging;
+use super::super::logging::{self, Logging};
 use super::super::{recovery, resolve_user, upgrade, STORED_API};
 use super::lock::RundirLock;
 use super::rundir::keep_rundir_from_workers;
@@ -332,7 +332,8 @@ impl Root {
         failed: Option<String>,
         upward: UpwardNotifier,
     ) -> Result<Started, StartError> {
-        let (sup, sup_task) = Supervisor::adopt(adopted.handover).map_err(StartError::Adopt)?;
+        let (sup, sup_task) = Supervisor::adopt(adopted.handover, logging::child_line_level)
+            .map_err(StartError::Adopt)?;
         let mut started = Started {
             sup,
             sup_task,
@@ -376,6 +377,7 @@ impl Root {
         let (sup, sup_task) = Supervisor::start(SupervisorOptions {
             notify_socket: self.rundir.join(NOTIFY_SOCKET_NAME),
             notify_senders: self.run_as.map(|c| c.gid),
+            line_levels: logging::child_line_level,
         })
         .map_err(StartError::Supervisor)?;
         let mut store = FdStore::default();

@@ -39,9 +39,6 @@ async fn clear(client: &ApiClient, body: &Value, format: OutputFormat) -> Result
         return Err(ClientError::Invalid(errors.join("\n")));
     }
     let response = client.call(&Request::CacheClear { body }).await?.ok()?;
-    print!(
-        "{}",
-        output::document(&output::json_body(&response)?, format)?
-    );
+    output::print(&output::document(&output::json_body(&response)?, format)?)?;
     Ok(())
 }

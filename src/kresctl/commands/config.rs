@@ -17,7 +17,7 @@ use crate::document_diff::{differences, Difference};
 use crate::kresctl::cli::ConfigOp;
 use crate::kresctl::client::{ApiClient, ApiResponse, ClientError};
 use crate::kresctl::output::{self, OutputFormat};
-use crate::kresctl::request::{Request, Run};
+use crate::kresctl::request::{rooted, Request, Run};
 use crate::wire::change::{ChangeSummary, DryRun};
 
 /// Run one `config` subcommand.
@@ -42,8 +42,7 @@ pub async fn run(client: &ApiClient, op: ConfigOp) -> Result<(), ClientError> {
                     run,
                 })
                 .await?;
-            print_outcome(&response.ok()?, run);
-            Ok(())
+            print_outcome(&response.ok()?, run)
         }
         ConfigOp::Patch {
             operations_or_file,
@@ -62,8 +61,7 @@ pub async fn run(client: &ApiClient, op: ConfigOp) -> Result<(), ClientError> {
                 operations: &operations,
                 run,
             };
-            print_outcome(&client.call(&request).await?.ok()?, run);
-            Ok(())
+            print_outcome(&client.call(&request).await?.ok()?, run)
         }
         // As diff(1): exit 1 when there are differences.
         ConfigOp::Diff { format, input_file } => {
@@ -140,6 +138,7 @@ async fn set(
     value: &Value,
     run: Run,
 ) -> Result<(), ClientError> {
+    let pointer: &str = &rooted(pointer);
     refuse_dry_run_without_support(client, run).await?;
     let removed = if value.is_object() {
         removed_members(client, pointer, value).await?
@@ -152,7 +151,7 @@ async fn set(
         run,
     };
     let body = client.call(&request).await?.ok()?;
-    print_outcome(&body, run);
+    print_outcome(&body, run)?;
     if !removed.is_empty() {
         let paths: Vec<&str> = removed.iter().map(|d| d.path()).collect();
         let verb = match run {
@@ -204,9 +203,9 @@ async fn refuse_dry_run_without_support(client: &ApiClient, run: Run) -> Result<
 
 /// Print what the resolver answered about a change: its one-line summary, or a body that is
 /// none as it is (nothing from upstream's manager).
-pub(super) fn print_outcome(body: &[u8], run: Run) {
+pub(super) fn print_outcome(body: &[u8], run: Run) -> Result<(), ClientError> {
     if body.is_empty() {
-        return;
+        return Ok(());
     }
     let line = match run {
         Run::ForReal => serde_json::from_slice::<ChangeSummary>(body)
@@ -216,10 +215,8 @@ pub(super) fn print_outcome(body: &[u8], run: Run) {
             .ok()
             .map(|d| format!("dry run, nothing changed: would have {}", d.change)),
     };
-    match line {
-        Some(line) => println!("{line}"),
-        None => println!("{}", String::from_utf8_lossy(body)),
-    }
+    let line = line.unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    Ok(output::println(&line)?)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use crate::kresctl::client::{ApiClient, ClientError};
+use crate::kresctl::output;
 use crate::kresctl::request::{Probe, ReloadScope, Request};
 use crate::wire::change::ReloadSummary;
 
@@ -19,14 +20,14 @@ pub async fn stop(client: &ApiClient) -> Result<(), ClientError> {
 /// `kresctl drain`: prints what the resolver answers.
 pub async fn drain(client: &ApiClient) -> Result<(), ClientError> {
     let body = client.call(&Request::Drain).await?.ok()?;
-    print!("{}", String::from_utf8_lossy(&body));
+    output::print(&String::from_utf8_lossy(&body))?;
     Ok(())
 }
 
 /// `kresctl health [--ready]`: prints the probe's answer; an error when it is no success.
 pub async fn health(client: &ApiClient, probe: Probe) -> Result<(), ClientError> {
     let body = client.call(&Request::Health(probe)).await?.ok()?;
-    print!("{}", String::from_utf8_lossy(&body));
+    output::print(&String::from_utf8_lossy(&body))?;
     Ok(())
 }
 
@@ -35,10 +36,16 @@ pub async fn health(client: &ApiClient, probe: Probe) -> Result<(), ClientError>
 pub async fn reload(client: &ApiClient, scope: ReloadScope) -> Result<(), ClientError> {
     let body = client.call(&Request::Reload(scope)).await?.ok()?;
     if let Ok(reloaded) = serde_json::from_slice::<ReloadSummary>(&body) {
-        println!("{}", reloaded.change);
+        output::println(&reloaded.change.to_string())?;
         if !reloaded.discarded.is_empty() {
+            // At warning priority in the journal (systemd's ExecReload).
+            let priority = if crate::daemon::logging::stderr_is_journal() {
+                "<4>"
+            } else {
+                ""
+            };
             eprintln!(
-                "warning: the reload discarded changes made through the API that the \
+                "{priority}warning: the reload discarded changes made through the API that the \
                  configuration files do not have: {}",
                 reloaded.discarded.join(", ")
             );
@@ -113,7 +120,7 @@ pub async fn upgrade(client: &ApiClient) -> Result<(), ClientError> {
                 return match now.last {
                     Some(LastUpgrade::Upgraded { from }) => {
                         let from = from.as_deref().unwrap_or(&before.version);
-                        println!("upgraded: {from} -> {}", now.version);
+                        output::println(&format!("upgraded: {from} -> {}", now.version))?;
                         Ok(())
                     }
                     Some(LastUpgrade::Failed { error }) => Err(failed(error, &now.version)),

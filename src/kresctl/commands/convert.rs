@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use super::FileError;
 use crate::config::ConfigError;
 use crate::kresctl::cli::{ConvertArgs, LuaType};
+use crate::kresctl::output;
 
 pub fn convert(args: &ConvertArgs) -> Result<(), FileError> {
     let default = [PathBuf::from(crate::config::DEFAULT_CONFIG_FILE)];
@@ -30,9 +31,6 @@ pub fn convert(args: &ConvertArgs) -> Result<(), FileError> {
             path: path.clone(),
             source,
         }),
-        None => {
-            println!("{lua}");
-            Ok(())
-        }
+        None => Ok(output::println(&lua)?),
     }
 }

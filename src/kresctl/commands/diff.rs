@@ -178,7 +178,7 @@ pub async fn diff(
     } else {
         None
     };
-    print!("{}", report(&found, plan.as_ref(), format)?);
+    output::print(&report(&found, plan.as_ref(), format)?)?;
     let compared = if found.is_empty() {
         Compared::Same
     } else {
@@ -200,7 +200,7 @@ pub async fn apply(client: &ApiClient, files: &[PathBuf]) -> Result<(), ClientEr
     let new = load(files)?;
     let (_, etag) = running(client).await?;
     let body = put(client, &new, etag.as_deref(), Run::ForReal).await?;
-    super::config::print_outcome(&body, Run::ForReal);
+    super::config::print_outcome(&body, Run::ForReal)?;
     Ok(())
 }
 

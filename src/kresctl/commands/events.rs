@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 use super::processes::print_processes;
 use crate::events::{Event, Record};
 use crate::kresctl::client::{ApiClient, ClientError};
-use crate::kresctl::output::OutputFormat;
+use crate::kresctl::output::{self, OutputFormat, WriteError};
 use crate::kresctl::request::Request;
 
 /// A stream that sends nothing, not even the keep-alive comment the API sends every 15 s,
@@ -179,70 +179,194 @@ fn record(message: &Message) -> Option<Record> {
     serde_json::from_str::<Record>(&message.data).ok()
 }
 
+/// How many times in a row a broken stream is reopened before kresctl gives up.
+const REOPEN_ATTEMPTS: u32 = 8;
+
+/// The wait before the second attempt to reopen a broken stream (the first is at once),
+/// doubled after each failure up to [`REOPEN_BACKOFF_MAX`].
+const REOPEN_BACKOFF_FIRST: Duration = Duration::from_millis(100);
+
+/// The longest wait between two attempts to reopen a broken stream.
+const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// What a [`Follower`] gives.
+#[derive(Debug)]
+enum Followed {
+    /// A message of the stream.
+    Message(Message),
+    /// The stream broke off (the manager process was replaced) and was opened again, from
+    /// the last id seen: what follows comes from the new stream.
+    Resumed,
+}
+
+/// Whether the stream said it ends because the resolver stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Nothing said: a stream that ends now broke off, and is reopened.
+    Unannounced,
+    /// A `stopping` notice came: the end that follows is the resolver's.
+    Announced,
+}
+
+/// `GET /events` followed across the replacement of the manager process: a stream that
+/// breaks off, or ends without a `stopping` notice, is opened again with `Last-Event-ID`
+/// (the last id seen), quietly, [`REOPEN_ATTEMPTS`] times at most with a growing wait, so
+/// a follower misses nothing the log still holds (and is told by `events-missed` what it
+/// no longer does).
+struct Follower<'a> {
+    /// Where the stream is reopened.
+    client: &'a ApiClient,
+    /// The stream being read.
+    stream: EventStream,
+    /// The id of the last message that had one: where a reopened stream resumes.
+    last_seen: Option<String>,
+    /// Whether the resolver announced its stop.
+    ending: Ending,
+    /// Attempts to reopen since the last message: the bound holds across streams that
+    /// open and break again at once.
+    reopen_attempts: u32,
+}
+
+impl<'a> Follower<'a> {
+    async fn open(client: &'a ApiClient, last: Option<&str>) -> Result<Follower<'a>, ClientError> {
+        Ok(Follower {
+            client,
+            stream: EventStream::open(client, last).await?,
+            last_seen: last.map(str::to_owned),
+            ending: Ending::Unannounced,
+            reopen_attempts: 0,
+        })
+    }
+
+    /// The next message, or word that the stream was reopened; `None` once the resolver
+    /// ended the stream because it stops.
+    async fn next(&mut self) -> Result<Option<Followed>, ClientError> {
+        let broken = match self.stream.next().await {
+            Ok(Some(message)) => {
+                self.reopen_attempts = 0;
+                if message.id.is_some() {
+                    self.last_seen.clone_from(&message.id);
+                }
+                if message.event.as_deref() == Some("stopping") {
+                    self.ending = Ending::Announced;
+                }
+                return Ok(Some(Followed::Message(message)));
+            }
+            Ok(None) if self.ending == Ending::Announced => return Ok(None),
+            Ok(None) => ClientError::EventStream("the stream ended unannounced".into()),
+            Err(e @ ClientError::EventStream(_)) => e,
+            Err(e) => return Err(e),
+        };
+        self.reopen(broken).await?;
+        Ok(Some(Followed::Resumed))
+    }
+
+    /// Open the stream again after it broke off with `broken`.
+    async fn reopen(&mut self, broken: ClientError) -> Result<(), ClientError> {
+        let mut wait = Duration::ZERO;
+        let mut last_error = None;
+        while self.reopen_attempts < REOPEN_ATTEMPTS {
+            self.reopen_attempts += 1;
+            tokio::time::sleep(wait).await;
+            match EventStream::open(self.client, self.last_seen.as_deref()).await {
+                Ok(stream) => {
+                    self.stream = stream;
+                    return Ok(());
+                }
+                Err(e) => last_error = Some(e),
+            }
+            wait = (wait * 2).clamp(REOPEN_BACKOFF_FIRST, REOPEN_BACKOFF_MAX);
+        }
+        let reason = last_error.map_or_else(String::new, |e| format!(": {e}"));
+        Err(ClientError::EventStream(format!(
+            "{broken}; reopened in vain {REOPEN_ATTEMPTS} times{reason}"
+        )))
+    }
+}
+
+/// Run `follow` until it ends, or until standard output's reader is gone (then quietly).
+async fn until_output_closed(
+    follow: impl std::future::Future<Output = Result<(), ClientError>>,
+) -> Result<(), ClientError> {
+    tokio::select! {
+        ended = follow => ended,
+        () = output::closed() => Err(WriteError::Closed.into()),
+    }
+}
+
 /// `kresctl events`: one line per event (its JSON in [`OutputFormat::Json`]), until the
 /// resolver ends the stream (exit 0) or cuts this follower for falling behind (exit 1).
+/// A stream broken by the manager process's replacement is resumed.
 pub async fn follow(
     client: &ApiClient,
     format: OutputFormat,
     last: Option<&str>,
 ) -> Result<(), ClientError> {
-    let mut stream = EventStream::open(client, last).await?;
-    let mut last_seen = last.map(str::to_owned);
-    while let Some(message) = stream.next().await? {
-        let record = record(&message);
-        match format {
-            OutputFormat::Json => println!("{}", message.data),
-            OutputFormat::Yaml | OutputFormat::Text => {
-                println!("{}", human(&message, record.as_ref()));
+    until_output_closed(async {
+        let mut follower = Follower::open(client, last).await?;
+        while let Some(followed) = follower.next().await? {
+            let Followed::Message(message) = followed else {
+                continue;
+            };
+            let record = record(&message);
+            match format {
+                OutputFormat::Json => output::println(&message.data)?,
+                OutputFormat::Yaml | OutputFormat::Text => {
+                    output::println(&human(&message, record.as_ref()))?;
+                }
+            }
+            if let Some(Event::EventsLagged { .. }) = record.as_ref().map(|r| &r.event) {
+                return Err(lagged(follower.last_seen.as_deref()));
             }
         }
-        if message.id.is_some() {
-            last_seen.clone_from(&message.id);
-        }
-        if let Some(Event::EventsLagged { .. }) = record.as_ref().map(|r| &r.event) {
-            return Err(lagged(last_seen.as_deref()));
-        }
-    }
-    eprintln!("the resolver ended the event stream");
-    Ok(())
+        eprintln!("the resolver ended the event stream");
+        Ok(())
+    })
+    .await
 }
 
 /// `kresctl processes --watch`: the table, then again after every process event (in
-/// [`OutputFormat::Json`]: the event's JSON object, then the table's).
+/// [`OutputFormat::Json`]: the event's JSON object, then the table's) and after the stream
+/// was resumed.
 pub async fn watch_processes(client: &ApiClient, format: OutputFormat) -> Result<(), ClientError> {
-    // Following first: nothing that happens after the first table is missed.
-    let mut stream = EventStream::open(client, None).await?;
-    print_processes(client, format).await?;
-    let mut last_seen = None;
-    while let Some(message) = stream.next().await? {
-        if message.id.is_some() {
-            last_seen.clone_from(&message.id);
-        }
-        let Some(record) = record(&message) else {
-            continue;
-        };
-        if let Event::EventsLagged { .. } = record.event {
-            return Err(lagged(last_seen.as_deref()));
-        }
-        if record.event.is_process() {
-            match format {
-                OutputFormat::Json => println!("{}", message.data),
-                OutputFormat::Yaml | OutputFormat::Text => {
-                    println!("\n{}", human(&message, Some(&record)));
+    until_output_closed(async {
+        // Following first: nothing that happens after the first table is missed.
+        let mut follower = Follower::open(client, None).await?;
+        print_processes(client, format).await?;
+        while let Some(followed) = follower.next().await? {
+            match followed {
+                Followed::Resumed => {}
+                Followed::Message(message) => {
+                    let Some(record) = record(&message) else {
+                        continue;
+                    };
+                    if let Event::EventsLagged { .. } = record.event {
+                        return Err(lagged(follower.last_seen.as_deref()));
+                    }
+                    if !record.event.is_process() {
+                        continue;
+                    }
+                    match format {
+                        OutputFormat::Json => output::println(&message.data)?,
+                        OutputFormat::Yaml | OutputFormat::Text => {
+                            output::println(&format!("\n{}", human(&message, Some(&record))))?;
+                        }
+                    }
                 }
             }
             if let Err(e) = print_processes(client, format).await {
                 // A resolver that stops answers no more requests, and its stream ends: that
                 // is the end of watching, not a failure.
-                if ends_soon(&mut stream).await {
+                if ends_soon(&mut follower.stream).await {
                     break;
                 }
                 return Err(e);
             }
         }
-    }
-    eprintln!("the resolver ended the event stream");
-    Ok(())
+        eprintln!("the resolver ended the event stream");
+        Ok(())
+    })
+    .await
 }
 
 /// Whether `stream` ends within [`STOPPING_GRACE`], a `stopping` notice at most before.

@@ -59,6 +59,6 @@ pub async fn summary(
     tokio::time::sleep(interval).await;
     let (after, ended) = scrape(client).await?;
     let seconds = ended.duration_since(began).as_secs_f64();
-    print!("{}", Summary::between(&before, &after, seconds).render(top));
+    output::print(&Summary::between(&before, &after, seconds).render(top))?;
     Ok(())
 }

@@ -35,7 +35,7 @@ pub fn command(args: &MigrateArgs) -> Result<(), FileError> {
     };
     let (doc, log) = migrate(doc);
     for line in log {
-        println!("{line}");
+        output::println(&line)?;
     }
     let doc = Value::Object(doc);
     // Compact JSON, as upstream prints it.
@@ -49,9 +49,10 @@ pub fn command(args: &MigrateArgs) -> Result<(), FileError> {
             source,
         }),
         None => {
-            println!("\nNew migrated configuration (v{}):", crate::VERSION);
-            println!("---");
-            print!("{dumped}");
+            output::print(&format!(
+                "\nNew migrated configuration (v{}):\n---\n{dumped}",
+                crate::config::SCHEMA_VERSION
+            ))?;
             Ok(())
         }
     }

@@ -20,6 +20,7 @@ use super::cli::{
     self, ApiCommand, ApplyMode, CacheArgs, CompletionShell, ConfigArgs, Follow, MetricsView,
 };
 use super::client::{ApiClient, ClientError};
+use super::output::WriteError;
 
 /// The error of a command that works on files, without a resolver (`convert`, `migrate`).
 #[derive(Debug, thiserror::Error)]
@@ -43,12 +44,35 @@ pub enum FileError {
     Config(#[source] crate::config::ConfigError),
     #[error("{}: the configuration is not a mapping", .0.display())]
     NotAMapping(PathBuf),
+    /// Standard output could not be written (closed: the command ends quietly).
+    #[error("{0}")]
+    Output(#[from] WriteError),
 }
 
-/// Exit 0 on success; otherwise print the error and exit 1.
-pub fn exit_code<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
+/// An error a command ends with.
+pub trait CommandError: std::fmt::Display {
+    /// Whether it is only that standard output's reader is gone.
+    fn is_closed_output(&self) -> bool;
+}
+
+impl CommandError for ClientError {
+    fn is_closed_output(&self) -> bool {
+        matches!(self, ClientError::Output(WriteError::Closed))
+    }
+}
+
+impl CommandError for FileError {
+    fn is_closed_output(&self) -> bool {
+        matches!(self, FileError::Output(WriteError::Closed))
+    }
+}
+
+/// Exit 0 on success, and quietly when standard output's reader is gone (`| head`);
+/// otherwise print the error and exit 1.
+pub fn exit_code<E: CommandError>(result: Result<(), E>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_closed_output() => ExitCode::SUCCESS,
         Err(e) => {
             eprint!("{}", error_lines(&e.to_string(), Stderr::detect()));
             ExitCode::from(1)
@@ -86,17 +110,23 @@ fn error_lines(text: &str, stderr: Stderr) -> String {
     }
 }
 
-/// `kresctl completion SHELL`: print the script.
-pub fn completion(shell: CompletionShell) -> ExitCode {
-    use std::io::Write;
-    match std::io::stdout().write_all(&cli::completion_script(shell.into())) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("cannot write the completion script: {e}");
-            ExitCode::from(1)
+/// `kresctl completion SHELL`: print the script; with `--args WORD…`, the words to offer
+/// after them, space-separated on one line (bash; fish gets nothing, as from upstream's).
+pub fn completion(shell: CompletionShell, args: Option<&[String]>) -> ExitCode {
+    let text = match (args, shell) {
+        (None, _) => String::from_utf8_lossy(&cli::completion_script(shell.into())).into_owned(),
+        (Some(args), CompletionShell::Bash) => {
+            let command = <cli::Cli as clap::CommandFactory>::command();
+            let args = if args.is_empty() {
+                &[String::new()][..]
+            } else {
+                args
+            };
+            format!("{}\n", super::completion::words(&command, args).join(" "))
         }
-    }
+        (Some(_), CompletionShell::Zsh | CompletionShell::Fish) => String::new(),
+    };
+    exit_code(super::output::print(&text).map_err(ClientError::from))
 }
 
 /// Run `command` if it needs no resolver (`validate`, `schema` and `openapi --local`), and
@@ -127,7 +157,8 @@ pub fn offline(command: &ApiCommand) -> Option<ExitCode> {
 /// Run a command against the API.
 pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), ClientError> {
     match command {
-        ApiCommand::Config(ConfigArgs { op: None }) => cli::print_help(Some("config")),
+        // Refused by the command line (`arg_required_else_help`).
+        ApiCommand::Config(ConfigArgs { op: None }) => cli::print_help_to_stderr(Some("config")),
         ApiCommand::Config(ConfigArgs { op: Some(op) }) => config::run(client, op).await?,
         ApiCommand::Apply {
             mode: ApplyMode::DryRun,
@@ -181,7 +212,7 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
         } => {
             metrics::metrics(client, format, file.as_deref()).await?;
         }
-        ApiCommand::Cache(CacheArgs { op: None }) => cli::print_help(Some("cache")),
+        ApiCommand::Cache(CacheArgs { op: None }) => cli::print_help_to_stderr(Some("cache")),
         ApiCommand::Cache(CacheArgs { op: Some(op) }) => cache::run(client, op).await?,
         ApiCommand::Rpz { format } => rpz::print_zones(client, format).await?,
     }

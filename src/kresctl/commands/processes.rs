@@ -17,10 +17,10 @@ pub async fn pids(client: &ApiClient, kind: &str, format: OutputFormat) -> Resul
     let body = client.call(&Request::ProcessesOf { kind }).await?.ok()?;
     let value: Value = serde_json::from_slice(&body)?;
     match format {
-        OutputFormat::Json => print!("{}", output::pretty_json(&value)?),
+        OutputFormat::Json => output::print(&output::pretty_json(&value)?)?,
         OutputFormat::Yaml | OutputFormat::Text => {
             for pid in value.as_array().into_iter().flatten().filter_map(pid) {
-                println!("{pid}");
+                output::println(&pid.to_string())?;
             }
         }
     }
@@ -31,10 +31,10 @@ pub async fn pids(client: &ApiClient, kind: &str, format: OutputFormat) -> Resul
 pub async fn print_processes(client: &ApiClient, format: OutputFormat) -> Result<(), ClientError> {
     let value = output::json_body(&client.call(&Request::Processes).await?.ok()?)?;
     match format {
-        OutputFormat::Json => print!("{}", output::pretty_json(&value)?),
+        OutputFormat::Json => output::print(&output::pretty_json(&value)?)?,
         OutputFormat::Yaml | OutputFormat::Text => {
             let entries: Vec<ProcessEntry> = serde_json::from_value(value)?;
-            print!("{}", processes_table(&entries, SystemTime::now()));
+            output::print(&processes_table(&entries, SystemTime::now()))?;
         }
     }
     Ok(())

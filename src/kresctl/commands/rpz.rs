@@ -12,17 +12,17 @@ use crate::wire::rpz::RpzZone;
 pub async fn print_zones(client: &ApiClient, format: OutputFormat) -> Result<(), ClientError> {
     let value = output::json_body(&client.call(&Request::Rpz).await?.ok()?)?;
     match format {
-        OutputFormat::Json => print!("{}", output::pretty_json(&value)?),
+        OutputFormat::Json => output::print(&output::pretty_json(&value)?)?,
         OutputFormat::Yaml | OutputFormat::Text => {
             let zones: Vec<RpzZone> = serde_json::from_value(value)?;
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64());
             if zones.is_empty() {
-                println!("no RPZ zone is kept by zone transfer");
+                output::println("no RPZ zone is kept by zone transfer")?;
             }
             for zone in &zones {
-                print!("{}", zone_lines(zone, now));
+                output::print(&zone_lines(zone, now))?;
             }
         }
     }

@@ -59,6 +59,7 @@ async fn serve(socket: PathBuf, argv: Vec<OsString>) -> ExitCode {
     let (sup, actor) = match Supervisor::start(SupervisorOptions {
         notify_socket: socket,
         notify_senders: None,
+        line_levels: supervisor::output::levels_by_stream,
     }) {
         Ok(s) => s,
         Err(e) => {
