@@ -11,6 +11,7 @@ pub mod cache_clear;
 pub use kres_config as config;
 pub mod control;
 pub mod daemon;
+pub mod document_diff;
 pub mod etag;
 pub mod events;
 pub mod kresctl;

@@ -195,18 +195,16 @@ async fn run(
 /// Renew or reload the configuration; a refusal is logged by the manager.
 async fn apply(manager: &ManagerHandle, on_change: OnChange) {
     let done = match on_change {
-        OnChange::Renew => {
-            manager
-                .renew(Restart::WhenNeeded, Origin::WatchedFile)
-                .await
-        }
-        OnChange::Reload => {
-            manager
-                .reload(Restart::WhenNeeded, Origin::WatchedFile)
-                .await
-        }
+        OnChange::Renew => manager
+            .renew(Restart::WhenNeeded, Origin::WatchedFile)
+            .await
+            .is_ok(),
+        OnChange::Reload => manager
+            .reload(Restart::WhenNeeded, Origin::WatchedFile)
+            .await
+            .is_ok(),
     };
-    if done.is_ok() {
+    if done {
         tracing::info!("Reloading watched files has finished");
     }
 }

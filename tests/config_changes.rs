@@ -296,3 +296,34 @@ fn health_and_schema_routes() {
     );
     r.stop();
 }
+
+#[test]
+fn a_policy_loader_refusal_says_what_kresd_said() {
+    let r = common::start(
+        &Setup::new("policy-loader-says")
+            .workers(2)
+            .extra(&records("192.0.2.8")),
+    )
+    .expect("start");
+    let before = r.pids_named("kresd");
+    let out = r
+        .kresctl(&[
+            "config",
+            "set",
+            "-p",
+            "/local-data/records",
+            "p.test. 300 A 192.0.2.88\nthis is no record\n",
+        ])
+        .expect("kresctl");
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("policy-loader failed: exit code 1")
+            && said.contains("its last output:")
+            && said.contains("error parsing zone file"),
+        "{said}"
+    );
+    assert_eq!(a(&r), vec!["192.0.2.8"], "the running rules keep serving");
+    assert_eq!(r.pids_named("kresd"), before, "workers untouched");
+    r.stop();
+}

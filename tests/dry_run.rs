@@ -163,7 +163,12 @@ fn kresctl_config_diff_and_apply_dry_run_predict_what_apply_does() {
     let file_arg = file.to_str().expect("a UTF-8 path");
 
     let (code, out, err) = kresctl(&r, &["config", "diff", file_arg]);
-    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        code,
+        Some(1),
+        "differences, as diff(1) says them: {out}{err}"
+    );
+    assert!(err.is_empty(), "{err}");
     assert!(out.contains("~ /workers: 2 -> 3"), "{out}");
     assert!(
         out.contains(r#"~ /local-data/addresses/dry.test: "192.0.2.100" -> "192.0.2.102""#),
@@ -190,6 +195,13 @@ fn kresctl_config_diff_and_apply_dry_run_predict_what_apply_does() {
 
     let (code, out, err) = kresctl(&r, &["apply", file_arg]);
     assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.starts_with(
+            "changed workers, local-data; workers restarted kresd0,kresd1 started \
+                         kresd2"
+        ),
+        "what the resolver did: {out}"
+    );
     assert_eq!(
         Some(etag(&r).as_str()),
         plan["etag"].as_str(),

@@ -192,3 +192,244 @@ fn our_kresctl_drives_upstreams_daemon() {
         .expect("upstream exits");
     assert!(status.success(), "{status:?}");
 }
+
+/// The cache's size changed by `kresctl config set` while the resolver runs: upstream's
+/// kresctl against our daemon, ours against upstream's manager, both take it (by a rolling
+/// restart on a new cache `top`). The time each takes is printed, not asserted.
+#[test]
+fn a_cache_size_change_is_taken_by_both_daemons_from_both_kresctls() {
+    let setup = Setup::new("interop-cache-size").workers(2).extra(RECORDS);
+    let r = common::start(&setup).expect("start");
+    let sock = r.dir.bed("run/kres-api.sock");
+    let started = std::time::Instant::now();
+    ok(&upstream_kresctl(
+        r.bed,
+        &sock,
+        &["config", "set", "-p", "/cache/size-max", "100M"],
+    ));
+    println!("ours, upstream's kresctl: {:?}", started.elapsed());
+    let started = std::time::Instant::now();
+    ok(&r
+        .kresctl(&["config", "set", "-p", "/cache/size-max", "50M"])
+        .expect("kresctl"));
+    println!("ours, our kresctl: {:?}", started.elapsed());
+    let size = ok(&r
+        .kresctl(&["config", "get", "--json", "-p", "/cache/size-max"])
+        .expect("kresctl"));
+    assert_eq!(size.trim(), "\"50M\"");
+    assert_eq!(r.a_records("i.test."), vec!["192.0.2.8"]);
+    r.stop();
+
+    let upstream = common::start_upstream(&setup).expect("upstream starts");
+    let api = upstream.api.clone();
+    let kresctl = |args: &[&str]| {
+        std::process::Command::new(common::KRESCTL)
+            .arg("-s")
+            .arg(&api)
+            .args(args)
+            .output()
+            .expect("our kresctl")
+    };
+    let started = std::time::Instant::now();
+    ok(&kresctl(&[
+        "config",
+        "set",
+        "-p",
+        "/cache/size-max",
+        "100M",
+    ]));
+    println!("upstream's, our kresctl: {:?}", started.elapsed());
+    let size = ok(&kresctl(&[
+        "config",
+        "get",
+        "--json",
+        "-p",
+        "/cache/size-max",
+    ]));
+    assert_eq!(size.trim(), "\"100M\"");
+    let answer = dns::query_udp(upstream.dns(), "i.test.", dns::TYPE_A, DNS_TIMEOUT);
+    assert_eq!(answer.expect("answer").a().len(), 1);
+    stop_upstream(upstream, &kresctl);
+}
+
+/// Stop upstream's manager through our kresctl and wait for it to exit.
+fn stop_upstream(
+    mut upstream: common::Upstream,
+    kresctl: &dyn Fn(&[&str]) -> std::process::Output,
+) {
+    ok(&kresctl(&["stop"]));
+    let status = upstream
+        .launched
+        .wait(Duration::from_secs(60))
+        .expect("upstream exits");
+    assert!(status.success(), "{status:?}");
+}
+
+const ZONE: &str = "x.test. 300 A 192.0.2.30\ny.test. 300 A 192.0.2.31\nz.test. 300 A 192.0.2.32\n";
+
+/// Run our kresctl against `socket` with `stdin` as its standard input (a pipe).
+fn our_kresctl_with_input(socket: &Path, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(common::KRESCTL)
+        .arg("-s")
+        .arg(socket)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kresctl starts");
+    let mut input = child.stdin.take().expect("stdin");
+    input.write_all(stdin.as_bytes()).expect("write stdin");
+    drop(input);
+    child.wait_with_output().expect("kresctl ends")
+}
+
+/// The A records `server` answers for `name`.
+fn a_records(server: std::net::SocketAddr, name: &str) -> Vec<String> {
+    dns::query_udp(server, name, dns::TYPE_A, DNS_TIMEOUT)
+        .expect("answer")
+        .a()
+        .iter()
+        .map(|a| a.to_string())
+        .collect()
+}
+
+/// A zone text of several lines set through each kresctl reaches each daemon whole and reads
+/// back as it was set; a section replaced whole by upstream's kresctl is replaced by ours as
+/// by upstream's; a dry run is refused where the server would apply it.
+#[test]
+fn a_zone_text_set_by_either_kresctl_reaches_either_daemon_whole() {
+    let setup = Setup::new("interop-zone-text").workers(2).extra(RECORDS);
+
+    // Upstream's kresctl, our daemon. (Upstream's kresctl reads one line of standard input
+    // and folds a file's lines as YAML: a JSON string is how it sends several lines.)
+    let r = common::start(&setup).expect("start");
+    let sock = r.dir.bed("run/kres-api.sock");
+    let json = serde_json::to_string(ZONE).expect("JSON");
+    let said = ok(&upstream_kresctl(
+        r.bed,
+        &sock,
+        &["config", "set", "-p", "/local-data/records", &json],
+    ));
+    assert_eq!(
+        said, "",
+        "upstream's kresctl prints nothing, as against its own daemon"
+    );
+    let got = ok(&upstream_kresctl(
+        r.bed,
+        &sock,
+        &["config", "get", "--json", "-p", "/local-data/records"],
+    ));
+    assert_eq!(
+        serde_json::from_str::<Value>(&got).expect("JSON"),
+        Value::from(ZONE)
+    );
+    assert_eq!(a_records(r.dns(), "z.test."), vec!["192.0.2.32"]);
+    testbed::write(
+        &r.dir.host("local-data.yaml"),
+        "addresses:\n  w.test: 192.0.2.33\n",
+    )
+    .expect("write");
+    ok(&upstream_kresctl(
+        r.bed,
+        &sock,
+        &[
+            "config",
+            "set",
+            "-p",
+            "/local-data",
+            &r.dir.bed("local-data.yaml").display().to_string(),
+        ],
+    ));
+    assert_eq!(a_records(r.dns(), "w.test."), vec!["192.0.2.33"]);
+    assert!(a_records(r.dns(), "z.test.").is_empty(), "replaced whole");
+    // Ours, on the same daemon: the zone text on standard input, the same answers.
+    let said = our_kresctl_with_input(
+        &r.api,
+        &["config", "set", "-p", "/local-data/records"],
+        ZONE,
+    );
+    assert!(
+        said.status.success(),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    assert_eq!(a_records(r.dns(), "y.test."), vec!["192.0.2.31"]);
+    r.stop();
+
+    // Our kresctl, upstream's daemon.
+    let mut upstream = common::start_upstream(&setup).expect("upstream starts");
+    let api = upstream.api.clone();
+    let said = our_kresctl_with_input(&api, &["config", "set", "-p", "/local-data/records"], ZONE);
+    assert!(
+        said.status.success(),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    assert!(
+        !String::from_utf8_lossy(&said.stderr).contains("Type"),
+        "no prompt"
+    );
+    for (name, ip) in [("x.test.", "192.0.2.30"), ("z.test.", "192.0.2.32")] {
+        assert_eq!(a_records(upstream.dns(), name), vec![ip], "{name}");
+    }
+    let got = our_kresctl_with_input(
+        &api,
+        &["config", "get", "--json", "-p", "/local-data/records"],
+        "",
+    );
+    let got: Value = serde_json::from_slice(&got.stdout).expect("JSON");
+    assert_eq!(got, Value::from(ZONE));
+    // Replacing the section whole: as upstream's kresctl does it, and said.
+    let said = our_kresctl_with_input(
+        &api,
+        &["config", "set", "-p", "/local-data"],
+        "addresses:\n  w.test: 192.0.2.33\n",
+    );
+    assert!(
+        said.status.success(),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&said.stderr).contains("removed: /local-data/records"),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    assert_eq!(a_records(upstream.dns(), "w.test."), vec!["192.0.2.33"]);
+    // A section that is not there yet (upstream's manager answers its GET with an error).
+    let said = our_kresctl_with_input(&api, &["config", "set", "-p", "/dns64"], "enable: false\n");
+    assert!(
+        said.status.success(),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    assert!(
+        said.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    // Upstream's manager would apply a `?dry-run=true` change: ours refuses to send it.
+    let said = our_kresctl_with_input(
+        &api,
+        &["config", "set", "--dry-run", "-p", "/workers", "3"],
+        "",
+    );
+    assert_eq!(said.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&said.stderr).contains("offers no dry run"),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    let workers = our_kresctl_with_input(&api, &["config", "get", "--json", "-p", "/workers"], "");
+    assert_eq!(String::from_utf8_lossy(&workers.stdout).trim(), "2");
+    let said = our_kresctl_with_input(&api, &["stop"], "");
+    assert!(said.status.success());
+    let status = upstream
+        .launched
+        .wait(Duration::from_secs(60))
+        .expect("upstream exits");
+    assert!(status.success(), "{status:?}");
+}

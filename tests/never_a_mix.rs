@@ -1,7 +1,8 @@
 //! Never a mix, on real kresd under load: a change whose canary and first worker start but
 //! whose second worker does not (a Lua script that fails from its third run on) is rolled
 //! back; every worker ends on the running configuration, the API and `/events` say so, and no
-//! query of the load is lost.
+//! query of the load is lost. So is one that also resizes the cache, whose shared `top` the
+//! workers already replaced hold sized anew: going back makes it anew again.
 
 mod common;
 
@@ -32,7 +33,17 @@ fn eval(path: &std::path::Path, expr: &str) -> String {
 
 #[test]
 fn a_worker_that_does_not_come_back_rolls_the_change_back() {
-    let setup = Setup::new("never-a-mix").workers(2).extra(RECORDS);
+    roll_back_under_load("never-a-mix", "10M");
+}
+
+#[test]
+fn a_cache_resize_that_does_not_come_back_rolls_back_onto_the_old_size() {
+    roll_back_under_load("never-a-mix-resize", "100M");
+}
+
+/// A change (to `size_max` too) whose second worker does not start, under load.
+fn roll_back_under_load(name: &'static str, size_max: &str) {
+    let setup = Setup::new(name).workers(2).extra(RECORDS);
     let r = common::start(&setup).expect("start");
     let (counter_host, counter_bed) = r.dir.join("starts");
     // Counts the kresd starts with the new configuration: the canary (1) and the first
@@ -49,10 +60,11 @@ fn a_worker_that_does_not_come_back_rolls_the_change_back() {
         path = counter_bed.display()
     );
     let indented: String = script.lines().map(|l| format!("    {l}\n")).collect();
-    let tried = Setup::new("never-a-mix")
+    let tried = Setup::new(name)
         .workers(2)
         .extra(&format!("{RECORDS}lua:\n  script: |\n{indented}"));
-    let yaml = config_yaml(&r.dir, r.port, &tried);
+    let yaml = config_yaml(&r.dir, r.port, &tried)
+        .replace("size-max: 10M", &format!("size-max: {size_max}"));
     let body = knot_resolver::config::parse_document(&yaml, std::path::Path::new("tried.yaml"))
         .expect("the tried configuration parses")
         .to_string();

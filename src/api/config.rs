@@ -174,6 +174,38 @@ pub struct ChangeRequest {
     conditions: Preconditions,
     /// `?dry-run`.
     query: ChangeQuery,
+    /// What the answer of an applied change carries.
+    answer: AppliedAnswer,
+}
+
+/// What the answer of an applied change carries: nothing (as upstream's manager answers), or
+/// what the change did when the client asks for JSON (`Accept: application/json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppliedAnswer {
+    Empty,
+    Summary,
+}
+
+impl AppliedAnswer {
+    /// From the request's `Accept`: a summary only when it names JSON itself (`*/*`, as
+    /// curl sends, keeps the empty answer).
+    pub fn from_headers(headers: &HeaderMap) -> AppliedAnswer {
+        let names_json = headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|m| {
+                m.split(';')
+                    .next()
+                    .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+            });
+        if names_json {
+            AppliedAnswer::Summary
+        } else {
+            AppliedAnswer::Empty
+        }
+    }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for ChangeRequest
@@ -191,6 +223,7 @@ where
             state: axum::extract::FromRef::from_ref(state),
             conditions,
             query,
+            answer: AppliedAnswer::from_headers(&parts.headers),
         })
     }
 }
@@ -397,6 +430,7 @@ async fn change(
         state,
         conditions,
         query,
+        answer,
     } = request;
     for _ in 0..CONFLICT_RETRIES {
         let current = state.manager.config();
@@ -424,7 +458,15 @@ async fn change(
                     &DryRun::new(plan.summary(Stage::DryRun), new_tag),
                 ))
             }
-            Ok(_) => return Ok(with_etag(StatusCode::OK.into_response(), &new_tag)),
+            Ok(plan) => {
+                let response = match answer {
+                    AppliedAnswer::Empty => StatusCode::OK.into_response(),
+                    AppliedAnswer::Summary => {
+                        super::json_value(StatusCode::OK, &plan.summary(Stage::Applied))
+                    }
+                };
+                return Ok(with_etag(response, &new_tag));
+            }
             Err(ChangeError::Conflict) if !conditional => continue,
             Err(ChangeError::Conflict) => {
                 return Err(ApiError::Precondition {

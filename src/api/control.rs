@@ -4,23 +4,28 @@
 //! socket).
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
+use super::config::AppliedAnswer;
 use super::error::ApiError;
 use super::{json_value, responses, ApiState};
 use crate::events::Origin;
-use crate::manager::plan::Restart;
+use crate::manager::plan::{Restart, Stage};
 use crate::service;
+use crate::wire::change::ReloadSummary;
 
 /// Read the configuration files again and apply them.
 ///
 /// Synchronous: answers once the change is applied. An invalid file or a rejected
 /// configuration is an error answer (upstream answers 200 and only logs).
 #[utoipa::path(post, path = "/reload", tag = "control", responses(responses::Reload))]
-pub(super) async fn reload(state: State<ApiState>) -> Result<Response, ApiError> {
-    reapply(state, Reapply::Reload, Restart::WhenNeeded).await
+pub(super) async fn reload(
+    state: State<ApiState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    reapply(state, Reapply::Reload, Restart::WhenNeeded, &headers).await
 }
 
 /// Read the configuration files again and apply them, restarting every worker.
@@ -30,14 +35,20 @@ pub(super) async fn reload(state: State<ApiState>) -> Result<Response, ApiError>
     tag = "control",
     responses(responses::Reload)
 )]
-pub(super) async fn reload_force(state: State<ApiState>) -> Result<Response, ApiError> {
-    reapply(state, Reapply::Reload, Restart::Always).await
+pub(super) async fn reload_force(
+    state: State<ApiState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    reapply(state, Reapply::Reload, Restart::Always, &headers).await
 }
 
 /// Apply the running configuration again.
 #[utoipa::path(post, path = "/renew", tag = "control", responses(responses::Renew))]
-pub(super) async fn renew(state: State<ApiState>) -> Result<Response, ApiError> {
-    reapply(state, Reapply::Renew, Restart::WhenNeeded).await
+pub(super) async fn renew(
+    state: State<ApiState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    reapply(state, Reapply::Renew, Restart::WhenNeeded, &headers).await
 }
 
 /// Apply the running configuration again, restarting every worker.
@@ -47,8 +58,11 @@ pub(super) async fn renew(state: State<ApiState>) -> Result<Response, ApiError> 
     tag = "control",
     responses(responses::Renew)
 )]
-pub(super) async fn renew_force(state: State<ApiState>) -> Result<Response, ApiError> {
-    reapply(state, Reapply::Renew, Restart::Always).await
+pub(super) async fn renew_force(
+    state: State<ApiState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    reapply(state, Reapply::Renew, Restart::Always, &headers).await
 }
 
 /// What `POST /reload` and `POST /renew` have the manager apply again.
@@ -60,23 +74,38 @@ enum Reapply {
     Renew,
 }
 
-/// `POST /reload[/force]` and `POST /renew[/force]`.
+/// `POST /reload[/force]` and `POST /renew[/force]`: upstream's text, or, when the client
+/// asks for JSON (`Accept`), what was done (and which changes made through the API a reload
+/// undid).
 async fn reapply(
     State(state): State<ApiState>,
     what: Reapply,
     restart: Restart,
+    headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let answer = match what {
+    let answer = AppliedAnswer::from_headers(headers);
+    let (text, summary) = match what {
         Reapply::Reload => {
-            state.manager.reload(restart, Origin::Api).await?;
-            "Reloading..."
+            let reloaded = state.manager.reload(restart, Origin::Api).await?;
+            let summary = ReloadSummary {
+                change: reloaded.plan.summary(Stage::Applied),
+                discarded: reloaded.discarded,
+            };
+            ("Reloading...", summary)
         }
         Reapply::Renew => {
-            state.manager.renew(restart, Origin::Api).await?;
-            "Renewing configuration..."
+            let plan = state.manager.renew(restart, Origin::Api).await?;
+            let summary = ReloadSummary {
+                change: plan.summary(Stage::Applied),
+                discarded: Vec::new(),
+            };
+            ("Renewing configuration...", summary)
         }
     };
-    Ok((StatusCode::OK, answer).into_response())
+    Ok(match answer {
+        AppliedAnswer::Empty => (StatusCode::OK, text).into_response(),
+        AppliedAnswer::Summary => json_value(StatusCode::OK, &summary),
+    })
 }
 
 /// Drain, then stop.

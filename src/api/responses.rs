@@ -124,7 +124,9 @@ const APPLYING: &[Answer] = &[
 const CONFIG_CHANGE: &[Answer] = &[
     Answer {
         status: 200,
-        description: "Applied (empty body), or, with `dry-run=true`, what the change would do.",
+        description: "Applied: an empty body, or what the change did (`changed`, `workers`, \
+`cache-gc`, as in a dry run's answer) when `Accept` names `application/json`; with \
+`dry-run=true`, what the change would do.",
         body: Body::DryRun,
         etag: Some(
             "The ETag of the configuration the change made (with `dry-run`: would make, also \
@@ -237,7 +239,13 @@ family! {
     /// `POST /reload[/force]`.
     Reload = [
         &[
-            Answer::text_like(200, "Applied.", "Reloading..."),
+            Answer::text_like(
+                200,
+                "Applied: upstream's text, or, when `Accept` names `application/json`, what the \
+reload did (`changed`, `workers`, `cache-gc`) and `discarded`, the JSON pointers of changes made \
+through the API since the files were last applied that it undid.",
+                "Reloading...",
+            ),
             Answer::text(
                 400,
                 "A file does not parse, the configuration is invalid, or the manager refused it \

@@ -10,7 +10,7 @@ use clap::builder::{BoolValueParser, TypedValueParser};
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 use super::output::OutputFormat;
-use super::request::{MetricsFormat, Probe, ReloadScope};
+use super::request::{MetricsFormat, Probe, ReloadScope, Run};
 use crate::config::PathChecks;
 
 /// Exit codes and environment, shown by `kresctl --help` (and by kresctl(8) as its EXIT
@@ -415,24 +415,47 @@ pub enum ConfigOp {
         /// Write the output to this file instead.
         file: Option<PathBuf>,
     },
-    /// Set the value at a JSON pointer (from the argument, a file it names, or stdin).
+    /// Set the value at a JSON pointer (from the argument, a file it names, or stdin), and
+    /// print what the resolver did. Replacing an object says which of its members are gone.
     Set {
         /// JSON pointer into the configuration (`/workers`).
         #[arg(short = 'p', long = "path", default_value = "")]
         path: String,
-        /// A JSON/YAML value, or a file holding one; read from stdin when omitted.
+        /// A JSON/YAML value, or a file holding one; standard input (read whole) when omitted.
+        /// A text of several lines (a zone's records) is taken as it is.
         value_or_file: Option<String>,
+        /// Only try the change (validated, planned, its canary run) and print what it would
+        /// do; nothing changes.
+        #[arg(id = "dry_run", long = "dry-run", action = ArgAction::SetTrue,
+              value_parser = flag(Run::DryRun, Run::ForReal))]
+        run: Run,
     },
-    /// Delete the value at a JSON pointer.
+    /// Delete the value at a JSON pointer, and print what the resolver did.
     Delete {
         /// JSON pointer into the configuration (`/local-data`).
         #[arg(short = 'p', long = "path", default_value = "")]
         path: String,
+        /// Only try the change and print what it would do; nothing changes.
+        #[arg(id = "dry_run", long = "dry-run", action = ArgAction::SetTrue,
+              value_parser = flag(Run::DryRun, Run::ForReal))]
+        run: Run,
+    },
+    /// Apply a JSON Patch (RFC 6902: a list of `add`, `remove`, `replace`, `move`, `copy` and
+    /// `test` operations) to the configuration as one change, and print what the resolver did.
+    Patch {
+        /// The operations as JSON or YAML, or a file holding them; standard input when
+        /// omitted.
+        operations_or_file: Option<String>,
+        /// Only try the change and print what it would do; nothing changes.
+        #[arg(id = "dry_run", long = "dry-run", action = ArgAction::SetTrue,
+              value_parser = flag(Run::DryRun, Run::ForReal))]
+        run: Run,
     },
     /// Show what configuration files would change in the running resolver: the differences
     /// path by path, and what the resolver would do (sections changed, workers restarted or
     /// only rules reset, processes started or stopped), from its own dry run. Nothing
-    /// changes.
+    /// changes. As diff(1), exits 0 when there is no difference and 1 when there are (or on
+    /// an error).
     Diff {
         /// Print the differences (a JSON Patch) and the resolver's plan as JSON.
         #[arg(id = "json", long = "json", action = ArgAction::SetTrue,

@@ -62,6 +62,10 @@ pub enum ClientError {
     /// The request was carried out and did not succeed (an upgrade that failed).
     #[error("{0}")]
     Failed(String),
+    /// `config diff` found differences: exit 1 as diff(1) does, with nothing more to say
+    /// than the differences printed.
+    #[error("")]
+    Differences,
     /// `GET /events` answered 404: upstream's manager, or a version of ours before it.
     #[error("the resolver's management API does not offer /events (it is upstream's manager or an older knot-resolver); there are no events to follow")]
     NoEvents,

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 /// A JSON pointer as the API takes it: `workers` is taken for `/workers` (a pointer always
 /// starts with `/`; without it, the path would name no route at all).
-fn rooted(pointer: &str) -> std::borrow::Cow<'_, str> {
+pub fn rooted(pointer: &str) -> std::borrow::Cow<'_, str> {
     if pointer.is_empty() || pointer.starts_with('/') {
         pointer.into()
     } else {
@@ -60,10 +60,17 @@ pub enum Request<'a> {
     SetConfig {
         pointer: &'a str,
         value: &'a Value,
+        run: Run,
     },
     /// Delete the value at a JSON pointer.
     DeleteConfig {
         pointer: &'a str,
+        run: Run,
+    },
+    /// Apply a JSON Patch (RFC 6902) to the whole configuration.
+    PatchConfig {
+        operations: &'a Value,
+        run: Run,
     },
     /// A whole new configuration, against the running version `if_match` names (its ETag).
     ReplaceConfig {
@@ -117,6 +124,7 @@ impl Request<'_> {
             | Request::Events { .. } => Method::GET,
             Request::SetConfig { .. } | Request::ReplaceConfig { .. } => Method::PUT,
             Request::DeleteConfig { .. } => Method::DELETE,
+            Request::PatchConfig { .. } => Method::PATCH,
             Request::Stop
             | Request::Drain
             | Request::Reload(_)
@@ -127,16 +135,18 @@ impl Request<'_> {
 
     /// The path, with its query.
     pub fn path(&self) -> String {
+        let query = |run: &Run| match run {
+            Run::ForReal => "",
+            Run::DryRun => "?dry-run=true",
+        };
         match self {
-            Request::GetConfig { pointer }
-            | Request::SetConfig { pointer, .. }
-            | Request::DeleteConfig { pointer } => format!("/v1/config{}", rooted(pointer)),
-            Request::ReplaceConfig {
-                run: Run::ForReal, ..
-            } => "/v1/config".into(),
-            Request::ReplaceConfig {
-                run: Run::DryRun, ..
-            } => "/v1/config?dry-run=true".into(),
+            Request::GetConfig { pointer } => format!("/v1/config{}", rooted(pointer)),
+            Request::SetConfig { pointer, run, .. } | Request::DeleteConfig { pointer, run } => {
+                format!("/v1/config{}{}", rooted(pointer), query(run))
+            }
+            Request::ReplaceConfig { run, .. } | Request::PatchConfig { run, .. } => {
+                format!("/v1/config{}", query(run))
+            }
             Request::Stop => "/stop".into(),
             Request::Drain => "/drain".into(),
             Request::Health(Probe::Live) => "/livez".into(),
@@ -156,13 +166,20 @@ impl Request<'_> {
         }
     }
 
-    /// Headers beside `Host`, `Content-Type` and `Authorization`.
+    /// Headers beside `Host`, `Content-Type` and `Authorization`. A change asks for its
+    /// summary as JSON (`Accept`): the answer says what the resolver did.
     pub fn headers(&self) -> Vec<(&'static str, &str)> {
+        const SUMMARY: (&str, &str) = ("Accept", "application/json");
         match self {
             Request::ReplaceConfig {
                 if_match: Some(etag),
                 ..
-            } => vec![("If-Match", etag)],
+            } => vec![("If-Match", etag), SUMMARY],
+            Request::ReplaceConfig { .. }
+            | Request::SetConfig { .. }
+            | Request::DeleteConfig { .. }
+            | Request::PatchConfig { .. }
+            | Request::Reload(_) => vec![SUMMARY],
             Request::Events {
                 last_event_id: Some(id),
             } => vec![("last-event-id", id)],
@@ -175,6 +192,9 @@ impl Request<'_> {
         match self {
             Request::SetConfig { value, .. }
             | Request::ReplaceConfig { config: value, .. }
+            | Request::PatchConfig {
+                operations: value, ..
+            }
             | Request::CacheClear { body: value } => serde_json::to_vec(value),
             _ => Ok(Vec::new()),
         }
@@ -219,14 +239,38 @@ mod tests {
                 Request::SetConfig {
                     pointer: "/cache",
                     value: &value,
+                    run: Run::ForReal,
                 },
-                r#"PUT /v1/config/cache {"workers":2}"#,
+                r#"PUT /v1/config/cache [Accept: application/json] {"workers":2}"#,
+            ),
+            (
+                Request::SetConfig {
+                    pointer: "/cache",
+                    value: &value,
+                    run: Run::DryRun,
+                },
+                r#"PUT /v1/config/cache?dry-run=true [Accept: application/json] {"workers":2}"#,
             ),
             (
                 Request::DeleteConfig {
                     pointer: "/local-data",
+                    run: Run::ForReal,
                 },
-                "DELETE /v1/config/local-data",
+                "DELETE /v1/config/local-data [Accept: application/json]",
+            ),
+            (
+                Request::DeleteConfig {
+                    pointer: "/local-data",
+                    run: Run::DryRun,
+                },
+                "DELETE /v1/config/local-data?dry-run=true [Accept: application/json]",
+            ),
+            (
+                Request::PatchConfig {
+                    operations: &value,
+                    run: Run::DryRun,
+                },
+                r#"PATCH /v1/config?dry-run=true [Accept: application/json] {"workers":2}"#,
             ),
             (
                 Request::ReplaceConfig {
@@ -234,7 +278,7 @@ mod tests {
                     if_match: Some("\"e1\""),
                     run: Run::DryRun,
                 },
-                r#"PUT /v1/config?dry-run=true [If-Match: "e1"] {"workers":2}"#,
+                r#"PUT /v1/config?dry-run=true [If-Match: "e1"] [Accept: application/json] {"workers":2}"#,
             ),
             (
                 Request::ReplaceConfig {
@@ -242,14 +286,20 @@ mod tests {
                     if_match: None,
                     run: Run::ForReal,
                 },
-                r#"PUT /v1/config {"workers":2}"#,
+                r#"PUT /v1/config [Accept: application/json] {"workers":2}"#,
             ),
             (Request::Stop, "POST /stop"),
             (Request::Drain, "POST /drain"),
             (Request::Health(Probe::Live), "GET /livez"),
             (Request::Health(Probe::Ready), "GET /readyz"),
-            (Request::Reload(ReloadScope::Changed), "POST /reload"),
-            (Request::Reload(ReloadScope::Forced), "POST /reload/force"),
+            (
+                Request::Reload(ReloadScope::Changed),
+                "POST /reload [Accept: application/json]",
+            ),
+            (
+                Request::Reload(ReloadScope::Forced),
+                "POST /reload/force [Accept: application/json]",
+            ),
             (Request::Schema, "GET /schema"),
             (Request::OpenApi, "GET /openapi.json"),
             (Request::Processes, "GET /processes"),

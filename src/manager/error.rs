@@ -17,7 +17,7 @@ pub enum ApplyError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("policy-loader failed: {0}; the rules database was not updated")]
+    #[error("policy-loader failed: {}; the rules database was not updated{}", .0, format_tail(.0.output()))]
     PolicyLoader(#[from] PolicyLoaderFailure),
     #[error("worker {name} did not start: {source}")]
     Worker {
@@ -46,18 +46,38 @@ pub enum ApplyError {
     },
 }
 
-/// How the policy-loader failed.
+/// How the policy-loader failed; what it wrote last (kresd's reason: a zone file that does
+/// not parse, a file it cannot open) goes with it, as with a canary.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyLoaderFailure {
     /// It ran and ended with anything but exit code 0.
-    #[error("{0}")]
-    Exited(ExitStatus),
+    #[error("{status}")]
+    Exited {
+        status: ExitStatus,
+        /// Its last lines of output.
+        output: Vec<String>,
+    },
     /// The supervisor could not run it.
     #[error("{0}")]
     NotRun(#[source] SupervisorError),
     /// It overran its time limit and was stopped.
-    #[error("it did not finish within {} s and was stopped (see {POLICY_LOADER_TIMEOUT_VAR})", .0.as_secs())]
-    TimedOut(Duration),
+    #[error("it did not finish within {} s and was stopped (see {POLICY_LOADER_TIMEOUT_VAR})", .limit.as_secs())]
+    TimedOut {
+        limit: Duration,
+        /// Its last lines of output.
+        output: Vec<String>,
+    },
+}
+
+impl PolicyLoaderFailure {
+    /// What it wrote last, if it ran.
+    pub fn output(&self) -> &[String] {
+        match self {
+            PolicyLoaderFailure::Exited { output, .. }
+            | PolicyLoaderFailure::TimedOut { output, .. } => output,
+            PolicyLoaderFailure::NotRun(_) => &[],
+        }
+    }
 }
 
 fn format_tail(lines: &[String]) -> String {
@@ -74,19 +94,38 @@ mod tests {
 
     #[test]
     fn a_policy_loader_failure_says_how_it_failed() {
+        let zone = "[rules ] error parsing zone file `/run/policy-loader.conf:1`, unexpected data";
         let rows = [
             (
-                PolicyLoaderFailure::Exited(ExitStatus::Code(1)),
-                "policy-loader failed: exit code 1; the rules database was not updated",
+                PolicyLoaderFailure::Exited {
+                    status: ExitStatus::Code(1),
+                    output: vec![],
+                },
+                "policy-loader failed: exit code 1; the rules database was not updated".to_owned(),
+            ),
+            (
+                PolicyLoaderFailure::Exited {
+                    status: ExitStatus::Code(1),
+                    output: vec![zone.to_owned(), "[system] error while loading config".to_owned()],
+                },
+                format!(
+                    "policy-loader failed: exit code 1; the rules database was not updated; its \
+                     last output:\n  {zone}\n  [system] error while loading config"
+                ),
             ),
             (
                 PolicyLoaderFailure::NotRun(SupervisorError::UnknownService("policy-loader".into())),
-                "policy-loader failed: no service named \"policy-loader\"; the rules database was not updated",
+                "policy-loader failed: no service named \"policy-loader\"; the rules database was not updated".to_owned(),
             ),
             (
-                PolicyLoaderFailure::TimedOut(Duration::from_secs(2)),
+                PolicyLoaderFailure::TimedOut {
+                    limit: Duration::from_secs(2),
+                    output: vec!["[rules ] loading".to_owned()],
+                },
                 "policy-loader failed: it did not finish within 2 s and was stopped (see \
-                 KRES_POLICY_LOADER_TIMEOUT); the rules database was not updated",
+                 KRES_POLICY_LOADER_TIMEOUT); the rules database was not updated; its last \
+                 output:\n  [rules ] loading"
+                    .to_owned(),
             ),
         ];
         for (failure, want) in rows {

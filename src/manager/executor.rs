@@ -19,6 +19,15 @@ use crate::config::{KresConfig, LoadedConfig};
 use crate::events::EventLog;
 use crate::service::WorkerId;
 
+/// Remove the shared-memory files `roll` says are stale, where the workers of `cfg` open them.
+fn unlink_shared_memory(cfg: &KresConfig, roll: &Roll) {
+    for shared in &roll.unlink {
+        let path = shared.path(cfg);
+        tracing::debug!("removing shared memory {}", path.display());
+        rundir::remove(&path);
+    }
+}
+
 /// Owns the mapping from configuration to processes.
 pub struct Manager {
     /// How the steps of a change reach the processes.
@@ -174,9 +183,7 @@ impl Manager {
         running: &KresConfig,
         roll: &Roll,
     ) -> Result<(), ApplyError> {
-        for shared in &roll.unlink {
-            rundir::remove(&cfg.rundir.join(shared.file_name()));
-        }
+        unlink_shared_memory(cfg, roll);
         // New sockets are bound before anything else happens: a bind failure rejects the
         // configuration with nothing changed (prepared sockets close when dropped).
         let prepared = self.processes.prepare_sockets(cfg)?;
@@ -315,6 +322,11 @@ impl Manager {
                 return Ok(());
             };
             let prepared = self.processes.prepare_sockets(running)?;
+            // A worker restarting on its own from now on (the one that did not come back)
+            // starts on `running`; the workers already replaced hold shared files sized for
+            // `tried`, and the policy-loader opens the cache too: they are made anew first.
+            self.processes.write_worker_configs(running)?;
+            unlink_shared_memory(running, roll);
             self.processes.run_policy_loader(running).await?;
             self.roll(running, roll, prepared).await
         };

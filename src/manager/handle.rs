@@ -40,6 +40,23 @@ pub type ChangeResult = Result<ChangePlan, ChangeError>;
 /// Where the manager sends the outcome of a command.
 pub type ChangeReply = oneshot::Sender<ChangeResult>;
 
+/// What a reload of the configuration files did.
+#[derive(Debug)]
+pub struct Reloaded {
+    /// The change it made.
+    pub plan: ChangePlan,
+    /// The JSON pointers of changes made through the API since the files were last applied
+    /// that the reload undid (the files say otherwise there); empty when none were, or when
+    /// the manager cannot tell (it restarted since the files were applied).
+    pub discarded: Vec<String>,
+}
+
+/// What a reload did, or why it did nothing.
+pub type ReloadResult = Result<Reloaded, ChangeError>;
+
+/// Where the manager sends the outcome of a reload.
+pub type ReloadReply = oneshot::Sender<ReloadResult>;
+
 /// The configuration a change was computed from: the version read, and its ETag.
 #[derive(Debug, Clone)]
 pub struct Base {
@@ -78,7 +95,7 @@ pub enum ManagerCommand {
         restart: Restart,
         /// Who asked (for followers of `/events`).
         origin: Origin,
-        reply: ChangeReply,
+        reply: ReloadReply,
     },
     /// Apply the current configuration again (policy-loader, rules reset, TLS reload).
     Renew {
@@ -188,7 +205,7 @@ impl ManagerHandle {
     }
 
     /// Re-read the configuration files and apply them, as `origin` asks.
-    pub async fn reload(&self, restart: Restart, origin: Origin) -> ChangeResult {
+    pub async fn reload(&self, restart: Restart, origin: Origin) -> ReloadResult {
         self.ask(|reply| ManagerCommand::Reload {
             restart,
             origin,
@@ -231,7 +248,10 @@ impl ManagerHandle {
 
     /// Send one command and wait for its reply; a manager that is gone or drops the reply
     /// (it panicked meanwhile) is `Unavailable`.
-    async fn ask(&self, command: impl FnOnce(ChangeReply) -> ManagerCommand) -> ChangeResult {
+    async fn ask<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<Result<T, ChangeError>>) -> ManagerCommand,
+    ) -> Result<T, ChangeError> {
         let (reply, result) = oneshot::channel();
         if self.commands.send(command(reply)).await.is_err() {
             return Err(ChangeError::Unavailable);

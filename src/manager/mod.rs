@@ -32,5 +32,5 @@ mod worker_control;
 pub use error::{ApplyError, PolicyLoaderFailure};
 pub use executables::Executables;
 pub use executor::Manager;
-pub use handle::{ChangeError, ManagerHandle};
+pub use handle::{ChangeError, ManagerHandle, Reloaded};
 pub use processes::{POLICY_LOADER_TIMEOUT, POLICY_LOADER_TIMEOUT_VAR};

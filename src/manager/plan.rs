@@ -15,6 +15,7 @@
 //! in the workers' Lua at all), still restart the workers.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use crate::config::KresConfig;
 use crate::service::WorkerId;
@@ -133,22 +134,38 @@ pub enum Restart {
     Always,
 }
 
-/// A file in the rundir that kresd workers share memory through; stale once the section that
-/// sized it changes, so removed before new workers start.
+/// A file kresd workers share memory through; stale once the setting that sized it changes,
+/// so removed before new workers start. kresd refuses to start beside a running worker that
+/// holds such a file sized otherwise ("Another instance of kresd uses file … with different
+/// configuration"); once removed, the new workers make a new one, and the running ones keep
+/// the old one until they are replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SharedMemory {
-    /// `ratelimiting`, sized by `rate-limiting`.
+    /// `ratelimiting` in the rundir, sized by `rate-limiting`.
     RateLimiting,
-    /// `defer`, sized by `defer` and the number of workers.
+    /// `defer` in the rundir, sized by `defer` and the number of workers.
     Defer,
+    /// `top` in the cache storage (the statistics the cache GC evicts by), sized by
+    /// `cache.size-max`.
+    CacheTop,
 }
 
 impl SharedMemory {
-    /// Its file name in the rundir.
-    pub fn file_name(self) -> &'static str {
+    /// How summaries name it.
+    pub fn name(self) -> &'static str {
         match self {
             SharedMemory::RateLimiting => "ratelimiting",
             SharedMemory::Defer => "defer",
+            SharedMemory::CacheTop => "cache/top",
+        }
+    }
+
+    /// Where the workers of `cfg` find it.
+    pub fn path(self, cfg: &KresConfig) -> PathBuf {
+        match self {
+            SharedMemory::RateLimiting => cfg.rundir.join("ratelimiting"),
+            SharedMemory::Defer => cfg.rundir.join("defer"),
+            SharedMemory::CacheTop => cfg.cache.storage.join("top"),
         }
     }
 }
@@ -271,11 +288,7 @@ impl ChangePlan {
                 stop: names(&roll.stop),
                 restart: names(&roll.restart),
                 start: names(&roll.start),
-                unlink: roll
-                    .unlink
-                    .iter()
-                    .map(|s| s.file_name().to_owned())
-                    .collect(),
+                unlink: roll.unlink.iter().map(|s| s.name().to_owned()).collect(),
             },
         };
         ChangeSummary {
@@ -329,9 +342,11 @@ pub fn plan(
     } else {
         WorkerChange::ResetRules
     };
-    // The GC reads logging only as its `-v` flag.
+    // The GC reads logging only as its `-v` flag; it holds the cache's `top` too, which a
+    // change of size replaces (`SharedMemory::CacheTop`).
     let gc_changed = old.cache.garbage_collector != new.cache.garbage_collector
         || old.cache.storage != new.cache.storage
+        || old.cache.size_max != new.cache.size_max
         || super::specs::cache_gc_verbose(old) != super::specs::cache_gc_verbose(new);
     Ok(ChangePlan {
         changed,
@@ -351,6 +366,10 @@ fn roll(old: &KresConfig, new: &KresConfig, registered: &[WorkerId], changed: &[
     }
     if changed.contains(&Section::Workers) || changed.contains(&Section::Defer) {
         unlink.push(SharedMemory::Defer);
+    }
+    // In another storage the new workers open another file, which no running worker holds.
+    if old.cache.size_max != new.cache.size_max && old.cache.storage == new.cache.storage {
+        unlink.push(SharedMemory::CacheTop);
     }
     let mut registered = registered.to_vec();
     registered.sort_unstable();
@@ -509,7 +528,7 @@ mod tests {
     }
 
     use GcChange::{Keep, Replace};
-    use SharedMemory::{Defer, RateLimiting};
+    use SharedMemory::{CacheTop, Defer, RateLimiting};
 
     #[test]
     fn every_section_has_its_effect() {
@@ -569,8 +588,8 @@ mod tests {
             .expect(&[Section::Fallback], roll.clone(), Keep),
             row("cache size", vec![("/cache/size-max", json!("200M"))]).expect(
                 &[Section::Cache],
-                roll.clone(),
-                Keep,
+                roll_of_base(&[CacheTop]),
+                Replace,
             ),
             row("dnssec", vec![("/dnssec/log-bogus", json!(true))]).expect(
                 &[Section::Dnssec],
@@ -710,7 +729,7 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_gc_is_replaced_when_its_arguments_change() {
+    fn the_cache_gc_is_replaced_when_its_arguments_or_the_cache_size_change() {
         check(vec![
             row(
                 "gc interval",
@@ -727,12 +746,43 @@ mod tests {
                 vec![("/cache/storage", json!("/var/cache/other"))],
             )
             .expect(&[Section::Cache], roll_of_base(&[]), Replace),
-            row("cache size only", vec![("/cache/size-max", json!("50M"))]).expect(
+            row(
+                "size: the GC holds the cache's top, which is made anew",
+                vec![("/cache/size-max", json!("50M"))],
+            )
+            .expect(&[Section::Cache], roll_of_base(&[CacheTop]), Replace),
+            row(
+                "size and storage: the new storage's top is not held",
+                vec![
+                    ("/cache/size-max", json!("50M")),
+                    ("/cache/storage", json!("/var/cache/other")),
+                ],
+            )
+            .expect(&[Section::Cache], roll_of_base(&[]), Replace),
+            row("ttl: nothing shared", vec![("/cache/ttl-max", json!("2d"))]).expect(
                 &[Section::Cache],
                 roll_of_base(&[]),
                 Keep,
             ),
         ]);
+    }
+
+    #[test]
+    fn shared_memory_is_where_the_new_workers_open_it() {
+        let cfg = changed(&[("/cache/storage", json!("/var/cache/other"))]);
+        let rows = [
+            (
+                RateLimiting,
+                "ratelimiting",
+                "/run/knot-resolver/ratelimiting",
+            ),
+            (Defer, "defer", "/run/knot-resolver/defer"),
+            (CacheTop, "cache/top", "/var/cache/other/top"),
+        ];
+        for (shared, name, path) in rows {
+            assert_eq!(shared.name(), name);
+            assert_eq!(shared.path(&cfg), Path::new(path));
+        }
     }
 
     #[test]

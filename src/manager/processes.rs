@@ -326,15 +326,30 @@ impl Processes {
             self.events.publish(event);
         }
         rundir::remove_soon(&path);
+        // What it wrote last says why it failed (kept by the supervisor once the job is gone).
+        let output = || async {
+            self.supervisor
+                .output_tail(service::POLICY_LOADER)
+                .await
+                .unwrap_or_default()
+        };
         match outcome {
             Ok(Ok(ExitStatus::Code(0))) => {
                 self.rpz_loaded(cfg, &report);
                 rundir::remove(&report);
                 Ok(())
             }
-            Ok(Ok(status)) => Err(PolicyLoaderFailure::Exited(status).into()),
+            Ok(Ok(status)) => Err(PolicyLoaderFailure::Exited {
+                status,
+                output: output().await,
+            }
+            .into()),
             Ok(Err(e)) => Err(PolicyLoaderFailure::NotRun(e).into()),
-            Err(_) => Err(PolicyLoaderFailure::TimedOut(deadline).into()),
+            Err(_) => Err(PolicyLoaderFailure::TimedOut {
+                limit: deadline,
+                output: output().await,
+            }
+            .into()),
         }
     }
 }

@@ -11,7 +11,7 @@ use supervisor::SupervisorHandle;
 use tokio::sync::{mpsc, watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
-use super::handle::{Base, ChangeError, ChangeResult, ManagerCommand};
+use super::handle::{Base, ChangeError, ChangeResult, ManagerCommand, ReloadResult, Reloaded};
 use super::listen::{SocketOwner, SocketTable};
 use super::plan::{ChangePlan, Restart, Stage};
 use super::repairs::{GaveUp, Repairs};
@@ -20,6 +20,7 @@ use super::{ApplyError, Executables, Manager};
 use crate::config::{self, LoadedConfig};
 use crate::events::{self, Cause, Event, EventLog, Origin};
 use crate::service;
+use serde_json::Value;
 
 /// What outlives any one incarnation of the manager task.
 #[derive(Clone)]
@@ -51,6 +52,10 @@ pub struct ManagerContext {
     /// What the policy-loader's last run said of the RPZ zones kept by zone transfer; the
     /// secondary and the status line read it.
     pub rpz_loads: watch::Sender<RpzLoads>,
+    /// The configuration the files made when they were last applied (at the first start, at
+    /// each reload), for a reload to tell which changes made through the API it undoes;
+    /// `None` when unknown (this manager process took over a running configuration).
+    pub files_applied: Arc<std::sync::Mutex<Option<Arc<LoadedConfig>>>>,
 }
 
 impl ManagerContext {
@@ -167,7 +172,10 @@ async fn dispatch(ctx: &ManagerContext, manager: &mut Manager, command: ManagerC
             restart,
             origin,
             reply,
-        } => (reload(ctx, manager, restart, origin).await, reply),
+        } => {
+            let _ = reply.send(reload(ctx, manager, restart, origin).await);
+            return;
+        }
         ManagerCommand::Renew {
             restart,
             origin,
@@ -211,18 +219,27 @@ async fn reload(
     manager: &mut Manager,
     restart: Restart,
     origin: Origin,
-) -> ChangeResult {
+) -> ReloadResult {
     ctx.upward.reloading("Reloading configuration");
     ctx.events.publish(Event::ConfigReloading {
         force: restart == Restart::Always,
         origin,
     });
-    let result = match ctx.source.load() {
-        Ok(loaded) => apply(manager, Arc::new(loaded), restart).await,
+    let running = manager.config();
+    let (result, discarded) = match ctx.source.load() {
+        Ok(loaded) => {
+            let loaded = Arc::new(loaded);
+            let result = apply(manager, loaded.clone(), restart).await;
+            let discarded = match &result {
+                Ok(_) => discard_api_changes(ctx, &running, loaded),
+                Err(_) => Vec::new(),
+            };
+            (result, discarded)
+        }
         Err(e) => {
             let e = e.of_files(&ctx.source.files);
             tracing::error!("reload failed; the running configuration is unchanged: {e}");
-            Err(e.into())
+            (Err(e.into()), Vec::new())
         }
     };
     let mut status = ready_status(&manager.config(), &ctx.rpz_loads.borrow());
@@ -231,7 +248,42 @@ async fn reload(
     }
     ctx.upward.ready(&status);
     tell(&ctx.events, Cause::Reload, &result);
-    result
+    result.map(|plan| Reloaded { plan, discarded })
+}
+
+/// The files' configuration `loaded` was applied over `running`: remember it, and tell
+/// (returned, and logged) which changes made through the API since the files were last
+/// applied it undid.
+fn discard_api_changes(
+    ctx: &ManagerContext,
+    running: &LoadedConfig,
+    loaded: Arc<LoadedConfig>,
+) -> Vec<String> {
+    let Ok(mut files) = ctx.files_applied.lock() else {
+        return Vec::new();
+    };
+    let before = files.replace(loaded.clone());
+    let Some(before) = before else {
+        return Vec::new();
+    };
+    let discarded = undone_changes(&before.raw, &running.raw, &loaded.raw);
+    if !discarded.is_empty() {
+        tracing::warn!(
+            "the reload discarded changes made through the API: {}",
+            discarded.join(", ")
+        );
+    }
+    discarded
+}
+
+/// The pointers where `running` differs from `files_before` (changes made since the files
+/// were applied) and `files_now` does not keep the running value.
+fn undone_changes(files_before: &Value, running: &Value, files_now: &Value) -> Vec<String> {
+    crate::document_diff::differences(files_before, running)
+        .iter()
+        .map(|d| d.path().to_owned())
+        .filter(|path| running.pointer(path) != files_now.pointer(path))
+        .collect()
 }
 
 /// Apply the running configuration again.
@@ -373,6 +425,7 @@ mod tests {
                 sockets: Default::default(),
                 events: EventLog::new("test"),
                 rpz_loads: watch::Sender::new(RpzLoads::default()),
+                files_applied: Default::default(),
             };
             let handle = ManagerHandle::new(commands, ctx.config.subscribe());
             let follower = ctx
@@ -470,6 +523,7 @@ mod tests {
             force: true,
             origin: Origin::Signal,
         };
+        let result = result.map(|reloaded| reloaded.plan);
         assert_eq!(world.events(), [reloading, told(Cause::Reload, &result)]);
         use supervisor::upward::Upward;
         assert_eq!(
@@ -516,11 +570,44 @@ mod tests {
     }
 
     #[test]
+    fn a_reload_undoes_the_api_changes_the_files_do_not_keep() {
+        let before = serde_json::json!({"workers": 2, "local-data": {"ttl": "5m"}});
+        let running = serde_json::json!({"workers": 3, "local-data": {"ttl": "5m",
+            "records": "a. A 192.0.2.1"}, "logging": {"level": "info"}});
+        let rows = [
+            // The files unchanged: every change made since is undone.
+            (
+                before.clone(),
+                vec!["/local-data/records", "/logging", "/workers"],
+            ),
+            // The files now say what the API set: nothing of that is lost.
+            (
+                serde_json::json!({"workers": 3, "local-data": {"ttl": "5m"}}),
+                vec!["/local-data/records", "/logging"],
+            ),
+            // A file edit alone is no API change.
+            (
+                serde_json::json!({"workers": 3, "local-data": {"ttl": "1m",
+                "records": "a. A 192.0.2.1"}, "logging": {"level": "info"}}),
+                vec![],
+            ),
+        ];
+        for (now, want) in rows {
+            assert_eq!(undone_changes(&before, &running, &now), want, "{now}");
+        }
+        assert!(
+            undone_changes(&before, &before, &running).is_empty(),
+            "no API change"
+        );
+    }
+
+    #[test]
     fn every_outcome_of_a_change_is_told_as_its_event() {
         let failed = || {
-            Box::new(ApplyError::PolicyLoader(PolicyLoaderFailure::Exited(
-                supervisor::ExitStatus::Code(1),
-            )))
+            Box::new(ApplyError::PolicyLoader(PolicyLoaderFailure::Exited {
+                status: supervisor::ExitStatus::Code(1),
+                output: vec![],
+            }))
         };
         let roll = ChangePlan {
             changed: vec![Section::Workers, Section::Cache],

@@ -94,6 +94,19 @@ impl DryRun {
     }
 }
 
+/// What a reload answers when the client asks for JSON: what it did, and which changes made
+/// through the API since the files were last applied it undid (the files say otherwise).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct ReloadSummary {
+    /// What the reload did.
+    #[serde(flatten)]
+    pub change: ChangeSummary,
+    /// JSON pointers of the changes made through the API that the reload undid.
+    #[serde(default)]
+    pub discarded: Vec<String>,
+}
+
 impl fmt::Display for ChangeSummary {
     /// What changed and what the processes did, for an operator's line: `changed logging;
     /// applied live to 2 workers; cache GC replaced`.
@@ -134,6 +147,7 @@ impl fmt::Display for WorkersAction {
                 stop,
                 restart,
                 start,
+                unlink,
                 ..
             } => {
                 f.write_str("; workers")?;
@@ -145,6 +159,9 @@ impl fmt::Display for WorkersAction {
                     if !names.is_empty() {
                         write!(f, " {what} {}", names.join(","))?;
                     }
+                }
+                if !unlink.is_empty() {
+                    write!(f, " on new shared memory ({})", unlink.join(", "))?;
                 }
                 Ok(())
             }
@@ -238,6 +255,21 @@ pub(crate) mod tests {
                     cache_gc: GcAction::Keep,
                 },
                 "no section changed; workers removed kresd2 restarted kresd0,kresd1",
+            ),
+            (
+                ChangeSummary {
+                    changed: names(&["cache"]),
+                    workers: WorkersAction::Restart {
+                        canary: true,
+                        stop: vec![],
+                        restart: names(&["kresd0", "kresd1"]),
+                        start: vec![],
+                        unlink: names(&["cache/top"]),
+                    },
+                    cache_gc: GcAction::Replace,
+                },
+                "changed cache; workers restarted kresd0,kresd1 on new shared memory \
+                 (cache/top); cache GC replaced",
             ),
         ] {
             assert_eq!(summary.to_string(), line);

@@ -486,7 +486,8 @@ mod tests {
         );
         assert_eq!(
             applied.to_string(),
-            "config-applied (reload): changed workers; workers restarted kresd0 started kresd1"
+            "config-applied (reload): changed workers; workers restarted kresd0 started kresd1 \
+             on new shared memory (defer)"
         );
         // As earlier versions wrote it: `sections`, no canary nor unlink.
         let older = json!({"kind": "config-applied", "cause": "api", "sections": ["logging"],

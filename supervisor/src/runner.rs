@@ -8,7 +8,7 @@
 //! notifications or commands holds up reaping, commands or timers.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -183,7 +183,8 @@ impl SupervisorHandle {
         self.ask(|reply| Command::Shutdown { reply }).await
     }
 
-    /// The last lines (up to `output::TAIL_LINES`) the service's current or last process wrote.
+    /// The last lines (up to `output::TAIL_LINES`) the service's current or last process wrote;
+    /// of a service just forgotten (a finished job, a removed service), of its last process.
     pub async fn output_tail(&self, name: &str) -> Result<Vec<String>, SupervisorError> {
         let name = name.to_owned();
         self.call(Call::Tail { name }).await
@@ -378,7 +379,14 @@ pub struct Supervisor {
     noise: NoiseLog,
     /// Closes descriptors that came with notifications, off the actor (a close can block).
     closer: DescriptorCloser,
+    /// The output tails of the last services forgotten (a finished job, a removed service),
+    /// newest last, at most [`FORGOTTEN_TAILS`]: what a job said before it failed can still be
+    /// asked once it is gone.
+    forgotten_tails: VecDeque<(String, output::Tail)>,
 }
+
+/// How many forgotten services' output tails are kept.
+const FORGOTTEN_TAILS: usize = 8;
 
 impl Supervisor {
     /// Bind the notify socket, become a subreaper, install the SIGCHLD handler and spawn the
@@ -489,6 +497,7 @@ impl Supervisor {
             lingering_groups: Vec::new(),
             steering: Steering::default(),
             noise: NoiseLog::default(),
+            forgotten_tails: VecDeque::new(),
             closer: DescriptorCloser::start()?,
         };
         Ok((sup, handle))
@@ -735,15 +744,28 @@ impl Supervisor {
                 return self.stop_service(name, Outcome::Down, remove, reply);
             }
             Call::Run { spec } => return self.run_job(*spec, reply),
-            Call::Tail { name } => match self.services.get(&name) {
-                Some(svc) => Ok(Answer::Tail(
-                    svc.tail
-                        .lock()
-                        .map(|t| t.iter().cloned().collect())
-                        .unwrap_or_default(),
-                )),
-                None => Err(SupervisorError::UnknownService(name)),
-            },
+            Call::Tail { name } => {
+                let forgotten = || {
+                    self.forgotten_tails
+                        .iter()
+                        .rev()
+                        .find(|(n, _)| *n == name)
+                        .map(|(_, tail)| tail)
+                };
+                match self
+                    .services
+                    .get(&name)
+                    .map(|svc| &svc.tail)
+                    .or_else(forgotten)
+                {
+                    Some(tail) => Ok(Answer::Tail(
+                        tail.lock()
+                            .map(|t| t.iter().cloned().collect())
+                            .unwrap_or_default(),
+                    )),
+                    None => Err(SupervisorError::UnknownService(name)),
+                }
+            }
             Call::Kill { name, reason } => self.kill(name, &reason).map(|()| Answer::Done),
             // In this process the owner re-executes through `hand_over`; only a directing
             // child asks, over its link.
@@ -988,7 +1010,13 @@ impl Supervisor {
                 None
             }
             Action::Forget => {
-                self.services.remove(name);
+                if let Some(svc) = self.services.remove(name) {
+                    self.forgotten_tails.retain(|(n, _)| n != name);
+                    if self.forgotten_tails.len() >= FORGOTTEN_TAILS {
+                        self.forgotten_tails.pop_front();
+                    }
+                    self.forgotten_tails.push_back((name.to_owned(), svc.tail));
+                }
                 self.steering.leave(name);
                 None
             }

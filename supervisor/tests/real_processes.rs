@@ -1673,6 +1673,30 @@ fn one_shot_jobs_report_how_they_ended() {
     });
 }
 
+#[test]
+fn a_forgotten_job_still_tells_what_it_said_last() {
+    scenario("debug,child=info", async |env| {
+        let mut job = env.spec("loader", &["print", "error parsing zone file", "exit", "1"]);
+        job.restart = RestartPolicy::Never;
+        assert_eq!(env.sup.run(job).await, Ok(ExitStatus::Code(1)));
+        assert!(env.process("loader").is_none(), "forgotten");
+        // The line may still be on its way from the pipe when the exit is reported.
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let tail = env.sup.output_tail("loader").await.expect("a tail");
+            if tail.iter().any(|l| l == "error parsing zone file") {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{tail:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(matches!(
+            env.sup.output_tail("never-ran").await,
+            Err(SupervisorError::UnknownService(_))
+        ));
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Descriptors
 // ---------------------------------------------------------------------------------------------

@@ -225,7 +225,11 @@ impl Running {
         let table = SocketTable::restore(sockets, Some(mirror_tx));
         let management = loaded.model.management.clone();
         let validation = settings.source.context();
-        let (config_tx, config_rx) = watch::channel(Arc::new(loaded));
+        let loaded = Arc::new(loaded);
+        // A first incarnation runs what the files say; a successor took over a configuration
+        // that changes made through the API may have changed since.
+        let files_applied = (incarnation == Incarnation::First).then(|| loaded.clone());
+        let (config_tx, config_rx) = watch::channel(loaded);
         let (command_tx, command_rx) = mpsc::channel(16);
         let (health_tx, health_rx) = watch::channel(TaskHealth::default());
         let (kept_tx, kept_rx) = watch::channel(None);
@@ -270,6 +274,7 @@ impl Running {
             sockets: Arc::new(std::sync::Mutex::new(table)),
             events: events.clone(),
             rpz_loads: rpz_loads_tx,
+            files_applied: Arc::new(std::sync::Mutex::new(files_applied)),
         };
         let task = tokio::spawn(supervise_task(
             "manager",

@@ -6,6 +6,7 @@ use serde_json::Value;
 use crate::kresctl::client::{ApiClient, ClientError};
 use crate::kresctl::output;
 use crate::kresctl::request::{Probe, ReloadScope, Request};
+use crate::wire::change::ReloadSummary;
 
 /// How long `kresctl upgrade` waits for the upgraded daemon to say how it went.
 const UPGRADE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
@@ -30,9 +31,26 @@ pub async fn health(client: &ApiClient, probe: Probe) -> Result<(), ClientError>
     Ok(())
 }
 
-/// `kresctl reload [--force]`.
+/// `kresctl reload [--force]`: what the reload did, and a warning naming the changes made
+/// through the API that it undid (upstream's manager says neither: nothing is printed).
 pub async fn reload(client: &ApiClient, scope: ReloadScope) -> Result<(), ClientError> {
-    client.call(&Request::Reload(scope)).await?.ok()?;
+    let body = client.call(&Request::Reload(scope)).await?.ok()?;
+    if let Ok(reloaded) = serde_json::from_slice::<ReloadSummary>(&body) {
+        output::println(&reloaded.change.to_string())?;
+        if !reloaded.discarded.is_empty() {
+            // At warning priority in the journal (systemd's ExecReload).
+            let priority = if crate::daemon::logging::stderr_is_journal() {
+                "<4>"
+            } else {
+                ""
+            };
+            eprintln!(
+                "{priority}warning: the reload discarded changes made through the API that the \
+                 configuration files do not have: {}",
+                reloaded.discarded.join(", ")
+            );
+        }
+    }
     Ok(())
 }
 

@@ -13,28 +13,11 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::document_diff::{differences, Difference};
 use crate::kresctl::client::{ApiClient, ClientError};
 use crate::kresctl::output::{self, OutputFormat};
 use crate::kresctl::request::{Request, Run};
 use crate::wire::change::{ChangeSummary, GcAction, WorkersAction};
-
-/// One difference: what a JSON Patch operation does at `path` of the running configuration.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Difference {
-    Add {
-        path: String,
-        value: Value,
-    },
-    Remove {
-        path: String,
-        old: Value,
-    },
-    Replace {
-        path: String,
-        old: Value,
-        value: Value,
-    },
-}
 
 impl Difference {
     /// As a JSON Patch operation (RFC 6902), with the running value as `old`.
@@ -58,48 +41,6 @@ impl Difference {
                 format!("~ {path}: {} -> {}", show(old), show(value))
             }
         }
-    }
-}
-
-/// The differences that turn `old` into `new`, objects compared key by key (in key order),
-/// anything else (lists among them) as a whole.
-pub fn differences(old: &Value, new: &Value) -> Vec<Difference> {
-    let mut out = Vec::new();
-    walk(old, new, &mut String::new(), &mut out);
-    out
-}
-
-fn walk(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Difference>) {
-    match (old, new) {
-        (Value::Object(a), Value::Object(b)) => {
-            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            for key in keys {
-                let len = path.len();
-                path.push('/');
-                path.push_str(&key.replace('~', "~0").replace('/', "~1"));
-                match (a.get(key), b.get(key)) {
-                    (Some(x), Some(y)) => walk(x, y, path, out),
-                    (Some(x), None) => out.push(Difference::Remove {
-                        path: path.clone(),
-                        old: x.clone(),
-                    }),
-                    (None, Some(y)) => out.push(Difference::Add {
-                        path: path.clone(),
-                        value: y.clone(),
-                    }),
-                    (None, None) => {}
-                }
-                path.truncate(len);
-            }
-        }
-        (a, b) if a == b => {}
-        (a, b) => out.push(Difference::Replace {
-            path: path.clone(),
-            old: a.clone(),
-            value: b.clone(),
-        }),
     }
 }
 
@@ -187,7 +128,7 @@ fn load(files: &[PathBuf]) -> Result<Value, ClientError> {
 
 /// Whether the server is ours: upstream's manager ignores `?dry-run=true` and would apply
 /// the change. `GET /upgrade` is a route only ours has.
-async fn offers_dry_run(client: &ApiClient) -> Result<bool, ClientError> {
+pub(super) async fn offers_dry_run(client: &ApiClient) -> Result<bool, ClientError> {
     Ok(client.call(&Request::UpgradeStatus).await?.status != 404)
 }
 
@@ -214,13 +155,20 @@ async fn put(
     response.ok()
 }
 
+/// Whether the files make the running configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compared {
+    Same,
+    Different,
+}
+
 /// `config diff` and `apply --dry-run`: print the differences and the resolver's own
 /// prediction. Nothing changes.
 pub async fn diff(
     client: &ApiClient,
     files: &[PathBuf],
     format: OutputFormat,
-) -> Result<(), ClientError> {
+) -> Result<Compared, ClientError> {
     let new = load(files)?;
     let (old, etag) = running(client).await?;
     let found = differences(&old, &new);
@@ -231,8 +179,13 @@ pub async fn diff(
         None
     };
     output::print(&report(&found, plan.as_ref(), format)?)?;
+    let compared = if found.is_empty() {
+        Compared::Same
+    } else {
+        Compared::Different
+    };
     match plan {
-        Some(_) => Ok(()),
+        Some(_) => Ok(compared),
         None => Err(ClientError::NotOffered(
             "the resolver's management API offers no dry run (it is upstream's manager or an \
              older knot-resolver): the differences are all kresctl can tell; nothing was \
@@ -247,9 +200,7 @@ pub async fn apply(client: &ApiClient, files: &[PathBuf]) -> Result<(), ClientEr
     let new = load(files)?;
     let (_, etag) = running(client).await?;
     let body = put(client, &new, etag.as_deref(), Run::ForReal).await?;
-    if !body.is_empty() {
-        output::println(&String::from_utf8_lossy(&body))?;
-    }
+    super::config::print_outcome(&body, Run::ForReal)?;
     Ok(())
 }
 

@@ -103,6 +103,8 @@ impl Stderr {
 /// An error's text as written to standard error.
 fn error_lines(text: &str, stderr: Stderr) -> String {
     match stderr {
+        // An outcome that is no error to tell (`config diff` found differences).
+        _ if text.is_empty() => String::new(),
         Stderr::Plain => format!("{text}\n"),
         Stderr::Journal => text.lines().map(|l| format!("<3>{l}\n")).collect(),
     }
@@ -162,7 +164,9 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
             mode: ApplyMode::DryRun,
             format,
             input_file,
-        } => diff::diff(client, &input_file, format).await?,
+        } => {
+            diff::diff(client, &input_file, format).await?;
+        }
         ApiCommand::Apply {
             mode: ApplyMode::Apply,
             input_file,

@@ -77,6 +77,7 @@ fn main() -> ExitCode {
             "gate" => script.gate = Some(PathBuf::from(arg("fifo"))),
             "wait" => script.wait_gate(),
             "sleep" => std::thread::sleep(Duration::from_millis(number(&arg("ms")))),
+            "print" => eprintln!("{}", arg("line")),
             "exit" => return ExitCode::from(number(&arg("code")) as u8),
             "die" => {
                 let sig = parse_signal(&arg("signal"));
