@@ -31,6 +31,25 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 /// it was truncated.
 pub const LOG_LIMIT: usize = 256 * 1024;
 
+/// How long a trace may take and how much log it keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceLimits {
+    /// How long to wait for the answer, the start and every poll included.
+    pub timeout: Duration,
+    /// The most log kept, in bytes.
+    pub log_bytes: usize,
+}
+
+impl TraceLimits {
+    /// `timeout`, and the log limited to [`LOG_LIMIT`].
+    pub fn with_timeout(timeout: Duration) -> TraceLimits {
+        TraceLimits {
+            timeout,
+            log_bytes: LOG_LIMIT,
+        }
+    }
+}
+
 /// The worker's global table of traces in progress, by trace id.
 const RUNS: &str = "__kres_trace_runs";
 
@@ -197,13 +216,14 @@ fn lines(entries: &[String]) -> Vec<String> {
 }
 
 /// Trace `query` on the worker whose control socket is `socket` (named `worker` in the
-/// result), waiting at most `timeout` for its answer.
+/// result), within `limits`.
 pub async fn run(
     socket: &Path,
     worker: &str,
     query: &TraceQuery,
-    timeout: Duration,
+    limits: TraceLimits,
 ) -> Result<Trace, TraceError> {
+    let timeout = limits.timeout;
     if timeout.is_zero() || timeout > MAX_TIMEOUT {
         return Err(TraceError::InvalidTimeout);
     }
@@ -224,7 +244,7 @@ pub async fn run(
                 other => TraceError::Control(other),
             })
     };
-    let started = command(query.render_start(&id, LOG_LIMIT)).await?;
+    let started = command(query.render_start(&id, limits.log_bytes)).await?;
     match &started {
         Value::Object(o) if o.get("started") == Some(&Value::Bool(true)) => {}
         Value::Object(o) => match o.get("error") {

@@ -1,10 +1,12 @@
 //! Tracing one query on real kresd (`GET /trace/{name}/{type}`, `kresctl trace`): a name of
-//! local data is answered with no upstream asked, a forwarded name's log names the forward
-//! target (knotd on loopback); a target that never answers ends in 504 at the caller's
-//! timeout and leaves nothing behind in the worker. The worker's log level and groups stay
-//! as they were and nothing of a trace, nor of a later query, reaches the daemon's log.
-//! Hostile names and types are refused before any Lua sees them. Over TCP the read-only
-//! token is refused a trace (403) and the admin token makes one.
+//! local data is answered with no upstream asked (a subtree rule's log says "local data"), a
+//! forwarded name's log names the forward target (knotd on loopback); a log over its limit is
+//! cut and says so; a target that never answers ends in 504 at the caller's timeout and
+//! leaves nothing behind in the worker. The worker's log level and groups stay as they were
+//! and nothing of a trace, nor of a later query, reaches the daemon's log. Hostile names
+//! reach kresd only as the literal names they are, or are refused (by us or by kresd); none
+//! runs as Lua. Over TCP the read-only token is refused a trace (403), the admin token
+//! makes one.
 
 mod common;
 
@@ -163,6 +165,35 @@ fn local_data_and_forwarded_names_are_traced_and_the_workers_logging_is_untouche
         "{log:#?}"
     );
     assert!(!log.iter().any(|l| l.contains("querying")), "{log:#?}");
+
+    // The log is cut at its limit, and the trace says so.
+    let query = knot_resolver::trace::TraceQuery::new("local.trace.test", "A").expect("query");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let limits = knot_resolver::trace::TraceLimits {
+        timeout: Duration::from_secs(5),
+        log_bytes: 150,
+    };
+    let cut = runtime
+        .block_on(knot_resolver::trace::run(
+            &r.dir.host("run/control/0"),
+            "kresd0",
+            &query,
+            limits,
+        ))
+        .expect("traced");
+    assert!(cut.truncated, "{cut:#?}");
+    assert!(!cut.log.is_empty(), "{cut:#?}");
+    assert!(
+        cut.log.iter().map(|l| l.len() + 1).sum::<usize>() <= 150,
+        "{cut:#?}"
+    );
+    assert_eq!(cut.rcode.as_deref(), Some("NOERROR"));
+    let whole = traced(&r, "/trace/local.trace.test/A");
+    assert_eq!(whole["truncated"], false, "{whole:#}");
+    assert!(log_of(&whole).len() > cut.log.len(), "{whole:#} {cut:#?}");
 
     // A forwarded name: the log names the target it asked.
     let forwarded = traced(&r, "/trace/www.fwd.test/a");

@@ -71,7 +71,7 @@ pub(super) async fn trace(
         &id.control_socket(&rundir),
         &id.to_string(),
         &query,
-        timeout,
+        crate::trace::TraceLimits::with_timeout(timeout),
     )
     .await
     .map_err(refusal)?;
