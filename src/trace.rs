@@ -116,14 +116,14 @@ impl TraceQuery {
     }
 
     /// The command that starts the resolution under trace id `id`, collecting at most
-    /// `log_limit` bytes of log. It answers `{started = true}`, or `{error = …}` when kresd
-    /// knows no such type or cannot make the query.
+    /// `log_limit` bytes of log. It answers `{started = true}`, `{unknown_type = true}` when
+    /// kresd knows no such type, or `{error = …}` when it cannot make the query.
     pub fn render_start(&self, id: &str, log_limit: usize) -> String {
         let (id, name, rr_type) = (quote(id), quote(&self.name), quote(self.rr_type));
         [
             "(function()",
             &format!("local ty = kres.type[{rr_type}]"),
-            "if ty == nil then return {error = 'kresd knows no such RR type'} end",
+            "if ty == nil then return {unknown_type = true} end",
             &format!("{RUNS} = {RUNS} or {{}}"),
             "local run = {log = {}, size = 0, truncated = false, done = false}",
             &format!("{RUNS}[{id}] = run"),
@@ -146,7 +146,17 @@ impl TraceQuery {
             "run.done = true",
             "end,",
             "function(req) req.trace_log = log_cb end)",
-            &format!("if not ok then {RUNS}[{id}] = nil; return {{error = tostring(err)}} end"),
+            // An error comes before the request exists (kresd cannot make the query): the
+            // log callback was never attached.
+            &format!(
+                "if not ok then {RUNS}[{id}] = nil; log_cb:free(); \
+                 return {{error = tostring(err)}} end"
+            ),
+            // A request that did not start may still finish, and free the callback then.
+            &format!(
+                "if not err then {RUNS}[{id}] = nil; \
+                 return {{error = 'kresd did not start the resolution'}} end"
+            ),
             "return {started = true}",
             "end)()",
         ]
@@ -247,6 +257,9 @@ pub async fn run(
     let started = command(query.render_start(&id, limits.log_bytes)).await?;
     match &started {
         Value::Object(o) if o.get("started") == Some(&Value::Bool(true)) => {}
+        Value::Object(o) if o.get("unknown_type") == Some(&Value::Bool(true)) => {
+            return Err(TraceError::UnknownType(query.rr_type.to_owned()));
+        }
         Value::Object(o) => match o.get("error") {
             Some(Value::String(e)) => return Err(TraceError::Refused(e.clone())),
             _ => return Err(TraceError::Unexpected(started)),
