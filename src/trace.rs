@@ -53,6 +53,10 @@ impl TraceLimits {
 /// The worker's global table of traces in progress, by trace id.
 const RUNS: &str = "__kres_trace_runs";
 
+/// How long forgetting a trace may take (a worker that does not answer keeps the entry,
+/// which its callbacks bound).
+const FORGET_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The first pause between two polls; it doubles up to [`POLL_MAX`].
 const POLL_FIRST: Duration = Duration::from_millis(2);
 
@@ -254,7 +258,14 @@ pub async fn run(
                 other => TraceError::Control(other),
             })
     };
-    let started = command(query.render_start(&id, limits.log_bytes)).await?;
+    let started = match command(query.render_start(&id, limits.log_bytes)).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            // The worker may have started it all the same.
+            forget(socket, &id).await;
+            return Err(e);
+        }
+    };
     match &started {
         Value::Object(o) if o.get("started") == Some(&Value::Bool(true)) => {}
         Value::Object(o) if o.get("unknown_type") == Some(&Value::Bool(true)) => {
@@ -304,9 +315,10 @@ pub async fn run(
     })
 }
 
-/// Forget trace `id` in the worker: the caller stopped waiting for it.
+/// Forget trace `id` in the worker: the caller stopped waiting for it. Bounded by
+/// [`FORGET_TIMEOUT`], past the caller's deadline.
 async fn forget(socket: &Path, id: &str) {
-    if let Err(e) = control::command(socket, &render_forget(id), control::COMMAND_TIMEOUT).await {
+    if let Err(e) = control::command(socket, &render_forget(id), FORGET_TIMEOUT).await {
         tracing::warn!("cannot forget trace {id}: {e}");
     }
 }
