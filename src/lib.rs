@@ -20,6 +20,7 @@ pub mod manager;
 pub mod metrics;
 pub mod rpz;
 pub mod service;
+pub mod trace;
 pub mod watchdog;
 pub mod wire;
 

@@ -57,6 +57,9 @@ pub enum ApiError {
     /// Something the request needs is not there now (no running worker, no manager).
     #[error("{0}")]
     Unavailable(String),
+    /// What the request waits for did not come in time.
+    #[error("{0}")]
+    TimedOut(String),
     /// The request was fine; carrying it out failed.
     #[error("request processing failed:\n{0}")]
     Failed(String),
@@ -79,6 +82,7 @@ impl ApiError {
             ApiError::KeptChanging | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

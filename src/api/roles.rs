@@ -161,6 +161,7 @@ mod tests {
             (Method::POST, "/upgrade", Role::Admin),
             (Method::POST, "/reload", Role::Admin),
             (Method::POST, "/cache/clear", Role::Admin),
+            (Method::GET, "/trace/example.com/A", Role::Admin),
             (Method::OPTIONS, "/v1/config", Role::Admin),
             // A route nobody listed, even a GET, is closed to readers.
             (Method::GET, "/debug/panic-manager", Role::Admin),

@@ -33,7 +33,7 @@ Environment:
 pub const ENVIRONMENT_HEADING: &str = "Environment:";
 
 /// A flag (`--json`, no value) parsed into `present` when given and `absent` otherwise.
-fn flag<T: Clone + Send + Sync + 'static>(
+pub(crate) fn flag<T: Clone + Send + Sync + 'static>(
     present: T,
     absent: T,
 ) -> impl TypedValueParser<Value = T> {
@@ -285,6 +285,9 @@ pub enum ApiCommand {
     /// Work with the resolver's cache.
     #[command(arg_required_else_help = true)]
     Cache(CacheArgs),
+    /// Resolve one query with kresd's request tracing: its answer and kresd's verbose log of
+    /// it (the workers' log level is not changed). Needs the admin role.
+    Trace(super::commands::trace::TraceArgs),
     /// Show the RPZ zones kept by zone transfer: serial, last transfer, next refresh, expiry.
     Rpz {
         /// Print the API's JSON instead of a table.

@@ -103,6 +103,12 @@ pub enum Request<'a> {
     Upgrade,
     /// The RPZ zones kept by zone transfer.
     Rpz,
+    /// One query traced; name and type already validated.
+    Trace {
+        name: &'a str,
+        rr_type: &'a str,
+        timeout: std::time::Duration,
+    },
     /// The event stream, after the event `last_event_id` names or from now on.
     Events {
         last_event_id: Option<&'a str>,
@@ -121,6 +127,7 @@ impl Request<'_> {
             | Request::Metrics(_)
             | Request::UpgradeStatus
             | Request::Rpz
+            | Request::Trace { .. }
             | Request::Events { .. } => Method::GET,
             Request::SetConfig { .. } | Request::ReplaceConfig { .. } => Method::PUT,
             Request::DeleteConfig { .. } => Method::DELETE,
@@ -162,6 +169,16 @@ impl Request<'_> {
             Request::CacheClear { .. } => "/cache/clear".into(),
             Request::UpgradeStatus | Request::Upgrade => "/upgrade".into(),
             Request::Rpz => "/rpz".into(),
+            Request::Trace {
+                name,
+                rr_type,
+                timeout,
+            } => format!(
+                "/trace/{}/{}?timeout={}",
+                percent_encoded(name),
+                percent_encoded(rr_type),
+                timeout.as_secs_f64()
+            ),
             Request::Events { .. } => "/events".into(),
         }
     }
@@ -199,6 +216,18 @@ impl Request<'_> {
             _ => Ok(Vec::new()),
         }
     }
+}
+
+/// `text` as one path segment: every byte but the unreserved ones percent-encoded.
+fn percent_encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -318,6 +347,14 @@ mod tests {
             ),
             (Request::UpgradeStatus, "GET /upgrade"),
             (Request::Rpz, "GET /rpz"),
+            (
+                Request::Trace {
+                    name: "a b/c.",
+                    rr_type: "AAAA",
+                    timeout: std::time::Duration::from_millis(2500),
+                },
+                "GET /trace/a%20b%2Fc./AAAA?timeout=2.5",
+            ),
             (Request::Upgrade, "POST /upgrade"),
             (
                 Request::Events {

@@ -8,6 +8,7 @@ pub mod events;
 pub mod failures;
 pub mod processes;
 pub mod rpz;
+pub mod trace;
 pub mod upgrade;
 
 /// A record read back as JSON text: `None` when it is longer than `max` bytes or does not

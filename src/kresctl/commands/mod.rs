@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod processes;
 pub mod rpz;
+pub mod trace;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -215,6 +216,7 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
         ApiCommand::Cache(CacheArgs { op: None }) => cli::print_help_to_stderr(Some("cache")),
         ApiCommand::Cache(CacheArgs { op: Some(op) }) => cache::run(client, op).await?,
         ApiCommand::Rpz { format } => rpz::print_zones(client, format).await?,
+        ApiCommand::Trace(args) => trace::run(client, args).await?,
     }
     Ok(())
 }

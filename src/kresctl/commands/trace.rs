@@ -1,0 +1,126 @@
+//! `kresctl trace NAME [TYPE]`: one query resolved by a worker with kresd's request tracing
+//! (`GET /trace/{name}/{type}`), printed as its answer and kresd's log of it, or the API's
+//! JSON. The name and type are checked here first, as the API checks them.
+
+use std::time::Duration;
+
+use clap::{ArgAction, Args};
+
+use crate::kresctl::cli::flag;
+use crate::kresctl::client::{ApiClient, ClientError};
+use crate::kresctl::output::{self, OutputFormat};
+use crate::kresctl::request::Request;
+use crate::trace::{TraceQuery, LOG_LIMIT, MAX_TIMEOUT};
+use crate::wire::trace::Trace;
+
+/// `kresctl trace`'s arguments.
+#[derive(Args)]
+pub struct TraceArgs {
+    /// The domain name to resolve.
+    pub name: String,
+    /// The RR type to ask for (class IN).
+    #[arg(default_value = "A")]
+    pub rr_type: String,
+    /// Seconds to wait for the answer (at most 60).
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = timeout)]
+    pub timeout: Duration,
+    /// Print the API's JSON instead.
+    #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
+          value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
+    pub format: OutputFormat,
+}
+
+/// `--timeout`: seconds, more than 0 and at most [`MAX_TIMEOUT`].
+fn timeout(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| !d.is_zero() && *d <= MAX_TIMEOUT)
+        .ok_or_else(|| format!("seconds, more than 0 and at most {}", MAX_TIMEOUT.as_secs()))
+}
+
+/// Trace the query and print it.
+pub async fn run(client: &ApiClient, args: TraceArgs) -> Result<(), ClientError> {
+    let query = TraceQuery::new(&args.name, &args.rr_type)
+        .map_err(|e| ClientError::Invalid(e.to_string()))?;
+    let request = Request::Trace {
+        name: query.name(),
+        rr_type: query.rr_type(),
+        timeout: args.timeout,
+    };
+    let value = output::json_body(&client.call(&request).await?.ok()?)?;
+    match args.format {
+        OutputFormat::Json => print!("{}", output::pretty_json(&value)?),
+        OutputFormat::Yaml | OutputFormat::Text => {
+            print!("{}", trace_text(&serde_json::from_value(value)?));
+        }
+    }
+    Ok(())
+}
+
+/// What an operator reads of a trace.
+fn trace_text(trace: &Trace) -> String {
+    let rcode = trace.rcode.as_deref().unwrap_or("no answer (dropped)");
+    let mut out = format!(
+        "{} {} on {}: {rcode} in {} ms\n",
+        trace.name, trace.r#type, trace.worker, trace.elapsed_ms
+    );
+    out.push_str("answer:\n");
+    if trace.answer.is_empty() {
+        out.push_str("  (none)\n");
+    }
+    for record in &trace.answer {
+        out.push_str(&format!(
+            "  {}\n",
+            record.split_whitespace().collect::<Vec<_>>().join(" ")
+        ));
+    }
+    out.push_str("log:\n");
+    for line in &trace.log {
+        out.push_str(&format!("  {line}\n"));
+    }
+    if trace.truncated {
+        out.push_str(&format!(
+            "(the log was cut at {} KiB; later lines are missing)\n",
+            LOG_LIMIT / 1024
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_reads_as_its_answer_then_its_log() {
+        let trace = Trace {
+            worker: "kresd0".into(),
+            name: "www.example.".into(),
+            r#type: "A".into(),
+            rcode: Some("NOERROR".into()),
+            answer: vec!["www.example.   \t300\tA\t192.0.2.1".into()],
+            log: vec!["[resolv][00001.01] querying".into()],
+            truncated: true,
+            elapsed_ms: 3,
+        };
+        assert_eq!(
+            trace_text(&trace),
+            "www.example. A on kresd0: NOERROR in 3 ms\n\
+             answer:\n  www.example. 300 A 192.0.2.1\n\
+             log:\n  [resolv][00001.01] querying\n\
+             (the log was cut at 256 KiB; later lines are missing)\n"
+        );
+        let dropped = Trace {
+            rcode: None,
+            answer: Vec::new(),
+            log: Vec::new(),
+            truncated: false,
+            ..trace
+        };
+        assert_eq!(
+            trace_text(&dropped),
+            "www.example. A on kresd0: no answer (dropped) in 3 ms\nanswer:\n  (none)\nlog:\n"
+        );
+    }
+}
