@@ -20,6 +20,7 @@ pub mod guard;
 pub mod openapi;
 pub mod params;
 pub mod pointer;
+pub mod query_log;
 pub mod responses;
 pub mod roles;
 pub mod rpz;
@@ -75,6 +76,8 @@ pub struct ApiState {
     pub events: crate::events::EventLog,
     /// The control plane's series for `/metrics/prometheus`, tallied from `events`.
     pub control_plane: crate::metrics::ControlPlane,
+    /// The workers' answers, for `/query-log` and `/top`.
+    pub query_log: crate::query_log::QueryLog,
 }
 
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.
@@ -131,6 +134,10 @@ pub fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(stats::metrics_prometheus))
         .routes(routes!(control::cache_clear))
         .routes(routes!(rpz::zones))
+        .routes(routes!(query_log::entries))
+        .routes(routes!(query_log::stream))
+        .routes(routes!(query_log::status))
+        .routes(routes!(query_log::top))
 }
 
 /// Every supervised process.

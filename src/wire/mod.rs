@@ -7,6 +7,7 @@ pub mod change;
 pub mod events;
 pub mod failures;
 pub mod processes;
+pub mod query_log;
 pub mod rpz;
 pub mod upgrade;
 

@@ -140,6 +140,7 @@ impl Fixture {
             process_failures: history.process_failures.map(Arc::new),
             events: EventLog::new("test"),
             control_plane: Default::default(),
+            query_log: Default::default(),
         };
         Fixture {
             state,
