@@ -70,7 +70,10 @@ pub(super) async fn entries(
 ) -> Result<Response, ApiError> {
     let filter = query.filter()?;
     let limit = query.limit.unwrap_or(100).min(MAX_LIMIT);
-    Ok(json_value(StatusCode::OK, &state.query_log.newest(&filter, limit)))
+    Ok(json_value(
+        StatusCode::OK,
+        &state.query_log.newest(&filter, limit),
+    ))
 }
 
 /// The answers that pass the filters as they come, as server-sent events: `event: answer`
@@ -186,9 +189,7 @@ pub enum TopListKind {
 
 impl PathValue for TopListKind {
     fn refused(text: &str) -> ApiError {
-        ApiError::BadRequest(
-            select::SelectError::Kind(text.to_owned()).to_string(),
-        )
+        ApiError::BadRequest(select::SelectError::Kind(text.to_owned()).to_string())
     }
 }
 

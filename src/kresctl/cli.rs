@@ -21,7 +21,7 @@ const EXIT_CODES: &str = "Exit codes:
   2  usage error (unknown command or option, missing or invalid argument)";
 
 /// A flag (`--json`, no value) parsed into `present` when given and `absent` otherwise.
-fn flag<T: Clone + Send + Sync + 'static>(
+pub(super) fn flag<T: Clone + Send + Sync + 'static>(
     present: T,
     absent: T,
 ) -> impl TypedValueParser<Value = T> {
@@ -246,6 +246,12 @@ pub enum ApiCommand {
     },
     /// Work with the resolver's cache.
     Cache(CacheArgs),
+    /// The most frequent clients, names, failing names or types among the workers' recent
+    /// answers (the query log, `monitoring.query-log`).
+    Top(super::commands::query_log::TopArgs),
+    /// The workers' recent answers (the query log), filtered; `--follow` prints them as they
+    /// come.
+    Querylog(super::commands::query_log::QuerylogArgs),
     /// Show the RPZ zones kept by zone transfer: serial, last transfer, next refresh, expiry.
     Rpz {
         /// Print the API's JSON instead of a table.

@@ -86,10 +86,32 @@ pub enum Request<'a> {
     Upgrade,
     /// The RPZ zones kept by zone transfer.
     Rpz,
+    /// The query log's newest answers; the query string (`client=…&limit=…`) given.
+    QueryLog {
+        query: &'a str,
+    },
+    /// The query log's answers as they come, filtered by the query string given.
+    QueryLogStream {
+        query: &'a str,
+    },
+    /// A top list of the query log: its kind and the query string (`window=…&limit=…`).
+    Top {
+        kind: &'a str,
+        query: &'a str,
+    },
     /// The event stream, after the event `last_event_id` names or from now on.
     Events {
         last_event_id: Option<&'a str>,
     },
+}
+
+/// `path?query`, or `path` for an empty query.
+fn with_query(path: &str, query: &str) -> String {
+    if query.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{query}")
+    }
 }
 
 impl Request<'_> {
@@ -104,6 +126,9 @@ impl Request<'_> {
             | Request::Metrics(_)
             | Request::UpgradeStatus
             | Request::Rpz
+            | Request::QueryLog { .. }
+            | Request::QueryLogStream { .. }
+            | Request::Top { .. }
             | Request::Events { .. } => Method::GET,
             Request::SetConfig { .. } | Request::ReplaceConfig { .. } => Method::PUT,
             Request::DeleteConfig { .. } => Method::DELETE,
@@ -142,6 +167,9 @@ impl Request<'_> {
             Request::CacheClear { .. } => "/cache/clear".into(),
             Request::UpgradeStatus | Request::Upgrade => "/upgrade".into(),
             Request::Rpz => "/rpz".into(),
+            Request::QueryLog { query } => with_query("/query-log", query),
+            Request::QueryLogStream { query } => with_query("/query-log/stream", query),
+            Request::Top { kind, query } => with_query(&format!("/top/{kind}"), query),
             Request::Events { .. } => "/events".into(),
         }
     }
@@ -254,6 +282,21 @@ mod tests {
             ),
             (Request::UpgradeStatus, "GET /upgrade"),
             (Request::Rpz, "GET /rpz"),
+            (
+                Request::QueryLog { query: "limit=5" },
+                "GET /query-log?limit=5",
+            ),
+            (
+                Request::QueryLogStream { query: "" },
+                "GET /query-log/stream",
+            ),
+            (
+                Request::Top {
+                    kind: "clients",
+                    query: "window=5m",
+                },
+                "GET /top/clients?window=5m",
+            ),
             (Request::Upgrade, "POST /upgrade"),
             (
                 Request::Events {

@@ -108,10 +108,7 @@ pub struct QueryKey {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decoded {
     /// A client's query arrived at `time_us` (microseconds since the epoch), if kresd said when.
-    Query {
-        key: QueryKey,
-        time_us: Option<u64>,
-    },
+    Query { key: QueryKey, time_us: Option<u64> },
     /// An answer sent.
     Response(Response),
 }
@@ -160,7 +157,10 @@ pub fn decode(frame: &[u8]) -> Result<Decoded, DecodeError> {
     let envelope = Dnstap::decode(frame).map_err(|e| DecodeError::Protobuf(e.to_string()))?;
     let msg = envelope.message.ok_or(DecodeError::NoMessage)?;
     let client = address(msg.query_address.as_deref()).ok_or(DecodeError::NoClient)?;
-    let port = msg.query_port.and_then(|p| u16::try_from(p).ok()).unwrap_or(0);
+    let port = msg
+        .query_port
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(0);
     let query_time_us = time_us(msg.query_time_sec, msg.query_time_nsec);
     match msg.r#type {
         TYPE_CLIENT_QUERY => {
@@ -177,9 +177,7 @@ pub fn decode(frame: &[u8]) -> Result<Decoded, DecodeError> {
         TYPE_CLIENT_RESPONSE => {
             let wire = msg.response_message.as_deref().ok_or(DecodeError::NoDns)?;
             let dns = Message::from_octets(wire).map_err(|_| DecodeError::Dns)?;
-            let question = dns
-                .first_question()
-                .ok_or(DecodeError::Dns)?;
+            let question = dns.first_question().ok_or(DecodeError::Dns)?;
             let mut name = question.qname().to_string().to_ascii_lowercase();
             if !name.ends_with('.') {
                 name.push('.');
@@ -239,7 +237,20 @@ mod tests {
 
     /// A DNS answer: ID 0x1234, `Example.COM. A`, the rcode given, one A record when NOERROR.
     fn answer(rcode: u8) -> Vec<u8> {
-        let mut m = vec![0x12, 0x34, 0x81, 0x80 | 0, 0, 1, 0, u8::from(rcode == 0), 0, 0, 0, 0];
+        let mut m = vec![
+            0x12,
+            0x34,
+            0x81,
+            0x80 | 0,
+            0,
+            1,
+            0,
+            u8::from(rcode == 0),
+            0,
+            0,
+            0,
+            0,
+        ];
         m[3] = 0x80 | rcode;
         m.extend_from_slice(b"\x07Example\x03COM\x00\x00\x01\x00\x01");
         if rcode == 0 {

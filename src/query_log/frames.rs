@@ -198,8 +198,7 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) -> Result
         .write_all(&encode_control(ControlKind::Accept, &[CONTENT_TYPE]))
         .await?;
     let start = expect(stream, ControlKind::Start).await?;
-    if !start.content_types.is_empty() && !start.content_types.iter().any(|ct| ct == CONTENT_TYPE)
-    {
+    if !start.content_types.is_empty() && !start.content_types.iter().any(|ct| ct == CONTENT_TYPE) {
         return Err(FrameError::ContentType);
     }
     Ok(())
@@ -223,7 +222,10 @@ mod tests {
         assert_eq!(&frame[..4], &[0, 0, 0, 0]);
         let parsed = parse_control(&frame[8..]).expect("parses");
         assert_eq!(parsed.kind, ControlKind::Ready);
-        assert_eq!(parsed.content_types, vec![CONTENT_TYPE.to_vec(), b"other".to_vec()]);
+        assert_eq!(
+            parsed.content_types,
+            vec![CONTENT_TYPE.to_vec(), b"other".to_vec()]
+        );
     }
 
     #[test]
@@ -282,7 +284,10 @@ mod tests {
     #[tokio::test]
     async fn oversize_frames_end_the_stream() {
         let (mut writer, mut reader) = tokio::io::duplex(64);
-        writer.write_all(&(DATA_MAX + 1).to_be_bytes()).await.unwrap();
+        writer
+            .write_all(&(DATA_MAX + 1).to_be_bytes())
+            .await
+            .unwrap();
         assert!(matches!(
             read_frame(&mut reader).await,
             Err(FrameError::DataTooLong(_))

@@ -320,6 +320,12 @@ impl QueryLog {
             malformed: ring.tally.malformed,
             streams: ring.tally.streams,
             missed,
+            workers_counted: ring
+                .tally
+                .workers
+                .values()
+                .filter(|t| t.baseline.is_some())
+                .count() as u64,
             followers_lagged: ring.tally.followers_lagged,
         }
     }

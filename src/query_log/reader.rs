@@ -46,7 +46,12 @@ pub fn bind(rundir: &Path) -> std::io::Result<UnixListener> {
 }
 
 /// Read every worker's stream into `log` until `stop`.
-pub async fn serve(listener: UnixListener, log: QueryLog, rundir: PathBuf, stop: CancellationToken) {
+pub async fn serve(
+    listener: UnixListener,
+    log: QueryLog,
+    rundir: PathBuf,
+    stop: CancellationToken,
+) {
     let open = Arc::new(AtomicUsize::new(0));
     loop {
         let accepted = tokio::select! {
@@ -85,7 +90,11 @@ pub async fn serve(listener: UnixListener, log: QueryLog, rundir: PathBuf, stop:
 }
 
 /// One worker's stream, from the handshake to its end.
-async fn read_stream(mut stream: UnixStream, log: &QueryLog, rundir: &Path) -> Result<(), FrameError> {
+async fn read_stream(
+    mut stream: UnixStream,
+    log: &QueryLog,
+    rundir: &Path,
+) -> Result<(), FrameError> {
     tokio::time::timeout(HANDSHAKE_TIMEOUT, frames::accept(&mut stream))
         .await
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
@@ -205,7 +214,13 @@ mod tests {
     #[test]
     fn answers_pair_with_their_queries() {
         let mut p = Pairing::default();
-        assert_eq!(p.on(Decoded::Query { key: key(7), time_us: Some(1_000) }), None);
+        assert_eq!(
+            p.on(Decoded::Query {
+                key: key(7),
+                time_us: Some(1_000)
+            }),
+            None
+        );
         let e = p.on(response(7, 3_500)).unwrap();
         assert_eq!((e.latency_us, e.worker), (Some(2_500), Some(1)));
         // Unpaired: no latency; the query's time was used once.

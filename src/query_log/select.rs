@@ -61,12 +61,16 @@ pub fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
     match ip {
         IpAddr::V4(v4) => {
             let bits = u32::from(v4);
-            let keep = u32::MAX.checked_shl(32 - u32::from(prefix.min(32))).unwrap_or(0);
+            let keep = u32::MAX
+                .checked_shl(32 - u32::from(prefix.min(32)))
+                .unwrap_or(0);
             IpAddr::V4((bits & keep).into())
         }
         IpAddr::V6(v6) => {
             let bits = u128::from(v6);
-            let keep = u128::MAX.checked_shl(128 - u32::from(prefix.min(128))).unwrap_or(0);
+            let keep = u128::MAX
+                .checked_shl(128 - u32::from(prefix.min(128)))
+                .unwrap_or(0);
             IpAddr::V6((bits & keep).into())
         }
     }
@@ -102,7 +106,10 @@ impl Filter {
     /// Whether `entry` passes.
     pub fn matches(&self, entry: &Entry) -> bool {
         self.client.is_none_or(|n| n.contains(entry.client))
-            && self.name.as_deref().is_none_or(|s| has_suffix(&entry.name, s))
+            && self
+                .name
+                .as_deref()
+                .is_none_or(|s| has_suffix(&entry.name, s))
             && self.qtype.is_none_or(|t| t == entry.qtype)
             && self.rcode.is_none_or(|r| r == entry.rcode)
     }
@@ -110,13 +117,21 @@ impl Filter {
 
 fn parse_suffix(text: &str) -> Result<String, SelectError> {
     let lower = text.trim().to_ascii_lowercase();
-    if lower.is_empty() || lower.len() > 254 || lower.contains("..") || lower.chars().any(char::is_whitespace) {
+    if lower.is_empty()
+        || lower.len() > 254
+        || lower.contains("..")
+        || lower.chars().any(char::is_whitespace)
+    {
         return Err(SelectError::Name(text.to_owned()));
     }
     if lower == "." {
         return Ok(lower);
     }
-    Ok(if lower.ends_with('.') { lower } else { format!("{lower}.") })
+    Ok(if lower.ends_with('.') {
+        lower
+    } else {
+        format!("{lower}.")
+    })
 }
 
 fn has_suffix(name: &str, suffix: &str) -> bool {
@@ -300,8 +315,12 @@ mod tests {
         assert!(n.contains("192.0.2.77".parse().unwrap()));
         assert!(!n.contains("192.0.3.1".parse().unwrap()));
         assert!(!n.contains("::1".parse().unwrap()));
-        assert!(Network::parse("127.0.0.2").unwrap().contains("127.0.0.2".parse().unwrap()));
-        assert!(Network::parse("::/0").unwrap().contains("2001:db8::1".parse().unwrap()));
+        assert!(Network::parse("127.0.0.2")
+            .unwrap()
+            .contains("127.0.0.2".parse().unwrap()));
+        assert!(Network::parse("::/0")
+            .unwrap()
+            .contains("2001:db8::1".parse().unwrap()));
         for bad in ["192.0.2.0/33", "x", "1.2.3.4/", "::/129"] {
             assert_eq!(Network::parse(bad), Err(SelectError::Client(bad.into())));
         }
@@ -309,7 +328,10 @@ mod tests {
             mask("2001:db8:1:2:3::1".parse().unwrap(), 56),
             "2001:db8:1::".parse::<IpAddr>().unwrap()
         );
-        assert_eq!(mask("10.1.2.3".parse().unwrap(), 0), "0.0.0.0".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            mask("10.1.2.3".parse().unwrap(), 0),
+            "0.0.0.0".parse::<IpAddr>().unwrap()
+        );
     }
 
     #[test]
@@ -317,10 +339,20 @@ mod tests {
         let e = entry([127, 0, 0, 3], "www.example.com.", 28, 0, 1);
         let check = |client, name, qtype, rcode, expected: bool| {
             let f = Filter::parse(client, name, qtype, rcode).unwrap();
-            assert_eq!(f.matches(&e), expected, "{client:?} {name:?} {qtype:?} {rcode:?}");
+            assert_eq!(
+                f.matches(&e),
+                expected,
+                "{client:?} {name:?} {qtype:?} {rcode:?}"
+            );
         };
         check(None, None, None, None, true);
-        check(Some("127.0.0.0/8"), Some("Example.com"), Some("aaaa"), Some("noerror"), true);
+        check(
+            Some("127.0.0.0/8"),
+            Some("Example.com"),
+            Some("aaaa"),
+            Some("noerror"),
+            true,
+        );
         check(Some("127.0.0.2"), None, None, None, false);
         check(None, Some("ample.com"), None, None, false);
         check(None, Some("www.example.com."), None, None, true);
@@ -337,15 +369,31 @@ mod tests {
         let mut entries = Vec::new();
         for (i, n) in [(2u8, 3), (3, 5), (4, 5), (5, 1)] {
             for t in 0..n {
-                entries.push(entry([127, 0, 0, i], "a.test.", 1, if i == 5 { 2 } else { 0 }, 100 + t));
+                entries.push(entry(
+                    [127, 0, 0, i],
+                    "a.test.",
+                    1,
+                    if i == 5 { 2 } else { 0 },
+                    100 + t,
+                ));
             }
         }
         let list = top(entries.iter(), TopKind::Clients, None, None, 3);
-        let got: Vec<(&str, u64)> = list.entries.iter().map(|e| (e.key.as_str(), e.count)).collect();
+        let got: Vec<(&str, u64)> = list
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.count))
+            .collect();
         assert_eq!(got, [("127.0.0.3", 5), ("127.0.0.4", 5), ("127.0.0.2", 3)]);
         assert_eq!(list.counted, 14);
         let servfail = top(entries.iter(), TopKind::Servfail, None, None, 10);
-        assert_eq!(servfail.entries, [TopEntry { key: "a.test.".into(), count: 1 }]);
+        assert_eq!(
+            servfail.entries,
+            [TopEntry {
+                key: "a.test.".into(),
+                count: 1
+            }]
+        );
         let recent = top(entries.iter(), TopKind::Clients, Some(104), Some(1.0), 10);
         assert_eq!(recent.counted, 2);
         let qtypes = top(entries.iter(), TopKind::Qtypes, None, None, 10);

@@ -72,6 +72,8 @@ pub struct QueryLogStatus {
     /// reader lags; the answer itself is never delayed): per worker, the answers it counted
     /// minus those received, since its stream was first read by this manager process.
     pub missed: u64,
+    /// Workers whose misses are counted (their answer count known since their stream began).
+    pub workers_counted: u64,
     /// Answers the live streams' followers lagged behind and did not get.
     pub followers_lagged: u64,
 }

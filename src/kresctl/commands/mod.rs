@@ -11,6 +11,7 @@ pub mod events;
 pub mod metrics;
 pub mod migrate;
 pub mod processes;
+pub mod query_log;
 pub mod rpz;
 
 use std::path::PathBuf;
@@ -180,6 +181,8 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
         ApiCommand::Cache(CacheArgs { op: None }) => cli::print_help(Some("cache")),
         ApiCommand::Cache(CacheArgs { op: Some(op) }) => cache::run(client, op).await?,
         ApiCommand::Rpz { format } => rpz::print_zones(client, format).await?,
+        ApiCommand::Top(args) => query_log::top(client, args).await?,
+        ApiCommand::Querylog(args) => query_log::querylog(client, args).await?,
     }
     Ok(())
 }

@@ -154,8 +154,8 @@ pub fn query_udp_from(
     timeout: Duration,
 ) -> Result<Response> {
     let id = fastrand_id();
-    let sock = UdpSocket::bind(SocketAddr::new(source, 0))
-        .with_context(|| format!("binding {source}"))?;
+    let sock =
+        UdpSocket::bind(SocketAddr::new(source, 0)).with_context(|| format!("binding {source}"))?;
     sock.set_read_timeout(Some(timeout))?;
     sock.connect(server)?;
     sock.send(&encode_query(id, name, qtype, false)?)?;
