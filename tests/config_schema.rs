@@ -113,6 +113,12 @@ fn without_extensions(mut schema: Value) -> Value {
     {
         props.shift_remove("query-log");
     }
+    if let Some(default) = schema["properties"]["monitoring"]
+        .get_mut("default")
+        .and_then(Value::as_object_mut)
+    {
+        default.shift_remove("query_log");
+    }
     let rpz = &mut schema["properties"]["local-data"]["properties"]["rpz"]["items"];
     if let Some(props) = rpz.get_mut("properties").and_then(Value::as_object_mut) {
         props.shift_remove("transfer");

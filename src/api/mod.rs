@@ -134,10 +134,10 @@ pub fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(stats::metrics_prometheus))
         .routes(routes!(control::cache_clear))
         .routes(routes!(rpz::zones))
-        .routes(routes!(query_log::entries))
-        .routes(routes!(query_log::stream))
-        .routes(routes!(query_log::status))
-        .routes(routes!(query_log::top))
+        .routes(routes!(query_log::query_log_entries))
+        .routes(routes!(query_log::query_log_stream))
+        .routes(routes!(query_log::query_log_status))
+        .routes(routes!(query_log::top_list))
 }
 
 /// Every supervised process.

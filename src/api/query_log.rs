@@ -64,7 +64,7 @@ impl LogQuery {
         (status = 400, description = "A filter that does not parse, named.", body = String, content_type = "text/plain"),
     ),
 )]
-pub(super) async fn entries(
+pub(super) async fn query_log_entries(
     State(state): State<ApiState>,
     Query(query): Query<LogQuery>,
 ) -> Result<Response, ApiError> {
@@ -91,7 +91,7 @@ pub(super) async fn entries(
         (status = 503, description = "Too many followers (at most 16 at once).", body = String, content_type = "text/plain"),
     ),
 )]
-pub(super) async fn stream(
+pub(super) async fn query_log_stream(
     State(state): State<ApiState>,
     Query(query): Query<LogQuery>,
 ) -> Result<Response, ApiError> {
@@ -153,7 +153,7 @@ fn answers(
     tag = "query log",
     responses((status = 200, description = "The query log's state.", body = QueryLogStatus)),
 )]
-pub(super) async fn status(State(state): State<ApiState>) -> Response {
+pub(super) async fn query_log_status(State(state): State<ApiState>) -> Response {
     let rundir = state.manager.config().model.rundir.clone();
     let mut answered = BTreeMap::new();
     for w in state.query_log.workers_with_baseline() {
@@ -219,7 +219,7 @@ impl TopListKind {
         (status = 400, description = "An unknown list or a window that does not parse.", body = String, content_type = "text/plain"),
     ),
 )]
-pub(super) async fn top(
+pub(super) async fn top_list(
     State(state): State<ApiState>,
     PathParam(kind): PathParam<TopListKind>,
     Query(query): Query<TopQuery>,
