@@ -447,3 +447,63 @@ fn the_configuration_renders_the_dnstap_module_for_the_query_log() {
         assert!(err.contains(path), "{err}");
     }
 }
+
+#[test]
+fn answers_are_followed_live() {
+    let r = resolver("qlog-follow", "");
+    let mut stream =
+        testbed::http::EventStream::open(&r.api, "/query-log/stream?client=127.0.0.4&qtype=A", &[])
+            .expect("stream");
+    // kresctl follows the same stream, as JSON lines.
+    let mut follower = std::process::Command::new(common::KRESCTL)
+        .arg("-s")
+        .arg(&r.api)
+        .args(["querylog", "--follow", "--json", "--name", "b.qlog.test"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("kresctl");
+    let stdout = follower.stdout.take().expect("stdout");
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // Until both followers are seen to receive (kresctl's stream opens on its own time).
+    let deadline = Instant::now() + SETTLE;
+    let followed = loop {
+        ask(&r, client(3), "a.qlog.test.", dns::TYPE_A);
+        ask(&r, client(4), "a.qlog.test.", dns::TYPE_AAAA);
+        ask(&r, client(4), "b.qlog.test.", dns::TYPE_A);
+        if let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
+            break line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kresctl querylog --follow printed nothing"
+        );
+    };
+    let followed: Value = serde_json::from_str(&followed).expect("a JSON line");
+    assert_eq!(followed["name"], "b.qlog.test.");
+    // The API's stream passed only 127.0.0.4's A answers: b.qlog.test, every time.
+    let message = stream.next(SETTLE).expect("stream").expect("a message");
+    assert_eq!(message.event.as_deref(), Some("answer"));
+    let answer: Value = serde_json::from_str(&message.data).expect("JSON");
+    assert_eq!(
+        (
+            answer["client"].as_str(),
+            answer["name"].as_str(),
+            answer["qtype"].as_str()
+        ),
+        (Some("127.0.0.4"), Some("b.qlog.test."), Some("A"))
+    );
+    follower.kill().expect("kill");
+    follower.wait().expect("wait");
+    r.stop();
+}
