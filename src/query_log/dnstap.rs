@@ -241,7 +241,7 @@ mod tests {
             0x12,
             0x34,
             0x81,
-            0x80 | 0,
+            0x80 | rcode,
             0,
             1,
             0,
@@ -251,7 +251,6 @@ mod tests {
             0,
             0,
         ];
-        m[3] = 0x80 | rcode;
         m.extend_from_slice(b"\x07Example\x03COM\x00\x00\x01\x00\x01");
         if rcode == 0 {
             m.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1]);

@@ -168,7 +168,7 @@ pub fn parse_rcode(text: &str) -> Result<u16, SelectError> {
 pub fn rcode_name(rcode: u16) -> String {
     u8::try_from(rcode)
         .ok()
-        .and_then(|r| Rcode::checked_from_int(r))
+        .and_then(Rcode::checked_from_int)
         .and_then(Rcode::to_mnemonic_str)
         .map_or_else(|| rcode.to_string(), str::to_owned)
 }
