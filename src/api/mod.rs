@@ -29,6 +29,7 @@ pub mod server;
 pub mod stats;
 pub mod status;
 pub mod upgrade;
+pub mod upstreams;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -138,6 +139,7 @@ pub fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(query_log::query_log_stream))
         .routes(routes!(query_log::query_log_status))
         .routes(routes!(query_log::top_list))
+        .routes(routes!(upstreams::upstreams))
 }
 
 /// Every supervised process.

@@ -67,6 +67,7 @@ const READ_ROUTES: &[Route] = &[
     Route::Exact("/query-log/stream"),
     Route::Exact("/query-log/status"),
     Route::Below("/top/"),
+    Route::Exact("/upstreams"),
 ];
 
 /// The role a request needs: [`Role::ReadOnly`] for a `GET` or `HEAD` of a route in

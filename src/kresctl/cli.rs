@@ -252,6 +252,14 @@ pub enum ApiCommand {
     /// The workers' recent answers (the query log), filtered; `--follow` prints them as they
     /// come.
     Querylog(super::commands::query_log::QuerylogArgs),
+    /// The forward targets and the upstream addresses the workers used recently, with their
+    /// round-trip times.
+    Upstreams {
+        /// Print the API's JSON.
+        #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
+              value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
+        format: OutputFormat,
+    },
     /// Show the RPZ zones kept by zone transfer: serial, last transfer, next refresh, expiry.
     Rpz {
         /// Print the API's JSON instead of a table.

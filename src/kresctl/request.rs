@@ -94,6 +94,8 @@ pub enum Request<'a> {
     QueryLogStream {
         query: &'a str,
     },
+    /// The forward targets and upstreams used recently.
+    Upstreams,
     /// A top list of the query log: its kind and the query string (`window=…&limit=…`).
     Top {
         kind: &'a str,
@@ -129,6 +131,7 @@ impl Request<'_> {
             | Request::QueryLog { .. }
             | Request::QueryLogStream { .. }
             | Request::Top { .. }
+            | Request::Upstreams
             | Request::Events { .. } => Method::GET,
             Request::SetConfig { .. } | Request::ReplaceConfig { .. } => Method::PUT,
             Request::DeleteConfig { .. } => Method::DELETE,
@@ -170,6 +173,7 @@ impl Request<'_> {
             Request::QueryLog { query } => with_query("/query-log", query),
             Request::QueryLogStream { query } => with_query("/query-log/stream", query),
             Request::Top { kind, query } => with_query(&format!("/top/{kind}"), query),
+            Request::Upstreams => "/upstreams".into(),
             Request::Events { .. } => "/events".into(),
         }
     }

@@ -183,6 +183,7 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
         ApiCommand::Rpz { format } => rpz::print_zones(client, format).await?,
         ApiCommand::Top(args) => query_log::top(client, args).await?,
         ApiCommand::Querylog(args) => query_log::querylog(client, args).await?,
+        ApiCommand::Upstreams { format } => query_log::upstreams(client, format).await?,
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! `kresctl top` and `kresctl querylog`: the query log (`GET /top/{kind}`, `GET /query-log`,
-//! `GET /query-log/stream`) as tables an operator reads in an incident, or the API's JSON.
+//! `GET /query-log/stream`) as tables an operator reads in an incident, or the API's JSON;
+//! and `kresctl upstreams` (`GET /upstreams`).
 //! The filters and windows are checked by the resolver, which names what it refuses.
 
 use clap::{ArgAction, Args, ValueEnum};
@@ -9,6 +10,7 @@ use crate::kresctl::client::{ApiClient, ClientError};
 use crate::kresctl::output::{self, OutputFormat};
 use crate::kresctl::request::Request;
 use crate::wire::query_log::{LoggedAnswer, TopList};
+use crate::wire::upstreams::Upstreams;
 
 /// Which top list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -198,6 +200,43 @@ pub async fn querylog(client: &ApiClient, args: QuerylogArgs) -> Result<(), Clie
                     (Some("lagged"), _) => eprintln!("fell behind: {}", message.data),
                     _ => {}
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `kresctl upstreams`.
+pub async fn upstreams(client: &ApiClient, format: OutputFormat) -> Result<(), ClientError> {
+    let value = output::json_body(&client.call(&Request::Upstreams).await?.ok()?)?;
+    match format {
+        OutputFormat::Json => print!("{}", output::pretty_json(&value)?),
+        OutputFormat::Yaml | OutputFormat::Text => {
+            let u: Upstreams = serde_json::from_value(value)?;
+            for f in &u.forwards {
+                println!(
+                    "forward {} -> {}",
+                    f.subtrees.join(", "),
+                    f.servers.join(", ")
+                );
+            }
+            println!(
+                "{:<45} {:>8} {:>10} {:>10} {:>10}  WORKERS",
+                "UPSTREAM", "SAMPLES", "AVG ms", "MIN ms", "MAX ms"
+            );
+            for a in &u.addresses {
+                println!(
+                    "{:<45} {:>8} {:>10.1} {:>10.1} {:>10.1}  {}",
+                    a.address,
+                    a.samples,
+                    a.rtt_avg_ms,
+                    a.rtt_min_ms,
+                    a.rtt_max_ms,
+                    a.workers.join(",")
+                );
+            }
+            if !u.workers_silent.is_empty() {
+                println!("not answering: {}", u.workers_silent.join(", "));
             }
         }
     }
