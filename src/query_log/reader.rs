@@ -28,9 +28,11 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Queries waiting for their answers on one stream; past that the oldest are forgotten (their
 /// answers come without a latency).
 const MAX_PENDING: usize = 16_384;
-/// The Lua a worker evaluates for its answer count (loading `stats` as the lazy metrics do).
+/// The Lua a worker evaluates for its clients' requests, those its dnstap module logs: all
+/// but the internal ones (priming, trust-anchor updates; `answer.total` counts those too).
+/// It loads `stats` as the lazy metrics do.
 pub const ANSWERED_EXPR: &str =
-    "(function() if stats == nil then modules.load('stats') end return stats.get('answer.total') end)()";
+    "(function() if stats == nil then modules.load('stats') end return stats.get('request.total') - stats.get('request.internal') end)()";
 /// How long a worker may take to tell its answer count.
 const ANSWERED_TIMEOUT: Duration = Duration::from_secs(2);
 
