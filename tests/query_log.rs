@@ -507,3 +507,37 @@ fn answers_are_followed_live() {
     follower.wait().expect("wait");
     r.stop();
 }
+
+#[test]
+fn the_stream_comes_back_after_the_manager_process_is_replaced() {
+    let r = resolver("qlog-restart", "");
+    let workers = r.pids_named("kresd");
+    kill(Pid::from_raw(manager_pid(&r)), Signal::SIGKILL).expect("SIGKILL");
+    r.launched
+        .output
+        .wait_for("serving the API again", common::START_TIMEOUT)
+        .expect("a new manager process");
+    assert_eq!(r.pids_named("kresd"), workers, "the workers stay");
+    // kresd reconnects on its own: ask until an answer reaches the new reader's log (the
+    // answers before that are dropped by kresd, not delayed).
+    let deadline = Instant::now() + SETTLE;
+    let mut asked = 0u64;
+    loop {
+        assert_eq!(
+            ask(&r, client(5), "marker.qlog.test.", dns::TYPE_A).rcode,
+            dns::RCODE_NOERROR
+        );
+        asked += 1;
+        let logged = kresctl_json(&r, &["querylog", "--json", "--client", "127.0.0.5"]);
+        if logged.as_array().is_some_and(|a| !a.is_empty()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the log stayed empty after {asked} answers"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("the stream was back after {asked} answers");
+    r.stop();
+}
