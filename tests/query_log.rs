@@ -23,11 +23,16 @@ const SETTLE: Duration = Duration::from_secs(30);
 /// A resolver with the query log on (`more`: further lines of `monitoring.query-log`), local
 /// data under `qlog.test` and a forward of `dead.test` to a loopback port nobody answers on.
 fn resolver(name: &'static str, more: &str) -> Resolver {
+    common::start(&setup(name, more)).expect("start")
+}
+
+/// The setup of [`resolver`].
+fn setup(name: &'static str, more: &str) -> Setup {
     let dead = testbed::free_port().expect("port");
     let extra = format!(
         "monitoring:\n  query-log:\n    enabled: true\n{more}local-data:\n  records: |\n    a.qlog.test. 60 A 192.0.2.1\n    b.qlog.test. 60 A 192.0.2.2\n    c.qlog.test. 60 A 192.0.2.3\n    a.qlog.test. 60 AAAA 2001:db8::1\n    load.qlog.test. 60 A 192.0.2.9\n    marker.qlog.test. 60 A 192.0.2.10\nforward:\n  - subtree: dead.test\n    servers: ['127.0.0.1@{dead}']\n"
     );
-    common::start(&Setup::new(name).extra(&extra)).expect("start")
+    Setup::new(name).extra(&extra)
 }
 
 fn client(i: u8) -> IpAddr {
@@ -539,5 +544,71 @@ fn the_stream_comes_back_after_the_manager_process_is_replaced() {
         std::thread::sleep(Duration::from_millis(100));
     }
     eprintln!("the stream was back after {asked} answers");
+    r.stop();
+}
+
+#[test]
+fn the_operators_own_dnstap_socket_keeps_kresds_stream() {
+    use knot_resolver::query_log::{dnstap, frames};
+    // The operator's dnstap reader: shakes hands and reports the first answer's name.
+    let bed = testbed::Bed::get().expect("bed");
+    let dir = bed.test_dir("qlog-operator-tap").expect("dir");
+    let listener = std::os::unix::net::UnixListener::bind(dir.host("tap.sock")).expect("bind");
+    let (names_tx, names) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            listener.set_nonblocking(true).expect("nonblocking");
+            let listener = tokio::net::UnixListener::from_std(listener).expect("listener");
+            let (mut stream, _) = listener.accept().await.expect("kresd connects");
+            frames::accept(&mut stream).await.expect("handshake");
+            while let Ok(Some(frame)) = frames::read_frame(&mut stream).await {
+                match frame {
+                    frames::Frame::Data(data) => {
+                        if let Ok(dnstap::Decoded::Response(r)) = dnstap::decode(&data) {
+                            let _ = names_tx.send(r.name);
+                        }
+                    }
+                    // kresd's stop waits for this answer.
+                    frames::Frame::Control(c) if c.kind == frames::ControlKind::Stop => {
+                        let _ = frames::finish(&mut stream).await;
+                        return;
+                    }
+                    frames::Frame::Control(_) => {}
+                }
+            }
+        });
+    });
+    let tap = dir.bed("tap.sock");
+    let r = common::start(&setup("qlog-operator", "").logging(&format!(
+        "  level: notice\n  dnstap:\n    enable: true\n    unix-socket: {}\n    log-responses: true\n",
+        tap.display()
+    )))
+    .expect("start");
+    // Until the operator's reader sees an answer (the first ones may precede its handshake).
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        ask(&r, client(6), "c.qlog.test.", dns::TYPE_A);
+        if let Ok(name) = names.recv_timeout(Duration::from_millis(200)) {
+            assert_eq!(name, "c.qlog.test.");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the operator's socket got no answer"
+        );
+    }
+    // The query log says why it stays empty.
+    let status = get(&r, "/query-log/status");
+    assert_eq!(status["received"], 0, "{status}");
+    assert!(
+        status["inactive_reason"]
+            .as_str()
+            .is_some_and(|why| why.contains("logging.dnstap")),
+        "{status}"
+    );
     r.stop();
 }
