@@ -40,15 +40,19 @@ pub struct DnstapMessage {
     /// The client's port.
     #[prost(uint32, optional, tag = "6")]
     pub query_port: Option<u32>,
+    /// When the query arrived (seconds, nanoseconds).
     #[prost(uint64, optional, tag = "8")]
     pub query_time_sec: Option<u64>,
+    /// See `query_time_sec`.
     #[prost(fixed32, optional, tag = "9")]
     pub query_time_nsec: Option<u32>,
     /// The query as received.
     #[prost(bytes = "vec", optional, tag = "10")]
     pub query_message: Option<Vec<u8>>,
+    /// When the answer was sent (seconds, nanoseconds).
     #[prost(uint64, optional, tag = "12")]
     pub response_time_sec: Option<u64>,
+    /// See `response_time_sec`.
     #[prost(fixed32, optional, tag = "13")]
     pub response_time_nsec: Option<u32>,
     /// The answer as sent.
@@ -99,8 +103,11 @@ impl Transport {
 /// address, port and the message's ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QueryKey {
+    /// The client's address.
     pub client: IpAddr,
+    /// The client's port.
     pub port: u16,
+    /// The DNS message's ID.
     pub id: u16,
 }
 
@@ -118,7 +125,9 @@ pub enum Decoded {
 pub struct Response {
     /// The worker that sent it (the frame's identity), if it said.
     pub worker: Option<String>,
+    /// Its query's client, port and ID.
     pub key: QueryKey,
+    /// How the client asked.
     pub transport: Transport,
     /// When it was sent, microseconds since the epoch.
     pub time_us: u64,
@@ -126,6 +135,7 @@ pub struct Response {
     pub query_time_us: Option<u64>,
     /// The question's name, lowercase, absolute (`example.com.`).
     pub name: String,
+    /// The question's type.
     pub qtype: u16,
     /// The full (extended) rcode.
     pub rcode: u16,

@@ -40,10 +40,13 @@ pub struct Entry {
     pub time_us: u64,
     /// The client, cut to the configured prefix.
     pub client: IpAddr,
+    /// How the client asked.
     pub transport: Transport,
     /// The question's name, lowercase and absolute.
     pub name: Box<str>,
+    /// The question's type.
     pub qtype: u16,
+    /// The answer's (extended) rcode.
     pub rcode: u16,
     /// From the query's arrival to the answer, when both times are known.
     pub latency_us: Option<u64>,
@@ -76,6 +79,7 @@ impl Entry {
 /// The query log: the ring, its settings, its tallies and the live followers.
 #[derive(Clone)]
 pub struct QueryLog {
+    /// The ring and its tallies.
     shared: Arc<Shared>,
     /// New entries, for the live followers.
     live: broadcast::Sender<Arc<Entry>>,
@@ -83,23 +87,30 @@ pub struct QueryLog {
 
 /// The state behind the handle.
 struct Shared {
+    /// Everything, under one short-held lock.
     ring: Mutex<Ring>,
 }
 
 /// What the lock guards.
 struct Ring {
+    /// The newest answers, oldest first.
     entries: VecDeque<Arc<Entry>>,
+    /// What the configuration sets.
     settings: Settings,
+    /// What was received and missed.
     tally: Tally,
 }
 
 /// What the configuration sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
+    /// Whether the workers are told to send their answers.
     pub enabled: bool,
     /// The ring's size.
     pub capacity: usize,
+    /// Leading bits kept of an IPv4 client's address.
     pub ipv4_prefix: u8,
+    /// Leading bits kept of an IPv6 client's address.
     pub ipv6_prefix: u8,
     /// The workers send their stream elsewhere (upstream's `logging.dnstap`).
     pub taken_by_dnstap: bool,
@@ -133,9 +144,13 @@ impl Default for Settings {
 /// Counts since this manager process started.
 #[derive(Debug, Default)]
 struct Tally {
+    /// Answers kept.
     received: u64,
+    /// Frames not read.
     malformed: u64,
+    /// Workers' streams open now.
     streams: u64,
+    /// Answers live followers fell behind by.
     followers_lagged: u64,
     /// Per worker: answers received, and the baseline its misses count from.
     workers: BTreeMap<u32, WorkerTally>,
@@ -144,6 +159,7 @@ struct Tally {
 /// One worker's answers, received and counted by the worker itself.
 #[derive(Debug, Default, Clone, Copy)]
 struct WorkerTally {
+    /// Answers of this worker kept.
     received: u64,
     /// (the worker's answer count, answers received) when the baseline was taken.
     baseline: Option<(u64, u64)>,
@@ -222,7 +238,7 @@ impl QueryLog {
         self.ring().tally.malformed += 1;
     }
 
-    /// A worker's stream opened (`true`) or closed.
+    /// A worker's stream opened (`1`) or closed (`-1`).
     fn count_stream(&self, delta: i64) {
         let mut ring = self.ring();
         ring.tally.streams = ring.tally.streams.saturating_add_signed(delta);

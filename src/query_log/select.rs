@@ -29,7 +29,9 @@ pub enum SelectError {
 /// An address network: the address and how many leading bits count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Network {
+    /// An address of the network.
     pub addr: IpAddr,
+    /// How many of its leading bits count.
     pub prefix: u8,
 }
 
@@ -79,11 +81,14 @@ pub fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
 /// Which answers `kresctl querylog` shows.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Filter {
+    /// Only clients in this network.
     pub client: Option<Network>,
     /// A name suffix, lowercase and absolute: whole labels match (`example.com.` matches
     /// `www.example.com.` and itself, not `badexample.com.`).
     pub name: Option<String>,
+    /// Only this type.
     pub qtype: Option<u16>,
+    /// Only this rcode.
     pub rcode: Option<u16>,
 }
 
