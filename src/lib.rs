@@ -18,6 +18,7 @@ pub mod kresctl;
 pub mod lua;
 pub mod manager;
 pub mod metrics;
+pub mod query_log;
 pub mod rpz;
 pub mod service;
 pub mod trace;

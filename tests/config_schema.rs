@@ -105,8 +105,20 @@ fn compare(reference: &Value, ours: &Value, path: &str, problems: &mut Vec<Strin
 }
 
 /// Our schema without what upstream's lacks on purpose: `local-data.rpz[].transfer` (RPZ by
-/// zone transfer, an extension of ours).
+/// zone transfer) and `monitoring.query-log` (the query log), extensions of ours.
 fn without_extensions(mut schema: Value) -> Value {
+    if let Some(props) = schema["properties"]["monitoring"]
+        .get_mut("properties")
+        .and_then(Value::as_object_mut)
+    {
+        props.shift_remove("query-log");
+    }
+    if let Some(default) = schema["properties"]["monitoring"]
+        .get_mut("default")
+        .and_then(Value::as_object_mut)
+    {
+        default.shift_remove("query_log");
+    }
     let rpz = &mut schema["properties"]["local-data"]["properties"]["rpz"]["items"];
     if let Some(props) = rpz.get_mut("properties").and_then(Value::as_object_mut) {
         props.shift_remove("transfer");

@@ -20,6 +20,7 @@ pub mod guard;
 pub mod openapi;
 pub mod params;
 pub mod pointer;
+pub mod query_log;
 pub mod responses;
 pub mod roles;
 pub mod rpz;
@@ -29,6 +30,7 @@ pub mod stats;
 pub mod status;
 pub mod trace;
 pub mod upgrade;
+pub mod upstreams;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -79,6 +81,8 @@ pub struct ApiState {
     pub control_plane: crate::metrics::ControlPlane,
     /// The version of the kresd the workers run (`kresd --version`), once it is known.
     pub kresd_version: std::sync::Arc<std::sync::OnceLock<String>>,
+    /// The workers' answers, for `/query-log` and `/top`.
+    pub query_log: crate::query_log::QueryLog,
 }
 
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.
@@ -136,7 +140,12 @@ pub fn routes(faults: fault::FaultInjection) -> OpenApiRouter<ApiState> {
         .routes(routes!(stats::metrics_prometheus))
         .routes(routes!(control::cache_clear))
         .routes(routes!(rpz::zones))
-        .routes(routes!(trace::trace));
+        .routes(routes!(trace::trace))
+        .routes(routes!(query_log::query_log_entries))
+        .routes(routes!(query_log::query_log_stream))
+        .routes(routes!(query_log::query_log_status))
+        .routes(routes!(query_log::top_list))
+        .routes(routes!(upstreams::upstreams));
     match faults {
         fault::FaultInjection::Off => registered,
         fault::FaultInjection::On => registered

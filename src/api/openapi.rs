@@ -58,6 +58,8 @@ impl utoipa::ToSchema for ConfigDocument {
 pointers, JSON Patch, structural ETags)."),
         (name = "control", description = "Reload, renew, stop, drain, upgrade, clear the cache."),
         (name = "metrics", description = "Statistics of the workers."),
+        (name = "query log", description = "The workers' answers, as kresd's dnstap stream \
+brings them (`monitoring.query-log`): the newest, filtered, followed live, and top lists."),
         (name = "schema", description = "Descriptions: the configuration's JSON schema, this \
 document."),
         (name = "fault-injection", description = "Fault injection, for tests of the manager's \

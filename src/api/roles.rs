@@ -63,6 +63,11 @@ const READ_ROUTES: &[Route] = &[
     Route::Exact("/metrics/json"),
     Route::Exact("/metrics/prometheus"),
     Route::Exact("/rpz"),
+    Route::Exact("/query-log"),
+    Route::Exact("/query-log/stream"),
+    Route::Exact("/query-log/status"),
+    Route::Below("/top/"),
+    Route::Exact("/upstreams"),
 ];
 
 /// The role a request needs: [`Role::ReadOnly`] for a `GET` or `HEAD` of a route in
@@ -155,6 +160,9 @@ mod tests {
             (Method::GET, "/processes/kresd", Role::ReadOnly),
             (Method::GET, "/events", Role::ReadOnly),
             (Method::GET, "/upgrade", Role::ReadOnly),
+            (Method::GET, "/query-log", Role::ReadOnly),
+            (Method::GET, "/query-log/stream", Role::ReadOnly),
+            (Method::GET, "/top/clients", Role::ReadOnly),
             (Method::PUT, "/v1/config", Role::Admin),
             (Method::PATCH, "/v1/config/workers", Role::Admin),
             (Method::DELETE, "/v1/config/workers", Role::Admin),

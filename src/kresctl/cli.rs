@@ -288,6 +288,20 @@ pub enum ApiCommand {
     /// Resolve one query with kresd's request tracing: its answer and kresd's verbose log of
     /// it (the workers' log level is not changed). Needs the admin role.
     Trace(super::commands::trace::TraceArgs),
+    /// The most frequent clients, names, failing names or types among the workers' recent
+    /// answers (the query log, `monitoring.query-log`).
+    Top(super::commands::query_log::TopArgs),
+    /// The workers' recent answers (the query log), filtered; `--follow` prints them as they
+    /// come.
+    Querylog(super::commands::query_log::QuerylogArgs),
+    /// The forward targets and the upstream addresses the workers used recently, with their
+    /// round-trip times.
+    Upstreams {
+        /// Print the API's JSON.
+        #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
+              value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
+        format: OutputFormat,
+    },
     /// Show the RPZ zones kept by zone transfer: serial, last transfer, next refresh, expiry.
     Rpz {
         /// Print the API's JSON instead of a table.

@@ -109,10 +109,34 @@ pub enum Request<'a> {
         rr_type: &'a str,
         timeout: std::time::Duration,
     },
+    /// The query log's newest answers; the query string (`client=…&limit=…`) given.
+    QueryLog {
+        query: &'a str,
+    },
+    /// The query log's answers as they come, filtered by the query string given.
+    QueryLogStream {
+        query: &'a str,
+    },
+    /// The forward targets and upstreams used recently.
+    Upstreams,
+    /// A top list of the query log: its kind and the query string (`window=…&limit=…`).
+    Top {
+        kind: &'a str,
+        query: &'a str,
+    },
     /// The event stream, after the event `last_event_id` names or from now on.
     Events {
         last_event_id: Option<&'a str>,
     },
+}
+
+/// `path?query`, or `path` for an empty query.
+fn with_query(path: &str, query: &str) -> String {
+    if query.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{query}")
+    }
 }
 
 impl Request<'_> {
@@ -128,6 +152,10 @@ impl Request<'_> {
             | Request::UpgradeStatus
             | Request::Rpz
             | Request::Trace { .. }
+            | Request::QueryLog { .. }
+            | Request::QueryLogStream { .. }
+            | Request::Top { .. }
+            | Request::Upstreams
             | Request::Events { .. } => Method::GET,
             Request::SetConfig { .. } | Request::ReplaceConfig { .. } => Method::PUT,
             Request::DeleteConfig { .. } => Method::DELETE,
@@ -179,6 +207,10 @@ impl Request<'_> {
                 percent_encoded(rr_type),
                 timeout.as_secs_f64()
             ),
+            Request::QueryLog { query } => with_query("/query-log", query),
+            Request::QueryLogStream { query } => with_query("/query-log/stream", query),
+            Request::Top { kind, query } => with_query(&format!("/top/{kind}"), query),
+            Request::Upstreams => "/upstreams".into(),
             Request::Events { .. } => "/events".into(),
         }
     }
@@ -354,6 +386,21 @@ mod tests {
                     timeout: std::time::Duration::from_millis(2500),
                 },
                 "GET /trace/a%20b%2Fc./AAAA?timeout=2.5",
+            ),
+            (
+                Request::QueryLog { query: "limit=5" },
+                "GET /query-log?limit=5",
+            ),
+            (
+                Request::QueryLogStream { query: "" },
+                "GET /query-log/stream",
+            ),
+            (
+                Request::Top {
+                    kind: "clients",
+                    query: "window=5m",
+                },
+                "GET /top/clients?window=5m",
             ),
             (Request::Upgrade, "POST /upgrade"),
             (

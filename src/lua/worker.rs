@@ -36,6 +36,7 @@ pub fn render_worker_with(cfg: &KresConfig, ctx: &RenderContext) -> String {
         sections::logging(&mut out, cfg, "kresd");
         dnstap(&mut out, cfg);
         section(&mut out, "MONITORING");
+        query_log(&mut out, cfg);
         control_socket(&mut out, cfg);
         if cfg.monitoring.metrics == MetricsMode::Always {
             line!(&mut out, "modules.load('stats')");
@@ -119,6 +120,35 @@ fn dnstap(out: &mut String, cfg: &KresConfig) {
     line!(out, "        log_tcp_rtt = {}", boolean(dnstap.log_tcp_rtt));
     line!(out, "    }}");
     line!(out, "}})");
+}
+
+/// `monitoring.query-log`: kresd's dnstap module sending every answer, and the query it
+/// answers, to the manager's query-log socket, each frame carrying the worker's instance as
+/// its identity. kresd connects and shakes hands at `dnstap.config`; when that fails (no
+/// reader) the worker logs it, unloads the module and serves without it. Answers go through
+/// fstrm's queue and its own thread: a slow or stopped reader costs dropped entries, never a
+/// delayed answer. `logging.dnstap` (upstream's) has the one dnstap stream when enabled.
+fn query_log(out: &mut String, cfg: &KresConfig) {
+    if !cfg.monitoring.query_log.enabled || cfg.logging.dnstap.enable {
+        return;
+    }
+    let socket = cfg.rundir.join(crate::query_log::SOCKET_FILE);
+    line!(out, "-- monitoring.query-log");
+    line!(out, "modules.load('dnstap')");
+    line!(out, "do");
+    line!(
+        out,
+        "\tlocal ok, err = pcall(dnstap.config, {{ socket_path = {}, identity = os.getenv('SYSTEMD_INSTANCE') or '', client = {{ log_queries = true, log_responses = true }} }})",
+        quote_path(&socket)
+    );
+    line!(out, "\tif not ok then");
+    line!(
+        out,
+        "\t\tlog_warn(ffi.C.LOG_GRP_SYSTEM, 'query log unavailable: ' .. tostring(err))"
+    );
+    line!(out, "\t\tmodules.unload('dnstap')");
+    line!(out, "\tend");
+    line!(out, "end");
 }
 
 /// The control socket in `<rundir>/control/$SYSTEMD_INSTANCE` (the rundir from the

@@ -7,9 +7,11 @@ pub mod change;
 pub mod events;
 pub mod failures;
 pub mod processes;
+pub mod query_log;
 pub mod rpz;
 pub mod trace;
 pub mod upgrade;
+pub mod upstreams;
 
 /// A record read back as JSON text: `None` when it is longer than `max` bytes or does not
 /// parse (records come from a file descriptor another process filled).

@@ -142,6 +142,7 @@ impl Fixture {
             events: EventLog::new("test"),
             control_plane: Default::default(),
             kresd_version: Default::default(),
+            query_log: Default::default(),
         };
         Fixture {
             state,

@@ -41,6 +41,12 @@ pub(super) fn monitoring() -> ObjectDef {
         Some(""),
         vec![
             f(
+                "query-log",
+                obj(query_log()),
+                json!({}),
+                "The query log: kresd's answers, read by the manager from kresd's dnstap stream and kept in a ring for 'kresctl querylog' and 'kresctl top'. Not in upstream's schema.",
+            ),
+            f(
                 "metrics",
                 Ty::Literal(&["manager-only", "lazy", "always"]),
                 json!("lazy"),
@@ -52,6 +58,22 @@ pub(super) fn monitoring() -> ObjectDef {
                 json!({}),
                 "optionally configures where should graphite metrics be sent to",
             ),
+        ],
+    )
+}
+
+/// `monitoring.query-log`, an extension of ours (upstream has no such key): whether the
+/// workers send their answers to the manager's query log, how many it keeps, and how much of
+/// a client's address it keeps.
+fn query_log() -> ObjectDef {
+    section(
+        "knot_resolver.datamodel.monitoring_schema.QueryLogSchema",
+        Some("The query log kept by the manager from kresd's dnstap stream (not in upstream's schema)."),
+        vec![
+            f("enabled", Ty::Bool, json!(false), "Send every answer of the workers to the manager's query log (kresd's dnstap module, package knot-resolver6-module-dnstap). When 'logging.dnstap' is enabled too, kresd's one dnstap stream goes to that socket and the query log stays empty."),
+            f("entries", int("Int1_1000000", Some(1), Some(1_000_000)), json!(10000), "How many answers the ring keeps; the oldest give way."),
+            f("ipv4-prefix", int("Int0_32", Some(0), Some(32)), json!(32), "How many leading bits of an IPv4 client's address are kept (24: only its /24)."),
+            f("ipv6-prefix", int("Int0_128", Some(0), Some(128)), json!(128), "How many leading bits of an IPv6 client's address are kept (56: only its /56)."),
         ],
     )
 }
@@ -90,9 +112,25 @@ pub struct GraphiteSchema {
     pub tcp: bool,
 }
 
+/// `monitoring.query-log` (ours, not upstream's).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct QueryLogSchema {
+    /// Whether the workers send their answers to the query log.
+    pub enabled: bool,
+    /// The ring's size in answers.
+    pub entries: u32,
+    /// Leading bits kept of an IPv4 client's address.
+    pub ipv4_prefix: u8,
+    /// Leading bits kept of an IPv6 client's address.
+    pub ipv6_prefix: u8,
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct MonitoringSchema {
+    /// The query log (ours).
+    pub query_log: QueryLogSchema,
     pub metrics: MetricsMode,
     pub graphite: GraphiteSchema,
 }

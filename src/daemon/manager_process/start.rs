@@ -284,6 +284,7 @@ impl Running {
             move |inc| task::run(ctx.clone(), inc.number),
         ));
         let sources = task_events(task, started_rx, health_rx.clone(), &stop, &parent);
+        let query_log = start_query_log(&handle, &stop);
         let control_plane = crate::metrics::ControlPlane::follow(&events, stop.child_token());
         let api = ApiState {
             supervisor: parent.handle.clone(),
@@ -301,6 +302,7 @@ impl Running {
             events,
             control_plane,
             kresd_version,
+            query_log,
         };
         let to_serve = ToServe {
             incarnation,
@@ -446,6 +448,44 @@ impl Effects for Running {
         }
         None
     }
+}
+
+/// The query log: its socket bound before the manager task starts any worker, its reader,
+/// and its settings following the configuration. A socket that cannot be bound leaves the
+/// log empty (logged); the workers serve without it.
+fn start_query_log(handle: &ManagerHandle, stop: &CancellationToken) -> crate::query_log::QueryLog {
+    use crate::query_log::{reader, QueryLog, Settings};
+    let settings_of = |loaded: &LoadedConfig| {
+        let model = &loaded.model;
+        Settings::of(&model.monitoring.query_log, model.logging.dnstap.enable)
+    };
+    let mut configs = handle.subscribe();
+    let first = configs.borrow_and_update().clone();
+    let log = QueryLog::new(settings_of(&first));
+    match reader::bind(&first.model.rundir) {
+        Ok(listener) => {
+            tokio::spawn(reader::serve(
+                listener,
+                log.clone(),
+                first.model.rundir.clone(),
+                stop.child_token(),
+            ));
+        }
+        Err(e) => tracing::error!("query log: cannot bind its socket: {e}"),
+    }
+    let follower = log.clone();
+    let stop = stop.child_token();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = configs.changed() => if changed.is_err() { return },
+            }
+            let loaded = configs.borrow_and_update().clone();
+            follower.configure(settings_of(&loaded));
+        }
+    });
+    log
 }
 
 /// The event log of this process, with its first events: the start, and the last upgrade

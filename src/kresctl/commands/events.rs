@@ -115,7 +115,15 @@ impl EventStream {
         let request = Request::Events {
             last_event_id: last,
         };
-        let response = tokio::time::timeout(OPEN_TIMEOUT, client.open(&request))
+        EventStream::open_request(client, &request).await
+    }
+
+    /// Open any route that answers with server-sent events.
+    pub async fn open_request(
+        client: &ApiClient,
+        request: &Request<'_>,
+    ) -> Result<EventStream, ClientError> {
+        let response = tokio::time::timeout(OPEN_TIMEOUT, client.open(request))
             .await
             .map_err(|_| ClientError::Timeout(OPEN_TIMEOUT))??;
         let status = response.status().as_u16();
@@ -129,10 +137,11 @@ impl EventStream {
                 body: response.into_body(),
                 parser: Parser::default(),
             }),
-            200 => Err(ClientError::EventStream(
-                "the answer to /events is not an event stream".into(),
-            )),
-            404 => Err(ClientError::NoEvents),
+            200 => Err(ClientError::EventStream(format!(
+                "the answer to {} is not an event stream",
+                request.path()
+            ))),
+            404 if matches!(request, Request::Events { .. }) => Err(ClientError::NoEvents),
             _ => {
                 let limited = http_body_util::Limited::new(response.into_body(), MAX_LINE);
                 let body = match tokio::time::timeout(OPEN_TIMEOUT, limited.collect()).await {

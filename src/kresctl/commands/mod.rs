@@ -11,6 +11,7 @@ pub mod events;
 pub mod metrics;
 pub mod migrate;
 pub mod processes;
+pub mod query_log;
 pub mod rpz;
 pub mod trace;
 
@@ -217,6 +218,9 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
         ApiCommand::Cache(CacheArgs { op: Some(op) }) => cache::run(client, op).await?,
         ApiCommand::Rpz { format } => rpz::print_zones(client, format).await?,
         ApiCommand::Trace(args) => trace::run(client, args).await?,
+        ApiCommand::Top(args) => query_log::top(client, args).await?,
+        ApiCommand::Querylog(args) => query_log::querylog(client, args).await?,
+        ApiCommand::Upstreams { format } => query_log::upstreams(client, format).await?,
     }
     Ok(())
 }

@@ -182,6 +182,32 @@ pub fn query_udp_wire(
     }
 }
 
+/// Ask over UDP from `source` (any loopback address: 127.0.0.2 … stand for other clients).
+pub fn query_udp_from(
+    source: std::net::IpAddr,
+    server: SocketAddr,
+    name: &str,
+    qtype: u16,
+    timeout: Duration,
+) -> Result<Response> {
+    let id = fastrand_id();
+    let sock =
+        UdpSocket::bind(SocketAddr::new(source, 0)).with_context(|| format!("binding {source}"))?;
+    sock.set_read_timeout(Some(timeout))?;
+    sock.connect(server)?;
+    sock.send(&encode_query(id, name, qtype, false)?)?;
+    let mut buf = vec![0u8; 65535];
+    loop {
+        let n = sock
+            .recv(&mut buf)
+            .with_context(|| format!("no answer from {server} for {name} within {timeout:?}"))?;
+        let r = parse_response(&buf[..n])?;
+        if r.id == id {
+            return Ok(r);
+        }
+    }
+}
+
 /// Ask over UDP with an NSID request.
 pub fn query_udp_nsid(
     server: SocketAddr,

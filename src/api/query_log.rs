@@ -1,0 +1,286 @@
+//! `GET /query-log` (the newest answers, filtered), `GET /query-log/stream` (answers as they
+//! come, as server-sent events), `GET /query-log/status` (the ring, what it received and
+//! missed) and `GET /top/{kind}` (the most frequent clients, names, failing names, types).
+//! All only read the ring (`crate::query_log`); the read-only role may use them.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::sse::{self, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::Stream;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::error::ApiError;
+use super::params::{PathParam, PathValue};
+use super::{json_value, ApiState};
+use crate::query_log::select::{self, Filter, TopKind};
+use crate::wire::query_log::{LoggedAnswer, QueryLogStatus, TopList};
+
+/// Answers `GET /query-log` gives at most.
+const MAX_LIMIT: usize = 100_000;
+/// Live followers at once.
+const MAX_FOLLOWERS: usize = 16;
+
+/// Which answers: every parameter optional.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LogQuery {
+    /// Clients in this network (`192.0.2.0/24`) or with this address.
+    client: Option<String>,
+    /// Names at or below this one (whole labels).
+    name: Option<String>,
+    /// Of this type (`AAAA`, `TYPE65`, `28`).
+    qtype: Option<String>,
+    /// With this rcode (`SERVFAIL`, `NXDOMAIN`, `2`).
+    rcode: Option<String>,
+    /// The newest this many (default 100, at most 100,000).
+    limit: Option<usize>,
+}
+
+impl LogQuery {
+    fn filter(&self) -> Result<Filter, ApiError> {
+        Filter::parse(
+            self.client.as_deref(),
+            self.name.as_deref(),
+            self.qtype.as_deref(),
+            self.rcode.as_deref(),
+        )
+        .map_err(|e| ApiError::BadRequest(e.to_string()))
+    }
+}
+
+/// The newest answers of the query log that pass the filters, oldest first.
+#[utoipa::path(
+    get,
+    path = "/query-log",
+    tag = "query log",
+    params(LogQuery),
+    responses(
+        (status = 200, description = "The answers, oldest first (none: `[]`).", body = Vec<LoggedAnswer>),
+        (status = 400, description = "A filter that does not parse, named.", body = String, content_type = "text/plain"),
+    ),
+)]
+pub(super) async fn query_log_entries(
+    State(state): State<ApiState>,
+    Query(query): Query<LogQuery>,
+) -> Result<Response, ApiError> {
+    let filter = query.filter()?;
+    let limit = query.limit.unwrap_or(100).min(MAX_LIMIT);
+    Ok(json_value(
+        StatusCode::OK,
+        &state.query_log.newest(&filter, limit),
+    ))
+}
+
+/// The answers that pass the filters as they come, as server-sent events: `event: answer`
+/// with the answer's JSON; `event: lagged` with how many were missed when the follower fell
+/// behind (the stream goes on); `event: stopping` when the resolver stops. A comment every
+/// 15 s when nothing else was sent.
+#[utoipa::path(
+    get,
+    path = "/query-log/stream",
+    tag = "query log",
+    params(LogQuery),
+    responses(
+        (status = 200, description = "An endless stream of answers.", body = String, content_type = "text/event-stream"),
+        (status = 400, description = "A filter that does not parse, named.", body = String, content_type = "text/plain"),
+        (status = 503, description = "Too many followers (at most 16 at once).", body = String, content_type = "text/plain"),
+    ),
+)]
+pub(super) async fn query_log_stream(
+    State(state): State<ApiState>,
+    Query(query): Query<LogQuery>,
+) -> Result<Response, ApiError> {
+    let filter = query.filter()?;
+    if state.query_log.followers() >= MAX_FOLLOWERS {
+        return Err(ApiError::Unavailable(format!(
+            "too many followers of the query log (at most {MAX_FOLLOWERS})"
+        )));
+    }
+    let receiver = state.query_log.follow();
+    let messages = answers(receiver, filter, state);
+    Ok(Sse::new(messages)
+        .keep_alive(KeepAlive::new().interval(super::events::KEEP_ALIVE))
+        .into_response())
+}
+
+/// The follower's answers as SSE messages, until the resolver stops.
+fn answers(
+    receiver: tokio::sync::broadcast::Receiver<std::sync::Arc<crate::query_log::Entry>>,
+    filter: Filter,
+    state: ApiState,
+) -> impl Stream<Item = Result<sse::Event, Infallible>> {
+    futures_util::stream::unfold(Some(receiver), move |receiver| {
+        let (filter, state) = (filter.clone(), state.clone());
+        async move {
+            let mut receiver = receiver?;
+            loop {
+                tokio::select! {
+                    () = state.stop.cancelled() => {
+                        let last = sse::Event::default().event("stopping").data("{}");
+                        return Some((Ok(last), None));
+                    }
+                    next = receiver.recv() => match next {
+                        Ok(entry) if filter.matches(&entry) => {
+                            let data = serde_json::to_string(&entry.to_wire()).unwrap_or_default();
+                            let message = sse::Event::default().event("answer").data(data);
+                            return Some((Ok(message), Some(receiver)));
+                        }
+                        Ok(_) => {}
+                        Err(RecvError::Lagged(n)) => {
+                            state.query_log.count_lagged(n);
+                            let notice = sse::Event::default()
+                                .event("lagged")
+                                .data(format!("{{\"missed\":{n}}}"));
+                            return Some((Ok(notice), Some(receiver)));
+                        }
+                        Err(RecvError::Closed) => return None,
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// The query log's state: its ring, what it received, what the workers sent that it missed.
+#[utoipa::path(
+    get,
+    path = "/query-log/status",
+    tag = "query log",
+    responses((status = 200, description = "The query log's state.", body = QueryLogStatus)),
+)]
+pub(super) async fn query_log_status(State(state): State<ApiState>) -> Response {
+    let rundir = state.manager.config().model.rundir.clone();
+    let mut answered = BTreeMap::new();
+    for w in state.query_log.workers_with_baseline() {
+        if let Some(n) = crate::query_log::reader::answered(&rundir, w).await {
+            answered.insert(w, n);
+        }
+    }
+    json_value(StatusCode::OK, &state.query_log.status(&answered))
+}
+
+/// The window and length of a top list.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TopQuery {
+    /// Only answers sent within this long (`30s`, `5m`, `1h`, or seconds); default: the
+    /// whole ring.
+    window: Option<String>,
+    /// At most this many keys (default 10, at most 10,000).
+    limit: Option<usize>,
+}
+
+/// Which top list.
+#[derive(Clone, Copy, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TopListKind {
+    Clients,
+    Names,
+    Servfail,
+    Nxdomain,
+    Bogus,
+    Qtypes,
+}
+
+impl PathValue for TopListKind {
+    fn refused(text: &str) -> ApiError {
+        ApiError::BadRequest(select::SelectError::Kind(text.to_owned()).to_string())
+    }
+}
+
+impl TopListKind {
+    fn kind(self) -> TopKind {
+        match self {
+            TopListKind::Clients => TopKind::Clients,
+            TopListKind::Names => TopKind::Names,
+            TopListKind::Servfail => TopKind::Servfail,
+            TopListKind::Nxdomain => TopKind::Nxdomain,
+            TopListKind::Bogus => TopKind::Bogus,
+            TopListKind::Qtypes => TopKind::Qtypes,
+        }
+    }
+}
+
+/// The most frequent keys among the answers of the ring within the window: clients, names,
+/// names answered SERVFAIL, NXDOMAIN or failing DNSSEC validation (bogus), types. Counts are
+/// exact within the ring.
+#[utoipa::path(
+    get,
+    path = "/top/{kind}",
+    tag = "query log",
+    params(("kind" = inline(TopListKind), Path, description = "Which list."), TopQuery),
+    responses(
+        (status = 200, description = "The list.", body = TopList),
+        (status = 400, description = "An unknown list or a window that does not parse.", body = String, content_type = "text/plain"),
+    ),
+)]
+pub(super) async fn top_list(
+    State(state): State<ApiState>,
+    PathParam(kind): PathParam<TopListKind>,
+    Query(query): Query<TopQuery>,
+) -> Result<Response, ApiError> {
+    let window = query
+        .window
+        .as_deref()
+        .map(parse_window)
+        .transpose()
+        .map_err(ApiError::BadRequest)?;
+    let since_us = window.map(|w| {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        now.saturating_sub(w).as_micros() as u64
+    });
+    let limit = query.limit.unwrap_or(10).min(10_000);
+    let list = state.query_log.with_entries(|entries| {
+        select::top(
+            entries,
+            kind.kind(),
+            since_us,
+            window.map(|w| w.as_secs_f64()),
+            limit,
+        )
+    });
+    Ok(json_value(StatusCode::OK, &list))
+}
+
+/// `30s`, `5m`, `1h`, `1d`, `500ms` or plain seconds.
+pub fn parse_window(text: &str) -> Result<Duration, String> {
+    let bad = || format!("window: '{text}' is not a duration (30s, 5m, 1h, or seconds)");
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().map_err(|_| bad())?;
+    let seconds = match unit {
+        "" | "s" => number,
+        "ms" => number / 1000.0,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        "d" => number * 86_400.0,
+        _ => return Err(bad()),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows() {
+        assert_eq!(parse_window("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_window("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_window("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_window("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["", "m", "5x", "-1s", "1e400"] {
+            assert!(parse_window(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! `kresctl top` and `kresctl querylog`: the query log (`GET /top/{kind}`, `GET /query-log`,
+//! `GET /query-log/stream`) as tables an operator reads in an incident, or the API's JSON;
+//! and `kresctl upstreams` (`GET /upstreams`).
+//! The filters and windows are checked by the resolver, which names what it refuses.
+
+use clap::{ArgAction, Args, ValueEnum};
+
+use super::events::EventStream;
+use crate::kresctl::client::{ApiClient, ClientError};
+use crate::kresctl::output::{self, OutputFormat};
+use crate::kresctl::request::Request;
+use crate::wire::query_log::{LoggedAnswer, TopList};
+use crate::wire::upstreams::Upstreams;
+
+/// Which top list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TopKind {
+    /// Clients by answers.
+    Clients,
+    /// Names by answers.
+    Names,
+    /// Names by SERVFAIL answers.
+    Servfail,
+    /// Names by NXDOMAIN answers.
+    Nxdomain,
+    /// Names by answers that failed DNSSEC validation.
+    Bogus,
+    /// Types by answers.
+    Qtypes,
+}
+
+impl TopKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            TopKind::Clients => "clients",
+            TopKind::Names => "names",
+            TopKind::Servfail => "servfail",
+            TopKind::Nxdomain => "nxdomain",
+            TopKind::Bogus => "bogus",
+            TopKind::Qtypes => "qtypes",
+        }
+    }
+}
+
+/// Whether `querylog` prints the answers kept or follows new ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Kept,
+    Follow,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Which list.
+    #[arg(value_enum)]
+    pub kind: TopKind,
+    /// Only answers sent within this long (30s, 5m, 1h); default: every answer kept.
+    #[arg(long, value_name = "DUR")]
+    pub window: Option<String>,
+    /// At most this many lines.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub limit: usize,
+    /// Print the API's JSON.
+    #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
+          value_parser = super::super::cli::flag(OutputFormat::Json, OutputFormat::Text))]
+    pub format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct QuerylogArgs {
+    /// Keep printing answers as they come.
+    #[arg(id = "follow", long = "follow", action = ArgAction::SetTrue,
+          value_parser = super::super::cli::flag(Mode::Follow, Mode::Kept))]
+    pub mode: Mode,
+    /// Only clients in this network (192.0.2.0/24) or with this address.
+    #[arg(long, value_name = "CIDR")]
+    pub client: Option<String>,
+    /// Only names at or below this one.
+    #[arg(long, value_name = "SUFFIX")]
+    pub name: Option<String>,
+    /// Only this type (A, AAAA, …).
+    #[arg(long, value_name = "T")]
+    pub qtype: Option<String>,
+    /// Only this rcode (NOERROR, SERVFAIL, NXDOMAIN, …).
+    #[arg(long, value_name = "R")]
+    pub rcode: Option<String>,
+    /// The newest this many answers kept (without --follow).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub limit: usize,
+    /// Print each answer as its JSON (one per line with --follow; an array without).
+    #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
+          value_parser = super::super::cli::flag(OutputFormat::Json, OutputFormat::Text))]
+    pub format: OutputFormat,
+}
+
+/// `key=value` pairs as a query string, values percent-encoded.
+fn query_string(pairs: &[(&str, Option<String>)]) -> String {
+    pairs
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v))))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~:/".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `kresctl top KIND`.
+pub async fn top(client: &ApiClient, args: TopArgs) -> Result<(), ClientError> {
+    let query = query_string(&[
+        ("window", args.window),
+        ("limit", Some(args.limit.to_string())),
+    ]);
+    let request = Request::Top {
+        kind: args.kind.as_str(),
+        query: &query,
+    };
+    let value = output::json_body(&client.call(&request).await?.ok()?)?;
+    match args.format {
+        OutputFormat::Json => print!("{}", output::pretty_json(&value)?),
+        OutputFormat::Yaml | OutputFormat::Text => {
+            let list: TopList = serde_json::from_value(value)?;
+            print!("{}", top_table(&list));
+        }
+    }
+    Ok(())
+}
+
+/// A top list as a table: count, share of the answers counted, key.
+fn top_table(list: &TopList) -> String {
+    let window = list.window.map_or_else(
+        || "every answer kept".to_owned(),
+        |w| format!("the last {w} s"),
+    );
+    let mut out = format!("top {} of {} answers ({window})\n", list.kind, list.counted);
+    for e in &list.entries {
+        let share = if list.counted == 0 {
+            0.0
+        } else {
+            e.count as f64 * 100.0 / list.counted as f64
+        };
+        out.push_str(&format!("{:>10} {share:>6.1}%  {}\n", e.count, e.key));
+    }
+    out
+}
+
+/// `kresctl querylog`.
+pub async fn querylog(client: &ApiClient, args: QuerylogArgs) -> Result<(), ClientError> {
+    let mut filters = vec![
+        ("client", args.client),
+        ("name", args.name),
+        ("qtype", args.qtype),
+        ("rcode", args.rcode),
+    ];
+    match args.mode {
+        Mode::Kept => {
+            filters.push(("limit", Some(args.limit.to_string())));
+            let query = query_string(&filters);
+            let value = output::json_body(
+                &client
+                    .call(&Request::QueryLog { query: &query })
+                    .await?
+                    .ok()?,
+            )?;
+            match args.format {
+                OutputFormat::Json => print!("{}", output::pretty_json(&value)?),
+                OutputFormat::Yaml | OutputFormat::Text => {
+                    let answers: Vec<LoggedAnswer> = serde_json::from_value(value)?;
+                    println!("{}", header());
+                    for a in &answers {
+                        println!("{}", line(a));
+                    }
+                }
+            }
+        }
+        Mode::Follow => {
+            let query = query_string(&filters);
+            let request = Request::QueryLogStream { query: &query };
+            let mut stream = EventStream::open_request(client, &request).await?;
+            if args.format == OutputFormat::Text {
+                println!("{}", header());
+            }
+            while let Some(message) = stream.next().await? {
+                match (message.event.as_deref(), args.format) {
+                    (Some("answer"), OutputFormat::Json) => println!("{}", message.data),
+                    (Some("answer"), _) => {
+                        if let Ok(a) = serde_json::from_str::<LoggedAnswer>(&message.data) {
+                            println!("{}", line(&a));
+                        }
+                    }
+                    (Some("lagged"), _) => eprintln!("fell behind: {}", message.data),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `kresctl upstreams`.
+pub async fn upstreams(client: &ApiClient, format: OutputFormat) -> Result<(), ClientError> {
+    let value = output::json_body(&client.call(&Request::Upstreams).await?.ok()?)?;
+    match format {
+        OutputFormat::Json => print!("{}", output::pretty_json(&value)?),
+        OutputFormat::Yaml | OutputFormat::Text => {
+            let u: Upstreams = serde_json::from_value(value)?;
+            for f in &u.forwards {
+                println!(
+                    "forward {} -> {}",
+                    f.subtrees.join(", "),
+                    f.servers.join(", ")
+                );
+            }
+            println!(
+                "{:<45} {:>8} {:>10} {:>10} {:>10}  WORKERS",
+                "UPSTREAM", "SAMPLES", "AVG ms", "MIN ms", "MAX ms"
+            );
+            for a in &u.addresses {
+                println!(
+                    "{:<45} {:>8} {:>10.1} {:>10.1} {:>10.1}  {}",
+                    a.address,
+                    a.samples,
+                    a.rtt_avg_ms,
+                    a.rtt_min_ms,
+                    a.rtt_max_ms,
+                    a.workers.join(",")
+                );
+            }
+            if !u.workers_silent.is_empty() {
+                println!("not answering: {}", u.workers_silent.join(", "));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn header() -> String {
+    format!(
+        "{:<15} {:<39} {:<5} {:<8} {:<9} {:>10} {:>3}  {}",
+        "TIME", "CLIENT", "PROTO", "TYPE", "RCODE", "LATENCY", "AN", "NAME"
+    )
+}
+
+/// One answer as a line of the table.
+fn line(a: &LoggedAnswer) -> String {
+    let secs = a.time.max(0.0);
+    let day = secs % 86_400.0;
+    let time = format!(
+        "{:02}:{:02}:{:06.3}",
+        (day / 3600.0) as u64,
+        (day / 60.0 % 60.0) as u64,
+        day % 60.0
+    );
+    let latency = a
+        .latency_ms
+        .map_or_else(|| "-".to_owned(), |ms| format!("{ms:.3}ms"));
+    format!(
+        "{time:<15} {:<39} {:<5} {:<8} {:<9} {latency:>10} {:>3}  {}",
+        a.client, a.transport, a.qtype, a.rcode, a.answers, a.name
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_strings_are_encoded() {
+        assert_eq!(
+            query_string(&[
+                ("client", Some("2001:db8::/56".into())),
+                ("name", None),
+                ("rcode", Some("a&b c".into())),
+            ]),
+            "client=2001:db8::/56&rcode=a%26b%20c"
+        );
+    }
+
+    #[test]
+    fn answers_read_as_lines() {
+        let a = LoggedAnswer {
+            time: 3661.5,
+            client: "127.0.0.2".into(),
+            transport: "udp".into(),
+            name: "a.test.".into(),
+            qtype: "A".into(),
+            rcode: "NOERROR".into(),
+            latency_ms: Some(0.25),
+            answers: 1,
+            ede: None,
+            worker: None,
+        };
+        let l = line(&a);
+        assert!(l.starts_with("01:01:01.500"), "{l}");
+        assert!(l.ends_with("1  a.test."), "{l}");
+        assert!(l.contains("0.250ms"), "{l}");
+    }
+}

@@ -1,0 +1,407 @@
+//! The query log: the answers kresd's workers send through their dnstap module, kept by the
+//! manager process in a ring for `kresctl querylog` and `kresctl top`.
+//!
+//! The workers connect to `<rundir>/query-log.sock` ([`SOCKET_FILE`]), which the manager
+//! process binds before any worker starts (`reader`). What they send is untrusted: frames
+//! are bounded (`frames`), decoded (`dnstap`) and reduced to an [`Entry`] each; nothing of it
+//! reaches the root. kresd's side never waits for us: its dnstap module hands frames to
+//! libfstrm's queue, written by a thread of its own, and drops what does not fit when the
+//! reader lags; the answers it drops are counted here from the workers' own answer counts
+//! (`QueryLogStatus::missed`).
+//!
+//! `select` answers the readers (filters, top lists); the ring and the live followers are in
+//! [`QueryLog`], a cheap handle the reader and the API share.
+
+pub mod dnstap;
+pub mod frames;
+pub mod reader;
+pub mod select;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::broadcast;
+
+use crate::config::QueryLogSchema;
+use crate::wire::query_log::{LoggedAnswer, QueryLogStatus};
+use dnstap::Transport;
+
+/// The socket in the rundir the workers' dnstap module writes to.
+pub const SOCKET_FILE: &str = "query-log.sock";
+
+/// Answers a live follower may fall behind by before it misses some.
+const LIVE_BACKLOG: usize = 4096;
+
+/// One answer kept: about 100 bytes and its name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// When it was sent, microseconds since the epoch (kresd's clock).
+    pub time_us: u64,
+    /// The client, cut to the configured prefix.
+    pub client: IpAddr,
+    /// How the client asked.
+    pub transport: Transport,
+    /// The question's name, lowercase and absolute.
+    pub name: Box<str>,
+    /// The question's type.
+    pub qtype: u16,
+    /// The answer's (extended) rcode.
+    pub rcode: u16,
+    /// From the query's arrival to the answer, when both times are known.
+    pub latency_us: Option<u64>,
+    /// Records in the answer section.
+    pub answers: u16,
+    /// The Extended DNS Error's info code.
+    pub ede: Option<u16>,
+    /// The worker's number, when it said.
+    pub worker: Option<u32>,
+}
+
+impl Entry {
+    /// As the API shows it.
+    pub fn to_wire(&self) -> LoggedAnswer {
+        LoggedAnswer {
+            time: self.time_us as f64 / 1e6,
+            client: self.client.to_string(),
+            transport: self.transport.as_str().to_owned(),
+            name: self.name.to_string(),
+            qtype: dnstap::qtype_name(self.qtype),
+            rcode: select::rcode_name(self.rcode),
+            latency_ms: self.latency_us.map(|us| us as f64 / 1e3),
+            answers: self.answers,
+            ede: self.ede,
+            worker: self.worker.map(|w| crate::service::WorkerId(w).name()),
+        }
+    }
+}
+
+/// The query log: the ring, its settings, its tallies and the live followers.
+#[derive(Clone)]
+pub struct QueryLog {
+    /// The ring and its tallies.
+    shared: Arc<Shared>,
+    /// New entries, for the live followers.
+    live: broadcast::Sender<Arc<Entry>>,
+}
+
+/// The state behind the handle.
+struct Shared {
+    /// Everything, under one short-held lock.
+    ring: Mutex<Ring>,
+}
+
+/// What the lock guards.
+struct Ring {
+    /// The newest answers, oldest first.
+    entries: VecDeque<Arc<Entry>>,
+    /// What the configuration sets.
+    settings: Settings,
+    /// What was received and missed.
+    tally: Tally,
+}
+
+/// What the configuration sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// Whether the workers are told to send their answers.
+    pub enabled: bool,
+    /// The ring's size.
+    pub capacity: usize,
+    /// Leading bits kept of an IPv4 client's address.
+    pub ipv4_prefix: u8,
+    /// Leading bits kept of an IPv6 client's address.
+    pub ipv6_prefix: u8,
+    /// The workers send their stream elsewhere (upstream's `logging.dnstap`).
+    pub taken_by_dnstap: bool,
+}
+
+impl Settings {
+    /// The settings of a configuration.
+    pub fn of(schema: &QueryLogSchema, dnstap_enabled: bool) -> Settings {
+        Settings {
+            enabled: schema.enabled,
+            capacity: schema.entries as usize,
+            ipv4_prefix: schema.ipv4_prefix,
+            ipv6_prefix: schema.ipv6_prefix,
+            taken_by_dnstap: dnstap_enabled,
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            enabled: false,
+            capacity: 10_000,
+            ipv4_prefix: 32,
+            ipv6_prefix: 128,
+            taken_by_dnstap: false,
+        }
+    }
+}
+
+/// Counts since this manager process started.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Answers kept.
+    received: u64,
+    /// Frames not read.
+    malformed: u64,
+    /// Workers' streams open now.
+    streams: u64,
+    /// Answers live followers fell behind by.
+    followers_lagged: u64,
+    /// Per worker: answers received, and the baseline its misses count from.
+    workers: BTreeMap<u32, WorkerTally>,
+}
+
+/// One worker's answers, received and counted by the worker itself.
+#[derive(Debug, Default, Clone, Copy)]
+struct WorkerTally {
+    /// Answers of this worker kept.
+    received: u64,
+    /// (the worker's answer count, answers received) when the baseline was taken.
+    baseline: Option<(u64, u64)>,
+}
+
+impl Default for QueryLog {
+    fn default() -> QueryLog {
+        QueryLog::new(Settings::default())
+    }
+}
+
+impl QueryLog {
+    pub fn new(settings: Settings) -> QueryLog {
+        let (live, _) = broadcast::channel(LIVE_BACKLOG);
+        QueryLog {
+            shared: Arc::new(Shared {
+                ring: Mutex::new(Ring {
+                    entries: VecDeque::new(),
+                    settings,
+                    tally: Tally::default(),
+                }),
+            }),
+            live,
+        }
+    }
+
+    fn ring(&self) -> MutexGuard<'_, Ring> {
+        // A panic while holding the lock leaves a consistent ring (every step is one push or
+        // pop), so a poisoned lock is taken as it is.
+        self.shared
+            .ring
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Apply a configuration's settings: a smaller ring drops its oldest entries.
+    pub fn configure(&self, settings: Settings) {
+        let mut ring = self.ring();
+        ring.settings = settings;
+        let excess = ring.entries.len().saturating_sub(settings.capacity);
+        ring.entries.drain(..excess);
+        if ring.entries.capacity() > settings.capacity.saturating_mul(2) {
+            ring.entries.shrink_to(settings.capacity);
+        }
+    }
+
+    /// Keep an answer (its client cut to the configured prefix) and tell the followers.
+    pub fn push(&self, mut entry: Entry) {
+        let entry = {
+            let mut ring = self.ring();
+            let settings = ring.settings;
+            let prefix = if entry.client.is_ipv4() {
+                settings.ipv4_prefix
+            } else {
+                settings.ipv6_prefix
+            };
+            entry.client = select::mask(entry.client, prefix);
+            ring.tally.received += 1;
+            if let Some(w) = entry.worker {
+                ring.tally.workers.entry(w).or_default().received += 1;
+            }
+            if ring.entries.len() >= settings.capacity {
+                ring.entries.pop_front();
+            }
+            let entry = Arc::new(entry);
+            ring.entries.push_back(entry.clone());
+            entry
+        };
+        if self.live.receiver_count() > 0 {
+            let _ = self.live.send(entry);
+        }
+    }
+
+    /// A frame that was not read.
+    pub fn count_malformed(&self) {
+        self.ring().tally.malformed += 1;
+    }
+
+    /// A worker's stream opened (`1`) or closed (`-1`).
+    fn count_stream(&self, delta: i64) {
+        let mut ring = self.ring();
+        ring.tally.streams = ring.tally.streams.saturating_add_signed(delta);
+    }
+
+    /// Followers lagged behind by `n` answers.
+    pub fn count_lagged(&self, n: u64) {
+        self.ring().tally.followers_lagged += n;
+    }
+
+    /// Whether worker `w` has its baseline.
+    fn has_baseline(&self, w: u32) -> bool {
+        self.ring()
+            .tally
+            .workers
+            .get(&w)
+            .is_some_and(|t| t.baseline.is_some())
+    }
+
+    /// Worker `w` counted `answered` answers now: its misses count from here.
+    fn set_baseline(&self, w: u32, answered: u64) {
+        let mut ring = self.ring();
+        let tally = ring.tally.workers.entry(w).or_default();
+        tally.baseline = Some((answered, tally.received));
+    }
+
+    /// The workers whose misses can be counted.
+    pub fn workers_with_baseline(&self) -> Vec<u32> {
+        self.ring()
+            .tally
+            .workers
+            .iter()
+            .filter(|(_, t)| t.baseline.is_some())
+            .map(|(w, _)| *w)
+            .collect()
+    }
+
+    /// Run `f` over the entries, oldest first, under the lock (keep it short).
+    pub fn with_entries<T>(&self, f: impl FnOnce(&mut dyn Iterator<Item = &Entry>) -> T) -> T {
+        let ring = self.ring();
+        let mut iter = ring.entries.iter().map(|e| &**e);
+        f(&mut iter)
+    }
+
+    /// The newest `limit` entries that `filter` passes, oldest first.
+    pub fn newest(&self, filter: &select::Filter, limit: usize) -> Vec<LoggedAnswer> {
+        let ring = self.ring();
+        let mut out: Vec<LoggedAnswer> = ring
+            .entries
+            .iter()
+            .rev()
+            .filter(|e| filter.matches(e))
+            .take(limit)
+            .map(|e| e.to_wire())
+            .collect();
+        out.reverse();
+        out
+    }
+
+    /// Every answer from now on.
+    pub fn follow(&self) -> broadcast::Receiver<Arc<Entry>> {
+        self.live.subscribe()
+    }
+
+    /// Live followers now.
+    pub fn followers(&self) -> usize {
+        self.live.receiver_count()
+    }
+
+    /// The status; `answered` is each worker's own answer count now (for the misses).
+    pub fn status(&self, answered: &BTreeMap<u32, u64>) -> QueryLogStatus {
+        let ring = self.ring();
+        let s = ring.settings;
+        let missed = ring
+            .tally
+            .workers
+            .iter()
+            .filter_map(|(w, t)| {
+                let (base_answered, base_received) = t.baseline?;
+                let answered = answered.get(w)?.saturating_sub(base_answered);
+                Some(answered.saturating_sub(t.received - base_received))
+            })
+            .sum();
+        let inactive_reason = if s.enabled && s.taken_by_dnstap {
+            Some("logging.dnstap is enabled: kresd's one dnstap stream goes to its socket".into())
+        } else {
+            None
+        };
+        QueryLogStatus {
+            enabled: s.enabled,
+            inactive_reason,
+            capacity: s.capacity as u64,
+            held: ring.entries.len() as u64,
+            received: ring.tally.received,
+            malformed: ring.tally.malformed,
+            streams: ring.tally.streams,
+            missed,
+            workers_counted: ring
+                .tally
+                .workers
+                .values()
+                .filter(|t| t.baseline.is_some())
+                .count() as u64,
+            followers_lagged: ring.tally.followers_lagged,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(client: &str, worker: Option<u32>) -> Entry {
+        Entry {
+            time_us: 1,
+            client: client.parse().unwrap(),
+            transport: Transport::Udp,
+            name: "a.test.".into(),
+            qtype: 1,
+            rcode: 0,
+            latency_us: Some(1500),
+            answers: 1,
+            ede: None,
+            worker,
+        }
+    }
+
+    #[test]
+    fn the_ring_keeps_the_newest_and_cuts_clients() {
+        let log = QueryLog::new(Settings {
+            capacity: 3,
+            ipv4_prefix: 24,
+            ipv6_prefix: 56,
+            ..Settings::default()
+        });
+        for i in 1..=5 {
+            log.push(entry(&format!("192.0.2.{i}"), Some(0)));
+        }
+        log.push(entry("2001:db8:1:2::9", Some(0)));
+        let all = log.newest(&select::Filter::default(), 10);
+        assert_eq!(all.len(), 3);
+        assert_eq!(all[0].client, "192.0.2.0");
+        assert_eq!(all[2].client, "2001:db8:1::");
+        assert_eq!(all[2].latency_ms, Some(1.5));
+        log.configure(Settings {
+            capacity: 1,
+            ..Settings::default()
+        });
+        assert_eq!(log.newest(&select::Filter::default(), 10).len(), 1);
+        assert_eq!(log.status(&BTreeMap::new()).received, 6);
+    }
+
+    #[test]
+    fn misses_count_from_the_baseline() {
+        let log = QueryLog::default();
+        log.push(entry("127.0.0.2", Some(1)));
+        log.set_baseline(1, 10);
+        for _ in 0..5 {
+            log.push(entry("127.0.0.2", Some(1)));
+        }
+        // The worker answered 8 since its baseline; 5 reached the log.
+        assert_eq!(log.status(&BTreeMap::from([(1, 18)])).missed, 3);
+        assert_eq!(log.workers_with_baseline(), vec![1]);
+        assert!(!log.has_baseline(0));
+    }
+}

@@ -1,0 +1,79 @@
+//! What the query log's routes answer (`GET /query-log`, `/query-log/stream`,
+//! `/query-log/status`, `/top/{kind}`), shared by the API and kresctl.
+
+use serde::{Deserialize, Serialize};
+
+/// One answer of the query log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LoggedAnswer {
+    /// When the answer was sent, seconds since the epoch (microsecond precision).
+    pub time: f64,
+    /// The client's address, cut to the configured prefix (`/24` keeps `192.0.2.0`).
+    pub client: String,
+    /// `udp`, `tcp`, `dot`, `doh`, `doq` or `other`.
+    pub transport: String,
+    /// The question's name, lowercase and absolute.
+    pub name: String,
+    /// The question's type (`A`, `TYPE65280`).
+    pub qtype: String,
+    /// The answer's rcode (`NOERROR`, `SERVFAIL`, …).
+    pub rcode: String,
+    /// From the query's arrival to the answer, in milliseconds, when kresd told both.
+    pub latency_ms: Option<f64>,
+    /// Records in the answer section.
+    pub answers: u16,
+    /// The Extended DNS Error's info code, when the answer carries one (6: DNSSEC bogus).
+    pub ede: Option<u16>,
+    /// The worker that answered (`kresd0`), when it said.
+    pub worker: Option<String>,
+}
+
+/// One line of a top list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TopEntry {
+    /// The client, name or type.
+    pub key: String,
+    /// Answers that had it, within the window and the ring.
+    pub count: u64,
+}
+
+/// A top list: the most frequent keys of the answers within the window, exact within the
+/// ring (the ring holds the last `entries` answers; an older one is counted by no list).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TopList {
+    /// `clients`, `names`, `servfail`, `nxdomain`, `bogus` or `qtypes`.
+    pub kind: String,
+    /// The window in seconds; `null`: the whole ring.
+    pub window: Option<f64>,
+    /// Answers the list was counted from (in the window, of the kind).
+    pub counted: u64,
+    /// Keys by descending count (ties by key).
+    pub entries: Vec<TopEntry>,
+}
+
+/// What the query log holds and has seen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct QueryLogStatus {
+    /// Whether the configuration has the workers send their answers.
+    pub enabled: bool,
+    /// Why no answer comes although `enabled`, if that is known.
+    pub inactive_reason: Option<String>,
+    /// The ring's size.
+    pub capacity: u64,
+    /// Answers in the ring now.
+    pub held: u64,
+    /// Answers received since this manager process started.
+    pub received: u64,
+    /// Frames that were not dnstap answers or queries this log reads.
+    pub malformed: u64,
+    /// Workers' streams open now.
+    pub streams: u64,
+    /// Answers the workers sent that never reached the log (kresd drops an entry when the
+    /// reader lags; the answer itself is never delayed): per worker, the answers it counted
+    /// minus those received, since its stream was first read by this manager process.
+    pub missed: u64,
+    /// Workers whose misses are counted (their answer count known since their stream began).
+    pub workers_counted: u64,
+    /// Answers the live streams' followers lagged behind and did not get.
+    pub followers_lagged: u64,
+}

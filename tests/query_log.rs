@@ -1,0 +1,614 @@
+//! The query log end to end on real kresd: its dnstap module streams every answer to the
+//! manager process, whose ring answers `kresctl top` and `kresctl querylog`; clients are the
+//! loopback addresses 127.0.0.2 … 127.0.0.9 asking known numbers of queries. A stopped
+//! reader costs log entries, counted, and never an answer.
+//!
+//! Also the configuration (`monitoring.query-log`) and the Lua it renders, without a bed.
+
+mod common;
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use common::{Resolver, Setup, DNS_TIMEOUT};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::{json, Value};
+use testbed::dns;
+use testbed::load::{Load, LoadSpec};
+
+/// How long the log may take to show what was answered (a generous bound, never a figure).
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// A resolver with the query log on (`more`: further lines of `monitoring.query-log`), local
+/// data under `qlog.test` and a forward of `dead.test` to a loopback port nobody answers on.
+fn resolver(name: &'static str, more: &str) -> Resolver {
+    common::start(&setup(name, more)).expect("start")
+}
+
+/// The setup of [`resolver`].
+fn setup(name: &'static str, more: &str) -> Setup {
+    let dead = testbed::free_port().expect("port");
+    let extra = format!(
+        "monitoring:\n  query-log:\n    enabled: true\n{more}local-data:\n  records: |\n    a.qlog.test. 60 A 192.0.2.1\n    b.qlog.test. 60 A 192.0.2.2\n    c.qlog.test. 60 A 192.0.2.3\n    a.qlog.test. 60 AAAA 2001:db8::1\n    load.qlog.test. 60 A 192.0.2.9\n    marker.qlog.test. 60 A 192.0.2.10\nforward:\n  - subtree: dead.test\n    servers: ['127.0.0.1@{dead}']\n"
+    );
+    Setup::new(name).extra(&extra)
+}
+
+fn client(i: u8) -> IpAddr {
+    IpAddr::from([127, 0, 0, i])
+}
+
+fn ask(r: &Resolver, from: IpAddr, name: &str, qtype: u16) -> dns::Response {
+    dns::query_udp_from(from, r.dns(), name, qtype, DNS_TIMEOUT).expect("answer")
+}
+
+/// `kresctl ARGS` as JSON.
+fn kresctl_json(r: &Resolver, args: &[&str]) -> Value {
+    let out = r.kresctl(args).expect("kresctl");
+    assert!(
+        out.status.success(),
+        "kresctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// `GET path` as JSON.
+fn get(r: &Resolver, path: &str) -> Value {
+    let resp = r.http("GET", path, b"").expect("GET");
+    assert_eq!(resp.status, 200, "{path}: {}", resp.text());
+    serde_json::from_slice(&resp.body).expect("JSON")
+}
+
+/// Poll the log's status until `done` accepts it (within [`SETTLE`]).
+fn wait_status(r: &Resolver, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let status = get(r, "/query-log/status");
+        if done(&status) {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "{what}: {status}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A top list as (key, count) pairs.
+fn pairs(list: &Value) -> Vec<(String, u64)> {
+    list["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| {
+            (
+                e["key"].as_str().expect("key").to_owned(),
+                e["count"].as_u64().expect("count"),
+            )
+        })
+        .collect()
+}
+
+/// The (client, name, qtype, rcode) of the answers of a `querylog --json`.
+fn rows(answers: &Value) -> Vec<(String, String, String, String)> {
+    answers
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|a| {
+            let s = |k: &str| a[k].as_str().expect(k).to_owned();
+            (s("client"), s("name"), s("qtype"), s("rcode"))
+        })
+        .collect()
+}
+
+#[test]
+fn top_lists_and_filters_count_real_answers() {
+    let r = resolver("qlog-top", "");
+    // 127.0.0.(2+k) asks 9-k times (9, 8, … 2: 44 answers), cycling through a, b, c.qlog.test A.
+    let names = ["a.qlog.test.", "b.qlog.test.", "c.qlog.test."];
+    for i in 2..=9u8 {
+        for q in 0..(11 - i) {
+            let resp = ask(&r, client(i), names[usize::from(q) % 3], dns::TYPE_A);
+            assert_eq!(resp.rcode, dns::RCODE_NOERROR);
+        }
+    }
+    // Three AAAA from 127.0.0.9; three SERVFAILs from 127.0.0.8 under the dead forward.
+    for _ in 0..3 {
+        ask(&r, client(9), "a.qlog.test.", dns::TYPE_AAAA);
+    }
+    for name in ["x.dead.test.", "x.dead.test.", "y.dead.test."] {
+        assert_eq!(
+            ask(&r, client(8), name, dns::TYPE_A).rcode,
+            dns::RCODE_SERVFAIL
+        );
+    }
+    wait_status(&r, "50 answers logged", |s| {
+        s["received"].as_u64() >= Some(50)
+    });
+
+    // Clients: 127.0.0.8 asked 3 + 3, 127.0.0.9 2 + 3; ties by address.
+    let clients = kresctl_json(&r, &["top", "clients", "--json", "--limit", "8"]);
+    let expected: Vec<(String, u64)> = [
+        ("127.0.0.2", 9),
+        ("127.0.0.3", 8),
+        ("127.0.0.4", 7),
+        ("127.0.0.5", 6),
+        ("127.0.0.8", 6),
+        ("127.0.0.6", 5),
+        ("127.0.0.9", 5),
+        ("127.0.0.7", 4),
+    ]
+    .iter()
+    .map(|(k, c)| ((*k).to_owned(), *c))
+    .collect();
+    assert_eq!(pairs(&clients), expected);
+    assert_eq!(clients["counted"], 50);
+
+    // Names: each client's q-th query asked names[q % 3]: a 3+3+3+2+2+2+1+1 = 17 (+3 AAAA),
+    // b 3+3+2+2+2+1+1+1 = 15, c 3+2+2+2+1+1+1+0 = 12.
+    let top_names = kresctl_json(&r, &["top", "names", "--json", "--limit", "3"]);
+    assert_eq!(
+        pairs(&top_names),
+        vec![
+            ("a.qlog.test.".to_owned(), 20),
+            ("b.qlog.test.".to_owned(), 15),
+            ("c.qlog.test.".to_owned(), 12),
+        ]
+    );
+    let servfail = kresctl_json(&r, &["top", "servfail", "--json"]);
+    assert_eq!(
+        pairs(&servfail),
+        vec![
+            ("x.dead.test.".to_owned(), 2),
+            ("y.dead.test.".to_owned(), 1)
+        ]
+    );
+    let qtypes = kresctl_json(&r, &["top", "qtypes", "--json"]);
+    assert_eq!(
+        pairs(&qtypes),
+        vec![("A".to_owned(), 47), ("AAAA".to_owned(), 3)]
+    );
+    // A window of an hour holds them all; the bogus list has none.
+    let windowed = kresctl_json(&r, &["top", "clients", "--json", "--window", "1h"]);
+    assert_eq!(windowed["counted"], 50);
+    assert_eq!(
+        kresctl_json(&r, &["top", "bogus", "--json"])["entries"],
+        json!([])
+    );
+
+    // The query log, filtered by client, suffix, type and rcode.
+    let of_9 = kresctl_json(&r, &["querylog", "--json", "--client", "127.0.0.9"]);
+    assert_eq!(of_9.as_array().map(Vec::len), Some(5));
+    let aaaa = kresctl_json(&r, &["querylog", "--json", "--qtype", "AAAA"]);
+    assert_eq!(
+        rows(&aaaa),
+        vec![
+            (
+                "127.0.0.9".into(),
+                "a.qlog.test.".into(),
+                "AAAA".into(),
+                "NOERROR".into()
+            );
+            3
+        ]
+    );
+    let dead = kresctl_json(
+        &r,
+        &[
+            "querylog",
+            "--json",
+            "--name",
+            "dead.test",
+            "--rcode",
+            "servfail",
+        ],
+    );
+    assert_eq!(
+        rows(&dead),
+        vec![
+            (
+                "127.0.0.8".into(),
+                "x.dead.test.".into(),
+                "A".into(),
+                "SERVFAIL".into()
+            ),
+            (
+                "127.0.0.8".into(),
+                "x.dead.test.".into(),
+                "A".into(),
+                "SERVFAIL".into()
+            ),
+            (
+                "127.0.0.8".into(),
+                "y.dead.test.".into(),
+                "A".into(),
+                "SERVFAIL".into()
+            ),
+        ]
+    );
+    let net = kresctl_json(
+        &r,
+        &[
+            "querylog",
+            "--json",
+            "--client",
+            "127.0.0.0/29",
+            "--name",
+            "b.qlog.test",
+            "--limit",
+            "2",
+        ],
+    );
+    // 127.0.0.0/29 holds .2 … .7; of their b answers the newest two are .6's and .7's.
+    assert_eq!(
+        rows(&net).iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
+        ["127.0.0.6", "127.0.0.7"]
+    );
+    // Every answer has a latency and an answer count.
+    let one = &kresctl_json(
+        &r,
+        &[
+            "querylog",
+            "--json",
+            "--client",
+            "127.0.0.2",
+            "--limit",
+            "1",
+        ],
+    )[0];
+    assert!(one["latency_ms"].as_f64().is_some(), "{one}");
+    assert_eq!(one["answers"], 1);
+    assert_eq!(one["transport"], "udp");
+
+    // Bad filters are named.
+    let out = r
+        .kresctl(&["querylog", "--client", "300.1.2.3"])
+        .expect("kresctl");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("'300.1.2.3'"));
+    let out = r
+        .kresctl(&["top", "names", "--window", "soon"])
+        .expect("kresctl");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("window: 'soon'"));
+    r.stop();
+}
+
+#[test]
+fn client_addresses_can_be_kept_as_prefixes() {
+    let r = resolver("qlog-prefix", "    ipv4-prefix: 24\n");
+    ask(&r, client(7), "a.qlog.test.", dns::TYPE_A);
+    ask(&r, client(9), "a.qlog.test.", dns::TYPE_A);
+    wait_status(&r, "2 answers", |s| s["received"].as_u64() >= Some(2));
+    let clients = kresctl_json(&r, &["top", "clients", "--json"]);
+    assert_eq!(pairs(&clients), vec![("127.0.0.0".to_owned(), 2)]);
+    r.stop();
+}
+
+/// The manager process (the reader of the workers' streams).
+fn manager_pid(r: &Resolver) -> i32 {
+    let pids = r.pids_named("kres-manager");
+    assert_eq!(pids.len(), 1, "{:?}", r.launched.tree());
+    pids[0]
+}
+
+/// Resident memory of `pid`, in KiB.
+fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS")
+}
+
+#[test]
+fn a_stopped_reader_costs_log_entries_never_answers() {
+    let r = resolver("qlog-stopped", "");
+    let manager = manager_pid(&r);
+    ask(&r, client(2), "a.qlog.test.", dns::TYPE_A);
+    wait_status(&r, "the worker's misses counted", |s| {
+        s["workers_counted"].as_u64() >= Some(1)
+    });
+    let rss_before = rss_kib(manager);
+
+    // 2,000 queries a second; the reader is stopped for 10,000 answers (5 s), then the load
+    // goes on for 16,000 more (8 s).
+    let rate = 2000;
+    let mut spec = LoadSpec::new(r.dns(), rate, "load.qlog.test.");
+    spec.max_queries = u64::from(rate) * 16;
+    spec.max_duration = Duration::from_secs(30);
+    let load = Load::start(spec.clone()).expect("load");
+    assert!(load.wait_answers(4000, SETTLE), "load runs");
+    kill(Pid::from_raw(manager), Signal::SIGSTOP).expect("SIGSTOP");
+    let stopped_at = load.elapsed();
+    let answered_at_stop = load.answered();
+    let resumed = load.wait_answers(10_000, SETTLE);
+    kill(Pid::from_raw(manager), Signal::SIGCONT).expect("SIGCONT");
+    assert!(resumed, "answers went on while the reader was stopped");
+    let resumed_at = load.elapsed();
+    let answered_at_resume = load.answered();
+    let ran_on = load.wait_answers(16_000, SETTLE);
+    assert!(
+        ran_on,
+        "load runs on: {answered_at_stop} answered at the stop, {answered_at_resume} at the resume, {} now after {:.1?}",
+        load.answered(),
+        load.elapsed()
+    );
+    let report = load.stop();
+    eprintln!("load: {report}");
+    assert_eq!(report.lost, 0, "queries lost: {report}");
+    assert_eq!(report.answered, report.sent);
+
+    // The stream comes back: an answer after the load reaches the log.
+    ask(&r, client(3), "marker.qlog.test.", dns::TYPE_A);
+    let deadline = Instant::now() + SETTLE;
+    while kresctl_json(&r, &["querylog", "--json", "--name", "marker.qlog.test"])
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
+        assert!(Instant::now() < deadline, "the log never showed the marker");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Every answer is either received or counted as missed. The worker's count was taken
+    // once while its first answer (the one above) may still have been on its way, so the
+    // sum is the answers given within one.
+    let total = report.answered + 2;
+    let status = wait_status(&r, "received + missed = answered", |s| {
+        s["received"].as_u64().unwrap_or(0) + s["missed"].as_u64().unwrap_or(0) + 1 >= total
+    });
+    eprintln!("status after the stop: {status}");
+    let missed = status["missed"].as_u64().unwrap_or(0);
+    assert!(
+        missed > 0,
+        "a reader stopped for 10,000 answers missed none: {status}"
+    );
+    let accounted = status["received"].as_u64().unwrap_or(0) + missed;
+    assert!(
+        accounted.abs_diff(total) <= 1,
+        "{accounted} of {total}: {status}"
+    );
+
+    // Figures, not asserted: latency before, during and after the stop; the ring's memory;
+    // `kresctl top` on a full ring.
+    let window = |from: Duration, to: Duration| {
+        report
+            .latency(from, to)
+            .map_or_else(|| "none".to_owned(), |p| p.to_string())
+    };
+    eprintln!(
+        "latency before the stop: {}",
+        window(Duration::ZERO, stopped_at)
+    );
+    eprintln!(
+        "latency while stopped:   {}",
+        window(stopped_at, resumed_at)
+    );
+    eprintln!(
+        "latency after:           {}",
+        window(resumed_at, report.elapsed)
+    );
+    let held = status["held"].as_u64().unwrap_or(0);
+    eprintln!(
+        "manager RSS: {rss_before} KiB before, {} KiB with {held} entries held",
+        rss_kib(manager)
+    );
+    let began = Instant::now();
+    let top = kresctl_json(&r, &["top", "names", "--json"]);
+    eprintln!(
+        "kresctl top names over {} entries: {:.1?}",
+        top["counted"],
+        began.elapsed()
+    );
+    r.stop();
+}
+
+#[test]
+fn the_configuration_renders_the_dnstap_module_for_the_query_log() {
+    use knot_resolver::config::{validate, PathChecks, ValidationContext};
+    let ctx = ValidationContext {
+        resolve_root: "/".into(),
+        checks: PathChecks::Lenient,
+        logtarget_arg: Default::default(),
+    };
+    let render = |doc: Value| {
+        let cfg = validate(&doc, &ctx).expect("valid");
+        knot_resolver::lua::render_worker(&cfg)
+    };
+    let off = render(json!({"rundir": "/run/kr"}));
+    assert!(!off.contains("dnstap"), "off by default");
+    let on = render(json!({"rundir": "/run/kr", "monitoring": {"query-log": {"enabled": true}}}));
+    assert!(on.contains("modules.load('dnstap')"), "{on}");
+    assert!(
+        on.contains("socket_path = '/run/kr/query-log.sock'"),
+        "{on}"
+    );
+    // Upstream's own dnstap keeps kresd's one stream.
+    let both = render(json!({
+        "rundir": "/run/kr",
+        "monitoring": {"query-log": {"enabled": true}},
+        "logging": {"dnstap": {"enable": true, "unix-socket": "/run/tap.sock"}}
+    }));
+    assert_eq!(both.matches("modules.load('dnstap')").count(), 1, "{both}");
+    assert!(both.contains("/run/tap.sock") && !both.contains("query-log.sock"));
+    // Bounds are named.
+    for (doc, path) in [
+        (
+            json!({"monitoring": {"query-log": {"entries": 0}}}),
+            "/monitoring/query-log/entries",
+        ),
+        (
+            json!({"monitoring": {"query-log": {"ipv4-prefix": 33}}}),
+            "/monitoring/query-log/ipv4-prefix",
+        ),
+        (
+            json!({"monitoring": {"query-log": {"size": 3}}}),
+            "/monitoring/query-log",
+        ),
+    ] {
+        let err = validate(&doc, &ctx).expect_err("invalid").to_string();
+        assert!(err.contains(path), "{err}");
+    }
+}
+
+#[test]
+fn answers_are_followed_live() {
+    let r = resolver("qlog-follow", "");
+    let mut stream =
+        testbed::http::EventStream::open(&r.api, "/query-log/stream?client=127.0.0.4&qtype=A", &[])
+            .expect("stream");
+    // kresctl follows the same stream, as JSON lines.
+    let mut follower = std::process::Command::new(common::KRESCTL)
+        .arg("-s")
+        .arg(&r.api)
+        .args(["querylog", "--follow", "--json", "--name", "b.qlog.test"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("kresctl");
+    let stdout = follower.stdout.take().expect("stdout");
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // Until both followers are seen to receive (kresctl's stream opens on its own time).
+    let deadline = Instant::now() + SETTLE;
+    let followed = loop {
+        ask(&r, client(3), "a.qlog.test.", dns::TYPE_A);
+        ask(&r, client(4), "a.qlog.test.", dns::TYPE_AAAA);
+        ask(&r, client(4), "b.qlog.test.", dns::TYPE_A);
+        if let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
+            break line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kresctl querylog --follow printed nothing"
+        );
+    };
+    let followed: Value = serde_json::from_str(&followed).expect("a JSON line");
+    assert_eq!(followed["name"], "b.qlog.test.");
+    // The API's stream passed only 127.0.0.4's A answers: b.qlog.test, every time.
+    let message = stream.next(SETTLE).expect("stream").expect("a message");
+    assert_eq!(message.event.as_deref(), Some("answer"));
+    let answer: Value = serde_json::from_str(&message.data).expect("JSON");
+    assert_eq!(
+        (
+            answer["client"].as_str(),
+            answer["name"].as_str(),
+            answer["qtype"].as_str()
+        ),
+        (Some("127.0.0.4"), Some("b.qlog.test."), Some("A"))
+    );
+    follower.kill().expect("kill");
+    follower.wait().expect("wait");
+    r.stop();
+}
+
+#[test]
+fn the_stream_comes_back_after_the_manager_process_is_replaced() {
+    let r = resolver("qlog-restart", "");
+    let workers = r.pids_named("kresd");
+    kill(Pid::from_raw(manager_pid(&r)), Signal::SIGKILL).expect("SIGKILL");
+    r.launched
+        .output
+        .wait_for("serving the API again", common::START_TIMEOUT)
+        .expect("a new manager process");
+    assert_eq!(r.pids_named("kresd"), workers, "the workers stay");
+    // kresd reconnects on its own: ask until an answer reaches the new reader's log (the
+    // answers before that are dropped by kresd, not delayed).
+    let deadline = Instant::now() + SETTLE;
+    let mut asked = 0u64;
+    loop {
+        assert_eq!(
+            ask(&r, client(5), "marker.qlog.test.", dns::TYPE_A).rcode,
+            dns::RCODE_NOERROR
+        );
+        asked += 1;
+        let logged = kresctl_json(&r, &["querylog", "--json", "--client", "127.0.0.5"]);
+        if logged.as_array().is_some_and(|a| !a.is_empty()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the log stayed empty after {asked} answers"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("the stream was back after {asked} answers");
+    r.stop();
+}
+
+#[test]
+fn the_operators_own_dnstap_socket_keeps_kresds_stream() {
+    use knot_resolver::query_log::{dnstap, frames};
+    // The operator's dnstap reader: shakes hands and reports the first answer's name.
+    let bed = testbed::Bed::get().expect("bed");
+    let dir = bed.test_dir("qlog-operator-tap").expect("dir");
+    let listener = std::os::unix::net::UnixListener::bind(dir.host("tap.sock")).expect("bind");
+    let (names_tx, names) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            listener.set_nonblocking(true).expect("nonblocking");
+            let listener = tokio::net::UnixListener::from_std(listener).expect("listener");
+            let (mut stream, _) = listener.accept().await.expect("kresd connects");
+            frames::accept(&mut stream).await.expect("handshake");
+            while let Ok(Some(frame)) = frames::read_frame(&mut stream).await {
+                match frame {
+                    frames::Frame::Data(data) => {
+                        if let Ok(dnstap::Decoded::Response(r)) = dnstap::decode(&data) {
+                            let _ = names_tx.send(r.name);
+                        }
+                    }
+                    // kresd's stop waits for this answer.
+                    frames::Frame::Control(c) if c.kind == frames::ControlKind::Stop => {
+                        let _ = frames::finish(&mut stream).await;
+                        return;
+                    }
+                    frames::Frame::Control(_) => {}
+                }
+            }
+        });
+    });
+    let tap = dir.bed("tap.sock");
+    let r = common::start(&setup("qlog-operator", "").logging(&format!(
+        "  level: notice\n  dnstap:\n    enable: true\n    unix-socket: {}\n    log-responses: true\n",
+        tap.display()
+    )))
+    .expect("start");
+    // Until the operator's reader sees an answer (the first ones may precede its handshake).
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        ask(&r, client(6), "c.qlog.test.", dns::TYPE_A);
+        if let Ok(name) = names.recv_timeout(Duration::from_millis(200)) {
+            assert_eq!(name, "c.qlog.test.");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the operator's socket got no answer"
+        );
+    }
+    // The query log says why it stays empty.
+    let status = get(&r, "/query-log/status");
+    assert_eq!(status["received"], 0, "{status}");
+    assert!(
+        status["inactive_reason"]
+            .as_str()
+            .is_some_and(|why| why.contains("logging.dnstap")),
+        "{status}"
+    );
+    r.stop();
+}
