@@ -4,8 +4,8 @@
 //! Every route is registered once, in `routes()`, with its OpenAPI description (`openapi`).
 //!
 //! Handlers by family: `status` (`/`, probes), `config` (`/v1/config`), `control` (reload,
-//! renew, drain, stop, cache), `upgrade`, `events`, `stats` (`/metrics`), `schema`, `fault`
-//! (fault injection) and the process table here. What they share: `responses` (the answers
+//! renew, drain, stop, cache), `upgrade`, `events`, `stats` (`/metrics`), `schema`, `ui` (the
+//! status page), `fault` (fault injection) and the process table here. What they share: `responses` (the answers
 //! several routes give, each described once), `params` (typed path parameters), `error`
 //! (`ApiError`), and around every route `guard`, `roles`, `admission` and `server`.
 
@@ -27,6 +27,7 @@ pub mod schema;
 pub mod server;
 pub mod stats;
 pub mod status;
+pub mod ui;
 pub mod upgrade;
 
 use axum::extract::State;
@@ -134,7 +135,12 @@ pub fn routes(faults: fault::FaultInjection) -> OpenApiRouter<ApiState> {
         .routes(routes!(stats::metrics_json))
         .routes(routes!(stats::metrics_prometheus))
         .routes(routes!(control::cache_clear))
-        .routes(routes!(rpz::zones));
+        .routes(routes!(rpz::zones))
+        .routes(routes!(ui::page))
+        .routes(routes!(ui::script))
+        .routes(routes!(ui::style))
+        .routes(routes!(ui::icon))
+        .routes(routes!(ui::whoami));
     match faults {
         fault::FaultInjection::Off => registered,
         fault::FaultInjection::On => registered

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod processes;
 pub mod rpz;
+pub mod ui;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -194,6 +195,7 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
             format,
             last_event_id,
         } => events::follow(client, format, last_event_id.as_deref()).await?,
+        ApiCommand::Ui { listen } => ui::serve(client.clone(), listen).await?,
         ApiCommand::Metrics {
             view: MetricsView::Summary,
             interval,
