@@ -126,7 +126,10 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
         Some(etag.as_str()),
         "the page shows the running configuration's ETag"
     );
-    assert_eq!(browser.text_of("role").expect("role").as_deref(), Some("admin"));
+    assert_eq!(
+        browser.text_of("role").expect("role").as_deref(),
+        Some("admin")
+    );
     assert_clean(&browser, &origin);
 
     // A worker killed is shown restarted: another pid, one restart.
@@ -258,7 +261,9 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
         )
         .expect("cache clear answered");
     assert!(
-        result.as_str().is_some_and(|t| t.starts_with("/cache/clear: 200")),
+        result
+            .as_str()
+            .is_some_and(|t| t.starts_with("/cache/clear: 200")),
         "{result}"
     );
     println!(
@@ -349,13 +354,15 @@ fn over_tcp_a_reader_sees_no_admin_controls_and_is_refused_their_actions() {
         )
         .expect("answered");
     assert!(
-        refused.as_str().is_some_and(|t| t.starts_with("/reload: 403")),
+        refused
+            .as_str()
+            .is_some_and(|t| t.starts_with("/reload: 403")),
         "{refused}"
     );
-    let cleared = r.launched.output.wait_for(
-        "refused: POST /reload needs the admin role",
-        START_TIMEOUT,
-    );
+    let cleared = r
+        .launched
+        .output
+        .wait_for("refused: POST /reload needs the admin role", START_TIMEOUT);
     assert!(cleared.is_ok(), "the refusal is logged");
     let page = browser
         .run("return document.documentElement.outerHTML;", &[])
@@ -402,7 +409,9 @@ fn over_tcp_a_reader_sees_no_admin_controls_and_is_refused_their_actions() {
         )
         .expect("answered");
     assert!(
-        reloaded.as_str().is_some_and(|t| t.starts_with("/reload: 200")),
+        reloaded
+            .as_str()
+            .is_some_and(|t| t.starts_with("/reload: 200")),
         "{reloaded}"
     );
     let value: Value = browser

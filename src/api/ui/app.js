@@ -309,7 +309,9 @@ function drawChart() {
   ctx.fillStyle = style.color;
   ctx.font = '11px sans-serif';
   ctx.fillText(max.toFixed(0) + ' q/s', 4, 12);
-  ctx.fillText('last ' + (CHART_SAMPLES * METRICS_INTERVAL_MS) / 60000 + ' min', width - 70, height - 4);
+  ctx.textAlign = 'right';
+  ctx.fillText('last ' + (CHART_SAMPLES * METRICS_INTERVAL_MS) / 60000 + ' min', width - 4, 12);
+  ctx.textAlign = 'left';
   ctx.strokeStyle = '#2d6cdf';
   ctx.lineWidth = 2;
   ctx.beginPath();

@@ -50,8 +50,7 @@ pub async fn serve(client: ApiClient, listen: SocketAddr) -> Result<(), ClientEr
         crate::kresctl::client::authority(&bound.ip().to_string(), bound.port())
     );
     let client = std::sync::Arc::new(client);
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -77,14 +76,23 @@ pub async fn serve(client: ApiClient, listen: SocketAddr) -> Result<(), ClientEr
 }
 
 /// A browser's request, checked and passed on to the API; the API's answer as it comes.
-async fn pass_on(client: &ApiClient, bound: SocketAddr, request: Request<Incoming>) -> Response<Body> {
+async fn pass_on(
+    client: &ApiClient,
+    bound: SocketAddr,
+    request: Request<Incoming>,
+) -> Response<Body> {
     if let Err(why) = check_origin(request.headers(), bound) {
         return plain(StatusCode::FORBIDDEN, why);
     }
     let (parts, body) = request.into_parts();
     let body = match Limited::new(body, MAX_BODY).collect().await {
         Ok(collected) => collected.to_bytes(),
-        Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large\n"),
+        Err(_) => {
+            return plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is too large\n",
+            )
+        }
     };
     let path = parts
         .uri

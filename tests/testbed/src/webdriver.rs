@@ -306,6 +306,9 @@ mod tests {
         assert_eq!(decode_base64("aGVsbG8=").expect("b64"), b"hello");
         assert_eq!(decode_base64("aGk=").expect("b64"), b"hi");
         assert_eq!(decode_base64("YWJj").expect("b64"), b"abc");
-        assert_eq!(dechunk("3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").expect("chunks"), "abcde");
+        assert_eq!(
+            dechunk("3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").expect("chunks"),
+            "abcde"
+        );
     }
 }
