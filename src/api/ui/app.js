@@ -9,6 +9,7 @@ const PROCESS_REFRESH_MS = 15000;
 const CHART_SAMPLES = 60;
 const EVENTS_SHOWN = 50;
 const CHANGES_SHOWN = 20;
+const TRANSPORTS = ['udp', 'tcp', 'dot', 'doh', 'doq', 'xdp'];
 const RCODES = [['NOERROR', ['noerror', 'nodata']], ['NXDOMAIN', ['nxdomain']],
   ['SERVFAIL', ['servfail']]];
 
@@ -261,7 +262,8 @@ function sumStats(stats) {
   for (const worker of Object.values(stats)) {
     const request = (worker && worker.request) || {};
     const answer = (worker && worker.answer) || {};
-    sum.total += Number(request.total) || 0;
+    // Queries from clients, by transport (`total` counts kresd's own internal requests too).
+    for (const transport of TRANSPORTS) sum.total += Number(request[transport]) || 0;
     sum.answers += Number(answer.total) || 0;
     sum.cached += Number(answer.cached) || 0;
     for (const [name, keys] of RCODES) {
