@@ -205,7 +205,7 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
             "q/s above zero",
             SHOWN,
             "const q = parseFloat(document.getElementById('qps').textContent); \
-             return q > 0 ? q : null;",
+             return q > 0 ? [q, document.getElementById('p50').textContent] : null;",
         )
         .expect("traffic shown");
     println!(
@@ -215,7 +215,12 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
     sending.store(false, Ordering::Relaxed);
     sender.join().expect("sender");
     let sent = sent.load(Ordering::Relaxed);
-    println!("the page showed {busy} q/s while {sent} queries were sent");
+    let (busy, p50) = (
+        busy[0].clone(),
+        busy[1].as_str().unwrap_or_default().to_owned(),
+    );
+    assert!(p50.starts_with("≤ "), "a median latency is shown: {p50}");
+    println!("the page showed {busy} q/s (latency p50 {p50}) while {sent} queries were sent");
     browser
         .wait_until(
             "every answer counted",

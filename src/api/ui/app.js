@@ -10,6 +10,10 @@ const CHART_SAMPLES = 60;
 const EVENTS_SHOWN = 50;
 const CHANGES_SHOWN = 20;
 const TRANSPORTS = ['udp', 'tcp', 'dot', 'doh', 'doq', 'xdp'];
+// kresd's latency bins (answers per bin, not cumulative) and their upper bounds.
+const LATENCY_BINS = [['1ms', '1 ms'], ['10ms', '10 ms'], ['50ms', '50 ms'], ['100ms', '100 ms'],
+  ['250ms', '250 ms'], ['500ms', '500 ms'], ['1000ms', '1 s'], ['1500ms', '1.5 s'],
+  ['slow', '> 1.5 s']];
 const RCODES = [['NOERROR', ['noerror', 'nodata']], ['NXDOMAIN', ['nxdomain']],
   ['SERVFAIL', ['servfail']]];
 
@@ -19,6 +23,7 @@ const page = {
   lastEventId: null,
   processes: [],
   processTimer: null,
+  trace: null, // the trace route, when the resolver has one
   lastStats: null, // { at, total, rcodes: {NOERROR: n, ...} }
   samples: [],
   applied: 0,
@@ -195,6 +200,7 @@ function onEvent(kind, record, replayed) {
       break;
     default:
       if (kind.startsWith('process-')) processesChanged();
+      else if (kind.startsWith('rpz-') && !replayed) refreshRpz().catch(showProblem);
   }
 }
 
@@ -257,8 +263,9 @@ async function follow(from) {
 // ---- traffic -----------------------------------------------------------------------------
 
 function sumStats(stats) {
-  const sum = { total: 0, answers: 0, cached: 0, rcodes: {} };
+  const sum = { total: 0, answers: 0, cached: 0, rcodes: {}, bins: {} };
   for (const [name] of RCODES) sum.rcodes[name] = 0;
+  for (const [bin] of LATENCY_BINS) sum.bins[bin] = 0;
   for (const worker of Object.values(stats)) {
     const request = (worker && worker.request) || {};
     const answer = (worker && worker.answer) || {};
@@ -266,6 +273,7 @@ function sumStats(stats) {
     for (const transport of TRANSPORTS) sum.total += Number(request[transport]) || 0;
     sum.answers += Number(answer.total) || 0;
     sum.cached += Number(answer.cached) || 0;
+    for (const [bin] of LATENCY_BINS) sum.bins[bin] += Number(answer[bin]) || 0;
     for (const [name, keys] of RCODES) {
       for (const key of keys) sum.rcodes[name] += Number(answer[key]) || 0;
     }
@@ -296,9 +304,42 @@ async function refreshMetrics() {
     return row;
   });
   $('rcodes').tBodies[0].replaceChildren(...rows);
+  const deltas = LATENCY_BINS.map(([bin]) => Math.max(now.bins[bin] - before.bins[bin], 0));
+  $('p50').textContent = percentile(deltas, 0.5);
+  $('p99').textContent = percentile(deltas, 0.99);
   page.samples.push(qps);
   if (page.samples.length > CHART_SAMPLES) page.samples.shift();
   drawChart();
+}
+
+// The upper bound of the bin that holds the `q` quantile of the answers counted in `deltas`.
+function percentile(deltas, q) {
+  const count = deltas.reduce((a, b) => a + b, 0);
+  if (count === 0) return '–';
+  let seen = 0;
+  for (let i = 0; i < deltas.length; i += 1) {
+    seen += deltas[i];
+    if (seen >= q * count) return '≤ ' + LATENCY_BINS[i][1];
+  }
+  return LATENCY_BINS[LATENCY_BINS.length - 1][1];
+}
+
+// ---- RPZ zones ---------------------------------------------------------------------------
+
+async function refreshRpz() {
+  const zones = await json('/rpz');
+  const rows = (Array.isArray(zones) ? zones : []).map((z) => {
+    const row = el('tr');
+    row.dataset.zone = z.zone;
+    const last = z.last_transfer;
+    const transfer = last ? last.kind + ' ' + last.result + ' at ' + clock(last.time)
+      + (last.error ? ': ' + last.error : '') : '–';
+    [z.zone, z.serial ?? '–', transfer, z.next_refresh ? clock(z.next_refresh) : '–',
+      z.expired ? 'yes' : 'no'].forEach((text) => row.appendChild(el('td', text)));
+    return row;
+  });
+  $('rpz').tBodies[0].replaceChildren(...rows);
+  $('rpz-panel').hidden = rows.length === 0;
 }
 
 function drawChart() {
@@ -376,7 +417,10 @@ function renderGeneric(container, title, value) {
 // never asked (a 404 would be a console error for nothing).
 async function insightRoutes() {
   const doc = await json('/openapi.json');
-  const paths = Object.keys((doc && doc.paths) || {}).filter((p) => !p.includes('{'));
+  const all = Object.keys((doc && doc.paths) || {});
+  page.trace = all.find((p) => p === '/trace' || p.startsWith('/trace/'));
+  $('trace-form').hidden = !page.trace || page.role !== 'admin';
+  const paths = all.filter((p) => !p.includes('{'));
   const first = (prefix) => paths.find((p) => p === prefix || p.startsWith(prefix + '/'));
   return [[first('/top'), 'top', 'Top'], [first('/querylog'), 'querylog', 'Query log']]
     .filter(([path]) => path);
@@ -391,6 +435,25 @@ async function refreshInsight(routes) {
     shown = true;
   }
   $('insight-panel').hidden = !shown;
+}
+
+// One query traced (admins): `/trace/{name}/{type}`-like routes get the name and type in
+// the path, a `/trace` route without parameters a JSON body.
+async function trace() {
+  const name = $('trace-name').value.trim();
+  const type = $('trace-type').value.trim() || 'A';
+  const out = $('trace-result');
+  out.textContent = '…';
+  let response;
+  if (page.trace.includes('{')) {
+    const path = page.trace.replace(/\{name\}/, encodeURIComponent(name))
+      .replace(/\{[a-z_]*type\}/, encodeURIComponent(type));
+    response = await api(path);
+  } else {
+    response = await api(page.trace, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ name, type }) });
+  }
+  out.textContent = response.status + '\n' + (await response.text()).slice(0, 100000);
 }
 
 // ---- start -------------------------------------------------------------------------------
@@ -415,6 +478,7 @@ async function start() {
   await refreshProcesses().catch(showProblem);
   follow(who.events_from);
   refreshMetrics().catch(showProblem);
+  refreshRpz().catch(showProblem);
   setInterval(() => refreshMetrics().catch(showProblem), METRICS_INTERVAL_MS);
   setInterval(() => refreshProcesses().catch(showProblem), PROCESS_REFRESH_MS);
   // Uptimes move on between reads of the table.
@@ -432,6 +496,10 @@ document.addEventListener('DOMContentLoaded', () => {
     page.token = $('token').value.trim();
     $('token').value = '';
     start();
+  });
+  $('trace-form').addEventListener('submit', (event) => {
+    event.preventDefault();
+    trace().catch(showProblem);
   });
   $('reload').addEventListener('click', () => control('/reload'));
   $('cache-clear').addEventListener('click', () => control('/cache/clear', {}));
