@@ -989,3 +989,59 @@ async fn readers_cannot_take_the_event_streams_kept_for_admins() {
     let (status, _body) = open_as(peer(1000, 20)).await;
     assert_eq!(status, StatusCode::OK);
 }
+
+/// The status page's files need no token (they hold no data; the page asks for the token),
+/// carry a Content-Security-Policy that allows this origin only, and still pass the Host and
+/// Origin checks; `/ui/whoami` needs a token and tells its role.
+#[tokio::test]
+async fn the_status_page_loads_without_a_token_and_whoami_tells_the_role() {
+    let f = Fixture::with_tokens().await;
+    for path in ["/ui", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"] {
+        let response = f.respond(over_tcp(None, request("GET", path))).await;
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let csp = response
+            .headers()
+            .get("content-security-policy")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            csp.starts_with("default-src 'none'; script-src 'self'; style-src 'self'; "),
+            "{path}: {csp}"
+        );
+        let r = Reply::read(response).await;
+        assert!(!r.body.is_empty(), "{path}");
+        assert!(!r.text().contains("secret"), "{path}");
+    }
+    let mut rebinding = over_tcp(None, request("GET", "/ui"));
+    rebinding
+        .headers_mut()
+        .insert("host", "evil.example:5000".parse().expect("header"));
+    assert_eq!(
+        f.send(rebinding).await.status,
+        StatusCode::MISDIRECTED_REQUEST
+    );
+    let r = f.send(over_tcp(None, request("GET", "/ui/whoami"))).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    let r = f.send(over_tcp(None, request("POST", "/ui"))).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "only reads are public");
+    for (token, role) in [("reader-secret", "read-only"), ("admin-secret", "admin")] {
+        let r = f
+            .send(over_tcp(Some(token), request("GET", "/ui/whoami")))
+            .await;
+        assert_eq!(r.status, StatusCode::OK);
+        let who = r.json();
+        assert_eq!(who["role"], role);
+        assert_eq!(who["workers"], 1);
+        assert!(
+            who["etag"].as_str().is_some_and(|e| e.starts_with('"')),
+            "{who}"
+        );
+        assert!(
+            who["events_from"]
+                .as_str()
+                .is_some_and(|e| e.ends_with("-0")),
+            "{who}"
+        );
+    }
+}

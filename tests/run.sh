@@ -23,6 +23,10 @@ fi
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc
 fi
+# The status page is tested in headless Chromium over WebDriver (tests/ui_browser.rs).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
+fi
 # The package test (tests/package.rs) builds a .deb: cargo-deb, installed once into a cache
 # outside the clone (dist/debian/cargo-deb.sh), and dpkg-shlibdeps for its dependencies.
 if ! command -v dpkg-shlibdeps >/dev/null; then

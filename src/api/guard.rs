@@ -255,9 +255,12 @@ fn forbidden_text(request: &Request, needed: Role, granted: Option<Role>) -> Str
 /// goes on only when that role may make it; refusals are logged.
 pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
     let peer = request.extensions().get::<Peer>();
+    let public = roles::public(request.method(), request.uri().path());
     let granted = match peer {
         Some(Peer::Tcp(addr)) => match guard.tcp.admit(&request) {
             Ok(role) => Some(role),
+            // The status page's files need no token; Host and Origin were checked.
+            Err((StatusCode::UNAUTHORIZED, _)) if public => None,
             Err((status, why)) => {
                 tracing::warn!(
                     "API {} {} from {addr} refused: {}",
@@ -270,6 +273,9 @@ pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next
         },
         other => guard.unix.role_of(other),
     };
+    if public {
+        return next.run(request).await;
+    }
     let needed = roles::needed(request.method(), request.uri().path());
     if let Some(role) = granted.filter(|role| *role >= needed) {
         // Handlers that share something between roles (`/events`) read it.

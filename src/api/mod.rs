@@ -4,8 +4,9 @@
 //! Every route is registered once, in `routes()`, with its OpenAPI description (`openapi`).
 //!
 //! Handlers by family: `status` (`/`, probes), `config` (`/v1/config`), `control` (reload,
-//! renew, drain, stop, cache), `trace` (one query traced), `upgrade`, `events`, `stats`
-//! (`/metrics`), `schema`, `fault` (fault injection) and the process table here. What they share: `responses` (the answers
+//! renew, drain, stop, cache), `trace` (one query traced), `query_log` and `upstreams` (what
+//! the workers answered, and whom they asked), `upgrade`, `events`, `stats` (`/metrics`),
+//! `schema`, `ui` (the status page), `fault` (fault injection) and the process table here. What they share: `responses` (the answers
 //! several routes give, each described once), `params` (typed path parameters), `error`
 //! (`ApiError`), and around every route `guard`, `roles`, `admission` and `server`.
 
@@ -29,6 +30,7 @@ pub mod server;
 pub mod stats;
 pub mod status;
 pub mod trace;
+pub mod ui;
 pub mod upgrade;
 pub mod upstreams;
 
@@ -145,7 +147,12 @@ pub fn routes(faults: fault::FaultInjection) -> OpenApiRouter<ApiState> {
         .routes(routes!(query_log::query_log_stream))
         .routes(routes!(query_log::query_log_status))
         .routes(routes!(query_log::top_list))
-        .routes(routes!(upstreams::upstreams));
+        .routes(routes!(upstreams::upstreams))
+        .routes(routes!(ui::page))
+        .routes(routes!(ui::script))
+        .routes(routes!(ui::style))
+        .routes(routes!(ui::icon))
+        .routes(routes!(ui::whoami));
     match faults {
         fault::FaultInjection::Off => registered,
         fault::FaultInjection::On => registered

@@ -68,7 +68,18 @@ const READ_ROUTES: &[Route] = &[
     Route::Exact("/query-log/status"),
     Route::Below("/top/"),
     Route::Exact("/upstreams"),
+    Route::Exact("/ui/whoami"),
 ];
+
+/// The files of the status page (`api::ui`): they carry no data, so any client the guard
+/// lets through on Host and Origin gets them, with no token and no role (a browser loads the
+/// page before it can ask for the token).
+const PUBLIC_ROUTES: &[&str] = &["/ui", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"];
+
+/// Whether a request reads a file of the status page, which needs no role.
+pub fn public(method: &Method, path: &str) -> bool {
+    (method == Method::GET || method == Method::HEAD) && PUBLIC_ROUTES.contains(&path)
+}
 
 /// The role a request needs: [`Role::ReadOnly`] for a `GET` or `HEAD` of a route in
 /// [`READ_ROUTES`], [`Role::Admin`] for anything else.
@@ -175,10 +186,17 @@ mod tests {
             (Method::GET, "/debug/panic-manager", Role::Admin),
             (Method::GET, "/v1/configuration", Role::Admin),
             (Method::GET, "/metricsx", Role::Admin),
+            (Method::GET, "/ui/whoami", Role::ReadOnly),
+            (Method::POST, "/ui/whoami", Role::Admin),
         ];
         for (method, path, role) in rows {
             assert_eq!(needed(method, path), *role, "{method} {path}");
         }
+        assert!(public(&Method::GET, "/ui/app.js"));
+        assert!(public(&Method::HEAD, "/ui"));
+        assert!(!public(&Method::POST, "/ui"));
+        assert!(!public(&Method::GET, "/ui/whoami"));
+        assert!(!public(&Method::GET, "/ui/"));
     }
 
     fn unix(uid: u32, gid: u32, groups: &[u32]) -> Peer {

@@ -260,6 +260,16 @@ pub enum ApiCommand {
         #[arg(long, value_name = "ID")]
         last_event_id: Option<String>,
     },
+    /// Serve the status page (the API's /ui) on a loopback address for as long as kresctl
+    /// runs, passing requests on to the API with kresctl's own bearer token (from
+    /// KRES_API_TOKEN_FILE or KRES_API_READ_ONLY_TOKEN_FILE), so a browser reaches an API on a
+    /// unix socket. Anyone on this host who can reach the address acts with kresctl's role.
+    Ui {
+        /// The loopback address and port to listen on (port 0: any free port; the URL is
+        /// printed).
+        #[arg(long, value_name = "ADDRESS:PORT", default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+    },
     /// Print the workers' metrics (JSON, or Prometheus text).
     Metrics {
         /// Print the Prometheus text exposition instead of JSON.

@@ -217,6 +217,7 @@ impl ClientError {
 }
 
 /// The management API of one resolver, as kresctl asks it.
+#[derive(Clone)]
 pub struct ApiClient {
     /// Where the API listens; each request opens its own connection there.
     target: Target,
@@ -260,6 +261,24 @@ impl ApiClient {
         &self,
         request: &Request<'_>,
     ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
+        let mut req = hyper::Request::builder()
+            .method(request.method())
+            .uri(request.path())
+            .header("content-type", "application/json");
+        for (name, value) in request.headers() {
+            req = req.header(name, value);
+        }
+        let req = req.body(Full::new(Bytes::from(request.body()?)))?;
+        self.send(req).await
+    }
+
+    /// Send `request` as it is (`kresctl ui` passes a browser's requests on), with the
+    /// `Host` of the API and the bearer token kresctl reads from the files the environment
+    /// names, if any, in place of one the request carries.
+    pub async fn send(
+        &self,
+        mut request: hyper::Request<Full<Bytes>>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
         let (host, io): (String, Box<dyn IoStream>) = match &self.target {
             Target::Unix(p) => {
                 let s = tokio::net::UnixStream::connect(p).await.map_err(|source| {
@@ -286,20 +305,28 @@ impl ApiClient {
         tokio::spawn(async move {
             let _ = conn.await;
         });
-        let mut req = hyper::Request::builder()
-            .method(request.method())
-            .uri(request.path())
-            .header("host", host)
-            .header("content-type", "application/json");
-        for (name, value) in request.headers() {
-            req = req.header(name, value);
-        }
+        let headers = request.headers_mut();
+        headers.insert(
+            hyper::header::HOST,
+            hyper::header::HeaderValue::from_str(&host)
+                .map_err(|e| ClientError::Invalid(e.to_string()))?,
+        );
         if let Some(token) = bearer_token()? {
-            req = req.header("authorization", format!("Bearer {token}"));
+            headers.insert(
+                hyper::header::AUTHORIZATION,
+                hyper::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                    .map_err(|e| ClientError::Invalid(e.to_string()))?,
+            );
         }
-        let req = req.body(Full::new(Bytes::from(request.body()?)))?;
-        Ok(sender.send_request(req).await?)
+        Ok(sender.send_request(request).await?)
     }
+}
+
+/// Whether kresctl has a bearer token of its own (the environment names a token file).
+pub fn has_token_file() -> bool {
+    [TOKEN_FILE_VAR, READ_ONLY_TOKEN_FILE_VAR]
+        .iter()
+        .any(|var| std::env::var_os(var).is_some_and(|p| !p.is_empty()))
 }
 
 /// What to do when the API cannot be reached: upstream's question whether the resolver runs,

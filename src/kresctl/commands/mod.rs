@@ -14,6 +14,7 @@ pub mod processes;
 pub mod query_log;
 pub mod rpz;
 pub mod trace;
+pub mod ui;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -200,6 +201,7 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
             format,
             last_event_id,
         } => events::follow(client, format, last_event_id.as_deref()).await?,
+        ApiCommand::Ui { listen } => ui::serve(client.clone(), listen).await?,
         ApiCommand::Metrics {
             view: MetricsView::Summary,
             interval,

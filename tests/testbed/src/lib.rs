@@ -17,6 +17,7 @@ pub mod machine;
 pub mod notify;
 pub mod podman;
 pub mod procs;
+pub mod webdriver;
 
 use std::ffi::{OsStr, OsString};
 use std::net::{TcpListener, UdpSocket};

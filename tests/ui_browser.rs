@@ -1,0 +1,463 @@
+//! The status page (`GET /ui`) in a real browser: headless Chromium over WebDriver, against
+//! the real daemon and real kresd. The browser reaches loopback only; its network log shows
+//! every request the page made, its console every error.
+//!
+//! Over the unix socket, through `kresctl ui`: the page loads with no console error and no
+//! request to another host, shows the workers and the configuration's ETag, shows a worker
+//! killed with SIGKILL restarted, follows the q/s of queries sent during the test (up, then
+//! down when they stop), shows a
+//! refused reload with its reason (a configuration value full of `<`, `>`, `"`, `'` and `&`,
+//! shown literally, running nothing), and lets the admin clear the cache. Over TCP with
+//! bearer tokens: the page asks for the token (never in a URL or the page), a reader sees no
+//! admin controls and the API refuses the reader's actions, an admin sees and uses them.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Setup, DNS_TIMEOUT, KRESCTL, START_TIMEOUT};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::{json, Value};
+use testbed::webdriver::Browser;
+use testbed::{dns, Bed};
+
+const RECORDS: &str = "local-data:\n  records: |\n    ui.test. 300 A 192.0.2.7\n";
+
+/// How long the page may take to show something the API already says.
+const SHOWN: Duration = Duration::from_secs(30);
+
+/// The issue's bound: a worker killed is shown restarted within this.
+const RESTART_SHOWN: Duration = Duration::from_secs(2);
+
+/// A value a configuration refuses, quoted back in the refusal's reason: every character
+/// HTML gives a meaning to, and a script that would mark the page if it ran.
+const HOSTILE: &str = r#"<img src=x onerror="window.pwned=1">'&"#;
+
+/// The requests that went to another host than `origin` (the browser's own pages, such as
+/// the new tab it starts with, are no network requests).
+fn foreign(urls: &[String], origin: &str) -> Vec<String> {
+    const INTERNAL: [&str; 4] = ["chrome://", "chrome-untrusted://", "about:", "data:"];
+    urls.iter()
+        .filter(|u| !u.starts_with(&format!("{origin}/")))
+        .filter(|u| !INTERNAL.iter().any(|scheme| u.starts_with(scheme)))
+        .cloned()
+        .collect()
+}
+
+/// The browser's console errors and the page's requests to other hosts: none.
+fn assert_clean(browser: &Browser, origin: &str) -> usize {
+    let errors = browser.console_errors().expect("console log");
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    let urls = browser.requested_urls().expect("network log");
+    let foreign = foreign(&urls, origin);
+    assert!(foreign.is_empty(), "requests to other hosts: {foreign:#?}");
+    urls.len()
+}
+
+/// CPU time (user + system) `pid` has used so far, in clock ticks.
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let after_name = stat.rsplit_once(')').expect("stat format").1;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // utime and stime: fields 14 and 15 of stat(5), 12 and 13 after the name.
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+/// The text of a cell of a process's row.
+fn cell(browser: &Browser, name: &str, class: &str) -> Option<String> {
+    browser
+        .run(
+            "const c = document.querySelector(`#processes tr[data-name=\"${arguments[0]}\"] td.${arguments[1]}`); \
+             return c ? c.textContent : null;",
+            &[json!(name), json!(class)],
+        )
+        .expect("script")
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[test]
+fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
+    let r = common::start(&Setup::new("ui-page").workers(2).extra(RECORDS)).expect("start");
+    let mut ui = Command::new(KRESCTL)
+        .arg("-s")
+        .arg(&r.api)
+        .args(["ui", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kresctl ui");
+    let mut line = String::new();
+    BufReader::new(ui.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("kresctl ui prints its address");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    let origin = url.trim_end_matches("/ui").to_owned();
+    let refused = Command::new(KRESCTL)
+        .arg("-s")
+        .arg(&r.api)
+        .args(["ui", "--listen", "192.0.2.1:8453"])
+        .output()
+        .expect("kresctl ui");
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("loopback addresses only"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    let browser = Browser::start(&r.dir.host("browser")).expect("browser");
+    browser.open(&url).expect("page");
+    browser
+        .wait_until(
+            "both workers shown ready",
+            SHOWN,
+            "return document.getElementById('workers-ready').textContent === '2' \
+             && document.getElementById('workers-configured').textContent === '2';",
+        )
+        .expect("workers");
+    let etag = r
+        .http("GET", "/v1/config", b"")
+        .expect("config")
+        .header("etag")
+        .expect("ETag")
+        .to_owned();
+    assert_eq!(
+        browser.text_of("etag").expect("etag").as_deref(),
+        Some(etag.as_str()),
+        "the page shows the running configuration's ETag"
+    );
+    assert_eq!(
+        browser.text_of("role").expect("role").as_deref(),
+        Some("admin")
+    );
+    assert_clean(&browser, &origin);
+    // What the open page costs the control plane (the root and the manager process), measured
+    // over the rest of the test and reported; the test's own requests are counted too.
+    let manager: i32 = cell(&browser, "manager", "pid")
+        .expect("manager's row")
+        .parse()
+        .expect("a pid");
+    let control_plane = [r.launched.pid(), manager];
+    let ticks_before: u64 = control_plane.iter().map(|p| cpu_ticks(*p)).sum();
+    let measured_from = Instant::now();
+
+    // A worker killed is shown restarted: another pid, one restart.
+    let old = cell(&browser, "kresd0", "pid").expect("kresd0's row");
+    let pid: i32 = old.parse().expect("a pid");
+    assert!(r.pids_named("kresd").contains(&pid), "{pid} is a worker");
+    let killed = Instant::now();
+    kill(Pid::from_raw(pid), Signal::SIGKILL).expect("kill");
+    browser
+        .wait_until(
+            "the killed worker shown restarted",
+            RESTART_SHOWN,
+            &format!(
+                "const row = document.querySelector('#processes tr[data-name=\"kresd0\"]'); \
+                 return row && row.querySelector('td.pid').textContent !== '{old}' \
+                 && row.querySelector('td.restarts').textContent === '1';"
+            ),
+        )
+        .expect("restart shown");
+    println!(
+        "a worker killed with SIGKILL was shown restarted after {:?}",
+        killed.elapsed()
+    );
+    println!(
+        "screenshot: {}",
+        browser.screenshot("restarted").expect("png").display()
+    );
+
+    // Queries while the page watches: q/s rises above zero, the answers reach what was sent,
+    // and q/s falls back to zero when they stop.
+    browser
+        .wait_until(
+            "a first rate",
+            SHOWN,
+            "return document.getElementById('qps').textContent === '0.0';",
+        )
+        .expect("idle rate");
+    let sending = Arc::new(AtomicBool::new(true));
+    let sent = Arc::new(AtomicU64::new(0));
+    let sender = {
+        let (sending, sent, dns) = (sending.clone(), sent.clone(), r.dns());
+        std::thread::spawn(move || {
+            while sending.load(Ordering::Relaxed) {
+                let answer =
+                    dns::query_udp(dns, "ui.test.", dns::TYPE_A, DNS_TIMEOUT).expect("answer");
+                assert_eq!(answer.a().len(), 1);
+                sent.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let busy = browser
+        .wait_until(
+            "q/s above zero",
+            SHOWN,
+            "const q = parseFloat(document.getElementById('qps').textContent); \
+             return q > 0 ? [q, document.getElementById('p50').textContent] : null;",
+        )
+        .expect("traffic shown");
+    println!(
+        "screenshot: {}",
+        browser.screenshot("traffic").expect("png").display()
+    );
+    sending.store(false, Ordering::Relaxed);
+    sender.join().expect("sender");
+    let sent = sent.load(Ordering::Relaxed);
+    let (busy, p50) = (
+        busy[0].clone(),
+        busy[1].as_str().unwrap_or_default().to_owned(),
+    );
+    assert!(p50.starts_with("≤ "), "a median latency is shown: {p50}");
+    println!("the page showed {busy} q/s (latency p50 {p50}) while {sent} queries were sent");
+    browser
+        .wait_until(
+            "every answer counted",
+            SHOWN,
+            &format!(
+                "return parseInt(document.getElementById('answers-total').textContent) >= {sent};"
+            ),
+        )
+        .expect("answers counted");
+    browser
+        .wait_until(
+            "q/s down to a tenth once the queries stopped",
+            SHOWN,
+            &format!(
+                "return parseFloat(document.getElementById('qps').textContent) < {};",
+                busy.as_f64().expect("a rate") / 10.0
+            ),
+        )
+        .expect("idle again");
+
+    // A reload of a file the configuration refuses: the reason, quoting the value, literally.
+    let good = std::fs::read_to_string(&r.config).expect("config");
+    testbed::write(
+        &r.config,
+        &good.replace(
+            "  level: notice\n",
+            &format!("  level: '{}'\n", HOSTILE.replace('\'', "''")),
+        ),
+    )
+    .expect("write");
+    let answer = r.http("POST", "/reload", b"").expect("reload");
+    assert_ne!(answer.status, 200, "{}", answer.text());
+    let reason = browser
+        .wait_until(
+            "the refusal shown",
+            SHOWN,
+            "const li = document.querySelector('#changes li.bad .reason'); \
+             return li ? li.textContent : null;",
+        )
+        .expect("refusal shown");
+    let reason = reason.as_str().expect("text");
+    assert!(
+        reason.contains(&format!("'{HOSTILE}'")),
+        "the value shown literally: {reason}"
+    );
+    let ran = browser
+        .run(
+            "return [window.pwned === undefined, document.querySelectorAll('main img').length];",
+            &[],
+        )
+        .expect("script");
+    assert_eq!(ran, json!([true, 0]), "nothing of the value became HTML");
+    testbed::write(&r.config, &good).expect("write");
+
+    // The admin's cache clear, through the page.
+    browser
+        .run("document.getElementById('cache-clear').click();", &[])
+        .expect("click");
+    let result = browser
+        .wait_until(
+            "the cache cleared",
+            SHOWN,
+            "const t = document.getElementById('admin-result').textContent; \
+             return t.startsWith('/cache/clear: ') ? t : null;",
+        )
+        .expect("cache clear answered");
+    assert!(
+        result
+            .as_str()
+            .is_some_and(|t| t.starts_with("/cache/clear: 200")),
+        "{result}"
+    );
+    println!(
+        "screenshot: {}",
+        browser.screenshot("overview").expect("png").display()
+    );
+    let ticks: u64 = control_plane.iter().map(|p| cpu_ticks(*p)).sum::<u64>() - ticks_before;
+    let ticks_per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .expect("sysconf")
+        .expect("CLK_TCK") as f64;
+    let elapsed = measured_from.elapsed().as_secs_f64();
+    println!(
+        "the control plane used {:.2} % of a core over {elapsed:.1} s with the page open",
+        100.0 * ticks as f64 / ticks_per_second / elapsed
+    );
+    let requests = assert_clean(&browser, &origin);
+    let size: usize = ["/ui", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"]
+        .iter()
+        .map(|p| r.http("GET", p, b"").expect("asset").body.len())
+        .sum();
+    println!("the page's four files: {size} bytes; the page's further requests: {requests}");
+    assert!(size <= 150 * 1024, "the page is {size} bytes");
+
+    drop(browser);
+    ui.kill().expect("kresctl ui ends");
+    ui.wait().expect("kresctl ui reaped");
+    r.stop();
+}
+
+#[test]
+fn over_tcp_a_reader_sees_no_admin_controls_and_is_refused_their_actions() {
+    let port = testbed::free_port().expect("port");
+    let bed = Bed::get().expect("bed");
+    let tokens = bed.test_dir("ui-tokens").expect("dir");
+    const ADMIN: &str = "admin-token-of-the-page";
+    const READER: &str = "reader-token-of-the-page";
+    testbed::write(&tokens.host("admin"), ADMIN).expect("token");
+    testbed::write(&tokens.host("reader"), READER).expect("token");
+    let r = common::start(
+        &Setup::new("ui-tcp")
+            .management(&format!("  interface: 127.0.0.1@{port}\n"))
+            .env(
+                "KRES_API_TOKEN_FILE",
+                tokens.bed("admin").to_str().expect("UTF-8"),
+            )
+            .env(
+                "KRES_API_READ_ONLY_TOKEN_FILE",
+                tokens.bed("reader").to_str().expect("UTF-8"),
+            ),
+    )
+    .expect("start");
+    let origin = format!("http://127.0.0.1:{port}");
+    let browser = Browser::start(&r.dir.host("browser")).expect("browser");
+    let log_in = |token: &str| {
+        browser.open(&format!("{origin}/ui")).expect("page");
+        browser
+            .wait_until(
+                "the page asks for a token",
+                START_TIMEOUT,
+                "return !document.getElementById('login').hidden;",
+            )
+            .expect("login form");
+        browser
+            .run(
+                "document.getElementById('token').value = arguments[0]; \
+                 document.getElementById('login-button').click();",
+                &[json!(token)],
+            )
+            .expect("log in");
+    };
+
+    log_in(READER);
+    browser
+        .wait_until(
+            "the reader's page",
+            SHOWN,
+            "return document.getElementById('role').textContent === 'read-only' \
+             && document.getElementById('workers-ready').textContent === '1';",
+        )
+        .expect("reader's page");
+    let hidden = browser
+        .run(
+            "const p = document.getElementById('admin-panel'); \
+             return [p.hidden, p.offsetParent === null];",
+            &[],
+        )
+        .expect("script");
+    assert_eq!(hidden, json!([true, true]), "no admin control shown");
+    // The page's own way to the actions, called anyway: the API refuses them.
+    browser.run("control('/reload');", &[]).expect("script");
+    let refused = browser
+        .wait_until(
+            "the reload refused",
+            SHOWN,
+            "const t = document.getElementById('admin-result').textContent; \
+             return t.startsWith('/reload: ') ? t : null;",
+        )
+        .expect("answered");
+    assert!(
+        refused
+            .as_str()
+            .is_some_and(|t| t.starts_with("/reload: 403")),
+        "{refused}"
+    );
+    let cleared = r
+        .launched
+        .output
+        .wait_for("refused: POST /reload needs the admin role", START_TIMEOUT);
+    assert!(cleared.is_ok(), "the refusal is logged");
+    let page = browser
+        .run("return document.documentElement.outerHTML;", &[])
+        .expect("page");
+    let urls = browser.requested_urls().expect("network log");
+    for token in [READER, ADMIN] {
+        assert!(!page.to_string().contains(token), "no token in the page");
+        assert!(!urls.iter().any(|u| u.contains(token)), "no token in a URL");
+    }
+    let foreign = foreign(&urls, &origin);
+    assert!(foreign.is_empty(), "requests to other hosts: {foreign:#?}");
+    let errors: Vec<String> = browser
+        .console_errors()
+        .expect("console")
+        .into_iter()
+        // The page's first request for its identity is answered 401 before the token.
+        .filter(|e| !e.contains("/ui/whoami") && !e.contains("/reload"))
+        .collect();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    println!(
+        "screenshot: {}",
+        browser.screenshot("read-only").expect("png").display()
+    );
+
+    // Loaded again, the page has forgotten the token; the admin's shows and uses the controls.
+    log_in(ADMIN);
+    browser
+        .wait_until(
+            "the admin's page",
+            SHOWN,
+            "return document.getElementById('role').textContent === 'admin' \
+             && !document.getElementById('admin-panel').hidden;",
+        )
+        .expect("admin's page");
+    browser
+        .run("document.getElementById('reload').click();", &[])
+        .expect("click");
+    let reloaded = browser
+        .wait_until(
+            "the reload done",
+            SHOWN,
+            "const t = document.getElementById('admin-result').textContent; \
+             return t.startsWith('/reload: ') ? t : null;",
+        )
+        .expect("answered");
+    assert!(
+        reloaded
+            .as_str()
+            .is_some_and(|t| t.starts_with("/reload: 200")),
+        "{reloaded}"
+    );
+    let value: Value = browser
+        .wait_until(
+            "the reload shown applied",
+            SHOWN,
+            "const li = document.querySelector('#changes li.ok'); return li ? li.textContent : null;",
+        )
+        .expect("applied shown");
+    println!("applied change shown: {value}");
+    drop(browser);
+    r.stop();
+}
