@@ -412,7 +412,7 @@ const ARBITRARY_UID: u32 = 1_000_650_000;
 #[test]
 fn the_restricted_profile_under_an_arbitrary_uid() {
     let podman = Podman::get().expect("podman bed");
-    let image = common::our_image(podman).expect("building our image");
+    let image = common::our_image_named(podman, "ours-restricted").expect("building our image");
     let conf = Context::new("conf-restricted").expect("context");
     conf.write("config.yaml", &config()).expect("config");
     let user = format!("{ARBITRARY_UID}:0");
