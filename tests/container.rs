@@ -397,3 +397,124 @@ fn our_image_under_podman_beside_upstreams() {
         secs(began.elapsed())
     );
 }
+
+/// The arbitrary user the restricted profile runs as: no entry in the image's user database,
+/// group root, as OpenShift gives each pod (a fixed number, so every run is the same).
+const ARBITRARY_UID: u32 = 1_000_650_000;
+
+/// Kubernetes' restricted profile under podman: our image, its own entrypoint (which names
+/// `--worker-user knot-resolver`) run as an arbitrary non-root UID in the root group, every
+/// capability dropped but NET_BIND_SERVICE, no privilege escalation, a read-only root file
+/// system, tmpfs for the rundir and the cache. The daemon says it cannot switch users and
+/// runs everything (the manager process, kresd, the policy-loader, kres-cache-gc) as that
+/// UID; it answers on port 53, replaces a killed worker, applies a changed configuration and
+/// stops cleanly.
+#[test]
+fn the_restricted_profile_under_an_arbitrary_uid() {
+    let podman = Podman::get().expect("podman bed");
+    let image = common::our_image_named(podman, "ours-restricted").expect("building our image");
+    let conf = Context::new("conf-restricted").expect("context");
+    conf.write("config.yaml", &config()).expect("config");
+    let user = format!("{ARBITRARY_UID}:0");
+    let started = Instant::now();
+    let ct = Container::run_with_options(
+        &image,
+        "restricted",
+        &[Bind {
+            host: &conf.dir,
+            inside: "/etc/knot-resolver",
+        }],
+        &[
+            "--user",
+            &user,
+            "--cap-drop=ALL",
+            "--cap-add=NET_BIND_SERVICE",
+            "--security-opt",
+            "no-new-privileges",
+            "--read-only",
+            // `U`: the tmpfs belongs to the container's user, as a pod's emptyDir is writable
+            // by its UID.
+            "--tmpfs",
+            "/run/knot-resolver:U",
+            "--tmpfs",
+            "/var/cache/knot-resolver:U",
+        ],
+        &[],
+    )
+    .expect("podman run");
+    let first_answer = wait_answer(&ct, started)
+        .map_err(|e| e.context(ct.logs().unwrap_or_default()))
+        .expect("answers on port 53");
+
+    let logs = ct.logs().expect("logs");
+    assert!(
+        logs.contains(&format!("not root (uid {ARBITRARY_UID})")),
+        "the daemon says it runs everything as its own user: {logs}"
+    );
+    let procs = ct.processes().expect("processes");
+    let ours: Vec<&Process> = procs
+        .iter()
+        .filter(|p| {
+            ["knot-resolver", "kres-manager", "kresd", "kres-cache-gc"]
+                .contains(&p.info.comm.as_str())
+        })
+        .collect();
+    for comm in ["knot-resolver", "kres-manager", "kresd", "kres-cache-gc"] {
+        assert!(
+            ours.iter().any(|p| p.info.comm == comm),
+            "no {comm}: {procs:#?}"
+        );
+    }
+    for p in &ours {
+        assert_eq!(p.uid, ARBITRARY_UID, "{p:?}");
+    }
+    let status = ct.ok(&["cat", "/proc/1/status"]).expect("PID 1's status");
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    // NET_BIND_SERVICE (bit 10) alone, and no way to gain more.
+    assert_eq!(field("CapEff:"), "0000000000000400", "{status}");
+    assert_eq!(field("CapBnd:"), "0000000000000400", "{status}");
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    let wrote = ct
+        .exec(&["touch", "/etc/knot-resolver-written"])
+        .expect("exec");
+    assert!(!wrote.status.success(), "the root file system is writable");
+
+    check_worker_comes_back(&ct).expect("a killed worker comes back");
+
+    // A change of the configuration, applied by a reload.
+    conf.write(
+        "config.yaml",
+        &format!("{}    u.example: 192.0.2.8\n", config()),
+    )
+    .expect("changed config");
+    ct.ok(&[
+        "/usr/bin/kresctl",
+        "-s",
+        "/run/knot-resolver/kres-api.sock",
+        "reload",
+    ])
+    .expect("kresctl reload");
+    testbed::wait_for("u.example answered", WAIT, || {
+        Ok(ct
+            .dig_a("u.example")?
+            .iter()
+            .any(|a| a == "192.0.2.8")
+            .then_some(()))
+    })
+    .expect("the change applied");
+    assert_eq!(ct.dig_a(NAME).expect("dig"), vec![ADDRESS.to_owned()]);
+
+    let stopped = ct.stop(STOP_GRACE).expect("podman stop");
+    assert_eq!(stopped.exit_code, 0, "stopped cleanly, without SIGKILL");
+    println!(
+        "restricted profile (uid {ARBITRARY_UID}): first answer {:.2} s after podman run, podman stop {:.2} s",
+        first_answer.as_secs_f64(),
+        stopped.took.as_secs_f64()
+    );
+}

@@ -4,7 +4,9 @@
 //! (`testbed::machine`, nothing bound over the package's files), then purged:
 //! - installing diverts upstream's binaries, unit, kresctl(8) and bash completion, puts ours
 //!   in their place with our pages and completions, and restarts the running resolver on our
-//!   daemon (Ready status, answers); `systemctl stop` and `start` work on it;
+//!   daemon (Ready status, answers); `systemctl stop` and `start` work on it; `kres-manager`
+//!   (upstream 6.5's other name) is our daemon, which runs the resolver under that name, and
+//!   `knot-resolver`, `kres-manager` and `kresctl --help` list every option of upstream's;
 //! - purging removes every diversion: upstream's files are back as knot-resolver6 has them,
 //!   and the running resolver is upstream's manager again, answering;
 //! - installed (twice, so also upgraded) and purged again while the resolver is stopped, it
@@ -30,6 +32,7 @@ const CONFIG: &str = "workers: 2\nnetwork:\n  listen:\n    - interface: 127.0.0.
 const DIVERTED: &[(&str, &str)] = &[
     ("/usr/bin/knot-resolver", "/usr/bin/knot-resolver.upstream"),
     ("/usr/bin/kresctl", "/usr/bin/kresctl.upstream"),
+    ("/usr/bin/kres-manager", "/usr/bin/kres-manager.upstream"),
     (
         "/usr/lib/systemd/system/knot-resolver.service",
         "/usr/lib/systemd/system/knot-resolver.service.upstream",
@@ -139,7 +142,7 @@ fn bash_completions(m: &Machine, words: &[&str]) -> Result<Vec<String>> {
     let script = format!(
         ". /usr/share/bash-completion/completions/kresctl; \
          COMP_WORDS=({words}); COMP_CWORD={cword}; \
-         _kresctl kresctl {current} {previous}; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+         _kresctl_completion kresctl {current} {previous}; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
         words = words.join(" "),
         cword = words.len() - 1,
         current = words[words.len() - 1],
@@ -179,9 +182,11 @@ fn installed(m: &Machine, deb: &Path, date: &str) -> Result<()> {
         m.ok(&["/usr/bin/knot-resolver", "-V"])?,
         format!("knot-resolver {}\n", knot_resolver::VERSION)
     );
-    assert_eq!(
-        m.ok(&["kresctl", "--version"])?,
-        format!("kresctl {}\n", knot_resolver::VERSION)
+    // kresctl names the kresd it finds after its own version.
+    let version = m.ok(&["kresctl", "--version"])?;
+    assert!(
+        version.starts_with(&format!("kresctl {} ", knot_resolver::VERSION)),
+        "{version:?}"
     );
     assert_eq!(
         m.ok(&["cat", "/usr/lib/systemd/system/knot-resolver.service"])?,
@@ -209,6 +214,8 @@ fn installed(m: &Machine, deb: &Path, date: &str) -> Result<()> {
         !pid1.contains(".upstream"),
         "systemd on a diverted file: {pid1}"
     );
+
+    entry_points(m)?;
 
     // The pages are the ones this build renders; the completions are what kresctl prints.
     for (page, contents) in [
@@ -244,6 +251,94 @@ fn installed(m: &Machine, deb: &Path, date: &str) -> Result<()> {
     let status = m.show(UNIT, "StatusText")?;
     assert!(status.starts_with("Ready: 2 workers"), "status: {status:?}");
     Ok(())
+}
+
+/// The options a `--help` text lists (`-c`, `--config`, …), upstream's (argparse) or ours
+/// (clap): every word of an option line that starts with a dash, up to its comma or value.
+fn help_options(help: &str) -> std::collections::BTreeSet<String> {
+    help.lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('-'))
+        .flat_map(|l| l.split_whitespace().take_while(|w| w.starts_with('-')))
+        .map(|w| {
+            w.trim_end_matches(',')
+                .split('=')
+                .next()
+                .unwrap_or(w)
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The commands upstream's kresctl lists in its usage (`{cache,completion,…}`).
+fn upstream_commands(help: &str) -> Vec<String> {
+    help.split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(list, _)| list.split(',').map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Upstream 6.5's entry points: `kres-manager` is our daemon under that name (it runs the
+/// resolver, answering), and each of our `--help` lists every option of upstream's.
+fn entry_points(m: &Machine) -> Result<()> {
+    assert_eq!(
+        m.ok(&["readlink", "-f", "/usr/bin/kres-manager"])?.trim(),
+        "/usr/bin/knot-resolver"
+    );
+    for (ours, upstream) in [
+        ("knot-resolver", "knot-resolver.upstream"),
+        ("kres-manager", "kres-manager.upstream"),
+        ("kresctl", "kresctl.upstream"),
+    ] {
+        let our_help = m.ok(&[ours, "--help"])?;
+        let upstream_help = m.ok(&[upstream, "--help"])?;
+        let theirs = help_options(&upstream_help);
+        assert!(theirs.contains("--config"), "{upstream}: {upstream_help}");
+        let ours_listed = help_options(&our_help);
+        let missing: Vec<_> = theirs.difference(&ours_listed).collect();
+        assert!(
+            missing.is_empty(),
+            "{ours} --help lacks {missing:?}:\n{our_help}"
+        );
+        assert!(
+            our_help.contains(&format!("Usage: {ours} ")),
+            "{ours} --help names it: {our_help}"
+        );
+        if ours == "kresctl" {
+            let commands = upstream_commands(&upstream_help);
+            assert!(commands.len() > 5, "{upstream_help}");
+            let listed: Vec<&str> = our_help
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .collect();
+            for command in &commands {
+                assert!(
+                    listed.contains(&command.as_str()),
+                    "kresctl --help lacks {command}"
+                );
+            }
+        }
+    }
+    // Started as kres-manager (a command line upstream's users have), it runs the resolver.
+    m.ok(&["systemctl", "stop", UNIT])?;
+    m.write(
+        "/etc/systemd/system/knot-resolver.service.d/kres-manager.conf",
+        "[Service]\nExecStart=\nExecStart=/usr/bin/kres-manager \
+         --config=/etc/knot-resolver/config.yaml --loglevel=info\n",
+    )?;
+    m.ok(&["systemctl", "daemon-reload"])?;
+    m.ok(&["systemctl", "start", UNIT])?;
+    wait_running(m, "/usr/bin/knot-resolver")?;
+    let status = m.show(UNIT, "StatusText")?;
+    assert!(status.starts_with("Ready: 2 workers"), "status: {status:?}");
+    m.ok(&["systemctl", "stop", UNIT])?;
+    m.ok(&[
+        "rm",
+        "/etc/systemd/system/knot-resolver.service.d/kres-manager.conf",
+    ])?;
+    m.ok(&["systemctl", "daemon-reload"])?;
+    m.ok(&["systemctl", "start", UNIT])?;
+    wait_running(m, "/usr/bin/knot-resolver")
 }
 
 /// Purged while our daemon runs the resolver.

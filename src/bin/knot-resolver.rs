@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
 use knot_resolver::config::{LogLevel, LogTarget};
 use knot_resolver::daemon::cli::Args;
 use knot_resolver::daemon::manager_process::{self, ManagerInvocation, WatchConfig};
@@ -11,7 +10,7 @@ use knot_resolver::daemon::{logging, LogArgs};
 use knot_resolver::manager::listen::{SocketOwner, Steering};
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = Args::parse_as_invoked();
     if let Some(format) = args.upgrade_probe {
         return knot_resolver::daemon::upgrade::probe(format);
     }

@@ -3,7 +3,11 @@
 
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
+
+/// The other name upstream 6.5 ships its manager under. Here it is a link to this binary and
+/// runs the whole daemon, as `knot-resolver` does, with the same options.
+pub const MANAGER_NAME: &str = "kres-manager";
 
 /// Knot Resolver: supervisor and manager of kresd workers.
 #[derive(Parser, Debug)]
@@ -80,4 +84,25 @@ pub struct Args {
     #[arg(long = "logtarget", value_name = "TARGET", default_value = "stdout",
           value_parser = ["stdout", "stderr", "syslog"])]
     pub logtarget: String,
+}
+
+impl Args {
+    /// The command line of this process, parsed under the name it was started as: as
+    /// `kres-manager` (upstream 6.5's name, a link to this binary) the usage and the help
+    /// name `kres-manager`; any other name is `knot-resolver`. Exits on a bad command line
+    /// or after `--help`/`--version`, as `parse` does.
+    pub fn parse_as_invoked() -> Self {
+        let as_manager = std::env::args_os().next().is_some_and(|arg0| {
+            std::path::Path::new(&arg0).file_name() == Some(std::ffi::OsStr::new(MANAGER_NAME))
+        });
+        let mut command = Self::command();
+        if as_manager {
+            command = command
+                .name(MANAGER_NAME)
+                .bin_name(MANAGER_NAME)
+                .about("Knot Resolver: supervisor and manager of kresd workers (kres-manager is upstream 6.5's other name for knot-resolver).");
+        }
+        let matches = command.get_matches();
+        Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
 }

@@ -95,6 +95,18 @@ pub fn resolve_user(name: &str) -> Result<supervisor::Credentials, LookupError> 
     }
 }
 
+/// What `--worker-user` (resolved to `requested`) means for this process: the workers'
+/// credentials when we can switch to them (we are root) or already are them (the manager
+/// process of a root that switched it); `None` when we are another unprivileged user, who
+/// cannot switch (an arbitrary UID given by the container runtime, as OpenShift and
+/// Kubernetes' restricted profile do): every process then runs as we do.
+pub fn reachable_worker_user(
+    requested: supervisor::Credentials,
+) -> Option<supervisor::Credentials> {
+    let euid = nix::unistd::geteuid();
+    (euid.is_root() || euid.as_raw() == requested.uid).then_some(requested)
+}
+
 /// Why the groups of the API's roles cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiGroupsError {

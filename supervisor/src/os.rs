@@ -100,6 +100,11 @@ pub fn spawn(
     output: crate::spec::Output,
 ) -> io::Result<Spawned> {
     let mut cmd = command(argv, env, cwd, output)?;
+    // Not root and already these credentials: there is nothing to switch (nor could we).
+    let euid = nix::unistd::geteuid();
+    let user = user.filter(|(c, _)| {
+        euid.is_root() || c.uid != euid.as_raw() || c.gid != nix::unistd::getegid().as_raw()
+    });
     // Capabilities to keep through a switch of user: then the switch is ours, in the child.
     let mut switch = None;
     match user {

@@ -446,8 +446,17 @@ pub fn start_with_worker_user(bed: &Bed, dir: &TestDir, port: u16, setup: &Setup
 /// Our container image (`dist/container/Containerfile`) over the podman bed's base, from this
 /// test build's binaries laid out as the Containerfile expects (`bin/`, `config.yaml`).
 pub fn our_image(podman: &testbed::podman::Podman) -> Result<testbed::podman::Image> {
+    our_image_named(podman, "ours")
+}
+
+/// [`our_image`] under a name of its own, for a second test of the same process (names are
+/// unique per process, and an image is removed with its containers when dropped).
+pub fn our_image_named(
+    podman: &testbed::podman::Podman,
+    name: &str,
+) -> Result<testbed::podman::Image> {
     use testbed::podman::{Context, Image};
-    let context = Context::new("image-ours")?;
+    let context = Context::new(&format!("image-{name}"))?;
     context.add_binary("bin/knot-resolver", Path::new(DAEMON))?;
     context.add_binary("bin/kresctl", Path::new(KRESCTL))?;
     context.write(
@@ -455,5 +464,5 @@ pub fn our_image(podman: &testbed::podman::Podman) -> Result<testbed::podman::Im
         include_str!("../../dist/container/config.yaml"),
     )?;
     let containerfile = Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/container/Containerfile");
-    Image::build(podman, "ours", &containerfile, &context)
+    Image::build(podman, name, &containerfile, &context)
 }

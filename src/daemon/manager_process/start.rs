@@ -168,7 +168,8 @@ pub fn check(restored: &Restored, settings: &Settings) -> Result<Checked, StartF
         .as_deref()
         .map(resolve_user)
         .transpose()
-        .map_err(StartFailed::WorkerUser)?;
+        .map_err(StartFailed::WorkerUser)?
+        .and_then(crate::daemon::reachable_worker_user);
     let management = &model.management;
     let endpoint = management.interface.as_ref().map(|i| i.socket_addr());
     let tcp = api::guard::TcpGuard::from_env(endpoint).map_err(StartFailed::Guard)?;

@@ -173,14 +173,24 @@ fn serve_root(root: Root, begin: Begin) -> ExitCode {
     })
 }
 
-/// The credentials of `--worker-user`, if given; an error is logged.
+/// The credentials of `--worker-user`, if given and we are root (an error is logged). Not
+/// root, we cannot switch users: every process runs as we do, which is said when the user
+/// named is another.
 fn worker_credentials(invocation: &Invocation) -> Result<Option<supervisor::Credentials>, ()> {
-    invocation
-        .worker_user
-        .as_deref()
-        .map(resolve_user)
-        .transpose()
-        .map_err(|e| tracing::error!("--worker-user: {e}"))
+    let Some(name) = invocation.worker_user.as_deref() else {
+        return Ok(None);
+    };
+    let requested = resolve_user(name).map_err(|e| tracing::error!("--worker-user: {e}"))?;
+    let euid = nix::unistd::geteuid();
+    if euid.is_root() {
+        return Ok(Some(requested));
+    }
+    if requested.uid != euid.as_raw() {
+        tracing::warn!(
+            "--worker-user {name}: not root (uid {euid}), so kresd, the policy-loader and kres-cache-gc run as uid {euid} too"
+        );
+    }
+    Ok(None)
 }
 
 /// The manager process's command line: this very binary (`/proc/self/exe`, so that a file

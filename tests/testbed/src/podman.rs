@@ -423,11 +423,30 @@ impl Container {
         binds: &[Bind<'_>],
         command: &[&str],
     ) -> Result<Container> {
+        Self::run_with_options(image, name, binds, &[], command)
+    }
+
+    /// [`Container::run`] with more options of `podman run` (`--user`, `--cap-drop`,
+    /// `--read-only`, `--tmpfs` …); never a network option: it stays loopback only.
+    pub fn run_with_options(
+        image: &Image,
+        name: &str,
+        binds: &[Bind<'_>],
+        options: &[&str],
+        command: &[&str],
+    ) -> Result<Container> {
+        if options
+            .iter()
+            .any(|o| o.starts_with("--network") || o.starts_with("--net="))
+        {
+            bail!("the container's network is `none`, not {options:?}");
+        }
         let name = unique(name);
         let _ = podman(&["rm", "-f", "-t", REMOVE_GRACE, &name]);
         let mut args: Vec<String> = ["run", "-d", "--network", "none", "--name", &name]
             .map(str::to_owned)
             .to_vec();
+        args.extend(options.iter().map(|o| (*o).to_owned()));
         for b in binds {
             args.push("-v".into());
             args.push(format!("{}:{}:ro", b.host.display(), b.inside));
