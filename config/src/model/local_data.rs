@@ -56,6 +56,39 @@ pub(super) fn local_data() -> ObjectDef {
         }
         Ok(())
     });
+    let rpz = rpz_entry();
+    let mut d = section(
+        "knot_resolver.datamodel.local_data_schema.LocalDataSchema",
+        Some("Local data for forward records (A/AAAA) and reverse records (PTR)."),
+        vec![
+            f("ttl", opt(v(&vt::TIME_UNIT)), Value::Null, "Default TTL value used for added local data/records."),
+            f("nodata", Ty::Bool, json!(true), "Use NODATA synthesis. NODATA will be synthesized for matching name, but mismatching type(e.g. AAAA query when only A exists)."),
+            f("addresses", opt(Ty::Dict(Box::new(v(&vt::DOMAIN_NAME)), Box::new(loi(ip_address())))), Value::Null, "Direct addition of hostname and IP addresses pairs."),
+            f("addresses-files", opt(list(v(&vt::READABLE_FILE))), Value::Null, "Direct addition of hostname and IP addresses pairs from files in '/etc/hosts' like format."),
+            f("records", opt(v(&vt::ESCAPED_STR)), Value::Null, "Direct addition of records in DNS zone file format."),
+            f("rules", opt(list(obj(rule))), Value::Null, "Local data rules."),
+            f("rpz", opt(list(obj(rpz))), Value::Null, "List of Response Policy Zones and its configuration."),
+        ],
+    );
+    d.validate = Some(|m, ctx, path| {
+        let entries = m.get("rpz").and_then(Value::as_array);
+        let files: Vec<&str> = entries
+            .into_iter()
+            .flatten()
+            .map(|e| e.get("file").and_then(Value::as_str).unwrap_or_default())
+            .collect();
+        let errs = shared_rpz_files(&files, ctx.checks != crate::PathChecks::Lenient, path);
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs)
+        }
+    });
+    d
+}
+
+/// One `local-data.rpz` entry: a zone from a file, maybe kept by zone transfer.
+fn rpz_entry() -> ObjectDef {
     let mut rpz = section(
         "knot_resolver.datamodel.local_data_schema.RPZSchema",
         Some("Configuration or Response Policy Zone (RPZ)."),
@@ -90,34 +123,7 @@ pub(super) fn local_data() -> ObjectDef {
         }
         Ok(())
     });
-    let mut d = section(
-        "knot_resolver.datamodel.local_data_schema.LocalDataSchema",
-        Some("Local data for forward records (A/AAAA) and reverse records (PTR)."),
-        vec![
-            f("ttl", opt(v(&vt::TIME_UNIT)), Value::Null, "Default TTL value used for added local data/records."),
-            f("nodata", Ty::Bool, json!(true), "Use NODATA synthesis. NODATA will be synthesized for matching name, but mismatching type(e.g. AAAA query when only A exists)."),
-            f("addresses", opt(Ty::Dict(Box::new(v(&vt::DOMAIN_NAME)), Box::new(loi(ip_address())))), Value::Null, "Direct addition of hostname and IP addresses pairs."),
-            f("addresses-files", opt(list(v(&vt::READABLE_FILE))), Value::Null, "Direct addition of hostname and IP addresses pairs from files in '/etc/hosts' like format."),
-            f("records", opt(v(&vt::ESCAPED_STR)), Value::Null, "Direct addition of records in DNS zone file format."),
-            f("rules", opt(list(obj(rule))), Value::Null, "Local data rules."),
-            f("rpz", opt(list(obj(rpz))), Value::Null, "List of Response Policy Zones and its configuration."),
-        ],
-    );
-    d.validate = Some(|m, ctx, path| {
-        let entries = m.get("rpz").and_then(Value::as_array);
-        let files: Vec<&str> = entries
-            .into_iter()
-            .flatten()
-            .map(|e| e.get("file").and_then(Value::as_str).unwrap_or_default())
-            .collect();
-        let errs = shared_rpz_files(&files, ctx.checks != crate::PathChecks::Lenient, path);
-        if errs.is_empty() {
-            Ok(())
-        } else {
-            Err(errs)
-        }
-    });
-    d
+    rpz
 }
 
 /// Two RPZ entries naming one file: each entry renews the policy from it, and a zone kept by

@@ -208,60 +208,31 @@ impl Running {
         transferred: FirstTransfers,
         kresd: Result<String, String>,
     ) -> (Running, impl Stream<Item = ManagerEvent> + Unpin) {
-        let Checked { run_as, guard } = checked;
-        let Restored {
-            parent,
-            incarnation,
-            loaded,
-            api_socket,
-            upgrade,
-            process_failures,
-            reload_bell,
-            sockets,
-            kresd_version: _,
-        } = restored;
-        let parent = Arc::new(parent);
-        let (mirror_tx, mirror_rx) = mpsc::unbounded_channel();
-        tokio::spawn(mirror_sockets(parent.clone(), mirror_rx));
-        let table = SocketTable::restore(sockets, Some(mirror_tx));
-        let management = loaded.model.management.clone();
+        let parent = Arc::new(restored.parent);
+        let table = mirrored_table(&parent, restored.sockets);
         let validation = settings.source.context();
-        let loaded = Arc::new(loaded);
-        // A first incarnation runs what the files say; a successor took over a configuration
-        // that changes made through the API may have changed since.
-        let files_applied = (incarnation == Incarnation::First).then(|| loaded.clone());
+        let faults = Faults::injected();
+        let loaded = Arc::new(restored.loaded);
+        // (a successor may run changes made through the API since the files were applied)
+        let files_applied = (restored.incarnation == Incarnation::First).then(|| loaded.clone());
         let (config_tx, config_rx) = watch::channel(loaded);
         let (command_tx, command_rx) = mpsc::channel(16);
         let (health_tx, health_rx) = watch::channel(TaskHealth::default());
         let (kept_tx, kept_rx) = watch::channel(None);
-        let (rpz_loads_tx, rpz_loads_rx) = watch::channel(RpzLoads::default());
+        let rpz_loads = watch::Sender::new(RpzLoads::default());
         let handle = ManagerHandle::new(command_tx, config_rx)
             .with_health(health_rx.clone())
             .with_keeper(kept_rx)
-            .with_rpz_loads(rpz_loads_rx);
-        let (started_tx, started_rx) = watch::channel(incarnation == Incarnation::Successor);
+            .with_rpz_loads(rpz_loads.subscribe());
+        let (started_tx, started_rx) =
+            watch::channel(restored.incarnation == Incarnation::Successor);
         let stop = CancellationToken::new();
-        let events = start_event_log(&parent, upgrade.as_deref());
-        // From the first table on: a first incarnation's followers can resume into its start-up.
-        tokio::spawn(crate::events::follow_processes(
-            parent.handle.subscribe(),
-            events.clone(),
-            stop.child_token(),
-        ));
+        let events = start_event_log(&parent, restored.upgrade.as_deref(), &stop);
         let executables = Executables {
-            run_as,
+            run_as: checked.run_as,
             ..Executables::discover()
         };
-        let kresd_version: Arc<std::sync::OnceLock<String>> = Arc::default();
-        if let Ok(version) = &kresd {
-            let _ = kresd_version.set(version.clone());
-        }
-        announce_versions(
-            &executables,
-            &kresd,
-            &settings.source.files,
-            parent.incarnation,
-        );
+        let kresd = announce(&executables, kresd, &settings.source.files, &parent);
         let ctx = ManagerContext {
             supervisor: parent.handle.clone(),
             executables,
@@ -274,7 +245,7 @@ impl Running {
             socket_owner: settings.socket_owner,
             sockets: Arc::new(std::sync::Mutex::new(table)),
             events: events.clone(),
-            rpz_loads: rpz_loads_tx,
+            rpz_loads,
             files_applied: Arc::new(std::sync::Mutex::new(files_applied)),
         };
         let task = tokio::spawn(supervise_task(
@@ -291,37 +262,32 @@ impl Running {
             supervisor: parent.handle.clone(),
             stop: stop.clone(),
             manager: handle.clone(),
-            fault_injection: match std::env::var_os(FAULT_INJECTION_VAR) {
-                Some(_) => api::fault::FaultInjection::On,
-                None => api::fault::FaultInjection::Off,
-            },
+            fault_injection: faults.api,
             validation,
             rendered: Default::default(),
-            guard: Arc::new(guard),
-            upgrade,
-            process_failures,
+            guard: Arc::new(checked.guard),
+            upgrade: restored.upgrade,
+            process_failures: restored.process_failures,
             events,
             control_plane,
-            kresd_version,
+            kresd_version: kresd,
             query_log,
         };
         let to_serve = ToServe {
-            incarnation,
+            incarnation: restored.incarnation,
             began: settings.began,
             logging: settings.logging,
             watched: settings.watched,
             hang_timeout: settings.hang_timeout,
             health: health_rx,
-            reload_bell,
-            api_socket,
-            management,
+            reload_bell: restored.reload_bell,
+            api_socket: restored.api_socket,
+            management: handle.config().model.management.clone(),
             api,
             transferred,
             heap: settings.heap,
             kept: kept_tx,
-            keep_delay: std::env::var(FAULT_INJECTION_VAR)
-                .is_ok_and(|v| v.contains("slow-keeper"))
-                .then_some(std::time::Duration::from_secs(2)),
+            keep_delay: faults.keep_delay,
         };
         let running = Running {
             parent,
@@ -491,9 +457,37 @@ fn start_query_log(handle: &ManagerHandle, stop: &CancellationToken) -> crate::q
 
 /// The event log of this process, with its first events: the start, and the last upgrade
 /// when this is the first incarnation after it.
+/// Fault injection as `KRES_FAULT_INJECTION` asks (tests of recovery only), read once.
+struct Faults {
+    /// Whether the routes that make this process fail are served.
+    api: api::fault::FaultInjection,
+    /// `slow-keeper`: how long each changed configuration waits before it is kept, to prove
+    /// that answers wait for it.
+    keep_delay: Option<std::time::Duration>,
+}
+
+impl Faults {
+    fn injected() -> Faults {
+        let asked = std::env::var(FAULT_INJECTION_VAR).ok();
+        Faults {
+            api: match asked {
+                Some(_) => api::fault::FaultInjection::On,
+                None => api::fault::FaultInjection::Off,
+            },
+            keep_delay: asked
+                .filter(|v| v.contains("slow-keeper"))
+                .map(|_| std::time::Duration::from_secs(2)),
+        }
+    }
+}
+
+/// This incarnation's event log, with its start (and an upgrade's outcome) told, and the
+/// process table followed into it from the first table on (until `stop`): a first
+/// incarnation's followers can resume into its start-up.
 fn start_event_log(
     parent: &Parent,
     upgrade: Option<&crate::wire::upgrade::UpgradeRecord>,
+    stop: &CancellationToken,
 ) -> EventLog {
     let events = EventLog::new(&events_epoch(parent.incarnation));
     events.publish(crate::events::Event::ManagerStarted {
@@ -508,6 +502,11 @@ fn start_event_log(
             error: record.error.clone(),
         });
     }
+    tokio::spawn(crate::events::follow_processes(
+        parent.handle.subscribe(),
+        events.clone(),
+        stop.child_token(),
+    ));
     events
 }
 
@@ -588,14 +587,15 @@ pub async fn learn_kresd_version(restored: &Restored) -> Result<String, String> 
 }
 
 /// Say, in one line, what runs: our version and kresd's, the configuration files, and who
-/// the manager process and the workers run as.
-fn announce_versions(
+/// the manager process and the workers run as. kresd's version, for the API, once known.
+fn announce(
     executables: &Executables,
-    kresd: &Result<String, String>,
+    kresd: Result<String, String>,
     files: &[std::path::PathBuf],
-    incarnation: u32,
-) {
-    let kresd = match kresd {
+    parent: &Parent,
+) -> Arc<std::sync::OnceLock<String>> {
+    let incarnation = parent.incarnation;
+    let text = match &kresd {
         Ok(version) => format!("kresd {version} ({})", executables.kresd.display()),
         Err(e) => format!("kresd of unknown version ({e})"),
     };
@@ -604,12 +604,18 @@ fn announce_versions(
     let workers = executables.run_as.map_or(manager_uid, |c| c.uid);
     tracing::info!(
         incarnation,
-        "knot-resolver {} driving {kresd}; configuration {}; manager process as {}, workers as {}",
+        "knot-resolver {} driving {text}; configuration {}; manager process as {}, workers as {}",
         crate::build_version(),
         files.join(", "),
         user_name(manager_uid),
         user_name(workers),
     );
+    Arc::new(
+        kresd
+            .ok()
+            .map(std::sync::OnceLock::from)
+            .unwrap_or_default(),
+    )
 }
 
 /// `name (uid)`, or the uid alone when the user database does not name it.
@@ -726,6 +732,14 @@ async fn keep_config(
             return;
         }
     }
+}
+
+/// The workers' sockets the root kept, as a table whose changes are mirrored into the root's
+/// fd store.
+fn mirrored_table(parent: &Arc<Parent>, sockets: Vec<(String, OwnedFd)>) -> SocketTable {
+    let (mirror_tx, mirror_rx) = mpsc::unbounded_channel();
+    tokio::spawn(mirror_sockets(parent.clone(), mirror_rx));
+    SocketTable::restore(sockets, Some(mirror_tx))
 }
 
 /// Mirror the socket table's changes into the root's fd store.
