@@ -10,6 +10,7 @@ const LAYERS: &[&str] = &[
     "kresctl",
     "daemon",
     "api",
+    "trace",
     "rpz",
     "watchdog",
     "manager",
@@ -17,10 +18,12 @@ const LAYERS: &[&str] = &[
     "events",
     "cache_clear",
     "lua",
+    "query_log",
     "control",
     "service",
     "etag",
     "wire",
+    "document_diff",
 ];
 
 /// Every `.rs` file below `dir`.

@@ -175,34 +175,9 @@ pub struct TopQuery {
     limit: Option<usize>,
 }
 
-/// Which top list.
-#[derive(Clone, Copy, serde::Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum TopListKind {
-    Clients,
-    Names,
-    Servfail,
-    Nxdomain,
-    Bogus,
-    Qtypes,
-}
-
-impl PathValue for TopListKind {
+impl PathValue for TopKind {
     fn refused(text: &str) -> ApiError {
         ApiError::BadRequest(select::SelectError::Kind(text.to_owned()).to_string())
-    }
-}
-
-impl TopListKind {
-    fn kind(self) -> TopKind {
-        match self {
-            TopListKind::Clients => TopKind::Clients,
-            TopListKind::Names => TopKind::Names,
-            TopListKind::Servfail => TopKind::Servfail,
-            TopListKind::Nxdomain => TopKind::Nxdomain,
-            TopListKind::Bogus => TopKind::Bogus,
-            TopListKind::Qtypes => TopKind::Qtypes,
-        }
     }
 }
 
@@ -213,7 +188,7 @@ impl TopListKind {
     get,
     path = "/top/{kind}",
     tag = "query log",
-    params(("kind" = inline(TopListKind), Path, description = "Which list."), TopQuery),
+    params(("kind" = inline(TopKind), Path, description = "Which list."), TopQuery),
     responses(
         (status = 200, description = "The list.", body = TopList),
         (status = 400, description = "An unknown list or a window that does not parse.", body = String, content_type = "text/plain"),
@@ -221,7 +196,7 @@ impl TopListKind {
 )]
 pub(super) async fn top_list(
     State(state): State<ApiState>,
-    PathParam(kind): PathParam<TopListKind>,
+    PathParam(kind): PathParam<TopKind>,
     Query(query): Query<TopQuery>,
 ) -> Result<Response, ApiError> {
     let window = query
@@ -240,7 +215,7 @@ pub(super) async fn top_list(
     let list = state.query_log.with_entries(|entries| {
         select::top(
             entries,
-            kind.kind(),
+            kind,
             since_us,
             window.map(|w| w.as_secs_f64()),
             limit,

@@ -178,8 +178,11 @@ pub fn rcode_name(rcode: u16) -> String {
         .map_or_else(|| rcode.to_string(), str::to_owned)
 }
 
-/// The top lists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The top lists: one type for the API's path, kresctl's argument and the selection.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum TopKind {
     /// Clients by answers.
     Clients,
@@ -202,18 +205,7 @@ const RCODE_SERVFAIL: u16 = 2;
 const RCODE_NXDOMAIN: u16 = 3;
 
 impl TopKind {
-    pub fn parse(text: &str) -> Result<TopKind, SelectError> {
-        Ok(match text {
-            "clients" => TopKind::Clients,
-            "names" => TopKind::Names,
-            "servfail" => TopKind::Servfail,
-            "nxdomain" => TopKind::Nxdomain,
-            "bogus" => TopKind::Bogus,
-            "qtypes" => TopKind::Qtypes,
-            other => return Err(SelectError::Kind(other.to_owned())),
-        })
-    }
-
+    /// The list's name in paths and answers.
     pub fn as_str(self) -> &'static str {
         match self {
             TopKind::Clients => "clients",

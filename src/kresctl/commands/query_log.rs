@@ -3,44 +3,15 @@
 //! and `kresctl upstreams` (`GET /upstreams`).
 //! The filters and windows are checked by the resolver, which names what it refuses.
 
-use clap::{ArgAction, Args, ValueEnum};
+use clap::{ArgAction, Args};
 
 use super::events::EventStream;
 use crate::kresctl::client::{ApiClient, ClientError};
 use crate::kresctl::output::{self, OutputFormat};
 use crate::kresctl::request::Request;
+use crate::query_log::select::TopKind;
 use crate::wire::query_log::{LoggedAnswer, TopList};
 use crate::wire::upstreams::Upstreams;
-
-/// Which top list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TopKind {
-    /// Clients by answers.
-    Clients,
-    /// Names by answers.
-    Names,
-    /// Names by SERVFAIL answers.
-    Servfail,
-    /// Names by NXDOMAIN answers.
-    Nxdomain,
-    /// Names by answers that failed DNSSEC validation.
-    Bogus,
-    /// Types by answers.
-    Qtypes,
-}
-
-impl TopKind {
-    fn as_str(self) -> &'static str {
-        match self {
-            TopKind::Clients => "clients",
-            TopKind::Names => "names",
-            TopKind::Servfail => "servfail",
-            TopKind::Nxdomain => "nxdomain",
-            TopKind::Bogus => "bogus",
-            TopKind::Qtypes => "qtypes",
-        }
-    }
-}
 
 /// Whether `querylog` prints the answers kept or follows new ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
