@@ -172,6 +172,7 @@ fn typed_forms() -> Vec<(&'static str, Typed)> {
         ("LoggingSchema", typed::<LoggingSchema>()),
         ("DnstapSchema", typed::<DnstapSchema>()),
         ("MonitoringSchema", typed::<MonitoringSchema>()),
+        ("QueryLogSchema", typed::<QueryLogSchema>()),
         ("GraphiteSchema", typed::<GraphiteSchema>()),
         ("RateLimitingSchema", typed::<RateLimitingSchema>()),
         ("DeferSchema", typed::<DeferSchema>()),
