@@ -167,19 +167,13 @@ pub fn query_udp_wire(
     } else {
         "[::1]:0"
     })?;
-    sock.set_read_timeout(Some(timeout))?;
-    sock.connect(server)?;
-    sock.send(&encode_query_wire(id, name, qtype, false))?;
-    let mut buf = vec![0u8; 65535];
-    loop {
-        let n = sock
-            .recv(&mut buf)
-            .with_context(|| format!("no answer from {server} within {timeout:?}"))?;
-        let r = parse_response(&buf[..n])?;
-        if r.id == id {
-            return Ok(r);
-        }
-    }
+    exchange_udp(
+        &sock,
+        server,
+        id,
+        &encode_query_wire(id, name, qtype, false),
+        timeout,
+    )
 }
 
 /// Ask over UDP from `source` (any loopback address: 127.0.0.2 … stand for other clients).
@@ -193,14 +187,27 @@ pub fn query_udp_from(
     let id = fastrand_id();
     let sock =
         UdpSocket::bind(SocketAddr::new(source, 0)).with_context(|| format!("binding {source}"))?;
+    let query = encode_query(id, name, qtype, false)?;
+    exchange_udp(&sock, server, id, &query, timeout).with_context(|| format!("asking for {name}"))
+}
+
+/// Send `query` (of `id`) from `sock` to `server`; the answer of that id, within `timeout`
+/// (answers of other ids, late ones of earlier queries, are passed over).
+fn exchange_udp(
+    sock: &UdpSocket,
+    server: SocketAddr,
+    id: u16,
+    query: &[u8],
+    timeout: Duration,
+) -> Result<Response> {
     sock.set_read_timeout(Some(timeout))?;
     sock.connect(server)?;
-    sock.send(&encode_query(id, name, qtype, false)?)?;
+    sock.send(query)?;
     let mut buf = vec![0u8; 65535];
     loop {
         let n = sock
             .recv(&mut buf)
-            .with_context(|| format!("no answer from {server} for {name} within {timeout:?}"))?;
+            .with_context(|| format!("no answer from {server} within {timeout:?}"))?;
         let r = parse_response(&buf[..n])?;
         if r.id == id {
             return Ok(r);
