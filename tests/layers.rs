@@ -1,6 +1,7 @@
 //! The layer rule of ARCHITECTURE.md, kept: the top-level modules of the root crate form
 //! layers, and an import (`crate::module`, outside tests and comments) only ever points down
-//! the list; the supervisor crate's modules import each other without a cycle.
+//! the list; the supervisor crate's modules import each other without a cycle; and the
+//! workspace's library crates depend on each other only downwards.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -135,9 +136,55 @@ fn every_import_of_the_root_crate_points_down_the_layers() {
     assert_eq!(on_disk, listed, "src/ and the list of layers differ");
 }
 
+/// The library crates of the workspace by layer, top first, with their directories: a crate
+/// depends only on crates of lower layers. The configuration and the supervisor are
+/// siblings: neither knows the other; both may make the heap ready.
+const CRATE_LAYERS: &[(&str, &str, u32)] = &[
+    ("knot-resolver", ".", 0),
+    ("kres-config", "config", 1),
+    ("supervisor", "supervisor", 1),
+    ("heap", "heap", 2),
+];
+
+/// The crates of the workspace that `dir`'s manifest depends on (not for tests), by name.
+fn workspace_dependencies(dir: &str) -> BTreeSet<String> {
+    let path = root().join(dir).join("Cargo.toml");
+    let text = std::fs::read_to_string(&path).expect("a readable manifest");
+    let manifest: toml::Table = text.parse().expect("a manifest in TOML");
+    manifest
+        .get("dependencies")
+        .and_then(toml::Value::as_table)
+        .into_iter()
+        .flatten()
+        .filter(|(_, spec)| spec.get("path").is_some())
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+#[test]
+fn every_crate_depends_only_on_crates_below_it() {
+    let layer = |name: &str| CRATE_LAYERS.iter().find(|(n, ..)| *n == name).map(|c| c.2);
+    let mut wrong = Vec::new();
+    for &(name, dir, own) in CRATE_LAYERS {
+        for dependency in workspace_dependencies(dir) {
+            match layer(&dependency) {
+                Some(l) if l > own => {}
+                Some(_) => wrong.push(format!("{name} depends on {dependency}, not below it")),
+                None => wrong.push(format!("{name} depends on {dependency}, in no layer")),
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the crate layers are broken: {wrong:#?}");
+    // The check reads what it should: the root crate depends on all the others.
+    assert_eq!(
+        workspace_dependencies("."),
+        BTreeSet::from(["heap", "kres-config", "supervisor"].map(str::to_owned))
+    );
+}
+
 #[test]
 fn the_supervisor_and_config_crates_have_no_import_cycle() {
-    for dir in ["supervisor/src", "config/src"] {
+    for dir in ["supervisor/src", "config/src", "heap/src"] {
         assert_eq!(
             import_cycle(&imports(&root().join(dir))),
             None,

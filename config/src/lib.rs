@@ -245,7 +245,7 @@ const LARGE_LOAD_BYTES: u64 = 1 << 20;
 /// The heap a load of `files` and the rendering of what they hold touch, at most (about
 /// twelve times their size: the document's text, its parsed and normalized trees, the
 /// model, the policy-loader's Lua), to be made ready ahead of the load
-/// (`supervisor::os::prefault_heap`); 0 when they are small, missing or unreadable
+/// (`heap::prefault_heap`); 0 when they are small, missing or unreadable
 /// (nothing to prepare).
 pub fn load_heap_bytes(files: &[PathBuf]) -> usize {
     const PER_BYTE: u64 = 12;
@@ -514,7 +514,7 @@ pub fn validate_command(files: &[PathBuf], checks: PathChecks) -> i32 {
     } else {
         files
     };
-    let _heap = supervisor::os::prefault_heap(load_heap_bytes(files));
+    let _heap = heap::prefault_heap(load_heap_bytes(files));
     match load_files(files, checks, LogTargetArg::from_env()) {
         Ok(LoadedConfig { model: cfg, .. }) => {
             if let Some(warning) = management_socket_warning(&cfg) {

@@ -81,7 +81,7 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
         .collect();
     // A large configuration's start allocates in one burst: its heap is made ready on the
     // second core meanwhile.
-    let heap = supervisor::os::prefault_heap(crate::config::load_heap_bytes(&files));
+    let heap = heap::prefault_heap(crate::config::load_heap_bytes(&files));
     let settings = Settings {
         watched: match invocation.watch_config {
             WatchConfig::On => ConfigFiles::Watched(files.clone()),

@@ -64,7 +64,7 @@ pub struct Settings {
     pub began: std::time::Instant,
     /// The heap made ready for a large configuration's start (its load, rendering and
     /// policy-loader run), until serving begins.
-    pub heap: supervisor::os::HeapPrefault,
+    pub heap: heap::HeapPrefault,
 }
 
 /// Why the manager process could not start.
@@ -126,7 +126,7 @@ struct ToServe {
     api: ApiState,
     /// The RPZ zones the start transferred, told to the event log by their tasks.
     transferred: FirstTransfers,
-    heap: supervisor::os::HeapPrefault,
+    heap: heap::HeapPrefault,
     /// Where the configuration last kept in the root's fd store is published (the handle's
     /// answers wait for it).
     kept: watch::Sender<Option<Arc<LoadedConfig>>>,
@@ -388,7 +388,7 @@ impl Running {
         // Start-up's temporary allocations (the first configuration's parse, validation and
         // rendering, the API's route table) are freed by now: give their pages back.
         drop(to_serve.heap);
-        supervisor::os::release_free_heap();
+        heap::release_free_heap();
         Ok(())
     }
 }

@@ -88,7 +88,7 @@ pub fn run(invocation: Invocation) -> ExitCode {
     } = view;
     // A configuration in another form than the plain block one is parsed whole (~60 MiB of
     // heap for 100,000 records): its pages go back to the kernel now, not at the resolver's end.
-    supervisor::os::release_free_heap();
+    heap::release_free_heap();
     let api_groups = match invocation.api_groups.resolve(&management) {
         Ok(groups) => groups,
         Err(e) => {

@@ -1,0 +1,139 @@
+//! The heap of a process made ready ahead of a burst of allocations on its main thread
+//! (reading, validating and rendering a configuration of many megabytes), and given back to
+//! the kernel once the burst's garbage is gone. Both tune glibc's allocator; with another C
+//! library they do nothing.
+//!
+//! A crate of its own so that the configuration crate, which times its loads with it, and
+//! the daemon share it without either depending on the process supervisor. The allocator's
+//! calls are raw (`mallopt`, `malloc_trim`, `sbrk`, `madvise`): this crate allows `unsafe`,
+//! each block with its reason.
+#![allow(unsafe_code)]
+
+/// Give the heap's free pages back to the kernel (glibc's `malloc_trim(0)`: the free top of
+/// the heap, and the whole free pages inside it). A long-lived process calls it once its
+/// start-up's temporary allocations are gone, so they stop counting as its memory; the pages
+/// come back on demand. Nothing to do with another C library.
+pub fn release_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks and trims the allocator's own free lists, under the
+    // allocator's locks; it takes no pointer and has no precondition.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Heap made ready ahead of a large burst of allocations on the main thread (see
+/// [`prefault_heap`]); dropping it ends the burst.
+#[must_use = "the burst ends when this is dropped"]
+pub struct HeapPrefault {
+    /// The thread faulting the heap's new pages in, when one runs.
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Whether glibc's thresholds were changed and are to be restored.
+    tuned: bool,
+}
+
+/// The largest allocation glibc's heap serves at all (`DEFAULT_MMAP_THRESHOLD_MAX` on 64
+/// bits); larger ones are always mappings of their own.
+const HEAP_LARGEST_ALLOCATION: usize = 32 << 20;
+
+/// The most heap [`prefault_heap`] makes ready, whatever it is asked: a guess must not take
+/// a container's memory on its own.
+const MAX_PREFAULT: usize = 256 << 20;
+
+/// glibc's initial thresholds (`M_MMAP_THRESHOLD`, `M_TRIM_THRESHOLD`), restored after a burst.
+const GLIBC_DEFAULT_THRESHOLD: i32 = 128 << 10;
+
+/// Make `bytes` of heap (at most 256 MiB) ready for a burst of allocations the main thread is
+/// about to make (reading, validating and rendering a configuration of many megabytes), on a
+/// second thread while the burst runs: its first writes then find their pages present
+/// instead of faulting each one in, page by page (zeroing them is most of that cost, and it
+/// moves to the second core). Until the guard is dropped, allocations up to 32 MiB come from
+/// the heap rather than from mappings of their own (those would fault page by page), and
+/// free memory stays in it; dropping the guard waits for the thread and puts glibc's
+/// thresholds back to their initial values; the caller gives the free pages back when its
+/// burst's garbage is gone ([`release_free_heap`]).
+///
+/// Nothing is done off the main thread (other threads allocate from arenas of their own),
+/// with another C library, or on kernels before 5.14 (no `MADV_POPULATE_WRITE`: the burst
+/// only runs as it would have).
+pub fn prefault_heap(bytes: usize) -> HeapPrefault {
+    #[cfg_attr(not(target_env = "gnu"), allow(unused_mut))]
+    let mut guard = HeapPrefault {
+        thread: None,
+        tuned: false,
+    };
+    let bytes = bytes.min(MAX_PREFAULT);
+    #[cfg(target_env = "gnu")]
+    if bytes > 0 && nix::unistd::gettid() == nix::unistd::getpid() {
+        guard.tuned = true;
+        // SAFETY: mallopt only sets the allocator's parameters, under its lock; sbrk(0) reads
+        // the break without moving it; the chunks are the allocator's own, freed once each
+        // (in reverse order they join the free top of the heap, which the raised trim
+        // threshold keeps).
+        let (before, after) = unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, HEAP_LARGEST_ALLOCATION as i32);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+            let before = libc::sbrk(0) as usize;
+            let chunk = HEAP_LARGEST_ALLOCATION / 2;
+            let chunks: Vec<*mut libc::c_void> = (0..bytes.div_ceil(chunk))
+                .map(|_| libc::malloc(chunk))
+                .collect();
+            for c in chunks.into_iter().rev() {
+                libc::free(c);
+            }
+            (before, libc::sbrk(0) as usize)
+        };
+        // When the heap could not grow in place, there is nothing to fault in.
+        if after > before {
+            guard.thread = std::thread::Builder::new()
+                .name("heap-prefault".into())
+                .spawn(move || {
+                    // SAFETY: MADV_POPULATE_WRITE only makes page tables present, as a write
+                    // fault would, without writing: what the main thread writes meanwhile
+                    // keeps its contents. The range is the heap's growth, mapped read-write.
+                    unsafe {
+                        libc::madvise(
+                            before as *mut libc::c_void,
+                            after - before,
+                            libc::MADV_POPULATE_WRITE,
+                        );
+                    }
+                })
+                .ok();
+        }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    let _ = bytes;
+    guard
+}
+
+impl Drop for HeapPrefault {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        if !self.tuned {
+            return;
+        }
+        #[cfg(target_env = "gnu")]
+        // SAFETY: as in `prefault_heap`: only the allocator's parameters are set.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, GLIBC_DEFAULT_THRESHOLD);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, GLIBC_DEFAULT_THRESHOLD);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_heap_is_made_ready_only_on_the_main_thread() {
+        // Tests run on threads of their own: a thread's allocations come from its own
+        // arena, so nothing is tuned and no thread started.
+        let guard = prefault_heap(64 << 20);
+        assert!(guard.thread.is_none());
+        assert!(!guard.tuned);
+    }
+}
