@@ -432,7 +432,7 @@ impl Supervisor {
                 None => None,
             };
             let machine = ServiceMachine::from_image(service.machine, now);
-            if let State::Backoff { until } = machine.state() {
+            if let State::Backoff { until, .. } = machine.state() {
                 sup.timers.push(Reverse(*until));
             }
             let name = service.spec.name.clone();
