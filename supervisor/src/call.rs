@@ -8,7 +8,7 @@ use std::os::fd::{OwnedFd, RawFd};
 
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::machine::FailReason;
 use crate::spec::{ExitStatus, ServiceSpec};
@@ -133,6 +133,19 @@ impl FromAnswer for Vec<String> {
             _ => None,
         }
     }
+}
+
+/// Send the request `make` builds around its reply channel to `to`, and wait for the reply:
+/// the one request/reply helper of the crate (a handle's commands to the actor, a directing
+/// child's re-execution request to the owner of the parent). A receiver that is gone, or
+/// that drops the request unanswered, is [`SupervisorError::Gone`].
+pub(crate) async fn ask<R, T>(
+    to: &mpsc::UnboundedSender<R>,
+    make: impl FnOnce(oneshot::Sender<T>) -> R,
+) -> Result<T, SupervisorError> {
+    let (reply, answer) = oneshot::channel();
+    to.send(make(reply)).map_err(|_| SupervisorError::Gone)?;
+    answer.await.map_err(|_| SupervisorError::Gone)
 }
 
 /// Turn `result` into what the caller expects.

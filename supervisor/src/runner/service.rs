@@ -1,0 +1,79 @@
+//! One registered service as the actor keeps it: its spec, its machine, and who waits on it.
+
+use std::os::fd::OwnedFd;
+use std::time::SystemTime;
+
+use nix::unistd::Pid;
+
+use crate::call::Reply;
+use crate::machine::{ServiceMachine, State};
+use crate::os::FdPass;
+use crate::output::{self};
+use crate::snapshot::ProcessState;
+use crate::spec::ServiceSpec;
+
+/// One registered service.
+pub(super) struct Service {
+    pub(super) spec: ServiceSpec,
+    pub(super) machine: ServiceMachine,
+    /// Descriptors passed to the child, and at which numbers.
+    pub(super) fds: Vec<FdPass>,
+    /// Descriptors the supervisor was handed with the service; closed with it.
+    pub(super) owned: Vec<OwnedFd>,
+    /// Copies of the read ends of the current process's output pipes, for a handover (the
+    /// drain tasks read the originals).
+    pub(super) output: Option<(OwnedFd, OwnedFd)>,
+    /// Callers waiting for readiness (answered with [`Answer::Pid`]).
+    pub(super) ready_waiters: Vec<Reply>,
+    /// Callers waiting for the process to be down for good ([`Answer::Down`]).
+    pub(super) down_waiters: Vec<Reply>,
+    /// One-shot callers waiting for the exit status ([`Answer::Exited`]).
+    pub(super) run_waiter: Option<Reply>,
+    /// Wall-clock anchor of the current state, for snapshots.
+    pub(super) since_wall: Option<SystemTime>,
+    pub(super) ready_wall: Option<SystemTime>,
+    /// Last `STATUS=` the child sent.
+    pub(super) status_text: Option<String>,
+    /// The last lines of output of the current or last process.
+    pub(super) tail: output::Tail,
+    /// Which of its processes was last killed on request, and why.
+    pub(super) kill_reason: Option<(Pid, String)>,
+}
+
+impl Service {
+    /// A service just registered: idle, nothing known of a process yet.
+    pub(super) fn new(spec: ServiceSpec, fds: Vec<FdPass>, owned: Vec<OwnedFd>) -> Service {
+        Service {
+            spec,
+            machine: ServiceMachine::new(),
+            fds,
+            owned,
+            output: None,
+            ready_waiters: Vec::new(),
+            down_waiters: Vec::new(),
+            run_waiter: None,
+            since_wall: None,
+            ready_wall: None,
+            status_text: None,
+            tail: output::Tail::default(),
+            kill_reason: None,
+        }
+    }
+
+    /// Whether the steering programs may send it new datagrams and connections: it opted in,
+    /// and its process is ready and not being drained, stopped or killed.
+    pub(super) fn takes_queries(&self) -> bool {
+        self.spec.reuseport_index.is_some() && matches!(self.machine.state(), State::Running { .. })
+    }
+
+    /// Anchor the wall-clock times of the snapshot to a change of its state from `before`.
+    pub(super) fn note_change(&mut self, before: &State) {
+        let now = ProcessState::of(self.machine.state());
+        if ProcessState::of(before) != now {
+            self.since_wall = Some(SystemTime::now());
+            if now == ProcessState::Running {
+                self.ready_wall = self.since_wall;
+            }
+        }
+    }
+}
