@@ -1,0 +1,55 @@
+//! Descriptors kept for the directing child across its incarnations (like systemd's
+//! `FDSTORE=1`), by name.
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+
+use super::*;
+
+/// Descriptors kept for the directing child across its incarnations.
+#[derive(Default)]
+pub struct FdStore {
+    pub(super) entries: BTreeMap<String, OwnedFd>,
+}
+
+impl FdStore {
+    /// Keep `fd` under `name`; refused beyond [`MAX_STORED`] entries or [`MAX_NAME`] bytes.
+    pub fn put(&mut self, name: String, fd: OwnedFd) -> Result<(), String> {
+        if name.is_empty() || name.len() > MAX_NAME {
+            return Err(format!("stored name of {} bytes", name.len()));
+        }
+        if self.entries.len() >= MAX_STORED && !self.entries.contains_key(&name) {
+            return Err(format!("the fd store is full ({MAX_STORED} entries)"));
+        }
+        self.entries.insert(name, fd);
+        Ok(())
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.entries.contains_key(name)
+    }
+
+    pub fn forget(&mut self, name: &str) {
+        self.entries.remove(name);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Every entry, by name (for the next image of the process that holds the store).
+    pub fn into_entries(self) -> Vec<(String, OwnedFd)> {
+        self.entries.into_iter().collect()
+    }
+
+    /// A store holding `entries` (from an earlier image of this process), unchecked.
+    pub fn from_entries(entries: impl IntoIterator<Item = (String, OwnedFd)>) -> FdStore {
+        FdStore {
+            entries: entries.into_iter().collect(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
