@@ -34,7 +34,6 @@
 // `supervisor::os` allowed unsafe code.
 #![allow(unsafe_code)]
 
-use std::ffi::OsString;
 use std::io::{IoSlice, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
@@ -58,9 +57,8 @@ struct Script {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let mut args = std::env::args_os().skip(1);
     let mut script = Script::default();
-    let mut args = args.into_iter();
     while let Some(verb) = args.next() {
         let verb = verb.to_string_lossy().into_owned();
         let mut arg = |what: &str| -> String {
@@ -69,152 +67,188 @@ fn main() -> ExitCode {
                 None => fail(&format!("{verb}: missing {what}")),
             }
         };
-        match verb.as_str() {
+        if let Some(code) = script.run(&verb, &mut arg) {
+            return code;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+impl Script {
+    /// Run one verb, taking its arguments from `arg`; `Some` ends the process with that code.
+    fn run(&mut self, verb: &str, arg: &mut dyn FnMut(&str) -> String) -> Option<ExitCode> {
+        match verb {
             "report" => {
-                script.report = Some(PathBuf::from(arg("fifo")));
-                script.say(&format!("pid {}", std::process::id()));
+                self.report = Some(PathBuf::from(arg("fifo")));
+                self.say(&format!("pid {}", std::process::id()));
             }
-            "gate" => script.gate = Some(PathBuf::from(arg("fifo"))),
-            "wait" => script.wait_gate(),
+            "gate" => self.gate = Some(PathBuf::from(arg("fifo"))),
+            "wait" => self.wait_gate(),
             "sleep" => std::thread::sleep(Duration::from_millis(number(&arg("ms")))),
             "print" => eprintln!("{}", arg("line")),
-            "exit" => return ExitCode::from(number(&arg("code")) as u8),
-            "die" => {
-                let sig = parse_signal(&arg("signal"));
-                // Restore the default action first, so that the signal kills us.
-                // SAFETY: installing SIG_DFL runs no code of ours in a handler.
-                let _ = unsafe { signal::signal(sig, SigHandler::SigDfl) };
-                let _ = signal::raise(sig);
-                fail(&format!("still alive after {sig}"));
-            }
-            "trap-term" => {
-                let action = signal::SigAction::new(
-                    SigHandler::Handler(exit_on_term),
-                    signal::SaFlags::empty(),
-                    signal::SigSet::empty(),
-                );
-                // SAFETY: the handler only calls _exit, which is async-signal-safe.
-                if let Err(e) = unsafe { signal::sigaction(Signal::SIGTERM, &action) } {
-                    fail(&format!("cannot trap SIGTERM: {e}"));
-                }
-            }
-            "stop-me" => {
-                let me = nix::unistd::getpid();
-                // SAFETY: single-threaded, see the module comment; the child leaves with _exit.
-                match unsafe { fork() } {
-                    Ok(ForkResult::Child) => {
-                        let _ = signal::kill(me, Signal::SIGSTOP);
-                        script.say("stopped");
-                        // SAFETY: _exit is always safe.
-                        unsafe { nix::libc::_exit(0) };
-                    }
-                    // Reaping it waits until we were stopped and continued.
-                    Ok(ForkResult::Parent { child }) => {
-                        while let Err(nix::errno::Errno::EINTR) = waitpid(child, None) {}
-                    }
-                    Err(e) => fail(&format!("fork: {e}")),
-                }
-            }
-            "ignore-term" => {
-                // SAFETY: SIG_IGN installs no handler code.
-                if let Err(e) = unsafe { signal::signal(Signal::SIGTERM, SigHandler::SigIgn) } {
-                    fail(&format!("cannot ignore SIGTERM: {e}"));
-                }
-            }
+            "exit" => return Some(ExitCode::from(number(&arg("code")) as u8)),
+            "die" => die(parse_signal(&arg("signal"))),
+            "trap-term" => trap_term(),
+            "stop-me" => self.stop_me(),
+            "ignore-term" => ignore_term(),
             "kids" => {
                 let count = number(&arg("count"));
                 let how = arg("how");
                 for _ in 0..count {
-                    script.fork_kid(&how);
+                    self.fork_kid(&how);
                 }
             }
             "flood" => {
                 let mib = number(&arg("MiB"));
-                let stream = arg("stream");
-                flood(mib, &stream);
-                script.say("flooded");
+                flood(mib, &arg("stream"));
+                self.say("flooded");
             }
-            "invalid-utf8" => {
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(b"bad \xff\xfe\xc3\x28 bytes\n");
-                let _ = out.flush();
-            }
-            "long-line" => {
-                let mib = number(&arg("MiB"));
-                let mut out = std::io::stdout().lock();
-                let chunk = vec![b'L'; 1 << 20];
-                for _ in 0..mib {
-                    let _ = out.write_all(&chunk);
-                }
-                let _ = out.write_all(b"\n");
-                let _ = out.flush();
-            }
+            "invalid-utf8" => write_invalid_utf8(),
+            "long-line" => write_long_line(number(&arg("MiB"))),
             "notify" => send_notify(&unescape(&arg("text"))),
             "notify-flood" => flood_notify(&unescape(&arg("text"))),
-            "notify-from-kid" => {
-                let text = unescape(&arg("text"));
-                // SAFETY: we are single-threaded, so the child may run any code; it leaves
-                // with _exit so nothing of the parent's state is flushed twice.
-                match unsafe { fork() } {
-                    Ok(ForkResult::Child) => {
-                        send_notify(&text);
-                        // SAFETY: _exit is always safe to call.
-                        unsafe { nix::libc::_exit(0) };
-                    }
-                    Ok(ForkResult::Parent { child }) => {
-                        let _ = waitpid(child, None);
-                        script.say(&format!("notified-from {child}"));
-                    }
-                    Err(e) => fail(&format!("fork: {e}")),
-                }
-            }
-            "notify-garbage" => {
-                let long_no_equals = vec![b'x'; 3000];
-                let garbage: [&[u8]; 6] = [
-                    b"",
-                    b"READY=1\0",
-                    b"READY=\xff\xfe",
-                    b"READY",
-                    &long_no_equals,
-                    b"\x00\x01\x02\x03",
-                ];
-                for g in garbage {
-                    send_notify(g);
-                }
-            }
-            "notify-oversize" => {
-                let mut msg = b"READY=1\nX_PAD=".to_vec();
-                msg.resize(5000, b'p');
-                send_notify(&msg);
-            }
-            "notify-with-fd" => {
-                let text = unescape(&arg("text"));
-                let passed = std::fs::File::open("/dev/null")
-                    .unwrap_or_else(|e| fail(&format!("open /dev/null: {e}")));
-                send_notify_with_fd(&text, passed.as_raw_fd());
-            }
-            "list-env" => {
-                let dir = PathBuf::from(arg("dir"));
-                let mut text = String::new();
-                for (k, v) in std::env::vars_os() {
-                    text.push_str(&format!(
-                        "{}={}\n",
-                        k.to_string_lossy(),
-                        v.to_string_lossy()
-                    ));
-                }
-                if let Err(e) = std::fs::write(dir.join(std::process::id().to_string()), text) {
-                    fail(&format!("list-env: {e}"));
-                }
-            }
+            "notify-from-kid" => self.notify_from_kid(&unescape(&arg("text"))),
+            "notify-garbage" => notify_garbage(),
+            "notify-oversize" => notify_oversize(),
+            "notify-with-fd" => notify_with_fd(&unescape(&arg("text"))),
+            "list-env" => list_env(&PathBuf::from(arg("dir"))),
             "list-fds" => {
                 let dir = PathBuf::from(arg("dir"));
                 list_fds(&dir.join(std::process::id().to_string()));
             }
             other => fail(&format!("unknown verb {other:?}")),
         }
+        None
     }
-    ExitCode::SUCCESS
+
+    /// Have a grandchild SIGSTOP us and report `stopped`; go on once continued.
+    fn stop_me(&self) {
+        let me = nix::unistd::getpid();
+        // SAFETY: single-threaded, see the module comment; the child leaves with _exit.
+        match unsafe { fork() } {
+            Ok(ForkResult::Child) => {
+                let _ = signal::kill(me, Signal::SIGSTOP);
+                self.say("stopped");
+                // SAFETY: _exit is always safe.
+                unsafe { nix::libc::_exit(0) };
+            }
+            // Reaping it waits until we were stopped and continued.
+            Ok(ForkResult::Parent { child }) => {
+                while let Err(nix::errno::Errno::EINTR) = waitpid(child, None) {}
+            }
+            Err(e) => fail(&format!("fork: {e}")),
+        }
+    }
+
+    /// Fork a grandchild that sends `text` to `$NOTIFY_SOCKET` and exits; wait for it.
+    fn notify_from_kid(&self, text: &[u8]) {
+        // SAFETY: we are single-threaded, so the child may run any code; it leaves
+        // with _exit so nothing of the parent's state is flushed twice.
+        match unsafe { fork() } {
+            Ok(ForkResult::Child) => {
+                send_notify(text);
+                // SAFETY: _exit is always safe to call.
+                unsafe { nix::libc::_exit(0) };
+            }
+            Ok(ForkResult::Parent { child }) => {
+                let _ = waitpid(child, None);
+                self.say(&format!("notified-from {child}"));
+            }
+            Err(e) => fail(&format!("fork: {e}")),
+        }
+    }
+}
+
+/// Send ourselves `sig`, its default action restored first so that it kills us.
+fn die(sig: Signal) -> ! {
+    // SAFETY: installing SIG_DFL runs no code of ours in a handler.
+    let _ = unsafe { signal::signal(sig, SigHandler::SigDfl) };
+    let _ = signal::raise(sig);
+    fail(&format!("still alive after {sig}"));
+}
+
+/// Exit 0 from a SIGTERM handler (a graceful stop, as kresd does).
+fn trap_term() {
+    let action = signal::SigAction::new(
+        SigHandler::Handler(exit_on_term),
+        signal::SaFlags::empty(),
+        signal::SigSet::empty(),
+    );
+    // SAFETY: the handler only calls _exit, which is async-signal-safe.
+    if let Err(e) = unsafe { signal::sigaction(Signal::SIGTERM, &action) } {
+        fail(&format!("cannot trap SIGTERM: {e}"));
+    }
+}
+
+/// Ignore SIGTERM (inherited by grandchildren forked afterwards).
+fn ignore_term() {
+    // SAFETY: SIG_IGN installs no handler code.
+    if let Err(e) = unsafe { signal::signal(Signal::SIGTERM, SigHandler::SigIgn) } {
+        fail(&format!("cannot ignore SIGTERM: {e}"));
+    }
+}
+
+/// Write a line of invalid UTF-8 to stdout.
+fn write_invalid_utf8() {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(b"bad \xff\xfe\xc3\x28 bytes\n");
+    let _ = out.flush();
+}
+
+/// Write one line of `mib` MiB to stdout.
+fn write_long_line(mib: u64) {
+    let mut out = std::io::stdout().lock();
+    let chunk = vec![b'L'; 1 << 20];
+    for _ in 0..mib {
+        let _ = out.write_all(&chunk);
+    }
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+}
+
+/// Send malformed datagrams: empty, NUL, invalid UTF-8, no `=`, binary.
+fn notify_garbage() {
+    let long_no_equals = vec![b'x'; 3000];
+    let garbage: [&[u8]; 6] = [
+        b"",
+        b"READY=1\0",
+        b"READY=\xff\xfe",
+        b"READY",
+        &long_no_equals,
+        b"\x00\x01\x02\x03",
+    ];
+    for g in garbage {
+        send_notify(g);
+    }
+}
+
+/// Send `READY=1` padded past 4096 bytes.
+fn notify_oversize() {
+    let mut msg = b"READY=1\nX_PAD=".to_vec();
+    msg.resize(5000, b'p');
+    send_notify(&msg);
+}
+
+/// Send `text` with an open descriptor (of /dev/null) attached.
+fn notify_with_fd(text: &[u8]) {
+    let passed =
+        std::fs::File::open("/dev/null").unwrap_or_else(|e| fail(&format!("open /dev/null: {e}")));
+    send_notify_with_fd(text, passed.as_raw_fd());
+}
+
+/// Write our environment (`KEY=VALUE` per line) to `dir`/<pid>.
+fn list_env(dir: &Path) {
+    let mut text = String::new();
+    for (k, v) in std::env::vars_os() {
+        text.push_str(&format!(
+            "{}={}\n",
+            k.to_string_lossy(),
+            v.to_string_lossy()
+        ));
+    }
+    if let Err(e) = std::fs::write(dir.join(std::process::id().to_string()), text) {
+        fail(&format!("list-env: {e}"));
+    }
 }
 
 impl Script {
