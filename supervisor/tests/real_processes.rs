@@ -1242,10 +1242,13 @@ fn tables_go_in_parts_that_fit_a_small_link_and_a_message_it_cannot_carry_ends_s
         );
         assert!(largest <= capacity);
         match end {
-            ChildEnd::LinkFailed(why) => assert!(
-                why.contains("cannot send an answer") && why.contains("exceeds the link's"),
-                "{why}"
-            ),
+            ChildEnd::LinkFailed(why) => {
+                let why = why.to_string();
+                assert!(
+                    why.contains("cannot send an answer") && why.contains("exceeds the link's"),
+                    "{why}"
+                )
+            }
             other => panic!("serving ended otherwise: {other:?}"),
         }
         env.reported_pid("pid ").await;

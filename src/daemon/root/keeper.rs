@@ -172,7 +172,7 @@ impl Root {
                     () = exited(service.sup, pid) => ChildEnd::Gone,
                 }
             }
-            Err(e) => ChildEnd::Misbehaved(format!("cannot start: {e}")),
+            Err(e) => ChildEnd::Misbehaved(remote::Misbehaviour::NotStarted(e)),
         })
     }
 
@@ -216,7 +216,7 @@ fn answer(end: ChildEnd, sup: &SupervisorHandle, hang_after: Duration) -> Answer
         ChildEnd::Misbehaved(why) => {
             tracing::error!("the manager process failed: {why}");
             signal_manager(sup, nix::sys::signal::Signal::SIGKILL);
-            Answer::Replace(Some(why))
+            Answer::Replace(Some(why.to_string()))
         }
         // Not its fault: it is stopped as gracefully as at any replacement.
         ChildEnd::LinkFailed(why) => {

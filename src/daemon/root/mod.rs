@@ -224,8 +224,8 @@ enum KeepError {
     #[error("{0}")]
     Make(#[source] std::io::Error),
     /// The store refused it.
-    #[error("{0}")]
-    Refused(String),
+    #[error(transparent)]
+    Refused(#[from] supervisor::remote::StoreRefused),
 }
 
 /// Keep the descriptor just `made` in `store` under `name`.

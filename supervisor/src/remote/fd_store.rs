@@ -6,6 +6,17 @@ use std::os::fd::OwnedFd;
 
 use super::*;
 
+/// Why the fd store refused a descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreRefused {
+    /// The name is empty or longer than [`MAX_NAME`] bytes.
+    #[error("stored name of {0} bytes")]
+    NameLength(usize),
+    /// [`MAX_STORED`] names are kept already.
+    #[error("the fd store is full ({MAX_STORED} entries)")]
+    Full,
+}
+
 /// Descriptors kept for the directing child across its incarnations.
 #[derive(Default)]
 pub struct FdStore {
@@ -14,12 +25,12 @@ pub struct FdStore {
 
 impl FdStore {
     /// Keep `fd` under `name`; refused beyond [`MAX_STORED`] entries or [`MAX_NAME`] bytes.
-    pub fn put(&mut self, name: String, fd: OwnedFd) -> Result<(), String> {
+    pub fn put(&mut self, name: String, fd: OwnedFd) -> Result<(), StoreRefused> {
         if name.is_empty() || name.len() > MAX_NAME {
-            return Err(format!("stored name of {} bytes", name.len()));
+            return Err(StoreRefused::NameLength(name.len()));
         }
         if self.entries.len() >= MAX_STORED && !self.entries.contains_key(&name) {
-            return Err(format!("the fd store is full ({MAX_STORED} entries)"));
+            return Err(StoreRefused::Full);
         }
         self.entries.insert(name, fd);
         Ok(())

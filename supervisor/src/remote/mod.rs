@@ -29,8 +29,10 @@ mod table;
 mod wire;
 
 pub use child_side::Parent;
-pub use fd_store::FdStore;
-pub use parent_side::{serve_child, ChildEnd, ChildService, ReexecRequest};
+pub use fd_store::{FdStore, StoreRefused};
+pub use parent_side::{
+    serve_child, ChildEnd, ChildService, LinkFailure, Misbehaviour, ReexecRequest,
+};
 pub use policy::{ChildPolicy, EnvironmentPolicy, MAX_EXTENSION};
 pub use table::{table_messages, TableAssembly};
 pub use wire::{Link, ToChild, ToParent};

@@ -18,6 +18,7 @@ use crate::runner::SupervisorHandle;
 use crate::snapshot::Snapshot;
 use crate::upward::UpwardNotifier;
 
+use super::fd_store::StoreRefused;
 use super::policy::check_name;
 use super::table::send_table;
 use super::*;
@@ -27,17 +28,50 @@ use super::*;
 pub enum ChildEnd {
     /// The link closed: the child is gone (or closed it, which means the same).
     Gone,
-    /// The child sent something that is not of the protocol.
-    Misbehaved(String),
+    /// The child sent something that is not of the protocol, or could not be started.
+    Misbehaved(Misbehaviour),
     /// No answer to pings for the deadline.
     Hung,
     /// What we had to send could not be sent (why): the child cannot follow the process
     /// table any more, and is to be replaced.
-    LinkFailed(String),
+    LinkFailed(LinkFailure),
     /// The child asked for everything to stop.
     Exit(u8),
     /// `stop` fired.
     Stopped,
+}
+
+/// What a directing child did wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum Misbehaviour {
+    /// Its process could not be started.
+    #[error("cannot start: {0}")]
+    NotStarted(#[source] SupervisorError),
+    /// A message that is not of the protocol, or a link that could not be read.
+    #[error("{0}")]
+    Unreadable(#[source] io::Error),
+    #[error("store without exactly one descriptor")]
+    StoreWithoutOneDescriptor,
+    #[error(transparent)]
+    StoreRefused(#[from] StoreRefused),
+    #[error("more than {MAX_IN_FLIGHT} calls in flight")]
+    TooManyCalls,
+}
+
+/// Why the link to a directing child failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkFailure {
+    /// A message could not be sent, and the child is not gone.
+    #[error("cannot send {what}: {source}")]
+    Unsent {
+        /// What it was: the welcome, an answer, the process table…
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// The task writing to the child ended abnormally.
+    #[error("the link's writer ended: {0}")]
+    WriterEnded(#[source] tokio::task::JoinError),
 }
 
 /// What serves a directing child, whichever incarnation.
@@ -99,7 +133,7 @@ pub async fn serve_child(
             written = &mut writer, if !writer_ended => match written {
                 Ok(Ok(())) => writer_ended = true,
                 Ok(Err(e)) => break unsent(e.error, e.what),
-                Err(e) => break ChildEnd::LinkFailed(format!("the link's writer ended: {e}")),
+                Err(e) => break ChildEnd::LinkFailed(LinkFailure::WriterEnded(e)),
             },
             received = link.recv::<ToParent>() => {
                 let (msg, fds) = match received {
@@ -107,7 +141,7 @@ pub async fn serve_child(
                     Ok(None) => break ChildEnd::Gone,
                     // It closed its end with our messages (snapshots) still unread in it.
                     Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break ChildEnd::Gone,
-                    Err(e) => break ChildEnd::Misbehaved(e.to_string()),
+                    Err(e) => break ChildEnd::Misbehaved(Misbehaviour::Unreadable(e)),
                 };
                 if let Err(end) = session.on_message(msg, fds, store) {
                     break end;
@@ -192,13 +226,15 @@ impl Session<'_, '_> {
             ToParent::Store { name } => {
                 let Some(fd) = fds.pop().filter(|_| fds.is_empty()) else {
                     return Err(ChildEnd::Misbehaved(
-                        "store without exactly one descriptor".into(),
+                        Misbehaviour::StoreWithoutOneDescriptor,
                     ));
                 };
                 if keep_upward(&name) {
                     upward.store_fd(&name, fd.as_fd());
                 }
-                store.put(name, fd).map_err(ChildEnd::Misbehaved)?;
+                store
+                    .put(name, fd)
+                    .map_err(|e| ChildEnd::Misbehaved(e.into()))?;
             }
             ToParent::Forget { name } => {
                 if keep_upward(&name) && store.contains(&name) {
@@ -220,9 +256,7 @@ impl Session<'_, '_> {
     /// Execute a call in a task of its own, its answer sent when it comes.
     fn execute(&self, id: u64, call: Call, fds: Vec<OwnedFd>) -> Result<(), ChildEnd> {
         if self.in_flight.fetch_add(1, Ordering::Relaxed) >= MAX_IN_FLIGHT {
-            return Err(ChildEnd::Misbehaved(format!(
-                "more than {MAX_IN_FLIGHT} calls in flight"
-            )));
+            return Err(ChildEnd::Misbehaved(Misbehaviour::TooManyCalls));
         }
         let sup = self.service.sup.clone();
         let policy = self.service.policy.clone();
@@ -250,10 +284,13 @@ impl Session<'_, '_> {
 
 /// How serving ends when sending `what` failed with `error`: a child that is gone is gone;
 /// anything else is a link that failed, and says why.
-fn unsent(error: io::Error, what: &str) -> ChildEnd {
+fn unsent(error: io::Error, what: &'static str) -> ChildEnd {
     match error.kind() {
         io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => ChildEnd::Gone,
-        _ => ChildEnd::LinkFailed(format!("cannot send {what}: {error}")),
+        _ => ChildEnd::LinkFailed(LinkFailure::Unsent {
+            what,
+            source: error,
+        }),
     }
 }
 
