@@ -10,12 +10,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::{Link, TableAssembly, ToChild, ToParent, MAX_STORED};
 use crate::call::{Call, Reply, SupervisorError};
 use crate::runner::{Command, SupervisorHandle};
 use crate::snapshot::Snapshot;
 use crate::upward::{Upward, UpwardNotifier};
-
-use super::*;
 
 /// The directing child's side of the link.
 pub struct Parent {

@@ -1,10 +1,9 @@
 //! Descriptors kept for the directing child across its incarnations (like systemd's
 //! `FDSTORE=1`), by name.
 
+use super::{MAX_NAME, MAX_STORED};
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
-
-use super::*;
 
 /// Why the fd store refused a descriptor.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -21,7 +21,7 @@ use crate::upward::UpwardNotifier;
 use super::fd_store::StoreRefused;
 use super::policy::check_name;
 use super::table::send_table;
-use super::*;
+use super::{ChildPolicy, FdStore, Link, ToChild, ToParent, PING_INTERVAL};
 
 /// How serving a child ended.
 #[derive(Debug)]

@@ -5,12 +5,11 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::{MAX_NAME, MAX_STATUS};
 use crate::call::SupervisorError;
 use crate::command_line::CommandLine;
 use crate::spec::{Credentials, KeptCapabilities, ServiceSpec};
 use crate::upward::Upward;
-
-use super::*;
 
 /// Rules for what a directing child may ask.
 #[derive(Debug, Clone)]

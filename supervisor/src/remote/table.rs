@@ -4,9 +4,8 @@
 use std::io;
 use std::sync::Arc;
 
+use super::{Link, ToChild, MAX_TABLE_PROCESSES, TABLE_ENVELOPE, TABLE_PART};
 use crate::snapshot::{ProcessSnapshot, Snapshot};
-
-use super::*;
 
 /// Send `table`: in one message when it fits in a part, else in parts of [`TABLE_PART`]
 /// bytes, or of what the link carries where that is less (`net.core.wmem_max` set low).
@@ -90,6 +89,7 @@ impl TableAssembly {
 mod tests {
     use super::*;
 
+    use crate::remote::MAX_NAME;
     use crate::snapshot::ProcessState;
     use crate::spec::ExitStatus;
     use crate::text::{one_line, MAX_STATUS};

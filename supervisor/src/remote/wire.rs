@@ -10,12 +10,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::io::Interest;
 
+use super::MAX_MESSAGE;
 use crate::call::{Answer, Call, SupervisorError};
 use crate::os;
 use crate::snapshot::{ProcessSnapshot, Snapshot};
 use crate::upward::Upward;
-
-use super::*;
 
 /// One end of a link.
 pub struct Link {

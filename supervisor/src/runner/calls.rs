@@ -13,9 +13,8 @@ use crate::os::FdPass;
 use crate::spec::ServiceSpec;
 use crate::text;
 
-use super::*;
-
-pub use crate::call::SupervisorError;
+use super::{Notice, Phase, Service, ShutdownReport, Stopping, Supervisor};
+use crate::call::SupervisorError;
 
 impl Supervisor {
     /// Carry out a call, answering it now or once its outcome is known.

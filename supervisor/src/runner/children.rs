@@ -10,12 +10,11 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::time::Instant;
 
+use super::{Phase, Supervisor, FORGOTTEN_TAILS, MAX_DRAINED_BEFORE_REAPING};
 use crate::machine::{Action, Drain, Event, State};
-use crate::os::{self};
+use crate::os;
 use crate::output::{self, Stream};
 use crate::spec::Readiness;
-
-use super::*;
 
 impl Supervisor {
     pub(super) fn reap(&mut self) {

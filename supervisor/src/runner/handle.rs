@@ -13,7 +13,7 @@ use crate::handover::Handover;
 use crate::snapshot::Snapshot;
 use crate::spec::{ExitStatus, ServiceSpec};
 
-pub use crate::call::SupervisorError;
+use crate::call::SupervisorError;
 
 /// What reaches the actor: a call with where its answer goes, or an order only the process
 /// that owns the supervisor gives.

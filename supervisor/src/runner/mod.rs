@@ -31,8 +31,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::machine::State;
 use crate::notify::{Datagram, DescriptorCloser, NoiseLog, NotifySocket};
-use crate::os::{self};
-use crate::output::{self};
+use crate::os;
+use crate::output;
 use crate::snapshot::Snapshot;
 use crate::steering::Steering;
 

@@ -6,10 +6,9 @@ use std::os::fd::OwnedFd;
 use nix::unistd::Pid;
 use tokio::time::Instant;
 
+use super::Supervisor;
 use crate::machine::Event;
 use crate::notify::{Datagram, Noise, Notification};
-
-use super::*;
 
 impl Supervisor {
     /// Take up to `budget` datagrams that are already queued.

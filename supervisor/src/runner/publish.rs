@@ -7,9 +7,8 @@ use crate::call::Answer;
 use crate::machine::{Announcement, FailReason};
 use crate::snapshot::{ProcessSnapshot, Snapshot};
 
-use super::*;
-
-pub use crate::call::SupervisorError;
+use super::{Service, Supervisor};
+use crate::call::SupervisorError;
 
 impl Supervisor {
     pub(super) fn announce(&mut self, name: &str, announcement: Announcement) {

@@ -8,7 +8,7 @@ use nix::unistd::Pid;
 use crate::call::Reply;
 use crate::machine::{ServiceMachine, State};
 use crate::os::FdPass;
-use crate::output::{self};
+use crate::output;
 use crate::snapshot::ProcessState;
 use crate::spec::ServiceSpec;
 

@@ -12,11 +12,10 @@ use crate::handover::{self, Handover, ServiceImage, SupervisorImage};
 use crate::machine::{ServiceMachine, State};
 use crate::notify::NotifySocket;
 use crate::os::{self, FdPass};
-use crate::output::{self};
+use crate::output;
 
-use super::*;
-
-pub use crate::call::SupervisorError;
+use super::{Phase, Service, Supervisor, SupervisorHandle};
+use crate::call::SupervisorError;
 
 impl Supervisor {
     /// Take over the process table `handover` describes, from an earlier image of this process
