@@ -75,7 +75,7 @@ impl Supervisor {
         let _ = reply.send(answer);
     }
 
-    pub(super) fn start_service(&mut self, name: String, reply: Reply) {
+    fn start_service(&mut self, name: String, reply: Reply) {
         if self.phase.is_stopping() {
             let _ = reply.send(Err(SupervisorError::ShuttingDown));
             return;
@@ -93,7 +93,7 @@ impl Supervisor {
     }
 
     /// Stop, restart or remove `name` as `event` says, the caller waiting for `outcome`.
-    pub(super) fn stop_service(
+    fn stop_service(
         &mut self,
         name: String,
         outcome: Outcome,
@@ -115,7 +115,7 @@ impl Supervisor {
     /// Whether a stop of `name` may drain its queues first: not while everything stops;
     /// otherwise when it is being drained already (its share went to others then), or every
     /// group of its sockets has another member that takes queries.
-    pub(super) fn drain_for(&self, name: &str) -> Drain {
+    fn drain_for(&self, name: &str) -> Drain {
         let services = &self.services;
         let draining = services
             .get(name)
@@ -132,7 +132,7 @@ impl Supervisor {
         }
     }
 
-    pub(super) fn run_job(&mut self, spec: ServiceSpec, reply: Reply) {
+    fn run_job(&mut self, spec: ServiceSpec, reply: Reply) {
         if self.phase.is_stopping() {
             let _ = reply.send(Err(SupervisorError::ShuttingDown));
             return;
@@ -178,7 +178,7 @@ impl Supervisor {
     }
 
     /// Snapshots say `draining` from now on.
-    pub(super) fn announce_drain(&mut self) {
+    fn announce_drain(&mut self) {
         match &mut self.phase {
             Phase::Serving => self.phase = Phase::Draining,
             Phase::Stopping(stopping) => stopping.notice = Notice::Announced,
@@ -253,7 +253,7 @@ impl Supervisor {
 
 /// What a caller of a stop waits for.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Outcome {
+enum Outcome {
     /// The process started again and is ready (a restart).
     Ready,
     /// The process is down (a stop, a removal).

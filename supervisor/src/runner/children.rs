@@ -88,7 +88,7 @@ impl Supervisor {
     }
 
     /// Carry out one action of `name`'s machine; what it leads to is the next event.
-    pub(super) fn carry_out(&mut self, name: &str, action: Action) -> Option<Event> {
+    fn carry_out(&mut self, name: &str, action: Action) -> Option<Event> {
         match action {
             // No restarts once stopping: report the service down instead.
             Action::Spawn if self.phase.is_stopping() => {

@@ -26,7 +26,7 @@ impl Supervisor {
     }
 
     /// Count `count` of `noise` and log what is due.
-    pub(super) fn noted(&mut self, noise: Noise, count: u64, example: impl FnOnce() -> String) {
+    fn noted(&mut self, noise: Noise, count: u64, example: impl FnOnce() -> String) {
         if let Some(line) = self.noise.record(noise, count, example, Instant::now()) {
             tracing::warn!("{line}");
         }
@@ -80,7 +80,7 @@ impl Supervisor {
     }
 
     /// Close descriptors that came with a datagram, off the actor, and count them.
-    pub(super) fn dispose(&mut self, descriptors: Vec<OwnedFd>, sender: Option<i32>) {
+    fn dispose(&mut self, descriptors: Vec<OwnedFd>, sender: Option<i32>) {
         let count = descriptors.len() as u64;
         self.closer.close(descriptors);
         self.noted(Noise::Descriptor, count, || match sender {
