@@ -30,8 +30,8 @@
 //!
 //! Lines reported are short, so each write to the FIFO is atomic. The helper is
 //! single-threaded, so forking it is safe; forked grandchildren leave with `_exit`.
-// Misbehaving takes raw fork, signal dispositions and _exit: the one crate root besides
-// `supervisor::os` allowed unsafe code.
+// Misbehaving takes raw fork, signal dispositions and _exit: the one binary allowed unsafe
+// code (besides it, only `supervisor::os` and the `heap` crate).
 #![allow(unsafe_code)]
 
 use std::io::{IoSlice, Read, Write};
