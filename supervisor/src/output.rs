@@ -62,25 +62,30 @@ pub fn levels_by_stream(_line: &str, stream: Stream) -> OutputLevel {
     }
 }
 
+/// One output stream of one process of a service, and what its lines go to.
+pub struct Lines {
+    /// The service's name and the process's pid, on every line logged.
+    pub name: String,
+    pub pid: Pid,
+    pub stream: Stream,
+    /// The service's last lines, for [`crate::SupervisorHandle::output_tail`].
+    pub tail: Tail,
+    /// The level each line is logged at.
+    pub levels: LineLevels,
+}
+
 /// Drain `fd` until EOF (every writer, grandchildren included, has closed it), or until `stop`
 /// fires (the supervisor hands the pipe to its next process image).
-pub async fn drain(
-    fd: OwnedFd,
-    name: String,
-    pid: Pid,
-    stream: Stream,
-    tail: Tail,
-    levels: LineLevels,
-    stop: CancellationToken,
-) {
+pub async fn drain(fd: OwnedFd, lines: Lines, stop: CancellationToken) {
+    let (name, pid) = (&lines.name, lines.pid.as_raw());
     if let Err(e) = crate::os::set_nonblocking(&fd) {
-        tracing::warn!(name, pid = pid.as_raw(), error = %e, "cannot read child output");
+        tracing::warn!(name, pid, error = %e, "cannot read child output");
         return;
     }
     let mut rx = match pipe::Receiver::from_owned_fd(fd) {
         Ok(rx) => rx,
         Err(e) => {
-            tracing::warn!(name, pid = pid.as_raw(), error = %e, "cannot read child output");
+            tracing::warn!(name, pid, error = %e, "cannot read child output");
             return;
         }
     };
@@ -96,48 +101,51 @@ pub async fn drain(
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                tracing::debug!(name, pid = pid.as_raw(), error = %e, "child output closed");
+                tracing::debug!(name, pid, error = %e, "child output closed");
                 break;
             }
         };
         for &b in &buf[..n] {
             if b == b'\n' {
-                emit(&name, pid, stream, &pending, &tail, levels);
+                lines.emit(&pending);
                 pending.clear();
             } else {
                 pending.push(b);
                 if pending.len() >= MAX_LINE {
-                    emit(&name, pid, stream, &pending, &tail, levels);
+                    lines.emit(&pending);
                     pending.clear();
                 }
             }
         }
     }
     if !pending.is_empty() {
-        emit(&name, pid, stream, &pending, &tail, levels);
+        lines.emit(&pending);
     }
 }
 
-fn emit(name: &str, pid: Pid, stream: Stream, line: &[u8], tail: &Tail, levels: LineLevels) {
-    let text = String::from_utf8_lossy(line);
-    let text = text.trim_end_matches('\r');
-    let (pid_raw, stream_name) = (pid.as_raw(), stream.as_str());
-    match levels(text, stream) {
-        OutputLevel::Error => {
-            tracing::error!(target: "child", name, pid = pid_raw, stream = stream_name, "{text}");
+impl Lines {
+    /// Log one line at its level and keep it in the tail.
+    fn emit(&self, line: &[u8]) {
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end_matches('\r');
+        let (name, pid, stream) = (&self.name, self.pid.as_raw(), self.stream.as_str());
+        match (self.levels)(text, self.stream) {
+            OutputLevel::Error => {
+                tracing::error!(target: "child", name, pid, stream, "{text}");
+            }
+            OutputLevel::Warn => {
+                tracing::warn!(target: "child", name, pid, stream, "{text}");
+            }
+            OutputLevel::Info => {
+                tracing::info!(target: "child", name, pid, stream, "{text}");
+            }
         }
-        OutputLevel::Warn => {
-            tracing::warn!(target: "child", name, pid = pid_raw, stream = stream_name, "{text}");
+        if let Ok(mut t) = self.tail.lock() {
+            if t.len() >= TAIL_LINES {
+                t.pop_front();
+            }
+            // Cut where it is received: what is kept is bounded, one printable line.
+            t.push_back(crate::text::one_line(text, TAIL_LINE));
         }
-        OutputLevel::Info => {
-            tracing::info!(target: "child", name, pid = pid_raw, stream = stream_name, "{text}");
-        }
-    }
-    if let Ok(mut t) = tail.lock() {
-        if t.len() >= TAIL_LINES {
-            t.pop_front();
-        }
-        // Cut where it is received: what is kept is bounded, one printable line.
-        t.push_back(crate::text::one_line(text, TAIL_LINE));
     }
 }

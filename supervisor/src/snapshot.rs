@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::{ServiceMachine, State};
+use crate::machine::State;
 use crate::spec::ExitStatus;
 
 /// The whole table at one moment.
@@ -73,43 +73,6 @@ impl ProcessState {
             State::Backoff { .. } => ProcessState::Backoff,
             State::Exited { .. } => ProcessState::Exited,
             State::Failed { .. } => ProcessState::Failed,
-        }
-    }
-}
-
-impl ProcessSnapshot {
-    pub(crate) fn of(
-        name: &str,
-        kind: String,
-        m: &ServiceMachine,
-        since: Option<SystemTime>,
-        ready: Option<SystemTime>,
-        status_text: Option<String>,
-        kill: Option<&(nix::unistd::Pid, String)>,
-    ) -> Self {
-        let state = ProcessState::of(m.state());
-        let failure = match m.state() {
-            State::Failed { reason, .. } => Some(reason.to_string()),
-            _ => None,
-        };
-        ProcessSnapshot {
-            name: name.to_owned(),
-            kind,
-            pid: m.pid().map(|p| p.as_raw()),
-            state,
-            since,
-            ready_at: if state == ProcessState::Running {
-                ready
-            } else {
-                None
-            },
-            restarts: m.restarts(),
-            last_exit: m.last_exit().map(|(s, _)| s),
-            failure,
-            status_text,
-            kill_reason: kill.map(|(_, reason)| reason.clone()),
-            killed_pid: kill.map(|(pid, _)| pid.as_raw()),
-            takes_queries: None,
         }
     }
 }

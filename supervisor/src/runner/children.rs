@@ -197,15 +197,15 @@ impl Supervisor {
             _ => tracing::warn!(name, "cannot keep copies of the output pipes"),
         }
         for (fd, stream) in [(stdout, Stream::Stdout), (stderr, Stream::Stderr)] {
-            self.output_tasks.spawn(output::drain(
-                fd,
-                name.to_owned(),
+            let lines = output::Lines {
+                name: name.to_owned(),
                 pid,
                 stream,
-                svc.tail.clone(),
-                self.line_levels,
-                self.output_stop.clone(),
-            ));
+                tail: svc.tail.clone(),
+                levels: self.line_levels,
+            };
+            self.output_tasks
+                .spawn(output::drain(fd, lines, self.output_stop.clone()));
         }
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::call::Answer;
 use crate::machine::{Announcement, FailReason};
-use crate::snapshot::{ProcessSnapshot, Snapshot};
+use crate::snapshot::Snapshot;
 
 use super::{Service, Supervisor};
 use crate::call::SupervisorError;
@@ -80,15 +80,7 @@ impl Supervisor {
             .services
             .iter()
             .map(|(name, svc)| {
-                let mut p = ProcessSnapshot::of(
-                    name,
-                    svc.spec.kind.clone(),
-                    &svc.machine,
-                    svc.since_wall,
-                    svc.ready_wall,
-                    svc.status_text.clone(),
-                    svc.kill_reason.as_ref(),
-                );
+                let mut p = svc.snapshot(name);
                 p.takes_queries = svc
                     .spec
                     .reuseport_index

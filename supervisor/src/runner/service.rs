@@ -9,7 +9,7 @@ use crate::call::Reply;
 use crate::machine::{ServiceMachine, State};
 use crate::os::FdPass;
 use crate::output;
-use crate::snapshot::ProcessState;
+use crate::snapshot::{ProcessSnapshot, ProcessState};
 use crate::spec::ServiceSpec;
 
 /// One registered service.
@@ -74,6 +74,33 @@ impl Service {
             if now == ProcessState::Running {
                 self.ready_wall = self.since_wall;
             }
+        }
+    }
+
+    /// What snapshots show of the service named `name`; whether it takes queries is the
+    /// steering's to say.
+    pub(super) fn snapshot(&self, name: &str) -> ProcessSnapshot {
+        let m = &self.machine;
+        let state = ProcessState::of(m.state());
+        let failure = match m.state() {
+            State::Failed { reason, .. } => Some(reason.to_string()),
+            _ => None,
+        };
+        let kill = self.kill_reason.as_ref();
+        ProcessSnapshot {
+            name: name.to_owned(),
+            kind: self.spec.kind.clone(),
+            pid: m.pid().map(|p| p.as_raw()),
+            state,
+            since: self.since_wall,
+            ready_at: self.ready_wall.filter(|_| state == ProcessState::Running),
+            restarts: m.restarts(),
+            last_exit: m.last_exit().map(|(s, _)| s),
+            failure,
+            status_text: self.status_text.clone(),
+            kill_reason: kill.map(|(_, reason)| reason.clone()),
+            killed_pid: kill.map(|(pid, _)| pid.as_raw()),
+            takes_queries: None,
         }
     }
 }
