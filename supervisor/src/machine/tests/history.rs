@@ -236,3 +236,29 @@ fn an_image_carries_settled_states_and_their_history_into_another_clock() {
         "a stopping process is not handed over"
     );
 }
+
+#[test]
+fn a_callers_start_during_backoff_is_not_a_restart() {
+    let mut h = Harness::new(spec(Readiness::None, RestartPolicy::Always));
+    h.spawn(0, 10);
+    let crash = |p| Event::Exited {
+        pid: pid(p),
+        status: ExitStatus::Code(1),
+    };
+    // The first crash is restarted at once: that spawn is the restart's, and counts.
+    assert!(h.on(100, crash(10)).contains(&Action::Spawn));
+    assert_eq!(*h.m.state(), restarting(h.at(100)));
+    h.on(100, Event::Spawned { pid: pid(11) });
+    assert_eq!(h.m.restarts(), 1);
+    // The second waits for its delay; a caller starts it before then: not a restart.
+    h.on(200, crash(11));
+    let State::Backoff { until, .. } = *h.m.state() else {
+        panic!("backoff expected: {:?}", h.m.state());
+    };
+    assert_eq!(*h.m.state(), backoff(until));
+    assert_eq!(h.on(210, Event::StartRequested), vec![Action::Spawn]);
+    assert_eq!(*h.m.state(), backoff(until));
+    h.on(210, Event::Spawned { pid: pid(12) });
+    assert_eq!(h.m.restarts(), 1);
+    assert!(matches!(h.m.state(), State::Running { .. }));
+}
