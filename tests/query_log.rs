@@ -8,6 +8,7 @@
 //! Also the configuration (`monitoring.query-log`) and the Lua it renders, without a bed.
 
 mod common;
+mod exposition;
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -61,6 +62,15 @@ fn get(r: &Resolver, path: &str) -> Value {
     let resp = r.http("GET", path, b"").expect("GET");
     assert_eq!(resp.status, 200, "{path}: {}", resp.text());
     serde_json::from_slice(&resp.body).expect("JSON")
+}
+
+/// The Prometheus text, read strictly.
+fn scrape(r: &Resolver) -> exposition::Parsed {
+    let resp = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("GET /metrics/prometheus");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    exposition::parse(&resp.text()).unwrap_or_else(|e| panic!("{e}\n{}", resp.text()))
 }
 
 /// Poll the log's status until `done` accepts it (within [`SETTLE`]).
@@ -125,9 +135,33 @@ fn top_lists_and_filters_count_real_answers() {
             dns::RCODE_SERVFAIL
         );
     }
-    wait_status(&r, "50 answers logged", |s| {
+    let status = wait_status(&r, "50 answers logged", |s| {
         s["received"].as_u64() >= Some(50)
     });
+    // The Prometheus text counts them too (nothing more was asked since).
+    let metrics = scrape(&r);
+    let value = |name: &str| metrics.value(name, &[]);
+    assert_eq!(value("knot_resolver_query_log_enabled"), Some(1.0));
+    assert_eq!(
+        value("knot_resolver_query_log_answers_received_total"),
+        status["received"].as_f64()
+    );
+    assert_eq!(value("knot_resolver_query_log_entries"), Some(50.0));
+    assert_eq!(
+        value("knot_resolver_query_log_capacity_entries"),
+        Some(10_000.0)
+    );
+    assert_eq!(
+        value("knot_resolver_query_log_frames_malformed_total"),
+        Some(0.0)
+    );
+    assert!(value("knot_resolver_query_log_answers_missed_total").is_some());
+    assert!(
+        metrics
+            .samples("knot_resolver_query_log_relay_frames_total")
+            .is_empty(),
+        "no relay without logging.dnstap"
+    );
 
     // Clients: 127.0.0.8 asked 3 + 3, 127.0.0.9 2 + 3; ties by address.
     let clients = kresctl_json(&r, &["top", "clients", "--json", "--limit", "8"]);
@@ -690,6 +724,18 @@ fn the_operators_own_dnstap_socket_gets_kresds_stream_while_the_log_fills() {
     assert_eq!(relay["connections"], 1, "{status}");
     assert_eq!(relay["dropped"], 0, "{status}");
     assert!(relay["relayed"].as_u64() >= Some(42), "{status}");
+    let metrics = scrape(&r);
+    let socket = dir.bed("tap.sock").display().to_string();
+    let labels = [("socket", socket.as_str())];
+    assert_eq!(
+        metrics.value("knot_resolver_query_log_relay_connected", &labels),
+        Some(1.0)
+    );
+    assert!(metrics.value("knot_resolver_query_log_relay_frames_total", &labels) >= Some(42.0));
+    assert_eq!(
+        metrics.value("knot_resolver_query_log_relay_dropped_total", &labels),
+        Some(0.0)
+    );
     r.stop();
 }
 
@@ -751,6 +797,17 @@ fn a_consumer_that_never_shakes_hands_delays_nothing_and_is_replaced() {
             .as_str()
             .is_some_and(|e| e.contains("did not accept")),
         "{status}"
+    );
+    let socket = dir.bed("tap.sock").display().to_string();
+    let labels = [("socket", socket.as_str())];
+    let metrics = scrape(&r);
+    assert!(
+        metrics.value("knot_resolver_query_log_relay_dropped_total", &labels)
+            >= relay["dropped"].as_f64()
+    );
+    assert_eq!(
+        metrics.value("knot_resolver_query_log_relay_connected", &labels),
+        Some(0.0)
     );
 
     // The consumer comes back as one that shakes hands: the relay connects to it.
