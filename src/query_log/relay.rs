@@ -250,7 +250,11 @@ async fn stream_to(
     loop {
         let batch = relay.take();
         if batch.is_empty() {
-            out.flush().await?;
+            // A consumer that stops reading holds the flush: the stop must end it too.
+            tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                flushed = out.flush() => flushed?,
+            }
             tokio::select! {
                 () = stop.cancelled() => {
                     let mut stream = out.into_inner();
@@ -321,6 +325,42 @@ mod tests {
         assert_eq!((status.queued, status.dropped), (1, 1));
         relay.retarget(None);
         assert_eq!(relay.status(), None);
+    }
+
+    #[tokio::test]
+    async fn a_consumer_that_stops_reading_costs_frames_never_a_wait() {
+        let socket =
+            std::env::temp_dir().join(format!("kres-relay-stall-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&socket);
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let relay = Relay::default();
+        let target = Target {
+            socket: socket.clone(),
+            queries: true,
+            responses: true,
+        };
+        relay.retarget(Some(target.clone()));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(relay.clone(), target, stop.clone()));
+        // It accepts the stream, then reads nothing more.
+        let (mut stream, _) = listener.accept().await.unwrap();
+        frames::accept(&mut stream).await.unwrap();
+        let frame = [0x78, 1].repeat(512);
+        let mut offered = 0u64;
+        // Until the socket's buffers and the relay's queue are full: each offer returns at
+        // once, so this loop ends (a relay that waited for the consumer would hang it).
+        while relay.status().unwrap().dropped == 0 {
+            relay.offer(&frame, &query());
+            offered += 1;
+            tokio::task::yield_now().await;
+        }
+        let status = relay.status().unwrap();
+        assert!(status.connected, "{status:?}");
+        assert!(status.queued > 0 && status.relayed < offered, "{status:?}");
+        stop.cancel();
+        task.await.unwrap();
+        drop(stream);
+        let _ = std::fs::remove_file(&socket);
     }
 
     #[tokio::test]
