@@ -4,6 +4,9 @@
 #   bash bench/run.sh NAME [ARGS]  one of: startup, worker_crash, api, validate, supervisor_scale,
 #                                  throughput ([RUNS] [SECONDS]: DNS answers per second and kresd
 #                                  CPU per answer, ours with the answer counting against upstream),
+#                                  query_log ([RUNS] [SECONDS]: throughput with the query log on, off
+#                                  and upstream's, interleaved; the reader's CPU per 100k answers, the
+#                                  ring's memory at 10k and 100k entries, kresctl top over a full ring),
 #                                  lossless, scale (--sizes 1000,10000,100000 --runs N --files),
 #                                  chaos (--minutes N [--seed S]: a long soak, not in the default list),
 #                                  rpz (--sizes 10000,1000000 --runs N: RPZ by zone transfer from knotd
@@ -16,7 +19,7 @@ if [[ $# -gt 0 ]]; then
     shift
     exec "${CARGO_TARGET_DIR:-target}/release/$which" "$@"
 fi
-for b in startup worker_crash api validate supervisor_scale throughput; do
+for b in startup worker_crash api validate supervisor_scale throughput query_log; do
     echo "== $b"
     "${CARGO_TARGET_DIR:-target}/release/$b"
 done

@@ -1,11 +1,14 @@
 //! The query log end to end on real kresd: its dnstap module streams every answer to the
 //! manager process, whose ring answers `kresctl top` and `kresctl querylog`; clients are the
 //! loopback addresses 127.0.0.2 … 127.0.0.9 asking known numbers of queries. A stopped
-//! reader costs log entries, counted, and never an answer.
+//! reader costs log entries, counted, and never an answer. With upstream's `logging.dnstap`
+//! too, the operator's consumer gets kresd's stream passed on, and one that never shakes
+//! hands costs frames of its own, counted, and nothing else.
 //!
 //! Also the configuration (`monitoring.query-log`) and the Lua it renders, without a bed.
 
 mod common;
+mod exposition;
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -59,6 +62,15 @@ fn get(r: &Resolver, path: &str) -> Value {
     let resp = r.http("GET", path, b"").expect("GET");
     assert_eq!(resp.status, 200, "{path}: {}", resp.text());
     serde_json::from_slice(&resp.body).expect("JSON")
+}
+
+/// The Prometheus text, read strictly.
+fn scrape(r: &Resolver) -> exposition::Parsed {
+    let resp = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("GET /metrics/prometheus");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    exposition::parse(&resp.text()).unwrap_or_else(|e| panic!("{e}\n{}", resp.text()))
 }
 
 /// Poll the log's status until `done` accepts it (within [`SETTLE`]).
@@ -123,9 +135,33 @@ fn top_lists_and_filters_count_real_answers() {
             dns::RCODE_SERVFAIL
         );
     }
-    wait_status(&r, "50 answers logged", |s| {
+    let status = wait_status(&r, "50 answers logged", |s| {
         s["received"].as_u64() >= Some(50)
     });
+    // The Prometheus text counts them too (nothing more was asked since).
+    let metrics = scrape(&r);
+    let value = |name: &str| metrics.value(name, &[]);
+    assert_eq!(value("knot_resolver_query_log_enabled"), Some(1.0));
+    assert_eq!(
+        value("knot_resolver_query_log_answers_received_total"),
+        status["received"].as_f64()
+    );
+    assert_eq!(value("knot_resolver_query_log_entries"), Some(50.0));
+    assert_eq!(
+        value("knot_resolver_query_log_capacity_entries"),
+        Some(10_000.0)
+    );
+    assert_eq!(
+        value("knot_resolver_query_log_frames_malformed_total"),
+        Some(0.0)
+    );
+    assert!(value("knot_resolver_query_log_answers_missed_total").is_some());
+    assert!(
+        metrics
+            .samples("knot_resolver_query_log_relay_frames_total")
+            .is_empty(),
+        "no relay without logging.dnstap"
+    );
 
     // Clients: 127.0.0.8 asked 3 + 3, 127.0.0.9 2 + 3; ties by address.
     let clients = kresctl_json(&r, &["top", "clients", "--json", "--limit", "8"]);
@@ -425,14 +461,26 @@ fn the_configuration_renders_the_dnstap_module_for_the_query_log() {
         on.contains("socket_path = '/run/kr/query-log.sock'"),
         "{on}"
     );
-    // Upstream's own dnstap keeps kresd's one stream.
+    // With upstream's own dnstap too, kresd's one stream goes to the query log (which passes
+    // it on); upstream's `log-tcp-rtt` is asked of kresd there.
     let both = render(json!({
         "rundir": "/run/kr",
         "monitoring": {"query-log": {"enabled": true}},
-        "logging": {"dnstap": {"enable": true, "unix-socket": "/run/tap.sock"}}
+        "logging": {"dnstap": {"enable": true, "unix-socket": "/run/tap.sock", "log-tcp-rtt": true}}
     }));
     assert_eq!(both.matches("modules.load('dnstap')").count(), 1, "{both}");
-    assert!(both.contains("/run/tap.sock") && !both.contains("query-log.sock"));
+    assert!(both.contains("query-log.sock") && !both.contains("/run/tap.sock"));
+    assert!(both.contains("log_tcp_rtt = true"), "{both}");
+    assert!(on.contains("log_tcp_rtt = false"), "{on}");
+    // Without the query log, upstream's dnstap is as upstream renders it.
+    let tap_only = render(json!({
+        "rundir": "/run/kr",
+        "logging": {"dnstap": {"enable": true, "unix-socket": "/run/tap.sock"}}
+    }));
+    assert!(
+        tap_only.contains("socket_path = '/run/tap.sock'"),
+        "{tap_only}"
+    );
     // Bounds are named.
     for (doc, path) in [
         (
@@ -547,14 +595,20 @@ fn the_stream_comes_back_after_the_manager_process_is_replaced() {
     r.stop();
 }
 
-#[test]
-fn the_operators_own_dnstap_socket_keeps_kresds_stream() {
+/// What the operator's dnstap consumer saw of one frame.
+#[derive(Debug, Clone, PartialEq)]
+enum Tapped {
+    /// A client's query, from this client.
+    Query(IpAddr),
+    /// An answer to this client, of this name.
+    Answer(IpAddr, String),
+}
+
+/// The operator's dnstap consumer on `listener`: shakes hands with the first connection and
+/// reports every frame it reads (a frame with an identity or that does not decode fails it).
+fn tap_consumer(listener: std::os::unix::net::UnixListener) -> std::sync::mpsc::Receiver<Tapped> {
     use knot_resolver::query_log::{dnstap, frames};
-    // The operator's dnstap reader: shakes hands and reports the first answer's name.
-    let bed = testbed::Bed::get().expect("bed");
-    let dir = bed.test_dir("qlog-operator-tap").expect("dir");
-    let listener = std::os::unix::net::UnixListener::bind(dir.host("tap.sock")).expect("bind");
-    let (names_tx, names) = std::sync::mpsc::channel();
+    let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -563,16 +617,23 @@ fn the_operators_own_dnstap_socket_keeps_kresds_stream() {
         runtime.block_on(async move {
             listener.set_nonblocking(true).expect("nonblocking");
             let listener = tokio::net::UnixListener::from_std(listener).expect("listener");
-            let (mut stream, _) = listener.accept().await.expect("kresd connects");
+            let (mut stream, _) = listener.accept().await.expect("the relay connects");
             frames::accept(&mut stream).await.expect("handshake");
             while let Ok(Some(frame)) = frames::read_frame(&mut stream).await {
                 match frame {
                     frames::Frame::Data(data) => {
-                        if let Ok(dnstap::Decoded::Response(r)) = dnstap::decode(&data) {
-                            let _ = names_tx.send(r.name);
+                        assert!(!data.is_empty(), "an empty frame");
+                        let envelope = <dnstap::Dnstap as prost::Message>::decode(&data[..])
+                            .expect("a dnstap envelope");
+                        assert_eq!(envelope.identity, None, "the query log's identity");
+                        let tapped = match dnstap::decode(&data).expect("a dnstap message") {
+                            dnstap::Decoded::Query { key, .. } => Tapped::Query(key.client),
+                            dnstap::Decoded::Response(r) => Tapped::Answer(r.key.client, r.name),
+                        };
+                        if tx.send(tapped).is_err() {
+                            return;
                         }
                     }
-                    // kresd's stop waits for this answer.
                     frames::Frame::Control(c) if c.kind == frames::ControlKind::Stop => {
                         let _ = frames::finish(&mut stream).await;
                         return;
@@ -582,33 +643,184 @@ fn the_operators_own_dnstap_socket_keeps_kresds_stream() {
             }
         });
     });
-    let tap = dir.bed("tap.sock");
-    let r = common::start(&setup("qlog-operator", "").logging(&format!(
-        "  level: notice\n  dnstap:\n    enable: true\n    unix-socket: {}\n    log-responses: true\n",
+    rx
+}
+
+/// A resolver with the query log on and upstream's `logging.dnstap` to `tap` (bed's path).
+fn resolver_with_tap(name: &'static str, tap: &std::path::Path) -> Resolver {
+    common::start(&setup(name, "").logging(&format!(
+        "  level: notice\n  dnstap:\n    enable: true\n    unix-socket: {}\n    log-queries: true\n    log-responses: true\n",
         tap.display()
     )))
-    .expect("start");
-    // Until the operator's reader sees an answer (the first ones may precede its handshake).
+    .expect("start")
+}
+
+/// Ask `name` from `from` until the consumer reports its answer (the relay connects on its own
+/// time; what came before is kept for it or dropped, never waited for).
+fn ask_until_tapped(
+    r: &Resolver,
+    tapped: &std::sync::mpsc::Receiver<Tapped>,
+    from: IpAddr,
+    name: &str,
+) {
     let deadline = Instant::now() + SETTLE;
     loop {
-        ask(&r, client(6), "c.qlog.test.", dns::TYPE_A);
-        if let Ok(name) = names.recv_timeout(Duration::from_millis(200)) {
-            assert_eq!(name, "c.qlog.test.");
-            break;
+        assert_eq!(ask(r, from, name, dns::TYPE_A).rcode, dns::RCODE_NOERROR);
+        while let Ok(t) = tapped.recv_timeout(Duration::from_millis(100)) {
+            if t == Tapped::Answer(from, name.to_owned()) {
+                return;
+            }
         }
         assert!(
             Instant::now() < deadline,
-            "the operator's socket got no answer"
+            "the operator's socket never got {name}"
         );
     }
-    // The query log says why it stays empty.
+}
+
+#[test]
+fn the_operators_own_dnstap_socket_gets_kresds_stream_while_the_log_fills() {
+    let bed = testbed::Bed::get().expect("bed");
+    let dir = bed.test_dir("qlog-operator-tap").expect("dir");
+    let listener = std::os::unix::net::UnixListener::bind(dir.host("tap.sock")).expect("bind");
+    let tapped = tap_consumer(listener);
+    let r = resolver_with_tap("qlog-operator", &dir.bed("tap.sock"));
+    ask_until_tapped(&r, &tapped, client(6), "c.qlog.test.");
+
+    // 20 queries from 127.0.0.7: the consumer gets each query and each answer, in order per
+    // query; the query log counts them too.
+    for _ in 0..20 {
+        ask(&r, client(7), "b.qlog.test.", dns::TYPE_A);
+    }
+    let (mut queries, mut answers) = (0, 0);
+    let deadline = Instant::now() + SETTLE;
+    while queries < 20 || answers < 20 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tapped.recv_timeout(left) {
+            Ok(Tapped::Query(c)) if c == client(7) => queries += 1,
+            Ok(Tapped::Answer(c, name)) if c == client(7) => {
+                assert_eq!(name, "b.qlog.test.");
+                answers += 1;
+            }
+            Ok(_) => {}
+            Err(_) => panic!("the consumer got {queries} queries and {answers} answers of 20"),
+        }
+    }
+    while let Ok(t) = tapped.recv_timeout(Duration::from_millis(500)) {
+        assert!(
+            !matches!(t, Tapped::Query(c) | Tapped::Answer(c, _) if c == client(7)),
+            "a frame more than asked: {t:?}"
+        );
+    }
+    wait_status(&r, "20 answers of 127.0.0.7 logged", |_| {
+        let of_7 = kresctl_json(&r, &["querylog", "--json", "--client", "127.0.0.7"]);
+        of_7.as_array().map(Vec::len) == Some(20)
+    });
     let status = get(&r, "/query-log/status");
-    assert_eq!(status["received"], 0, "{status}");
+    assert_eq!(status["inactive_reason"], Value::Null, "{status}");
+    let relay = &status["relay"];
+    assert_eq!(relay["socket"], dir.bed("tap.sock").display().to_string());
+    assert_eq!(relay["connected"], true, "{status}");
+    assert_eq!(relay["connections"], 1, "{status}");
+    assert_eq!(relay["dropped"], 0, "{status}");
+    assert!(relay["relayed"].as_u64() >= Some(42), "{status}");
+    let metrics = scrape(&r);
+    let socket = dir.bed("tap.sock").display().to_string();
+    let labels = [("socket", socket.as_str())];
+    assert_eq!(
+        metrics.value("knot_resolver_query_log_relay_connected", &labels),
+        Some(1.0)
+    );
+    assert!(metrics.value("knot_resolver_query_log_relay_frames_total", &labels) >= Some(42.0));
+    assert_eq!(
+        metrics.value("knot_resolver_query_log_relay_dropped_total", &labels),
+        Some(0.0)
+    );
+    r.stop();
+}
+
+#[test]
+fn a_consumer_that_never_shakes_hands_delays_nothing_and_is_replaced() {
+    let bed = testbed::Bed::get().expect("bed");
+    let dir = bed.test_dir("qlog-mute-tap").expect("dir");
+    // The mute consumer: accepts every connection, reads nothing, writes nothing.
+    let listener = std::os::unix::net::UnixListener::bind(dir.host("tap.sock")).expect("bind");
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (accepted_tx, accepted) = std::sync::mpsc::channel();
+    let mute = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            held.push(conn.expect("accept"));
+            let _ = accepted_tx.send(());
+            if released.try_recv().is_ok() {
+                return;
+            }
+        }
+    });
+    let r = resolver_with_tap("qlog-mute", &dir.bed("tap.sock"));
+    accepted.recv_timeout(SETTLE).expect("the relay connects");
+    ask(&r, client(2), "a.qlog.test.", dns::TYPE_A);
+    wait_status(&r, "the worker's misses counted", |s| {
+        s["workers_counted"].as_u64() >= Some(1)
+    });
+
+    // 16,000 queries at 4,000 a second: more frames than the relay's buffer holds.
+    let mut spec = LoadSpec::new(r.dns(), 4000, "load.qlog.test.");
+    spec.max_queries = 16_000;
+    spec.max_duration = Duration::from_secs(30);
+    let load = Load::start(spec).expect("load");
+    let done = load.wait_answers(16_000, SETTLE);
+    let report = load.stop();
+    assert!(done, "the load was not answered: {report}");
+    eprintln!("load: {report}");
+    eprintln!(
+        "latency: {}",
+        report
+            .latency(Duration::ZERO, report.elapsed)
+            .map_or_else(|| "none".to_owned(), |p| p.to_string())
+    );
+    assert_eq!(report.lost, 0, "queries lost: {report}");
+    assert_eq!(report.answered, 16_000);
+    // The query log got them (or counted what kresd dropped); the relay dropped frames.
+    let total = report.answered + 1;
+    let status = wait_status(&r, "the load logged, the handshake given up", |s| {
+        s["received"].as_u64().unwrap_or(0) + s["missed"].as_u64().unwrap_or(0) + 1 >= total
+            && s["relay"]["last_error"].is_string()
+    });
+    eprintln!("status with a mute consumer: {status}");
+    let relay = &status["relay"];
+    assert_eq!(relay["connected"], false, "{status}");
+    assert_eq!(relay["relayed"], 0, "{status}");
+    assert!(relay["dropped"].as_u64() > Some(0), "{status}");
     assert!(
-        status["inactive_reason"]
+        relay["last_error"]
             .as_str()
-            .is_some_and(|why| why.contains("logging.dnstap")),
+            .is_some_and(|e| e.contains("did not accept")),
         "{status}"
     );
+    let socket = dir.bed("tap.sock").display().to_string();
+    let labels = [("socket", socket.as_str())];
+    let metrics = scrape(&r);
+    assert!(
+        metrics.value("knot_resolver_query_log_relay_dropped_total", &labels)
+            >= relay["dropped"].as_f64()
+    );
+    assert_eq!(
+        metrics.value("knot_resolver_query_log_relay_connected", &labels),
+        Some(0.0)
+    );
+
+    // The consumer comes back as one that shakes hands: the relay connects to it.
+    release.send(()).expect("release");
+    // A connection of ours wakes the mute consumer's accept, so it sees the release.
+    let _ = std::os::unix::net::UnixStream::connect(dir.host("tap.sock"));
+    mute.join().expect("mute consumer");
+    std::fs::remove_file(dir.host("tap.sock")).expect("remove");
+    let listener = std::os::unix::net::UnixListener::bind(dir.host("tap.sock")).expect("bind");
+    let tapped = tap_consumer(listener);
+    ask_until_tapped(&r, &tapped, client(3), "marker.qlog.test.");
+    let status = get(&r, "/query-log/status");
+    assert_eq!(status["relay"]["connected"], true, "{status}");
+    assert_eq!(status["relay"]["connections"], 1, "{status}");
     r.stop();
 }

@@ -1,7 +1,9 @@
 //! `kresctl upstreams` on real kresd: a forward target is listed as configured and, after
-//! queries through it, with the round-trip times kresd measured to it.
+//! queries through it, with the round-trip times kresd measured to it; the Prometheus text
+//! has the same figures.
 
 mod common;
+mod exposition;
 
 use std::time::{Duration, Instant};
 
@@ -64,6 +66,28 @@ fn a_forward_target_is_listed_with_its_measured_rtt() {
         listed["rtt_avg_ms"].as_f64().is_some_and(|ms| ms >= 0.0),
         "{listed}"
     );
+    // The Prometheus text: the same address with the same samples and mean, in seconds.
+    let scrape = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("GET /metrics/prometheus");
+    assert_eq!(scrape.status, 200);
+    let parsed = exposition::parse(&scrape.text()).unwrap_or_else(|e| panic!("{e}"));
+    let address = [("address", "127.0.0.1")];
+    assert_eq!(
+        parsed.value("knot_resolver_upstream_rtt_samples", &address),
+        listed["samples"].as_f64(),
+        "{}",
+        scrape.text()
+    );
+    let rtt = parsed
+        .value("knot_resolver_upstream_rtt_seconds", &address)
+        .expect("an RTT series");
+    let listed_rtt = listed["rtt_avg_ms"].as_f64().expect("rtt") / 1e3;
+    assert!(
+        (rtt - listed_rtt).abs() <= 1e-9 * listed_rtt.max(1.0),
+        "{rtt} {listed_rtt}"
+    );
+    assert!(parsed.value("knot_resolver_upstream_addresses", &[]) >= Some(1.0));
     let text = r.kresctl(&["upstreams"]).expect("kresctl");
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(

@@ -1,6 +1,8 @@
 //! Shared pieces of the benchmarks: running our daemon or upstream's with the same
 //! configuration in the test bed, and reporting medians side by side.
 
+pub mod closed_loop;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,7 @@
 //! `/metrics`: the workers' statistics, collected over their control sockets
 //! (`crate::metrics`), as JSON by worker or in Prometheus's text format with the supervisor's
-//! own series and the control plane's (`crate::metrics::ControlPlane`); `GET /metrics`
+//! own series, the control plane's (`crate::metrics::ControlPlane`), the query log's counts
+//! and the upstreams' round-trip times (`crate::metrics::observed`); `GET /metrics`
 //! redirects to the JSON, as upstream's does.
 
 use axum::extract::State;
@@ -8,6 +9,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::{json_value, ApiState};
+use crate::config::MetricsMode;
 use crate::service;
 
 /// Upstream's metrics path: redirects to `/metrics/json`.
@@ -59,11 +61,19 @@ pub(super) async fn metrics_prometheus(State(state): State<ApiState>) -> Respons
     let config = state.manager.config();
     let rendered = state.rendered.get(&config);
     let snapshot = state.supervisor.snapshot();
+    let answered = crate::metrics::observed::answered(&collected.stats);
+    let query_log = state.query_log.status(&answered);
+    let upstreams = match config.model.monitoring.metrics {
+        MetricsMode::ManagerOnly => Vec::new(),
+        MetricsMode::Lazy | MetricsMode::Always => super::upstreams::gather(&state).await.addresses,
+    };
     let now = crate::metrics::Current {
         snapshot: &snapshot,
         etag: &rendered.etag,
         workers: config.model.workers,
         kresd_version: state.kresd_version.get().map(String::as_str),
+        query_log: Some(&query_log),
+        upstreams: &upstreams,
     };
     let text = crate::metrics::render_prometheus(&collected, &state.control_plane, &now);
     (

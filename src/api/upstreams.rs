@@ -27,6 +27,11 @@ const UPSTREAMS_EXPR: &str =
     responses((status = 200, description = "Forward targets and upstream addresses.", body = Upstreams)),
 )]
 pub(super) async fn upstreams(State(state): State<ApiState>) -> Response {
+    json_value(StatusCode::OK, &gather(&state).await)
+}
+
+/// The forward targets, and the workers' upstreams merged (also for the Prometheus text).
+pub(super) async fn gather(state: &ApiState) -> Upstreams {
     let config = state.manager.config();
     let ids = crate::service::running_workers(&state.supervisor.snapshot());
     let replies = crate::control::command_all(&config.model.rundir, &ids, UPSTREAMS_EXPR).await;
@@ -41,12 +46,11 @@ pub(super) async fn upstreams(State(state): State<ApiState>) -> Response {
             }
         }
     }
-    let body = Upstreams {
+    Upstreams {
         forwards: forwards(&config.model),
         addresses: merge(&answered),
         workers_silent: silent,
-    };
-    json_value(StatusCode::OK, &body)
+    }
 }
 
 /// The `forward` rules of `cfg`.

@@ -61,7 +61,17 @@ pub fn words(command: &clap::Command, args: &[String]) -> Vec<String> {
         }
         let last = i + 1 >= args.len();
         let Some(found) = find(command, arg) else {
-            return if last { words } else { Vec::new() };
+            if last {
+                return words;
+            }
+            // A positional argument's value (`trace NAME …`) where the level takes one; any
+            // other word unknown here ends the completion.
+            let takes_positional = command.get_subcommands().next().is_none()
+                && command.get_arguments().any(clap::Arg::is_positional);
+            if takes_positional && !arg.starts_with('-') {
+                continue;
+            }
+            return Vec::new();
         };
         if last {
             break;
@@ -150,8 +160,16 @@ fn level_words(command: &clap::Command) -> Vec<String> {
     words
 }
 
-/// The values an argument takes: its possible values, or file and directory names.
+/// The values an argument takes: its possible values; nothing for a value that is not a
+/// path (`ValueHint::Other`, `ValueHint::Hostname`: a domain name, a type, a number); else
+/// file and directory names.
 fn value_words(arg: &clap::Arg) -> Vec<String> {
+    if matches!(
+        arg.get_value_hint(),
+        clap::ValueHint::Other | clap::ValueHint::Hostname
+    ) {
+        return Vec::new();
+    }
     let possible: Vec<String> = arg
         .get_possible_values()
         .iter()
@@ -280,6 +298,28 @@ mod tests {
                 &["--type"],
             ),
             (&["-s", ""], &[FILENAMES], &["config"]),
+            // What is not a path is not completed as one.
+            (
+                &["top", ""],
+                &["clients", "servfail", "--window", "--limit"],
+                &[FILENAMES],
+            ),
+            (
+                &["top", "names", "--window", ""],
+                &[],
+                &[FILENAMES, "--limit"],
+            ),
+            (
+                &["querylog", ""],
+                &["--follow", "--client", "--name", "--qtype", "--rcode"],
+                &[FILENAMES],
+            ),
+            (&["querylog", "--qtype", ""], &[], &[FILENAMES]),
+            (&["querylog", "--name", ""], &[], &[FILENAMES]),
+            (&["upstreams", ""], &["--json"], &[FILENAMES]),
+            (&["trace", ""], &["--timeout", "--json"], &[FILENAMES]),
+            (&["trace", "example.com", ""], &["--json"], &[FILENAMES]),
+            (&["trace", "--timeout", ""], &[], &[FILENAMES]),
             // Once given, an option is not offered again.
             (
                 &["-s", "/run/x.sock", ""],

@@ -93,9 +93,11 @@ fn preamble(out: &mut String, cfg: &KresConfig) {
     }
 }
 
+/// `logging.dnstap` (upstream's), when the query log is off; with it on, the query log has
+/// kresd's stream and the manager process passes it on to this socket.
 fn dnstap(out: &mut String, cfg: &KresConfig) {
     let dnstap = &cfg.logging.dnstap;
-    if !dnstap.enable {
+    if !dnstap.enable || cfg.monitoring.query_log.enabled {
         return;
     }
     let socket = dnstap
@@ -127,19 +129,24 @@ fn dnstap(out: &mut String, cfg: &KresConfig) {
 /// its identity. kresd connects and shakes hands at `dnstap.config`; when that fails (no
 /// reader) the worker logs it, unloads the module and serves without it. Answers go through
 /// fstrm's queue and its own thread: a slow or stopped reader costs dropped entries, never a
-/// delayed answer. `logging.dnstap` (upstream's) has the one dnstap stream when enabled.
+/// delayed answer. With `logging.dnstap` (upstream's) enabled too, the manager process
+/// passes the stream on to its socket (`query_log::relay`); its `log-tcp-rtt` is asked of
+/// kresd here.
 fn query_log(out: &mut String, cfg: &KresConfig) {
-    if !cfg.monitoring.query_log.enabled || cfg.logging.dnstap.enable {
+    if !cfg.monitoring.query_log.enabled {
         return;
     }
     let socket = cfg.rundir.join(crate::query_log::SOCKET_FILE);
+    let dnstap = &cfg.logging.dnstap;
+    let tcp_rtt = dnstap.enable && dnstap.log_tcp_rtt;
     line!(out, "-- monitoring.query-log");
     line!(out, "modules.load('dnstap')");
     line!(out, "do");
     line!(
         out,
-        "\tlocal ok, err = pcall(dnstap.config, {{ socket_path = {}, identity = os.getenv('SYSTEMD_INSTANCE') or '', client = {{ log_queries = true, log_responses = true }} }})",
-        quote_path(&socket)
+        "\tlocal ok, err = pcall(dnstap.config, {{ socket_path = {}, identity = os.getenv('SYSTEMD_INSTANCE') or '', client = {{ log_queries = true, log_responses = true, log_tcp_rtt = {} }} }})",
+        quote_path(&socket),
+        boolean(tcp_rtt)
     );
     line!(out, "\tif not ok then");
     line!(

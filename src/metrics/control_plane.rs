@@ -283,6 +283,10 @@ pub struct Current<'a> {
     pub workers: u32,
     /// The version of the kresd the workers run, when it is known.
     pub kresd_version: Option<&'a str>,
+    /// The query log's state, when the scrape has it.
+    pub query_log: Option<&'a crate::wire::query_log::QueryLogStatus>,
+    /// The upstream addresses the workers used recently.
+    pub upstreams: &'a [crate::wire::upstreams::UpstreamAddress],
 }
 
 /// The control plane's series: a tally of the event log, shared by its follower and the
@@ -706,6 +710,8 @@ mod tests {
                 etag: "\"abc\"",
                 workers: 2,
                 kresd_version: Some("6.5.0"),
+                query_log: None,
+                upstreams: &[],
             },
         );
         let text = out.render();

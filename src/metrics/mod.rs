@@ -12,10 +12,13 @@
 //!   `knot_resolver_dnssec_answers_total`), beside upstream's names.
 //! - `control_plane`: the manager's own series (`knot_resolver_*`), tallied from the event
 //!   log.
+//! - `observed`: the query log's counts and the upstream addresses' round-trip times, in a
+//!   bounded number of series.
 
 mod control_plane;
 mod exposition;
 mod labelled;
+pub mod observed;
 mod rpz;
 
 use std::path::Path;
@@ -408,6 +411,10 @@ pub fn render_prometheus(
     write_workers(&mut out, collected);
     write_supervisor(&mut out, now.snapshot);
     control_plane.write(&mut out, now);
+    if let Some(status) = now.query_log {
+        observed::write_query_log(&mut out, status);
+    }
+    observed::write_upstreams(&mut out, now.upstreams);
     write_process(&mut out);
     out.render()
 }
@@ -564,6 +571,8 @@ mod tests {
             etag: "\"tag\"",
             workers: 2,
             kresd_version: None,
+            query_log: None,
+            upstreams: &[],
         };
         let collected = Collected {
             stats: stats.clone(),

@@ -224,6 +224,46 @@ pub fn decode(frame: &[u8]) -> Result<Decoded, DecodeError> {
     }
 }
 
+/// A `dnstap.Dnstap` envelope as it came, without its identity (field 1): the bytes of every
+/// other field kept as they are. `None` when the envelope does not parse.
+pub fn without_identity(frame: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(frame.len());
+    let mut rest = frame;
+    while !rest.is_empty() {
+        let start = rest;
+        let key = take_varint(&mut rest)?;
+        match key & 7 {
+            0 => {
+                take_varint(&mut rest)?;
+            }
+            1 => rest = rest.get(8..)?,
+            2 => {
+                let len = usize::try_from(take_varint(&mut rest)?).ok()?;
+                rest = rest.get(len..)?;
+            }
+            5 => rest = rest.get(4..)?,
+            _ => return None,
+        }
+        if key >> 3 != 1 {
+            out.extend_from_slice(&start[..start.len() - rest.len()]);
+        }
+    }
+    Some(out)
+}
+
+/// A protobuf varint, taken from the front of `bytes`.
+fn take_varint(bytes: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for (i, b) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            *bytes = &bytes[i + 1..];
+            return Some(value);
+        }
+    }
+    None
+}
+
 fn address(bytes: Option<&[u8]>) -> Option<IpAddr> {
     match bytes? {
         b if b.len() == 4 => <[u8; 4]>::try_from(b).ok().map(IpAddr::from),
@@ -319,6 +359,18 @@ mod tests {
                 time_us: Some(10_000_500),
             }
         );
+    }
+
+    #[test]
+    fn the_identity_is_cut_and_the_rest_kept() {
+        let full = frame(TYPE_CLIENT_RESPONSE, None, Some(answer(0)));
+        let cut = without_identity(&full).unwrap();
+        let mut expected = Dnstap::decode(&full[..]).unwrap();
+        expected.identity = None;
+        assert_eq!(Dnstap::decode(&cut[..]).unwrap(), expected);
+        assert_eq!(cut.len() + 3, full.len());
+        assert_eq!(without_identity(&full[..full.len() - 1]), None);
+        assert_eq!(without_identity(&[0x0b]), None, "groups are not dnstap");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Frame Streams, the framing kresd's dnstap module writes through libfstrm's unix writer:
-//! the reader's side of the bidirectional handshake (READY → ACCEPT, START; at the end STOP →
-//! FINISH) and the frames themselves. Written here because no maintained crate reads the
+//! both sides of the bidirectional handshake (READY → ACCEPT, START; at the end STOP →
+//! FINISH): the reader's, for the workers' streams, and the writer's, for the operator's own
+//! dnstap socket the query log passes them on to (`relay`); and the frames themselves. Written here because no maintained crate reads the
 //! bidirectional form; it is small: a frame is a 32-bit big-endian length and that many
 //! bytes, a length of zero escapes a control frame (its own length, then a type and fields).
 //!
@@ -204,6 +205,32 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) -> Result
     Ok(())
 }
 
+/// The writer's side of the handshake: READY offering dnstap, the reader's ACCEPT (which must
+/// name it), then START.
+pub async fn offer<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) -> Result<(), FrameError> {
+    stream
+        .write_all(&encode_control(ControlKind::Ready, &[CONTENT_TYPE]))
+        .await?;
+    let accept = expect(stream, ControlKind::Accept).await?;
+    if !accept.content_types.iter().any(|ct| ct == CONTENT_TYPE) {
+        return Err(FrameError::ContentType);
+    }
+    stream
+        .write_all(&encode_control(ControlKind::Start, &[CONTENT_TYPE]))
+        .await?;
+    stream.flush().await?;
+    Ok(())
+}
+
+/// The writer's end: STOP, answered by the reader's FINISH.
+pub async fn stop<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) -> Result<(), FrameError> {
+    stream
+        .write_all(&encode_control(ControlKind::Stop, &[]))
+        .await?;
+    stream.flush().await?;
+    expect(stream, ControlKind::Finish).await.map(drop)
+}
+
 /// The answer to the writer's STOP.
 pub async fn finish<W: AsyncWrite + Unpin>(writer: &mut W) -> Result<(), FrameError> {
     writer
@@ -279,6 +306,40 @@ mod tests {
         ));
         finish(&mut reader).await.unwrap();
         writer_side.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_writers_side_meets_the_readers() {
+        let (mut writer, mut reader) = tokio::io::duplex(4096);
+        let reader_side = tokio::spawn(async move {
+            accept(&mut reader).await.expect("handshake");
+            assert_eq!(
+                read_frame(&mut reader).await.unwrap(),
+                Some(Frame::Data(b"two".to_vec()))
+            );
+            assert!(matches!(
+                read_frame(&mut reader).await.unwrap(),
+                Some(Frame::Control(c)) if c.kind == ControlKind::Stop
+            ));
+            finish(&mut reader).await.unwrap();
+        });
+        offer(&mut writer).await.expect("handshake");
+        writer.write_all(&encode_data(b"two")).await.unwrap();
+        stop(&mut writer).await.expect("finished");
+        reader_side.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_reader_accepting_another_content_type_is_refused() {
+        let (mut writer, mut reader) = tokio::io::duplex(4096);
+        reader
+            .write_all(&encode_control(ControlKind::Accept, &[b"protobuf:other"]))
+            .await
+            .unwrap();
+        assert!(matches!(
+            offer(&mut writer).await,
+            Err(FrameError::ContentType)
+        ));
     }
 
     #[tokio::test]

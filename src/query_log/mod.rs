@@ -15,15 +15,17 @@
 pub mod dnstap;
 pub mod frames;
 pub mod reader;
+pub mod relay;
 pub mod select;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::IpAddr;
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::broadcast;
 
-use crate::config::QueryLogSchema;
+use crate::config::{DnstapSchema, QueryLogSchema};
 use crate::wire::query_log::{LoggedAnswer, QueryLogStatus};
 use dnstap::Transport;
 
@@ -81,6 +83,8 @@ impl Entry {
 pub struct QueryLog {
     /// The ring and its tallies.
     shared: Arc<Shared>,
+    /// The frames passed on to the operator's own dnstap socket.
+    relay: relay::Relay,
     /// New entries, for the live followers.
     live: broadcast::Sender<Arc<Entry>>,
 }
@@ -102,7 +106,7 @@ struct Ring {
 }
 
 /// What the configuration sets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// Whether the workers are told to send their answers.
     pub enabled: bool,
@@ -112,19 +116,28 @@ pub struct Settings {
     pub ipv4_prefix: u8,
     /// Leading bits kept of an IPv6 client's address.
     pub ipv6_prefix: u8,
-    /// The workers send their stream elsewhere (upstream's `logging.dnstap`).
-    pub taken_by_dnstap: bool,
+    /// Where kresd's stream goes on to: the operator's own dnstap socket (upstream's
+    /// `logging.dnstap`), while the query log is on.
+    pub relay: Option<relay::Target>,
 }
 
 impl Settings {
-    /// The settings of a configuration.
-    pub fn of(schema: &QueryLogSchema, dnstap_enabled: bool) -> Settings {
+    /// The settings of a configuration (`rundir`: where a relative socket path starts).
+    pub fn of(schema: &QueryLogSchema, dnstap: &DnstapSchema, rundir: &Path) -> Settings {
+        let relay = match &dnstap.unix_socket {
+            Some(socket) if schema.enabled && dnstap.enable => Some(relay::Target {
+                socket: rundir.join(socket),
+                queries: dnstap.log_queries,
+                responses: dnstap.log_responses,
+            }),
+            _ => None,
+        };
         Settings {
             enabled: schema.enabled,
             capacity: schema.entries as usize,
             ipv4_prefix: schema.ipv4_prefix,
             ipv6_prefix: schema.ipv6_prefix,
-            taken_by_dnstap: dnstap_enabled,
+            relay,
         }
     }
 }
@@ -136,7 +149,7 @@ impl Default for Settings {
             capacity: 10_000,
             ipv4_prefix: 32,
             ipv6_prefix: 128,
-            taken_by_dnstap: false,
+            relay: None,
         }
     }
 }
@@ -150,6 +163,8 @@ struct Tally {
     malformed: u64,
     /// Workers' streams open now.
     streams: u64,
+    /// Why no stream can come (the socket could not be bound), if so.
+    inactive_reason: Option<String>,
     /// Answers live followers fell behind by.
     followers_lagged: u64,
     /// Per worker: answers received, and the baseline its misses count from.
@@ -174,6 +189,8 @@ impl Default for QueryLog {
 impl QueryLog {
     pub fn new(settings: Settings) -> QueryLog {
         let (live, _) = broadcast::channel(LIVE_BACKLOG);
+        let relay = relay::Relay::default();
+        relay.retarget(settings.relay.clone());
         QueryLog {
             shared: Arc::new(Shared {
                 ring: Mutex::new(Ring {
@@ -182,6 +199,7 @@ impl QueryLog {
                     tally: Tally::default(),
                 }),
             }),
+            relay,
             live,
         }
     }
@@ -195,14 +213,17 @@ impl QueryLog {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Apply a configuration's settings: a smaller ring drops its oldest entries.
+    /// Apply a configuration's settings: a smaller ring drops its oldest entries; another
+    /// relay target starts with an empty queue.
     pub fn configure(&self, settings: Settings) {
+        self.relay.retarget(settings.relay.clone());
         let mut ring = self.ring();
+        let capacity = settings.capacity;
         ring.settings = settings;
-        let excess = ring.entries.len().saturating_sub(settings.capacity);
+        let excess = ring.entries.len().saturating_sub(capacity);
         ring.entries.drain(..excess);
-        if ring.entries.capacity() > settings.capacity.saturating_mul(2) {
-            ring.entries.shrink_to(settings.capacity);
+        if ring.entries.capacity() > capacity.saturating_mul(2) {
+            ring.entries.shrink_to(capacity);
         }
     }
 
@@ -210,7 +231,8 @@ impl QueryLog {
     pub fn push(&self, mut entry: Entry) {
         let entry = {
             let mut ring = self.ring();
-            let settings = ring.settings;
+            let settings = &ring.settings;
+            let capacity = settings.capacity;
             let prefix = if entry.client.is_ipv4() {
                 settings.ipv4_prefix
             } else {
@@ -221,7 +243,7 @@ impl QueryLog {
             if let Some(w) = entry.worker {
                 ring.tally.workers.entry(w).or_default().received += 1;
             }
-            if ring.entries.len() >= settings.capacity {
+            if ring.entries.len() >= capacity {
                 ring.entries.pop_front();
             }
             let entry = Arc::new(entry);
@@ -231,6 +253,16 @@ impl QueryLog {
         if self.live.receiver_count() > 0 {
             let _ = self.live.send(entry);
         }
+    }
+
+    /// The queue to the operator's own dnstap socket.
+    pub fn relay(&self) -> &relay::Relay {
+        &self.relay
+    }
+
+    /// No stream can come, and why (the reader's socket could not be bound).
+    pub fn set_inactive(&self, reason: String) {
+        self.ring().tally.inactive_reason = Some(reason);
     }
 
     /// A frame that was not read.
@@ -311,7 +343,7 @@ impl QueryLog {
     /// The status; `answered` is each worker's own answer count now (for the misses).
     pub fn status(&self, answered: &BTreeMap<u32, u64>) -> QueryLogStatus {
         let ring = self.ring();
-        let s = ring.settings;
+        let s = &ring.settings;
         let missed = ring
             .tally
             .workers
@@ -322,11 +354,7 @@ impl QueryLog {
                 Some(answered.saturating_sub(t.received - base_received))
             })
             .sum();
-        let inactive_reason = if s.enabled && s.taken_by_dnstap {
-            Some("logging.dnstap is enabled: kresd's one dnstap stream goes to its socket".into())
-        } else {
-            None
-        };
+        let inactive_reason = ring.tally.inactive_reason.clone().filter(|_| s.enabled);
         QueryLogStatus {
             enabled: s.enabled,
             inactive_reason,
@@ -343,6 +371,7 @@ impl QueryLog {
                 .filter(|t| t.baseline.is_some())
                 .count() as u64,
             followers_lagged: ring.tally.followers_lagged,
+            relay: self.relay.status(),
         }
     }
 }

@@ -4,7 +4,8 @@
 //! pairing of a query with its answer for the latency.
 //!
 //! A stream is read as fast as it comes; a stream that breaks the protocol is closed (kresd
-//! reconnects on its own). The workers' answer counts, asked once per worker through its
+//! reconnects on its own). Every frame that decodes is also offered to the relay to the
+//! operator's own dnstap socket (`relay`), which never makes the reader wait. The workers' answer counts, asked once per worker through its
 //! control socket, are the baselines its missed entries are counted from.
 
 use std::collections::HashMap;
@@ -111,6 +112,7 @@ async fn read_stream(
             Some(Frame::Control(_)) => log.count_malformed(),
             Some(Frame::Data(data)) => match dnstap::decode(&data) {
                 Ok(decoded) => {
+                    log.relay().offer(&data, &decoded);
                     if let Some(entry) = pairing.on(decoded) {
                         if let Some(w) = entry.worker {
                             if !log.has_baseline(w) && asked_baseline.insert(w) {

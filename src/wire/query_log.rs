@@ -76,4 +76,28 @@ pub struct QueryLogStatus {
     pub workers_counted: u64,
     /// Answers the live streams' followers lagged behind and did not get.
     pub followers_lagged: u64,
+    /// kresd's stream passed on to the operator's own dnstap socket (`logging.dnstap`), when
+    /// configured.
+    #[serde(default)]
+    pub relay: Option<RelayStatus>,
+}
+
+/// kresd's dnstap stream passed on to the operator's socket (`logging.dnstap.unix-socket`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RelayStatus {
+    /// The operator's socket.
+    pub socket: String,
+    /// Whether a consumer accepted the stream and it is open now.
+    pub connected: bool,
+    /// Frames written to the consumer since this manager process started.
+    pub relayed: u64,
+    /// Frames dropped because the buffer for the consumer (2 MiB) was full: the consumer was
+    /// away, slow, or had not accepted the stream. kresd and the query log never wait for it.
+    pub dropped: u64,
+    /// Frames waiting for the consumer now.
+    pub queued: u64,
+    /// Connections the consumer accepted since this manager process started.
+    pub connections: u64,
+    /// Why the last connection failed or ended.
+    pub last_error: Option<String>,
 }

@@ -418,13 +418,18 @@ impl Effects for Running {
 }
 
 /// The query log: its socket bound before the manager task starts any worker, its reader,
-/// and its settings following the configuration. A socket that cannot be bound leaves the
-/// log empty (logged); the workers serve without it.
+/// and its settings following the configuration, with the relay to the operator's own dnstap
+/// socket restarted when its target changes. A socket that cannot be bound leaves the log
+/// empty (logged, and said by its status); the workers serve without it.
 fn start_query_log(handle: &ManagerHandle, stop: &CancellationToken) -> crate::query_log::QueryLog {
     use crate::query_log::{reader, QueryLog, Settings};
     let settings_of = |loaded: &LoadedConfig| {
         let model = &loaded.model;
-        Settings::of(&model.monitoring.query_log, model.logging.dnstap.enable)
+        Settings::of(
+            &model.monitoring.query_log,
+            &model.logging.dnstap,
+            &model.rundir,
+        )
     };
     let mut configs = handle.subscribe();
     let first = configs.borrow_and_update().clone();
@@ -438,21 +443,60 @@ fn start_query_log(handle: &ManagerHandle, stop: &CancellationToken) -> crate::q
                 stop.child_token(),
             ));
         }
-        Err(e) => tracing::error!("query log: cannot bind its socket: {e}"),
+        Err(e) => {
+            tracing::error!("query log: cannot bind its socket: {e}");
+            log.set_inactive(format!("the query log's socket could not be bound: {e}"));
+        }
     }
     let follower = log.clone();
     let stop = stop.child_token();
     tokio::spawn(async move {
+        let mut relay = RelayRun::default();
+        relay.follow(&follower, settings_of(&first).relay, &stop);
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 changed = configs.changed() => if changed.is_err() { return },
             }
-            let loaded = configs.borrow_and_update().clone();
-            follower.configure(settings_of(&loaded));
+            let settings = settings_of(&configs.borrow_and_update().clone());
+            relay.follow(&follower, settings.relay.clone(), &stop);
+            follower.configure(settings);
         }
     });
     log
+}
+
+/// The relay task to the operator's dnstap socket, for the target it was started with.
+#[derive(Default)]
+struct RelayRun {
+    /// The target and the token that stops its task.
+    running: Option<(crate::query_log::relay::Target, CancellationToken)>,
+}
+
+impl RelayRun {
+    /// Keep the task when the target is the same; else stop it and start one for `target`.
+    fn follow(
+        &mut self,
+        log: &crate::query_log::QueryLog,
+        target: Option<crate::query_log::relay::Target>,
+        stop: &CancellationToken,
+    ) {
+        if self.running.as_ref().map(|(t, _)| t) == target.as_ref() {
+            return;
+        }
+        if let Some((_, token)) = self.running.take() {
+            token.cancel();
+        }
+        if let Some(target) = target {
+            let token = stop.child_token();
+            tokio::spawn(crate::query_log::relay::run(
+                log.relay().clone(),
+                target.clone(),
+                token.clone(),
+            ));
+            self.running = Some((target, token));
+        }
+    }
 }
 
 /// The event log of this process, with its first events: the start, and the last upgrade

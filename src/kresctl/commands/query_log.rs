@@ -3,7 +3,7 @@
 //! and `kresctl upstreams` (`GET /upstreams`).
 //! The filters and windows are checked by the resolver, which names what it refuses.
 
-use clap::{ArgAction, Args};
+use clap::{ArgAction, Args, ValueHint};
 
 use super::events::EventStream;
 use crate::kresctl::client::{ApiClient, ClientError};
@@ -26,10 +26,10 @@ pub struct TopArgs {
     #[arg(value_enum)]
     pub kind: TopKind,
     /// Only answers sent within this long (30s, 5m, 1h); default: every answer kept.
-    #[arg(long, value_name = "DUR")]
+    #[arg(long, value_name = "DUR", value_hint = ValueHint::Other)]
     pub window: Option<String>,
     /// At most this many lines.
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    #[arg(long, value_name = "N", default_value_t = 10, value_hint = ValueHint::Other)]
     pub limit: usize,
     /// Print the API's JSON.
     #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
@@ -44,19 +44,19 @@ pub struct QuerylogArgs {
           value_parser = super::super::cli::flag(Mode::Follow, Mode::Kept))]
     pub mode: Mode,
     /// Only clients in this network (192.0.2.0/24) or with this address.
-    #[arg(long, value_name = "CIDR")]
+    #[arg(long, value_name = "CIDR", value_hint = ValueHint::Other)]
     pub client: Option<String>,
     /// Only names at or below this one.
-    #[arg(long, value_name = "SUFFIX")]
+    #[arg(long, value_name = "SUFFIX", value_hint = ValueHint::Hostname)]
     pub name: Option<String>,
     /// Only this type (A, AAAA, …).
-    #[arg(long, value_name = "T")]
+    #[arg(long, value_name = "T", value_hint = ValueHint::Other)]
     pub qtype: Option<String>,
     /// Only this rcode (NOERROR, SERVFAIL, NXDOMAIN, …).
-    #[arg(long, value_name = "R")]
+    #[arg(long, value_name = "R", value_hint = ValueHint::Other)]
     pub rcode: Option<String>,
     /// The newest this many answers kept (without --follow).
-    #[arg(long, value_name = "N", default_value_t = 50)]
+    #[arg(long, value_name = "N", default_value_t = 50, value_hint = ValueHint::Other)]
     pub limit: usize,
     /// Print each answer as its JSON (one per line with --follow; an array without).
     #[arg(id = "json", long = "json", action = ArgAction::SetTrue,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use clap::{ArgAction, Args};
+use clap::{ArgAction, Args, ValueHint};
 
 use crate::kresctl::cli::flag;
 use crate::kresctl::client::{ApiClient, ClientError};
@@ -17,12 +17,14 @@ use crate::wire::trace::Trace;
 #[derive(Args)]
 pub struct TraceArgs {
     /// The domain name to resolve.
+    #[arg(value_hint = ValueHint::Hostname)]
     pub name: String,
     /// The RR type to ask for (class IN).
-    #[arg(default_value = "A")]
+    #[arg(default_value = "A", value_hint = ValueHint::Other)]
     pub rr_type: String,
     /// Seconds to wait for the answer (at most 60).
-    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = timeout)]
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = timeout,
+          value_hint = ValueHint::Other)]
     pub timeout: Duration,
     /// Print the API's JSON instead.
     #[arg(id = "json", long = "json", action = ArgAction::SetTrue,

@@ -1,0 +1,443 @@
+//! What the query log costs, in one run: throughput at saturation of one kresd worker with
+//! the query log on, the same configuration with it off, and upstream's manager, in bursts
+//! interleaved (their order rotating from run to run), as medians and as the medians of each
+//! run's paired ratios; the manager process's CPU time per 100,000 answers while only the
+//! reader works (with the log on, and off for the baseline); the manager's memory with the
+//! ring empty, at 10,000 and at 100,000 entries (RSS and PSS); and `kresctl top names` and
+//! `kresctl top clients` wall time over a full ring of 100,000.
+//!
+//! The load is the closed loop of `bench::closed_loop` on one local-data name; the ring is
+//! filled with distinct names (`fN.fill.test.`, an empty subtree of the local data), as real
+//! traffic would bring.
+//!
+//! Usage: bash bench/run.sh query_log [RUNS] [SECONDS]   (defaults: 9 runs, 2 s bursts)
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use bench::closed_loop::{self, Burst, Target, THREADS, WINDOW};
+use bench::{answers_a, launch, median, our_binary, write_config, Flavor};
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use testbed::{http, Bed, Launched, TestDir};
+
+/// The name the throughput bursts ask (the local data `bench::write_config` writes).
+const QNAME: &str = "bench.test.";
+
+/// The ring's size of the resolver with the query log on.
+const RING: u64 = 100_000;
+
+/// Local data beside `bench.test.`: an empty subtree for the ring's distinct names (it
+/// continues `write_config`'s `local-data`).
+const FILL_RULES: &str = "  rules:\n    - name: [fill.test]\n      subtree: empty\n";
+
+/// How long the log may take to hold what was answered.
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// The three subjects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subject {
+    LogOn,
+    LogOff,
+    Upstream,
+}
+
+impl Subject {
+    fn label(self) -> &'static str {
+        match self {
+            Subject::LogOn => "query log on",
+            Subject::LogOff => "query log off",
+            Subject::Upstream => "upstream",
+        }
+    }
+}
+
+/// One resolver under test.
+struct Resolver {
+    subject: Subject,
+    server: SocketAddr,
+    dir: TestDir,
+    launched: Launched,
+    /// Its only kresd.
+    kresd: i32,
+    /// Our manager process (the query log's reader); `None` for upstream's.
+    manager: Option<i32>,
+}
+
+impl Resolver {
+    fn start(bed: &Bed, subject: Subject) -> Result<Resolver> {
+        let (flavor, extra) = match subject {
+            Subject::LogOn => (
+                Flavor::Ours,
+                format!("{FILL_RULES}monitoring:\n  query-log:\n    enabled: true\n    entries: {RING}\n"),
+            ),
+            Subject::LogOff => (Flavor::Ours, FILL_RULES.to_owned()),
+            Subject::Upstream => (Flavor::Upstream, FILL_RULES.to_owned()),
+        };
+        let dir = bed.test_dir(&format!("bench-query-log-{subject:?}"))?;
+        let port = testbed::free_port()?;
+        write_config(&dir, port, 1, &extra)?;
+        let (launched, mut notify) = launch(bed, flavor, &dir)?;
+        notify.wait_for("READY=1", Duration::from_secs(300))?;
+        let server = SocketAddr::from(([127, 0, 0, 1], port));
+        ensure!(
+            answers_a(server, QNAME, Duration::from_secs(5)),
+            "{} does not answer {QNAME}",
+            subject.label()
+        );
+        let named = |comm: &str| -> Vec<i32> {
+            launched
+                .descendants()
+                .into_iter()
+                .filter(|p| p.comm == comm)
+                .map(|p| p.pid)
+                .collect()
+        };
+        let kresd = named("kresd");
+        ensure!(kresd.len() == 1, "{}: kresd {kresd:?}", subject.label());
+        let manager = named("kres-manager").first().copied();
+        ensure!(
+            manager.is_some() == (flavor == Flavor::Ours),
+            "{}: no manager process",
+            subject.label()
+        );
+        let r = Resolver {
+            subject,
+            server,
+            dir,
+            launched,
+            kresd: kresd[0],
+            manager,
+        };
+        // Both flavours' `stats` loaded, as a scraped resolver has it.
+        r.get("/metrics/json")?;
+        Ok(r)
+    }
+
+    fn api(&self) -> PathBuf {
+        self.dir.host("run/kres-api.sock")
+    }
+
+    fn get(&self, path: &str) -> Result<Value> {
+        let resp = http::request(&self.api(), "GET", path, &[], b"")?;
+        ensure!(resp.status == 200, "{path}: {}", resp.text());
+        Ok(serde_json::from_slice(&resp.body)?)
+    }
+
+    fn target(&self) -> Target<'_> {
+        Target {
+            label: self.subject.label(),
+            server: self.server,
+            kresd: self.kresd,
+        }
+    }
+
+    /// The query log's status until `done` accepts it.
+    fn wait_log(&self, what: &str, done: impl Fn(&Value) -> bool) -> Result<Value> {
+        let deadline = Instant::now() + SETTLE;
+        loop {
+            let status = self.get("/query-log/status")?;
+            if done(&status) {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!("{what}: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(mut self) -> Result<()> {
+        self.launched.signal(Signal::SIGINT)?;
+        let _ = self.launched.wait(Duration::from_secs(120));
+        let _ = std::fs::remove_dir_all(&self.dir.host);
+        Ok(())
+    }
+}
+
+/// CPU time of every thread of process `pid` so far (`/proc/PID/task/*/schedstat`).
+fn process_cpu(pid: i32) -> Result<Duration> {
+    let mut total = Duration::ZERO;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let task = task?.path();
+        if let Ok(schedstat) = std::fs::read_to_string(task.join("schedstat")) {
+            let ns: u64 = schedstat
+                .split(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .context("schedstat")?;
+            total += Duration::from_nanos(ns);
+        }
+    }
+    Ok(total)
+}
+
+/// Ask `from..to` distinct names under `fill.test.` (a window of [`WINDOW`] in flight; after
+/// a wait with no answer the ones in flight are given up).
+fn fill(server: SocketAddr, from: u64, to: u64) -> Result<()> {
+    let sock = UdpSocket::bind("127.0.0.1:0")?;
+    sock.connect(server)?;
+    sock.set_read_timeout(Some(Duration::from_millis(500)))?;
+    let send = |i: u64| -> Result<()> {
+        let name = format!("f{i}.fill.test.");
+        let mut q = testbed::dns::encode_query(0, &name, testbed::dns::TYPE_A, false)?;
+        q[..2].copy_from_slice(&((i % 65_536) as u16).to_be_bytes());
+        sock.send(&q)?;
+        Ok(())
+    };
+    let (mut next, mut done) = (from, from);
+    let mut buf = [0u8; 512];
+    while done < to {
+        while next < to && next - done < WINDOW as u64 {
+            send(next)?;
+            next += 1;
+        }
+        match sock.recv(&mut buf) {
+            Ok(_) => done += 1,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                done = next;
+            }
+            Err(e) => return Err(e).context("recv"),
+        }
+    }
+    Ok(())
+}
+
+/// The manager's memory: (RSS, PSS) in KiB.
+fn memory(r: &Resolver) -> Result<(u64, u64)> {
+    let pid = r.manager.context("no manager")?;
+    Ok((
+        testbed::procs::rss_kib(pid).context("rss")?,
+        testbed::procs::pss_kib(pid).context("pss")?,
+    ))
+}
+
+/// Distinct names answered until the ring holds `target` entries (kresd drops what the
+/// reader does not take in time, so more may be asked); the status then.
+fn fill_until(on: &Resolver, next: &mut u64, target: u64) -> Result<Value> {
+    let held = |s: &Value| s["held"].as_u64().unwrap_or(0);
+    let seen = |s: &Value| s["received"].as_u64().unwrap_or(0) + s["missed"].as_u64().unwrap_or(0);
+    let mut status = on.get("/query-log/status")?;
+    while held(&status) < target {
+        let n = target - held(&status);
+        let before = seen(&status);
+        fill(on.server, *next, *next + n)?;
+        *next += n;
+        // Until every answer is either received or counted as missed (within one).
+        status = on.wait_log("the answers accounted for", |s| seen(s) + 1 >= before + n)?;
+    }
+    Ok(status)
+}
+
+/// The ring's memory: the manager's (entries held, RSS, PSS) with the ring empty, at 10,000
+/// distinct answers and at 100,000 (the ring full).
+fn ring_memory(on: &Resolver) -> Result<[(u64, u64, u64); 3]> {
+    let held = |s: &Value| s["held"].as_u64().unwrap_or(0);
+    let status = on.wait_log("the worker's stream", |s| {
+        s["streams"].as_u64() >= Some(1) && s["workers_counted"].as_u64() >= Some(1)
+    })?;
+    let measure = |status: &Value| -> Result<(u64, u64, u64)> {
+        let (rss, pss) = memory(on)?;
+        Ok((held(status), rss, pss))
+    };
+    let empty = measure(&status)?;
+    let mut next = 0;
+    let ten = measure(&fill_until(on, &mut next, empty.0 + 10_000)?)?;
+    let full = measure(&fill_until(on, &mut next, RING)?)?;
+    Ok([empty, ten, full])
+}
+
+/// `kresctl top KIND --json` over the full ring: its wall time, in milliseconds.
+fn top_ms(on: &Resolver, kind: &str) -> Result<f64> {
+    let kresctl = our_binary("kresctl")?;
+    let began = Instant::now();
+    let out = Command::new(&kresctl)
+        .arg("-s")
+        .arg(on.api())
+        .args(["top", kind, "--json"])
+        .output()?;
+    let ms = began.elapsed().as_secs_f64() * 1e3;
+    ensure!(
+        out.status.success(),
+        "kresctl top {kind}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: Value = serde_json::from_slice(&out.stdout)?;
+    ensure!(
+        list["counted"].as_u64() == Some(RING),
+        "kresctl top {kind} counted {}",
+        list["counted"]
+    );
+    Ok(ms)
+}
+
+/// Every burst's figures.
+#[derive(Default)]
+struct Samples {
+    /// Answers per second of each subject, one per run.
+    qps: [Vec<f64>; 3],
+    /// kresd's CPU per answer (us) of each subject.
+    kresd_cpu_us: [Vec<f64>; 3],
+    /// Our manager process's CPU per 100,000 answers (ms): log on, log off.
+    manager_cpu_ms: [Vec<f64>; 2],
+    /// on/off and off/upstream answers per second, of the bursts of each run.
+    on_over_off: Vec<f64>,
+    off_over_upstream: Vec<f64>,
+}
+
+fn index(subject: Subject) -> usize {
+    match subject {
+        Subject::LogOn => 0,
+        Subject::LogOff => 1,
+        Subject::Upstream => 2,
+    }
+}
+
+/// One run: a burst of each subject, in an order rotating with `i`.
+fn one_run(rs: &[Resolver; 3], i: usize, seconds: f64, s: &mut Samples) -> Result<()> {
+    let mut order = [0, 1, 2];
+    order.rotate_left(i % 3);
+    let mut qps = [0.0; 3];
+    for k in order {
+        let r = &rs[k];
+        let manager_before = r.manager.map(process_cpu).transpose()?;
+        let began = Instant::now();
+        let b: Burst = closed_loop::burst(&[r.target()], QNAME, seconds)?.remove(0);
+        let wall = began.elapsed().as_secs_f64();
+        let at = index(r.subject);
+        s.qps[at].push(b.qps);
+        s.kresd_cpu_us[at].push(b.cpu_us);
+        qps[at] = b.qps;
+        let mut line = format!(
+            "run {} {}: {:.0} q/s, kresd {:.2} us CPU per answer",
+            i + 1,
+            r.subject.label(),
+            b.qps,
+            b.cpu_us
+        );
+        if let (Some(pid), Some(before)) = (r.manager, manager_before) {
+            // The manager's CPU over the whole burst (warm-up included), per the answers
+            // of the whole burst (estimated at the counted rate).
+            let cpu = process_cpu(pid)?.saturating_sub(before);
+            let answers = b.qps * wall;
+            let per_100k = cpu.as_secs_f64() * 1e3 * 100_000.0 / answers;
+            s.manager_cpu_ms[at].push(per_100k);
+            line.push_str(&format!(", manager {per_100k:.1} ms CPU per 100k answers"));
+        }
+        eprintln!("{line}");
+    }
+    s.on_over_off.push(qps[0] / qps[1]);
+    s.off_over_upstream.push(qps[1] / qps[2]);
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(9);
+    let seconds: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2.0);
+    let bed = Bed::get()?;
+    let rs = [
+        Resolver::start(bed, Subject::LogOn)?,
+        Resolver::start(bed, Subject::LogOff)?,
+        Resolver::start(bed, Subject::Upstream)?,
+    ];
+    let mem = ring_memory(&rs[0])?;
+    let tops: Vec<(f64, f64)> = (0..5)
+        .map(|_| Ok((top_ms(&rs[0], "names")?, top_ms(&rs[0], "clients")?)))
+        .collect::<Result<_>>()?;
+    let mut s = Samples::default();
+    for i in 0..runs {
+        one_run(&rs, i, seconds, &mut s)?;
+    }
+    let status = rs[0].get("/query-log/status")?;
+    let [on, off, upstream] = rs;
+    on.stop()?;
+    off.stop()?;
+    upstream.stop()?;
+    report(&s, runs, seconds, &mem, &tops, &status);
+    Ok(())
+}
+
+fn report(
+    s: &Samples,
+    runs: usize,
+    seconds: f64,
+    mem: &[(u64, u64, u64); 3],
+    tops: &[(f64, f64)],
+    status: &Value,
+) {
+    let m = |v: &[f64]| median(v.to_vec());
+    println!(
+        "query log benchmark: {QNAME} A (local data), 1 worker each, {THREADS} sockets x \
+         {WINDOW} in flight, {runs} runs of {seconds} s bursts, ring of {RING}"
+    );
+    println!(
+        "{:<40} {:>14} {:>14} {:>14}",
+        "metric (median)", "log on", "log off", "upstream"
+    );
+    println!(
+        "{:<40} {:>14.0} {:>14.0} {:>14.0}",
+        "answers per second",
+        m(&s.qps[0]),
+        m(&s.qps[1]),
+        m(&s.qps[2])
+    );
+    println!(
+        "{:<40} {:>14.2} {:>14.2} {:>14.2}",
+        "kresd CPU per answer (us)",
+        m(&s.kresd_cpu_us[0]),
+        m(&s.kresd_cpu_us[1]),
+        m(&s.kresd_cpu_us[2])
+    );
+    println!(
+        "{:<40} {:>14.1} {:>14.1}",
+        "manager CPU per 100k answers (ms)",
+        m(&s.manager_cpu_ms[0]),
+        m(&s.manager_cpu_ms[1])
+    );
+    println!(
+        "  on/off q/s: {:.3}x (medians), {:.3}x (median of paired ratios); off/upstream: \
+         {:.3}x (medians), {:.3}x (median of paired ratios)",
+        m(&s.qps[0]) / m(&s.qps[1]),
+        m(&s.on_over_off),
+        m(&s.qps[1]) / m(&s.qps[2]),
+        m(&s.off_over_upstream)
+    );
+    println!(
+        "  the reader's CPU per 100k answers: {:.1} ms (the manager's with the log on, less \
+         with it off)",
+        m(&s.manager_cpu_ms[0]) - m(&s.manager_cpu_ms[1])
+    );
+    let [empty, ten, full] = mem;
+    for (what, at) in [("10k", ten), ("100k", full)] {
+        println!(
+            "  the ring's memory at {what} ({} entries held, {} before): manager RSS +{} KiB, \
+             PSS +{} KiB",
+            at.0,
+            empty.0,
+            at.1.saturating_sub(empty.1),
+            at.2.saturating_sub(empty.2)
+        );
+    }
+    let names: Vec<f64> = tops.iter().map(|t| t.0).collect();
+    let clients: Vec<f64> = tops.iter().map(|t| t.1).collect();
+    println!(
+        "  kresctl top over {RING} entries: names {:.1} ms, clients {:.1} ms (median of {})",
+        m(&names),
+        m(&clients),
+        tops.len()
+    );
+    println!(
+        "  query log after the bursts: received {}, missed {} (kresd drops what the reader \
+         does not take in time)",
+        status["received"], status["missed"]
+    );
+}

@@ -1,0 +1,206 @@
+//! What the query log and the workers' upstreams add to the Prometheus text, with a bounded
+//! number of series whatever the traffic: the query log's counts (one series each, the relay's
+//! only when `logging.dnstap` is relayed) and, per upstream address, its round-trip time and
+//! samples for the [`MAX_UPSTREAMS`] addresses with the most samples (the number of all of
+//! them beside, so a cut is seen).
+//!
+//! kresd's `stats.upstreams()` holds only RTT samples of answers received: a timeout or an
+//! error of an upstream is in no sample, so no failure series is written.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::exposition::{label, sample_line, Exposition, Kind};
+use crate::service::WorkerId;
+use crate::wire::query_log::QueryLogStatus;
+use crate::wire::upstreams::UpstreamAddress;
+
+/// Upstream addresses exported at most: those with the most samples (ties by address).
+pub const MAX_UPSTREAMS: usize = 20;
+
+/// Each worker's own count of the answers its dnstap module logs, as its statistics tell it
+/// (`request.total` - `request.internal`, the query log's `reader::ANSWERED_EXPR`), by worker
+/// number; workers without statistics are left out.
+pub fn answered(stats: &Map<String, Value>) -> BTreeMap<u32, u64> {
+    stats
+        .iter()
+        .filter_map(|(sid, value)| {
+            let w = WorkerId::from_name(sid.strip_prefix("kresd:")?)?;
+            let total = value.get("request.total")?.as_f64()?;
+            let internal = value.get("request.internal")?.as_f64()?;
+            Some((w.0, (total - internal).max(0.0) as u64))
+        })
+        .collect()
+}
+
+/// The query log's series.
+pub fn write_query_log(out: &mut Exposition, status: &QueryLogStatus) {
+    let families: [(&str, &str, Kind, u64); 7] = [
+        (
+            "knot_resolver_query_log_enabled",
+            "1 if the configuration has the workers send their answers to the query log",
+            Kind::Gauge,
+            u64::from(status.enabled),
+        ),
+        (
+            "knot_resolver_query_log_answers_received_total",
+            "Answers the query log received since the manager process started",
+            Kind::Counter,
+            status.received,
+        ),
+        (
+            "knot_resolver_query_log_answers_missed_total",
+            "Answers the workers gave that never reached the query log (kresd drops them when the reader lags)",
+            Kind::Counter,
+            status.missed,
+        ),
+        (
+            "knot_resolver_query_log_frames_malformed_total",
+            "Frames of the workers' streams the query log did not read",
+            Kind::Counter,
+            status.malformed,
+        ),
+        (
+            "knot_resolver_query_log_entries",
+            "Answers the query log's ring holds now",
+            Kind::Gauge,
+            status.held,
+        ),
+        (
+            "knot_resolver_query_log_capacity_entries",
+            "Answers the query log's ring holds at most",
+            Kind::Gauge,
+            status.capacity,
+        ),
+        (
+            "knot_resolver_query_log_streams",
+            "Workers' dnstap streams open now",
+            Kind::Gauge,
+            status.streams,
+        ),
+    ];
+    for (name, help, kind, value) in families {
+        out.family(name, help, kind)
+            .push_str(&sample_line(name, "", value as f64));
+    }
+    let Some(relay) = &status.relay else {
+        return;
+    };
+    let labels = format!("socket=\"{}\"", label(&relay.socket));
+    let relay_families: [(&str, &str, Kind, u64); 3] = [
+        (
+            "knot_resolver_query_log_relay_connected",
+            "1 if the operator's dnstap consumer (logging.dnstap) accepted the stream and it is open",
+            Kind::Gauge,
+            u64::from(relay.connected),
+        ),
+        (
+            "knot_resolver_query_log_relay_frames_total",
+            "dnstap frames passed on to the operator's dnstap socket",
+            Kind::Counter,
+            relay.relayed,
+        ),
+        (
+            "knot_resolver_query_log_relay_dropped_total",
+            "dnstap frames for the operator's dnstap socket dropped because its buffer was full",
+            Kind::Counter,
+            relay.dropped,
+        ),
+    ];
+    for (name, help, kind, value) in relay_families {
+        out.family(name, help, kind)
+            .push_str(&sample_line(name, &labels, value as f64));
+    }
+}
+
+/// The upstream addresses' series: the [`MAX_UPSTREAMS`] with the most samples.
+pub fn write_upstreams(out: &mut Exposition, addresses: &[UpstreamAddress]) {
+    out.family(
+        "knot_resolver_upstream_addresses",
+        "Upstream addresses the workers hold round-trip samples of (series are written for the 20 with the most)",
+        Kind::Gauge,
+    )
+    .push_str(&sample_line(
+        "knot_resolver_upstream_addresses",
+        "",
+        addresses.len() as f64,
+    ));
+    let mut top: Vec<&UpstreamAddress> = addresses.iter().collect();
+    top.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.address.cmp(&b.address)));
+    top.truncate(MAX_UPSTREAMS);
+    for a in top {
+        let labels = format!("address=\"{}\"", label(&a.address));
+        out.family(
+            "knot_resolver_upstream_rtt_seconds",
+            "Mean round-trip time of the samples the workers hold of an upstream address",
+            Kind::Gauge,
+        )
+        .push_str(&sample_line(
+            "knot_resolver_upstream_rtt_seconds",
+            &labels,
+            a.rtt_avg_ms / 1e3,
+        ));
+        out.family(
+            "knot_resolver_upstream_rtt_samples",
+            "Round-trip samples the workers hold of an upstream address (kresd keeps the most recent answers')",
+            Kind::Gauge,
+        )
+        .push_str(&sample_line(
+            "knot_resolver_upstream_rtt_samples",
+            &labels,
+            a.samples as f64,
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn upstream(address: &str, samples: u64) -> UpstreamAddress {
+        UpstreamAddress {
+            address: address.to_owned(),
+            samples,
+            rtt_avg_ms: 2.5,
+            rtt_min_ms: 1.0,
+            rtt_max_ms: 4.0,
+            workers: vec!["kresd0".into()],
+        }
+    }
+
+    #[test]
+    fn only_the_most_used_upstreams_are_written() {
+        let addresses: Vec<UpstreamAddress> = (0..30)
+            .map(|i| upstream(&format!("192.0.2.{i}#53"), i))
+            .collect();
+        let mut out = Exposition::default();
+        write_upstreams(&mut out, &addresses);
+        let text = out.render();
+        assert!(
+            text.contains("knot_resolver_upstream_addresses 30.0\n"),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("knot_resolver_upstream_rtt_seconds{").count(),
+            20
+        );
+        assert!(text.contains("knot_resolver_upstream_rtt_samples{address=\"192.0.2.29#53\"} 29.0"));
+        assert!(
+            text.contains("knot_resolver_upstream_rtt_seconds{address=\"192.0.2.10#53\"} 0.0025")
+        );
+        assert!(!text.contains("\"192.0.2.9#53\""), "{text}");
+    }
+
+    #[test]
+    fn answered_counts_come_from_the_statistics() {
+        let stats = json!({
+            "kresd:kresd0": {"request.total": 12.0, "request.internal": 2.0},
+            "kresd:kresd1": null,
+            "other": {"request.total": 1},
+        });
+        let stats = stats.as_object().unwrap();
+        assert_eq!(answered(stats), BTreeMap::from([(0, 10)]));
+    }
+}
