@@ -115,6 +115,9 @@ pub struct WhoAmI {
     role: &'static str,
     /// The running configuration's ETag (as `GET /v1/config` sends it).
     etag: String,
+    /// Configurations this manager process has run: 1 for the one it started with, one more
+    /// per applied change that changed a section (`knot_resolver_config_generation`).
+    generation: u64,
     /// The number of workers the running configuration asks for.
     workers: u32,
     /// The `Last-Event-ID` that replays every event the log still keeps (`<epoch>-0`).
@@ -128,8 +131,8 @@ pub struct WhoAmI {
     get,
     path = "/ui/whoami",
     tag = "status",
-    responses((status = 200, description = "The client's role, the configuration's ETag, the \
-workers configured, where the event log starts.", body = WhoAmI)),
+    responses((status = 200, description = "The client's role, the configuration's ETag and \
+generation, the workers configured, where the event log starts.", body = WhoAmI)),
 )]
 pub(super) async fn whoami(
     State(state): State<ApiState>,
@@ -146,6 +149,7 @@ pub(super) async fn whoami(
         &WhoAmI {
             role: role.as_str(),
             etag: rendered.etag.clone(),
+            generation: state.control_plane.generation(),
             workers: config.model.workers,
             events_from: format!("{}-0", state.events.epoch()),
             version: crate::build_version(),
