@@ -516,30 +516,7 @@ fn texts(browser: &Browser, selector: &str) -> Vec<String> {
 
 #[test]
 fn hostile_names_literally_a_trace_upstreams_rpz_zones_and_one_stream() {
-    let bed = Bed::get().expect("bed");
-    // knotd: the primary of an RPZ zone kept by transfer, and the forward target of its
-    // subtree (what the trace and the upstreams show).
-    let primary = KnotPrimary::start(
-        bed,
-        PrimarySetup {
-            zone: "blocklist.rpz.".into(),
-            entries: 10,
-            key: KeySetup::None,
-            notify: None,
-        },
-    )
-    .expect("knotd");
-    let zones = bed.test_dir("ui-insight-zones").expect("dir");
-    let (_, zone_file) = zones.join("blocklist.rpz");
-    let target = format!("127.0.0.1@{}", primary.port());
-    let r = common::start(&Setup::new("ui-insight").extra(&format!(
-        "monitoring:\n  query-log:\n    enabled: true\nforward:\n  - subtree: blocklist.rpz\n    \
-         servers: ['{target}']\n    options: {{authoritative: false, dnssec: false}}\n\
-         local-data:\n  rpz:\n    - file: {}\n      transfer:\n        zone: blocklist.rpz.\n        \
-         primaries: ['{target}']\n",
-        zone_file.display()
-    )))
-    .expect("start");
+    let (primary, r, target) = resolver_with_insight();
     let ui = serve_ui(&r);
     let (url, origin) = (&ui.url, &ui.origin);
     let browser = Browser::start(&r.dir.host("browser")).expect("browser");
@@ -557,33 +534,23 @@ fn hostile_names_literally_a_trace_upstreams_rpz_zones_and_one_stream() {
         .expect("RPZ zone");
     assert_eq!(zone[1], "1", "the serial: {zone}");
     assert!(
-        zone[2].as_str().is_some_and(|t| t.starts_with("axfr success at ")),
+        zone[2]
+            .as_str()
+            .is_some_and(|t| t.starts_with("axfr success at ")),
         "the transfer: {zone}"
     );
-    assert_eq!((&zone[4], &zone[5]), (&json!("no"), &json!("yes")), "{zone}");
+    assert_eq!(
+        (&zone[4], &zone[5]),
+        (&json!("no"), &json!("yes")),
+        "{zone}"
+    );
 
     // A query whose name holds `<`, `>`, `"`, `'` and `&`, sent in wire form: the log and the
     // top names show the name as the API gives it, as text; nothing of it runs.
     let name = dns::wire_name(&[HOSTILE_LABEL, b"ui", b"test"]).expect("a name");
     let answer = dns::query_udp_wire(r.dns(), &name, dns::TYPE_A, DNS_TIMEOUT).expect("answer");
     assert_eq!(answer.rcode, dns::RCODE_NXDOMAIN, "a special-use name");
-    let logged = {
-        let deadline = Instant::now() + SHOWN;
-        loop {
-            let answers: Value =
-                serde_json::from_slice(&r.http("GET", "/query-log", b"").expect("log").body)
-                    .expect("JSON");
-            let found = answers.as_array().into_iter().flatten().find_map(|a| {
-                let name = a["name"].as_str()?;
-                name.ends_with(".ui.test.").then(|| name.to_owned())
-            });
-            if let Some(found) = found {
-                break found;
-            }
-            assert!(Instant::now() < deadline, "never logged: {answers}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let logged = logged_under(&r, ".ui.test.");
     for c in ['<', '>', '"', '\'', '&'] {
         assert!(logged.contains(c), "{c} in {logged}");
     }
@@ -714,7 +681,10 @@ fn hostile_names_literally_a_trace_upstreams_rpz_zones_and_one_stream() {
         records.len() == 1 && records[0].contains("SOA"),
         "{records:?}"
     );
-    let log = browser.text_of("trace-log").expect("log").unwrap_or_default();
+    let log = browser
+        .text_of("trace-log")
+        .expect("log")
+        .unwrap_or_default();
     let port = primary.port();
     assert!(
         log.lines().any(|l| l.contains("querying")
@@ -727,15 +697,51 @@ fn hostile_names_literally_a_trace_upstreams_rpz_zones_and_one_stream() {
         browser.screenshot("trace").expect("png").display()
     );
 
-    // One stream for the whole visit, and the page's own schedule of reads, counted from the
-    // browser's network log.
+    // One stream for the whole visit, and the page's own schedule of reads.
+    assert_one_stream_and_schedule(&browser, origin, opened);
+    let errors = browser.console_errors().expect("console");
+    // The refused filter is a 400 the page shows.
+    let errors: Vec<&String> = errors
+        .iter()
+        .filter(|e| !e.contains("/query-log?"))
+        .collect();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+
+    drop(browser);
+    drop(ui);
+    r.stop();
+    drop(primary);
+}
+
+/// The name of an answer under `suffix` in the query log, once one is there.
+fn logged_under(r: &Resolver, suffix: &str) -> String {
+    let deadline = Instant::now() + SHOWN;
+    loop {
+        let answers: Value =
+            serde_json::from_slice(&r.http("GET", "/query-log", b"").expect("log").body)
+                .expect("JSON");
+        let found = answers.as_array().into_iter().flatten().find_map(|a| {
+            let name = a["name"].as_str()?;
+            name.ends_with(suffix).then(|| name.to_owned())
+        });
+        if let Some(found) = found {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "never logged: {answers}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The page's requests since `opened`, from the browser's network log: none to another
+/// host, one event stream, its periodic reads within its schedule.
+fn assert_one_stream_and_schedule(browser: &Browser, origin: &str, opened: Instant) {
     let urls = browser.requested_urls().expect("network log");
     let foreign = foreign(&urls, origin);
     assert!(foreign.is_empty(), "requests to other hosts: {foreign:#?}");
     // The page's own requests, by path (the browser's own pages request chrome:// URLs).
     let paths: Vec<&str> = urls
         .iter()
-        .filter_map(|u| u.strip_prefix(origin.as_str()))
+        .filter_map(|u| u.strip_prefix(origin))
         .map(|u| u.split('?').next().unwrap_or_default())
         .collect();
     let streams = paths.iter().filter(|p| **p == "/events").count();
@@ -753,21 +759,40 @@ fn hostile_names_literally_a_trace_upstreams_rpz_zones_and_one_stream() {
     }
     println!("the page's requests by path: {by_path:?}");
     println!(
-        "the page made {} requests in {:.1} min, {periodic} of them periodic reads",
+        "the page made {} requests in {minutes:.1} min, {periodic} of them periodic reads",
         paths.len(),
-        minutes
     );
     assert!(
         periodic as f64 <= FIRST_REQUESTS + PERIODIC_PER_MINUTE * minutes,
         "{periodic} periodic reads in {minutes:.2} min: {by_path:?}"
     );
-    let errors = browser.console_errors().expect("console");
-    // The refused filter is a 400 the page shows.
-    let errors: Vec<&String> = errors.iter().filter(|e| !e.contains("/query-log?")).collect();
-    assert!(errors.is_empty(), "console errors: {errors:#?}");
+}
 
-    drop(browser);
-    drop(ui);
-    r.stop();
-    drop(primary);
+/// knotd, the primary of an RPZ zone kept by transfer and the forward target of its subtree
+/// (what the trace and the upstreams show); a resolver with the query log on, that zone and
+/// that forward; the target's address as configured.
+fn resolver_with_insight() -> (KnotPrimary, Resolver, String) {
+    let bed = Bed::get().expect("bed");
+    let primary = KnotPrimary::start(
+        bed,
+        PrimarySetup {
+            zone: "blocklist.rpz.".into(),
+            entries: 10,
+            key: KeySetup::None,
+            notify: None,
+        },
+    )
+    .expect("knotd");
+    let zones = bed.test_dir("ui-insight-zones").expect("dir");
+    let (_, zone_file) = zones.join("blocklist.rpz");
+    let target = format!("127.0.0.1@{}", primary.port());
+    let r = common::start(&Setup::new("ui-insight").extra(&format!(
+        "monitoring:\n  query-log:\n    enabled: true\nforward:\n  - subtree: blocklist.rpz\n    \
+         servers: ['{target}']\n    options: {{authoritative: false, dnssec: false}}\n\
+         local-data:\n  rpz:\n    - file: {}\n      transfer:\n        zone: blocklist.rpz.\n        \
+         primaries: ['{target}']\n",
+        zone_file.display()
+    )))
+    .expect("start");
+    (primary, r, target)
 }

@@ -71,7 +71,9 @@ fn options() -> Result<Options> {
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        let value = args.next().with_context(|| format!("{flag} needs a value"))?;
+        let value = args
+            .next()
+            .with_context(|| format!("{flag} needs a value"))?;
         let bad = || format!("{flag}: not a number: {value}");
         match flag.as_str() {
             "--pages" => o.pages = value.parse().with_context(bad)?,
@@ -95,7 +97,12 @@ impl Page {
     /// Load the page as the browser does, then follow and read on its schedule; `offset`
     /// shifts its schedule so that pages opened together do not read in step. `reads`
     /// counts every request made, `failures` those not answered 200.
-    fn open(api: &Path, offset: Duration, reads: Arc<AtomicU64>, failures: Arc<AtomicU64>) -> Result<Page> {
+    fn open(
+        api: &Path,
+        offset: Duration,
+        reads: Arc<AtomicU64>,
+        failures: Arc<AtomicU64>,
+    ) -> Result<Page> {
         for path in FIRST_READS {
             read(api, path, &reads, &failures);
         }
@@ -141,7 +148,10 @@ impl Drop for Page {
 /// The page's periodic reads until `stop`.
 fn poll(api: &Path, offset: Duration, stop: &AtomicBool, reads: &AtomicU64, failures: &AtomicU64) {
     let start = Instant::now() + offset;
-    let mut next: Vec<Instant> = PERIODIC_READS.iter().map(|(every, _)| start + *every).collect();
+    let mut next: Vec<Instant> = PERIODIC_READS
+        .iter()
+        .map(|(every, _)| start + *every)
+        .collect();
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         for (due, (every, paths)) in next.iter_mut().zip(PERIODIC_READS) {
@@ -273,7 +283,7 @@ fn api_latency(api: &Path, seconds: u64) -> Result<([f64; 4], usize, usize)> {
     let mut tick = 0u64;
     while t0.elapsed() < Duration::from_secs(seconds) {
         config.push(latency(api, "/v1/config")?);
-        if tick % 5 == 0 {
+        if tick.is_multiple_of(5) {
             metrics.push(latency(api, "/metrics/json")?);
         }
         tick += 1;
@@ -284,8 +294,8 @@ fn api_latency(api: &Path, seconds: u64) -> Result<([f64; 4], usize, usize)> {
     let counts = (config.len(), metrics.len());
     Ok((
         [
-        quantile(config.clone(), 0.5),
-        quantile(config, 0.99),
+            quantile(config.clone(), 0.5),
+            quantile(config, 0.99),
             quantile(metrics.clone(), 0.5),
             quantile(metrics, 0.99),
         ],
@@ -294,7 +304,12 @@ fn api_latency(api: &Path, seconds: u64) -> Result<([f64; 4], usize, usize)> {
     ))
 }
 
-fn open_pages(api: &Path, n: usize, reads: &Arc<AtomicU64>, failures: &Arc<AtomicU64>) -> Result<Vec<Page>> {
+fn open_pages(
+    api: &Path,
+    n: usize,
+    reads: &Arc<AtomicU64>,
+    failures: &Arc<AtomicU64>,
+) -> Result<Vec<Page>> {
     (0..n)
         .map(|i| {
             // Spread over the shortest period, as pages opened at different moments are.
