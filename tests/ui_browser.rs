@@ -7,7 +7,8 @@
 //! killed with SIGKILL restarted, follows the q/s of queries sent during the test (up, then
 //! down when they stop), shows a
 //! refused reload with its reason (a configuration value full of `<`, `>`, `"`, `'` and `&`,
-//! shown literally, running nothing), and lets the admin clear the cache. With the query
+//! shown literally, running nothing), the next generation of an applied change, and lets the
+//! admin clear the cache. With the query
 //! log, a forward target and an RPZ zone kept by transfer (knotd): a query whose name holds
 //! those characters in its labels (sent in wire form) shown literally in the query log and
 //! the top lists, the log filtered, the forward target with its RTT, the zone's serial and
@@ -306,6 +307,22 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
         .expect("script");
     assert_eq!(ran, json!([true, 0]), "nothing of the value became HTML");
     testbed::write(&r.config, &good).expect("write");
+
+    // A change that changes a section: the next generation, and the change applied.
+    assert_eq!(
+        browser.text_of("generation").expect("text").as_deref(),
+        Some("1")
+    );
+    let changed = r.put_json("/logging/level", json!("info"));
+    assert_eq!(changed.status, 200, "{}", changed.text());
+    browser
+        .wait_until(
+            "the second generation shown",
+            SHOWN,
+            "return document.getElementById('generation').textContent === '2' \
+             && document.querySelector('#changes li.ok') !== null;",
+        )
+        .expect("generation 2");
 
     // The admin's cache clear, through the page.
     browser
