@@ -1,6 +1,7 @@
 //! `GET /ui`: a live status page for the operator on one host, served by the daemon itself
 //! (HTML, CSS and JS embedded in the binary; nothing is fetched from another host). The page
-//! follows `/events` as its one stream, reads `/processes` and `/metrics/json` now and then,
+//! follows `/events` as its one stream, reads `/processes`, `/metrics/json`, `/upstreams`, the
+//! top lists and the query log on a schedule of its own (none of it while the page is hidden),
 //! and shows the admin controls only to the admin role (`/ui/whoami`). The API refuses their
 //! actions to readers anyway: the page hides what the guard forbids, it enforces nothing.
 //!
