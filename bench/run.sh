@@ -10,7 +10,10 @@
 #                                  lossless, scale (--sizes 1000,10000,100000 --runs N --files),
 #                                  chaos (--minutes N [--seed S]: a long soak, not in the default list),
 #                                  rpz (--sizes 10000,1000000 --runs N: RPZ by zone transfer from knotd
-#                                  against file + watchdog; not in the default list)
+#                                  against file + watchdog; not in the default list),
+#                                  ui_pages (--pages N --requests N --cpu-seconds S --fill N: the API's
+#                                  latency with 0 and N open status pages, the daemon's CPU with one;
+#                                  ours only, not in the default list)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bins -p knot-resolver -p bench -p supervisor

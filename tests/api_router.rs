@@ -1033,6 +1033,7 @@ async fn the_status_page_loads_without_a_token_and_whoami_tells_the_role() {
         let who = r.json();
         assert_eq!(who["role"], role);
         assert_eq!(who["workers"], 1);
+        assert!(who["generation"].is_u64(), "{who}");
         assert!(
             who["etag"].as_str().is_some_and(|e| e.starts_with('"')),
             "{who}"

@@ -7,22 +7,29 @@
 //! killed with SIGKILL restarted, follows the q/s of queries sent during the test (up, then
 //! down when they stop), shows a
 //! refused reload with its reason (a configuration value full of `<`, `>`, `"`, `'` and `&`,
-//! shown literally, running nothing), and lets the admin clear the cache. Over TCP with
+//! shown literally, running nothing), the next generation of an applied change, and lets the
+//! admin clear the cache. With the query
+//! log, a forward target and an RPZ zone kept by transfer (knotd): a query whose name holds
+//! those characters in its labels (sent in wire form) shown literally in the query log and
+//! the top lists, the log filtered, the forward target with its RTT, the zone's serial and
+//! transfer, an admin's trace naming the target; one event stream for the whole visit and
+//! the periodic reads within the page's schedule. Over TCP with
 //! bearer tokens: the page asks for the token (never in a URL or the page), a reader sees no
 //! admin controls and the API refuses the reader's actions, an admin sees and uses them.
 
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Setup, DNS_TIMEOUT, KRESCTL, START_TIMEOUT};
+use common::{Resolver, Setup, DNS_TIMEOUT, KRESCTL, START_TIMEOUT};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
+use testbed::knot::{KeySetup, KnotPrimary, PrimarySetup};
 use testbed::webdriver::Browser;
 use testbed::{dns, Bed};
 
@@ -81,9 +88,23 @@ fn cell(browser: &Browser, name: &str, class: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-#[test]
-fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
-    let r = common::start(&Setup::new("ui-page").workers(2).extra(RECORDS)).expect("start");
+/// `kresctl ui` serving the page of a resolver; killed when dropped (a failed test too).
+struct Ui {
+    process: Child,
+    /// The page's URL and its origin.
+    url: String,
+    origin: String,
+}
+
+impl Drop for Ui {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// `kresctl ui` on a free loopback port for `r`.
+fn serve_ui(r: &Resolver) -> Ui {
     let mut ui = Command::new(KRESCTL)
         .arg("-s")
         .arg(&r.api)
@@ -102,6 +123,18 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
         .unwrap_or_else(|| panic!("no URL in {line:?}"))
         .to_owned();
     let origin = url.trim_end_matches("/ui").to_owned();
+    Ui {
+        process: ui,
+        url,
+        origin,
+    }
+}
+
+#[test]
+fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
+    let r = common::start(&Setup::new("ui-page").workers(2).extra(RECORDS)).expect("start");
+    let ui = serve_ui(&r);
+    let (url, origin) = (&ui.url, &ui.origin);
     let refused = Command::new(KRESCTL)
         .arg("-s")
         .arg(&r.api)
@@ -116,7 +149,7 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
     );
 
     let browser = Browser::start(&r.dir.host("browser")).expect("browser");
-    browser.open(&url).expect("page");
+    browser.open(url).expect("page");
     browser
         .wait_until(
             "both workers shown ready",
@@ -140,7 +173,7 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
         browser.text_of("role").expect("role").as_deref(),
         Some("admin")
     );
-    assert_clean(&browser, &origin);
+    assert_clean(&browser, origin);
     // What the open page costs the control plane (the root and the manager process), measured
     // over the rest of the test and reported; the test's own requests are counted too.
     let manager: i32 = cell(&browser, "manager", "pid")
@@ -275,6 +308,22 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
     assert_eq!(ran, json!([true, 0]), "nothing of the value became HTML");
     testbed::write(&r.config, &good).expect("write");
 
+    // A change that changes a section: the next generation, and the change applied.
+    assert_eq!(
+        browser.text_of("generation").expect("text").as_deref(),
+        Some("1")
+    );
+    let changed = r.put_json("/logging/level", json!("info"));
+    assert_eq!(changed.status, 200, "{}", changed.text());
+    browser
+        .wait_until(
+            "the second generation shown",
+            SHOWN,
+            "return document.getElementById('generation').textContent === '2' \
+             && document.querySelector('#changes li.ok') !== null;",
+        )
+        .expect("generation 2");
+
     // The admin's cache clear, through the page.
     browser
         .run("document.getElementById('cache-clear').click();", &[])
@@ -306,7 +355,7 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
         "the control plane used {:.2} % of a core over {elapsed:.1} s with the page open",
         100.0 * ticks as f64 / ticks_per_second / elapsed
     );
-    let requests = assert_clean(&browser, &origin);
+    let requests = assert_clean(&browser, origin);
     let size: usize = ["/ui", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"]
         .iter()
         .map(|p| r.http("GET", p, b"").expect("asset").body.len())
@@ -315,8 +364,7 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
     assert!(size <= 150 * 1024, "the page is {size} bytes");
 
     drop(browser);
-    ui.kill().expect("kresctl ui ends");
-    ui.wait().expect("kresctl ui reaped");
+    drop(ui);
     r.stop();
 }
 
@@ -460,4 +508,308 @@ fn over_tcp_a_reader_sees_no_admin_controls_and_is_refused_their_actions() {
     println!("applied change shown: {value}");
     drop(browser);
     r.stop();
+}
+
+/// A label a query carries in wire form: every character HTML gives a meaning to, as an
+/// element that would mark the page if the page ever made HTML of it.
+const HOSTILE_LABEL: &[u8] = br#"<img/src=x/onerror=window.pwned=1>"'&"#;
+
+/// The page's requests that repeat on its own schedule (the top lists, the query log, the
+/// statistics, the upstreams): at most this many a minute (the page makes 46), besides
+/// [`FIRST_REQUESTS`] at its load and on the test's clicks.
+const PERIODIC_PER_MINUTE: f64 = 60.0;
+const FIRST_REQUESTS: f64 = 20.0;
+
+/// The texts of the elements `selector` finds.
+fn texts(browser: &Browser, selector: &str) -> Vec<String> {
+    let value = browser
+        .run(
+            "return [...document.querySelectorAll(arguments[0])].map((e) => e.textContent);",
+            &[json!(selector)],
+        )
+        .expect("script");
+    serde_json::from_value(value).expect("texts")
+}
+
+#[test]
+fn hostile_names_literally_a_trace_upstreams_rpz_zones_and_one_stream() {
+    let (primary, r, target) = resolver_with_insight();
+    let ui = serve_ui(&r);
+    let (url, origin) = (&ui.url, &ui.origin);
+    let browser = Browser::start(&r.dir.host("browser")).expect("browser");
+    let opened = Instant::now();
+    browser.open(url).expect("page");
+
+    // The zone kept by transfer: its serial and the transfer that brought it.
+    let zone = browser
+        .wait_until(
+            "the RPZ zone shown",
+            SHOWN,
+            "const row = document.querySelector('#rpz tr[data-zone=\"blocklist.rpz.\"]'); \
+             return row ? [...row.children].map((c) => c.textContent) : null;",
+        )
+        .expect("RPZ zone");
+    assert_eq!(zone[1], "1", "the serial: {zone}");
+    assert!(
+        zone[2]
+            .as_str()
+            .is_some_and(|t| t.starts_with("axfr success at ")),
+        "the transfer: {zone}"
+    );
+    assert_eq!(
+        (&zone[4], &zone[5]),
+        (&json!("no"), &json!("yes")),
+        "{zone}"
+    );
+
+    // A query whose name holds `<`, `>`, `"`, `'` and `&`, sent in wire form: the log and the
+    // top names show the name as the API gives it, as text; nothing of it runs.
+    let name = dns::wire_name(&[HOSTILE_LABEL, b"ui", b"test"]).expect("a name");
+    let answer = dns::query_udp_wire(r.dns(), &name, dns::TYPE_A, DNS_TIMEOUT).expect("answer");
+    assert_eq!(answer.rcode, dns::RCODE_NXDOMAIN, "a special-use name");
+    let logged = logged_under(&r, ".ui.test.");
+    for c in ['<', '>', '"', '\'', '&'] {
+        assert!(logged.contains(c), "{c} in {logged}");
+    }
+    browser
+        .wait_until(
+            "the name in the query log and the top names",
+            SHOWN,
+            &format!(
+                "const shown = (s) => [...document.querySelectorAll(s)].some((e) => e.textContent === {0}); \
+                 return shown('#querylog td.name') && shown('[data-top=\"names\"] td.key') \
+                 && shown('[data-top=\"nxdomain\"] td.key');",
+                json!(logged)
+            ),
+        )
+        .expect("hostile name shown");
+    let ran = browser
+        .run(
+            "return [window.pwned === undefined, document.querySelectorAll('main img').length];",
+            &[],
+        )
+        .expect("script");
+    assert_eq!(ran, json!([true, 0]), "nothing of the name became HTML");
+    browser
+        .run(
+            "document.getElementById('insight-panel').scrollIntoView();",
+            &[],
+        )
+        .expect("scroll");
+    println!(
+        "screenshot: {}",
+        browser.screenshot("query-log").expect("png").display()
+    );
+
+    // Queries through the forward target: the upstreams show it with a round-trip time (kresd
+    // records from the page's first look on; new names go upstream, a cached one would not).
+    let mut asked = 0;
+    let rtt = loop {
+        for _ in 0..4 {
+            let name = format!("q{asked}.blocklist.rpz.");
+            asked += 1;
+            dns::query_udp(r.dns(), &name, dns::TYPE_SOA, DNS_TIMEOUT).expect("answer");
+        }
+        let shown = browser
+            .run(
+                "const c = document.querySelector('#upstreams tr[data-address=\"127.0.0.1\"] td.rtt'); \
+                 return c ? c.textContent : null;",
+                &[],
+            )
+            .expect("script");
+        if let Some(rtt) = shown.as_str() {
+            break rtt.to_owned();
+        }
+        assert!(
+            opened.elapsed() < 2 * SHOWN,
+            "the target never shown with an RTT"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(rtt.ends_with(" ms"), "{rtt}");
+    let forwards = texts(&browser, "#forwards li");
+    assert_eq!(
+        forwards,
+        [format!("forward blocklist.rpz → {target}")],
+        "the forward target as configured"
+    );
+
+    // The query log filtered: by name, then a filter the API refuses, named.
+    browser
+        .run(
+            "document.getElementById('filter-name').value = 'ui.test'; \
+             document.getElementById('filter-button').click();",
+            &[],
+        )
+        .expect("filter");
+    browser
+        .wait_until(
+            "only names under ui.test",
+            SHOWN,
+            "const names = [...document.querySelectorAll('#querylog td.name')].map((e) => e.textContent); \
+             return names.length > 0 && names.every((n) => n.endsWith('.ui.test.'));",
+        )
+        .expect("filtered");
+    browser
+        .run(
+            "document.getElementById('filter-qtype').value = 'NOT-A-TYPE'; \
+             document.getElementById('filter-button').click();",
+            &[],
+        )
+        .expect("filter");
+    let refused = browser
+        .wait_until(
+            "the refused filter",
+            SHOWN,
+            "return document.getElementById('filter-error').textContent || null;",
+        )
+        .expect("refusal shown");
+    assert!(
+        refused.as_str().is_some_and(|t| t.contains("NOT-A-TYPE")),
+        "{refused}"
+    );
+
+    // The admin's trace, through the page: the answer from the forward target, and kresd's
+    // log naming it.
+    browser
+        .run(
+            "document.getElementById('trace-name').value = 'blocklist.rpz.'; \
+             document.getElementById('trace-type').value = 'SOA'; \
+             document.getElementById('trace-button').click();",
+            &[],
+        )
+        .expect("trace");
+    let summary = browser
+        .wait_until(
+            "the trace shown",
+            SHOWN,
+            "const t = document.getElementById('trace-summary').textContent; \
+             return t && t !== '…' ? t : null;",
+        )
+        .expect("traced");
+    assert!(
+        summary
+            .as_str()
+            .is_some_and(|t| t.starts_with("blocklist.rpz. SOA on kresd0: NOERROR in ")),
+        "{summary}"
+    );
+    let records = texts(&browser, "#trace-answer li");
+    assert!(
+        records.len() == 1 && records[0].contains("SOA"),
+        "{records:?}"
+    );
+    let log = browser
+        .text_of("trace-log")
+        .expect("log")
+        .unwrap_or_default();
+    let port = primary.port();
+    assert!(
+        log.lines().any(|l| l.contains("querying")
+            && (l.contains(&format!("'127.0.0.1#{port}'"))
+                || l.contains(&format!("'127.0.0.1#{port:05}'")))),
+        "the log names the forward target: {log}"
+    );
+    println!(
+        "screenshot: {}",
+        browser.screenshot("trace").expect("png").display()
+    );
+
+    // One stream for the whole visit, and the page's own schedule of reads.
+    assert_one_stream_and_schedule(&browser, origin, opened);
+    let errors = browser.console_errors().expect("console");
+    // The refused filter is a 400 the page shows.
+    let errors: Vec<&String> = errors
+        .iter()
+        .filter(|e| !e.contains("/query-log?"))
+        .collect();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+
+    drop(browser);
+    drop(ui);
+    r.stop();
+    drop(primary);
+}
+
+/// The name of an answer under `suffix` in the query log, once one is there.
+fn logged_under(r: &Resolver, suffix: &str) -> String {
+    let deadline = Instant::now() + SHOWN;
+    loop {
+        let answers: Value =
+            serde_json::from_slice(&r.http("GET", "/query-log", b"").expect("log").body)
+                .expect("JSON");
+        let found = answers.as_array().into_iter().flatten().find_map(|a| {
+            let name = a["name"].as_str()?;
+            name.ends_with(suffix).then(|| name.to_owned())
+        });
+        if let Some(found) = found {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "never logged: {answers}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The page's requests since `opened`, from the browser's network log: none to another
+/// host, one event stream, its periodic reads within its schedule.
+fn assert_one_stream_and_schedule(browser: &Browser, origin: &str, opened: Instant) {
+    let urls = browser.requested_urls().expect("network log");
+    let foreign = foreign(&urls, origin);
+    assert!(foreign.is_empty(), "requests to other hosts: {foreign:#?}");
+    // The page's own requests, by path (the browser's own pages request chrome:// URLs).
+    let paths: Vec<&str> = urls
+        .iter()
+        .filter_map(|u| u.strip_prefix(origin))
+        .map(|u| u.split('?').next().unwrap_or_default())
+        .collect();
+    let streams = paths.iter().filter(|p| **p == "/events").count();
+    assert_eq!(streams, 1, "one event stream: {paths:#?}");
+    let periodic = paths
+        .iter()
+        .filter(|p| {
+            ["/metrics/json", "/query-log", "/upstreams"].contains(p) || p.starts_with("/top/")
+        })
+        .count();
+    let minutes = opened.elapsed().as_secs_f64() / 60.0;
+    let mut by_path = std::collections::BTreeMap::new();
+    for p in &paths {
+        *by_path.entry(*p).or_insert(0) += 1;
+    }
+    println!("the page's requests by path: {by_path:?}");
+    println!(
+        "the page made {} requests in {minutes:.1} min, {periodic} of them periodic reads",
+        paths.len(),
+    );
+    assert!(
+        periodic as f64 <= FIRST_REQUESTS + PERIODIC_PER_MINUTE * minutes,
+        "{periodic} periodic reads in {minutes:.2} min: {by_path:?}"
+    );
+}
+
+/// knotd, the primary of an RPZ zone kept by transfer and the forward target of its subtree
+/// (what the trace and the upstreams show); a resolver with the query log on, that zone and
+/// that forward; the target's address as configured.
+fn resolver_with_insight() -> (KnotPrimary, Resolver, String) {
+    let bed = Bed::get().expect("bed");
+    let primary = KnotPrimary::start(
+        bed,
+        PrimarySetup {
+            zone: "blocklist.rpz.".into(),
+            entries: 10,
+            key: KeySetup::None,
+            notify: None,
+        },
+    )
+    .expect("knotd");
+    let zones = bed.test_dir("ui-insight-zones").expect("dir");
+    let (_, zone_file) = zones.join("blocklist.rpz");
+    let target = format!("127.0.0.1@{}", primary.port());
+    let r = common::start(&Setup::new("ui-insight").extra(&format!(
+        "monitoring:\n  query-log:\n    enabled: true\nforward:\n  - subtree: blocklist.rpz\n    \
+         servers: ['{target}']\n    options: {{authoritative: false, dnssec: false}}\n\
+         local-data:\n  rpz:\n    - file: {}\n      transfer:\n        zone: blocklist.rpz.\n        \
+         primaries: ['{target}']\n",
+        zone_file.display()
+    )))
+    .expect("start");
+    (primary, r, target)
 }

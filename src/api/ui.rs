@@ -1,6 +1,7 @@
 //! `GET /ui`: a live status page for the operator on one host, served by the daemon itself
 //! (HTML, CSS and JS embedded in the binary; nothing is fetched from another host). The page
-//! follows `/events` as its one stream, reads `/processes` and `/metrics/json` now and then,
+//! follows `/events` as its one stream, reads `/processes`, `/metrics/json`, `/upstreams`, the
+//! top lists and the query log on a schedule of its own (none of it while the page is hidden),
 //! and shows the admin controls only to the admin role (`/ui/whoami`). The API refuses their
 //! actions to readers anyway: the page hides what the guard forbids, it enforces nothing.
 //!
@@ -115,6 +116,9 @@ pub struct WhoAmI {
     role: &'static str,
     /// The running configuration's ETag (as `GET /v1/config` sends it).
     etag: String,
+    /// Configurations this manager process has run: 1 for the one it started with, one more
+    /// per applied change that changed a section (`knot_resolver_config_generation`).
+    generation: u64,
     /// The number of workers the running configuration asks for.
     workers: u32,
     /// The `Last-Event-ID` that replays every event the log still keeps (`<epoch>-0`).
@@ -128,8 +132,8 @@ pub struct WhoAmI {
     get,
     path = "/ui/whoami",
     tag = "status",
-    responses((status = 200, description = "The client's role, the configuration's ETag, the \
-workers configured, where the event log starts.", body = WhoAmI)),
+    responses((status = 200, description = "The client's role, the configuration's ETag and \
+generation, the workers configured, where the event log starts.", body = WhoAmI)),
 )]
 pub(super) async fn whoami(
     State(state): State<ApiState>,
@@ -146,6 +150,7 @@ pub(super) async fn whoami(
         &WhoAmI {
             role: role.as_str(),
             etag: rendered.etag.clone(),
+            generation: state.control_plane.generation(),
             workers: config.model.workers,
             events_from: format!("{}-0", state.events.epoch()),
             version: crate::build_version(),

@@ -343,6 +343,11 @@ impl ControlPlane {
         tally.rpz.write(out);
     }
 
+    /// Configurations this manager process has run (`knot_resolver_config_generation`).
+    pub fn generation(&self) -> u64 {
+        self.tally().generation
+    }
+
     /// The RPZ zones kept by zone transfer, as the events told them (`GET /rpz`).
     pub fn rpz_zones(&self) -> Vec<crate::wire::rpz::RpzZone> {
         self.tally().rpz.zones()

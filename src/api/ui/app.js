@@ -1,11 +1,18 @@
 // The status page: one event stream (/events, read with fetch so that a bearer token can go
 // in a header), the process table read again when a process event says it changed (and every
-// PROCESS_REFRESH_MS), the workers' statistics every METRICS_INTERVAL_MS for q/s and rcodes.
+// PROCESS_REFRESH_MS), the workers' statistics every METRICS_INTERVAL_MS for q/s and rcodes,
+// the top lists and the query log every INSIGHT_INTERVAL_MS, the upstreams every
+// PROCESS_REFRESH_MS; nothing periodic while the page is hidden (a tab in the background).
 // Every text from the API is set with textContent: nothing it says is parsed as HTML.
 'use strict';
 
 const METRICS_INTERVAL_MS = 5000;
 const PROCESS_REFRESH_MS = 15000;
+const INSIGHT_INTERVAL_MS = 10000;
+const QUERY_LOG_SHOWN = 25;
+const TOP_SHOWN = 10;
+const TOP_LISTS = [['clients', 'Top clients'], ['names', 'Top names'],
+  ['servfail', 'Top SERVFAIL names'], ['nxdomain', 'Top NXDOMAIN names']];
 const CHART_SAMPLES = 60;
 const EVENTS_SHOWN = 50;
 const CHANGES_SHOWN = 20;
@@ -27,6 +34,9 @@ const page = {
   lastStats: null, // { at, total, rcodes: {NOERROR: n, ...} }
   samples: [],
   applied: 0,
+  generation: 0,
+  insight: null, // { top: bool, log: bool } once the API's description was read
+  filter: '', // the query log's filter, as query parameters
 };
 
 const $ = (id) => document.getElementById(id);
@@ -140,8 +150,13 @@ function processesChanged() {
 
 // ---- configuration -----------------------------------------------------------------------
 
-async function refreshIdentity() {
+// `fresh`: a new manager process counts its generations from 1 again.
+async function refreshIdentity(fresh) {
   const who = await json('/ui/whoami');
+  // The count follows the event log as this page does: it may not have seen the change
+  // this page was told of yet.
+  page.generation = fresh ? who.generation : Math.max(page.generation, who.generation);
+  $('generation').textContent = page.generation;
   page.role = who.role;
   $('role').textContent = who.role;
   $('version').textContent = who.version;
@@ -161,6 +176,12 @@ function addChange(record, result, detail, className) {
   const list = $('changes');
   list.prepend(item);
   while (list.children.length > CHANGES_SHOWN) list.lastChild.remove();
+}
+
+async function showConfig() {
+  const out = $('config-json');
+  out.hidden = false;
+  out.textContent = JSON.stringify(await json('/v1/config'), null, 2);
 }
 
 // ---- events ------------------------------------------------------------------------------
@@ -186,7 +207,10 @@ function onEvent(kind, record, replayed) {
       page.applied += 1;
       $('applied-count').textContent = page.applied;
       addChange(record, 'applied', (record.changed || []).join(', '), 'ok');
-      if (!replayed) refreshIdentity().catch(showProblem);
+      if (!replayed) {
+        if ((record.changed || []).length > 0) page.generation += 1;
+        refreshIdentity().catch(showProblem);
+      }
       break;
     case 'config-refused':
       addChange(record, 'refused', record.reason, 'bad');
@@ -196,7 +220,7 @@ function onEvent(kind, record, replayed) {
       if (!replayed) refreshIdentity().catch(showProblem);
       break;
     case 'manager-started':
-      if (!replayed) refreshIdentity().catch(showProblem);
+      if (!replayed) refreshIdentity(true).catch(showProblem);
       break;
     default:
       if (kind.startsWith('process-')) processesChanged();
@@ -256,7 +280,8 @@ async function follow(from) {
     stream.className = 'badge warn';
     await new Promise((resolve) => setTimeout(resolve, delay));
     delay = Math.min(delay * 2, 30000);
-    refreshIdentity().then(refreshProcesses).catch(showProblem);
+    // Perhaps a new manager process, counting its generations from 1 again.
+    refreshIdentity(true).then(refreshProcesses).catch(showProblem);
   }
 }
 
@@ -331,11 +356,13 @@ async function refreshRpz() {
   const rows = (Array.isArray(zones) ? zones : []).map((z) => {
     const row = el('tr');
     row.dataset.zone = z.zone;
-    const last = z.last_transfer;
+    // The zones' fields are kebab-case, as `kresctl rpz --json` prints them.
+    const last = z['last-transfer'];
     const transfer = last ? last.kind + ' ' + last.result + ' at ' + clock(last.time)
       + (last.error ? ': ' + last.error : '') : '–';
-    [z.zone, z.serial ?? '–', transfer, z.next_refresh ? clock(z.next_refresh) : '–',
-      z.expired ? 'yes' : 'no'].forEach((text) => row.appendChild(el('td', text)));
+    [z.zone, z.serial ?? '–', transfer, z['next-refresh'] ? clock(z['next-refresh']) : '–',
+      z.expired ? 'yes' : 'no', z.broken ? 'no: ' + z.broken : 'yes']
+      .forEach((text) => row.appendChild(el('td', text)));
     return row;
   });
   $('rpz').tBodies[0].replaceChildren(...rows);
@@ -389,28 +416,44 @@ async function control(path, body) {
   }
 }
 
-// ---- what the resolver does (top lists, query log), when the resolver serves them --------
+// ---- what the resolver does (top lists, query log, upstreams), when it serves them ------
 
-function renderGeneric(container, title, value) {
-  container.replaceChildren(el('h3', title));
-  const rows = Array.isArray(value) ? value : (value && (value.entries || value.items)) || [];
-  if (!Array.isArray(rows) || rows.length === 0) {
-    container.appendChild(el('pre', JSON.stringify(value, null, 1).slice(0, 4000)));
-    return;
+function cells(row, texts) {
+  texts.forEach((text) => row.appendChild(el('td', text)));
+  return row;
+}
+
+function renderTop(kind, title, list) {
+  const part = el('div');
+  part.dataset.top = kind;
+  part.appendChild(el('h3', title));
+  const entries = (list && Array.isArray(list.entries)) ? list.entries : [];
+  if (entries.length === 0) {
+    part.appendChild(el('p', 'none', 'muted'));
+    return part;
   }
   const table = el('table');
-  const keys = Object.keys(rows[0] || {});
-  const head = el('tr');
-  keys.forEach((k) => head.appendChild(el('th', k)));
-  table.appendChild(el('thead')).appendChild(head);
   const body = el('tbody');
-  rows.slice(0, 50).forEach((r) => {
-    const row = el('tr');
-    keys.forEach((k) => row.appendChild(el('td', typeof r[k] === 'object' ? JSON.stringify(r[k]) : r[k])));
+  entries.slice(0, TOP_SHOWN).forEach((e) => {
+    const row = cells(el('tr'), [e.key, e.count]);
+    row.children[0].className = 'key';
     body.appendChild(row);
   });
   table.appendChild(body);
-  container.appendChild(table);
+  part.appendChild(table);
+  return part;
+}
+
+function renderQueryLog(answers) {
+  const rows = answers.slice(-QUERY_LOG_SHOWN).reverse().map((a) => {
+    const latency = typeof a.latency_ms === 'number' ? a.latency_ms.toFixed(1) + ' ms' : '–';
+    const row = cells(el('tr'), [clock(a.time), a.client, a.transport, a.name, a.qtype,
+      a.rcode, latency, a.answers, a.ede ?? '']);
+    row.children[3].className = 'name';
+    row.children[5].className = a.rcode === 'SERVFAIL' ? 'bad' : '';
+    return row;
+  });
+  $('querylog').tBodies[0].replaceChildren(...rows);
 }
 
 // The routes are looked up in the API's own description, so a resolver without them is
@@ -420,24 +463,67 @@ async function insightRoutes() {
   const all = Object.keys((doc && doc.paths) || {});
   page.trace = all.find((p) => p === '/trace' || p.startsWith('/trace/'));
   $('trace-form').hidden = !page.trace || page.role !== 'admin';
-  const top = all.includes('/top/{kind}');
-  const log = all.includes('/query-log');
-  return [
-    [top && '/top/clients?limit=10', 'top', 'Top clients'],
-    [top && '/top/servfail?limit=10', 'top-servfail', 'Top SERVFAIL names'],
-    [log && '/query-log?limit=20', 'querylog', 'Query log'],
-  ].filter(([path]) => path);
+  // The top lists and the query log count nothing when the query log is off.
+  const status = all.includes('/query-log/status') ? await json('/query-log/status') : null;
+  const on = !status || status.enabled !== false;
+  page.insight = { top: on && all.includes('/top/{kind}'), log: on && all.includes('/query-log'),
+    upstreams: all.includes('/upstreams') };
 }
 
-async function refreshInsight(routes) {
-  let shown = false;
-  for (const [path, id, title] of routes) {
-    const response = await api(path);
-    if (response.status !== 200) { $(id).replaceChildren(); continue; }
-    renderGeneric($(id), title + ' (' + path + ')', await response.json());
-    shown = true;
+async function refreshQueryLog() {
+  const response = await api('/query-log?limit=' + QUERY_LOG_SHOWN + page.filter);
+  if (response.status === 400) {
+    $('filter-error').textContent = await response.text();
+    return;
   }
+  if (!response.ok) throw new Error('/query-log: ' + response.status);
+  $('filter-error').textContent = '';
+  const answers = await response.json();
+  renderQueryLog(Array.isArray(answers) ? answers : []);
+}
+
+async function refreshInsight() {
+  const shown = page.insight && (page.insight.top || page.insight.log);
   $('insight-panel').hidden = !shown;
+  if (!shown) return;
+  if (page.insight.top) {
+    const parts = [];
+    for (const [kind, title] of TOP_LISTS) {
+      parts.push(renderTop(kind, title, await json('/top/' + kind + '?limit=' + TOP_SHOWN)));
+    }
+    $('top-lists').replaceChildren(...parts);
+  }
+  $('querylog-part').hidden = !page.insight.log;
+  if (page.insight.log) await refreshQueryLog();
+}
+
+function applyFilter() {
+  const params = new URLSearchParams();
+  for (const key of ['client', 'name', 'qtype', 'rcode']) {
+    const value = $('filter-' + key).value.trim();
+    if (value) params.set(key, value);
+  }
+  const text = params.toString();
+  page.filter = text ? '&' + text : '';
+  refreshQueryLog().catch(showProblem);
+}
+
+async function refreshUpstreams() {
+  if (!page.insight || !page.insight.upstreams) return;
+  const u = await json('/upstreams');
+  const forwards = (u.forwards || []).map((f) => el('li', 'forward ' + (f.subtrees || []).join(', ')
+    + ' → ' + (f.servers || []).join(', ')));
+  $('forwards').replaceChildren(...forwards);
+  const ms = (v) => (typeof v === 'number' ? v.toFixed(1) + ' ms' : '–');
+  const rows = (u.addresses || []).map((a) => {
+    const row = cells(el('tr'), [a.address, a.samples, ms(a.rtt_avg_ms), ms(a.rtt_min_ms),
+      ms(a.rtt_max_ms), (a.workers || []).join(', ')]);
+    row.dataset.address = a.address;
+    row.children[2].className = 'rtt';
+    return row;
+  });
+  $('upstreams').tBodies[0].replaceChildren(...rows);
+  $('upstreams-panel').hidden = forwards.length === 0 && rows.length === 0;
 }
 
 // One query traced (admins): `/trace/{name}/{type}`-like routes get the name and type in
@@ -445,8 +531,10 @@ async function refreshInsight(routes) {
 async function trace() {
   const name = $('trace-name').value.trim();
   const type = $('trace-type').value.trim() || 'A';
-  const out = $('trace-result');
-  out.textContent = '…';
+  $('trace-result').hidden = false;
+  $('trace-summary').textContent = '…';
+  $('trace-answer').replaceChildren();
+  $('trace-log').textContent = '';
   let response;
   if (page.trace.includes('{')) {
     const path = page.trace.replace(/\{name\}/, encodeURIComponent(name))
@@ -456,7 +544,24 @@ async function trace() {
     response = await api(page.trace, { method: 'POST', headers: { 'Content-Type': 'application/json' },
       body: JSON.stringify({ name, type }) });
   }
-  out.textContent = response.status + '\n' + (await response.text()).slice(0, 100000);
+  const text = await response.text();
+  if (!response.ok) {
+    $('trace-summary').className = 'bad';
+    $('trace-summary').textContent = response.status + ': ' + text.slice(0, 2000);
+    return;
+  }
+  let t;
+  try { t = JSON.parse(text); } catch (e) { t = null; }
+  if (!t || typeof t !== 'object') {
+    $('trace-summary').textContent = text.slice(0, 2000);
+    return;
+  }
+  $('trace-summary').className = t.rcode === 'NOERROR' ? 'ok' : 'bad';
+  $('trace-summary').textContent = t.name + ' ' + t.type + ' on ' + t.worker + ': '
+    + (t.rcode || 'no answer') + ' in ' + t['elapsed-ms'] + ' ms'
+    + (t.truncated ? ' (log cut at its limit)' : '');
+  $('trace-answer').replaceChildren(...(t.answer || []).map((r) => el('li', r)));
+  $('trace-log').textContent = (t.log || []).join('\n');
 }
 
 // ---- start -------------------------------------------------------------------------------
@@ -482,15 +587,26 @@ async function start() {
   follow(who.events_from);
   refreshMetrics().catch(showProblem);
   refreshRpz().catch(showProblem);
-  setInterval(() => refreshMetrics().catch(showProblem), METRICS_INTERVAL_MS);
-  setInterval(() => refreshProcesses().catch(showProblem), PROCESS_REFRESH_MS);
+  every(METRICS_INTERVAL_MS, refreshMetrics);
+  every(PROCESS_REFRESH_MS, refreshProcesses);
   // Uptimes move on between reads of the table.
   setInterval(renderProcesses, 1000);
-  insightRoutes().then((routes) => {
-    if (routes.length === 0) return;
-    refreshInsight(routes).catch(showProblem);
-    setInterval(() => refreshInsight(routes).catch(showProblem), METRICS_INTERVAL_MS);
+  insightRoutes().then(() => {
+    refreshInsight().catch(showProblem);
+    refreshUpstreams().catch(showProblem);
+    every(INSIGHT_INTERVAL_MS, refreshInsight);
+    every(PROCESS_REFRESH_MS, refreshUpstreams);
   }).catch(showProblem);
+}
+
+// `refresh` every `ms` while the page is shown; at once when it is shown again.
+function every(ms, refresh) {
+  setInterval(() => {
+    if (!document.hidden) refresh().catch(showProblem);
+  }, ms);
+  document.addEventListener('visibilitychange', () => {
+    if (!document.hidden) refresh().catch(showProblem);
+  });
 }
 
 document.addEventListener('DOMContentLoaded', () => {
@@ -503,6 +619,16 @@ document.addEventListener('DOMContentLoaded', () => {
   $('trace-form').addEventListener('submit', (event) => {
     event.preventDefault();
     trace().catch(showProblem);
+  });
+  $('querylog-filter').addEventListener('submit', (event) => {
+    event.preventDefault();
+    applyFilter();
+  });
+  $('config-link').addEventListener('click', (event) => {
+    // A link cannot carry the bearer token: with one, the page shows the JSON itself.
+    if (!page.token) return;
+    event.preventDefault();
+    showConfig().catch(showProblem);
   });
   $('reload').addEventListener('click', () => control('/reload'));
   $('cache-clear').addEventListener('click', () => control('/cache/clear', {}));
