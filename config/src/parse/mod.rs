@@ -822,7 +822,7 @@ fn resolve_scalar(text: String, style: TScalarStyle, tag: Option<&Tag>) -> Resul
 }
 
 /// Standard base64 (whitespace ignored, padding optional), for `!!binary`.
-pub(super) fn base64_decode(text: &str) -> Option<Vec<u8>> {
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let (mut acc, mut bits) = (0u32, 0u32);
     for c in text
