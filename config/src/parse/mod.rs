@@ -5,14 +5,14 @@
 //! Everything here works on untrusted text, so nothing panics: every failure is a [`ParseError`].
 
 use std::collections::HashMap;
-use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 mod block;
+mod json;
 
 use super::engine::py_only_value;
+use json::{parse_json, JsonFailure};
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser, Tag};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
@@ -190,180 +190,6 @@ pub fn kind_name(v: &Value) -> &'static str {
         Value::Array(_) => "a list",
         Value::Object(_) => "a mapping",
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// JSON with duplicate-key detection
-
-enum JsonFailure {
-    Syntax(String),
-    Duplicate(String),
-}
-
-const DUP_PREFIX: &str = "\u{0}duplicate key: ";
-
-struct DupChecked(Value);
-
-impl<'de> Deserialize<'de> for DupChecked {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(DupVisitor).map(DupChecked)
-    }
-}
-
-struct DupVisitor;
-
-impl<'de> Visitor<'de> for DupVisitor {
-    type Value = Value;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut out = Vec::new();
-        while let Some(DupChecked(v)) = seq.next_element()? {
-            out.push(v);
-        }
-        Ok(Value::Array(out))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let DupChecked(v) = map.next_value()?;
-            if out.contains_key(&key) {
-                return Err(de::Error::custom(format!("{DUP_PREFIX}{key}")));
-            }
-            out.insert(key, v);
-        }
-        Ok(Value::Object(out))
-    }
-}
-
-/// Python's `json` also reads `NaN`, `Infinity`, `-Infinity` and integers of any size, which
-/// `serde_json` does not: outside strings, they are rewritten as marked strings before parsing
-/// (`None` when there are none) and turned into Python-only stand-ins afterwards.
-fn mark_python_json_tokens(text: &str) -> Option<String> {
-    let b = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut changed = false;
-    let mut i = 0;
-    let mut copied = 0;
-    while i < b.len() {
-        match b[i] {
-            b'"' => {
-                i += 1;
-                while i < b.len() && b[i] != b'"' {
-                    i += if b[i] == b'\\' { 2 } else { 1 };
-                }
-                i += 1;
-            }
-            b'N' | b'I' | b'-' | b'0'..=b'9' => {
-                let start = i;
-                let neg = b[i] == b'-';
-                let body = if neg { i + 1 } else { i };
-                let word = |w: &str| text.get(body..).is_some_and(|t| t.starts_with(w));
-                let marked = if word("NaN") && !neg {
-                    i = body + 3;
-                    Some("float:nan".to_owned())
-                } else if word("Infinity") {
-                    i = body + 8;
-                    Some(format!("float:{}inf", if neg { "-" } else { "" }))
-                } else {
-                    i = body;
-                    while i < b.len()
-                        && matches!(b[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
-                    {
-                        i += 1;
-                    }
-                    let lit = &text[start..i];
-                    let integer = i > body && text[body..i].bytes().all(|c| c.is_ascii_digit());
-                    let fits = lit.parse::<i64>().is_ok() || lit.parse::<u64>().is_ok();
-                    (integer && !fits).then(|| format!("int:{lit}"))
-                };
-                if let Some(m) = marked {
-                    out.push_str(&text[copied..start]);
-                    out.push_str(&format!("\"\\u0000py-json:{m}\""));
-                    copied = i;
-                    changed = true;
-                }
-                if i == start {
-                    i += 1;
-                }
-            }
-            _ => i += 1,
-        }
-    }
-    changed.then(|| {
-        out.push_str(&text[copied.min(text.len())..]);
-        out
-    })
-}
-
-/// Replace the strings marked by [`mark_python_json_tokens`] with Python-only stand-ins.
-fn unmark_python_json_tokens(v: &mut Value) {
-    match v {
-        Value::String(s) => {
-            if let Some(m) = s.strip_prefix("\u{0}py-json:") {
-                *v = match m.split_once(':') {
-                    Some(("int", d)) => match d.strip_prefix('-') {
-                        Some(digits) => big_int(Sign::Minus, digits.trim_start_matches('-')),
-                        None => big_int(Sign::Plus, d),
-                    },
-                    Some((_, f)) => py_only_value("float", Value::String(f.to_owned())),
-                    None => return,
-                };
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(unmark_python_json_tokens),
-        Value::Object(o) => o.values_mut().for_each(unmark_python_json_tokens),
-        _ => {}
-    }
-}
-
-fn parse_json(text: &str) -> Result<Value, JsonFailure> {
-    let marked = mark_python_json_tokens(text);
-    let mut de = serde_json::Deserializer::from_str(marked.as_deref().unwrap_or(text));
-    let parsed = DupChecked::deserialize(&mut de)
-        .and_then(|v| de.end().map(|()| v.0))
-        .map(|mut v| {
-            if marked.is_some() {
-                unmark_python_json_tokens(&mut v);
-            }
-            v
-        });
-    parsed.map_err(|e| {
-        let msg = e.to_string();
-        match msg.strip_prefix(DUP_PREFIX) {
-            Some(rest) => {
-                // serde_json appends " at line X column Y"
-                let key = rest.rsplit_once(" at line ").map_or(rest, |(k, _)| k);
-                JsonFailure::Duplicate(key.to_owned())
-            }
-            None => JsonFailure::Syntax(msg),
-        }
-    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1319,7 +1145,6 @@ mod tests {
         );
         assert_eq!(v["d"], json!("NaN -1e999"));
         assert_eq!(v["e"], json!([1, -2, 1500.0]));
-        assert_eq!(mark_python_json_tokens(r#"{"a": [1, 2.5, -3]}"#), None);
     }
 
     #[test]
