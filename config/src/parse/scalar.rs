@@ -12,43 +12,65 @@ use super::py_only_value;
 /// The prefix of YAML's core tags (`!!str` is `tag:yaml.org,2002:str`).
 pub(super) const CORE_TAG: &str = "tag:yaml.org,2002:";
 
+/// Why a scalar has no value; the texts are PyYAML's constructors'.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum ScalarError {
+    /// A tag upstream's loader has no constructor for (the whole tag).
+    #[error("could not determine a constructor for the tag '{0}'")]
+    NoConstructor(String),
+    /// `!!bool` on a text that is no YAML 1.1 boolean.
+    #[error("invalid boolean '{0}'")]
+    Bool(String),
+    /// `!!int` on a text that is no YAML 1.1 integer.
+    #[error("invalid integer '{0}'")]
+    Int(String),
+    /// `!!timestamp` on a text that is no YAML 1.1 timestamp.
+    #[error("invalid timestamp '{0}'")]
+    Timestamp(String),
+    /// `!!binary` on a text that is not base64.
+    #[error("failed to convert base64 data: '{0}'")]
+    Binary(String),
+    /// `!!float` on a text that is no YAML 1.1 number.
+    #[error("invalid float '{0}'")]
+    Float(String),
+}
+
 /// The scalar `text` as its tag, or as YAML 1.1's implicit resolution, says (taken whole when
 /// it stays a string).
 pub(super) fn resolve_scalar(
     text: String,
     style: TScalarStyle,
     tag: Option<&Tag>,
-) -> Result<Value, String> {
+) -> Result<Value, ScalarError> {
     if let Some(tag) = tag {
         let text = text.as_str();
         if tag.handle == "!" && tag.suffix.is_empty() {
             return Ok(Value::String(text.to_owned()));
         }
         if tag.handle != CORE_TAG {
-            return Err(format!(
-                "could not determine a constructor for the tag '{}{}'",
+            return Err(ScalarError::NoConstructor(format!(
+                "{}{}",
                 tag.handle, tag.suffix
-            ));
+            )));
         }
+        let owned = || text.to_owned();
         return match tag.suffix.as_str() {
             "str" => Ok(Value::String(text.to_owned())),
             "null" => Ok(Value::Null),
             "bool" => yaml_bool(text)
                 .map(Value::Bool)
-                .ok_or_else(|| format!("invalid boolean '{text}'")),
-            "int" => yaml_int(text).ok_or_else(|| format!("invalid integer '{text}'")),
+                .ok_or_else(|| ScalarError::Bool(owned())),
+            "int" => yaml_int(text).ok_or_else(|| ScalarError::Int(owned())),
             "timestamp" => yaml_timestamp(text)
                 .map(|class| py_only_value(class, Value::String(text.to_owned())))
-                .ok_or_else(|| format!("invalid timestamp '{text}'")),
+                .ok_or_else(|| ScalarError::Timestamp(owned())),
             "binary" => base64_decode(text)
                 .map(|bytes| py_only_value("bytes", Value::String(py_bytes_repr(&bytes))))
-                .ok_or_else(|| format!("failed to convert base64 data: '{text}'")),
+                .ok_or_else(|| ScalarError::Binary(owned())),
             "float" => yaml_float(text)
                 .or_else(|| yaml_int(text))
-                .ok_or_else(|| format!("invalid float '{text}'")),
-            other => Err(format!(
-                "could not determine a constructor for the tag '{CORE_TAG}{other}'"
-            )),
+                .ok_or_else(|| ScalarError::Float(owned())),
+            other => Err(ScalarError::NoConstructor(format!("{CORE_TAG}{other}"))),
         };
     }
     if style != TScalarStyle::Plain {
@@ -66,15 +88,11 @@ pub(super) fn resolve_scalar(
     }
     if text == "<<" {
         // PyYAML resolves `<<` to the merge tag, which upstream's loader cannot construct
-        return Err(format!(
-            "could not determine a constructor for the tag '{CORE_TAG}merge'"
-        ));
+        return Err(ScalarError::NoConstructor(format!("{CORE_TAG}merge")));
     }
     if text == "=" {
         // likewise the YAML 1.1 value tag
-        return Err(format!(
-            "could not determine a constructor for the tag '{CORE_TAG}value'"
-        ));
+        return Err(ScalarError::NoConstructor(format!("{CORE_TAG}value")));
     }
     if matches!(text.as_str(), "" | "~" | "null" | "Null" | "NULL") {
         return Ok(Value::Null);

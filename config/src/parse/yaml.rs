@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser, Tag};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
-use super::scalar::{resolve_scalar, CORE_TAG};
+use super::scalar::{resolve_scalar, ScalarError, CORE_TAG};
 use super::{py_only_value, MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES};
 
 pub(super) enum YamlFailure {
@@ -375,15 +375,14 @@ impl MarkedEventReceiver for Builder {
     }
 }
 
+/// Why a collection's `tag` has no constructor, unless it is none or the core tag `expected`.
 fn check_collection_tag(tag: Option<&Tag>, expected: &str) -> Option<String> {
     let tag = tag?;
     if tag.handle == CORE_TAG && tag.suffix == expected {
         return None;
     }
-    Some(format!(
-        "could not determine a constructor for the tag '{}{}'",
-        tag.handle, tag.suffix
-    ))
+    let tag = format!("{}{}", tag.handle, tag.suffix);
+    Some(ScalarError::NoConstructor(tag).to_string())
 }
 
 /// PyYAML never skips a tab between tokens ("Do not use tabs in YAML!"): a tab is accepted only
