@@ -31,7 +31,9 @@ macro_rules! str_type {
             class: concat!("types.", $class),
             check: |v, container, _| {
                 let s = str_base(v, container, $class)?;
-                <$ty>::parse(&s).map(|_| Value::String(s))
+                <$ty>::parse(&s)
+                    .map(|_| Value::String(s))
+                    .map_err(String::from)
             },
             schema: $schema,
         };
@@ -171,7 +173,9 @@ fn check_ip_em(v: &Value, container: Container, _: &Ctx) -> Result<Value, String
     let Value::String(s) = v else {
         return Err(wrong_kind("IPv6 address", v, container));
     };
-    IpAddressEm::parse(s).map(|_| Value::String(s.clone()))
+    IpAddressEm::parse(s)
+        .map(|_| Value::String(s.clone()))
+        .map_err(String::from)
 }
 pub(crate) static IP_ADDRESS_EM: ValueType = ValueType {
     class: "types.IPAddressEM",
@@ -187,7 +191,9 @@ fn check_network(v: &Value, container: Container, _: &Ctx) -> Result<Value, Stri
             py_type(v, container)
         ));
     };
-    IpNetwork::parse(s).map(|n| Value::String(n.to_string()))
+    IpNetwork::parse(s)
+        .map(|n| Value::String(n.to_string()))
+        .map_err(String::from)
 }
 pub(crate) static IP_NETWORK: ValueType = ValueType {
     class: "types.IPNetwork",
@@ -207,7 +213,9 @@ fn ipv6_net_input(v: &Value, container: Container) -> Result<&str, String> {
 }
 
 fn check_ipv6_network(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
-    IpNetwork::parse_ipv6(ipv6_net_input(v, container)?).map(|n| Value::String(n.to_string()))
+    IpNetwork::parse_ipv6(ipv6_net_input(v, container)?)
+        .map(|n| Value::String(n.to_string()))
+        .map_err(String::from)
 }
 pub(crate) static IPV6_NETWORK: ValueType = ValueType {
     class: "types.IPv6Network",
@@ -216,7 +224,9 @@ pub(crate) static IPV6_NETWORK: ValueType = ValueType {
 };
 
 fn check_ipv6_network96_value(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
-    check_ipv6_network96(ipv6_net_input(v, container)?).map(|n| Value::String(n.to_string()))
+    check_ipv6_network96(ipv6_net_input(v, container)?)
+        .map(|n| Value::String(n.to_string()))
+        .map_err(String::from)
 }
 pub(crate) static IPV6_NETWORK_96: ValueType = ValueType {
     class: "types.IPv6Network96",
