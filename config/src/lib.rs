@@ -40,6 +40,7 @@ mod model;
 mod parse;
 pub mod regular_file;
 pub mod types;
+mod value_error;
 mod value_types;
 pub mod xfr;
 
