@@ -3,9 +3,10 @@
 //! rejected in both, and several documents deep-merged with [`data_combine`].
 //!
 //! One module per reader, tried in this order ([`read`], [`read_sections`]):
-//! - `block` (the fast path for the plain block form): when only some top-level sections are
-//!   wanted, it first cuts them out by the margin ([`CutDeclined`] says why not); then it reads
-//!   the document, or says why it is not in that form ([`BlockDeclined`]);
+//! - `cut` (only some top-level sections wanted): the wanted sections cut out by the margin
+//!   and read alone ([`CutDeclined`] says why not);
+//! - `block` (the fast path of the full YAML reader for the plain block form): the document, or
+//!   why it is not in that form ([`BlockDeclined`]);
 //! - `json`: Python's `json`, duplicate keys noted by the reader itself;
 //! - `yaml`: PyYAML's `SafeLoader`, which reads every document or gives the error.
 //!
@@ -17,12 +18,14 @@
 use serde_json::{Map, Number, Value};
 
 mod block;
+mod cut;
 mod json;
 mod scalar;
 mod yaml;
 
 use super::engine::py_only_value;
-pub use block::{BlockDeclined, CutDeclined};
+pub use block::BlockDeclined;
+pub use cut::CutDeclined;
 use json::{parse_json, JsonFailure};
 use scalar::{big_int, resolve_scalar, Sign};
 use yaml::{parse_yaml, Size, YamlFailure};
@@ -191,7 +194,7 @@ pub fn read_sections(text: &str, wanted: &[&str]) -> (Result<Value, ParseError>,
         other => other,
     };
     let mut declined = Vec::new();
-    match block::wanted_sections_text(text, wanted) {
+    match cut::wanted_sections_text(text, wanted) {
         // The wanted sections alone, as a document of their own; when they do not read so,
         // the whole document is read, for its own error and line numbers.
         Ok(part) => match read(&part) {

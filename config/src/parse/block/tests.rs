@@ -3,8 +3,9 @@
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
+use super::super::cut::{wanted_sections_text, CutDeclined};
 use super::super::parse_yaml;
-use super::{read, BlockDeclined, CutDeclined};
+use super::{read, BlockDeclined};
 
 /// The full reader's value, `None` for its errors.
 fn full(text: &str) -> Option<Value> {
@@ -443,7 +444,7 @@ logging:
 /// The wanted sections as cut out and read on their own, when they are (`None`: the document
 /// is to be read instead).
 fn cut_and_read(text: &str, wanted: &[&str]) -> Option<Value> {
-    let part = super::wanted_sections_text(text, wanted).ok()?;
+    let part = wanted_sections_text(text, wanted).ok()?;
     match parse_yaml(&part).ok()? {
         Value::Object(mut m) => {
             m.retain(|k, _| wanted.contains(&k.as_str()));
@@ -491,7 +492,7 @@ logging:
         )
     );
     assert_eq!(
-        super::wanted_sections_text("# only\n\n", &wanted).as_deref(),
+        wanted_sections_text("# only\n\n", &wanted).as_deref(),
         Ok("")
     );
 }
@@ -536,11 +537,7 @@ fn the_margin_is_not_trusted_where_a_section_passed_over_could_cross_it() {
         ("logging: [x,\nfoo: 1\nrundir: y]\n", FlowLeftOpen),
     ];
     for (text, why) in refused {
-        assert_eq!(
-            super::wanted_sections_text(text, &wanted),
-            Err(why),
-            "on {text:?}"
-        );
+        assert_eq!(wanted_sections_text(text, &wanted), Err(why), "on {text:?}");
     }
     // quotes and brackets in a wanted section are read with it
     let text = "rundir: '/run/x'\nlogging:\n  groups: [manager]\nb: 1\n";
@@ -613,7 +610,7 @@ fn a_document_of_many_sections_is_cut_in_one_pass() {
     // and a wanted key given twice among them still leaves the document to the reader
     text.push_str("rundir: /run/y\n");
     assert_eq!(
-        super::wanted_sections_text(&text, &wanted),
+        wanted_sections_text(&text, &wanted),
         Err(CutDeclined::WantedTwice)
     );
 }
