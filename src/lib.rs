@@ -12,6 +12,7 @@ pub use kres_config as config;
 pub mod control;
 pub mod daemon;
 pub mod document_diff;
+pub mod environment;
 pub mod etag;
 pub mod events;
 pub mod kresctl;

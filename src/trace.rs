@@ -67,7 +67,10 @@ const POLL_MAX: Duration = Duration::from_millis(50);
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     #[error("'{name}' is not a domain name: {reason}")]
-    InvalidName { name: String, reason: String },
+    InvalidName {
+        name: String,
+        reason: crate::config::types::TypeError,
+    },
     #[error("'{0}' is not a known RR type")]
     UnknownType(String),
     #[error("the timeout must be between 1 ms and {max:?}", max = MAX_TIMEOUT)]

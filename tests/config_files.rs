@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use knot_resolver::config::{
-    load_files, parse_document, validate_command, ConfigError, ParseError, PathChecks,
+    load_files, parse_document, validate_command, ConfigError, LogTargetArg, ParseError, PathChecks,
 };
 
 /// A scratch directory removed when dropped.
@@ -198,17 +198,35 @@ fn validate_command_exit_codes() {
     let bad = dir.write("bad.yaml", "workers: 0\n");
     let garbage = dir.write("garbage.yaml", "a: [1, 2\n");
     assert_eq!(
-        validate_command(std::slice::from_ref(&good), PathChecks::Lenient),
+        validate_command(
+            std::slice::from_ref(&good),
+            PathChecks::Lenient,
+            LogTargetArg::default()
+        ),
         0
     );
-    assert_eq!(validate_command(&[bad], PathChecks::Lenient), 1);
-    assert_eq!(validate_command(&[garbage], PathChecks::Lenient), 1);
     assert_eq!(
-        validate_command(&[dir.path().join("missing.yaml")], PathChecks::Lenient),
+        validate_command(&[bad], PathChecks::Lenient, LogTargetArg::default()),
         1
     );
     assert_eq!(
-        validate_command(&[good.clone(), good], PathChecks::Lenient),
+        validate_command(&[garbage], PathChecks::Lenient, LogTargetArg::default()),
+        1
+    );
+    assert_eq!(
+        validate_command(
+            &[dir.path().join("missing.yaml")],
+            PathChecks::Lenient,
+            LogTargetArg::default()
+        ),
+        1
+    );
+    assert_eq!(
+        validate_command(
+            &[good.clone(), good],
+            PathChecks::Lenient,
+            LogTargetArg::default()
+        ),
         1,
         "merging a file with itself collides"
     );

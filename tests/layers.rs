@@ -25,6 +25,7 @@ const LAYERS: &[&str] = &[
     "etag",
     "wire",
     "document_diff",
+    "environment",
 ];
 
 /// Every `.rs` file below `dir`.

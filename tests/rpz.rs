@@ -1054,6 +1054,20 @@ fn the_transfer_key_is_validated_where_it_is_written() {
     .expect("key");
     let bad_key = dir.join("bad.key");
     std::fs::write(&bad_key, "key \"xfr\" { algorithm hmac-md5; };\n").expect("key");
+    // Secrets a lenient decoder would have read as another key: `=` in the middle, and a last
+    // character with bits beyond the last byte.
+    let padded_inside = dir.join("padded-inside.key");
+    std::fs::write(
+        &padded_inside,
+        "key \"xfr\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2Vj=cmV0\";\n};\n",
+    )
+    .expect("key");
+    let trailing_bits = dir.join("trailing-bits.key");
+    std::fs::write(
+        &trailing_bits,
+        "key \"xfr\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2VjcmV0cx==\";\n};\n",
+    )
+    .expect("key");
     let doc = |file: &str, transfer: Value| {
         json!({"rundir": dir, "local-data": {"rpz": [{"file": file, "transfer": transfer}]}})
             .to_string()
@@ -1094,6 +1108,16 @@ fn the_transfer_key_is_validated_where_it_is_written() {
             doc(&new_file, with("tsig-key-file", json!(bad_key))),
             "/local-data/rpz/0/transfer/tsig-key-file",
             "malformed key file",
+        ),
+        (
+            doc(&new_file, with("tsig-key-file", json!(padded_inside))),
+            "/local-data/rpz/0/transfer/tsig-key-file",
+            "line 3: the secret is not valid base64 (character 4 is not in the base64 alphabet",
+        ),
+        (
+            doc(&new_file, with("tsig-key-file", json!(trailing_bits))),
+            "/local-data/rpz/0/transfer/tsig-key-file",
+            "line 3: the secret is not valid base64 (its last character carries bits",
         ),
         (
             doc(

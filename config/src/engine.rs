@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use crate::value_error::ValueError;
+
 /// What validation needs to know about its surroundings (the short name the hooks and value
 /// types use).
 pub(crate) use super::ValidationContext as Ctx;
@@ -41,7 +43,7 @@ pub(crate) struct ValueType {
     /// The Python class, for messages.
     pub class: &'static str,
     /// Checks the value and returns its normalized form, or upstream's message.
-    pub check: fn(&Value, Container, &Ctx) -> Result<Value, String>,
+    pub check: fn(&Value, Container, &Ctx) -> Result<Value, ValueError>,
     /// The JSON-schema fragment upstream publishes for this type.
     pub schema: fn() -> Value,
 }
@@ -352,16 +354,20 @@ pub(crate) fn py_float(f: f64) -> String {
 }
 
 /// Upstream's `StrBase` input rule: a string or an integer (not a float, not a bool).
-pub(crate) fn str_base(v: &Value, container: Container, class: &str) -> Result<String, String> {
+pub(crate) fn str_base(
+    v: &Value,
+    container: Container,
+    class: &'static str,
+) -> Result<String, ValueError> {
     match v {
         Value::String(s) => Ok(s.clone()),
         Value::Number(n) if !n.is_f64() => Ok(n.to_string()),
         Value::Object(_) if big_int(v).is_some() => Ok(big_int(v).unwrap_or_default().to_owned()),
-        other => Err(format!(
-            "Unexpected value for '<class 'knot_resolver.datamodel.types.types.{class}'>'. Expected string, got '{}' with type '{}'",
-            py_str(other),
-            py_type(other, container)
-        )),
+        other => Err(ValueError::NotStrBase {
+            class,
+            got: py_str(other),
+            ty: py_type(other, container),
+        }),
     }
 }
 
@@ -487,7 +493,9 @@ pub(crate) fn map_value(
                 item => Ok(Value::Array(vec![item])),
             }
         }
-        Ty::Value(vt) => (vt.check)(v, container, ctx).map_err(|m| vec![Failure::new(path, m)]),
+        Ty::Value(vt) => {
+            (vt.check)(v, container, ctx).map_err(|e| vec![Failure::new(path, e.to_string())])
+        }
         Ty::Object(def) => match v {
             Value::Object(src) if py_only(v).is_none() => map_object(def, src, path, ctx),
             other => fail(format!(

@@ -40,6 +40,7 @@ mod model;
 mod parse;
 pub mod regular_file;
 pub mod types;
+mod value_error;
 mod value_types;
 pub mod xfr;
 
@@ -506,8 +507,9 @@ and attempts to access the configured paths directly.";
 
 /// `kresctl validate [--strict] FILE...`: prints upstream's messages and returns the exit code
 /// (0 valid, 1 invalid or unreadable). With no files, the default configuration file is used;
-/// `logging.target: from-arg` is [`LOGTARGET_ENV_VAR`] (kresctl has no `--logtarget`).
-pub fn validate_command(files: &[PathBuf], checks: PathChecks) -> i32 {
+/// `logging.target: from-arg` is `logtarget`, [`LOGTARGET_ENV_VAR`] as kresctl's environment
+/// gave it (kresctl has no `--logtarget`).
+pub fn validate_command(files: &[PathBuf], checks: PathChecks, logtarget: LogTargetArg) -> i32 {
     let default = [PathBuf::from(DEFAULT_CONFIG_FILE)];
     let files = if files.is_empty() {
         &default[..]
@@ -515,7 +517,7 @@ pub fn validate_command(files: &[PathBuf], checks: PathChecks) -> i32 {
         files
     };
     let _heap = heap::prefault_heap(load_heap_bytes(files));
-    match load_files(files, checks, LogTargetArg::from_env()) {
+    match load_files(files, checks, logtarget) {
         Ok(LoadedConfig { model: cfg, .. }) => {
             if let Some(warning) = management_socket_warning(&cfg) {
                 eprintln!("{warning}");

@@ -10,6 +10,111 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer};
 
+/// Why a text is not a value of its type. Each message is upstream's (its `datamodel/types/`),
+/// made when the error is shown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TypeError {
+    /// Not digits followed by one of the type's units.
+    #[error(
+        "Unexpected value for '<class 'knot_resolver.datamodel.types.types.{class}'>'. Expected string that matches pattern \
+         '{pattern}'. Positive integer and one of the units [{}], got '{got}'.",
+        quoted_list(units)
+    )]
+    Unit {
+        /// The type's name upstream (`SizeUnit`, `TimeUnit`).
+        class: &'static str,
+        /// Its pattern.
+        pattern: &'static str,
+        /// Its units.
+        units: &'static [&'static str],
+        /// The text given.
+        got: String,
+    },
+    /// A domain name IDNA cannot encode.
+    #[error("conversion of '{0}' to IDN punycode representation failed")]
+    Idna(String),
+    /// A domain name whose ASCII form breaks the label rules.
+    #[error(
+        "'{name}' represented in punycode '{punycode}' does not match '{}' pattern",
+        DOMAIN_NAME_PATTERN
+    )]
+    DomainName {
+        /// The name given.
+        name: String,
+        /// Its ASCII form.
+        punycode: String,
+    },
+    /// A text that does not match its type's pattern.
+    #[error("'{got}' does not match '{pattern}' pattern")]
+    Pattern {
+        /// The text given.
+        got: String,
+        /// The pattern.
+        pattern: &'static str,
+    },
+    /// Not a port number (1 to 65535).
+    #[error("invalid port number {0}")]
+    Port(String),
+    /// Neither an address nor an interface name before the `@`.
+    #[error("expected IP address or interface name, got '{0}'.")]
+    InterfaceHost(String),
+    /// Not `<ip-address|interface-name>@<port>`.
+    #[error("expected '<ip-address|interface-name>@<port>', got '{0}'.")]
+    InterfacePort(String),
+    /// More than one `@` (the parts, as Python prints a list).
+    #[error("expected '<ip-address|interface-name>[@<port>]', got '{0}'.")]
+    InterfaceOptionalPort(String),
+    /// Not `<ip-address>@<port>`.
+    #[error("expected '<ip-address>@<port>', got '{0}'.")]
+    AddressPort(String),
+    /// More than one `@` (the parts, as Python prints a list).
+    #[error("expected '<ip-address>[@<port>]', got '{0}'.")]
+    AddressOptionalPort(String),
+    /// Not an IP address (before the `@`).
+    #[error("failed to parse IP address '{0}'.")]
+    Address(String),
+    /// An `IPAddressEM` without its final `!`.
+    #[error("string does not end with '!'.")]
+    NoExclamationMark,
+    /// Text after the `!` of an `IPAddressEM`.
+    #[error("suffix '{0}' found after '!'.")]
+    AfterExclamationMark(String),
+    /// An `IPAddressEM` whose address is none.
+    #[error("failed to parse IP address.")]
+    AddressBeforeExclamationMark,
+    /// Not an IPv4 or IPv6 network.
+    #[error("failed to parse IP network.")]
+    Network,
+    /// Not an IPv6 network.
+    #[error("failed to parse IPv6 network.")]
+    Ipv6Network,
+    /// An IPv6 network without a prefix length, where /96 is required.
+    #[error(
+        "Expected IPv6 network address with /96 prefix length. Submitted address has been interpreted as /128. \
+         Maybe, you forgot to add /96 after the base address?"
+    )]
+    Ipv6HostNot96,
+    /// An IPv6 network of another prefix length than /96 (upstream's spelling kept).
+    #[error("expected IPv6 network address with /96 prefix length. Got prefix lenght of {0}")]
+    Ipv6PrefixNot96(u8),
+}
+
+impl From<TypeError> for String {
+    /// The message, for the checks that pass messages on.
+    fn from(e: TypeError) -> String {
+        e.to_string()
+    }
+}
+
+/// `'a', 'b'` as Python prints the items of a list of strings.
+fn quoted_list(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|u| format!("'{u}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Implements `as_str` and `Display` (the text as written) and `Deserialize` (from the
 /// normalized string).
 macro_rules! string_backed {
@@ -93,9 +198,13 @@ impl SizeUnit {
     pub(crate) const PATTERN: &'static str = r"^(\d+)(B|K|M|G)$";
 
     /// Parse a size such as `100M`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let (n, unit) = split_unit(s, &Self::UNITS)
-            .ok_or_else(|| unit_mismatch("SizeUnit", Self::PATTERN, &Self::UNITS, s))?;
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
+        let (n, unit) = split_unit(s, &Self::UNITS).ok_or_else(|| TypeError::Unit {
+            class: "SizeUnit",
+            pattern: Self::PATTERN,
+            units: &Self::UNITS,
+            got: s.to_owned(),
+        })?;
         let mult: u128 = match unit {
             "B" => 1,
             "K" => 1024,
@@ -132,9 +241,13 @@ impl TimeUnit {
     pub(crate) const PATTERN: &'static str = r"^(\d+)(us|ms|s|m|h|d)$";
 
     /// Parse a duration such as `1500ms`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let (n, unit) = split_unit(s, &Self::UNITS)
-            .ok_or_else(|| unit_mismatch("TimeUnit", Self::PATTERN, &Self::UNITS, s))?;
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
+        let (n, unit) = split_unit(s, &Self::UNITS).ok_or_else(|| TypeError::Unit {
+            class: "TimeUnit",
+            pattern: Self::PATTERN,
+            units: &Self::UNITS,
+            got: s.to_owned(),
+        })?;
         let mult: u128 = match unit {
             "us" => 1,
             "ms" => 1_000,
@@ -173,15 +286,6 @@ impl TimeUnit {
 }
 string_backed!(TimeUnit);
 
-fn unit_mismatch(class: &str, pattern: &str, units: &[&str], got: &str) -> String {
-    let units: Vec<String> = units.iter().map(|u| format!("'{u}'")).collect();
-    format!(
-        "Unexpected value for '<class 'knot_resolver.datamodel.types.types.{class}'>'. Expected string that matches pattern \
-         '{pattern}'. Positive integer and one of the units [{}], got '{got}'.",
-        units.join(", ")
-    )
-}
-
 /// A string that is rendered into single-quoted Lua literals (`EscapedStr`); keeps the original text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EscapedStr {
@@ -190,7 +294,7 @@ pub struct EscapedStr {
 
 impl EscapedStr {
     /// Any string is valid.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
         Ok(EscapedStr { raw: s.to_owned() })
     }
     /// The text escaped like upstream's `EscapedStr` (see [`escape_lua`]).
@@ -246,12 +350,12 @@ pub(crate) const DOMAIN_NAME_PATTERN: &str =
 
 impl DomainName {
     /// Parse and IDNA-encode a name.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
         Self::parse_owned(s.to_owned())
     }
 
     /// [`DomainName::parse`], keeping the text it is given (no copy of it is made).
-    pub fn parse_owned(s: String) -> Result<Self, String> {
+    pub fn parse_owned(s: String) -> Result<Self, TypeError> {
         if is_plain_ascii_name(&s) {
             return Ok(DomainName {
                 raw: s,
@@ -262,13 +366,11 @@ impl DomainName {
     }
 
     /// [`DomainName::parse`] without the shortcut for plain ASCII names.
-    fn parse_long(s: &str) -> Result<Self, String> {
+    fn parse_long(s: &str) -> Result<Self, TypeError> {
         let punycode = if s == "." {
             ".".to_owned()
         } else {
-            idna_encode(s).map_err(|()| {
-                format!("conversion of '{s}' to IDN punycode representation failed")
-            })?
+            idna_encode(s).map_err(|()| TypeError::Idna(s.to_owned()))?
         };
         if domain_pattern_matches(&punycode) {
             Ok(DomainName {
@@ -276,9 +378,10 @@ impl DomainName {
                 punycode: (punycode != s).then_some(punycode),
             })
         } else {
-            Err(format!(
-                "'{s}' represented in punycode '{punycode}' does not match '{DOMAIN_NAME_PATTERN}' pattern"
-            ))
+            Err(TypeError::DomainName {
+                name: s.to_owned(),
+                punycode,
+            })
         }
     }
     /// The ASCII (punycode) form.
@@ -404,8 +507,11 @@ pub(crate) const ID_PATTERN: &str = r"^(?!-)[a-z0-9-]*[a-z0-9]+$";
 /// `PinSha256`: 43 base64 characters and `=`.
 pub(crate) const PIN_SHA256_PATTERN: &str = r"^[A-Za-z\d+/]{43}=$";
 
-fn pattern_error(s: &str, pattern: &str) -> String {
-    format!("'{s}' does not match '{pattern}' pattern")
+fn pattern_error(s: &str, pattern: &'static str) -> TypeError {
+    TypeError::Pattern {
+        got: s.to_owned(),
+        pattern,
+    }
 }
 
 fn is_interface_name(s: &str) -> bool {
@@ -429,7 +535,7 @@ pub struct InterfaceName {
 
 impl InterfaceName {
     /// Check the pattern.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
         if is_interface_name(s) {
             Ok(InterfaceName { raw: s.to_owned() })
         } else {
@@ -447,7 +553,7 @@ pub struct IdPattern {
 
 impl IdPattern {
     /// Check the pattern.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
         let t = without_final_newline(s);
         let ok = !t.is_empty()
             && !t.starts_with('-')
@@ -471,7 +577,7 @@ pub struct PinSha256 {
 
 impl PinSha256 {
     /// Check the pattern.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
         let t = without_final_newline(s);
         let ok = t.len() == 44
             && t.ends_with('=')
@@ -546,11 +652,11 @@ fn py_int(s: &str) -> Option<i64> {
     Some(if neg { -n } else { n })
 }
 
-fn port_from_str(s: &str) -> Result<u16, String> {
+fn port_from_str(s: &str) -> Result<u16, TypeError> {
     py_int(s)
         .and_then(|n| u16::try_from(n).ok())
         .filter(|p| *p >= 1)
-        .ok_or_else(|| format!("invalid port number {s}"))
+        .ok_or_else(|| TypeError::Port(s.to_owned()))
 }
 
 /// The host part of an interface specification.
@@ -562,13 +668,13 @@ pub enum InterfaceHost {
     Name(InterfaceName),
 }
 
-fn parse_interface_host(part: &str) -> Result<InterfaceHost, String> {
+fn parse_interface_host(part: &str) -> Result<InterfaceHost, TypeError> {
     if let Some(ip) = parse_ip(part) {
         return Ok(InterfaceHost::Addr(ip));
     }
     InterfaceName::parse(part)
         .map(InterfaceHost::Name)
-        .map_err(|_| format!("expected IP address or interface name, got '{part}'."))
+        .map_err(|_| TypeError::InterfaceHost(part.to_owned()))
 }
 
 /// Python's `repr` of a list of strings, for messages that print `str.split` results.
@@ -589,12 +695,10 @@ pub struct InterfacePort {
 
 impl InterfacePort {
     /// Parse `host@port`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
         let parts: Vec<&str> = s.split('@').collect();
         if parts.len() != 2 {
-            return Err(format!(
-                "expected '<ip-address|interface-name>@<port>', got '{s}'."
-            ));
+            return Err(TypeError::InterfacePort(s.to_owned()));
         }
         let host = parse_interface_host(parts[0])?;
         let port = port_from_str(parts[1])?;
@@ -617,13 +721,10 @@ pub struct InterfaceOptionalPort {
 
 impl InterfaceOptionalPort {
     /// Parse `host[@port]`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
         let parts: Vec<&str> = s.split('@').collect();
         if parts.len() > 2 {
-            return Err(format!(
-                "expected '<ip-address|interface-name>[@<port>]', got '{}'.",
-                py_list_repr(&parts)
-            ));
+            return Err(TypeError::InterfaceOptionalPort(py_list_repr(&parts)));
         }
         let host = parse_interface_host(parts[0])?;
         let port = match parts.get(1) {
@@ -675,14 +776,13 @@ pub struct IpAddressPort {
 
 impl IpAddressPort {
     /// Parse `ip@port`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
         let parts: Vec<&str> = s.split('@').collect();
         if parts.len() != 2 {
-            return Err(format!("expected '<ip-address>@<port>', got '{s}'."));
+            return Err(TypeError::AddressPort(s.to_owned()));
         }
         let port = port_from_str(parts[1])?;
-        let addr = parse_ip(parts[0])
-            .ok_or_else(|| format!("failed to parse IP address '{}'.", parts[0]))?;
+        let addr = parse_ip(parts[0]).ok_or_else(|| TypeError::Address(parts[0].to_owned()))?;
         Ok(IpAddressPort {
             raw: s.to_owned(),
             addr,
@@ -714,16 +814,12 @@ pub struct IpAddressOptionalPort {
 
 impl IpAddressOptionalPort {
     /// Parse `ip[@port]`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
         let parts: Vec<&str> = s.split('@').collect();
         if parts.len() > 2 {
-            return Err(format!(
-                "expected '<ip-address>[@<port>]', got '{}'.",
-                py_list_repr(&parts)
-            ));
+            return Err(TypeError::AddressOptionalPort(py_list_repr(&parts)));
         }
-        let addr = parse_ip(parts[0])
-            .ok_or_else(|| format!("failed to parse IP address '{}'.", parts[0]))?;
+        let addr = parse_ip(parts[0]).ok_or_else(|| TypeError::Address(parts[0].to_owned()))?;
         let port = match parts.get(1) {
             Some(p) => Some(port_from_str(p)?),
             None => None,
@@ -754,15 +850,15 @@ pub struct IpAddressEm {
 
 impl IpAddressEm {
     /// Parse `ip!`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
         if !s.ends_with('!') {
-            return Err("string does not end with '!'.".into());
+            return Err(TypeError::NoExclamationMark);
         }
         let (addr, suffix) = s.split_once('!').unwrap_or((s, ""));
         if !suffix.is_empty() {
-            return Err(format!("suffix '{suffix}' found after '!'."));
+            return Err(TypeError::AfterExclamationMark(suffix.to_owned()));
         }
-        let addr = parse_ip(addr).ok_or_else(|| "failed to parse IP address.".to_owned())?;
+        let addr = parse_ip(addr).ok_or(TypeError::AddressBeforeExclamationMark)?;
         Ok(IpAddressEm {
             raw: s.to_owned(),
             addr,
@@ -785,15 +881,15 @@ pub struct IpNetwork {
 impl IpNetwork {
     /// Parse like Python's `ipaddress.ip_network(s)` (strict: host bits must be zero; IPv4 also
     /// accepts a netmask or hostmask after `/`).
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
         Self::parse_v4(s)
             .or_else(|| Self::parse_v6(s))
-            .ok_or_else(|| "failed to parse IP network.".to_owned())
+            .ok_or(TypeError::Network)
     }
 
     /// Parse an IPv6 network only.
-    pub fn parse_ipv6(s: &str) -> Result<Self, String> {
-        Self::parse_v6(s).ok_or_else(|| "failed to parse IPv6 network.".to_owned())
+    pub fn parse_ipv6(s: &str) -> Result<Self, TypeError> {
+        Self::parse_v6(s).ok_or(TypeError::Ipv6Network)
     }
 
     fn prefix_digits(p: &str, max: u8) -> Option<u8> {
@@ -876,14 +972,12 @@ impl<'de> Deserialize<'de> for IpNetwork {
 }
 
 /// Check an IPv6 network for `/96` (`IPv6Network96`).
-pub(crate) fn check_ipv6_network96(s: &str) -> Result<IpNetwork, String> {
+pub(crate) fn check_ipv6_network96(s: &str) -> Result<IpNetwork, TypeError> {
     let net = IpNetwork::parse_ipv6(s)?;
     match net.prefix {
         96 => Ok(net),
-        128 => Err("Expected IPv6 network address with /96 prefix length. Submitted address has been interpreted as /128. \
-                    Maybe, you forgot to add /96 after the base address?"
-            .into()),
-        p => Err(format!("expected IPv6 network address with /96 prefix length. Got prefix lenght of {p}")),
+        128 => Err(TypeError::Ipv6HostNot96),
+        p => Err(TypeError::Ipv6PrefixNot96(p)),
     }
 }
 

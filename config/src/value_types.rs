@@ -18,6 +18,7 @@ use super::types::{
     InterfaceOptionalPort, IpAddressEm, IpAddressOptionalPort, IpAddressPort, IpNetwork, PinSha256,
     SizeUnit, TimeUnit, DOMAIN_NAME_PATTERN, ID_PATTERN, PIN_SHA256_PATTERN,
 };
+use super::value_error::{PathError, ValueError};
 
 fn string_schema() -> Value {
     json!({"type": "string"})
@@ -31,7 +32,8 @@ macro_rules! str_type {
             class: concat!("types.", $class),
             check: |v, container, _| {
                 let s = str_base(v, container, $class)?;
-                <$ty>::parse(&s).map(|_| Value::String(s))
+                <$ty>::parse(&s)?;
+                Ok(Value::String(s))
             },
             schema: $schema,
         };
@@ -52,7 +54,7 @@ str_type!(
     || json!({"type": "string", "pattern": TimeUnit::PATTERN})
 );
 
-fn check_escaped(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
+fn check_escaped(v: &Value, container: Container, _: &Ctx) -> Result<Value, ValueError> {
     str_base(v, container, "EscapedStr").map(Value::String)
 }
 pub(crate) static ESCAPED_STR: ValueType = ValueType {
@@ -61,12 +63,10 @@ pub(crate) static ESCAPED_STR: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_escaped32(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
+fn check_escaped32(v: &Value, container: Container, _: &Ctx) -> Result<Value, ValueError> {
     let s = str_base(v, container, "EscapedStr32B")?;
     if s.len() < 32 {
-        return Err(format!(
-            "the string value {s} is shorter than the minimum 32 bytes."
-        ));
+        return Err(ValueError::ShorterThan32(s));
     }
     Ok(Value::String(s))
 }
@@ -78,7 +78,7 @@ pub(crate) static ESCAPED_STR_32B: ValueType = ValueType {
 
 /// `types.DomainName`, as [`str_type!`] makes it, but a plain ASCII name (nearly every
 /// name of a large `local-data.addresses`) is taken without making a [`DomainName`].
-fn check_domain_name(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
+fn check_domain_name(v: &Value, container: Container, _: &Ctx) -> Result<Value, ValueError> {
     let s = str_base(v, container, "DomainName")?;
     if !is_plain_ascii_name(&s) {
         DomainName::parse(&s)?;
@@ -126,15 +126,15 @@ str_type!(
     string_schema
 );
 
-fn wrong_kind(what: &str, v: &Value, container: Container) -> String {
-    format!(
-        "Unexpected value for a {what}. Expected string, got '{}' with type '{}'",
-        py_str(v),
-        py_type(v, container)
-    )
+fn wrong_kind(what: &'static str, v: &Value, container: Container) -> ValueError {
+    ValueError::NotString {
+        what,
+        got: py_str(v),
+        ty: py_type(v, container),
+    }
 }
 
-fn check_ipv4(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
+fn check_ipv4(v: &Value, container: Container, _: &Ctx) -> Result<Value, ValueError> {
     let Value::String(s) = v else {
         return Err(wrong_kind("IPv4 address", v, container));
     };
@@ -144,7 +144,7 @@ fn check_ipv4(v: &Value, container: Container, _: &Ctx) -> Result<Value, String>
             super::types::push_ipv4(&mut text, a);
             Ok(Value::String(text))
         }
-        _ => Err("failed to parse IPv4 address.".into()),
+        _ => Err(ValueError::Ipv4),
     }
 }
 pub(crate) static IPV4_ADDRESS: ValueType = ValueType {
@@ -153,13 +153,13 @@ pub(crate) static IPV4_ADDRESS: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_ipv6(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
+fn check_ipv6(v: &Value, container: Container, _: &Ctx) -> Result<Value, ValueError> {
     let Value::String(s) = v else {
         return Err(wrong_kind("IPv6 address", v, container));
     };
     parse_ipv6(s)
         .map(|a| Value::String(a.to_string()))
-        .ok_or_else(|| "failed to parse IPv6 address.".into())
+        .ok_or(ValueError::Ipv6)
 }
 pub(crate) static IPV6_ADDRESS: ValueType = ValueType {
     class: "types.IPv6Address",
@@ -167,11 +167,12 @@ pub(crate) static IPV6_ADDRESS: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_ip_em(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
+fn check_ip_em(v: &Value, container: Container, _: &Ctx) -> Result<Value, ValueError> {
     let Value::String(s) = v else {
         return Err(wrong_kind("IPv6 address", v, container));
     };
-    IpAddressEm::parse(s).map(|_| Value::String(s.clone()))
+    IpAddressEm::parse(s)?;
+    Ok(Value::String(s.clone()))
 }
 pub(crate) static IP_ADDRESS_EM: ValueType = ValueType {
     class: "types.IPAddressEM",
@@ -179,15 +180,11 @@ pub(crate) static IP_ADDRESS_EM: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_network(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
+fn check_network(v: &Value, container: Container, _: &Ctx) -> Result<Value, ValueError> {
     let Value::String(s) = v else {
-        return Err(format!(
-            "Unexpected value for a network subnet. Expected string, got '{}' with type '{}'",
-            py_str(v),
-            py_type(v, container)
-        ));
+        return Err(wrong_kind("network subnet", v, container));
     };
-    IpNetwork::parse(s).map(|n| Value::String(n.to_string()))
+    Ok(Value::String(IpNetwork::parse(s)?.to_string()))
 }
 pub(crate) static IP_NETWORK: ValueType = ValueType {
     class: "types.IPNetwork",
@@ -195,19 +192,16 @@ pub(crate) static IP_NETWORK: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn ipv6_net_input(v: &Value, container: Container) -> Result<&str, String> {
+fn ipv6_net_input(v: &Value, container: Container) -> Result<&str, ValueError> {
     match v {
         Value::String(s) => Ok(s),
-        _ => Err(format!(
-            "Unexpected value for a IPv6 network subnet. Expected string, got '{}' with type '{}'",
-            py_str(v),
-            py_type(v, container)
-        )),
+        _ => Err(wrong_kind("IPv6 network subnet", v, container)),
     }
 }
 
-fn check_ipv6_network(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
-    IpNetwork::parse_ipv6(ipv6_net_input(v, container)?).map(|n| Value::String(n.to_string()))
+fn check_ipv6_network(v: &Value, container: Container, _: &Ctx) -> Result<Value, ValueError> {
+    let network = IpNetwork::parse_ipv6(ipv6_net_input(v, container)?)?;
+    Ok(Value::String(network.to_string()))
 }
 pub(crate) static IPV6_NETWORK: ValueType = ValueType {
     class: "types.IPv6Network",
@@ -215,8 +209,13 @@ pub(crate) static IPV6_NETWORK: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_ipv6_network96_value(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
-    check_ipv6_network96(ipv6_net_input(v, container)?).map(|n| Value::String(n.to_string()))
+fn check_ipv6_network96_value(
+    v: &Value,
+    container: Container,
+    _: &Ctx,
+) -> Result<Value, ValueError> {
+    let network = check_ipv6_network96(ipv6_net_input(v, container)?)?;
+    Ok(Value::String(network.to_string()))
 }
 pub(crate) static IPV6_NETWORK_96: ValueType = ValueType {
     class: "types.IPv6Network96",
@@ -224,7 +223,7 @@ pub(crate) static IPV6_NETWORK_96: ValueType = ValueType {
     schema: string_schema,
 };
 
-fn check_float_0_65535(v: &Value, container: Container, _: &Ctx) -> Result<Value, String> {
+fn check_float_0_65535(v: &Value, container: Container, _: &Ctx) -> Result<Value, ValueError> {
     let special = py_special_float(v).map(|t| match t {
         "inf" => f64::INFINITY,
         "-inf" => f64::NEG_INFINITY,
@@ -235,23 +234,22 @@ fn check_float_0_65535(v: &Value, container: Container, _: &Ctx) -> Result<Value
         _ if special.is_some() => special.unwrap_or(f64::NAN),
         _ if big_int_as_float(v).is_some() => big_int_as_float(v).unwrap_or(f64::NAN),
         other => {
-            return Err(format!(
-                "Unexpected value for '<class 'knot_resolver.datamodel.types.types.Float0_65535'>'. Expected float, got '{}' with type '{}'",
-                py_str(other),
-                py_type(other, container)
-            ))
+            return Err(ValueError::NotFloat {
+                got: py_str(other),
+                ty: py_type(other, container),
+            })
         }
     };
     // upstream lets NaN through (it fails neither comparison); it is no price factor
     if f.is_nan() {
-        return Err("value nan is not a number".into());
+        return Err(ValueError::Nan);
     }
     let shown = py_float(f);
     if f < 0.0 {
-        return Err(format!("value {shown} is lower than the minimum 0.0."));
+        return Err(ValueError::BelowZero(shown));
     }
     if f > 65535.0 {
-        return Err(format!("value {shown} is higher than the maximum 65535.0"));
+        return Err(ValueError::Above65535(shown));
     }
     Ok(json!(f))
 }
@@ -274,10 +272,6 @@ enum PathKind {
     /// manager process ([`PathChecks::Manager`]).
     ApiSocket,
 }
-
-/// Who must be able to use the path: upstream checks the service user `knot-resolver`; we check the
-/// credentials of the running process (root passes), like upstream's manager does.
-const SERVICE_USER: &str = "knot-resolver:knot-resolver";
 
 fn resolve(raw: &str, ctx: &Ctx) -> PathBuf {
     let joined = if raw.starts_with('/') {
@@ -337,14 +331,11 @@ fn permitted(path: &Path, want: Access) -> bool {
     nix::unistd::access(path, flags).is_ok()
 }
 
-fn strict_checks(p: &Path, kind: PathKind) -> Result<(), String> {
-    let shown = p.display();
+fn strict_checks(p: &Path, kind: PathKind) -> Result<(), PathError> {
     match kind {
         PathKind::WritableDir => {
             if !p.is_dir() {
-                return Err(format!(
-                    "path '{shown}' does not point to an existing directory"
-                ));
+                return Err(PathError::NoDirectory(p.to_owned()));
             }
             if !permitted(
                 p,
@@ -354,17 +345,15 @@ fn strict_checks(p: &Path, kind: PathKind) -> Result<(), String> {
                     execute: true,
                 },
             ) {
-                return Err(format!(
-                    "{SERVICE_USER} has insufficient permissions to write/execute '{shown}'"
-                ));
+                return Err(PathError::CannotWrite(p.to_owned()));
             }
         }
         PathKind::ReadableFile => {
             if !p.exists() {
-                return Err(format!("file '{shown}' does not exist"));
+                return Err(PathError::NoFile(p.to_owned()));
             }
             if !p.is_file() {
-                return Err(format!("path '{shown}' is not a file"));
+                return Err(PathError::NotAFile(p.to_owned()));
             }
             if !permitted(
                 p,
@@ -374,22 +363,16 @@ fn strict_checks(p: &Path, kind: PathKind) -> Result<(), String> {
                     execute: false,
                 },
             ) {
-                return Err(format!(
-                    "{SERVICE_USER} has insufficient permissions to read '{shown}'"
-                ));
+                return Err(PathError::CannotRead(p.to_owned()));
             }
         }
         PathKind::WritableFilePath | PathKind::ApiSocket => {
             let parent = p.parent().unwrap_or(Path::new("/"));
             if !parent.is_dir() {
-                return Err(format!(
-                    "path '{shown}' does not point inside an existing directory"
-                ));
+                return Err(PathError::NotInADirectory(p.to_owned()));
             }
             if p.is_dir() {
-                return Err(format!(
-                    "path '{shown}' points to a directory when we expected a file"
-                ));
+                return Err(PathError::IsADirectory(p.to_owned()));
             }
             if !permitted(
                 parent,
@@ -399,10 +382,7 @@ fn strict_checks(p: &Path, kind: PathKind) -> Result<(), String> {
                     execute: true,
                 },
             ) {
-                return Err(format!(
-                    "{SERVICE_USER} has insufficient permissions to write/execute '{}'",
-                    parent.display()
-                ));
+                return Err(PathError::CannotWrite(parent.to_owned()));
             }
             if p.exists()
                 && !permitted(
@@ -414,22 +394,24 @@ fn strict_checks(p: &Path, kind: PathKind) -> Result<(), String> {
                     },
                 )
             {
-                return Err(format!(
-                    "{SERVICE_USER} has insufficient permissions to write/execute '{shown}'"
-                ));
+                return Err(PathError::CannotWrite(p.to_owned()));
             }
         }
     }
     Ok(())
 }
 
-fn check_path(v: &Value, container: Container, ctx: &Ctx, kind: PathKind) -> Result<Value, String> {
+fn check_path(
+    v: &Value,
+    container: Container,
+    ctx: &Ctx,
+    kind: PathKind,
+) -> Result<Value, ValueError> {
     let Value::String(raw) = v else {
-        return Err(format!(
-            "expected file path in a string, got '{}' with type '{}'.",
-            py_str(v),
-            py_type(v, container)
-        ));
+        return Err(ValueError::PathNotString {
+            got: py_str(v),
+            ty: py_type(v, container),
+        });
     };
     let resolved = resolve(raw, ctx);
     let checked = match (ctx.checks, kind) {
@@ -468,11 +450,11 @@ pub(crate) static API_SOCKET_PATH: ValueType = ValueType {
 // TSIG key files
 
 /// A readable file holding a TSIG key: checked for its syntax where paths are checked.
-fn check_tsig_key_file(v: &Value, container: Container, ctx: &Ctx) -> Result<Value, String> {
+fn check_tsig_key_file(v: &Value, container: Container, ctx: &Ctx) -> Result<Value, ValueError> {
     if let (Value::String(raw), true) = (v, ctx.checks != PathChecks::Lenient) {
         // Said before the generic checks, which would say only "not a file".
         if let Some(not) = crate::regular_file::not_regular(&resolve(raw, ctx)) {
-            return Err(format!("key file {not}"));
+            return Err(ValueError::KeyFileNotRegular(not));
         }
     }
     let resolved = check_path(v, container, ctx, PathKind::ReadableFile)?;
@@ -482,11 +464,15 @@ fn check_tsig_key_file(v: &Value, container: Container, ctx: &Ctx) -> Result<Val
     let path = PathBuf::from(resolved.as_str().unwrap_or_default());
     // The reader the zone transfers use: what validates is what runs.
     super::xfr::read_key(&path).map_err(|e| match e {
-        super::xfr::KeyFileError::Read { source, .. } => {
-            format!("cannot read key file '{}': {source}", path.display())
-        }
-        super::xfr::KeyFileError::NotRegular(not) => format!("key file {not}"),
-        e => format!("malformed key file '{}': {e}", path.display()),
+        super::xfr::KeyFileError::Read { source, .. } => ValueError::KeyFileUnreadable {
+            path: path.clone(),
+            source,
+        },
+        super::xfr::KeyFileError::NotRegular(not) => ValueError::KeyFileNotRegular(not),
+        error => ValueError::KeyFileMalformed {
+            path: path.clone(),
+            error,
+        },
     })?;
     Ok(resolved)
 }

@@ -134,10 +134,12 @@ pub enum KeyFileError {
         name: String,
     },
     /// The secret is not base64, or is empty.
-    #[error("line {line}: the secret is not valid base64")]
+    #[error("line {line}: the secret is not valid base64 ({flaw})")]
     Secret {
         /// The line of the `secret` statement.
         line: usize,
+        /// What is wrong with it (never the secret itself).
+        flaw: SecretFlaw,
     },
     /// The key's name is not a domain name.
     #[error("line {line}: the key name '{name}' is not a domain name")]
@@ -376,9 +378,10 @@ impl Clause {
             line: algorithm_line,
             name: algorithm_name,
         })?;
-        let bits = super::parse::base64_decode(&secret)
-            .filter(|bits| !bits.is_empty() && !secret.contains(char::is_whitespace))
-            .ok_or(KeyFileError::Secret { line: secret_line })?;
+        let bits = decode_secret(&secret).map_err(|flaw| KeyFileError::Secret {
+            line: secret_line,
+            flaw,
+        })?;
         let name = zone_name(&self.name).map_err(|_| KeyFileError::Name {
             line: self.line,
             name: self.name.clone(),
@@ -390,6 +393,49 @@ impl Clause {
             secret_line,
         })
     }
+}
+
+/// What is wrong with a secret that is not base64. Positions, never characters: the secret
+/// never appears in an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SecretFlaw {
+    /// Nothing between the quotes.
+    #[error("it is empty")]
+    Empty,
+    /// A character outside the base64 alphabet, or `=` before the end.
+    #[error("character {offset} is not in the base64 alphabet or is padding before the end")]
+    Symbol {
+        /// Its offset (from 0) in the secret.
+        offset: usize,
+    },
+    /// The length is not a multiple of four characters (padding missing or extra).
+    #[error("its length or padding is wrong")]
+    Length,
+    /// The last character carries bits beyond the last byte.
+    #[error("its last character carries bits beyond the last byte")]
+    TrailingBits,
+    /// The TSIG library refused the decoded key.
+    #[error("the TSIG library refuses it")]
+    Refused,
+}
+
+/// Decode a secret strictly: standard base64 with its padding, nothing else between the quotes
+/// (BIND's `tsig-keygen` writes it so). Lenient decoding would turn a damaged secret into
+/// another key that fails only at the primary.
+fn decode_secret(secret: &str) -> Result<Vec<u8>, SecretFlaw> {
+    use base64::Engine as _;
+    if secret.is_empty() {
+        return Err(SecretFlaw::Empty);
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(secret)
+        .map_err(|e| match e {
+            base64::DecodeError::InvalidByte(offset, _) => SecretFlaw::Symbol { offset },
+            base64::DecodeError::InvalidLastSymbol(_, _) => SecretFlaw::TrailingBits,
+            base64::DecodeError::InvalidLength(_) | base64::DecodeError::InvalidPadding => {
+                SecretFlaw::Length
+            }
+        })
 }
 
 /// Why a text is not a zone name.
@@ -463,6 +509,35 @@ pub fn zone_name(text: &str) -> Result<String, ZoneNameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn malformed_secrets_are_refused_with_what_is_wrong() {
+        let key = |secret: &str| {
+            format!("key \"k\" {{\n algorithm hmac-sha256;\n secret \"{secret}\";\n}};")
+        };
+        let flaw = |secret: &str| match parse_key(&key(secret)) {
+            Err(KeyFileError::Secret { line: 3, flaw }) => flaw,
+            other => panic!("{secret:?}: {other:?}"),
+        };
+        // `=` in the middle: the lenient decoder skipped it and read another key.
+        assert_eq!(flaw("YW=Jj"), SecretFlaw::Symbol { offset: 2 });
+        assert_eq!(flaw("YWJj=YWJj"), SecretFlaw::Symbol { offset: 4 });
+        // trailing partial bits ("YR==" is 'a' with a bit set past its byte)
+        assert_eq!(flaw("YR=="), SecretFlaw::TrailingBits);
+        // a partial group, padding missing or extra
+        assert_eq!(flaw("YWJjZ"), SecretFlaw::Length);
+        assert_eq!(flaw("YQ"), SecretFlaw::Length);
+        assert_eq!(flaw("YWJj===="), SecretFlaw::Symbol { offset: 4 });
+        assert_eq!(flaw("YW Jj"), SecretFlaw::Symbol { offset: 2 });
+        assert_eq!(flaw(""), SecretFlaw::Empty);
+        assert_eq!(
+            parse_key(&key("YW=Jj")).unwrap_err().to_string(),
+            "line 3: the secret is not valid base64 (character 2 is not in the base64 alphabet or is padding before the end)"
+        );
+        // well-formed secrets, padded, decode to their bytes
+        assert_eq!(parse_key(&key("YQ==")).unwrap().secret, b"a");
+        assert_eq!(parse_key(&key("YWJjZA==")).unwrap().secret, b"abcd");
+    }
 
     #[test]
     fn an_endless_key_file_is_refused_unread() {

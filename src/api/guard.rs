@@ -21,11 +21,11 @@ use super::server::Peer;
 
 /// Environment variable naming a file whose content (trimmed) is the bearer token of the
 /// admin role over TCP (`Authorization: Bearer …`).
-pub const TOKEN_FILE_VAR: &str = "KRES_API_TOKEN_FILE";
+pub use crate::environment::TOKEN_FILE_VAR;
 
 /// Environment variable naming a file whose content (trimmed) is the bearer token of the
 /// read-only role over TCP. Needs [`TOKEN_FILE_VAR`] too.
-pub const READ_ONLY_TOKEN_FILE_VAR: &str = "KRES_API_READ_ONLY_TOKEN_FILE";
+pub use crate::environment::READ_ONLY_TOKEN_FILE_VAR;
 
 /// The largest token file read.
 const MAX_TOKEN_FILE: u64 = 4096;
@@ -55,21 +55,9 @@ pub struct TcpGuard {
 type Refusal = (StatusCode, &'static str);
 
 impl TcpGuard {
-    /// The guard for `endpoint`, with the tokens from [`TOKEN_FILE_VAR`] and
-    /// [`READ_ONLY_TOKEN_FILE_VAR`] if set.
-    pub fn from_env(endpoint: Option<SocketAddr>) -> Result<TcpGuard, String> {
-        let file = |var| std::env::var_os(var).filter(|path| !path.is_empty());
-        let admin = file(TOKEN_FILE_VAR);
-        let reader = file(READ_ONLY_TOKEN_FILE_VAR);
-        TcpGuard::from_files(
-            endpoint,
-            admin.as_deref().map(std::path::Path::new),
-            reader.as_deref().map(std::path::Path::new),
-        )
-    }
-
-    /// The guard for `endpoint`, with the admin token and the read-only token in these files.
-    fn from_files(
+    /// The guard for `endpoint`, with the admin token and the read-only token in these files
+    /// (those [`TOKEN_FILE_VAR`] and [`READ_ONLY_TOKEN_FILE_VAR`] name).
+    pub fn from_files(
         endpoint: Option<SocketAddr>,
         admin: Option<&std::path::Path>,
         reader: Option<&std::path::Path>,

@@ -7,6 +7,7 @@ use knot_resolver::config::{LogLevel, LogTarget};
 use knot_resolver::daemon::cli::Args;
 use knot_resolver::daemon::manager_process::{self, ManagerInvocation, WatchConfig};
 use knot_resolver::daemon::{logging, LogArgs};
+use knot_resolver::environment::Environment;
 use knot_resolver::manager::listen::{SocketOwner, Steering};
 
 fn main() -> ExitCode {
@@ -18,28 +19,24 @@ fn main() -> ExitCode {
         level: logging::level_from_arg(&args.loglevel).unwrap_or(LogLevel::Notice),
         target: logging::target_from_arg(&args.logtarget).unwrap_or(LogTarget::Stdout),
     };
-    let set = |var: &str| std::env::var_os(var).is_some_and(|v| !v.is_empty() && v != "0");
-    let steering = if args.no_steering || set(knot_resolver::daemon::NO_STEERING_VAR) {
+    // The environment, read here once: everything below is given what it needs of it.
+    let env = Environment::from_vars(std::env::vars_os());
+    let steering = if args.no_steering || env.no_steering {
         Steering::Off
     } else {
         Steering::Live
     };
-    let owner = if args.kresd_binds_sockets || set(knot_resolver::daemon::KRESD_BINDS_SOCKETS_VAR) {
+    let owner = if args.kresd_binds_sockets || env.kresd_binds_sockets {
         SocketOwner::Kresd
     } else {
         SocketOwner::Daemon(steering)
     };
-    let from_env = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
-    let worker_user = args
-        .worker_user
-        .or_else(|| from_env(knot_resolver::daemon::WORKER_USER_VAR));
+    let worker_user = args.worker_user.or_else(|| env.worker_user.clone());
     let api_groups = knot_resolver::daemon::ApiGroupNames {
-        admin: args
-            .api_admin_group
-            .or_else(|| from_env(knot_resolver::daemon::API_ADMIN_GROUP_VAR)),
+        admin: args.api_admin_group.or_else(|| env.api_admin_group.clone()),
         read_only: args
             .api_read_only_group
-            .or_else(|| from_env(knot_resolver::daemon::API_READ_ONLY_GROUP_VAR)),
+            .or_else(|| env.api_read_only_group.clone()),
     };
     if args.manager_process {
         return manager_process::run(ManagerInvocation {
@@ -55,6 +52,7 @@ fn main() -> ExitCode {
             },
             worker_hang_timeout: (args.worker_hang_timeout > 0)
                 .then(|| Duration::from_secs(args.worker_hang_timeout.into())),
+            env,
         });
     }
     knot_resolver::daemon::run(knot_resolver::daemon::Invocation {
@@ -64,5 +62,6 @@ fn main() -> ExitCode {
         log,
         drain_period: Duration::from_secs(args.drain_period.into()),
         args: std::env::args_os().skip(1).collect(),
+        env,
     })
 }

@@ -11,6 +11,7 @@
 //! as upstream's manager does); the root keeps what it read at start-up.
 
 use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -28,6 +29,7 @@ use tracing_subscriber::{fmt, reload, EnvFilter, Layer, Registry};
 use supervisor::output::OutputLevel;
 
 use crate::config::{LoadedConfig, LogLevel, LogTarget, LoggingSchema};
+use crate::environment::Environment;
 
 /// The supervisor's target for lines its children wrote.
 const CHILD_TARGET: &str = "child";
@@ -131,12 +133,16 @@ impl Sink {
     }
 
     /// The sink for `target`: the journal for `syslog`, and for a stream systemd connected to
-    /// the journal (`JOURNAL_STREAM` names its device and inode).
-    pub fn for_target(target: LogTarget) -> Sink {
+    /// the journal (`journal_stream`, from `JOURNAL_STREAM`, names its device and inode).
+    pub fn for_target(target: LogTarget, journal_stream: Option<&OsStr>) -> Sink {
         match target {
             LogTarget::Syslog => Sink::Journal,
-            LogTarget::Stdout if connected_to_journal(io::stdout().as_fd()) => Sink::Journal,
-            LogTarget::Stderr if connected_to_journal(io::stderr().as_fd()) => Sink::Journal,
+            LogTarget::Stdout if connected_to_journal(io::stdout().as_fd(), journal_stream) => {
+                Sink::Journal
+            }
+            LogTarget::Stderr if connected_to_journal(io::stderr().as_fd(), journal_stream) => {
+                Sink::Journal
+            }
             LogTarget::Stdout => Sink::Stdout,
             LogTarget::Stderr => Sink::Stderr,
         }
@@ -145,13 +151,14 @@ impl Sink {
 
 /// Whether our standard error is the journal's stream (a command run by systemd, such as
 /// `ExecReload=kresctl reload`): lines written there may carry a `<N>` priority prefix.
-pub fn stderr_is_journal() -> bool {
-    connected_to_journal(io::stderr().as_fd())
+/// `journal_stream` is the environment's `JOURNAL_STREAM`.
+pub fn stderr_is_journal(journal_stream: Option<&OsStr>) -> bool {
+    connected_to_journal(io::stderr().as_fd(), journal_stream)
 }
 
-/// Whether `fd` is the stream `JOURNAL_STREAM` (`<device>:<inode>`) names.
-fn connected_to_journal(fd: std::os::fd::BorrowedFd<'_>) -> bool {
-    let Some(value) = std::env::var_os("JOURNAL_STREAM") else {
+/// Whether `fd` is the stream `journal_stream` (`JOURNAL_STREAM`: `<device>:<inode>`) names.
+fn connected_to_journal(fd: std::os::fd::BorrowedFd<'_>, journal_stream: Option<&OsStr>) -> bool {
+    let Some(value) = journal_stream else {
         return false;
     };
     let Some((dev, ino)) = value.to_str().and_then(|v| v.split_once(':')) else {
@@ -163,11 +170,7 @@ fn connected_to_journal(fd: std::os::fd::BorrowedFd<'_>) -> bool {
     nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_dev == dev && st.st_ino == ino)
 }
 
-/// The environment variable whose `EnvFilter` directive, when it parses, overrides every
-/// level.
-const OVERRIDE_VAR: &str = "KRES_LOG";
-
-/// The filter for a configuration level, unless `directive` (from [`OVERRIDE_VAR`]) parses.
+/// The filter for a configuration level, unless `directive` (from [`LOG_OVERRIDE_VAR`](crate::environment::LOG_OVERRIDE_VAR)) parses.
 fn filter(level: LogLevel, directive: Option<&str>) -> EnvFilter {
     let level = match level {
         LogLevel::Crit | LogLevel::Err => "error",
@@ -183,23 +186,31 @@ fn filter(level: LogLevel, directive: Option<&str>) -> EnvFilter {
 /// The installed logging: its level and sink can change once the configuration is known.
 pub struct Logging {
     filter: reload::Handle<EnvFilter, Registry>,
-    /// The [`OVERRIDE_VAR`] directive, read once at the start.
+    /// The [`LOG_OVERRIDE_VAR`](crate::environment::LOG_OVERRIDE_VAR) directive, read once at the start.
     directive: Option<String>,
     /// Whether journald's socket answered when the sinks were built.
     journal_available: bool,
+    /// `JOURNAL_STREAM`: which of our streams systemd connected to the journal.
+    journal_stream: Option<OsString>,
 }
 
 static SINK: AtomicU8 = AtomicU8::new(Sink::Stderr as u8);
 
 impl Logging {
-    /// Install the process's logging, once. `identifier` is the process's name in the journal.
-    /// Later calls return `None` and change nothing.
-    pub fn init(level: LogLevel, target: LogTarget, identifier: &str) -> Option<&'static Logging> {
+    /// Install the process's logging, once. `identifier` is the process's name in the journal;
+    /// `env` gives the [`LOG_OVERRIDE_VAR`](crate::environment::LOG_OVERRIDE_VAR) directive and the journal stream. Later calls return
+    /// `None` and change nothing.
+    pub fn init(
+        level: LogLevel,
+        target: LogTarget,
+        identifier: &str,
+        env: &Environment,
+    ) -> Option<&'static Logging> {
         static INSTALLED: OnceLock<Logging> = OnceLock::new();
         if INSTALLED.get().is_some() {
             return None;
         }
-        let directive = std::env::var(OVERRIDE_VAR).ok();
+        let directive = env.log_override.clone();
         let (filter_layer, handle) = reload::Layer::new(filter(level, directive.as_deref()));
         let sinks = Sinks::new(identifier);
         let journal_available = sinks.journal.is_some();
@@ -215,6 +226,7 @@ impl Logging {
             filter: handle,
             directive,
             journal_available,
+            journal_stream: env.journal_stream.clone(),
         });
         logging.set_target(target);
         Some(logging)
@@ -255,7 +267,7 @@ impl Logging {
     }
 
     fn set_target(&self, target: LogTarget) {
-        let mut sink = Sink::for_target(target);
+        let mut sink = Sink::for_target(target, self.journal_stream.as_deref());
         if sink == Sink::Journal && !self.journal_available {
             sink = Sink::Stderr;
         }

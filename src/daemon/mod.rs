@@ -21,27 +21,27 @@ pub use root::{run, Invocation};
 pub const DEFAULT_CONFIG: &str = "/etc/knot-resolver/config.yaml";
 
 /// Set (to anything) to enable `POST /debug/panic-manager`, for tests of manager recovery.
-pub const FAULT_INJECTION_VAR: &str = "KRES_FAULT_INJECTION";
+pub use crate::environment::FAULT_INJECTION_VAR;
 
 /// Set (to anything but `0` or empty) to let kresd bind its own listening sockets, like the
 /// `--kresd-binds-sockets` flag.
-pub const KRESD_BINDS_SOCKETS_VAR: &str = "KRES_KRESD_BINDS_SOCKETS";
+pub use crate::environment::KRESD_BINDS_SOCKETS_VAR;
 
 /// Set (to anything but `0` or empty) to leave the workers' reuseport groups to the kernel's
 /// hash, like the `--no-steering` flag.
-pub const NO_STEERING_VAR: &str = "KRES_NO_STEERING";
+pub use crate::environment::NO_STEERING_VAR;
 
 /// Environment form of `--worker-user`.
-pub const WORKER_USER_VAR: &str = "KRES_WORKER_USER";
+pub use crate::environment::WORKER_USER_VAR;
 
 /// Environment form of `--api-admin-group`.
-pub const API_ADMIN_GROUP_VAR: &str = "KRES_API_ADMIN_GROUP";
+pub use crate::environment::API_ADMIN_GROUP_VAR;
 
 /// Environment form of `--api-read-only-group`.
-pub const API_READ_ONLY_GROUP_VAR: &str = "KRES_API_READ_ONLY_GROUP";
+pub use crate::environment::API_READ_ONLY_GROUP_VAR;
 
 /// Seconds without an answer after which the manager counts as hung.
-pub const MANAGER_HANG_VAR: &str = "KRES_MANAGER_HANG_TIMEOUT";
+pub use crate::environment::MANAGER_HANG_VAR;
 
 /// The hidden command-line flag that makes `knot-resolver` the manager process.
 pub const MANAGER_FLAG: &str = "--manager-process";

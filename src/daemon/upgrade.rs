@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use supervisor::handover::SupervisorImage;
 
 use crate::config::{LogLevel, LogTarget};
+use crate::environment::Environment;
 
 /// The environment variable that tells a new image where its state is: `STATE:FALLBACK`, the
 /// descriptor of the image's memfd and that of the old binary (`-` when there is none to fall
@@ -119,10 +120,11 @@ pub struct Inherited {
     pub fallback: Option<OwnedFd>,
 }
 
-/// Whether this process is the new image of an upgrade: its state and fallback, taken.
-pub fn inherited() -> Option<Result<Inherited, StateError>> {
-    let value = std::env::var(STATE_VAR).ok()?;
-    Some(parse_var(&value))
+/// Whether this process is the new image of an upgrade (`env` has [`STATE_VAR`]): its state
+/// and fallback, taken.
+pub fn inherited(env: &Environment) -> Option<Result<Inherited, StateError>> {
+    let value = env.upgrade_state.as_deref()?;
+    Some(parse_var(value))
 }
 
 fn parse_var(value: &str) -> Result<Inherited, StateError> {
@@ -153,8 +155,8 @@ fn parse_var(value: &str) -> Result<Inherited, StateError> {
 /// Whether the tests asked new images to refuse their state (`KRES_FAULT_INJECTION`
 /// containing `refuse-upgrade-state`), to prove the fallback to the old binary. The fallback
 /// itself (no further fallback) never refuses.
-pub fn refusal_injected() -> bool {
-    std::env::var(super::FAULT_INJECTION_VAR).is_ok_and(|v| v.contains("refuse-upgrade-state"))
+pub fn refusal_injected(env: &Environment) -> bool {
+    env.fault_injected("refuse-upgrade-state")
 }
 
 /// Read an image from its memfd.
@@ -195,11 +197,16 @@ pub fn open_own_binary() -> io::Result<OwnedFd> {
 }
 
 /// Replace this process's image with `exe`, passing `image` and `fallback` (the old binary,
-/// or `None` for no further fallback) through [`STATE_VAR`]. Every descriptor the image names
-/// must already be open without close-on-exec. Returns only on failure, with every
+/// or `None` for no further fallback) through [`STATE_VAR`], in `env`. Every descriptor the
+/// image names must already be open without close-on-exec. Returns only on failure, with every
 /// descriptor it opened closed again.
-pub fn exec(exe: &std::path::Path, image: &RootImage, fallback: Option<&OwnedFd>) -> io::Error {
-    match prepare(image, fallback) {
+pub fn exec(
+    exe: &std::path::Path,
+    image: &RootImage,
+    fallback: Option<&OwnedFd>,
+    env: &Environment,
+) -> io::Error {
+    match prepare(image, fallback, env) {
         Ok((state, env)) => {
             let Ok(path) = CString::new(exe.as_os_str().as_bytes()) else {
                 return io::Error::other("the binary's path holds a NUL byte");
@@ -216,14 +223,20 @@ pub fn exec(exe: &std::path::Path, image: &RootImage, fallback: Option<&OwnedFd>
     }
 }
 
-/// Re-execute the old binary (`fallback`) with the same image, marked as the last resort.
-pub fn exec_fallback(fallback: &OwnedFd, image_fd: OwnedFd, argv: &[OsString]) -> io::Error {
+/// Re-execute the old binary (`fallback`) with the same image, marked as the last resort, in
+/// `env`.
+pub fn exec_fallback(
+    fallback: &OwnedFd,
+    image_fd: OwnedFd,
+    argv: &[OsString],
+    env: &Environment,
+) -> io::Error {
     if let Err(e) = supervisor::os::clear_cloexec(fallback.as_fd())
         .and_then(|()| supervisor::os::clear_cloexec(image_fd.as_fd()))
     {
         return e;
     }
-    let env = match environment(&format!("{}:-", image_fd.as_raw_fd())) {
+    let env = match environment(env, &format!("{}:-", image_fd.as_raw_fd())) {
         Ok(env) => env,
         Err(e) => return e,
     };
@@ -236,7 +249,11 @@ pub fn exec_fallback(fallback: &OwnedFd, image_fd: OwnedFd, argv: &[OsString]) -
 }
 
 /// The image's memfd (open across `execve`) and the new image's environment.
-fn prepare(image: &RootImage, fallback: Option<&OwnedFd>) -> io::Result<(OwnedFd, Vec<CString>)> {
+fn prepare(
+    image: &RootImage,
+    fallback: Option<&OwnedFd>,
+    env: &Environment,
+) -> io::Result<(OwnedFd, Vec<CString>)> {
     let text = serde_json::to_vec(image).map_err(io::Error::other)?;
     let state = supervisor::os::sealed_memfd("knot-resolver-upgrade", &text)?;
     supervisor::os::clear_cloexec(state.as_fd())?;
@@ -247,14 +264,15 @@ fn prepare(image: &RootImage, fallback: Option<&OwnedFd>) -> io::Result<(OwnedFd
         }
         None => "-".to_owned(),
     };
-    let env = environment(&format!("{}:{fallback}", state.as_raw_fd()))?;
+    let env = environment(env, &format!("{}:{fallback}", state.as_raw_fd()))?;
     Ok((state, env))
 }
 
-/// Our environment with [`STATE_VAR`] set to `value`.
-fn environment(value: &str) -> io::Result<Vec<CString>> {
-    let vars = std::env::vars_os()
-        .filter(|(k, _)| k != STATE_VAR)
+/// `env` with [`STATE_VAR`] set to `value`.
+fn environment(env: &Environment, value: &str) -> io::Result<Vec<CString>> {
+    let vars = env
+        .vars_except(&[STATE_VAR])
+        .into_iter()
         .map(|(k, v)| {
             let mut kv = k.as_bytes().to_vec();
             kv.push(b'=');

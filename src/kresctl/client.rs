@@ -3,6 +3,7 @@
 //! and sends one [`Request`] over a unix socket or TCP.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -10,7 +11,7 @@ use hyper_util::rt::TokioIo;
 
 use super::request::Request;
 use super::DEFAULT_SOCKET;
-use crate::api::guard::{READ_ONLY_TOKEN_FILE_VAR, TOKEN_FILE_VAR};
+use crate::environment::{Environment, READ_ONLY_TOKEN_FILE_VAR, TOKEN_FILE_VAR};
 
 /// Where the API is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,11 +222,27 @@ impl ClientError {
 pub struct ApiClient {
     /// Where the API listens; each request opens its own connection there.
     target: Target,
+    /// kresctl's environment: the bearer token's file, and what commands need of it.
+    env: Arc<Environment>,
 }
 
 impl ApiClient {
+    /// A client of the API at `target`, in an empty environment.
     pub fn new(target: Target) -> Self {
-        ApiClient { target }
+        ApiClient {
+            target,
+            env: Arc::default(),
+        }
+    }
+
+    /// The same client in kresctl's environment `env`.
+    pub fn in_environment(self, env: Arc<Environment>) -> Self {
+        ApiClient { env, ..self }
+    }
+
+    /// The environment kresctl was started with.
+    pub fn environment(&self) -> &Environment {
+        &self.env
     }
 
     /// Send `request` and read the whole response, within [`REQUEST_TIMEOUT`] and
@@ -311,7 +328,7 @@ impl ApiClient {
             hyper::header::HeaderValue::from_str(&host)
                 .map_err(|e| ClientError::Invalid(e.to_string()))?,
         );
-        if let Some(token) = bearer_token()? {
+        if let Some(token) = bearer_token(&self.env)? {
             headers.insert(
                 hyper::header::AUTHORIZATION,
                 hyper::header::HeaderValue::from_str(&format!("Bearer {token}"))
@@ -320,13 +337,6 @@ impl ApiClient {
         }
         Ok(sender.send_request(request).await?)
     }
-}
-
-/// Whether kresctl has a bearer token of its own (the environment names a token file).
-pub fn has_token_file() -> bool {
-    [TOKEN_FILE_VAR, READ_ONLY_TOKEN_FILE_VAR]
-        .iter()
-        .any(|var| std::env::var_os(var).is_some_and(|p| !p.is_empty()))
 }
 
 /// What to do when the API cannot be reached: upstream's question whether the resolver runs,
@@ -371,14 +381,17 @@ pub fn connect_hint(path: Option<&Path>, error: &std::io::Error) -> String {
 }
 
 /// The bearer token the API asks of TCP clients, from the file `KRES_API_TOKEN_FILE` names
-/// (the admin token), else from the one `KRES_API_READ_ONLY_TOKEN_FILE` names.
-fn bearer_token() -> Result<Option<String>, ClientError> {
+/// in `env` (the admin token), else from the one `KRES_API_READ_ONLY_TOKEN_FILE` names.
+fn bearer_token(env: &Environment) -> Result<Option<String>, ClientError> {
     use std::io::Read;
-    let file = |var| std::env::var_os(var).filter(|p| !p.is_empty());
-    let Some(path) = file(TOKEN_FILE_VAR).or_else(|| file(READ_ONLY_TOKEN_FILE_VAR)) else {
+    let Some(path) = env
+        .token_file
+        .as_ref()
+        .or(env.read_only_token_file.as_ref())
+    else {
         return Ok(None);
     };
-    let path = PathBuf::from(path);
+    let path = path.clone();
     let mut text = String::new();
     std::fs::File::open(&path)
         .and_then(|f| f.take(4096).read_to_string(&mut text))

@@ -15,20 +15,22 @@ pub mod output;
 pub mod request;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 
 pub use cli::{completion_script, Cli};
 pub use output::to_yaml;
 
+use crate::environment::Environment;
 use cli::Command;
 use client::{ApiClient, ClientError, Target};
 use commands::exit_code;
 
 /// What `kresctl -V` says: our version, and the version of the kresd installed here (the one
-/// a daemon on this machine runs), from `kresd --version`.
-pub fn version_line() -> String {
-    let kresd = crate::manager::Executables::discover().kresd;
+/// a daemon on this machine runs), from `kresd --version`; `env` says where kresd is.
+pub fn version_line(env: &Environment) -> String {
+    let kresd = crate::manager::Executables::discover(env).kresd;
     match crate::manager::executables::kresd_version(&kresd) {
         Ok(version) => format!(
             "kresctl {} (kresd {version}, {})",
@@ -42,10 +44,13 @@ pub fn version_line() -> String {
 /// The default API socket when nothing else says where it is.
 pub const DEFAULT_SOCKET: &str = "/run/knot-resolver/kres-api.sock";
 
-pub fn main() -> ExitCode {
+/// Run kresctl's command line in the environment `env` it was started with.
+pub fn main(env: Environment) -> ExitCode {
+    let env = Arc::new(env);
     let cli = Cli::parse();
+    let exit_code = |result| exit_code(result, &env);
     if cli.version == cli::ShowVersion::Yes {
-        return commands::exit_code(output::println(&version_line()).map_err(ClientError::from));
+        return exit_code(output::println(&version_line(&env)).map_err(ClientError::from));
     }
     let command = match cli.command {
         // A command is required, as upstream's says: a usage error.
@@ -53,25 +58,31 @@ pub fn main() -> ExitCode {
             cli::print_help_to_stderr(None);
             return ExitCode::from(2);
         }
-        Some(Command::Convert(args)) => return exit_code(commands::convert::convert(&args)),
-        Some(Command::Migrate(args)) => return exit_code(commands::migrate::command(&args)),
+        Some(Command::Convert(args)) => {
+            return commands::exit_code(commands::convert::convert(&args, &env), &env)
+        }
+        Some(Command::Migrate(args)) => {
+            return commands::exit_code(commands::migrate::command(&args), &env)
+        }
         Some(Command::Completion {
             shell,
             bash,
             fish,
             args,
-        }) => return commands::completion(bash.0.or(fish.0).unwrap_or(shell), args.as_deref()),
+        }) => {
+            return commands::completion(bash.0.or(fish.0).unwrap_or(shell), args.as_deref(), &env)
+        }
         Some(Command::Api(command)) => command,
     };
-    if let Some(code) = commands::offline(&command) {
+    if let Some(code) = commands::offline(&command, &env) {
         return code;
     }
     let target = match Target::discover(cli.socket.as_deref(), cli.config.as_deref()) {
         Ok(t) => t,
         Err(e) => return exit_code(Err(e)),
     };
-    let client = ApiClient::new(target);
+    let client = ApiClient::new(target).in_environment(env.clone());
     crate::block_on("kresctl", async {
-        exit_code(commands::execute(&client, command).await)
+        commands::exit_code(commands::execute(&client, command).await, &env)
     })
 }

@@ -1,9 +1,13 @@
 //! Where the Knot Resolver programs are, and as whom they run. Upstream fixes the paths at
 //! build time under /usr/sbin; we look there first, then on `$PATH`, and accept explicit
 //! overrides through `KRES_KRESD_EXECUTABLE` / `KRES_CACHE_GC_EXECUTABLE` (read once at
-//! start-up). `run_as` is set by `knot-resolver --worker-user`.
+//! start-up, with the environment the children start from). `run_as` is set by
+//! `knot-resolver --worker-user`.
 
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
+
+use crate::environment::Environment;
 
 #[derive(Debug, Clone)]
 pub struct Executables {
@@ -12,28 +16,35 @@ pub struct Executables {
     /// The user every child runs as, when the daemon runs as root and was told to drop
     /// them to an unprivileged user; `None` runs them as ourselves.
     pub run_as: Option<supervisor::Credentials>,
+    /// The environment every child starts from: ours, without what belongs to our own
+    /// service manager (`NOTIFY_SOCKET`, `WATCHDOG_*`, `LISTEN_*`).
+    pub base_env: Vec<(OsString, OsString)>,
 }
 
 impl Executables {
-    pub fn discover() -> Self {
+    /// The programs `env` names or its `PATH` finds, run as ourselves, in `env`.
+    pub fn discover(env: &Environment) -> Self {
+        let path = env.path.as_deref();
         Executables {
-            kresd: find("KRES_KRESD_EXECUTABLE", "kresd"),
-            cache_gc: find("KRES_CACHE_GC_EXECUTABLE", "kres-cache-gc"),
+            kresd: find(env.kresd_executable.as_deref(), "kresd", path),
+            cache_gc: find(env.cache_gc_executable.as_deref(), "kres-cache-gc", path),
             run_as: None,
+            base_env: super::specs::child_base_env(env),
         }
     }
 }
 
-fn find(override_var: &str, program: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(override_var) {
-        return PathBuf::from(p);
+/// `given`, else `program` in /usr/sbin, else on `path`, else where /usr/sbin would have it.
+fn find(given: Option<&Path>, program: &str, path: Option<&OsStr>) -> PathBuf {
+    if let Some(p) = given {
+        return p.to_owned();
     }
     let default = Path::new("/usr/sbin").join(program);
     if default.exists() {
         return default;
     }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
+    if let Some(path) = path {
+        for dir in std::env::split_paths(path) {
             let candidate = dir.join(program);
             if candidate.is_file() {
                 return candidate;

@@ -5,18 +5,14 @@
 //! configuration published and the workers told what they share. The steps on processes are
 //! `processes`; the commands to running workers are `worker_control`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use supervisor::upward::UpwardNotifier;
-use supervisor::SupervisorHandle;
 use tokio::sync::watch;
 
-use super::listen::{SocketOwner, SocketTable};
 use super::plan::{self, ChangePlan, GcChange, Live, Restart, Roll, RulesChange, WorkerChange};
-use super::processes::{PreparedSockets, Processes};
-use super::{rundir, worker_control, ApplyError, Executables};
+use super::processes::{PreparedSockets, Processes, ProcessesSetup};
+use super::{rundir, worker_control, ApplyError};
 use crate::config::{KresConfig, LoadedConfig};
-use crate::events::EventLog;
 use crate::service::WorkerId;
 
 /// Remove the shared-memory files `roll` says are stale, where the workers of `cfg` open them.
@@ -41,17 +37,11 @@ pub struct Manager {
 impl Manager {
     /// A manager that knows no workers yet: [`Manager::cold_start`] starts them, or
     /// [`Manager::adopt`] learns them from the supervisor.
-    pub fn new(
-        supervisor: SupervisorHandle,
-        executables: Executables,
-        config: watch::Sender<Arc<LoadedConfig>>,
-        owner: SocketOwner,
-        sockets: Arc<Mutex<SocketTable>>,
-        upward: UpwardNotifier,
-        events: EventLog,
-    ) -> Self {
+    /// It acts on processes through `setup` and publishes the configuration it applies to
+    /// `config`.
+    pub fn new(setup: ProcessesSetup, config: watch::Sender<Arc<LoadedConfig>>) -> Self {
         Manager {
-            processes: Processes::new(supervisor, executables, owner, sockets, upward, events),
+            processes: Processes::new(setup),
             config,
             workers: Vec::new(),
         }

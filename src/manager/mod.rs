@@ -33,4 +33,6 @@ pub use error::{ApplyError, PolicyLoaderFailure};
 pub use executables::Executables;
 pub use executor::Manager;
 pub use handle::{ChangeError, ManagerHandle, Reloaded};
-pub use processes::{POLICY_LOADER_TIMEOUT, POLICY_LOADER_TIMEOUT_VAR};
+pub use processes::{
+    policy_loader_timeout, ProcessesSetup, POLICY_LOADER_TIMEOUT, POLICY_LOADER_TIMEOUT_VAR,
+};

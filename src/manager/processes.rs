@@ -28,7 +28,7 @@ use crate::service::{self, WorkerId};
 pub const POLICY_LOADER_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Environment variable overriding [`POLICY_LOADER_TIMEOUT`], in seconds.
-pub const POLICY_LOADER_TIMEOUT_VAR: &str = "KRES_POLICY_LOADER_TIMEOUT";
+pub use crate::environment::POLICY_LOADER_TIMEOUT_VAR;
 
 /// While a policy-loader runs, systemd is told every [`EXTEND_TIMEOUT_EVERY`] (the first
 /// time after [`EXTEND_TIMEOUT_AFTER`]) to wait [`EXTEND_TIMEOUT_BY`] longer.
@@ -36,14 +36,29 @@ const EXTEND_TIMEOUT_AFTER: Duration = Duration::from_millis(500);
 const EXTEND_TIMEOUT_EVERY: Duration = Duration::from_secs(10);
 const EXTEND_TIMEOUT_BY: Duration = Duration::from_secs(30);
 
-/// The policy-loader's time limit: [`POLICY_LOADER_TIMEOUT_VAR`] when set to a number of
-/// seconds, else [`POLICY_LOADER_TIMEOUT`]. Read once, when the manager is made.
-fn policy_loader_timeout_from_env() -> Duration {
-    std::env::var(POLICY_LOADER_TIMEOUT_VAR)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map(Duration::from_secs)
-        .unwrap_or(POLICY_LOADER_TIMEOUT)
+/// What the steps on processes act through and with, given whole to `Manager::new`.
+#[derive(Clone)]
+pub struct ProcessesSetup {
+    /// Where processes are started and watched.
+    pub supervisor: SupervisorHandle,
+    /// The programs, the user they run as and the environment they start from.
+    pub executables: Executables,
+    /// Who binds the listening sockets kresd accepts as descriptors.
+    pub owner: SocketOwner,
+    /// The daemon's listening sockets, shared with later incarnations of the manager.
+    pub sockets: Arc<Mutex<SocketTable>>,
+    /// The service manager above us (systemd).
+    pub upward: UpwardNotifier,
+    /// Where each policy-loader run is told.
+    pub events: EventLog,
+    /// How long the policy-loader may run: [`POLICY_LOADER_TIMEOUT_VAR`] when the
+    /// environment sets it to a number of seconds, else [`POLICY_LOADER_TIMEOUT`].
+    pub policy_loader_timeout: Duration,
+}
+
+/// The policy-loader's time limit `env` sets, else [`POLICY_LOADER_TIMEOUT`].
+pub fn policy_loader_timeout(env: &crate::environment::Environment) -> Duration {
+    env.policy_loader_timeout.unwrap_or(POLICY_LOADER_TIMEOUT)
 }
 
 /// Sockets bound for a configuration but not yet in the table, with the keys they serve.
@@ -72,23 +87,25 @@ pub struct Processes {
 }
 
 impl Processes {
-    /// Steps through `supervisor`, with specs of `executables`, sockets bound as `owner`
-    /// says into `sockets`; the policy-loader's time limit is read from the environment now.
-    pub fn new(
-        supervisor: SupervisorHandle,
-        executables: Executables,
-        owner: SocketOwner,
-        sockets: Arc<Mutex<SocketTable>>,
-        upward: UpwardNotifier,
-        events: EventLog,
-    ) -> Processes {
+    /// Steps through `setup`'s supervisor, with specs of its executables, sockets bound as
+    /// its owner says into its sockets.
+    pub fn new(setup: ProcessesSetup) -> Processes {
+        let ProcessesSetup {
+            supervisor,
+            executables,
+            owner,
+            sockets,
+            upward,
+            events,
+            policy_loader_timeout,
+        } = setup;
         Processes {
             supervisor,
             specs: Specs::new(executables),
             owner,
             sockets,
             upward,
-            policy_loader_timeout: policy_loader_timeout_from_env(),
+            policy_loader_timeout,
             events,
             rpz_loads: watch::Sender::new(RpzLoads::default()),
         }

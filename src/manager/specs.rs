@@ -10,6 +10,7 @@ use supervisor::command_line::{Arg, CommandLine};
 use supervisor::{Readiness, RestartPolicy, ServiceSpec};
 
 use crate::config::{KresConfig, LogLevel};
+use crate::environment::Environment;
 use crate::service::{self, ServiceKind, WorkerId};
 
 use super::Executables;
@@ -48,19 +49,14 @@ fn worker_backoff() -> supervisor::Backoff {
 /// Builds specs for one set of executables.
 #[derive(Debug, Clone)]
 pub struct Specs {
-    /// Paths of kresd and kres-cache-gc, and the user they run as.
+    /// Paths of kresd and kres-cache-gc, the user they run as and the environment they
+    /// start from.
     executables: Executables,
-    /// The environment every child starts from: ours, without what belongs to our own service
-    /// manager (`NOTIFY_SOCKET`, `WATCHDOG_*`, `LISTEN_*`).
-    base_env: Vec<(OsString, OsString)>,
 }
 
 impl Specs {
     pub fn new(executables: Executables) -> Specs {
-        Specs {
-            executables,
-            base_env: child_base_env(),
-        }
+        Specs { executables }
     }
 
     /// The user the children run as, when another than this process's.
@@ -75,7 +71,7 @@ impl Specs {
     }
 
     fn env_with(&self, extra: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
-        let mut env = self.base_env.clone();
+        let mut env = self.executables.base_env.clone();
         for (k, v) in extra {
             env.retain(|(key, _)| key != k);
             env.push((OsString::from(k), OsString::from(v)));
@@ -240,7 +236,7 @@ pub fn cache_gc_verbose(cfg: &KresConfig) -> bool {
 
 /// Where a new image of the daemon finds its state after an in-place upgrade
 /// (`daemon::upgrade`); never passed to a child.
-pub const UPGRADE_STATE_VAR: &str = "KRES_UPGRADE_STATE";
+pub use crate::environment::UPGRADE_STATE_VAR;
 
 /// The variables a spec adds to [`child_base_env`] (the root lets specs add no other).
 pub(crate) const ADDED_VARIABLES: &[&str] = &[INSTANCE_VAR, NO_LISTEN_VAR];
@@ -252,7 +248,7 @@ const INSTANCE_VAR: &str = "SYSTEMD_INSTANCE";
 const NO_LISTEN_VAR: &str = "KRESD_NO_LISTEN";
 
 /// Our environment minus what our own service manager meant for us alone.
-pub(crate) fn child_base_env() -> Vec<(OsString, OsString)> {
+pub(crate) fn child_base_env(env: &Environment) -> Vec<(OsString, OsString)> {
     const PRIVATE: &[&str] = &[
         "NOTIFY_SOCKET",
         "WATCHDOG_USEC",
@@ -262,7 +258,5 @@ pub(crate) fn child_base_env() -> Vec<(OsString, OsString)> {
         "LISTEN_FDNAMES",
         UPGRADE_STATE_VAR,
     ];
-    std::env::vars_os()
-        .filter(|(k, _)| !PRIVATE.iter().any(|p| k == p))
-        .collect()
+    env.vars_except(PRIVATE)
 }

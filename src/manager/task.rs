@@ -16,7 +16,7 @@ use super::listen::{SocketOwner, SocketTable};
 use super::plan::{ChangePlan, Restart, Stage};
 use super::repairs::{GaveUp, Repairs};
 use super::rpz_loads::{self, RpzLoads};
-use super::{ApplyError, Executables, Manager};
+use super::{ApplyError, Executables, Manager, ProcessesSetup};
 use crate::config::{self, LoadedConfig};
 use crate::events::{self, Cause, Event, EventLog, Origin};
 use crate::service;
@@ -29,6 +29,8 @@ pub struct ManagerContext {
     pub supervisor: SupervisorHandle,
     /// Where Knot Resolver's programs are, and as whom they run.
     pub executables: Executables,
+    /// How long the policy-loader may run.
+    pub policy_loader_timeout: std::time::Duration,
     /// The configuration files given on the command line and how they are validated (for
     /// reloads).
     pub source: config::ConfigSource,
@@ -61,16 +63,16 @@ pub struct ManagerContext {
 impl ManagerContext {
     /// A manager (an executor) over this context's supervisor, sockets and configuration.
     fn manager(&self) -> Manager {
-        Manager::new(
-            self.supervisor.clone(),
-            self.executables.clone(),
-            self.config.clone(),
-            self.socket_owner,
-            self.sockets.clone(),
-            self.upward.clone(),
-            self.events.clone(),
-        )
-        .with_rpz_loads(self.rpz_loads.clone())
+        let setup = ProcessesSetup {
+            supervisor: self.supervisor.clone(),
+            executables: self.executables.clone(),
+            owner: self.socket_owner,
+            sockets: self.sockets.clone(),
+            upward: self.upward.clone(),
+            events: self.events.clone(),
+            policy_loader_timeout: self.policy_loader_timeout,
+        };
+        Manager::new(setup, self.config.clone()).with_rpz_loads(self.rpz_loads.clone())
     }
 }
 
@@ -410,7 +412,9 @@ mod tests {
                     kresd: dir.join("no-kresd"),
                     cache_gc: dir.join("no-kres-cache-gc"),
                     run_as: None,
+                    base_env: Vec::new(),
                 },
+                policy_loader_timeout: crate::manager::POLICY_LOADER_TIMEOUT,
                 source: config::ConfigSource {
                     files: vec![dir.join("config.yaml")],
                     checks: config::PathChecks::Manager,

@@ -49,6 +49,7 @@ impl TsigKey {
         let key = tsig::Key::new(algorithm, &text.secret, key_name, None, None).map_err(|_| {
             KeyFileError::Secret {
                 line: text.secret_line,
+                flaw: xfr::SecretFlaw::Refused,
             }
         })?;
         Ok(TsigKey {
@@ -120,7 +121,7 @@ mod tests {
         );
         check(
             "key \"k\" {\n algorithm hmac-sha256;\n secret \"not base64!\";\n};",
-            "line 3: the secret is not valid base64",
+            "line 3: the secret is not valid base64 (character 3 is not in the base64 alphabet or is padding before the end)",
         );
         check(
             "key \"k\" {\n algorithm hmac-sha256\n secret \"YWJj\";\n};",

@@ -318,6 +318,43 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            failure_persistence: None,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(38),
+            ..Default::default()
+        })]
+
+        /// The zone-name check beside the DNS library's parser: over the characters a zone
+        /// name may hold, it accepts exactly the names `domain::base::Name` reads, as the same
+        /// name (the library has no error kinds to tell why, so the check names them itself).
+        #[test]
+        fn zone_names_are_what_the_dns_library_reads(
+            labels in proptest::collection::vec("[a-zA-Z0-9_*-]{0,70}", 1..8),
+            absolute in proptest::bool::ANY,
+            stretch in 0usize..5,
+        ) {
+            use std::str::FromStr;
+            // long names reach the 255-octet bound
+            let mut text = labels.join(".");
+            for _ in 0..stretch {
+                text = format!("{text}.{}", "x".repeat(60));
+            }
+            if absolute {
+                text.push('.');
+            }
+            let ours = zone_name(&text);
+            let library = domain::base::Name::<Vec<u8>>::from_str(&text);
+            match (&ours, &library) {
+                (Ok(name), Ok(read)) => {
+                    proptest::prop_assert_eq!(name, &format!("{read}.").to_ascii_lowercase());
+                }
+                (Err(_), Err(_)) => {}
+                _ => proptest::prop_assert!(false, "{text:?}: {ours:?} but {library:?}"),
+            }
+        }
+    }
+
     #[test]
     fn zone_names_are_lower_case_and_absolute() {
         assert_eq!(zone_name("Blocklist.RPZ").unwrap(), "blocklist.rpz.");

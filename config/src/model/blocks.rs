@@ -6,7 +6,7 @@ pub(super) use std::sync::Arc;
 pub(super) use serde::Deserialize;
 pub(super) use serde_json::{json, Map, Value};
 
-pub(super) use super::{LOGTARGET_ENV_VAR, WATCHDOG_AVAILABLE};
+pub(super) use super::WATCHDOG_AVAILABLE;
 pub(super) use crate::engine::{
     child_path, flat_union, Ctx, Default, Failure, Field, IntRange, ObjectDef, Ty,
 };

@@ -10,10 +10,10 @@ use super::blocks::*;
 pub enum LogTargetArg {
     /// The daemon's own `--logtarget` (it always has one: `stdout` by default).
     Given(LogTarget),
-    /// A tool's (`kresctl`), which has no such option: the text of [`LOGTARGET_ENV_VAR`] as
-    /// read, which upstream's manager sets from its `--logtarget` (see
-    /// [`LogTargetArg::from_env`]). Unset or empty: `stdout`; a text naming no target makes
-    /// `from-arg` invalid.
+    /// A tool's (`kresctl`), which has no such option: the text of [`crate::LOGTARGET_ENV_VAR`] as
+    /// read from the tool's environment, which upstream's manager sets from its
+    /// `--logtarget`. Unset or empty: `stdout`; a text naming no target makes `from-arg`
+    /// invalid.
     Environment(Option<String>),
 }
 
@@ -25,11 +25,6 @@ impl std::default::Default for LogTargetArg {
 }
 
 impl LogTargetArg {
-    /// A tool's: [`LOGTARGET_ENV_VAR`] read now, from this process's environment.
-    pub fn from_env() -> Self {
-        LogTargetArg::Environment(std::env::var(LOGTARGET_ENV_VAR).ok())
-    }
-
     /// The target's text (maybe naming no target).
     fn text(&self) -> &str {
         match self {

@@ -1,10 +1,11 @@
 //! A direct reader for the plain block form most configurations are written in: block mappings
 //! and sequences, single-line plain and quoted scalars, literal block scalars (`|`, `|-`) and
 //! comments, in printable ASCII. It gives exactly the value the full YAML reader
-//! ([`super::parse_yaml`]) gives, or nothing: at anything else (flow collections, anchors,
-//! tags, multi-line plain or quoted scalars, folded or indented-indicator block scalars, tabs,
-//! duplicate or non-text keys, document markers, documents past the size bounds) it gives up
-//! and the full reader, with its error messages, reads the document from the start.
+//! ([`super::parse_yaml`]) gives, or declines and says why ([`BlockDeclined`]): at anything
+//! else (flow collections, anchors, tags, multi-line plain or quoted scalars, folded or
+//! indented-indicator block scalars, tabs, duplicate or non-text keys, document markers,
+//! documents past the size bounds) it gives up and the full reader, with its error messages,
+//! reads the document from the start.
 //!
 //! It exists for size: a configuration of 100,000 addresses and 100,000 records (7.6 MB) takes
 //! the full reader ~145 ms (its scanner goes character by character through the records'
@@ -25,18 +26,42 @@ const MAX_BLOCK_DEPTH: usize = 64;
 /// reader.
 const MAX_KEY: usize = 1000;
 
-/// The document's value, or `None` when it is not in the plain block form (then the full
-/// reader decides).
-pub(super) fn read(text: &str) -> Option<Value> {
+/// Why the block reader left a document to the full reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockDeclined {
+    /// A byte that is neither printable ASCII nor a line feed (a tab, a carriage return, any
+    /// non-ASCII character).
+    NotPrintableAscii,
+    /// Nothing but blank lines and comments.
+    Empty,
+    /// The first line that carries structure is indented.
+    IndentedStart,
+    /// Something the plain block form does not have: a flow collection, an anchor, an alias,
+    /// a tag, a quoted or complex key, a multi-line scalar, an escape, a folded block scalar,
+    /// a document marker, a value that goes on past where its mapping ends.
+    Construct,
+    /// A mapping repeats a key (the full reader says where, as PyYAML does).
+    DuplicateKey,
+    /// A key the full reader takes as something else than text (`yes`, `1`, `null`).
+    NonTextKey,
+    /// Nested deeper than the block reader goes.
+    TooDeep,
+    /// Past the size bounds, which the full reader reports.
+    OverBudget,
+}
+
+/// The document's value, or why it is not in the plain block form (then the full reader
+/// decides).
+pub(super) fn read(text: &str) -> Result<Value, BlockDeclined> {
     read_sections(text, None)
 }
 
 /// Like [`read`], but only the values of the top-level keys in `wanted` (when given) are made;
 /// the others are read for their form alone (whether the full reader would accept them is
 /// left to whoever reads the whole document).
-pub(super) fn read_sections(text: &str, wanted: Option<&[&str]>) -> Option<Value> {
+pub(super) fn read_sections(text: &str, wanted: Option<&[&str]>) -> Result<Value, BlockDeclined> {
     if !printable_ascii(text.as_bytes()) {
-        return None;
+        return Err(BlockDeclined::NotPrintableAscii);
     }
     let mut reader = Reader {
         text,
@@ -46,122 +71,20 @@ pub(super) fn read_sections(text: &str, wanted: Option<&[&str]>) -> Option<Value
         wanted,
         skipping: false,
         peeked: None,
+        declined: None,
     };
-    let first = reader.peek()?;
+    let first = reader.peek().ok_or(BlockDeclined::Empty)?;
     if first.indent != 0 {
-        return None;
+        return Err(BlockDeclined::IndentedStart);
     }
-    let map = reader.mapping(0, 0)?;
+    let map = reader.mapping(0, 0);
+    let why = reader.declined.unwrap_or(BlockDeclined::Construct);
+    let map = map.ok_or(why)?;
     // The top-level mapping ends only where the text does.
     if reader.peek().is_some() {
-        return None;
+        return Err(BlockDeclined::Construct);
     }
-    Some(Value::Object(map))
-}
-
-/// The text of the top-level sections named in `wanted` (each once, in document order), cut
-/// out of a document in the plain block form by the lines at the left margin alone: the other
-/// sections are passed over, not read. Their form is left to whoever reads the whole
-/// document. `None` when the cut cannot be trusted to give exactly those sections, and the
-/// document is to be read instead:
-/// - a line at the margin that is not a comment, a sequence entry (`- `) or a plain text key
-///   of letters, digits, `-` and `_` followed by `:` (document markers, directives, quoted,
-///   complex or non-text keys, a document that is not a block mapping);
-/// - indented lines before the first key;
-/// - a wanted key given twice;
-/// - a quote or a flow bracket in a section passed over: a quoted scalar or a flow
-///   collection may go on past the margin (`a: "x` / `rundir: y"` is one scalar), and only
-///   there can a line at the margin not start a section;
-/// - a wanted section holding a quote or a flow bracket that does not read on its own: the
-///   scalar or collection it opens goes on past the margin;
-/// - an alias in a wanted section: its anchor may lie in a section passed over;
-/// - anything but ASCII, or a carriage return (YAML 1.1 breaks lines there too; other
-///   control characters are errors for whoever reads them).
-///
-/// What is passed over is a block value: its plain scalars end at the margin, and so do its
-/// block scalars. The text may hold keys besides the wanted ones (with no value): the reader
-/// keeps the wanted ones.
-pub(super) fn wanted_sections_text(text: &str, wanted: &[&str]) -> Option<String> {
-    let bytes = text.as_bytes();
-    // (the text is UTF-8: ASCII has no byte above 0x7f)
-    if !text.is_ascii() || memchr::memchr(b'\r', bytes).is_some() {
-        return None;
-    }
-    // Where each section starts, its key and whether it is wanted.
-    let mut starts: Vec<(usize, &str, bool)> = Vec::new();
-    let mut pos = 0;
-    for line in text.split_inclusive('\n') {
-        let at = pos;
-        pos += line.len();
-        let in_section = !starts.is_empty();
-        match line.as_bytes() {
-            [b'\n' | b'#', ..] => {}
-            [b' ', ..] if in_section => {}
-            [b'-'] | [b'-', b' ' | b'\n', ..] if in_section => {}
-            _ => {
-                let key = margin_key(line)?;
-                // a key read as anything but itself (`yes`, `1`) is left to the reader
-                if text_key(key).as_deref() != Some(key) {
-                    return None;
-                }
-                let is_wanted = wanted.contains(&key);
-                // (looked for only among the few wanted ones: a first repeat ends the cut)
-                if is_wanted && starts.iter().any(|&(_, k, w)| w && k == key) {
-                    return None;
-                }
-                starts.push((at, key, is_wanted));
-            }
-        }
-    }
-    let mut out = String::new();
-    for (i, &(start, _, is_wanted)) in starts.iter().enumerate() {
-        let next = starts.get(i + 1);
-        let end = next.map_or(bytes.len(), |n| n.0);
-        let section = &text[start..end];
-        if !is_wanted {
-            if has_flow_character(section.as_bytes()) {
-                return None;
-            }
-            continue;
-        }
-        // A quoted scalar or flow collection opened in a wanted section must close in it: one
-        // left open goes on past the margin (`rundir: "x` / `a: 1` / `logging: y"` is one
-        // scalar), and the section then reads alone as an error. Wanted sections are small.
-        if has_flow_character(section.as_bytes()) && super::parse_yaml(section).is_err() {
-            return None;
-        }
-        out.push_str(section);
-        if !section.ends_with('\n') {
-            out.push('\n');
-        }
-        // The section ends where the next one's key is, as in the whole document (a block
-        // scalar ends differently at the end of the text): a section passed over leaves its
-        // key with no value, which the reader of the text drops.
-        if let Some(&(_, key, false)) = next {
-            out.push_str(key);
-            out.push_str(":\n");
-        }
-    }
-    (!out.contains('*')).then_some(out)
-}
-
-/// The key of a line at the margin that starts a section (`key:` then a space or the line's
-/// end), letters, digits, `-` and `_` only.
-fn margin_key(line: &str) -> Option<&str> {
-    let line = line.strip_suffix('\n').unwrap_or(line);
-    let colon = line.find(':')?;
-    let key = &line[..colon];
-    let plain = !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    let ends = matches!(line.as_bytes().get(colon + 1), None | Some(b' '));
-    (plain && ends).then_some(key)
-}
-
-/// Whether `bytes` hold a quote or a flow bracket.
-fn has_flow_character(bytes: &[u8]) -> bool {
-    memchr::memchr3(b'"', b'\'', b'[', bytes).is_some() || memchr::memchr(b'{', bytes).is_some()
+    Ok(Value::Object(map))
 }
 
 /// Whether every byte is printable ASCII or a line feed: eight bytes a step (the build
@@ -219,6 +142,8 @@ struct Reader<'a> {
     skipping: bool,
     /// The last line `peek` found, and the `pos` it was found from.
     peeked: Option<(usize, Option<Line<'a>>)>,
+    /// Why the reading stopped, when it is more than a construct of another form.
+    declined: Option<BlockDeclined>,
 }
 
 impl<'a> Reader<'a> {
@@ -270,6 +195,12 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Stop reading, for `why`.
+    fn decline<T>(&mut self, why: BlockDeclined) -> Option<T> {
+        self.declined = Some(why);
+        None
+    }
+
     /// Count a node as the full reader does; `None` past its bounds (it reports them).
     fn spend(&mut self, size: Size) -> Option<()> {
         if self.skipping {
@@ -277,14 +208,16 @@ impl<'a> Reader<'a> {
         }
         self.spent.nodes += size.nodes;
         self.spent.bytes += size.bytes;
-        (self.spent.nodes <= MAX_EXPANDED_NODES && self.spent.bytes <= MAX_EXPANDED_BYTES)
-            .then_some(())
+        if self.spent.nodes > MAX_EXPANDED_NODES || self.spent.bytes > MAX_EXPANDED_BYTES {
+            return self.decline(BlockDeclined::OverBudget);
+        }
+        Some(())
     }
 
     /// A block mapping whose keys stand at `indent`.
     fn mapping(&mut self, indent: usize, depth: usize) -> Option<Map<String, Value>> {
         if depth > MAX_BLOCK_DEPTH {
-            return None;
+            return self.decline(BlockDeclined::TooDeep);
         }
         let mut map = Map::new();
         while let Some(line) = self.peek() {
@@ -303,7 +236,9 @@ impl<'a> Reader<'a> {
             if self.skipping {
                 self.value_of(rest, indent, depth)?;
             } else {
-                let key = text_key(key)?;
+                let Some(key) = text_key(key) else {
+                    return self.decline(BlockDeclined::NonTextKey);
+                };
                 self.spend(Size {
                     nodes: 1,
                     bytes: key.len(),
@@ -311,7 +246,7 @@ impl<'a> Reader<'a> {
                 })?;
                 let value = self.value_of(rest, indent, depth)?;
                 if map.insert(key, value).is_some() {
-                    return None;
+                    return self.decline(BlockDeclined::DuplicateKey);
                 }
             }
             self.skipping = outer;
@@ -359,7 +294,7 @@ impl<'a> Reader<'a> {
     /// A block sequence whose `-` stand at `indent`.
     fn sequence(&mut self, indent: usize, depth: usize) -> Option<Vec<Value>> {
         if depth > MAX_BLOCK_DEPTH {
-            return None;
+            return self.decline(BlockDeclined::TooDeep);
         }
         let mut items = Vec::new();
         while let Some(line) = self.peek() {
@@ -506,7 +441,7 @@ fn split_key(content: &str) -> Option<(&str, &str)> {
 }
 
 /// A key as the full reader takes it: only one that stays text (`yes`, `1`, `null` do not).
-fn text_key(key: &str) -> Option<String> {
+pub(super) fn text_key(key: &str) -> Option<String> {
     match resolve_scalar(key.to_owned(), TScalarStyle::Plain, None).ok()? {
         Value::String(s) => Some(s),
         _ => None,

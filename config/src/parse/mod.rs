@@ -2,19 +2,33 @@
 //! does it: JSON first, then YAML (YAML 1.1 scalar rules like PyYAML's `SafeLoader`), duplicate keys
 //! rejected in both, and several documents deep-merged with [`data_combine`].
 //!
+//! One module per reader, tried in this order ([`read`], [`read_sections`]):
+//! - `cut` (only some top-level sections wanted): the wanted sections cut out by the margin
+//!   and read alone ([`CutDeclined`] says why not);
+//! - `block` (the fast path of the full YAML reader for the plain block form): the document, or
+//!   why it is not in that form ([`BlockDeclined`]);
+//! - `json`: Python's `json`, duplicate keys noted by the reader itself;
+//! - `yaml`: PyYAML's `SafeLoader`, which reads every document or gives the error.
+//!
+//! The [`Route`] says which reader answered and why each faster one declined; `scalar`
+//! resolves YAML 1.1 scalars for both YAML readers.
+//!
 //! Everything here works on untrusted text, so nothing panics: every failure is a [`ParseError`].
 
-use std::collections::HashMap;
-use std::fmt;
-
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 mod block;
+mod cut;
+mod json;
+mod scalar;
+mod yaml;
 
 use super::engine::py_only_value;
-use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser, Tag};
-use yaml_rust2::scanner::{Marker, TScalarStyle};
+pub use block::BlockDeclined;
+pub use cut::CutDeclined;
+use json::{parse_json, JsonFailure};
+use scalar::{big_int, resolve_scalar, Sign};
+use yaml::{parse_yaml, Size, YamlFailure};
 
 /// Upper bound on the number of nodes an alias-heavy YAML document may expand to (a guard against
 /// "billion laughs" documents; PyYAML shares aliased objects, we copy them).
@@ -65,40 +79,100 @@ pub fn short(text: String) -> String {
     super::cut(text, MAX_QUOTED)
 }
 
+/// The readers a configuration text may be read by. The block reader is the fast path of
+/// the full YAML reader for the plain block form; JSON is tried before YAML, as upstream does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// `block`: the plain block form most configurations are written in.
+    Block,
+    /// `json`: Python's `json`.
+    Json,
+    /// `yaml`: PyYAML's `SafeLoader`; it reads every document, or says why not.
+    Yaml,
+}
+
+/// Why a reader left the text to the next one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Declined {
+    /// The wanted sections were not cut out of the text ([`parse_sections`] only).
+    Cut(CutDeclined),
+    /// The text is not in the plain block form.
+    Block(BlockDeclined),
+    /// The text is not JSON (`serde_json`'s message).
+    Json(String),
+}
+
+/// How a text was read: which reader gave the answer, and why each one tried before it did
+/// not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Whether only the wanted sections, cut out of the text, were read.
+    pub cut: bool,
+    /// Why the readers before it left the text, in the order they were tried.
+    pub declined: Vec<Declined>,
+    /// The reader whose value, or error, is the answer.
+    pub taken: Reader,
+}
+
 /// Parse text as JSON, and when it is not JSON, as YAML (upstream's `try_to_parse`).
 pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
+    read(text).0
+}
+
+/// [`parse_json_or_yaml`], with the route the text took.
+pub fn read(text: &str) -> (Result<Value, ParseError>, Route) {
+    let mut declined = Vec::new();
     // A document in the plain block form is never JSON (its first line is `key:`), and the
     // direct reader gives what the full YAML reader would.
-    if let Some(value) = block::read(text) {
-        return Ok(value);
+    match block::read(text) {
+        Ok(value) => return (Ok(value), route(declined, Reader::Block)),
+        Err(why) => declined.push(Declined::Block(why)),
     }
-    match parse_json(text) {
-        Ok(v) => Ok(v),
-        Err(JsonFailure::Duplicate(k)) => Err(ParseError::JsonDuplicateKey(short(k))),
-        // PyYAML skips a byte order mark at the start of the stream (JSON does not)
-        Err(JsonFailure::Syntax(json)) => parse_yaml(text.strip_prefix('\u{feff}').unwrap_or(text))
-            .map_err(|e| match e {
-                YamlFailure::Duplicate { line, column } => {
-                    let snippet = text
-                        .lines()
-                        .nth(line.saturating_sub(1))
-                        .unwrap_or_default()
-                        .chars()
-                        .take(75)
-                        .collect();
-                    ParseError::YamlDuplicateKey {
-                        line,
-                        column,
-                        snippet,
-                        caret: '^',
-                    }
-                }
-                YamlFailure::Other(yaml) => ParseError::NeitherJsonNorYaml {
-                    json: short(json),
-                    yaml: short(yaml),
-                },
-            }),
+    let (result, taken) = json_then_yaml(text, &mut declined);
+    (result, route(declined, taken))
+}
+
+fn route(declined: Vec<Declined>, taken: Reader) -> Route {
+    Route {
+        cut: false,
+        declined,
+        taken,
     }
+}
+
+/// The JSON reader's answer, or, when the text is not JSON, the full YAML reader's.
+fn json_then_yaml(text: &str, declined: &mut Vec<Declined>) -> (Result<Value, ParseError>, Reader) {
+    let json = match parse_json(text) {
+        Ok(v) => return (Ok(v), Reader::Json),
+        Err(JsonFailure::Duplicate(k)) => {
+            return (Err(ParseError::JsonDuplicateKey(short(k))), Reader::Json)
+        }
+        Err(JsonFailure::Syntax(json)) => json,
+    };
+    declined.push(Declined::Json(json.clone()));
+    // PyYAML skips a byte order mark at the start of the stream (JSON does not)
+    let yaml = parse_yaml(text.strip_prefix('\u{feff}').unwrap_or(text)).map_err(|e| match e {
+        YamlFailure::Duplicate { line, column } => {
+            let snippet = text
+                .lines()
+                .nth(line.saturating_sub(1))
+                .unwrap_or_default()
+                .chars()
+                .take(75)
+                .collect();
+            ParseError::YamlDuplicateKey {
+                line,
+                column,
+                snippet,
+                caret: '^',
+            }
+        }
+        YamlFailure::Other(yaml) => ParseError::NeitherJsonNorYaml {
+            json: short(json),
+            yaml: short(yaml),
+        },
+    });
+    (yaml, Reader::Yaml)
 }
 
 /// Like [`parse_json_or_yaml`], but only the top-level keys in `wanted` are kept (a document
@@ -107,28 +181,39 @@ pub fn parse_json_or_yaml(text: &str) -> Result<Value, ParseError> {
 /// their form. A syntax error is reported when it lies in a wanted section, or when the
 /// document is read whole.
 pub fn parse_sections(text: &str, wanted: &[&str]) -> Result<Value, ParseError> {
-    if let Some(part) = block::wanted_sections_text(text, wanted) {
-        // The wanted sections alone, as a document of their own; when they do not read so,
-        // the whole document is read, for its own error and line numbers.
-        match parse_json_or_yaml(&part) {
-            Ok(Value::Object(mut m)) => {
-                m.retain(|k, _| wanted.contains(&k.as_str()));
-                return Ok(Value::Object(m));
-            }
-            Ok(Value::Null) => return Ok(Value::Object(Map::new())),
-            _ => {}
-        }
-    }
-    if let Some(value) = block::read_sections(text, Some(wanted)) {
-        return Ok(value);
-    }
-    Ok(match parse_json_or_yaml(text)? {
+    read_sections(text, wanted).0
+}
+
+/// [`parse_sections`], with the route the text took.
+pub fn read_sections(text: &str, wanted: &[&str]) -> (Result<Value, ParseError>, Route) {
+    let keep_wanted = |v: Value| match v {
         Value::Object(mut m) => {
             m.retain(|k, _| wanted.contains(&k.as_str()));
             Value::Object(m)
         }
         other => other,
-    })
+    };
+    let mut declined = Vec::new();
+    match cut::wanted_sections_text(text, wanted) {
+        // The wanted sections alone, as a document of their own; when they do not read so,
+        // the whole document is read, for its own error and line numbers.
+        Ok(part) => match read(&part) {
+            (Ok(v @ Value::Object(_)), route) => {
+                return (Ok(keep_wanted(v)), Route { cut: true, ..route })
+            }
+            (Ok(Value::Null), route) => {
+                return (Ok(Value::Object(Map::new())), Route { cut: true, ..route })
+            }
+            _ => declined.push(Declined::Cut(CutDeclined::Unreadable)),
+        },
+        Err(why) => declined.push(Declined::Cut(why)),
+    }
+    match block::read_sections(text, Some(wanted)) {
+        Ok(value) => return (Ok(value), route(declined, Reader::Block)),
+        Err(why) => declined.push(Declined::Block(why)),
+    }
+    let (result, taken) = json_then_yaml(text, &mut declined);
+    (result.map(keep_wanted), route(declined, taken))
 }
 
 /// Parse TOML text into the same JSON data model.
@@ -192,1083 +277,9 @@ pub fn kind_name(v: &Value) -> &'static str {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// JSON with duplicate-key detection
-
-enum JsonFailure {
-    Syntax(String),
-    Duplicate(String),
-}
-
-const DUP_PREFIX: &str = "\u{0}duplicate key: ";
-
-struct DupChecked(Value);
-
-impl<'de> Deserialize<'de> for DupChecked {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(DupVisitor).map(DupChecked)
-    }
-}
-
-struct DupVisitor;
-
-impl<'de> Visitor<'de> for DupVisitor {
-    type Value = Value;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut out = Vec::new();
-        while let Some(DupChecked(v)) = seq.next_element()? {
-            out.push(v);
-        }
-        Ok(Value::Array(out))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let DupChecked(v) = map.next_value()?;
-            if out.contains_key(&key) {
-                return Err(de::Error::custom(format!("{DUP_PREFIX}{key}")));
-            }
-            out.insert(key, v);
-        }
-        Ok(Value::Object(out))
-    }
-}
-
-/// Python's `json` also reads `NaN`, `Infinity`, `-Infinity` and integers of any size, which
-/// `serde_json` does not: outside strings, they are rewritten as marked strings before parsing
-/// (`None` when there are none) and turned into Python-only stand-ins afterwards.
-fn mark_python_json_tokens(text: &str) -> Option<String> {
-    let b = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut changed = false;
-    let mut i = 0;
-    let mut copied = 0;
-    while i < b.len() {
-        match b[i] {
-            b'"' => {
-                i += 1;
-                while i < b.len() && b[i] != b'"' {
-                    i += if b[i] == b'\\' { 2 } else { 1 };
-                }
-                i += 1;
-            }
-            b'N' | b'I' | b'-' | b'0'..=b'9' => {
-                let start = i;
-                let neg = b[i] == b'-';
-                let body = if neg { i + 1 } else { i };
-                let word = |w: &str| text.get(body..).is_some_and(|t| t.starts_with(w));
-                let marked = if word("NaN") && !neg {
-                    i = body + 3;
-                    Some("float:nan".to_owned())
-                } else if word("Infinity") {
-                    i = body + 8;
-                    Some(format!("float:{}inf", if neg { "-" } else { "" }))
-                } else {
-                    i = body;
-                    while i < b.len()
-                        && matches!(b[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
-                    {
-                        i += 1;
-                    }
-                    let lit = &text[start..i];
-                    let integer = i > body && text[body..i].bytes().all(|c| c.is_ascii_digit());
-                    let fits = lit.parse::<i64>().is_ok() || lit.parse::<u64>().is_ok();
-                    (integer && !fits).then(|| format!("int:{lit}"))
-                };
-                if let Some(m) = marked {
-                    out.push_str(&text[copied..start]);
-                    out.push_str(&format!("\"\\u0000py-json:{m}\""));
-                    copied = i;
-                    changed = true;
-                }
-                if i == start {
-                    i += 1;
-                }
-            }
-            _ => i += 1,
-        }
-    }
-    changed.then(|| {
-        out.push_str(&text[copied.min(text.len())..]);
-        out
-    })
-}
-
-/// Replace the strings marked by [`mark_python_json_tokens`] with Python-only stand-ins.
-fn unmark_python_json_tokens(v: &mut Value) {
-    match v {
-        Value::String(s) => {
-            if let Some(m) = s.strip_prefix("\u{0}py-json:") {
-                *v = match m.split_once(':') {
-                    Some(("int", d)) => match d.strip_prefix('-') {
-                        Some(digits) => big_int(Sign::Minus, digits.trim_start_matches('-')),
-                        None => big_int(Sign::Plus, d),
-                    },
-                    Some((_, f)) => py_only_value("float", Value::String(f.to_owned())),
-                    None => return,
-                };
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(unmark_python_json_tokens),
-        Value::Object(o) => o.values_mut().for_each(unmark_python_json_tokens),
-        _ => {}
-    }
-}
-
-fn parse_json(text: &str) -> Result<Value, JsonFailure> {
-    let marked = mark_python_json_tokens(text);
-    let mut de = serde_json::Deserializer::from_str(marked.as_deref().unwrap_or(text));
-    let parsed = DupChecked::deserialize(&mut de)
-        .and_then(|v| de.end().map(|()| v.0))
-        .map(|mut v| {
-            if marked.is_some() {
-                unmark_python_json_tokens(&mut v);
-            }
-            v
-        });
-    parsed.map_err(|e| {
-        let msg = e.to_string();
-        match msg.strip_prefix(DUP_PREFIX) {
-            Some(rest) => {
-                // serde_json appends " at line X column Y"
-                let key = rest.rsplit_once(" at line ").map_or(rest, |(k, _)| k);
-                JsonFailure::Duplicate(key.to_owned())
-            }
-            None => JsonFailure::Syntax(msg),
-        }
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// YAML (1.1 scalar resolution, like PyYAML's SafeLoader)
-
-enum YamlFailure {
-    Duplicate { line: usize, column: usize },
-    Other(String),
-}
-
-/// How big a finished node is: what an alias of it adds to the document.
-#[derive(Debug, Clone, Copy, Default)]
-struct Size {
-    nodes: usize,
-    /// Bytes of its scalars (strings by length, other scalars by a small constant).
-    bytes: usize,
-    /// Collection levels: 0 for a scalar.
-    height: usize,
-}
-
-impl Size {
-    /// The size of a resolved scalar (a Python-only value is a small mapping).
-    fn of_scalar(v: &Value) -> Size {
-        match v {
-            Value::String(s) => Size {
-                nodes: 1,
-                bytes: s.len(),
-                height: 0,
-            },
-            Value::Object(o) => Size {
-                nodes: 1 + o.len(),
-                bytes: o
-                    .iter()
-                    .map(|(k, v)| k.len() + v.as_str().map_or(8, str::len))
-                    .sum(),
-                height: 1,
-            },
-            _ => Size {
-                nodes: 1,
-                bytes: 8,
-                height: 0,
-            },
-        }
-    }
-
-    /// Add a child.
-    fn add(&mut self, child: Size) {
-        self.nodes += child.nodes;
-        self.bytes += child.bytes;
-        self.height = self.height.max(child.height);
-    }
-}
-
-/// A mapping key as Python compares keys: `1`, `1.0` and `True` are the same key.
-#[derive(Debug, PartialEq, Eq, Hash)]
-enum KeyForm {
-    Number(u64),
-    NaN,
-    Null,
-    Text(String),
-    Other(String),
-}
-
-impl KeyForm {
-    fn of(v: &Value) -> KeyForm {
-        let num = match v {
-            Value::Number(n) => n.as_f64(),
-            Value::Bool(b) => Some(if *b { 1.0 } else { 0.0 }),
-            _ => None,
-        };
-        match (num, v) {
-            // NaN equals nothing, itself included: it never makes a duplicate, but it must
-            // not collide with another key form either (each NaN is told apart by the caller).
-            (Some(x), _) if x.is_nan() => KeyForm::NaN,
-            (Some(x), _) => KeyForm::Number(if x == 0.0 { 0 } else { x.to_bits() }),
-            (None, Value::Null) => KeyForm::Null,
-            (None, Value::String(s)) => KeyForm::Text(s.clone()),
-            (None, other) => KeyForm::Other(other.to_string()),
-        }
-    }
-}
-
-/// A node under construction.
-enum Frame {
-    Seq {
-        items: Vec<Value>,
-        anchor: usize,
-        size: Size,
-    },
-    Map {
-        map: Map<String, Value>,
-        anchor: usize,
-        size: Size,
-        pending_key: Option<(String, Marker)>,
-        /// The keys in order, kept for a `!!set` only (it is made of them).
-        keys: Vec<Value>,
-        /// The keys other than text as Python compares them, to find a duplicate in constant
-        /// time (a text key is found in `map`).
-        seen: std::collections::HashSet<KeyForm>,
-        /// A `!!set` (a mapping whose keys are the items).
-        set: bool,
-    },
-}
-
-struct Builder {
-    stack: Vec<Frame>,
-    anchors: HashMap<usize, (Value, Size)>,
-    documents: Vec<Value>,
-    error: Option<YamlFailure>,
-    /// Nodes and scalar bytes of the document so far, aliases expanded.
-    expanded: Size,
-}
-
-impl Builder {
-    fn fail(&mut self, e: YamlFailure) {
-        if self.error.is_none() {
-            self.error = Some(e);
-        }
-    }
-
-    /// Count a node into the document's budget; false (and the error set) past a bound.
-    fn spend(&mut self, size: Size) -> bool {
-        self.expanded.nodes += size.nodes;
-        self.expanded.bytes += size.bytes;
-        if self.expanded.nodes > MAX_EXPANDED_NODES {
-            self.fail(YamlFailure::Other(format!(
-                "document expands to more than {MAX_EXPANDED_NODES} nodes through aliases"
-            )));
-            return false;
-        }
-        if self.expanded.bytes > MAX_EXPANDED_BYTES {
-            self.fail(YamlFailure::Other(format!(
-                "document expands to more than {MAX_EXPANDED_BYTES} bytes through aliases"
-            )));
-            return false;
-        }
-        true
-    }
-
-    /// Attach a finished node of `size`.
-    fn push_node(&mut self, value: Value, size: Size, mark: Marker) {
-        if let Some(Frame::Seq { size: parent, .. } | Frame::Map { size: parent, .. }) =
-            self.stack.last_mut()
-        {
-            parent.add(size);
-        }
-        match self.stack.last_mut() {
-            None => self.documents.push(value),
-            Some(Frame::Seq { items, .. }) => items.push(value),
-            Some(Frame::Map {
-                map,
-                pending_key,
-                keys,
-                seen,
-                set,
-                ..
-            }) => match pending_key.take() {
-                None => {
-                    let key = match &value {
-                        Value::String(s) => s.clone(),
-                        Value::Number(n) => n.to_string(),
-                        Value::Bool(b) => if *b { "True" } else { "False" }.to_owned(),
-                        Value::Null => "None".to_owned(),
-                        Value::Array(_) | Value::Object(_) => {
-                            let msg = format!(
-                                "while constructing a mapping: found unacceptable key (unhashable type) at line {} column {}",
-                                mark.line(),
-                                mark.col() + 1
-                            );
-                            self.fail(YamlFailure::Other(msg));
-                            return;
-                        }
-                    };
-                    // Python's `key in mapping`: 1 == 1.0 == True, so compare the resolved values.
-                    // A text key is its own map key: the map alone tells whether it was seen.
-                    let dup = map.contains_key(&key)
-                        || match &value {
-                            Value::String(_) => false,
-                            other => match KeyForm::of(other) {
-                                KeyForm::NaN => false,
-                                form => !seen.insert(form),
-                            },
-                        };
-                    if dup {
-                        self.fail(YamlFailure::Duplicate {
-                            line: mark.line(),
-                            column: mark.col() + 1,
-                        });
-                        return;
-                    }
-                    if *set {
-                        keys.push(value);
-                    }
-                    *pending_key = Some((key, mark));
-                }
-                Some((key, _)) => {
-                    map.insert(key, value);
-                }
-            },
-        }
-    }
-}
-
-impl Builder {
-    /// An alias: a copy of its anchor's node, counted into the budget before it is made.
-    fn on_alias(&mut self, id: usize, mark: Marker) {
-        let Some((_, size)) = self.anchors.get(&id) else {
-            self.fail(YamlFailure::Other(format!(
-                "found undefined alias at line {}",
-                mark.line()
-            )));
-            return;
-        };
-        let size = *size;
-        // Checked before the copy is made: the copy itself is what must not grow.
-        if self.stack.len() + size.height > MAX_DEPTH {
-            self.fail(YamlFailure::Other(format!(
-                "collections nest deeper than {MAX_DEPTH} levels through an alias at line {}",
-                mark.line()
-            )));
-            return;
-        }
-        if !self.spend(size) {
-            return;
-        }
-        let v = self
-            .anchors
-            .get(&id)
-            .map(|(v, _)| v.clone())
-            .unwrap_or_default();
-        self.push_node(v, size, mark);
-    }
-
-    /// A scalar, resolved as PyYAML's `SafeLoader` would.
-    fn on_scalar(
-        &mut self,
-        text: String,
-        style: TScalarStyle,
-        anchor: usize,
-        tag: Option<&Tag>,
-        mark: Marker,
-    ) {
-        match resolve_scalar(text, style, tag) {
-            Ok(v) => {
-                let size = Size::of_scalar(&v);
-                if !self.spend(size) {
-                    return;
-                }
-                if anchor > 0 {
-                    self.anchors.insert(anchor, (v.clone(), size));
-                }
-                self.push_node(v, size, mark);
-            }
-            Err(msg) => self.fail(YamlFailure::Other(format!(
-                "{msg} at line {} column {}",
-                mark.line(),
-                mark.col() + 1
-            ))),
-        }
-    }
-
-    /// A collection opens as `frame`, unless it would nest deeper than [`MAX_DEPTH`] or its
-    /// tag is `refused` (why).
-    fn open(&mut self, refused: Option<String>, frame: Frame) {
-        if self.stack.len() >= MAX_DEPTH {
-            self.fail(YamlFailure::Other(format!(
-                "collections nest deeper than {MAX_DEPTH} levels"
-            )));
-            return;
-        }
-        if let Some(msg) = refused {
-            self.fail(YamlFailure::Other(msg));
-            return;
-        }
-        self.stack.push(frame);
-    }
-
-    /// A sequence opens.
-    fn on_sequence_start(&mut self, anchor: usize, tag: Option<&Tag>) {
-        let frame = Frame::Seq {
-            items: Vec::new(),
-            anchor,
-            size: Size::default(),
-        };
-        self.open(check_collection_tag(tag, "seq"), frame);
-    }
-
-    /// A mapping (or a `!!set`) opens.
-    fn on_mapping_start(&mut self, anchor: usize, tag: Option<&Tag>) {
-        let set = tag.is_some_and(|t| t.handle == CORE_TAG && t.suffix == "set");
-        let frame = Frame::Map {
-            map: Map::new(),
-            anchor,
-            size: Size::default(),
-            pending_key: None,
-            keys: Vec::new(),
-            seen: Default::default(),
-            set,
-        };
-        self.open(check_collection_tag(tag, "map").filter(|_| !set), frame);
-    }
-
-    /// The innermost collection closes: it becomes a node of its parent (and its anchor's).
-    fn on_collection_end(&mut self, mark: Marker) {
-        let (value, anchor, inner) = match self.stack.pop() {
-            Some(Frame::Seq {
-                items,
-                anchor,
-                size,
-            }) => (Value::Array(items), anchor, size),
-            Some(Frame::Map {
-                keys,
-                anchor,
-                size,
-                set: true,
-                ..
-            }) => (py_only_value("set", Value::Array(keys)), anchor, size),
-            Some(Frame::Map {
-                map, anchor, size, ..
-            }) => (Value::Object(map), anchor, size),
-            None => {
-                self.fail(YamlFailure::Other("unbalanced collection end".into()));
-                return;
-            }
-        };
-        let size = Size {
-            nodes: inner.nodes + 1,
-            bytes: inner.bytes,
-            height: inner.height + 1,
-        };
-        if !self.spend(Size {
-            nodes: 1,
-            bytes: 0,
-            height: 0,
-        }) {
-            return;
-        }
-        if anchor > 0 {
-            self.anchors.insert(anchor, (value.clone(), size));
-        }
-        self.push_node(value, size, mark);
-    }
-}
-
-impl MarkedEventReceiver for Builder {
-    fn on_event(&mut self, ev: Event, mark: Marker) {
-        if self.error.is_some() {
-            return;
-        }
-        match ev {
-            Event::Nothing
-            | Event::StreamStart
-            | Event::StreamEnd
-            | Event::DocumentStart
-            | Event::DocumentEnd => {}
-            Event::Alias(id) => self.on_alias(id, mark),
-            Event::Scalar(text, style, anchor, tag) => {
-                self.on_scalar(text, style, anchor, tag.as_ref(), mark)
-            }
-            Event::SequenceStart(anchor, tag) => self.on_sequence_start(anchor, tag.as_ref()),
-            Event::MappingStart(anchor, tag) => self.on_mapping_start(anchor, tag.as_ref()),
-            Event::SequenceEnd | Event::MappingEnd => self.on_collection_end(mark),
-        }
-    }
-}
-
-const CORE_TAG: &str = "tag:yaml.org,2002:";
-
-fn check_collection_tag(tag: Option<&Tag>, expected: &str) -> Option<String> {
-    let tag = tag?;
-    if tag.handle == CORE_TAG && tag.suffix == expected {
-        return None;
-    }
-    Some(format!(
-        "could not determine a constructor for the tag '{}{}'",
-        tag.handle, tag.suffix
-    ))
-}
-
-/// The scalar `text` as its tag, or as YAML 1.1's implicit resolution, says (taken whole when
-/// it stays a string).
-fn resolve_scalar(text: String, style: TScalarStyle, tag: Option<&Tag>) -> Result<Value, String> {
-    if let Some(tag) = tag {
-        let text = text.as_str();
-        if tag.handle == "!" && tag.suffix.is_empty() {
-            return Ok(Value::String(text.to_owned()));
-        }
-        if tag.handle != CORE_TAG {
-            return Err(format!(
-                "could not determine a constructor for the tag '{}{}'",
-                tag.handle, tag.suffix
-            ));
-        }
-        return match tag.suffix.as_str() {
-            "str" => Ok(Value::String(text.to_owned())),
-            "null" => Ok(Value::Null),
-            "bool" => yaml_bool(text)
-                .map(Value::Bool)
-                .ok_or_else(|| format!("invalid boolean '{text}'")),
-            "int" => yaml_int(text).ok_or_else(|| format!("invalid integer '{text}'")),
-            "timestamp" => yaml_timestamp(text)
-                .map(|class| py_only_value(class, Value::String(text.to_owned())))
-                .ok_or_else(|| format!("invalid timestamp '{text}'")),
-            "binary" => base64_decode(text)
-                .map(|bytes| py_only_value("bytes", Value::String(py_bytes_repr(&bytes))))
-                .ok_or_else(|| format!("failed to convert base64 data: '{text}'")),
-            "float" => yaml_float(text)
-                .or_else(|| yaml_int(text))
-                .ok_or_else(|| format!("invalid float '{text}'")),
-            other => Err(format!(
-                "could not determine a constructor for the tag '{CORE_TAG}{other}'"
-            )),
-        };
-    }
-    if style != TScalarStyle::Plain {
-        return Ok(Value::String(text));
-    }
-    // Every implicit type but text (null, booleans, numbers, timestamps, `.inf`, `<<`, `=`)
-    // starts with a sign, a digit, a dot, one of these letters or a symbol: most names and
-    // words are text at once.
-    if text
-        .as_bytes()
-        .first()
-        .is_some_and(|c| c.is_ascii_alphabetic() && !b"nNtTfFyYoO".contains(c))
-    {
-        return Ok(Value::String(text));
-    }
-    if text == "<<" {
-        // PyYAML resolves `<<` to the merge tag, which upstream's loader cannot construct
-        return Err(format!(
-            "could not determine a constructor for the tag '{CORE_TAG}merge'"
-        ));
-    }
-    if text == "=" {
-        // likewise the YAML 1.1 value tag
-        return Err(format!(
-            "could not determine a constructor for the tag '{CORE_TAG}value'"
-        ));
-    }
-    if matches!(text.as_str(), "" | "~" | "null" | "Null" | "NULL") {
-        return Ok(Value::Null);
-    }
-    if let Some(b) = yaml_bool(&text) {
-        return Ok(Value::Bool(b));
-    }
-    if let Some(class) = yaml_timestamp(&text) {
-        return Ok(py_only_value(class, Value::String(text)));
-    }
-    if let Some(v) = yaml_int(&text) {
-        return Ok(v);
-    }
-    if let Some(v) = yaml_float(&text) {
-        return Ok(v);
-    }
-    Ok(Value::String(text))
-}
-
-/// Standard base64 (whitespace ignored, padding optional), for `!!binary`.
-pub(super) fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in text
-        .bytes()
-        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
-    {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push(u8::try_from(acc >> bits).unwrap_or(0));
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
-}
-
-/// Python's `str(bytes)`: `b'…'` with non-printable bytes escaped.
-fn py_bytes_repr(bytes: &[u8]) -> String {
-    let quote = if bytes.contains(&b'\'') && !bytes.contains(&b'"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = format!("b{quote}");
-    for &b in bytes {
-        match b {
-            b'\\' => out.push_str("\\\\"),
-            b'\t' => out.push_str("\\t"),
-            b'\n' => out.push_str("\\n"),
-            b'\r' => out.push_str("\\r"),
-            _ if char::from(b) == quote => {
-                out.push('\\');
-                out.push(quote);
-            }
-            0x20..=0x7e => out.push(char::from(b)),
-            _ => out.push_str(&format!("\\x{b:02x}")),
-        }
-    }
-    out.push(quote);
-    out
-}
-
-/// PyYAML's YAML 1.1 timestamp resolver: `yyyy-mm-dd` is a date, with a time part a datetime
-/// (the class name of the Python value).
-fn yaml_timestamp(t: &str) -> Option<&'static str> {
-    // `s` is 1 to `max` ASCII digits (exactly `max` when `exact`)
-    let num = |s: &str, max: usize, exact: bool| {
-        let len_ok = if exact {
-            s.len() == max
-        } else {
-            (1..=max).contains(&s.len())
-        };
-        len_ok && s.bytes().all(|c| c.is_ascii_digit())
-    };
-    let b = t.as_bytes();
-    // both forms start with a four-digit year and a dash
-    if b.len() < 5 || !b[..4].iter().all(u8::is_ascii_digit) || b[4] != b'-' {
-        return None;
-    }
-    if b.len() == 10
-        && b[4] == b'-'
-        && b[7] == b'-'
-        && num(&t[..4], 4, true)
-        && num(&t[5..7], 2, true)
-        && num(&t[8..], 2, true)
-    {
-        return Some("datetime.date");
-    }
-    // [0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}(\.[0-9]*)?
-    //   ([ \t]*(Z|[-+][0-9]{1,2}(:[0-9]{2})?))?
-    let (date, rest) = t.split_at(t.find(['T', 't', ' ', '\t'])?);
-    let date: Vec<&str> = date.split('-').collect();
-    let date_ok =
-        matches!(date[..], [y, m, d] if num(y, 4, true) && num(m, 2, false) && num(d, 2, false));
-    let rest = match rest.strip_prefix(['T', 't']) {
-        Some(r) => r,
-        None => rest.trim_start_matches([' ', '\t']),
-    };
-    let time_end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == ':' || c == '.'))
-        .unwrap_or(rest.len());
-    let (time, zone) = rest.split_at(time_end);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
-    let hms: Vec<&str> = hms.split(':').collect();
-    let time_ok = matches!(hms[..], [h, m, s] if num(h, 2, false) && num(m, 2, true) && num(s, 2, true))
-        && frac.bytes().all(|c| c.is_ascii_digit());
-    let zone = zone.trim_start_matches([' ', '\t']);
-    let zone_ok = zone.is_empty() || zone == "Z" || {
-        let z = zone.strip_prefix(['+', '-']).unwrap_or("");
-        let (zh, zm) = z.split_once(':').unwrap_or((z, "00"));
-        num(zh, 2, false) && num(zm, 2, true)
-    };
-    (date_ok && time_ok && zone_ok).then_some("datetime.datetime")
-}
-
-fn yaml_bool(t: &str) -> Option<bool> {
-    match t {
-        "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => Some(true),
-        "no" | "No" | "NO" | "false" | "False" | "FALSE" | "off" | "Off" | "OFF" => Some(false),
-        _ => None,
-    }
-}
-
-/// The sign of a number as written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sign {
-    /// No sign, or `+`.
-    Plus,
-    /// `-`.
-    Minus,
-}
-
-impl Sign {
-    /// How the sign prefixes a number's text: `-` or nothing.
-    fn prefix(self) -> &'static str {
-        match self {
-            Sign::Plus => "",
-            Sign::Minus => "-",
-        }
-    }
-}
-
-/// A number's sign and the text after it.
-fn split_sign(t: &str) -> (Sign, &str) {
-    match t.as_bytes().first() {
-        Some(b'-') => (Sign::Minus, &t[1..]),
-        Some(b'+') => (Sign::Plus, &t[1..]),
-        _ => (Sign::Plus, t),
-    }
-}
-
-/// An integer as JSON holds it; beyond 64 bits, the stand-in for a Python int (PyYAML's ints
-/// are unbounded).
-fn int_value(sign: Sign, magnitude: u128) -> Option<Value> {
-    let fits = match sign {
-        Sign::Minus => i64::try_from(magnitude).map(|m| Value::from(-m)).ok(),
-        Sign::Plus => u64::try_from(magnitude).map(Value::from).ok(),
-    };
-    Some(fits.unwrap_or_else(|| big_int(sign, &magnitude.to_string())))
-}
-
-/// The stand-in for an integer beyond 64 bits, from its decimal digits.
-fn big_int(sign: Sign, digits: &str) -> Value {
-    let digits = digits.trim_start_matches('0');
-    py_only_value("int", Value::String(format!("{}{digits}", sign.prefix())))
-}
-
-/// PyYAML's YAML 1.1 int resolver: binary, octal, decimal, hex and base-60, `_` allowed.
-fn yaml_int(t: &str) -> Option<Value> {
-    let (sign, body) = split_sign(t);
-    let parse_radix = |digits: &str, radix: u32| -> Option<u128> {
-        let cleaned: String = digits.chars().filter(|c| *c != '_').collect();
-        if cleaned.is_empty() {
-            // PyYAML: "0b_" resolves as int but then fails to construct; treat as not-an-int
-            return None;
-        }
-        u128::from_str_radix(&cleaned, radix).ok()
-    };
-    let all = |s: &str, f: fn(char) -> bool| !s.is_empty() && s.chars().all(|c| f(c) || c == '_');
-    if let Some(d) = body.strip_prefix("0b") {
-        if all(d, |c| c == '0' || c == '1') {
-            return int_value(sign, parse_radix(d, 2)?);
-        }
-        return None;
-    }
-    if let Some(d) = body.strip_prefix("0x") {
-        if all(d, |c| c.is_ascii_hexdigit()) {
-            return int_value(sign, parse_radix(d, 16)?);
-        }
-        return None;
-    }
-    if body == "0" {
-        return Some(Value::from(0));
-    }
-    if let Some(d) = body.strip_prefix('0') {
-        if all(d, |c| ('0'..='7').contains(&c)) {
-            return int_value(sign, parse_radix(d, 8)?);
-        }
-        return None;
-    }
-    if body.starts_with(|c: char| ('1'..='9').contains(&c)) {
-        if all(body, |c| c.is_ascii_digit()) {
-            return match parse_radix(body, 10) {
-                Some(m) => int_value(sign, m),
-                None => Some(big_int(sign, &body.replace('_', ""))),
-            };
-        }
-        // base 60: [1-9][0-9_]*(:[0-5]?[0-9])+
-        let mut parts = body.split(':');
-        let first = parts.next()?;
-        if !all(first, |c| c.is_ascii_digit()) {
-            return None;
-        }
-        let mut acc = parse_radix(first, 10)?;
-        let mut any = false;
-        for p in parts {
-            let ok = matches!(p.len(), 1 | 2)
-                && p.chars().all(|c| c.is_ascii_digit())
-                && (p.len() == 1 || p.as_bytes()[0] <= b'5');
-            if !ok {
-                return None;
-            }
-            acc = acc.checked_mul(60)?.checked_add(p.parse::<u128>().ok()?)?;
-            any = true;
-        }
-        if any {
-            return int_value(sign, acc);
-        }
-    }
-    None
-}
-
-/// PyYAML's YAML 1.1 float resolver (a dot is required; exponents need a sign).
-fn yaml_float(t: &str) -> Option<Value> {
-    let (sign, body) = split_sign(t);
-    // JSON cannot hold infinities and NaN: Python-only stand-ins
-    if matches!(body, ".inf" | ".Inf" | ".INF") {
-        let text = format!("{}inf", sign.prefix());
-        return Some(py_only_value("float", Value::String(text)));
-    }
-    if matches!(t, ".nan" | ".NaN" | ".NAN") {
-        return Some(py_only_value("float", Value::String("nan".into())));
-    }
-    let digits_ = |s: &str| s.chars().all(|c| c.is_ascii_digit() || c == '_');
-    let (mantissa, exponent) = match body.find(['e', 'E']) {
-        Some(i) => {
-            let exp = &body[i + 1..];
-            let (_, exp_digits) = split_sign(exp);
-            if !(exp.starts_with(['+', '-'])
-                && !exp_digits.is_empty()
-                && exp_digits.chars().all(|c| c.is_ascii_digit()))
-            {
-                return None;
-            }
-            (&body[..i], Some(exp))
-        }
-        None => (body, None),
-    };
-    let (int_part, frac) = mantissa.split_once('.')?;
-    let valid = if int_part.is_empty() {
-        // \.[0-9][0-9_]* — no sign allowed in this alternative
-        sign == Sign::Plus
-            && !t.starts_with('+')
-            && frac.starts_with(|c: char| c.is_ascii_digit())
-            && digits_(frac)
-    } else if int_part.contains(':') {
-        exponent.is_none() && digits_(frac) && int_part.starts_with(|c: char| c.is_ascii_digit())
-    } else {
-        int_part.starts_with(|c: char| c.is_ascii_digit()) && digits_(int_part) && digits_(frac)
-    };
-    if !valid {
-        return None;
-    }
-    let value = if int_part.contains(':') {
-        let mut acc = 0f64;
-        for (i, p) in int_part.split(':').enumerate() {
-            let p: String = p.chars().filter(|c| *c != '_').collect();
-            let ok =
-                i == 0 || (matches!(p.len(), 1 | 2) && (p.len() == 1 || p.as_bytes()[0] <= b'5'));
-            if !ok || p.is_empty() || !p.chars().all(|c| c.is_ascii_digit()) {
-                return None;
-            }
-            acc = acc * 60.0 + p.parse::<f64>().ok()?;
-        }
-        let frac: String = frac.chars().filter(|c| *c != '_').collect();
-        acc + format!("0.{frac}0").parse::<f64>().ok()?
-    } else {
-        let cleaned: String = format!(
-            "{int_part}.{frac}{}",
-            exponent.map(|e| format!("e{e}")).unwrap_or_default()
-        )
-        .chars()
-        .filter(|c| *c != '_')
-        .collect();
-        let cleaned = if cleaned.starts_with('.') {
-            format!("0{cleaned}")
-        } else {
-            cleaned
-        };
-        let cleaned = cleaned.replace(".e", ".0e");
-        let cleaned = if cleaned.ends_with('.') {
-            format!("{cleaned}0")
-        } else {
-            cleaned
-        };
-        cleaned.parse::<f64>().ok()?
-    };
-    let value = match sign {
-        Sign::Plus => value,
-        Sign::Minus => -value,
-    };
-    Number::from_f64(value).map(Value::Number)
-}
-
-/// PyYAML never skips a tab between tokens ("Do not use tabs in YAML!"): a tab is accepted only
-/// inside a quoted scalar, a comment, or the content of a block scalar. Everywhere else (as
-/// indentation, after a value, after a flow comma, inside a plain scalar) it is a scanner error,
-/// where a YAML 1.2 parser such as `yaml-rust2` accepts some of them. Returns the position
-/// (1-based line, 1-based column) of the first offending tab.
-fn pyyaml_stray_tab(text: &str) -> Option<(usize, usize)> {
-    if !text.contains('\t') {
-        return None;
-    }
-    enum Quoted {
-        No,
-        Single,
-        Double,
-    }
-    let mut quoted = Quoted::No;
-    let mut flow_level = 0usize;
-    // the parent indentation of the block scalar we are inside
-    let mut block: Option<usize> = None;
-    for (lineno, raw_line) in text.split('\n').enumerate() {
-        let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
-        let indent = line.len() - line.trim_start_matches(' ').len();
-        if let Some(parent) = block {
-            let rest = &line[indent..];
-            if rest.is_empty() || indent > parent {
-                continue;
-            }
-            block = None;
-        }
-        let chars: Vec<char> = line.chars().collect();
-        let mut in_plain = false;
-        let mut after_space = true;
-        let mut i = 0;
-        while i < chars.len() {
-            let c = chars[i];
-            let next = chars.get(i + 1).copied();
-            match quoted {
-                Quoted::Single => {
-                    if c == '\'' {
-                        if next == Some('\'') {
-                            i += 1;
-                        } else {
-                            quoted = Quoted::No;
-                        }
-                    }
-                    i += 1;
-                    continue;
-                }
-                Quoted::Double => {
-                    if c == '\\' {
-                        i += 1;
-                    } else if c == '"' {
-                        quoted = Quoted::No;
-                    }
-                    i += 1;
-                    continue;
-                }
-                Quoted::No => {}
-            }
-            let token_start = !in_plain;
-            match c {
-                '\t' => return Some((lineno + 1, i + 1)),
-                ' ' => {
-                    after_space = true;
-                    i += 1;
-                    continue;
-                }
-                '#' if after_space => break,
-                ':' if next.is_none_or(|n| n == ' ') || flow_level > 0 => in_plain = false,
-                ',' if flow_level > 0 => in_plain = false,
-                '[' | '{' if token_start || flow_level > 0 => flow_level += 1,
-                ']' | '}' if flow_level > 0 => {
-                    flow_level -= 1;
-                    in_plain = false;
-                }
-                '-' | '?' if token_start && next.is_none_or(|n| n == ' ') => {}
-                '\'' if token_start => quoted = Quoted::Single,
-                '"' if token_start => quoted = Quoted::Double,
-                '|' | '>' if token_start && flow_level == 0 => {
-                    block = Some(indent);
-                    break;
-                }
-                '&' | '*' | '!' if token_start => {
-                    while i + 1 < chars.len() && !matches!(chars[i + 1], ' ' | '\t') {
-                        i += 1;
-                    }
-                }
-                _ => in_plain = true,
-            }
-            after_space = false;
-            i += 1;
-        }
-    }
-    None
-}
-
-fn parse_yaml(text: &str) -> Result<Value, YamlFailure> {
-    if let Some((line, column)) = pyyaml_stray_tab(text) {
-        let snippet: String = text
-            .lines()
-            .nth(line - 1)
-            .unwrap_or_default()
-            .chars()
-            .take(75)
-            .collect();
-        return Err(YamlFailure::Other(format!(
-            "while scanning for the next token\nfound character '\\t' that cannot start any token\n  \
-             in \"<unicode string>\", line {line}, column {column}:\n    {snippet}\n    {caret:>column$}",
-            caret = '^'
-        )));
-    }
-    let mut builder = Builder {
-        stack: Vec::new(),
-        anchors: HashMap::new(),
-        documents: Vec::new(),
-        error: None,
-        expanded: Size::default(),
-    };
-    // drive the parser event by event: its own `load` recurses once per nesting level
-    let mut parser = Parser::new_from_str(text);
-    loop {
-        let (event, mark) = parser
-            .next_token()
-            .map_err(|e| YamlFailure::Other(e.to_string()))?;
-        let end = event == Event::StreamEnd;
-        builder.on_event(event, mark);
-        if let Some(e) = builder.error.take() {
-            return Err(e);
-        }
-        if end {
-            break;
-        }
-    }
-    match builder.documents.len() {
-        0 => Ok(Value::Null),
-        1 => Ok(builder.documents.pop().unwrap_or(Value::Null)),
-        _ => Err(YamlFailure::Other(
-            "expected a single document in the stream, but found another document".into(),
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::yaml::pyyaml_stray_tab;
     use super::*;
     use serde_json::json;
 
@@ -1319,7 +330,6 @@ mod tests {
         );
         assert_eq!(v["d"], json!("NaN -1e999"));
         assert_eq!(v["e"], json!([1, -2, 1500.0]));
-        assert_eq!(mark_python_json_tokens(r#"{"a": [1, 2.5, -3]}"#), None);
     }
 
     #[test]
@@ -1440,6 +450,117 @@ mod tests {
         let yaml = format!("a: {}{}", "[".repeat(100_000), "]".repeat(100_000));
         let err = on_small_stack(move || parse_json_or_yaml(&yaml).expect_err("refused"));
         assert!(err.to_string().len() < 2_000);
+    }
+
+    #[test]
+    fn each_document_takes_one_route_and_says_why_the_faster_ones_declined() {
+        let block = Declined::Block;
+        let not_json = |text: &str| match parse_json(text) {
+            Err(JsonFailure::Syntax(message)) => Declined::Json(message),
+            other => panic!("{text:?} is JSON: {other:?}"),
+        };
+        let check = |text: &str, declined: Vec<Declined>, taken: Reader| {
+            let (result, route) = read(text);
+            assert!(result.is_ok() || taken != Reader::Block, "{text:?}");
+            let expected = Route {
+                cut: false,
+                declined,
+                taken,
+            };
+            assert_eq!(route, expected, "{text:?}");
+        };
+        check("a: 1\nb:\n  - x\n", vec![], Reader::Block);
+        check(
+            r#"{"a": 1}"#,
+            vec![block(BlockDeclined::Construct)],
+            Reader::Json,
+        );
+        // a repeated JSON key is JSON's answer
+        check(
+            r#"{"a": 1, "a": 2}"#,
+            vec![block(BlockDeclined::Construct)],
+            Reader::Json,
+        );
+        check(
+            "a: {b: 1}\n",
+            vec![block(BlockDeclined::Construct), not_json("a: {b: 1}\n")],
+            Reader::Yaml,
+        );
+        check(
+            "a: 1\na: 2\n",
+            vec![block(BlockDeclined::DuplicateKey), not_json("a: 1\na: 2\n")],
+            Reader::Yaml,
+        );
+        check(
+            "a: \u{e9}\n",
+            vec![
+                block(BlockDeclined::NotPrintableAscii),
+                not_json("a: \u{e9}\n"),
+            ],
+            Reader::Yaml,
+        );
+        check(
+            "",
+            vec![block(BlockDeclined::Empty), not_json("")],
+            Reader::Yaml,
+        );
+    }
+
+    #[test]
+    fn sections_are_cut_out_or_the_document_is_read_and_the_route_says_which() {
+        let wanted = ["rundir", "logging"];
+        let sections = |text: &str| {
+            let (result, route) = read_sections(text, &wanted);
+            (result.map_err(|e| e.to_string()), route)
+        };
+        // cut out, then read by the block reader
+        let (value, route) = sections("rundir: /r\nother:\n  - x\nlogging:\n  level: info\n");
+        assert_eq!(
+            value,
+            Ok(json!({"rundir": "/r", "logging": {"level": "info"}}))
+        );
+        assert_eq!(
+            route,
+            Route {
+                cut: true,
+                declined: vec![],
+                taken: Reader::Block
+            }
+        );
+        // not cut (a quote in a section passed over), read by the block reader whole
+        let (value, route) = sections("rundir: /r\nother: 'x'\n");
+        assert_eq!(value, Ok(json!({"rundir": "/r"})));
+        assert_eq!(
+            route,
+            Route {
+                cut: false,
+                declined: vec![Declined::Cut(CutDeclined::FlowPassedOver)],
+                taken: Reader::Block
+            }
+        );
+        // the cut reads as no mapping: the whole document gives its error, from YAML
+        let text = "rundir: a: b\n";
+        let (value, route) = sections(text);
+        assert!(value.is_err());
+        assert_eq!(route.taken, Reader::Yaml);
+        assert_eq!(
+            route.declined[..2],
+            [
+                Declined::Cut(CutDeclined::Unreadable),
+                Declined::Block(BlockDeclined::Construct)
+            ]
+        );
+        // JSON is never cut
+        let (value, route) = sections(r#"{"rundir": "/r", "x": 1}"#);
+        assert_eq!(value, Ok(json!({"rundir": "/r"})));
+        assert_eq!(route.taken, Reader::Json);
+        assert_eq!(
+            route.declined,
+            [
+                Declined::Cut(CutDeclined::MarginLine),
+                Declined::Block(BlockDeclined::Construct)
+            ]
+        );
     }
 
     #[test]

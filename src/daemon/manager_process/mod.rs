@@ -17,11 +17,13 @@ mod start;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use futures_util::stream;
 
 use super::logging::Logging;
 use super::{LogArgs, LINK_FD, MANAGER_FLAG};
+use crate::environment::Environment;
 use crate::manager::listen::SocketOwner;
 use crate::watchdog::ConfigFiles;
 pub use lifecycle::{ManagerEvent, START_MAX_FAILURES};
@@ -57,16 +59,19 @@ pub struct ManagerInvocation {
     /// `--worker-hang-timeout`: how long a worker may leave its control socket unanswered
     /// before it is killed; `None`: never.
     pub worker_hang_timeout: Option<std::time::Duration>,
+    /// The environment the process was started with.
+    pub env: Environment,
 }
 
 /// Run as the manager process. Returns the exit code.
 pub fn run(invocation: ManagerInvocation) -> ExitCode {
     let began = std::time::Instant::now();
     let log = invocation.log;
-    let logging = Logging::init(log.level, log.target, &PROCESS_NAME.to_string_lossy());
+    let env = Arc::new(invocation.env);
+    let logging = Logging::init(log.level, log.target, &PROCESS_NAME.to_string_lossy(), &env);
     // `ps` and `top` show the manager by this name rather than the `exe` it was started as.
     let _ = nix::sys::prctl::set_name(PROCESS_NAME);
-    limit_resources();
+    limit_resources(env.manager_memory_max_mib);
     let link = match supervisor::os::take_inherited_fd(LINK_FD) {
         Ok(fd) => fd,
         Err(_) => {
@@ -99,6 +104,7 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
         logging,
         began,
         heap,
+        env,
     };
     crate::block_on("knot-resolver manager", async move {
         let parent = match restore::connect(link).await {
@@ -148,7 +154,7 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        let kresd = start::learn_kresd_version(&restored).await;
+        let kresd = start::learn_kresd_version(&restored, &settings.env).await;
         let (mut running, sources) =
             Running::start(restored, settings, checked, transferred, kresd);
         let exit = lifecycle::serve(stream::select(signals, sources), &mut running).await;
@@ -159,13 +165,10 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
 
 /// Bound what a runaway manager can take from the machine: its address space (an allocation
 /// beyond aborts it, and the root starts another), and the OOM killer picks it before any
-/// worker.
-fn limit_resources() {
+/// worker. `memory_max_mib` is [`MEMORY_MAX_VAR`]'s, if it set one.
+fn limit_resources(memory_max_mib: Option<u64>) {
     use nix::sys::resource::{setrlimit, Resource};
-    let mib = std::env::var(MEMORY_MAX_VAR)
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(DEFAULT_MEMORY_MAX_MIB);
+    let mib = memory_max_mib.unwrap_or(DEFAULT_MEMORY_MAX_MIB);
     let bytes = mib.saturating_mul(1 << 20);
     if let Err(e) = setrlimit(Resource::RLIMIT_AS, bytes, bytes) {
         eprintln!("knot-resolver manager: cannot limit its address space: {e}");
@@ -185,7 +188,7 @@ fn limit_resources() {
 const DEFAULT_MEMORY_MAX_MIB: u64 = 4096;
 
 /// Environment variable overriding [`DEFAULT_MEMORY_MAX_MIB`].
-pub const MEMORY_MAX_VAR: &str = "KRES_MANAGER_MEMORY_MAX";
+pub use crate::environment::MEMORY_MAX_VAR;
 
 /// The manager's OOM score adjustment: the OOM killer takes it before any worker.
 const OOM_SCORE_ADJ: &str = "500";

@@ -17,13 +17,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::super::logging::Logging;
-use super::super::{
-    resolve_user, ApiGroupNames, ApiGroupsError, LookupError, FAULT_INJECTION_VAR, STORED_CONFIG,
-};
+use super::super::{resolve_user, ApiGroupNames, ApiGroupsError, LookupError, STORED_CONFIG};
 use super::lifecycle::{Action, Effects, ManagerEvent, TaskEnd, START_MAX_FAILURES};
 use super::restore::{Incarnation, Restored};
 use crate::api::{self, ApiState};
 use crate::config::{LoadedConfig, ManagementSchema};
+use crate::environment::Environment;
 use crate::events::EventLog;
 use crate::manager::listen::{Mirrored, SocketOwner, SocketTable};
 use crate::manager::rpz_loads::RpzLoads;
@@ -65,6 +64,8 @@ pub struct Settings {
     /// The heap made ready for a large configuration's start (its load, rendering and
     /// policy-loader run), until serving begins.
     pub heap: heap::HeapPrefault,
+    /// The environment the process was started with.
+    pub env: Arc<Environment>,
 }
 
 /// Why the manager process could not start.
@@ -172,7 +173,12 @@ pub fn check(restored: &Restored, settings: &Settings) -> Result<Checked, StartF
         .and_then(crate::daemon::reachable_worker_user);
     let management = &model.management;
     let endpoint = management.interface.as_ref().map(|i| i.socket_addr());
-    let tcp = api::guard::TcpGuard::from_env(endpoint).map_err(StartFailed::Guard)?;
+    let tcp = api::guard::TcpGuard::from_files(
+        endpoint,
+        settings.env.token_file.as_deref(),
+        settings.env.read_only_token_file.as_deref(),
+    )
+    .map_err(StartFailed::Guard)?;
     let groups = settings
         .api_groups
         .resolve(management)
@@ -211,7 +217,7 @@ impl Running {
         let parent = Arc::new(restored.parent);
         let table = mirrored_table(&parent, restored.sockets);
         let validation = settings.source.context();
-        let faults = Faults::injected();
+        let faults = Faults::injected(&settings.env);
         let loaded = Arc::new(restored.loaded);
         // (a successor may run changes made through the API since the files were applied)
         let files_applied = (restored.incarnation == Incarnation::First).then(|| loaded.clone());
@@ -230,12 +236,13 @@ impl Running {
         let events = start_event_log(&parent, restored.upgrade.as_deref(), &stop);
         let executables = Executables {
             run_as: checked.run_as,
-            ..Executables::discover()
+            ..Executables::discover(&settings.env)
         };
         let kresd = announce(&executables, kresd, &settings.source.files, &parent);
         let ctx = ManagerContext {
             supervisor: parent.handle.clone(),
             executables,
+            policy_loader_timeout: crate::manager::policy_loader_timeout(&settings.env),
             source: settings.source,
             config: config_tx,
             commands: Arc::new(Mutex::new(command_rx)),
@@ -511,8 +518,8 @@ struct Faults {
 }
 
 impl Faults {
-    fn injected() -> Faults {
-        let asked = std::env::var(FAULT_INJECTION_VAR).ok();
+    fn injected(env: &Environment) -> Faults {
+        let asked = env.fault_injection.clone();
         Faults {
             api: match asked {
                 Some(_) => api::fault::FaultInjection::On,
@@ -605,11 +612,11 @@ fn task_events(
 /// manager process learned, else `kresd --version`, run here once (on a thread of its own,
 /// bounded in time and output) before anything else starts, and kept in the root's fd store
 /// for the successors, so no incarnation but the first runs it.
-pub async fn learn_kresd_version(restored: &Restored) -> Result<String, String> {
+pub async fn learn_kresd_version(restored: &Restored, env: &Environment) -> Result<String, String> {
     if let Some(version) = &restored.kresd_version {
         return Ok(version.clone());
     }
-    let program = Executables::discover().kresd;
+    let program = Executables::discover(env).kresd;
     let version =
         tokio::task::spawn_blocking(move || crate::manager::executables::kresd_version(&program))
             .await

@@ -70,7 +70,7 @@ impl Root {
             ServiceKind::UpgradeProbe.as_str(),
             argv,
         );
-        spec.env = crate::manager::specs::child_base_env();
+        spec.env = crate::manager::specs::child_base_env(&self.env);
         spec.readiness = Readiness::None;
         spec.restart = RestartPolicy::Never;
         let exe = self.exe.clone();
@@ -105,7 +105,7 @@ impl Root {
         tracing::info!(exe = %self.exe.display(), "re-executing");
         let error = UpgradeError::Exec {
             exe: self.exe.clone(),
-            source: upgrade::exec(&self.exe, &image, started.own_binary.as_ref()),
+            source: upgrade::exec(&self.exe, &image, started.own_binary.as_ref(), &self.env),
         };
         // Still this image: take everything back.
         match Adopted::take(&image) {

@@ -17,7 +17,7 @@ use supervisor::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::super::{recovery, LINK_FD, MANAGER_HANG_VAR, STORED_CONFIG};
+use super::super::{recovery, LINK_FD, STORED_CONFIG};
 use super::start::keeps_upward;
 use super::{keep_in, Root, Stop};
 use crate::manager::Executables;
@@ -49,7 +49,7 @@ impl Root {
     fn manager_spec(&self) -> ServiceSpec {
         let argv = self.manager_argv.clone();
         let mut spec = ServiceSpec::new(service::MANAGER, ServiceKind::Manager.as_str(), argv);
-        spec.env = crate::manager::specs::child_base_env();
+        spec.env = crate::manager::specs::child_base_env(&self.env);
         spec.cwd = self.manager_cwd.clone();
         spec.readiness = Readiness::None;
         spec.restart = RestartPolicy::Never;
@@ -72,7 +72,7 @@ impl Root {
     /// (`manager::specs`): our programs, as the workers' user, in the rundir, with our
     /// environment and an instance number, with the very command lines the specs build.
     fn child_policy(&self) -> ChildPolicy {
-        self.child_policy_for(Executables::discover())
+        self.child_policy_for(Executables::discover(&self.env))
     }
 
     /// [`Root::child_policy`] for the programs `executables` names.
@@ -82,7 +82,7 @@ impl Root {
             user: self.run_as,
             cwd: Some(self.rundir.clone()),
             env: Some(EnvironmentPolicy {
-                inherited: crate::manager::specs::child_base_env(),
+                inherited: executables.base_env.clone(),
                 added: crate::manager::specs::ADDED_VARIABLES
                     .iter()
                     .map(OsString::from)
@@ -107,7 +107,7 @@ impl Root {
             reexec,
         } = keeper;
         let policy = self.child_policy();
-        let hang_after = manager_hang_after();
+        let hang_after = self.env.manager_hang_after.unwrap_or(MANAGER_HANG_AFTER);
         let service = ChildService {
             sup,
             policy: &policy,
@@ -326,15 +326,6 @@ impl FailureStreak {
     }
 }
 
-/// How long the manager may answer no ping before it counts as hung.
-fn manager_hang_after() -> Duration {
-    std::env::var(MANAGER_HANG_VAR)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map(Duration::from_secs)
-        .unwrap_or(MANAGER_HANG_AFTER)
-}
-
 /// Wait until process `pid` of the manager service has exited.
 async fn exited(sup: &SupervisorHandle, pid: i32) {
     let mut snapshots = sup.subscribe();
@@ -415,6 +406,7 @@ mod tests {
             kresd: PathBuf::from("/usr/sbin/kresd"),
             cache_gc: PathBuf::from("/usr/sbin/kres-cache-gc"),
             run_as: None,
+            base_env: vec![("PATH".into(), "/usr/bin".into())],
         };
         let policy = root.child_policy_for(executables.clone());
         let specs = Specs::new(executables);

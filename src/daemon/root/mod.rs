@@ -23,6 +23,7 @@ use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
@@ -34,6 +35,7 @@ use supervisor::SupervisorHandle;
 
 use super::{recovery, LogArgs};
 use crate::config::ManagementSchema;
+use crate::environment::Environment;
 use handover::{record_upgrade, PROBE_TIMEOUT};
 use lock::RundirLock;
 pub use start::run;
@@ -76,6 +78,8 @@ pub struct Invocation {
     pub drain_period: Duration,
     /// Our command line after the program name, passed on to the manager process unchanged.
     pub args: Vec<OsString>,
+    /// The environment the daemon was started with.
+    pub env: Environment,
 }
 
 /// How the root begins: a start from the configuration, or the adoption of an upgrade.
@@ -112,6 +116,9 @@ struct Root {
     log: (crate::config::LogLevel, crate::config::LogTarget),
     /// How long the new binary may take to answer its upgrade probe ([`PROBE_TIMEOUT`]).
     probe_timeout: Duration,
+    /// The environment we were started with: what the manager process and an upgrade's new
+    /// image are given, and the settings it holds.
+    env: Arc<Environment>,
 }
 
 /// Why the root stops serving.
@@ -283,6 +290,7 @@ mod tests {
                 crate::config::LogTarget::Stderr,
             ),
             probe_timeout: PROBE_TIMEOUT,
+            env: Default::default(),
         }
     }
 

@@ -56,8 +56,13 @@ pub(super) enum AdoptError {
 
 /// Parse, lock and run. Returns the process exit code.
 pub fn run(invocation: Invocation) -> ExitCode {
-    let logging = Logging::init(invocation.log.level, invocation.log.target, "knot-resolver");
-    if let Some(inherited) = upgrade::inherited() {
+    let logging = Logging::init(
+        invocation.log.level,
+        invocation.log.target,
+        "knot-resolver",
+        &invocation.env,
+    );
+    if let Some(inherited) = upgrade::inherited(&invocation.env) {
         return resume(invocation, inherited, logging);
     }
     raise_open_files_limit();
@@ -141,6 +146,7 @@ pub fn run(invocation: Invocation) -> ExitCode {
         argv: std::env::args_os().collect(),
         log,
         probe_timeout: PROBE_TIMEOUT,
+        env: std::sync::Arc::new(invocation.env),
     };
     serve_root(root, Begin::Start(management, Some(lock)))
 }
@@ -220,7 +226,7 @@ fn resume(
     };
     let image = upgrade::read_image(&inherited.state).and_then(|image| {
         upgrade::check_descriptors(&image)?;
-        if inherited.fallback.is_some() && upgrade::refusal_injected() {
+        if inherited.fallback.is_some() && upgrade::refusal_injected(&invocation.env) {
             return Err(upgrade::StateError::RefusedByFaultInjection);
         }
         Ok(image)
@@ -232,7 +238,7 @@ fn resume(
             if let Some(old) = &inherited.fallback {
                 tracing::error!("falling back to the binary that ran before");
                 let argv: Vec<OsString> = std::env::args_os().collect();
-                let e = upgrade::exec_fallback(old, inherited.state, &argv);
+                let e = upgrade::exec_fallback(old, inherited.state, &argv, &invocation.env);
                 tracing::error!("cannot fall back to the binary that ran before: {e}");
             }
             return ExitCode::from(1);
@@ -273,6 +279,7 @@ fn resume(
         argv: image.argv.clone(),
         log: (image.log_level, image.log_target),
         probe_timeout: PROBE_TIMEOUT,
+        env: std::sync::Arc::new(invocation.env),
     };
     let outcome = match inherited.fallback {
         Some(_) => None,

@@ -39,7 +39,8 @@ pub async fn reload(client: &ApiClient, scope: ReloadScope) -> Result<(), Client
         output::println(&reloaded.change.to_string())?;
         if !reloaded.discarded.is_empty() {
             // At warning priority in the journal (systemd's ExecReload).
-            let priority = if crate::daemon::logging::stderr_is_journal() {
+            let journal_stream = client.environment().journal_stream.as_deref();
+            let priority = if crate::daemon::logging::stderr_is_journal(journal_stream) {
                 "<4>"
             } else {
                 ""

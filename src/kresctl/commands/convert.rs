@@ -6,10 +6,12 @@ use std::path::PathBuf;
 
 use super::FileError;
 use crate::config::ConfigError;
+use crate::environment::Environment;
 use crate::kresctl::cli::{ConvertArgs, LuaType};
 use crate::kresctl::output;
 
-pub fn convert(args: &ConvertArgs) -> Result<(), FileError> {
+/// `env` is kresctl's environment (what `logging.target: from-arg` means).
+pub fn convert(args: &ConvertArgs, env: &Environment) -> Result<(), FileError> {
     let default = [PathBuf::from(crate::config::DEFAULT_CONFIG_FILE)];
     let files = if args.input_file.is_empty() {
         &default[..]
@@ -17,11 +19,12 @@ pub fn convert(args: &ConvertArgs) -> Result<(), FileError> {
         &args.input_file[..]
     };
     let loaded =
-        crate::config::load_files(files, args.checks, crate::config::LogTargetArg::from_env())
-            .map_err(|e| match e {
+        crate::config::load_files(files, args.checks, super::logtarget_arg(env)).map_err(|e| {
+            match e {
                 ConfigError::Parse { source, .. } => FileError::Unparsable(source),
                 e => FileError::Config(e),
-            })?;
+            }
+        })?;
     let lua = match args.lua_type {
         LuaType::Worker => crate::lua::render_worker(&loaded.model),
         LuaType::PolicyLoader => crate::lua::render_policy_loader(&loaded.model),

@@ -116,11 +116,11 @@ async fn running(client: &ApiClient) -> Result<(Value, Option<String>), ClientEr
 
 /// The configuration the files make, deep-merged in order and checked locally (paths are
 /// checked by the resolver, where they are used).
-fn load(files: &[PathBuf]) -> Result<Value, ClientError> {
+fn load(files: &[PathBuf], client: &ApiClient) -> Result<Value, ClientError> {
     crate::config::load_files(
         files,
         crate::config::PathChecks::Lenient,
-        crate::config::LogTargetArg::from_env(),
+        super::logtarget_arg(client.environment()),
     )
     .map(|loaded| loaded.raw)
     .map_err(|e| ClientError::Invalid(e.to_string()))
@@ -169,7 +169,7 @@ pub async fn diff(
     files: &[PathBuf],
     format: OutputFormat,
 ) -> Result<Compared, ClientError> {
-    let new = load(files)?;
+    let new = load(files, client)?;
     let (old, etag) = running(client).await?;
     let found = differences(&old, &new);
     let plan = if offers_dry_run(client).await? {
@@ -197,7 +197,7 @@ pub async fn diff(
 
 /// `apply`: send the files as the new configuration, against the running version.
 pub async fn apply(client: &ApiClient, files: &[PathBuf]) -> Result<(), ClientError> {
-    let new = load(files)?;
+    let new = load(files, client)?;
     let (_, etag) = running(client).await?;
     let body = put(client, &new, etag.as_deref(), Run::ForReal).await?;
     super::config::print_outcome(&body, Run::ForReal)?;

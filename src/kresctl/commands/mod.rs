@@ -24,6 +24,7 @@ use super::cli::{
 };
 use super::client::{ApiClient, ClientError};
 use super::output::WriteError;
+use crate::environment::Environment;
 
 /// The error of a command that works on files, without a resolver (`convert`, `migrate`).
 #[derive(Debug, thiserror::Error)]
@@ -72,12 +73,13 @@ impl CommandError for FileError {
 
 /// Exit 0 on success, and quietly when standard output's reader is gone (`| head`);
 /// otherwise print the error and exit 1.
-pub fn exit_code<E: CommandError>(result: Result<(), E>) -> ExitCode {
+/// `env` tells whether standard error is the journal's stream.
+pub fn exit_code<E: CommandError>(result: Result<(), E>, env: &Environment) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is_closed_output() => ExitCode::SUCCESS,
         Err(e) => {
-            eprint!("{}", error_lines(&e.to_string(), Stderr::detect()));
+            eprint!("{}", error_lines(&e.to_string(), Stderr::detect(env)));
             ExitCode::from(1)
         }
     }
@@ -94,8 +96,8 @@ enum Stderr {
 }
 
 impl Stderr {
-    fn detect() -> Stderr {
-        if crate::daemon::logging::stderr_is_journal() {
+    fn detect(env: &Environment) -> Stderr {
+        if crate::daemon::logging::stderr_is_journal(env.journal_stream.as_deref()) {
             Stderr::Journal
         } else {
             Stderr::Plain
@@ -115,7 +117,7 @@ fn error_lines(text: &str, stderr: Stderr) -> String {
 
 /// `kresctl completion SHELL`: print the script; with `--args WORD…`, the words to offer
 /// after them, space-separated on one line (bash; fish gets nothing, as from upstream's).
-pub fn completion(shell: CompletionShell, args: Option<&[String]>) -> ExitCode {
+pub fn completion(shell: CompletionShell, args: Option<&[String]>, env: &Environment) -> ExitCode {
     let text = match (args, shell) {
         (None, _) => String::from_utf8_lossy(&cli::completion_script(shell.into())).into_owned(),
         (Some(args), CompletionShell::Bash) => {
@@ -129,32 +131,44 @@ pub fn completion(shell: CompletionShell, args: Option<&[String]>) -> ExitCode {
         }
         (Some(_), CompletionShell::Zsh | CompletionShell::Fish) => String::new(),
     };
-    exit_code(super::output::print(&text).map_err(ClientError::from))
+    exit_code(super::output::print(&text).map_err(ClientError::from), env)
 }
 
 /// Run `command` if it needs no resolver (`validate`, `schema` and `openapi --local`), and
 /// say how it ended; `None` for a command that needs the API.
-pub fn offline(command: &ApiCommand) -> Option<ExitCode> {
+/// `env` is kresctl's environment.
+pub fn offline(command: &ApiCommand, env: &Environment) -> Option<ExitCode> {
     match command {
         ApiCommand::Validate { checks, input_file } => Some(ExitCode::from(
-            u8::try_from(crate::config::validate_command(input_file, *checks)).unwrap_or(1),
+            u8::try_from(crate::config::validate_command(
+                input_file,
+                *checks,
+                logtarget_arg(env),
+            ))
+            .unwrap_or(1),
         )),
         ApiCommand::Schema {
             source: cli::Source::Local,
             file,
-        } => Some(exit_code(documents::local(
-            documents::Document::Schema,
-            file.as_deref(),
-        ))),
+        } => Some(exit_code(
+            documents::local(documents::Document::Schema, file.as_deref()),
+            env,
+        )),
         ApiCommand::Openapi {
             source: cli::Source::Local,
             file,
-        } => Some(exit_code(documents::local(
-            documents::Document::OpenApi,
-            file.as_deref(),
-        ))),
+        } => Some(exit_code(
+            documents::local(documents::Document::OpenApi, file.as_deref()),
+            env,
+        )),
         _ => None,
     }
+}
+
+/// What `logging.target: from-arg` means to kresctl, which has no `--logtarget`: the
+/// configuration's variable, as `env` has it.
+pub fn logtarget_arg(env: &Environment) -> crate::config::LogTargetArg {
+    crate::config::LogTargetArg::Environment(env.logtarget.clone())
 }
 
 /// Run a command against the API.

@@ -3,8 +3,9 @@
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
+use super::super::cut::{wanted_sections_text, CutDeclined};
 use super::super::parse_yaml;
-use super::read;
+use super::{read, BlockDeclined};
 
 /// The full reader's value, `None` for its errors.
 fn full(text: &str) -> Option<Value> {
@@ -15,11 +16,11 @@ fn full(text: &str) -> Option<Value> {
 #[track_caller]
 fn agrees(text: &str) -> bool {
     match read(text) {
-        Some(value) => {
+        Ok(value) => {
             assert_eq!(Some(&value), full(text).as_ref(), "on {text:?}");
             true
         }
-        None => false,
+        Err(_) => false,
     }
 }
 
@@ -70,35 +71,37 @@ views: []
 }
 
 #[test]
-fn gives_up_on_what_it_does_not_read() {
-    for text in [
-        "a: &x 1\nb: *x\n",
-        "a: !!str 1\n",
-        "a: {b: 1}\n",
-        "a: \"x\\ty\"\n",
-        "a: b\n  c\n",
-        "a: 'x\n  y'\n",
-        "a: >\n  folded\n",
-        "a: |2\n   x\n",
-        "a: |+\n  x\n\n",
-        "a: |\n\n  x\n",
-        "a: 1\na: 2\n",
-        "1: a\n",
-        "yes: a\n",
-        "---\na: 1\n",
-        "a:\tb\n",
-        "a: b\r\n",
-        "a: é\n",
-        "- a\n",
-        " a: 1\n",
-        "a: b: c\n",
-        "a: b:\n",
-        "? a\n: b\n",
-        "a: |\n  x\n y\n",
-        "",
-        "# only a comment\n",
+fn gives_up_on_what_it_does_not_read_and_says_why() {
+    use BlockDeclined::*;
+    for (text, why) in [
+        ("a: &x 1\nb: *x\n", Construct),
+        ("a: !!str 1\n", Construct),
+        ("a: {b: 1}\n", Construct),
+        ("a: \"x\\ty\"\n", Construct),
+        ("a: b\n  c\n", Construct),
+        ("a: 'x\n  y'\n", Construct),
+        ("a: >\n  folded\n", Construct),
+        ("a: |2\n   x\n", Construct),
+        ("a: |+\n  x\n\n", Construct),
+        ("a: |\n\n  x\n", Construct),
+        ("a: 1\na: 2\n", DuplicateKey),
+        ("b:\n  - c: 1\n    c: 2\n", DuplicateKey),
+        ("1: a\n", NonTextKey),
+        ("yes: a\n", NonTextKey),
+        ("---\na: 1\n", Construct),
+        ("a:\tb\n", NotPrintableAscii),
+        ("a: b\r\n", NotPrintableAscii),
+        ("a: é\n", NotPrintableAscii),
+        ("- a\n", Construct),
+        (" a: 1\n", IndentedStart),
+        ("a: b: c\n", Construct),
+        ("a: b:\n", Construct),
+        ("? a\n: b\n", Construct),
+        ("a: |\n  x\n y\n", Construct),
+        ("", Empty),
+        ("# only a comment\n", Empty),
     ] {
-        assert_eq!(read(text), None, "on {text:?}");
+        assert_eq!(read(text), Err(why), "on {text:?}");
     }
 }
 
@@ -118,7 +121,7 @@ fn a_deep_document_is_left_to_the_full_reader_without_deep_recursion() {
         .expect("thread")
         .join()
         .expect("no overflow");
-    assert_eq!(outcome, (None, None));
+    assert_eq!(outcome, (Err(BlockDeclined::TooDeep), None));
 }
 
 #[test]
@@ -422,20 +425,26 @@ logging:
     let wanted = ["rundir", "logging", "management"];
     assert_eq!(
         super::read_sections(text, Some(&wanted)),
-        Some(json!({"rundir": "/run/x", "logging": {"level": "debug"}}))
+        Ok(json!({"rundir": "/run/x", "logging": {"level": "debug"}}))
     );
     // a wanted section is read as always: its duplicate leaves the document to the full reader
     let twice = format!("{text}rundir: /run/y\n");
-    assert_eq!(super::read_sections(&twice, Some(&wanted)), None);
+    assert_eq!(
+        super::read_sections(&twice, Some(&wanted)),
+        Err(BlockDeclined::DuplicateKey)
+    );
     // and a section not wanted must still be in the form
     let flow = text.replace("192.0.2.1\n    yes", "[192.0.2.1]\n    yes");
-    assert_eq!(super::read_sections(&flow, Some(&wanted)), None);
+    assert_eq!(
+        super::read_sections(&flow, Some(&wanted)),
+        Err(BlockDeclined::Construct)
+    );
 }
 
 /// The wanted sections as cut out and read on their own, when they are (`None`: the document
 /// is to be read instead).
 fn cut_and_read(text: &str, wanted: &[&str]) -> Option<Value> {
-    let part = super::wanted_sections_text(text, wanted)?;
+    let part = wanted_sections_text(text, wanted).ok()?;
     match parse_yaml(&part).ok()? {
         Value::Object(mut m) => {
             m.retain(|k, _| wanted.contains(&k.as_str()));
@@ -483,51 +492,52 @@ logging:
         )
     );
     assert_eq!(
-        super::wanted_sections_text("# only\n\n", &wanted).as_deref(),
-        Some("")
+        wanted_sections_text("# only\n\n", &wanted).as_deref(),
+        Ok("")
     );
 }
 
 #[test]
 fn the_margin_is_not_trusted_where_a_section_passed_over_could_cross_it() {
     let wanted = ["rundir", "logging", "management"];
+    use CutDeclined::*;
     let refused = [
         // one quoted scalar over the margin: there is no rundir
-        "a: \"x\nrundir: y\"\n",
-        "a:\n  b: 'x\nrundir: y'\n",
+        ("a: \"x\nrundir: y\"\n", FlowPassedOver),
+        ("a:\n  b: 'x\nrundir: y'\n", FlowPassedOver),
         // a flow collection over the margin
-        "a: [x,\nrundir: y]\n",
-        "a: {x: 1,\nrundir: y}\n",
+        ("a: [x,\nrundir: y]\n", FlowPassedOver),
+        ("a: {x: 1,\nrundir: y}\n", FlowPassedOver),
         // an alias whose anchor may lie in a section passed over
-        "a: &r /run/x\nrundir: *r\n",
-        "logging: &l\n  level: info\na: &l\n  level: debug\nmanagement: *l\n",
+        ("a: &r /run/x\nrundir: *r\n", Alias),
+        (
+            "logging: &l\n  level: info\na: &l\n  level: debug\nmanagement: *l\n",
+            Alias,
+        ),
         // a wanted key twice
-        "rundir: /a\nrundir: /b\n",
+        ("rundir: /a\nrundir: /b\n", WantedTwice),
         // lines at the margin that start no plain section
-        "---\nrundir: /a\n",
-        "%YAML 1.1\n---\nrundir: /a\n",
-        "\"rundir\": /a\n",
-        "? rundir\n: /a\n",
-        "rundir:/a\n",
-        "<<: {rundir: /a}\n",
-        "  rundir: /a\n",
-        "- rundir: /a\n",
-        "{\"rundir\": \"/a\"}\n",
-        "rundir: /a\r\nlogging: {}\r\n",
-        "rundir: /a\n\tb: 1\n",
-        "rundir: /a\nb: \u{2028}logging: x\n",
+        ("---\nrundir: /a\n", MarginLine),
+        ("%YAML 1.1\n---\nrundir: /a\n", MarginLine),
+        ("\"rundir\": /a\n", MarginLine),
+        ("? rundir\n: /a\n", MarginLine),
+        ("rundir:/a\n", MarginLine),
+        ("<<: {rundir: /a}\n", MarginLine),
+        ("  rundir: /a\n", MarginLine),
+        ("- rundir: /a\n", MarginLine),
+        ("{\"rundir\": \"/a\"}\n", MarginLine),
+        ("yes: 1\nrundir: /a\n", KeyNotItself),
+        ("rundir: /a\r\nlogging: {}\r\n", CarriageReturn),
+        ("rundir: /a\n\tb: 1\n", MarginLine),
+        ("rundir: /a\nb: \u{2028}logging: x\n", NotAscii),
         // a quoted scalar or flow collection opened in a wanted section, closed past a
         // section passed over
-        "rundir: \"x\nfoo: 1\nlogging: y\"\n",
-        "logging: 'x\nfoo: 1\nmanagement: y'\n",
-        "logging: [x,\nfoo: 1\nrundir: y]\n",
+        ("rundir: \"x\nfoo: 1\nlogging: y\"\n", FlowLeftOpen),
+        ("logging: 'x\nfoo: 1\nmanagement: y'\n", FlowLeftOpen),
+        ("logging: [x,\nfoo: 1\nrundir: y]\n", FlowLeftOpen),
     ];
-    for text in refused {
-        assert_eq!(
-            super::wanted_sections_text(text, &wanted),
-            None,
-            "on {text:?}"
-        );
+    for (text, why) in refused {
+        assert_eq!(wanted_sections_text(text, &wanted), Err(why), "on {text:?}");
     }
     // quotes and brackets in a wanted section are read with it
     let text = "rundir: '/run/x'\nlogging:\n  groups: [manager]\nb: 1\n";
@@ -599,5 +609,8 @@ fn a_document_of_many_sections_is_cut_in_one_pass() {
     );
     // and a wanted key given twice among them still leaves the document to the reader
     text.push_str("rundir: /run/y\n");
-    assert_eq!(super::wanted_sections_text(&text, &wanted), None);
+    assert_eq!(
+        wanted_sections_text(&text, &wanted),
+        Err(CutDeclined::WantedTwice)
+    );
 }
