@@ -84,6 +84,9 @@ pub struct Environment {
     /// The configuration's `KRES_LOGTARGET`, which `logging.target: from-arg` means for the
     /// offline tools.
     pub logtarget: Option<String>,
+    /// What the service manager (systemd) passes: `NOTIFY_SOCKET`, `WATCHDOG_*`, `FDSTORE`,
+    /// `LISTEN_*`.
+    pub service_manager: supervisor::upward::ServiceManagerVars,
 }
 
 impl Environment {
@@ -124,6 +127,10 @@ impl Environment {
             path: raw("PATH").map(OsStr::to_owned),
             journal_stream: raw(JOURNAL_STREAM_VAR).map(OsStr::to_owned),
             logtarget: text(crate::config::LOGTARGET_ENV_VAR),
+            service_manager: supervisor::upward::ServiceManagerVars::read(
+                |name| raw(name).map(OsStr::to_owned),
+                std::process::id(),
+            ),
             vars,
         }
     }

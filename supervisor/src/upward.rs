@@ -48,16 +48,50 @@ pub struct UpwardNotifier {
     fd_store: usize,
 }
 
+/// What the service manager tells us through the environment: where to notify
+/// (`NOTIFY_SOCKET`), the watchdog (`WATCHDOG_USEC`, meant for us when `WATCHDOG_PID` is
+/// unset or ours), how many descriptors it keeps (`FDSTORE`) and the descriptors it passed
+/// (`LISTEN_PID`, `LISTEN_FDS`, `LISTEN_FDNAMES`). Read once by the binary; the library
+/// never reads the environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceManagerVars {
+    pub notify_socket: Option<std::ffi::OsString>,
+    pub watchdog: Option<Duration>,
+    pub fd_store: usize,
+    pub listen_pid: Option<u32>,
+    pub listen_fds: i32,
+    pub listen_fdnames: String,
+}
+
+impl ServiceManagerVars {
+    /// The variables found by `get` (the first of a name, as getenv(3) finds it), for the
+    /// process `pid`.
+    pub fn read(get: impl Fn(&str) -> Option<std::ffi::OsString>, pid: u32) -> Self {
+        let text = |name: &str| get(name).and_then(|v| v.into_string().ok());
+        let number = |name: &str| text(name).and_then(|v| v.parse::<u64>().ok());
+        let watchdog_for_us = number("WATCHDOG_PID").is_none_or(|p| p == u64::from(pid));
+        ServiceManagerVars {
+            notify_socket: get("NOTIFY_SOCKET").filter(|s| !s.is_empty()),
+            watchdog: number("WATCHDOG_USEC")
+                .filter(|&usec| usec > 0 && watchdog_for_us)
+                .map(Duration::from_micros),
+            fd_store: text("FDSTORE").and_then(|n| n.parse().ok()).unwrap_or(0),
+            listen_pid: text("LISTEN_PID").and_then(|p| p.parse().ok()),
+            listen_fds: text("LISTEN_FDS").and_then(|n| n.parse().ok()).unwrap_or(0),
+            listen_fdnames: text("LISTEN_FDNAMES").unwrap_or_default(),
+        }
+    }
+}
+
 impl UpwardNotifier {
-    pub fn from_env() -> Self {
+    /// The notifier the service manager's variables ask for (read once, at the binary's
+    /// edge, into [`ServiceManagerVars`]).
+    pub fn new(vars: &ServiceManagerVars) -> Self {
         UpwardNotifier {
-            target: std::env::var_os("NOTIFY_SOCKET").filter(|s| !s.is_empty()),
+            target: vars.notify_socket.clone(),
             forward: None,
-            watchdog: sd_notify::watchdog_enabled(),
-            fd_store: std::env::var("FDSTORE")
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0),
+            watchdog: vars.watchdog,
+            fd_store: vars.fd_store,
         }
     }
 
@@ -374,20 +408,13 @@ pub fn decode_fd_name(encoded: &str) -> Option<String> {
 /// close-on-exec). Descriptors whose names are not ours are returned with the name
 /// systemd gave them. Empty when nothing was passed. At most `limit` are taken (what the
 /// caller's own store keeps: more are never ours; systemd's store holds 4,096 by default).
-pub fn listen_fds(limit: usize) -> Vec<(String, std::os::fd::OwnedFd)> {
-    let for_us = std::env::var("LISTEN_PID")
-        .ok()
-        .and_then(|p| p.parse::<u32>().ok())
-        .is_some_and(|p| p == std::process::id());
-    let count: i32 = std::env::var("LISTEN_FDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+pub fn listen_fds(vars: &ServiceManagerVars, limit: usize) -> Vec<(String, std::os::fd::OwnedFd)> {
+    let for_us = vars.listen_pid == Some(std::process::id());
+    let count = vars.listen_fds;
     if !for_us || count <= 0 {
         return Vec::new();
     }
-    let names = std::env::var("LISTEN_FDNAMES").unwrap_or_default();
-    let mut names = names.split(':');
+    let mut names = vars.listen_fdnames.split(':');
     let mut fds = Vec::new();
     let limit = i32::try_from(limit).unwrap_or(i32::MAX);
     for fd in 3..3i32.saturating_add(count.min(limit)) {
@@ -410,6 +437,57 @@ mod tests {
     use std::os::unix::net::{SocketAddr, UnixDatagram};
 
     use super::*;
+
+    fn vars(pairs: &[(&str, &str)], pid: u32) -> ServiceManagerVars {
+        ServiceManagerVars::read(
+            |name| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| std::ffi::OsString::from(v))
+            },
+            pid,
+        )
+    }
+
+    #[test]
+    fn the_service_managers_variables_are_read_as_systemd_means_them() {
+        assert_eq!(vars(&[], 7), ServiceManagerVars::default());
+        let v = vars(
+            &[
+                ("NOTIFY_SOCKET", "@sd"),
+                ("WATCHDOG_USEC", "4000000"),
+                ("FDSTORE", "12"),
+                ("LISTEN_PID", "7"),
+                ("LISTEN_FDS", "2"),
+                ("LISTEN_FDNAMES", "api:dns"),
+            ],
+            7,
+        );
+        assert_eq!(
+            v.notify_socket.as_deref(),
+            Some(std::ffi::OsStr::new("@sd"))
+        );
+        assert_eq!(v.watchdog, Some(Duration::from_secs(4)));
+        assert_eq!((v.fd_store, v.listen_pid, v.listen_fds), (12, Some(7), 2));
+        assert_eq!(v.listen_fdnames, "api:dns");
+        // a watchdog meant for another process, an empty socket, junk numbers
+        let v = vars(
+            &[
+                ("NOTIFY_SOCKET", ""),
+                ("WATCHDOG_USEC", "4000000"),
+                ("WATCHDOG_PID", "8"),
+                ("FDSTORE", "many"),
+            ],
+            7,
+        );
+        assert_eq!((v.notify_socket, v.watchdog, v.fd_store), (None, None, 0));
+        assert_eq!(vars(&[("WATCHDOG_USEC", "0")], 7).watchdog, None);
+        assert_eq!(
+            vars(&[("WATCHDOG_USEC", "1000"), ("WATCHDOG_PID", "7")], 7).watchdog,
+            Some(Duration::from_millis(1))
+        );
+    }
 
     fn receive(socket: &UnixDatagram) -> String {
         socket

@@ -187,7 +187,7 @@ impl Root {
         begin: Begin,
         mut events: impl Stream<Item = RootEvent> + Unpin,
     ) -> ExitCode {
-        let upward = UpwardNotifier::from_env();
+        let upward = UpwardNotifier::new(&self.env.service_manager);
         let started = match begin {
             Begin::Start(management, lock) => {
                 upward.status("Initializing");

@@ -431,7 +431,7 @@ impl Root {
         store: &mut FdStore,
         upward: &UpwardNotifier,
     ) -> Option<PathBuf> {
-        let kept_api = take_kept_sockets(store).filter(|fd| {
+        let kept_api = take_kept_sockets(&self.env.service_manager, store).filter(|fd| {
             let kept = crate::api::server::Listener::kept_for(
                 fd.as_fd(),
                 management,
@@ -478,9 +478,12 @@ impl Root {
 /// Take what systemd kept for us across a restart (`FDSTORE=1`): the workers' listening
 /// sockets into `store`, with queries and connections waiting in them; the API socket is
 /// returned. Anything else is closed.
-fn take_kept_sockets(store: &mut FdStore) -> Option<OwnedFd> {
+fn take_kept_sockets(
+    vars: &supervisor::upward::ServiceManagerVars,
+    store: &mut FdStore,
+) -> Option<OwnedFd> {
     let mut kept_api = None;
-    for (name, fd) in supervisor::upward::listen_fds(remote::MAX_STORED) {
+    for (name, fd) in supervisor::upward::listen_fds(vars, remote::MAX_STORED) {
         if name == STORED_API {
             kept_api = Some(fd);
         } else if keeps_upward(&name) {
