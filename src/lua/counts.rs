@@ -63,8 +63,9 @@ const RANK_SECURE: u8 = 32;
 /// The counting functions, `@NAME@` standing for what [`counting_functions`] fills in.
 ///
 /// `finish`: external requests only, as `stats` tells them (a destination address); the qtype
-/// from the query's wire; the rcode from the answer's header and its OPT record's extended
-/// bits; the cache use of the request's last query as `stats` tells it (`kr_rplan_last`: the
+/// and the header's rcode through kresd's own packet accessors (`pkt:qtype()`,
+/// `pkt:rcode()`); the extended bits from the answer's OPT record (`opt_rr._ttl`: kresd's Lua
+/// has no accessor for them); the cache use of the request's last query as `stats` tells it (`kr_rplan_last`: the
 /// last pending one, else the last resolved); the DNSSEC outcome from the request's rank
 /// (secure) or, for a SERVFAIL, a DNSSEC failure's extended error or a query of the request
 /// kresd flagged bogus (it gives some validation failures only EDE 0, "Other"). Lengths are
@@ -77,7 +78,7 @@ do
 	function @LOAD@()
 		if package.loaded[@MODULE_KEY@] ~= nil then return end
 		local bit = require('bit')
-		local band, rshift = bit.band, bit.rshift
+		local rshift = bit.rshift
 		local slot = {@SLOTS@}
 		local other = @OTHER_QTYPE@
 		local queries = {@QUERY_ZEROS@}
@@ -96,12 +97,11 @@ do
 			local query = qsource.packet
 			local size = query ~= nil and query.qname_size or 0
 			if size ~= 0 then
-				local wire = query.wire
-				local n = slot[wire[12 + size] * 256 + wire[13 + size]] or other
+				local n = slot[query:qtype()] or other
 				queries[n] = queries[n] + 1
 			end
 			if answer == nil then return state end
-			local rcode = band(answer.wire[3], 15)
+			local rcode = answer:rcode()
 			local opt = answer.opt_rr
 			if opt ~= nil then
 				local ext = rshift(opt._ttl, 24)
