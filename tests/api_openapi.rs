@@ -22,6 +22,7 @@ use knot_resolver::manager::handle::ManagerCommand;
 use knot_resolver::manager::plan::{plan, Restart};
 use knot_resolver::service::WorkerId;
 use knot_resolver::wire::failures::ProcessFailureRecord;
+use knot_resolver::wire::rpz::RpzZone;
 use knot_resolver::wire::upgrade::{UpgradeOutcome, UpgradeRecord};
 use serde_json::{json, Value};
 use supervisor::{ExitStatus, ProcessSnapshot, ProcessState, Snapshot};
@@ -685,6 +686,38 @@ async fn answers_match_their_documented_schemas() {
         content_type: Some("application/json".into()),
         body: serde_json::to_vec(&json!([nameless])).expect("JSON"),
     });
+    // An RPZ zone as the tally serializes it, with its expiry, matches `/rpz`'s schema; an
+    // expiry that is not a time does not (the field is documented, as a number).
+    let zone = RpzZone {
+        zone: "block.rpz.".into(),
+        file: "/var/rpz/block.rpz".into(),
+        primaries: vec!["192.0.2.53:53".into()],
+        serial: Some(8),
+        last_transfer: None,
+        last_success: Some(1_700_000_000.0),
+        next_refresh: Some(1_700_000_300.0),
+        expires: Some(1_700_086_400.0),
+        expired: false,
+        broken: None,
+    };
+    let zone = serde_json::to_value(&zone).expect("JSON");
+    assert_eq!(zone["expires"], 1_700_086_400.0, "{zone}");
+    let mut untimed = zone.clone();
+    untimed["expires"] = json!("tomorrow");
+    for (name, instance, valid) in [
+        ("an RPZ zone with its expiry", zone, true),
+        ("an RPZ zone expiring at no time", untimed, false),
+    ] {
+        cases.push(Case {
+            name: name.into(),
+            path: "/rpz",
+            method: "get",
+            valid,
+            status: StatusCode::OK,
+            content_type: Some("application/json".into()),
+            body: serde_json::to_vec(&json!([instance])).expect("JSON"),
+        });
+    }
     // A configuration the validator refuses must fail the embedded schema too.
     cases.push(Case {
         name: "a configuration with workers: many".into(),

@@ -190,10 +190,25 @@ fn the_first_transfer_blocks_a_listed_name() {
         "{status}"
     );
     assert!(status["next-refresh"].is_number(), "{status}");
+    // It expires the primary's SOA expire time after the transfer (within the second that
+    // passes between the transfer's end and its event).
+    let (expires, last_success) = (
+        status["expires"].as_f64().expect("an expiry"),
+        status["last-success"].as_f64().expect("a last success"),
+    );
+    let expire = soa_expire(&primary);
+    assert!(
+        (expires - (last_success + expire)).abs() < 1.0,
+        "expires {expires}, last success {last_success}, SOA expire {expire}: {status}"
+    );
     let text = r.kresctl(&["rpz"]).expect("kresctl rpz");
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("blocklist.rpz.  serial 2"), "{text}");
     assert!(text.contains("axfr from 127.0.0.1"), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("  expires:      in ")),
+        "{text}"
+    );
     let metrics = r
         .http("GET", "/metrics/prometheus", b"")
         .expect("metrics")
@@ -202,7 +217,40 @@ fn the_first_transfer_blocks_a_listed_name() {
         metrics.contains("knot_resolver_rpz_serial{zone=\"blocklist.rpz.\"} 2"),
         "{metrics}"
     );
+    assert_eq!(
+        gauge(
+            &metrics,
+            "knot_resolver_rpz_expires_timestamp_seconds{zone=\"blocklist.rpz.\"}"
+        ),
+        Some(expires),
+        "the series agrees with /rpz: {metrics}"
+    );
     r.stop();
+}
+
+/// The expire time (seconds) of the SOA `primary` serves, as it answers a query for it.
+fn soa_expire(primary: &KnotPrimary) -> f64 {
+    let answer = dns::query_udp(primary.addr(), ZONE, dns::TYPE_SOA, DNS_TIMEOUT).expect("the SOA");
+    let soa = answer
+        .answers
+        .iter()
+        .find_map(|a| match &a.data {
+            dns::RData::Other(rdata) if a.rtype == dns::TYPE_SOA => Some(rdata.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no SOA in {answer:?}"));
+    // The RDATA ends with serial, refresh, retry, expire and minimum, 4 bytes each.
+    let at = soa.len().checked_sub(8).expect("a SOA's RDATA");
+    f64::from(u32::from_be_bytes(
+        soa[at..at + 4].try_into().expect("4 bytes"),
+    ))
+}
+
+/// The value of the sample `series` (name and labels) in the scrape `metrics`.
+fn gauge(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
 }
 
 #[test]
@@ -611,6 +659,15 @@ fn a_zone_stored_past_its_expire_time_is_expired_at_once() {
     let expired = wait_event(&mut events, &r, |e| kind(e, "rpz-expired"));
     assert_eq!(expired["serial"], 9, "{expired}");
     assert_stored_policy_kept(&r, &zone_host);
+    // Its expiry is told as the past it is: an hour after the file's time.
+    let status = rpz_status(&r);
+    let expected = two_hours_ago
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64()
+        + 3600.0;
+    let expires = status["expires"].as_f64().expect("an expiry");
+    assert!((expires - expected).abs() < 1.0, "{expected}: {status}");
     r.stop();
 }
 
@@ -1332,9 +1389,7 @@ fn sample(r: &Resolver, series: &str) -> u64 {
         .http("GET", "/metrics/prometheus", b"")
         .expect("metrics")
         .text();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
+    gauge(&text, series).map_or(0, |v| v as u64)
 }
 
 /// The pacing of [`knot_resolver::rpz::pacing`]: its interval between two refreshes.

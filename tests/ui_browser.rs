@@ -540,7 +540,7 @@ fn hostile_names_literally_a_trace_upstreams_rpz_zones_and_one_stream() {
     let opened = Instant::now();
     browser.open(url).expect("page");
 
-    // The zone kept by transfer: its serial and the transfer that brought it.
+    // The zone kept by transfer: its serial, the transfer that brought it and its expiry.
     let zone = browser
         .wait_until(
             "the RPZ zone shown",
@@ -556,8 +556,12 @@ fn hostile_names_literally_a_trace_upstreams_rpz_zones_and_one_stream() {
             .is_some_and(|t| t.starts_with("axfr success at ")),
         "the transfer: {zone}"
     );
+    assert!(
+        zone[4].as_str().is_some_and(|t| !t.is_empty() && t != "–"),
+        "the expiry: {zone}"
+    );
     assert_eq!(
-        (&zone[4], &zone[5]),
+        (&zone[5], &zone[6]),
         (&json!("no"), &json!("yes")),
         "{zone}"
     );

@@ -1,6 +1,6 @@
 //! `GET /rpz`: the RPZ zones kept by zone transfer — per zone its file, primaries, stored
-//! serial, last transfer (kind, time, duration, bytes, records, result), next refresh and
-//! whether it expired — as the event log told them (the same tally as the `knot_resolver_rpz_*`
+//! serial, last transfer (kind, time, duration, bytes, records, result), next refresh, when
+//! it expires and whether it expired — as the event log told them (the same tally as the `knot_resolver_rpz_*`
 //! series, so the two always agree).
 
 use axum::extract::State;

@@ -31,6 +31,15 @@ pub(super) struct RpzTally {
     notifies: BTreeMap<(String, &'static str), u64>,
 }
 
+/// When the zone is refreshed next (when told) and when it expires, as an event at `now` told
+/// them (seconds from it).
+fn told_times(status: &mut RpzZone, now: f64, next_refresh: Option<f64>, expires: Option<f64>) {
+    if let Some(next) = next_refresh {
+        status.next_refresh = Some(now + next);
+    }
+    status.expires = expires.map(|e| now + e);
+}
+
 impl RpzTally {
     /// What one record of the log adds.
     pub(super) fn on(&mut self, record: &Record) {
@@ -42,6 +51,7 @@ impl RpzTally {
                 primaries,
                 serial,
                 next_refresh,
+                expires,
             } => {
                 let status = self.zone(zone);
                 status.file.clone_from(file);
@@ -49,7 +59,7 @@ impl RpzTally {
                 if serial.is_some() {
                     status.serial = *serial;
                 }
-                status.next_refresh = Some(now + next_refresh);
+                told_times(status, now, Some(*next_refresh), *expires);
             }
             Event::RpzTransferred {
                 zone,
@@ -60,13 +70,14 @@ impl RpzTally {
                 records,
                 duration,
                 next_refresh,
+                expires,
             } => {
                 self.count(zone, kind, SUCCESS);
                 let status = self.zone(zone);
                 status.serial = Some(*serial);
                 status.expired = false;
                 status.last_success = Some(now);
-                status.next_refresh = Some(now + next_refresh);
+                told_times(status, now, Some(*next_refresh), *expires);
                 status.last_transfer = Some(RpzTransfer {
                     kind: kind.clone(),
                     primary: primary.clone(),
@@ -85,12 +96,11 @@ impl RpzTally {
                 reason,
                 error,
                 next_refresh,
+                expires,
             } => {
                 self.count(zone, kind, reason);
                 let status = self.zone(zone);
-                if let Some(next) = next_refresh {
-                    status.next_refresh = Some(now + next);
-                }
+                told_times(status, now, *next_refresh, *expires);
                 status.last_transfer = Some(RpzTransfer {
                     kind: kind.clone(),
                     primary: primary.clone(),
@@ -141,6 +151,7 @@ impl RpzTally {
                 last_transfer: None,
                 last_success: None,
                 next_refresh: None,
+                expires: None,
                 expired: false,
                 broken: None,
             })
@@ -164,7 +175,7 @@ impl RpzTally {
             return;
         }
         let zone_label = |zone: &str| format!("zone=\"{}\"", label(zone));
-        let per_zone: [ZoneFamily; 4] = [
+        let per_zone: [ZoneFamily; 5] = [
             (
                 "knot_resolver_rpz_serial",
                 "the serial of the stored RPZ zone (absent before its first transfer)",
@@ -174,6 +185,13 @@ impl RpzTally {
                 "knot_resolver_rpz_last_success_timestamp_seconds",
                 "when the last successful refresh of the RPZ zone ended (Unix time)",
                 |z| z.last_success,
+            ),
+            (
+                "knot_resolver_rpz_expires_timestamp_seconds",
+                "when the RPZ zone expires with no successful refresh meanwhile: its last \
+                 success plus its SOA expire time (Unix time; past once expired, absent while no \
+                 SOA is known)",
+                |z| z.expires,
             ),
             (
                 "knot_resolver_rpz_expired",
@@ -251,6 +269,8 @@ mod tests {
                     primaries: vec!["192.0.2.53".into()],
                     serial: Some(7),
                     next_refresh: 0.0,
+                    // Stored 40 s before it expires.
+                    expires: Some(40.0),
                 },
             ),
             record(
@@ -262,6 +282,7 @@ mod tests {
                     reason: "tsig".into(),
                     error: "TSIG: bad signature".into(),
                     next_refresh: Some(60.0),
+                    expires: Some(39.0),
                 },
             ),
             record(
@@ -279,6 +300,7 @@ mod tests {
         assert_eq!(status.serial, Some(7));
         assert!(status.expired);
         assert_eq!(status.next_refresh, Some(161.0));
+        assert_eq!(status.expires, Some(140.0), "kept past the expiry");
         assert_eq!(
             status.last_transfer.as_ref().map(|t| t.result.as_str()),
             Some("tsig")
@@ -294,6 +316,7 @@ mod tests {
                 records: 4,
                 duration: 0.5,
                 next_refresh: 3600.0,
+                expires: Some(86_400.0),
             },
         ));
         for (refreshes, coalesced, stale) in [(1, 0, 0), (1, 999, 20)] {
@@ -313,12 +336,18 @@ mod tests {
         let status = &tally.zones()[0];
         assert_eq!((status.serial, status.expired), (Some(8), false));
         assert_eq!(status.last_success, Some(200.0));
+        assert_eq!(
+            status.expires,
+            Some(86_600.0),
+            "the new SOA from the success"
+        );
         let mut out = Exposition::default();
         tally.write(&mut out);
         let text = out.render();
         for line in [
             "knot_resolver_rpz_serial{zone=\"block.rpz.\"} 8",
             "knot_resolver_rpz_expired{zone=\"block.rpz.\"} 0",
+            "knot_resolver_rpz_expires_timestamp_seconds{zone=\"block.rpz.\"} 86600.0",
             "knot_resolver_rpz_broken{zone=\"block.rpz.\"} 0",
             "knot_resolver_rpz_transfers_total{zone=\"block.rpz.\",kind=\"ixfr\",result=\"tsig\"} 1",
             "knot_resolver_rpz_transfers_total{zone=\"block.rpz.\",kind=\"ixfr\",result=\"success\"} 1",
@@ -357,6 +386,10 @@ mod tests {
         assert!(
             text.contains("knot_resolver_rpz_broken{zone=\"block.rpz.\"} 1"),
             "{text}"
+        );
+        assert!(
+            !text.contains("knot_resolver_rpz_expires_timestamp_seconds{"),
+            "no expiry while no SOA is known: {text}"
         );
         let loaded = Event::RpzZoneLoaded {
             zone: "block.rpz.".into(),

@@ -536,6 +536,18 @@ fn seconds_until(at: Instant) -> f64 {
     at.saturating_duration_since(Instant::now()).as_secs_f64()
 }
 
+/// Seconds from now until the zone `clock` follows expires, negative once past (a zone
+/// stored long before the start); none while no SOA is known.
+fn seconds_to_expiry(clock: &ZoneClock) -> Option<f64> {
+    let expires = Instant::from_std(clock.expires()?);
+    let now = Instant::now();
+    Some(if expires >= now {
+        expires.duration_since(now).as_secs_f64()
+    } else {
+        -now.duration_since(expires).as_secs_f64()
+    })
+}
+
 /// How long ago the stored `file` was last known current: its modification time, which a
 /// transfer (a new file) and [`mark_current`] set.
 fn current_for(file: &Path) -> Option<Duration> {
@@ -580,7 +592,8 @@ async fn follow(
             )
             .next
             .into();
-        publish_transferred(&shared.events, &zone, *primary, report, next);
+        let expires = seconds_to_expiry(&clock);
+        publish_transferred(&shared.events, &zone, *primary, report, next, expires);
     }
     // What the policy-loader said before this task (at the start, say) counts now.
     let mut loads = Some(shared.manager.rpz_loads());
@@ -597,6 +610,7 @@ async fn follow(
         primaries: zone.primaries.iter().map(|p| p.addr.to_string()).collect(),
         serial: stored.map(|(serial, _)| serial),
         next_refresh: seconds_until(next),
+        expires: seconds_to_expiry(&clock),
     });
     let mut pacer = ZonePacer::new(
         REFRESH_INTERVAL,
@@ -793,6 +807,7 @@ async fn carry_out(
     };
     let schedule = clock.on(refreshed, Instant::now().into_std());
     let next = Instant::from_std(schedule.next);
+    let expires = seconds_to_expiry(clock);
     let kind = if wanted == Wanted::Changes && stored(&zone.file).is_some() {
         TransferKind::Ixfr
     } else {
@@ -810,6 +825,7 @@ async fn carry_out(
             reason: e.reason().to_owned(),
             error,
             next_refresh: told_next.then(|| seconds_until(next)),
+            expires,
         });
     }
     if schedule.expired_now {
@@ -823,7 +839,7 @@ async fn carry_out(
         if report.kind == TransferKind::UpToDate {
             mark_current(&zone.file);
         }
-        publish_transferred(&shared.events, zone, *primary, report, next);
+        publish_transferred(&shared.events, zone, *primary, report, next, expires);
         if report.kind != TransferKind::UpToDate {
             renew(zone, &shared.manager).await;
         }
@@ -831,12 +847,15 @@ async fn carry_out(
     next
 }
 
+/// Tell a successful refresh; `next` refresh and `expires` (seconds, see
+/// [`seconds_to_expiry`]) as the zone's clock says after it.
 fn publish_transferred(
     events: &EventLog,
     zone: &Zone,
     primary: Primary,
     report: &TransferReport,
     next: Instant,
+    expires: Option<f64>,
 ) {
     tracing::info!(
         zone = %zone.name,
@@ -855,6 +874,7 @@ fn publish_transferred(
         records: report.records,
         duration: report.duration.as_secs_f64(),
         next_refresh: seconds_until(next),
+        expires,
     });
 }
 

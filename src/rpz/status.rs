@@ -1,5 +1,5 @@
 //! Where one RPZ zone kept by zone transfer stands between refreshes: when it is refreshed
-//! next and whether it expired. One pure transition, [`ZoneClock::on`], of the outcome of a
+//! next, when it expires and whether it expired. One pure transition, [`ZoneClock::on`], of the outcome of a
 //! refresh and the time, table-tested with a fake clock; the zone's task only carries out
 //! what it says (sleep until `next`, warn once at expiry).
 //!
@@ -85,6 +85,12 @@ impl ZoneClock {
     /// Whether the zone expired.
     pub fn freshness(&self) -> Freshness {
         self.freshness
+    }
+
+    /// When the zone expires with no successful refresh meanwhile (or expired, when that is
+    /// past): the last success plus the SOA's expire time; none while no SOA is known.
+    pub fn expires(&self) -> Option<Instant> {
+        self.timers.and_then(|t| self.since.checked_add(t.expire))
     }
 
     /// What `refreshed` at `now` means for the next refresh and for expiry.
@@ -272,23 +278,28 @@ mod tests {
     }
 
     /// (seconds since the start, outcome, next refresh in seconds since the start, expired
-    /// now, freshness after).
-    type Row = (u64, Refreshed, u64, bool, Freshness);
+    /// now, freshness after, expiry after in seconds since the start).
+    type Row = (u64, Refreshed, u64, bool, Freshness, Option<u64>);
 
-    fn check(stored: Option<SoaTimers>, rows: &[Row]) {
+    /// The clock of a zone stored with `stored` timers, current as of the start (when it
+    /// expires before any refresh: `expires`), through `rows`.
+    fn check(stored: Option<SoaTimers>, expires: Option<u64>, rows: &[Row]) {
         let start = Instant::now();
         let at = |s: u64| start + Duration::from_secs(s);
         let mut clock = ZoneClock::new(stored, start);
-        for (i, &(now, refreshed, next, expired_now, freshness)) in rows.iter().enumerate() {
+        assert_eq!(clock.expires(), expires.map(at), "before any refresh");
+        for (i, &(now, refreshed, next, expired_now, freshness, expires)) in rows.iter().enumerate()
+        {
             let schedule = clock.on(refreshed, at(now));
             assert_eq!(
-                (schedule, clock.freshness()),
+                (schedule, clock.freshness(), clock.expires()),
                 (
                     Schedule {
                         next: at(next),
                         expired_now
                     },
-                    freshness
+                    freshness,
+                    expires.map(at)
                 ),
                 "row {i}"
             );
@@ -302,16 +313,26 @@ mod tests {
         let t = timers(100, 10, 135);
         check(
             Some(t),
+            Some(135),
             &[
-                (0, Succeeded(t), 100, false, Current),
-                (100, Failed, 110, false, Current),
-                (110, Failed, 120, false, Current),
+                (0, Succeeded(t), 100, false, Current, Some(135)),
+                // Failures leave the expiry where the last success put it.
+                (100, Failed, 110, false, Current, Some(135)),
+                (110, Failed, 120, false, Current, Some(135)),
                 // 135 s after the last success: expired, said once.
-                (135, Failed, 145, true, Expired),
-                (145, Failed, 155, false, Expired),
-                (150, Succeeded(timers(50, 5, 70)), 200, false, Current),
-                (200, Failed, 205, false, Current),
-                (220, Failed, 225, true, Expired),
+                (135, Failed, 145, true, Expired, Some(135)),
+                (145, Failed, 155, false, Expired, Some(135)),
+                // A success counts the new SOA's expire time from itself.
+                (
+                    150,
+                    Succeeded(timers(50, 5, 70)),
+                    200,
+                    false,
+                    Current,
+                    Some(220),
+                ),
+                (200, Failed, 205, false, Current, Some(220)),
+                (220, Failed, 225, true, Expired, Some(220)),
             ],
         );
     }
@@ -322,16 +343,27 @@ mod tests {
         use Refreshed::*;
         check(
             Some(timers(100, 10, 15)),
+            Some(15),
             &[
-                (5, Failed, 15, false, Current),
-                (15, Failed, 25, true, Expired),
+                (5, Failed, 15, false, Current, Some(15)),
+                (15, Failed, 25, true, Expired, Some(15)),
             ],
         );
+        // No SOA known: no expiry, until a success brings one.
         check(
             None,
+            None,
             &[
-                (0, Failed, 60, false, Current),
-                (1000, Failed, 1060, false, Current),
+                (0, Failed, 60, false, Current, None),
+                (1000, Failed, 1060, false, Current, None),
+                (
+                    1010,
+                    Succeeded(timers(100, 10, 500)),
+                    1110,
+                    false,
+                    Current,
+                    Some(1510),
+                ),
             ],
         );
     }
@@ -342,16 +374,34 @@ mod tests {
         use Refreshed::*;
         check(
             None,
+            None,
             &[
-                (0, Succeeded(timers(0, 0, 1_000_000)), 5, false, Current),
+                (
+                    0,
+                    Succeeded(timers(0, 0, 1_000_000)),
+                    5,
+                    false,
+                    Current,
+                    Some(1_000_000),
+                ),
                 (
                     1,
                     Succeeded(timers(10_000_000, 0, 1_000_000)),
                     1 + 86_400,
                     false,
                     Current,
+                    Some(1_000_001),
                 ),
-                (2, Failed, 7, false, Current),
+                (2, Failed, 7, false, Current, Some(1_000_001)),
+                // The largest expire a SOA can hold (2^32 - 1 s, 136 years) is told as it is.
+                (
+                    3,
+                    Succeeded(timers(100, 10, u64::from(u32::MAX))),
+                    103,
+                    false,
+                    Current,
+                    Some(3 + u64::from(u32::MAX)),
+                ),
             ],
         );
     }

@@ -110,6 +110,10 @@ pub enum Event {
         serial: Option<u32>,
         /// Seconds until the first refresh.
         next_refresh: f64,
+        /// Seconds until the stored zone expires with no successful refresh (negative: it
+        /// expired that long ago); none while no SOA is known.
+        #[serde(default)]
+        expires: Option<f64>,
     },
     /// Primaries sent NOTIFYs for the zone: told at most once a second per zone, for every
     /// NOTIFY accepted since the last (`received`); `from` and `serial` are the last one's.
@@ -143,10 +147,14 @@ pub enum Event {
         duration: f64,
         /// Seconds until the next refresh.
         next_refresh: f64,
+        /// Seconds until the zone expires with no successful refresh (the SOA's expire time).
+        #[serde(default)]
+        expires: Option<f64>,
     },
     /// A refresh of an RPZ zone from one primary failed; the stored file and the running
     /// policy are kept. `reason` is a short label (`timeout`, `too-large`, `tsig`, …);
-    /// `next_refresh` (seconds) is set when no other primary is tried now.
+    /// `next_refresh` (seconds) is set when no other primary is tried now; `expires`
+    /// (seconds, negative once past) when the last success, or the stored zone, gave a SOA.
     RpzTransferFailed {
         zone: String,
         primary: String,
@@ -154,6 +162,8 @@ pub enum Event {
         reason: String,
         error: String,
         next_refresh: Option<f64>,
+        #[serde(default)]
+        expires: Option<f64>,
     },
     /// The zone's SOA expire time passed with no successful refresh: kresd keeps serving the
     /// stored policy, and refreshes go on.
@@ -459,6 +469,50 @@ mod tests {
                 stale: 0,
             }
         );
+    }
+
+    #[test]
+    fn a_zone_expiry_is_told_in_seconds_and_older_records_read_as_unknown() {
+        let transferred = |expires| Event::RpzTransferred {
+            zone: "block.rpz.".into(),
+            primary: "192.0.2.53:53".into(),
+            transfer: "axfr".into(),
+            serial: 8,
+            bytes: 300,
+            records: 4,
+            duration: 0.5,
+            next_refresh: 300.0,
+            expires,
+        };
+        let text = serde_json::to_value(transferred(Some(86_400.0))).expect("JSON");
+        assert_eq!(
+            (&text["next-refresh"], &text["expires"]),
+            (&json!(300.0), &json!(86_400.0))
+        );
+        // As earlier versions wrote them: no `expires`.
+        let older = json!({"kind": "rpz-transferred", "zone": "block.rpz.",
+                           "primary": "192.0.2.53:53", "transfer": "axfr", "serial": 8,
+                           "bytes": 300, "records": 4, "duration": 0.5, "next-refresh": 300.0});
+        assert_eq!(
+            serde_json::from_value::<Event>(older).expect("an older record"),
+            transferred(None)
+        );
+        for older in [
+            json!({"kind": "rpz-followed", "zone": "block.rpz.", "file": "/var/rpz/block.rpz",
+                   "primaries": [], "serial": null, "next-refresh": 0.0}),
+            json!({"kind": "rpz-transfer-failed", "zone": "block.rpz.",
+                   "primary": "192.0.2.53:53", "transfer": "ixfr", "reason": "timeout",
+                   "error": "timed out", "next-refresh": null}),
+        ] {
+            let read = serde_json::from_value::<Event>(older.clone()).expect("an older record");
+            let expires = match read {
+                Event::RpzFollowed { expires, .. } | Event::RpzTransferFailed { expires, .. } => {
+                    expires
+                }
+                other => panic!("{other:?} from {older}"),
+            };
+            assert_eq!(expires, None, "{older}");
+        }
     }
 
     #[test]

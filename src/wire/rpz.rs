@@ -1,5 +1,5 @@
 //! `GET /rpz`: the RPZ zones kept by zone transfer, as the event log tells them (their
-//! stored serial, last transfer, next refresh, expiry, whether kresd loads them), read back
+//! stored serial, last transfer, next refresh, when they expire and whether they expired, whether kresd loads them), read back
 //! by `kresctl rpz`.
 
 use serde::{Deserialize, Serialize};
@@ -23,6 +23,11 @@ pub struct RpzZone {
     pub last_success: Option<f64>,
     /// When the zone is refreshed next (Unix time, seconds), NOTIFYs aside.
     pub next_refresh: Option<f64>,
+    /// When the zone expires with no successful refresh meanwhile (Unix time, seconds): the
+    /// last success plus the SOA's expire time (past once `expired`); none while no SOA is
+    /// known.
+    #[serde(default)]
+    pub expires: Option<f64>,
     /// Whether the SOA's expire time passed with no successful refresh: the stored policy is
     /// still served.
     pub expired: bool,

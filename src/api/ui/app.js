@@ -91,6 +91,11 @@ function clock(epochSeconds) {
   return new Date(epochSeconds * 1000).toLocaleTimeString();
 }
 
+// With the date: for times days away (an RPZ zone's expiry).
+function dateAndClock(epochSeconds) {
+  return new Date(epochSeconds * 1000).toLocaleString();
+}
+
 function exitText(exit) {
   if (exit === null || exit === undefined) return '–';
   if (typeof exit === 'object') {
@@ -361,6 +366,7 @@ async function refreshRpz() {
     const transfer = last ? last.kind + ' ' + last.result + ' at ' + clock(last.time)
       + (last.error ? ': ' + last.error : '') : '–';
     [z.zone, z.serial ?? '–', transfer, z['next-refresh'] ? clock(z['next-refresh']) : '–',
+      z.expires != null ? dateAndClock(z.expires) : '–',
       z.expired ? 'yes' : 'no', z.broken ? 'no: ' + z.broken : 'yes']
       .forEach((text) => row.appendChild(el('td', text)));
     return row;

@@ -1,5 +1,6 @@
-//! `kresctl rpz`: the RPZ zones kept by zone transfer (`GET /rpz`), one block per zone, or
-//! the API's JSON. Zones are read in one place, as `wire::rpz::RpzZone`, by `zone_lines`.
+//! `kresctl rpz`: the RPZ zones kept by zone transfer (`GET /rpz`), one block per zone (its
+//! serial, last refresh and success, next refresh and expiry), or the API's JSON. Zones are
+//! read in one place, as `wire::rpz::RpzZone`, by `zone_lines`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -92,6 +93,17 @@ fn zone_lines(zone: &RpzZone, now: f64) -> String {
         zone.next_refresh
             .map_or_else(|| "-".to_owned(), |t| format!("in {}", span(Some(t - now))))
     ));
+    out.push_str(&format!(
+        "  expires:      {}\n",
+        zone.expires.map_or_else(
+            || "-".to_owned(),
+            |t| if t >= now {
+                format!("in {}", span(Some(t - now)))
+            } else {
+                format!("{} ago", span(Some(now - t)))
+            }
+        )
+    ));
     out
 }
 
@@ -101,7 +113,7 @@ mod tests {
     use crate::wire::rpz::RpzTransfer;
 
     #[test]
-    fn a_zone_reads_as_its_serial_last_refresh_and_next_one() {
+    fn a_zone_reads_as_its_serial_last_refresh_next_one_and_expiry() {
         let zone = RpzZone {
             zone: "block.rpz.".into(),
             file: "/var/rpz/block.rpz".into(),
@@ -119,6 +131,7 @@ mod tests {
             }),
             last_success: Some(1000.0),
             next_refresh: Some(4600.0),
+            expires: Some(1000.0 + 86_400.0),
             expired: false,
             broken: None,
         };
@@ -129,7 +142,27 @@ mod tests {
              \x20 primaries:    192.0.2.53:53, [2001:db8::53]:5353\n\
              \x20 last refresh: ixfr from 192.0.2.53:53, 1m05s ago: success (12 records, 900 bytes in 0.250s)\n\
              \x20 last success: 1m05s ago\n\
-             \x20 next refresh: in 58m55s\n"
+             \x20 next refresh: in 58m55s\n\
+             \x20 expires:      in 23h58m55s\n"
+        );
+        let expired = RpzZone {
+            expired: true,
+            expires: Some(1000.0),
+            ..zone.clone()
+        };
+        let text = zone_lines(&expired, 4665.0);
+        assert!(
+            text.starts_with("block.rpz.  serial 42 (EXPIRED: "),
+            "{text}"
+        );
+        assert!(text.ends_with("  expires:      1h01m05s ago\n"), "{text}");
+        let unknown = RpzZone {
+            expires: None,
+            ..zone.clone()
+        };
+        assert!(
+            zone_lines(&unknown, 1065.0).ends_with("  expires:      -\n"),
+            "none while no SOA is known"
         );
         let broken = RpzZone {
             broken: Some("line 3: invalid domain name character".into()),
