@@ -461,7 +461,8 @@ async fn change(
             }
             Ok(plan) => {
                 let response = match answer {
-                    AppliedAnswer::Empty => StatusCode::OK.into_response(),
+                    // Empty, as upstream answers, and typed (upstream's says JSON).
+                    AppliedAnswer::Empty => (StatusCode::OK, "").into_response(),
                     AppliedAnswer::Summary => {
                         super::json_value(StatusCode::OK, &plan.summary(Stage::Applied))
                     }
