@@ -10,18 +10,46 @@ use xxhash_rust::xxh3::Xxh3;
 /// XXH3-128 of its canonical JSON, hashed as the text is written (a large configuration's
 /// text is never built). Stable across builds and runs; collisions irrelevant at this scale.
 pub fn etag(doc: &Value) -> String {
-    let mut hash = Hasher(Xxh3::new());
+    let mut hash = Hasher {
+        state: Xxh3::new(),
+        pending: Vec::with_capacity(HASHED_AT_ONCE),
+    };
     write_canonical(doc, &mut hash);
-    let bytes = &hash.0.digest128().to_be_bytes()[..15];
+    let bytes = &hash.digest().to_be_bytes()[..15];
     format!("\"{}\"", base64url(bytes))
 }
 
-/// The hash the canonical text is written into.
-struct Hasher(Xxh3);
+/// How much canonical text is gathered before it is hashed: the text comes in pieces of a
+/// few bytes, which the hash takes faster in one run (8.9 MB of 250,000 addresses: ~3 ms
+/// of hashing instead of ~8 ms, beside ~50 ms of writing the text).
+const HASHED_AT_ONCE: usize = 64 << 10;
+
+/// The hash the canonical text is written into, in runs of [`HASHED_AT_ONCE`] bytes.
+struct Hasher {
+    state: Xxh3,
+    /// Text written and not yet hashed.
+    pending: Vec<u8>,
+}
+
+impl Hasher {
+    /// The hash of everything written.
+    fn digest(mut self) -> u128 {
+        self.state.update(&self.pending);
+        self.state.digest128()
+    }
+}
 
 impl std::io::Write for Hasher {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.update(bytes);
+        if self.pending.len() + bytes.len() > HASHED_AT_ONCE {
+            self.state.update(&self.pending);
+            self.pending.clear();
+        }
+        if bytes.len() >= HASHED_AT_ONCE {
+            self.state.update(bytes);
+        } else {
+            self.pending.extend_from_slice(bytes);
+        }
         Ok(bytes.len())
     }
 
@@ -32,7 +60,7 @@ impl std::io::Write for Hasher {
 
 /// The canonical JSON of `v` (object keys sorted, no spaces) into `out`. Writing into the
 /// hash cannot fail, nor can serialising a string or a scalar.
-fn write_canonical(v: &Value, out: &mut Hasher) {
+fn write_canonical(v: &Value, out: &mut impl std::io::Write) {
     use std::io::Write;
     match v {
         Value::Object(m) => {
@@ -125,6 +153,24 @@ mod tests {
         let canonical = "{\"cache\":{\"size-max\":\"1M\",\"storage\":\"/x\"},\"esc\":\"\\n\\t\",\
             \"l\":[1,2.5,true,null,\"a\\\"b\u{e9}\"],\"workers\":2}";
         let whole = xxhash_rust::xxh3::xxh3_128(canonical.as_bytes()).to_be_bytes();
+        assert_eq!(etag(&doc), format!("\"{}\"", base64url(&whole[..15])));
+    }
+
+    #[test]
+    fn a_large_document_is_hashed_as_its_whole_text() {
+        let entries: serde_json::Map<String, Value> = (0..20_000)
+            .map(|i| {
+                (
+                    format!("host{i}.test"),
+                    json!(format!("10.0.{}.{}", i / 256, i % 256)),
+                )
+            })
+            .collect();
+        let doc = json!({"local-data": {"addresses": entries}, "workers": 2});
+        let mut text = Vec::new();
+        write_canonical(&doc, &mut text);
+        assert!(text.len() > 4 * HASHED_AT_ONCE, "{} bytes", text.len());
+        let whole = xxhash_rust::xxh3::xxh3_128(&text).to_be_bytes();
         assert_eq!(etag(&doc), format!("\"{}\"", base64url(&whole[..15])));
     }
 
