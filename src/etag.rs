@@ -59,9 +59,8 @@ impl std::io::Write for Hasher {
 }
 
 /// The canonical JSON of `v` (object keys sorted, no spaces) into `out`. Writing into the
-/// hash cannot fail, nor can serialising a string or a scalar.
+/// hash (or a vector) cannot fail, nor can serialising a string or a scalar.
 fn write_canonical(v: &Value, out: &mut impl std::io::Write) {
-    use std::io::Write;
     match v {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
