@@ -51,7 +51,8 @@ impl utoipa::ToSchema for ConfigDocument {
     components(schemas(
         crate::wire::change::DryRun,
         crate::wire::change::ChangeSummary,
-        crate::wire::change::ReloadSummary
+        crate::wire::change::ReloadSummary,
+        crate::wire::events::Event
     )),
     info(
         title = "Knot Resolver management API",
@@ -146,6 +147,7 @@ fn finish(openapi: utoipa::openapi::OpenApi) -> Value {
     // No requirement (the unix socket, or TCP without a token), or the bearer token.
     doc["security"] = json!([{}, {"bearerAuth": []}]);
     doc["components"]["responses"] = common_responses();
+    describe_event_stream(&mut doc);
     if let Some(Value::Object(paths)) = doc.get_mut("paths").map(Value::take) {
         let paths: Map<String, Value> = paths
             .into_iter()
@@ -162,6 +164,38 @@ fn finish(openapi: utoipa::openapi::OpenApi) -> Value {
         doc["paths"] = Value::Object(paths);
     }
     doc
+}
+
+/// What the event stream's messages carry: `EventRecord`, the JSON of each message's `data:`
+/// line (an [`crate::wire::events::Event`] with its id and time), as the stream's item schema
+/// (`x-item-schema`: OpenAPI 3.1 has no keyword for the items of a stream).
+fn describe_event_stream(doc: &mut Value) {
+    doc["components"]["schemas"]["EventRecord"] = json!({
+        "description": "One event as `GET /events` sends it: the JSON of an SSE message's \
+    `data:` line (its `event:` line is the `kind`).",
+        "allOf": [
+            {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "`<epoch>-<seq>`, the message's \
+    `id:`; none on a notice to one follower (`events-missed`, `events-lagged`, `stopping`)."},
+                    "time": {"type": "number", "description": "When it was published (Unix \
+    seconds)."},
+                },
+                "required": ["time"],
+            },
+            {"$ref": "#/components/schemas/Event"},
+        ],
+    });
+    if let Some(media) =
+        doc.pointer_mut("/paths/~1events/get/responses/200/content/text~1event-stream")
+    {
+        *media = json!({
+            "schema": {"type": "string", "description": "Server-sent events, each with one \
+        `data:` line: an `EventRecord` (JSON)."},
+            "x-item-schema": {"$ref": "#/components/schemas/EventRecord"},
+        });
+    }
 }
 
 /// The configuration's JSON schema as a component schema: the same as `/schema`, without its
