@@ -4,30 +4,51 @@
 
 use axum::http::{HeaderMap, HeaderName};
 use serde_json::Value;
+use xxhash_rust::xxh3::Xxh3;
 
-/// The quoted ETag of a document (20 URL-safe base64 characters, like upstream's).
+/// The quoted ETag of a document (20 URL-safe base64 characters): the first 15 bytes of
+/// XXH3-128 of its canonical JSON, hashed as the text is written (a large configuration's
+/// text is never built). Stable across builds and runs; collisions irrelevant at this scale.
 pub fn etag(doc: &Value) -> String {
-    let mut hash = Fnv128::default();
+    let mut hash = Hasher {
+        state: Xxh3::new(),
+        pending: Vec::with_capacity(HASHED_AT_ONCE),
+    };
     write_canonical(doc, &mut hash);
-    let bytes = &hash.0.to_be_bytes()[..15];
+    let bytes = &hash.digest().to_be_bytes()[..15];
     format!("\"{}\"", base64url(bytes))
 }
 
-/// FNV-1a, 128 bits, fed as the canonical text is written (a large configuration's text is
-/// never built): stable across builds and runs, collisions irrelevant at this scale.
-struct Fnv128(u128);
+/// How much canonical text is gathered before it is hashed: the text comes in pieces of a
+/// few bytes, which the hash takes faster in one run (8.9 MB of 250,000 addresses: ~3 ms
+/// of hashing instead of ~8 ms, beside ~50 ms of writing the text).
+const HASHED_AT_ONCE: usize = 64 << 10;
 
-impl Default for Fnv128 {
-    fn default() -> Self {
-        Fnv128(0x6c62272e07bb014262b821756295c58d)
+/// The hash the canonical text is written into, in runs of [`HASHED_AT_ONCE`] bytes.
+struct Hasher {
+    state: Xxh3,
+    /// Text written and not yet hashed.
+    pending: Vec<u8>,
+}
+
+impl Hasher {
+    /// The hash of everything written.
+    fn digest(mut self) -> u128 {
+        self.state.update(&self.pending);
+        self.state.digest128()
     }
 }
 
-impl std::io::Write for Fnv128 {
+impl std::io::Write for Hasher {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        for b in bytes {
-            self.0 ^= u128::from(*b);
-            self.0 = self.0.wrapping_mul(0x0000000001000000000000000000013B);
+        if self.pending.len() + bytes.len() > HASHED_AT_ONCE {
+            self.state.update(&self.pending);
+            self.pending.clear();
+        }
+        if bytes.len() >= HASHED_AT_ONCE {
+            self.state.update(bytes);
+        } else {
+            self.pending.extend_from_slice(bytes);
         }
         Ok(bytes.len())
     }
@@ -38,9 +59,8 @@ impl std::io::Write for Fnv128 {
 }
 
 /// The canonical JSON of `v` (object keys sorted, no spaces) into `out`. Writing into the
-/// hash cannot fail, nor can serialising a string or a scalar.
-fn write_canonical(v: &Value, out: &mut Fnv128) {
-    use std::io::Write;
+/// hash (or a vector) cannot fail, nor can serialising a string or a scalar.
+fn write_canonical(v: &Value, out: &mut impl std::io::Write) {
     match v {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
@@ -116,10 +136,33 @@ mod tests {
 
     #[test]
     fn tags_stay_what_they_were() {
-        // Pinned: a client's tag stays valid across versions of the resolver.
+        // Pinned: a client's tag stays valid across builds and restarts of the resolver.
         let doc = json!({"workers": 2, "cache": {"size-max": "1M", "storage": "/x"},
             "l": [1, 2.5, true, null, "a\"b\u{e9}"], "esc": "\n\t"});
-        assert_eq!(etag(&doc), "\"GUQrHlyX0U-a1DK3m8Vq\"");
+        assert_eq!(etag(&doc), "\"-kqUCSsyfkFuWQOMS8Dg\"");
+        // The hash fed piece by piece is XXH3-128 of the canonical text.
+        let canonical = "{\"cache\":{\"size-max\":\"1M\",\"storage\":\"/x\"},\"esc\":\"\\n\\t\",\
+            \"l\":[1,2.5,true,null,\"a\\\"b\u{e9}\"],\"workers\":2}";
+        let whole = xxhash_rust::xxh3::xxh3_128(canonical.as_bytes()).to_be_bytes();
+        assert_eq!(etag(&doc), format!("\"{}\"", base64url(&whole[..15])));
+    }
+
+    #[test]
+    fn a_large_document_is_hashed_as_its_whole_text() {
+        let entries: serde_json::Map<String, Value> = (0..20_000)
+            .map(|i| {
+                (
+                    format!("host{i}.test"),
+                    json!(format!("10.0.{}.{}", i / 256, i % 256)),
+                )
+            })
+            .collect();
+        let doc = json!({"local-data": {"addresses": entries}, "workers": 2});
+        let mut text = Vec::new();
+        write_canonical(&doc, &mut text);
+        assert!(text.len() > 4 * HASHED_AT_ONCE, "{} bytes", text.len());
+        let whole = xxhash_rust::xxh3::xxh3_128(&text).to_be_bytes();
+        assert_eq!(etag(&doc), format!("\"{}\"", base64url(&whole[..15])));
     }
 
     #[test]

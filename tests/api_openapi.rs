@@ -732,6 +732,86 @@ async fn answers_match_their_documented_schemas() {
     validate_against(doc, &cases, &fixture.dir.0);
 }
 
+/// The records `/events` sends are what the document's `EventRecord` says, and a record of
+/// an unknown kind is not.
+#[tokio::test]
+async fn event_records_match_their_documented_schema() {
+    use knot_resolver::events::{Event, EventLog, Record};
+    let fixture = fixture().await;
+    let log = EventLog::new("1");
+    let mut follower = log
+        .follow(None, knot_resolver::events::FollowerClass::Ordinary)
+        .expect("a follower");
+    let published = [
+        Event::ProcessExited {
+            name: "kresd0".into(),
+            pid: 42,
+            status: Some(ExitStatus::Signaled {
+                signal: 9,
+                core_dumped: false,
+            }),
+        },
+        Event::ProcessSpawned {
+            name: "kresd1".into(),
+            pid: 43,
+        },
+        Event::Draining,
+    ];
+    for event in published.clone() {
+        log.publish(event);
+    }
+    let mut instances = Vec::new();
+    for _ in &published {
+        let record = follower.next().await.expect("a record");
+        assert!(record.id.is_some(), "published records have ids");
+        instances.push(serde_json::to_value(&*record).expect("JSON"));
+    }
+    instances.push(serde_json::to_value(Record::notice(Event::Stopping)).expect("JSON"));
+    let missed = Event::EventsMissed {
+        last_event_id: "0-7".into(),
+        reason: "gone from the log".into(),
+    };
+    instances.push(serde_json::to_value(Record::notice(missed)).expect("JSON"));
+    let schema = "/components/schemas/EventRecord";
+    let mut checks: Vec<Value> = instances
+        .iter()
+        .enumerate()
+        .map(|(i, instance)| {
+            json!({"name": format!("record {i}: {instance}"), "schema": schema,
+                   "instance": instance, "valid": true})
+        })
+        .collect();
+    checks.push(
+        json!({"name": "a record of no known kind", "schema": schema,
+        "instance": {"id": "1-1", "time": 1.5, "kind": "no-such-kind"}, "valid": false}),
+    );
+    checks.push(
+        json!({"name": "a record without its time", "schema": schema,
+        "instance": {"kind": "draining"}, "valid": false}),
+    );
+    let doc_file = fixture.dir.0.join("openapi-events.json");
+    let cases_file = fixture.dir.0.join("events-cases.json");
+    std::fs::write(&doc_file, serde_json::to_vec(document()).expect("JSON")).expect("write");
+    std::fs::write(&cases_file, serde_json::to_vec(&checks).expect("JSON")).expect("write");
+    let output = python(&[
+        "-c",
+        VALIDATE_INSTANCES,
+        path_str(&doc_file),
+        path_str(&cases_file),
+    ]);
+    assert!(
+        output.status.success(),
+        "event records that do not match the document:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        document()["paths"]["/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
+            ["x-item-schema"],
+        json!({"$ref": "#/components/schemas/EventRecord"})
+    );
+}
+
 fn path_str(path: &Path) -> &str {
     path.to_str().expect("UTF-8 path")
 }

@@ -198,6 +198,9 @@ async fn patch_applies_json_patch_operations() {
         .change(json_body("PATCH", "/v1/config", ops), Outcome::Applied)
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    // Empty, as upstream answers, typed as the document says.
+    assert!(r.body.is_empty(), "{}", r.text());
+    assert_eq!(r.content_type.as_deref(), Some("text/plain; charset=utf-8"));
     assert_eq!(applied["workers"], json!(4));
     assert_eq!(applied["options"], json!({"minimize": false}));
     assert!(applied.get("ttl-copy-is-removed").is_none());
@@ -345,6 +348,12 @@ fn more_refusals() -> Vec<(Request<Body>, StatusCode, &'static str)> {
             with_body("POST", "/cache/clear", "application/json", "{"),
             StatusCode::BAD_REQUEST,
             "request processing error",
+        ),
+        // No body: refused as upstream's manager refuses it (`{}` clears everything).
+        (
+            request("POST", "/cache/clear"),
+            StatusCode::BAD_REQUEST,
+            "the body is empty",
         ),
         // No worker to clear the cache with.
         (

@@ -42,6 +42,15 @@ if ! python3 -c "import openapi_spec_validator, jsonschema, referencing" 2>/dev/
     python3 -m pip install --quiet "openapi-spec-validator==0.9.0" \
         || python3 -m pip install --quiet --break-system-packages "openapi-spec-validator==0.9.0"
 fi
+# tests/api_conformance.rs runs schemathesis, a property-based tester driven by the API's
+# OpenAPI document, against a running resolver; the test fails, never skips, without it.
+if ! python3 -c "import schemathesis" 2>/dev/null; then
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip
+    fi
+    python3 -m pip install --quiet "schemathesis==4.32.5" \
+        || python3 -m pip install --quiet --break-system-packages "schemathesis==4.32.5"
+fi
 if ! command -v kresd >/dev/null || ! kresd --version 2>/dev/null | grep -q 'version 6\.'; then
     bash tests/testbed/provision-rootfs.sh
 fi

@@ -95,7 +95,7 @@ async fn read(
     ptr: &str,
 ) -> Result<Response, ApiError> {
     let current = state.manager.config();
-    let rendered = state.rendered.get(&current);
+    let rendered = state.rendered.of(&current).await;
     conditions.check(&rendered.etag, Access::Read)?;
     let body = if ptr.is_empty() {
         axum::body::Bytes::clone(&rendered.json)
@@ -231,14 +231,14 @@ where
 /// `PUT`: replace (or add) the value at the pointer with the body.
 async fn put(
     request: &ChangeRequest,
-    headers: &HeaderMap,
-    ptr: &str,
-    body: &[u8],
+    headers: HeaderMap,
+    ptr: String,
+    body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    change(request, |doc| {
-        let value = parse_body(headers, body)?;
+    change(request, move |doc| {
+        let value = parse_body(&headers, &body)?;
         let mut doc = doc.clone();
-        pointer::put(&mut doc, ptr, value)?;
+        pointer::put(&mut doc, &ptr, value)?;
         Ok(doc)
     })
     .await
@@ -269,7 +269,7 @@ pub async fn put_document(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    put(&request, &headers, "", &body).await
+    put(&request, headers, String::new(), body).await
 }
 
 /// Replace or add the value at a JSON pointer.
@@ -298,14 +298,14 @@ pub async fn put_value(
     Path(at): Path<PointerParam>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    put(&request, &headers, &at.pointer(), &body).await
+    put(&request, headers, at.pointer(), body).await
 }
 
 /// `DELETE`: remove the value at the pointer.
-async fn delete(request: &ChangeRequest, ptr: &str) -> Result<Response, ApiError> {
-    change(request, |doc| {
+async fn delete(request: &ChangeRequest, ptr: String) -> Result<Response, ApiError> {
+    change(request, move |doc| {
         let mut doc = doc.clone();
-        pointer::remove(&mut doc, ptr)?;
+        pointer::remove(&mut doc, &ptr)?;
         Ok(doc)
     })
     .await
@@ -320,7 +320,7 @@ async fn delete(request: &ChangeRequest, ptr: &str) -> Result<Response, ApiError
     responses(ConfigDeleteAll)
 )]
 pub async fn delete_document(request: ChangeRequest) -> Result<Response, ApiError> {
-    delete(&request, "").await
+    delete(&request, String::new()).await
 }
 
 /// Remove the value at a JSON pointer.
@@ -335,17 +335,17 @@ pub async fn delete_value(
     request: ChangeRequest,
     Path(at): Path<PointerParam>,
 ) -> Result<Response, ApiError> {
-    delete(&request, &at.pointer()).await
+    delete(&request, at.pointer()).await
 }
 
 /// `PATCH`: apply the body, a JSON Patch (RFC 6902), to the whole document.
 async fn patch(
     request: &ChangeRequest,
-    headers: &HeaderMap,
-    body: &[u8],
+    headers: HeaderMap,
+    body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    change(request, |doc| {
-        let ops = parse_body(headers, body)?;
+    change(request, move |doc| {
+        let ops = parse_body(&headers, &body)?;
         Ok(pointer::patch(doc, &ops)?)
     })
     .await
@@ -372,7 +372,7 @@ pub async fn patch_document(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    patch(&request, &headers, &body).await
+    patch(&request, headers, body).await
 }
 
 /// Apply a JSON Patch to the whole configuration (the pointer is not used).
@@ -399,7 +399,7 @@ pub async fn patch_value(
     Path(_): Path<PointerParam>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    patch(&request, &headers, &body).await
+    patch(&request, headers, body).await
 }
 
 /// The pointer of the routes below `/v1/config/`.
@@ -420,11 +420,12 @@ impl PointerParam {
 
 /// Check the preconditions, compute the new document from the current one with `edit` (which
 /// also reads the body: a failed precondition answers before a bad body), validate it and have the
-/// manager apply it. When another change won the race in between, a request without
+/// manager apply it. Reading the body, validating and hashing run on the blocking pool: the
+/// runtime's one thread keeps answering other requests (probes included) meanwhile. When another change won the race in between, a request without
 /// `If-Match` is recomputed (up to [`CONFLICT_RETRIES`] times); one with it gets 412.
 async fn change(
     request: &ChangeRequest,
-    edit: impl Fn(&Value) -> Result<Value, ApiError>,
+    edit: impl Fn(&Value) -> Result<Value, ApiError> + Send + Sync + 'static,
 ) -> Result<Response, ApiError> {
     let ChangeRequest {
         state,
@@ -432,16 +433,16 @@ async fn change(
         query,
         answer,
     } = request;
+    let edit = Arc::new(edit);
     for _ in 0..CONFLICT_RETRIES {
         let current = state.manager.config();
-        let rendered = state.rendered.get(&current);
-        let tag = rendered.etag.clone();
+        let tag = state.rendered.of(&current).await.etag.clone();
         let conditional = conditions.check(&tag, Access::Change)?;
-        let doc = edit(&current.raw)?;
-        let large = rendered.json.len() > LARGE_DOCUMENT;
-        let (model, new_tag) = validate_and_tag(&doc, &state.validation, large);
-        let model = model.map_err(ApiError::Invalid)?;
-        let loaded = LoadedConfig { raw: doc, model };
+        let edited = {
+            let (edit, current) = (edit.clone(), current.clone());
+            blocking(move || edit(&current.raw)).await??
+        };
+        let (loaded, new_tag) = validate_and_tag(edited, &state.validation).await?;
         let base = Some(Base {
             config: current,
             tag,
@@ -460,7 +461,8 @@ async fn change(
             }
             Ok(plan) => {
                 let response = match answer {
-                    AppliedAnswer::Empty => StatusCode::OK.into_response(),
+                    // Empty, as upstream answers, and typed (upstream's says JSON).
+                    AppliedAnswer::Empty => (StatusCode::OK, "").into_response(),
                     AppliedAnswer::Summary => {
                         super::json_value(StatusCode::OK, &plan.summary(Stage::Applied))
                     }
@@ -471,7 +473,12 @@ async fn change(
             Err(ChangeError::Conflict) => {
                 return Err(ApiError::Precondition {
                     status: StatusCode::PRECONDITION_FAILED,
-                    etag: state.rendered.get(&state.manager.config()).etag.clone(),
+                    etag: state
+                        .rendered
+                        .of(&state.manager.config())
+                        .await
+                        .etag
+                        .clone(),
                 })
             }
             Err(e) => return Err(e.into()),
@@ -480,31 +487,35 @@ async fn change(
     Err(ApiError::KeptChanging)
 }
 
-/// A configuration whose compact JSON is larger has its new ETag hashed on a thread of its own
-/// while it is validated (100,000 entries: ~20 ms each, on a machine's two cores at once).
-const LARGE_DOCUMENT: usize = 1 << 20;
+/// Run CPU-heavy work (reading a body, validating, hashing, serialising a configuration)
+/// on the blocking pool and wait for it.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ApiError::Failed(format!("the work on the configuration failed: {e}")))
+}
 
-/// Validate `doc` and hash its ETag; for a `large` one both at once (they only read it).
-fn validate_and_tag(
-    doc: &Value,
+/// Validate `doc` and hash its ETag, both at once on the blocking pool (they only read it).
+async fn validate_and_tag(
+    doc: Value,
     ctx: &config::ValidationContext,
-    large: bool,
-) -> (Result<config::KresConfig, config::ValidationErrors>, String) {
-    if !large {
-        return (config::validate(doc, ctx), etag(doc));
-    }
-    std::thread::scope(|scope| {
-        let tagging = std::thread::Builder::new()
-            .name("etag".into())
-            .spawn_scoped(scope, || etag(doc));
-        let model = config::validate(doc, ctx);
-        // No thread to be had, or its hashing failed: hash here.
-        let tag = tagging
-            .ok()
-            .and_then(|t| t.join().ok())
-            .unwrap_or_else(|| etag(doc));
-        (model, tag)
-    })
+) -> Result<(LoadedConfig, String), ApiError> {
+    let doc = Arc::new(doc);
+    let validated = {
+        let (doc, ctx) = (doc.clone(), ctx.clone());
+        blocking(move || config::validate(&doc, &ctx))
+    };
+    let tagged = {
+        let doc = doc.clone();
+        blocking(move || etag(&doc))
+    };
+    let (model, tag) = tokio::join!(validated, tagged);
+    let model = model?.map_err(ApiError::Invalid)?;
+    let tag = tag?;
+    let raw = Arc::try_unwrap(doc).unwrap_or_else(|doc| (*doc).clone());
+    Ok((LoadedConfig { raw, model }, tag))
 }
 
 /// The ETag and compact JSON of one configuration version.
@@ -525,8 +536,31 @@ pub struct RenderedCache {
 }
 
 impl RenderedCache {
+    /// [`RenderedCache::get`] from an async caller: a rendering still to be made (or being
+    /// made) is waited for on the blocking pool.
+    pub async fn of(&self, config: &Arc<LoadedConfig>) -> Arc<Rendered> {
+        let slot = self.slot(config);
+        if let Some(rendered) = slot.get() {
+            return rendered.clone();
+        }
+        let config = config.clone();
+        let render = move || render_into(&slot, &config);
+        match tokio::task::spawn_blocking(render.clone()).await {
+            Ok(rendered) => rendered,
+            // The pool is gone (the runtime stops): render here.
+            Err(_) => render(),
+        }
+    }
+
+    /// The rendering of `config`, made now unless it was made before (a blocking call).
     pub fn get(&self, config: &Arc<LoadedConfig>) -> Arc<Rendered> {
-        let slot = match self.inner.lock() {
+        render_into(&self.slot(config), config)
+    }
+
+    /// The memo's slot for `config`: the one kept when `config` is the latest version asked
+    /// for, a new one kept from now on otherwise.
+    fn slot(&self, config: &Arc<LoadedConfig>) -> Arc<std::sync::OnceLock<Arc<Rendered>>> {
+        match self.inner.lock() {
             Ok(mut guard) => match guard.as_ref() {
                 Some((c, slot)) if Arc::ptr_eq(c, config) => slot.clone(),
                 _ => {
@@ -536,15 +570,19 @@ impl RenderedCache {
                 }
             },
             Err(_) => Arc::new(std::sync::OnceLock::new()),
-        };
-        slot.get_or_init(|| {
-            Arc::new(Rendered {
-                etag: etag(&config.raw),
-                json: axum::body::Bytes::from(serde_json::to_vec(&config.raw).unwrap_or_default()),
-            })
-        })
-        .clone()
+        }
     }
+}
+
+/// The rendering in `slot`, made from `config` unless it was made before.
+fn render_into(slot: &std::sync::OnceLock<Arc<Rendered>>, config: &LoadedConfig) -> Arc<Rendered> {
+    slot.get_or_init(|| {
+        Arc::new(Rendered {
+            etag: etag(&config.raw),
+            json: axum::body::Bytes::from(serde_json::to_vec(&config.raw).unwrap_or_default()),
+        })
+    })
+    .clone()
 }
 
 fn json_with_etag(body: axum::body::Bytes, tag: &str) -> Response {

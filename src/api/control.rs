@@ -152,11 +152,11 @@ pub(super) async fn stop(State(state): State<ApiState>) -> Response {
     tag = "control",
     request_body(content = Object, content_type = "application/json", description = "Upstream's \
 cache-clear request: `name` (a domain name), `exact-name` (boolean), `rr-type` (an RR type, with \
-`exact-name`), `chunk-size` (a positive integer); every member optional. An empty body clears \
-everything."),
+`exact-name`), `chunk-size` (a positive integer); every member optional: `{}` clears everything. \
+A body is required, as upstream's manager requires one."),
     responses(
         (status = 200, description = "kresd's answer to `cache.clear()`.", body = Object),
-        (status = 400, description = "The body is not JSON, or not a valid request.",
+        (status = 400, description = "The body is missing, not JSON, or not a valid request.",
          body = String, content_type = "text/plain"),
         (status = 413, description = "The body is larger than the limit.", body = String,
          content_type = "text/plain"),
@@ -170,12 +170,15 @@ pub(super) async fn cache_clear(
     State(state): State<ApiState>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let request: Value = if body.iter().all(u8::is_ascii_whitespace) {
-        Value::Object(Default::default())
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::BadRequest(format!("request processing error:\n{e}")))?
-    };
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::BadRequest(
+            "request processing error:\nthe body is empty: a JSON object is expected ({} clears \
+everything)"
+                .into(),
+        ));
+    }
+    let request: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("request processing error:\n{e}")))?;
     let clear = crate::cache_clear::CacheClear::from_json(&request).map_err(|errors| {
         ApiError::BadRequest(format!(
             "Configuration validation error detected:\n\t{}",

@@ -20,6 +20,7 @@ use utoipa::openapi::RefOr;
 use super::fault::FaultInjection;
 use super::server::{BODY_LIMIT, CHANGE_TIMEOUT, HEADER_READ_TIMEOUT, READ_TIMEOUT};
 use super::ApiState;
+use crate::manager::plan::{Effect, Section};
 
 /// The name of the configuration's schema among the document's component schemas.
 pub const CONFIG_SCHEMA: &str = "KresConfig";
@@ -46,8 +47,13 @@ impl utoipa::ToSchema for ConfigDocument {
 /// What the document says before any route is registered: title, tags, the security scheme.
 #[derive(utoipa::OpenApi)]
 #[openapi(
-    // The dry run's answer, which the change routes' families of answers refer to by name.
-    components(schemas(crate::wire::change::DryRun, crate::wire::change::ChangeSummary)),
+    // The answers of changes, which the change routes' families of answers refer to by name.
+    components(schemas(
+        crate::wire::change::DryRun,
+        crate::wire::change::ChangeSummary,
+        crate::wire::change::ReloadSummary,
+        crate::wire::events::Event
+    )),
     info(
         title = "Knot Resolver management API",
         license(name = "GPL-3.0-or-later", identifier = "GPL-3.0-or-later"),
@@ -141,6 +147,7 @@ fn finish(openapi: utoipa::openapi::OpenApi) -> Value {
     // No requirement (the unix socket, or TCP without a token), or the bearer token.
     doc["security"] = json!([{}, {"bearerAuth": []}]);
     doc["components"]["responses"] = common_responses();
+    describe_event_stream(&mut doc);
     if let Some(Value::Object(paths)) = doc.get_mut("paths").map(Value::take) {
         let paths: Map<String, Value> = paths
             .into_iter()
@@ -159,9 +166,44 @@ fn finish(openapi: utoipa::openapi::OpenApi) -> Value {
     doc
 }
 
+/// What the event stream's messages carry: `EventRecord`, the JSON of each message's `data:`
+/// line (an [`crate::wire::events::Event`] with its id and time), as the stream's item schema
+/// (`x-item-schema`: OpenAPI 3.1 has no keyword for the items of a stream).
+fn describe_event_stream(doc: &mut Value) {
+    doc["components"]["schemas"]["EventRecord"] = json!({
+        "description": "One event as `GET /events` sends it: the JSON of an SSE message's \
+    `data:` line (its `event:` line is the `kind`).",
+        "allOf": [
+            {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "`<epoch>-<seq>`, the message's \
+    `id:`; none on a notice to one follower (`events-missed`, `events-lagged`, `stopping`)."},
+                    "time": {"type": "number", "description": "When it was published (Unix \
+    seconds)."},
+                },
+                "required": ["time"],
+            },
+            {"$ref": "#/components/schemas/Event"},
+        ],
+    });
+    if let Some(media) =
+        doc.pointer_mut("/paths/~1events/get/responses/200/content/text~1event-stream")
+    {
+        *media = json!({
+            "schema": {"type": "string", "description": "Server-sent events, each with one \
+        `data:` line: an `EventRecord` (JSON)."},
+            "x-item-schema": {"$ref": "#/components/schemas/EventRecord"},
+        });
+    }
+}
+
 /// The configuration's JSON schema as a component schema: the same as `/schema`, without its
 /// `$id` (an identifier of upstream's published file, which would make it the base of
-/// references inside the document), and with `null` in the `enum` of nullable enumerations.
+/// references inside the document), with `null` in the `enum` of nullable enumerations, and
+/// saying what the server refuses that upstream's schema leaves open: a key no object
+/// defines (`additionalProperties: false`), a change of a section fixed at start-up
+/// (`readOnly`: the planner's immutable sections, `rundir` and `management`).
 /// `/schema` keeps upstream's form, where `{"type": ["string", "null"], "enum": [...],
 /// "default": null}` refuses its own default (the configuration's validator accepts `null`
 /// there); OpenAPI validators check defaults against their schemas.
@@ -171,7 +213,96 @@ fn config_schema() -> Value {
         m.shift_remove("$id");
     }
     allow_null_in_nullable_enums(&mut schema);
+    refuse_unknown_keys(&mut schema);
+    let immutable = Section::ALL
+        .iter()
+        .filter(|s| s.effect() == Effect::Immutable)
+        .map(|s| s.key());
+    for section in immutable {
+        if let Some(Value::Object(property)) = schema.pointer_mut(&format!("/properties/{section}"))
+        {
+            property.insert("readOnly".into(), json!(true));
+            let described = property
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            property.insert(
+                "description".into(),
+                json!(format!(
+                    "{described} Fixed at start-up: a change through the API is refused (400, \
+`[/{section}] cannot be changed at runtime`); restart the resolver to change it."
+                )),
+            );
+        }
+    }
     schema
+}
+
+/// Rename the keys of the objects in `value`, a default of the schema `node`, that the schema
+/// knows only with `-` for `_`: through properties, array items and alternatives.
+fn dash_keys(value: &mut Value, node: &Map<String, Value>) {
+    let sub = |key: &str| node.get(key).and_then(Value::as_object);
+    for alternative in ["anyOf", "oneOf"]
+        .iter()
+        .filter_map(|k| node.get(*k).and_then(Value::as_array))
+        .flatten()
+        .filter_map(Value::as_object)
+    {
+        dash_keys(value, alternative);
+    }
+    match value {
+        Value::Array(items) => {
+            if let Some(item) = sub("items") {
+                items.iter_mut().for_each(|v| dash_keys(v, item));
+            }
+        }
+        Value::Object(object) => {
+            let Some(properties) = sub("properties") else {
+                return;
+            };
+            let renamed: Map<String, Value> = std::mem::take(object)
+                .into_iter()
+                .map(|(key, mut v)| {
+                    let dashed = key.replace('_', "-");
+                    let key = if !properties.contains_key(&key) && properties.contains_key(&dashed)
+                    {
+                        dashed
+                    } else {
+                        key
+                    };
+                    if let Some(property) = properties.get(&key).and_then(Value::as_object) {
+                        dash_keys(&mut v, property);
+                    }
+                    (key, v)
+                })
+                .collect();
+            *object = renamed;
+        }
+        _ => {}
+    }
+}
+
+/// `additionalProperties: false` on every object of the schema that lists its properties
+/// and says nothing of others: the validator refuses a key it does not know
+/// (`unexpected extra key(s)`). The schema is ours and its depth bounded.
+fn refuse_unknown_keys(node: &mut Value) {
+    match node {
+        Value::Object(m) => {
+            if m.contains_key("properties") && !m.contains_key("additionalProperties") {
+                m.insert("additionalProperties".into(), json!(false));
+            }
+            // Upstream's schema writes the keys of object defaults as Python names
+            // (`unix_socket`); the configuration's own are `unix-socket`.
+            if let Some(mut default) = m.get("default").cloned() {
+                dash_keys(&mut default, m);
+                m.insert("default".into(), default);
+            }
+            m.values_mut().for_each(refuse_unknown_keys);
+        }
+        Value::Array(items) => items.iter_mut().for_each(refuse_unknown_keys),
+        _ => {}
+    }
 }
 
 /// Add `null` to every `enum` whose node's `type` allows it. The schema is ours and its depth

@@ -11,7 +11,7 @@ use utoipa::openapi::{
     ContentBuilder, HeaderBuilder, ObjectBuilder, Ref, RefOr, Response, ResponseBuilder, Type,
 };
 
-use crate::wire::change::DryRun;
+use crate::wire::change::{ChangeSummary, DryRun, ReloadSummary};
 
 /// One documented answer.
 pub struct Answer {
@@ -29,10 +29,14 @@ pub struct Answer {
 enum Body {
     /// None.
     Empty,
-    /// Plain text, with an example of it or none.
-    Text(Option<&'static str>),
-    /// A dry run's answer, as JSON ([`DryRun`]).
-    DryRun,
+    /// Plain text.
+    Text,
+    /// An applied change's: empty text, or, when `Accept` names JSON, what the change did (a
+    /// [`ChangeSummary`]); with `dry-run`, a [`DryRun`] in JSON.
+    Applied,
+    /// A reload's or a renewal's: upstream's text (the example), or, when `Accept` names
+    /// JSON, a [`ReloadSummary`].
+    Reapplied(&'static str),
 }
 
 impl Answer {
@@ -41,16 +45,8 @@ impl Answer {
         Answer {
             status,
             description,
-            body: Body::Text(None),
+            body: Body::Text,
             etag: None,
-        }
-    }
-
-    /// An answer whose body is plain text, shown by an example.
-    const fn text_like(status: u16, description: &'static str, example: &'static str) -> Answer {
-        Answer {
-            body: Body::Text(Some(example)),
-            ..Answer::text(status, description)
         }
     }
 
@@ -67,24 +63,53 @@ impl Answer {
         }
         response = match self.body {
             Body::Empty => response,
-            Body::Text(example) => response.content(
+            Body::Text => response.content(
                 "text/plain",
-                ContentBuilder::new()
-                    .schema(Some(string()))
-                    .example(example.map(Into::into))
-                    .build(),
+                ContentBuilder::new().schema(Some(string())).build(),
             ),
-            Body::DryRun => response.content(
+            Body::Applied => response.content("text/plain", empty_text()).content(
                 "application/json",
                 ContentBuilder::new()
-                    .schema(Some(Ref::from_schema_name(
-                        <DryRun as utoipa::ToSchema>::name(),
-                    )))
+                    .schema(Some(
+                        utoipa::openapi::schema::AnyOfBuilder::new()
+                            .item(schema_ref::<ChangeSummary>())
+                            .item(schema_ref::<DryRun>()),
+                    ))
                     .build(),
             ),
+            Body::Reapplied(example) => response
+                .content(
+                    "text/plain",
+                    ContentBuilder::new()
+                        .schema(Some(string()))
+                        .example(Some(example.into()))
+                        .build(),
+                )
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(schema_ref::<ReloadSummary>()))
+                        .build(),
+                ),
         };
         response.build()
     }
+}
+
+/// A reference to the component schema of `T`.
+fn schema_ref<T: utoipa::ToSchema>() -> Ref {
+    Ref::from_schema_name(T::name())
+}
+
+/// An empty `text/plain` body.
+fn empty_text() -> utoipa::openapi::Content {
+    ContentBuilder::new()
+        .schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .max_length(Some(0)),
+        ))
+        .build()
 }
 
 /// The responses of a family: its tables, in order (a later answer of a status replaces an
@@ -124,10 +149,10 @@ const APPLYING: &[Answer] = &[
 const CONFIG_CHANGE: &[Answer] = &[
     Answer {
         status: 200,
-        description: "Applied: an empty body, or what the change did (`changed`, `workers`, \
-`cache-gc`, as in a dry run's answer) when `Accept` names `application/json`; with \
-`dry-run=true`, what the change would do.",
-        body: Body::DryRun,
+        description: "Applied: an empty body (`text/plain`), or what the change did (`changed`, \
+`workers`, `cache-gc`, as in a dry run's answer) when `Accept` names `application/json`; with \
+`dry-run=true`, what the change would do (JSON).",
+        body: Body::Applied,
         etag: Some(
             "The ETag of the configuration the change made (with `dry-run`: would make, also \
 in the body).",
@@ -239,13 +264,14 @@ family! {
     /// `POST /reload[/force]`.
     Reload = [
         &[
-            Answer::text_like(
-                200,
-                "Applied: upstream's text, or, when `Accept` names `application/json`, what the \
-reload did (`changed`, `workers`, `cache-gc`) and `discarded`, the JSON pointers of changes made \
-through the API since the files were last applied that it undid.",
-                "Reloading...",
-            ),
+            Answer {
+                status: 200,
+                description: "Applied: upstream's text, or, when `Accept` names \
+`application/json`, what the reload did (`changed`, `workers`, `cache-gc`) and `discarded`, the \
+JSON pointers of changes made through the API since the files were last applied that it undid.",
+                body: Body::Reapplied("Reloading..."),
+                etag: None,
+            },
             Answer::text(
                 400,
                 "A file does not parse, the configuration is invalid, or the manager refused it \
@@ -261,7 +287,13 @@ family! {
     /// `POST /renew[/force]`.
     Renew = [
         &[
-            Answer::text_like(200, "Applied.", "Renewing configuration..."),
+            Answer {
+                status: 200,
+                description: "Applied: upstream's text, or, when `Accept` names \
+`application/json`, what the renewal did (`discarded` is empty).",
+                body: Body::Reapplied("Renewing configuration..."),
+                etag: None,
+            },
             Answer::text(
                 400,
                 "The manager refused it (the canary or the policy-loader failed, a socket could \
@@ -298,7 +330,12 @@ mod tests {
         );
         assert_eq!(
             put["200"]["content"]["application/json"]["schema"],
-            json!({"$ref": "#/components/schemas/DryRun"})
+            json!({"anyOf": [{"$ref": "#/components/schemas/ChangeSummary"},
+                             {"$ref": "#/components/schemas/DryRun"}]})
+        );
+        assert_eq!(
+            put["200"]["content"]["text/plain"]["schema"],
+            json!({"type": "string", "maxLength": 0})
         );
         assert_eq!(
             put["412"]["headers"]["ETag"],
@@ -309,6 +346,10 @@ mod tests {
         assert_eq!(
             reload["200"]["content"]["text/plain"]["example"],
             "Reloading..."
+        );
+        assert_eq!(
+            reload["200"]["content"]["application/json"]["schema"],
+            json!({"$ref": "#/components/schemas/ReloadSummary"})
         );
         let deleted = as_json::<ConfigDeleteAll>();
         assert!(deleted.get("404").is_none() && deleted.get("415").is_none());

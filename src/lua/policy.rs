@@ -377,33 +377,8 @@ fn local_data_size(cfg: &KresConfig) -> usize {
     addresses * 112 + records + records / 4 + ld.rules.as_ref().map_or(0, Vec::len) * 160
 }
 
-/// Zone texts from this size on are quoted on a second thread while the addresses are
-/// written (100,000 records are 3.4 MB).
-const QUOTE_APART_FROM: usize = 1 << 20;
-
+/// The local-data section: addresses, address files, the zone text, rules and RPZ.
 fn local_data(out: &mut String, cfg: &KresConfig) {
-    let records = cfg.local_data.records.as_deref().filter(|r| !r.is_empty());
-    std::thread::scope(|scope| {
-        let apart = records
-            .filter(|r| r.len() >= QUOTE_APART_FROM)
-            .and_then(|r| {
-                std::thread::Builder::new()
-                    .name("render".into())
-                    .spawn_scoped(scope, move || quote(r))
-                    .ok()
-            });
-        let quoted = move || match apart {
-            Some(thread) => thread
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            None => records.map(quote).unwrap_or_default(),
-        };
-        local_data_with(out, cfg, quoted);
-    });
-}
-
-/// [`local_data`], the zone text quoted by `quoted_records` when it is reached.
-fn local_data_with(out: &mut String, cfg: &KresConfig, quoted_records: impl FnOnce() -> String) {
     let ld = &cfg.local_data;
     let defaults = RuleValues {
         nodata: ld.nodata,
@@ -423,8 +398,8 @@ fn local_data_with(out: &mut String, cfg: &KresConfig, quoted_records: impl FnOn
     for file in ld.addresses_files.iter().flatten() {
         local_hosts(out, file, &defaults);
     }
-    if ld.records.as_deref().is_some_and(|r| !r.is_empty()) {
-        let quoted = quoted_records();
+    if let Some(records) = ld.records.as_deref().filter(|r| !r.is_empty()) {
+        let quoted = quote(records);
         zonefile(
             out,
             ZoneSource::Text(&quoted),

@@ -66,8 +66,8 @@ impl Manager {
         // Bound here, before any worker exists, so kresd needs no privilege for port 53.
         let prepared = self.processes.prepare_sockets(cfg)?;
         self.processes.commit_sockets(cfg, prepared);
-        self.processes.run_policy_loader(cfg).await?;
-        self.processes.write_worker_configs(cfg)?;
+        self.processes.run_policy_loader(&loaded).await?;
+        self.processes.write_worker_configs(&loaded).await?;
         // Every worker at once, as nothing runs yet (upstream's supervisord does the same):
         // READY waits for the slowest kresd start, not for their sum. A worker that fails
         // reports its output as any start does.
@@ -109,7 +109,7 @@ impl Manager {
         let cfg = &loaded.model;
         let missing = plan::missing(cfg, &self.workers);
         if !missing.is_empty() {
-            self.processes.write_worker_configs(cfg)?;
+            self.processes.write_worker_configs(&loaded).await?;
             for id in missing {
                 self.start_worker(cfg, id).await?;
             }
@@ -134,9 +134,9 @@ impl Manager {
         let cfg = &new.model;
         let mut plan = plan::plan(&old.model, cfg, &self.workers, restart)?;
         match &mut plan.workers {
-            WorkerChange::Roll(roll) => self.apply_roll(cfg, &old.model, roll).await?,
-            WorkerChange::ResetRules => self.apply_rules_reset(cfg).await?,
-            WorkerChange::Live(live) => self.apply_live(cfg, &old.model, live).await?,
+            WorkerChange::Roll(roll) => self.apply_roll(&new, &old, roll).await?,
+            WorkerChange::ResetRules => self.apply_rules_reset(&new).await?,
+            WorkerChange::Live(live) => self.apply_live(&new, &old, live).await?,
         }
         if plan.gc == GcChange::Replace {
             self.processes.replace_gc(cfg).await?;
@@ -151,14 +151,14 @@ impl Manager {
     /// with the rendered worker Lua and removed. The policy-loader does not run (it would rebuild the rules
     /// database the workers read). When the change unlinks shared memory the canary is
     /// skipped: it could not open the files the running workers hold.
-    pub async fn dry_run(&self, new: &LoadedConfig) -> Result<ChangePlan, ApplyError> {
+    pub async fn dry_run(&self, new: &Arc<LoadedConfig>) -> Result<ChangePlan, ApplyError> {
         let old = self.config();
         let cfg = &new.model;
         let plan = plan::plan(&old.model, cfg, &self.workers, Restart::WhenNeeded)?;
         if let WorkerChange::Roll(roll) = &plan.workers {
             let _bound_then_closed = self.processes.prepare_sockets(cfg)?;
             if roll.dry_run_tries_canary() {
-                self.processes.canary(cfg, roll.canary).await?;
+                self.processes.canary(new, roll.canary).await?;
             }
         }
         Ok(plan)
@@ -169,17 +169,18 @@ impl Manager {
     /// `running`.
     async fn apply_roll(
         &mut self,
-        cfg: &KresConfig,
-        running: &KresConfig,
+        new: &Arc<LoadedConfig>,
+        running: &Arc<LoadedConfig>,
         roll: &Roll,
     ) -> Result<(), ApplyError> {
+        let cfg = &new.model;
         unlink_shared_memory(cfg, roll);
         // New sockets are bound before anything else happens: a bind failure rejects the
         // configuration with nothing changed (prepared sockets close when dropped).
         let prepared = self.processes.prepare_sockets(cfg)?;
-        self.processes.canary(cfg, roll.canary).await?;
-        self.processes.run_policy_loader(cfg).await?;
-        if let Err(cause) = self.roll(cfg, roll, prepared).await {
+        self.processes.canary(new, roll.canary).await?;
+        self.processes.run_policy_loader(new).await?;
+        if let Err(cause) = self.roll(new, roll, prepared).await {
             return Err(self.roll_back(cfg, running, cause).await);
         }
         Ok(())
@@ -187,9 +188,9 @@ impl Manager {
 
     /// A rules reset: the policy-loader rebuilds the rules, every running worker reopens them
     /// and reloads its TLS files.
-    async fn apply_rules_reset(&self, cfg: &KresConfig) -> Result<(), ApplyError> {
-        self.processes.run_policy_loader(cfg).await?;
-        self.reset_rules(cfg).await;
+    async fn apply_rules_reset(&self, new: &Arc<LoadedConfig>) -> Result<(), ApplyError> {
+        self.processes.run_policy_loader(new).await?;
+        self.reset_rules(&new.model).await;
         Ok(())
     }
 
@@ -197,16 +198,17 @@ impl Manager {
     /// `live.restarted` is filled in with the workers restarted instead.
     async fn apply_live(
         &mut self,
-        cfg: &KresConfig,
-        running: &KresConfig,
+        new: &Arc<LoadedConfig>,
+        running: &Arc<LoadedConfig>,
         live: &mut Live,
     ) -> Result<(), ApplyError> {
+        let cfg = &new.model;
         if live.rules == RulesChange::Reset {
-            self.processes.run_policy_loader(cfg).await?;
+            self.processes.run_policy_loader(new).await?;
         }
         // Written first: a worker that restarts from now on (on its own or below) starts on
         // the new logging.
-        self.processes.write_worker_configs(cfg)?;
+        self.processes.write_worker_configs(new).await?;
         match self.live(cfg, live).await {
             Ok(restarted) => live.restarted = restarted,
             Err(cause) => return Err(self.roll_back(cfg, running, cause).await),
@@ -250,11 +252,12 @@ impl Manager {
     /// parallel.
     async fn roll(
         &mut self,
-        cfg: &KresConfig,
+        loaded: &Arc<LoadedConfig>,
         roll: &Roll,
         prepared: PreparedSockets,
     ) -> Result<(), ApplyError> {
-        self.processes.write_worker_configs(cfg)?;
+        let cfg = &loaded.model;
+        self.processes.write_worker_configs(loaded).await?;
         for id in &roll.stop {
             self.processes.remove_service(&id.name()).await?;
             rundir::remove(&id.config_file(&cfg.rundir));
@@ -302,21 +305,21 @@ impl Manager {
     async fn roll_back(
         &mut self,
         tried: &KresConfig,
-        running: &KresConfig,
+        running: &Arc<LoadedConfig>,
         cause: ApplyError,
     ) -> ApplyError {
         tracing::error!("{cause}; bringing every worker back to the running configuration");
         let back = async {
-            let plan = plan::plan(tried, running, &self.workers, Restart::Always)?;
+            let plan = plan::plan(tried, &running.model, &self.workers, Restart::Always)?;
             let WorkerChange::Roll(roll) = &plan.workers else {
                 return Ok(());
             };
-            let prepared = self.processes.prepare_sockets(running)?;
+            let prepared = self.processes.prepare_sockets(&running.model)?;
             // A worker restarting on its own from now on (the one that did not come back)
             // starts on `running`; the workers already replaced hold shared files sized for
             // `tried`, and the policy-loader opens the cache too: they are made anew first.
-            self.processes.write_worker_configs(running)?;
-            unlink_shared_memory(running, roll);
+            self.processes.write_worker_configs(running).await?;
+            unlink_shared_memory(&running.model, roll);
             self.processes.run_policy_loader(running).await?;
             self.roll(running, roll, prepared).await
         };

@@ -36,3 +36,16 @@ pub use handle::{ChangeError, ManagerHandle, Reloaded};
 pub use processes::{
     policy_loader_timeout, ProcessesSetup, POLICY_LOADER_TIMEOUT, POLICY_LOADER_TIMEOUT_VAR,
 };
+
+/// Run CPU-heavy work (reading and validating files, rendering Lua) on the blocking pool and
+/// wait for it: the runtime's one thread keeps serving the API meanwhile. A panic of the work
+/// is the caller's panic (the manager task is restarted as for any other).
+pub(crate) async fn off_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(value) => value,
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(e) => panic!("the blocking pool is gone: {e}"),
+        },
+    }
+}

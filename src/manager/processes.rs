@@ -5,7 +5,7 @@
 //! which steps a change takes, and in what order, is the executor's (`executor`).
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use super::listen::{self, SocketOwner, SocketTable, Steering};
 use super::rpz_loads::{self, RpzLoads};
 use super::specs::{self, Specs};
 use super::{rundir, ApplyError, Executables};
-use crate::config::KresConfig;
+use crate::config::{KresConfig, LoadedConfig};
 use crate::events::{Event, EventLog};
 use crate::lua;
 use crate::service::{self, WorkerId};
@@ -59,6 +59,15 @@ pub struct ProcessesSetup {
 /// The policy-loader's time limit `env` sets, else [`POLICY_LOADER_TIMEOUT`].
 pub fn policy_loader_timeout(env: &crate::environment::Environment) -> Duration {
     env.policy_loader_timeout.unwrap_or(POLICY_LOADER_TIMEOUT)
+}
+
+/// Which Lua a configuration is rendered to.
+#[derive(Debug, Clone, Copy)]
+enum Lua {
+    /// A worker's (and the canary's).
+    Worker,
+    /// The one-shot policy-loader's.
+    PolicyLoader,
 }
 
 /// Sockets bound for a configuration but not yet in the table, with the keys they serve.
@@ -234,9 +243,15 @@ impl Processes {
 
     /// Start one kresd with the new configuration and wait for its READY; it is removed
     /// either way. Its failure rejects the configuration (upstream throws this verdict away).
-    pub async fn canary(&self, cfg: &KresConfig, instance: WorkerId) -> Result<(), ApplyError> {
+    pub async fn canary(
+        &self,
+        loaded: &Arc<LoadedConfig>,
+        instance: WorkerId,
+    ) -> Result<(), ApplyError> {
+        let cfg = &loaded.model;
         let conf = cfg.rundir.join(specs::CANARY_CONF);
-        self.write_generated(&conf, &lua::render_worker_with(cfg, &self.render_context()))?;
+        self.write_rendered(loaded, Lua::Worker, vec![conf.clone()])
+            .await?;
         // The canary gets no sockets of the table: it must not take queries it would drop.
         add_once(&self.supervisor, self.specs.canary(cfg, instance)).await?;
         let started = self.supervisor.start(service::CANARY).await;
@@ -279,35 +294,52 @@ impl Processes {
         Ok(())
     }
 
-    /// Write the configuration of every worker `cfg` wants.
-    pub fn write_worker_configs(&self, cfg: &KresConfig) -> Result<(), ApplyError> {
-        let text = lua::render_worker_with(cfg, &self.render_context());
-        for id in WorkerId::all(cfg.workers) {
-            self.write_generated(&id.config_file(&cfg.rundir), &text)?;
-        }
-        Ok(())
+    /// Write the configuration of every worker `loaded` wants.
+    pub async fn write_worker_configs(&self, loaded: &Arc<LoadedConfig>) -> Result<(), ApplyError> {
+        let cfg = &loaded.model;
+        let paths = WorkerId::all(cfg.workers)
+            .map(|id| id.config_file(&cfg.rundir))
+            .collect();
+        self.write_rendered(loaded, Lua::Worker, paths).await
     }
 
-    /// Write a file the children read: readable by their group when they run as another user.
-    fn write_generated(&self, path: &Path, text: &str) -> Result<(), ApplyError> {
-        rundir::write_file_as(path, text, self.specs.workers_group()).map_err(|source| {
-            ApplyError::Write {
-                path: path.to_owned(),
-                source,
+    /// Render `lua` for `loaded` and write it to each of `paths`, readable by the children's
+    /// group when they run as another user. Rendering and writing (tens of megabytes for a
+    /// large configuration) happen on the blocking pool.
+    async fn write_rendered(
+        &self,
+        loaded: &Arc<LoadedConfig>,
+        lua: Lua,
+        paths: Vec<PathBuf>,
+    ) -> Result<(), ApplyError> {
+        let (loaded, ctx, group) = (
+            loaded.clone(),
+            self.render_context(),
+            self.specs.workers_group(),
+        );
+        super::off_thread(move || {
+            let text = match lua {
+                Lua::Worker => lua::render_worker_with(&loaded.model, &ctx),
+                Lua::PolicyLoader => lua::render_policy_loader_with(&loaded.model, &ctx),
+            };
+            for path in paths {
+                rundir::write_file_as(&path, &text, group)
+                    .map_err(|source| ApplyError::Write { path, source })?;
             }
+            Ok(())
         })
+        .await
     }
 
     /// Run the policy-loader to completion; anything but exit code 0 is an error.
-    pub async fn run_policy_loader(&self, cfg: &KresConfig) -> Result<(), ApplyError> {
+    pub async fn run_policy_loader(&self, loaded: &Arc<LoadedConfig>) -> Result<(), ApplyError> {
+        let cfg = &loaded.model;
         let report = cfg.rundir.join(lua::RPZ_REPORT);
         // What an earlier run reported is no report of this one.
         rundir::remove(&report);
         let path = cfg.rundir.join(specs::POLICY_LOADER_CONF);
-        self.write_generated(
-            &path,
-            &lua::render_policy_loader_with(cfg, &self.render_context()),
-        )?;
+        self.write_rendered(loaded, Lua::PolicyLoader, vec![path.clone()])
+            .await?;
         let deadline = self.policy_loader_timeout;
         let began = std::time::Instant::now();
         let run =

@@ -39,7 +39,8 @@ pub fn remove(path: &Path) {
 
 /// Remove a generated file without waiting for its pages to be freed (the policy-loader's
 /// Lua of a large configuration is tens of megabytes, milliseconds to free): it is renamed
-/// out of the way at once, under a name of its own, and removed by a thread.
+/// out of the way at once, under a name of its own, and removed on the runtime's blocking
+/// pool (here, outside a runtime).
 pub fn remove_soon(path: &Path) {
     let (Some(dir), Some(name), Ok(suffix)) = (path.parent(), path.file_name(), random_hex(8))
     else {
@@ -50,15 +51,10 @@ pub fn remove_soon(path: &Path) {
     gone.push(format!(".{suffix}.old"));
     let gone = dir.join(gone);
     match std::fs::rename(path, &gone) {
-        Ok(()) => {
-            let spawned = std::thread::Builder::new().name("remove".into()).spawn({
-                let gone = gone.clone();
-                move || remove(&gone)
-            });
-            if spawned.is_err() {
-                remove(&gone);
-            }
-        }
+        Ok(()) => match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(move || remove(&gone))),
+            Err(_) => remove(&gone),
+        },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(_) => remove(path),
     }

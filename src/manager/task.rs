@@ -169,7 +169,7 @@ async fn dispatch(ctx: &ManagerContext, manager: &mut Manager, command: ManagerC
             config,
             base,
             reply,
-        } => (dry_run(manager, &config, base).await, reply),
+        } => (dry_run(manager, Arc::from(config), base).await, reply),
         ManagerCommand::Reload {
             restart,
             origin,
@@ -208,9 +208,9 @@ async fn change(
 }
 
 /// What applying `config` would do, unless another configuration than `base` runs by now.
-async fn dry_run(manager: &Manager, config: &LoadedConfig, base: Option<Base>) -> ChangeResult {
+async fn dry_run(manager: &Manager, config: Arc<LoadedConfig>, base: Option<Base>) -> ChangeResult {
     current(manager, base)?;
-    Ok(manager.dry_run(config).await?)
+    Ok(manager.dry_run(&config).await?)
 }
 
 /// Read the configuration files again and apply them. Whatever asked (SIGHUP, `kresctl
@@ -228,7 +228,8 @@ async fn reload(
         origin,
     });
     let running = manager.config();
-    let (result, discarded) = match ctx.source.load() {
+    let source = ctx.source.clone();
+    let (result, discarded) = match super::off_thread(move || source.load()).await {
         Ok(loaded) => {
             let loaded = Arc::new(loaded);
             let result = apply(manager, loaded.clone(), restart).await;

@@ -12,12 +12,14 @@ use super::change::ChangeSummary;
 use super::upgrade::UpgradeOutcome;
 
 /// What happened.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(
     tag = "kind",
     rename_all = "kebab-case",
     rename_all_fields = "kebab-case"
 )]
+// `rename_all_fields` is serde's; the variants with fields of several words say it again
+// for the API's document (utoipa reads a variant's own `rename_all`).
 pub enum Event {
     /// A process of a service was started (at start-up, for a change, on request).
     ProcessSpawned { name: String, pid: i32 },
@@ -103,6 +105,7 @@ pub enum Event {
     /// An RPZ zone kept by zone transfer is followed (at the start, and when the
     /// configuration changes its transfer): its stored file, with its serial when there is
     /// one, is what kresd serves until a transfer brings a newer one.
+    #[serde(rename_all = "kebab-case")]
     RpzFollowed {
         zone: String,
         file: String,
@@ -136,6 +139,7 @@ pub enum Event {
     /// A refresh of an RPZ zone succeeded: `transfer` `axfr` or `ixfr` (a new file was stored and
     /// the policy is renewed: the policy-loader runs, the workers reset their rules) or
     /// `up-to-date`.
+    #[serde(rename_all = "kebab-case")]
     RpzTransferred {
         zone: String,
         primary: String,
@@ -155,6 +159,7 @@ pub enum Event {
     /// policy are kept. `reason` is a short label (`timeout`, `too-large`, `tsig`, …);
     /// `next_refresh` (seconds) is set when no other primary is tried now; `expires`
     /// (seconds, negative once past) when the last success, or the stored zone, gave a SOA.
+    #[serde(rename_all = "kebab-case")]
     RpzTransferFailed {
         zone: String,
         primary: String,
@@ -181,6 +186,7 @@ pub enum Event {
     /// A zone kresd could not load is loaded again.
     RpzZoneLoaded { zone: String },
     /// To one follower only, first: events after the id it resumed from are gone.
+    #[serde(rename_all = "kebab-case")]
     EventsMissed {
         last_event_id: String,
         reason: String,
@@ -190,7 +196,7 @@ pub enum Event {
 }
 
 /// Who asked for a reload or a renew.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Origin {
     /// A request to the management API (`kresctl reload`, systemd's `ExecReload`).
@@ -215,7 +221,7 @@ impl fmt::Display for Origin {
 }
 
 /// What asked for a configuration change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Cause {
     /// `PUT`, `PATCH` or `DELETE` of `/v1/config`.
