@@ -221,9 +221,16 @@ impl UpwardNotifier {
         }
         match send_datagram_as(target, msg.as_bytes(), &[], delivery) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                tracing::debug!("the service manager's notify queue is full; status dropped");
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => match delivery {
+                Delivery::UnlessFull => {
+                    tracing::debug!("the service manager's notify queue is full; status dropped")
+                }
+                Delivery::Wait => tracing::warn!(
+                    message = msg.lines().next().unwrap_or(""),
+                    "the service manager took no notification for {} s; dropped",
+                    MUST_ARRIVE_WAIT.as_secs()
+                ),
+            },
             Err(e) => tracing::warn!(error = %e, "cannot notify the service manager"),
         }
     }
@@ -309,11 +316,18 @@ fn one_line(status: &str) -> String {
 /// Whether a notification waits for room in the service manager's queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Delivery {
-    /// Wait: readiness, stopping, stored descriptors must arrive.
+    /// Wait for room, at most [`MUST_ARRIVE_WAIT`]: readiness, reloading, stopping, stored
+    /// descriptors must arrive, but a service manager that stopped reading must not hold the
+    /// sender (the root's one thread) for ever.
     Wait,
     /// Dropped when the queue is full (`WouldBlock`): a status the next one supersedes.
     UnlessFull,
 }
+
+/// The longest a notification that must arrive waits for room in the service manager's
+/// queue (`SO_SNDTIMEO`); systemd reads its queue at once, so only a manager that stopped
+/// reading ever makes a sender wait this long, and then the notification is dropped, said.
+const MUST_ARRIVE_WAIT: Duration = Duration::from_secs(1);
 
 fn send_datagram(
     target: &std::ffi::OsStr,
@@ -344,6 +358,13 @@ fn send_datagram_as(
         SockFlag::SOCK_CLOEXEC,
         None,
     )?;
+    if delivery == Delivery::Wait {
+        use nix::sys::time::TimeValLike;
+        let timeout = nix::sys::time::TimeVal::milliseconds(
+            i64::try_from(MUST_ARRIVE_WAIT.as_millis()).unwrap_or(i64::MAX),
+        );
+        nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::SendTimeout, &timeout)?;
+    }
     let iov = [std::io::IoSlice::new(msg)];
     let rights = [ControlMessage::ScmRights(fds)];
     let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &rights };
@@ -539,6 +560,29 @@ mod tests {
         done.recv_timeout(Duration::from_secs(60))
             .expect("every status sent or dropped, none waited");
         assert_eq!(receive(&socket), "STATUS=status 0\n");
+    }
+
+    /// A service manager that stopped reading: readiness and reloading wait a bounded time
+    /// for room, then are dropped, so the sender (the root's one thread) goes on.
+    #[test]
+    fn readiness_waits_a_bounded_time_for_a_service_manager_that_does_not_read() {
+        let name = format!("kres-upward-stuck-{}", std::process::id());
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract address");
+        let socket = UnixDatagram::bind_addr(&addr).expect("bind");
+        let n = UpwardNotifier::to_socket(format!("@{name}"));
+        let (done_tx, done) = std::sync::mpsc::channel();
+        // Past any datagram queue (net.unix.max_dgram_qlen, 10 by default), in the order of a
+        // reload's notifications.
+        std::thread::spawn(move || {
+            for i in 0..8 {
+                n.reloading(&format!("reload {i}"));
+                n.ready(&format!("ready {i}"));
+            }
+            let _ = done_tx.send(());
+        });
+        done.recv_timeout(Duration::from_secs(120))
+            .expect("every notification sent or dropped after a bounded wait");
+        assert!(receive(&socket).starts_with("RELOADING=1\n"));
     }
 
     #[test]
