@@ -1,6 +1,7 @@
 //! The layer rule of ARCHITECTURE.md, kept: the top-level modules of the root crate form
 //! layers, and an import (`crate::module`, outside tests and comments) only ever points down
-//! the list; the supervisor crate's modules import each other without a cycle; and the
+//! the list; ARCHITECTURE.md's module table lists them in that order and names exactly what
+//! each imports; the supervisor crate's modules import each other without a cycle; and the
 //! workspace's library crates depend on each other only downwards.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -56,8 +57,15 @@ fn code(path: &Path) -> String {
         .join("\n")
 }
 
-/// The names following each `crate::` in `code`.
+/// The names following each `crate::` in `code`, each of a group (`crate::{a, b::c}`)
+/// included.
 fn imported(code: &str) -> BTreeSet<String> {
+    let word = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
     code.match_indices("crate::")
         .filter(|(at, _)| {
             // `supervisor::` or `knot_resolver::` would end in `crate::` only as part of a
@@ -67,18 +75,39 @@ fn imported(code: &str) -> BTreeSet<String> {
                 .next_back()
                 .is_some_and(|c| c.is_alphanumeric() || c == '_')
         })
-        .map(|(at, _)| {
-            code[at + "crate::".len()..]
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect()
+        .flat_map(|(at, _)| {
+            let rest = &code[at + "crate::".len()..];
+            match rest.strip_prefix('{') {
+                // The first name of each entry at the group's own depth.
+                Some(group) => {
+                    let mut names = vec![word(group)];
+                    let mut depth = 0;
+                    for (i, c) in group.char_indices() {
+                        match c {
+                            '{' => depth += 1,
+                            '}' if depth == 0 => break,
+                            '}' => depth -= 1,
+                            ',' if depth == 0 => names.push(word(&group[i + 1..])),
+                            _ => {}
+                        }
+                    }
+                    names
+                }
+                None => vec![word(rest)],
+            }
         })
+        .filter(|name| !name.is_empty())
         .collect()
 }
 
 /// Top-level module → the top-level modules it imports, for the crate whose sources are in
 /// `src`.
 fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    imports_counting(src, &[])
+}
+
+/// [`imports`], counting the names in `also` (re-exported crates) as modules too.
+fn imports_counting(src: &Path, also: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in sources(src) {
         let rel = file.strip_prefix(src).expect("below the source directory");
@@ -91,7 +120,9 @@ fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         if matches!(module.as_str(), "lib" | "main" | "bin") {
             continue;
         }
-        let is_module = |m: &str| src.join(format!("{m}.rs")).is_file() || src.join(m).is_dir();
+        let is_module = |m: &str| {
+            also.contains(&m) || src.join(format!("{m}.rs")).is_file() || src.join(m).is_dir()
+        };
         for m in imported(&code(&file)) {
             if m != module && is_module(&m) {
                 graph.entry(module.clone()).or_default().insert(m);
@@ -135,6 +166,62 @@ fn every_import_of_the_root_crate_points_down_the_layers() {
         .collect();
     let listed: BTreeSet<String> = LAYERS.iter().map(|s| s.to_string()).collect();
     assert_eq!(on_disk, listed, "src/ and the list of layers differ");
+}
+
+/// The rows of ARCHITECTURE.md's module table in order: each row's module, and the modules
+/// its last column names (backquoted names that are modules of the root crate, or `config`).
+fn documented_layers() -> Vec<(String, BTreeSet<String>)> {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let table = text
+        .split("| module | what it is | uses |")
+        .nth(1)
+        .expect("the module table");
+    let known: BTreeSet<&str> = LAYERS.iter().copied().chain(["config"]).collect();
+    let quoted =
+        |s: &str| -> Vec<String> { s.split('`').skip(1).step_by(2).map(str::to_owned).collect() };
+    table
+        .lines()
+        .skip(2)
+        .take_while(|row| row.starts_with("| `"))
+        .map(|row| {
+            let module = quoted(row).into_iter().next().unwrap_or_default();
+            let last = row
+                .trim_end()
+                .trim_end_matches('|')
+                .rsplit(" | ")
+                .next()
+                .unwrap_or_default();
+            let uses = quoted(last)
+                .into_iter()
+                .filter(|n| known.contains(n.as_str()))
+                .collect();
+            (module, uses)
+        })
+        .collect()
+}
+
+#[test]
+fn the_module_table_names_what_each_module_imports() {
+    let documented = documented_layers();
+    let order: Vec<&str> = documented.iter().map(|(m, _)| m.as_str()).collect();
+    let layers: Vec<&str> = LAYERS.iter().copied().chain(["config"]).collect();
+    assert_eq!(
+        order, layers,
+        "ARCHITECTURE.md's module table and the list of layers differ"
+    );
+    let graph = imports_counting(&root().join("src"), &["config"]);
+    let wrong: Vec<String> = documented
+        .iter()
+        .filter_map(|(module, said)| {
+            let real = graph.get(module).cloned().unwrap_or_default();
+            (real != *said)
+                .then(|| format!("{module}: the table says {said:?}, the code imports {real:?}"))
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "ARCHITECTURE.md's module table is wrong: {wrong:#?}"
+    );
 }
 
 /// The library crates of the workspace by layer, top first, with their directories: a crate
@@ -228,9 +315,10 @@ fn import_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String
 
 #[test]
 fn the_import_reader_sees_what_it_should() {
-    let code = "use crate::api::x;\nlet y = crate::wire::Z; knot_resolver::crate_x; mycrate::no";
+    let code = "use crate::api::x;\nlet y = crate::wire::Z; knot_resolver::crate_x; mycrate::no;\n\
+                use crate::{lua::{quote, RenderContext}, service};";
     assert_eq!(
         imported(code),
-        BTreeSet::from(["api".to_owned(), "wire".to_owned()])
+        BTreeSet::from(["api", "lua", "service", "wire"].map(str::to_owned))
     );
 }

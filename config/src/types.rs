@@ -394,7 +394,9 @@ string_backed!(DomainName);
 /// Whether `s` is a name both [`idna_encode`] and [`domain_pattern_matches`] take as it is:
 /// ASCII without a line feed, at most 253 characters (254 with the final dot), labels of 1 to 63
 /// characters that neither start nor end with `-`. One pass over the bytes; a name it refuses
-/// goes the long way (and gets that way's error).
+/// goes the long way (and gets that way's error). Validating 100,000 addresses and 100,000
+/// records (7.6 MB) takes 30 ms with it, 47 ms with every name the long way (release build,
+/// medians of 15 runs on a shared 2-core machine).
 pub(crate) fn is_plain_ascii_name(s: &str) -> bool {
     let b = s.as_bytes();
     let body = b.strip_suffix(b".").unwrap_or(b);
@@ -595,7 +597,8 @@ string_backed!(PinSha256);
 
 /// Python's `ipaddress.ip_address` on a string: IPv4, or IPv6 with an optional `%scope`.
 /// `a` in dotted decimal appended to `out`: what its `Display` writes, without the formatting
-/// machinery (100,000 addresses are checked and rendered at a configuration's load).
+/// machinery (100,000 addresses are checked and rendered at a configuration's load: their
+/// validation with 100,000 records takes 30 ms so, 35 ms through `Display`).
 pub fn push_ipv4(out: &mut String, a: Ipv4Addr) {
     for (i, octet) in a.octets().into_iter().enumerate() {
         if i > 0 {

@@ -3,9 +3,12 @@
 //! Operators subscribe to policy feeds published as DNS zones. This module fetches such a
 //! zone from its primaries (SOA query, IXFR per RFC 1995, AXFR), signs and verifies every
 //! message with TSIG (RFC 8945), answers NOTIFY (RFC 1996), and keeps the zone as an
-//! ordinary zone file that kresd's RPZ loader reads. It knows nothing of the manager: the
-//! secondary's task (timers, dispatch, renew) drives it through this interface, which uses
-//! std types and its own only; the DNS library stays behind it.
+//! ordinary zone file that kresd's RPZ loader reads. Of the manager, this protocol side uses
+//! only the way a fresh file is created exclusively (`manager::rundir`, for a transfer's
+//! temporary file); the secondary's task (`secondary`: timers, dispatch, renew through the
+//! manager's handle) drives it through this interface, which uses std types, its own and the
+//! configuration's reading of zone names and key files (`config::xfr`) only; the DNS library
+//! stays behind it.
 //!
 //! Invariants: memory is bounded by an IXFR's diff, never by the zone's size (an AXFR goes
 //! record by record to a temporary file; an IXFR is applied while copying the stored file

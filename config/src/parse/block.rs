@@ -7,10 +7,11 @@
 //! documents past the size bounds) it gives up and the full reader, with its error messages,
 //! reads the document from the start.
 //!
-//! It exists for size: a configuration of 100,000 addresses and 100,000 records (7.6 MB) takes
-//! the full reader ~145 ms (its scanner goes character by character through the records'
-//! block scalar), this one ~25 ms. Scalars resolve through the same function as the full
-//! reader's ([`super::resolve_scalar`]); `tests` compares the two on generated documents.
+//! It exists for speed on large documents: a configuration of 100,000 addresses and 100,000
+//! records (7.6 MB) takes the full reader 108 ms (its scanner goes character by character
+//! through the records' block scalar), this one 27 ms (release build, medians of 15 runs on a
+//! shared 2-core machine). Scalars resolve through the same function as the full reader's
+//! ([`super::resolve_scalar`]); `tests` compares the two on generated documents.
 
 use std::borrow::Cow;
 
@@ -88,7 +89,8 @@ pub(super) fn read_sections(text: &str, wanted: Option<&[&str]>) -> Result<Value
 }
 
 /// Whether every byte is printable ASCII or a line feed: eight bytes a step (the build
-/// optimises for size, which leaves loops as they are written).
+/// optimises for size, which leaves loops as they are written): 1.75 ms over 7.6 MB, where
+/// a loop byte by byte takes 5.9 ms.
 fn printable_ascii(bytes: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const HIGH: u64 = ONES * 0x80;
