@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use common::{Setup, DAEMON, START_TIMEOUT};
@@ -38,13 +37,9 @@ fn install(to: &Path, label: &str) {
     write_executable(to, &bytes);
 }
 
-/// Put `bytes` at `to` as an executable, replacing what is there at once (rename), as a
-/// package manager does.
+/// Put `bytes` at `to` as an executable, as a package manager does.
 fn write_executable(to: &Path, bytes: &[u8]) {
-    let tmp = to.with_extension("new");
-    std::fs::write(&tmp, bytes).expect("write");
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    std::fs::rename(&tmp, to).expect("rename");
+    testbed::chaos::write_executable(to, bytes).expect("the executable written");
 }
 
 /// What `GET /upgrade` says: the running version, and the last upgrade.

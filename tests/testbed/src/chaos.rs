@@ -1284,8 +1284,24 @@ pub fn install(daemon: &Path, marker: &[u8], to: &Path, label: &str) -> Result<(
     {
         area[i] = b;
     }
+    write_executable(to, &bytes)
+}
+
+/// Put `bytes` at `to` as an executable, replacing what is there at once (rename), as a
+/// package manager does. The file that will run is written by a `cp` of its own, never through
+/// a descriptor of this process: a child another thread forks meanwhile would hold that
+/// descriptor until its exec, and running the file then fails with "Text file busy".
+pub fn write_executable(to: &Path, bytes: &[u8]) -> Result<()> {
+    let source = to.with_extension("bytes");
     let tmp = to.with_extension("new");
-    std::fs::write(&tmp, &bytes)?;
+    std::fs::write(&source, bytes)?;
+    let copied = std::process::Command::new("cp")
+        .arg(&source)
+        .arg(&tmp)
+        .status()
+        .context("cp")?;
+    ensure!(copied.success(), "cp {source:?} {tmp:?}: {copied}");
+    std::fs::remove_file(&source)?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
     std::fs::rename(&tmp, to)?;
     Ok(())
