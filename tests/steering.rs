@@ -279,7 +279,8 @@ fn steering_follows_the_workers_state() {
 /// The crash tail: kresd1 is killed under load moments after its spawn (the resolver has just
 /// started), its first failure. It is restarted at once, not held back by the floor between
 /// spawns (1 s): no snapshot ever shows it in its backoff, and what waited in its socket is
-/// answered by the new process. Prints how long those queries waited.
+/// answered by the new process (only the batch the killed process had read is lost). Prints
+/// how long those queries waited.
 #[test]
 fn a_first_crash_soon_after_the_spawn_is_restarted_at_once() {
     let r =
@@ -303,9 +304,15 @@ fn a_first_crash_soon_after_the_spawn_is_restarted_at_once() {
     // backoff.
     let deadline = Instant::now() + STATE_TIMEOUT;
     let mut states = Vec::new();
+    // When a table first shows the killed process gone (no longer running as `old`): from
+    // then on nothing sent can be lost with it.
+    let mut gone_at = None;
     let new = loop {
         let w = workers(&r);
         let p = &w["kresd1"];
+        if gone_at.is_none() && (p["state"] != "running" || p["pid"].as_i64() != Some(old)) {
+            gone_at = Some(load.elapsed());
+        }
         let state = p["state"].as_str().unwrap_or_default().to_owned();
         if states.last() != Some(&state) {
             states.push(state);
@@ -350,7 +357,15 @@ fn a_first_crash_soon_after_the_spawn_is_restarted_at_once() {
         report.rate() >= 3000.0,
         "too slow to prove anything: {report}"
     );
-    assert_eq!(report.lost, 0, "{report}");
+    // Only what the killed process had already read is lost with it (kresd reads a batch of
+    // datagrams at a time): every lost query was sent before it was seen gone; what waited in
+    // the socket, and everything sent since, was answered.
+    let gone_at = gone_at.expect("seen gone before back");
+    assert!(
+        report.lost_at.iter().all(|&t| t <= gone_at),
+        "lost after the process was gone ({gone_at:?}): {:?}; {report}",
+        report.lost_at
+    );
 }
 
 /// The time between the supervisor's "process exited" line of `old` and its "process
