@@ -1,6 +1,7 @@
 //! `kresctl upstreams` on real kresd: a forward target is listed as configured and, after
-//! queries through it, with the round-trip times kresd measured to it; the Prometheus text
-//! has the same figures.
+//! queries through it, with the round-trip times kresd measured to it and the queries it
+//! answered; a dead forward target with its queries all unanswered and no round-trip time;
+//! the Prometheus text has the same figures.
 
 mod common;
 mod exposition;
@@ -11,6 +12,10 @@ use common::{Setup, DNS_TIMEOUT};
 use serde_json::Value;
 use testbed::dns;
 
+/// How long a query under the dead target may take: kresd answers SERVFAIL once its own
+/// resolution limit (10 s) is spent retrying, sooner when the refusal is noticed at once.
+const DEAD_FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
+
 #[test]
 fn a_forward_target_is_listed_with_its_measured_rtt() {
     // The forward target: a second resolver answering `up.test` from its local data.
@@ -19,8 +24,39 @@ fn a_forward_target_is_listed_with_its_measured_rtt() {
     ))
     .expect("target");
     let server = format!("127.0.0.1@{}", target.port);
+    // A dead target: a loopback address and port nobody answers on.
+    let dead = format!("127.0.0.2@{}", testbed::free_port().expect("port"));
+    // A refusing target: a socket of this test answering REFUSED to everything.
+    let refusing = std::net::UdpSocket::bind("127.0.0.3:0").expect("bind");
+    let refusing_server = format!("127.0.0.3@{}", refusing.local_addr().expect("addr").port());
+    refusing
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let refuser = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        let mut refused = 0u64;
+        while let Ok((n, from)) = refusing.recv_from(&mut buf) {
+            if n < 12 {
+                continue;
+            }
+            // The query back as its answer: QR set, RCODE 5. The name ends the loop when it
+            // has `stop` (in any case: kresd randomises the letters' case).
+            buf[2] |= 0x80;
+            buf[3] = (buf[3] & 0xf0) | 5;
+            if refusing.send_to(&buf[..n], from).is_ok() {
+                refused += 1;
+            }
+            if buf[12..n]
+                .windows(4)
+                .any(|w| w.eq_ignore_ascii_case(b"stop"))
+            {
+                break;
+            }
+        }
+        refused
+    });
     let r = common::start(&Setup::new("upstreams").workers(2).extra(&format!(
-        "forward:\n  - subtree: up.test\n    servers: ['{server}']\n    options: {{dnssec: false}}\n"
+        "forward:\n  - subtree: up.test\n    servers: ['{server}']\n    options: {{dnssec: false}}\n  - subtree: dead.test\n    servers: ['{dead}']\n    options: {{dnssec: false}}\n  - subtree: refused.test\n    servers: ['{refusing_server}']\n    options: {{dnssec: false}}\n"
     )))
     .expect("resolver");
     let upstreams = |r: &common::Resolver| -> Value {
@@ -66,6 +102,80 @@ fn a_forward_target_is_listed_with_its_measured_rtt() {
         listed["rtt_avg_ms"].as_f64().is_some_and(|ms| ms >= 0.0),
         "{listed}"
     );
+    // The workers counted the queries they sent and the answers (every one since they began
+    // counting at the first look, so at least the samples kresd holds), none an error.
+    let count =
+        |a: &Value, field: &str| a[field].as_u64().unwrap_or_else(|| panic!("{field}: {a}"));
+    assert!(
+        count(&listed, "answered") >= count(&listed, "samples"),
+        "{listed}"
+    );
+    assert!(
+        count(&listed, "queries") >= count(&listed, "answered"),
+        "{listed}"
+    );
+    assert_eq!(count(&listed, "error_answers"), 0, "{listed}");
+    // A name under the dead target: kresd retries until it gives up with a SERVFAIL. The
+    // target is then listed with every query it was sent unanswered and no round-trip time.
+    let servfail =
+        dns::query_udp(r.dns(), "x.dead.test.", dns::TYPE_A, DEAD_FORWARD_TIMEOUT).expect("answer");
+    assert_eq!(servfail.rcode, dns::RCODE_SERVFAIL);
+    let u = upstreams(&r);
+    let dead_listed = u["addresses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["address"] == "127.0.0.2")
+        .cloned()
+        .unwrap_or_else(|| panic!("the dead target is not listed: {u:#}"));
+    eprintln!("dead: {dead_listed}");
+    assert!(count(&dead_listed, "queries") >= 1, "{dead_listed}");
+    assert_eq!(
+        count(&dead_listed, "unanswered"),
+        count(&dead_listed, "queries"),
+        "{dead_listed}"
+    );
+    assert_eq!(count(&dead_listed, "answered"), 0, "{dead_listed}");
+    assert_eq!(count(&dead_listed, "samples"), 0, "{dead_listed}");
+    assert!(dead_listed["rtt_avg_ms"].is_null(), "{dead_listed}");
+    // A name under the refusing target (kresd passes the REFUSED on, or gives up with a
+    // SERVFAIL): its answers are counted as errors.
+    let refusal = dns::query_udp(
+        r.dns(),
+        "stop.refused.test.",
+        dns::TYPE_A,
+        DEAD_FORWARD_TIMEOUT,
+    )
+    .expect("answer");
+    assert_ne!(refusal.rcode, 0, "an error answer");
+    let refused = refuser.join().expect("refuser");
+    let u = upstreams(&r);
+    let find = |address: &str| {
+        u["addresses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["address"] == address)
+            .cloned()
+            .unwrap_or_else(|| panic!("{address} is not listed: {u:#}"))
+    };
+    let refusing_listed = find("127.0.0.3");
+    eprintln!("refusing ({refused} refused): {refusing_listed}");
+    assert!(
+        count(&refusing_listed, "error_answers") >= 1,
+        "{refusing_listed}"
+    );
+    assert!(
+        count(&refusing_listed, "error_answers") <= refused,
+        "{refusing_listed}"
+    );
+    assert_eq!(
+        count(&refusing_listed, "error_answers"),
+        count(&refusing_listed, "answered"),
+        "{refusing_listed}"
+    );
+    let listed = find("127.0.0.1");
+    let dead_listed = find("127.0.0.2");
     // The Prometheus text: the same address with the same samples and mean, in seconds.
     let scrape = r
         .http("GET", "/metrics/prometheus", b"")
@@ -87,13 +197,39 @@ fn a_forward_target_is_listed_with_its_measured_rtt() {
         (rtt - listed_rtt).abs() <= 1e-9 * listed_rtt.max(1.0),
         "{rtt} {listed_rtt}"
     );
-    assert!(parsed.value("knot_resolver_upstream_addresses", &[]) >= Some(1.0));
+    assert!(parsed.value("knot_resolver_upstream_addresses", &[]) >= Some(2.0));
+    // The dead target's tallies, as listed (nothing asked since); no RTT series of it.
+    let dead_address = [("address", "127.0.0.2")];
+    for (series, field) in [
+        ("knot_resolver_upstream_queries_total", "queries"),
+        ("knot_resolver_upstream_unanswered_total", "unanswered"),
+        (
+            "knot_resolver_upstream_error_answers_total",
+            "error_answers",
+        ),
+    ] {
+        assert_eq!(
+            parsed.value(series, &dead_address),
+            dead_listed[field].as_f64(),
+            "{series}: {}",
+            scrape.text()
+        );
+    }
+    assert_eq!(
+        parsed.value("knot_resolver_upstream_rtt_seconds", &dead_address),
+        None
+    );
     let text = r.kresctl(&["upstreams"]).expect("kresctl");
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
         text.contains(&format!("forward up.test -> {server}")),
         "{text}"
     );
+    assert!(
+        text.contains(&format!("forward dead.test -> {dead}")),
+        "{text}"
+    );
+    assert!(text.contains("UNANSWERED"), "{text}");
     let a = dns::query_udp(r.dns(), "a.up.test.", dns::TYPE_A, DNS_TIMEOUT).expect("answer");
     assert_eq!(a.a(), [std::net::Ipv4Addr::new(192, 0, 2, 7)]);
     r.stop();

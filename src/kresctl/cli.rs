@@ -305,7 +305,7 @@ pub enum ApiCommand {
     /// come.
     Querylog(super::commands::query_log::QuerylogArgs),
     /// The forward targets and the upstream addresses the workers used recently, with their
-    /// round-trip times.
+    /// round-trip times, queries sent, queries unanswered and error answers.
     Upstreams {
         /// Print the API's JSON.
         #[arg(id = "json", long = "json", action = ArgAction::SetTrue,

@@ -1,13 +1,16 @@
 //! The workers' own counts of what kresd's `stats` module lacks, for the manager's labelled
 //! metrics: external queries by qtype, their answers by every rcode, cache hits and misses,
-//! DNSSEC outcomes. A Lua layer at `finish` counts them in integer-indexed arrays held as
-//! upvalues (no string is built, no table made per query); the manager reads them with the
-//! statistics, in one control-socket call, through [`COLLECT_FUNCTION`].
+//! DNSSEC outcomes; and, for `GET /upstreams`, per upstream address the queries sent and the
+//! answers received. A Lua layer at `finish` (the upstreams: `checkout` and `consume`)
+//! counts them in integer-indexed arrays held as upvalues (no string is built, no table made
+//! per query; an upstream's key is its address's bytes); the manager reads them with the
+//! statistics, in one control-socket call, through [`COLLECT_FUNCTION`] (the upstreams
+//! through [`UPSTREAMS_FUNCTION`]).
 //!
 //! The layer is loaded as `stats` is: at the first collection (`monitoring.metrics: lazy`) or
 //! at start (`always`). Nothing runs while the worker's configuration is read but the
 //! definitions (and, with `always`, one call), so the file makes upstream's calls and
-//! assignments plus those two names.
+//! assignments plus those three names.
 
 use super::{line, quote};
 
@@ -47,6 +50,16 @@ pub const VALIDATION_FAILURES: [u16; 8] = [6, 7, 8, 9, 10, 11, 12, 25];
 /// `stats` and the counting layer first if they are not loaded yet.
 pub const COLLECT_FUNCTION: &str = "collect_labelled_statistics";
 
+/// The global function the manager calls for `GET /upstreams`: `{rtt = stats.upstreams(),
+/// tallies = {...}}`, loading `stats` and the counting layer first if they are not loaded
+/// yet. A tally is keyed by the address's bytes in hex (kresd's `kr_inaddr`, no port) and
+/// holds `sent`, `answered` and `errors`.
+pub const UPSTREAMS_FUNCTION: &str = "collect_upstream_tallies";
+
+/// Upstream addresses a worker keeps tallies of; queries to any further address are not
+/// counted (a resolver iterating the whole Internet meets thousands, a forwarder a handful).
+pub const MAX_UPSTREAMS: usize = 512;
+
 /// The global function that loads the counting layer (once; later calls do nothing).
 pub const LOAD_FUNCTION: &str = "load_answer_counters";
 
@@ -70,11 +83,20 @@ const RANK_SECURE: u8 = 32;
 /// (secure) or, for a SERVFAIL, a DNSSEC failure's extended error or a query of the request
 /// kresd flagged bogus (it gives some validation failures only EDE 0, "Other"). Lengths are
 /// `size_t` (64-bit cdata in LuaJIT): `tonumber` makes them plain numbers.
+///
+/// `checkout` (each query sent to an upstream, a retry too) and `consume` (each answer
+/// received): tallies per upstream address of the queries sent, the answers received and
+/// the answers that were neither NOERROR nor NXDOMAIN; sent minus answered is what timed out
+/// or failed to connect, which no sample of `stats.upstreams()` shows. `consume` passes over
+/// answers made from the cache (`stats` does the same) and names the upstream as `stats`
+/// does, by the request's transport: kres-gen leaves `struct kr_transport` a stub, and its
+/// address (`union kr_sockaddr`) follows its first member, a pointer. Bounded: at most
+/// [`MAX_UPSTREAMS`] addresses, each three numbers.
 const TEMPLATE: &str = "\
 -- counts kresd's statistics lack, for the labelled metrics: external queries by qtype,
 -- answers by rcode, cache hits and misses, DNSSEC outcomes (a layer at finish)
 do
-	local report
+	local report, upstream_report
 	function @LOAD@()
 		if package.loaded[@MODULE_KEY@] ~= nil then return end
 		local bit = require('bit')
@@ -85,6 +107,42 @@ do
 		local rcodes = {[0] = 0, @RCODE_ZEROS@}
 		local failed = {@FAILED@}
 		local hits, misses, secure, insecure, bogus = 0, 0, 0, 0, 0
+		local ffi = require('ffi')
+		local C = ffi.C
+		local sockaddr = ffi.typeof('const struct sockaddr *')
+		local bytes = ffi.typeof('const char *')
+		local address_offset = ffi.sizeof('void *')
+		local sent, answered, refusing, tallied = {}, {}, {}, 0
+		local function upstream_key(sa)
+			local family = C.kr_inaddr_family(sa)
+			if family ~= @AF_INET@ and family ~= @AF_INET6@ then return nil end
+			return ffi.string(C.kr_inaddr(sa), C.kr_inaddr_len(sa))
+		end
+		local function checkout(state, req, pkt, dst, is_stream)
+			if dst == nil then return state end
+			local key = upstream_key(ffi.cast(sockaddr, dst))
+			if key == nil then return state end
+			local n = sent[key]
+			if n == nil then
+				if tallied >= @MAX_UPSTREAMS@ then return state end
+				tallied = tallied + 1
+				n, answered[key], refusing[key] = 0, 0, 0
+			end
+			sent[key] = n + 1
+			return state
+		end
+		local function consume(state, req, pkt)
+			local transport = req.upstream.transport
+			if transport == nil or pkt == nil then return state end
+			local qry = req.current_query
+			if qry == nil or qry.flags.CACHED then return state end
+			local key = upstream_key(ffi.cast(sockaddr, ffi.cast(bytes, transport) + address_offset))
+			if key == nil or sent[key] == nil then return state end
+			answered[key] = answered[key] + 1
+			local rcode = pkt:rcode()
+			if rcode ~= 0 and rcode ~= 3 then refusing[key] = refusing[key] + 1 end
+			return state
+		end
 		local function bogus_in(array)
 			for i = 0, tonumber(array.len) - 1 do
 				if array.at[i].flags.DNSSEC_BOGUS then return true end
@@ -134,7 +192,15 @@ do
 			return {queries = q, rcodes = r, cache = {hit = hits, miss = misses},
 				dnssec = {secure = secure, insecure = insecure, bogus = bogus}}
 		end
-		package.loaded[@MODULE_KEY@] = {layer = {finish = finish}}
+		upstream_report = function()
+			local out = {}
+			for key, n in pairs(sent) do
+				local hex = key:gsub('.', function(c) return string.format('%02x', c:byte()) end)
+				out[hex] = {sent = n, answered = answered[key], errors = refusing[key]}
+			end
+			return out
+		end
+		package.loaded[@MODULE_KEY@] = {layer = {finish = finish, checkout = checkout, consume = consume}}
 		modules.load(@MODULE@)
 	end
 	function @COLLECT@()
@@ -143,6 +209,13 @@ do
 		end
 		@LOAD@()
 		return {stats = stats.list(), counts = report()}
+	end
+	function @UPSTREAMS@()
+		if stats == nil then
+			modules.load('stats')
+		end
+		@LOAD@()
+		return {rtt = stats.upstreams(), tallies = upstream_report()}
 	end
 end
 ";
@@ -163,6 +236,10 @@ pub fn counting_functions(out: &mut String) {
     let fills = [
         ("@LOAD@", LOAD_FUNCTION.to_owned()),
         ("@COLLECT@", COLLECT_FUNCTION.to_owned()),
+        ("@UPSTREAMS@", UPSTREAMS_FUNCTION.to_owned()),
+        ("@MAX_UPSTREAMS@", MAX_UPSTREAMS.to_string()),
+        ("@AF_INET@", nix::libc::AF_INET.to_string()),
+        ("@AF_INET6@", nix::libc::AF_INET6.to_string()),
         ("@MODULE_KEY@", quote(&format!("kres_modules.{MODULE}"))),
         ("@MODULE@", quote(MODULE)),
         ("@SLOTS@", slots),

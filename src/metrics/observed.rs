@@ -1,11 +1,8 @@
 //! What the query log and the workers' upstreams add to the Prometheus text, with a bounded
 //! number of series whatever the traffic: the query log's counts (one series each, the relay's
-//! only when `logging.dnstap` is relayed) and, per upstream address, its round-trip time and
-//! samples for the [`MAX_UPSTREAMS`] addresses with the most samples (the number of all of
-//! them beside, so a cut is seen).
-//!
-//! kresd's `stats.upstreams()` holds only RTT samples of answers received: a timeout or an
-//! error of an upstream is in no sample, so no failure series is written.
+//! only when `logging.dnstap` is relayed) and, per upstream address, its round-trip time,
+//! samples, queries sent, queries unanswered and error answers for the [`MAX_UPSTREAMS`]
+//! addresses sent the most queries (the number of all of them beside, so a cut is seen).
 
 use std::collections::BTreeMap;
 
@@ -114,11 +111,13 @@ pub fn write_query_log(out: &mut Exposition, status: &QueryLogStatus) {
     }
 }
 
-/// The upstream addresses' series: the [`MAX_UPSTREAMS`] with the most samples.
+/// The upstream addresses' series: the [`MAX_UPSTREAMS`] sent the most queries (then with
+/// the most samples, then by address). The tallies are counters of the running workers (a
+/// restarted worker starts again from zero, which Prometheus reads as a reset).
 pub fn write_upstreams(out: &mut Exposition, addresses: &[UpstreamAddress]) {
     out.family(
         "knot_resolver_upstream_addresses",
-        "Upstream addresses the workers hold round-trip samples of (series are written for the 20 with the most)",
+        "Upstream addresses the workers hold samples or tallies of (series are written for the 20 sent the most queries)",
         Kind::Gauge,
     )
     .push_str(&sample_line(
@@ -127,30 +126,56 @@ pub fn write_upstreams(out: &mut Exposition, addresses: &[UpstreamAddress]) {
         addresses.len() as f64,
     ));
     let mut top: Vec<&UpstreamAddress> = addresses.iter().collect();
-    top.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.address.cmp(&b.address)));
+    top.sort_by(|a, b| {
+        (b.queries, b.samples)
+            .cmp(&(a.queries, a.samples))
+            .then(a.address.cmp(&b.address))
+    });
     top.truncate(MAX_UPSTREAMS);
     for a in top {
         let labels = format!("address=\"{}\"", label(&a.address));
-        out.family(
-            "knot_resolver_upstream_rtt_seconds",
-            "Mean round-trip time of the samples the workers hold of an upstream address",
-            Kind::Gauge,
-        )
-        .push_str(&sample_line(
-            "knot_resolver_upstream_rtt_seconds",
-            &labels,
-            a.rtt_avg_ms / 1e3,
-        ));
-        out.family(
-            "knot_resolver_upstream_rtt_samples",
-            "Round-trip samples the workers hold of an upstream address (kresd keeps the most recent answers')",
-            Kind::Gauge,
-        )
-        .push_str(&sample_line(
-            "knot_resolver_upstream_rtt_samples",
-            &labels,
-            a.samples as f64,
-        ));
+        if let Some(avg) = a.rtt_avg_ms {
+            out.family(
+                "knot_resolver_upstream_rtt_seconds",
+                "Mean round-trip time of the samples the workers hold of an upstream address",
+                Kind::Gauge,
+            )
+            .push_str(&sample_line(
+                "knot_resolver_upstream_rtt_seconds",
+                &labels,
+                avg / 1e3,
+            ));
+        }
+        let families = [
+            (
+                "knot_resolver_upstream_rtt_samples",
+                "Round-trip samples the workers hold of an upstream address (kresd keeps the most recent answers')",
+                Kind::Gauge,
+                a.samples,
+            ),
+            (
+                "knot_resolver_upstream_queries_total",
+                "Queries the workers sent to an upstream address, each retry counted",
+                Kind::Counter,
+                a.queries,
+            ),
+            (
+                "knot_resolver_upstream_unanswered_total",
+                "Queries to an upstream address that got no answer: timed out, or the connection failed",
+                Kind::Counter,
+                a.unanswered,
+            ),
+            (
+                "knot_resolver_upstream_error_answers_total",
+                "Answers from an upstream address with an rcode other than NOERROR and NXDOMAIN",
+                Kind::Counter,
+                a.error_answers,
+            ),
+        ];
+        for (name, help, kind, value) in families {
+            out.family(name, help, kind)
+                .push_str(&sample_line(name, &labels, value as f64));
+        }
     }
 }
 
@@ -159,21 +184,25 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn upstream(address: &str, samples: u64) -> UpstreamAddress {
+    fn upstream(address: &str, queries: u64) -> UpstreamAddress {
         UpstreamAddress {
             address: address.to_owned(),
-            samples,
-            rtt_avg_ms: 2.5,
-            rtt_min_ms: 1.0,
-            rtt_max_ms: 4.0,
+            samples: queries / 2,
+            rtt_avg_ms: queries.is_multiple_of(2).then_some(2.5),
+            rtt_min_ms: Some(1.0),
+            rtt_max_ms: Some(4.0),
+            queries,
+            answered: queries / 2,
+            unanswered: queries - queries / 2,
+            error_answers: 1,
             workers: vec!["kresd0".into()],
         }
     }
 
     #[test]
-    fn only_the_most_used_upstreams_are_written() {
+    fn only_the_most_queried_upstreams_are_written() {
         let addresses: Vec<UpstreamAddress> = (0..30)
-            .map(|i| upstream(&format!("192.0.2.{i}#53"), i))
+            .map(|i| upstream(&format!("192.0.2.{i}"), i))
             .collect();
         let mut out = Exposition::default();
         write_upstreams(&mut out, &addresses);
@@ -183,14 +212,26 @@ mod tests {
             "{text}"
         );
         assert_eq!(
-            text.matches("knot_resolver_upstream_rtt_seconds{").count(),
+            text.matches("knot_resolver_upstream_queries_total{")
+                .count(),
             20
         );
-        assert!(text.contains("knot_resolver_upstream_rtt_samples{address=\"192.0.2.29#53\"} 29.0"));
-        assert!(
-            text.contains("knot_resolver_upstream_rtt_seconds{address=\"192.0.2.10#53\"} 0.0025")
+        // An address with no sample has no RTT series, its tallies all the same.
+        assert_eq!(
+            text.matches("knot_resolver_upstream_rtt_seconds{").count(),
+            10
         );
-        assert!(!text.contains("\"192.0.2.9#53\""), "{text}");
+        assert!(text.contains("knot_resolver_upstream_rtt_samples{address=\"192.0.2.29\"} 14.0"));
+        assert!(
+            text.contains("knot_resolver_upstream_unanswered_total{address=\"192.0.2.29\"} 15.0")
+        );
+        assert!(text.contains("knot_resolver_upstream_queries_total{address=\"192.0.2.29\"} 29.0"));
+        assert!(
+            text.contains("knot_resolver_upstream_error_answers_total{address=\"192.0.2.29\"} 1.0")
+        );
+        assert!(!text.contains("knot_resolver_upstream_rtt_seconds{address=\"192.0.2.29\"}"));
+        assert!(text.contains("knot_resolver_upstream_rtt_seconds{address=\"192.0.2.10\"} 0.0025"));
+        assert!(!text.contains("\"192.0.2.9\""), "{text}");
     }
 
     #[test]

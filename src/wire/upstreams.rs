@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 pub struct Upstreams {
     /// The `forward` rules of the configuration: subtrees and their targets.
     pub forwards: Vec<ForwardTarget>,
-    /// Every upstream address kresd's `stats.upstreams()` holds samples of, merged over the
-    /// workers, by address.
+    /// Every upstream address kresd's `stats.upstreams()` holds samples of or the workers
+    /// sent queries to, merged over the workers, by address.
     pub addresses: Vec<UpstreamAddress>,
     /// Workers that did not tell (not running, or no answer on their control socket).
     pub workers_silent: Vec<String>,
@@ -23,17 +23,35 @@ pub struct ForwardTarget {
     pub servers: Vec<String>,
 }
 
-/// One upstream address and the round-trip times kresd measured to it.
+/// One upstream address: the round-trip times kresd measured to it and the workers' tallies
+/// of the queries sent to it and the answers received.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UpstreamAddress {
-    /// The address as kresd names it.
+    /// The address as kresd names it (no port).
     pub address: String,
-    /// RTT samples held over all workers (kresd keeps the most recent ones).
+    /// RTT samples held over all workers (kresd keeps the most recent answers').
     pub samples: u64,
-    /// Their mean, minimum and maximum, in milliseconds.
-    pub rtt_avg_ms: f64,
-    pub rtt_min_ms: f64,
-    pub rtt_max_ms: f64,
+    /// Their mean, minimum and maximum, in milliseconds; absent with no sample (an upstream
+    /// that never answered).
+    pub rtt_avg_ms: Option<f64>,
+    pub rtt_min_ms: Option<f64>,
+    pub rtt_max_ms: Option<f64>,
+    /// Queries sent to it (each retry counts) since the workers started counting: their
+    /// first look at the statistics or the upstreams, or their start with
+    /// `monitoring.metrics: always`.
+    #[serde(default)]
+    pub queries: u64,
+    /// Answers received of those.
+    #[serde(default)]
+    pub answered: u64,
+    /// Queries not answered: timed out, or the connection failed (`queries - answered`; the
+    /// few still waiting for their answer count here too).
+    #[serde(default)]
+    pub unanswered: u64,
+    /// Answers received with an rcode other than NOERROR and NXDOMAIN (SERVFAIL, REFUSED,
+    /// FORMERR, ...).
+    #[serde(default)]
+    pub error_answers: u64,
     /// The workers that used it.
     pub workers: Vec<String>,
 }

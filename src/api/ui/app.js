@@ -523,9 +523,11 @@ async function refreshUpstreams() {
   const ms = (v) => (typeof v === 'number' ? v.toFixed(1) + ' ms' : '–');
   const rows = (u.addresses || []).map((a) => {
     const row = cells(el('tr'), [a.address, a.samples, ms(a.rtt_avg_ms), ms(a.rtt_min_ms),
-      ms(a.rtt_max_ms), (a.workers || []).join(', ')]);
+      ms(a.rtt_max_ms), a.queries ?? '–', a.unanswered ?? '–', a.error_answers ?? '–',
+      (a.workers || []).join(', ')]);
     row.dataset.address = a.address;
     row.children[2].className = 'rtt';
+    row.children[6].className = 'unanswered';
     return row;
   });
   $('upstreams').tBodies[0].replaceChildren(...rows);

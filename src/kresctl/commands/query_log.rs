@@ -192,17 +192,28 @@ pub async fn upstreams(client: &ApiClient, format: OutputFormat) -> Result<(), C
                 );
             }
             println!(
-                "{:<45} {:>8} {:>10} {:>10} {:>10}  WORKERS",
-                "UPSTREAM", "SAMPLES", "AVG ms", "MIN ms", "MAX ms"
+                "{:<39} {:>8} {:>9} {:>9} {:>9} {:>8} {:>10} {:>6}  WORKERS",
+                "UPSTREAM",
+                "SAMPLES",
+                "AVG ms",
+                "MIN ms",
+                "MAX ms",
+                "QUERIES",
+                "UNANSWERED",
+                "ERRORS"
             );
+            let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |ms| format!("{ms:.1}"));
             for a in &u.addresses {
                 println!(
-                    "{:<45} {:>8} {:>10.1} {:>10.1} {:>10.1}  {}",
+                    "{:<39} {:>8} {:>9} {:>9} {:>9} {:>8} {:>10} {:>6}  {}",
                     a.address,
                     a.samples,
-                    a.rtt_avg_ms,
-                    a.rtt_min_ms,
-                    a.rtt_max_ms,
+                    ms(a.rtt_avg_ms),
+                    ms(a.rtt_min_ms),
+                    ms(a.rtt_max_ms),
+                    a.queries,
+                    a.unanswered,
+                    a.error_answers,
                     a.workers.join(",")
                 );
             }
