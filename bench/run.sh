@@ -4,9 +4,11 @@
 #   bash bench/run.sh NAME [ARGS]  one of: startup, worker_crash, api, validate, supervisor_scale,
 #                                  throughput ([RUNS] [SECONDS]: DNS answers per second and kresd
 #                                  CPU per answer, ours with the answer counting against upstream),
-#                                  query_log ([RUNS] [SECONDS]: throughput with the query log on, off
-#                                  and upstream's, interleaved; the reader's CPU per 100k answers, the
-#                                  ring's memory at 10k and 100k entries, kresctl top over a full ring),
+#                                  query_log ([RUNS] [SECONDS] [STALLS]: throughput with the query log
+#                                  on, off and upstream's, interleaved; the reader's CPU per 100k
+#                                  answers, the ring's memory at 10k and 100k entries, kresctl top over
+#                                  a full ring; answer latency at 2,000 q/s with the reader running,
+#                                  stopped, resumed and killed),
 #                                  lossless, scale (--sizes 1000,10000,100000 --runs N --files),
 #                                  chaos (--minutes N [--seed S]: a long soak, not in the default list),
 #                                  rpz (--sizes 10000,1000000 --runs N: RPZ by zone transfer from knotd

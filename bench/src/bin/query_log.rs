@@ -4,13 +4,17 @@
 //! run's paired ratios; the manager process's CPU time per 100,000 answers while only the
 //! reader works (with the log on, and off for the baseline); the manager's memory with the
 //! ring empty, at 10,000 and at 100,000 entries (RSS and PSS); and `kresctl top names` and
-//! `kresctl top clients` wall time over a full ring of 100,000.
+//! `kresctl top clients` wall time over a full ring of 100,000; and the answers' latency at
+//! 2,000 q/s (an open loop) while the reader runs, while it is stopped (SIGSTOP, 10 s), after
+//! it resumes, and after it is killed (the supervisor starts it again), with the queries lost
+//! and how long the stream takes to come back.
 //!
 //! The load is the closed loop of `bench::closed_loop` on one local-data name; the ring is
 //! filled with distinct names (`fN.fill.test.`, an empty subtree of the local data), as real
 //! traffic would bring.
 //!
-//! Usage: bash bench/run.sh query_log [RUNS] [SECONDS]   (defaults: 9 runs, 2 s bursts)
+//! Usage: bash bench/run.sh query_log [RUNS] [SECONDS] [STALLS]   (defaults: 9 runs, 2 s
+//! bursts, 3 stalls)
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -20,8 +24,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use bench::closed_loop::{self, Burst, Target, THREADS, WINDOW};
 use bench::{answers_a, launch, median, our_binary, write_config, Flavor};
-use nix::sys::signal::Signal;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use serde_json::Value;
+use testbed::load::{Load, LoadReport, LoadSpec, Percentiles};
 use testbed::{http, Bed, Launched, TestDir};
 
 /// The name the throughput bursts ask (the local data `bench::write_config` writes).
@@ -343,6 +349,7 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(9);
     let seconds: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2.0);
+    let stalls: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
     let bed = Bed::get()?;
     let rs = [
         Resolver::start(bed, Subject::LogOn)?,
@@ -358,12 +365,176 @@ fn main() -> Result<()> {
         one_run(&rs, i, seconds, &mut s)?;
     }
     let status = rs[0].get("/query-log/status")?;
+    let stall_runs: Vec<Stall> = (0..stalls)
+        .map(|i| stall(&rs[0], i))
+        .collect::<Result<_>>()?;
     let [on, off, upstream] = rs;
     on.stop()?;
     off.stop()?;
     upstream.stop()?;
     report(&s, runs, seconds, &mem, &tops, &status);
+    report_stalls(&stall_runs);
     Ok(())
+}
+
+/// Queries per second of the stall runs.
+const STALL_RATE: u32 = 2000;
+
+/// Each phase of a stall run.
+const PHASE: Duration = Duration::from_secs(10);
+
+/// The phases of a stall run, in order.
+const PHASES: [&str; 4] = [
+    "reader running",
+    "reader stopped (SIGSTOP)",
+    "reader resumed (SIGCONT)",
+    "reader killed, restarted",
+];
+
+/// One stall run's figures.
+struct Stall {
+    /// The latency of the answers to the queries sent in each phase (the first second of
+    /// the load left out).
+    phases: [Option<Percentiles>; 4],
+    /// The whole load.
+    load: LoadReport,
+    /// The query log's `missed` grew by this from the start to the kill (the stop's cost).
+    missed: u64,
+    /// From the kill to the first answer the new reader logged.
+    back_after: Option<Duration>,
+}
+
+/// The manager process now (it changes when it is killed).
+fn manager_pid(r: &Resolver) -> Option<i32> {
+    r.launched
+        .descendants()
+        .into_iter()
+        .find(|p| p.comm == "kres-manager")
+        .map(|p| p.pid)
+}
+
+/// Wait until the load has run `until` from its start.
+fn run_until(load: &Load, until: Duration) {
+    while load.elapsed() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One stall run on the resolver with the query log on: an open loop of [`STALL_RATE`] q/s
+/// through four phases of [`PHASE`]: the reader running, stopped, resumed, killed.
+fn stall(on: &Resolver, i: usize) -> Result<Stall> {
+    let pid = manager_pid(on).context("no manager process")?;
+    let missed_before = on.get("/query-log/status")?["missed"].as_u64().unwrap_or(0);
+    let mut spec = LoadSpec::new(on.server, STALL_RATE, QNAME);
+    spec.max_duration = PHASE * 4 + Duration::from_secs(1);
+    spec.max_queries = u64::from(STALL_RATE) * spec.max_duration.as_secs();
+    let load = Load::start(spec)?;
+    let start = Duration::from_secs(1);
+    run_until(&load, start + PHASE);
+    kill(Pid::from_raw(pid), Signal::SIGSTOP)?;
+    run_until(&load, start + PHASE * 2);
+    kill(Pid::from_raw(pid), Signal::SIGCONT)?;
+    run_until(&load, start + PHASE * 3);
+    // What the stop cost the log, counted by the reader that was stopped.
+    let missed = on.get("/query-log/status")?["missed"]
+        .as_u64()
+        .unwrap_or(0)
+        .saturating_sub(missed_before);
+    kill(Pid::from_raw(pid), Signal::SIGKILL)?;
+    let killed = Instant::now();
+    // The stream is back when the new reader has logged an answer.
+    let mut back_after = None;
+    while load.elapsed() < start + PHASE * 4 {
+        if back_after.is_none() {
+            let received = manager_pid(on)
+                .filter(|&p| p != pid)
+                .and_then(|_| on.get("/query-log/status").ok())
+                .and_then(|s| s["received"].as_u64());
+            if received.is_some_and(|n| n > 0) {
+                back_after = Some(killed.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let load = load.stop();
+    let phases = std::array::from_fn(|k| {
+        let from = start + PHASE * k as u32;
+        load.latency(from, from + PHASE)
+    });
+    eprintln!(
+        "stall run {}: {load}; missed +{missed} by the kill; stream back {back_after:.2?} after it",
+        i + 1
+    );
+    for (name, p) in PHASES.iter().zip(&phases) {
+        eprintln!(
+            "  {name}: {}",
+            p.map_or("no answers".into(), |p| p.to_string())
+        );
+    }
+    Ok(Stall {
+        phases,
+        load,
+        missed,
+        back_after,
+    })
+}
+
+fn report_stalls(runs: &[Stall]) {
+    if runs.is_empty() {
+        return;
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let m = |f: &dyn Fn(&Percentiles) -> Duration, k: usize| {
+        median(
+            runs.iter()
+                .filter_map(|r| r.phases[k].as_ref())
+                .map(|p| ms(f(p)))
+                .collect(),
+        )
+    };
+    println!(
+        "answer latency at {STALL_RATE} q/s (open loop), {} runs of 4 phases of {:?} (medians)",
+        runs.len(),
+        PHASE
+    );
+    println!(
+        "{:<40} {:>10} {:>10} {:>10} {:>10}",
+        "phase", "p50 ms", "p99 ms", "p99.9 ms", "max ms"
+    );
+    for (k, name) in PHASES.iter().enumerate() {
+        println!(
+            "{:<40} {:>10.3} {:>10.3} {:>10.3} {:>10.3}",
+            name,
+            m(&|p| p.p50, k),
+            m(&|p| p.p99, k),
+            m(&|p| p.p999, k),
+            m(&|p| p.max, k)
+        );
+    }
+    let p99 = |k: usize| m(&|p| p.p99, k);
+    println!(
+        "  p99 stopped - running: {:+.3} ms; resumed - running: {:+.3} ms; killed - running: \
+         {:+.3} ms",
+        p99(1) - p99(0),
+        p99(2) - p99(0),
+        p99(3) - p99(0)
+    );
+    let lost: Vec<String> = runs.iter().map(|r| r.load.lost.to_string()).collect();
+    let missed: Vec<String> = runs.iter().map(|r| r.missed.to_string()).collect();
+    let back: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            r.back_after
+                .map_or("never".into(), |d| format!("{:.0} ms", ms(d)))
+        })
+        .collect();
+    println!(
+        "  queries lost per run: {}; log entries missed (counted) by the kill: {}; stream back \
+         after the kill: {}",
+        lost.join(", "),
+        missed.join(", "),
+        back.join(", ")
+    );
 }
 
 fn report(
