@@ -1,7 +1,8 @@
 //! The query log end to end on real kresd: its dnstap module streams every answer to the
 //! manager process, whose ring answers `kresctl top` and `kresctl querylog`; clients are the
-//! loopback addresses 127.0.0.2 … 127.0.0.9 asking known numbers of queries. A stopped
-//! reader costs log entries, counted, and never an answer. With upstream's `logging.dnstap`
+//! loopback addresses 127.0.0.2 … 127.0.0.9 asking known numbers of queries. Each answer says
+//! whether it came from the cache (the workers' marks, joined by the manager). A stopped or
+//! killed reader costs log entries, counted, and never an answer. With upstream's `logging.dnstap`
 //! too, the operator's consumer gets kresd's stream passed on, and one that never shakes
 //! hands costs frames of its own, counted, and nothing else.
 //!
@@ -31,9 +32,14 @@ fn resolver(name: &'static str, more: &str) -> Resolver {
 
 /// The setup of [`resolver`].
 fn setup(name: &'static str, more: &str) -> Setup {
+    setup_with(name, more, "")
+}
+
+/// [`setup`] with further `forward` rules (`forwards`: list items).
+fn setup_with(name: &'static str, more: &str, forwards: &str) -> Setup {
     let dead = testbed::free_port().expect("port");
     let extra = format!(
-        "monitoring:\n  query-log:\n    enabled: true\n{more}local-data:\n  records: |\n    a.qlog.test. 60 A 192.0.2.1\n    b.qlog.test. 60 A 192.0.2.2\n    c.qlog.test. 60 A 192.0.2.3\n    a.qlog.test. 60 AAAA 2001:db8::1\n    load.qlog.test. 60 A 192.0.2.9\n    marker.qlog.test. 60 A 192.0.2.10\nforward:\n  - subtree: dead.test\n    servers: ['127.0.0.1@{dead}']\n"
+        "monitoring:\n  query-log:\n    enabled: true\n{more}local-data:\n  records: |\n    a.qlog.test. 60 A 192.0.2.1\n    b.qlog.test. 60 A 192.0.2.2\n    c.qlog.test. 60 A 192.0.2.3\n    a.qlog.test. 60 AAAA 2001:db8::1\n    load.qlog.test. 60 A 192.0.2.9\n    marker.qlog.test. 60 A 192.0.2.10\nforward:\n  - subtree: dead.test\n    servers: ['127.0.0.1@{dead}']\n{forwards}"
     );
     Setup::new(name).extra(&extra)
 }
@@ -448,12 +454,13 @@ fn a_stopped_reader_costs_log_entries_never_answers() {
     r.stop();
 }
 
-/// The manager process killed under load (the supervisor starts a new one): no query is
-/// lost, and the workers' stream reaches the new reader.
+/// The manager process killed under load (the supervisor starts a new one): the workers stay,
+/// no query is lost, and the workers' stream and cache marks reach the new reader.
 #[test]
 fn a_killed_reader_costs_log_entries_never_answers() {
     let r = resolver("qlog-killed", "");
     let manager = manager_pid(&r);
+    let workers = r.pids_named("kresd");
     ask(&r, client(2), "a.qlog.test.", dns::TYPE_A);
     wait_status(&r, "the first answer logged", |s| {
         s["received"].as_u64() >= Some(1)
@@ -490,38 +497,105 @@ fn a_killed_reader_costs_log_entries_never_answers() {
         );
     }
 
-    // A new manager process, and the stream back: an answer asked now reaches its log (kresd's
-    // dnstap connects again on its own schedule; what it sends before is dropped, so the
-    // marker is asked again until one shows).
+    // A new manager process, the same workers, and the stream back: an answer asked now
+    // reaches its log with its cache mark (kresd's dnstap connects again on its own schedule,
+    // the marks at their next batch; what comes before is dropped, not delayed, so the marker
+    // is asked again until one shows).
+    r.launched
+        .output
+        .wait_for("serving the API again", common::START_TIMEOUT)
+        .expect("a new manager process");
+    assert_ne!(r.pids_named("kres-manager"), [manager]);
+    assert_eq!(r.pids_named("kresd"), workers, "the workers stay");
     let deadline = Instant::now() + SETTLE;
+    let mut asked = 0u64;
     loop {
-        let pids = r.pids_named("kres-manager");
-        if pids.len() == 1 && pids[0] != manager {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no new manager: {pids:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        ask(&r, client(3), "marker.qlog.test.", dns::TYPE_A);
+        let answer = ask(&r, client(3), "marker.qlog.test.", dns::TYPE_A);
+        assert_eq!(answer.rcode, dns::RCODE_NOERROR);
+        asked += 1;
         let out = r.kresctl(&["querylog", "--json", "--name", "marker.qlog.test"]);
-        let shown = out.ok().filter(|o| o.status.success()).is_some_and(|o| {
+        let marked = out.ok().filter(|o| o.status.success()).is_some_and(|o| {
             serde_json::from_slice::<Value>(&o.stdout)
                 .ok()
-                .and_then(|v| v.as_array().map(|a| !a.is_empty()))
-                .unwrap_or(false)
+                .and_then(|v| v.as_array().cloned())
+                .is_some_and(|a| a.iter().any(|e| e["cached"].is_boolean()))
         });
-        if shown {
+        if marked {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "the new reader never logged the marker"
+            "the new reader never logged the marker with its mark ({asked} asked)"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    eprintln!("the stream was back after {asked} answers");
     r.stop();
+}
+
+/// Whether an answer came from the cache: a forwarded name asked twice is a miss, then a
+/// hit; the text table says so too.
+#[test]
+fn answers_say_whether_they_came_from_the_cache() {
+    let target = common::start(
+        &Setup::new("qlog-cache-target")
+            .extra("local-data:\n  records: |\n    n.up.test. 60 A 192.0.2.7\n"),
+    )
+    .expect("target");
+    let forward = format!(
+        "  - subtree: up.test\n    servers: ['127.0.0.1@{}']\n    options: {{dnssec: false}}\n",
+        target.port
+    );
+    let r = common::start(&setup_with("qlog-cache", "", &forward)).expect("resolver");
+    for _ in 0..2 {
+        let a = ask(&r, client(4), "n.up.test.", dns::TYPE_A);
+        assert_eq!(a.a(), [std::net::Ipv4Addr::new(192, 0, 2, 7)]);
+    }
+    ask(&r, client(4), "a.qlog.test.", dns::TYPE_A);
+    let deadline = Instant::now() + SETTLE;
+    let logged = loop {
+        let logged = kresctl_json(&r, &["querylog", "--json", "--client", "127.0.0.4"]);
+        let n = logged.as_array().map_or(0, Vec::len);
+        if n == 3 {
+            break logged;
+        }
+        assert!(Instant::now() < deadline, "{logged:#}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("{logged:#}");
+    let cached: Vec<(String, Value)> = logged
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or_default().to_owned(),
+                e["cached"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        cached[..2],
+        [
+            ("n.up.test.".to_owned(), json!(false)),
+            ("n.up.test.".to_owned(), json!(true))
+        ]
+    );
+    // Local data: answered as from the cache or not, by kresd's own account; marked either way.
+    assert!(cached[2].1.is_boolean(), "{cached:?}");
+    let text = r
+        .kresctl(&["querylog", "--client", "127.0.0.4"])
+        .expect("kresctl");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("CACHE"), "{text}");
+    let lines: Vec<&str> = text.lines().filter(|l| l.ends_with("n.up.test.")).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].contains(" miss ") && lines[1].contains(" hit "),
+        "{text}"
+    );
+    r.stop();
+    target.stop();
 }
 
 #[test]
@@ -641,40 +715,6 @@ fn answers_are_followed_live() {
     );
     follower.kill().expect("kill");
     follower.wait().expect("wait");
-    r.stop();
-}
-
-#[test]
-fn the_stream_comes_back_after_the_manager_process_is_replaced() {
-    let r = resolver("qlog-restart", "");
-    let workers = r.pids_named("kresd");
-    kill(Pid::from_raw(manager_pid(&r)), Signal::SIGKILL).expect("SIGKILL");
-    r.launched
-        .output
-        .wait_for("serving the API again", common::START_TIMEOUT)
-        .expect("a new manager process");
-    assert_eq!(r.pids_named("kresd"), workers, "the workers stay");
-    // kresd reconnects on its own: ask until an answer reaches the new reader's log (the
-    // answers before that are dropped by kresd, not delayed).
-    let deadline = Instant::now() + SETTLE;
-    let mut asked = 0u64;
-    loop {
-        assert_eq!(
-            ask(&r, client(5), "marker.qlog.test.", dns::TYPE_A).rcode,
-            dns::RCODE_NOERROR
-        );
-        asked += 1;
-        let logged = kresctl_json(&r, &["querylog", "--json", "--client", "127.0.0.5"]);
-        if logged.as_array().is_some_and(|a| !a.is_empty()) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the log stayed empty after {asked} answers"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    eprintln!("the stream was back after {asked} answers");
     r.stop();
 }
 

@@ -11,6 +11,7 @@
 //! the sockets, whose permissions script files are read with) comes in a [`RenderContext`],
 //! given by the manager; `kresctl convert` renders with [`RenderContext::STANDALONE`].
 
+pub mod cache_marks;
 pub mod counts;
 mod policy;
 mod sections;

@@ -156,6 +156,7 @@ fn query_log(out: &mut String, cfg: &KresConfig) {
     line!(out, "\t\tmodules.unload('dnstap')");
     line!(out, "\tend");
     line!(out, "end");
+    super::cache_marks::cache_marks(out, &cfg.rundir.join(crate::query_log::marks::MARKS_FILE));
 }
 
 /// The control socket in `<rundir>/control/$SYSTEMD_INSTANCE` (the rundir from the

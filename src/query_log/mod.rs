@@ -14,6 +14,7 @@
 
 pub mod dnstap;
 pub mod frames;
+pub mod marks;
 pub mod reader;
 pub mod relay;
 pub mod select;
@@ -58,6 +59,8 @@ pub struct Entry {
     pub ede: Option<u16>,
     /// The worker's number, when it said.
     pub worker: Option<u32>,
+    /// Whether the answer came from the cache, when its mark came (`marks`).
+    pub cached: Option<bool>,
 }
 
 impl Entry {
@@ -74,6 +77,7 @@ impl Entry {
             answers: self.answers,
             ede: self.ede,
             worker: self.worker.map(|w| crate::service::WorkerId(w).name()),
+            cached: self.cached,
         }
     }
 }
@@ -93,6 +97,8 @@ pub struct QueryLog {
 struct Shared {
     /// Everything, under one short-held lock.
     ring: Mutex<Ring>,
+    /// Answers and cache marks waiting for each other (taken before `ring`, never inside).
+    join: Mutex<marks::Join>,
 }
 
 /// What the lock guards.
@@ -198,6 +204,7 @@ impl QueryLog {
                     settings,
                     tally: Tally::default(),
                 }),
+                join: Mutex::new(marks::Join::default()),
             }),
             relay,
             live,
@@ -224,6 +231,48 @@ impl QueryLog {
         ring.entries.drain(..excess);
         if ring.entries.capacity() > capacity.saturating_mul(2) {
             ring.entries.shrink_to(capacity);
+        }
+    }
+
+    fn join(&self) -> MutexGuard<'_, marks::Join> {
+        // Every step of the join leaves it consistent, as the ring's.
+        self.shared
+            .join
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// An answer from a worker's stream (`key`: its client, port and ID): kept now, or once
+    /// its cache mark comes (at most [`marks::ANSWER_WAIT`] later).
+    pub fn arrive(&self, key: dnstap::QueryKey, entry: Entry, now: std::time::Instant) {
+        let out = self.join().on_answer(key, entry, now);
+        if let Some(entry) = out {
+            self.push(entry);
+        }
+    }
+
+    /// Cache marks from a worker: the answers that waited for them are kept.
+    pub fn on_marks(
+        &self,
+        marks: impl Iterator<Item = (dnstap::QueryKey, bool)>,
+        now: std::time::Instant,
+    ) {
+        let out: Vec<Entry> = {
+            let mut join = self.join();
+            marks
+                .filter_map(|(key, cached)| join.on_mark(key, cached, now))
+                .collect()
+        };
+        for entry in out {
+            self.push(entry);
+        }
+    }
+
+    /// The answers that waited long enough for their marks are kept, their cache use unknown.
+    pub fn expire_waiting(&self, now: std::time::Instant) {
+        let out = self.join().expire(now);
+        for entry in out {
+            self.push(entry);
         }
     }
 
@@ -392,6 +441,7 @@ mod tests {
             answers: 1,
             ede: None,
             worker,
+            cached: None,
         }
     }
 

@@ -113,13 +113,13 @@ async fn read_stream(
             Some(Frame::Data(data)) => match dnstap::decode(&data) {
                 Ok(decoded) => {
                     log.relay().offer(&data, &decoded);
-                    if let Some(entry) = pairing.on(decoded) {
+                    if let Some((key, entry)) = pairing.on(decoded) {
                         if let Some(w) = entry.worker {
                             if !log.has_baseline(w) && asked_baseline.insert(w) {
                                 tokio::spawn(take_baseline(log.clone(), rundir.to_owned(), w));
                             }
                         }
-                        log.push(entry);
+                        log.arrive(key, entry, std::time::Instant::now());
                     }
                 }
                 Err(_) => log.count_malformed(),
@@ -154,9 +154,9 @@ struct Pairing {
 }
 
 impl Pairing {
-    /// A decoded frame in: an answer comes out as an entry, with its latency when its query's
-    /// time is known.
-    fn on(&mut self, decoded: Decoded) -> Option<Entry> {
+    /// A decoded frame in: an answer comes out as an entry (with its key), with its latency
+    /// when its query's time is known.
+    fn on(&mut self, decoded: Decoded) -> Option<(QueryKey, Entry)> {
         match decoded {
             Decoded::Query { key, time_us } => {
                 if self.pending.len() >= MAX_PENDING {
@@ -170,7 +170,7 @@ impl Pairing {
                     .query_time_us
                     .or_else(|| self.pending.remove(&r.key).flatten());
                 let latency_us = query_time.and_then(|q| r.time_us.checked_sub(q));
-                Some(Entry {
+                let entry = Entry {
                     time_us: r.time_us,
                     client: r.key.client,
                     transport: r.transport,
@@ -181,7 +181,9 @@ impl Pairing {
                     answers: r.answers,
                     ede: r.ede,
                     worker: r.worker.as_deref().and_then(|w| w.parse().ok()),
-                })
+                    cached: None,
+                };
+                Some((r.key, entry))
             }
         }
     }
@@ -225,10 +227,11 @@ mod tests {
             }),
             None
         );
-        let e = p.on(response(7, 3_500)).unwrap();
+        let (k, e) = p.on(response(7, 3_500)).unwrap();
+        assert_eq!(k, key(7));
         assert_eq!((e.latency_us, e.worker), (Some(2_500), Some(1)));
         // Unpaired: no latency; the query's time was used once.
-        assert_eq!(p.on(response(7, 4_000)).unwrap().latency_us, None);
+        assert_eq!(p.on(response(7, 4_000)).unwrap().1.latency_us, None);
         assert!(p.pending.is_empty());
     }
 }

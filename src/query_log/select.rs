@@ -303,6 +303,7 @@ mod tests {
             answers: 0,
             ede: None,
             worker: None,
+            cached: None,
         }
     }
 

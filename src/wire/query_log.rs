@@ -26,6 +26,11 @@ pub struct LoggedAnswer {
     pub ede: Option<u16>,
     /// The worker that answered (`kresd0`), when it said.
     pub worker: Option<String>,
+    /// Whether the answer came from the cache (local data too: kresd answers it as from the
+    /// cache); absent when the worker's mark of it did not come (dropped while the reader
+    /// was stopped, or a worker of an older manager).
+    #[serde(default)]
+    pub cached: Option<bool>,
 }
 
 /// One line of a top list.

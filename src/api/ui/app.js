@@ -453,8 +453,9 @@ function renderTop(kind, title, list) {
 function renderQueryLog(answers) {
   const rows = answers.slice(-QUERY_LOG_SHOWN).reverse().map((a) => {
     const latency = typeof a.latency_ms === 'number' ? a.latency_ms.toFixed(1) + ' ms' : '–';
+    const cache = a.cached === true ? 'hit' : a.cached === false ? 'miss' : '–';
     const row = cells(el('tr'), [clock(a.time), a.client, a.transport, a.name, a.qtype,
-      a.rcode, latency, a.answers, a.ede ?? '']);
+      a.rcode, latency, a.answers, cache, a.ede ?? '']);
     row.children[3].className = 'name';
     row.children[5].className = a.rcode === 'SERVFAIL' ? 'bad' : '';
     return row;

@@ -455,6 +455,17 @@ fn start_query_log(handle: &ManagerHandle, stop: &CancellationToken) -> crate::q
             log.set_inactive(format!("the query log's socket could not be bound: {e}"));
         }
     }
+    // The workers' cache marks; without them the answers are kept with the cache use unknown.
+    match crate::query_log::marks::bind(&first.model.rundir) {
+        Ok(socket) => {
+            tokio::spawn(crate::query_log::marks::serve(
+                socket,
+                log.clone(),
+                stop.child_token(),
+            ));
+        }
+        Err(e) => tracing::warn!("query log: cannot bind the cache marks' socket: {e}"),
+    }
     let follower = log.clone();
     let stop = stop.child_token();
     tokio::spawn(async move {

@@ -227,8 +227,8 @@ pub async fn upstreams(client: &ApiClient, format: OutputFormat) -> Result<(), C
 
 fn header() -> String {
     format!(
-        "{:<15} {:<39} {:<5} {:<8} {:<9} {:>10} {:>3}  {}",
-        "TIME", "CLIENT", "PROTO", "TYPE", "RCODE", "LATENCY", "AN", "NAME"
+        "{:<15} {:<39} {:<5} {:<8} {:<9} {:>10} {:>3} {:<5}  {}",
+        "TIME", "CLIENT", "PROTO", "TYPE", "RCODE", "LATENCY", "AN", "CACHE", "NAME"
     )
 }
 
@@ -245,8 +245,13 @@ fn line(a: &LoggedAnswer) -> String {
     let latency = a
         .latency_ms
         .map_or_else(|| "-".to_owned(), |ms| format!("{ms:.3}ms"));
+    let cache = match a.cached {
+        Some(true) => "hit",
+        Some(false) => "miss",
+        None => "-",
+    };
     format!(
-        "{time:<15} {:<39} {:<5} {:<8} {:<9} {latency:>10} {:>3}  {}",
+        "{time:<15} {:<39} {:<5} {:<8} {:<9} {latency:>10} {:>3} {cache:<5}  {}",
         a.client, a.transport, a.qtype, a.rcode, a.answers, a.name
     )
 }
@@ -280,10 +285,11 @@ mod tests {
             answers: 1,
             ede: None,
             worker: None,
+            cached: Some(true),
         };
         let l = line(&a);
         assert!(l.starts_with("01:01:01.500"), "{l}");
-        assert!(l.ends_with("1  a.test."), "{l}");
+        assert!(l.ends_with("1 hit    a.test."), "{l}");
         assert!(l.contains("0.250ms"), "{l}");
     }
 }
