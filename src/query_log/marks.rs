@@ -114,9 +114,12 @@ impl Join {
     }
 
     /// The answers that waited [`ANSWER_WAIT`], out with their cache use unknown, oldest
-    /// first; marks older than [`MARK_KEPT`] are forgotten.
+    /// first; marks older than [`MARK_KEPT`] are forgotten, and the room a burst took is
+    /// given back once it has passed.
     pub fn expire(&mut self, now: Instant) -> Vec<Entry> {
         self.expire_marks(now, false);
+        shrink(&mut self.marks, &mut self.mark_order);
+        shrink(&mut self.answers, &mut self.answer_order);
         let mut out = Vec::new();
         while let Some(&(at, key)) = self.answer_order.front() {
             if now.saturating_duration_since(at) < ANSWER_WAIT {
@@ -151,6 +154,18 @@ impl Join {
     /// Marks and answers held now.
     pub fn held(&self) -> (usize, usize) {
         (self.marks.len(), self.answers.len())
+    }
+}
+
+/// Give back a map's and its order's room when they hold less than an eighth of it (a
+/// burst's high-water mark would otherwise stay for good).
+fn shrink<V>(map: &mut HashMap<QueryKey, V>, order: &mut VecDeque<(Instant, QueryKey)>) {
+    const KEPT: usize = 1024;
+    if map.capacity() > KEPT && map.len() < map.capacity() / 8 {
+        map.shrink_to(KEPT.max(map.len() * 2));
+    }
+    if order.capacity() > KEPT && order.len() < order.capacity() / 8 {
+        order.shrink_to(KEPT.max(order.len() * 2));
     }
 }
 
@@ -303,6 +318,20 @@ mod tests {
         assert_eq!((e.time_us, e.cached), (60, Some(true)));
         // The stale order entry of the first answer does not let anything out twice.
         assert!(j.expire(t0 + ANSWER_WAIT).is_empty());
+    }
+
+    #[test]
+    fn the_room_of_a_burst_is_given_back() {
+        let t0 = Instant::now();
+        let mut j = Join::default();
+        for id in 0..20_000u16 {
+            j.on_mark(key(id), true, t0);
+        }
+        let burst = j.marks.capacity();
+        j.expire(t0 + MARK_KEPT);
+        assert_eq!(j.held(), (0, 0));
+        assert!(j.marks.capacity() < burst / 8, "{} of {burst}", j.marks.capacity());
+        assert!(j.mark_order.capacity() <= 2048, "{}", j.mark_order.capacity());
     }
 
     #[test]
