@@ -618,6 +618,12 @@ fn the_configuration_renders_the_dnstap_module_for_the_query_log() {
         on.contains("socket_path = '/run/kr/query-log.sock'"),
         "{on}"
     );
+    // The cache marks go to their own socket beside it.
+    assert!(
+        on.contains("ffi.copy(sun.path, '/run/kr/query-log-marks.sock')"),
+        "{on}"
+    );
+    assert!(!off.contains("query-log-marks"), "{off}");
     // With upstream's own dnstap too, kresd's one stream goes to the query log (which passes
     // it on); upstream's `log-tcp-rtt` is asked of kresd there.
     let both = render(json!({

@@ -330,8 +330,16 @@ mod tests {
         let burst = j.marks.capacity();
         j.expire(t0 + MARK_KEPT);
         assert_eq!(j.held(), (0, 0));
-        assert!(j.marks.capacity() < burst / 8, "{} of {burst}", j.marks.capacity());
-        assert!(j.mark_order.capacity() <= 2048, "{}", j.mark_order.capacity());
+        assert!(
+            j.marks.capacity() < burst / 8,
+            "{} of {burst}",
+            j.marks.capacity()
+        );
+        assert!(
+            j.mark_order.capacity() <= 2048,
+            "{}",
+            j.mark_order.capacity()
+        );
     }
 
     #[test]
