@@ -27,34 +27,8 @@ fn a_forward_target_is_listed_with_its_measured_rtt() {
     // A dead target: a loopback address and port nobody answers on.
     let dead = format!("127.0.0.2@{}", testbed::free_port().expect("port"));
     // A refusing target: a socket of this test answering REFUSED to everything.
-    let refusing = std::net::UdpSocket::bind("127.0.0.3:0").expect("bind");
-    let refusing_server = format!("127.0.0.3@{}", refusing.local_addr().expect("addr").port());
-    refusing
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("timeout");
-    let refuser = std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        let mut refused = 0u64;
-        while let Ok((n, from)) = refusing.recv_from(&mut buf) {
-            if n < 12 {
-                continue;
-            }
-            // The query back as its answer: QR set, RCODE 5. The name ends the loop when it
-            // has `stop` (in any case: kresd randomises the letters' case).
-            buf[2] |= 0x80;
-            buf[3] = (buf[3] & 0xf0) | 5;
-            if refusing.send_to(&buf[..n], from).is_ok() {
-                refused += 1;
-            }
-            if buf[12..n]
-                .windows(4)
-                .any(|w| w.eq_ignore_ascii_case(b"stop"))
-            {
-                break;
-            }
-        }
-        refused
-    });
+    let (refusing, refuser) = dns::refusing_upstream("127.0.0.3:0").expect("refusing upstream");
+    let refusing_server = format!("127.0.0.3@{}", refusing.port());
     let r = common::start(&Setup::new("upstreams").workers(2).extra(&format!(
         "forward:\n  - subtree: up.test\n    servers: ['{server}']\n    options: {{dnssec: false}}\n  - subtree: dead.test\n    servers: ['{dead}']\n    options: {{dnssec: false}}\n  - subtree: refused.test\n    servers: ['{refusing_server}']\n    options: {{dnssec: false}}\n"
     )))

@@ -426,3 +426,35 @@ mod tests {
         assert_eq!(r.a(), vec![Ipv4Addr::new(192, 0, 2, 1)]);
     }
 }
+
+/// An upstream that answers REFUSED to every query (each query sent back with QR and RCODE
+/// 5), on `bind` (`127.0.0.3:0`), in a thread of its own: until it is sent a name with a
+/// `stop` label (in any letters' case: resolvers randomise it) or waits a minute for a
+/// query. The thread's result is how many it refused.
+pub fn refusing_upstream(bind: &str) -> Result<(SocketAddr, std::thread::JoinHandle<u64>)> {
+    let socket = UdpSocket::bind(bind).with_context(|| format!("bind {bind}"))?;
+    let address = socket.local_addr()?;
+    socket.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let thread = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        let mut refused = 0u64;
+        while let Ok((n, from)) = socket.recv_from(&mut buf) {
+            if n < 12 {
+                continue;
+            }
+            buf[2] |= 0x80;
+            buf[3] = (buf[3] & 0xf0) | RCODE_REFUSED;
+            if socket.send_to(&buf[..n], from).is_ok() {
+                refused += 1;
+            }
+            if buf[12..n]
+                .windows(6)
+                .any(|w| w[0] == 4 && w[1..5].eq_ignore_ascii_case(b"stop"))
+            {
+                break;
+            }
+        }
+        refused
+    });
+    Ok((address, thread))
+}
