@@ -407,26 +407,6 @@ pub fn parse_response(msg: &[u8]) -> Result<Response> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_a_compressed_answer() {
-        // Response to example.test. A with one answer using a pointer to the question name.
-        let mut m = vec![0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
-        encode_name(&mut m, "example.test.").unwrap();
-        m.extend_from_slice(&[0, 1, 0, 1]);
-        m.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 1, 44, 0, 4, 192, 0, 2, 1]);
-        let r = parse_response(&m).unwrap();
-        assert_eq!(r.id, 0x1234);
-        assert_eq!(r.rcode, RCODE_NOERROR);
-        assert_eq!(r.answers[0].name, "example.test.");
-        assert_eq!(r.answers[0].ttl, 300);
-        assert_eq!(r.a(), vec![Ipv4Addr::new(192, 0, 2, 1)]);
-    }
-}
-
 /// An upstream that answers REFUSED to every query (each query sent back with QR and RCODE
 /// 5), on `bind` (`127.0.0.3:0`), in a thread of its own: until it is sent a name with a
 /// `stop` label (in any letters' case: resolvers randomise it) or waits a minute for a
@@ -457,4 +437,24 @@ pub fn refusing_upstream(bind: &str) -> Result<(SocketAddr, std::thread::JoinHan
         refused
     });
     Ok((address, thread))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_compressed_answer() {
+        // Response to example.test. A with one answer using a pointer to the question name.
+        let mut m = vec![0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
+        encode_name(&mut m, "example.test.").unwrap();
+        m.extend_from_slice(&[0, 1, 0, 1]);
+        m.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 1, 44, 0, 4, 192, 0, 2, 1]);
+        let r = parse_response(&m).unwrap();
+        assert_eq!(r.id, 0x1234);
+        assert_eq!(r.rcode, RCODE_NOERROR);
+        assert_eq!(r.answers[0].name, "example.test.");
+        assert_eq!(r.answers[0].ttl, 300);
+        assert_eq!(r.a(), vec![Ipv4Addr::new(192, 0, 2, 1)]);
+    }
 }
