@@ -56,13 +56,7 @@ fn a_forward_target_is_listed_with_its_measured_rtt() {
         }
         let u = upstreams(&r);
         // kresd names an upstream by its address alone (no port).
-        let found = u["addresses"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|a| a["address"] == "127.0.0.1")
-            .cloned();
-        if let Some(found) = found {
+        if let Some(found) = row_of(&u, "127.0.0.1") {
             assert_eq!(u["forwards"][0]["subtrees"][0], "up.test");
             assert_eq!(u["forwards"][0]["servers"][0], server.as_str());
             break found;
@@ -95,13 +89,8 @@ fn a_forward_target_is_listed_with_its_measured_rtt() {
         dns::query_udp(r.dns(), "x.dead.test.", dns::TYPE_A, DEAD_FORWARD_TIMEOUT).expect("answer");
     assert_eq!(servfail.rcode, dns::RCODE_SERVFAIL);
     let u = upstreams(&r);
-    let dead_listed = u["addresses"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|a| a["address"] == "127.0.0.2")
-        .cloned()
-        .unwrap_or_else(|| panic!("the dead target is not listed: {u:#}"));
+    let dead_listed =
+        row_of(&u, "127.0.0.2").unwrap_or_else(|| panic!("the dead target is not listed: {u:#}"));
     eprintln!("dead: {dead_listed}");
     assert!(count(&dead_listed, "queries") >= 1, "{dead_listed}");
     assert_eq!(
@@ -125,13 +114,7 @@ fn a_forward_target_is_listed_with_its_measured_rtt() {
     let refused = refuser.join().expect("refuser");
     let u = upstreams(&r);
     let find = |address: &str| {
-        u["addresses"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|a| a["address"] == address)
-            .cloned()
-            .unwrap_or_else(|| panic!("{address} is not listed: {u:#}"))
+        row_of(&u, address).unwrap_or_else(|| panic!("{address} is not listed: {u:#}"))
     };
     let refusing_listed = find("127.0.0.3");
     eprintln!("refusing ({refused} refused): {refusing_listed}");
@@ -208,4 +191,13 @@ fn a_forward_target_is_listed_with_its_measured_rtt() {
     assert_eq!(a.a(), [std::net::Ipv4Addr::new(192, 0, 2, 7)]);
     r.stop();
     target.stop();
+}
+
+/// The row of `address` in a `kresctl upstreams --json` answer.
+fn row_of(u: &Value, address: &str) -> Option<Value> {
+    u["addresses"]
+        .as_array()?
+        .iter()
+        .find(|a| a["address"] == address)
+        .cloned()
 }

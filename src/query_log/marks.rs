@@ -152,7 +152,8 @@ impl Join {
     }
 
     /// Marks and answers held now.
-    pub fn held(&self) -> (usize, usize) {
+    #[cfg(test)]
+    fn held(&self) -> (usize, usize) {
         (self.marks.len(), self.answers.len())
     }
 }
@@ -172,11 +173,7 @@ fn shrink<V>(map: &mut HashMap<QueryKey, V>, order: &mut VecDeque<(Instant, Quer
 /// Bind `<rundir>/query-log-marks.sock`, replacing a file left by an earlier manager process.
 pub fn bind(rundir: &Path) -> std::io::Result<UnixDatagram> {
     let path = rundir.join(MARKS_FILE);
-    match std::fs::remove_file(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
+    super::remove_stale_socket(&path)?;
     UnixDatagram::bind(&path)
 }
 

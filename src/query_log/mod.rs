@@ -33,6 +33,15 @@ use dnstap::Transport;
 /// The socket in the rundir the workers' dnstap module writes to.
 pub const SOCKET_FILE: &str = "query-log.sock";
 
+/// Remove the socket file at `path` left by an earlier manager process, if any, so that it
+/// can be bound again.
+fn remove_stale_socket(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// Answers a live follower may fall behind by before it misses some.
 const LIVE_BACKLOG: usize = 4096;
 

@@ -40,11 +40,7 @@ const ANSWERED_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bind `<rundir>/query-log.sock`, replacing a file left by an earlier manager process.
 pub fn bind(rundir: &Path) -> std::io::Result<UnixListener> {
     let path = rundir.join(SOCKET_FILE);
-    match std::fs::remove_file(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
+    super::remove_stale_socket(&path)?;
     UnixListener::bind(&path)
 }
 
