@@ -335,6 +335,63 @@ fn client_addresses_can_be_kept_as_prefixes() {
     r.stop();
 }
 
+/// Hostile datagrams on the cache marks' socket (any process of the workers' user can send
+/// there): empty, short, oversized, records of unknown families, and 100,000 marks of
+/// answers that never come. The manager reads past them, stays the same process, and an
+/// answer asked after them is logged with its own mark (the join's bound: unit tests).
+#[test]
+fn hostile_cache_marks_cost_nothing_but_themselves() {
+    let r = resolver("qlog-hostile-marks", "");
+    let manager = manager_pid(&r);
+    let socket = std::os::unix::net::UnixDatagram::unbound().expect("socket");
+    socket.set_nonblocking(true).expect("non-blocking");
+    let path = r.dir.host("run/query-log-marks.sock");
+    let record = |family: u8, id: u16| {
+        let mut rec = [0u8; 24];
+        rec[..4].copy_from_slice(&[192, 0, 2, 1]);
+        rec[18..20].copy_from_slice(&id.to_ne_bytes());
+        rec[20] = family;
+        rec
+    };
+    let mut garbage: Vec<Vec<u8>> = vec![vec![], vec![4], vec![0xff; 23], vec![0xab; 60_000]];
+    garbage.push((0..256u16).flat_map(|i| record(9, i)).collect());
+    for chunk in 0..400u16 {
+        let batch: Vec<u8> = (0..250u16)
+            .flat_map(|i| record(4, chunk.wrapping_mul(250).wrapping_add(i)))
+            .collect();
+        garbage.push(batch);
+    }
+    let mut sent = 0;
+    for datagram in &garbage {
+        // A full receive buffer refuses some: what gets in is what is tested.
+        if socket.send_to(datagram, &path).is_ok() {
+            sent += 1;
+        }
+    }
+    assert!(sent > 5, "only {sent} datagrams got in");
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        assert_eq!(
+            ask(&r, client(6), "marker.qlog.test.", dns::TYPE_A).rcode,
+            dns::RCODE_NOERROR
+        );
+        let logged = kresctl_json(&r, &["querylog", "--json", "--client", "127.0.0.6"]);
+        if logged
+            .as_array()
+            .is_some_and(|a| a.iter().any(|e| e["cached"].is_boolean()))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never logged with its mark: {logged:#}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(manager_pid(&r), manager, "the same manager process");
+    r.stop();
+}
+
 /// The manager process (the reader of the workers' streams).
 fn manager_pid(r: &Resolver) -> i32 {
     let pids = r.pids_named("kres-manager");
