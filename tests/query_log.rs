@@ -12,6 +12,7 @@ mod common;
 mod exposition;
 
 use std::net::IpAddr;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::{Resolver, Setup, DNS_TIMEOUT};
@@ -24,8 +25,17 @@ use testbed::load::{Load, LoadSpec};
 /// How long the log may take to show what was answered (a generous bound, never a figure).
 const SETTLE: Duration = Duration::from_secs(30);
 
+/// The port of `dead.test`'s forward: held for the whole run, refusing every query.
+fn dead_port() -> u16 {
+    static DEAD: OnceLock<dns::DeadUpstream> = OnceLock::new();
+    DEAD.get_or_init(|| dns::DeadUpstream::bind("127.0.0.1:0").expect("dead upstream"))
+        .address()
+        .expect("its address")
+        .port()
+}
+
 /// A resolver with the query log on (`more`: further lines of `monitoring.query-log`), local
-/// data under `qlog.test` and a forward of `dead.test` to a loopback port nobody answers on.
+/// data under `qlog.test` and a forward of `dead.test` to a loopback port that refuses every query.
 fn resolver(name: &'static str, more: &str) -> Resolver {
     common::start(&setup(name, more)).expect("start")
 }
@@ -37,9 +47,9 @@ fn setup(name: &'static str, more: &str) -> Setup {
 
 /// [`setup`] with further `forward` rules (`forwards`: list items).
 fn setup_with(name: &'static str, more: &str, forwards: &str) -> Setup {
-    let dead = testbed::free_port().expect("port");
+    let dead = dead_port();
     let extra = format!(
-        "monitoring:\n  query-log:\n    enabled: true\n{more}local-data:\n  records: |\n    a.qlog.test. 60 A 192.0.2.1\n    b.qlog.test. 60 A 192.0.2.2\n    c.qlog.test. 60 A 192.0.2.3\n    a.qlog.test. 60 AAAA 2001:db8::1\n    load.qlog.test. 60 A 192.0.2.9\n    marker.qlog.test. 60 A 192.0.2.10\nforward:\n  - subtree: dead.test\n    servers: ['127.0.0.1@{dead}']\n{forwards}"
+        "monitoring:\n  query-log:\n    enabled: true\n{more}local-data:\n  records: |\n    a.qlog.test. 60 A 192.0.2.1\n    b.qlog.test. 60 A 192.0.2.2\n    c.qlog.test. 60 A 192.0.2.3\n    a.qlog.test. 60 AAAA 2001:db8::1\n    load.qlog.test. 60 A 192.0.2.9\n    marker.qlog.test. 60 A 192.0.2.10\nforward:\n  - subtree: dead.test\n    servers: ['127.0.0.1@{dead}']\n    options: {{dnssec: false}}\n{forwards}"
     );
     Setup::new(name).extra(&extra)
 }
@@ -52,9 +62,11 @@ fn ask(r: &Resolver, from: IpAddr, name: &str, qtype: u16) -> dns::Response {
     dns::query_udp_from(from, r.dns(), name, qtype, DNS_TIMEOUT).expect("answer")
 }
 
-/// How long a query under the dead forward may take: kresd answers SERVFAIL once its own
-/// resolution limit (10 s, `KR_RESOLVE_TIME_LIMIT`) is spent retrying, sooner when the refusal
-/// is noticed at once (a loaded machine can take the long way).
+/// How long a query under the dead forward may take: kresd answers SERVFAIL as soon as it sees
+/// the refusal (under a millisecond on an idle machine), at the latest when its own resolution
+/// limit (10 s, `KR_RESOLVE_TIME_LIMIT`) is spent retrying. The forward validates nothing:
+/// with DNSSEC on, kresd would first ask the root servers for their keys, which a loopback-only
+/// bed never answers, and only give up at that limit.
 const DEAD_FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// `name` asked from `from` under the dead forward: its SERVFAIL.

@@ -12,8 +12,8 @@ use common::{Setup, DNS_TIMEOUT};
 use serde_json::Value;
 use testbed::dns;
 
-/// How long a query under the dead target may take: kresd answers SERVFAIL once its own
-/// resolution limit (10 s) is spent retrying, sooner when the refusal is noticed at once.
+/// How long a query under the dead target may take: kresd answers SERVFAIL as soon as it sees
+/// the refusal, at the latest when its own resolution limit (10 s) is spent retrying.
 const DEAD_FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
 
 #[test]
@@ -24,8 +24,12 @@ fn a_forward_target_is_listed_with_its_measured_rtt() {
     ))
     .expect("target");
     let server = format!("127.0.0.1@{}", target.port);
-    // A dead target: a loopback address and port nobody answers on.
-    let dead = format!("127.0.0.2@{}", testbed::free_port().expect("port"));
+    // A dead target: a loopback address and port that refuses every query.
+    let dead_upstream = dns::DeadUpstream::bind("127.0.0.2:0").expect("dead upstream");
+    let dead = format!(
+        "127.0.0.2@{}",
+        dead_upstream.address().expect("address").port()
+    );
     // A refusing target: a socket of this test answering REFUSED to everything.
     let (refusing, refuser) = dns::refusing_upstream("127.0.0.3:0").expect("refusing upstream");
     let refusing_server = format!("127.0.0.3@{}", refusing.port());

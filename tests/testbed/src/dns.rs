@@ -407,6 +407,32 @@ pub fn parse_response(msg: &[u8]) -> Result<Response> {
     })
 }
 
+/// A dead upstream: a UDP port on `bind`'s address (`127.0.0.2:0`) that refuses every query at
+/// once (the kernel's port unreachable), held for as long as the value lives. The socket is
+/// bound, so no other socket of the machine is given the port (a port merely found free can be
+/// handed to the next test's client socket, which swallows queries: the resolver then waits
+/// out its timeouts instead of seeing the refusal), and connected to the discard port, so it
+/// receives nothing the resolver sends.
+pub struct DeadUpstream {
+    socket: UdpSocket,
+}
+
+impl DeadUpstream {
+    pub fn bind(bind: &str) -> Result<DeadUpstream> {
+        let socket = UdpSocket::bind(bind).with_context(|| format!("bind {bind}"))?;
+        let discard = SocketAddr::new(socket.local_addr()?.ip(), 9);
+        socket
+            .connect(discard)
+            .with_context(|| format!("connect {discard}"))?;
+        Ok(DeadUpstream { socket })
+    }
+
+    /// The address queries to it are refused on.
+    pub fn address(&self) -> Result<SocketAddr> {
+        Ok(self.socket.local_addr()?)
+    }
+}
+
 /// An upstream that answers REFUSED to every query (each query sent back with QR and RCODE
 /// 5), on `bind` (`127.0.0.3:0`), in a thread of its own: until it is sent a name with a
 /// `stop` label (in any letters' case: resolvers randomise it) or waits a minute for a
@@ -442,6 +468,19 @@ pub fn refusing_upstream(bind: &str) -> Result<(SocketAddr, std::thread::JoinHan
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dead_upstream_refuses_at_once_and_keeps_its_port() {
+        let dead = DeadUpstream::bind("127.0.0.1:0").unwrap();
+        let address = dead.address().unwrap();
+        let err = query_udp(address, "example.test.", TYPE_A, Duration::from_secs(5)).unwrap_err();
+        let refused = err.chain().any(|e| {
+            e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+        });
+        assert!(refused, "{err:#}");
+        assert!(UdpSocket::bind(address).is_err(), "the port is held");
+    }
 
     #[test]
     fn parses_a_compressed_answer() {
