@@ -3,10 +3,11 @@
 //! and serves without the log when nobody answers), one task per worker's stream, and the
 //! pairing of a query with its answer for the latency.
 //!
-//! A stream is read as fast as it comes; a stream that breaks the protocol is closed (kresd
-//! reconnects on its own). Every frame that decodes is also offered to the relay to the
-//! operator's own dnstap socket (`relay`), which never makes the reader wait. The workers' answer counts, asked once per worker through its
-//! control socket, are the baselines its missed entries are counted from.
+//! A stream is read as fast as it comes, through a buffer; a stream that breaks the protocol
+//! is closed (kresd reconnects on its own). Every frame that decodes is also offered to the
+//! relay to the operator's own dnstap socket (`relay`), which never makes the reader wait.
+//! The workers' answer counts, asked once per worker through its control socket, are the
+//! baselines its missed entries are counted from.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,11 @@ use crate::service::WorkerId;
 const MAX_STREAMS: usize = 256;
 /// How long a writer may take over its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How much of a stream is read at once: frames are read from this buffer, not with a read
+/// of their own (two per frame, four per answer, unbuffered). Measured with
+/// `bench/run.sh query_log`: the reader's CPU per 100,000 answers 415 ms unbuffered, 180 ms
+/// buffered.
+const READ_BUFFER: usize = 64 * 1024;
 /// Queries waiting for their answers on one stream; past that the oldest are forgotten (their
 /// answers come without a latency).
 const MAX_PENDING: usize = 16_384;
@@ -89,11 +95,8 @@ pub async fn serve(
 }
 
 /// One worker's stream, from the handshake to its end.
-async fn read_stream(
-    mut stream: UnixStream,
-    log: &QueryLog,
-    rundir: &Path,
-) -> Result<(), FrameError> {
+async fn read_stream(stream: UnixStream, log: &QueryLog, rundir: &Path) -> Result<(), FrameError> {
+    let mut stream = tokio::io::BufReader::with_capacity(READ_BUFFER, stream);
     tokio::time::timeout(HANDSHAKE_TIMEOUT, frames::accept(&mut stream))
         .await
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
