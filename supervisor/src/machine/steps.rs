@@ -29,44 +29,31 @@ impl ServiceMachine {
     /// can take is steered away from before it stops; while draining, the latest request
     /// decides what follows, and a stop that cannot wait overtakes the drain.
     pub(super) fn stop_requested(&mut self, drain: Drain, step: &mut Step<'_>) {
-        let steered = step.spec.reuseport_index.is_some();
-        match (&self.state, drain) {
-            (State::Running { .. }, Drain::First) if steered => self.withdraw(Request::Stop, step),
-            (State::Draining { .. }, Drain::First) => self.drain_then(Request::Stop),
-            (
-                State::Starting { pid, .. }
-                | State::Running { pid, .. }
-                | State::Killed { pid, .. }
-                | State::Draining { pid, .. },
-                _,
-            ) => {
-                let pid = *pid;
-                self.begin_stop(pid, AfterStop::Idle, step);
-            }
-            (State::Stopping { .. }, _) => self.stop_then(AfterStop::Idle),
-            (State::Backoff { .. }, _) => {
-                self.state = State::Idle;
-                step.announce(Announcement::Down { status: None });
-            }
-            (State::Idle | State::Exited { .. } | State::Failed { .. }, _) => {
-                step.announce(Announcement::Down { status: None });
-            }
+        if self.stop_live(Request::Stop, drain, step) {
+            return;
+        }
+        if matches!(self.state, State::Backoff { .. }) {
+            self.state = State::Idle;
+        }
+        step.announce(Announcement::Down { status: None });
+    }
+
+    /// Stop, then start again, on request; draining first as a stop does. With no process
+    /// live, it starts at once.
+    pub(super) fn restart_requested(&mut self, drain: Drain, step: &mut Step<'_>) {
+        if !self.stop_live(Request::Restart, drain, step) {
+            self.spawn_on_request(step);
         }
     }
 
-    /// Stop, then start again, on request; draining first as a stop does.
-    pub(super) fn restart_requested(&mut self, drain: Drain, step: &mut Step<'_>) {
+    /// What a stop and a restart do to a live process: steer away from it first (steered,
+    /// ready, `Drain::First`), or let the latest request decide what follows the drain or the
+    /// stop under way, or stop it now. False when no process is live.
+    fn stop_live(&mut self, request: Request, drain: Drain, step: &mut Step<'_>) -> bool {
         let steered = step.spec.reuseport_index.is_some();
         match (&self.state, drain) {
-            (
-                State::Idle | State::Exited { .. } | State::Backoff { .. } | State::Failed { .. },
-                _,
-            ) => self.spawn_on_request(step),
-            (State::Stopping { .. }, _) => self.stop_then(AfterStop::Start),
-            (State::Running { .. }, Drain::First) if steered => {
-                self.withdraw(Request::Restart, step)
-            }
-            (State::Draining { .. }, Drain::First) => self.drain_then(Request::Restart),
+            (State::Running { .. }, Drain::First) if steered => self.withdraw(request, step),
+            (State::Draining { .. }, Drain::First) => self.drain_then(request),
             (
                 State::Starting { pid, .. }
                 | State::Running { pid, .. }
@@ -75,9 +62,15 @@ impl ServiceMachine {
                 _,
             ) => {
                 let pid = *pid;
-                self.begin_stop(pid, AfterStop::Start, step);
+                self.begin_stop(pid, request.after(), step);
             }
+            (State::Stopping { .. }, _) => self.stop_then(request.after()),
+            (
+                State::Idle | State::Backoff { .. } | State::Exited { .. } | State::Failed { .. },
+                _,
+            ) => return false,
         }
+        true
     }
 
     /// SIGKILL the process now: it stopped answering, or everything must end at once.

@@ -81,14 +81,12 @@ impl Parent {
         let (upward_tx, upward_rx) = mpsc::unbounded_channel();
         let gone = CancellationToken::new();
         let close = CancellationToken::new();
-        tokio::spawn(proxy(
-            link.clone(),
-            commands_rx,
-            upward_rx,
-            snapshot_tx,
-            gone.clone(),
-            close.clone(),
-        ));
+        let ends = Ends {
+            commands: commands_rx,
+            upward: upward_rx,
+            snapshot: snapshot_tx,
+        };
+        tokio::spawn(proxy(link.clone(), ends, gone.clone(), close.clone()));
         Ok(Parent {
             handle: SupervisorHandle {
                 commands: commands_tx,
@@ -131,85 +129,34 @@ impl Parent {
     }
 }
 
+/// The proxy's ends of the handle's channels.
+struct Ends {
+    /// What the handle asks.
+    commands: mpsc::UnboundedReceiver<Command>,
+    /// Notifications for the service manager, passed up.
+    upward: mpsc::UnboundedReceiver<Upward>,
+    /// The parent's process table, mirrored.
+    snapshot: watch::Sender<Arc<Snapshot>>,
+}
+
+/// Calls sent and not yet answered, by id.
+type Pending = std::sync::Mutex<HashMap<u64, Reply>>;
+
 /// Turn handle commands into calls on the link and answers back into replies; mirror the
 /// parent's process table; answer pings. Reading and writing are separate tasks, so that a
-/// parent busy writing never waits on us writing. When the link is gone, what waits fails.
-async fn proxy(
-    link: Arc<Link>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-    mut upward: mpsc::UnboundedReceiver<Upward>,
-    snapshot: watch::Sender<Arc<Snapshot>>,
-    gone: CancellationToken,
-    close: CancellationToken,
-) {
-    let pending: Arc<std::sync::Mutex<HashMap<u64, Reply>>> = Default::default();
-    let (pong_tx, mut pong_rx) = mpsc::unbounded_channel::<u64>();
-    let reader = {
-        let link = link.clone();
-        let pending = pending.clone();
-        async move {
-            let mut table = TableAssembly::default();
-            loop {
-                match link.recv::<ToChild>().await {
-                    Ok(Some((ToChild::Reply { id, result }, _))) => {
-                        let waiter = lock(&pending).remove(&id);
-                        if let Some(waiter) = waiter {
-                            let _ = waiter.send(result);
-                        }
-                    }
-                    Ok(Some((ToChild::Snapshot(last), _))) => {
-                        snapshot.send_replace(table.complete(last));
-                    }
-                    Ok(Some((ToChild::SnapshotPart(part), _))) => {
-                        if let Err(e) = table.part(part) {
-                            tracing::error!("the link to the supervisor failed: {e}");
-                            return;
-                        }
-                    }
-                    Ok(Some((ToChild::Ping { seq }, _))) => {
-                        let _ = pong_tx.send(seq);
-                    }
-                    Ok(Some(_)) => {}
-                    Ok(None) => return,
-                    Err(e) => {
-                        tracing::error!("the link to the supervisor failed: {e}");
-                        return;
-                    }
-                }
-            }
-        }
-    };
-    let writer = async {
-        let mut next_id = 0u64;
-        loop {
-            // A call keeps the descriptors handed to us open until the parent has its copies.
-            let msg = tokio::select! {
-                Some(seq) = pong_rx.recv() => ToParent::Pong { seq },
-                Some(note) = upward.recv() => ToParent::Upward(note),
-                Some(command) = commands.recv() => {
-                    let Some((call, reply)) = remote_call(command) else { continue };
-                    next_id += 1;
-                    lock(&pending).insert(next_id, reply);
-                    ToParent::Call { id: next_id, call }
-                }
-                else => return,
-            };
-            let (id, fds) = match &msg {
-                ToParent::Call { id, call } => (Some(*id), attached(call)),
-                _ => (None, Vec::new()),
-            };
-            let sent = link.send(&msg, &fds).await;
-            drop(msg);
-            if let (Err(e), Some(id)) = (sent, id) {
-                if let Some(waiter) = lock(&pending).remove(&id) {
-                    let _ = waiter.send(Err(SupervisorError::Refused(e.to_string())));
-                }
-            }
-        }
-    };
+/// parent busy writing never waits on us writing. When the link is gone (or `close` fires),
+/// what waits fails and `gone` fires.
+async fn proxy(link: Arc<Link>, ends: Ends, gone: CancellationToken, close: CancellationToken) {
+    let pending = Pending::default();
+    let (pong_tx, pong_rx) = mpsc::unbounded_channel::<u64>();
+    let Ends {
+        commands,
+        upward,
+        snapshot,
+    } = ends;
     tokio::select! {
-        () = reader => {}
-        () = writer => {}
+        () = read_parent(&link, &pending, snapshot, pong_tx) => {}
+        () = write_parent(&link, &pending, commands, upward, pong_rx) => {}
         () = close.cancelled() => {}
     }
     let waiting: Vec<Reply> = lock(&pending).drain().map(|(_, w)| w).collect();
@@ -217,6 +164,83 @@ async fn proxy(
         let _ = waiter.send(Err(SupervisorError::Gone));
     }
     gone.cancel();
+}
+
+/// Read the parent's messages until the link fails: replies to their waiters, the process
+/// table into `snapshot`, pings to the writer as pongs to send.
+async fn read_parent(
+    link: &Link,
+    pending: &Pending,
+    snapshot: watch::Sender<Arc<Snapshot>>,
+    pongs: mpsc::UnboundedSender<u64>,
+) {
+    let mut table = TableAssembly::default();
+    loop {
+        match link.recv::<ToChild>().await {
+            Ok(Some((ToChild::Reply { id, result }, _))) => {
+                let waiter = lock(pending).remove(&id);
+                if let Some(waiter) = waiter {
+                    let _ = waiter.send(result);
+                }
+            }
+            Ok(Some((ToChild::Snapshot(last), _))) => {
+                snapshot.send_replace(table.complete(last));
+            }
+            Ok(Some((ToChild::SnapshotPart(part), _))) => {
+                if let Err(e) = table.part(part) {
+                    tracing::error!("the link to the supervisor failed: {e}");
+                    return;
+                }
+            }
+            Ok(Some((ToChild::Ping { seq }, _))) => {
+                let _ = pongs.send(seq);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return,
+            Err(e) => {
+                tracing::error!("the link to the supervisor failed: {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// Send the parent pongs, notifications and the handle's calls (each remembered in `pending`
+/// until answered; one that cannot be sent is answered `Refused` at once), until every source
+/// is closed.
+async fn write_parent(
+    link: &Link,
+    pending: &Pending,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    mut upward: mpsc::UnboundedReceiver<Upward>,
+    mut pongs: mpsc::UnboundedReceiver<u64>,
+) {
+    let mut next_id = 0u64;
+    loop {
+        // A call keeps the descriptors handed to us open until the parent has its copies.
+        let msg = tokio::select! {
+            Some(seq) = pongs.recv() => ToParent::Pong { seq },
+            Some(note) = upward.recv() => ToParent::Upward(note),
+            Some(command) = commands.recv() => {
+                let Some((call, reply)) = remote_call(command) else { continue };
+                next_id += 1;
+                lock(pending).insert(next_id, reply);
+                ToParent::Call { id: next_id, call }
+            }
+            else => return,
+        };
+        let (id, fds) = match &msg {
+            ToParent::Call { id, call } => (Some(*id), attached(call)),
+            _ => (None, Vec::new()),
+        };
+        let sent = link.send(&msg, &fds).await;
+        drop(msg);
+        if let (Err(e), Some(id)) = (sent, id) {
+            if let Some(waiter) = lock(pending).remove(&id) {
+                let _ = waiter.send(Err(SupervisorError::Refused(e.to_string())));
+            }
+        }
+    }
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
