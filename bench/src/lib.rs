@@ -26,6 +26,28 @@ impl Flavor {
     }
 }
 
+/// The number a command-line argument holds (`what` names the argument in the error).
+pub fn number<T>(value: &str, what: &str) -> Result<T>
+where
+    T: std::str::FromStr,
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    value
+        .parse()
+        .with_context(|| format!("{what}: {value:?} is not a number"))
+}
+
+/// The next positional argument's number, or `default` when there is none; a value that does
+/// not parse is an error, never the default in disguise.
+pub fn positional<T>(args: &mut impl Iterator<Item = String>, what: &str, default: T) -> Result<T>
+where
+    T: std::str::FromStr,
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    args.next()
+        .map_or(Ok(default), |value| number(&value, what))
+}
+
 /// Our release binaries, next to this benchmark's own executable.
 pub fn our_binary(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;

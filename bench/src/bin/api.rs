@@ -179,8 +179,8 @@ fn measure(bed: &Bed, flavor: Flavor, runs: usize, workers: u32, s: &mut Samples
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
-    let workers: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
+    let runs: usize = bench::positional(&mut args, "RUNS", 5)?;
+    let workers: u32 = bench::positional(&mut args, "WORKERS", 2)?;
     let bed = Bed::get()?;
     let (mut ours, mut upstream) = (Samples::default(), Samples::default());
     measure(bed, Flavor::Ours, runs, workers, &mut ours)?;

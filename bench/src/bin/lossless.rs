@@ -123,10 +123,7 @@ fn crashes(bed: &Bed, flavor: Flavor, kills: usize) -> Result<(Vec<f64>, LoadRep
 }
 
 fn main() -> Result<()> {
-    let kills: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(5);
+    let kills: usize = bench::positional(&mut std::env::args().skip(1), "KILLS", 5)?;
     let bed = Bed::get()?;
     let mut rows = Vec::new();
     for flavor in [Flavor::Ours, Flavor::Upstream] {

@@ -347,9 +347,9 @@ fn one_run(rs: &[Resolver; 3], i: usize, seconds: f64, s: &mut Samples) -> Resul
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(9);
-    let seconds: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2.0);
-    let stalls: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
+    let runs: usize = bench::positional(&mut args, "RUNS", 9)?;
+    let seconds: f64 = bench::positional(&mut args, "SECONDS", 2.0)?;
+    let stalls: usize = bench::positional(&mut args, "STALLS", 3)?;
     let bed = Bed::get()?;
     let rs = [
         Resolver::start(bed, Subject::LogOn)?,

@@ -314,9 +314,9 @@ fn main() -> Result<()> {
     let sizes: Vec<usize> = arg("--sizes")
         .unwrap_or_else(|| "1000,10000".into())
         .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect();
-    let runs: usize = arg("--runs").and_then(|r| r.parse().ok()).unwrap_or(3);
+        .map(|s| bench::number(s.trim(), "--sizes"))
+        .collect::<Result<_>>()?;
+    let runs: usize = arg("--runs").map_or(Ok(3), |r| bench::number(&r, "--runs"))?;
     let mut shapes: Vec<Shape> = Vec::new();
     let mixed_only = args.iter().any(|a| a == "--mixed");
     for &n in &sizes {

@@ -72,8 +72,8 @@ fn one_run(bed: &Bed, flavor: Flavor, workers: u32, samples: &mut Samples) -> Re
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
-    let workers: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
+    let runs: usize = bench::positional(&mut args, "RUNS", 5)?;
+    let workers: u32 = bench::positional(&mut args, "WORKERS", 2)?;
     let bed = Bed::get()?;
     let mut ours = Samples::default();
     let mut upstream = Samples::default();

@@ -46,8 +46,8 @@ fn main() -> Result<()> {
             Ok(())
         }
         runs => {
-            let runs: usize = runs.and_then(|a| a.parse().ok()).unwrap_or(7).max(5);
-            drive(runs)
+            let runs: usize = runs.map_or(Ok(7), |r| bench::number(r, "RUNS"))?;
+            drive(runs.max(5))
         }
     }
 }

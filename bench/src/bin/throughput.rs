@@ -254,8 +254,8 @@ fn one_run(
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let runs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(12);
-    let seconds: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2.0);
+    let runs: usize = bench::positional(&mut args, "RUNS", 12)?;
+    let seconds: f64 = bench::positional(&mut args, "SECONDS", 2.0)?;
     let bed = Bed::get()?;
     let ours = Resolver::start(bed, Flavor::Ours)?;
     let upstream = Resolver::start(bed, Flavor::Upstream)?;

@@ -28,10 +28,7 @@ fn largest_example() -> Result<PathBuf> {
 }
 
 fn main() -> Result<()> {
-    let runs: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(10);
+    let runs: usize = bench::positional(&mut std::env::args().skip(1), "RUNS", 10)?;
     let file = largest_example()?;
     let text = std::fs::read_to_string(&file)?;
     let ctx = ValidationContext {

@@ -52,10 +52,7 @@ fn run(bed: &Bed, flavor: Flavor, kills: usize) -> Result<Vec<f64>> {
 }
 
 fn main() -> Result<()> {
-    let kills: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(5);
+    let kills: usize = bench::positional(&mut std::env::args().skip(1), "KILLS", 5)?;
     let bed = Bed::get()?;
     let ours = run(bed, Flavor::Ours, kills)?;
     let upstream = run(bed, Flavor::Upstream, kills)?;
