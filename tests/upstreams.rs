@@ -26,10 +26,7 @@ fn a_forward_target_is_listed_with_its_measured_rtt() {
     let server = format!("127.0.0.1@{}", target.port);
     // A dead target: a loopback address and port that refuses every query.
     let dead_upstream = dns::DeadUpstream::bind("127.0.0.2:0").expect("dead upstream");
-    let dead = format!(
-        "127.0.0.2@{}",
-        dead_upstream.address().expect("address").port()
-    );
+    let dead = format!("127.0.0.2@{}", dead_upstream.address.port());
     // A refusing target: a socket of this test answering REFUSED to everything.
     let (refusing, refuser) = dns::refusing_upstream("127.0.0.3:0").expect("refusing upstream");
     let refusing_server = format!("127.0.0.3@{}", refusing.port());

@@ -414,22 +414,25 @@ pub fn parse_response(msg: &[u8]) -> Result<Response> {
 /// out its timeouts instead of seeing the refusal), and connected to the discard port, so it
 /// receives nothing the resolver sends.
 pub struct DeadUpstream {
-    socket: UdpSocket,
+    /// Where queries are refused.
+    pub address: SocketAddr,
+    /// Holds the port.
+    _socket: UdpSocket,
 }
 
 impl DeadUpstream {
+    /// Hold a port on `bind`'s address (port 0: any free one).
     pub fn bind(bind: &str) -> Result<DeadUpstream> {
         let socket = UdpSocket::bind(bind).with_context(|| format!("bind {bind}"))?;
-        let discard = SocketAddr::new(socket.local_addr()?.ip(), 9);
+        let address = socket.local_addr()?;
+        let discard = SocketAddr::new(address.ip(), 9);
         socket
             .connect(discard)
             .with_context(|| format!("connect {discard}"))?;
-        Ok(DeadUpstream { socket })
-    }
-
-    /// The address queries to it are refused on.
-    pub fn address(&self) -> Result<SocketAddr> {
-        Ok(self.socket.local_addr()?)
+        Ok(DeadUpstream {
+            address,
+            _socket: socket,
+        })
     }
 }
 
@@ -472,7 +475,7 @@ mod tests {
     #[test]
     fn a_dead_upstream_refuses_at_once_and_keeps_its_port() {
         let dead = DeadUpstream::bind("127.0.0.1:0").unwrap();
-        let address = dead.address().unwrap();
+        let address = dead.address;
         let err = query_udp(address, "example.test.", TYPE_A, Duration::from_secs(5)).unwrap_err();
         let refused = err.chain().any(|e| {
             e.downcast_ref::<std::io::Error>()
