@@ -5,7 +5,8 @@
 //! which leaves configuration and ETag as they were and is logged with its uid, gid and pid;
 //! a member of the admin group and root change the configuration; a user in neither group
 //! cannot even connect. An unknown group stops the daemon at start. Over TCP, the read-only
-//! bearer token reads and is refused changes; the admin token changes.
+//! bearer token reads and is refused changes and the reads of personal data (the query log,
+//! top clients, traces); the admin token changes and reads them.
 
 mod common;
 
@@ -261,5 +262,46 @@ fn over_tcp_the_read_only_token_reads_and_only_the_admin_token_changes() {
     );
     let out = kresctl("KRES_API_TOKEN_FILE", "admin", &["reload"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    personal_data_is_the_admins_only(port);
     r.stop();
+}
+
+/// The reads that show client addresses or single queries are refused the read-only token
+/// (the one monitoring gets), the counts without addresses are not; the admin token reads
+/// both.
+fn personal_data_is_the_admins_only(port: u16) {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let status = |token: &str, path: &str| {
+        let bearer = format!("Bearer {token}");
+        testbed::http::request_tcp(addr, "GET", path, &[("Authorization", &bearer)], b"")
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    };
+    for path in [
+        "/query-log",
+        "/query-log?limit=5",
+        "/query-log/stream",
+        "/top/clients",
+        "/trace/example.com/A",
+    ] {
+        let answer = status("reader-token-of-roles", path);
+        assert_eq!(answer.status, 403, "{path}: {}", answer.text());
+        assert!(
+            answer.text().contains("needs the admin role"),
+            "{path}: {}",
+            answer.text()
+        );
+    }
+    for path in [
+        "/metrics/prometheus",
+        "/top/names",
+        "/top/servfail",
+        "/query-log/status",
+    ] {
+        let answer = status("reader-token-of-roles", path);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.text());
+    }
+    for path in ["/query-log", "/top/clients"] {
+        let answer = status("admin-token-of-roles", path);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.text());
+    }
 }

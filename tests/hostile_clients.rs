@@ -101,6 +101,53 @@ fn tcp_requests_need_our_host_our_origin_and_the_token() {
     r.stop();
 }
 
+/// On a wildcard endpoint without tokens (every address of the host reaches the API), a page
+/// at another address (`http://198.51.100.7`), or on the default port of a loopback address
+/// (`http://127.0.0.1`), sends `POST /stop` as a browser would: refused, and the resolver
+/// keeps answering. A form post without an `Origin` (older browsers) is refused too; a
+/// client that is no browser (kresctl's requests) still stops it.
+#[test]
+fn pages_of_other_origins_cannot_stop_a_resolver_on_a_wildcard_endpoint() {
+    let port = testbed::free_port().expect("port");
+    let mut r = common::start(
+        &Setup::new("hostile-origin")
+            .management(&format!("  interface: 0.0.0.0@{port}\n"))
+            .extra("local-data:\n  records: |\n    origin.test. 300 A 192.0.2.1\n"),
+    )
+    .expect("start");
+    let stop = |extra: &str| {
+        tcp_status(
+            port,
+            &format!(
+                "POST /stop HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
+                 Content-Length: 0\r\n{extra}\r\n"
+            ),
+        )
+    };
+    for extra in [
+        "Origin: http://198.51.100.7\r\n",
+        "Origin: http://127.0.0.1\r\n",
+        &format!("Origin: http://198.51.100.7:{port}\r\n"),
+        "Sec-Fetch-Site: cross-site\r\n",
+        "Content-Type: application/x-www-form-urlencoded\r\n",
+    ] {
+        assert_eq!(stop(extra), 403, "{extra}");
+        let answer = dns::query_udp(r.dns(), "origin.test.", dns::TYPE_A, DNS_TIMEOUT)
+            .unwrap_or_else(|e| panic!("no answer after {extra}: {e}"));
+        assert_eq!(answer.a().len(), 1, "{extra}");
+    }
+    assert_eq!(
+        r.launched.output.count("cross-origin requests are refused"),
+        3,
+        "{}",
+        r.launched.output.text()
+    );
+    // The same request from no browser, or from the API's own origin, is the operator's.
+    assert_eq!(stop(&format!("Origin: http://127.0.0.1:{port}\r\n")), 200);
+    let status = r.launched.wait(STOP_TIMEOUT).expect("stops");
+    assert_eq!(status.code(), Some(0));
+}
+
 #[test]
 fn a_client_that_never_reads_does_not_hold_up_the_stop() {
     // A large configuration, asked for and never read.

@@ -13,6 +13,7 @@ mod exposition;
 
 use std::net::IpAddr;
 use std::sync::OnceLock;
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use common::{Resolver, Setup, DNS_TIMEOUT};
@@ -1019,5 +1020,153 @@ fn a_consumer_that_never_shakes_hands_delays_nothing_and_is_replaced() {
     let status = get(&r, "/query-log/status");
     assert_eq!(status["relay"]["connected"], true, "{status}");
     assert_eq!(status["relay"]["connections"], 1, "{status}");
+    r.stop();
+}
+
+/// Names of 250 bytes, each distinct (`i` in the first label), under `big.qlog.test`.
+fn long_name(i: u32) -> String {
+    let pad = "x".repeat(62);
+    format!("n{i:0>61}.{pad}.{pad}.{}.big.qlog.test.", &pad[..46])
+}
+
+/// Send `names` to `server` as fast as it answers, `window` queries in flight; how many were
+/// answered.
+fn flood(server: std::net::SocketAddr, names: impl Iterator<Item = String>, window: usize) -> u64 {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    socket.connect(server).expect("connect");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout");
+    let (mut in_flight, mut answered) = (0usize, 0u64);
+    let mut buf = [0u8; 4096];
+    for (id, name) in names.enumerate() {
+        let query = dns::encode_query(id as u16, &name, dns::TYPE_A, false).expect("query");
+        socket.send(&query).expect("send");
+        in_flight += 1;
+        while in_flight >= window {
+            // An answer, or a loss after the timeout: either way its place is free again.
+            if socket.recv(&mut buf).is_ok() {
+                answered += 1;
+            }
+            in_flight -= 1;
+        }
+    }
+    while in_flight > 0 && socket.recv(&mut buf).is_ok() {
+        answered += 1;
+        in_flight -= 1;
+    }
+    answered
+}
+
+/// A ring of 100,000 answers to 250-byte names, 64 connections asking for all of them and
+/// reading a byte every 20 s, and 8 loops of `HEAD` of the same: the manager's memory stays
+/// bounded (at most 4 lists of at most 8 MiB are made or sent at once, the rest are told 429;
+/// a `HEAD` makes none), the slow readers are cut, `/livez` and DNS are answered throughout.
+#[test]
+fn slow_readers_of_a_full_ring_cannot_exhaust_the_manager() {
+    let extra = "monitoring:\n  query-log:\n    enabled: true\n    entries: 100000\n\
+                 local-data:\n  records: |\n    a.qlog.test. 60 A 192.0.2.1\n  rules:\n    \
+                 - name: [big.qlog.test]\n      subtree: nxdomain\n";
+    let r = common::start(&Setup::new("qlog-slow-readers").extra(extra)).expect("start");
+    let manager = manager_pid(&r);
+    let answered = flood(r.dns(), (0..100_000).map(long_name), 200);
+    assert!(answered > 90_000, "{answered} of 100,000 answered");
+    let held = || -> u64 {
+        let status = testbed::http::request(&r.api, "GET", "/query-log/status", &[], b"")
+            .expect("status");
+        let status: Value = serde_json::from_slice(&status.body).expect("JSON");
+        status["held"].as_u64().unwrap_or_default()
+    };
+    testbed::wait_for("the ring to fill", SETTLE, || Ok((held() >= 90_000).then_some(())))
+        .expect("the ring fills");
+    let before = rss_kib(manager);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (statuses, livez, peak) = std::thread::scope(|scope| {
+        let slow: Vec<_> = (0..64)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut s = std::os::unix::net::UnixStream::connect(&r.api).expect("connect");
+                    s.write_all(b"GET /query-log?limit=100000 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                        .expect("ask");
+                    let mut head = [0u8; 12];
+                    s.read_exact(&mut head).expect("status line");
+                    let status = String::from_utf8_lossy(&head[9..12]).into_owned();
+                    let mut byte = [0u8; 1];
+                    // A byte every 20 s, until cut or the test ends.
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+                        match s.read(&mut byte) {
+                            Ok(0) => break,
+                            _ => std::thread::sleep(Duration::from_millis(20)),
+                        }
+                    }
+                    status
+                })
+            })
+            .collect();
+        for _ in 0..8 {
+            scope.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let answer = testbed::http::request(
+                        &r.api,
+                        "HEAD",
+                        "/query-log?limit=100000",
+                        &[],
+                        b"",
+                    )
+                    .expect("HEAD");
+                    assert_eq!(answer.status, 200);
+                    assert!(answer.body.is_empty());
+                }
+            });
+        }
+        // Probes, DNS and the manager's memory for 40 s: past the write deadline's window.
+        let mut livez = Vec::new();
+        let mut peak = before;
+        let began = Instant::now();
+        while began.elapsed() < Duration::from_secs(40) {
+            let t = Instant::now();
+            let probe = testbed::http::request(&r.api, "GET", "/livez", &[], b"").expect("livez");
+            livez.push(t.elapsed());
+            assert_eq!(probe.status, 200, "{}", probe.text());
+            let a = dns::query_udp(r.dns(), "a.qlog.test.", dns::TYPE_A, DNS_TIMEOUT)
+                .expect("DNS answered");
+            assert_eq!(a.a().len(), 1);
+            peak = peak.max(rss_kib(manager));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let statuses: Vec<String> = slow
+            .into_iter()
+            .map(|h| h.join().expect("reader"))
+            .collect();
+        (statuses, livez, peak)
+    });
+    let served = statuses.iter().filter(|s| *s == "200").count();
+    let refused = statuses.iter().filter(|s| *s == "429").count();
+    assert_eq!(served + refused, 64, "{statuses:?}");
+    assert!(served <= 4, "{served} lists made at once");
+    livez.sort();
+    let p99 = livez[livez.len() * 99 / 100];
+    let growth_mib = peak.saturating_sub(before) / 1024;
+    eprintln!(
+        "manager RSS {} MiB before, peak growth {growth_mib} MiB; /livez p99 {:.1} ms over {} \
+         probes; {served} lists served, {refused} told 429",
+        before / 1024,
+        p99.as_secs_f64() * 1e3,
+        livez.len()
+    );
+    assert!(growth_mib < 256, "the manager grew by {growth_mib} MiB");
+    // The slow readers were cut: their lists are gone, and new ones can be made.
+    let answer =
+        testbed::http::request(&r.api, "GET", "/query-log?limit=100000", &[], b"").expect("list");
+    assert_eq!(answer.status, 200);
+    let truncated: u64 = answer
+        .header("query-log-truncated")
+        .and_then(|v| v.parse().ok())
+        .expect("the list of 100,000 long names is cut at 8 MiB");
+    let list: Vec<Value> = serde_json::from_slice(&answer.body).expect("JSON");
+    assert!(answer.body.len() <= 8 << 20);
+    assert!(truncated > 0 && list.len() as u64 + truncated >= 90_000);
     r.stop();
 }

@@ -60,6 +60,10 @@ pub enum ApiError {
     /// What the request waits for did not come in time.
     #[error("{0}")]
     TimedOut(String),
+    /// As many requests of its kind as may run at once are running (`api::heavy`): 429 with
+    /// `Retry-After`.
+    #[error("{0}")]
+    TooMany(String),
     /// The request was fine; carrying it out failed.
     #[error("request processing failed:\n{0}")]
     Failed(String),
@@ -83,6 +87,7 @@ impl ApiError {
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -136,6 +141,11 @@ impl IntoResponse for ApiError {
             if let Ok(v) = header::HeaderValue::from_str(etag) {
                 response.headers_mut().insert(header::ETAG, v);
             }
+        }
+        if let ApiError::TooMany(_) = &self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
         }
         response
     }

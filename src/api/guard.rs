@@ -2,7 +2,9 @@
 //! [`check`]: a unix peer gets its role from its credentials ([`UnixRoles`]); a TCP request is
 //! checked for what it says of itself: its `Host` must be the configured address or a
 //! loopback name (a page of another site that a browser resolved to us — DNS rebinding — is
-//! refused), a browser's `Origin` must be that same host (no cross-site requests), and when
+//! refused), a browser's `Origin` must be the request's own origin, scheme, name and port
+//! alike (no cross-site requests), a change a browser sends for another site without an
+//! `Origin` (`Sec-Fetch-Site`, a form's content type) is refused, and when
 //! the operator set bearer tokens (files named by `KRES_API_TOKEN_FILE` for the admin role,
 //! `KRES_API_READ_ONLY_TOKEN_FILE` for the read-only one; the configuration schema stays
 //! upstream's), one must come with every request. Then the request's method and path say
@@ -115,14 +117,16 @@ impl TcpGuard {
                 ));
             }
             if let Some(origin) = headers.get(header::ORIGIN) {
-                let same = origin
-                    .to_str()
-                    .ok()
-                    .and_then(|o| o.strip_prefix("http://"))
-                    .is_some_and(|o| allowed_host(o, endpoint));
+                let same = match (origin.to_str(), host) {
+                    (Ok(origin), Some(host)) => same_origin(origin, host, endpoint),
+                    _ => false,
+                };
                 if !same {
                     return Err((StatusCode::FORBIDDEN, "cross-origin requests are refused\n"));
                 }
+            }
+            if let Err(why) = browser_may_change(request) {
+                return Err((StatusCode::FORBIDDEN, why));
             }
         }
         if self.token.is_none() && self.read_only_token.is_none() {
@@ -195,6 +199,73 @@ fn allowed_host(host: &str, endpoint: SocketAddr) -> bool {
         Ok(ip) => ip == endpoint.ip() || ip.is_loopback() || endpoint.ip().is_unspecified(),
         Err(_) => false,
     }
+}
+
+/// Whether a browser's `Origin` is the very origin the request was sent to: `http://` and the
+/// request's own `Host` (already checked to name this endpoint), the same name and the same
+/// port, a missing port being 80 on both sides — never merely an allowed host. On a wildcard
+/// endpoint any address of the host is an allowed `Host`, so only this comparison keeps a
+/// page at another address (`http://198.51.100.7`) or on another port of a loopback address
+/// (`http://127.0.0.1`, port 80) from sending requests here.
+fn same_origin(origin: &str, host: &str, endpoint: SocketAddr) -> bool {
+    let Some(authority) = origin.strip_prefix("http://") else {
+        return false;
+    };
+    match (name_and_port(authority), name_and_port(host)) {
+        (Some((name, port)), Some((host_name, host_port))) => {
+            name.eq_ignore_ascii_case(host_name) && port == host_port && port == endpoint.port()
+        }
+        _ => false,
+    }
+}
+
+/// The name and port of an authority (`host`, `host:port`, `[v6]:port`); port 80 when none
+/// is given. `None` when the port does not parse or anything follows the authority.
+fn name_and_port(authority: &str) -> Option<(&str, u16)> {
+    if authority.contains(['/', '?', '#', '@']) || authority.is_empty() {
+        return None;
+    }
+    match authority.rsplit_once(':') {
+        // `[::1]` alone: the colon is inside the brackets.
+        Some((name, _)) if name.starts_with('[') && !name.ends_with(']') => Some((authority, 80)),
+        Some((name, port)) => Some((name, port.parse().ok()?)),
+        None => Some((authority, 80)),
+    }
+}
+
+/// A change (any method but `GET`, `HEAD`, `OPTIONS`) that a browser sends for a page of
+/// another site even without an `Origin` header (browsers from before 2020 left it out of
+/// form posts): `Sec-Fetch-Site` saying another site, or a form's content type, which no
+/// client of this API sends. Refused, so no form on any page can drive the resolver.
+fn browser_may_change(request: &Request) -> Result<(), &'static str> {
+    let method = request.method();
+    if method == axum::http::Method::GET
+        || method == axum::http::Method::HEAD
+        || method == axum::http::Method::OPTIONS
+    {
+        return Ok(());
+    }
+    let headers = request.headers();
+    let site = headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    if matches!(site, Some(s) if s.eq_ignore_ascii_case("cross-site") || s.eq_ignore_ascii_case("same-site"))
+    {
+        return Err("cross-site requests are refused\n");
+    }
+    let form = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase());
+    if matches!(
+        form.as_deref(),
+        Some("application/x-www-form-urlencoded" | "multipart/form-data")
+    ) {
+        return Err("form submissions are refused: send JSON\n");
+    }
+    Ok(())
 }
 
 /// Equality of a token sent (`sent`) with a configured one (`token`) whose time says
@@ -351,9 +422,78 @@ mod tests {
         assert_eq!(check(&[("host", "[fd00::7]:5000")]), None);
         assert_eq!(check(&[("host", "resolver.example:5000")]), Some(421));
         assert_eq!(check(&[("host", "10.1.2.3:5001")]), Some(421));
+        // Only the request's own origin: not any address, not a missing (80) port.
+        let origins: &[(&str, &str, Option<u16>)] = &[
+            ("127.0.0.1:5000", "http://127.0.0.1:5000", None),
+            ("10.1.2.3:5000", "http://10.1.2.3:5000", None),
+            ("[fd00::7]:5000", "http://[fd00::7]:5000", None),
+            ("LOCALHOST:5000", "http://localhost:5000", None),
+            ("127.0.0.1:5000", "http://198.51.100.7", Some(403)),
+            ("127.0.0.1:5000", "http://198.51.100.7:5000", Some(403)),
+            ("127.0.0.1:5000", "http://127.0.0.1", Some(403)),
+            ("127.0.0.1:5000", "http://localhost:5000", Some(403)),
+            ("127.0.0.1:5000", "https://127.0.0.1:5000", Some(403)),
+            ("127.0.0.1:5000", "http://127.0.0.1:5000/", Some(403)),
+            ("127.0.0.1:5000", "http://127.0.0.1:05000x", Some(403)),
+            ("10.1.2.3:5000", "http://10.1.2.4:5000", Some(403)),
+            ("localhost", "http://localhost", Some(403)),
+        ];
+        for (host, origin, status) in origins {
+            assert_eq!(
+                check(&[("host", host), ("origin", origin)]),
+                *status,
+                "{host} {origin}"
+            );
+        }
         // Without a TCP endpoint (the unix socket) nothing is checked.
         let unix = TcpGuard::default();
         assert_eq!(unix.admit(&request(&[])), Ok(Role::Admin));
+    }
+
+    #[test]
+    fn browsers_cannot_send_changes_from_another_site() {
+        let guard = TcpGuard {
+            endpoint: Some("0.0.0.0:5000".parse().expect("addr")),
+            token: None,
+            read_only_token: None,
+        };
+        let check = |method: &str, h: &[(&str, &str)]| {
+            let mut b = Request::builder().method(method).uri("/stop");
+            for (k, v) in h.iter().chain(&[("host", "127.0.0.1:5000")]) {
+                b = b.header(*k, *v);
+            }
+            let request = b.body(axum::body::Body::empty()).expect("request");
+            guard.admit(&request).err().map(|(s, _)| s.as_u16())
+        };
+        let rows: &[(&str, &[(&str, &str)], Option<u16>)] = &[
+            // kresctl and upstream's kresctl: no browser headers.
+            ("POST", &[], None),
+            ("PUT", &[("content-type", "application/json")], None),
+            ("POST", &[("content-type", "text/plain")], None),
+            ("POST", &[("sec-fetch-site", "same-origin")], None),
+            ("POST", &[("sec-fetch-site", "none")], None),
+            ("POST", &[("sec-fetch-site", "cross-site")], Some(403)),
+            ("POST", &[("sec-fetch-site", "same-site")], Some(403)),
+            ("DELETE", &[("sec-fetch-site", "Cross-Site")], Some(403)),
+            (
+                "POST",
+                &[("content-type", "application/x-www-form-urlencoded")],
+                Some(403),
+            ),
+            (
+                "POST",
+                &[("content-type", "multipart/form-data; boundary=x")],
+                Some(403),
+            ),
+            ("POST", &[("origin", "http://198.51.100.7")], Some(403)),
+            ("POST", &[("origin", "http://127.0.0.1")], Some(403)),
+            ("POST", &[("origin", "http://127.0.0.1:5000")], None),
+            // Reads are not changes.
+            ("GET", &[("sec-fetch-site", "cross-site")], None),
+        ];
+        for (method, headers, status) in rows {
+            assert_eq!(check(method, headers), *status, "{method} {headers:?}");
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod events;
 pub mod failures;
 pub mod fault;
 pub mod guard;
+pub mod heavy;
 pub mod openapi;
 pub mod params;
 pub mod pointer;
@@ -85,6 +86,8 @@ pub struct ApiState {
     pub kresd_version: std::sync::Arc<std::sync::OnceLock<String>>,
     /// The workers' answers, for `/query-log` and `/top`.
     pub query_log: crate::query_log::QueryLog,
+    /// The places of the reads that are large or slow (query log lists, traces).
+    pub heavy: heavy::HeavyReads,
 }
 
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.

@@ -156,6 +156,7 @@ fn finish(openapi: utoipa::openapi::OpenApi) -> Value {
                 for method in METHODS {
                     if let Some(op) = item.get_mut(method) {
                         add_layer_responses(op, method);
+                        add_required_role(op, method, &path);
                     }
                 }
                 (openapi_path(&path), item)
@@ -164,6 +165,27 @@ fn finish(openapi: utoipa::openapi::OpenApi) -> Value {
         doc["paths"] = Value::Object(paths);
     }
     doc
+}
+
+/// Say which role an operation needs (`x-required-role`: `none`, `read-only` or `admin`), as
+/// the guard decides it (`roles::needed`): the same table, so the two cannot disagree.
+/// `GET /top/{kind}` depends on the kind: `clients` shows client addresses (admin).
+fn add_required_role(op: &mut Value, method: &str, path: &str) {
+    let Ok(method) = axum::http::Method::from_bytes(method.to_ascii_uppercase().as_bytes()) else {
+        return;
+    };
+    let concrete = path
+        .replace("{*pointer}", "pointer")
+        .replace("{kind}", "names");
+    let role = if super::roles::public(&method, &concrete) {
+        "none"
+    } else {
+        super::roles::needed(&method, &concrete).as_str()
+    };
+    op["x-required-role"] = json!(role);
+    if path == "/top/{kind}" {
+        op["x-required-role-of-kind"] = json!({"clients": "admin"});
+    }
 }
 
 /// What the event stream's messages carry: `EventRecord`, the JSON of each message's `data:`
@@ -437,7 +459,9 @@ cross-origin `Origin`, `401` without the bearer token when one is configured \
 (`KRES_API_TOKEN_FILE`, the `bearerAuth` security scheme).\n\
 - `403` when the client's role does not allow the request: only `GET` and `HEAD` of the reading \
 routes are open to the read-only role (unix peers in `--api-read-only-group`, TCP clients with \
-the read-only token); everything else needs the admin role.\n\
+the read-only token); everything else needs the admin role, and so do the reads that show \
+client addresses or single queries (`/query-log`, `/query-log/stream`, `/top/clients`, \
+`/trace`). Each operation's `x-required-role` names its role (`none`, `read-only`, `admin`).\n\
 - `503` when the handler found no answer within its time limit ({read} s for GET and HEAD, \
 {change} s for other methods).\n\
 - A request head not read within {head} s closes the connection without an answer (no `408` \

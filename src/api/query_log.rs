@@ -1,23 +1,32 @@
 //! `GET /query-log` (the newest answers, filtered), `GET /query-log/stream` (answers as they
 //! come, as server-sent events), `GET /query-log/status` (the ring, what it received and
 //! missed) and `GET /top/{kind}` (the most frequent clients, names, failing names, types).
-//! All only read the ring (`crate::query_log`); the read-only role may use them.
+//! All only read the ring (`crate::query_log`), from a snapshot of shared entries taken under
+//! its lock and worked on without it (off the runtime's threads: `manager::off_thread`). The
+//! lists and the stream show client addresses and single queries: the admin's only
+//! (`api::roles`); the status and the top lists but `clients` are the read-only role's too. A
+//! list is capped in bytes and only a few are made or sent at once (`api::heavy`).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::http::{header, Method, StatusCode};
 use axum::response::sse::{self, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::Stream;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::error::ApiError;
+use super::heavy::ANSWER_CAP;
 use super::params::{PathParam, PathValue};
 use super::{json_value, ApiState};
 use crate::query_log::select::{self, Filter, TopKind};
+use crate::query_log::Entry;
 use crate::wire::query_log::{LoggedAnswer, QueryLogStatus, TopList};
 
 /// Answers `GET /query-log` gives at most.
@@ -60,20 +69,106 @@ impl LogQuery {
     tag = "query log",
     params(LogQuery),
     responses(
-        (status = 200, description = "The answers, oldest first (none: `[]`).", body = Vec<LoggedAnswer>),
+        (status = 200, description = "The answers, oldest first (none: `[]`), as compact JSON \
+of at most 8 MiB: when the answers asked for do not fit, the newest that do, and \
+`Query-Log-Truncated` says how many older ones were left out. A `HEAD` makes no list.",
+         body = Vec<LoggedAnswer>,
+         headers(("Query-Log-Truncated" = u64, description = "Answers left out (older than \
+those sent) to keep the list within 8 MiB; absent when none were."))),
         (status = 400, description = "A filter that does not parse, named.", body = String, content_type = "text/plain"),
+        (status = 429, description = "As many lists of the query log as may be made or sent at \
+once (4) are; `Retry-After` says when to try again.", body = String, content_type = "text/plain",
+         headers(("Retry-After" = u32, description = "Seconds to wait."))),
     ),
 )]
 pub(super) async fn query_log_entries(
     State(state): State<ApiState>,
+    method: Method,
     Query(query): Query<LogQuery>,
 ) -> Result<Response, ApiError> {
     let filter = query.filter()?;
     let limit = query.limit.unwrap_or(100).min(MAX_LIMIT);
-    Ok(json_value(
+    if method == Method::HEAD {
+        // The status and type a GET would have; the list, which may be megabytes, is not
+        // made for a body nobody is sent.
+        return Ok((StatusCode::OK, [(header::CONTENT_TYPE, JSON)]).into_response());
+    }
+    // Held by the body until it is sent or the connection is cut.
+    let place = state.heavy.query_log()?;
+    let entries = state.query_log.newest(&filter, limit);
+    let (list, left_out) =
+        crate::manager::off_thread(move || capped_list(&entries, ANSWER_CAP)).await;
+    let mut response = (
         StatusCode::OK,
-        &state.query_log.newest(&filter, limit),
-    ))
+        [(header::CONTENT_TYPE, JSON)],
+        Body::from_stream(chunks_holding(list.into(), place)),
+    )
+        .into_response();
+    if left_out > 0 {
+        response
+            .headers_mut()
+            .insert(TRUNCATED, header::HeaderValue::from(left_out));
+    }
+    Ok(response)
+}
+
+/// The header that says how many answers a list left out.
+pub const TRUNCATED: &str = "query-log-truncated";
+
+/// The content type of the lists.
+const JSON: &str = "application/json";
+
+/// The pieces a list is handed to the connection in: the connection takes the next only when
+/// it has written most of the last.
+const CHUNK: usize = 64 << 10;
+
+/// The JSON array of `entries` (oldest first), compact, of at most `cap` bytes: when they do
+/// not all fit, the newest that do; and how many older ones were left out. Each entry is
+/// written twice (once to measure, newest first, once in place) so that the list is never
+/// held twice in memory.
+fn capped_list(entries: &[Arc<Entry>], cap: usize) -> (Vec<u8>, usize) {
+    let mut scratch = Vec::new();
+    let mut size = 2;
+    let mut fitting = 0;
+    for entry in entries.iter().rev() {
+        scratch.clear();
+        if serde_json::to_writer(&mut scratch, &entry.to_wire()).is_err() {
+            continue;
+        }
+        let more = scratch.len() + usize::from(fitting > 0);
+        if size + more > cap {
+            break;
+        }
+        size += more;
+        fitting += 1;
+    }
+    let kept = &entries[entries.len() - fitting..];
+    let mut list = Vec::with_capacity(size);
+    list.push(b'[');
+    for (i, entry) in kept.iter().enumerate() {
+        if i > 0 {
+            list.push(b',');
+        }
+        // Measured above: it cannot fail now.
+        let _ = serde_json::to_writer(&mut list, &entry.to_wire());
+    }
+    list.push(b']');
+    (list, entries.len() - fitting)
+}
+
+/// `list` as a body's stream of [`CHUNK`]s that holds `place` until its last chunk was taken
+/// or it is dropped (the connection cut).
+fn chunks_holding(
+    list: Bytes,
+    place: OwnedSemaphorePermit,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
+    futures_util::stream::unfold((list, Some(place)), |(mut rest, place)| async move {
+        if rest.is_empty() {
+            return None;
+        }
+        let chunk = rest.split_to(rest.len().min(CHUNK));
+        Some((Ok(chunk), (rest, place)))
+    })
 }
 
 /// The answers that pass the filters as they come, as server-sent events: `event: answer`
@@ -212,15 +307,17 @@ pub(super) async fn top_list(
         now.saturating_sub(w).as_micros() as u64
     });
     let limit = query.limit.unwrap_or(10).min(10_000);
-    let list = state.query_log.with_entries(|entries| {
+    let entries = state.query_log.entries();
+    let list = crate::manager::off_thread(move || {
         select::top(
-            entries,
+            entries.iter().map(|e| &**e),
             kind,
             since_us,
             window.map(|w| w.as_secs_f64()),
             limit,
         )
-    });
+    })
+    .await;
     Ok(json_value(StatusCode::OK, &list))
 }
 

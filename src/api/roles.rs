@@ -2,6 +2,12 @@
 //! that says which requests only read. Everything not in that table needs the admin role, so
 //! a route added later is closed to readers until someone lists it here.
 //!
+//! Reads that show personal data — a client's address, or the queries of one client
+//! (`/query-log`, `/query-log/stream`, `/top/clients`, `/trace`) — need the admin role too
+//! ([`PERSONAL_ROUTES`]): the read-only role is what monitoring gets (the Helm chart hands its
+//! token to Prometheus), and monitoring is no reason to hold who asked what. Counts without
+//! addresses (`/top/names`, `/query-log/status`, the metrics) stay readable.
+//!
 //! Over the unix socket the role comes from the peer's credentials (the kernel's, not what a
 //! request says): root, the daemon's own uid and members of the admin group are admins,
 //! members of the read-only group readers. The groups come from the command line
@@ -63,13 +69,34 @@ const READ_ROUTES: &[Route] = &[
     Route::Exact("/metrics/json"),
     Route::Exact("/metrics/prometheus"),
     Route::Exact("/rpz"),
-    Route::Exact("/query-log"),
-    Route::Exact("/query-log/stream"),
     Route::Exact("/query-log/status"),
     Route::Below("/top/"),
     Route::Exact("/upstreams"),
     Route::Exact("/ui/whoami"),
 ];
+
+/// Reads that show client addresses or per-query rows: admin only, though they change
+/// nothing. Checked before [`READ_ROUTES`] (`/top/clients` is below `/top/`).
+const PERSONAL_ROUTES: &[Route] = &[
+    Route::Exact("/query-log"),
+    Route::Exact("/query-log/stream"),
+    Route::Exact("/top/clients"),
+    Route::Below("/trace/"),
+];
+
+/// Whether `path` is one of `routes`.
+fn listed(routes: &[Route], path: &str) -> bool {
+    routes.iter().any(|route| match route {
+        Route::Exact(p) => path == *p,
+        Route::Below(prefix) => path.starts_with(prefix),
+    })
+}
+
+/// Whether a request for `path` reads personal data (client addresses, per-query rows),
+/// which only the admin role may ([`PERSONAL_ROUTES`]).
+pub fn personal(path: &str) -> bool {
+    listed(PERSONAL_ROUTES, path)
+}
 
 /// The files of the status page (`api::ui`): they carry no data, so any client the guard
 /// lets through on Host and Origin gets them, with no token and no role (a browser loads the
@@ -82,13 +109,11 @@ pub fn public(method: &Method, path: &str) -> bool {
 }
 
 /// The role a request needs: [`Role::ReadOnly`] for a `GET` or `HEAD` of a route in
-/// [`READ_ROUTES`], [`Role::Admin`] for anything else.
+/// [`READ_ROUTES`] that is not [`personal`], [`Role::Admin`] for anything else.
 pub fn needed(method: &Method, path: &str) -> Role {
     let reads = (method == Method::GET || method == Method::HEAD)
-        && READ_ROUTES.iter().any(|route| match route {
-            Route::Exact(p) => path == *p,
-            Route::Below(prefix) => path.starts_with(prefix),
-        });
+        && !personal(path)
+        && listed(READ_ROUTES, path);
     if reads {
         Role::ReadOnly
     } else {
@@ -171,9 +196,15 @@ mod tests {
             (Method::GET, "/processes/kresd", Role::ReadOnly),
             (Method::GET, "/events", Role::ReadOnly),
             (Method::GET, "/upgrade", Role::ReadOnly),
-            (Method::GET, "/query-log", Role::ReadOnly),
-            (Method::GET, "/query-log/stream", Role::ReadOnly),
-            (Method::GET, "/top/clients", Role::ReadOnly),
+            (Method::GET, "/query-log/status", Role::ReadOnly),
+            (Method::GET, "/top/names", Role::ReadOnly),
+            (Method::HEAD, "/top/servfail", Role::ReadOnly),
+            // Client addresses and per-query rows: admin only, though reads.
+            (Method::GET, "/query-log", Role::Admin),
+            (Method::HEAD, "/query-log", Role::Admin),
+            (Method::GET, "/query-log/stream", Role::Admin),
+            (Method::GET, "/top/clients", Role::Admin),
+            (Method::GET, "/trace/example.com", Role::Admin),
             (Method::PUT, "/v1/config", Role::Admin),
             (Method::PATCH, "/v1/config/workers", Role::Admin),
             (Method::DELETE, "/v1/config/workers", Role::Admin),

@@ -56,9 +56,16 @@ const CLOSING_STATUSES: [StatusCode; 4] = [
     StatusCode::PAYLOAD_TOO_LARGE,
 ];
 
-/// A client that reads nothing of its answer for this long is cut (its answer, held in
-/// memory, is dropped).
+/// The window over which a client that holds up its answer must read at least
+/// [`MIN_READ_RATE`]: one that reads nothing for this long, or too little, is cut (its answer,
+/// held in memory, is dropped).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The least a client must read of its answer, in bytes a second, while the answer waits for
+/// it (the socket's buffer is full): a reader slower than this is cut after [`WRITE_TIMEOUT`].
+/// Any client on a network of this century reads faster; one that takes a byte every few
+/// seconds only holds the manager's memory.
+pub const MIN_READ_RATE: u64 = 4096;
 
 /// On shutdown, requests in flight get this long to finish; then their connections are
 /// dropped, whatever the clients do.
@@ -387,38 +394,109 @@ fn is_out_of_descriptors(e: &std::io::Error) -> bool {
 trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
 
-/// A connection whose writes fail with `TimedOut` once the peer has accepted nothing for a
-/// whole `timeout`: a client that never reads cannot hold its answer, and the shutdown,
-/// forever.
+/// A connection whose writes fail with `TimedOut` once the peer, in the time its answer
+/// waited for it, took less than [`MIN_READ_RATE`]: a client that never reads, or reads a
+/// byte now and then, cannot hold its answer, and the shutdown, for long.
+///
+/// The answer waits while a write makes no progress (`Pending`, the socket's buffer full);
+/// only that time counts, so an event stream that is idle for an hour, or a client that keeps
+/// up, is never slow. Once the waiting adds up to a whole `window` (its timer, or the next
+/// write after it), the bytes the client took since the last such check must make the rate,
+/// or the connection is cut; then both counts begin again.
 struct WriteDeadline<T> {
     io: T,
-    timeout: Duration,
-    /// Armed while a write waits for the peer; reset by every byte it takes.
-    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// How much waiting is judged at once.
+    window: Duration,
+    /// The waiting counted since the last check.
+    waited: Duration,
+    /// What the client took since the last check (counted from the first wait on).
+    taken: u64,
+    /// Since when the write in progress waits, if it does.
+    waiting_since: Option<tokio::time::Instant>,
+    /// When the waiting of the write in progress completes the window.
+    window_end: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl<T> WriteDeadline<T> {
-    fn new(io: T, timeout: Duration) -> Self {
+    fn new(io: T, window: Duration) -> Self {
         WriteDeadline {
             io,
-            timeout,
-            stalled: None,
+            window,
+            waited: Duration::ZERO,
+            taken: 0,
+            waiting_since: None,
+            window_end: None,
         }
     }
 
-    /// After a write that made no progress: `Ready(Err)` once the deadline passed.
-    fn check_stall(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Error> {
-        let timeout = self.timeout;
-        let sleep = self
-            .stalled
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        match std::future::Future::poll(sleep.as_mut(), cx) {
-            std::task::Poll::Ready(()) => std::task::Poll::Ready(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "the client read nothing of its answer in time",
-            )),
-            std::task::Poll::Pending => std::task::Poll::Pending,
+    /// What a write (or flush) that returned `result` means for the deadline: the result
+    /// itself, or `TimedOut` when the client was too slow.
+    fn after<R>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        result: std::task::Poll<std::io::Result<R>>,
+        taken: impl FnOnce(&R) -> usize,
+    ) -> std::task::Poll<std::io::Result<R>> {
+        use std::task::Poll;
+        let now = tokio::time::Instant::now();
+        match result {
+            Poll::Pending => {
+                let since = *self.waiting_since.get_or_insert(now);
+                let end = since + self.window.saturating_sub(self.waited);
+                self.window_end
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(end)));
+                // Polled until pending, so that the window's end wakes this task.
+                while let Some(timer) = &mut self.window_end {
+                    if std::future::Future::poll(timer.as_mut(), cx).is_pending() {
+                        break;
+                    }
+                    if let Some(since) = self.waiting_since.replace(now) {
+                        self.waited += now.saturating_duration_since(since);
+                    }
+                    if let Err(e) = self.check() {
+                        return Poll::Ready(Err(e));
+                    }
+                    self.window_end = Some(Box::pin(tokio::time::sleep_until(now + self.window)));
+                }
+                Poll::Pending
+            }
+            Poll::Ready(Ok(value)) => {
+                if let Some(since) = self.waiting_since.take() {
+                    self.waited += now.saturating_duration_since(since);
+                    self.window_end = None;
+                }
+                // What the socket's buffer took before the answer ever waited is the
+                // kernel's, not the client's.
+                if !self.waited.is_zero() {
+                    self.taken = self.taken.saturating_add(taken(&value) as u64);
+                }
+                if self.waited >= self.window {
+                    self.check()?;
+                }
+                Poll::Ready(Ok(value))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
         }
+    }
+
+    /// At a window's end: `TimedOut` if the client took less than [`MIN_READ_RATE`] for the
+    /// time its answer waited, else the counts begin again.
+    fn check(&mut self) -> std::io::Result<()> {
+        let needed = (MIN_READ_RATE as f64 * self.waited.as_secs_f64()) as u64;
+        if self.taken < needed {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the client took {} bytes of its answer while it waited {:.0} s for it: \
+                     slower than {MIN_READ_RATE} bytes a second",
+                    self.taken,
+                    self.waited.as_secs_f64()
+                ),
+            ));
+        }
+        self.waited = Duration::ZERO;
+        self.taken = 0;
+        Ok(())
     }
 }
 
@@ -438,13 +516,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        match std::pin::Pin::new(&mut self.io).poll_write(cx, buf) {
-            std::task::Poll::Pending => self.check_stall(cx).map(Err),
-            ready => {
-                self.stalled = None;
-                ready
-            }
-        }
+        let result = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+        self.after(cx, result, |n| *n)
     }
 
     /// Forwarded, so that hyper writes a response's head and its body (a large configuration
@@ -455,13 +528,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        match std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs) {
-            std::task::Poll::Pending => self.check_stall(cx).map(Err),
-            ready => {
-                self.stalled = None;
-                ready
-            }
-        }
+        let result = std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.after(cx, result, |n| *n)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -473,11 +541,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         match std::pin::Pin::new(&mut self.io).poll_flush(cx) {
-            std::task::Poll::Pending => self.check_stall(cx).map(Err),
-            ready => {
-                self.stalled = None;
-                ready
-            }
+            // A flush that is done says nothing of the client's pace (sockets flush at once).
+            done @ std::task::Poll::Ready(_) => done,
+            pending => self.after(cx, pending, |()| 0),
         }
     }
 
@@ -787,6 +853,50 @@ mod tests {
             .await
             .expect("read until closed");
         assert!(got.len() < 8 << 20, "cut after {} bytes", got.len());
+        shutdown.cancel();
+        server.await.expect("server ends");
+    }
+
+    /// A client that reads a kilobyte a second of an 8 MiB answer is cut within two windows
+    /// (read at full speed after them, it gets only what the sockets held);
+    /// one that reads nothing for a third of a window and then all of it gets all of it.
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_slower_than_the_least_rate_is_cut_and_a_late_fast_one_is_not() {
+        let path = socket_path("slowreader.sock");
+        let big = "x".repeat(8 << 20);
+        let router = Router::new().route(
+            "/big",
+            get(move || {
+                let big = big.clone();
+                async move { big }
+            }),
+        );
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(listener(&path), router, shutdown.clone()));
+        let ask = || async {
+            let mut client = UnixStream::connect(&path).await.expect("connect");
+            client
+                .write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .expect("write");
+            client
+        };
+        let mut slow = ask().await;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        for _ in 0..(2 * WRITE_TIMEOUT.as_secs() + 2) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let n = slow.read(&mut buf).await.expect("read");
+            got.extend_from_slice(&buf[..n]);
+        }
+        // Cut by now: what is left is what the sockets held, not the rest of the answer.
+        slow.read_to_end(&mut got).await.expect("read the rest");
+        assert!(got.len() < 8 << 20, "the slow reader got {} bytes", got.len());
+        let mut fast = ask().await;
+        tokio::time::sleep(WRITE_TIMEOUT / 3).await;
+        let mut all = Vec::new();
+        fast.read_to_end(&mut all).await.expect("read");
+        assert!(all.len() > 8 << 20, "{} bytes", all.len());
         shutdown.cancel();
         server.await.expect("server ends");
     }

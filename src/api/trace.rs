@@ -42,6 +42,9 @@ records, kresd's log of the request.", body = Trace),
 range.", body = String, content_type = "text/plain"),
         (status = 500, description = "The worker's control socket failed, or kresd refused the \
 query.", body = String, content_type = "text/plain"),
+        (status = 429, description = "As many traces as may run at once (4) are running; \
+`Retry-After` says when to try again.", body = String, content_type = "text/plain",
+         headers(("Retry-After" = u32, description = "Seconds to wait."))),
         (status = 503, description = "No worker is running.", body = String,
          content_type = "text/plain"),
         (status = 504, description = "The worker did not answer within the timeout.",
@@ -61,6 +64,8 @@ pub(super) async fn trace(
             .filter(|d| !d.is_zero() && *d <= crate::trace::MAX_TIMEOUT)
             .ok_or_else(|| refusal(TraceError::InvalidTimeout))?,
     };
+    // Held until the trace ends: a worker resolves for each, for up to a minute.
+    let _place = state.heavy.trace()?;
     let rundir = state.manager.config().model.rundir.clone();
     let Some(&id) = service::running_workers(&state.supervisor.snapshot()).first() else {
         return Err(ApiError::Unavailable(

@@ -299,10 +299,11 @@ pub enum ApiCommand {
     /// it (the workers' log level is not changed). Needs the admin role.
     Trace(super::commands::trace::TraceArgs),
     /// The most frequent clients, names, failing names or types among the workers' recent
-    /// answers (the query log, `monitoring.query-log`).
+    /// answers (the query log, `monitoring.query-log`). `top clients` needs the admin role
+    /// (client addresses); the other lists, the read-only role.
     Top(super::commands::query_log::TopArgs),
     /// The workers' recent answers (the query log), filtered; `--follow` prints them as they
-    /// come.
+    /// come. Needs the admin role (client addresses and single queries are personal data).
     Querylog(super::commands::query_log::QuerylogArgs),
     /// The forward targets and the upstream addresses the workers used recently, with their
     /// round-trip times, queries sent, queries unanswered and error answers.

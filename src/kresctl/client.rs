@@ -190,6 +190,8 @@ pub struct ApiResponse {
     pub body: Vec<u8>,
     /// The `ETag` header, if the answer had one.
     pub etag: Option<String>,
+    /// How many answers a list of the query log left out (`Query-Log-Truncated`), if any.
+    pub truncated: Option<u64>,
 }
 
 impl ApiResponse {
@@ -261,6 +263,11 @@ impl ApiClient {
             .get(hyper::header::ETAG)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        let truncated = resp
+            .headers()
+            .get("query-log-truncated")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
         let limited = http_body_util::Limited::new(resp.into_body(), MAX_RESPONSE);
         let body = match limited.collect().await {
             Ok(collected) => collected.to_bytes().to_vec(),
@@ -269,7 +276,12 @@ impl ApiClient {
             }
             Err(e) => return Err(ClientError::Invalid(e.to_string())),
         };
-        Ok(ApiResponse { status, body, etag })
+        Ok(ApiResponse {
+            status,
+            body,
+            etag,
+            truncated,
+        })
     }
 
     /// Send `request` and return the answer as it starts: its body is read by the caller,
@@ -424,6 +436,7 @@ mod tests {
             body: b"POST /reload needs the admin role; this client has the read-only role\n"
                 .to_vec(),
             etag: None,
+            truncated: None,
         };
         let e = answer.ok().expect_err("403 is an error");
         assert_eq!(
@@ -435,6 +448,7 @@ mod tests {
             status: 409,
             body: b"no\n".to_vec(),
             etag: None,
+            truncated: None,
         };
         assert!(matches!(
             other.ok(),

@@ -366,24 +366,26 @@ impl QueryLog {
             .collect()
     }
 
-    /// Run `f` over the entries, oldest first, under the lock (keep it short).
-    pub fn with_entries<T>(&self, f: impl FnOnce(&mut dyn Iterator<Item = &Entry>) -> T) -> T {
-        let ring = self.ring();
-        let mut iter = ring.entries.iter().map(|e| &**e);
-        f(&mut iter)
+    /// Every entry, oldest first. The entries are shared with the ring: the lock is held
+    /// only to pick them (a pointer each), never to count, copy or serialise them, so a
+    /// reader of a large ring does not hold up the workers' stream.
+    pub fn entries(&self) -> Vec<Arc<Entry>> {
+        self.ring().entries.iter().cloned().collect()
     }
 
-    /// The newest `limit` entries that `filter` passes, oldest first.
-    pub fn newest(&self, filter: &select::Filter, limit: usize) -> Vec<LoggedAnswer> {
-        let ring = self.ring();
-        let mut out: Vec<LoggedAnswer> = ring
-            .entries
-            .iter()
-            .rev()
-            .filter(|e| filter.matches(e))
-            .take(limit)
-            .map(|e| e.to_wire())
-            .collect();
+    /// The newest `limit` entries that `filter` passes, oldest first, shared with the ring
+    /// as [`QueryLog::entries`].
+    pub fn newest(&self, filter: &select::Filter, limit: usize) -> Vec<Arc<Entry>> {
+        let mut out: Vec<Arc<Entry>> = {
+            let ring = self.ring();
+            ring.entries
+                .iter()
+                .rev()
+                .filter(|e| filter.matches(e))
+                .take(limit)
+                .cloned()
+                .collect()
+        };
         out.reverse();
         out
     }
@@ -466,7 +468,11 @@ mod tests {
             log.push(entry(&format!("192.0.2.{i}"), Some(0)));
         }
         log.push(entry("2001:db8:1:2::9", Some(0)));
-        let all = log.newest(&select::Filter::default(), 10);
+        let all: Vec<_> = log
+            .newest(&select::Filter::default(), 10)
+            .iter()
+            .map(|e| e.to_wire())
+            .collect();
         assert_eq!(all.len(), 3);
         assert_eq!(all[0].client, "192.0.2.0");
         assert_eq!(all[2].client, "2001:db8:1::");

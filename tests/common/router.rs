@@ -143,6 +143,7 @@ impl Fixture {
             control_plane: Default::default(),
             kresd_version: Default::default(),
             query_log: Default::default(),
+            heavy: Default::default(),
         };
         Fixture {
             state,

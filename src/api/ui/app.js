@@ -473,8 +473,10 @@ async function insightRoutes() {
   // The top lists and the query log count nothing when the query log is off.
   const status = all.includes('/query-log/status') ? await json('/query-log/status') : null;
   const on = !status || status.enabled !== false;
-  page.insight = { top: on && all.includes('/top/{kind}'), log: on && all.includes('/query-log'),
-    upstreams: all.includes('/upstreams') };
+  // Per-query rows and client addresses are the admin's only (the API refuses the rest).
+  const admin = page.role === 'admin';
+  page.insight = { top: on && all.includes('/top/{kind}'),
+    log: on && admin && all.includes('/query-log'), upstreams: all.includes('/upstreams') };
 }
 
 async function refreshQueryLog() {
@@ -496,6 +498,7 @@ async function refreshInsight() {
   if (page.insight.top) {
     const parts = [];
     for (const [kind, title] of TOP_LISTS) {
+      if (kind === 'clients' && page.role !== 'admin') continue;
       parts.push(renderTop(kind, title, await json('/top/' + kind + '?limit=' + TOP_SHOWN)));
     }
     $('top-lists').replaceChildren(...parts);

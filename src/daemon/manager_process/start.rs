@@ -279,6 +279,7 @@ impl Running {
             control_plane,
             kresd_version: kresd,
             query_log,
+            heavy: Default::default(),
         };
         let to_serve = ToServe {
             incarnation: restored.incarnation,

@@ -136,12 +136,14 @@ pub async fn querylog(client: &ApiClient, args: QuerylogArgs) -> Result<(), Clie
         Mode::Kept => {
             filters.push(("limit", Some(args.limit.to_string())));
             let query = query_string(&filters);
-            let value = output::json_body(
-                &client
-                    .call(&Request::QueryLog { query: &query })
-                    .await?
-                    .ok()?,
-            )?;
+            let answer = client.call(&Request::QueryLog { query: &query }).await?;
+            if let Some(n) = answer.truncated {
+                eprintln!(
+                    "{n} older answers left out: a list is at most 8 MiB (narrow the filters \
+                     or lower --limit)"
+                );
+            }
+            let value = output::json_body(&answer.ok()?)?;
             match args.format {
                 OutputFormat::Json => print!("{}", output::pretty_json(&value)?),
                 OutputFormat::Yaml | OutputFormat::Text => {

@@ -1,4 +1,4 @@
-//! A minimal HTTP/1.1 client over a unix socket, for API tests that need raw access (methods
+//! A minimal HTTP/1.1 client over a unix socket or TCP, for API tests that need raw access (methods
 //! and routes kresctl does not send, exact status codes and headers).
 
 use std::io::{Read, Write};
@@ -36,10 +36,41 @@ pub fn request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Result<HttpResponse> {
-    let mut s = UnixStream::connect(socket)
+    let s = UnixStream::connect(socket)
         .with_context(|| format!("connecting to {}", socket.display()))?;
     s.set_read_timeout(Some(Duration::from_secs(120)))?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    exchange(s, "localhost", method, path, headers, body)
+}
+
+/// [`request`] over TCP to `addr`, with `Host` naming `addr` unless `headers` name one.
+pub fn request_tcp(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<HttpResponse> {
+    let s = std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    exchange(s, &addr.to_string(), method, path, headers, body)
+}
+
+/// Write one request on `s` and read the whole response (the server closes after it).
+fn exchange(
+    mut s: impl Read + Write,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<HttpResponse> {
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {host}\r\n"));
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
