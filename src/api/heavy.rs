@@ -63,7 +63,10 @@ impl HeavyReads {
 
 /// A permit of `places` now, or [`ApiError::TooMany`] with `why`.
 fn take(places: &Arc<Semaphore>, why: String) -> Result<OwnedSemaphorePermit, ApiError> {
-    places.clone().try_acquire_owned().map_err(|_| ApiError::TooMany(why))
+    places
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::TooMany(why))
 }
 
 #[cfg(test)]

@@ -891,7 +891,11 @@ mod tests {
         }
         // Cut by now: what is left is what the sockets held, not the rest of the answer.
         slow.read_to_end(&mut got).await.expect("read the rest");
-        assert!(got.len() < 8 << 20, "the slow reader got {} bytes", got.len());
+        assert!(
+            got.len() < 8 << 20,
+            "the slow reader got {} bytes",
+            got.len()
+        );
         let mut fast = ask().await;
         tokio::time::sleep(WRITE_TIMEOUT / 3).await;
         let mut all = Vec::new();
