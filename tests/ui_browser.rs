@@ -2,7 +2,9 @@
 //! the real daemon and real kresd. The browser reaches loopback only; its network log shows
 //! every request the page made, its console every error.
 //!
-//! Over the unix socket, through `kresctl ui`: the page loads with no console error and no
+//! Over the unix socket, through `kresctl ui`: without the secret of the URL kresctl printed
+//! the page says it needs it; with it, the page trades it for kresctl's cookie and takes it
+//! out of the URL (no request's URL holds it), loads with no console error and no
 //! request to another host, shows the workers and the configuration's ETag, shows a worker
 //! killed with SIGKILL restarted, follows the q/s of queries sent during the test (up, then
 //! down when they stop), shows a
@@ -91,9 +93,10 @@ fn cell(browser: &Browser, name: &str, class: &str) -> Option<String> {
 /// `kresctl ui` serving the page of a resolver; killed when dropped (a failed test too).
 struct Ui {
     process: Child,
-    /// The page's URL and its origin.
+    /// The page's URL as printed (its secret in the fragment), its origin, and the secret.
     url: String,
     origin: String,
+    secret: String,
 }
 
 impl Drop for Ui {
@@ -122,11 +125,15 @@ fn serve_ui(r: &Resolver) -> Ui {
         .find(|w| w.starts_with("http://127.0.0.1:"))
         .unwrap_or_else(|| panic!("no URL in {line:?}"))
         .to_owned();
-    let origin = url.trim_end_matches("/ui").to_owned();
+    let (origin, secret) = url
+        .split_once("/ui#secret=")
+        .unwrap_or_else(|| panic!("no secret in {url:?}"));
+    let (origin, secret) = (origin.to_owned(), secret.to_owned());
     Ui {
         process: ui,
         url,
         origin,
+        secret,
     }
 }
 
@@ -149,6 +156,25 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
     );
 
     let browser = Browser::start(&r.dir.host("browser")).expect("browser");
+    // Without the secret, the page loads and says what kresctl ui wants.
+    browser.open(&format!("{origin}/ui")).expect("page");
+    let refused = browser
+        .wait_until(
+            "the refusal shown",
+            SHOWN,
+            "const t = document.getElementById('stream').textContent; \
+             return t.includes('secret') ? t : null;",
+        )
+        .expect("refusal shown");
+    println!("without the secret, the page says: {refused}");
+    let errors = browser.console_errors().expect("console");
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("/ui/whoami") && e.contains("403")),
+        "only the refused request: {errors:#?}"
+    );
+    // With the URL printed: the secret traded for the cookie, and gone from the URL.
     browser.open(url).expect("page");
     browser
         .wait_until(
@@ -173,6 +199,24 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
         browser.text_of("role").expect("role").as_deref(),
         Some("admin")
     );
+    assert_eq!(
+        browser
+            .run("return window.location.href;", &[])
+            .expect("script"),
+        json!(format!("{origin}/ui")),
+        "the secret taken out of the URL"
+    );
+    let urls = browser.requested_urls().expect("network log");
+    assert!(
+        urls.iter().all(|u| !u.contains(&ui.secret)),
+        "the secret in no request's URL: {urls:#?}"
+    );
+    assert!(
+        urls.contains(&format!("{origin}/.kresctl-ui/session")),
+        "the secret traded: {urls:#?}"
+    );
+    let foreign = foreign(&urls, origin);
+    assert!(foreign.is_empty(), "requests to other hosts: {foreign:#?}");
     assert_clean(&browser, origin);
     // What the open page costs the control plane (the root and the manager process), measured
     // over the rest of the test and reported; the test's own requests are counted too.

@@ -29,6 +29,39 @@ pub fn document(value: &Value, format: OutputFormat) -> Result<String, ClientErr
     }
 }
 
+/// `text` with its control characters (C0 but the tab, DEL, C1) written as escapes (`\x1b`,
+/// `\u{9b}`), so text the API relays from elsewhere (kresd's log, a record) cannot move the
+/// cursor, recolour or retitle the terminal it is printed on, nor start a line of its own.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    let escaped = |c: char| c.is_control() && c != '\t';
+    if !text.chars().any(escaped) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match u32::from(c) {
+            n if escaped(c) && n < 0x80 => out.push_str(&format!("\\x{n:02x}")),
+            n if escaped(c) => out.push_str(&format!("\\u{{{n:x}}}")),
+            _ => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// JSON text (as [`pretty_json`] writes it) with DEL and the C1 controls escaped too
+/// (`\u009b`): serde_json escapes only C0. The same JSON value, nothing a terminal obeys.
+pub fn json_without_controls(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        match u32::from(c) {
+            // Outside strings JSON has no such character: they are all inside strings.
+            n @ 0x7f..=0x9f => out.push_str(&format!("\\u{n:04x}")),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
 /// A JSON response body; an empty one is `null`.
 pub fn json_body(body: &[u8]) -> Result<Value, ClientError> {
     if body.is_empty() {
@@ -176,5 +209,33 @@ mod tests {
         );
         assert_eq!(json_body(b"").expect("empty"), Value::Null);
         assert!(json_body(b"{").is_err());
+    }
+
+    #[test]
+    fn control_characters_are_escaped_for_the_terminal() {
+        let check = |text: &str, shown: &str| assert_eq!(escape_controls(text), shown, "{text:?}");
+        check(
+            "plain [resolv] text\twith a tab",
+            "plain [resolv] text\twith a tab",
+        );
+        check("\x1b]0;owned\x07title", "\\x1b]0;owned\\x07title");
+        check("\x1b[2J\x1b[31mred", "\\x1b[2J\\x1b[31mred");
+        check("one\nfake line\r", "one\\x0afake line\\x0d");
+        check("\0\x7f", "\\x00\\x7f");
+        check("c1 \u{9b}31m and \u{85}", "c1 \\u{9b}31m and \\u{85}");
+        check("\\032 and é, 名前", "\\032 and é, 名前");
+        assert!(matches!(
+            escape_controls("nothing to do"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+
+        let value = json!({"log": ["\x1b[31m \u{7f} \u{9b} é"]});
+        let printed = json_without_controls(&pretty_json(&value).expect("json"));
+        assert_eq!(
+            printed,
+            "{\n  \"log\": [\n    \"\\u001b[31m \\u007f \\u009b é\"\n  ]\n}\n"
+        );
+        let read: Value = serde_json::from_str(&printed).expect("still JSON");
+        assert_eq!(read, value, "the same value");
     }
 }

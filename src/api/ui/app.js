@@ -4,6 +4,8 @@
 // the top lists and the query log every INSIGHT_INTERVAL_MS, the upstreams every
 // PROCESS_REFRESH_MS; nothing periodic while the page is hidden (a tab in the background).
 // Every text from the API is set with textContent: nothing it says is parsed as HTML.
+// Through `kresctl ui`, the URL kresctl printed carries its secret in the fragment (which no
+// request carries): traded once for kresctl's session cookie, then taken out of the URL.
 'use strict';
 
 const METRICS_INTERVAL_MS = 5000;
@@ -50,8 +52,9 @@ function el(tag, text, className) {
 
 class Unauthorized extends Error {}
 
+// Same-origin credentials: `kresctl ui`'s session cookie (the API itself reads no cookie).
 async function api(path, init) {
-  const options = Object.assign({ cache: 'no-store', credentials: 'omit' }, init || {});
+  const options = Object.assign({ cache: 'no-store', credentials: 'same-origin' }, init || {});
   const headers = new Headers(options.headers || {});
   if (page.token) headers.set('Authorization', 'Bearer ' + page.token);
   options.headers = headers;
@@ -60,7 +63,22 @@ async function api(path, init) {
     askForToken('');
     throw new Unauthorized('the API asks for a bearer token');
   }
+  if (response.status === 403 && response.headers.get('X-Kresctl-Ui') === 'secret-needed') {
+    throw new Error(await response.text());
+  }
   return response;
+}
+
+// `kresctl ui`'s secret, from the fragment of the URL it printed, for its session cookie;
+// whether there was one.
+async function openSession() {
+  const secret = /^#secret=([0-9a-f]{1,256})$/.exec(window.location.hash);
+  if (!secret) return false;
+  window.history.replaceState(null, '', window.location.pathname + window.location.search);
+  const response = await fetch('/.kresctl-ui/session', { method: 'POST', cache: 'no-store',
+    credentials: 'same-origin', headers: { 'X-Kresctl-Ui-Secret': secret[1] } });
+  if (!response.ok) throw new Error('kresctl ui: ' + (await response.text()));
+  return true;
 }
 
 async function json(path) {
@@ -644,5 +662,10 @@ document.addEventListener('DOMContentLoaded', () => {
   });
   $('reload').addEventListener('click', () => control('/reload'));
   $('cache-clear').addEventListener('click', () => control('/cache/clear', {}));
-  start();
+  openSession().then(start, showProblem);
+});
+
+// The URL kresctl printed, given to a page that loaded without it: the page again, with it.
+window.addEventListener('hashchange', () => {
+  openSession().then((opened) => { if (opened) window.location.reload(); }, showProblem);
 });

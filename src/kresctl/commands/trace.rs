@@ -1,6 +1,8 @@
 //! `kresctl trace NAME [TYPE]`: one query resolved by a worker with kresd's request tracing
 //! (`GET /trace/{name}/{type}`), printed as its answer and kresd's log of it, or the API's
-//! JSON. The name and type are checked here first, as the API checks them.
+//! JSON. The name and type are checked here first, as the API checks them. kresd's log holds
+//! bytes of the outside world (names, records from upstreams): every control character the
+//! API relays is printed escaped, never to the terminal as it is.
 
 use std::time::Duration;
 
@@ -52,7 +54,10 @@ pub async fn run(client: &ApiClient, args: TraceArgs) -> Result<(), ClientError>
     };
     let value = output::json_body(&client.call(&request).await?.ok()?)?;
     match args.format {
-        OutputFormat::Json => print!("{}", output::pretty_json(&value)?),
+        OutputFormat::Json => print!(
+            "{}",
+            output::json_without_controls(&output::pretty_json(&value)?)
+        ),
         OutputFormat::Yaml | OutputFormat::Text => {
             print!("{}", trace_text(&serde_json::from_value(value)?));
         }
@@ -60,12 +65,18 @@ pub async fn run(client: &ApiClient, args: TraceArgs) -> Result<(), ClientError>
     Ok(())
 }
 
-/// What an operator reads of a trace.
+/// What an operator reads of a trace; every text of the API's with its control characters
+/// escaped.
 fn trace_text(trace: &Trace) -> String {
+    let shown = output::escape_controls;
     let rcode = trace.rcode.as_deref().unwrap_or("no answer (dropped)");
     let mut out = format!(
-        "{} {} on {}: {rcode} in {} ms\n",
-        trace.name, trace.r#type, trace.worker, trace.elapsed_ms
+        "{} {} on {}: {} in {} ms\n",
+        shown(&trace.name),
+        shown(&trace.r#type),
+        shown(&trace.worker),
+        shown(rcode),
+        trace.elapsed_ms
     );
     out.push_str("answer:\n");
     if trace.answer.is_empty() {
@@ -74,12 +85,12 @@ fn trace_text(trace: &Trace) -> String {
     for record in &trace.answer {
         out.push_str(&format!(
             "  {}\n",
-            record.split_whitespace().collect::<Vec<_>>().join(" ")
+            shown(&record.split_whitespace().collect::<Vec<_>>().join(" "))
         ));
     }
     out.push_str("log:\n");
     for line in &trace.log {
-        out.push_str(&format!("  {line}\n"));
+        out.push_str(&format!("  {}\n", shown(line)));
     }
     if trace.truncated {
         out.push_str(&format!(
@@ -123,6 +134,33 @@ mod tests {
         assert_eq!(
             trace_text(&dropped),
             "www.example. A on kresd0: no answer (dropped) in 3 ms\nanswer:\n  (none)\nlog:\n"
+        );
+    }
+
+    #[test]
+    fn what_kresd_logged_reaches_the_terminal_escaped() {
+        let trace = Trace {
+            worker: "kresd0".into(),
+            name: "evil\u{1b}[2J.example.".into(),
+            r#type: "TXT".into(),
+            rcode: Some("NOERROR".into()),
+            answer: vec!["evil.example. 300 TXT \"\u{1b}]0;owned\u{7}\"".into()],
+            log: vec!["[resolv][00001.01] \u{1b}[31mred\r\n[fake] line \u{9b}31m\tend".into()],
+            truncated: false,
+            elapsed_ms: 1,
+        };
+        let text = trace_text(&trace);
+        assert_eq!(
+            text,
+            "evil\\x1b[2J.example. TXT on kresd0: NOERROR in 1 ms\n\
+             answer:\n  evil.example. 300 TXT \"\\x1b]0;owned\\x07\"\n\
+             log:\n  [resolv][00001.01] \\x1b[31mred\\x0d\\x0a[fake] line \\u{9b}31m\tend\n"
+        );
+        assert!(
+            !text
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t'),
+            "{text:?}"
         );
     }
 }

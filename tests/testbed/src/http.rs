@@ -88,7 +88,9 @@ fn exchange(
 /// The room an answer gets before it is read.
 const READ_CHUNK: usize = 1 << 20;
 
-fn parse(mut raw: Vec<u8>) -> Result<HttpResponse> {
+/// A whole response as read from its connection (by this client, or by another process's),
+/// its chunked body decoded.
+pub fn parse(mut raw: Vec<u8>) -> Result<HttpResponse> {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

@@ -1,0 +1,237 @@
+//! `kresctl ui` against the real daemon and real kresd: run by root over the API's unix
+//! socket (root's role: admin), and tried by another user of the same host, uid 65534 (a raw
+//! HTTP client run through setpriv, and kresctl itself). Without this run's secret every
+//! request but the page's files is refused with 403 before it reaches the API: `POST /stop`,
+//! `PUT /v1/config`, `GET /v1/config`, with a wrong secret or a forged cookie too; the
+//! resolver runs on and its configuration keeps its ETag. With the secret of the URL
+//! kresctl printed (in a header, or traded at the session route for the cookie), the same
+//! user reads and changes the configuration.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+
+use common::{Resolver, Setup, KRESCTL};
+use serde_json::json;
+use testbed::http::HttpResponse;
+
+/// setpriv's arguments for uid and gid 65534 (`nobody`), no other group.
+const AS_NOBODY: [&str; 4] = ["--reuid=65534", "--regid=65534", "--clear-groups", "--"];
+
+/// A raw HTTP client in perl (which the test bed's host has): connects to the address of its
+/// argument, sends its standard input, prints the whole answer; says its uid on stderr.
+const CLIENT: &str = r#"
+use IO::Socket::INET;
+print STDERR "uid $<";
+my $s = IO::Socket::INET->new(PeerAddr => $ARGV[0]) or die "connect $ARGV[0]: $!\n";
+binmode STDIN; binmode STDOUT; binmode $s;
+local $/;
+my $request = <STDIN>;
+print $s $request;
+my $answer = <$s>;
+print $answer;
+"#;
+
+/// `kresctl ui` run by root for a resolver; killed when dropped (a failed test too).
+struct Ui {
+    process: Child,
+    /// `127.0.0.1:PORT`, as the URL printed names it.
+    address: String,
+    /// This run's secret, from the URL's fragment.
+    secret: String,
+}
+
+impl Drop for Ui {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// `kresctl ui` on a free loopback port, its address and secret read from the URL it prints.
+fn serve_ui(r: &Resolver) -> Ui {
+    let mut process = Command::new(KRESCTL)
+        .arg("-s")
+        .arg(&r.api)
+        .args(["ui", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kresctl ui");
+    let mut line = String::new();
+    BufReader::new(process.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("kresctl ui prints its URL");
+    let url = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"));
+    let (address, secret) = url
+        .split_once("/ui#secret=")
+        .unwrap_or_else(|| panic!("no secret in {url:?}"));
+    assert!(
+        secret.len() >= 32 && secret.bytes().all(|b| b.is_ascii_hexdigit()),
+        "at least 128 bits, in hex: {secret:?}"
+    );
+    Ui {
+        process,
+        address: address.to_owned(),
+        secret: secret.to_owned(),
+    }
+}
+
+/// One request to `ui` sent by uid 65534, with `headers` and a JSON `body`; its answer.
+fn as_nobody(
+    ui: &Ui,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> HttpResponse {
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n",
+        ui.address,
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    let mut client = Command::new("setpriv")
+        .args(AS_NOBODY)
+        .args(["perl", "-e", CLIENT, &ui.address])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv perl");
+    let mut stdin = client.stdin.take().expect("stdin");
+    stdin.write_all(request.as_bytes()).expect("request");
+    drop(stdin);
+    let out = client.wait_with_output().expect("client ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr == "uid 65534", "{stderr}");
+    testbed::http::parse(out.stdout).expect("an HTTP answer")
+}
+
+/// A refusal of kresctl ui for want of the secret.
+fn assert_refused(answer: &HttpResponse, what: &str) {
+    assert_eq!(answer.status, 403, "{what}: {}", answer.text());
+    assert_eq!(
+        answer.header("x-kresctl-ui"),
+        Some("secret-needed"),
+        "{what}"
+    );
+    assert!(
+        answer.text().contains("secret"),
+        "{what}: {}",
+        answer.text()
+    );
+    assert_eq!(answer.header("set-cookie"), None, "{what}");
+}
+
+#[test]
+fn another_user_needs_the_secret_of_the_url_kresctl_printed() {
+    let r = common::start(&Setup::new("kresctl-ui")).expect("start");
+    let etag = r.etag();
+    let running = r.http("GET", "/v1/config", b"").expect("config").text();
+    let ui = serve_ui(&r);
+
+    // The page's files hold no data: they pass.
+    let page = as_nobody(&ui, "GET", "/ui", &[], "");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.text().contains("<script src=\"/ui/app.js\""),
+        "{}",
+        page.text()
+    );
+
+    // Without the secret, or with a wrong one: refused, before anything reaches the API.
+    let changed = running.replace("\"notice\"", "\"debug\"");
+    assert_ne!(changed, running, "the change changes the level");
+    let cookie_name = format!(
+        "kresctl-ui-{}",
+        ui.address.rsplit(':').next().expect("port")
+    );
+    let wrong_secret = "0".repeat(ui.secret.len());
+    let forged = format!("{cookie_name}={}", ui.secret);
+    for (method, path, headers, body) in [
+        ("POST", "/stop", vec![], ""),
+        ("PUT", "/v1/config", vec![], changed.as_str()),
+        ("GET", "/v1/config", vec![], ""),
+        ("GET", "/ui/whoami", vec![], ""),
+        (
+            "POST",
+            "/stop",
+            vec![("X-Kresctl-Ui-Secret", wrong_secret.as_str())],
+            "",
+        ),
+        (
+            "PUT",
+            "/v1/config",
+            vec![("Cookie", forged.as_str())],
+            changed.as_str(),
+        ),
+        (
+            "POST",
+            "/.kresctl-ui/session",
+            vec![("X-Kresctl-Ui-Secret", wrong_secret.as_str())],
+            "",
+        ),
+    ] {
+        let answer = as_nobody(&ui, method, path, &headers, body);
+        assert_refused(&answer, &format!("{method} {path} {headers:?}"));
+    }
+    // kresctl itself, pointed at kresctl ui's address.
+    let out = Command::new("setpriv")
+        .args(AS_NOBODY)
+        .arg(KRESCTL)
+        .args(["-s", &format!("http://{}", ui.address), "stop"])
+        .output()
+        .expect("setpriv kresctl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("secret"), "{stderr}");
+    // Each refusal was answered before this point: had one reached the API, the resolver
+    // would have stopped or changed by now.
+    assert!(!r.launched.tree().is_empty(), "the resolver runs");
+    assert_eq!(r.etag(), etag, "the configuration is unchanged");
+
+    // With the secret in a header: the configuration is read.
+    let secret = [("X-Kresctl-Ui-Secret", ui.secret.as_str())];
+    let read = as_nobody(&ui, "GET", "/v1/config", &secret, "");
+    assert_eq!(read.status, 200, "{}", read.text());
+    assert_eq!(read.header("etag"), Some(etag.as_str()));
+
+    // Traded at the session route: the cookie, then a change made with it.
+    let opened = as_nobody(&ui, "POST", "/.kresctl-ui/session", &secret, "");
+    assert_eq!(opened.status, 204, "{}", opened.text());
+    let set_cookie = opened.header("set-cookie").expect("a cookie");
+    let (pair, attributes) = set_cookie.split_once("; ").expect("attributes");
+    assert_eq!(attributes, "HttpOnly; SameSite=Strict; Path=/");
+    assert!(pair.starts_with(&format!("{cookie_name}=")), "{pair}");
+    assert!(!pair.contains(&ui.secret), "the session is not the secret");
+    let cookie = format!("theme=dark; {pair}");
+    let read = as_nobody(&ui, "GET", "/ui/whoami", &[("Cookie", &cookie)], "");
+    assert_eq!(read.status, 200, "{}", read.text());
+    let changed = as_nobody(
+        &ui,
+        "PUT",
+        "/v1/config/logging/level",
+        &[("Cookie", &cookie)],
+        &json!("info").to_string(),
+    );
+    assert_eq!(changed.status, 200, "{}", changed.text());
+    assert_ne!(r.etag(), etag, "changed");
+    let level = r
+        .http("GET", "/v1/config/logging/level", b"")
+        .expect("level")
+        .text();
+    assert_eq!(level.trim(), "\"info\"");
+
+    drop(ui);
+    r.stop();
+}
