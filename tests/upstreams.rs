@@ -188,6 +188,19 @@ fn a_forward_target_is_listed_with_its_measured_rtt() {
         "{text}"
     );
     assert!(text.contains("UNANSWERED"), "{text}");
+    // The tallies say since when they count: the workers' first look, before this one.
+    assert!(
+        text.contains("ERRORS counted since ") && text.contains(" ago; "),
+        "{text}"
+    );
+    let json = r.kresctl(&["upstreams", "--json"]).expect("kresctl");
+    let json: Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    let since = json["counted_since"].as_f64().expect("counted_since");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    assert!(since <= now && now - since < 3600.0, "{since} at {now}");
     let a = dns::query_udp(r.dns(), "a.up.test.", dns::TYPE_A, DNS_TIMEOUT).expect("answer");
     assert_eq!(a.a(), [std::net::Ipv4Addr::new(192, 0, 2, 7)]);
     r.stop();

@@ -50,6 +50,7 @@ pub(super) async fn gather(state: &ApiState) -> Upstreams {
         forwards: forwards(&config.model),
         addresses: merge(&answered),
         workers_silent: silent,
+        counted_since: counted_since(&answered),
     }
 }
 
@@ -158,6 +159,15 @@ fn merge(replies: &[(WorkerId, Value)]) -> Vec<UpstreamAddress> {
             }
         })
         .collect()
+}
+
+/// Since when every worker that told counts: the latest of their `since`s (a worker of an
+/// older manager tells none).
+fn counted_since(replies: &[(WorkerId, Value)]) -> Option<f64> {
+    replies
+        .iter()
+        .filter_map(|(_, reply)| reply.get("since").and_then(Value::as_f64))
+        .reduce(f64::max)
 }
 
 /// The address a tally's key names: its bytes in hex, 4 (IPv4) or 16 (IPv6), as kresd's

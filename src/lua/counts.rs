@@ -51,9 +51,10 @@ pub const VALIDATION_FAILURES: [u16; 8] = [6, 7, 8, 9, 10, 11, 12, 25];
 pub const COLLECT_FUNCTION: &str = "collect_labelled_statistics";
 
 /// The global function the manager calls for `GET /upstreams`: `{rtt = stats.upstreams(),
-/// tallies = {...}}`, loading `stats` and the counting layer first if they are not loaded
-/// yet. A tally is keyed by the address's bytes in hex (kresd's `kr_inaddr`, no port) and
-/// holds `sent`, `answered` and `errors`.
+/// tallies = {...}, since = ...}`, loading `stats` and the counting layer first if they are not loaded
+/// yet, and `since`, when the worker began counting (Unix seconds). A tally is keyed by the
+/// address's bytes in hex (kresd's `kr_inaddr`, no port) and holds `sent`, `answered` and
+/// `errors`.
 pub const UPSTREAMS_FUNCTION: &str = "collect_upstream_tallies";
 
 /// Upstream addresses a worker keeps tallies of; queries to any further address are not
@@ -96,9 +97,10 @@ const TEMPLATE: &str = "\
 -- counts kresd's statistics lack, for the labelled metrics: external queries by qtype,
 -- answers by rcode, cache hits and misses, DNSSEC outcomes (a layer at finish)
 do
-	local report, upstream_report
+	local report, upstream_report, counting_since
 	function @LOAD@()
 		if package.loaded[@MODULE_KEY@] ~= nil then return end
+		counting_since = os.time()
 		local bit = require('bit')
 		local rshift = bit.rshift
 		local slot = {@SLOTS@}
@@ -215,7 +217,7 @@ do
 			modules.load('stats')
 		end
 		@LOAD@()
-		return {rtt = stats.upstreams(), tallies = upstream_report()}
+		return {rtt = stats.upstreams(), tallies = upstream_report(), since = counting_since}
 	end
 end
 ";

@@ -12,6 +12,12 @@ pub struct Upstreams {
     pub addresses: Vec<UpstreamAddress>,
     /// Workers that did not tell (not running, or no answer on their control socket).
     pub workers_silent: Vec<String>,
+    /// Since when the tallies (`queries`, `unanswered`, `error_answers`) count, Unix seconds:
+    /// the latest of the moments the workers that told began counting (their first look at
+    /// the statistics or the upstreams, a restart, or their start with
+    /// `monitoring.metrics: always`). Absent when no worker said.
+    #[serde(default)]
+    pub counted_since: Option<f64>,
 }
 
 /// One `forward` rule.

@@ -222,9 +222,44 @@ pub async fn upstreams(client: &ApiClient, format: OutputFormat) -> Result<(), C
             if !u.workers_silent.is_empty() {
                 println!("not answering: {}", u.workers_silent.join(", "));
             }
+            if let Some(since) = u.counted_since {
+                println!("{}", counted_since(since, now_seconds()));
+            }
         }
     }
     Ok(())
+}
+
+/// Seconds since the epoch, now.
+fn now_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Since when the tallies count (`since`, Unix seconds), at `now`: a tally of the last
+/// minutes says nothing of an incident an hour ago.
+fn counted_since(since: f64, now: f64) -> String {
+    let ago = (now - since).max(0.0) as u64;
+    let day = since.max(0.0) % 86_400.0;
+    format!(
+        "QUERIES, UNANSWERED and ERRORS counted since {:02}:{:02}:{:02} UTC ({} ago; from the \
+         start with monitoring.metrics: always)",
+        (day / 3600.0) as u64,
+        (day / 60.0 % 60.0) as u64,
+        (day % 60.0) as u64,
+        ago_text(ago)
+    )
+}
+
+/// `42 s`, `5 min 3 s`, `2 h 7 min`, `3 d 4 h`.
+fn ago_text(s: u64) -> String {
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min {} s", s / 60, s % 60),
+        3600..=86_399 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    }
 }
 
 fn header() -> String {
@@ -260,6 +295,21 @@ fn line(a: &LoggedAnswer) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_tallies_say_since_when_they_count() {
+        // 2026-12-06 10:20:30 UTC, read 5 min 3 s later.
+        let since = 1_796_552_430.0;
+        assert_eq!(
+            counted_since(since, since + 303.0),
+            "QUERIES, UNANSWERED and ERRORS counted since 10:20:30 UTC (5 min 3 s ago; from the \
+             start with monitoring.metrics: always)"
+        );
+        assert_eq!(ago_text(0), "0 s");
+        assert_eq!(ago_text(3600 * 2 + 7 * 60), "2 h 7 min");
+        assert_eq!(ago_text(86_400 * 3 + 3600 * 4 + 5), "3 d 4 h");
+    }
+
     use super::*;
 
     #[test]
