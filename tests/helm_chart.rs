@@ -358,10 +358,7 @@ fn the_chart_renders_valid_restricted_objects_for_every_value_set() {
             .collect();
         for service in objects.iter().filter(|d| kind_of(d) == "Service") {
             for (target, _, _) in service_ports(service) {
-                assert!(
-                    container_ports.iter().any(|p| *p == target),
-                    "{name}: {target}"
-                );
+                assert!(container_ports.contains(&target), "{name}: {target}");
             }
         }
         let dns_ports: Vec<String> = service_ports(service_of(&objects, "dns"))
