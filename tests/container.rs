@@ -408,40 +408,19 @@ const ARBITRARY_UID: u32 = 1_000_650_000;
 /// system, tmpfs for the rundir and the cache. The daemon says it cannot switch users and
 /// runs everything (the manager process, kresd, the policy-loader, kres-cache-gc) as that
 /// UID; it answers on port 53, replaces a killed worker, applies a changed configuration and
-/// stops cleanly.
+/// stops cleanly. Then the same with the rundir on a plain `--tmpfs` (podman's default: root's,
+/// mode 1777, like /tmp): it answers too, its files there its own.
 #[test]
 fn the_restricted_profile_under_an_arbitrary_uid() {
     let podman = Podman::get().expect("podman bed");
     let image = common::our_image_named(podman, "ours-restricted").expect("building our image");
     let conf = Context::new("conf-restricted").expect("context");
     conf.write("config.yaml", &config()).expect("config");
-    let user = format!("{ARBITRARY_UID}:0");
     let started = Instant::now();
-    let ct = Container::run_with_options(
-        &image,
-        "restricted",
-        &[Bind {
-            host: &conf.dir,
-            inside: "/etc/knot-resolver",
-        }],
-        &[
-            "--user",
-            &user,
-            "--cap-drop=ALL",
-            "--cap-add=NET_BIND_SERVICE",
-            "--security-opt",
-            "no-new-privileges",
-            "--read-only",
-            // `U`: the tmpfs belongs to the container's user, as a pod's emptyDir is writable
-            // by its UID.
-            "--tmpfs",
-            "/run/knot-resolver:U",
-            "--tmpfs",
-            "/var/cache/knot-resolver:U",
-        ],
-        &[],
-    )
-    .expect("podman run");
+    // `U`: the tmpfs belongs to the container's user, as a pod's emptyDir is writable by its
+    // UID.
+    let ct =
+        run_restricted(&image, "restricted", &conf, "/run/knot-resolver:U").expect("podman run");
     let first_answer = wait_answer(&ct, started)
         .map_err(|e| e.context(ct.logs().unwrap_or_default()))
         .expect("answers on port 53");
@@ -517,4 +496,76 @@ fn the_restricted_profile_under_an_arbitrary_uid() {
         first_answer.as_secs_f64(),
         stopped.took.as_secs_f64()
     );
+    drop(ct);
+
+    // The rundir on podman's default tmpfs: root's, world-writable and sticky.
+    conf.write("config.yaml", &config()).expect("config");
+    let started = Instant::now();
+    let ct =
+        run_restricted(&image, "restricted-tmp", &conf, "/run/knot-resolver").expect("podman run");
+    let first_answer = wait_answer(&ct, started)
+        .map_err(|e| e.context(ct.logs().unwrap_or_default()))
+        .expect("answers with a sticky world-writable rundir");
+    let rundir = ct
+        .ok(&["stat", "-c", "%u %a", "/run/knot-resolver"])
+        .expect("stat");
+    assert_eq!(rundir.trim(), "0 1777", "podman's default tmpfs");
+    let owners = ct
+        .ok(&[
+            "stat",
+            "-c",
+            "%u %n",
+            "/run/knot-resolver/kres-api.sock",
+            "/run/knot-resolver/knot-resolver.pid",
+        ])
+        .expect("stat");
+    for line in owners.lines() {
+        assert!(line.starts_with(&format!("{ARBITRARY_UID} ")), "{owners}");
+    }
+    ct.ok(&[
+        "/usr/bin/kresctl",
+        "-s",
+        "/run/knot-resolver/kres-api.sock",
+        "health",
+    ])
+    .expect("the API answers");
+    let stopped = ct.stop(STOP_GRACE).expect("podman stop");
+    assert_eq!(stopped.exit_code, 0, "stopped cleanly, without SIGKILL");
+    println!(
+        "restricted profile, rundir on a plain tmpfs (1777): first answer {:.2} s after podman run",
+        first_answer.as_secs_f64()
+    );
+}
+
+/// Our image in the restricted profile as [`ARBITRARY_UID`] in group 0, the rundir a tmpfs
+/// with podman's `rundir_tmpfs` option (`PATH[:OPTIONS]`), the cache a tmpfs of that user.
+fn run_restricted(
+    image: &Image,
+    name: &str,
+    conf: &Context,
+    rundir_tmpfs: &str,
+) -> Result<Container> {
+    let user = format!("{ARBITRARY_UID}:0");
+    Container::run_with_options(
+        image,
+        name,
+        &[Bind {
+            host: &conf.dir,
+            inside: "/etc/knot-resolver",
+        }],
+        &[
+            "--user",
+            &user,
+            "--cap-drop=ALL",
+            "--cap-add=NET_BIND_SERVICE",
+            "--security-opt",
+            "no-new-privileges",
+            "--read-only",
+            "--tmpfs",
+            rundir_tmpfs,
+            "--tmpfs",
+            "/var/cache/knot-resolver:U",
+        ],
+        &[],
+    )
 }

@@ -11,6 +11,10 @@
 //!   (`--watch-config`), with no checksum annotation restarting pods;
 //! - checkov leaves at most the three failures the chart's README justifies;
 //! - a value the schema refuses fails with a message naming it;
+//! - the DNS Service carries DNS ports only; the API is on a Service of its own, the one the
+//!   ServiceMonitor selects, and an API Service that leaves the cluster (NodePort,
+//!   LoadBalancer) fails the chart with a message naming the values, unless TLS is said to
+//!   be terminated in front of it;
 //! - the rendered pod (default values: the restricted profile) runs under `podman kube play`
 //!   with our image: its probes pass, it answers DNS, every process runs as the chart's UID.
 //!
@@ -344,21 +348,34 @@ fn the_chart_renders_valid_restricted_objects_for_every_value_set() {
             ["kresctl", "-s", &format!("http://127.0.0.1:{}", api.port())]
         );
 
-        // Every port the Service names is one the container has.
-        let service = find(&objects, "Service");
+        // Every port a Service names is one the container has; the DNS Service has DNS
+        // ports only, the API Service the API port only.
         let container_ports: Vec<String> = container["ports"]
             .as_vec()
             .expect("ports")
             .iter()
             .filter_map(|p| p["name"].as_str().map(str::to_owned))
             .collect();
-        for port in service["spec"]["ports"].as_vec().expect("service ports") {
-            let target = port["targetPort"].as_str().expect("a named target");
-            assert!(
-                container_ports.iter().any(|p| p == target),
-                "{name}: {target}"
-            );
+        for service in objects.iter().filter(|d| kind_of(d) == "Service") {
+            for (target, _, _) in service_ports(service) {
+                assert!(container_ports.contains(&target), "{name}: {target}");
+            }
         }
+        let dns_ports: Vec<String> = service_ports(service_of(&objects, "dns"))
+            .into_iter()
+            .map(|(target, _, _)| target)
+            .collect();
+        assert!(
+            dns_ports.iter().all(|p| p.starts_with("dns-")),
+            "{name}: {dns_ports:?}"
+        );
+        let api = service_of(&objects, "api");
+        assert_eq!(api["spec"]["type"].as_str(), Some("ClusterIP"), "{name}");
+        assert_eq!(
+            service_ports(api),
+            [("api".to_owned(), 5000, "TCP".to_owned())],
+            "{name}"
+        );
 
         let mut kinds: Vec<&str> = objects.iter().map(kind_of).collect();
         kinds.sort_unstable();
@@ -374,6 +391,24 @@ fn the_chart_renders_valid_restricted_objects_for_every_value_set() {
             ] {
                 assert!(kinds.contains(&kind), "{name}: no {kind}");
             }
+            // The ServiceMonitor selects the API Service, not the DNS one, and scrapes its
+            // port.
+            let monitor = find(&objects, "ServiceMonitor");
+            let selects = |service: &Yaml| {
+                monitor["spec"]["selector"]["matchLabels"]
+                    .as_hash()
+                    .expect("matchLabels")
+                    .iter()
+                    .all(|(k, v)| {
+                        service["metadata"]["labels"][k.as_str().unwrap_or_default()] == *v
+                    })
+            };
+            assert!(selects(service_of(&objects, "api")));
+            assert!(!selects(service_of(&objects, "dns")));
+            assert_eq!(
+                monitor["spec"]["endpoints"][0]["port"].as_str(),
+                Some("api")
+            );
             let rule = find(&objects, "PrometheusRule");
             let alerts = rule["spec"]["groups"][0]["rules"].as_vec().expect("rules");
             let shipped = std::fs::read_to_string(concat!(
@@ -419,29 +454,130 @@ fn the_chart_renders_valid_restricted_objects_for_every_value_set() {
     );
 }
 
+/// The Service of a component (`dns` or `api`).
+fn service_of<'a>(objects: &'a [Yaml], component: &str) -> &'a Yaml {
+    objects
+        .iter()
+        .find(|d| {
+            kind_of(d) == "Service"
+                && d["metadata"]["labels"]["app.kubernetes.io/component"].as_str()
+                    == Some(component)
+        })
+        .unwrap_or_else(|| panic!("no {component} Service"))
+}
+
+/// A Service's ports: (target port's name, port, protocol).
+fn service_ports(service: &Yaml) -> Vec<(String, i64, String)> {
+    service["spec"]["ports"]
+        .as_vec()
+        .expect("service ports")
+        .iter()
+        .map(|p| {
+            (
+                p["targetPort"].as_str().expect("a named target").to_owned(),
+                p["port"].as_i64().expect("a port number"),
+                p["protocol"].as_str().expect("a protocol").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// `helm template` of the chart with `values`, which must fail: what Helm said.
+fn refused(values: &str) -> String {
+    let file = values_file("refused", values);
+    let out = tool(
+        "helm",
+        &[
+            "template",
+            "r",
+            CHART,
+            "-f",
+            file.to_str().expect("a UTF-8 path"),
+        ],
+    );
+    assert!(!out.status.success(), "{values:?} accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn a_value_the_schema_refuses_is_named() {
     for (values, named) in [
         ("kind: StatefulSet\n", "/kind"),
         ("securityMode: root\n", "/securityMode"),
         ("api:\n  port: 70000\n", "/api/port"),
+        (
+            "api:\n  service:\n    type: ExternalName\n",
+            "/api/service/type",
+        ),
         ("replica: 3\n", "replica"),
     ] {
-        let file = values_file("refused", values);
-        let out = tool(
-            "helm",
-            &[
-                "template",
-                "r",
-                CHART,
-                "-f",
-                file.to_str().expect("a UTF-8 path"),
-            ],
-        );
-        let said = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{values:?} accepted");
+        let said = refused(values);
         assert!(said.contains(named), "{values:?}: {said}");
     }
+}
+
+#[test]
+fn the_api_leaves_the_cluster_only_behind_tls() {
+    // The defaults: DNS on 53 alone, the API on a ClusterIP Service of its own.
+    let (_, objects) = render("api-default", "");
+    let dns = service_of(&objects, "dns");
+    assert_eq!(
+        service_ports(dns),
+        [
+            ("dns-udp".to_owned(), 53, "UDP".to_owned()),
+            ("dns-tcp".to_owned(), 53, "TCP".to_owned()),
+        ]
+    );
+    assert_eq!(
+        objects.iter().filter(|d| kind_of(d) == "Service").count(),
+        2
+    );
+
+    // DNS from outside the cluster: the load balancer has no API port.
+    let (_, objects) = render("dns-load-balancer", "service:\n  type: LoadBalancer\n");
+    let dns = service_of(&objects, "dns");
+    assert_eq!(dns["spec"]["type"].as_str(), Some("LoadBalancer"));
+    assert!(service_ports(dns).iter().all(|(_, port, _)| *port == 53));
+    assert_eq!(
+        service_of(&objects, "api")["spec"]["type"].as_str(),
+        Some("ClusterIP")
+    );
+
+    // The API from outside the cluster, in clear text: refused, naming the values.
+    for exposed in ["LoadBalancer", "NodePort"] {
+        let said = refused(&format!(
+            "service:\n  type: LoadBalancer\napi:\n  service:\n    type: {exposed}\n"
+        ));
+        for named in [
+            &format!("api.service.type={exposed}") as &str,
+            "clear text",
+            "api.service.tlsTerminatedInFront=true",
+        ] {
+            assert!(said.contains(named), "{exposed}: no {named:?} in {said}");
+        }
+    }
+    // Behind TLS the operator terminates: rendered.
+    let (_, objects) = render(
+        "api-behind-tls",
+        "api:\n  service:\n    type: LoadBalancer\n    tlsTerminatedInFront: true\n",
+    );
+    assert_eq!(
+        service_of(&objects, "api")["spec"]["type"].as_str(),
+        Some("LoadBalancer")
+    );
+
+    // Without the API Service, no ServiceMonitor could scrape; a ServiceMonitor without it is
+    // refused.
+    let (_, objects) = render("no-api-service", "api:\n  service:\n    enabled: false\n");
+    assert_eq!(
+        objects.iter().filter(|d| kind_of(d) == "Service").count(),
+        1
+    );
+    let said = refused("api:\n  service:\n    enabled: false\nserviceMonitor:\n  enabled: true\n");
+    assert!(
+        said.contains("serviceMonitor.enabled needs api.service.enabled=true"),
+        "{said}"
+    );
 }
 
 /// Generous bound for anything to happen on a loaded 2-core machine; never a timing claim.

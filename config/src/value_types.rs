@@ -289,6 +289,32 @@ struct Access {
     execute: bool,
 }
 
+/// Who asks: the credentials a path's mode is checked against.
+#[derive(Clone, Copy)]
+struct Asker<'a> {
+    uid: u32,
+    gid: u32,
+    groups: &'a [u32],
+}
+
+/// Whether `path`'s mode bits alone grant `want` to `asker` (upstream's `_check_permission`):
+/// the owner's bits for its owner, the group's for a member, the others' for anyone else.
+/// A world-writable sticky directory (mode 1777, `/tmp`, podman's `--tmpfs` over a directory
+/// the image lacks) is writable this way by any user: the sticky bit keeps the others from
+/// removing or renaming what we make there, and the daemon refuses files of another user in
+/// such a rundir (`daemon::root::rundir`).
+fn granted_by_mode(mode: u32, owner: u32, group: u32, asker: Asker<'_>, want: Access) -> bool {
+    let shift = if owner == asker.uid {
+        6
+    } else if group == asker.gid || asker.groups.contains(&group) {
+        3
+    } else {
+        0
+    };
+    let bit = |b: u32| mode & (b << shift) != 0;
+    (!want.read || bit(4)) && (!want.write || bit(2)) && (!want.execute || bit(1))
+}
+
 /// Upstream's `_check_permission` followed by its `os.access` fallback (which covers ACLs).
 fn permitted(path: &Path, want: Access) -> bool {
     let euid = nix::unistd::geteuid();
@@ -298,24 +324,15 @@ fn permitted(path: &Path, want: Access) -> bool {
     let Ok(md) = fs::metadata(path) else {
         return false;
     };
-    let mode = md.mode();
-    let shift = if md.uid() == euid.as_raw() {
-        6
-    } else {
-        let egid = nix::unistd::getegid();
-        let in_group = md.gid() == egid.as_raw()
-            || nix::unistd::getgroups()
-                .map(|g| g.iter().any(|g| g.as_raw() == md.gid()))
-                .unwrap_or(false);
-        if in_group {
-            3
-        } else {
-            0
-        }
+    let groups: Vec<u32> = nix::unistd::getgroups()
+        .map(|g| g.iter().map(|g| g.as_raw()).collect())
+        .unwrap_or_default();
+    let asker = Asker {
+        uid: euid.as_raw(),
+        gid: nix::unistd::getegid().as_raw(),
+        groups: &groups,
     };
-    let bit = |b: u32| mode & (b << shift) != 0;
-    let by_bits = (!want.read || bit(4)) && (!want.write || bit(2)) && (!want.execute || bit(1));
-    if by_bits {
+    if granted_by_mode(md.mode(), md.uid(), md.gid(), asker, want) {
         return true;
     }
     let mut flags = nix::unistd::AccessFlags::empty();
@@ -481,3 +498,58 @@ pub(crate) static TSIG_KEY_FILE: ValueType = ValueType {
     check: check_tsig_key_file,
     schema: string_schema,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writable directory (write and search) for a user of the restricted profile: an
+    /// arbitrary UID in group 0, and an unrelated one.
+    #[test]
+    fn who_may_write_a_directory_by_its_mode() {
+        const DIR: Access = Access {
+            read: false,
+            write: true,
+            execute: true,
+        };
+        let in_root_group = Asker {
+            uid: 1_000_650_000,
+            gid: 0,
+            groups: &[0],
+        };
+        let stranger = Asker {
+            uid: 4242,
+            gid: 4242,
+            groups: &[100],
+        };
+        // (mode, owner, group, asker, writable)
+        let rows: &[(u32, u32, u32, Asker<'_>, bool)] = &[
+            // podman's plain --tmpfs (over a directory the image lacks), /tmp: anyone.
+            (0o1777, 0, 0, in_root_group, true),
+            (0o1777, 0, 0, stranger, true),
+            (0o777, 0, 0, stranger, true),
+            // The image's rundir: root's, group 0's; the group has it, the others not.
+            (0o1770, 0, 0, in_root_group, true),
+            (0o1770, 0, 0, stranger, false),
+            // The same copied by a runtime under its umask 022 (podman --read-only): nobody
+            // but root.
+            (0o1750, 0, 0, in_root_group, false),
+            (0o1755, 0, 0, stranger, false),
+            // `--tmpfs …:U`: the user's own.
+            (0o1750, 1_000_650_000, 0, in_root_group, true),
+            (0o700, 4242, 4242, stranger, true),
+            // A supplementary group counts; write without search does not.
+            (0o770, 0, 100, stranger, true),
+            (0o730, 0, 100, stranger, true),
+            (0o720, 0, 100, stranger, false),
+        ];
+        for (i, (mode, owner, group, asker, writable)) in rows.iter().enumerate() {
+            assert_eq!(
+                granted_by_mode(*mode, *owner, *group, *asker, DIR),
+                *writable,
+                "row {i}: mode {mode:o}, owner {owner}:{group}, asker {}",
+                asker.uid
+            );
+        }
+    }
+}

@@ -1,9 +1,11 @@
-//! The rundir, when the workers run as another user than the root: made the root's and the
-//! workers' group's, sticky, so the workers create their control sockets there but cannot
-//! replace what the root and the manager keep in it.
+//! The rundir at start: made when it is missing; when the workers run as another user than
+//! the root, made the root's and the workers' group's, sticky, so the workers create their
+//! control sockets there but cannot replace what the root and the manager keep in it; and,
+//! not root, refused when it is writable by every user and holds another user's files.
 
+use std::ffi::OsString;
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::PID_FILE_NAME;
 
@@ -55,6 +57,112 @@ pub(super) fn keep_rundir_from_workers(
     Ok(())
 }
 
+/// Mode of a rundir we make: as systemd's `RuntimeDirectoryMode` by default (the root then
+/// narrows it when the workers run as another user).
+const MADE_RUNDIR_MODE: u32 = 0o755;
+
+/// Make the rundir when nothing is at its path and its directory exists (never the
+/// directories above it); whether it was made. Failing is logged: the check of the rundir
+/// that follows says what is wrong.
+pub(super) fn make_missing_rundir(rundir: &Path) -> bool {
+    use std::os::unix::fs::DirBuilderExt;
+    if std::fs::symlink_metadata(rundir).is_ok() {
+        return false;
+    }
+    match std::fs::DirBuilder::new()
+        .mode(MADE_RUNDIR_MODE)
+        .create(rundir)
+    {
+        Ok(()) => {
+            tracing::info!("made the rundir {}", rundir.display());
+            true
+        }
+        Err(e) => {
+            tracing::warn!("cannot make the rundir {}: {e}", rundir.display());
+            false
+        }
+    }
+}
+
+/// A rundir every user may write that holds another user's file.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ForeignEntry {
+    #[error(
+        "rundir {} is writable by every user (mode {mode:o}) and holds {name:?} of uid {owner}, not ours ({ours}): another user may have put it there to take the place of our sockets or files; remove it, or give the resolver a rundir of its own",
+        dir.display()
+    )]
+    Found {
+        dir: PathBuf,
+        mode: u32,
+        name: OsString,
+        owner: u32,
+        ours: u32,
+    },
+    #[error("cannot read rundir {}: {source}", dir.display())]
+    Unreadable {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Not root, in a rundir every user may write (mode 1777 like /tmp: podman's plain `--tmpfs`;
+/// or 0777: a Kubernetes emptyDir), refuse to start while it holds a file of another user.
+///
+/// Why: there, anybody on the host could make our names first (the API socket, the notify
+/// socket, the pid file, the workers' `control/` directory, their shared memory) and have us
+/// talk to, or read from, their file. Root replaces such files (it may remove anything), but
+/// we may not: the sticky bit keeps us from removing another user's file, so binding or
+/// writing over it would fail with a bare "operation not permitted", and without the sticky
+/// bit replacing it would be a race with its owner. So a file of another user in such a
+/// rundir is refused by name, before anything is made there. Once made, ours stay ours: the
+/// sticky bit keeps other users from removing or renaming them (without it, a rundir of
+/// every user is safe only where nobody else runs, as in a pod). What remains: a name made
+/// after this check, before we make it ourselves (the workers' `control/` directory, shared
+/// memory enabled later); a rundir of our own (`--tmpfs …:U`, an emptyDir with `fsGroup`) has
+/// no such gap.
+pub(super) fn refuse_foreign_entries(rundir: &Path) -> Result<(), ForeignEntry> {
+    foreign_entries_for(rundir, nix::unistd::geteuid().as_raw())
+}
+
+/// [`refuse_foreign_entries`] for a process running as `ours`.
+fn foreign_entries_for(rundir: &Path, ours: u32) -> Result<(), ForeignEntry> {
+    use std::os::unix::fs::MetadataExt;
+    let unreadable = |source| ForeignEntry::Unreadable {
+        dir: rundir.to_owned(),
+        source,
+    };
+    let mode = std::fs::metadata(rundir).map_err(unreadable)?.mode() & 0o7777;
+    if !guarded_as_shared(ours, mode) {
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(rundir).map_err(unreadable)? {
+        let entry = entry.map_err(unreadable)?;
+        // Never through a link: a link's own owner counts.
+        let owner = match entry.metadata() {
+            Ok(meta) => meta.uid(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(unreadable(e)),
+        };
+        if owner != ours {
+            return Err(ForeignEntry::Found {
+                dir: rundir.to_owned(),
+                mode,
+                name: entry.file_name(),
+                owner,
+                ours,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether a rundir of `mode` is one every user may write, whose entries must all be ours
+/// when we run as `uid` (root replaces what it finds instead).
+fn guarded_as_shared(uid: u32, mode: u32) -> bool {
+    uid != 0 && mode & 0o002 != 0
+}
+
 /// Give root's regular files in the directory `dir` (but the pid file, and any file with
 /// another link) to `workers`.
 fn hand_generated_files_over(
@@ -93,6 +201,72 @@ fn hand_generated_files_over(
 mod tests {
     use super::super::tests::TempDir;
     use super::*;
+
+    #[test]
+    fn only_a_rundir_every_user_may_write_is_guarded_when_not_root() {
+        // (uid, mode, guarded)
+        for (uid, mode, guarded) in [
+            (1_000_650_000, 0o1777, true),
+            (1_000_650_000, 0o777, true),
+            (1_000_650_000, 0o1770, false),
+            (1_000_650_000, 0o755, false),
+            (0, 0o1777, false),
+        ] {
+            assert_eq!(guarded_as_shared(uid, mode), guarded, "{uid} {mode:o}");
+        }
+    }
+
+    #[test]
+    fn a_missing_rundir_is_made_in_an_existing_directory_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = TempDir::new("rundir-made");
+        let rundir = dir.0.join("run");
+        assert!(make_missing_rundir(&rundir));
+        let meta = std::fs::metadata(&rundir).expect("made");
+        assert!(meta.is_dir());
+        assert_eq!(
+            meta.permissions().mode() & 0o7777,
+            MADE_RUNDIR_MODE & !0o022
+        );
+        assert!(!make_missing_rundir(&rundir), "already there");
+        assert!(
+            !make_missing_rundir(&dir.0.join("a/b")),
+            "never the parents"
+        );
+        assert!(!dir.0.join("a").exists());
+    }
+
+    #[test]
+    fn a_file_of_another_user_in_a_rundir_of_every_user_is_named() {
+        use std::os::unix::fs::PermissionsExt;
+        // Only root gives a file to another user.
+        assert!(nix::unistd::geteuid().is_root(), "the tests run as root");
+        let dir = TempDir::new("rundir-foreign");
+        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o1777)).expect("mode");
+        let planted = dir.0.join("kres-api.sock");
+        std::fs::write(&planted, "").expect("file");
+        std::os::unix::fs::chown(&planted, Some(4242), Some(4242)).expect("chown");
+        // As root: nothing refused (root replaces what it finds).
+        foreign_entries_for(&dir.0, 0).expect("root");
+        // As another user.
+        let said = foreign_entries_for(&dir.0, 1_000_650_000)
+            .expect_err("refused")
+            .to_string();
+        for part in [
+            "writable by every user",
+            "\"kres-api.sock\"",
+            "uid 4242",
+            "(1000650000)",
+        ] {
+            assert!(said.contains(part), "{part}: {said}");
+        }
+        // Its own files are fine; so is another user's file where only we may write.
+        std::os::unix::fs::chown(&planted, Some(1_000_650_000), Some(0)).expect("chown");
+        foreign_entries_for(&dir.0, 1_000_650_000).expect("only our files");
+        std::os::unix::fs::chown(&planted, Some(4242), Some(4242)).expect("chown");
+        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o1770)).expect("mode");
+        foreign_entries_for(&dir.0, 1_000_650_000).expect("not writable by every user");
+    }
 
     #[test]
     fn a_rundir_the_workers_could_write_is_made_sticky_and_ours() {

@@ -14,7 +14,7 @@ use supervisor::{Supervisor, SupervisorOptions};
 use super::super::logging::{self, Logging};
 use super::super::{recovery, resolve_user, upgrade, STORED_API};
 use super::lock::RundirLock;
-use super::rundir::keep_rundir_from_workers;
+use super::rundir::{keep_rundir_from_workers, make_missing_rundir, refuse_foreign_entries};
 use super::{
     keep_in, record_upgrade, signal_events, Begin, DaemonError, Invocation, KeepError, Root,
     Started, NOTIFY_SOCKET_NAME, PROBE_TIMEOUT,
@@ -73,11 +73,7 @@ pub fn run(invocation: Invocation) -> ExitCode {
         .collect();
     // Only what the root needs; the manager validates the whole configuration (and a
     // failure there stops the resolver before anything serves).
-    let view = match config::load_root_view(
-        &files,
-        crate::config::PathChecks::Strict,
-        config::LogTargetArg::Given(invocation.log.target),
-    ) {
+    let view = match load_root_view(&files, config::LogTargetArg::Given(invocation.log.target)) {
         Ok(view) => view,
         Err(e) => {
             tracing::error!("{e}");
@@ -110,6 +106,10 @@ pub fn run(invocation: Invocation) -> ExitCode {
                 source
             }
         );
+        return ExitCode::from(1);
+    }
+    if let Err(e) = refuse_foreign_entries(&rundir) {
+        tracing::error!("{e}");
         return ExitCode::from(1);
     }
     let Ok(run_as) = worker_credentials(&invocation) else {
@@ -149,6 +149,26 @@ pub fn run(invocation: Invocation) -> ExitCode {
         env: std::sync::Arc::new(invocation.env),
     };
     serve_root(root, Begin::Start(management, Some(lock)))
+}
+
+/// The root's view of the configuration, its paths checked. A rundir that is not there but
+/// whose directory is gets made (as systemd makes a `RuntimeDirectory`), then the view is
+/// checked again: our image ships no rundir, so that a runtime's plain `--tmpfs` over it is
+/// root's, mode 1777, rather than a copy of the image's directory narrowed by the runtime's
+/// umask (podman `--read-only` gives 1750, which no other UID can write).
+fn load_root_view(
+    files: &[PathBuf],
+    target: config::LogTargetArg,
+) -> Result<config::RootView, config::ConfigError> {
+    let load = |checks| config::load_root_view(files, checks, target.clone());
+    let checked = load(config::PathChecks::Strict);
+    if checked.is_ok() {
+        return checked;
+    }
+    match load(config::PathChecks::Lenient) {
+        Ok(view) if make_missing_rundir(&view.rundir) => load(config::PathChecks::Strict),
+        _ => checked,
+    }
 }
 
 /// Raise our soft limit on open descriptors to the hard one (the children inherit it); the

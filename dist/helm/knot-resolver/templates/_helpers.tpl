@@ -41,3 +41,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $_ := set $config "management" (dict "interface" (printf "0.0.0.0@%d" (int .Values.api.port))) -}}
 {{- toYaml $config -}}
 {{- end -}}
+
+{{/* Refuse an API Service reachable from outside the cluster in clear text, and a
+ServiceMonitor with no API Service to select. */}}
+{{- define "knot-resolver.checkApiExposure" -}}
+{{- $svc := .Values.api.service -}}
+{{- if and $svc.enabled (ne $svc.type "ClusterIP") (not $svc.tlsTerminatedInFront) -}}
+{{- fail (printf "api.service.type=%s would expose the management API (bearer tokens, the configuration, the status page /ui) outside the cluster in clear text: keep api.service.type=ClusterIP, or terminate TLS in front of it and set api.service.tlsTerminatedInFront=true" $svc.type) -}}
+{{- end -}}
+{{- if and .Values.serviceMonitor.enabled (not $svc.enabled) -}}
+{{- fail "serviceMonitor.enabled needs api.service.enabled=true: the ServiceMonitor scrapes the API Service's pods" -}}
+{{- end -}}
+{{- end -}}
