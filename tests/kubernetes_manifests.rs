@@ -242,19 +242,32 @@ fn service_budget_and_monitor_select_the_pod() {
     let pdb = load("pdb.yaml");
     assert_eq!(text(&pdb, &["kind"]), "PodDisruptionBudget");
     assert_eq!(at(&pdb, &["spec", "selector", "matchLabels"]), &labels);
+    let ports = |service: &Yaml| -> Vec<String> {
+        at(service, &["spec", "ports"])
+            .as_vec()
+            .expect("ports")
+            .iter()
+            .filter_map(|p| p["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    // DNS only on the DNS Service; the API on a ClusterIP Service of its own.
+    assert_eq!(ports(&service), ["dns-udp", "dns-tcp"]);
+    let api = load("api-service.yaml");
+    assert_eq!(at(&api, &["spec", "selector"]), &labels);
+    assert_eq!(text(&api, &["spec", "type"]), "ClusterIP");
+    assert_eq!(ports(&api), ["api"]);
     let monitor = load("servicemonitor.yaml");
     assert_eq!(
         at(&monitor, &["spec", "selector", "matchLabels"]),
-        at(&service, &["metadata", "labels"])
+        at(&api, &["metadata", "labels"])
+    );
+    assert_ne!(
+        at(&monitor, &["spec", "selector", "matchLabels"]),
+        at(&service, &["metadata", "labels"]),
+        "the monitor selects the API's Service only"
     );
     let endpoint = at(&monitor, &["spec", "endpoints", "0"]);
-    let service_ports: Vec<&str> = at(&service, &["spec", "ports"])
-        .as_vec()
-        .expect("ports")
-        .iter()
-        .filter_map(|p| p["name"].as_str())
-        .collect();
-    assert!(service_ports.contains(&text(endpoint, &["port"])));
+    assert!(ports(&api).iter().any(|p| p == text(endpoint, &["port"])));
     assert_eq!(text(endpoint, &["path"]), "/metrics/prometheus");
     assert_eq!(
         text(endpoint, &["authorization", "credentials", "name"]),
