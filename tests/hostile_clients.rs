@@ -108,7 +108,7 @@ fn tcp_requests_need_our_host_our_origin_and_the_token() {
 /// client that is no browser (kresctl's requests) still stops it.
 #[test]
 fn pages_of_other_origins_cannot_stop_a_resolver_on_a_wildcard_endpoint() {
-    let port = testbed::free_port().expect("port");
+    let port = testbed::free_wildcard_port().expect("port");
     let mut r = common::start(
         &Setup::new("hostile-origin")
             .management(&format!("  interface: 0.0.0.0@{port}\n"))

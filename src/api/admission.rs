@@ -5,11 +5,14 @@
 //! connections that send nothing) and recorded here with its peer (unix: uid; TCP: source
 //! address, IPv6 by /64) and its standing: *unproven* until a request of it passed the guard,
 //! *serving* while a request is in flight, *proven* once one was answered with anything but a
-//! refusal (a refused connection is closed after its answer). When the open connections
+//! refusal (a refused connection is closed after its answer), *stalled* while its answer
+//! waits for the client to read (`server::WriteDeadline` says so). When the open connections
 //! reach the bound (derived from the descriptor limit, [`connection_bound`]), a new one sheds
 //! an old one instead of being refused: from the peer holding the most connections (so one
 //! uid or address cannot take every place from another), its oldest unproven connection,
-//! else its oldest idle proven one. A connection with a request in flight is never shed.
+//! else its oldest idle proven one, else its oldest stalled one. A connection whose request
+//! is being worked on, or whose answer its client is taking, is never shed: slow readers
+//! cannot keep a probe or an admin out.
 //! The request-head deadline (`server::HEADER_READ_TIMEOUT`) bounds how long any connection
 //! stays without a request.
 
@@ -90,6 +93,9 @@ enum Standing {
     /// Idle after a request that passed the guard: shed only when its peer has no unproven
     /// connection left.
     Proven,
+    /// A request in flight whose answer waits for the client to read it: shed only when its
+    /// peer has no unproven or idle connection left.
+    Stalled,
 }
 
 /// How a request ended, for the standing of its connection.
@@ -125,14 +131,18 @@ struct Share {
     unproven: BTreeSet<u64>,
     /// Its idle proven connections, by id (oldest first).
     proven: BTreeSet<u64>,
+    /// Its connections whose answers wait for it, by id (oldest first).
+    stalled: BTreeSet<u64>,
 }
 
 impl Share {
-    /// Its next connection to shed: the oldest unproven, else the oldest idle proven.
+    /// Its next connection to shed: the oldest unproven, else the oldest idle proven, else
+    /// the oldest stalled.
     fn victim(&self) -> Option<u64> {
         self.unproven
             .first()
             .or_else(|| self.proven.first())
+            .or_else(|| self.stalled.first())
             .copied()
     }
 
@@ -140,6 +150,7 @@ impl Share {
         match standing {
             Standing::Unproven => Some(&mut self.unproven),
             Standing::Proven => Some(&mut self.proven),
+            Standing::Stalled => Some(&mut self.stalled),
             Standing::Serving => None,
         }
     }
@@ -226,6 +237,17 @@ impl Table {
             }
         }
         Some(entry)
+    }
+
+    /// Move a connection from `from` to `to`, if it stands there.
+    fn move_standing(&mut self, id: u64, from: Standing, to: Standing) {
+        if self
+            .connections
+            .get(&id)
+            .is_some_and(|e| e.standing == from)
+        {
+            self.set_standing(id, to);
+        }
     }
 
     /// Move a connection to `standing`.
@@ -383,6 +405,23 @@ impl Ticket {
     }
 }
 
+impl Ticket {
+    /// The answer in flight began (`true`) or ceased (`false`) to wait for the client to
+    /// read it: the connection is stalled, and may be shed, meanwhile. Nothing changes for a
+    /// connection with no request in flight.
+    pub fn answer_waits(&self, waits: bool) {
+        let (from, to) = if waits {
+            (Standing::Serving, Standing::Stalled)
+        } else {
+            (Standing::Stalled, Standing::Serving)
+        };
+        self.admission
+            .state()
+            .table
+            .move_standing(self.id, from, to);
+    }
+}
+
 impl Drop for Ticket {
     fn drop(&mut self) {
         self.admission.state().table.remove(self.id);
@@ -435,6 +474,8 @@ mod tests {
         /// A connection of this peer finds every place serving.
         Refused(PeerKey),
         Serve(u64),
+        /// The answer of this serving connection waits for its client (`true`) or no more.
+        Waits(u64, bool),
         End(u64, Standing),
         Close(u64),
     }
@@ -471,6 +512,12 @@ mod tests {
                     );
                 }
                 Step::Serve(id) => table.set_standing(*id, Standing::Serving),
+                Step::Waits(id, true) => {
+                    table.move_standing(*id, Standing::Serving, Standing::Stalled)
+                }
+                Step::Waits(id, false) => {
+                    table.move_standing(*id, Standing::Stalled, Standing::Serving)
+                }
                 Step::End(id, standing) => table.set_standing(*id, *standing),
                 Step::Close(id) => {
                     table.remove(*id);
@@ -534,6 +581,37 @@ mod tests {
                 Refused(B),
                 Close(0),
                 Admit(B, None),
+            ],
+        );
+    }
+
+    #[test]
+    fn stalled_answers_go_last_and_oldest_first() {
+        use Step::*;
+        check(
+            3,
+            &[
+                Admit(A, None),
+                Admit(A, None),
+                Admit(A, None),
+                // Every place serves; 1 and 2 wait for their slow client.
+                Serve(0),
+                Serve(1),
+                Serve(2),
+                Waits(2, true),
+                Waits(1, true),
+                // A probe's connection: the oldest stalled answer, 1, makes way.
+                Admit(B, Some(1)),
+                Serve(3),
+                // 2's client read again: serving, not to be shed; nothing is left to shed.
+                Waits(2, false),
+                Refused(B),
+                // A connection that is not serving cannot be stalled; one that ended is not
+                // serving again because its last write was taken.
+                Waits(3, true),
+                End(3, Standing::Proven),
+                Waits(3, false),
+                Admit(B, Some(3)),
             ],
         );
     }

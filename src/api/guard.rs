@@ -465,7 +465,9 @@ mod tests {
             let request = b.body(axum::body::Body::empty()).expect("request");
             guard.admit(&request).err().map(|(s, _)| s.as_u16())
         };
-        let rows: &[(&str, &[(&str, &str)], Option<u16>)] = &[
+        /// A method, the request's headers, the refusal's status (`None`: admitted).
+        type Row<'a> = (&'a str, &'a [(&'a str, &'a str)], Option<u16>);
+        let rows: &[Row] = &[
             // kresctl and upstream's kresctl: no browser headers.
             ("POST", &[], None),
             ("PUT", &[("content-type", "application/json")], None),

@@ -348,9 +348,10 @@ pub async fn serve_admitting(
                     continue;
                 };
                 let (router, shutdown) = (router.clone(), shutdown.clone());
+                let ticket = std::sync::Arc::new(ticket);
                 connections.spawn(async move {
                     let (io, peer) = accepted.into_io().await;
-                    let io = Box::new(WriteDeadline::new(io, WRITE_TIMEOUT));
+                    let io = Box::new(WriteDeadline::new(io, WRITE_TIMEOUT, ticket.clone()));
                     connection(io, peer, router, shutdown, ticket).await;
                 });
             }
@@ -415,10 +416,12 @@ struct WriteDeadline<T> {
     waiting_since: Option<tokio::time::Instant>,
     /// When the waiting of the write in progress completes the window.
     window_end: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// The connection's place: stalled (sheddable) while an answer waits for its client.
+    ticket: std::sync::Arc<Ticket>,
 }
 
 impl<T> WriteDeadline<T> {
-    fn new(io: T, window: Duration) -> Self {
+    fn new(io: T, window: Duration, ticket: std::sync::Arc<Ticket>) -> Self {
         WriteDeadline {
             io,
             window,
@@ -426,6 +429,7 @@ impl<T> WriteDeadline<T> {
             taken: 0,
             waiting_since: None,
             window_end: None,
+            ticket,
         }
     }
 
@@ -441,6 +445,9 @@ impl<T> WriteDeadline<T> {
         let now = tokio::time::Instant::now();
         match result {
             Poll::Pending => {
+                if self.waiting_since.is_none() {
+                    self.ticket.answer_waits(true);
+                }
                 let since = *self.waiting_since.get_or_insert(now);
                 let end = since + self.window.saturating_sub(self.waited);
                 self.window_end
@@ -464,6 +471,7 @@ impl<T> WriteDeadline<T> {
                 if let Some(since) = self.waiting_since.take() {
                     self.waited += now.saturating_duration_since(since);
                     self.window_end = None;
+                    self.ticket.answer_waits(false);
                 }
                 // What the socket's buffer took before the answer ever waited is the
                 // kernel's, not the client's.
@@ -676,9 +684,8 @@ async fn connection(
     peer: Peer,
     router: Router,
     shutdown: CancellationToken,
-    ticket: Ticket,
+    ticket: std::sync::Arc<Ticket>,
 ) {
-    let ticket = std::sync::Arc::new(ticket);
     let shed = ticket.shed().clone();
     let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
         let mut request = request.map(axum::body::Body::new);

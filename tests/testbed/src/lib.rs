@@ -427,6 +427,38 @@ pub fn free_port() -> Result<u16> {
     bail!("no free port found")
 }
 
+/// A port free on every address (`0.0.0.0`) for both UDP and TCP, for a server that listens
+/// on a wildcard address. It is taken below the kernel's ephemeral range (32768 and up), so
+/// no client socket of a test running beside this one is given it later, as one can be given
+/// a port of [`free_port`]; ports handed out by one test process are never handed out twice.
+pub fn free_wildcard_port() -> Result<u16> {
+    static NEXT: Mutex<Option<u16>> = Mutex::new(None);
+    const RANGE: std::ops::Range<u16> = 20_000..32_000;
+    let _guard = PORT_LOCK
+        .lock()
+        .map_err(|_| anyhow::anyhow!("port lock poisoned"))?;
+    let mut next = NEXT
+        .lock()
+        .map_err(|_| anyhow::anyhow!("port cursor poisoned"))?;
+    // Processes running at once start at different places of the range.
+    let start = RANGE.start + (std::process::id() % u32::from(RANGE.end - RANGE.start)) as u16;
+    let mut port = next.unwrap_or(start);
+    for _ in 0..(RANGE.end - RANGE.start) {
+        port = if port + 1 >= RANGE.end {
+            RANGE.start
+        } else {
+            port + 1
+        };
+        if UdpSocket::bind(("0.0.0.0", port)).is_ok()
+            && TcpListener::bind(("0.0.0.0", port)).is_ok()
+        {
+            *next = Some(port);
+            return Ok(port);
+        }
+    }
+    bail!("no free port found below the ephemeral range")
+}
+
 /// The collected stderr of a launched process, for failure messages and log assertions.
 #[derive(Clone)]
 pub struct Output {
