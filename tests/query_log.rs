@@ -1114,7 +1114,10 @@ fn another_users_process_is_refused() {
     let status = wait_status(&r, "the stream and the datagram refused", |s| {
         s["refused_peers"].as_u64() >= Some(2)
     });
-    eprintln!("status: {status}");
+    assert_eq!(
+        scrape(&r).value("knot_resolver_query_log_peers_refused_total", &[]),
+        status["refused_peers"].as_f64()
+    );
     // The workers' own stream goes on.
     ask(&r, client(5), "a.qlog.test.", dns::TYPE_A);
     wait_status(&r, "the answer logged", |s| s["held"].as_u64() >= Some(1));
@@ -1123,11 +1126,17 @@ fn another_users_process_is_refused() {
 
 /// A dnstap frame of an answer to `x.test. A` for 192.0.2.1, sent by `identity`.
 fn answer_frame(identity: &str, id: u16) -> Vec<u8> {
+    answer_frame_for(identity, id, b"\x01x\x04test\x00")
+}
+
+/// A dnstap frame of an answer to `name` (its wire form) A for 192.0.2.1, sent by `identity`.
+fn answer_frame_for(identity: &str, id: u16, name: &[u8]) -> Vec<u8> {
     use knot_resolver::query_log::dnstap::{Dnstap, DnstapMessage};
     use prost::Message as _;
     let mut dns = id.to_be_bytes().to_vec();
     dns.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0]);
-    dns.extend_from_slice(b"\x01x\x04test\x00\x00\x01\x00\x01");
+    dns.extend_from_slice(name);
+    dns.extend_from_slice(&[0, 1, 0, 1]);
     let envelope = Dnstap {
         identity: Some(identity.as_bytes().to_vec()),
         r#type: 1,
@@ -1292,5 +1301,80 @@ fn a_resolver_with_the_log_off_has_no_socket() {
     for socket in log_sockets(&r) {
         assert!(!socket.exists(), "{}", socket.display());
     }
+    r.stop();
+}
+
+/// The longest name there is (255 bytes on the wire), every byte one that is written
+/// `\DDD` (about 1,000 characters), told apart by `n`.
+fn hostile_name(n: u32) -> Vec<u8> {
+    let mut wire = Vec::with_capacity(255);
+    for (label, len) in [63u8, 63, 63, 61].into_iter().enumerate() {
+        wire.push(len);
+        for k in 0..u32::from(len) {
+            let byte = 0x80 + (n.wrapping_add(k).wrapping_mul(7).wrapping_add(label as u32) % 0x7f);
+            wire.push(byte as u8);
+        }
+    }
+    wire.push(0);
+    assert_eq!(wire.len(), 255);
+    wire
+}
+
+#[test]
+fn hostile_names_cost_what_the_ring_counts() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let r = resolver(
+        "qlog-hostile-names",
+        "    entries: 100000\n    max-memory: 1G\n",
+    );
+    let manager = manager_pid(&r);
+    ask(&r, client(2), "a.qlog.test.", dns::TYPE_A);
+    let before = wait_status(&r, "the worker's stream read", |s| {
+        s["streams"].as_u64() == Some(1) && s["held"].as_u64() >= Some(1)
+    });
+    let rss_before = rss_kib(manager);
+    let mut stream = UnixStream::connect(r.dir.host("run/query-log.sock")).expect("connect");
+    assert!(shake_hands(&mut stream), "the reader accepts root's stream");
+    let entries = 100_000u32;
+    for chunk in (0..entries).collect::<Vec<_>>().chunks(1000) {
+        let batch: Vec<u8> = chunk
+            .iter()
+            .flat_map(|i| answer_frame_for("900", *i as u16, &hostile_name(*i)))
+            .collect();
+        stream.write_all(&batch).expect("write");
+    }
+    let received = before["received"].as_u64().unwrap_or(0) + u64::from(entries);
+    let full = wait_status(&r, "every answer kept", |s| {
+        s["received"].as_u64() >= Some(received)
+    });
+    let rss_full = rss_kib(manager);
+    let held = full["held"].as_u64().unwrap_or(0);
+    let held_bytes = full["held_bytes"].as_u64().unwrap_or(0);
+    assert_eq!(held, u64::from(entries), "{full}");
+    let name = &kresctl_json(&r, &["querylog", "--json", "--limit", "1"])[0]["name"];
+    let name_len = name.as_str().map_or(0, str::len);
+    assert!(name_len > 900, "escaped: {name}");
+    let measured = (rss_full.saturating_sub(rss_before)) * 1024 / held;
+    eprintln!(
+        "{held} entries of {name_len}-character names: manager RSS {rss_before} → {rss_full} KiB, {measured} bytes an entry measured, {} counted",
+        held_bytes / held
+    );
+    // The count is honest: the memory the entries took is not far above it.
+    assert!(
+        measured * 4 <= (held_bytes / held) * 5,
+        "{measured} bytes an entry measured, {} counted",
+        held_bytes / held
+    );
+
+    // A smaller max-memory applies at once; the oldest give way.
+    let resp = r.put_json("/monitoring/query-log/max-memory", json!("8M"));
+    assert!(resp.status < 300, "{}", resp.text());
+    let cut = wait_status(&r, "the ring cut to 8M", |s| {
+        s["max_memory"].as_u64() == Some(8 << 20)
+    });
+    assert!(cut["held_bytes"].as_u64() <= Some(8 << 20), "{cut}");
+    assert!(cut["held"].as_u64() < Some(10_000), "{cut}");
+    eprintln!("max-memory 8M: {cut}");
     r.stop();
 }

@@ -171,6 +171,7 @@ enum Claim {
 /// The worker a stream is, fixed by its first answer's identity; its tally in the log is
 /// kept while the stream lives (freed on drop, however the stream ends).
 struct StreamWorker<'a> {
+    /// Where the worker's tally is kept.
     log: &'a QueryLog,
     /// The first answer's identity, once it came.
     identity: Option<Option<Box<str>>>,
