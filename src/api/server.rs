@@ -554,7 +554,7 @@ impl Accepted {
 
 /// The credentials of a unix socket's peer. The supplementary groups come from the kernel
 /// (`SO_PEERGROUPS`); before Linux 4.13, from the group database for the peer's uid.
-pub(crate) async fn unix_peer(s: &tokio::net::UnixStream) -> Peer {
+async fn unix_peer(s: &tokio::net::UnixStream) -> Peer {
     use std::os::fd::AsFd;
     let Ok(cred) = s.peer_cred() else {
         return Peer::Unknown;

@@ -28,7 +28,6 @@ use super::dnstap::{self, Decoded, QueryKey};
 use super::frames::{self, Frame, FrameError};
 use super::intake::Access;
 use super::{Entry, QueryLog, SOCKET_FILE};
-use crate::api::server::Peer;
 use crate::service::WorkerId;
 
 /// Who may open a stream, and how many at once.
@@ -92,11 +91,19 @@ pub async fn serve(
                 }
             }
         };
-        // The kernel's credentials of the peer, as the API reads them.
-        let peer = crate::api::server::unix_peer(&stream).await;
-        if !matches!(peer, Peer::Unix { uid, .. } if admission.access.admits(uid)) {
+        // The kernel's credentials of the peer, as the API's accept loop reads them (its
+        // `unix_peer` is in a layer above this one and asks for the groups too).
+        let peer = stream.peer_cred();
+        if !peer
+            .as_ref()
+            .is_ok_and(|cred| admission.access.admits(cred.uid()))
+        {
             drop(stream);
-            log.refuse_peer("a stream", &peer);
+            let who = match peer {
+                Ok(cred) => format!("uid {} pid {:?}", cred.uid(), cred.pid()),
+                Err(e) => format!("a peer of unknown credentials ({e})"),
+            };
+            log.refuse_peer("a stream", &who);
             continue;
         }
         if open.fetch_add(1, Ordering::Relaxed) >= admission.limit.load(Ordering::Relaxed) {
