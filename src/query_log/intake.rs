@@ -154,12 +154,16 @@ impl Intake {
         }
     }
 
-    /// `cfg` runs: the sockets bound when it has the log on, removed when not.
+    /// `cfg` runs: the sockets bound when it has the log on, removed when not (also those an
+    /// earlier manager process left).
     pub fn follow(&self, cfg: &KresConfig) {
         if cfg.monitoring.query_log.enabled {
             self.open(&cfg.rundir, cfg.workers as usize);
         } else {
             self.close();
+            for file in [SOCKET_FILE, MARKS_FILE] {
+                remove_socket(&cfg.rundir.join(file));
+            }
         }
     }
 
@@ -317,5 +321,60 @@ mod tests {
                 assert!(!access.admits(*uid), "{uid} for {which}");
             }
         }
+    }
+
+    fn config(rundir: &Path, enabled: bool) -> KresConfig {
+        let raw = serde_json::json!({
+            "rundir": rundir,
+            "monitoring": {"query-log": {"enabled": enabled}},
+        });
+        let ctx = crate::config::ValidationContext {
+            resolve_root: "/".into(),
+            checks: crate::config::PathChecks::Lenient,
+            logtarget_arg: Default::default(),
+        };
+        crate::config::validate(&raw, &ctx).expect("valid")
+    }
+
+    #[tokio::test]
+    async fn the_sockets_exist_only_while_the_log_is_on() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("kres-intake-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let files = [dir.join(SOCKET_FILE), dir.join(MARKS_FILE)];
+        // A socket an earlier manager process left is removed while the log is off.
+        drop(std::os::unix::net::UnixListener::bind(&files[0]).expect("stale"));
+        let log = QueryLog::default();
+        let intake = Intake::new(
+            log.clone(),
+            Access::for_workers(None),
+            CancellationToken::new(),
+        );
+        let (off, on) = (config(&dir, false), config(&dir, true));
+        // (step, bound after)
+        let rows: [(&str, bool); 5] = [
+            ("follow off", false),
+            ("prepare off", false),
+            ("prepare on", true),
+            ("follow on", true),
+            ("follow off", false),
+        ];
+        for (step, bound) in rows {
+            match step {
+                "follow off" => intake.follow(&off),
+                "prepare off" => intake.prepare(&off),
+                "prepare on" => intake.prepare(&on),
+                _ => intake.follow(&on),
+            }
+            assert_eq!(intake.is_bound(), bound, "{step}");
+            for file in &files {
+                let meta = std::fs::symlink_metadata(file);
+                assert_eq!(meta.is_ok(), bound, "{step}: {}", file.display());
+                if let Ok(meta) = meta {
+                    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{step}");
+                }
+            }
+        }
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -92,7 +92,7 @@ pub struct QueryLogStatus {
     pub streams: u64,
     /// Answers the workers sent that never reached the log (kresd drops an entry when the
     /// reader lags; the answer itself is never delayed): per worker, the answers it counted
-    /// minus those received, since its stream was first read by this manager process.
+    /// minus those received, since its stream opened (counted while the stream is open).
     pub missed: u64,
     /// Workers whose misses are counted (their answer count known since their stream began).
     pub workers_counted: u64,
