@@ -727,6 +727,18 @@ fn the_configuration_renders_the_dnstap_module_for_the_query_log() {
             json!({"monitoring": {"query-log": {"size": 3}}}),
             "/monitoring/query-log",
         ),
+        (
+            json!({"monitoring": {"query-log": {"max-age": "500ms"}}}),
+            "/monitoring/query-log/max-age",
+        ),
+        (
+            json!({"monitoring": {"query-log": {"max-age": "soon"}}}),
+            "/monitoring/query-log/max-age",
+        ),
+        (
+            json!({"monitoring": {"query-log": {"max-memory": "512K"}}}),
+            "/monitoring/query-log/max-memory",
+        ),
     ] {
         let err = validate(&doc, &ctx).expect_err("invalid").to_string();
         assert!(err.contains(path), "{err}");
@@ -1168,5 +1180,350 @@ fn slow_readers_of_a_full_ring_cannot_exhaust_the_manager() {
     let list: Vec<Value> = serde_json::from_slice(&answer.body).expect("JSON");
     assert!(answer.body.len() <= 8 << 20);
     assert!(truncated > 0 && list.len() as u64 + truncated >= 90_000);
+    r.stop();
+}
+
+/// The rundir's socket files of the query log.
+fn log_sockets(r: &Resolver) -> [std::path::PathBuf; 2] {
+    [
+        r.dir.host("run/query-log.sock"),
+        r.dir.host("run/query-log-marks.sock"),
+    ]
+}
+
+/// What a process of uid and gid 65534 gets from `query-log.sock` and the marks' socket, both
+/// reached from the rundir as its working directory (its ancestors need not be open to it):
+/// `denied` (the file's mode), `closed` (connected, then closed by the reader) or `open`.
+fn connect_as_nobody(r: &Resolver) -> String {
+    let script = r#"
+import socket
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(10)
+try:
+    s.connect("query-log.sock")
+    try:
+        print("closed" if s.recv(1) == b"" else "data")
+    except ConnectionResetError:
+        print("closed")
+    except socket.timeout:
+        print("open")
+except PermissionError:
+    print("denied")
+d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+try:
+    d.sendto(bytes(24), "query-log-marks.sock")
+    print("sent")
+except PermissionError:
+    print("denied")
+"#;
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(["/usr/bin/python3", "-c", script])
+        .current_dir(r.dir.host("run"))
+        .output()
+        .expect("setpriv python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn another_users_process_is_refused() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let r = resolver("qlog-peers", "");
+    let run = r.dir.host("run");
+    // The rundir searchable by others, as a rundir of mode 0755 is; the sockets are not.
+    let run_mode = std::fs::metadata(&run)
+        .expect("rundir")
+        .permissions()
+        .mode();
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(run_mode | 0o001))
+        .expect("chmod rundir");
+    for socket in log_sockets(&r) {
+        let meta = std::fs::metadata(&socket).expect("socket");
+        assert_eq!(
+            (meta.mode() & 0o777, meta.uid()),
+            (0o600, nix::unistd::geteuid().as_raw()),
+            "{}",
+            socket.display()
+        );
+    }
+    assert_eq!(connect_as_nobody(&r), "denied denied", "the files' mode");
+    // Opened to everyone, the sockets still refuse: the kernel's credentials are checked.
+    for socket in log_sockets(&r) {
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    }
+    assert_eq!(connect_as_nobody(&r), "closed sent", "the peer's uid");
+    let status = wait_status(&r, "the stream and the datagram refused", |s| {
+        s["refused_peers"].as_u64() >= Some(2)
+    });
+    assert_eq!(
+        scrape(&r).value("knot_resolver_query_log_peers_refused_total", &[]),
+        status["refused_peers"].as_f64()
+    );
+    // The workers' own stream goes on.
+    ask(&r, client(5), "a.qlog.test.", dns::TYPE_A);
+    wait_status(&r, "the answer logged", |s| s["held"].as_u64() >= Some(1));
+    r.stop();
+}
+
+/// A dnstap frame of an answer to `x.test. A` for 192.0.2.1, sent by `identity`.
+fn answer_frame(identity: &str, id: u16) -> Vec<u8> {
+    answer_frame_for(identity, id, b"\x01x\x04test\x00")
+}
+
+/// A dnstap frame of an answer to `name` (its wire form) A for 192.0.2.1, sent by `identity`.
+fn answer_frame_for(identity: &str, id: u16, name: &[u8]) -> Vec<u8> {
+    use knot_resolver::query_log::dnstap::{Dnstap, DnstapMessage};
+    use prost::Message as _;
+    let mut dns = id.to_be_bytes().to_vec();
+    dns.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0]);
+    dns.extend_from_slice(name);
+    dns.extend_from_slice(&[0, 1, 0, 1]);
+    let envelope = Dnstap {
+        identity: Some(identity.as_bytes().to_vec()),
+        r#type: 1,
+        message: Some(DnstapMessage {
+            r#type: 6,
+            socket_protocol: Some(1),
+            query_address: Some(vec![192, 0, 2, 1]),
+            query_port: Some(4000),
+            query_time_sec: None,
+            query_time_nsec: None,
+            query_message: None,
+            response_time_sec: Some(1),
+            response_time_nsec: Some(0),
+            response_message: Some(dns),
+        }),
+    };
+    knot_resolver::query_log::frames::encode_data(&envelope.encode_to_vec())
+}
+
+/// A Frame Streams writer's handshake on `stream`: READY, the reader's ACCEPT, START. False
+/// when the reader closed the stream instead.
+fn shake_hands(stream: &mut std::os::unix::net::UnixStream) -> bool {
+    use knot_resolver::query_log::frames::{encode_control, ControlKind, CONTENT_TYPE};
+    use std::io::{Read, Write};
+    if stream
+        .write_all(&encode_control(ControlKind::Ready, &[CONTENT_TYPE]))
+        .is_err()
+    {
+        return false;
+    }
+    let accept = encode_control(ControlKind::Accept, &[CONTENT_TYPE]);
+    let mut got = vec![0u8; accept.len()];
+    if stream.read_exact(&mut got).is_err() || got != accept {
+        return false;
+    }
+    stream
+        .write_all(&encode_control(ControlKind::Start, &[]))
+        .is_ok()
+}
+
+#[test]
+fn a_stream_claiming_many_workers_costs_nothing_but_itself() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let r = resolver("qlog-identities", "");
+    let manager = manager_pid(&r);
+    ask(&r, client(2), "a.qlog.test.", dns::TYPE_A);
+    let before = wait_status(&r, "the worker's stream read", |s| {
+        s["streams"].as_u64() == Some(1) && s["held"].as_u64() >= Some(1)
+    });
+    let rss_before = rss_kib(manager);
+
+    // 100,000 answers, each claiming another worker, on one stream of an admitted peer (root).
+    let mut stream = UnixStream::connect(r.dir.host("run/query-log.sock")).expect("connect");
+    assert!(shake_hands(&mut stream), "the reader accepts root's stream");
+    let frames = 100_000u32;
+    for chunk in (0..frames).collect::<Vec<_>>().chunks(1000) {
+        let batch: Vec<u8> = chunk
+            .iter()
+            .flat_map(|i| answer_frame(&(1000 + i).to_string(), *i as u16))
+            .collect();
+        stream.write_all(&batch).expect("write");
+    }
+    let status = wait_status(&r, "all but the first refused", |s| {
+        s["refused_frames"].as_u64() == Some(u64::from(frames) - 1)
+    });
+    let received = status["received"].as_u64().unwrap_or(0);
+    assert_eq!(
+        received,
+        before["received"].as_u64().unwrap_or(0) + 1,
+        "only the stream's first answer is kept: {status}"
+    );
+    drop(stream);
+    wait_status(&r, "the stream closed", |s| {
+        s["streams"].as_u64() == Some(1)
+    });
+
+    // Many streams at once: as many as the workers (1) and the margin (4) are read.
+    let mut held = Vec::new();
+    let mut accepted = 0;
+    for _ in 0..50 {
+        let mut s = UnixStream::connect(r.dir.host("run/query-log.sock")).expect("connect");
+        s.set_read_timeout(Some(SETTLE)).expect("timeout");
+        if shake_hands(&mut s) {
+            accepted += 1;
+        }
+        held.push(s);
+    }
+    let status = get(&r, "/query-log/status");
+    assert_eq!(accepted, 4, "{status}");
+    assert!(status["streams"].as_u64() <= Some(5), "{status}");
+    drop(held);
+    wait_status(&r, "the hostile streams closed", |s| {
+        s["streams"].as_u64() == Some(1)
+    });
+    let rss_after = rss_kib(manager);
+    eprintln!(
+        "manager RSS: {rss_before} KiB before, {rss_after} KiB after {frames} frames of distinct identities and 50 streams"
+    );
+    assert!(
+        rss_after < rss_before + 16 * 1024,
+        "{rss_before} → {rss_after} KiB"
+    );
+    // The worker's stream goes on.
+    ask(&r, client(3), "b.qlog.test.", dns::TYPE_A);
+    wait_status(&r, "the next answer logged", |s| {
+        s["received"].as_u64() >= Some(received + 1)
+    });
+    r.stop();
+}
+
+#[test]
+fn the_log_off_binds_nothing_and_turned_off_empties_itself() {
+    let r = resolver("qlog-off", "    max-age: 2s\n");
+    // max-age: an answer is dropped once older.
+    ask(&r, client(2), "a.qlog.test.", dns::TYPE_A);
+    let status = wait_status(&r, "the answer logged", |s| s["held"].as_u64() >= Some(1));
+    assert_eq!(status["max_age_seconds"].as_u64(), Some(2), "{status}");
+    wait_status(&r, "the answer dropped at its age", |s| {
+        s["held"].as_u64() == Some(0) && s["received"].as_u64() >= Some(1)
+    });
+
+    // Off: the sockets are gone, and the ring is empty.
+    let resp = r.put_json("/monitoring/query-log/max-age", json!("1h"));
+    assert!(resp.status < 300, "{}", resp.text());
+    ask(&r, client(2), "b.qlog.test.", dns::TYPE_A);
+    wait_status(&r, "the answer logged", |s| s["held"].as_u64() >= Some(1));
+    let resp = r.put_json("/monitoring/query-log/enabled", json!(false));
+    assert!(resp.status < 300, "{}", resp.text());
+    let status = wait_status(&r, "off", |s| s["enabled"] == json!(false));
+    assert_eq!(
+        (status["held"].as_u64(), status["held_bytes"].as_u64()),
+        (Some(0), Some(0)),
+        "{status}"
+    );
+    for socket in log_sockets(&r) {
+        assert!(!socket.exists(), "{} while off", socket.display());
+    }
+    ask(&r, client(3), "c.qlog.test.", dns::TYPE_A);
+    assert_eq!(get(&r, "/query-log/status")["held"].as_u64(), Some(0));
+
+    // On again: bound before the workers start, which connect.
+    let resp = r.put_json("/monitoring/query-log/enabled", json!(true));
+    assert!(resp.status < 300, "{}", resp.text());
+    for socket in log_sockets(&r) {
+        assert!(socket.exists(), "{} while on", socket.display());
+    }
+    ask(&r, client(4), "a.qlog.test.", dns::TYPE_A);
+    wait_status(&r, "the answer logged", |s| s["held"].as_u64() >= Some(1));
+    r.stop();
+}
+
+#[test]
+fn a_resolver_with_the_log_off_has_no_socket() {
+    let setup = Setup::new("qlog-never")
+        .extra("local-data:\n  records: |\n    a.qlog.test. 60 A 192.0.2.1\n");
+    let r = common::start(&setup).expect("start");
+    assert_eq!(
+        ask(&r, client(2), "a.qlog.test.", dns::TYPE_A).rcode,
+        dns::RCODE_NOERROR
+    );
+    for socket in log_sockets(&r) {
+        assert!(!socket.exists(), "{}", socket.display());
+    }
+    r.stop();
+}
+
+/// The longest name there is (255 bytes on the wire), every byte one that is written
+/// `\DDD` (about 1,000 characters), told apart by `n`.
+fn hostile_name(n: u32) -> Vec<u8> {
+    let mut wire = Vec::with_capacity(255);
+    for (label, len) in [63u8, 63, 63, 61].into_iter().enumerate() {
+        wire.push(len);
+        for k in 0..u32::from(len) {
+            let byte = 0x80 + (n.wrapping_add(k).wrapping_mul(7).wrapping_add(label as u32) % 0x7f);
+            wire.push(byte as u8);
+        }
+    }
+    wire.push(0);
+    assert_eq!(wire.len(), 255);
+    wire
+}
+
+#[test]
+fn hostile_names_cost_what_the_ring_counts() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let r = resolver(
+        "qlog-hostile-names",
+        "    entries: 100000\n    max-memory: 1G\n",
+    );
+    let manager = manager_pid(&r);
+    ask(&r, client(2), "a.qlog.test.", dns::TYPE_A);
+    let before = wait_status(&r, "the worker's stream read", |s| {
+        s["streams"].as_u64() == Some(1) && s["held"].as_u64() >= Some(1)
+    });
+    let rss_before = rss_kib(manager);
+    let mut stream = UnixStream::connect(r.dir.host("run/query-log.sock")).expect("connect");
+    assert!(shake_hands(&mut stream), "the reader accepts root's stream");
+    let entries = 100_000u32;
+    for chunk in (0..entries).collect::<Vec<_>>().chunks(1000) {
+        let batch: Vec<u8> = chunk
+            .iter()
+            .flat_map(|i| answer_frame_for("900", *i as u16, &hostile_name(*i)))
+            .collect();
+        stream.write_all(&batch).expect("write");
+    }
+    let received = before["received"].as_u64().unwrap_or(0) + u64::from(entries);
+    let full = wait_status(&r, "every answer kept", |s| {
+        s["received"].as_u64() >= Some(received)
+    });
+    let rss_full = rss_kib(manager);
+    let held = full["held"].as_u64().unwrap_or(0);
+    let held_bytes = full["held_bytes"].as_u64().unwrap_or(0);
+    assert_eq!(held, u64::from(entries), "{full}");
+    let name = &kresctl_json(&r, &["querylog", "--json", "--limit", "1"])[0]["name"];
+    let name_len = name.as_str().map_or(0, str::len);
+    assert!(name_len > 900, "escaped: {name}");
+    let measured = (rss_full.saturating_sub(rss_before)) * 1024 / held;
+    eprintln!(
+        "{held} entries of {name_len}-character names: manager RSS {rss_before} → {rss_full} KiB, {measured} bytes an entry measured, {} counted",
+        held_bytes / held
+    );
+    // The count is honest: the memory the entries took is not far above it.
+    assert!(
+        measured * 4 <= (held_bytes / held) * 5,
+        "{measured} bytes an entry measured, {} counted",
+        held_bytes / held
+    );
+
+    // A smaller max-memory applies at once; the oldest give way.
+    let resp = r.put_json("/monitoring/query-log/max-memory", json!("8M"));
+    assert!(resp.status < 300, "{}", resp.text());
+    let cut = wait_status(&r, "the ring cut to 8M", |s| {
+        s["max_memory"].as_u64() == Some(8 << 20)
+    });
+    assert!(cut["held_bytes"].as_u64() <= Some(8 << 20), "{cut}");
+    assert!(cut["held"].as_u64() < Some(10_000), "{cut}");
+    eprintln!("max-memory 8M: {cut}");
     r.stop();
 }

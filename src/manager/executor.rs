@@ -32,6 +32,8 @@ pub struct Manager {
     config: watch::Sender<Arc<LoadedConfig>>,
     /// Workers currently registered with the supervisor, in order.
     workers: Vec<WorkerId>,
+    /// The query log's sockets, bound before workers with the log on start.
+    query_log: Option<crate::query_log::intake::Intake>,
 }
 
 impl Manager {
@@ -44,6 +46,21 @@ impl Manager {
             processes: Processes::new(setup),
             config,
             workers: Vec::new(),
+            query_log: None,
+        }
+    }
+
+    /// The same manager, binding `intake`'s sockets before it starts workers of a
+    /// configuration with the query log on (kresd connects while its configuration loads).
+    pub fn with_query_log(mut self, intake: Option<crate::query_log::intake::Intake>) -> Self {
+        self.query_log = intake;
+        self
+    }
+
+    /// Before workers of `cfg` start: the query log's sockets bound if `cfg` has it on.
+    fn prepare_query_log(&self, cfg: &KresConfig) {
+        if let Some(intake) = &self.query_log {
+            intake.prepare(cfg);
         }
     }
 
@@ -66,6 +83,7 @@ impl Manager {
         // Bound here, before any worker exists, so kresd needs no privilege for port 53.
         let prepared = self.processes.prepare_sockets(cfg)?;
         self.processes.commit_sockets(cfg, prepared);
+        self.prepare_query_log(cfg);
         self.processes.run_policy_loader(&loaded).await?;
         self.processes.write_worker_configs(&loaded).await?;
         // Every worker at once, as nothing runs yet (upstream's supervisord does the same):
@@ -109,6 +127,7 @@ impl Manager {
         let cfg = &loaded.model;
         let missing = plan::missing(cfg, &self.workers);
         if !missing.is_empty() {
+            self.prepare_query_log(cfg);
             self.processes.write_worker_configs(&loaded).await?;
             for id in missing {
                 self.start_worker(cfg, id).await?;
@@ -133,17 +152,36 @@ impl Manager {
         let old = self.config();
         let cfg = &new.model;
         let mut plan = plan::plan(&old.model, cfg, &self.workers, restart)?;
-        match &mut plan.workers {
-            WorkerChange::Roll(roll) => self.apply_roll(&new, &old, roll).await?,
-            WorkerChange::ResetRules => self.apply_rules_reset(&new).await?,
-            WorkerChange::Live(live) => self.apply_live(&new, &old, live).await?,
-        }
-        if plan.gc == GcChange::Replace {
-            self.processes.replace_gc(cfg).await?;
+        // Bound before any worker of `new` starts; unbound again if `new` is not applied
+        // and the running configuration has the log off.
+        self.prepare_query_log(cfg);
+        if let Err(e) = self.change_processes(&new, &old, &mut plan).await {
+            if let Some(intake) = &self.query_log {
+                intake.follow(&self.config().model);
+            }
+            return Err(e);
         }
         self.config.send_replace(new.clone());
         self.settle(cfg, &plan.workers).await;
         Ok(plan)
+    }
+
+    /// The processes' part of [`Manager::apply`]: the workers' change, then the cache GC.
+    async fn change_processes(
+        &mut self,
+        new: &Arc<LoadedConfig>,
+        old: &Arc<LoadedConfig>,
+        plan: &mut ChangePlan,
+    ) -> Result<(), ApplyError> {
+        match &mut plan.workers {
+            WorkerChange::Roll(roll) => self.apply_roll(new, old, roll).await?,
+            WorkerChange::ResetRules => self.apply_rules_reset(new).await?,
+            WorkerChange::Live(live) => self.apply_live(new, old, live).await?,
+        }
+        if plan.gc == GcChange::Replace {
+            self.processes.replace_gc(&new.model).await?;
+        }
+        Ok(())
     }
 
     /// What [`Manager::apply`] would do with `new`, proven up to the point where it would

@@ -58,6 +58,9 @@ pub struct ManagerContext {
     /// each reload), for a reload to tell which changes made through the API it undoes;
     /// `None` when unknown (this manager process took over a running configuration).
     pub files_applied: Arc<std::sync::Mutex<Option<Arc<LoadedConfig>>>>,
+    /// The query log's sockets, bound before workers with the log on start (`None`: no
+    /// query log, in tests).
+    pub query_log: Option<crate::query_log::intake::Intake>,
 }
 
 impl ManagerContext {
@@ -72,7 +75,9 @@ impl ManagerContext {
             events: self.events.clone(),
             policy_loader_timeout: self.policy_loader_timeout,
         };
-        Manager::new(setup, self.config.clone()).with_rpz_loads(self.rpz_loads.clone())
+        Manager::new(setup, self.config.clone())
+            .with_rpz_loads(self.rpz_loads.clone())
+            .with_query_log(self.query_log.clone())
     }
 }
 
@@ -431,6 +436,7 @@ mod tests {
                 events: EventLog::new("test"),
                 rpz_loads: watch::Sender::new(RpzLoads::default()),
                 files_applied: Default::default(),
+                query_log: None,
             };
             let handle = ManagerHandle::new(commands, ctx.config.subscribe());
             let follower = ctx

@@ -33,7 +33,7 @@ pub fn answered(stats: &Map<String, Value>) -> BTreeMap<u32, u64> {
 
 /// The query log's series.
 pub fn write_query_log(out: &mut Exposition, status: &QueryLogStatus) {
-    let families: [(&str, &str, Kind, u64); 7] = [
+    let families: [(&str, &str, Kind, u64); 10] = [
         (
             "knot_resolver_query_log_enabled",
             "1 if the configuration has the workers send their answers to the query log",
@@ -75,6 +75,24 @@ pub fn write_query_log(out: &mut Exposition, status: &QueryLogStatus) {
             "Workers' dnstap streams open now",
             Kind::Gauge,
             status.streams,
+        ),
+        (
+            "knot_resolver_query_log_entries_bytes",
+            "Bytes the query log's ring holds now, as it counts them toward max-memory",
+            Kind::Gauge,
+            status.held_bytes,
+        ),
+        (
+            "knot_resolver_query_log_peers_refused_total",
+            "Streams and cache marks' datagrams refused because their sender did not run as the workers' user",
+            Kind::Counter,
+            status.refused_peers,
+        ),
+        (
+            "knot_resolver_query_log_frames_refused_total",
+            "Answers refused because they claimed another worker than their stream's",
+            Kind::Counter,
+            status.refused_frames,
         ),
     ];
     for (name, help, kind, value) in families {

@@ -6,8 +6,12 @@
 //! they will. [`Join`] holds whichever comes first: a mark waits up to [`MARK_KEPT`] for its
 //! answer, an answer up to [`ANSWER_WAIT`] for its mark (then it is kept with the cache use
 //! unknown). An answer waits only while marks are coming at all (some in the last
-//! [`MARKS_SILENT`]): workers of an older manager send none. Both sides are bounded.
-//! Datagrams are untrusted: only whole records are read, any other byte passes over.
+//! [`MARKS_SILENT`]): workers of an older manager send none. Both sides are bounded, their
+//! maps and their queues in arrival order alike (a key sent again and again costs one place).
+//! Datagrams are untrusted: only whole records are read, any other byte passes over. The
+//! socket's file is for the workers' user only (`intake`), and each datagram carries its
+//! sender's credentials from the kernel (`SO_PASSCRED`): one from another uid is dropped
+//! and counted, descriptors passed with it are closed.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -18,6 +22,7 @@ use tokio::net::UnixDatagram;
 use tokio_util::sync::CancellationToken;
 
 use super::dnstap::QueryKey;
+use super::intake::Access;
 use super::{Entry, QueryLog};
 
 /// The socket in the rundir the workers send their marks to.
@@ -88,7 +93,7 @@ impl Join {
         let marks_coming = self
             .last_mark
             .is_some_and(|t| now.saturating_duration_since(t) < MARKS_SILENT);
-        if !marks_coming || self.answers.len() >= MAX_HELD {
+        if !marks_coming || self.answers.len() >= MAX_HELD || self.answer_order.len() >= MAX_HELD {
             return Some(entry);
         }
         // The same key twice within the wait (a client reusing its port and ID): the earlier
@@ -105,7 +110,7 @@ impl Join {
             entry.cached = Some(cached);
             return Some(entry);
         }
-        if self.marks.len() >= MAX_HELD {
+        if self.marks.len() >= MAX_HELD || self.mark_order.len() >= MAX_HELD {
             self.expire_marks(now, true);
         }
         self.marks.insert(key, (cached, now));
@@ -151,6 +156,11 @@ impl Join {
         }
     }
 
+    /// Forget every mark and waiting answer (the log was turned off).
+    pub fn clear(&mut self) {
+        *self = Join::default();
+    }
+
     /// Marks and answers held now.
     #[cfg(test)]
     fn held(&self) -> (usize, usize) {
@@ -170,16 +180,44 @@ fn shrink<V>(map: &mut HashMap<QueryKey, V>, order: &mut VecDeque<(Instant, Quer
     }
 }
 
-/// Bind `<rundir>/query-log-marks.sock`, replacing a file left by an earlier manager process.
-pub fn bind(rundir: &Path) -> std::io::Result<UnixDatagram> {
-    let path = rundir.join(MARKS_FILE);
-    super::remove_stale_socket(&path)?;
-    UnixDatagram::bind(&path)
+/// Bind `<rundir>/query-log-marks.sock` with `access` (replacing a socket or a link left by
+/// an earlier manager process), its datagrams carrying their senders' credentials.
+pub fn bind(rundir: &Path, access: &Access) -> std::io::Result<UnixDatagram> {
+    let socket = supervisor::os::bind_unix_private(&rundir.join(MARKS_FILE), access.file(), |p| {
+        std::os::unix::net::UnixDatagram::bind(p)
+    })?;
+    nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::PassCred, &true)?;
+    socket.set_nonblocking(true)?;
+    UnixDatagram::from_std(socket)
 }
 
-/// Read the workers' marks into `log`, and let the answers that waited long enough out,
-/// until `stop`.
-pub async fn serve(socket: UnixDatagram, log: QueryLog, stop: CancellationToken) {
+/// One datagram into `buf`: its length and its sender's uid (from the kernel; `None` when
+/// it gave none). Room is made for the credentials alone: descriptors a sender passes with
+/// a datagram are then never installed here (the kernel closes them and says the control
+/// data was cut, which reads as no credentials).
+fn receive(socket: &UnixDatagram, buf: &mut [u8]) -> std::io::Result<(usize, Option<u32>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixCredentials};
+    use std::os::fd::AsRawFd;
+    let mut space = nix::cmsg_space!(UnixCredentials);
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let uid = msg.cmsgs().ok().and_then(|mut cmsgs| {
+        cmsgs.find_map(|c| match c {
+            ControlMessageOwned::ScmCredentials(cred) => Some(cred.uid()),
+            _ => None,
+        })
+    });
+    Ok((msg.bytes, uid))
+}
+
+/// Read the workers' marks into `log` (those of a sender `access` admits), and let the
+/// answers that waited long enough out, until `stop`.
+pub async fn serve(socket: UnixDatagram, log: QueryLog, access: Access, stop: CancellationToken) {
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -187,8 +225,14 @@ pub async fn serve(socket: UnixDatagram, log: QueryLog, stop: CancellationToken)
         tokio::select! {
             () = stop.cancelled() => return,
             _ = tick.tick() => log.expire_waiting(Instant::now()),
-            received = socket.recv(&mut buf) => match received {
-                Ok(n) => log.on_marks(records(&buf[..n]), Instant::now()),
+            received = socket.async_io(tokio::io::Interest::READABLE, || receive(&socket, &mut buf)) => match received {
+                Ok((n, Some(uid))) if access.admits(uid) => {
+                    log.on_marks(records(&buf[..n]), Instant::now());
+                }
+                Ok((_, uid)) => log.refuse_peer(
+                    "a cache marks' datagram",
+                    &uid.map_or_else(|| "an unknown sender".to_owned(), |u| format!("uid {u}")),
+                ),
                 Err(e) => {
                     tracing::debug!("query log: reading the cache marks: {e}");
                     tokio::select! {
@@ -352,5 +396,52 @@ mod tests {
             j.on_mark(k, false, t0);
         }
         assert!(j.held().0 <= MAX_HELD, "{:?}", j.held());
+    }
+
+    #[test]
+    fn a_key_sent_again_and_again_takes_one_place() {
+        let t0 = Instant::now();
+        let mut j = Join::default();
+        for _ in 0..(MAX_HELD * 2) {
+            j.on_mark(key(1), true, t0);
+        }
+        assert!(j.mark_order.len() <= MAX_HELD, "{}", j.mark_order.len());
+        // Answers of one key, waiting for marks that never come.
+        for i in 0..(MAX_HELD * 2) {
+            j.on_answer(key(2), entry(i as u16), t0);
+        }
+        assert!(j.answer_order.len() <= MAX_HELD, "{}", j.answer_order.len());
+        assert!(j.held().1 <= 1);
+        j.clear();
+        assert_eq!(j.held(), (0, 0));
+        assert!(j.mark_order.is_empty() && j.answer_order.is_empty());
+    }
+
+    #[tokio::test]
+    async fn each_datagram_says_who_sent_it() {
+        let dir = std::env::temp_dir().join(format!("kres-marks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let access = Access::for_workers(None);
+        let socket = bind(&dir, &access).expect("bind");
+        let path = dir.join(MARKS_FILE);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path)
+            .expect("socket")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let sender = std::os::unix::net::UnixDatagram::unbound().expect("sender");
+        sender
+            .send_to(&record(&[127, 0, 0, 2], 4, 4000, 7, true), &path)
+            .expect("send");
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let (n, uid) = socket
+            .async_io(tokio::io::Interest::READABLE, || receive(&socket, &mut buf))
+            .await
+            .expect("receive");
+        assert_eq!(n, RECORD_SIZE);
+        assert_eq!(uid, Some(nix::unistd::geteuid().as_raw()));
+        assert!(access.admits(uid.unwrap()));
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -3,6 +3,12 @@
 //! and serves without the log when nobody answers), one task per worker's stream, and the
 //! pairing of a query with its answer for the latency.
 //!
+//! A connection is refused at once unless its peer (`SO_PEERCRED`) runs as the workers'
+//! user, root or ours ([`Access`]), and when as many streams are open as the configuration
+//! has workers and a small margin ([`Admission`]). A stream is one worker's: the first
+//! answer's identity is its worker for the stream's life, and frames claiming another are
+//! refused (counted); the worker's tally is freed when its stream closes.
+//!
 //! A stream is read as fast as it comes, through a buffer; a stream that breaks the protocol
 //! is closed (kresd reconnects on its own). Every frame that decodes is also offered to the
 //! relay to the operator's own dnstap socket (`relay`), which never makes the reader wait.
@@ -20,11 +26,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::dnstap::{self, Decoded, QueryKey};
 use super::frames::{self, Frame, FrameError};
+use super::intake::Access;
 use super::{Entry, QueryLog, SOCKET_FILE};
 use crate::service::WorkerId;
 
-/// Streams read at once; more are closed at once (a worker has one).
-const MAX_STREAMS: usize = 256;
+/// Who may open a stream, and how many at once.
+#[derive(Clone)]
+pub struct Admission {
+    /// The uids let in.
+    pub access: Access,
+    /// Streams read at once (the configured workers and a margin); more are closed at once.
+    pub limit: Arc<AtomicUsize>,
+}
 /// How long a writer may take over its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How much of a stream is read at once: frames are read from this buffer, not with a read
@@ -43,18 +56,23 @@ pub const ANSWERED_EXPR: &str =
 /// How long a worker may take to tell its answer count.
 const ANSWERED_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Bind `<rundir>/query-log.sock`, replacing a file left by an earlier manager process.
-pub fn bind(rundir: &Path) -> std::io::Result<UnixListener> {
-    let path = rundir.join(SOCKET_FILE);
-    super::remove_stale_socket(&path)?;
-    UnixListener::bind(&path)
+/// Bind `<rundir>/query-log.sock` with `access` (replacing a socket or a link left by an
+/// earlier manager process; `crate::api::server::bind_unix`'s way).
+pub fn bind(rundir: &Path, access: &Access) -> std::io::Result<UnixListener> {
+    let listener =
+        supervisor::os::bind_unix_private(&rundir.join(SOCKET_FILE), access.file(), |p| {
+            std::os::unix::net::UnixListener::bind(p)
+        })?;
+    listener.set_nonblocking(true)?;
+    UnixListener::from_std(listener)
 }
 
-/// Read every worker's stream into `log` until `stop`.
+/// Read every admitted worker's stream into `log` until `stop`.
 pub async fn serve(
     listener: UnixListener,
     log: QueryLog,
     rundir: PathBuf,
+    admission: Admission,
     stop: CancellationToken,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
@@ -73,7 +91,22 @@ pub async fn serve(
                 }
             }
         };
-        if open.fetch_add(1, Ordering::Relaxed) >= MAX_STREAMS {
+        // The kernel's credentials of the peer, as the API's accept loop reads them (its
+        // `unix_peer` is in a layer above this one and asks for the groups too).
+        let peer = stream.peer_cred();
+        if !peer
+            .as_ref()
+            .is_ok_and(|cred| admission.access.admits(cred.uid()))
+        {
+            drop(stream);
+            let who = match peer {
+                Ok(cred) => format!("uid {} pid {:?}", cred.uid(), cred.pid()),
+                Err(e) => format!("a peer of unknown credentials ({e})"),
+            };
+            log.refuse_peer("a stream", &who);
+            continue;
+        }
+        if open.fetch_add(1, Ordering::Relaxed) >= admission.limit.load(Ordering::Relaxed) {
             open.fetch_sub(1, Ordering::Relaxed);
             continue;
         }
@@ -101,7 +134,7 @@ async fn read_stream(stream: UnixStream, log: &QueryLog, rundir: &Path) -> Resul
         .await
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
     let mut pairing = Pairing::default();
-    let mut asked_baseline = std::collections::BTreeSet::new();
+    let mut worker = StreamWorker::new(log);
     loop {
         match frames::read_frame(&mut stream).await? {
             None => return Ok(()),
@@ -111,13 +144,17 @@ async fn read_stream(stream: UnixStream, log: &QueryLog, rundir: &Path) -> Resul
             Some(Frame::Control(_)) => log.count_malformed(),
             Some(Frame::Data(data)) => match dnstap::decode(&data) {
                 Ok(decoded) => {
-                    log.relay().offer(&data, &decoded);
-                    if let Some((key, entry)) = pairing.on(decoded) {
-                        if let Some(w) = entry.worker {
-                            if !log.has_baseline(w) && asked_baseline.insert(w) {
+                    if let Decoded::Response(r) = &decoded {
+                        match worker.claim(r.worker.as_deref()) {
+                            Claim::Refused => continue,
+                            Claim::First(Some(w)) => {
                                 tokio::spawn(take_baseline(log.clone(), rundir.to_owned(), w));
                             }
+                            Claim::First(None) | Claim::Same => {}
                         }
+                    }
+                    log.relay().offer(&data, &decoded);
+                    if let Some((key, entry)) = pairing.on(decoded) {
                         log.arrive(key, entry, std::time::Instant::now());
                     }
                 }
@@ -125,6 +162,72 @@ async fn read_stream(stream: UnixStream, log: &QueryLog, rundir: &Path) -> Resul
             },
         }
     }
+}
+
+/// What a frame's identity is to its stream.
+#[derive(Debug, PartialEq)]
+enum Claim {
+    /// The stream's first answer: its worker from now on (the number, when it is one).
+    First(Option<u32>),
+    /// The stream's worker again.
+    Same,
+    /// Another worker: the frame is refused.
+    Refused,
+}
+
+/// The worker a stream is, fixed by its first answer's identity; its tally in the log is
+/// kept while the stream lives (freed on drop, however the stream ends).
+struct StreamWorker<'a> {
+    /// Where the worker's tally is kept.
+    log: &'a QueryLog,
+    /// The first answer's identity, once it came.
+    identity: Option<Option<Box<str>>>,
+}
+
+impl<'a> StreamWorker<'a> {
+    fn new(log: &'a QueryLog) -> StreamWorker<'a> {
+        StreamWorker {
+            log,
+            identity: None,
+        }
+    }
+
+    /// An answer claims to be `identity`'s.
+    fn claim(&mut self, identity: Option<&str>) -> Claim {
+        match &self.identity {
+            None => {
+                self.identity = Some(identity.map(Box::from));
+                let w = worker_number(identity);
+                if let Some(w) = w {
+                    self.log.open_worker(w);
+                }
+                Claim::First(w)
+            }
+            Some(fixed) if fixed.as_deref() == identity => Claim::Same,
+            Some(fixed) => {
+                self.log
+                    .refuse_frame(fixed.as_deref().unwrap_or(""), identity.unwrap_or(""));
+                Claim::Refused
+            }
+        }
+    }
+}
+
+impl Drop for StreamWorker<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self
+            .identity
+            .as_ref()
+            .and_then(|i| worker_number(i.as_deref()))
+        {
+            self.log.close_worker(w);
+        }
+    }
+}
+
+/// The worker number an identity names, when it is one.
+fn worker_number(identity: Option<&str>) -> Option<u32> {
+    identity.and_then(|w| w.parse().ok())
 }
 
 /// Ask worker `w` for its answer count and make it the baseline of its misses.
@@ -179,7 +282,7 @@ impl Pairing {
                     latency_us,
                     answers: r.answers,
                     ede: r.ede,
-                    worker: r.worker.as_deref().and_then(|w| w.parse().ok()),
+                    worker: worker_number(r.worker.as_deref()),
                     cached: None,
                 };
                 Some((r.key, entry))
@@ -232,5 +335,106 @@ mod tests {
         // Unpaired: no latency; the query's time was used once.
         assert_eq!(p.on(response(7, 4_000)).unwrap().1.latency_us, None);
         assert!(p.pending.is_empty());
+    }
+
+    #[test]
+    fn a_stream_is_the_worker_its_first_answer_names() {
+        let log = QueryLog::default();
+        // (identity claimed, what it is to the stream, tallies)
+        let rows: [(Option<&str>, Claim, usize); 5] = [
+            (Some("1"), Claim::First(Some(1)), 1),
+            (Some("1"), Claim::Same, 1),
+            (Some("2"), Claim::Refused, 1),
+            (None, Claim::Refused, 1),
+            (Some("1"), Claim::Same, 1),
+        ];
+        {
+            let mut worker = StreamWorker::new(&log);
+            for (identity, claim, tallies) in rows {
+                assert_eq!(worker.claim(identity), claim, "{identity:?}");
+                assert_eq!(log.workers_tallied(), tallies, "{identity:?}");
+            }
+        }
+        assert_eq!(log.workers_tallied(), 0, "freed with the stream");
+        assert_eq!(log.status(&Default::default()).refused_frames, 2);
+        // A stream whose first answer names no worker: only unnamed answers pass.
+        let mut unnamed = StreamWorker::new(&log);
+        assert_eq!(unnamed.claim(None), Claim::First(None));
+        assert_eq!(unnamed.claim(Some("0")), Claim::Refused);
+        assert_eq!(log.workers_tallied(), 0);
+    }
+
+    /// A reader in a fresh directory, admitting `access`, at most `limit` streams.
+    fn reading(name: &str, access: Access, limit: usize) -> (QueryLog, PathBuf, CancellationToken) {
+        let dir = std::env::temp_dir().join(format!("kres-reader-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let log = QueryLog::default();
+        let listener = bind(&dir, &access).expect("bind");
+        let stop = CancellationToken::new();
+        tokio::spawn(serve(
+            listener,
+            log.clone(),
+            dir.clone(),
+            Admission {
+                access,
+                limit: Arc::new(AtomicUsize::new(limit)),
+            },
+            stop.clone(),
+        ));
+        (log, dir, stop)
+    }
+
+    /// Whether the reader closed `stream` (it reads the end of the stream).
+    async fn closed(stream: &mut UnixStream) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut byte)).await;
+        matches!(read, Ok(Ok(0)))
+    }
+
+    #[tokio::test]
+    async fn a_peer_of_another_uid_is_refused_at_once() {
+        let us = nix::unistd::geteuid().as_raw();
+        let (log, dir, stop) = reading("refused", Access::admitting(&[us + 1]), 4);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.join(SOCKET_FILE))
+            .expect("socket")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        for _ in 0..3 {
+            let mut stream = UnixStream::connect(dir.join(SOCKET_FILE))
+                .await
+                .expect("connect");
+            assert!(
+                closed(&mut stream).await,
+                "a refused peer's stream is closed"
+            );
+        }
+        let status = log.status(&Default::default());
+        assert_eq!((status.refused_peers, status.streams), (3, 0));
+        stop.cancel();
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[tokio::test]
+    async fn streams_beyond_the_limit_are_closed_at_once() {
+        let (log, dir, stop) = reading("limit", Access::for_workers(None), 1);
+        let _first = UnixStream::connect(dir.join(SOCKET_FILE))
+            .await
+            .expect("connect");
+        let opened = tokio::time::timeout(Duration::from_secs(5), async {
+            while log.status(&Default::default()).streams < 1 {
+                tokio::task::yield_now().await;
+            }
+        });
+        assert!(opened.await.is_ok(), "the first stream is read");
+        let mut second = UnixStream::connect(dir.join(SOCKET_FILE))
+            .await
+            .expect("connect");
+        assert!(closed(&mut second).await, "the second stream is closed");
+        assert_eq!(log.status(&Default::default()).refused_peers, 0);
+        stop.cancel();
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -71,11 +71,28 @@ pub struct QueryLogStatus {
     pub received: u64,
     /// Frames that were not dnstap answers or queries this log reads.
     pub malformed: u64,
+    /// The bytes the ring's answers take (estimated from their names' lengths).
+    #[serde(default)]
+    pub held_bytes: u64,
+    /// The most the ring's answers may take (`max-memory`).
+    #[serde(default)]
+    pub max_memory: u64,
+    /// How long an answer is kept at most (`max-age`), in seconds.
+    #[serde(default)]
+    pub max_age_seconds: u64,
+    /// Connections to the query log's socket, and cache marks' datagrams, refused because
+    /// their sender did not run as the workers' user (nor root, nor the manager's).
+    #[serde(default)]
+    pub refused_peers: u64,
+    /// Frames refused because they claimed another worker than the one whose stream they
+    /// came on (a stream's worker is the one its first answer named).
+    #[serde(default)]
+    pub refused_frames: u64,
     /// Workers' streams open now.
     pub streams: u64,
     /// Answers the workers sent that never reached the log (kresd drops an entry when the
     /// reader lags; the answer itself is never delayed): per worker, the answers it counted
-    /// minus those received, since its stream was first read by this manager process.
+    /// minus those received, since its stream opened (counted while the stream is open).
     pub missed: u64,
     /// Workers whose misses are counted (their answer count known since their stream began).
     pub workers_counted: u64,

@@ -64,9 +64,9 @@ pub(super) fn monitoring() -> ObjectDef {
 
 /// `monitoring.query-log`, an extension of ours (upstream has no such key): whether the
 /// workers send their answers to the manager's query log, how many it keeps, and how much of
-/// a client's address it keeps.
+/// a client's address, for how long and in how much memory it keeps them.
 fn query_log() -> ObjectDef {
-    section(
+    let mut d = section(
         "knot_resolver.datamodel.monitoring_schema.QueryLogSchema",
         Some("The query log kept by the manager from kresd's dnstap stream (not in upstream's schema)."),
         vec![
@@ -74,8 +74,25 @@ fn query_log() -> ObjectDef {
             f("entries", int("Int1_1000000", Some(1), Some(1_000_000)), json!(10000), "How many answers the ring keeps; the oldest give way."),
             f("ipv4-prefix", int("Int0_32", Some(0), Some(32)), json!(32), "How many leading bits of an IPv4 client's address are kept (24: only its /24)."),
             f("ipv6-prefix", int("Int0_128", Some(0), Some(128)), json!(128), "How many leading bits of an IPv6 client's address are kept (56: only its /56)."),
+            f("max-age", v(&vt::TIME_UNIT), json!("24h"), "How long an answer is kept at most (at least 1s); older ones are dropped."),
+            f("max-memory", v(&vt::SIZE_UNIT), json!("64M"), "How much memory the ring's answers may take at most (at least 1M); the oldest give way."),
         ],
-    )
+    );
+    d.validate = Some(|m, _, path| {
+        if super::cache::time_seconds(m, "max-age") < 1 {
+            return fail(&format!("{path}/max-age"), "must be at least 1s");
+        }
+        let memory = m
+            .get("max-memory")
+            .and_then(Value::as_str)
+            .and_then(|s| SizeUnit::parse(s).ok())
+            .map_or(0, |s| s.bytes());
+        if memory < 1024 * 1024 {
+            return fail(&format!("{path}/max-memory"), "must be at least 1M");
+        }
+        Ok(())
+    });
+    d
 }
 
 /// When metrics are collected.
@@ -124,6 +141,10 @@ pub struct QueryLogSchema {
     pub ipv4_prefix: u8,
     /// Leading bits kept of an IPv6 client's address.
     pub ipv6_prefix: u8,
+    /// How long an answer is kept at most.
+    pub max_age: TimeUnit,
+    /// How much memory the ring's answers may take at most.
+    pub max_memory: SizeUnit,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

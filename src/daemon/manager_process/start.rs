@@ -239,6 +239,8 @@ impl Running {
             ..Executables::discover(&settings.env)
         };
         let kresd = announce(&executables, kresd, &settings.source.files, &parent);
+        // Before the manager task, which starts the workers.
+        let (query_log, intake) = start_query_log(&handle, &stop, executables.run_as);
         let ctx = ManagerContext {
             supervisor: parent.handle.clone(),
             executables,
@@ -254,6 +256,7 @@ impl Running {
             events: events.clone(),
             rpz_loads,
             files_applied: Arc::new(std::sync::Mutex::new(files_applied)),
+            query_log: Some(intake),
         };
         let task = tokio::spawn(supervise_task(
             "manager",
@@ -263,7 +266,6 @@ impl Running {
             move |inc| task::run(ctx.clone(), inc.number),
         ));
         let sources = task_events(task, started_rx, health_rx.clone(), &stop, &parent);
-        let query_log = start_query_log(&handle, &stop);
         let control_plane = crate::metrics::ControlPlane::follow(&events, stop.child_token());
         let api = ApiState {
             supervisor: parent.handle.clone(),
@@ -425,12 +427,19 @@ impl Effects for Running {
     }
 }
 
-/// The query log: its socket bound before the manager task starts any worker, its reader,
-/// and its settings following the configuration, with the relay to the operator's own dnstap
-/// socket restarted when its target changes. A socket that cannot be bound leaves the log
-/// empty (logged, and said by its status); the workers serve without it.
-fn start_query_log(handle: &ManagerHandle, stop: &CancellationToken) -> crate::query_log::QueryLog {
-    use crate::query_log::{reader, QueryLog, Settings};
+/// The query log: its sockets bound (when the configuration has it on) before the manager
+/// task starts any worker, for the workers' user (`run_as`, else ours); its sockets and its
+/// settings following the configuration (the manager task binds them before the workers
+/// of a configuration with the log on start, `Intake::prepare`), with the relay to the
+/// operator's own dnstap socket restarted when its target changes. A socket that cannot be
+/// bound leaves the log empty (logged, and said by its status); the workers serve without it.
+fn start_query_log(
+    handle: &ManagerHandle,
+    stop: &CancellationToken,
+    run_as: Option<supervisor::Credentials>,
+) -> (crate::query_log::QueryLog, crate::query_log::intake::Intake) {
+    use crate::query_log::intake::{Access, Intake};
+    use crate::query_log::{QueryLog, Settings};
     let settings_of = |loaded: &LoadedConfig| {
         let model = &loaded.model;
         Settings::of(
@@ -442,32 +451,10 @@ fn start_query_log(handle: &ManagerHandle, stop: &CancellationToken) -> crate::q
     let mut configs = handle.subscribe();
     let first = configs.borrow_and_update().clone();
     let log = QueryLog::new(settings_of(&first));
-    match reader::bind(&first.model.rundir) {
-        Ok(listener) => {
-            tokio::spawn(reader::serve(
-                listener,
-                log.clone(),
-                first.model.rundir.clone(),
-                stop.child_token(),
-            ));
-        }
-        Err(e) => {
-            tracing::error!("query log: cannot bind its socket: {e}");
-            log.set_inactive(format!("the query log's socket could not be bound: {e}"));
-        }
-    }
-    // The workers' cache marks; without them the answers are kept with the cache use unknown.
-    match crate::query_log::marks::bind(&first.model.rundir) {
-        Ok(socket) => {
-            tokio::spawn(crate::query_log::marks::serve(
-                socket,
-                log.clone(),
-                stop.child_token(),
-            ));
-        }
-        Err(e) => tracing::warn!("query log: cannot bind the cache marks' socket: {e}"),
-    }
+    let intake = Intake::new(log.clone(), Access::for_workers(run_as), stop.child_token());
+    intake.follow(&first.model);
     let follower = log.clone();
+    let following = intake.clone();
     let stop = stop.child_token();
     tokio::spawn(async move {
         let mut relay = RelayRun::default();
@@ -477,12 +464,15 @@ fn start_query_log(handle: &ManagerHandle, stop: &CancellationToken) -> crate::q
                 () = stop.cancelled() => return,
                 changed = configs.changed() => if changed.is_err() { return },
             }
-            let settings = settings_of(&configs.borrow_and_update().clone());
+            let loaded = configs.borrow_and_update().clone();
+            let settings = settings_of(&loaded);
             relay.follow(&follower, settings.relay.clone(), &stop);
+            // Turned off: nothing is read any more before the ring is emptied.
+            following.follow(&loaded.model);
             follower.configure(settings);
         }
     });
-    log
+    (log, intake)
 }
 
 /// The relay task to the operator's dnstap socket, for the target it was started with.

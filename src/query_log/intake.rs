@@ -1,0 +1,380 @@
+//! The query log's two sockets in the rundir, `query-log.sock` (`reader`) and
+//! `query-log-marks.sock` (`marks`), and who may write to them. They exist only while the
+//! configuration has the log on: bound before any worker starts with it on (the manager's
+//! executor calls [`Intake::prepare`] before it starts workers of a new configuration, as
+//! kresd connects while its configuration loads), removed once a configuration with it off
+//! is running ([`Intake::follow`]).
+//!
+//! What comes in is untrusted, so each socket's file is the workers' only: ours and mode
+//! 0600 when the workers run as we do, 0660 with the workers' group when they run as
+//! another user (`--worker-user`), given through `supervisor::os::bind_unix_private` as the
+//! API's socket is. A file mode admits every member of that group, so the kernel's word on
+//! each peer is checked as well: a stream's `SO_PEERCRED`, a marks datagram's
+//! `SCM_CREDENTIALS` (`SO_PASSCRED` on the socket); only the workers' uid, root and ours
+//! are let in ([`Access`]). At most as many streams as the configuration has workers, and
+//! [`STREAM_MARGIN`] more, are read at once.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio_util::sync::CancellationToken;
+
+use super::marks::MARKS_FILE;
+use super::reader::{self, Admission};
+use super::{marks, QueryLog, SOCKET_FILE};
+use crate::config::KresConfig;
+
+/// Streams read beyond the configured workers: a worker restarting and its successor, and
+/// the canary of a change, each have one for a moment.
+pub const STREAM_MARGIN: usize = 4;
+
+/// Who the sockets are for: their file's owner, group and mode, and the uids let in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    /// The files' owner (us).
+    owner: u32,
+    /// The files' group: ours, or the workers' when they run as another user.
+    group: u32,
+    /// The files' mode: 0600, or 0660 for the workers' group.
+    mode: u32,
+    /// The uids whose streams and datagrams are read: the workers', root and ours.
+    admitted: Vec<u32>,
+}
+
+impl Access {
+    /// For workers running as `workers` (`None`: as this process), this process being who it
+    /// is.
+    pub fn for_workers(workers: Option<supervisor::Credentials>) -> Access {
+        let us = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        Access::of(us, workers.map(|c| (c.uid, c.gid)))
+    }
+
+    /// For workers running as `workers` (uid, gid), this process as `us`.
+    fn of(us: (u32, u32), workers: Option<(u32, u32)>) -> Access {
+        let (uid, gid) = us;
+        let mut admitted = vec![0, uid];
+        let (group, mode) = match workers.filter(|(w, _)| *w != uid) {
+            Some((w_uid, w_gid)) => {
+                admitted.push(w_uid);
+                (w_gid, 0o660)
+            }
+            None => (gid, 0o600),
+        };
+        admitted.sort_unstable();
+        admitted.dedup();
+        Access {
+            owner: uid,
+            group,
+            mode,
+            admitted,
+        }
+    }
+
+    /// Sockets for us that let only `uids` in (tests of the refusal).
+    #[cfg(test)]
+    pub fn admitting(uids: &[u32]) -> Access {
+        Access {
+            admitted: uids.to_vec(),
+            ..Access::of(
+                (
+                    nix::unistd::geteuid().as_raw(),
+                    nix::unistd::getegid().as_raw(),
+                ),
+                None,
+            )
+        }
+    }
+
+    /// Whether a peer of `uid` is read.
+    pub fn admits(&self, uid: u32) -> bool {
+        self.admitted.contains(&uid)
+    }
+
+    /// The files' owner, group and mode.
+    pub fn file(&self) -> supervisor::os::SocketAccess {
+        supervisor::os::SocketAccess {
+            uid: self.owner,
+            gid: self.group,
+            mode: self.mode,
+        }
+    }
+}
+
+/// The sockets bound or not, as the configuration says; a cheap handle the manager's
+/// executor and the configuration's follower share.
+#[derive(Clone)]
+pub struct Intake {
+    /// Where the streams and marks go.
+    log: QueryLog,
+    /// Who may write.
+    access: Access,
+    /// The daemon's stop: the readers end with it.
+    stop: CancellationToken,
+    /// The sockets while bound.
+    bound: Arc<Mutex<Option<Bound>>>,
+}
+
+/// The sockets bound, and what stops their readers.
+struct Bound {
+    /// The rundir they are in.
+    rundir: PathBuf,
+    /// Stops the readers and every stream.
+    token: CancellationToken,
+    /// The streams read at once at most (the reader reads it at each connection).
+    limit: Arc<AtomicUsize>,
+}
+
+impl Intake {
+    /// Nothing bound yet.
+    pub fn new(log: QueryLog, access: Access, stop: CancellationToken) -> Intake {
+        Intake {
+            log,
+            access,
+            stop,
+            bound: Arc::default(),
+        }
+    }
+
+    fn bound(&self) -> MutexGuard<'_, Option<Bound>> {
+        // Every step leaves the state whole: a poisoned lock is taken as it is.
+        self.bound
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Before workers of `cfg` start: the sockets bound when `cfg` has the log on. Never
+    /// unbinds (the workers running may still send).
+    pub fn prepare(&self, cfg: &KresConfig) {
+        if cfg.monitoring.query_log.enabled {
+            self.open(&cfg.rundir, cfg.workers as usize);
+        }
+    }
+
+    /// `cfg` runs: the sockets bound when it has the log on, removed when not (also those an
+    /// earlier manager process left).
+    pub fn follow(&self, cfg: &KresConfig) {
+        if cfg.monitoring.query_log.enabled {
+            self.open(&cfg.rundir, cfg.workers as usize);
+        } else {
+            self.close();
+            for file in [SOCKET_FILE, MARKS_FILE] {
+                remove_socket(&cfg.rundir.join(file));
+            }
+        }
+    }
+
+    /// Whether the sockets are bound.
+    pub fn is_bound(&self) -> bool {
+        self.bound().is_some()
+    }
+
+    /// Bind the sockets in `rundir` (for `workers` streams and the margin) unless they are;
+    /// a socket that cannot be bound is logged and said by the log's status.
+    fn open(&self, rundir: &Path, workers: usize) {
+        let limit = workers.saturating_add(STREAM_MARGIN);
+        let mut bound = self.bound();
+        if let Some(b) = bound.as_ref().filter(|b| b.rundir == rundir) {
+            b.limit.store(limit, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        self.close_locked(&mut bound);
+        let listener = match reader::bind(rundir, &self.access) {
+            Ok(listener) => listener,
+            Err(e) => {
+                tracing::error!("query log: cannot bind its socket: {e}");
+                self.log
+                    .set_inactive(format!("the query log's socket could not be bound: {e}"));
+                return;
+            }
+        };
+        let token = self.stop.child_token();
+        let limit = Arc::new(AtomicUsize::new(limit));
+        self.log.clear_inactive();
+        self.log.set_accepting(true);
+        tokio::spawn(reader::serve(
+            listener,
+            self.log.clone(),
+            rundir.to_owned(),
+            Admission {
+                access: self.access.clone(),
+                limit: limit.clone(),
+            },
+            token.clone(),
+        ));
+        // The workers' cache marks; without them the answers are kept with the cache use
+        // unknown.
+        match marks::bind(rundir, &self.access) {
+            Ok(socket) => {
+                tokio::spawn(marks::serve(
+                    socket,
+                    self.log.clone(),
+                    self.access.clone(),
+                    token.clone(),
+                ));
+            }
+            Err(e) => tracing::warn!("query log: cannot bind the cache marks' socket: {e}"),
+        }
+        *bound = Some(Bound {
+            rundir: rundir.to_owned(),
+            token,
+            limit,
+        });
+    }
+
+    /// Stop reading and remove the sockets' files.
+    fn close(&self) {
+        let mut bound = self.bound();
+        self.close_locked(&mut bound);
+    }
+
+    fn close_locked(&self, bound: &mut Option<Bound>) {
+        let Some(b) = bound.take() else {
+            return;
+        };
+        self.log.set_accepting(false);
+        b.token.cancel();
+        for file in [SOCKET_FILE, MARKS_FILE] {
+            remove_socket(&b.rundir.join(file));
+        }
+    }
+}
+
+/// Remove the socket at `path`, if a socket is there (the rundir is not the workers' to
+/// write, but nothing else is ever removed).
+fn remove_socket(path: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    if is_socket {
+        if let Err(e) = std::fs::remove_file(path) {
+            tracing::warn!("query log: cannot remove {}: {e}", path.display());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Who runs as whom, and what the sockets are then.
+    struct Row {
+        us: (u32, u32),
+        workers: Option<(u32, u32)>,
+        group: u32,
+        mode: u32,
+        admitted: &'static [u32],
+        refused: &'static [u32],
+    }
+
+    #[test]
+    fn the_sockets_are_for_the_workers_user_only() {
+        let rows = [
+            Row {
+                us: (0, 0),
+                workers: None,
+                group: 0,
+                mode: 0o600,
+                admitted: &[0],
+                refused: &[65534, 1000],
+            },
+            Row {
+                us: (0, 0),
+                workers: Some((998, 997)),
+                group: 997,
+                mode: 0o660,
+                admitted: &[0, 998],
+                refused: &[65534, 997],
+            },
+            Row {
+                us: (998, 997),
+                workers: Some((998, 997)),
+                group: 997,
+                mode: 0o600,
+                admitted: &[0, 998],
+                refused: &[65534],
+            },
+            Row {
+                us: (1000, 1000),
+                workers: None,
+                group: 1000,
+                mode: 0o600,
+                admitted: &[0, 1000],
+                refused: &[998],
+            },
+        ];
+        for row in rows {
+            let access = Access::of(row.us, row.workers);
+            let file = access.file();
+            let which = format!("{:?} {:?}", row.us, row.workers);
+            assert_eq!(
+                (file.uid, file.gid, file.mode),
+                (row.us.0, row.group, row.mode),
+                "{which}"
+            );
+            for uid in row.admitted {
+                assert!(access.admits(*uid), "{uid} for {which}");
+            }
+            for uid in row.refused {
+                assert!(!access.admits(*uid), "{uid} for {which}");
+            }
+        }
+    }
+
+    fn config(rundir: &Path, enabled: bool) -> KresConfig {
+        let raw = serde_json::json!({
+            "rundir": rundir,
+            "monitoring": {"query-log": {"enabled": enabled}},
+        });
+        let ctx = crate::config::ValidationContext {
+            resolve_root: "/".into(),
+            checks: crate::config::PathChecks::Lenient,
+            logtarget_arg: Default::default(),
+        };
+        crate::config::validate(&raw, &ctx).expect("valid")
+    }
+
+    #[tokio::test]
+    async fn the_sockets_exist_only_while_the_log_is_on() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("kres-intake-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let files = [dir.join(SOCKET_FILE), dir.join(MARKS_FILE)];
+        // A socket an earlier manager process left is removed while the log is off.
+        drop(std::os::unix::net::UnixListener::bind(&files[0]).expect("stale"));
+        let log = QueryLog::default();
+        let intake = Intake::new(
+            log.clone(),
+            Access::for_workers(None),
+            CancellationToken::new(),
+        );
+        let (off, on) = (config(&dir, false), config(&dir, true));
+        // (step, bound after)
+        let rows: [(&str, bool); 5] = [
+            ("follow off", false),
+            ("prepare off", false),
+            ("prepare on", true),
+            ("follow on", true),
+            ("follow off", false),
+        ];
+        for (step, bound) in rows {
+            match step {
+                "follow off" => intake.follow(&off),
+                "prepare off" => intake.prepare(&off),
+                "prepare on" => intake.prepare(&on),
+                _ => intake.follow(&on),
+            }
+            assert_eq!(intake.is_bound(), bound, "{step}");
+            for file in &files {
+                let meta = std::fs::symlink_metadata(file);
+                assert_eq!(meta.is_ok(), bound, "{step}: {}", file.display());
+                if let Ok(meta) = meta {
+                    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{step}");
+                }
+            }
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
