@@ -834,9 +834,8 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_client_that_never_reads_its_answer_is_cut() {
-        let path = socket_path("nonreader.sock");
+    /// A server at `path` whose `GET /big` answers 8 MiB, and the token that stops it.
+    fn serve_big_answers(path: &Path) -> (tokio::task::JoinHandle<()>, CancellationToken) {
         let big = "x".repeat(8 << 20);
         let router = Router::new().route(
             "/big",
@@ -846,7 +845,14 @@ mod tests {
             }),
         );
         let shutdown = CancellationToken::new();
-        let server = tokio::spawn(serve(listener(&path), router, shutdown.clone()));
+        let server = tokio::spawn(serve(listener(path), router, shutdown.clone()));
+        (server, shutdown)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_never_reads_its_answer_is_cut() {
+        let path = socket_path("nonreader.sock");
+        let (server, shutdown) = serve_big_answers(&path);
         let mut client = UnixStream::connect(&path).await.expect("connect");
         client
             .write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -870,16 +876,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reader_slower_than_the_least_rate_is_cut_and_a_late_fast_one_is_not() {
         let path = socket_path("slowreader.sock");
-        let big = "x".repeat(8 << 20);
-        let router = Router::new().route(
-            "/big",
-            get(move || {
-                let big = big.clone();
-                async move { big }
-            }),
-        );
-        let shutdown = CancellationToken::new();
-        let server = tokio::spawn(serve(listener(&path), router, shutdown.clone()));
+        let (server, shutdown) = serve_big_answers(&path);
         let ask = || async {
             let mut client = UnixStream::connect(&path).await.expect("connect");
             client

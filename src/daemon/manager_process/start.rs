@@ -258,13 +258,7 @@ impl Running {
             files_applied: Arc::new(std::sync::Mutex::new(files_applied)),
             query_log: Some(intake),
         };
-        let task = tokio::spawn(supervise_task(
-            "manager",
-            task_backoff(),
-            health_tx,
-            stop.clone(),
-            move |inc| task::run(ctx.clone(), inc.number),
-        ));
+        let task = spawn_task(ctx, health_tx, &stop);
         let sources = task_events(task, started_rx, health_rx.clone(), &stop, &parent);
         let control_plane = crate::metrics::ControlPlane::follow(&events, stop.child_token());
         let api = ApiState {
@@ -561,6 +555,22 @@ fn start_event_log(
         stop.child_token(),
     ));
     events
+}
+
+/// The manager task, run with `ctx` under supervision (restarted with backoff after a panic,
+/// its health told to `health`) until `stop`.
+fn spawn_task(
+    ctx: ManagerContext,
+    health: watch::Sender<TaskHealth>,
+    stop: &CancellationToken,
+) -> tokio::task::JoinHandle<Option<task::ManagerExit>> {
+    tokio::spawn(supervise_task(
+        "manager",
+        task_backoff(),
+        health,
+        stop.clone(),
+        move |inc| task::run(ctx.clone(), inc.number),
+    ))
 }
 
 /// The events of the manager task (its first start, or its failures before; its end), of
