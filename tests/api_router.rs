@@ -103,6 +103,20 @@ async fn get_returns_the_raw_config_with_an_etag_and_if_none_match_gives_304() {
     assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
     let r = f.send(conditional("if-none-match", &tag, "PUT")).await;
     assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
+    // A value that is not `*` or a list of entity tags is malformed: 400, not 412.
+    for (name, value) in [
+        ("if-match", "stale"),
+        ("if-none-match", ""),
+        ("if-match", "*, \"a\""),
+    ] {
+        let r = f.send(conditional(name, value, "GET")).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{name}: {value}");
+        assert!(
+            r.text().contains("is not * or a list of entity tags"),
+            "{}",
+            r.text()
+        );
+    }
 }
 
 #[tokio::test]
