@@ -208,9 +208,14 @@ async fn patch_applies_json_patch_operations() {
         {"op": "copy", "from": "/workers", "path": "/ttl-copy-is-removed"},
         {"op": "remove", "path": "/ttl-copy-is-removed"},
     ]);
-    let (r, applied) = f
-        .change(json_body("PATCH", "/v1/config", ops), Outcome::Applied)
-        .await;
+    // Sent as RFC 6902's own media type (`application/json` is read too).
+    let patch = with_body(
+        "PATCH",
+        "/v1/config",
+        "application/json-patch+json",
+        &ops.to_string(),
+    );
+    let (r, applied) = f.change(patch, Outcome::Applied).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
     // Empty, as upstream answers, typed as the document says.
     assert!(r.body.is_empty(), "{}", r.text());

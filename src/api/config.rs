@@ -357,7 +357,7 @@ async fn patch(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     change(request, move |doc| {
-        let ops = parse_body(&headers, &body)?;
+        let ops = parse_patch(&headers, &body)?;
         Ok(pointer::patch(doc, &ops)?)
     })
     .await
@@ -612,6 +612,21 @@ fn with_etag(mut r: Response, tag: &str) -> Response {
         r.headers_mut().insert(header::ETAG, v);
     }
     r
+}
+
+/// A JSON Patch body: `application/json-patch+json` (RFC 6902's type), or any type
+/// [`parse_body`] reads.
+fn parse_patch(headers: &HeaderMap, body: &[u8]) -> Result<Value, BodyError> {
+    let patch_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json-patch+json"));
+    if !patch_type {
+        return parse_body(headers, body);
+    }
+    let text = std::str::from_utf8(body).map_err(|_| BodyError::NotUtf8)?;
+    serde_json::from_str(text).map_err(|e| BodyError::Parse(e.to_string()))
 }
 
 /// A request body as JSON, or YAML (`application/yaml`, `text/yaml`…), or TOML.
