@@ -18,9 +18,11 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema};
 use utoipa::openapi::RefOr;
 
 use super::fault::FaultInjection;
+use super::query_log::WINDOW_PATTERN;
 use super::server::{BODY_LIMIT, CHANGE_TIMEOUT, HEADER_READ_TIMEOUT, READ_TIMEOUT};
 use super::ApiState;
 use crate::manager::plan::{Effect, Section};
+use crate::query_log::select;
 
 /// The name of the configuration's schema among the document's component schemas.
 pub const CONFIG_SCHEMA: &str = "KresConfig";
@@ -148,6 +150,7 @@ fn finish(openapi: utoipa::openapi::OpenApi) -> Value {
     doc["security"] = json!([{}, {"bearerAuth": []}]);
     doc["components"]["responses"] = common_responses();
     describe_event_stream(&mut doc);
+    describe_query_filters(&mut doc);
     if let Some(Value::Object(paths)) = doc.get_mut("paths").map(Value::take) {
         let paths: Map<String, Value> = paths
             .into_iter()
@@ -195,6 +198,52 @@ fn describe_event_stream(doc: &mut Value) {
         `data:` line: an `EventRecord` (JSON)."},
             "x-item-schema": {"$ref": "#/components/schemas/EventRecord"},
         });
+    }
+}
+
+/// The query log's filters and lists as exactly as their parsers take them (patterns built from
+/// the DNS library's mnemonics; see `query_log::select`), so that a value the document allows
+/// is one the server takes and one it forbids is refused with 400.
+fn describe_query_filters(doc: &mut Value) {
+    let name = json!({"type": "string", "pattern": select::NAME_PATTERN, "maxLength": 254});
+    let limit = json!({"type": "integer", "minimum": 0, "maximum": u64::MAX});
+    let filters = [
+        (
+            "client",
+            json!({"type": "string", "pattern": select::client_pattern()}),
+        ),
+        ("name", name),
+        (
+            "qtype",
+            json!({"type": "string", "pattern": select::qtype_pattern()}),
+        ),
+        (
+            "rcode",
+            json!({"type": "string", "pattern": select::rcode_pattern()}),
+        ),
+        ("limit", limit.clone()),
+    ];
+    let top = [
+        (
+            "window",
+            json!({"type": "string", "pattern": WINDOW_PATTERN}),
+        ),
+        ("limit", limit),
+    ];
+    for (path, schemas) in [
+        ("/paths/~1query-log/get/parameters", &filters[..]),
+        ("/paths/~1query-log~1stream/get/parameters", &filters[..]),
+        ("/paths/~1top~1{kind}/get/parameters", &top[..]),
+    ] {
+        let Some(Value::Array(parameters)) = doc.pointer_mut(path) else {
+            continue;
+        };
+        for parameter in parameters.iter_mut() {
+            let named = parameter.get("name").and_then(Value::as_str);
+            if let Some((_, schema)) = schemas.iter().find(|(n, _)| Some(*n) == named) {
+                parameter["schema"] = schema.clone();
+            }
+        }
     }
 }
 
@@ -469,6 +518,51 @@ mod tests {
             json!(["allow", null])
         );
         assert_eq!(schema["properties"]["mode"]["enum"], json!(["a"]));
+    }
+
+    /// A documented pattern as proptest's generator takes it (no anchors).
+    fn unanchored(pattern: &str) -> String {
+        pattern
+            .trim_start_matches('^')
+            .trim_end_matches('$')
+            .to_owned()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+        /// Every value a documented pattern allows is one the server's parser takes: what
+        /// schemathesis generates as valid is accepted (the other way, values outside the
+        /// patterns refused, is what `tests/api_conformance.rs` tries).
+        #[test]
+        fn documented_patterns_are_what_the_parsers_take(
+            tags in proptest::string::string_regex(&unanchored(crate::etag::TAG_LIST_PATTERN)).unwrap(),
+            client in proptest::string::string_regex(&unanchored(&select::client_pattern())).unwrap(),
+            name in proptest::string::string_regex(&unanchored(select::NAME_PATTERN)).unwrap(),
+            qtype in proptest::string::string_regex(&unanchored(&select::qtype_pattern())).unwrap(),
+            rcode in proptest::string::string_regex(&unanchored(&select::rcode_pattern())).unwrap(),
+            window in proptest::string::string_regex(&unanchored(WINDOW_PATTERN)).unwrap(),
+        ) {
+            proptest::prop_assert!(crate::etag::TagList::parse(&tags).is_some(), "{tags:?}");
+            let name = if name.len() > 254 { "." } else { &name };
+            let filter = select::Filter::parse(Some(&client), Some(name), Some(&qtype), Some(&rcode));
+            proptest::prop_assert!(filter.is_ok(), "{filter:?}");
+            proptest::prop_assert!(super::super::query_log::parse_window(&window).is_ok(), "{window:?}");
+        }
+    }
+
+    #[test]
+    fn the_headers_pattern_is_the_parsers() {
+        let doc = document();
+        let parameters = doc["paths"]["/v1/config"]["get"]["parameters"]
+            .as_array()
+            .expect("parameters");
+        for parameter in parameters {
+            assert_eq!(
+                parameter["schema"]["pattern"],
+                json!(crate::etag::TAG_LIST_PATTERN),
+                "{parameter}"
+            );
+        }
     }
 
     #[test]
