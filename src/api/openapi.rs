@@ -169,9 +169,10 @@ fn finish(openapi: utoipa::openapi::OpenApi) -> Value {
     doc
 }
 
-/// What the event stream's messages carry: `EventRecord`, the JSON of each message's `data:`
-/// line (an [`crate::wire::events::Event`] with its id and time), as the stream's item schema
-/// (`x-item-schema`: OpenAPI 3.1 has no keyword for the items of a stream).
+/// What the event streams' messages carry, as the schema of one message (`event`, `id`,
+/// `data`: OpenAPI 3.1 has no keyword for the items of a stream; 3.2's `itemSchema` has this
+/// form): on `/events` the `data:` line is an `EventRecord` (an
+/// [`crate::wire::events::Event`] with its id and time), on `/query-log/stream` an answer.
 fn describe_event_stream(doc: &mut Value) {
     doc["components"]["schemas"]["EventRecord"] = json!({
         "description": "One event as `GET /events` sends it: the JSON of an SSE message's \
@@ -190,15 +191,45 @@ fn describe_event_stream(doc: &mut Value) {
             {"$ref": "#/components/schemas/Event"},
         ],
     });
-    if let Some(media) =
-        doc.pointer_mut("/paths/~1events/get/responses/200/content/text~1event-stream")
-    {
-        *media = json!({
-            "schema": {"type": "string", "description": "Server-sent events, each with one \
-        `data:` line: an `EventRecord` (JSON)."},
-            "x-item-schema": {"$ref": "#/components/schemas/EventRecord"},
-        });
+    let events = sse_event(
+        json!({"type": "string"}),
+        json!({"$ref": "#/components/schemas/EventRecord"}),
+        "One event: `event:` its kind, `id:` (none on a notice to one follower), `data:` an \
+         `EventRecord`.",
+    );
+    let answers = json!({"oneOf": [
+        sse_event(json!({"const": "answer"}), json!({"$ref": "#/components/schemas/LoggedAnswer"}),
+            "An answer that passed the filters."),
+        sse_event(json!({"const": "lagged"}),
+            json!({"type": "object", "properties": {"missed": {"type": "integer", "minimum": 1}},
+                   "required": ["missed"]}),
+            "The follower fell behind: how many answers it missed (the stream goes on)."),
+        sse_event(json!({"const": "stopping"}), json!({"type": "object"}),
+            "The resolver stops; the stream ends."),
+    ]});
+    for (path, schema) in [("~1events", events), ("~1query-log~1stream", answers)] {
+        let media = format!("/paths/{path}/get/responses/200/content/text~1event-stream");
+        if let Some(media) = doc.pointer_mut(&media) {
+            *media = json!({"schema": schema});
+        }
     }
+}
+
+/// One server-sent event as a stream's item (the form of OpenAPI 3.2's `itemSchema`, which
+/// tools read from `schema` in 3.1): its `event:` name, its optional `id:`, and its `data:`, a
+/// line of JSON that `data` describes.
+fn sse_event(event: Value, data: Value, description: &str) -> Value {
+    json!({
+        "type": "object",
+        "description": description,
+        "properties": {
+            "event": event,
+            "id": {"type": "string"},
+            "data": {"type": "string", "contentMediaType": "application/json",
+                     "contentSchema": data},
+        },
+        "required": ["event", "data"],
+    })
 }
 
 /// The query log's filters and lists as exactly as their parsers take them (patterns built from
