@@ -3,9 +3,10 @@
 //! `utoipa_axum::routes!`, which reads the handler's `#[utoipa::path]` and both routes it and
 //! describes it, so the router cannot serve a route the document lacks. This module adds
 //! what the layers around every route do (the TCP guard's 401/403/421, the time limit's 503,
-//! `HEAD` beside every `GET`), the security scheme, and the configuration's JSON schema
+//! `HEAD` beside every `GET`), the security scheme, the configuration's JSON schema
 //! (`crate::config::json_schema()`, the one `/schema` serves) as the schema of
-//! `/v1/config` bodies.
+//! `/v1/config` bodies, the schema of one message of each event stream, and the patterns of
+//! the query log's filters (built from the parsers' tables, too long for an annotation).
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -582,18 +583,31 @@ mod tests {
     }
 
     #[test]
-    fn the_headers_pattern_is_the_parsers() {
+    fn the_documents_patterns_are_the_parsers() {
         let doc = document();
-        let parameters = doc["paths"]["/v1/config"]["get"]["parameters"]
-            .as_array()
-            .expect("parameters");
-        for parameter in parameters {
+        let pattern = |path: &str, name: &str| {
+            let parameters = doc["paths"][path]["get"]["parameters"]
+                .as_array()
+                .expect("parameters");
+            let parameter = parameters.iter().find(|p| p["name"] == name);
+            parameter.map(|p| p["schema"]["pattern"].clone())
+        };
+        let tags = Some(json!(crate::etag::TAG_LIST_PATTERN));
+        assert_eq!(pattern("/v1/config", "If-Match"), tags);
+        assert_eq!(pattern("/v1/config/{pointer}", "If-None-Match"), tags);
+        for path in ["/query-log", "/query-log/stream"] {
             assert_eq!(
-                parameter["schema"]["pattern"],
-                json!(crate::etag::TAG_LIST_PATTERN),
-                "{parameter}"
+                pattern(path, "client"),
+                Some(json!(select::client_pattern()))
             );
+            assert_eq!(pattern(path, "name"), Some(json!(select::NAME_PATTERN)));
+            assert_eq!(pattern(path, "qtype"), Some(json!(select::qtype_pattern())));
+            assert_eq!(pattern(path, "rcode"), Some(json!(select::rcode_pattern())));
         }
+        assert_eq!(
+            pattern("/top/{kind}", "window"),
+            Some(json!(WINDOW_PATTERN))
+        );
     }
 
     #[test]
