@@ -97,25 +97,76 @@ fn base64url(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// The values of a precondition header (`If-Match` / `If-None-Match`, possibly repeated), as
-/// one comma-separated list of tags. `None` when the header is absent (or none of its values is
-/// text).
-pub fn tag_list(headers: &HeaderMap, name: HeaderName) -> Option<String> {
-    let values: Vec<&str> = headers
-        .get_all(name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
-    (!values.is_empty()).then(|| values.join(","))
+/// The pattern of an `If-Match` / `If-None-Match` value [`tag_list`] accepts (RFC 9110): `*`,
+/// or entity tags (`"…"`, weak `W/"…"`) separated by commas and optional spaces. The API's
+/// document gives it as the headers' schema.
+pub const TAG_LIST_PATTERN: &str =
+    r#"^[ \t]*(\*|(W/)?"[!#-~]*"([ \t]*,[ \t]*(W/)?"[!#-~]*")*)[ \t]*$"#;
+
+/// What a precondition header names: any version, or these tags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TagList {
+    /// `*`.
+    Any,
+    /// The opaque parts of the tags, without their quotes (weak and strong compare alike).
+    Tags(Vec<String>),
 }
 
-/// Whether a list of tags (comma-separated, `*` or weak `W/` tags) names `current`.
-pub fn tags_name(list: &str, current: &str) -> bool {
-    let bare = current.trim_matches('"');
-    list.split(',').map(str::trim).any(|tag| {
-        let tag = tag.strip_prefix("W/").unwrap_or(tag);
-        tag == "*" || tag.trim_matches('"') == bare
-    })
+impl TagList {
+    /// Whether the list names `current` (a quoted tag, as [`etag`] gives it).
+    pub fn names(&self, current: &str) -> bool {
+        let bare = current.trim_matches('"');
+        match self {
+            TagList::Any => true,
+            TagList::Tags(tags) => tags.iter().any(|t| t == bare),
+        }
+    }
+
+    /// `*` or a list of entity tags ([`TAG_LIST_PATTERN`]); `None` for anything else.
+    pub fn parse(list: &str) -> Option<TagList> {
+        const OWS: [char; 2] = [' ', '\t'];
+        let mut rest = list.trim_matches(OWS);
+        if rest == "*" {
+            return Some(TagList::Any);
+        }
+        let mut tags = Vec::new();
+        loop {
+            let quoted = rest.strip_prefix("W/").unwrap_or(rest).strip_prefix('"')?;
+            let (opaque, after) = quoted.split_once('"')?;
+            if !opaque
+                .bytes()
+                .all(|b| b == b'!' || (b'#'..=b'~').contains(&b))
+            {
+                return None;
+            }
+            tags.push(opaque.to_owned());
+            rest = after.trim_start_matches(OWS);
+            if rest.is_empty() {
+                return Some(TagList::Tags(tags));
+            }
+            rest = rest.strip_prefix(',')?.trim_start_matches(OWS);
+        }
+    }
+}
+
+/// The values of a precondition header (`If-Match` / `If-None-Match`, possibly repeated), as
+/// one list. `Ok(None)` when the header is absent; `Err` with the values when they are not
+/// `*` or a list of entity tags (or not text).
+pub fn tag_list(headers: &HeaderMap, name: HeaderName) -> Result<Option<TagList>, String> {
+    let values = headers.get_all(name);
+    if values.iter().next().is_none() {
+        return Ok(None);
+    }
+    let text = values.iter().all(|v| v.to_str().is_ok());
+    let joined = values
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()))
+        .collect::<Vec<_>>()
+        .join(",");
+    match TagList::parse(&joined) {
+        Some(list) if text => Ok(Some(list)),
+        _ => Err(joined),
+    }
 }
 
 #[cfg(test)]
@@ -169,23 +220,30 @@ mod tests {
     fn precondition_lists() {
         use axum::http::header::{IF_MATCH, IF_NONE_MATCH};
         let tag = etag(&json!({}));
-        let matches = |h: &HeaderMap, name| tag_list(h, name).map(|l| tags_name(&l, &tag));
+        let matches = |h: &HeaderMap, name| tag_list(h, name).map(|l| l.map(|l| l.names(&tag)));
         let mut h = HeaderMap::new();
-        assert_eq!(matches(&h, IF_MATCH), None);
-        h.append(IF_MATCH, HeaderValue::from_static("\"nope\", \"other\""));
-        assert_eq!(matches(&h, IF_MATCH), Some(false));
+        assert_eq!(matches(&h, IF_MATCH), Ok(None));
+        h.append(IF_MATCH, HeaderValue::from_static("\"nope\", \"o,ther\""));
+        assert_eq!(matches(&h, IF_MATCH), Ok(Some(false)));
         h.append(
             IF_MATCH,
             HeaderValue::from_str(&format!("W/{tag}")).unwrap(),
         );
-        assert_eq!(matches(&h, IF_MATCH), Some(true));
-        h.append(IF_MATCH, HeaderValue::from_bytes(b"\xff").unwrap());
-        assert_eq!(matches(&h, IF_MATCH), Some(true));
-        let mut opaque = HeaderMap::new();
-        opaque.insert(IF_MATCH, HeaderValue::from_bytes(b"\xff").unwrap());
-        assert_eq!(matches(&opaque, IF_MATCH), None, "no value is text");
+        assert_eq!(matches(&h, IF_MATCH), Ok(Some(true)));
         let mut star = HeaderMap::new();
         star.insert(IF_NONE_MATCH, HeaderValue::from_static("*"));
-        assert_eq!(matches(&star, IF_NONE_MATCH), Some(true));
+        assert_eq!(matches(&star, IF_NONE_MATCH), Ok(Some(true)));
+        for bad in [
+            &b""[..],
+            b"nope",
+            b"\"a\" \"b\"",
+            b"*, \"a\"",
+            b"\"a\",",
+            b"\"\xff\"",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(IF_MATCH, HeaderValue::from_bytes(bad).unwrap());
+            assert!(matches(&h, IF_MATCH).is_err(), "{bad:?}");
+        }
     }
 }

@@ -807,7 +807,7 @@ async fn event_records_match_their_documented_schema() {
     );
     assert_eq!(
         document()["paths"]["/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
-            ["x-item-schema"],
+            ["schema"]["properties"]["data"]["contentSchema"],
         json!({"$ref": "#/components/schemas/EventRecord"})
     );
 }

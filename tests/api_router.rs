@@ -103,6 +103,20 @@ async fn get_returns_the_raw_config_with_an_etag_and_if_none_match_gives_304() {
     assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
     let r = f.send(conditional("if-none-match", &tag, "PUT")).await;
     assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
+    // A value that is not `*` or a list of entity tags is malformed: 400, not 412.
+    for (name, value) in [
+        ("if-match", "stale"),
+        ("if-none-match", ""),
+        ("if-match", "*, \"a\""),
+    ] {
+        let r = f.send(conditional(name, value, "GET")).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{name}: {value}");
+        assert!(
+            r.text().contains("is not * or a list of entity tags"),
+            "{}",
+            r.text()
+        );
+    }
 }
 
 #[tokio::test]
@@ -194,9 +208,14 @@ async fn patch_applies_json_patch_operations() {
         {"op": "copy", "from": "/workers", "path": "/ttl-copy-is-removed"},
         {"op": "remove", "path": "/ttl-copy-is-removed"},
     ]);
-    let (r, applied) = f
-        .change(json_body("PATCH", "/v1/config", ops), Outcome::Applied)
-        .await;
+    // Sent as RFC 6902's own media type (`application/json` is read too).
+    let patch = with_body(
+        "PATCH",
+        "/v1/config",
+        "application/json-patch+json",
+        &ops.to_string(),
+    );
+    let (r, applied) = f.change(patch, Outcome::Applied).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
     // Empty, as upstream answers, typed as the document says.
     assert!(r.body.is_empty(), "{}", r.text());

@@ -20,7 +20,7 @@ use super::pointer;
 use super::responses::{ConfigConditions, ConfigDelete, ConfigDeleteAll, ConfigPatch, ConfigPut};
 use super::ApiState;
 use crate::config::{self, LoadedConfig};
-use crate::etag::{etag, tag_list, tags_name};
+use crate::etag::{etag, tag_list, TagList};
 use crate::manager::handle::Base;
 use crate::manager::plan::Stage;
 use crate::manager::ChangeError;
@@ -38,26 +38,37 @@ enum Access {
 }
 
 /// `If-Match` and `If-None-Match`: each the list of ETags a request names (every value of the
-/// header, comma-separated), or `None` when the request has none.
+/// header, comma-separated), or `None` when the request has none. A value that is not `*` or
+/// a list of entity tags is a 400 (the document gives the pattern).
 #[derive(Default, utoipa::IntoParams)]
 #[into_params(parameter_in = Header)]
 pub struct Preconditions {
     /// Answer only if the configuration's ETag is one of these (or `*`); 412 otherwise.
-    #[param(rename = "If-Match")]
-    if_match: Option<String>,
+    #[param(rename = "If-Match", value_type = String, required = false,
+            pattern = r#"^[ \t]*(\*|(W/)?"[!#-~]*"([ \t]*,[ \t]*(W/)?"[!#-~]*")*)[ \t]*$"#)]
+    if_match: Option<TagList>,
     /// Answer only if the configuration's ETag is none of these: 304 for a read, 412 for a
     /// change otherwise.
-    #[param(rename = "If-None-Match")]
-    if_none_match: Option<String>,
+    #[param(rename = "If-None-Match", value_type = String, required = false,
+            pattern = r#"^[ \t]*(\*|(W/)?"[!#-~]*"([ \t]*,[ \t]*(W/)?"[!#-~]*")*)[ \t]*$"#)]
+    if_none_match: Option<TagList>,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Preconditions {
-    type Rejection = std::convert::Infallible;
+    type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let list = |name: header::HeaderName, shown: &str| {
+            tag_list(&parts.headers, name).map_err(|value| {
+                let value: String = value.chars().take(200).collect();
+                ApiError::BadRequest(format!(
+                    "{shown}: '{value}' is not * or a list of entity tags (\"…\", W/\"…\")"
+                ))
+            })
+        };
         Ok(Preconditions {
-            if_match: tag_list(&parts.headers, header::IF_MATCH),
-            if_none_match: tag_list(&parts.headers, header::IF_NONE_MATCH),
+            if_match: list(header::IF_MATCH, "If-Match")?,
+            if_none_match: list(header::IF_NONE_MATCH, "If-None-Match")?,
         })
     }
 }
@@ -71,14 +82,10 @@ impl Preconditions {
             status,
             etag: tag.to_owned(),
         };
-        if self.if_match.as_deref().is_some_and(|l| !tags_name(l, tag)) {
+        if self.if_match.as_ref().is_some_and(|l| !l.names(tag)) {
             return Err(failed(StatusCode::PRECONDITION_FAILED));
         }
-        if self
-            .if_none_match
-            .as_deref()
-            .is_some_and(|l| tags_name(l, tag))
-        {
+        if self.if_none_match.as_ref().is_some_and(|l| l.names(tag)) {
             return Err(failed(match access {
                 Access::Read => StatusCode::NOT_MODIFIED,
                 Access::Change => StatusCode::PRECONDITION_FAILED,
@@ -117,6 +124,8 @@ async fn read(
     responses(
         (status = 200, description = "The configuration.", body = ConfigDocument,
          headers(("ETag" = String, description = "The configuration's structural ETag."))),
+        (status = 400, description = "`If-Match` or `If-None-Match` is not `*` or a list of \
+         entity tags.", body = String, content_type = "text/plain"),
         ConfigConditions,
     ),
 )]
@@ -136,7 +145,8 @@ pub async fn get_document(
     responses(
         (status = 200, description = "The value (any JSON).", body = Value,
          headers(("ETag" = String, description = "The configuration's structural ETag."))),
-        (status = 400, description = "An array index that is not a number.", body = String,
+        (status = 400, description = "An array index that is not a number, or `If-Match` or \
+         `If-None-Match` that is not `*` or a list of entity tags.", body = String,
          content_type = "text/plain"),
         (status = 404, description = "Nothing at the pointer.", body = String,
          content_type = "text/plain", example = "nothing at /cache/nothing\n"),
@@ -218,7 +228,9 @@ where
         let Query(query) = Query::<ChangeQuery>::from_request_parts(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        let Ok(conditions) = Preconditions::from_request_parts(parts, state).await;
+        let conditions = Preconditions::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
         Ok(ChangeRequest {
             state: axum::extract::FromRef::from_ref(state),
             conditions,
@@ -345,7 +357,7 @@ async fn patch(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     change(request, move |doc| {
-        let ops = parse_body(&headers, &body)?;
+        let ops = parse_patch(&headers, &body)?;
         Ok(pointer::patch(doc, &ops)?)
     })
     .await
@@ -600,6 +612,21 @@ fn with_etag(mut r: Response, tag: &str) -> Response {
         r.headers_mut().insert(header::ETAG, v);
     }
     r
+}
+
+/// A JSON Patch body: `application/json-patch+json` (RFC 6902's type), or any type
+/// [`parse_body`] reads.
+fn parse_patch(headers: &HeaderMap, body: &[u8]) -> Result<Value, BodyError> {
+    let patch_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json-patch+json"));
+    if !patch_type {
+        return parse_body(headers, body);
+    }
+    let text = std::str::from_utf8(body).map_err(|_| BodyError::NotUtf8)?;
+    serde_json::from_str(text).map_err(|e| BodyError::Parse(e.to_string()))
 }
 
 /// A request body as JSON, or YAML (`application/yaml`, `text/yaml`…), or TOML.

@@ -3,9 +3,10 @@
 //! `utoipa_axum::routes!`, which reads the handler's `#[utoipa::path]` and both routes it and
 //! describes it, so the router cannot serve a route the document lacks. This module adds
 //! what the layers around every route do (the TCP guard's 401/403/421, the time limit's 503,
-//! `HEAD` beside every `GET`), the security scheme, and the configuration's JSON schema
+//! `HEAD` beside every `GET`), the security scheme, the configuration's JSON schema
 //! (`crate::config::json_schema()`, the one `/schema` serves) as the schema of
-//! `/v1/config` bodies.
+//! `/v1/config` bodies, the schema of one message of each event stream, and the patterns of
+//! the query log's filters (built from the parsers' tables, too long for an annotation).
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -18,9 +19,11 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema};
 use utoipa::openapi::RefOr;
 
 use super::fault::FaultInjection;
+use super::query_log::WINDOW_PATTERN;
 use super::server::{BODY_LIMIT, CHANGE_TIMEOUT, HEADER_READ_TIMEOUT, READ_TIMEOUT};
 use super::ApiState;
 use crate::manager::plan::{Effect, Section};
+use crate::query_log::select;
 
 /// The name of the configuration's schema among the document's component schemas.
 pub const CONFIG_SCHEMA: &str = "KresConfig";
@@ -148,6 +151,7 @@ fn finish(openapi: utoipa::openapi::OpenApi) -> Value {
     doc["security"] = json!([{}, {"bearerAuth": []}]);
     doc["components"]["responses"] = common_responses();
     describe_event_stream(&mut doc);
+    describe_query_filters(&mut doc);
     if let Some(Value::Object(paths)) = doc.get_mut("paths").map(Value::take) {
         let paths: Map<String, Value> = paths
             .into_iter()
@@ -188,9 +192,10 @@ fn add_required_role(op: &mut Value, method: &str, path: &str) {
     }
 }
 
-/// What the event stream's messages carry: `EventRecord`, the JSON of each message's `data:`
-/// line (an [`crate::wire::events::Event`] with its id and time), as the stream's item schema
-/// (`x-item-schema`: OpenAPI 3.1 has no keyword for the items of a stream).
+/// What the event streams' messages carry, as the schema of one message (`event`, `id`,
+/// `data`: OpenAPI 3.1 has no keyword for the items of a stream; 3.2's `itemSchema` has this
+/// form): on `/events` the `data:` line is an `EventRecord` (an
+/// [`crate::wire::events::Event`] with its id and time), on `/query-log/stream` an answer.
 fn describe_event_stream(doc: &mut Value) {
     doc["components"]["schemas"]["EventRecord"] = json!({
         "description": "One event as `GET /events` sends it: the JSON of an SSE message's \
@@ -209,14 +214,90 @@ fn describe_event_stream(doc: &mut Value) {
             {"$ref": "#/components/schemas/Event"},
         ],
     });
-    if let Some(media) =
-        doc.pointer_mut("/paths/~1events/get/responses/200/content/text~1event-stream")
-    {
-        *media = json!({
-            "schema": {"type": "string", "description": "Server-sent events, each with one \
-        `data:` line: an `EventRecord` (JSON)."},
-            "x-item-schema": {"$ref": "#/components/schemas/EventRecord"},
-        });
+    let events = sse_event(
+        json!({"type": "string"}),
+        json!({"$ref": "#/components/schemas/EventRecord"}),
+        "One event: `event:` its kind, `id:` (none on a notice to one follower), `data:` an \
+         `EventRecord`.",
+    );
+    let answers = json!({"oneOf": [
+        sse_event(json!({"const": "answer"}), json!({"$ref": "#/components/schemas/LoggedAnswer"}),
+            "An answer that passed the filters."),
+        sse_event(json!({"const": "lagged"}),
+            json!({"type": "object", "properties": {"missed": {"type": "integer", "minimum": 1}},
+                   "required": ["missed"]}),
+            "The follower fell behind: how many answers it missed (the stream goes on)."),
+        sse_event(json!({"const": "stopping"}), json!({"type": "object"}),
+            "The resolver stops; the stream ends."),
+    ]});
+    for (path, schema) in [("~1events", events), ("~1query-log~1stream", answers)] {
+        let media = format!("/paths/{path}/get/responses/200/content/text~1event-stream");
+        if let Some(media) = doc.pointer_mut(&media) {
+            *media = json!({"schema": schema});
+        }
+    }
+}
+
+/// One server-sent event as a stream's item (the form of OpenAPI 3.2's `itemSchema`, which
+/// tools read from `schema` in 3.1): its `event:` name, its optional `id:`, and its `data:`, a
+/// line of JSON that `data` describes.
+fn sse_event(event: Value, data: Value, description: &str) -> Value {
+    json!({
+        "type": "object",
+        "description": description,
+        "properties": {
+            "event": event,
+            "id": {"type": "string"},
+            "data": {"type": "string", "contentMediaType": "application/json",
+                     "contentSchema": data},
+        },
+        "required": ["event", "data"],
+    })
+}
+
+/// The query log's filters and lists as exactly as their parsers take them (patterns built from
+/// the DNS library's mnemonics; see `query_log::select`), so that a value the document allows
+/// is one the server takes and one it forbids is refused with 400.
+fn describe_query_filters(doc: &mut Value) {
+    let name = json!({"type": "string", "pattern": select::NAME_PATTERN, "maxLength": 254});
+    let limit = json!({"type": "integer", "minimum": 0, "maximum": u64::MAX});
+    let filters = [
+        (
+            "client",
+            json!({"type": "string", "pattern": select::client_pattern()}),
+        ),
+        ("name", name),
+        (
+            "qtype",
+            json!({"type": "string", "pattern": select::qtype_pattern()}),
+        ),
+        (
+            "rcode",
+            json!({"type": "string", "pattern": select::rcode_pattern()}),
+        ),
+        ("limit", limit.clone()),
+    ];
+    let top = [
+        (
+            "window",
+            json!({"type": "string", "pattern": WINDOW_PATTERN}),
+        ),
+        ("limit", limit),
+    ];
+    for (path, schemas) in [
+        ("/paths/~1query-log/get/parameters", &filters[..]),
+        ("/paths/~1query-log~1stream/get/parameters", &filters[..]),
+        ("/paths/~1top~1{kind}/get/parameters", &top[..]),
+    ] {
+        let Some(Value::Array(parameters)) = doc.pointer_mut(path) else {
+            continue;
+        };
+        for parameter in parameters.iter_mut() {
+            let named = parameter.get("name").and_then(Value::as_str);
+            if let Some((_, schema)) = schemas.iter().find(|(n, _)| Some(*n) == named) {
+                parameter["schema"] = schema.clone();
+            }
+        }
     }
 }
 
@@ -493,6 +574,64 @@ mod tests {
             json!(["allow", null])
         );
         assert_eq!(schema["properties"]["mode"]["enum"], json!(["a"]));
+    }
+
+    /// A documented pattern as proptest's generator takes it (no anchors).
+    fn unanchored(pattern: &str) -> String {
+        pattern
+            .trim_start_matches('^')
+            .trim_end_matches('$')
+            .to_owned()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+        /// Every value a documented pattern allows is one the server's parser takes: what
+        /// schemathesis generates as valid is accepted (the other way, values outside the
+        /// patterns refused, is what `tests/api_conformance.rs` tries).
+        #[test]
+        fn documented_patterns_are_what_the_parsers_take(
+            tags in proptest::string::string_regex(&unanchored(crate::etag::TAG_LIST_PATTERN)).unwrap(),
+            client in proptest::string::string_regex(&unanchored(&select::client_pattern())).unwrap(),
+            name in proptest::string::string_regex(&unanchored(select::NAME_PATTERN)).unwrap(),
+            qtype in proptest::string::string_regex(&unanchored(&select::qtype_pattern())).unwrap(),
+            rcode in proptest::string::string_regex(&unanchored(&select::rcode_pattern())).unwrap(),
+            window in proptest::string::string_regex(&unanchored(WINDOW_PATTERN)).unwrap(),
+        ) {
+            proptest::prop_assert!(crate::etag::TagList::parse(&tags).is_some(), "{tags:?}");
+            let name = if name.len() > 254 { "." } else { &name };
+            let filter = select::Filter::parse(Some(&client), Some(name), Some(&qtype), Some(&rcode));
+            proptest::prop_assert!(filter.is_ok(), "{filter:?}");
+            proptest::prop_assert!(super::super::query_log::parse_window(&window).is_ok(), "{window:?}");
+        }
+    }
+
+    #[test]
+    fn the_documents_patterns_are_the_parsers() {
+        let doc = document();
+        let pattern = |path: &str, name: &str| {
+            let parameters = doc["paths"][path]["get"]["parameters"]
+                .as_array()
+                .expect("parameters");
+            let parameter = parameters.iter().find(|p| p["name"] == name);
+            parameter.map(|p| p["schema"]["pattern"].clone())
+        };
+        let tags = Some(json!(crate::etag::TAG_LIST_PATTERN));
+        assert_eq!(pattern("/v1/config", "If-Match"), tags);
+        assert_eq!(pattern("/v1/config/{pointer}", "If-None-Match"), tags);
+        for path in ["/query-log", "/query-log/stream"] {
+            assert_eq!(
+                pattern(path, "client"),
+                Some(json!(select::client_pattern()))
+            );
+            assert_eq!(pattern(path, "name"), Some(json!(select::NAME_PATTERN)));
+            assert_eq!(pattern(path, "qtype"), Some(json!(select::qtype_pattern())));
+            assert_eq!(pattern(path, "rcode"), Some(json!(select::rcode_pattern())));
+        }
+        assert_eq!(
+            pattern("/top/{kind}", "window"),
+            Some(json!(WINDOW_PATTERN))
+        );
     }
 
     #[test]

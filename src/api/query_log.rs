@@ -321,14 +321,21 @@ pub(super) async fn top_list(
     Ok(json_value(StatusCode::OK, &list))
 }
 
-/// `30s`, `5m`, `1h`, `1d`, `500ms` or plain seconds.
+/// `30s`, `5m`, `1h`, `1d`, `500ms` or plain seconds: up to 9 digits, up to 6 decimals
+/// ([`WINDOW_PATTERN`]).
 pub fn parse_window(text: &str) -> Result<Duration, String> {
     let bad = || format!("window: '{text}' is not a duration (30s, 5m, 1h, or seconds)");
-    let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, "0"));
+    if !(1..=9).contains(&whole.len())
+        || !(1..=6).contains(&fraction.len())
+        || !fraction.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Err(bad());
+    }
     let number: f64 = number.parse().map_err(|_| bad())?;
     let seconds = match unit {
         "" | "s" => number,
@@ -341,6 +348,9 @@ pub fn parse_window(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| bad())
 }
 
+/// The windows [`parse_window`] takes, for the API's document.
+pub const WINDOW_PATTERN: &str = r"^[0-9]{1,9}(\.[0-9]{1,6})?(ms|s|m|h|d)?$";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,7 +361,18 @@ mod tests {
         assert_eq!(parse_window("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_window("2"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_window("250ms"), Ok(Duration::from_millis(250)));
-        for bad in ["", "m", "5x", "-1s", "1e400"] {
+        for bad in [
+            "",
+            "m",
+            "5x",
+            "-1s",
+            "1e400",
+            " 5",
+            "1234567890",
+            "1.",
+            ".5",
+            "1.2.3",
+        ] {
             assert!(parse_window(bad).is_err(), "{bad}");
         }
     }

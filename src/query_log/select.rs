@@ -120,23 +120,107 @@ impl Filter {
     }
 }
 
+/// A name as the filter takes it: `.`, or labels of visible ASCII (no `.`) joined by single
+/// dots, with or without the final dot, at most 254 characters ([`NAME_PATTERN`]).
 fn parse_suffix(text: &str) -> Result<String, SelectError> {
-    let lower = text.trim().to_ascii_lowercase();
-    if lower.is_empty()
-        || lower.len() > 254
-        || lower.contains("..")
-        || lower.chars().any(char::is_whitespace)
-    {
+    let label = |l: &str| !l.is_empty() && l.bytes().all(|b| b.is_ascii_graphic() && b != b'.');
+    let labels = text.strip_suffix('.').unwrap_or(text);
+    if text != "." && (text.len() > 254 || !labels.split('.').all(label)) {
         return Err(SelectError::Name(text.to_owned()));
     }
-    if lower == "." {
-        return Ok(lower);
-    }
+    let lower = text.to_ascii_lowercase();
     Ok(if lower.ends_with('.') {
         lower
     } else {
         format!("{lower}.")
     })
+}
+
+/// The names [`Filter::parse`] takes (with `maxLength` 254), for the API's document.
+pub const NAME_PATTERN: &str = r"^(\.|[!-\-/-~]+(\.[!-\-/-~]+)*\.?)$";
+
+/// A decimal number up to `max` as Rust's integer parsers take it (an optional `+`, leading
+/// zeros), as a regular expression; `max` is 32, 128 or 65535.
+fn decimal_up_to(max: u16) -> &'static str {
+    match max {
+        32 => r"\+?0*(3[0-2]|[12]?[0-9])",
+        128 => r"\+?0*(12[0-8]|1[01][0-9]|[1-9]?[0-9])",
+        _ => {
+            r"\+?0*(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}|0)"
+        }
+    }
+}
+
+/// `text` matched whatever the case of its letters.
+fn any_case(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphabetic() {
+                format!("[{}{}]", c.to_ascii_uppercase(), c.to_ascii_lowercase())
+            } else if c.is_ascii_alphanumeric() || c == '-' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
+}
+
+/// The clients [`Network::parse`] takes, for the API's document: an IPv4 or IPv6 address
+/// (RFC 3986's forms, which are Rust's), optionally with a prefix length.
+pub fn client_pattern() -> String {
+    let octet = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
+    let v4 = format!("({octet}\\.){{3}}{octet}");
+    let h16 = "[0-9A-Fa-f]{1,4}";
+    let ls32 = format!("({h16}:{h16}|{v4})");
+    let before = |n: usize| match n {
+        0 => String::new(),
+        n => format!("(({h16}:){{0,{}}}{h16})?", n - 1),
+    };
+    let after = |n: usize| format!("({h16}:){{{n}}}");
+    let mut v6 = vec![
+        format!("{}{ls32}", after(6)),
+        format!("::{}{ls32}", after(5)),
+    ];
+    for (left, right) in [(1, 4), (2, 3), (3, 2), (4, 1), (5, 0)] {
+        v6.push(format!("{}::{}{ls32}", before(left), after(right)));
+    }
+    v6.push(format!("{}::{h16}", before(6)));
+    v6.push(format!("{}::", before(7)));
+    format!(
+        "^({v4}(/{})?|({})(/{})?)$",
+        decimal_up_to(32),
+        v6.join("|"),
+        decimal_up_to(128)
+    )
+}
+
+/// The types [`parse_qtype`] takes, for the API's document: a number, `TYPEn`, or a
+/// mnemonic the DNS library knows, whatever the case.
+pub fn qtype_pattern() -> String {
+    let number = decimal_up_to(u16::MAX);
+    let mnemonics: Vec<String> = (0..=u16::MAX)
+        .filter_map(|n| Rtype::from_int(n).to_mnemonic())
+        .filter_map(|m| std::str::from_utf8(m).ok())
+        .map(any_case)
+        .collect();
+    format!(
+        "^({number}|{}{number}|{})$",
+        any_case("TYPE"),
+        mnemonics.join("|")
+    )
+}
+
+/// The rcodes [`parse_rcode`] takes, for the API's document: a number or a mnemonic, whatever
+/// the case.
+pub fn rcode_pattern() -> String {
+    let mnemonics: Vec<String> = (0..=15u8)
+        .filter_map(Rcode::checked_from_int)
+        .filter_map(Rcode::to_mnemonic_str)
+        .filter(|m| m.parse::<Rcode>().is_ok())
+        .map(any_case)
+        .collect();
+    format!("^({}|{})$", decimal_up_to(u16::MAX), mnemonics.join("|"))
 }
 
 fn has_suffix(name: &str, suffix: &str) -> bool {
@@ -319,7 +403,7 @@ mod tests {
         assert!(Network::parse("::/0")
             .unwrap()
             .contains("2001:db8::1".parse().unwrap()));
-        for bad in ["192.0.2.0/33", "x", "1.2.3.4/", "::/129"] {
+        for bad in ["192.0.2.0/33", "x", "1.2.3.4/", "::/129", ""] {
             assert_eq!(Network::parse(bad), Err(SelectError::Client(bad.into())));
         }
         assert_eq!(
@@ -359,7 +443,21 @@ mod tests {
         check(None, None, None, Some("SERVFAIL"), false);
         assert!(Filter::parse(None, None, Some("NOPE"), None).is_err());
         assert!(Filter::parse(None, None, None, Some("NOPE")).is_err());
-        assert!(Filter::parse(None, Some("a..b"), None, None).is_err());
+        for name in [
+            "a..b",
+            "",
+            ".a",
+            "a b",
+            " a",
+            "\u{e9}.cz",
+            "..",
+            &"a".repeat(255),
+        ] {
+            assert!(
+                Filter::parse(None, Some(name), None, None).is_err(),
+                "{name:?}"
+            );
+        }
     }
 
     #[test]
