@@ -3,21 +3,21 @@
 //! every request the page made, its console every error.
 //!
 //! Over the unix socket, through `kresctl ui`: without the secret of the URL kresctl printed
-//! the page says it needs it; with it, the page trades it for kresctl's cookie and takes it
-//! out of the URL (no request's URL holds it), loads with no console error and no
-//! request to another host, shows the workers and the configuration's ETag, shows a worker
-//! killed with SIGKILL restarted, follows the q/s of queries sent during the test (up, then
-//! down when they stop), shows a
-//! refused reload with its reason (a configuration value full of `<`, `>`, `"`, `'` and `&`,
-//! shown literally, running nothing), the next generation of an applied change, and lets the
-//! admin clear the cache. With the query
-//! log, a forward target and an RPZ zone kept by transfer (knotd): a query whose name holds
-//! those characters in its labels (sent in wire form) shown literally in the query log and
-//! the top lists, the log filtered, the forward target with its RTT, the zone's serial and
-//! transfer, an admin's trace naming the target; one event stream for the whole visit and
-//! the periodic reads within the page's schedule. Over TCP with
-//! bearer tokens: the page asks for the token (never in a URL or the page), a reader sees no
-//! admin controls and the API refuses the reader's actions, an admin sees and uses them.
+//! the page says it needs it; with it, the page takes it out of the URL into the tab's
+//! `sessionStorage` (no request's URL holds it) and sends it in a header with every request but
+//! those of its own files, works on after a reload of the tab, shows the running configuration
+//! in the page (its link would carry no header), loads with no console error and no request to
+//! another host, shows the workers and the configuration's ETag, shows a worker killed with
+//! SIGKILL restarted, follows the q/s of queries sent during the test (up, then down when they
+//! stop), shows a refused reload with its reason (a configuration value full of `<`, `>`, `"`,
+//! `'` and `&`, shown literally, running nothing), the next generation of an applied change,
+//! and lets the admin clear the cache. With the query log, a forward target and an RPZ zone
+//! kept by transfer (knotd): a query whose name holds those characters in its labels (sent in
+//! wire form) shown literally in the query log and the top lists, the log filtered, the forward
+//! target with its RTT, the zone's serial and transfer, an admin's trace naming the target; one
+//! event stream for the whole visit and the periodic reads within the page's schedule. Over
+//! TCP with bearer tokens: the page asks for the token (never in a URL or the page), a reader
+//! sees no admin controls and the API refuses the reader's actions, an admin sees and uses them.
 
 mod common;
 
@@ -137,6 +137,45 @@ fn serve_ui(r: &Resolver) -> Ui {
     }
 }
 
+/// The header that carries kresctl ui's secret.
+const SECRET_HEADER: &str = "x-kresctl-ui-secret";
+
+/// The page's own files, which carry no data (a browser fetches them without the secret).
+const PAGE_FILES: [&str; 4] = ["/ui", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"];
+
+/// The page's requests since the last read of the network log: the secret in no URL, and in
+/// the header of every request but those of the page's files (the identity and the event
+/// stream among them).
+fn assert_secret_sent(browser: &Browser, ui: &Ui) {
+    let requests = browser.requests().expect("network log");
+    assert!(
+        requests.iter().all(|r| !r.url.contains(&ui.secret)),
+        "the secret in no request's URL: {requests:#?}"
+    );
+    let api: Vec<_> = requests
+        .iter()
+        .filter_map(|r| Some((r.url.strip_prefix(&ui.origin)?, r)))
+        .filter(|(path, _)| !PAGE_FILES.contains(path))
+        .collect();
+    for path in ["/ui/whoami", "/events", "/processes"] {
+        assert!(
+            api.iter().any(|(p, _)| *p == path),
+            "{path} requested: {requests:#?}"
+        );
+    }
+    for (path, request) in &api {
+        assert_eq!(
+            request.header(SECRET_HEADER),
+            Some(ui.secret.as_str()),
+            "{path}: {request:?}"
+        );
+    }
+    println!(
+        "{} requests of the page carried the secret in its header",
+        api.len()
+    );
+}
+
 #[test]
 fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
     let r = common::start(&Setup::new("ui-page").workers(2).extra(RECORDS)).expect("start");
@@ -174,7 +213,12 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
             .all(|e| e.contains("/ui/whoami") && e.contains("403")),
         "only the refused request: {errors:#?}"
     );
-    // With the URL printed: the secret traded for the cookie, and gone from the URL.
+    let before = browser.requests().expect("network log");
+    assert!(
+        before.iter().all(|r| r.header(SECRET_HEADER).is_none()),
+        "no secret to send yet: {before:#?}"
+    );
+    // With the URL printed: the secret kept in the tab, and gone from the URL.
     browser.open(url).expect("page");
     browser
         .wait_until(
@@ -206,17 +250,25 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
         json!(format!("{origin}/ui")),
         "the secret taken out of the URL"
     );
-    let urls = browser.requested_urls().expect("network log");
-    assert!(
-        urls.iter().all(|u| !u.contains(&ui.secret)),
-        "the secret in no request's URL: {urls:#?}"
+    assert_secret_sent(&browser, &ui);
+    assert_eq!(
+        browser
+            .run("return window.sessionStorage.length;", &[])
+            .expect("script"),
+        json!(1),
+        "the secret kept in the tab"
     );
-    assert!(
-        urls.contains(&format!("{origin}/.kresctl-ui/session")),
-        "the secret traded: {urls:#?}"
-    );
-    let foreign = foreign(&urls, origin);
-    assert!(foreign.is_empty(), "requests to other hosts: {foreign:#?}");
+    // Loaded again, the tab still has the secret: the page works on.
+    browser.reload().expect("reload");
+    browser
+        .wait_until(
+            "the page loaded again, with both workers",
+            SHOWN,
+            "return document.getElementById('workers-ready').textContent === '2' \
+             && document.getElementById('etag').textContent !== '–';",
+        )
+        .expect("reloaded");
+    assert_secret_sent(&browser, &ui);
     assert_clean(&browser, origin);
     // What the open page costs the control plane (the root and the manager process), measured
     // over the rest of the test and reported; the test's own requests are counted too.
@@ -406,6 +458,25 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
         .sum();
     println!("the page's four files: {size} bytes; the page's further requests: {requests}");
     assert!(size <= 150 * 1024, "the page is {size} bytes");
+    // A link carries no header: the running configuration is shown in the page.
+    browser
+        .run("document.getElementById('config-link').click();", &[])
+        .expect("click");
+    browser
+        .wait_until(
+            "the running configuration shown in the page",
+            SHOWN,
+            "const c = document.getElementById('config-json'); \
+             return !c.hidden && c.textContent.includes('\"workers\"') \
+             && window.location.pathname === '/ui';",
+        )
+        .expect("configuration shown");
+    let requests = browser.requests().expect("network log");
+    let config = requests
+        .iter()
+        .find(|r| r.url == format!("{origin}/v1/config"))
+        .unwrap_or_else(|| panic!("/v1/config requested: {requests:#?}"));
+    assert_eq!(config.header(SECRET_HEADER), Some(ui.secret.as_str()));
 
     drop(browser);
     drop(ui);

@@ -5,7 +5,10 @@
 // PROCESS_REFRESH_MS; nothing periodic while the page is hidden (a tab in the background).
 // Every text from the API is set with textContent: nothing it says is parsed as HTML.
 // Through `kresctl ui`, the URL kresctl printed carries its secret in the fragment (which no
-// request carries): traded once for kresctl's session cookie, then taken out of the URL.
+// request carries): taken out of the URL into this tab's sessionStorage (its own origin's,
+// port included: no page of another port reads it; it survives a reload of the tab), and
+// sent as X-Kresctl-Ui-Secret with every request, all of them made through api(). No cookie:
+// browsers send the cookies of 127.0.0.1 to its every port.
 'use strict';
 
 const METRICS_INTERVAL_MS = 5000;
@@ -52,11 +55,20 @@ function el(tag, text, className) {
 
 class Unauthorized extends Error {}
 
-// Same-origin credentials: `kresctl ui`'s session cookie (the API itself reads no cookie).
+const SECRET_KEY = 'kresctl-ui-secret';
+
+// `kresctl ui`'s secret in this tab, or null.
+function uiSecret() {
+  try { return window.sessionStorage.getItem(SECRET_KEY); } catch (e) { return null; }
+}
+
+// No credentials: the API reads no cookie, and kresctl ui admits by header only.
 async function api(path, init) {
-  const options = Object.assign({ cache: 'no-store', credentials: 'same-origin' }, init || {});
+  const options = Object.assign({ cache: 'no-store', credentials: 'omit' }, init || {});
   const headers = new Headers(options.headers || {});
   if (page.token) headers.set('Authorization', 'Bearer ' + page.token);
+  const secret = uiSecret();
+  if (secret) headers.set('X-Kresctl-Ui-Secret', secret);
   options.headers = headers;
   const response = await fetch(path, options);
   if (response.status === 401) {
@@ -69,15 +81,17 @@ async function api(path, init) {
   return response;
 }
 
-// `kresctl ui`'s secret, from the fragment of the URL it printed, for its session cookie;
-// whether there was one.
-async function openSession() {
+// `kresctl ui`'s secret, from the fragment of the URL it printed, kept in this tab and taken
+// out of the URL; whether there was one.
+function takeSecret() {
   const secret = /^#secret=([0-9a-f]{1,256})$/.exec(window.location.hash);
   if (!secret) return false;
   window.history.replaceState(null, '', window.location.pathname + window.location.search);
-  const response = await fetch('/.kresctl-ui/session', { method: 'POST', cache: 'no-store',
-    credentials: 'same-origin', headers: { 'X-Kresctl-Ui-Secret': secret[1] } });
-  if (!response.ok) throw new Error('kresctl ui: ' + (await response.text()));
+  try {
+    window.sessionStorage.setItem(SECRET_KEY, secret[1]);
+  } catch (e) {
+    throw new Error('kresctl ui: this browser keeps no sessionStorage for the page');
+  }
   return true;
 }
 
@@ -655,17 +669,28 @@ document.addEventListener('DOMContentLoaded', () => {
     applyFilter();
   });
   $('config-link').addEventListener('click', (event) => {
-    // A link cannot carry the bearer token: with one, the page shows the JSON itself.
-    if (!page.token) return;
+    // A link carries neither the bearer token nor kresctl ui's secret: with one, the page
+    // shows the JSON itself.
+    if (!page.token && !uiSecret()) return;
     event.preventDefault();
     showConfig().catch(showProblem);
   });
   $('reload').addEventListener('click', () => control('/reload'));
   $('cache-clear').addEventListener('click', () => control('/cache/clear', {}));
-  openSession().then(start, showProblem);
+  try {
+    takeSecret();
+  } catch (e) {
+    showProblem(e);
+    return;
+  }
+  start();
 });
 
 // The URL kresctl printed, given to a page that loaded without it: the page again, with it.
 window.addEventListener('hashchange', () => {
-  openSession().then((opened) => { if (opened) window.location.reload(); }, showProblem);
+  try {
+    if (takeSecret()) window.location.reload();
+  } catch (e) {
+    showProblem(e);
+  }
 });
