@@ -148,7 +148,8 @@ function renderProcesses() {
     row.dataset.name = p.name;
     const up = p.state === 'running' && p.since ? duration(now - p.since) : '–';
     const cells = [p.name, p.pid ?? '–', p.state, up, p.restarts, exitText(p.last_exit)];
-    const classes = ['name', 'pid', 'state', 'uptime', 'restarts', 'last-exit'];
+    // Wrapped (app.css): `words` between words only, `text` a long token anywhere too.
+    const classes = ['name words', 'pid', 'state', 'uptime words', 'restarts', 'last-exit text'];
     cells.forEach((text, i) => row.appendChild(el('td', text, classes[i])));
     const state = row.children[2];
     state.classList.add(p.state === 'running' ? 'ok' : p.state === 'failed' ? 'bad' : 'warn');
@@ -389,7 +390,13 @@ function percentile(deltas, q) {
 // ---- RPZ zones ---------------------------------------------------------------------------
 
 async function refreshRpz() {
-  const zones = await json('/rpz');
+  renderRpz(await json('/rpz'));
+}
+
+// How the RPZ table's cells wrap (app.css): texts from outside anywhere, times between words.
+const RPZ_CELLS = ['text', '', 'text', 'words', 'words', '', 'text'];
+
+function renderRpz(zones) {
   const rows = (Array.isArray(zones) ? zones : []).map((z) => {
     const row = el('tr');
     row.dataset.zone = z.zone;
@@ -400,7 +407,7 @@ async function refreshRpz() {
     [z.zone, z.serial ?? '–', transfer, z['next-refresh'] ? clock(z['next-refresh']) : '–',
       z.expires != null ? dateAndClock(z.expires) : '–',
       z.expired ? 'yes' : 'no', z.broken ? 'no: ' + z.broken : 'yes']
-      .forEach((text) => row.appendChild(el('td', text)));
+      .forEach((text, i) => row.appendChild(el('td', text, RPZ_CELLS[i])));
     return row;
   });
   $('rpz').tBodies[0].replaceChildren(...rows);
@@ -474,7 +481,7 @@ function renderTop(kind, title, list) {
   const body = el('tbody');
   entries.slice(0, TOP_SHOWN).forEach((e) => {
     const row = cells(el('tr'), [e.key, e.count]);
-    row.children[0].className = 'key';
+    row.children[0].className = 'key text';
     body.appendChild(row);
   });
   table.appendChild(body);
@@ -488,7 +495,8 @@ function renderQueryLog(answers) {
     const cache = a.cached === true ? 'hit' : a.cached === false ? 'miss' : '–';
     const row = cells(el('tr'), [clock(a.time), a.client, a.transport, a.name, a.qtype,
       a.rcode, latency, a.answers, cache, a.ede ?? '']);
-    row.children[3].className = 'name';
+    for (const i of [1, 3, 9]) row.children[i].className = 'text';
+    row.children[3].classList.add('name');
     row.children[5].className = a.rcode === 'SERVFAIL' ? 'bad' : '';
     return row;
   });
@@ -552,7 +560,10 @@ function applyFilter() {
 
 async function refreshUpstreams() {
   if (!page.insight || !page.insight.upstreams) return;
-  const u = await json('/upstreams');
+  renderUpstreams(await json('/upstreams'));
+}
+
+function renderUpstreams(u) {
   const forwards = (u.forwards || []).map((f) => el('li', 'forward ' + (f.subtrees || []).join(', ')
     + ' → ' + (f.servers || []).join(', ')));
   $('forwards').replaceChildren(...forwards);
@@ -562,8 +573,10 @@ async function refreshUpstreams() {
       ms(a.rtt_max_ms), a.queries ?? '–', a.unanswered ?? '–', a.error_answers ?? '–',
       (a.workers || []).join(', ')]);
     row.dataset.address = a.address;
+    row.children[0].className = 'text';
     row.children[2].className = 'rtt';
     row.children[6].className = 'unanswered';
+    row.children[8].className = 'text';
     return row;
   });
   $('upstreams').tBodies[0].replaceChildren(...rows);

@@ -209,6 +209,16 @@ impl Browser {
         Ok(requests)
     }
 
+    /// Resize the window to `width` × `height` CSS pixels.
+    pub fn resize(&self, width: u32, height: u32) -> Result<()> {
+        self.command(
+            "POST",
+            "window/rect",
+            Some(&json!({ "width": width, "height": height })),
+        )?;
+        Ok(())
+    }
+
     /// A command of the session.
     fn command(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value> {
         self.call(method, &format!("/session/{}/{path}", self.session), body)
