@@ -2,10 +2,10 @@
 //! socket (root's role: admin), and tried by another user of the same host, uid 65534 (a raw
 //! HTTP client run through setpriv, and kresctl itself). Without this run's secret every
 //! request but the page's files is refused with 403 before it reaches the API: `POST /stop`,
-//! `PUT /v1/config`, `GET /v1/config`, with a wrong secret or a forged cookie too; the
+//! `PUT /v1/config`, `GET /v1/config`, with a wrong secret, or with the secret in a cookie
+//! (which a browser would send to every port of 127.0.0.1) or as a bearer token; the
 //! resolver runs on and its configuration keeps its ETag. With the secret of the URL
-//! kresctl printed (in a header, or traded at the session route for the cookie), the same
-//! user reads and changes the configuration.
+//! kresctl printed in its header, the same user reads and changes the configuration.
 
 mod common;
 
@@ -152,12 +152,11 @@ fn another_user_needs_the_secret_of_the_url_kresctl_printed() {
     // Without the secret, or with a wrong one: refused, before anything reaches the API.
     let changed = running.replace("\"notice\"", "\"debug\"");
     assert_ne!(changed, running, "the change changes the level");
-    let cookie_name = format!(
-        "kresctl-ui-{}",
-        ui.address.rsplit(':').next().expect("port")
-    );
+    let port = ui.address.rsplit(':').next().expect("port");
     let wrong_secret = "0".repeat(ui.secret.len());
-    let forged = format!("{cookie_name}={}", ui.secret);
+    // The secret itself, in a cookie: a cookie admits nothing.
+    let as_cookie = format!("kresctl-ui-{port}={0}; secret={0}", ui.secret);
+    let as_bearer = format!("Bearer {}", ui.secret);
     for (method, path, headers, body) in [
         ("POST", "/stop", vec![], ""),
         ("PUT", "/v1/config", vec![], changed.as_str()),
@@ -172,13 +171,14 @@ fn another_user_needs_the_secret_of_the_url_kresctl_printed() {
         (
             "PUT",
             "/v1/config",
-            vec![("Cookie", forged.as_str())],
+            vec![("Cookie", as_cookie.as_str())],
             changed.as_str(),
         ),
+        ("POST", "/stop", vec![("Cookie", as_cookie.as_str())], ""),
         (
-            "POST",
-            "/.kresctl-ui/session",
-            vec![("X-Kresctl-Ui-Secret", wrong_secret.as_str())],
+            "GET",
+            "/v1/config",
+            vec![("Authorization", as_bearer.as_str())],
             "",
         ),
     ] {
@@ -200,28 +200,19 @@ fn another_user_needs_the_secret_of_the_url_kresctl_printed() {
     assert!(!r.launched.tree().is_empty(), "the resolver runs");
     assert_eq!(r.etag(), etag, "the configuration is unchanged");
 
-    // With the secret in a header: the configuration is read.
+    // With the secret in its header: the configuration is read, then changed.
     let secret = [("X-Kresctl-Ui-Secret", ui.secret.as_str())];
     let read = as_nobody(&ui, "GET", "/v1/config", &secret, "");
     assert_eq!(read.status, 200, "{}", read.text());
     assert_eq!(read.header("etag"), Some(etag.as_str()));
-
-    // Traded at the session route: the cookie, then a change made with it.
-    let opened = as_nobody(&ui, "POST", "/.kresctl-ui/session", &secret, "");
-    assert_eq!(opened.status, 204, "{}", opened.text());
-    let set_cookie = opened.header("set-cookie").expect("a cookie");
-    let (pair, attributes) = set_cookie.split_once("; ").expect("attributes");
-    assert_eq!(attributes, "HttpOnly; SameSite=Strict; Path=/");
-    assert!(pair.starts_with(&format!("{cookie_name}=")), "{pair}");
-    assert!(!pair.contains(&ui.secret), "the session is not the secret");
-    let cookie = format!("theme=dark; {pair}");
-    let read = as_nobody(&ui, "GET", "/ui/whoami", &[("Cookie", &cookie)], "");
-    assert_eq!(read.status, 200, "{}", read.text());
+    assert_eq!(read.header("set-cookie"), None, "no cookie, ever");
+    let who = as_nobody(&ui, "GET", "/ui/whoami", &secret, "");
+    assert_eq!(who.status, 200, "{}", who.text());
     let changed = as_nobody(
         &ui,
         "PUT",
         "/v1/config/logging/level",
-        &[("Cookie", &cookie)],
+        &secret,
         &json!("info").to_string(),
     );
     assert_eq!(changed.status, 200, "{}", changed.text());

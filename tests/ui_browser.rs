@@ -3,21 +3,23 @@
 //! every request the page made, its console every error.
 //!
 //! Over the unix socket, through `kresctl ui`: without the secret of the URL kresctl printed
-//! the page says it needs it; with it, the page trades it for kresctl's cookie and takes it
-//! out of the URL (no request's URL holds it), loads with no console error and no
-//! request to another host, shows the workers and the configuration's ETag, shows a worker
-//! killed with SIGKILL restarted, follows the q/s of queries sent during the test (up, then
-//! down when they stop), shows a
-//! refused reload with its reason (a configuration value full of `<`, `>`, `"`, `'` and `&`,
-//! shown literally, running nothing), the next generation of an applied change, and lets the
-//! admin clear the cache. With the query
-//! log, a forward target and an RPZ zone kept by transfer (knotd): a query whose name holds
-//! those characters in its labels (sent in wire form) shown literally in the query log and
-//! the top lists, the log filtered, the forward target with its RTT, the zone's serial and
-//! transfer, an admin's trace naming the target; one event stream for the whole visit and
-//! the periodic reads within the page's schedule. Over TCP with
-//! bearer tokens: the page asks for the token (never in a URL or the page), a reader sees no
-//! admin controls and the API refuses the reader's actions, an admin sees and uses them.
+//! the page says it needs it; with it, the page takes it out of the URL into the tab's
+//! `sessionStorage` (no request's URL holds it) and sends it in a header with every request but
+//! those of its own files, works on after a reload of the tab, shows the running configuration
+//! in the page (its link would carry no header), loads with no console error and no request to
+//! another host, shows the workers and the configuration's ETag, shows a worker killed with
+//! SIGKILL restarted, follows the q/s of queries sent during the test (up, then down when they
+//! stop), shows a refused reload with its reason (a configuration value full of `<`, `>`, `"`,
+//! `'` and `&`, shown literally, running nothing), the next generation of an applied change,
+//! and lets the admin clear the cache. With the query log, a forward target and an RPZ zone
+//! kept by transfer (knotd): a query whose name holds those characters in its labels (sent in
+//! wire form) shown literally in the query log and the top lists, the log filtered, the forward
+//! target with its RTT, the zone's serial and transfer, an admin's trace naming the target; one
+//! event stream for the whole visit and the periodic reads within the page's schedule. At
+//! 1280×800 and 1400×800, with long addresses, names, exits and reasons in its tables, neither
+//! the page nor a card scrolls sideways. Over TCP with bearer tokens: the page asks for the
+//! token (never in a URL or the page), a reader sees no admin controls and the API refuses the
+//! reader's actions, an admin sees and uses them.
 
 mod common;
 
@@ -137,6 +139,135 @@ fn serve_ui(r: &Resolver) -> Ui {
     }
 }
 
+/// The header that carries kresctl ui's secret.
+const SECRET_HEADER: &str = "x-kresctl-ui-secret";
+
+/// The page's own files, which carry no data (a browser fetches them without the secret).
+const PAGE_FILES: [&str; 4] = ["/ui", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"];
+
+/// The page's requests since the last read of the network log: the secret in no URL, and in
+/// the header of every request but those of the page's files (the identity and the event
+/// stream among them).
+fn assert_secret_sent(browser: &Browser, ui: &Ui) {
+    let requests = browser.requests().expect("network log");
+    assert!(
+        requests.iter().all(|r| !r.url.contains(&ui.secret)),
+        "the secret in no request's URL: {requests:#?}"
+    );
+    let api: Vec<_> = requests
+        .iter()
+        .filter_map(|r| Some((r.url.strip_prefix(&ui.origin)?, r)))
+        .filter(|(path, _)| !PAGE_FILES.contains(path))
+        .collect();
+    for path in ["/ui/whoami", "/events", "/processes"] {
+        assert!(
+            api.iter().any(|(p, _)| *p == path),
+            "{path} requested: {requests:#?}"
+        );
+    }
+    for (path, request) in &api {
+        assert_eq!(
+            request.header(SECRET_HEADER),
+            Some(ui.secret.as_str()),
+            "{path}: {request:?}"
+        );
+    }
+    println!(
+        "{} requests of the page carried the secret in its header",
+        api.len()
+    );
+}
+
+/// Rows the API could send, as long as they come: IPv6 addresses with ports, a long name,
+/// a worker's exit with its core, a reason without spaces, a failed transfer; drawn by the
+/// page's own functions, beside what it shows already.
+const LONG_ROWS: &str = r#"
+const v6 = (i) => `2001:db8:ffff:ffff:ffff:ffff:ffff:fff${i}`;
+page.processes = page.processes.filter((p) => !p.name.startsWith('kresd-long')).concat([
+  { name: 'kresd-long-0', type: 'KRESD', pid: 4194304, state: 'failed', restarts: 12345,
+    last_exit: { signaled: { signal: 6, core_dumped: true } },
+    failure: 'kresd-long-0 failed 5 times within 10 s' },
+  { name: 'kresd-long-1', type: 'KRESD', pid: 4194303, state: 'backoff', restarts: 7,
+    last_exit: { spawn_failed: '/usr/lib/knot-resolver/kresd-with-a-rather-long-path:No-such-file-or-directory(os-error-2)' } },
+]);
+renderProcesses();
+renderUpstreams({
+  forwards: [{ subtrees: ['blocklist.rpz', 'a-rather-long-subtree-name.example.internal'],
+    servers: [v6(1) + '@65535', v6(2) + '@65534', '192.0.2.255@65533'] }],
+  addresses: [1, 2, 3, 4].map((i) => ({ address: `${v6(i)}#6553${i}`, samples: 123456,
+    rtt_avg_ms: 1234.56, rtt_min_ms: 1.23, rtt_max_ms: 12345.67, queries: 1234567,
+    unanswered: 123456, error_answers: 12345, workers: ['kresd0', 'kresd1', 'kresd2', 'kresd3'] })),
+});
+renderRpz([{ zone: 'a-very-long-response-policy-zone-name.blocklist.example.internal.',
+  serial: 2026120612, 'last-transfer': { kind: 'ixfr', result: 'failure',
+    time: Date.now() / 1000, error: `connection to ${v6(1)}#65535 refused: no-route-to-host` },
+  'next-refresh': Date.now() / 1000 + 300, expires: Date.now() / 1000 + 86400 * 30,
+  expired: false, broken: 'the-zone-file-could-not-be-parsed-at-line-123456' }]);
+renderQueryLog([{ time: Date.now() / 1000, client: v6(1) + '#65535', transport: 'doh',
+  name: 'a-label-of-sixty-three-characters-long-abcdefghijklmnopqrstuvwx.'.repeat(3) + 'example.',
+  qtype: 'NSEC3PARAM', rcode: 'SERVFAIL', latency_ms: 12345.6, answers: 123, cached: false,
+  ede: 'EDE 22 (No Reachable Authority): at delegation example.; ' + v6(2) + '#53' }]);
+"#;
+
+/// At windows 1280 and 1400 pixels wide (800 high), with [`LONG_ROWS`] among what the page
+/// shows: neither the page nor one of its cards scrolls sideways. A screenshot of the
+/// narrow window per card shown (`{name}-narrow-{card}.png`); the window is its first size
+/// again afterwards.
+fn assert_no_sideways_scroll(browser: &Browser, name: &str) {
+    const MEASURE: &str = "return { window: window.innerWidth, \
+         page: document.documentElement.scrollWidth, \
+         cards: [...document.querySelectorAll('main > section')] \
+           .filter((s) => !s.hidden) \
+           .map((s) => [s.id, s.scrollWidth, s.clientWidth]) };";
+    for width in [1400, 1280] {
+        browser.resize(width, 800).expect("resize");
+        let inner = browser
+            .run("return window.innerWidth;", &[])
+            .expect("script");
+        assert!(
+            inner.as_u64().is_some_and(|w| w <= u64::from(width)),
+            "{inner}"
+        );
+        let sizes = browser
+            .run(&format!("{LONG_ROWS}\n{MEASURE}"), &[])
+            .expect("script");
+        println!("at {width}×800: {sizes}");
+        assert!(
+            sizes["page"].as_u64() <= sizes["window"].as_u64(),
+            "the page scrolls sideways at {width} px: {sizes}"
+        );
+        let cards = sizes["cards"].as_array().expect("cards");
+        assert!(cards.len() >= 5, "{sizes}");
+        for card in cards {
+            assert!(
+                card[1].as_u64() <= card[2].as_u64(),
+                "the card {} scrolls sideways at {width} px: {sizes}",
+                card[0]
+            );
+        }
+    }
+    for id in ["processes-panel", "rpz-panel", "insight-panel"] {
+        let shown = browser
+            .run(
+                "const card = document.getElementById(arguments[0]); \
+                 card.scrollIntoView(); return !card.hidden;",
+                &[json!(id)],
+            )
+            .expect("scroll");
+        if shown != json!(true) {
+            continue;
+        }
+        println!(
+            "screenshot: {}",
+            browser
+                .screenshot(&format!("{name}-narrow-{id}"))
+                .expect("png")
+                .display()
+        );
+    }
+    browser.resize(1280, 1100).expect("resize");
+}
+
 #[test]
 fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
     let r = common::start(&Setup::new("ui-page").workers(2).extra(RECORDS)).expect("start");
@@ -174,7 +305,12 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
             .all(|e| e.contains("/ui/whoami") && e.contains("403")),
         "only the refused request: {errors:#?}"
     );
-    // With the URL printed: the secret traded for the cookie, and gone from the URL.
+    let before = browser.requests().expect("network log");
+    assert!(
+        before.iter().all(|r| r.header(SECRET_HEADER).is_none()),
+        "no secret to send yet: {before:#?}"
+    );
+    // With the URL printed: the secret kept in the tab, and gone from the URL.
     browser.open(url).expect("page");
     browser
         .wait_until(
@@ -206,17 +342,25 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
         json!(format!("{origin}/ui")),
         "the secret taken out of the URL"
     );
-    let urls = browser.requested_urls().expect("network log");
-    assert!(
-        urls.iter().all(|u| !u.contains(&ui.secret)),
-        "the secret in no request's URL: {urls:#?}"
+    assert_secret_sent(&browser, &ui);
+    assert_eq!(
+        browser
+            .run("return window.sessionStorage.length;", &[])
+            .expect("script"),
+        json!(1),
+        "the secret kept in the tab"
     );
-    assert!(
-        urls.contains(&format!("{origin}/.kresctl-ui/session")),
-        "the secret traded: {urls:#?}"
-    );
-    let foreign = foreign(&urls, origin);
-    assert!(foreign.is_empty(), "requests to other hosts: {foreign:#?}");
+    // Loaded again, the tab still has the secret: the page works on.
+    browser.reload().expect("reload");
+    browser
+        .wait_until(
+            "the page loaded again, with both workers",
+            SHOWN,
+            "return document.getElementById('workers-ready').textContent === '2' \
+             && document.getElementById('etag').textContent !== '–';",
+        )
+        .expect("reloaded");
+    assert_secret_sent(&browser, &ui);
     assert_clean(&browser, origin);
     // What the open page costs the control plane (the root and the manager process), measured
     // over the rest of the test and reported; the test's own requests are counted too.
@@ -406,6 +550,26 @@ fn through_kresctl_ui_the_page_follows_processes_changes_and_traffic() {
         .sum();
     println!("the page's four files: {size} bytes; the page's further requests: {requests}");
     assert!(size <= 150 * 1024, "the page is {size} bytes");
+    // A link carries no header: the running configuration is shown in the page.
+    browser
+        .run("document.getElementById('config-link').click();", &[])
+        .expect("click");
+    browser
+        .wait_until(
+            "the running configuration shown in the page",
+            SHOWN,
+            "const c = document.getElementById('config-json'); \
+             return !c.hidden && c.textContent.includes('\"workers\"') \
+             && window.location.pathname === '/ui';",
+        )
+        .expect("configuration shown");
+    let requests = browser.requests().expect("network log");
+    let config = requests
+        .iter()
+        .find(|r| r.url == format!("{origin}/v1/config"))
+        .unwrap_or_else(|| panic!("/v1/config requested: {requests:#?}"));
+    assert_eq!(config.header(SECRET_HEADER), Some(ui.secret.as_str()));
+    assert_no_sideways_scroll(&browser, "overview");
 
     drop(browser);
     drop(ui);
@@ -771,6 +935,7 @@ fn hostile_names_literally_a_trace_upstreams_rpz_zones_and_one_stream() {
         .filter(|e| !e.contains("/query-log?"))
         .collect();
     assert!(errors.is_empty(), "console errors: {errors:#?}");
+    assert_no_sideways_scroll(&browser, "insight");
 
     drop(browser);
     drop(ui);

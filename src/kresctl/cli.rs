@@ -264,8 +264,8 @@ pub enum ApiCommand {
     /// runs, passing requests on to the API with kresctl's own credentials (its uid on the
     /// socket, or the bearer token of KRES_API_TOKEN_FILE or KRES_API_READ_ONLY_TOKEN_FILE), so
     /// a browser reaches an API on a unix socket. The URL printed holds a secret drawn for this
-    /// run (/ui#secret=...): every request but the page's own files needs it (the page trades
-    /// it for a session cookie), so the others on this host cannot act with kresctl's role.
+    /// run (/ui#secret=...): every request but the page's own files needs it (the page sends
+    /// it in a header), so the others on this host cannot act with kresctl's role.
     Ui {
         /// The loopback address and port to listen on (port 0: any free port; the URL is
         /// printed).

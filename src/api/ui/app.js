@@ -5,7 +5,10 @@
 // PROCESS_REFRESH_MS; nothing periodic while the page is hidden (a tab in the background).
 // Every text from the API is set with textContent: nothing it says is parsed as HTML.
 // Through `kresctl ui`, the URL kresctl printed carries its secret in the fragment (which no
-// request carries): traded once for kresctl's session cookie, then taken out of the URL.
+// request carries): taken out of the URL into this tab's sessionStorage (its own origin's,
+// port included: no page of another port reads it; it survives a reload of the tab), and
+// sent as X-Kresctl-Ui-Secret with every request, all of them made through api(). No cookie:
+// browsers send the cookies of 127.0.0.1 to its every port.
 'use strict';
 
 const METRICS_INTERVAL_MS = 5000;
@@ -52,11 +55,20 @@ function el(tag, text, className) {
 
 class Unauthorized extends Error {}
 
-// Same-origin credentials: `kresctl ui`'s session cookie (the API itself reads no cookie).
+const SECRET_KEY = 'kresctl-ui-secret';
+
+// `kresctl ui`'s secret in this tab, or null.
+function uiSecret() {
+  try { return window.sessionStorage.getItem(SECRET_KEY); } catch (e) { return null; }
+}
+
+// No credentials: the API reads no cookie, and kresctl ui admits by header only.
 async function api(path, init) {
-  const options = Object.assign({ cache: 'no-store', credentials: 'same-origin' }, init || {});
+  const options = Object.assign({ cache: 'no-store', credentials: 'omit' }, init || {});
   const headers = new Headers(options.headers || {});
   if (page.token) headers.set('Authorization', 'Bearer ' + page.token);
+  const secret = uiSecret();
+  if (secret) headers.set('X-Kresctl-Ui-Secret', secret);
   options.headers = headers;
   const response = await fetch(path, options);
   if (response.status === 401) {
@@ -69,15 +81,17 @@ async function api(path, init) {
   return response;
 }
 
-// `kresctl ui`'s secret, from the fragment of the URL it printed, for its session cookie;
-// whether there was one.
-async function openSession() {
+// `kresctl ui`'s secret, from the fragment of the URL it printed, kept in this tab and taken
+// out of the URL; whether there was one.
+function takeSecret() {
   const secret = /^#secret=([0-9a-f]{1,256})$/.exec(window.location.hash);
   if (!secret) return false;
   window.history.replaceState(null, '', window.location.pathname + window.location.search);
-  const response = await fetch('/.kresctl-ui/session', { method: 'POST', cache: 'no-store',
-    credentials: 'same-origin', headers: { 'X-Kresctl-Ui-Secret': secret[1] } });
-  if (!response.ok) throw new Error('kresctl ui: ' + (await response.text()));
+  try {
+    window.sessionStorage.setItem(SECRET_KEY, secret[1]);
+  } catch (e) {
+    throw new Error('kresctl ui: this browser keeps no sessionStorage for the page');
+  }
   return true;
 }
 
@@ -134,7 +148,8 @@ function renderProcesses() {
     row.dataset.name = p.name;
     const up = p.state === 'running' && p.since ? duration(now - p.since) : '–';
     const cells = [p.name, p.pid ?? '–', p.state, up, p.restarts, exitText(p.last_exit)];
-    const classes = ['name', 'pid', 'state', 'uptime', 'restarts', 'last-exit'];
+    // Wrapped (app.css): `words` between words only, `text` a long token anywhere too.
+    const classes = ['name words', 'pid', 'state', 'uptime words', 'restarts', 'last-exit text'];
     cells.forEach((text, i) => row.appendChild(el('td', text, classes[i])));
     const state = row.children[2];
     state.classList.add(p.state === 'running' ? 'ok' : p.state === 'failed' ? 'bad' : 'warn');
@@ -375,7 +390,13 @@ function percentile(deltas, q) {
 // ---- RPZ zones ---------------------------------------------------------------------------
 
 async function refreshRpz() {
-  const zones = await json('/rpz');
+  renderRpz(await json('/rpz'));
+}
+
+// How the RPZ table's cells wrap (app.css): texts from outside anywhere, times between words.
+const RPZ_CELLS = ['text', '', 'text', 'words', 'words', '', 'text'];
+
+function renderRpz(zones) {
   const rows = (Array.isArray(zones) ? zones : []).map((z) => {
     const row = el('tr');
     row.dataset.zone = z.zone;
@@ -386,7 +407,7 @@ async function refreshRpz() {
     [z.zone, z.serial ?? '–', transfer, z['next-refresh'] ? clock(z['next-refresh']) : '–',
       z.expires != null ? dateAndClock(z.expires) : '–',
       z.expired ? 'yes' : 'no', z.broken ? 'no: ' + z.broken : 'yes']
-      .forEach((text) => row.appendChild(el('td', text)));
+      .forEach((text, i) => row.appendChild(el('td', text, RPZ_CELLS[i])));
     return row;
   });
   $('rpz').tBodies[0].replaceChildren(...rows);
@@ -460,7 +481,7 @@ function renderTop(kind, title, list) {
   const body = el('tbody');
   entries.slice(0, TOP_SHOWN).forEach((e) => {
     const row = cells(el('tr'), [e.key, e.count]);
-    row.children[0].className = 'key';
+    row.children[0].className = 'key text';
     body.appendChild(row);
   });
   table.appendChild(body);
@@ -474,7 +495,8 @@ function renderQueryLog(answers) {
     const cache = a.cached === true ? 'hit' : a.cached === false ? 'miss' : '–';
     const row = cells(el('tr'), [clock(a.time), a.client, a.transport, a.name, a.qtype,
       a.rcode, latency, a.answers, cache, a.ede ?? '']);
-    row.children[3].className = 'name';
+    for (const i of [1, 3, 9]) row.children[i].className = 'text';
+    row.children[3].classList.add('name');
     row.children[5].className = a.rcode === 'SERVFAIL' ? 'bad' : '';
     return row;
   });
@@ -538,7 +560,10 @@ function applyFilter() {
 
 async function refreshUpstreams() {
   if (!page.insight || !page.insight.upstreams) return;
-  const u = await json('/upstreams');
+  renderUpstreams(await json('/upstreams'));
+}
+
+function renderUpstreams(u) {
   const forwards = (u.forwards || []).map((f) => el('li', 'forward ' + (f.subtrees || []).join(', ')
     + ' → ' + (f.servers || []).join(', ')));
   $('forwards').replaceChildren(...forwards);
@@ -548,8 +573,10 @@ async function refreshUpstreams() {
       ms(a.rtt_max_ms), a.queries ?? '–', a.unanswered ?? '–', a.error_answers ?? '–',
       (a.workers || []).join(', ')]);
     row.dataset.address = a.address;
+    row.children[0].className = 'text';
     row.children[2].className = 'rtt';
     row.children[6].className = 'unanswered';
+    row.children[8].className = 'text';
     return row;
   });
   $('upstreams').tBodies[0].replaceChildren(...rows);
@@ -655,17 +682,28 @@ document.addEventListener('DOMContentLoaded', () => {
     applyFilter();
   });
   $('config-link').addEventListener('click', (event) => {
-    // A link cannot carry the bearer token: with one, the page shows the JSON itself.
-    if (!page.token) return;
+    // A link carries neither the bearer token nor kresctl ui's secret: with one, the page
+    // shows the JSON itself.
+    if (!page.token && !uiSecret()) return;
     event.preventDefault();
     showConfig().catch(showProblem);
   });
   $('reload').addEventListener('click', () => control('/reload'));
   $('cache-clear').addEventListener('click', () => control('/cache/clear', {}));
-  openSession().then(start, showProblem);
+  try {
+    takeSecret();
+  } catch (e) {
+    showProblem(e);
+    return;
+  }
+  start();
 });
 
 // The URL kresctl printed, given to a page that loaded without it: the page again, with it.
 window.addEventListener('hashchange', () => {
-  openSession().then((opened) => { if (opened) window.location.reload(); }, showProblem);
+  try {
+    if (takeSecret()) window.location.reload();
+  } catch (e) {
+    showProblem(e);
+  }
 });

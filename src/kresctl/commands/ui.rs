@@ -5,10 +5,12 @@
 //!
 //! Every local user can reach a loopback port, so a request needs this run's secret: a random
 //! value printed in the URL's fragment (`/ui#secret=…`, which no request carries). The page
-//! trades it once for a session cookie at a route kresctl answers itself
-//! ([`SESSION_ROUTE`]); every later request carries the cookie (scripts may send the secret
-//! in [`SECRET_HEADER`] instead). Only the page's files, which hold no data, pass without
-//! it. The cookie and the secret's header stay here: only [`PASSED_ON`] reaches the API.
+//! keeps it in its tab's `sessionStorage` (its own origin's, port included) and sends it in
+//! [`SECRET_HEADER`] with every request; only the page's files, which hold no data, pass
+//! without it. No cookie: browsers send the cookies of 127.0.0.1 to every port of it, so a
+//! page another local user serves on another port would receive one and could replay it; a
+//! header is sent only by the page's own script. The header stays here: only [`PASSED_ON`]
+//! reaches the API.
 //!
 //! kresctl never listens wider than loopback, refuses requests whose `Host` is no loopback
 //! name of its port (a page of another site resolved to 127.0.0.1: DNS rebinding) and those
@@ -29,8 +31,8 @@ use crate::kresctl::client::{ApiClient, ClientError};
 /// The largest request body passed on (the API's own limit).
 const MAX_BODY: usize = 10 << 20;
 
-/// The request headers passed on to the API; the rest (the session cookie, the secret's
-/// header, a browser's `Origin`, which names kresctl's address, not the API's) stay here.
+/// The request headers passed on to the API; the rest (the secret's header, cookies, a
+/// browser's `Origin`, which names kresctl's address, not the API's) stay here.
 const PASSED_ON: [header::HeaderName; 7] = [
     header::ACCEPT,
     header::AUTHORIZATION,
@@ -41,10 +43,6 @@ const PASSED_ON: [header::HeaderName; 7] = [
     header::HeaderName::from_static("last-event-id"),
 ];
 
-/// The route kresctl answers itself, never the API: `POST` with the secret in
-/// [`SECRET_HEADER`] opens a session (`Set-Cookie`).
-const SESSION_ROUTE: &str = "/.kresctl-ui/session";
-
 /// The request header that carries this run's secret.
 const SECRET_HEADER: &str = "x-kresctl-ui-secret";
 
@@ -52,62 +50,38 @@ const SECRET_HEADER: &str = "x-kresctl-ui-secret";
 const REFUSED_HEADER: &str = "x-kresctl-ui";
 
 /// The page's files: no data, so `GET` and `HEAD` of these paths (exactly) pass without the
-/// secret; a browser must load the page before it can trade the secret.
+/// secret; a browser must load the page before its script can send the secret.
 const PUBLIC_FILES: [&str; 4] = ["/ui", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"];
 
-/// Random bytes in the secret and in the session's value (256 bits each).
+/// Random bytes in the secret (256 bits).
 const SECRET_BYTES: usize = 32;
 
 /// An answer's body: the API's, as it comes (an event stream has no end), or our own.
 type Body = BoxBody<Bytes, hyper::Error>;
 
-/// What admits a request in this run: the secret printed in the URL, and the session value
-/// the page trades it for. Both are drawn anew by each run of kresctl ui.
+/// What admits a request in this run: the secret printed in the URL, drawn anew by each run
+/// of kresctl ui.
 struct Keys {
     /// Printed in the URL's fragment; sent in [`SECRET_HEADER`].
     secret: String,
-    /// The session cookie's value; only `Set-Cookie` ever tells it.
-    session: String,
-    /// The session cookie's name, with our port in it: browsers keep cookies per host, not
-    /// per port, and two runs of kresctl ui on other ports keep their own.
-    cookie: String,
 }
 
 impl Keys {
-    /// Fresh keys from the kernel's random source, for a kresctl ui listening on `port`.
-    fn draw(port: u16) -> std::io::Result<Keys> {
+    /// A fresh secret from the kernel's random source.
+    fn draw() -> std::io::Result<Keys> {
         Ok(Keys {
             secret: crate::manager::rundir::random_hex(SECRET_BYTES)?,
-            session: crate::manager::rundir::random_hex(SECRET_BYTES)?,
-            cookie: format!("kresctl-ui-{port}"),
         })
     }
 
-    /// Whether `headers` carry the session cookie or the secret.
-    fn admit(&self, headers: &hyper::HeaderMap) -> bool {
-        let by_cookie = cookie_values(headers, &self.cookie).fold(false, |found, value| {
-            found | same(value, self.session.as_bytes())
-        });
-        by_cookie | self.secret_sent(headers)
-    }
-
     /// Whether `headers` carry the secret in [`SECRET_HEADER`].
-    fn secret_sent(&self, headers: &hyper::HeaderMap) -> bool {
+    fn admit(&self, headers: &hyper::HeaderMap) -> bool {
         headers
             .get_all(SECRET_HEADER)
             .iter()
             .fold(false, |found, value| {
                 found | same(value.as_bytes(), self.secret.as_bytes())
             })
-    }
-
-    /// The session cookie: for this origin's scripts' requests and its own navigations only,
-    /// never readable by a script, gone when the browser ends.
-    fn set_cookie(&self) -> String {
-        format!(
-            "{}={}; HttpOnly; SameSite=Strict; Path=/",
-            self.cookie, self.session
-        )
     }
 }
 
@@ -125,32 +99,13 @@ fn same(sent: &[u8], ours: &[u8]) -> bool {
     difference == 0
 }
 
-/// The values of the cookies named `name` in the `Cookie` headers (`a=1; b=2`).
-fn cookie_values<'a>(
-    headers: &'a hyper::HeaderMap,
-    name: &'a str,
-) -> impl Iterator<Item = &'a [u8]> + 'a {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .flat_map(|value| value.as_bytes().split(|b| *b == b';'))
-        .filter_map(move |pair| {
-            let pair = pair.trim_ascii();
-            let equals = pair.iter().position(|b| *b == b'=')?;
-            let (key, value) = (&pair[..equals], &pair[equals + 1..]);
-            (key == name.as_bytes()).then_some(value)
-        })
-}
-
 /// What becomes of a request that passed the checks of Host and Origin.
 #[derive(Debug, PartialEq, Eq)]
 enum Admission {
     /// One of the page's files: passed on without the secret.
     PublicFile,
-    /// With the session cookie or the secret: passed on.
+    /// With the secret: passed on.
     Admitted,
-    /// The trade of the secret for a session ([`SESSION_ROUTE`]): answered here.
-    OpenSession,
     /// Without the secret: refused here, before anything reaches the API.
     Refused,
 }
@@ -162,13 +117,6 @@ fn admission(
     headers: &hyper::HeaderMap,
     keys: &Keys,
 ) -> Admission {
-    if path == SESSION_ROUTE {
-        return if method == hyper::Method::POST && keys.secret_sent(headers) {
-            Admission::OpenSession
-        } else {
-            Admission::Refused
-        };
-    }
     let reads = method == hyper::Method::GET || method == hyper::Method::HEAD;
     if reads && PUBLIC_FILES.contains(&path) {
         Admission::PublicFile
@@ -188,7 +136,7 @@ pub async fn serve(client: ApiClient, listen: SocketAddr) -> Result<(), ClientEr
     }
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let bound = listener.local_addr()?;
-    let keys = Keys::draw(bound.port())?;
+    let keys = Keys::draw()?;
     println!(
         "The status page is at http://{}/ui#secret={} (until kresctl ends: Ctrl-C; whoever \
          has this URL acts with kresctl's rights)",
@@ -241,7 +189,6 @@ async fn pass_on(
         keys,
     ) {
         Admission::PublicFile | Admission::Admitted => {}
-        Admission::OpenSession => return session_opened(keys),
         Admission::Refused => return secret_needed(),
     }
     let (parts, body) = request.into_parts();
@@ -303,19 +250,6 @@ fn loopback_authority(authority: &str, port: u16) -> bool {
         || name
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// The answer to the trade of the secret: the session cookie.
-fn session_opened(keys: &Keys) -> Response<Body> {
-    let mut response = plain(StatusCode::NO_CONTENT, "");
-    let headers = response.headers_mut();
-    headers.remove(header::CONTENT_TYPE);
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    // Hex digits and our fixed attributes: always a valid header value.
-    if let Ok(cookie) = HeaderValue::from_str(&keys.set_cookie()) {
-        headers.insert(header::SET_COOKIE, cookie);
-    }
-    response
 }
 
 /// The refusal of a request without the secret.
@@ -380,8 +314,6 @@ mod tests {
     fn keys() -> Keys {
         Keys {
             secret: "5ec12e7".repeat(9) + "5",
-            session: "5e5510".repeat(10) + "abcd",
-            cookie: "kresctl-ui-8453".into(),
         }
     }
 
@@ -409,44 +341,29 @@ mod tests {
     }
 
     #[test]
-    fn cookies_are_read_by_their_exact_name() {
-        let values = |pairs: &[(&str, &str)]| -> Vec<Vec<u8>> {
-            cookie_values(&headers(pairs), "kresctl-ui-8453")
-                .map(<[u8]>::to_vec)
-                .collect()
-        };
-        assert_eq!(
-            values(&[("cookie", "a=1; kresctl-ui-8453=s3ss;b=2")]),
-            [b"s3ss".to_vec()]
-        );
-        assert_eq!(
-            values(&[("cookie", "a=1"), ("cookie", " kresctl-ui-8453=x=y ")]),
-            [b"x=y".to_vec()],
-            "a second Cookie header; `=` in the value"
-        );
-        assert!(values(&[("cookie", "kresctl-ui-84530=s3ss; kresctl-ui-845=s3ss")]).is_empty());
-        assert!(values(&[("cookie", "kresctl-ui-8453"), ("cookie", ";;")]).is_empty());
-        assert!(values(&[("x-other", "kresctl-ui-8453=s3ss")]).is_empty());
-    }
-
-    #[test]
     fn only_the_page_files_pass_without_the_secret() {
         use hyper::Method;
         let keys = keys();
-        let session = format!("other=1; kresctl-ui-8453={}", keys.session);
         let none: &[(&str, &str)] = &[];
-        let cookie: &[(&str, &str)] = &[("cookie", &session)];
         let secret: &[(&str, &str)] = &[(SECRET_HEADER, &keys.secret)];
-        let wrong_cookie: &[(&str, &str)] = &[("cookie", "kresctl-ui-8453=5e5510")];
-        let secret_as_cookie = format!("kresctl-ui-8453={}", keys.secret);
-        let secret_as_cookie: &[(&str, &str)] = &[("cookie", &secret_as_cookie)];
-        let session_as_secret: &[(&str, &str)] = &[(SECRET_HEADER, &keys.session)];
+        let wrong = "0".repeat(keys.secret.len());
+        let wrong: &[(&str, &str)] = &[(SECRET_HEADER, &wrong)];
+        let prefix: &[(&str, &str)] = &[(SECRET_HEADER, &keys.secret[..32])];
+        let wrong_then_secret: &[(&str, &str)] =
+            &[(SECRET_HEADER, "0"), (SECRET_HEADER, &keys.secret)];
+        // A cookie admits nothing, not even one that holds the secret: a page of another
+        // port of 127.0.0.1 would have received it.
+        let as_cookie = format!("kresctl-ui-8453={0}; secret={0}", keys.secret);
+        let as_cookie: &[(&str, &str)] = &[("cookie", &as_cookie)];
+        let as_bearer = format!("Bearer {}", keys.secret);
+        let as_bearer: &[(&str, &str)] = &[("authorization", &as_bearer)];
         type Pairs<'a> = &'a [(&'a str, &'a str)];
         let rows: &[(Method, &str, Pairs, Admission)] = &[
             (Method::GET, "/ui", none, Admission::PublicFile),
             (Method::HEAD, "/ui/app.js", none, Admission::PublicFile),
             (Method::GET, "/ui/app.css", none, Admission::PublicFile),
             (Method::GET, "/ui/favicon.svg", none, Admission::PublicFile),
+            (Method::GET, "/ui", as_cookie, Admission::PublicFile),
             (Method::POST, "/ui", none, Admission::Refused),
             (Method::GET, "/ui/", none, Admission::Refused),
             (Method::GET, "/ui/whoami", none, Admission::Refused),
@@ -458,29 +375,28 @@ mod tests {
             ),
             (Method::GET, "/v1/config", none, Admission::Refused),
             (Method::POST, "/stop", none, Admission::Refused),
-            (Method::PUT, "/v1/config", wrong_cookie, Admission::Refused),
-            (
-                Method::PUT,
-                "/v1/config",
-                secret_as_cookie,
-                Admission::Refused,
-            ),
-            (Method::POST, "/stop", session_as_secret, Admission::Refused),
-            (Method::GET, "/events", cookie, Admission::Admitted),
-            (Method::PUT, "/v1/config", cookie, Admission::Admitted),
+            (Method::POST, "/stop", wrong, Admission::Refused),
+            (Method::POST, "/stop", prefix, Admission::Refused),
+            (Method::PUT, "/v1/config", as_cookie, Admission::Refused),
+            (Method::GET, "/events", as_cookie, Admission::Refused),
+            (Method::PUT, "/v1/config", as_bearer, Admission::Refused),
+            (Method::GET, "/events", secret, Admission::Admitted),
+            (Method::PUT, "/v1/config", secret, Admission::Admitted),
             (Method::POST, "/stop", secret, Admission::Admitted),
             (Method::GET, "/ui/whoami", secret, Admission::Admitted),
-            (Method::POST, SESSION_ROUTE, secret, Admission::OpenSession),
-            (Method::POST, SESSION_ROUTE, none, Admission::Refused),
             (
                 Method::POST,
-                SESSION_ROUTE,
-                session_as_secret,
+                "/stop",
+                wrong_then_secret,
+                Admission::Admitted,
+            ),
+            // The route of the former session trade is the API's like any other.
+            (
+                Method::POST,
+                "/.kresctl-ui/session",
+                none,
                 Admission::Refused,
             ),
-            // The route is ours: never passed on, not even with the session.
-            (Method::GET, SESSION_ROUTE, cookie, Admission::Refused),
-            (Method::POST, SESSION_ROUTE, cookie, Admission::Refused),
         ];
         for (method, path, pairs, expected) in rows {
             assert_eq!(
@@ -492,30 +408,15 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_fresh_and_stay_here() {
-        let (one, two) = (
-            Keys::draw(8453).expect("keys"),
-            Keys::draw(8453).expect("keys"),
-        );
+    fn secrets_are_fresh_and_stay_here() {
+        let (one, two) = (Keys::draw().expect("keys"), Keys::draw().expect("keys"));
         assert_eq!(one.secret.len(), 2 * SECRET_BYTES);
         assert!(one.secret.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_ne!(one.secret, two.secret);
-        assert_ne!(one.session, two.session);
-        assert_ne!(one.secret, one.session);
-        assert_eq!(
-            one.set_cookie(),
-            format!(
-                "kresctl-ui-8453={}; HttpOnly; SameSite=Strict; Path=/",
-                one.session
-            )
-        );
-        let opened = session_opened(&one);
-        assert_eq!(opened.status(), StatusCode::NO_CONTENT);
-        assert_eq!(
-            opened.headers()[header::SET_COOKIE].to_str().expect("text"),
-            one.set_cookie()
-        );
-        assert_eq!(secret_needed().status(), StatusCode::FORBIDDEN);
+        let refused = secret_needed();
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+        assert_eq!(refused.headers()[REFUSED_HEADER], "secret-needed");
+        assert!(!refused.headers().contains_key(header::SET_COOKIE));
         for kept in [
             header::COOKIE,
             header::HeaderName::from_static(SECRET_HEADER),

@@ -107,6 +107,12 @@ impl Browser {
         Ok(())
     }
 
+    /// Load the page again, as the browser's reload button does, and wait for its load.
+    pub fn reload(&self) -> Result<()> {
+        self.command("POST", "refresh", Some(&json!({})))?;
+        Ok(())
+    }
+
     /// Run `script` (a function body; `arguments` are `args`) in the page; its return value.
     pub fn run(&self, script: &str, args: &[Value]) -> Result<Value> {
         self.command(
@@ -168,19 +174,49 @@ impl Browser {
 
     /// Every URL the browser requested since the last read (its network log).
     pub fn requested_urls(&self) -> Result<Vec<String>> {
-        let mut urls = Vec::new();
+        Ok(self.requests()?.into_iter().map(|r| r.url).collect())
+    }
+
+    /// Every request the browser made since the last read (its network log), with the
+    /// headers the page gave it (those the network stack adds later, such as `Cookie`, are
+    /// not there).
+    pub fn requests(&self) -> Result<Vec<SentRequest>> {
+        let mut requests = Vec::new();
         for entry in self.log("performance")? {
             let Some(text) = entry["message"].as_str() else {
                 continue;
             };
             let message: Value = serde_json::from_str(text)?;
             if message["message"]["method"] == "Network.requestWillBeSent" {
-                if let Some(url) = message["message"]["params"]["request"]["url"].as_str() {
-                    urls.push(url.to_owned());
+                let request = &message["message"]["params"]["request"];
+                if let Some(url) = request["url"].as_str() {
+                    let headers = request["headers"]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(|(name, value)| {
+                            let value = value.as_str().unwrap_or_default();
+                            (name.to_ascii_lowercase(), value.to_owned())
+                        })
+                        .collect();
+                    requests.push(SentRequest {
+                        url: url.to_owned(),
+                        headers,
+                    });
                 }
             }
         }
-        Ok(urls)
+        Ok(requests)
+    }
+
+    /// Resize the window to `width` × `height` CSS pixels.
+    pub fn resize(&self, width: u32, height: u32) -> Result<()> {
+        self.command(
+            "POST",
+            "window/rect",
+            Some(&json!({ "width": width, "height": height })),
+        )?;
+        Ok(())
     }
 
     /// A command of the session.
@@ -239,6 +275,24 @@ impl Browser {
             );
         }
         Ok(value)
+    }
+}
+
+/// A request of the network log.
+#[derive(Debug, Clone)]
+pub struct SentRequest {
+    pub url: String,
+    /// Header names in lower case, and their values.
+    pub headers: Vec<(String, String)>,
+}
+
+impl SentRequest {
+    /// The value of the header `name` (in lower case), if the request carried it.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
