@@ -9,10 +9,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::process::{Command, Stdio};
 
-use common::{Resolver, Setup, KRESCTL};
+use common::{serve_ui, KresctlUi, Setup, KRESCTL};
 use serde_json::json;
 use testbed::http::HttpResponse;
 
@@ -33,57 +33,9 @@ my $answer = <$s>;
 print $answer;
 "#;
 
-/// `kresctl ui` run by root for a resolver; killed when dropped (a failed test too).
-struct Ui {
-    process: Child,
-    /// `127.0.0.1:PORT`, as the URL printed names it.
-    address: String,
-    /// This run's secret, from the URL's fragment.
-    secret: String,
-}
-
-impl Drop for Ui {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
-}
-
-/// `kresctl ui` on a free loopback port, its address and secret read from the URL it prints.
-fn serve_ui(r: &Resolver) -> Ui {
-    let mut process = Command::new(KRESCTL)
-        .arg("-s")
-        .arg(&r.api)
-        .args(["ui", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kresctl ui");
-    let mut line = String::new();
-    BufReader::new(process.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("kresctl ui prints its URL");
-    let url = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"));
-    let (address, secret) = url
-        .split_once("/ui#secret=")
-        .unwrap_or_else(|| panic!("no secret in {url:?}"));
-    assert!(
-        secret.len() >= 32 && secret.bytes().all(|b| b.is_ascii_hexdigit()),
-        "at least 128 bits, in hex: {secret:?}"
-    );
-    Ui {
-        process,
-        address: address.to_owned(),
-        secret: secret.to_owned(),
-    }
-}
-
 /// One request to `ui` sent by uid 65534, with `headers` and a JSON `body`; its answer.
 fn as_nobody(
-    ui: &Ui,
+    ui: &KresctlUi,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],

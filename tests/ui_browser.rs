@@ -23,13 +23,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Resolver, Setup, DNS_TIMEOUT, KRESCTL, START_TIMEOUT};
+use common::{serve_ui, KresctlUi, Resolver, Setup, DNS_TIMEOUT, KRESCTL, START_TIMEOUT};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
@@ -92,53 +91,6 @@ fn cell(browser: &Browser, name: &str, class: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// `kresctl ui` serving the page of a resolver; killed when dropped (a failed test too).
-struct Ui {
-    process: Child,
-    /// The page's URL as printed (its secret in the fragment), its origin, and the secret.
-    url: String,
-    origin: String,
-    secret: String,
-}
-
-impl Drop for Ui {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
-}
-
-/// `kresctl ui` on a free loopback port for `r`.
-fn serve_ui(r: &Resolver) -> Ui {
-    let mut ui = Command::new(KRESCTL)
-        .arg("-s")
-        .arg(&r.api)
-        .args(["ui", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kresctl ui");
-    let mut line = String::new();
-    BufReader::new(ui.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("kresctl ui prints its address");
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://127.0.0.1:"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_owned();
-    let (origin, secret) = url
-        .split_once("/ui#secret=")
-        .unwrap_or_else(|| panic!("no secret in {url:?}"));
-    let (origin, secret) = (origin.to_owned(), secret.to_owned());
-    Ui {
-        process: ui,
-        url,
-        origin,
-        secret,
-    }
-}
-
 /// The header that carries kresctl ui's secret.
 const SECRET_HEADER: &str = "x-kresctl-ui-secret";
 
@@ -148,7 +100,7 @@ const PAGE_FILES: [&str; 4] = ["/ui", "/ui/app.js", "/ui/app.css", "/ui/favicon.
 /// The page's requests since the last read of the network log: the secret in no URL, and in
 /// the header of every request but those of the page's files (the identity and the event
 /// stream among them).
-fn assert_secret_sent(browser: &Browser, ui: &Ui) {
+fn assert_secret_sent(browser: &Browser, ui: &KresctlUi) {
     let requests = browser.requests().expect("network log");
     assert!(
         requests.iter().all(|r| !r.url.contains(&ui.secret)),

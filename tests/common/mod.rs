@@ -466,3 +466,62 @@ pub fn our_image_named(
     let containerfile = Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/container/Containerfile");
     Image::build(podman, name, &containerfile, &context)
 }
+
+/// `kresctl ui` run for a resolver (by the test's user, root); killed when dropped (a failed
+/// test too).
+pub struct KresctlUi {
+    process: std::process::Child,
+    /// The page's URL as printed, its secret in the fragment.
+    pub url: String,
+    /// `http://127.0.0.1:PORT`.
+    pub origin: String,
+    /// `127.0.0.1:PORT`.
+    pub address: String,
+    /// This run's secret, from the URL's fragment.
+    pub secret: String,
+}
+
+impl Drop for KresctlUi {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// `kresctl ui` on a free loopback port for `r`, its address and secret read from the URL it
+/// prints.
+pub fn serve_ui(r: &Resolver) -> KresctlUi {
+    use std::io::BufRead;
+    let mut process = std::process::Command::new(KRESCTL)
+        .arg("-s")
+        .arg(&r.api)
+        .args(["ui", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kresctl ui");
+    let mut line = String::new();
+    std::io::BufReader::new(process.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("kresctl ui prints its URL");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    let (origin, secret) = url
+        .split_once("/ui#secret=")
+        .unwrap_or_else(|| panic!("no secret in {url:?}"));
+    let (origin, secret) = (origin.to_owned(), secret.to_owned());
+    assert!(
+        secret.len() >= 32 && secret.bytes().all(|b| b.is_ascii_hexdigit()),
+        "at least 128 bits, in hex: {secret:?}"
+    );
+    KresctlUi {
+        process,
+        address: origin.trim_start_matches("http://").to_owned(),
+        url,
+        origin,
+        secret,
+    }
+}
