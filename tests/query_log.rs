@@ -1326,21 +1326,49 @@ fn shake_hands(stream: &mut std::os::unix::net::UnixStream) -> bool {
         .is_ok()
 }
 
-#[test]
-fn a_stream_claiming_many_workers_costs_nothing_but_itself() {
-    use std::io::Write;
-    use std::os::unix::net::UnixStream;
-    let r = resolver("qlog-identities", "");
+/// A resolver with the log on (`more`), once its worker's stream was read, and a second stream
+/// to the reader opened by root (an admitted peer) with the handshake done.
+struct SecondStream {
+    r: Resolver,
+    /// The manager process's pid, and its resident memory (KiB) before the second stream.
+    manager: i32,
+    rss_before: u64,
+    /// `/query-log/status` before.
+    before: Value,
+    stream: std::os::unix::net::UnixStream,
+}
+
+fn second_stream(name: &'static str, more: &str) -> SecondStream {
+    let r = resolver(name, more);
     let manager = manager_pid(&r);
     ask(&r, client(2), "a.qlog.test.", dns::TYPE_A);
     let before = wait_status(&r, "the worker's stream read", |s| {
         s["streams"].as_u64() == Some(1) && s["held"].as_u64() >= Some(1)
     });
     let rss_before = rss_kib(manager);
-
-    // 100,000 answers, each claiming another worker, on one stream of an admitted peer (root).
-    let mut stream = UnixStream::connect(r.dir.host("run/query-log.sock")).expect("connect");
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(r.dir.host("run/query-log.sock")).expect("connect");
     assert!(shake_hands(&mut stream), "the reader accepts root's stream");
+    SecondStream {
+        r,
+        manager,
+        rss_before,
+        before,
+        stream,
+    }
+}
+
+#[test]
+fn a_stream_claiming_many_workers_costs_nothing_but_itself() {
+    use std::io::Write;
+    let SecondStream {
+        r,
+        manager,
+        before,
+        rss_before,
+        mut stream,
+    } = second_stream("qlog-identities", "");
+    // 100,000 answers, each claiming another worker, on one stream of an admitted peer (root).
     let frames = 100_000u32;
     for chunk in (0..frames).collect::<Vec<_>>().chunks(1000) {
         let batch: Vec<u8> = chunk
@@ -1367,7 +1395,8 @@ fn a_stream_claiming_many_workers_costs_nothing_but_itself() {
     let mut held = Vec::new();
     let mut accepted = 0;
     for _ in 0..50 {
-        let mut s = UnixStream::connect(r.dir.host("run/query-log.sock")).expect("connect");
+        let mut s = std::os::unix::net::UnixStream::connect(r.dir.host("run/query-log.sock"))
+            .expect("connect");
         s.set_read_timeout(Some(SETTLE)).expect("timeout");
         if shake_hands(&mut s) {
             accepted += 1;
@@ -1472,19 +1501,16 @@ fn hostile_name(n: u32) -> Vec<u8> {
 #[test]
 fn hostile_names_cost_what_the_ring_counts() {
     use std::io::Write;
-    use std::os::unix::net::UnixStream;
-    let r = resolver(
+    let SecondStream {
+        r,
+        manager,
+        before,
+        rss_before,
+        mut stream,
+    } = second_stream(
         "qlog-hostile-names",
         "    entries: 100000\n    max-memory: 1G\n",
     );
-    let manager = manager_pid(&r);
-    ask(&r, client(2), "a.qlog.test.", dns::TYPE_A);
-    let before = wait_status(&r, "the worker's stream read", |s| {
-        s["streams"].as_u64() == Some(1) && s["held"].as_u64() >= Some(1)
-    });
-    let rss_before = rss_kib(manager);
-    let mut stream = UnixStream::connect(r.dir.host("run/query-log.sock")).expect("connect");
-    assert!(shake_hands(&mut stream), "the reader accepts root's stream");
     let entries = 100_000u32;
     for chunk in (0..entries).collect::<Vec<_>>().chunks(1000) {
         let batch: Vec<u8> = chunk
