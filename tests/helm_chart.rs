@@ -484,7 +484,10 @@ fn service_ports(service: &Yaml) -> Vec<(String, i64, String)> {
 
 /// `helm template` of the chart with `values`, which must fail: what Helm said.
 fn refused(values: &str) -> String {
-    let file = values_file("refused", values);
+    // A file of its own: tests refusing values run at once.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let file = values_file(&format!("refused-{n}"), values);
     let out = tool(
         "helm",
         &[
