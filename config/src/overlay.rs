@@ -63,8 +63,9 @@ pub fn overlay(shared: &Value, local: &Value) -> Value {
 /// reach it: the node-local key of [`NODE_LOCAL`] at or above it (whether `local` sets it or
 /// not), or else the path at or above it where `local` sets something that is not a mapping
 /// (a mapping `local` sets is merged, so writing at or above it is not pinned: its other keys
-/// still come from the fleet). `None`: the write reaches this node. The whole document (`""`)
-/// is never pinned; a text that is not a JSON pointer names nothing here (`None`).
+/// still come from the fleet). `None`: the write reaches this node. The answer is in
+/// [`NODE_LOCAL`] when the rule pins it, otherwise it is the node's file that does. The whole
+/// document (`""`) is never pinned; a text that is not a JSON pointer names nothing (`None`).
 pub fn pinned_by(local: &Value, pointer: &str) -> Option<String> {
     let wanted = parse_pointer(pointer)?;
     if let Some(node_local) = NODE_LOCAL.iter().find(|n| wanted.starts_with(&segments(n))) {
