@@ -105,8 +105,12 @@ fn compare(reference: &Value, ours: &Value, path: &str, problems: &mut Vec<Strin
 }
 
 /// Our schema without what upstream's lacks on purpose: `local-data.rpz[].transfer` (RPZ by
-/// zone transfer) and `monitoring.query-log` (the query log), extensions of ours.
+/// zone transfer), `monitoring.query-log` (the query log) and `fleet` (a fleet's shared
+/// configuration on etcd), extensions of ours.
 fn without_extensions(mut schema: Value) -> Value {
+    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        props.shift_remove("fleet");
+    }
     if let Some(props) = schema["properties"]["monitoring"]
         .get_mut("properties")
         .and_then(Value::as_object_mut)

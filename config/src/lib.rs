@@ -1,6 +1,7 @@
 //! The declarative configuration of Knot Resolver 6.5: parsing (YAML/JSON/TOML), merging several
 //! files, validation with upstream's exact semantics, the typed model everything else reads, the
-//! JSON schema, and `kresctl validate`.
+//! JSON schema, `kresctl validate`, and how a fleet node's configuration is laid over the
+//! fleet's ([`overlay`]).
 //!
 //! Data flows "raw → validated" exactly once: a document is parsed into a raw JSON value (kept
 //! untouched for the API), validated by the engine into a normalized value (defaults applied,
@@ -37,6 +38,7 @@
 
 mod engine;
 mod model;
+pub mod overlay;
 mod parse;
 pub mod regular_file;
 pub mod types;

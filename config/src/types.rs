@@ -97,6 +97,14 @@ pub enum TypeError {
     /// An IPv6 network of another prefix length than /96 (upstream's spelling kept).
     #[error("expected IPv6 network address with /96 prefix length. Got prefix lenght of {0}")]
     Ipv6PrefixNot96(u8),
+    /// Not `http://host:port` or `https://host:port` (an etcd endpoint; ours, not upstream's).
+    #[error("'{got}' is not an etcd endpoint 'http://host:port' or 'https://host:port': {why}")]
+    EtcdEndpoint {
+        /// The text given.
+        got: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
 }
 
 impl From<TypeError> for String {
@@ -1309,4 +1317,104 @@ mod tests {
         let e = EscapedStr::parse("a'b\"c\n.").map(|e| e.escaped());
         assert_eq!(e, Ok("a\\'b\\\"c\\n.".to_owned()));
     }
+}
+
+/// An etcd endpoint, `http://host:port` or `https://host:port` (`fleet.etcd.endpoints`, ours):
+/// the host an IPv4 address, an IPv6 address in brackets or a host name, the port given, and
+/// nothing after it (no path, query or user info: credentials have their own options).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EtcdEndpoint {
+    raw: String,
+    tls: bool,
+    host: String,
+    port: u16,
+}
+
+impl EtcdEndpoint {
+    /// The longest endpoint accepted, in bytes.
+    pub const MAX_LEN: usize = 300;
+
+    /// Parse `http(s)://host:port`.
+    pub fn parse(s: &str) -> Result<Self, TypeError> {
+        let bad = |why| {
+            Err(TypeError::EtcdEndpoint {
+                got: s.to_owned(),
+                why,
+            })
+        };
+        if s.len() > Self::MAX_LEN {
+            return bad("longer than 300 bytes");
+        }
+        let (tls, rest) = if let Some(rest) = s.strip_prefix("https://") {
+            (true, rest)
+        } else if let Some(rest) = s.strip_prefix("http://") {
+            (false, rest)
+        } else {
+            return bad("it must start with 'http://' or 'https://'");
+        };
+        if rest.contains(['/', '?', '#', '@']) {
+            return bad("nothing may follow 'host:port' (no path, query or user info)");
+        }
+        let (host, port) = if let Some(bracketed) = rest.strip_prefix('[') {
+            let Some((host, port)) = bracketed.split_once("]:") else {
+                return bad("an IPv6 address in brackets is followed by ':port'");
+            };
+            if host.parse::<Ipv6Addr>().is_err() {
+                return bad("no IPv6 address in the brackets");
+            }
+            (host, port)
+        } else {
+            let Some((host, port)) = rest.rsplit_once(':') else {
+                return bad("the port is missing ('host:port')");
+            };
+            if host.contains(':') {
+                return bad("an IPv6 address goes in brackets ('[2001:db8::1]:2379')");
+            }
+            if !is_endpoint_host(host) {
+                return bad("the host is neither an IPv4 address nor a host name");
+            }
+            (host, port)
+        };
+        let port = match port.parse::<u16>() {
+            Ok(p) if p > 0 && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => p,
+            _ => return bad("the port is not a number from 1 to 65535"),
+        };
+        Ok(EtcdEndpoint {
+            raw: s.to_owned(),
+            tls,
+            host: host.to_owned(),
+            port,
+        })
+    }
+    /// Whether it is `https://`.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+    /// The host: an IPv4 address, an IPv6 address (without its brackets) or a host name.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+string_backed!(EtcdEndpoint);
+
+/// A host name (labels of letters, digits and inner `-`, at most 253 bytes, no final dot), or
+/// an IPv4 address when every label is numeric.
+fn is_endpoint_host(host: &str) -> bool {
+    if host.is_empty() || host.len() > 253 {
+        return false;
+    }
+    let labels_ok = host.split('.').all(|label| {
+        (1..=63).contains(&label.len())
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    });
+    let numeric = host.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    labels_ok && (!numeric || host.parse::<Ipv4Addr>().is_ok())
 }

@@ -14,9 +14,9 @@ use super::engine::{
     ValueType,
 };
 use super::types::{
-    check_ipv6_network96, is_plain_ascii_name, parse_ip, parse_ipv6, DomainName, IdPattern,
-    InterfaceOptionalPort, IpAddressEm, IpAddressOptionalPort, IpAddressPort, IpNetwork, PinSha256,
-    SizeUnit, TimeUnit, DOMAIN_NAME_PATTERN, ID_PATTERN, PIN_SHA256_PATTERN,
+    check_ipv6_network96, is_plain_ascii_name, parse_ip, parse_ipv6, DomainName, EtcdEndpoint,
+    IdPattern, InterfaceOptionalPort, IpAddressEm, IpAddressOptionalPort, IpAddressPort, IpNetwork,
+    PinSha256, SizeUnit, TimeUnit, DOMAIN_NAME_PATTERN, ID_PATTERN, PIN_SHA256_PATTERN,
 };
 use super::value_error::{PathError, ValueError};
 
@@ -118,6 +118,8 @@ str_type!(
     IpAddressPort,
     string_schema
 );
+
+str_type!(ETCD_ENDPOINT, "EtcdEndpoint", EtcdEndpoint, string_schema);
 
 str_type!(
     IP_ADDRESS_OPTIONAL_PORT,

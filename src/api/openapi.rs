@@ -306,7 +306,7 @@ fn describe_query_filters(doc: &mut Value) {
 /// references inside the document), with `null` in the `enum` of nullable enumerations, and
 /// saying what the server refuses that upstream's schema leaves open: a key no object
 /// defines (`additionalProperties: false`), a change of a section fixed at start-up
-/// (`readOnly`: the planner's immutable sections, `rundir` and `management`).
+/// (`readOnly`: the planner's immutable sections, `rundir`, `management` and `fleet`).
 /// `/schema` keeps upstream's form, where `{"type": ["string", "null"], "enum": [...],
 /// "default": null}` refuses its own default (the configuration's validator accepts `null`
 /// there); OpenAPI validators check defaults against their schemas.

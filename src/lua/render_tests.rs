@@ -376,3 +376,15 @@ fn a_large_zone_text_quoted_apart_lands_where_a_small_one_does() {
         assert_eq!(text.matches("rrs.input_str").count(), 1, "{lines} lines");
     }
 }
+
+#[test]
+fn fleet_membership_renders_nothing() {
+    let alone = "rundir: /run/kr\nhostname: ns1\n";
+    let member = format!(
+        "{alone}fleet:\n  etcd:\n    endpoints: ['https://127.0.0.1:2379']\n    prefix: /kr/f\n    username: kres\n    password-file: /etc/kr/etcd-password\n    ca-file: /etc/kr/ca.pem\n"
+    );
+    assert!(cfg(&member).fleet.is_some());
+    for render in [render_worker, render_policy_loader] {
+        assert_eq!(render(&cfg(alone)), render(&cfg(&member)));
+    }
+}

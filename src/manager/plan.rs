@@ -5,7 +5,8 @@
 //! The rules mirror upstream's manager: a change of a "worker-relevant" section (everything but
 //! `views`, `local-data`, `rundir` and `management`) needs new kresd processes, proven first by
 //! a canary; a change of policy only (`views`, `local-data`) needs the policy-loader and a rules
-//! reset in the running workers; `rundir` and `management` cannot change at run time.
+//! reset in the running workers; `rundir` and `management` cannot change at run time, nor can
+//! `fleet` (ours: where the node's shared configuration lives and who it is in the fleet).
 //!
 //! Unlike upstream, a change of `logging` alone (level, target, groups) reaches the running
 //! workers through their control sockets (`log_level`, `log_target` and `log_groups` take effect
@@ -91,6 +92,7 @@ sections! {
     RateLimiting => rate_limiting, "rate-limiting", Workers;
     Defer => defer, "defer", Workers;
     Lua => lua, "lua", Workers;
+    Fleet => fleet, "fleet", Immutable;
 }
 
 impl Section {
@@ -630,6 +632,14 @@ mod tests {
                 roll.clone(),
                 Keep,
             ),
+            row(
+                "fleet",
+                vec![(
+                    "/fleet",
+                    json!({"etcd": {"endpoints": ["http://127.0.0.1:2379"], "prefix": "/kr/f"}}),
+                )],
+            )
+            .refused(Section::Fleet),
             row("workers", vec![("/workers", json!(3))]).expect(
                 &[Section::Workers],
                 WorkerChange::Roll(Roll {

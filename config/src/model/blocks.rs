@@ -11,8 +11,8 @@ pub(super) use crate::engine::{
     child_path, flat_union, Ctx, Default, Failure, Field, IntRange, ObjectDef, Ty,
 };
 pub(super) use crate::types::{
-    DomainName, EscapedStr, IdPattern, InterfaceOptionalPort, IpAddressEm, IpAddressOptionalPort,
-    IpAddressPort, IpNetwork, PinSha256, SizeUnit, TimeUnit,
+    DomainName, EscapedStr, EtcdEndpoint, IdPattern, InterfaceOptionalPort, IpAddressEm,
+    IpAddressOptionalPort, IpAddressPort, IpNetwork, PinSha256, SizeUnit, TimeUnit,
 };
 pub(super) use crate::value_types as vt;
 

@@ -16,6 +16,7 @@ mod defer;
 mod dns64;
 mod dnssec;
 mod fallback;
+mod fleet;
 mod forward;
 mod local_data;
 mod logging;
@@ -32,6 +33,7 @@ pub use defer::*;
 pub use dns64::*;
 pub use dnssec::*;
 pub use fallback::*;
+pub use fleet::*;
 pub use forward::*;
 pub use local_data::*;
 pub use logging::*;
@@ -139,6 +141,7 @@ fn root() -> ObjectDef {
             f("rate-limiting", obj(rate_limiting()), json!({}), "Configuration of rate limiting."),
             f("defer", obj(defer()), json!({}), "Configuration of request prioritization (defer)."),
             f("lua", obj(lua()), json!({}), "Custom Lua configuration."),
+            f("fleet", opt(obj(fleet::fleet())), Value::Null, "Join a fleet of resolvers sharing one configuration on etcd: the running configuration is the fleet's document with this file laid over it (the keys this file sets win; rundir, management, fleet, hostname, nsid, workers, network/listen, network/out-interface-v4, network/out-interface-v6, cache/storage and logging/target are this node's own). Not in upstream's schema."),
         ],
     );
     d.transform = Some(resolve_host_values);
@@ -147,7 +150,7 @@ fn root() -> ObjectDef {
 }
 
 /// The root's transformation: `version` dropped, `hostname` and `workers: auto` resolved from
-/// the machine.
+/// the machine, `fleet.node` from `hostname`.
 fn resolve_host_values(
     m: &mut Map<String, Value>,
     _: &Ctx,
@@ -160,6 +163,7 @@ fn resolve_host_values(
             .unwrap_or_default();
         m.insert("hostname".into(), Value::String(host));
     }
+    resolve_fleet_node(m)?;
     if m.get("workers").and_then(Value::as_str) == Some("auto") {
         match usable_cpus() {
             Some(n) => {
@@ -174,6 +178,30 @@ fn resolve_host_values(
             }
         }
     }
+    Ok(())
+}
+
+/// `fleet.node` when not given: the `hostname` (given or the machine's), which must then be a
+/// node name.
+fn resolve_fleet_node(m: &mut Map<String, Value>) -> Result<(), Vec<Failure>> {
+    let hostname = m
+        .get("hostname")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let Some(Value::Object(fleet)) = m.get_mut("fleet") else {
+        return Ok(());
+    };
+    if is_set(fleet, "node") {
+        return Ok(());
+    }
+    if let Err(why) = fleet::check_node_name(&hostname) {
+        return fail(
+            "/fleet/node",
+            format!("{why}: the hostname does not name a node; set 'node'"),
+        );
+    }
+    fleet.insert("node".into(), Value::String(hostname));
     Ok(())
 }
 
@@ -335,6 +363,8 @@ pub struct KresConfig {
     pub defer: DeferSchema,
     /// Custom Lua configuration.
     pub lua: LuaSchema,
+    /// This node's membership of a fleet (ours; `None`: a resolver on its own).
+    pub fleet: Option<FleetSchema>,
 }
 
 #[cfg(test)]

@@ -177,6 +177,19 @@ fn typed_forms() -> Vec<(&'static str, Typed)> {
         ("RateLimitingSchema", typed::<RateLimitingSchema>()),
         ("DeferSchema", typed::<DeferSchema>()),
         ("LuaSchema", typed::<LuaSchema>()),
+        (
+            "FleetSchema",
+            typed::<FleetSchema>().minimal(json!({
+                "node": "ns1",
+                "etcd": {"endpoints": ["http://127.0.0.1:2379"], "prefix": "/knot-resolver/f"},
+            })),
+        ),
+        (
+            "EtcdSchema",
+            typed::<EtcdSchema>().minimal(
+                json!({"endpoints": ["http://127.0.0.1:2379"], "prefix": "/knot-resolver/f"}),
+            ),
+        ),
     ]
 }
 
