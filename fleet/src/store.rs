@@ -412,8 +412,20 @@ impl Store {
             body,
             token: None,
         };
-        let answer = transport::send(settings, &settings.endpoints[endpoint], &call).await?;
-        let bytes = transport::read_to_end(answer, ANSWER_OVERHEAD, "authenticate").await?;
+        // Nothing of the call itself was sent yet: a broken exchange here is no unknown
+        // outcome.
+        let unsent = |e| match e {
+            AttemptError::Interrupted(reason) => {
+                AttemptError::Connect(format!("authenticating: {reason}"))
+            }
+            other => other,
+        };
+        let answer = transport::send(settings, &settings.endpoints[endpoint], &call)
+            .await
+            .map_err(unsent)?;
+        let bytes = transport::read_to_end(answer, ANSWER_OVERHEAD, "authenticate")
+            .await
+            .map_err(unsent)?;
         let answer: wire::AuthenticateResponse =
             wire::parse("authenticate", &bytes).map_err(AttemptError::Final)?;
         if answer.token.is_empty() {

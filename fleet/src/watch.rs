@@ -283,3 +283,102 @@ fn created(what: &str, line: &[u8]) -> Result<(), AttemptError> {
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StoreOptions;
+
+    fn watch() -> Watch {
+        let mut options = StoreOptions::new(vec!["http://127.0.0.1:1".into()]);
+        options.max_value_bytes = 8;
+        Store::new(&options).unwrap().watch(b"/f/", 5)
+    }
+
+    /// Each stream line read by a fresh watch from revision 5: the event, or the error's text.
+    fn check(rows: &[(&str, Result<Option<WatchEvent>, &str>)]) {
+        for (line, expected) in rows {
+            let got = watch().read(line.as_bytes());
+            match (got, expected) {
+                (Ok(event), Ok(want)) => assert_eq!(&event, want, "{line}"),
+                (Err(e), Err(want)) => {
+                    assert!(e.to_string().contains(want), "{line}: {e}")
+                }
+                (got, want) => panic!("{line}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn stream_lines_are_checked_before_they_become_events() {
+        // "/f/a" = L2YvYQ==, "/x" = L3g=, "v" = dg==, 9 bytes = MTIzNDU2Nzg5
+        check(&[
+            (
+                r#"{"result":{"events":[{"kv":{"key":"L2YvYQ==","mod_revision":"6","value":"dg=="}},{"type":"DELETE","kv":{"key":"L2YvYQ==","mod_revision":"7"}}]}}"#,
+                Ok(Some(WatchEvent::Changed {
+                    changes: vec![
+                        Change::Put {
+                            key: b"/f/a".to_vec(),
+                            value: b"v".to_vec(),
+                            mod_revision: 6,
+                        },
+                        Change::Deleted {
+                            key: b"/f/a".to_vec(),
+                            mod_revision: 7,
+                        },
+                    ],
+                })),
+            ),
+            (
+                r#"{"result":{"canceled":true,"compact_revision":"9"}}"#,
+                Ok(Some(WatchEvent::Compacted {
+                    compact_revision: 9,
+                })),
+            ),
+            // Cancelled for another reason: opened again elsewhere, nothing to give.
+            (r#"{"result":{"canceled":true}}"#, Ok(None)),
+            (
+                r#"{"error":{"code":14,"message":"etcdserver: no leader"}}"#,
+                Ok(None),
+            ),
+            (r#"{"result":{"events":[]}}"#, Ok(None)),
+            (
+                r#"{"result":{"events":[{"kv":{"key":"L3g=","mod_revision":"6"}}]}}"#,
+                Err("watch of /f/: a change to /x outside the prefix"),
+            ),
+            (
+                r#"{"result":{"events":[{"kv":{"key":"L2YvYQ==","mod_revision":"4"}}]}}"#,
+                Err("a change at revision 4, before 5 asked for"),
+            ),
+            (
+                r#"{"result":{"events":[{"type":"MOVE","kv":{"key":"L2YvYQ==","mod_revision":"6"}}]}}"#,
+                Err("an event of unknown type \"MOVE\""),
+            ),
+            (
+                r#"{"result":{"events":[{"kv":{"key":"L2YvYQ==","mod_revision":"6","value":"*"}}]}}"#,
+                Err("watch of /f/ at /f/a: value: not base64"),
+            ),
+            (
+                r#"{"result":{"events":[{"kv":{"key":"L2YvYQ==","mod_revision":"6","value":"MTIzNDU2Nzg5"}}]}}"#,
+                Err("watch of /f/ at /f/a: value: over 8 bytes"),
+            ),
+            (
+                r#"{"result":{"events":{}}}"#,
+                Err("watch of /f/: invalid type"),
+            ),
+            (r#"{}"#, Err("watch of /f/: neither a result nor an error")),
+            ("\u{0}", Err("watch of /f/: ")),
+        ]);
+    }
+
+    #[test]
+    fn the_next_revision_follows_the_changes_given() {
+        let mut w = watch();
+        let line = r#"{"result":{"events":[{"kv":{"key":"L2YvYQ==","mod_revision":"6"}},{"kv":{"key":"L2YvYQ==","mod_revision":"8"}}]}}"#;
+        w.read(line.as_bytes()).unwrap();
+        assert_eq!(w.next_revision(), 9);
+        // A change given already, sent again by a member the watch moved to, is refused.
+        let again = r#"{"result":{"events":[{"kv":{"key":"L2YvYQ==","mod_revision":"8"}}]}}"#;
+        assert!(w.read(again.as_bytes()).is_err());
+    }
+}

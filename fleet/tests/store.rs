@@ -8,12 +8,16 @@ use std::future::Future;
 use std::time::Duration;
 
 use kres_fleet::{
-    Change, ClientCert, Entry, Error, Expect, Store, StoreOptions, TlsOptions, WatchEvent,
+    Change, ClientCert, Credentials, Entry, Error, Expect, Store, StoreOptions, TlsOptions,
+    WatchEvent,
 };
 use testbed::etcd::{EtcdCluster, Security, HEALTHY_WITHIN};
 
-/// The client's timeout in these tests: short, so quorum loss shows quickly.
-const TIMEOUT: Duration = Duration::from_secs(2);
+/// The client's timeout in these tests: room for a loaded machine (tests run beside each
+/// other, each with three members).
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// The client's timeout where quorum loss is waited out: short, so it shows quickly.
+const QUORUM_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A bound for a call that must return (the client's own timeout is far shorter): past it
 /// the call hung.
@@ -174,7 +178,7 @@ async fn members_lost_then_quorum_lost_then_back() {
             .map(|i| cluster.endpoint(i))
             .to_vec(),
     );
-    options.timeout = TIMEOUT;
+    options.timeout = QUORUM_TIMEOUT;
     let store = Store::new(&options).unwrap();
     let key = b"/fleet/doc";
     let r1 = store.put_if(key, b"one", Expect::Absent).await.unwrap();
@@ -210,7 +214,7 @@ async fn members_lost_then_quorum_lost_then_back() {
     .await;
     match &refused {
         Err(Error::Timeout { call, after, last }) => {
-            assert_eq!((*call, *after), ("put_if", TIMEOUT));
+            assert_eq!((*call, *after), ("put_if", QUORUM_TIMEOUT));
             assert!(!last.is_empty());
         }
         other => panic!("expected a timeout, got {other:?}"),
@@ -218,7 +222,7 @@ async fn members_lost_then_quorum_lost_then_back() {
     assert!(refused
         .unwrap_err()
         .to_string()
-        .starts_with("put_if: no etcd endpoint took the call within 2s"));
+        .starts_with("put_if: no etcd endpoint took the call within 3s"));
     assert!(matches!(
         hang("get", store.get(key)).await,
         Err(Error::Timeout { call: "range", .. })
@@ -331,7 +335,7 @@ async fn tls_with_client_certificates() {
     // Without a client certificate etcd will not talk to us: a clear failure, in time.
     let tls = cluster.client_tls().unwrap();
     let mut options = StoreOptions::new(cluster.endpoints());
-    options.timeout = TIMEOUT;
+    options.timeout = QUORUM_TIMEOUT;
     options.tls = Some(TlsOptions {
         ca_file: tls.ca.clone(),
         client_cert: None,
@@ -354,4 +358,49 @@ async fn tls_with_client_certificates() {
         .await
         .unwrap_err();
     assert!(refused.to_string().contains("TLS"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_user_and_password_get_a_token() {
+    let cluster = EtcdCluster::start(Security::Plain).unwrap();
+    cluster.etcdctl(&["user", "add", "root:rootpw"]).unwrap();
+    cluster.etcdctl(&["auth", "enable"]).unwrap();
+    let with = |password: Option<&str>| {
+        let mut options = StoreOptions::new(cluster.endpoints());
+        options.timeout = TIMEOUT;
+        options.auth = password.map(|p| Credentials {
+            username: "root".into(),
+            password: p.into(),
+        });
+        Store::new(&options).unwrap()
+    };
+
+    let store = with(Some("rootpw"));
+    let r1 = store
+        .put_if(b"/fleet/doc", b"one", Expect::Absent)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .get(b"/fleet/doc")
+            .await
+            .unwrap()
+            .entry
+            .unwrap()
+            .mod_revision,
+        r1
+    );
+    let mut watch = store.watch(b"/fleet/", r1);
+    assert_eq!(changes(&mut watch, 1).await[0].mod_revision(), r1);
+
+    // A wrong password and none at all: etcd's refusal, at once.
+    for (store, says) in [
+        (with(Some("wrong")), "authentication failed"),
+        (with(None), "user name is empty"),
+    ] {
+        match hang("get", store.get(b"/fleet/doc")).await {
+            Err(e @ Error::Server { .. }) => assert!(e.to_string().contains(says), "{e}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
 }
