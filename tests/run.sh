@@ -23,6 +23,11 @@ fi
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc
 fi
+# The fleet's store is tested against a real three-member etcd on loopback
+# (fleet/tests/store.rs, tests/testbed/src/etcd.rs): etcd and etcdctl from Debian.
+if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client
+fi
 # The status page is tested in headless Chromium over WebDriver (tests/ui_browser.rs).
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver

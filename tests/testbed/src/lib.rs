@@ -10,6 +10,7 @@
 
 pub mod chaos;
 pub mod dns;
+pub mod etcd;
 pub mod http;
 pub mod knot;
 pub mod load;
@@ -236,11 +237,7 @@ impl Bed {
 
     /// A new marker that tells the launched tree's processes apart.
     fn marker(&self) -> String {
-        format!(
-            "kr-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        )
+        new_marker()
     }
 
     /// The command that runs `program` with `args` in the bed.
@@ -296,33 +293,7 @@ impl Bed {
         env: &[(&str, &OsStr)],
         marker: String,
     ) -> Result<Launched> {
-        // Standard output and standard error into one pipe, read as one stream of lines
-        // (logging goes to stdout by default, as upstream's; an unread pipe would block it).
-        let (reader, writer) = std::io::pipe().context("creating the output pipe")?;
-        cmd.env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
-            .env(MARKER_VAR, &marker)
-            .stdin(Stdio::null())
-            .stdout(writer.try_clone().context("duplicating the output pipe")?)
-            .stderr(writer);
-        if let Some(log) = std::env::var_os("KRES_LOG") {
-            cmd.env("KRES_LOG", log);
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let child = cmd.spawn().context("spawning the launcher")?;
-        // The command holds our write ends until the caller drops it, right after this
-        // returns; from then on EOF comes when the launched tree has closed its copies.
-        let output = Output::collect(Some(reader));
-        Ok(Launched {
-            child: Some(child),
-            marker,
-            output,
-        })
+        finish_launch(cmd, env, marker)
     }
 
     /// Run a program of the bed to completion (kdig, kresctl of upstream) and return stdout.
@@ -339,6 +310,54 @@ impl Bed {
             .output()
             .with_context(|| format!("running {bed_program}"))
     }
+}
+
+/// A new marker that tells a launched tree's processes apart.
+fn new_marker() -> String {
+    format!(
+        "kr-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// Launch a program of the host itself (not of the bed: etcd, installed by `tests/run.sh`),
+/// with the same minimal environment, marker and collected output as [`Bed::launch`].
+pub fn launch_on_host(program: &str, args: &[OsString]) -> Result<Launched> {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    finish_launch(&mut cmd, &[], new_marker())
+        .with_context(|| format!("starting {program} (is it installed?)"))
+}
+
+fn finish_launch(cmd: &mut Command, env: &[(&str, &OsStr)], marker: String) -> Result<Launched> {
+    // Standard output and standard error into one pipe, read as one stream of lines
+    // (logging goes to stdout by default, as upstream's; an unread pipe would block it).
+    let (reader, writer) = std::io::pipe().context("creating the output pipe")?;
+    cmd.env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .env(MARKER_VAR, &marker)
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone().context("duplicating the output pipe")?)
+        .stderr(writer);
+    if let Some(log) = std::env::var_os("KRES_LOG") {
+        cmd.env("KRES_LOG", log);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().context("spawning the launcher")?;
+    // The command holds our write ends until the caller drops it, right after this
+    // returns; from then on EOF comes when the launched tree has closed its copies.
+    let output = Output::collect(Some(reader));
+    Ok(Launched {
+        child: Some(child),
+        marker,
+        output,
+    })
 }
 
 /// Remove scratch directories of test processes that no longer exist, so the cached rootfs
