@@ -15,6 +15,7 @@ pub mod document_diff;
 pub mod environment;
 pub mod etag;
 pub mod events;
+pub mod fleet;
 pub mod kresctl;
 pub mod lua;
 pub mod manager;

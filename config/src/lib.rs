@@ -37,6 +37,7 @@
 #![forbid(unsafe_code)]
 
 mod engine;
+pub mod kept;
 mod model;
 pub mod overlay;
 mod parse;
@@ -372,9 +373,32 @@ pub struct ConfigSource {
 }
 
 impl ConfigSource {
-    /// Read, merge and validate the files (see [`load_files`]).
+    /// Read, merge and validate the files (see [`load_files`]); a node of a fleet lays them
+    /// over the fleet's document it keeps ([`kept`]).
     pub fn load(&self) -> Result<LoadedConfig, ConfigError> {
-        let raw = read_and_merge(&self.files)?;
+        let local = read_and_merge(&self.files)?;
+        let kept = match kept::kept_path(&local, &resolve_root_of(&self.files)) {
+            Some(path) => kept::read_kept(&path).map_err(|e| ConfigError::Read {
+                path,
+                source: std::io::Error::other(e.to_string()),
+            })?,
+            None => None,
+        };
+        self.compose(&local, kept.as_ref().map(|k| &k.document))
+    }
+
+    /// The files read again and laid over `shared`, the fleet's document (none: the files
+    /// alone), validated: what a node would run with that document.
+    pub fn load_with(&self, shared: Option<&Value>) -> Result<LoadedConfig, ConfigError> {
+        let local = read_and_merge(&self.files)?;
+        self.compose(&local, shared)
+    }
+
+    fn compose(&self, local: &Value, shared: Option<&Value>) -> Result<LoadedConfig, ConfigError> {
+        let raw = match shared {
+            Some(shared) => overlay::overlay(shared, local),
+            None => local.clone(),
+        };
         let model = validate(&raw, &self.context())?;
         Ok(LoadedConfig { raw, model })
     }

@@ -47,6 +47,13 @@ pub struct Read {
     pub revision: i64,
 }
 
+/// The keys under a prefix with their entries, and the store's revision when they were read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    pub entries: Vec<(Vec<u8>, Entry)>,
+    pub revision: i64,
+}
+
 /// What `put_if` compares the key against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
@@ -121,6 +128,7 @@ impl Store {
         let what = format!("range of {}", show(key));
         let request = wire::RangeRequest {
             key: wire::encode(key),
+            ..wire::RangeRequest::default()
         };
         let answer: wire::RangeResponse = self
             .unary("range", "/v3/kv/range", &request, Retry::Read, &what)
@@ -157,6 +165,7 @@ impl Store {
             })],
             failure: vec![wire::RequestOp::Range(wire::RangeRequest {
                 key: wire::encode(key),
+                ..wire::RangeRequest::default()
             })],
         };
         let answer: wire::TxnResponse = self
@@ -184,6 +193,39 @@ impl Store {
             _ => return Err(Error::malformed(what, "several keys for one")),
         };
         Err(Error::Conflict { current })
+    }
+
+    /// The keys under `prefix`, in key order, at most `max` of them, with their entries, and
+    /// the store's revision. The answer is bounded as one value's is.
+    pub async fn list(&self, prefix: &[u8], max: usize) -> Result<Listing, Error> {
+        let what = format!("range under {}", show(prefix));
+        let request = wire::RangeRequest {
+            key: wire::encode(prefix),
+            range_end: wire::encode(&wire::prefix_end(prefix)),
+            limit: i64::try_from(max).unwrap_or(i64::MAX),
+        };
+        let answer: wire::RangeResponse = self
+            .unary("range", "/v3/kv/range", &request, Retry::Read, &what)
+            .await?;
+        let mut entries = Vec::with_capacity(answer.kvs.len().min(max));
+        for kv in answer.kvs.into_iter().take(max) {
+            let key = wire::decode(&format!("{what}: key"), &kv.key)?;
+            if !key.starts_with(prefix) {
+                return Err(Error::malformed(what, "a key outside the prefix"));
+            }
+            let value = self.value(&kv.value, &what)?;
+            entries.push((
+                key,
+                Entry {
+                    value,
+                    mod_revision: positive(kv.mod_revision, &what)?,
+                },
+            ));
+        }
+        Ok(Listing {
+            entries,
+            revision: positive(answer.header.revision, &what)?,
+        })
     }
 
     /// Ask for a lease of `ttl` (whole seconds, at least one).

@@ -69,9 +69,15 @@ pub(crate) struct KeyValue {
     pub mod_revision: i64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub(crate) struct RangeRequest {
     pub key: String,
+    /// Every key from `key` up to this one (exclusive): a prefix's range.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub range_end: String,
+    /// At most this many keys (0: no bound).
+    #[serde(serialize_with = "int64_text", skip_serializing_if = "is_zero")]
+    pub limit: i64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -335,7 +341,10 @@ mod tests {
                 value: encode(b"v"),
                 lease: 0,
             })],
-            failure: vec![RequestOp::Range(RangeRequest { key: encode(b"k") })],
+            failure: vec![RequestOp::Range(RangeRequest {
+                key: encode(b"k"),
+                ..RangeRequest::default()
+            })],
         };
         assert_eq!(
             serde_json::to_string(&txn).unwrap(),

@@ -88,6 +88,8 @@ pub struct ApiState {
     pub query_log: crate::query_log::QueryLog,
     /// The places of the reads that are large or slow (query log lists, traces).
     pub heavy: heavy::HeavyReads,
+    /// The node's place in its fleet, when it has one (`GET /fleet`).
+    pub fleet: Option<std::sync::Arc<crate::fleet::Membership>>,
 }
 
 /// The whole API, with its body-size and time limits, ready to serve or to call in tests.

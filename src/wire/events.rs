@@ -207,6 +207,8 @@ pub enum Origin {
     WatchedFile,
     /// A zone transfer stored a new RPZ zone.
     ZoneTransfer,
+    /// The fleet's shared document changed (`fleet`).
+    Fleet,
 }
 
 impl fmt::Display for Origin {
@@ -216,6 +218,7 @@ impl fmt::Display for Origin {
             Origin::Signal => "on SIGHUP",
             Origin::WatchedFile => "a watched file changed",
             Origin::ZoneTransfer => "a zone transfer stored a new RPZ zone",
+            Origin::Fleet => "the fleet's document changed",
         })
     }
 }

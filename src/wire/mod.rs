@@ -6,6 +6,7 @@
 pub mod change;
 pub mod events;
 pub mod failures;
+pub mod fleet;
 pub mod processes;
 pub mod query_log;
 pub mod rpz;

@@ -144,6 +144,7 @@ impl Fixture {
             kresd_version: Default::default(),
             query_log: Default::default(),
             heavy: Default::default(),
+            fleet: None,
         };
         Fixture {
             state,

@@ -115,6 +115,8 @@ pub struct Running {
 
 /// What serving needs, prepared at the start.
 struct ToServe {
+    /// The node's files, which a fleet's document is composed with.
+    source: crate::config::ConfigSource,
     incarnation: Incarnation,
     began: std::time::Instant,
     logging: Option<&'static Logging>,
@@ -245,7 +247,7 @@ impl Running {
             supervisor: parent.handle.clone(),
             executables,
             policy_loader_timeout: crate::manager::policy_loader_timeout(&settings.env),
-            source: settings.source,
+            source: settings.source.clone(),
             config: config_tx,
             commands: Arc::new(Mutex::new(command_rx)),
             started: started_tx,
@@ -276,8 +278,10 @@ impl Running {
             kresd_version: kresd,
             query_log,
             heavy: Default::default(),
+            fleet: membership(&handle),
         };
         let to_serve = ToServe {
+            source: settings.source,
             incarnation: restored.incarnation,
             began: settings.began,
             logging: settings.logging,
@@ -349,6 +353,14 @@ impl Running {
                 self.stop.child_token(),
             );
         }
+        crate::fleet::start(
+            to_serve.api.fleet.clone(),
+            to_serve.source,
+            self.handle.clone(),
+            self.parent.handle.clone(),
+            &self.serving,
+            &self.stop,
+        );
         self.serving.spawn(crate::watchdog::start(
             self.handle.clone(),
             to_serve.watched,
@@ -555,6 +567,15 @@ fn start_event_log(
         stop.child_token(),
     ));
     events
+}
+
+/// The node's place in its fleet, when its configuration has `fleet` (a password file that
+/// cannot be read leaves it out of the fleet, said in the log).
+fn membership(handle: &ManagerHandle) -> Option<Arc<crate::fleet::Membership>> {
+    let fleet = handle.config().model.fleet.clone()?;
+    crate::fleet::Membership::of(&fleet)
+        .map_err(|e| tracing::error!("fleet: not following the fleet: {e}"))
+        .ok()
 }
 
 /// The manager task, run with `ctx` under supervision (restarted with backoff after a panic,

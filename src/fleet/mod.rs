@@ -1,0 +1,167 @@
+//! A node of a fleet (`fleet` in its own file): it follows the fleet's shared document in
+//! etcd and runs it under its own file (`config::overlay`), and publishes what it runs for
+//! `kresctl fleet status`. The store is never in DNS's path: the document a node applied is
+//! kept on disk (`config::kept`) and every start and reload composes the files with it, so a
+//! node starts, serves and reloads with etcd gone; only new documents wait for it.
+//!
+//! In etcd, under the fleet's prefix: `config`, the shared document (JSON), and
+//! `nodes/<node>`, each node's [`FleetNode`] under a lease of its own.
+//!
+//! Two tasks, owned by the manager process's serving tracker and stopped by its token:
+//! [`follower::follow`] (read the document, watch it, apply each new revision or refuse it)
+//! and [`follower::publish`] (keep the node's record and its lease). What follows is not
+//! built yet: changes made through a node's API stay that node's until the next document
+//! (writing the fleet's document through the API, staged rollouts and rollback come next).
+
+pub mod follower;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kres_fleet::{Credentials, Store, StoreOptions, TlsOptions};
+
+use crate::config::FleetSchema;
+use crate::wire::fleet::{FleetNode, FleetStatus};
+
+/// The most nodes `GET /fleet` lists.
+pub const MAX_NODES: usize = 4096;
+
+/// How long a node's record outlives its last renewal.
+pub const LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// A node's place in its fleet: the store and the keys.
+#[derive(Clone)]
+pub struct Membership {
+    pub store: Store,
+    /// `fleet.node`.
+    pub node: String,
+    /// `fleet.etcd.prefix`.
+    pub prefix: String,
+}
+
+impl Membership {
+    /// The membership `fleet` describes (its password file read).
+    pub fn of(fleet: &FleetSchema) -> Result<Arc<Membership>, String> {
+        let etcd = &fleet.etcd;
+        let mut options = StoreOptions::new(
+            etcd.endpoints
+                .iter()
+                .map(|e| e.as_str().to_owned())
+                .collect(),
+        );
+        options.timeout = etcd.timeout.duration();
+        if let (Some(username), Some(file)) = (&etcd.username, &etcd.password_file) {
+            let password = std::fs::read_to_string(file)
+                .map_err(|e| format!("/fleet/etcd/password-file {}: {e}", file.display()))?;
+            options.auth = Some(Credentials {
+                username: username.clone(),
+                password: password.trim_end_matches(['\r', '\n']).to_owned(),
+            });
+        }
+        if let Some(ca_file) = &etcd.ca_file {
+            options.tls = Some(TlsOptions {
+                ca_file: ca_file.clone(),
+                client_cert: match (&etcd.cert_file, &etcd.key_file) {
+                    (Some(cert_file), Some(key_file)) => Some(kres_fleet::ClientCert {
+                        cert_file: cert_file.clone(),
+                        key_file: key_file.clone(),
+                    }),
+                    _ => None,
+                },
+                server_name: None,
+            });
+        }
+        let store = Store::new(&options).map_err(|e| format!("/fleet/etcd: {e}"))?;
+        Ok(Arc::new(Membership {
+            store,
+            node: fleet.node.clone(),
+            prefix: etcd.prefix.clone(),
+        }))
+    }
+
+    /// The key of the shared document.
+    pub fn config_key(&self) -> Vec<u8> {
+        format!("{}/config", self.prefix).into_bytes()
+    }
+
+    /// The prefix of the nodes' records.
+    pub fn nodes_prefix(&self) -> Vec<u8> {
+        format!("{}/nodes/", self.prefix).into_bytes()
+    }
+
+    /// This node's record's key.
+    pub fn node_key(&self) -> Vec<u8> {
+        format!("{}/nodes/{}", self.prefix, self.node).into_bytes()
+    }
+
+    /// The fleet as the store says now: the newest document's revision and every node's
+    /// record (records that do not parse are left out).
+    pub async fn status(&self) -> Result<FleetStatus, kres_fleet::Error> {
+        let newest = self
+            .store
+            .get(&self.config_key())
+            .await?
+            .entry
+            .map(|e| e.mod_revision);
+        let listing = self.store.list(&self.nodes_prefix(), MAX_NODES).await?;
+        let nodes = listing
+            .entries
+            .iter()
+            .filter_map(|(_, entry)| serde_json::from_slice::<FleetNode>(&entry.value).ok())
+            .collect();
+        Ok(FleetStatus {
+            node: self.node.clone(),
+            prefix: self.prefix.clone(),
+            newest,
+            nodes,
+        })
+    }
+}
+
+/// The fleet's tasks of a node that runs `config` (nothing when it has no `fleet`), on
+/// `tracker` until `stop`: following the document (composed with the files of `source`, kept
+/// beside the cache) and publishing the node's record.
+pub fn start(
+    membership: Option<Arc<Membership>>,
+    source: crate::config::ConfigSource,
+    manager: crate::manager::ManagerHandle,
+    supervisor: supervisor::SupervisorHandle,
+    tracker: &tokio_util::task::TaskTracker,
+    stop: &tokio_util::sync::CancellationToken,
+) {
+    let Some(membership) = membership else {
+        return;
+    };
+    let config = manager.config();
+    let Some(kept_path) =
+        crate::config::kept::kept_path(&config.raw, &source.context().resolve_root)
+    else {
+        return;
+    };
+    let (following, following_rx) = tokio::sync::watch::channel(follower::Following::default());
+    let workers = {
+        let manager = manager.clone();
+        move || {
+            let running = crate::service::running_workers(&supervisor.snapshot()).len() as u64;
+            (running, u64::from(manager.config().model.workers))
+        }
+    };
+    tracker.spawn(follower::publish(
+        follower::Publisher {
+            membership: membership.clone(),
+            following: following_rx,
+            workers: Box::new(workers),
+        },
+        stop.child_token(),
+    ));
+    tracker.spawn(follower::follow(
+        follower::Follower {
+            membership,
+            source,
+            kept_path,
+            manager,
+            following,
+        },
+        stop.child_token(),
+    ));
+}
