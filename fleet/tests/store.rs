@@ -398,6 +398,17 @@ async fn a_user_and_password_get_a_token() {
         other => panic!("expected a change, got {other:?}"),
     }
 
+    // Tokens dropped by etcd (auth turned off and on again): the client logs in again.
+    cluster
+        .etcdctl(&["--user=root:rootpw", "auth", "disable"])
+        .unwrap();
+    cluster.etcdctl(&["auth", "enable"]).unwrap();
+    let r2 = store
+        .put_if(b"/fleet/doc", b"two", Expect::ModRevision(r1))
+        .await
+        .unwrap();
+    assert!(r2 > r1);
+
     // A wrong password and none at all: etcd's refusal, at once.
     for (store, says) in [
         (with(Some("wrong")), "authentication failed"),
