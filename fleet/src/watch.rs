@@ -97,6 +97,14 @@ impl Watch {
         self.next_revision
     }
 
+    /// The events as a stream (which never ends: after an error it tries again).
+    pub fn into_stream(self) -> impl futures_util::Stream<Item = Result<WatchEvent, Error>> {
+        futures_util::stream::unfold(self, |mut watch| async move {
+            let event = watch.next().await;
+            Some((event, watch))
+        })
+    }
+
     /// The next event. An error says no member took the watch within the store's timeout
     /// (or an answer was refused); asking again tries again from where it stopped.
     pub async fn next(&mut self) -> Result<WatchEvent, Error> {

@@ -390,8 +390,24 @@ async fn a_user_and_password_get_a_token() {
             .mod_revision,
         r1
     );
-    let mut watch = store.watch(b"/fleet/", r1);
-    assert_eq!(changes(&mut watch, 1).await[0].mod_revision(), r1);
+    // The watch as a stream.
+    let stream = store.watch(b"/fleet/", r1).into_stream();
+    let mut stream = std::pin::pin!(stream);
+    match hang("watch", futures_util::StreamExt::next(&mut stream)).await {
+        Some(Ok(WatchEvent::Changed { changes })) => assert_eq!(changes[0].mod_revision(), r1),
+        other => panic!("expected a change, got {other:?}"),
+    }
+
+    // Tokens dropped by etcd (auth turned off and on again): the client logs in again.
+    cluster
+        .etcdctl(&["--user=root:rootpw", "auth", "disable"])
+        .unwrap();
+    cluster.etcdctl(&["auth", "enable"]).unwrap();
+    let r2 = store
+        .put_if(b"/fleet/doc", b"two", Expect::ModRevision(r1))
+        .await
+        .unwrap();
+    assert!(r2 > r1);
 
     // A wrong password and none at all: etcd's refusal, at once.
     for (store, says) in [
