@@ -50,6 +50,9 @@ pub enum ApiError {
     /// A route that exists only with fault injection enabled, or an unknown `{how}`.
     #[error("not found")]
     NotFound,
+    /// What the route serves does not exist on this node (404 with the reason).
+    #[error("{0}")]
+    Absent(String),
     /// The request cannot be carried out as things are (an upgrade whose new binary failed
     /// its probe).
     #[error("{0}")]
@@ -84,7 +87,7 @@ impl ApiError {
             ApiError::Change(e) => change_status(e),
             ApiError::Precondition { status, .. } => *status,
             ApiError::KeptChanging | ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::NotFound | ApiError::Absent(_) => StatusCode::NOT_FOUND,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,

@@ -17,6 +17,7 @@ pub mod error;
 pub mod events;
 pub mod failures;
 pub mod fault;
+pub mod fleet;
 pub mod guard;
 pub mod heavy;
 pub mod openapi;
@@ -153,6 +154,7 @@ pub fn routes(faults: fault::FaultInjection) -> OpenApiRouter<ApiState> {
         .routes(routes!(query_log::query_log_status))
         .routes(routes!(query_log::top_list))
         .routes(routes!(upstreams::upstreams))
+        .routes(routes!(fleet::fleet))
         .routes(routes!(ui::page))
         .routes(routes!(ui::script))
         .routes(routes!(ui::style))

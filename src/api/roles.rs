@@ -72,6 +72,7 @@ const READ_ROUTES: &[Route] = &[
     Route::Exact("/query-log/status"),
     Route::Below("/top/"),
     Route::Exact("/upstreams"),
+    Route::Exact("/fleet"),
     Route::Exact("/ui/whoami"),
 ];
 

@@ -170,7 +170,11 @@ impl Follower {
         if let Err(e) = kept::write_kept(&self.kept_path, &kept) {
             return self.refuse(revision, e.to_string());
         }
-        match self.manager.reload(Restart::WhenNeeded, Origin::Fleet).await {
+        match self
+            .manager
+            .reload(Restart::WhenNeeded, Origin::Fleet)
+            .await
+        {
             Ok(_) => {
                 tracing::info!("fleet: running the fleet's document of revision {revision}");
                 self.following.send_modify(|f| {

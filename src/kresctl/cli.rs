@@ -315,9 +315,29 @@ pub enum ApiCommand {
               value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
         format: OutputFormat,
     },
+    /// The fleet this node is in (`fleet`): every node with the revision of the fleet's
+    /// document it runs, the one it refused and why, its workers; nodes behind the newest
+    /// document are marked.
+    #[command(arg_required_else_help = true)]
+    Fleet {
+        #[command(subcommand)]
+        op: FleetOp,
+    },
     /// Show the RPZ zones kept by zone transfer: serial, last transfer, next refresh, expiry.
     Rpz {
         /// Print the API's JSON instead of a table.
+        #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
+              value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
+        format: OutputFormat,
+    },
+}
+
+/// What `kresctl fleet` does.
+#[derive(Subcommand)]
+pub enum FleetOp {
+    /// List the fleet's nodes.
+    Status {
+        /// Print the API's JSON.
         #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
               value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
         format: OutputFormat,

@@ -119,6 +119,8 @@ pub enum Request<'a> {
     },
     /// The forward targets and upstreams used recently.
     Upstreams,
+    /// The fleet's nodes.
+    Fleet,
     /// A top list of the query log: its kind and the query string (`window=…&limit=…`).
     Top {
         kind: &'a str,
@@ -156,6 +158,7 @@ impl Request<'_> {
             | Request::QueryLogStream { .. }
             | Request::Top { .. }
             | Request::Upstreams
+            | Request::Fleet
             | Request::Events { .. } => Method::GET,
             Request::SetConfig { .. } | Request::ReplaceConfig { .. } => Method::PUT,
             Request::DeleteConfig { .. } => Method::DELETE,
@@ -211,6 +214,7 @@ impl Request<'_> {
             Request::QueryLogStream { query } => with_query("/query-log/stream", query),
             Request::Top { kind, query } => with_query(&format!("/top/{kind}"), query),
             Request::Upstreams => "/upstreams".into(),
+            Request::Fleet => "/fleet".into(),
             Request::Events { .. } => "/events".into(),
         }
     }

@@ -43,6 +43,9 @@ pub struct Setup {
     /// The limit on open descriptors (soft, hard) the daemon starts with, as a service
     /// manager sets it; the test process's own when `None`.
     pub open_files: Option<(u64, u64)>,
+    /// `cache.storage` (a bed path), when not the test directory's own: what a node started
+    /// again finds there.
+    pub storage: Option<PathBuf>,
 }
 
 impl Setup {
@@ -59,6 +62,7 @@ impl Setup {
             args: Vec::new(),
             program: None,
             open_files: None,
+            storage: None,
         }
     }
     /// Run the daemon from `path` instead of the binary cargo built.
@@ -98,6 +102,12 @@ impl Setup {
         self.logging = yaml.to_owned();
         self
     }
+    /// Keep the cache (and what a fleet node keeps beside it) at `storage`, a bed path.
+    pub fn storage(mut self, storage: &Path) -> Self {
+        self.storage = Some(storage.to_owned());
+        self
+    }
+
     /// Add lines to the `cache` section.
     pub fn cache(mut self, yaml: &str) -> Self {
         self.cache.push_str(yaml);
@@ -127,7 +137,7 @@ pub fn config_yaml(dir: &TestDir, port: u16, s: &Setup) -> String {
         "workers: {workers}\nrundir: {run}\nnetwork:\n  listen:\n    - interface: 127.0.0.1@{port}\n{network}cache:\n  storage: {cache}\n  size-max: 10M\n{cache_extra}management:\n{management}logging:\n{logging}{extra}",
         workers = s.workers,
         run = dir.bed("run").display(),
-        cache = dir.bed("cache").display(),
+        cache = s.storage.clone().unwrap_or_else(|| dir.bed("cache")).display(),
         extra = s.extra,
         cache_extra = s.cache,
         network = s.network,

@@ -8,6 +8,7 @@ pub mod convert;
 pub mod diff;
 pub mod documents;
 pub mod events;
+pub mod fleet;
 pub mod metrics;
 pub mod migrate;
 pub mod processes;
@@ -237,6 +238,9 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
         ApiCommand::Top(args) => query_log::top(client, args).await?,
         ApiCommand::Querylog(args) => query_log::querylog(client, args).await?,
         ApiCommand::Upstreams { format } => query_log::upstreams(client, format).await?,
+        ApiCommand::Fleet {
+            op: cli::FleetOp::Status { format },
+        } => fleet::status(client, format).await?,
     }
     Ok(())
 }

@@ -1,0 +1,190 @@
+//! A fleet on real kresd and a real three-member etcd (the test bed's, on loopback): five
+//! resolvers join one fleet; a document written to etcd is answered by all five (the time
+//! from the write to the last node answering, over 20 changes, is printed); a document that
+//! fails validation is applied by none and reported by every one, DNS unchanged; with two of
+//! three members killed every node answers throughout, and a node started again meanwhile
+//! answers from the document it kept; quorum back, the fleet converges on a new document.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Resolver, Setup};
+use serde_json::Value;
+use testbed::etcd::{EtcdCluster, Security};
+
+/// How long a fleet may take to converge before the test fails (generous; never a figure).
+const CONVERGE: Duration = Duration::from_secs(30);
+
+/// The fleet's key prefix.
+const PREFIX: &str = "/knot-resolver/test";
+
+/// A node of the fleet at `cluster`, named `node`, its cache (and kept document) at
+/// `storage` when given.
+fn node_setup(name: &'static str, node: &str, cluster: &EtcdCluster) -> Setup {
+    let endpoints: Vec<String> = cluster.endpoints();
+    Setup::new(name).logging("  level: info\n").extra(&format!(
+        "fleet:\n  node: {node}\n  etcd:\n    endpoints: [{}]\n    prefix: {PREFIX}\n    timeout: 1s\n",
+        endpoints.join(", ")
+    ))
+}
+
+/// Write the fleet's document: one record of `fleet.test.`.
+fn write_document(cluster: &EtcdCluster, member: usize, document: &str) {
+    cluster
+        .put_raw(
+            member,
+            format!("{PREFIX}/config").as_bytes(),
+            document.as_bytes(),
+        )
+        .expect("the document written");
+}
+
+fn record(address: &str) -> String {
+    format!(r#"{{"local-data": {{"records": "fleet.test. 60 A {address}\n"}}}}"#)
+}
+
+/// Read the nodes' notifications, as systemd does: a node whose service manager stopped
+/// reading waits a second for each of them at every change.
+fn drain(nodes: &mut [Resolver]) {
+    for node in nodes {
+        node.notify.drain().expect("notifications");
+    }
+}
+
+/// Wait until every node answers `fleet.test.` with `address`; how long it took.
+fn converged(nodes: &mut [Resolver], address: &str) -> Duration {
+    let began = Instant::now();
+    for i in 0..nodes.len() {
+        testbed::wait_for(&format!("node {i} to answer {address}"), CONVERGE, || {
+            drain(nodes);
+            Ok((nodes[i].a_records("fleet.test.") == [address]).then_some(()))
+        })
+        .unwrap_or_else(|e| panic!("{e}\n{}", nodes[i].launched.output.text()));
+    }
+    began.elapsed()
+}
+
+/// `kresctl fleet status --json` of `node`.
+fn status(node: &Resolver) -> Value {
+    let out = node
+        .kresctl(&["fleet", "status", "--json"])
+        .expect("kresctl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[test]
+fn five_nodes_follow_one_document_refuse_a_bad_one_and_outlive_the_store() {
+    let mut cluster = EtcdCluster::start(Security::Plain).expect("etcd");
+    let names = ["fleet-1", "fleet-2", "fleet-3", "fleet-4", "fleet-5"];
+    let bed = testbed::Bed::get().expect("bed");
+    let kept = bed.test_dir("fleet-kept").expect("dir");
+    std::fs::create_dir_all(kept.host("cache")).expect("cache dir");
+    let mut nodes: Vec<Resolver> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let setup = node_setup(name, &format!("n{}", i + 1), &cluster);
+            let setup = if i == 0 {
+                setup.storage(&kept.bed("cache"))
+            } else {
+                setup
+            };
+            common::start(&setup).expect("a node starts")
+        })
+        .collect();
+
+    // 20 changes: the time from the write to the last node answering.
+    let mut times = Vec::new();
+    for n in 1..=20 {
+        let address = format!("192.0.2.{n}");
+        let written = Instant::now();
+        write_document(&cluster, n % 3, &record(&address));
+        converged(&mut nodes, &address);
+        times.push(written.elapsed());
+    }
+    times.sort();
+    eprintln!(
+        "five nodes converged after a write in {:.0} ms (p50), {:.0} ms (max of 20)",
+        times[times.len() / 2].as_secs_f64() * 1e3,
+        times[times.len() - 1].as_secs_f64() * 1e3
+    );
+    let seen = status(&nodes[0]);
+    let newest = seen["newest"].as_i64().expect("newest");
+    let nodes_seen = seen["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes_seen.len(), 5, "{seen}");
+    assert!(
+        nodes_seen
+            .iter()
+            .all(|n| n["revision"].as_i64() == Some(newest)),
+        "{seen}"
+    );
+
+    // A document no node can run: refused by all, reported with the reason, DNS unchanged.
+    // (A value the node's own file sets, such as `cache/size-max`, would be overridden.)
+    write_document(&cluster, 0, r#"{"options": {"minimize": "sometimes"}}"#);
+    let refused = testbed::wait_for("every node to refuse it", CONVERGE, || {
+        drain(&mut nodes);
+        let seen = status(&nodes[1]);
+        let all = seen["nodes"].as_array().is_some_and(|n| {
+            n.len() == 5
+                && n.iter().all(|n| {
+                    n["refused"]["reason"]
+                        .as_str()
+                        .is_some_and(|r| r.contains("/options/minimize"))
+                })
+        });
+        Ok(all.then_some(seen))
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            status(&nodes[1]),
+            nodes[1].launched.output.text()
+        )
+    });
+    assert!(refused["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .all(|n| n["revision"].as_i64() == Some(newest)));
+    let text = nodes[2].kresctl(&["fleet", "status"]).expect("kresctl");
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(
+        text.contains("5 of 5 nodes do not run the newest document"),
+        "{text}"
+    );
+    for node in &nodes {
+        assert_eq!(node.a_records("fleet.test."), ["192.0.2.20"]);
+    }
+
+    // Quorum lost: DNS goes on, a node started again answers from what it kept.
+    let leader = cluster.leader().expect("leader");
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    cluster.kill(others[0]).expect("kill");
+    cluster.kill(leader).expect("kill");
+    for node in &nodes {
+        assert_eq!(node.a_records("fleet.test."), ["192.0.2.20"]);
+    }
+    nodes.remove(0).stop();
+    let again = node_setup("fleet-1-again", "n1", &cluster).storage(&kept.bed("cache"));
+    nodes.insert(0, common::start(&again).expect("starts without the store"));
+    assert_eq!(nodes[0].a_records("fleet.test."), ["192.0.2.20"]);
+
+    // Quorum back: a new document reaches every node.
+    cluster.restart(leader).expect("restart");
+    cluster.restart(others[0]).expect("restart");
+    cluster
+        .wait_healthy(testbed::etcd::HEALTHY_WITHIN)
+        .expect("healthy");
+    write_document(&cluster, leader, &record("192.0.2.99"));
+    converged(&mut nodes, "192.0.2.99");
+    for node in nodes {
+        node.stop();
+    }
+}
