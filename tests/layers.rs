@@ -15,6 +15,7 @@ const LAYERS: &[&str] = &[
     "trace",
     "rpz",
     "watchdog",
+    "fleet",
     "manager",
     "metrics",
     "events",
@@ -267,7 +268,7 @@ fn every_crate_depends_only_on_crates_below_it() {
     // The check reads what it should: the root crate depends on all the others.
     assert_eq!(
         workspace_dependencies("."),
-        BTreeSet::from(["heap", "kres-config", "supervisor"].map(str::to_owned))
+        BTreeSet::from(["heap", "kres-config", "kres-fleet", "supervisor"].map(str::to_owned))
     );
 }
 

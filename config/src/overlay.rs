@@ -1,8 +1,8 @@
-//! How a fleet node's running configuration is made (issue 45): the fleet's shared document
+//! How a fleet node's running configuration is made: the fleet's shared document
 //! with the node's own file laid over it. Pure functions on raw documents (JSON values as
 //! parsed, before validation), so the rule is table-tested here and the follower, the API and
-//! `kresctl config get --explain` all apply the same one. The follower that reads the shared
-//! document from etcd is not wired yet.
+//! whoever else composes the two (`kresctl config get --explain`, later) apply the same one;
+//! `ConfigSource::load` composes the node's files with the document it keeps (`crate::kept`).
 //!
 //! The rule:
 //! * the node's own file wins wherever it sets something: mappings merge key by key, at any

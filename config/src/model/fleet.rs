@@ -1,9 +1,9 @@
 //! The `fleet` section, an extension of ours (upstream has no such key): how this node joins a
-//! fleet of resolvers sharing one configuration on etcd (issue 45), its description (types,
-//! defaults, documentation and rules) and the typed form the rest of the crate reads. Without
-//! it (the default, `null`) nothing changes anywhere. How the shared document and this node's
-//! file combine is [`crate::overlay`]'s. The follower that reads etcd is not wired yet: today
-//! the section is validated and a change of it is refused at run time, nothing more.
+//! fleet of resolvers sharing one configuration on etcd, its description (types, defaults,
+//! documentation and rules) and the typed form the rest of the crate reads. Without it (the
+//! default, `null`) nothing changes anywhere. How the shared document and this node's file
+//! combine is [`crate::overlay`]'s; the root crate's `fleet` module follows the document. A
+//! change of the section is refused at run time (restart to join another fleet).
 
 use super::blocks::*;
 
