@@ -387,10 +387,15 @@ impl ConfigSource {
         self.compose(&local, kept.as_ref().map(|k| &k.document))
     }
 
+    /// The files alone, read and merged, not validated: what a fleet node's own files say.
+    pub fn load_local(&self) -> Result<Value, ConfigError> {
+        read_and_merge(&self.files)
+    }
+
     /// The files read again and laid over `shared`, the fleet's document (none: the files
     /// alone), validated: what a node would run with that document.
     pub fn load_with(&self, shared: Option<&Value>) -> Result<LoadedConfig, ConfigError> {
-        let local = read_and_merge(&self.files)?;
+        let local = self.load_local()?;
         self.compose(&local, shared)
     }
 

@@ -446,6 +446,9 @@ async fn change(
         answer,
     } = request;
     let edit = Arc::new(edit);
+    if let Some(fleet) = &state.fleet {
+        return fleet_change(request, fleet, edit).await;
+    }
     for _ in 0..CONFLICT_RETRIES {
         let current = state.manager.config();
         let tag = state.rendered.of(&current).await.etag.clone();
@@ -497,6 +500,109 @@ async fn change(
         }
     }
     Err(ApiError::KeptChanging)
+}
+
+/// How long a change written to the fleet may take to be applied on the node that wrote it.
+const FLEET_APPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// [`change`] on a node of a fleet: the edit is made to the fleet's document (not to what this
+/// node runs), refused where the node's own file decides (`config::overlay::pinned_by`),
+/// validated composed with the node's files and dry-run here, then written to the store as a
+/// compare-and-swap on the revision read (a race with another writer computes it again, up to
+/// [`CONFLICT_RETRIES`] times); the answer comes once this node applied it. Every node of the
+/// fleet follows the new revision. `If-Match` names what this node runs, as without a fleet.
+async fn fleet_change(
+    request: &ChangeRequest,
+    fleet: &Arc<crate::fleet::Membership>,
+    edit: Arc<dyn Fn(&Value) -> Result<Value, ApiError> + Send + Sync>,
+) -> Result<Response, ApiError> {
+    let ChangeRequest {
+        state,
+        conditions,
+        query,
+        answer,
+    } = request;
+    let store_error = |e: crate::fleet::WriteError| ApiError::Unavailable(e.to_string());
+    for _ in 0..CONFLICT_RETRIES {
+        let current = state.manager.config();
+        let tag = state.rendered.of(&current).await.etag.clone();
+        conditions.check(&tag, Access::Change)?;
+        let (shared, revision) = fleet.document().await.map_err(store_error)?;
+        let (edited, loaded) = {
+            let (edit, fleet) = (edit.clone(), fleet.clone());
+            blocking(move || fleet_edit(&fleet, &shared, &*edit)).await??
+        };
+        let new_tag = {
+            let raw = loaded.raw.clone();
+            blocking(move || etag(&raw)).await?
+        };
+        let base = Some(Base {
+            config: current,
+            tag,
+        });
+        let plan = state.manager.dry_run(loaded, base).await?;
+        if query.dry_run {
+            return Ok(super::json_value(
+                StatusCode::OK,
+                &DryRun::new(plan.summary(Stage::DryRun), new_tag),
+            ));
+        }
+        let written = match fleet.write(&edited, revision).await {
+            Ok(written) => written,
+            Err(crate::fleet::WriteError::Store(kres_fleet::Error::Conflict { .. })) => continue,
+            Err(e) => return Err(store_error(e)),
+        };
+        match fleet.applied(written, FLEET_APPLY_TIMEOUT).await {
+            Ok(()) => {}
+            Err(e @ crate::fleet::WriteError::Refused { .. }) => {
+                return Err(ApiError::Conflict(e.to_string()))
+            }
+            Err(e) => return Err(ApiError::Unavailable(e.to_string())),
+        }
+        let response = match answer {
+            AppliedAnswer::Empty => (StatusCode::OK, "").into_response(),
+            AppliedAnswer::Summary => {
+                super::json_value(StatusCode::OK, &plan.summary(Stage::Applied))
+            }
+        };
+        let tag = state
+            .rendered
+            .of(&state.manager.config())
+            .await
+            .etag
+            .clone();
+        return Ok(with_etag(response, &tag));
+    }
+    Err(ApiError::KeptChanging)
+}
+
+/// The fleet's document `shared` edited, and what this node would run with it: refused
+/// where the edit touches a path the node's own file decides, or when the result does not
+/// validate.
+fn fleet_edit(
+    fleet: &crate::fleet::Membership,
+    shared: &Value,
+    edit: &(dyn Fn(&Value) -> Result<Value, ApiError> + Send + Sync),
+) -> Result<(Value, LoadedConfig), ApiError> {
+    let edited = edit(shared)?;
+    let local = fleet
+        .source
+        .load_local()
+        .map_err(|e| ApiError::Failed(e.to_string()))?;
+    for difference in crate::document_diff::differences(shared, &edited) {
+        let path = difference.path();
+        if let Some(pin) = config::overlay::pinned_by(&local, path) {
+            return Err(ApiError::Conflict(format!(
+                "{path} is this node's own in the fleet ({pin} is set by its file or always \
+                 the node's): change it in the node's file"
+            )));
+        }
+    }
+    let loaded = fleet.source.load_with(Some(&edited)).map_err(|e| match e {
+        config::ConfigError::Invalid(errors) => ApiError::Invalid(errors),
+        other => ApiError::Failed(other.to_string()),
+    })?;
+    Ok((edited, loaded))
 }
 
 /// Run CPU-heavy work (reading a body, validating, hashing, serialising a configuration)

@@ -142,7 +142,11 @@ const CURRENT_ETAG: &str = "The configuration's structural ETag.";
 /// What every change the manager applies can answer, beside its own refusals.
 const APPLYING: &[Answer] = &[
     Answer::text(500, "Applying failed."),
-    Answer::text(503, "The manager is not running."),
+    Answer::text(
+        503,
+        "The manager is not running; on a node of a fleet, also: the fleet's store cannot be \
+reached, or the node did not apply the fleet's new document in time.",
+    ),
 ];
 
 /// What every change of `/v1/config` answers when it is done or cannot start.
@@ -180,7 +184,8 @@ or the policy-loader failed, a socket could not be bound, a rolling restart was 
     Answer::text(
         409,
         "The configuration kept changing under the request (another change won the race every \
-time); try again.",
+time); try again. On a node of a fleet (`fleet`), also: the change touches a path the node's own \
+file decides, or the fleet's new document was written but this node refused it.",
     ),
 ];
 
@@ -229,7 +234,8 @@ is not a boolean, or the resulting configuration is invalid or refused (as for `
             ),
             Answer::text(
                 409,
-                "A `test` operation failed, or the configuration kept changing under the request.",
+                "A `test` operation failed, or the configuration kept changing under the request \
+(on a node of a fleet, also as for `PUT`).",
             ),
             Answer::text(
                 413,

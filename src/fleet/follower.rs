@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::Membership;
 use crate::config::kept::{self, Kept};
-use crate::config::ConfigSource;
 use crate::events::Origin;
 use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
@@ -40,14 +39,11 @@ pub struct Following {
 
 /// What [`follow`] needs.
 pub struct Follower {
+    /// The store, the node's files (each document is composed with them), and what it runs.
     pub membership: Arc<Membership>,
-    /// The node's own files (composed with each document to validate it).
-    pub source: ConfigSource,
     /// Where the applied document is kept.
     pub kept_path: PathBuf,
     pub manager: ManagerHandle,
-    /// Told what the node runs.
-    pub following: watch::Sender<Following>,
 }
 
 /// Follow the fleet's document until `stop`: read it, apply it if it is newer than the one
@@ -61,6 +57,7 @@ pub async fn follow(follower: Follower, stop: CancellationToken) {
         .flatten()
         .map(|k| k.revision);
     follower
+        .membership
         .following
         .send_modify(|f| f.revision = f.revision.or(running));
     while !stop.is_cancelled() {
@@ -70,7 +67,10 @@ pub async fn follow(follower: Follower, stop: CancellationToken) {
         };
         let from = match read {
             Ok(read) => {
-                follower.following.send_modify(|f| f.store_error = None);
+                follower
+                    .membership
+                    .following
+                    .send_modify(|f| f.store_error = None);
                 pause = FIRST_PAUSE;
                 if let Some(entry) = read.entry {
                     follower.consider(entry.value, entry.mod_revision).await;
@@ -80,6 +80,7 @@ pub async fn follow(follower: Follower, stop: CancellationToken) {
             Err(e) => {
                 tracing::warn!("fleet: cannot read the fleet's document: {e}");
                 follower
+                    .membership
                     .following
                     .send_modify(|f| f.store_error = Some(e.to_string()));
                 wait(&stop, &mut pause).await;
@@ -116,6 +117,7 @@ pub async fn follow(follower: Follower, stop: CancellationToken) {
                 Err(e) => {
                     tracing::warn!("fleet: watching the fleet's document failed: {e}");
                     follower
+                        .membership
                         .following
                         .send_modify(|f| f.store_error = Some(e.to_string()));
                     wait(&stop, &mut pause).await;
@@ -142,13 +144,13 @@ impl Follower {
     /// before the reload and taken back when the reload refuses it.
     async fn consider(&self, value: Vec<u8>, revision: i64) {
         let (running, refused) = {
-            let f = self.following.borrow();
+            let f = self.membership.following.borrow();
             (f.revision, f.refused.as_ref().map(|r| r.revision))
         };
         if running.is_some_and(|r| r >= revision) || refused == Some(revision) {
             return;
         }
-        let source = self.source.clone();
+        let source = self.membership.source.clone();
         let checked = crate::manager::off_thread(move || -> Result<Value, String> {
             let document: Value = serde_json::from_slice(&value)
                 .map_err(|e| format!("the document is not JSON: {e}"))?;
@@ -177,7 +179,7 @@ impl Follower {
         {
             Ok(_) => {
                 tracing::info!("fleet: running the fleet's document of revision {revision}");
-                self.following.send_modify(|f| {
+                self.membership.following.send_modify(|f| {
                     f.revision = Some(revision);
                     f.changed_at = Some(now());
                     if f.refused.as_ref().is_some_and(|r| r.revision < revision) {
@@ -206,7 +208,7 @@ impl Follower {
     /// Refuse `revision` for `reason`: the node keeps running what it runs.
     fn refuse(&self, revision: i64, reason: String) {
         tracing::warn!("fleet: the fleet's document of revision {revision} is refused: {reason}");
-        self.following.send_modify(|f| {
+        self.membership.following.send_modify(|f| {
             f.refused = Some(RefusedRevision { revision, reason });
         });
     }

@@ -29,19 +29,39 @@ pub const MAX_NODES: usize = 4096;
 /// How long a node's record outlives its last renewal.
 pub const LEASE_TTL: Duration = Duration::from_secs(10);
 
-/// A node's place in its fleet: the store and the keys.
-#[derive(Clone)]
+/// A node's place in its fleet: the store, the keys, the node's own files, and what it runs.
 pub struct Membership {
     pub store: Store,
     /// `fleet.node`.
     pub node: String,
     /// `fleet.etcd.prefix`.
     pub prefix: String,
+    /// The node's own files, which every document is composed with.
+    pub source: crate::config::ConfigSource,
+    /// What the node runs of the fleet's documents (the follower tells).
+    pub following: tokio::sync::watch::Sender<follower::Following>,
+}
+
+/// Why a change of the fleet's document through this node did not reach it.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("the fleet's store: {0}")]
+    Store(#[from] kres_fleet::Error),
+    #[error("the fleet's document in the store is not a JSON mapping: {0}")]
+    Malformed(String),
+    #[error("written to the fleet as revision {revision}, but this node refused it: {reason}")]
+    Refused { revision: i64, reason: String },
+    #[error("written to the fleet as revision {revision}; this node did not apply it within {} s", .within.as_secs())]
+    NotApplied { revision: i64, within: Duration },
 }
 
 impl Membership {
-    /// The membership `fleet` describes (its password file read).
-    pub fn of(fleet: &FleetSchema) -> Result<Arc<Membership>, String> {
+    /// The membership `fleet` describes (its password file read), of a node whose own files
+    /// `source` reads.
+    pub fn of(
+        fleet: &FleetSchema,
+        source: crate::config::ConfigSource,
+    ) -> Result<Arc<Membership>, String> {
         let etcd = &fleet.etcd;
         let mut options = StoreOptions::new(
             etcd.endpoints
@@ -76,7 +96,69 @@ impl Membership {
             store,
             node: fleet.node.clone(),
             prefix: etcd.prefix.clone(),
+            source,
+            following: tokio::sync::watch::Sender::new(follower::Following::default()),
         }))
+    }
+
+    /// The fleet's document now (an empty mapping before any was written) and its revision.
+    pub async fn document(&self) -> Result<(serde_json::Value, Option<i64>), WriteError> {
+        let read = self.store.get(&self.config_key()).await?;
+        let Some(entry) = read.entry else {
+            return Ok((serde_json::json!({}), None));
+        };
+        let document: serde_json::Value = serde_json::from_slice(&entry.value)
+            .map_err(|e| WriteError::Malformed(e.to_string()))?;
+        if !document.is_object() {
+            return Err(WriteError::Malformed("not a mapping".into()));
+        }
+        Ok((document, Some(entry.mod_revision)))
+    }
+
+    /// Write `document` as the fleet's, if the one in the store is still at `revision`
+    /// (`None`: none yet); the new revision, or `Conflict`.
+    pub async fn write(
+        &self,
+        document: &serde_json::Value,
+        revision: Option<i64>,
+    ) -> Result<i64, WriteError> {
+        let expect = match revision {
+            Some(r) => kres_fleet::Expect::ModRevision(r),
+            None => kres_fleet::Expect::Absent,
+        };
+        let value =
+            serde_json::to_vec(document).map_err(|e| WriteError::Malformed(e.to_string()))?;
+        Ok(self
+            .store
+            .put_if(&self.config_key(), &value, expect)
+            .await?)
+    }
+
+    /// Wait until this node runs `revision` (or a later one), at most `within`.
+    pub async fn applied(&self, revision: i64, within: Duration) -> Result<(), WriteError> {
+        let mut following = self.following.subscribe();
+        let waited = tokio::time::timeout(
+            within,
+            following.wait_for(|f| {
+                f.revision.is_some_and(|r| r >= revision)
+                    || f.refused.as_ref().is_some_and(|r| r.revision >= revision)
+            }),
+        )
+        .await;
+        match waited {
+            Err(_) | Ok(Err(_)) => Err(WriteError::NotApplied { revision, within }),
+            Ok(Ok(f)) => match &f.refused {
+                Some(r)
+                    if r.revision >= revision && f.revision.is_none_or(|run| run < revision) =>
+                {
+                    Err(WriteError::Refused {
+                        revision,
+                        reason: r.reason.clone(),
+                    })
+                }
+                _ => Ok(()),
+            },
+        }
     }
 
     /// The key of the shared document.
@@ -123,7 +205,6 @@ impl Membership {
 /// beside the cache) and publishing the node's record.
 pub fn start(
     membership: Option<Arc<Membership>>,
-    source: crate::config::ConfigSource,
     manager: crate::manager::ManagerHandle,
     supervisor: supervisor::SupervisorHandle,
     tracker: &tokio_util::task::TaskTracker,
@@ -134,11 +215,10 @@ pub fn start(
     };
     let config = manager.config();
     let Some(kept_path) =
-        crate::config::kept::kept_path(&config.raw, &source.context().resolve_root)
+        crate::config::kept::kept_path(&config.raw, &membership.source.context().resolve_root)
     else {
         return;
     };
-    let (following, following_rx) = tokio::sync::watch::channel(follower::Following::default());
     let workers = {
         let manager = manager.clone();
         move || {
@@ -149,7 +229,7 @@ pub fn start(
     tracker.spawn(follower::publish(
         follower::Publisher {
             membership: membership.clone(),
-            following: following_rx,
+            following: membership.following.subscribe(),
             workers: Box::new(workers),
         },
         stop.child_token(),
@@ -157,10 +237,8 @@ pub fn start(
     tracker.spawn(follower::follow(
         follower::Follower {
             membership,
-            source,
             kept_path,
             manager,
-            following,
         },
         stop.child_token(),
     ));

@@ -115,8 +115,6 @@ pub struct Running {
 
 /// What serving needs, prepared at the start.
 struct ToServe {
-    /// The node's files, which a fleet's document is composed with.
-    source: crate::config::ConfigSource,
     incarnation: Incarnation,
     began: std::time::Instant,
     logging: Option<&'static Logging>,
@@ -278,10 +276,9 @@ impl Running {
             kresd_version: kresd,
             query_log,
             heavy: Default::default(),
-            fleet: membership(&handle),
+            fleet: membership(&handle, settings.source),
         };
         let to_serve = ToServe {
-            source: settings.source,
             incarnation: restored.incarnation,
             began: settings.began,
             logging: settings.logging,
@@ -355,7 +352,6 @@ impl Running {
         }
         crate::fleet::start(
             to_serve.api.fleet.clone(),
-            to_serve.source,
             self.handle.clone(),
             self.parent.handle.clone(),
             &self.serving,
@@ -571,9 +567,12 @@ fn start_event_log(
 
 /// The node's place in its fleet, when its configuration has `fleet` (a password file that
 /// cannot be read leaves it out of the fleet, said in the log).
-fn membership(handle: &ManagerHandle) -> Option<Arc<crate::fleet::Membership>> {
+fn membership(
+    handle: &ManagerHandle,
+    source: crate::config::ConfigSource,
+) -> Option<Arc<crate::fleet::Membership>> {
     let fleet = handle.config().model.fleet.clone()?;
-    crate::fleet::Membership::of(&fleet)
+    crate::fleet::Membership::of(&fleet, source)
         .map_err(|e| tracing::error!("fleet: not following the fleet: {e}"))
         .ok()
 }
