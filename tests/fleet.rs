@@ -67,6 +67,18 @@ fn converged(nodes: &mut [Resolver], address: &str) -> Duration {
     began.elapsed()
 }
 
+/// The value of the series `name` (no labels) in `node`'s Prometheus text.
+fn gauge(node: &Resolver, name: &str) -> f64 {
+    let text = node
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("scrape")
+        .text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+}
+
 /// `kresctl fleet status --json` of `node`.
 fn status(node: &Resolver) -> Value {
     let out = node
@@ -148,6 +160,17 @@ fn five_nodes_follow_one_document_refuse_a_bad_one_and_outlive_the_store() {
             .all(|n| n["revision"].as_i64() == Some(newest)),
         "{seen}"
     );
+    for node in &nodes {
+        assert_eq!(
+            gauge(node, "knot_resolver_fleet_document_revision"),
+            newest as f64
+        );
+        assert_eq!(
+            gauge(node, "knot_resolver_fleet_newest_document_revision"),
+            newest as f64
+        );
+        assert_eq!(gauge(node, "knot_resolver_fleet_store_up"), 1.0);
+    }
 
     // A document no node can run: refused by all, reported with the reason, DNS unchanged.
     // (A value the node's own file sets, such as `cache/size-max`, would be overridden.)
@@ -177,6 +200,15 @@ fn five_nodes_follow_one_document_refuse_a_bad_one_and_outlive_the_store() {
         .expect("nodes")
         .iter()
         .all(|n| n["revision"].as_i64() == Some(newest)));
+    let refused_revision = refused["newest"].as_i64().expect("newest");
+    assert_eq!(
+        gauge(&nodes[3], "knot_resolver_fleet_refused_document_revision"),
+        refused_revision as f64
+    );
+    assert_eq!(
+        gauge(&nodes[3], "knot_resolver_fleet_document_revision"),
+        newest as f64
+    );
     let text = nodes[2].kresctl(&["fleet", "status"]).expect("kresctl");
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(

@@ -502,6 +502,9 @@ async fn change(
     Err(ApiError::KeptChanging)
 }
 
+/// An edit of a configuration document (what a change makes of the current one).
+type Edit = dyn Fn(&Value) -> Result<Value, ApiError> + Send + Sync;
+
 /// How long a change written to the fleet may take to be applied on the node that wrote it.
 const FLEET_APPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -514,7 +517,7 @@ const FLEET_APPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 async fn fleet_change(
     request: &ChangeRequest,
     fleet: &Arc<crate::fleet::Membership>,
-    edit: Arc<dyn Fn(&Value) -> Result<Value, ApiError> + Send + Sync>,
+    edit: Arc<Edit>,
 ) -> Result<Response, ApiError> {
     let ChangeRequest {
         state,
@@ -582,7 +585,7 @@ async fn fleet_change(
 fn fleet_edit(
     fleet: &crate::fleet::Membership,
     shared: &Value,
-    edit: &(dyn Fn(&Value) -> Result<Value, ApiError> + Send + Sync),
+    edit: &Edit,
 ) -> Result<(Value, LoadedConfig), ApiError> {
     let edited = edit(shared)?;
     let local = fleet

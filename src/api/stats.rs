@@ -67,6 +67,10 @@ pub(super) async fn metrics_prometheus(State(state): State<ApiState>) -> Respons
         MetricsMode::ManagerOnly => Vec::new(),
         MetricsMode::Lazy | MetricsMode::Always => super::upstreams::gather(&state).await.addresses,
     };
+    let fleet = state.fleet.as_ref().map(|fleet| {
+        let running = crate::service::running_workers(&snapshot).len() as u64;
+        fleet.record(running, u64::from(config.model.workers))
+    });
     let now = crate::metrics::Current {
         snapshot: &snapshot,
         etag: &rendered.etag,
@@ -74,6 +78,7 @@ pub(super) async fn metrics_prometheus(State(state): State<ApiState>) -> Respons
         kresd_version: state.kresd_version.get().map(String::as_str),
         query_log: Some(&query_log),
         upstreams: &upstreams,
+        fleet: fleet.as_ref(),
     };
     let text = crate::metrics::render_prometheus(&collected, &state.control_plane, &now);
     (

@@ -24,6 +24,9 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(5);
 /// How often the record's lease is renewed (and the workers counted).
 const RENEW_EVERY: Duration = Duration::from_secs(3);
 
+/// How often the nodes' records are counted (the fleet's size this node sees).
+const COUNT_EVERY: Duration = Duration::from_secs(15);
+
 /// What the follower knows of the node, for its record.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Following {
@@ -35,6 +38,10 @@ pub struct Following {
     pub changed_at: Option<f64>,
     /// Why the store cannot be read, while it cannot.
     pub store_error: Option<String>,
+    /// The newest document revision seen.
+    pub newest_seen: Option<i64>,
+    /// How many nodes' records the store held when the publisher last looked.
+    pub nodes_seen: Option<u64>,
 }
 
 /// What [`follow`] needs.
@@ -143,6 +150,9 @@ impl Follower {
     /// node's files are composed with it again at every reload and start: it is kept on disk
     /// before the reload and taken back when the reload refuses it.
     async fn consider(&self, value: Vec<u8>, revision: i64) {
+        self.membership
+            .following
+            .send_modify(|f| f.newest_seen = f.newest_seen.max(Some(revision)));
         let (running, refused) = {
             let f = self.membership.following.borrow();
             (f.revision, f.refused.as_ref().map(|r| r.revision))
@@ -249,7 +259,19 @@ pub async fn publish(mut publisher: Publisher, stop: CancellationToken) {
             },
         };
         let mut last: Option<FleetNode> = None;
+        let mut counted: Option<tokio::time::Instant> = None;
         loop {
+            if counted.is_none_or(|at| at.elapsed() >= COUNT_EVERY) {
+                let prefix = publisher.membership.nodes_prefix();
+                if let Ok(listing) = store.list(&prefix, super::MAX_NODES).await {
+                    let n = listing.entries.len() as u64;
+                    publisher
+                        .membership
+                        .following
+                        .send_if_modified(|f| f.nodes_seen.replace(n) != Some(n));
+                }
+                counted = Some(tokio::time::Instant::now());
+            }
             let record = publisher.record();
             let result = if last.as_ref() == Some(&record) {
                 store.keep_alive(lease.id).await.map(|_| 0)
@@ -278,17 +300,7 @@ pub async fn publish(mut publisher: Publisher, stop: CancellationToken) {
 
 impl Publisher {
     fn record(&self) -> FleetNode {
-        let following = self.following.borrow().clone();
         let (workers_running, workers) = (self.workers)();
-        FleetNode {
-            node: self.membership.node.clone(),
-            revision: following.revision,
-            refused: following.refused,
-            workers_running,
-            workers,
-            version: crate::build_version(),
-            changed_at: following.changed_at,
-            store_error: following.store_error,
-        }
+        self.membership.record(workers_running, workers)
     }
 }

@@ -161,6 +161,24 @@ impl Membership {
         }
     }
 
+    /// This node's record: what it runs of the fleet's documents, with its workers running
+    /// and configured.
+    pub fn record(&self, workers_running: u64, workers: u64) -> FleetNode {
+        let following = self.following.borrow().clone();
+        FleetNode {
+            node: self.node.clone(),
+            revision: following.revision,
+            refused: following.refused,
+            workers_running,
+            workers,
+            version: crate::build_version(),
+            changed_at: following.changed_at,
+            store_error: following.store_error,
+            newest_seen: following.newest_seen,
+            nodes_seen: following.nodes_seen,
+        }
+    }
+
     /// The key of the shared document.
     pub fn config_key(&self) -> Vec<u8> {
         format!("{}/config", self.prefix).into_bytes()

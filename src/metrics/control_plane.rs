@@ -287,6 +287,8 @@ pub struct Current<'a> {
     pub query_log: Option<&'a crate::wire::query_log::QueryLogStatus>,
     /// The upstream addresses the workers used recently.
     pub upstreams: &'a [crate::wire::upstreams::UpstreamAddress],
+    /// This node's record in its fleet, when it is in one.
+    pub fleet: Option<&'a crate::wire::fleet::FleetNode>,
 }
 
 /// The control plane's series: a tally of the event log, shared by its follower and the
@@ -717,6 +719,7 @@ mod tests {
                 kresd_version: Some("6.5.0"),
                 query_log: None,
                 upstreams: &[],
+                fleet: None,
             },
         );
         let text = out.render();

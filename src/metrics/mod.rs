@@ -415,6 +415,9 @@ pub fn render_prometheus(
         observed::write_query_log(&mut out, status);
     }
     observed::write_upstreams(&mut out, now.upstreams);
+    if let Some(node) = now.fleet {
+        observed::write_fleet(&mut out, node);
+    }
     write_process(&mut out);
     out.render()
 }
@@ -573,6 +576,7 @@ mod tests {
             kresd_version: None,
             query_log: None,
             upstreams: &[],
+            fleet: None,
         };
         let collected = Collected {
             stats: stats.clone(),

@@ -197,6 +197,43 @@ pub fn write_upstreams(out: &mut Exposition, addresses: &[UpstreamAddress]) {
     }
 }
 
+/// A fleet node's series: the document revision it runs and the newest it saw (their
+/// difference: how far behind it is), the newest it refused, whether it reads the store, and
+/// how many nodes it saw.
+pub fn write_fleet(out: &mut Exposition, node: &crate::wire::fleet::FleetNode) {
+    let revision = |r: Option<i64>| r.map_or(0.0, |r| r as f64);
+    let families: [(&str, &str, f64); 5] = [
+        (
+            "knot_resolver_fleet_document_revision",
+            "The store revision of the fleet's document this node runs (0: none yet)",
+            revision(node.revision),
+        ),
+        (
+            "knot_resolver_fleet_newest_document_revision",
+            "The store revision of the newest fleet document this node has seen",
+            revision(node.newest_seen),
+        ),
+        (
+            "knot_resolver_fleet_refused_document_revision",
+            "The store revision of the newest fleet document this node refused (0: none)",
+            revision(node.refused.as_ref().map(|r| r.revision)),
+        ),
+        (
+            "knot_resolver_fleet_store_up",
+            "1 if this node reads the fleet's store, 0 while it cannot",
+            if node.store_error.is_none() { 1.0 } else { 0.0 },
+        ),
+        (
+            "knot_resolver_fleet_nodes",
+            "The nodes whose records this node saw in the store when it last looked",
+            node.nodes_seen.unwrap_or(0) as f64,
+        ),
+    ];
+    for (name, help, value) in families {
+        out.sample(name, help, Kind::Gauge, "", value);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,12 @@ pub struct FleetNode {
     pub changed_at: Option<f64>,
     /// Why the node cannot read the fleet's document now, if it cannot.
     pub store_error: Option<String>,
+    /// The newest document revision the node has seen (run or refused).
+    #[serde(default)]
+    pub newest_seen: Option<i64>,
+    /// How many nodes' records the node saw in the store when it last looked.
+    #[serde(default)]
+    pub nodes_seen: Option<u64>,
 }
 
 /// A document revision a node refused.

@@ -87,6 +87,8 @@ mod tests {
             version: "0.1.0".into(),
             changed_at: None,
             store_error: None,
+            newest_seen: None,
+            nodes_seen: None,
         }
     }
 
