@@ -140,6 +140,21 @@ impl Store {
         })
     }
 
+    /// `key`'s value as it was at `revision` (a past one, still in the store's history: an
+    /// older one compacted away is an error naming it).
+    pub async fn get_at(&self, key: &[u8], revision: i64) -> Result<Option<Entry>, Error> {
+        let what = format!("range of {} at revision {revision}", show(key));
+        let request = wire::RangeRequest {
+            key: wire::encode(key),
+            revision: positive(revision, &what)?,
+            ..wire::RangeRequest::default()
+        };
+        let answer: wire::RangeResponse = self
+            .unary("range", "/v3/kv/range", &request, Retry::Read, &what)
+            .await?;
+        self.entry(key, answer.kvs, &what)
+    }
+
     /// Write `value` at `key` if the key is as `expect`ed, in one transaction; the store's
     /// new revision (the key's new modification revision), or [`Error::Conflict`] with the
     /// key's current revision.
@@ -203,6 +218,7 @@ impl Store {
             key: wire::encode(prefix),
             range_end: wire::encode(&wire::prefix_end(prefix)),
             limit: i64::try_from(max).unwrap_or(i64::MAX),
+            ..wire::RangeRequest::default()
         };
         let answer: wire::RangeResponse = self
             .unary("range", "/v3/kv/range", &request, Retry::Read, &what)

@@ -78,6 +78,9 @@ pub(crate) struct RangeRequest {
     /// At most this many keys (0: no bound).
     #[serde(serialize_with = "int64_text", skip_serializing_if = "is_zero")]
     pub limit: i64,
+    /// The keys as they were at this revision (0: now).
+    #[serde(serialize_with = "int64_text", skip_serializing_if = "is_zero")]
+    pub revision: i64,
 }
 
 #[derive(Debug, Deserialize)]

@@ -155,6 +155,7 @@ pub fn routes(faults: fault::FaultInjection) -> OpenApiRouter<ApiState> {
         .routes(routes!(query_log::top_list))
         .routes(routes!(upstreams::upstreams))
         .routes(routes!(fleet::fleet))
+        .routes(routes!(fleet::rollback))
         .routes(routes!(ui::page))
         .routes(routes!(ui::script))
         .routes(routes!(ui::style))

@@ -134,6 +134,28 @@ impl Membership {
             .await?)
     }
 
+    /// The fleet's document before the current one (the key's previous version, from the
+    /// store's history) and the current one's revision, for a rollback: `None` when there is
+    /// no earlier document.
+    pub async fn previous_document(&self) -> Result<Option<(serde_json::Value, i64)>, WriteError> {
+        let key = self.config_key();
+        let Some(current) = self.store.get(&key).await?.entry else {
+            return Ok(None);
+        };
+        if current.mod_revision <= 1 {
+            return Ok(None);
+        }
+        let Some(previous) = self.store.get_at(&key, current.mod_revision - 1).await? else {
+            return Ok(None);
+        };
+        let document: serde_json::Value = serde_json::from_slice(&previous.value)
+            .map_err(|e| WriteError::Malformed(e.to_string()))?;
+        if !document.is_object() {
+            return Err(WriteError::Malformed("not a mapping".into()));
+        }
+        Ok(Some((document, current.mod_revision)))
+    }
+
     /// Wait until this node runs `revision` (or a later one), at most `within`.
     pub async fn applied(&self, revision: i64, within: Duration) -> Result<(), WriteError> {
         let mut following = self.following.subscribe();

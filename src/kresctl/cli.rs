@@ -342,6 +342,9 @@ pub enum FleetOp {
               value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
         format: OutputFormat,
     },
+    /// Make the fleet's previous document its own again (every node follows), after it is
+    /// checked with this node's files. Needs the admin role.
+    Rollback,
 }
 
 #[derive(Args)]

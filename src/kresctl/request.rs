@@ -121,6 +121,8 @@ pub enum Request<'a> {
     Upstreams,
     /// The fleet's nodes.
     Fleet,
+    /// The fleet's previous document made its own again.
+    FleetRollback,
     /// A top list of the query log: its kind and the query string (`window=…&limit=…`).
     Top {
         kind: &'a str,
@@ -167,6 +169,7 @@ impl Request<'_> {
             | Request::Drain
             | Request::Reload(_)
             | Request::CacheClear { .. }
+            | Request::FleetRollback
             | Request::Upgrade => Method::POST,
         }
     }
@@ -215,6 +218,7 @@ impl Request<'_> {
             Request::Top { kind, query } => with_query(&format!("/top/{kind}"), query),
             Request::Upstreams => "/upstreams".into(),
             Request::Fleet => "/fleet".into(),
+            Request::FleetRollback => "/fleet/rollback".into(),
             Request::Events { .. } => "/events".into(),
         }
     }

@@ -59,3 +59,13 @@ impl FleetStatus {
             .collect()
     }
 }
+
+/// What `POST /fleet/rollback` did: the document before `replaced` written again as
+/// `revision`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RolledBack {
+    /// The revision of the document that was replaced.
+    pub replaced: i64,
+    /// The new revision, holding the document before it.
+    pub revision: i64,
+}

@@ -1,10 +1,10 @@
 //! `kresctl fleet status`: the fleet this node is in (`GET /fleet`), one line a node, those
-//! behind the newest document marked.
+//! behind the newest document marked; `kresctl fleet rollback` (`POST /fleet/rollback`).
 
 use crate::kresctl::client::{ApiClient, ClientError};
 use crate::kresctl::output::{self, OutputFormat};
 use crate::kresctl::request::Request;
-use crate::wire::fleet::{FleetNode, FleetStatus};
+use crate::wire::fleet::{FleetNode, FleetStatus, RolledBack};
 
 pub async fn status(client: &ApiClient, format: OutputFormat) -> Result<(), ClientError> {
     let value = output::json_body(&client.call(&Request::Fleet).await?.ok()?)?;
@@ -14,6 +14,16 @@ pub async fn status(client: &ApiClient, format: OutputFormat) -> Result<(), Clie
     }
     let status: FleetStatus = serde_json::from_value(value)?;
     print!("{}", table(&status));
+    Ok(())
+}
+
+pub async fn rollback(client: &ApiClient) -> Result<(), ClientError> {
+    let value = output::json_body(&client.call(&Request::FleetRollback).await?.ok()?)?;
+    let done: RolledBack = serde_json::from_value(value)?;
+    println!(
+        "the fleet's document before revision {} is its own again, as revision {}",
+        done.replaced, done.revision
+    );
     Ok(())
 }
 

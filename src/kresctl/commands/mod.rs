@@ -241,6 +241,9 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
         ApiCommand::Fleet {
             op: cli::FleetOp::Status { format },
         } => fleet::status(client, format).await?,
+        ApiCommand::Fleet {
+            op: cli::FleetOp::Rollback,
+        } => fleet::rollback(client).await?,
     }
     Ok(())
 }
