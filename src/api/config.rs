@@ -532,8 +532,8 @@ async fn fleet_change(
         conditions.check(&tag, Access::Change)?;
         let (shared, revision) = fleet.document().await.map_err(store_error)?;
         let (edited, loaded) = {
-            let (edit, fleet) = (edit.clone(), fleet.clone());
-            blocking(move || fleet_edit(&fleet, &shared, &*edit)).await??
+            let (edit, fleet, running) = (edit.clone(), fleet.clone(), current.clone());
+            blocking(move || fleet_edit(&fleet, &shared, &running.raw, &*edit)).await??
         };
         let new_tag = {
             let raw = loaded.raw.clone();
@@ -579,20 +579,25 @@ async fn fleet_change(
     Err(ApiError::KeptChanging)
 }
 
-/// The fleet's document `shared` edited, and what this node would run with it: refused
-/// where the edit touches a path the node's own file decides, or when the result does not
-/// validate.
+/// The fleet's document `shared` edited, and what this node would run with it. The edit is
+/// made to what the node runs (`running`: its parents exist there whether the fleet's document
+/// or the node's file set them, so it means what it means without a fleet), and each path it
+/// changed is carried into the fleet's document (parents made as mappings where missing). It
+/// is refused where it touches a path the node's own file decides, or when the result does
+/// not validate.
 fn fleet_edit(
     fleet: &crate::fleet::Membership,
     shared: &Value,
+    running: &Value,
     edit: &Edit,
 ) -> Result<(Value, LoadedConfig), ApiError> {
-    let edited = edit(shared)?;
+    let edited_running = edit(running)?;
     let local = fleet
         .source
         .load_local()
         .map_err(|e| ApiError::Failed(e.to_string()))?;
-    for difference in crate::document_diff::differences(shared, &edited) {
+    let mut edited = shared.clone();
+    for difference in crate::document_diff::differences(running, &edited_running) {
         let path = difference.path();
         if let Some(pin) = config::overlay::pinned_by(&local, path) {
             return Err(ApiError::Conflict(format!(
@@ -600,12 +605,50 @@ fn fleet_edit(
                  the node's): change it in the node's file"
             )));
         }
+        carry(&mut edited, &difference);
     }
     let loaded = fleet.source.load_with(Some(&edited)).map_err(|e| match e {
         config::ConfigError::Invalid(errors) => ApiError::Invalid(errors),
         other => ApiError::Failed(other.to_string()),
     })?;
     Ok((edited, loaded))
+}
+
+/// Make `difference` in `doc`: a value set at its path (mappings made on the way, anything
+/// else there replaced), or removed from it (nothing when it is not there).
+fn carry(doc: &mut Value, difference: &crate::document_diff::Difference) {
+    use crate::document_diff::Difference;
+    let segments: Vec<String> = difference
+        .path()
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let Some((last, parents)) = segments.split_last() else {
+        return;
+    };
+    let mut at = doc;
+    for segment in parents {
+        if !at.is_object() {
+            *at = Value::Object(serde_json::Map::new());
+        }
+        let Value::Object(map) = at else { return };
+        at = map
+            .entry(segment.clone())
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    }
+    if !at.is_object() {
+        *at = Value::Object(serde_json::Map::new());
+    }
+    let Value::Object(map) = at else { return };
+    match difference {
+        Difference::Add { value, .. } | Difference::Replace { value, .. } => {
+            map.insert(last.clone(), value.clone());
+        }
+        Difference::Remove { .. } => {
+            map.shift_remove(last);
+        }
+    }
 }
 
 /// Run CPU-heavy work (reading a body, validating, hashing, serialising a configuration)
@@ -764,4 +807,43 @@ pub fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, BodyError> 
     }
     config::parse_document(text, std::path::Path::new(origin))
         .map_err(|e| BodyError::Parse(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_change_to_what_a_node_runs_is_carried_into_the_fleets_document() {
+        let running = json!({"local-data": {"ttl": "1h"}, "workers": 2});
+        // (what the edit did to the running document, the fleet's document before, after)
+        let rows: &[(Value, Value, Value)] = &[
+            // A parent the fleet's document lacks is made.
+            (
+                json!({"local-data": {"ttl": "1h", "records": "a. 1 A 192.0.2.1"}, "workers": 2}),
+                json!({}),
+                json!({"local-data": {"records": "a. 1 A 192.0.2.1"}}),
+            ),
+            // A value replaced, another of the fleet's kept.
+            (
+                json!({"local-data": {"ttl": "2h"}, "workers": 2}),
+                json!({"local-data": {"ttl": "1h"}, "options": {"minimize": true}}),
+                json!({"local-data": {"ttl": "2h"}, "options": {"minimize": true}}),
+            ),
+            // A removal of what the fleet's document does not hold changes nothing.
+            (
+                json!({"workers": 2}),
+                json!({"options": {}}),
+                json!({"options": {}}),
+            ),
+        ];
+        for (edited, shared, expected) in rows {
+            let mut doc = shared.clone();
+            for difference in crate::document_diff::differences(&running, edited) {
+                carry(&mut doc, &difference);
+            }
+            assert_eq!(&doc, expected, "{edited}");
+        }
+    }
 }
