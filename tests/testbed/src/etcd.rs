@@ -70,7 +70,7 @@ pub struct EtcdCluster {
 impl EtcdCluster {
     /// Start three members and wait until the cluster is healthy.
     pub fn start(security: Security) -> Result<EtcdCluster> {
-        remove_stale_dirs(&std::env::temp_dir());
+        crate::remove_stale_dirs(&std::env::temp_dir(), "kr-etcd-");
         let dir = std::env::temp_dir().join(format!(
             "kr-etcd-{}-{}",
             std::process::id(),
@@ -310,29 +310,6 @@ impl Drop for EtcdCluster {
             member.process.take();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Remove the cluster directories of test processes that no longer exist (killed before
-/// they could drop their clusters), so runs do not pile up data. A live process's are kept.
-fn remove_stale_dirs(tmp: &Path) {
-    let Ok(entries) = std::fs::read_dir(tmp) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("kr-etcd-"))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
-        if !alive {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
     }
 }
 

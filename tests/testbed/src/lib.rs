@@ -151,7 +151,7 @@ impl Bed {
             });
         }
         let rootfs = sid_rootfs()?;
-        remove_stale_scratch(&rootfs.join("tmp"));
+        remove_stale_dirs(&rootfs.join("tmp"), "kr-testbed-");
         let rel = PathBuf::from(format!("tmp/kr-testbed-{}", std::process::id()));
         let scratch_host = rootfs.join(&rel);
         std::fs::create_dir_all(&scratch_host)?;
@@ -360,9 +360,10 @@ fn finish_launch(cmd: &mut Command, env: &[(&str, &OsStr)], marker: String) -> R
     })
 }
 
-/// Remove scratch directories of test processes that no longer exist, so the cached rootfs
-/// does not grow with every run. A live process's directory is never touched.
-fn remove_stale_scratch(tmp: &Path) {
+/// Remove the directories in `tmp` named `<prefix><pid>` or `<prefix><pid>-…` of test
+/// processes that no longer exist (killed before they could clean up), so runs do not pile
+/// up data (the cached rootfs's scratch, etcd clusters). A live process's are never touched.
+pub(crate) fn remove_stale_dirs(tmp: &Path, prefix: &str) {
     let Ok(entries) = std::fs::read_dir(tmp) else {
         return;
     };
@@ -370,7 +371,8 @@ fn remove_stale_scratch(tmp: &Path) {
         let name = entry.file_name();
         let Some(pid) = name
             .to_str()
-            .and_then(|n| n.strip_prefix("kr-testbed-"))
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|rest| rest.split('-').next())
             .and_then(|p| p.parse::<i32>().ok())
         else {
             continue;
