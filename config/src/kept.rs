@@ -1,5 +1,6 @@
-//! The fleet's shared document a node runs, kept on disk beside its cache (`fleet.json` in
-//! `cache/storage`, which outlives a reboot, unlike the rundir): what the node's files are
+//! The fleet's shared document a node runs, kept on disk beside its cache (`fleet_<prefix>.json`
+//! in `cache/storage`, which outlives a reboot, unlike the rundir; named by the fleet's prefix,
+//! so a node moved to another fleet never runs the old one's document): what the node's files are
 //! composed with ([`crate::overlay`]) at every start and reload, so a node starts, serves and
 //! reloads from the last document it applied whatever etcd does. Only the follower writes it,
 //! after the document was applied; it is written whole and renamed into place.
@@ -9,9 +10,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-/// The file's name in the cache directory.
-pub const KEPT_FILE: &str = "fleet.json";
 
 /// The largest kept file read (a fleet document is bounded by the store client as well).
 pub const MAX_KEPT_BYTES: u64 = 64 << 20;
@@ -39,7 +37,17 @@ pub fn kept_path(local: &Value, root: &Path) -> Option<PathBuf> {
         .pointer("/cache/storage")
         .and_then(Value::as_str)
         .unwrap_or(DEFAULT_STORAGE);
-    Some(root.join(storage).join(KEPT_FILE))
+    // The prefix is checked by validation (`/` and `[A-Za-z0-9._-]`); anything else is left
+    // out of the name.
+    let prefix: String = fleet
+        .pointer("/etcd/prefix")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .chars()
+        .map(|c| if c == '/' { '_' } else { c })
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        .collect();
+    Some(root.join(storage).join(format!("fleet{prefix}.json")))
 }
 
 /// The kept document at `path`, `None` when there is none yet.
@@ -115,13 +123,21 @@ mod tests {
         let root = Path::new("/etc/knot-resolver");
         assert_eq!(kept_path(&json!({}), root), None);
         assert_eq!(kept_path(&json!({"fleet": null}), root), None);
+        let fleet = json!({"etcd": {"prefix": "/knot-resolver/campus"}});
         assert_eq!(
-            kept_path(&json!({"fleet": {}}), root),
-            Some(PathBuf::from("/var/cache/knot-resolver/fleet.json"))
+            kept_path(&json!({ "fleet": fleet }), root),
+            Some(PathBuf::from(
+                "/var/cache/knot-resolver/fleet_knot-resolver_campus.json"
+            ))
         );
         assert_eq!(
-            kept_path(&json!({"fleet": {}, "cache": {"storage": "cache"}}), root),
-            Some(PathBuf::from("/etc/knot-resolver/cache/fleet.json"))
+            kept_path(
+                &json!({"fleet": fleet, "cache": {"storage": "cache"}}),
+                root
+            ),
+            Some(PathBuf::from(
+                "/etc/knot-resolver/cache/fleet_knot-resolver_campus.json"
+            ))
         );
     }
 
@@ -129,7 +145,7 @@ mod tests {
     fn a_kept_document_is_read_back_and_a_broken_one_named() {
         let dir = std::env::temp_dir().join(format!("kres-kept-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join(KEPT_FILE);
+        let path = dir.join("fleet_a.json");
         assert!(matches!(read_kept(&path), Ok(None)));
         let kept = Kept {
             revision: 7,
@@ -140,7 +156,7 @@ mod tests {
         for broken in ["{", "[]", r#"{"revision": 1, "document": [1]}"#] {
             std::fs::write(&path, broken).expect("write");
             let e = read_kept(&path).expect_err(broken).to_string();
-            assert!(e.contains("fleet.json"), "{e}");
+            assert!(e.contains("fleet_a.json"), "{e}");
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
