@@ -4,7 +4,8 @@
 //! node answering, over 20 changes, is printed), and a path a node's own file decides is
 //! refused, and `kresctl fleet rollback` brings back the document before; a document that
 //! fails validation is applied by none and reported by every one, DNS unchanged; with two of
-//! three members killed every node answers throughout, and a node started again meanwhile
+//! three members killed every node answers throughout, a change is refused naming the store,
+//! and a node started again meanwhile
 //! answers from the document it kept; quorum back, the fleet converges on a new document.
 
 mod common;
@@ -235,6 +236,13 @@ fn five_nodes_follow_one_document_refuse_a_bad_one_and_outlive_the_store() {
     for node in &nodes {
         assert_eq!(node.a_records("fleet.test."), ["192.0.2.19"]);
     }
+    // A change meanwhile is refused with the reason, and changes nothing.
+    let out = nodes[1]
+        .kresctl(&["config", "set", "-p", "/local-data/ttl", "\"2h\""])
+        .expect("kresctl");
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(said.contains("the fleet's store"), "{said}");
     nodes.remove(0).stop();
     let again = node_setup("fleet-1-again", "n1", &cluster).storage(&kept.bed("cache"));
     nodes.insert(0, common::start(&again).expect("starts without the store"));

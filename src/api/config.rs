@@ -543,7 +543,12 @@ async fn fleet_change(
             config: current,
             tag,
         });
-        let plan = state.manager.dry_run(loaded, base).await?;
+        // What the node runs changed meanwhile (a fleet's document arrived): again.
+        let plan = match state.manager.dry_run(loaded, base).await {
+            Ok(plan) => plan,
+            Err(ChangeError::Conflict) => continue,
+            Err(e) => return Err(e.into()),
+        };
         if query.dry_run {
             return Ok(super::json_value(
                 StatusCode::OK,
