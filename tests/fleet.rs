@@ -5,8 +5,8 @@
 //! refused, and `kresctl fleet rollback` brings back the document before; a document that
 //! fails validation is applied by none and reported by every one, DNS unchanged; with two of
 //! three members killed every node answers throughout, a change is refused naming the store,
-//! and a node started again meanwhile
-//! answers from the document it kept; quorum back, the fleet converges on a new document.
+//! and a node started again meanwhile answers from the document it kept; quorum back, the
+//! fleet converges on a new document.
 
 mod common;
 
