@@ -331,7 +331,8 @@ mod tests {
         );
         assert_eq!(
             put["503"],
-            json!({"description": "The manager is not running.",
+            json!({"description": "The manager is not running; on a node of a fleet, also: the \
+fleet's store cannot be reached, or the node did not apply the fleet's new document in time.",
                    "content": {"text/plain": {"schema": {"type": "string"}}}})
         );
         assert_eq!(
