@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use tokio::net::UnixDatagram;
 use tokio_util::sync::CancellationToken;
 
+use super::access::Access;
 use super::dnstap::QueryKey;
-use super::intake::Access;
 use super::{Entry, QueryLog};
 
 /// The socket in the rundir the workers send their marks to.

@@ -17,6 +17,7 @@
 //! and read, and by the marks' task every 50 ms). Turning the log off empties it and ends the
 //! followers' streams; a narrower client prefix applies to the entries already held.
 
+pub mod access;
 pub mod dnstap;
 pub mod frames;
 pub mod intake;

@@ -24,9 +24,9 @@ use std::time::Duration;
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
+use super::access::Access;
 use super::dnstap::{self, Decoded, QueryKey};
 use super::frames::{self, Frame, FrameError};
-use super::intake::Access;
 use super::{Entry, QueryLog, SOCKET_FILE};
 use crate::service::WorkerId;
 

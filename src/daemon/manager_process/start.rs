@@ -440,7 +440,8 @@ fn start_query_log(
     stop: &CancellationToken,
     run_as: Option<supervisor::Credentials>,
 ) -> (crate::query_log::QueryLog, crate::query_log::intake::Intake) {
-    use crate::query_log::intake::{Access, Intake};
+    use crate::query_log::access::Access;
+    use crate::query_log::intake::Intake;
     use crate::query_log::{QueryLog, Settings};
     let settings_of = |loaded: &LoadedConfig| {
         let model = &loaded.model;
