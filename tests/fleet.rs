@@ -57,8 +57,14 @@ fn drain(nodes: &mut [Resolver]) {
 
 /// Wait until every node answers `fleet.test.` with `address`; how long it took.
 fn converged(nodes: &mut [Resolver], address: &str) -> Duration {
+    let all: Vec<usize> = (0..nodes.len()).collect();
+    converged_on(nodes, &all, address)
+}
+
+/// Wait until the nodes at `indices` answer `fleet.test.` with `address`; how long it took.
+fn converged_on(nodes: &mut [Resolver], indices: &[usize], address: &str) -> Duration {
     let began = Instant::now();
-    for i in 0..nodes.len() {
+    for &i in indices {
         testbed::wait_for(&format!("node {i} to answer {address}"), CONVERGE, || {
             drain(nodes);
             Ok((nodes[i].a_records("fleet.test.") == [address]).then_some(()))
@@ -256,6 +262,258 @@ fn five_nodes_follow_one_document_refuse_a_bad_one_and_outlive_the_store() {
         .expect("healthy");
     write_document(&cluster, leader, &record("192.0.2.99"));
     converged(&mut nodes, "192.0.2.99");
+    for node in nodes {
+        node.stop();
+    }
+}
+
+/// `node`'s record in `kresctl fleet status --json`.
+fn node_record<'a>(seen: &'a Value, node: &str) -> &'a Value {
+    seen["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["node"] == node))
+        .unwrap_or_else(|| panic!("no node {node} in {seen}"))
+}
+
+/// Run `kresctl` on `node`; its standard output, or a panic with its standard error.
+fn kresctl_ok(node: &Resolver, args: &[&str]) -> String {
+    let out = node.kresctl(args).expect("kresctl");
+    assert!(
+        out.status.success(),
+        "kresctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_staged_rollout_halts_at_a_refusing_canary_and_else_goes_wave_by_wave() {
+    // Over TLS with client certificates, as a fleet across machines would run.
+    let cluster = EtcdCluster::start(Security::Tls).expect("etcd");
+    let tls = cluster.client_tls().expect("TLS");
+    let bed = testbed::Bed::get().expect("bed");
+    let certs = bed.test_dir("fleet-certs").expect("dir");
+    for (from, to) in [
+        (&tls.ca, "ca.pem"),
+        (&tls.cert, "node.pem"),
+        (&tls.key, "node.key"),
+    ] {
+        std::fs::copy(from, certs.host(to)).expect("copied into the bed");
+    }
+    let tls_options = format!(
+        "    ca-file: {}\n    cert-file: {}\n    key-file: {}\n",
+        certs.bed("ca.pem").display(),
+        certs.bed("node.pem").display(),
+        certs.bed("node.key").display()
+    );
+    let names = ["staged-1", "staged-2", "staged-3", "staged-4"];
+    let mut nodes: Vec<Resolver> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let node = format!("n{}", i + 1);
+            let mut setup = node_setup(name, &node, &cluster).extra(&tls_options);
+            if i == 3 {
+                // The node changes are staged through: a short soak.
+                setup = setup.extra("  rollout:\n    soak: 1s\n    wave: '1'\n");
+            }
+            common::start(&setup.extra(&format!("hostname: {node}\n"))).expect("a node starts")
+        })
+        .collect();
+    cluster
+        .etcdctl(&["put", &format!("{PREFIX}/config"), &record("192.0.2.1")])
+        .expect("the document written");
+    converged(&mut nodes, "192.0.2.1");
+    // Where n4's configuration comes from.
+    let out = nodes[3]
+        .kresctl(&["config", "get", "--explain", "-p", "/local-data"])
+        .expect("kresctl");
+    let explained = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{explained}");
+    assert!(
+        explained.contains(
+            "# node n4 of fleet /knot-resolver/test: it runs the fleet's document (revision"
+        ),
+        "{explained}"
+    );
+    assert!(
+        explained.contains("\n#   /hostname\n") && explained.contains("\n#   /fleet\n"),
+        "{explained}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("fleet.test. 60 A 192.0.2.1"));
+
+    // A change whose canary fails on n3 only (the inject: its Lua fails on that host).
+    let failing = serde_json::json!([
+        {"op": "add", "path": "/lua", "value": {
+            "script": "if hostname() == 'n3' then error('injected canary failure') end"}},
+        {"op": "replace", "path": "/local-data/records", "value": "fleet.test. 60 A 192.0.2.2\n"},
+    ])
+    .to_string();
+    let said = kresctl_ok(
+        &nodes[3],
+        &[
+            "config",
+            "patch",
+            "--canary-node",
+            "n3",
+            "--wave",
+            "1",
+            &failing,
+        ],
+    );
+    assert!(said.contains("staged: canary 1: n3; wave 2: n1"), "{said}");
+    let halted = testbed::wait_for("the rollout to halt", CONVERGE, || {
+        drain(&mut nodes);
+        let seen = status(&nodes[0]);
+        Ok((seen["rollout"]["state"] == "halted").then_some(seen))
+    })
+    .expect("halted");
+    let why = halted["rollout"]["halted"].as_str().unwrap_or_default();
+    assert!(why.contains("node n3 refused revision"), "{halted}");
+    assert!(why.contains("injected canary failure"), "{halted}");
+    assert_eq!(halted["rollout"]["admitted"], 1, "no wave after the canary");
+    let staged = halted["newest"].as_i64().expect("newest");
+    testbed::wait_for("the others to say they are held", CONVERGE, || {
+        let seen = status(&nodes[1]);
+        Ok(["n1", "n2", "n4"]
+            .iter()
+            .all(|n| node_record(&seen, n)["held"] == staged)
+            .then_some(()))
+    })
+    .expect("held");
+    for node in &nodes {
+        assert_eq!(node.a_records("fleet.test."), ["192.0.2.1"]);
+    }
+    let text = kresctl_ok(&nodes[2], &["fleet", "status"]);
+    assert!(
+        text.contains("wave 1 of 4 admitted (canary n3), HALTED: node n3 refused"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{staged}: held until its wave")),
+        "{text}"
+    );
+
+    // Rolled back from any node: the rollout ends, every node on the document before.
+    kresctl_ok(&nodes[1], &["fleet", "rollback"]);
+    let back = testbed::wait_for("every node on the rollback", CONVERGE, || {
+        drain(&mut nodes);
+        let seen = status(&nodes[0]);
+        let newest = seen["newest"].as_i64();
+        let all = seen["nodes"].as_array().is_some_and(|n| {
+            n.len() == 4
+                && n.iter()
+                    .all(|n| n["revision"].as_i64() == newest && n["held"].is_null())
+        });
+        Ok(all.then_some(seen))
+    })
+    .expect("rolled back");
+    assert!(back["rollout"].is_null(), "{back}");
+
+    // Not staged (through a node without a policy): n3 refuses it, reported with the reason,
+    // while the others run it.
+    kresctl_ok(&nodes[0], &["config", "patch", &failing]);
+    converged_on(&mut nodes, &[0, 1, 3], "192.0.2.2");
+    let refused = testbed::wait_for("n3 to report its refusal", CONVERGE, || {
+        let seen = status(&nodes[0]);
+        let reason = node_record(&seen, "n3")["refused"]["reason"]
+            .as_str()
+            .map(str::to_owned);
+        Ok(reason)
+    })
+    .expect("refused");
+    assert!(refused.contains("injected canary failure"), "{refused}");
+    assert_eq!(nodes[2].a_records("fleet.test."), ["192.0.2.1"]);
+
+    // Staged and sound: the canary, then one node a wave, each after its soak.
+    let sound = serde_json::json!([
+        {"op": "replace", "path": "/lua", "value": {}},
+        {"op": "replace", "path": "/local-data/records", "value": "fleet.test. 60 A 192.0.2.3\n"},
+    ])
+    .to_string();
+    kresctl_ok(
+        &nodes[3],
+        &[
+            "config",
+            "patch",
+            "--canary-node",
+            "n2",
+            "--wave",
+            "1",
+            &sound,
+        ],
+    );
+    let done = testbed::wait_for("the rollout to reach every node", CONVERGE * 2, || {
+        drain(&mut nodes);
+        let seen = status(&nodes[0]);
+        Ok((seen["rollout"]["state"] == "done").then_some(seen))
+    })
+    .unwrap_or_else(|e| panic!("{e}: {}", status(&nodes[0])));
+    converged(&mut nodes, "192.0.2.3");
+    let order: Vec<f64> = ["n2", "n1", "n3", "n4"]
+        .iter()
+        .map(|n| {
+            node_record(&done, n)["changed_at"]
+                .as_f64()
+                .expect("changed_at")
+        })
+        .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "waves in order: {order:?} {done}"
+    );
+    for n in ["n1", "n2", "n3", "n4"] {
+        assert_eq!(node_record(&done, n)["soak"]["passed"], true, "{done}");
+    }
+
+    // Staged, and the canary answers SERVFAIL for a name it answered before: its soak fails
+    // (the share counted from its workers' own statistics) and the rollout halts there.
+    let servfail = serde_json::json!([{"op": "replace", "path": "/lua", "value": {"script":
+        "policy.add(policy.suffix(function(_, req) req:ensure_answer():rcode(kres.rcode.SERVFAIL) \
+         return kres.DONE end, {todname('fail.test.')}))"}}])
+    .to_string();
+    kresctl_ok(
+        &nodes[3],
+        &[
+            "config",
+            "patch",
+            "--canary-node",
+            "n1",
+            "--wave",
+            "1",
+            &servfail,
+        ],
+    );
+    let halted = testbed::wait_for("the SERVFAIL rise to halt it", CONVERGE, || {
+        drain(&mut nodes);
+        for _ in 0..20 {
+            let _ = testbed::dns::query_udp(
+                nodes[0].dns(),
+                "x.fail.test.",
+                testbed::dns::TYPE_A,
+                Duration::from_secs(1),
+            );
+        }
+        let seen = status(&nodes[1]);
+        Ok((seen["rollout"]["state"] != "rolling").then_some(seen))
+    })
+    .expect("halted");
+    let why = halted["rollout"]["halted"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("node n1's SERVFAIL share rose from"),
+        "{halted}"
+    );
+    let soak = &node_record(&halted, "n1")["soak"];
+    assert!(soak["answers_after"].as_u64() > Some(0), "{halted}");
+    assert!(soak["servfail_after"].as_f64() > Some(0.5), "{halted}");
+    let reply = testbed::dns::query_udp(
+        nodes[1].dns(),
+        "x.fail.test.",
+        testbed::dns::TYPE_A,
+        Duration::from_secs(5),
+    )
+    .expect("answer");
+    assert_ne!(reply.rcode, 2, "n2 is held back: no SERVFAIL from it");
     for node in nodes {
         node.stop();
     }

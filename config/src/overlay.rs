@@ -122,6 +122,32 @@ fn walk_shadowed(
     }
 }
 
+/// The JSON pointers the node's own file sets, at most `max` of them in the file's order: each
+/// value that is not a mapping (a mapping's keys are listed instead, since they merge one by
+/// one), and the node-local keys it sets whole.
+pub fn set_by(local: &Value, max: usize) -> Vec<String> {
+    fn walk(map: &Map<String, Value>, path: &str, max: usize, out: &mut Vec<String>) {
+        for (key, value) in map {
+            if out.len() >= max {
+                return;
+            }
+            let mut here = path.to_owned();
+            push_segment(&mut here, key);
+            match value {
+                Value::Object(inner) if !NODE_LOCAL.contains(&here.as_str()) => {
+                    walk(inner, &here, max, out);
+                }
+                _ => out.push(here),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if let Value::Object(local) = local {
+        walk(local, "", max, &mut out);
+    }
+    out
+}
+
 /// Whether a node-local key lies below `path`.
 fn holds_node_local(path: &str) -> bool {
     NODE_LOCAL.iter().any(|n| {

@@ -62,5 +62,5 @@ pub use config::{
     MAX_ENDPOINTS,
 };
 pub use error::{ConfigError, Error};
-pub use store::{Entry, Expect, Lease, Listing, Read, Store};
+pub use store::{Also, Entry, Expect, Lease, Listing, Read, Store};
 pub use watch::{Change, Watch, WatchEvent};

@@ -63,6 +63,15 @@ pub enum Expect {
     ModRevision(i64),
 }
 
+/// Another key written in the same transaction as `put_if_with`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Also<'a> {
+    /// This value at this key.
+    Put(&'a [u8], &'a [u8]),
+    /// This key deleted (nothing when it is absent).
+    Delete(&'a [u8]),
+}
+
 /// A lease granted by etcd: records put with it go when it expires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {
@@ -159,7 +168,24 @@ impl Store {
     /// new revision (the key's new modification revision), or [`Error::Conflict`] with the
     /// key's current revision.
     pub async fn put_if(&self, key: &[u8], value: &[u8], expect: Expect) -> Result<i64, Error> {
+        self.put_if_with(key, value, expect, &[]).await
+    }
+
+    /// [`Store::put_if`], with the writes of `also` made in the same transaction (and so at
+    /// the same revision) when the comparison holds; `also` must not name `key`.
+    pub async fn put_if_with(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        expect: Expect,
+        also: &[Also<'_>],
+    ) -> Result<i64, Error> {
         self.check_value(key, value)?;
+        for also in also {
+            if let Also::Put(k, v) = also {
+                self.check_value(k, v)?;
+            }
+        }
         let what = format!("transaction on {}", show(key));
         let (target, mod_revision, create_revision) = match expect {
             Expect::Absent => ("CREATE", None, Some(0)),
@@ -173,11 +199,22 @@ impl Store {
                 mod_revision,
                 create_revision,
             }],
-            success: vec![wire::RequestOp::Put(wire::PutRequest {
+            success: std::iter::once(wire::RequestOp::Put(wire::PutRequest {
                 key: wire::encode(key),
                 value: wire::encode(value),
                 lease: 0,
-            })],
+            }))
+            .chain(also.iter().map(|also| match *also {
+                Also::Put(key, value) => wire::RequestOp::Put(wire::PutRequest {
+                    key: wire::encode(key),
+                    value: wire::encode(value),
+                    lease: 0,
+                }),
+                Also::Delete(key) => wire::RequestOp::Delete(wire::DeleteRequest {
+                    key: wire::encode(key),
+                }),
+            }))
+            .collect(),
             failure: vec![wire::RequestOp::Range(wire::RangeRequest {
                 key: wire::encode(key),
                 ..wire::RangeRequest::default()

@@ -141,6 +141,14 @@ pub(crate) enum RequestOp {
     Put(PutRequest),
     #[serde(rename = "request_range")]
     Range(RangeRequest),
+    #[serde(rename = "request_delete_range")]
+    Delete(DeleteRequest),
+}
+
+/// A key deleted (one key: no range end).
+#[derive(Debug, Serialize)]
+pub(crate) struct DeleteRequest {
+    pub key: String,
 }
 
 #[derive(Debug, Serialize)]

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use kres_fleet::{
-    Change, ClientCert, Credentials, Entry, Error, Expect, Store, StoreOptions, TlsOptions,
+    Also, Change, ClientCert, Credentials, Entry, Error, Expect, Store, StoreOptions, TlsOptions,
     WatchEvent,
 };
 use testbed::etcd::{EtcdCluster, Security, HEALTHY_WITHIN};
@@ -98,6 +98,53 @@ async fn a_compare_and_swap_loses_to_a_newer_revision() {
         Err(Error::Conflict { current }) => assert_eq!(current, None),
         other => panic!("expected a conflict, got {other:?}"),
     }
+
+    // Other keys written with it, in its transaction: at its revision, and only when the
+    // comparison holds.
+    let side = b"/fleet/doc-side";
+    let gone = b"/fleet/doc-gone";
+    store.put_if(gone, b"x", Expect::Absent).await.unwrap();
+    let r3 = store
+        .put_if_with(
+            key,
+            b"four",
+            Expect::Absent,
+            &[Also::Put(side, b"s"), Also::Delete(gone)],
+        )
+        .await
+        .unwrap();
+    let side_entry = store
+        .get(side)
+        .await
+        .unwrap()
+        .entry
+        .expect("written with it");
+    assert_eq!(
+        (side_entry.value.as_slice(), side_entry.mod_revision),
+        (&b"s"[..], r3)
+    );
+    assert_eq!(
+        store.get(gone).await.unwrap().entry,
+        None,
+        "deleted with it"
+    );
+    match store
+        .put_if_with(
+            key,
+            b"five",
+            Expect::ModRevision(r2),
+            &[Also::Put(side, b"t")],
+        )
+        .await
+    {
+        Err(Error::Conflict { current }) => assert_eq!(current, Some(r3)),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let side_entry = store.get(side).await.unwrap().entry.expect("still there");
+    assert_eq!(
+        side_entry.value, b"s",
+        "nothing of a lost transaction is written"
+    );
 }
 
 #[tokio::test]

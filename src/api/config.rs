@@ -173,6 +173,22 @@ pub struct ChangeQuery {
     #[serde(default, rename = "dry-run")]
     #[param(rename = "dry-run")]
     dry_run: bool,
+    /// On a node of a fleet: stage the change, this node getting it first and alone (a staged
+    /// rollout; default: the node's `fleet.rollout.canary-node`, else the node taking it).
+    #[serde(default, rename = "canary-node")]
+    #[param(rename = "canary-node")]
+    canary_node: Option<String>,
+    /// On a node of a fleet: stage the change, the nodes after the canary getting it in waves
+    /// of this size, a share of the fleet (`10%`) or a number of nodes (`3`).
+    #[serde(default)]
+    wave: Option<String>,
+}
+
+impl ChangeQuery {
+    /// Whether the query asks for a staged rollout.
+    fn stages(&self) -> bool {
+        self.canary_node.is_some() || self.wave.is_some()
+    }
 }
 
 /// What every change of the document starts from: the state, the request's preconditions and
@@ -449,6 +465,13 @@ async fn change(
     if let Some(fleet) = &state.fleet {
         return fleet_change(request, fleet, edit).await;
     }
+    if query.stages() {
+        return Err(ApiError::BadRequest(
+            "'canary-node' and 'wave' stage a change across a fleet; this node is in no fleet \
+             (no `fleet` in its configuration)"
+                .into(),
+        ));
+    }
     for _ in 0..CONFLICT_RETRIES {
         let current = state.manager.config();
         let tag = state.rendered.of(&current).await.etag.clone();
@@ -555,11 +578,19 @@ async fn fleet_change(
                 &DryRun::new(plan.summary(Stage::DryRun), new_tag),
             ));
         }
-        let written = match fleet.write(&edited, revision).await {
+        let rollout = staged_rollout(state, fleet, query, revision).await?;
+        let written = match fleet.write(&edited, revision, rollout.as_ref()).await {
             Ok(written) => written,
             Err(crate::fleet::WriteError::Store(kres_fleet::Error::Conflict { .. })) => continue,
             Err(e) => return Err(store_error(e)),
         };
+        if let Some(rollout) = rollout {
+            let staged = crate::wire::fleet::Staged {
+                revision: written,
+                waves: rollout.waves,
+            };
+            return Ok(super::json_value(StatusCode::ACCEPTED, &staged));
+        }
         match fleet.applied(written, FLEET_APPLY_TIMEOUT).await {
             Ok(()) => {}
             Err(e @ crate::fleet::WriteError::Refused { .. }) => {
@@ -582,6 +613,74 @@ async fn fleet_change(
         return Ok(with_etag(response, &tag));
     }
     Err(ApiError::KeptChanging)
+}
+
+/// The staged rollout a change through this node makes (`None`: the change goes to every node
+/// at once): asked for by the query, or by the node's `fleet.rollout`, each value of the query
+/// over the policy's; the waves over the nodes that published themselves. `previous` is the
+/// revision of the document the change replaces.
+async fn staged_rollout(
+    state: &ApiState,
+    fleet: &crate::fleet::Membership,
+    query: &ChangeQuery,
+    previous: Option<i64>,
+) -> Result<Option<crate::wire::fleet::Rollout>, ApiError> {
+    use crate::wire::fleet::{Rollout, RolloutState};
+    let policy = state
+        .manager
+        .config()
+        .model
+        .fleet
+        .as_ref()
+        .and_then(|f| f.rollout.clone());
+    if !query.stages() && policy.is_none() {
+        return Ok(None);
+    }
+    let wave_text = query
+        .wave
+        .clone()
+        .or_else(|| policy.as_ref().map(|p| p.wave.clone()))
+        .unwrap_or_else(|| "25%".into());
+    let wave = config::Wave::parse(&wave_text)
+        .map_err(|why| ApiError::BadRequest(format!("wave: {why}")))?;
+    let canary = query
+        .canary_node
+        .clone()
+        .or_else(|| policy.as_ref().and_then(|p| p.canary_node.clone()))
+        .unwrap_or_else(|| fleet.node.clone());
+    let status = fleet
+        .status()
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("the fleet's store: {e}")))?;
+    let names: Vec<String> = status.nodes.into_iter().map(|n| n.node).collect();
+    let Some(waves) = crate::fleet::rollout::plan(&names, &canary, wave) else {
+        return Err(ApiError::Conflict(format!(
+            "canary-node: no node named '{canary}' is in the fleet now (`kresctl fleet status` \
+             lists them)"
+        )));
+    };
+    let (soak, rise, timeout) = match &policy {
+        Some(p) => (
+            p.soak.duration().as_secs_f64(),
+            config::parse_percent(&p.max_servfail_rise).unwrap_or(0.05),
+            p.wave_timeout.duration().as_secs_f64(),
+        ),
+        None => (30.0, 0.05, 300.0),
+    };
+    Ok(Some(Rollout {
+        document: String::new(),
+        revision: None,
+        previous,
+        driver: fleet.node.clone(),
+        waves,
+        admitted: 1,
+        admitted_at: crate::fleet::follower::now(),
+        state: RolloutState::Rolling,
+        halted: None,
+        soak_seconds: soak,
+        max_servfail_rise: rise,
+        wave_timeout_seconds: timeout,
+    }))
 }
 
 /// The fleet's document `shared` edited, and what this node would run with it. The edit is

@@ -8,10 +8,12 @@ use axum::response::Response;
 
 use super::error::ApiError;
 use super::{json_value, ApiState};
-use crate::wire::fleet::{FleetStatus, RolledBack};
+use crate::config;
+use crate::wire::fleet::{FleetStatus, RolledBack, MAX_EXPLAINED};
 
 /// The fleet's nodes: which document revision each runs, which it refused and why, its
-/// workers and version.
+/// workers and version; the staged rollout of the newest document; and, of the node
+/// answering, the paths its own file sets and the fleet's values it does not run.
 #[utoipa::path(
     get,
     path = "/fleet",
@@ -28,10 +30,22 @@ pub(super) async fn fleet(State(state): State<ApiState>) -> Result<Response, Api
             "this node is in no fleet (no `fleet` in its configuration)".into(),
         ));
     };
-    let status = membership
+    let mut status = membership
         .status()
         .await
         .map_err(|e| ApiError::Unavailable(format!("the fleet's store: {e}")))?;
+    let (shared, _) = membership
+        .document()
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    let local = {
+        let membership = membership.clone();
+        crate::manager::off_thread(move || membership.source.load_local()).await
+    }
+    .map_err(|e| ApiError::Failed(e.to_string()))?;
+    status.own = config::overlay::set_by(&local, MAX_EXPLAINED);
+    status.shadowed = config::overlay::shadowed(&shared, &local);
+    status.shadowed.truncate(MAX_EXPLAINED);
     Ok(json_value(StatusCode::OK, &status))
 }
 
@@ -39,7 +53,8 @@ pub(super) async fn fleet(State(state): State<ApiState>) -> Result<Response, Api
 const ROLLBACK_APPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Return the fleet to its previous document: the document before the current one (from
-/// etcd's history) written again as a new revision, validated with this node's files first,
+/// etcd's history) written again as a new revision (a staged rollout of the current one ends
+/// with it), validated with this node's files first,
 /// as a compare-and-swap on the current one; answered once this node applied it. Every node
 /// follows it as any new document.
 #[utoipa::path(
@@ -85,7 +100,7 @@ pub(super) async fn rollback(State(state): State<ApiState>) -> Result<Response, 
         crate::config::ConfigError::Invalid(errors) => ApiError::Invalid(errors),
         other => ApiError::Failed(other.to_string()),
     })?;
-    let revision = match fleet.write(&previous, Some(current)).await {
+    let revision = match fleet.write(&previous, Some(current), None).await {
         Ok(revision) => revision,
         Err(WriteError::Store(kres_fleet::Error::Conflict { .. })) => {
             return Err(ApiError::Conflict(

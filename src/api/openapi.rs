@@ -55,6 +55,7 @@ impl utoipa::ToSchema for ConfigDocument {
         crate::wire::change::DryRun,
         crate::wire::change::ChangeSummary,
         crate::wire::change::ReloadSummary,
+        crate::wire::fleet::Staged,
         crate::wire::events::Event
     )),
     info(

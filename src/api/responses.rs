@@ -12,6 +12,7 @@ use utoipa::openapi::{
 };
 
 use crate::wire::change::{ChangeSummary, DryRun, ReloadSummary};
+use crate::wire::fleet::Staged;
 
 /// One documented answer.
 pub struct Answer {
@@ -37,6 +38,8 @@ enum Body {
     /// A reload's or a renewal's: upstream's text (the example), or, when `Accept` names
     /// JSON, a [`ReloadSummary`].
     Reapplied(&'static str),
+    /// A staged change's: a [`Staged`] in JSON.
+    Staged,
 }
 
 impl Answer {
@@ -75,6 +78,12 @@ impl Answer {
                             .item(schema_ref::<ChangeSummary>())
                             .item(schema_ref::<DryRun>()),
                     ))
+                    .build(),
+            ),
+            Body::Staged => response.content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(schema_ref::<Staged>()))
                     .build(),
             ),
             Body::Reapplied(example) => response
@@ -163,6 +172,14 @@ in the body).",
         ),
     },
     Answer {
+        status: 202,
+        description: "On a node of a fleet, a staged change (`canary-node` or `wave` given, or \
+the node's `fleet.rollout` set): written to the fleet as a new revision, which the nodes take \
+wave by wave, the canary first (`GET /fleet` follows the rollout).",
+        body: Body::Staged,
+        etag: None,
+    },
+    Answer {
         status: 412,
         description: "`If-Match` did not match, `If-None-Match` matched, or, with `If-Match`, \
 another change won the race; empty body, the current ETag in `ETag`.",
@@ -176,7 +193,7 @@ const EDIT_REFUSED: &[Answer] = &[
     Answer::text(
         400,
         "The body does not parse (or is not UTF-8), the pointer is malformed, `dry-run` is not \
-a boolean, the resulting configuration is invalid (every error is listed: `Configuration \
+a boolean, `canary-node` or `wave` is malformed or given on a node in no fleet, the resulting configuration is invalid (every error is listed: `Configuration \
 validation error detected:`), or the manager refused it (an immutable section changed, the canary \
 or the policy-loader failed, a socket could not be bound, a rolling restart was rolled back: \
 `Configuration validation failed:`).",
@@ -185,7 +202,8 @@ or the policy-loader failed, a socket could not be bound, a rolling restart was 
         409,
         "The configuration kept changing under the request (another change won the race every \
 time); try again. On a node of a fleet (`fleet`), also: the change touches a path the node's own \
-file decides, or the fleet's new document was written but this node refused it.",
+file decides, the fleet's new document was written but this node refused it, or a staged change's \
+canary node is not in the fleet.",
     ),
 ];
 
@@ -327,7 +345,11 @@ mod tests {
         let statuses: Vec<&String> = put.as_object().expect("object").keys().collect();
         assert_eq!(
             statuses,
-            ["200", "400", "404", "409", "412", "413", "415", "500", "503"]
+            ["200", "202", "400", "404", "409", "412", "413", "415", "500", "503"]
+        );
+        assert_eq!(
+            put["202"]["content"]["application/json"]["schema"],
+            json!({"$ref": "#/components/schemas/Staged"})
         );
         assert_eq!(
             put["503"],

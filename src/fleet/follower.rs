@@ -15,7 +15,7 @@ use crate::config::kept::{self, Kept};
 use crate::events::Origin;
 use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
-use crate::wire::fleet::{FleetNode, RefusedRevision};
+use crate::wire::fleet::{FleetNode, RefusedRevision, Rollout, RolloutState, Soak};
 
 /// Pauses after the store failed, growing to the longest.
 const FIRST_PAUSE: Duration = Duration::from_millis(200);
@@ -42,7 +42,22 @@ pub struct Following {
     pub newest_seen: Option<i64>,
     /// How many nodes' records the store held when the publisher last looked.
     pub nodes_seen: Option<u64>,
+    /// The newest document held back until a staged rollout reaches the node.
+    pub held: Option<i64>,
+    /// How the node's answers fared after it applied a staged document.
+    pub soak: Option<Soak>,
 }
+
+/// The answers of the node's running workers: all of them, and the SERVFAILs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Answers {
+    pub total: u64,
+    pub servfail: u64,
+}
+
+/// Counts the node's answers now (`None`: no worker told).
+pub type CountAnswers =
+    Box<dyn Fn() -> futures_util::future::BoxFuture<'static, Option<Answers>> + Send + Sync>;
 
 /// What [`follow`] needs.
 pub struct Follower {
@@ -51,14 +66,37 @@ pub struct Follower {
     /// Where the applied document is kept.
     pub kept_path: PathBuf,
     pub manager: ManagerHandle,
+    /// The node's answers, for the soak of a staged document.
+    pub answers: CountAnswers,
 }
 
-/// Follow the fleet's document until `stop`: read it, apply it if it is newer than the one
-/// the node runs, then watch it from the revision read on; a compaction, a failed watch or an
-/// unreachable store begin again with a read, after a pause.
+/// The newest of the fleet's document and of its rollout the follower has seen.
+#[derive(Default)]
+struct Seen {
+    /// The document's bytes and revision.
+    document: Option<(Vec<u8>, i64)>,
+    /// The rollout record and its modification revision.
+    rollout: Option<(Rollout, i64)>,
+}
+
+/// A staged document applied, its answers being watched.
+struct Soaking {
+    revision: i64,
+    until: tokio::time::Instant,
+    /// The answers when it was applied.
+    at_start: Option<Answers>,
+    /// The most the SERVFAIL share may rise.
+    max_rise: f64,
+}
+
+/// Follow the fleet's document until `stop`: read it and its rollout, apply it if it is newer
+/// than the one the node runs and a staged rollout does not hold it back, then watch both from
+/// the revision read on; a compaction, a failed watch or an unreachable store begin again with
+/// a read, after a pause.
 pub async fn follow(follower: Follower, stop: CancellationToken) {
-    let key = follower.membership.config_key();
+    let prefix = follower.membership.config_key();
     let mut pause = FIRST_PAUSE;
+    let mut soaking: Option<Soaking> = None;
     let running = kept::read_kept(&follower.kept_path)
         .ok()
         .flatten()
@@ -68,21 +106,24 @@ pub async fn follow(follower: Follower, stop: CancellationToken) {
         .following
         .send_modify(|f| f.revision = f.revision.or(running));
     while !stop.is_cancelled() {
+        // The document's key is the rollout's prefix: one read gives both at one revision.
+        let mut seen = Seen::default();
         let read = tokio::select! {
             () = stop.cancelled() => return,
-            read = follower.membership.store.get(&key) => read,
+            read = follower.membership.store.list(&prefix, 4) => read,
         };
         let from = match read {
-            Ok(read) => {
+            Ok(listing) => {
                 follower
                     .membership
                     .following
                     .send_modify(|f| f.store_error = None);
                 pause = FIRST_PAUSE;
-                if let Some(entry) = read.entry {
-                    follower.consider(entry.value, entry.mod_revision).await;
+                for (key, entry) in listing.entries {
+                    follower.saw(&mut seen, &key, Some(entry.value), entry.mod_revision);
                 }
-                read.revision + 1
+                follower.advance(&seen, &mut soaking).await;
+                listing.revision + 1
             }
             Err(e) => {
                 tracing::warn!("fleet: cannot read the fleet's document: {e}");
@@ -94,25 +135,34 @@ pub async fn follow(follower: Follower, stop: CancellationToken) {
                 continue;
             }
         };
-        let mut watch = follower.membership.store.watch(&key, from);
+        let mut watch = follower.membership.store.watch(&prefix, from);
         loop {
+            let soak_until = soaking.as_ref().map(|s| s.until);
             let event = tokio::select! {
                 () = stop.cancelled() => return,
+                () = sleep_until(soak_until) => {
+                    if let Some(done) = soaking.take() {
+                        follower.judge(done).await;
+                    }
+                    continue;
+                }
                 event = watch.next() => event,
             };
             match event {
                 Ok(WatchEvent::Changed { changes }) => {
-                    let newest = changes.into_iter().rev().find_map(|c| match c {
-                        Change::Put {
-                            value,
-                            mod_revision,
-                            ..
-                        } => Some((value, mod_revision)),
-                        Change::Deleted { .. } => None,
-                    });
-                    if let Some((value, revision)) = newest {
-                        follower.consider(value, revision).await;
+                    for change in changes {
+                        match change {
+                            Change::Put {
+                                key,
+                                value,
+                                mod_revision,
+                            } => follower.saw(&mut seen, &key, Some(value), mod_revision),
+                            Change::Deleted { key, mod_revision } => {
+                                follower.saw(&mut seen, &key, None, mod_revision);
+                            }
+                        }
                     }
+                    follower.advance(&seen, &mut soaking).await;
                 }
                 Ok(WatchEvent::Compacted { compact_revision }) => {
                     tracing::info!(
@@ -135,6 +185,14 @@ pub async fn follow(follower: Follower, stop: CancellationToken) {
     }
 }
 
+/// Sleep until `at`, or for ever without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Sleep `pause` (or until `stop`), and double it up to the longest.
 async fn wait(stop: &CancellationToken, pause: &mut Duration) {
     tokio::select! {
@@ -144,12 +202,128 @@ async fn wait(stop: &CancellationToken, pause: &mut Duration) {
     *pause = (*pause * 2).min(LONGEST_PAUSE);
 }
 
+/// The SHA-256 of `document`'s bytes, in hex: what a rollout names its document by.
+pub fn document_digest(document: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, document)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 impl Follower {
+    /// Note a key of the fleet's (`value` `None`: deleted) at `revision`.
+    fn saw(&self, seen: &mut Seen, key: &[u8], value: Option<Vec<u8>>, revision: i64) {
+        if key == self.membership.config_key().as_slice() {
+            seen.document = value.map(|v| (v, revision));
+        } else if key == self.membership.rollout_key().as_slice() {
+            seen.rollout = value.and_then(|v| match serde_json::from_slice::<Rollout>(&v) {
+                Ok(rollout) => Some((rollout, revision)),
+                Err(e) => {
+                    tracing::warn!("fleet: the rollout record is not one ({e}); no rollout");
+                    None
+                }
+            });
+            self.membership.rollout.send_replace(seen.rollout.clone());
+        }
+    }
+
+    /// Apply the newest document seen, unless the node runs it or a newer one, refused it,
+    /// or a staged rollout has not reached the node yet (then it is held). A staged document
+    /// applied is watched for its soak time.
+    async fn advance(&self, seen: &Seen, soaking: &mut Option<Soaking>) {
+        let Some((value, revision)) = &seen.document else {
+            return;
+        };
+        let staged = seen
+            .rollout
+            .as_ref()
+            .map(|(r, _)| r)
+            .filter(|r| r.document == document_digest(value));
+        if staged.is_some_and(|r| !r.admits(&self.membership.node)) {
+            let running = self.membership.following.borrow().revision;
+            if running.is_none_or(|r| r < *revision) {
+                self.membership.following.send_modify(|f| {
+                    f.newest_seen = f.newest_seen.max(Some(*revision));
+                    f.held = Some(*revision);
+                });
+                return;
+            }
+        }
+        self.membership
+            .following
+            .send_if_modified(|f| f.held.take().is_some());
+        if !self.consider(value.clone(), *revision).await {
+            return;
+        }
+        let Some(rollout) = staged.filter(|r| r.state == RolloutState::Rolling) else {
+            return;
+        };
+        let at_start = (self.answers)().await;
+        let before = at_start.map_or(0.0, |a| share(a.servfail, a.total));
+        self.membership.following.send_modify(|f| {
+            f.soak = Some(Soak {
+                revision: *revision,
+                servfail_before: before,
+                servfail_after: None,
+                answers_after: 0,
+                passed: None,
+            });
+        });
+        let soak = Soaking {
+            revision: *revision,
+            until: tokio::time::Instant::now()
+                + Duration::from_secs_f64(rollout.soak_seconds.clamp(0.0, 3600.0)),
+            at_start,
+            max_rise: rollout.max_servfail_rise,
+        };
+        if rollout.soak_seconds > 0.0 {
+            *soaking = Some(soak);
+        } else {
+            self.judge(soak).await;
+        }
+    }
+
+    /// The end of a soak: the share of SERVFAIL answers since the document was applied,
+    /// against the share before it (of the answers since the workers started).
+    async fn judge(&self, soak: Soaking) {
+        let now = (self.answers)().await;
+        let before = soak.at_start.map_or(0.0, |a| share(a.servfail, a.total));
+        // A worker restarted by the change counts from nought again.
+        let since = match (soak.at_start, now) {
+            (Some(start), Some(now)) if now.total >= start.total => Answers {
+                total: now.total - start.total,
+                servfail: now.servfail.saturating_sub(start.servfail),
+            },
+            (_, now) => now.unwrap_or_default(),
+        };
+        let after = share(since.servfail, since.total);
+        let passed = after <= before + soak.max_rise;
+        if !passed {
+            tracing::warn!(
+                "fleet: SERVFAIL share rose from {:.1}% to {:.1}% over the soak of revision {}",
+                before * 100.0,
+                after * 100.0,
+                soak.revision
+            );
+        }
+        self.membership.following.send_modify(|f| {
+            f.soak = Some(Soak {
+                revision: soak.revision,
+                servfail_before: before,
+                servfail_after: Some(after),
+                answers_after: since.total,
+                passed: Some(passed),
+            });
+        });
+    }
+
     /// The document `value` at `revision`: applied when newer than what the node runs and
-    /// valid under the node's own files, else refused (and said in the node's record). The
-    /// node's files are composed with it again at every reload and start: it is kept on disk
-    /// before the reload and taken back when the reload refuses it.
-    async fn consider(&self, value: Vec<u8>, revision: i64) {
+    /// valid under the node's own files, else refused (and said in the node's record); `true`
+    /// when it was applied now. The node's files are composed with it again at every reload
+    /// and start: it is kept on disk before the reload and taken back when the reload refuses
+    /// it.
+    async fn consider(&self, value: Vec<u8>, revision: i64) -> bool {
         self.membership
             .following
             .send_modify(|f| f.newest_seen = f.newest_seen.max(Some(revision)));
@@ -158,7 +332,7 @@ impl Follower {
             (f.revision, f.refused.as_ref().map(|r| r.revision))
         };
         if running.is_some_and(|r| r >= revision) || refused == Some(revision) {
-            return;
+            return false;
         }
         let source = self.membership.source.clone();
         let checked = crate::manager::off_thread(move || -> Result<Value, String> {
@@ -175,12 +349,16 @@ impl Follower {
         .await;
         let document = match checked {
             Ok(document) => document,
-            Err(reason) => return self.refuse(revision, reason),
+            Err(reason) => {
+                self.refuse(revision, reason);
+                return false;
+            }
         };
         let previous = kept::read_kept(&self.kept_path).ok().flatten();
         let kept = Kept { revision, document };
         if let Err(e) = kept::write_kept(&self.kept_path, &kept) {
-            return self.refuse(revision, e.to_string());
+            self.refuse(revision, e.to_string());
+            return false;
         }
         match self
             .manager
@@ -196,6 +374,7 @@ impl Follower {
                         f.refused = None;
                     }
                 });
+                true
             }
             Err(e) => {
                 let restored = match &previous {
@@ -211,6 +390,7 @@ impl Follower {
                     tracing::error!("fleet: {e}");
                 }
                 self.refuse(revision, e.to_string());
+                false
             }
         }
     }
@@ -224,8 +404,17 @@ impl Follower {
     }
 }
 
+/// `part` of `whole` (nought of nothing).
+fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
 /// Unix seconds now.
-fn now() -> f64 {
+pub fn now() -> f64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())

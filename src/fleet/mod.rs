@@ -4,16 +4,18 @@
 //! kept on disk (`config::kept`) and every start and reload composes the files with it, so a
 //! node starts, serves and reloads with etcd gone; only new documents wait for it.
 //!
-//! In etcd, under the fleet's prefix: `config`, the shared document (JSON), and
-//! `nodes/<node>`, each node's [`FleetNode`] under a lease of its own.
+//! In etcd, under the fleet's prefix: `config`, the shared document (JSON); `config-rollout`,
+//! the staged rollout of it, if it was staged (`rollout`); and `nodes/<node>`, each node's
+//! [`FleetNode`] under a lease of its own. Changes made through a node's API are written to
+//! `config` by `api::config` ([`Membership::write`]).
 //!
-//! Two tasks, owned by the manager process's serving tracker and stopped by its token:
-//! [`follower::follow`] (read the document, watch it, apply each new revision or refuse it)
-//! and [`follower::publish`] (keep the node's record and its lease). What follows is not
-//! built yet: changes made through a node's API stay that node's until the next document
-//! (writing the fleet's document through the API, staged rollouts and rollback come next).
+//! Three tasks, owned by the manager process's serving tracker and stopped by its token:
+//! [`follower::follow`] (read the document, watch it, apply each new revision or refuse it,
+//! hold it back until a staged rollout admits the node), [`follower::publish`] (keep the
+//! node's record and its lease) and [`rollout::drive`] (move on the rollouts this node took).
 
 pub mod follower;
+pub mod rollout;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +23,7 @@ use std::time::Duration;
 use kres_fleet::{Credentials, Store, StoreOptions, TlsOptions};
 
 use crate::config::FleetSchema;
-use crate::wire::fleet::{FleetNode, FleetStatus};
+use crate::wire::fleet::{FleetNode, FleetStatus, Rollout};
 
 /// The most nodes `GET /fleet` lists.
 pub const MAX_NODES: usize = 4096;
@@ -40,6 +42,9 @@ pub struct Membership {
     pub source: crate::config::ConfigSource,
     /// What the node runs of the fleet's documents (the follower tells).
     pub following: tokio::sync::watch::Sender<follower::Following>,
+    /// The fleet's rollout record as the follower last read it, with its modification
+    /// revision (the driver of a rollout moves it on from there).
+    pub rollout: tokio::sync::watch::Sender<Option<(Rollout, i64)>>,
 }
 
 /// Why a change of the fleet's document through this node did not reach it.
@@ -98,6 +103,7 @@ impl Membership {
             prefix: etcd.prefix.clone(),
             source,
             following: tokio::sync::watch::Sender::new(follower::Following::default()),
+            rollout: tokio::sync::watch::Sender::new(None),
         }))
     }
 
@@ -116,11 +122,14 @@ impl Membership {
     }
 
     /// Write `document` as the fleet's, if the one in the store is still at `revision`
-    /// (`None`: none yet); the new revision, or `Conflict`.
+    /// (`None`: none yet), with its staged `rollout` in the same transaction (none: the
+    /// rollout record is deleted, and every node takes the document); the new revision, or
+    /// `Conflict`.
     pub async fn write(
         &self,
         document: &serde_json::Value,
         revision: Option<i64>,
+        rollout: Option<&Rollout>,
     ) -> Result<i64, WriteError> {
         let expect = match revision {
             Some(r) => kres_fleet::Expect::ModRevision(r),
@@ -128,9 +137,28 @@ impl Membership {
         };
         let value =
             serde_json::to_vec(document).map_err(|e| WriteError::Malformed(e.to_string()))?;
+        let rollout_key = self.rollout_key();
+        let record = match rollout {
+            Some(rollout) => {
+                let digest = follower::document_digest(&value);
+                let record = Rollout {
+                    document: digest,
+                    ..rollout.clone()
+                };
+                Some(
+                    serde_json::to_vec(&record)
+                        .map_err(|e| WriteError::Malformed(e.to_string()))?,
+                )
+            }
+            None => None,
+        };
+        let also = match &record {
+            Some(record) => kres_fleet::Also::Put(&rollout_key, record),
+            None => kres_fleet::Also::Delete(&rollout_key),
+        };
         Ok(self
             .store
-            .put_if(&self.config_key(), &value, expect)
+            .put_if_with(&self.config_key(), &value, expect, &[also])
             .await?)
     }
 
@@ -198,12 +226,20 @@ impl Membership {
             store_error: following.store_error,
             newest_seen: following.newest_seen,
             nodes_seen: following.nodes_seen,
+            held: following.held,
+            soak: following.soak,
         }
     }
 
     /// The key of the shared document.
     pub fn config_key(&self) -> Vec<u8> {
         format!("{}/config", self.prefix).into_bytes()
+    }
+
+    /// The key of the staged rollout of the shared document: the document's key is its
+    /// prefix, so the follower reads and watches both as one.
+    pub fn rollout_key(&self) -> Vec<u8> {
+        format!("{}/config-rollout", self.prefix).into_bytes()
     }
 
     /// The prefix of the nodes' records.
@@ -231,11 +267,20 @@ impl Membership {
             .iter()
             .filter_map(|(_, entry)| serde_json::from_slice::<FleetNode>(&entry.value).ok())
             .collect();
+        let rollout = self
+            .store
+            .get(&self.rollout_key())
+            .await?
+            .entry
+            .and_then(|e| serde_json::from_slice(&e.value).ok());
         Ok(FleetStatus {
             node: self.node.clone(),
             prefix: self.prefix.clone(),
             newest,
             nodes,
+            rollout,
+            own: Vec::new(),
+            shadowed: Vec::new(),
         })
     }
 }
@@ -260,12 +305,21 @@ pub fn start(
         return;
     };
     let workers = {
-        let manager = manager.clone();
+        let (manager, supervisor) = (manager.clone(), supervisor.clone());
         move || {
             let running = crate::service::running_workers(&supervisor.snapshot()).len() as u64;
             (running, u64::from(manager.config().model.workers))
         }
     };
+    let answers: follower::CountAnswers = {
+        let manager = manager.clone();
+        Box::new(move || {
+            let rundir = manager.config().model.rundir.clone();
+            let ids = crate::service::running_workers(&supervisor.snapshot());
+            Box::pin(async move { count_answers(&rundir, &ids).await })
+        })
+    };
+    tracker.spawn(rollout::drive(membership.clone(), stop.child_token()));
     tracker.spawn(follower::publish(
         follower::Publisher {
             membership: membership.clone(),
@@ -279,7 +333,27 @@ pub fn start(
             membership,
             kept_path,
             manager,
+            answers,
         },
         stop.child_token(),
     ));
+}
+
+/// The answers of the workers `ids`, and their SERVFAILs, from kresd's own statistics as
+/// the metrics read them (`None` when no worker told).
+async fn count_answers(
+    rundir: &std::path::Path,
+    ids: &[crate::service::WorkerId],
+) -> Option<follower::Answers> {
+    let collected = crate::metrics::collect(rundir, ids, crate::config::MetricsMode::Lazy).await;
+    let mut sum: Option<follower::Answers> = None;
+    for stats in collected.stats.values() {
+        let count = |key: &str| stats["answer"][key].as_u64();
+        if let (Some(total), Some(servfail)) = (count("total"), count("servfail")) {
+            let sum = sum.get_or_insert_with(Default::default);
+            sum.total += total;
+            sum.servfail += servfail;
+        }
+    }
+    sum
 }

@@ -465,6 +465,11 @@ pub enum ConfigOp {
         /// Print YAML (the default).
         #[arg(long)]
         yaml: bool,
+        /// On a node of a fleet, also say where the configuration comes from (on standard
+        /// error): the fleet's document with the node's own file laid over it, the paths the
+        /// file sets, and the fleet's values the node does not run.
+        #[arg(long)]
+        explain: bool,
         /// Write the output to this file instead.
         file: Option<PathBuf>,
     },
@@ -482,6 +487,9 @@ pub enum ConfigOp {
         #[arg(id = "dry_run", long = "dry-run", action = ArgAction::SetTrue,
               value_parser = flag(Run::DryRun, Run::ForReal))]
         run: Run,
+        /// On a node of a fleet: stage the change (see `--canary-node`, `--wave`).
+        #[command(flatten)]
+        stage: StageArgs,
     },
     /// Delete the value at a JSON pointer, and print what the resolver did.
     Delete {
@@ -492,6 +500,9 @@ pub enum ConfigOp {
         #[arg(id = "dry_run", long = "dry-run", action = ArgAction::SetTrue,
               value_parser = flag(Run::DryRun, Run::ForReal))]
         run: Run,
+        /// On a node of a fleet: stage the change (see `--canary-node`, `--wave`).
+        #[command(flatten)]
+        stage: StageArgs,
     },
     /// Apply a JSON Patch (RFC 6902: a list of `add`, `remove`, `replace`, `move`, `copy` and
     /// `test` operations) to the configuration as one change, and print what the resolver did.
@@ -503,6 +514,9 @@ pub enum ConfigOp {
         #[arg(id = "dry_run", long = "dry-run", action = ArgAction::SetTrue,
               value_parser = flag(Run::DryRun, Run::ForReal))]
         run: Run,
+        /// On a node of a fleet: stage the change (see `--canary-node`, `--wave`).
+        #[command(flatten)]
+        stage: StageArgs,
     },
     /// Show what configuration files would change in the running resolver: the differences
     /// path by path, and what the resolver would do (sections changed, workers restarted or
@@ -683,6 +697,30 @@ mod tests {
             let parsed =
                 Cli::try_parse_from(std::iter::once("kresctl").chain(args.iter().copied()));
             assert!(parsed.is_err(), "{args:?}");
+        }
+    }
+}
+
+/// `--canary-node` and `--wave`: a change staged across the fleet the node is in.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args)]
+pub struct StageArgs {
+    /// On a node of a fleet: this node gets the change first and alone; the others wait
+    /// until it runs it and its SERVFAIL share held over the soak (the node's
+    /// `fleet.rollout`, or 30 s).
+    #[arg(long = "canary-node", value_name = "NODE")]
+    pub canary_node: Option<String>,
+    /// On a node of a fleet: after the canary, the nodes get the change in waves of this
+    /// size, a share of the fleet (`10%`) or a number of nodes (`3`).
+    #[arg(long = "wave", value_name = "SIZE")]
+    pub wave: Option<String>,
+}
+
+impl StageArgs {
+    /// As the request carries it.
+    pub fn of(&self) -> crate::kresctl::request::Stage<'_> {
+        crate::kresctl::request::Stage {
+            canary_node: self.canary_node.as_deref(),
+            wave: self.wave.as_deref(),
         }
     }
 }

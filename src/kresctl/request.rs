@@ -49,6 +49,27 @@ pub enum Run {
     DryRun,
 }
 
+/// A change staged across a fleet (`--canary-node`, `--wave`): nothing given, not staged
+/// (unless the node's own `fleet.rollout` stages every change).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stage<'a> {
+    pub canary_node: Option<&'a str>,
+    pub wave: Option<&'a str>,
+}
+
+impl Stage<'_> {
+    /// The query parameters it adds, each `&name=value`.
+    fn query(&self) -> String {
+        let mut out = String::new();
+        for (name, value) in [("canary-node", self.canary_node), ("wave", self.wave)] {
+            if let Some(value) = value {
+                out.push_str(&format!("&{name}={}", percent_encoded(value)));
+            }
+        }
+        out
+    }
+}
+
 /// One request of the management API.
 #[derive(Debug, Clone, Copy)]
 pub enum Request<'a> {
@@ -61,16 +82,19 @@ pub enum Request<'a> {
         pointer: &'a str,
         value: &'a Value,
         run: Run,
+        stage: Stage<'a>,
     },
     /// Delete the value at a JSON pointer.
     DeleteConfig {
         pointer: &'a str,
         run: Run,
+        stage: Stage<'a>,
     },
     /// Apply a JSON Patch (RFC 6902) to the whole configuration.
     PatchConfig {
         operations: &'a Value,
         run: Run,
+        stage: Stage<'a>,
     },
     /// A whole new configuration, against the running version `if_match` names (its ETag).
     ReplaceConfig {
@@ -176,18 +200,30 @@ impl Request<'_> {
 
     /// The path, with its query.
     pub fn path(&self) -> String {
-        let query = |run: &Run| match run {
-            Run::ForReal => "",
-            Run::DryRun => "?dry-run=true",
+        let query = |run: &Run, stage: &Stage| {
+            let query = match run {
+                Run::ForReal => String::new(),
+                Run::DryRun => "&dry-run=true".into(),
+            } + &stage.query();
+            query.replacen('&', "?", 1)
         };
         match self {
             Request::GetConfig { pointer } => format!("/v1/config{}", rooted(pointer)),
-            Request::SetConfig { pointer, run, .. } | Request::DeleteConfig { pointer, run } => {
-                format!("/v1/config{}{}", rooted(pointer), query(run))
+            Request::SetConfig {
+                pointer,
+                run,
+                stage,
+                ..
             }
-            Request::ReplaceConfig { run, .. } | Request::PatchConfig { run, .. } => {
-                format!("/v1/config{}", query(run))
+            | Request::DeleteConfig {
+                pointer,
+                run,
+                stage,
+            } => format!("/v1/config{}{}", rooted(pointer), query(run, stage)),
+            Request::ReplaceConfig { run, .. } => {
+                format!("/v1/config{}", query(run, &Stage::default()))
             }
+            Request::PatchConfig { run, stage, .. } => format!("/v1/config{}", query(run, stage)),
             Request::Stop => "/stop".into(),
             Request::Drain => "/drain".into(),
             Request::Health(Probe::Live) => "/livez".into(),
@@ -309,6 +345,7 @@ mod tests {
                     pointer: "/cache",
                     value: &value,
                     run: Run::ForReal,
+                    stage: Stage::default(),
                 },
                 r#"PUT /v1/config/cache [Accept: application/json] {"workers":2}"#,
             ),
@@ -317,13 +354,38 @@ mod tests {
                     pointer: "/cache",
                     value: &value,
                     run: Run::DryRun,
+                    stage: Stage::default(),
                 },
                 r#"PUT /v1/config/cache?dry-run=true [Accept: application/json] {"workers":2}"#,
+            ),
+            (
+                Request::SetConfig {
+                    pointer: "/cache",
+                    value: &value,
+                    run: Run::ForReal,
+                    stage: Stage {
+                        canary_node: Some("ns 1&x"),
+                        wave: Some("10%"),
+                    },
+                },
+                r#"PUT /v1/config/cache?canary-node=ns%201%26x&wave=10%25 [Accept: application/json] {"workers":2}"#,
+            ),
+            (
+                Request::DeleteConfig {
+                    pointer: "/local-data",
+                    run: Run::DryRun,
+                    stage: Stage {
+                        canary_node: None,
+                        wave: Some("3"),
+                    },
+                },
+                "DELETE /v1/config/local-data?dry-run=true&wave=3 [Accept: application/json]",
             ),
             (
                 Request::DeleteConfig {
                     pointer: "/local-data",
                     run: Run::ForReal,
+                    stage: Stage::default(),
                 },
                 "DELETE /v1/config/local-data [Accept: application/json]",
             ),
@@ -331,6 +393,7 @@ mod tests {
                 Request::DeleteConfig {
                     pointer: "/local-data",
                     run: Run::DryRun,
+                    stage: Stage::default(),
                 },
                 "DELETE /v1/config/local-data?dry-run=true [Accept: application/json]",
             ),
@@ -338,6 +401,7 @@ mod tests {
                 Request::PatchConfig {
                     operations: &value,
                     run: Run::DryRun,
+                    stage: Stage::default(),
                 },
                 r#"PATCH /v1/config?dry-run=true [Accept: application/json] {"workers":2}"#,
             ),

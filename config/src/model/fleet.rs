@@ -26,6 +26,7 @@ pub(super) fn fleet() -> ObjectDef {
         vec![
             f("node", opt(Ty::Str), Value::Null, "This node's name in the fleet, unique in it: letters, digits, '.', '-' and '_', starting with a letter or a digit, at most 253 bytes. Default: the 'hostname'."),
             req("etcd", obj(etcd()), "Where the fleet's configuration lives: the etcd cluster and the key prefix."),
+            f("rollout", opt(obj(rollout())), Value::Null, "Stage every change made through this node: the canary node first, then waves, halting by itself when a node refuses the change or its SERVFAIL share rises. Without it a change goes to every node at once (kresctl's '--canary-node' and '--wave' stage one change)."),
         ],
     );
     d.validate = Some(|m, _, path| match m.get("node").and_then(Value::as_str) {
@@ -52,6 +53,110 @@ fn etcd() -> ObjectDef {
     );
     d.validate = Some(check_etcd);
     d
+}
+
+fn rollout() -> ObjectDef {
+    let mut d = section(
+        "knot_resolver.datamodel.fleet_schema.RolloutSchema",
+        Some("How a change made through this node is staged across the fleet."),
+        vec![
+            f("canary-node", opt(Ty::Str), Value::Null, "The node that gets a change first, alone. Default: this node."),
+            f("wave", Ty::Str, json!("25%"), "How many nodes each following wave holds: a share of the fleet ('10%') or a number of nodes ('3')."),
+            f("soak", v(&vt::TIME_UNIT), json!("30s"), "How long each wave's answers are watched after it applied the change, before the next wave (from 0s to 1h)."),
+            f("max-servfail-rise", Ty::Str, json!("5%"), "How far a node's SERVFAIL share may rise over the soak (percentage points of its answers) before the rollout halts."),
+            f("wave-timeout", v(&vt::TIME_UNIT), json!("5m"), "How long a wave may take to apply the change before the rollout halts (from 1s to 1d)."),
+        ],
+    );
+    d.validate = Some(|m, _, path| {
+        let at = |field: &str| child_path(path, field);
+        let mut errs = Vec::new();
+        if let Some(Err(why)) = m
+            .get("canary-node")
+            .and_then(Value::as_str)
+            .map(check_node_name)
+        {
+            errs.push(Failure::new(&at("canary-node"), why));
+        }
+        if let Some(Err(why)) = m.get("wave").and_then(Value::as_str).map(Wave::parse) {
+            errs.push(Failure::new(&at("wave"), why));
+        }
+        if let Some(Err(why)) = m
+            .get("max-servfail-rise")
+            .and_then(Value::as_str)
+            .map(parse_percent)
+        {
+            errs.push(Failure::new(&at("max-servfail-rise"), why));
+        }
+        for (field, range) in [
+            ("soak", 0..=3_600_000_000),
+            ("wave-timeout", 1_000_000..=86_400_000_000),
+        ] {
+            let micros = m
+                .get(field)
+                .and_then(Value::as_str)
+                .and_then(|t| TimeUnit::parse(t).ok())
+                .map_or(0, |t| t.micros());
+            if !range.contains(&micros) {
+                errs.push(Failure::new(
+                    &at(field),
+                    if field == "soak" {
+                        "must be from 0s to 1h"
+                    } else {
+                        "must be from 1s to 1d"
+                    },
+                ));
+            }
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs)
+        }
+    });
+    d
+}
+
+/// The size of a rollout's waves after the first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Wave {
+    /// A share of the fleet's nodes, from 0 (exclusive) to 1.
+    Share(f64),
+    /// A number of nodes (at least 1).
+    Nodes(usize),
+}
+
+impl Wave {
+    /// `10%` or `3`.
+    pub fn parse(text: &str) -> Result<Wave, String> {
+        let text = text.trim();
+        if text.ends_with('%') {
+            let share = parse_percent(text)?;
+            if share > 0.0 {
+                return Ok(Wave::Share(share));
+            }
+        } else if let Ok(n @ 1..) = text.parse::<usize>() {
+            return Ok(Wave::Nodes(n));
+        }
+        Err(format!("'{text}' is no wave: a share of the fleet from 1% to 100% ('10%') or a number of nodes ('3')"))
+    }
+
+    /// How many of `nodes` one wave holds (at least one).
+    pub fn size(self, nodes: usize) -> usize {
+        match self {
+            Wave::Share(share) => ((nodes as f64 * share).ceil() as usize).max(1),
+            Wave::Nodes(n) => n,
+        }
+    }
+}
+
+/// `5%` as 0.05; from 0% to 100%.
+pub fn parse_percent(text: &str) -> Result<f64, String> {
+    text.trim()
+        .strip_suffix('%')
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .filter(|n| (0.0..=100.0).contains(n))
+        .map(|n| n / 100.0)
+        .ok_or_else(|| format!("'{text}' is no percentage from 0% to 100% ('5%')"))
 }
 
 /// `fleet.etcd`'s rules, every broken one reported at the field it names: the endpoints
@@ -194,6 +299,24 @@ pub struct FleetSchema {
     pub node: String,
     /// Where the fleet's configuration lives.
     pub etcd: EtcdSchema,
+    /// How changes made through this node are staged (none: to every node at once).
+    pub rollout: Option<RolloutSchema>,
+}
+
+/// `fleet.rollout` (ours): how a change made through this node is staged.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RolloutSchema {
+    /// The first node to get a change (this node when not given).
+    pub canary_node: Option<String>,
+    /// The size of each following wave (`25%`, `3`).
+    pub wave: String,
+    /// How long each wave's answers are watched.
+    pub soak: TimeUnit,
+    /// The most a node's SERVFAIL share may rise (`5%`).
+    pub max_servfail_rise: String,
+    /// How long a wave may take to apply.
+    pub wave_timeout: TimeUnit,
 }
 
 /// `fleet.etcd` (ours): the cluster, the key prefix, and how to authenticate.
@@ -339,8 +462,19 @@ mod tests {
                 ],
             ),
             (
-                json!({"etcd": etcd(json!({})), "rollout": {}}),
-                &["[/fleet] unexpected extra key(s) 'rollout'"],
+                json!({"etcd": etcd(json!({})), "staging": {}}),
+                &["[/fleet] unexpected extra key(s) 'staging'"],
+            ),
+            (
+                json!({"etcd": etcd(json!({})), "rollout": {"canary-node": "-a", "wave": "0%",
+                    "soak": "2h", "max-servfail-rise": "5", "wave-timeout": "0s"}}),
+                &[
+                    "[/fleet/rollout/canary-node] node name '-a' must start with a letter or a digit",
+                    "[/fleet/rollout/wave] '0%' is no wave: a share of the fleet from 1% to 100% ('10%') or a number of nodes ('3')",
+                    "[/fleet/rollout/max-servfail-rise] '5' is no percentage from 0% to 100% ('5%')",
+                    "[/fleet/rollout/soak] must be from 0s to 1h",
+                    "[/fleet/rollout/wave-timeout] must be from 1s to 1d",
+                ],
             ),
             (json!([]), &["[/fleet] expected 'dict' or 'NoRenameBaseSchema' object, found '<class 'knot_resolver.utils.modeling.renaming.RenamedList'>'"]),
             (

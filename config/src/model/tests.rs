@@ -184,6 +184,7 @@ fn typed_forms() -> Vec<(&'static str, Typed)> {
                 "etcd": {"endpoints": ["http://127.0.0.1:2379"], "prefix": "/knot-resolver/f"},
             })),
         ),
+        ("RolloutSchema", typed::<RolloutSchema>()),
         (
             "EtcdSchema",
             typed::<EtcdSchema>().minimal(

@@ -277,3 +277,27 @@ fn every_node_local_key_is_a_key_of_the_schema() {
         );
     }
 }
+
+#[test]
+fn what_the_nodes_file_sets_is_listed_leaf_by_leaf() {
+    let local = json!({
+        "workers": 4,
+        "cache": {"storage": "/var/cache/a", "size-max": "1G"},
+        "network": {"listen": [{"interface": "127.0.0.1"}]},
+        "management": {"unix-socket": "/run/a"},
+        "a/b": {"c~d": null},
+    });
+    assert_eq!(
+        set_by(&local, 100),
+        [
+            "/workers",
+            "/cache/storage",
+            "/cache/size-max",
+            "/network/listen",
+            "/management",
+            "/a~1b/c~0d"
+        ]
+    );
+    assert_eq!(set_by(&local, 2), ["/workers", "/cache/storage"], "bounded");
+    assert!(set_by(&json!(null), 10).is_empty());
+}

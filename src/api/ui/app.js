@@ -1,7 +1,7 @@
 // The status page: one event stream (/events, read with fetch so that a bearer token can go
 // in a header), the process table read again when a process event says it changed (and every
 // PROCESS_REFRESH_MS), the workers' statistics every METRICS_INTERVAL_MS for q/s and rcodes,
-// the top lists and the query log every INSIGHT_INTERVAL_MS, the upstreams every
+// the top lists and the query log every INSIGHT_INTERVAL_MS, the upstreams and the fleet every
 // PROCESS_REFRESH_MS; nothing periodic while the page is hidden (a tab in the background).
 // Every text from the API is set with textContent: nothing it says is parsed as HTML.
 // Through `kresctl ui`, the URL kresctl printed carries its secret in the fragment (which no
@@ -516,7 +516,8 @@ async function insightRoutes() {
   // Per-query rows and client addresses are the admin's only (the API refuses the rest).
   const admin = page.role === 'admin';
   page.insight = { top: on && all.includes('/top/{kind}'),
-    log: on && admin && all.includes('/query-log'), upstreams: all.includes('/upstreams') };
+    log: on && admin && all.includes('/query-log'), upstreams: all.includes('/upstreams'),
+    fleet: all.includes('/fleet') };
 }
 
 async function refreshQueryLog() {
@@ -581,6 +582,44 @@ function renderUpstreams(u) {
   });
   $('upstreams').tBodies[0].replaceChildren(...rows);
   $('upstreams-panel').hidden = forwards.length === 0 && rows.length === 0;
+}
+
+// The fleet this node is in (a 404: it is in none, and the panel stays hidden).
+async function refreshFleet() {
+  if (!page.insight || !page.insight.fleet) return;
+  const response = await api('/fleet');
+  if (response.status === 404) return;
+  if (!response.ok) throw new Error('/fleet: ' + response.status);
+  renderFleet(await response.json());
+}
+
+function renderFleet(f) {
+  const nodes = f.nodes || [];
+  const behind = nodes.filter((n) => f.newest != null && n.revision !== f.newest);
+  $('fleet-summary').textContent = 'fleet ' + f.prefix + ' seen from ' + f.node + ': newest document '
+    + (f.newest ?? '–') + ', ' + nodes.length + ' nodes, ' + behind.length + ' behind';
+  const r = f.rollout;
+  $('fleet-rollout').hidden = !r;
+  if (r) {
+    $('fleet-rollout').textContent = 'staged rollout of revision ' + (r.revision ?? '…') + ': wave '
+      + r.admitted + ' of ' + r.waves.length + ' (canary ' + (r.waves[0] || []).join(', ') + '), '
+      + r.state + (r.halted ? ': ' + r.halted : '');
+    $('fleet-rollout').className = r.state === 'halted' ? 'bad' : '';
+  }
+  const rows = nodes.map((n) => {
+    const why = n.refused ? n.refused.revision + ': ' + n.refused.reason
+      : n.store_error ? 'store: ' + n.store_error
+        : n.held != null ? n.held + ': held until its wave' : '–';
+    const row = cells(el('tr'), [n.node, n.revision ?? '–', n.workers_running + '/' + n.workers,
+      n.version, why]);
+    row.dataset.node = n.node;
+    row.children[0].className = 'text';
+    row.children[4].className = n.refused || n.store_error ? 'text bad' : 'text';
+    if (behind.includes(n)) row.children[1].className = 'bad';
+    return row;
+  });
+  $('fleet').tBodies[0].replaceChildren(...rows);
+  $('fleet-panel').hidden = false;
 }
 
 // One query traced (admins): `/trace/{name}/{type}`-like routes get the name and type in
@@ -651,8 +690,10 @@ async function start() {
   insightRoutes().then(() => {
     refreshInsight().catch(showProblem);
     refreshUpstreams().catch(showProblem);
+    refreshFleet().catch(showProblem);
     every(INSIGHT_INTERVAL_MS, refreshInsight);
     every(PROCESS_REFRESH_MS, refreshUpstreams);
+    every(PROCESS_REFRESH_MS, refreshFleet);
   }).catch(showProblem);
 }
 

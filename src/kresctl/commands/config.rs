@@ -17,29 +17,41 @@ use crate::document_diff::{differences, Difference};
 use crate::kresctl::cli::ConfigOp;
 use crate::kresctl::client::{ApiClient, ApiResponse, ClientError};
 use crate::kresctl::output::{self, OutputFormat};
-use crate::kresctl::request::{rooted, Request, Run};
+use crate::kresctl::request::{rooted, Request, Run, Stage};
 use crate::wire::change::{ChangeSummary, DryRun};
+use crate::wire::fleet::Staged;
 
 /// Run one `config` subcommand.
 pub async fn run(client: &ApiClient, op: ConfigOp) -> Result<(), ClientError> {
     match op {
         ConfigOp::Get {
-            path, format, file, ..
-        } => get(client, &path, format, file.as_deref()).await,
+            path,
+            format,
+            file,
+            explain,
+            ..
+        } => {
+            if explain {
+                super::fleet::explain(client).await?;
+            }
+            get(client, &path, format, file.as_deref()).await
+        }
         ConfigOp::Set {
             path,
             value_or_file,
             run,
+            stage,
         } => {
             let value = parse_value(&input_text(value_or_file.as_deref())?)?;
-            set(client, &path, &value, run).await
+            set(client, &path, &value, run, stage.of()).await
         }
-        ConfigOp::Delete { path, run } => {
+        ConfigOp::Delete { path, run, stage } => {
             refuse_dry_run_without_support(client, run).await?;
             let response = client
                 .call(&Request::DeleteConfig {
                     pointer: &path,
                     run,
+                    stage: stage.of(),
                 })
                 .await?;
             print_outcome(&response.ok()?, run)
@@ -47,6 +59,7 @@ pub async fn run(client: &ApiClient, op: ConfigOp) -> Result<(), ClientError> {
         ConfigOp::Patch {
             operations_or_file,
             run,
+            stage,
         } => {
             let operations = parse_value(&input_text(operations_or_file.as_deref())?)?;
             if !operations.is_array() {
@@ -60,6 +73,7 @@ pub async fn run(client: &ApiClient, op: ConfigOp) -> Result<(), ClientError> {
             let request = Request::PatchConfig {
                 operations: &operations,
                 run,
+                stage: stage.of(),
             };
             print_outcome(&client.call(&request).await?.ok()?, run)
         }
@@ -137,6 +151,7 @@ async fn set(
     pointer: &str,
     value: &Value,
     run: Run,
+    stage: Stage<'_>,
 ) -> Result<(), ClientError> {
     let pointer: &str = &rooted(pointer);
     refuse_dry_run_without_support(client, run).await?;
@@ -149,6 +164,7 @@ async fn set(
         pointer,
         value,
         run,
+        stage,
     };
     let body = client.call(&request).await?.ok()?;
     print_outcome(&body, run)?;
@@ -210,13 +226,40 @@ pub(super) fn print_outcome(body: &[u8], run: Run) -> Result<(), ClientError> {
     let line = match run {
         Run::ForReal => serde_json::from_slice::<ChangeSummary>(body)
             .ok()
-            .map(|s| s.to_string()),
+            .map(|s| s.to_string())
+            .or_else(|| {
+                serde_json::from_slice::<Staged>(body)
+                    .ok()
+                    .map(|s| staged_line(&s))
+            }),
         Run::DryRun => serde_json::from_slice::<DryRun>(body)
             .ok()
             .map(|d| format!("dry run, nothing changed: would have {}", d.change)),
     };
     let line = line.unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
     Ok(output::println(&line)?)
+}
+
+/// What a staged change says: its revision and its waves.
+fn staged_line(staged: &Staged) -> String {
+    let waves: Vec<String> = staged
+        .waves
+        .iter()
+        .enumerate()
+        .map(|(i, nodes)| {
+            let nodes: Vec<String> = nodes
+                .iter()
+                .map(|n| output::escape_controls(n).into_owned())
+                .collect();
+            let what = if i == 0 { "canary" } else { "wave" };
+            format!("{what} {}: {}", i + 1, nodes.join(", "))
+        })
+        .collect();
+    format!(
+        "written to the fleet as revision {}, staged: {}; `kresctl fleet status` follows it",
+        staged.revision,
+        waves.join("; ")
+    )
 }
 
 #[cfg(test)]
