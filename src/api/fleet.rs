@@ -11,6 +11,13 @@ use super::{json_value, ApiState};
 use crate::config;
 use crate::wire::fleet::{FleetStatus, RolledBack, MAX_EXPLAINED};
 
+/// The node's membership of its fleet, or the 404 of a node in none.
+fn membership(state: &ApiState) -> Result<std::sync::Arc<crate::fleet::Membership>, ApiError> {
+    state.fleet.clone().ok_or_else(|| {
+        ApiError::Absent("this node is in no fleet (no `fleet` in its configuration)".into())
+    })
+}
+
 /// The fleet's nodes: which document revision each runs, which it refused and why, its
 /// workers and version; the staged rollout of the newest document; and, of the node
 /// answering, the paths its own file sets and the fleet's values it does not run.
@@ -25,11 +32,7 @@ use crate::wire::fleet::{FleetStatus, RolledBack, MAX_EXPLAINED};
     ),
 )]
 pub(super) async fn fleet(State(state): State<ApiState>) -> Result<Response, ApiError> {
-    let Some(membership) = &state.fleet else {
-        return Err(ApiError::Absent(
-            "this node is in no fleet (no `fleet` in its configuration)".into(),
-        ));
-    };
+    let membership = &membership(&state)?;
     let mut status = membership
         .status()
         .await
@@ -70,11 +73,7 @@ const ROLLBACK_APPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_se
     ),
 )]
 pub(super) async fn rollback(State(state): State<ApiState>) -> Result<Response, ApiError> {
-    let Some(fleet) = state.fleet.clone() else {
-        return Err(ApiError::Absent(
-            "this node is in no fleet (no `fleet` in its configuration)".into(),
-        ));
-    };
+    let fleet = membership(&state)?;
     use crate::fleet::WriteError;
     let unavailable = |e: WriteError| ApiError::Unavailable(e.to_string());
     let Some((previous, current)) = fleet.previous_document().await.map_err(|e| match e {
