@@ -384,6 +384,20 @@ fn a_staged_rollout_halts_at_a_refusing_canary_and_else_goes_wave_by_wave() {
     for node in &nodes {
         assert_eq!(node.a_records("fleet.test."), ["192.0.2.1"]);
     }
+    // n2 runs a document older than the fleet's newest: a change conditional on what it runs
+    // names a stale document and is refused; its tag is the one it runs.
+    let read = nodes[1].http("GET", "/v1/config", b"").expect("GET");
+    let tag = read.header("etag").expect("ETag").to_owned();
+    let conditional = testbed::http::request(
+        &nodes[1].api,
+        "PUT",
+        "/v1/config/local-data/ttl",
+        &[("Content-Type", "application/json"), ("If-Match", &tag)],
+        b"\"2h\"",
+    )
+    .expect("PUT");
+    assert_eq!(conditional.status, 412, "{}", conditional.text());
+    assert_eq!(conditional.header("etag"), Some(tag.as_str()));
     let text = kresctl_ok(&nodes[2], &["fleet", "status"]);
     assert!(
         text.contains("wave 1 of 4 admitted (canary n3), HALTED: node n3 refused"),
@@ -409,6 +423,22 @@ fn a_staged_rollout_halts_at_a_refusing_canary_and_else_goes_wave_by_wave() {
     })
     .expect("rolled back");
     assert!(back["rollout"].is_null(), "{back}");
+    // On a node that runs the newest document, the same conditional change goes through.
+    let tag = nodes[1]
+        .http("GET", "/v1/config", b"")
+        .expect("GET")
+        .header("etag")
+        .expect("ETag")
+        .to_owned();
+    let conditional = testbed::http::request(
+        &nodes[1].api,
+        "PUT",
+        "/v1/config/local-data/ttl",
+        &[("Content-Type", "application/json"), ("If-Match", &tag)],
+        b"\"2h\"",
+    )
+    .expect("PUT");
+    assert_eq!(conditional.status, 200, "{}", conditional.text());
 
     // Not staged (through a node without a policy): n3 refuses it, reported with the reason,
     // while the others run it.

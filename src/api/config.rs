@@ -552,8 +552,17 @@ async fn fleet_change(
     for _ in 0..CONFLICT_RETRIES {
         let current = state.manager.config();
         let tag = state.rendered.of(&current).await.etag.clone();
-        conditions.check(&tag, Access::Change)?;
+        let conditional = conditions.check(&tag, Access::Change)?;
         let (shared, revision) = fleet.document().await.map_err(store_error)?;
+        // The tag names what this node runs; the fleet may be past it (another node's change
+        // not applied here yet): a conditional change then names a stale document.
+        let running = fleet.following.borrow().revision;
+        if conditional && revision.is_some() && running != revision {
+            return Err(ApiError::Precondition {
+                status: StatusCode::PRECONDITION_FAILED,
+                etag: tag,
+            });
+        }
         let (edited, loaded) = {
             let (edit, fleet, running) = (edit.clone(), fleet.clone(), current.clone());
             blocking(move || fleet_edit(&fleet, &shared, &running.raw, &*edit)).await??

@@ -182,7 +182,8 @@ wave by wave, the canary first (`GET /fleet` follows the rollout).",
     Answer {
         status: 412,
         description: "`If-Match` did not match, `If-None-Match` matched, or, with `If-Match`, \
-another change won the race; empty body, the current ETag in `ETag`.",
+another change won the race, or, on a node of a fleet, the node does not run the fleet's newest \
+document yet (the tag names a stale one); empty body, the current ETag in `ETag`.",
         body: Body::Empty,
         etag: Some(CURRENT_ETAG),
     },
