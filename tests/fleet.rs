@@ -289,7 +289,7 @@ fn kresctl_ok(node: &Resolver, args: &[&str]) -> String {
 #[test]
 fn a_staged_rollout_halts_at_a_refusing_canary_and_else_goes_wave_by_wave() {
     // Over TLS with client certificates, as a fleet across machines would run.
-    let cluster = EtcdCluster::start(Security::Tls).expect("etcd");
+    let mut cluster = EtcdCluster::start(Security::Tls).expect("etcd");
     let tls = cluster.client_tls().expect("TLS");
     let bed = testbed::Bed::get().expect("bed");
     let certs = bed.test_dir("fleet-certs").expect("dir");
@@ -544,6 +544,31 @@ fn a_staged_rollout_halts_at_a_refusing_canary_and_else_goes_wave_by_wave() {
     )
     .expect("answer");
     assert_ne!(reply.rcode, 2, "n2 is held back: no SERVFAIL from it");
+    kresctl_ok(&nodes[0], &["fleet", "rollback"]);
+
+    // A store that hangs (every member stopped, its sockets still open): DNS goes on, a
+    // change is refused naming the store once the client's time is up; back, it goes through.
+    for i in 0..3 {
+        cluster.pause(i, true).expect("paused");
+    }
+    for node in &nodes {
+        assert_eq!(node.a_records("fleet.test."), ["192.0.2.3"]);
+    }
+    let records = serde_json::json!("fleet.test. 60 A 192.0.2.4\n").to_string();
+    let out = nodes[0]
+        .kresctl(&["config", "set", "-p", "/local-data/records", &records])
+        .expect("kresctl");
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("the fleet's store"), "{said}");
+    for i in 0..3 {
+        cluster.pause(i, false).expect("resumed");
+    }
+    kresctl_ok(
+        &nodes[0],
+        &["config", "set", "-p", "/local-data/records", &records],
+    );
+    converged(&mut nodes, "192.0.2.4");
     for node in nodes {
         node.stop();
     }

@@ -135,6 +135,23 @@ impl EtcdCluster {
         Ok(())
     }
 
+    /// Stop member `i` with SIGSTOP (`true`) or let it go on with SIGCONT (`false`): a member
+    /// whose kernel still accepts connections but which answers nothing, as a hung or
+    /// overloaded one.
+    pub fn pause(&mut self, i: usize, paused: bool) -> Result<()> {
+        let member = &mut self.members[i];
+        let process = member
+            .process
+            .as_mut()
+            .with_context(|| format!("member {} is not running", member.name))?;
+        process.signal(if paused {
+            nix::sys::signal::Signal::SIGSTOP
+        } else {
+            nix::sys::signal::Signal::SIGCONT
+        })?;
+        Ok(())
+    }
+
     /// Start member `i` (again, on its data). It serves once a quorum runs: see
     /// [`EtcdCluster::wait_healthy`].
     pub fn restart(&mut self, i: usize) -> Result<()> {
