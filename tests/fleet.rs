@@ -6,7 +6,11 @@
 //! fails validation is applied by none and reported by every one, DNS unchanged; with two of
 //! three members killed every node answers throughout, a change is refused naming the store,
 //! and a node started again meanwhile answers from the document it kept; quorum back, the
-//! fleet converges on a new document.
+//! fleet converges on a new document. Four nodes over TLS with client certificates stage
+//! changes: a canary whose kresd fails, or whose SERVFAIL share rises over its soak, halts the
+//! rollout at the first wave (the others hold the document back, and a conditional change
+//! through one of them is refused as stale); a sound one goes node by node in order; a hung
+//! store refuses changes while DNS goes on.
 
 mod common;
 
