@@ -1,8 +1,10 @@
 //! The layer rule of ARCHITECTURE.md, kept: the top-level modules of the root crate form
 //! layers, and an import (`crate::module`, outside tests and comments) only ever points down
 //! the list; ARCHITECTURE.md's module table lists them in that order and names exactly what
-//! each imports; the supervisor crate's modules import each other without a cycle; and the
-//! workspace's library crates depend on each other only downwards.
+//! each imports; the supervisor crate's modules import each other without a cycle; no two
+//! files of any crate import each other in a circle (the paths from `crate::`, `super::` and
+//! `self::` resolved to the file they name); and the workspace's library crates depend on
+//! each other only downwards.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -322,5 +324,185 @@ fn the_import_reader_sees_what_it_should() {
     assert_eq!(
         imported(code),
         BTreeSet::from(["api", "lua", "service", "wire"].map(str::to_owned))
+    );
+}
+
+/// Every path of `code` that starts at `crate::`, `super::` or `self::`, as its segments
+/// (a group, `super::{a, b::c}`, gives one path an entry, with the entry's first name).
+fn paths(code: &str) -> Vec<Vec<String>> {
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = Vec::new();
+    for start in ["crate::", "super::", "self::"] {
+        for (at, _) in code.match_indices(start) {
+            // A path starts at a boundary (not `mycrate::`), and a `super::` after `super::`
+            // is the same path as the first's.
+            let before = code[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let mut segments = vec![start.trim_end_matches("::").to_owned()];
+            let mut rest = &code[at + start.len()..];
+            loop {
+                if let Some(group) = rest.strip_prefix('{') {
+                    let mut depth = 0;
+                    let mut entries = vec![ident(group)];
+                    for (i, c) in group.char_indices() {
+                        match c {
+                            '{' => depth += 1,
+                            '}' if depth == 0 => break,
+                            '}' => depth -= 1,
+                            ',' if depth == 0 => entries.push(ident(&group[i + 1..])),
+                            _ => {}
+                        }
+                    }
+                    for entry in entries.into_iter().filter(|e| !e.is_empty()) {
+                        let mut path = segments.clone();
+                        path.push(entry);
+                        out.push(path);
+                    }
+                    break;
+                }
+                let name = ident(rest);
+                if name.is_empty() {
+                    out.push(segments);
+                    break;
+                }
+                rest = &rest[name.len()..];
+                segments.push(name);
+                match rest.strip_prefix("::") {
+                    Some(more) => rest = more,
+                    None => {
+                        out.push(segments);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// File → the files of the same crate it takes names from, for the crate whose library
+/// sources are in `src` (its binaries and its test modules left out).
+fn file_imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    // Each file's module path: `a/b.rs` and `a/b/mod.rs` are `a::b`; `lib.rs` is the root.
+    let mut modules: BTreeMap<Vec<String>, String> = BTreeMap::new();
+    for file in sources(src) {
+        let rel = file.strip_prefix(src).expect("below the source directory");
+        let text = rel.to_string_lossy().into_owned();
+        let name = rel.file_stem().map(|s| s.to_string_lossy().into_owned());
+        if text.starts_with("bin/")
+            || name
+                .as_deref()
+                .is_some_and(|n| n == "tests" || n.ends_with("_tests"))
+        {
+            continue;
+        }
+        let mut path: Vec<String> = rel
+            .with_extension("")
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if matches!(
+            path.last().map(String::as_str),
+            Some("mod" | "lib" | "main")
+        ) {
+            path.pop();
+        }
+        modules.insert(path, text);
+    }
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, file) in &modules {
+        let is_dir_module = file.ends_with("mod.rs") || module.is_empty();
+        for path in paths(&code(&src.join(file))) {
+            // Where the path starts from.
+            let mut at: Vec<String> = Vec::new();
+            let mut segments = path.iter().peekable();
+            match segments.next().map(String::as_str) {
+                Some("crate") => {}
+                Some("self") => at = module.clone(),
+                Some("super") => {
+                    // `super` of `a::b` is `a`; each further `super` one more up.
+                    at = module.clone();
+                    at.pop();
+                    while segments.peek().is_some_and(|s| *s == "super") {
+                        segments.next();
+                        at.pop();
+                    }
+                }
+                _ => continue,
+            }
+            // The longest module the path names.
+            let mut target = None;
+            for segment in segments {
+                at.push(segment.clone());
+                if modules.contains_key(&at) {
+                    target = Some(at.clone());
+                } else {
+                    break;
+                }
+            }
+            let target = match target {
+                Some(t) => t,
+                // A name of the module the path started from (`super::Membership`).
+                None => {
+                    at.pop();
+                    at
+                }
+            };
+            let Some(to) = modules.get(&target) else {
+                continue;
+            };
+            // The crate root and a file's own module are not imports of another file.
+            if target.is_empty() || to == file || (is_dir_module && target == *module) {
+                continue;
+            }
+            graph.entry(file.clone()).or_default().insert(to.clone());
+        }
+    }
+    graph
+}
+
+#[test]
+fn no_two_files_of_any_crate_import_each_other_in_a_circle() {
+    for dir in [
+        "src",
+        "supervisor/src",
+        "config/src",
+        "heap/src",
+        "fleet/src",
+        "bench/src",
+    ] {
+        let graph = file_imports(&root().join(dir));
+        assert!(
+            !graph.is_empty() || dir != "src",
+            "no imports read in {dir}"
+        );
+        assert_eq!(
+            import_cycle(&graph),
+            None,
+            "an import circle of files in {dir}"
+        );
+    }
+}
+
+#[test]
+fn the_file_import_reader_resolves_paths_from_where_they_start() {
+    let code = "use super::{a, b::{c, d}};\nlet x = crate::kresctl::client::ClientError::Io;\n\
+                self::inner::f(); mycrate::no; super::super::top::T;";
+    assert_eq!(
+        paths(code),
+        [
+            vec!["crate", "kresctl", "client", "ClientError", "Io"],
+            vec!["super", "a"],
+            vec!["super", "b"],
+            vec!["super", "super", "top", "T"],
+            vec!["self", "inner", "f"],
+        ]
     );
 }

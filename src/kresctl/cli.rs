@@ -6,9 +6,9 @@
 
 use std::path::PathBuf;
 
-use clap::builder::{BoolValueParser, TypedValueParser};
 use clap::{ArgAction, Args, Parser, Subcommand};
 
+use super::flags::flag;
 use super::output::OutputFormat;
 use super::request::{MetricsFormat, Probe, ReloadScope, Run};
 use crate::config::PathChecks;
@@ -31,20 +31,6 @@ Environment:
 
 /// The line that starts the environment part of [`AFTER_LONG_HELP`].
 pub const ENVIRONMENT_HEADING: &str = "Environment:";
-
-/// A flag (`--json`, no value) parsed into `present` when given and `absent` otherwise.
-pub(crate) fn flag<T: Clone + Send + Sync + 'static>(
-    present: T,
-    absent: T,
-) -> impl TypedValueParser<Value = T> {
-    BoolValueParser::new().map(move |given| {
-        if given {
-            present.clone()
-        } else {
-            absent.clone()
-        }
-    })
-}
 
 /// Where a document comes from: built into kresctl, or asked of the running resolver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,9 +9,10 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 
+pub use super::error::{ClientError, MAX_RESPONSE};
 use super::request::Request;
 use super::DEFAULT_SOCKET;
-use crate::environment::{Environment, READ_ONLY_TOKEN_FILE_VAR, TOKEN_FILE_VAR};
+use crate::environment::Environment;
 
 /// Where the API is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,70 +21,9 @@ pub enum Target {
     Tcp { host: String, port: u16 },
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("cannot read {path}: {message}")]
-    Config { path: PathBuf, message: String },
-    #[error("invalid socket URL {0:?}")]
-    BadUrl(String),
-    #[error("Failed to connect to {target}: {source}\n{hint}")]
-    Connect {
-        target: String,
-        source: std::io::Error,
-        /// What to do about it, for this cause ([`connect_hint`]).
-        hint: String,
-    },
-    /// 401: the API over TCP asks for a bearer token, and none or a wrong one was sent.
-    #[error("unauthorized: {}\nThe API asks for a bearer token: name a file holding the admin token in \
-             {TOKEN_FILE_VAR} (or the read-only token in {READ_ONLY_TOKEN_FILE_VAR}); see \
-             kresctl --help", .0.trim_end())]
-    Unauthorized(String),
-    #[error("request failed: {0}")]
-    Http(#[from] hyper::Error),
-    #[error("request failed: {0}")]
-    Request(#[from] hyper::http::Error),
-    #[error("status: {status}\nbody:\n{body}")]
-    Status { status: u16, body: String },
-    /// 403: the client's role (by its uid and groups, or its bearer token) may not do this.
-    #[error("permission denied: {}", .0.trim_end())]
-    Forbidden(String),
-    #[error("invalid JSON from the API: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("invalid request:\n{0}")]
-    Invalid(String),
-    #[error("no answer within {} s", .0.as_secs())]
-    Timeout(std::time::Duration),
-    #[error("the answer exceeds {MAX_RESPONSE} bytes")]
-    TooLarge,
-    /// The server lacks a route of ours (upstream's manager).
-    #[error("{0}")]
-    NotOffered(String),
-    /// The request was carried out and did not succeed (an upgrade that failed).
-    #[error("{0}")]
-    Failed(String),
-    /// `config diff` found differences: exit 1 as diff(1) does, with nothing more to say
-    /// than the differences printed.
-    #[error("")]
-    Differences,
-    /// `GET /events` answered 404: upstream's manager, or a version of ours before it.
-    #[error("the resolver's management API does not offer /events (it is upstream's manager or an older knot-resolver); there are no events to follow")]
-    NoEvents,
-    /// The event stream broke off or carried something that is not one.
-    #[error("event stream: {0}")]
-    EventStream(String),
-    /// Standard output could not be written (closed: the command ends quietly).
-    #[error("{0}")]
-    Output(#[from] super::output::WriteError),
-}
-
 /// How long kresctl waits for an answer: a configuration change may take the API's own limit
 /// (15 minutes) for the canary and a rolling restart of many workers.
 pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(16 * 60);
-
-/// The largest answer kresctl reads (a configuration of a million entries fits).
-pub const MAX_RESPONSE: usize = 256 << 20;
 
 impl Target {
     /// Upstream's socket discovery order.
@@ -204,17 +144,6 @@ impl ApiResponse {
                 self.status,
                 String::from_utf8_lossy(&self.body).into_owned(),
             ))
-        }
-    }
-}
-
-impl ClientError {
-    /// The error of an answer with a status that is no success.
-    pub fn from_status(status: u16, body: String) -> ClientError {
-        match status {
-            401 => ClientError::Unauthorized(body),
-            403 => ClientError::Forbidden(body),
-            _ => ClientError::Status { status, body },
         }
     }
 }

@@ -11,6 +11,8 @@ pub mod cli;
 pub mod client;
 pub mod commands;
 pub mod completion;
+pub mod error;
+pub mod flags;
 pub mod output;
 pub mod request;
 

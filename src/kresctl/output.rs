@@ -3,7 +3,8 @@
 
 use serde_json::Value;
 
-use super::client::ClientError;
+use super::error::ClientError;
+pub use super::error::WriteError;
 
 /// The form of a command's output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,17 +82,6 @@ pub fn emit(text: &str, file: Option<&std::path::Path>) -> Result<(), ClientErro
         None => print(text)?,
     }
     Ok(())
-}
-
-/// Why standard output could not be written.
-#[derive(Debug, thiserror::Error)]
-pub enum WriteError {
-    /// Its reader is gone (`kresctl events | head -3`): not a failure, there is nobody left
-    /// to tell anything; the command ends quietly with exit 0.
-    #[error("standard output is closed")]
-    Closed,
-    #[error("cannot write to standard output: {0}")]
-    Io(#[source] std::io::Error),
 }
 
 /// Write `text` to standard output and flush it, so a reader that is gone is seen here, as

@@ -18,8 +18,6 @@ use crate::kresctl::cli::ConfigOp;
 use crate::kresctl::client::{ApiClient, ApiResponse, ClientError};
 use crate::kresctl::output::{self, OutputFormat};
 use crate::kresctl::request::{rooted, Request, Run, Stage};
-use crate::wire::change::{ChangeSummary, DryRun};
-use crate::wire::fleet::Staged;
 
 /// Run one `config` subcommand.
 pub async fn run(client: &ApiClient, op: ConfigOp) -> Result<(), ClientError> {
@@ -54,7 +52,7 @@ pub async fn run(client: &ApiClient, op: ConfigOp) -> Result<(), ClientError> {
                     stage: stage.of(),
                 })
                 .await?;
-            print_outcome(&response.ok()?, run)
+            super::outcome::print_outcome(&response.ok()?, run)
         }
         ConfigOp::Patch {
             operations_or_file,
@@ -75,7 +73,7 @@ pub async fn run(client: &ApiClient, op: ConfigOp) -> Result<(), ClientError> {
                 run,
                 stage: stage.of(),
             };
-            print_outcome(&client.call(&request).await?.ok()?, run)
+            super::outcome::print_outcome(&client.call(&request).await?.ok()?, run)
         }
         // As diff(1): exit 1 when there are differences.
         ConfigOp::Diff { format, input_file } => {
@@ -167,7 +165,7 @@ async fn set(
         stage,
     };
     let body = client.call(&request).await?.ok()?;
-    print_outcome(&body, run)?;
+    super::outcome::print_outcome(&body, run)?;
     if !removed.is_empty() {
         let paths: Vec<&str> = removed.iter().map(|d| d.path()).collect();
         let verb = match run {
@@ -215,51 +213,6 @@ async fn refuse_dry_run_without_support(client: &ApiClient, run: Run) -> Result<
         ));
     }
     Ok(())
-}
-
-/// Print what the resolver answered about a change: its one-line summary, or a body that is
-/// none as it is (nothing from upstream's manager).
-pub(super) fn print_outcome(body: &[u8], run: Run) -> Result<(), ClientError> {
-    if body.is_empty() {
-        return Ok(());
-    }
-    let line = match run {
-        Run::ForReal => serde_json::from_slice::<ChangeSummary>(body)
-            .ok()
-            .map(|s| s.to_string())
-            .or_else(|| {
-                serde_json::from_slice::<Staged>(body)
-                    .ok()
-                    .map(|s| staged_line(&s))
-            }),
-        Run::DryRun => serde_json::from_slice::<DryRun>(body)
-            .ok()
-            .map(|d| format!("dry run, nothing changed: would have {}", d.change)),
-    };
-    let line = line.unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
-    Ok(output::println(&line)?)
-}
-
-/// What a staged change says: its revision and its waves.
-fn staged_line(staged: &Staged) -> String {
-    let waves: Vec<String> = staged
-        .waves
-        .iter()
-        .enumerate()
-        .map(|(i, nodes)| {
-            let nodes: Vec<String> = nodes
-                .iter()
-                .map(|n| output::escape_controls(n).into_owned())
-                .collect();
-            let what = if i == 0 { "canary" } else { "wave" };
-            format!("{what} {}: {}", i + 1, nodes.join(", "))
-        })
-        .collect();
-    format!(
-        "written to the fleet as revision {}, staged: {}; `kresctl fleet status` follows it",
-        staged.revision,
-        waves.join("; ")
-    )
 }
 
 #[cfg(test)]

@@ -200,7 +200,7 @@ pub async fn apply(client: &ApiClient, files: &[PathBuf]) -> Result<(), ClientEr
     let new = load(files, client)?;
     let (_, etag) = running(client).await?;
     let body = put(client, &new, etag.as_deref(), Run::ForReal).await?;
-    super::config::print_outcome(&body, Run::ForReal)?;
+    super::outcome::print_outcome(&body, Run::ForReal)?;
     Ok(())
 }
 

@@ -11,6 +11,7 @@ pub mod events;
 pub mod fleet;
 pub mod metrics;
 pub mod migrate;
+pub mod outcome;
 pub mod processes;
 pub mod query_log;
 pub mod rpz;

@@ -33,7 +33,7 @@ pub struct TopArgs {
     pub limit: usize,
     /// Print the API's JSON.
     #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
-          value_parser = super::super::cli::flag(OutputFormat::Json, OutputFormat::Text))]
+          value_parser = crate::kresctl::flags::flag(OutputFormat::Json, OutputFormat::Text))]
     pub format: OutputFormat,
 }
 
@@ -41,7 +41,7 @@ pub struct TopArgs {
 pub struct QuerylogArgs {
     /// Keep printing answers as they come.
     #[arg(id = "follow", long = "follow", action = ArgAction::SetTrue,
-          value_parser = super::super::cli::flag(Mode::Follow, Mode::Kept))]
+          value_parser = crate::kresctl::flags::flag(Mode::Follow, Mode::Kept))]
     pub mode: Mode,
     /// Only clients in this network (192.0.2.0/24) or with this address.
     #[arg(long, value_name = "CIDR", value_hint = ValueHint::Other)]
@@ -60,7 +60,7 @@ pub struct QuerylogArgs {
     pub limit: usize,
     /// Print each answer as its JSON (one per line with --follow; an array without).
     #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
-          value_parser = super::super::cli::flag(OutputFormat::Json, OutputFormat::Text))]
+          value_parser = crate::kresctl::flags::flag(OutputFormat::Json, OutputFormat::Text))]
     pub format: OutputFormat,
 }
 

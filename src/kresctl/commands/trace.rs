@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueHint};
 
-use crate::kresctl::cli::flag;
 use crate::kresctl::client::{ApiClient, ClientError};
+use crate::kresctl::flags::flag;
 use crate::kresctl::output::{self, OutputFormat};
 use crate::kresctl::request::Request;
 use crate::trace::{TraceQuery, LOG_LIMIT, MAX_TIMEOUT};
