@@ -9,6 +9,13 @@
 //! `schema`, `ui` (the status page), `fault` (fault injection) and the process table here. What they share: `responses` (the answers
 //! several routes give, each described once), `params` (typed path parameters), `error`
 //! (`ApiError`), and around every route `guard`, `roles`, `admission` and `server`.
+//!
+//! Also: `rpz` (`/rpz`, the zones kept by zone transfer), `fleet` (`/fleet` and
+//! `/fleet/rollback`, read from the fleet's store), `failures` (the manager's failures on its
+//! process entry), `pointer` (JSON Pointer and JSON Patch over the raw document, hand-written
+//! so that each fault is named), `heavy` (the large or slow reads, a few at a time) and `openapi`
+//! (`GET /openapi.json`, finished with what the layers add: the guard's 401/403/421, the time
+//! limit's 503, `HEAD` beside every `GET`).
 
 pub mod admission;
 pub mod config;

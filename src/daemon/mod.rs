@@ -5,6 +5,16 @@
 //!
 //! Dependencies go one way: this module uses `api`, `watchdog` and `manager`; none of them
 //! uses it.
+//!
+//! Both processes have one shape (restore, start, serve a stream of one closed event enum,
+//! stop): `root` (`start`, `serve`, `keeper`: the manager process kept running and its
+//! failure streak, `handover`, `stop`, `lock`, `rundir`) and `manager_process` (`restore`
+//! what the root kept, `start`, `lifecycle`: the serve loop and its pure `Lifecycle`). Beside
+//! them: `cli` (the command line, upstream's options and ours), `recovery` (what the fd store
+//! carries from a failed manager process to the next: its failures, the reload doorbell,
+//! kresd's version), `upgrade` (the in-place upgrade's `RootImage` and probe) and `logging`
+//! (a compact format on a terminal or pipe, journald natively under systemd or with target
+//! `syslog`; the manager process follows every applied `logging`).
 
 pub mod cli;
 pub mod logging;

@@ -10,6 +10,14 @@
 //! Rendering reads no process-wide state: what it needs besides the configuration (who binds
 //! the sockets, whose permissions script files are read with) comes in a [`RenderContext`],
 //! given by the manager; `kresctl convert` renders with [`RenderContext::STANDALONE`].
+//!
+//! Beside upstream's calls the workers' Lua carries exactly two layers of ours (checked by
+//! `tests/lua_differential.rs`): `counts`, the answer counting at `finish` (integer arrays as
+//! upvalues, no string or table per query; loaded with `stats`) and the upstream tallies at
+//! `checkout` and `consume` (at most 512 addresses a worker); and `cache_marks`, with the
+//! query log on, one 24-byte record per answer (client, port, message ID, from the cache or
+//! not) sent as one non-blocking datagram per 256 answers or 50 ms, dropped when it does not
+//! fit.
 
 pub mod cache_marks;
 pub mod counts;

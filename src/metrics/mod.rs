@@ -14,6 +14,8 @@
 //!   log.
 //! - `observed`: the query log's counts and the upstream addresses' round-trip times, in a
 //!   bounded number of series.
+//! - `rpz`: the `knot_resolver_rpz_*` series and the zones of `GET /rpz`, tallied from the
+//!   `rpz-*` events, one pure step per record.
 
 mod control_plane;
 mod exposition;

@@ -16,6 +16,13 @@
 //! [`Entry::footprint`]) and in age (entries older than `max-age` are dropped on every push
 //! and read, and by the marks' task every 50 ms). Turning the log off empties it and ends the
 //! followers' streams; a narrower client prefix applies to the entries already held.
+//!
+//! Two more inputs and one output: `marks` reads the workers' cache marks from
+//! `<rundir>/query-log-marks.sock` (each datagram with its sender's credentials, `access`
+//! deciding who may write) and joins them to the answers by client, port and message ID (an
+//! answer waits at most 250 ms, both sides bounded); `relay` passes kresd's frames on to the
+//! operator's `logging.dnstap` socket as a Frame Streams writer, through a byte-bounded queue,
+//! never waiting for the consumer.
 
 pub mod access;
 pub mod dnstap;
