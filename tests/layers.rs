@@ -506,3 +506,80 @@ fn the_file_import_reader_resolves_paths_from_where_they_start() {
         ]
     );
 }
+
+/// ARCHITECTURE.md's list of the workspace's crates and what each depends on, as
+/// `(crate, dependencies, dev-dependencies)`.
+fn documented_crates() -> BTreeSet<(String, BTreeSet<String>, BTreeSet<String>)> {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let section = text
+        .split("### Crates and their dependencies")
+        .nth(1)
+        .expect("the section of the crates' dependencies");
+    let names = |list: &str| -> BTreeSet<String> {
+        list.split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty() && *n != "(none)")
+            .map(str::to_owned)
+            .collect()
+    };
+    section
+        .lines()
+        .skip_while(|l| !l.starts_with("- "))
+        .take_while(|l| l.starts_with("- "))
+        .map(|line| {
+            let (name, rest) = line[2..].split_once(" -> ").expect("`crate -> deps`");
+            let (deps, dev) = match rest.split_once("(dev: ") {
+                Some((deps, dev)) => (deps, dev.trim_end_matches(')')),
+                None => (rest, ""),
+            };
+            (name.trim().to_owned(), names(deps), names(dev))
+        })
+        .collect()
+}
+
+#[test]
+fn the_documented_crate_graph_is_cargos() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let packages = metadata["packages"].as_array().expect("packages");
+    let members: BTreeSet<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
+    let actual: BTreeSet<(String, BTreeSet<String>, BTreeSet<String>)> = packages
+        .iter()
+        .map(|p| {
+            let of_kind = |dev: bool| -> BTreeSet<String> {
+                p["dependencies"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|d| (d["kind"].as_str() == Some("dev")) == dev)
+                    .filter_map(|d| d["name"].as_str())
+                    .filter(|n| members.contains(n))
+                    .map(str::to_owned)
+                    .collect()
+            };
+            let name = p["name"].as_str().unwrap_or_default().to_owned();
+            (name, of_kind(false), of_kind(true))
+        })
+        .collect();
+    assert_eq!(
+        documented_crates(),
+        actual,
+        "ARCHITECTURE.md's crate list and cargo's differ"
+    );
+}
