@@ -294,16 +294,16 @@ impl Request<'_> {
     }
 }
 
+/// Every byte but the unreserved ones of RFC 3986 (`A-Z a-z 0-9 - . _ ~`).
+const RESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// `text` as one path segment: every byte but the unreserved ones percent-encoded.
 fn percent_encoded(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                char::from(b).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(text, RESERVED).to_string()
 }
 
 #[cfg(test)]
