@@ -6,7 +6,7 @@
 mod common;
 mod exposition;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Setup, DNS_TIMEOUT, STOP_TIMEOUT};
 use nix::sys::signal::Signal;
@@ -145,20 +145,17 @@ fn scrape_until(
     what: &str,
     ready: impl Fn(&exposition::Parsed) -> bool,
 ) -> exposition::Parsed {
-    let deadline = Instant::now() + SETTLE;
-    loop {
+    let mut last = String::new();
+    testbed::wait_for(what, SETTLE, || {
         let resp = r
             .http("GET", "/metrics/prometheus", b"")
             .expect("GET /metrics/prometheus");
         assert_eq!(resp.status, 200, "{}", resp.text());
-        let text = resp.text();
-        let parsed = exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        if ready(&parsed) {
-            return parsed;
-        }
-        assert!(Instant::now() < deadline, "{what} never showed:\n{text}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        last = resp.text();
+        let parsed = exposition::parse(&last).unwrap_or_else(|e| panic!("{e}\n{last}"));
+        Ok(ready(&parsed).then_some(parsed))
+    })
+    .unwrap_or_else(|e| panic!("{e}: never showed:\n{last}"))
 }
 
 /// The value of the one sample `name` with `labels`, 0 when there is none yet.

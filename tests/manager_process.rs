@@ -188,15 +188,10 @@ fn nothing_outlives_a_killed_root_and_a_new_resolver_takes_its_place() {
     r.launched.signal(Signal::SIGKILL).expect("kill the root");
     r.launched.wait(STOP_TIMEOUT).expect("the root is gone");
     // Every child gets SIGKILL from the kernel when its parent dies.
-    let deadline = std::time::Instant::now() + STOP_TIMEOUT;
-    while !r.launched.tree().is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "survivors: {:?}",
-            r.launched.tree()
-        );
-        std::thread::yield_now();
-    }
+    testbed::wait_for("no survivor", STOP_TIMEOUT, || {
+        Ok(r.launched.tree().is_empty().then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e}: survivors: {:?}", r.launched.tree()));
     // The same rundir and port: the stale pid file does not block, no orphan holds the port.
     let mut again = common::launch_beside(&r, "notify-again.sock").expect("relaunch");
     again
@@ -216,22 +211,22 @@ fn two_starters_at_the_same_instant_never_both_run() {
     let mut r = r;
     // Exactly one of them runs; the other says why it does not and exits 1.
     const REFUSAL: &str = "another manager is running";
-    let deadline = std::time::Instant::now() + START_TIMEOUT;
-    let first_lost = loop {
-        if r.launched.output.count(REFUSAL) > 0 {
-            break true;
-        }
-        if other.launched.output.count(REFUSAL) > 0 {
-            break false;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "neither was refused:\n{}\n{}",
+    let first_lost = testbed::wait_for("one of them refused", START_TIMEOUT, || {
+        Ok(if r.launched.output.count(REFUSAL) > 0 {
+            Some(true)
+        } else if other.launched.output.count(REFUSAL) > 0 {
+            Some(false)
+        } else {
+            None
+        })
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: neither was refused:\n{}\n{}",
             r.launched.output.text(),
             other.launched.output.text()
-        );
-        std::thread::yield_now();
-    };
+        )
+    });
     if first_lost {
         assert_eq!(r.launched.wait(STOP_TIMEOUT).expect("exit").code(), Some(1));
         other

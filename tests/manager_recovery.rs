@@ -202,19 +202,15 @@ fn a_crash_loop_of_the_manager_task_never_stops_the_workers() {
     );
 
     // Back: the task runs again (no next attempt pending) and a change goes through.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let entry = loop {
-        let entry = manager_entry(&r);
-        let failures = &entry["failures"];
-        if failures["task_failures_total"] == accepted && failures["next_attempt"].is_null() {
-            break entry;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the manager task is not back: {entry}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let mut last = Value::Null;
+    let entry = testbed::wait_for("the manager task back", Duration::from_secs(60), || {
+        last = manager_entry(&r);
+        let failures = &last["failures"];
+        let back =
+            failures["task_failures_total"] == accepted && failures["next_attempt"].is_null();
+        Ok(back.then(|| last.clone()))
+    })
+    .unwrap_or_else(|e| panic!("{e}: {last}"));
     let body = json!("alive.test. 300 A 192.0.2.10\n").to_string();
     let resp = r
         .http("PUT", "/v1/config/local-data/records", body.as_bytes())
@@ -436,16 +432,11 @@ fn a_killed_manager_is_counted_and_followers_resume() {
     );
 
     r.stop();
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    let status = loop {
-        if let Some(status) = follower.try_wait().expect("try_wait") {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "kresctl events outlives the resolver"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = testbed::wait_for(
+        "kresctl events to end with the resolver",
+        STOP_TIMEOUT,
+        || Ok(follower.try_wait()?),
+    )
+    .expect("kresctl events outlives the resolver");
     assert!(status.success(), "{status:?}: {printed:#?}");
 }

@@ -45,16 +45,14 @@ fn workers(r: &Resolver) -> BTreeMap<String, Value> {
 /// Wait until `name` is running with a pid other than `old` and, when steered, takes queries
 /// again.
 fn wait_back(r: &Resolver, name: &str, old: i64) -> i64 {
-    let deadline = Instant::now() + STATE_TIMEOUT;
-    loop {
-        let w = workers(r);
-        let p = &w[name];
-        let takes = p.get("takes_queries").is_none_or(|t| *t == true);
-        if p["state"] == "running" && p["pid"].as_i64() != Some(old) && takes {
-            return p["pid"].as_i64().expect("pid");
-        }
-        assert!(Instant::now() < deadline, "{name} not back: {p}");
-    }
+    let mut last = Value::Null;
+    testbed::wait_for(&format!("{name} back"), STATE_TIMEOUT, || {
+        last = workers(r)[name].clone();
+        let takes = last.get("takes_queries").is_none_or(|t| *t == true);
+        let back = last["state"] == "running" && last["pid"].as_i64() != Some(old) && takes;
+        Ok(back.then(|| last["pid"].as_i64().expect("pid")))
+    })
+    .unwrap_or_else(|e| panic!("{e}: {last}"))
 }
 
 /// UDP requests each running worker counted (`/metrics/json`).
@@ -239,14 +237,11 @@ fn steering_follows_the_workers_state() {
     kill(Pid::from_raw(old as i32), Signal::SIGKILL).expect("kill");
     let second = wait_back(&r, "kresd1", old);
     kill(Pid::from_raw(second as i32), Signal::SIGKILL).expect("kill again");
-    let deadline = Instant::now() + STATE_TIMEOUT;
-    let backoff = loop {
+    let backoff = testbed::wait_for("kresd1 in backoff", STATE_TIMEOUT, || {
         let w = workers(&r);
-        if w["kresd1"]["state"] == "backoff" {
-            break w["kresd1"].clone();
-        }
-        assert!(Instant::now() < deadline, "no backoff: {w:?}");
-    };
+        Ok((w["kresd1"]["state"] == "backoff").then(|| w["kresd1"].clone()))
+    })
+    .expect("no backoff");
     assert_eq!(backoff["takes_queries"], false, "{backoff}");
     assert_eq!(workers(&r)["kresd0"]["takes_queries"], true);
     ask(r.dns(), 50);

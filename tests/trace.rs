@@ -235,16 +235,12 @@ fn local_data_and_forwarded_names_are_traced_and_the_workers_logging_is_untouche
     // worker serves: a query is answered once the trace is known to run in it.
     std::thread::scope(|scope| {
         let waiting = scope.spawn(|| get(&r, "/trace/www.silent.test/A?timeout=2"));
-        let deadline = std::time::Instant::now() + START_TIMEOUT;
-        let running =
-            || matches!(control(&r, "__kres_trace_runs"), Value::Object(o) if !o.is_empty());
-        while !running() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the trace never started"
-            );
-            std::thread::yield_now();
-        }
+        testbed::wait_for("the trace to start", START_TIMEOUT, || {
+            let running =
+                matches!(control(&r, "__kres_trace_runs"), Value::Object(o) if !o.is_empty());
+            Ok(running.then_some(()))
+        })
+        .expect("the trace never started");
         assert_eq!(r.a_records("local.trace.test."), vec!["192.0.2.70"]);
         let (status, _, text) = waiting.join().expect("the trace ends");
         assert_eq!(status, 504, "{text}");

@@ -768,28 +768,21 @@ fn hostile_names_literally_a_trace_upstreams_rpz_zones_and_one_stream() {
     // Queries through the forward target: the upstreams show it with a round-trip time (kresd
     // records from the page's first look on; new names go upstream, a cached one would not).
     let mut asked = 0;
-    let rtt = loop {
+    let within = (2 * SHOWN).saturating_sub(opened.elapsed());
+    let rtt = testbed::wait_for("the target shown with an RTT", within, || {
         for _ in 0..4 {
             let name = format!("q{asked}.blocklist.rpz.");
             asked += 1;
             dns::query_udp(r.dns(), &name, dns::TYPE_SOA, DNS_TIMEOUT).expect("answer");
         }
-        let shown = browser
-            .run(
-                "const c = document.querySelector('#upstreams tr[data-address=\"127.0.0.1\"] td.rtt'); \
-                 return c ? c.textContent : null;",
-                &[],
-            )
-            .expect("script");
-        if let Some(rtt) = shown.as_str() {
-            break rtt.to_owned();
-        }
-        assert!(
-            opened.elapsed() < 2 * SHOWN,
-            "the target never shown with an RTT"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        let shown = browser.run(
+            "const c = document.querySelector('#upstreams tr[data-address=\"127.0.0.1\"] td.rtt'); \
+             return c ? c.textContent : null;",
+            &[],
+        )?;
+        Ok(shown.as_str().map(str::to_owned))
+    })
+    .expect("the target never shown with an RTT");
     assert!(rtt.ends_with(" ms"), "{rtt}");
     let forwards = texts(&browser, "#forwards li");
     assert_eq!(
@@ -897,21 +890,15 @@ fn hostile_names_literally_a_trace_upstreams_rpz_zones_and_one_stream() {
 
 /// The name of an answer under `suffix` in the query log, once one is there.
 fn logged_under(r: &Resolver, suffix: &str) -> String {
-    let deadline = Instant::now() + SHOWN;
-    loop {
-        let answers: Value =
-            serde_json::from_slice(&r.http("GET", "/query-log", b"").expect("log").body)
-                .expect("JSON");
-        let found = answers.as_array().into_iter().flatten().find_map(|a| {
+    let mut answers = Value::Null;
+    testbed::wait_for(&format!("an answer under {suffix} logged"), SHOWN, || {
+        answers = serde_json::from_slice(&r.http("GET", "/query-log", b"")?.body)?;
+        Ok(answers.as_array().into_iter().flatten().find_map(|a| {
             let name = a["name"].as_str()?;
             name.ends_with(suffix).then(|| name.to_owned())
-        });
-        if let Some(found) = found {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "never logged: {answers}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        }))
+    })
+    .unwrap_or_else(|e| panic!("{e}: {answers}"))
 }
 
 /// The page's requests since `opened`, from the browser's network log: none to another

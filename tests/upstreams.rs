@@ -6,7 +6,7 @@
 mod common;
 mod exposition;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Setup, DNS_TIMEOUT};
 use serde_json::Value;
@@ -47,24 +47,21 @@ fn a_forward_target_is_listed_with_its_measured_rtt() {
     upstreams(&r);
     // Names not asked before go to the target (whose answers the workers then cache): ask
     // new ones until a sample shows.
-    let deadline = Instant::now() + Duration::from_secs(20);
     let mut asked = 0;
-    let listed = loop {
+    let mut last = Value::Null;
+    let listed = testbed::wait_for("the target listed", Duration::from_secs(20), || {
         for _ in 0..4 {
             let name = format!("n{asked}.up.test.");
             asked += 1;
             dns::query_udp(r.dns(), &name, dns::TYPE_A, DNS_TIMEOUT).expect("answer");
         }
-        let u = upstreams(&r);
+        last = upstreams(&r);
         // kresd names an upstream by its address alone (no port).
-        if let Some(found) = row_of(&u, "127.0.0.1") {
-            assert_eq!(u["forwards"][0]["subtrees"][0], "up.test");
-            assert_eq!(u["forwards"][0]["servers"][0], server.as_str());
-            break found;
-        }
-        assert!(Instant::now() < deadline, "the target never listed: {u:#}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        Ok(row_of(&last, "127.0.0.1"))
+    })
+    .unwrap_or_else(|e| panic!("{e}: {last:#}"));
+    assert_eq!(last["forwards"][0]["subtrees"][0], "up.test");
+    assert_eq!(last["forwards"][0]["servers"][0], server.as_str());
     eprintln!("listed: {listed}");
     assert!(listed["samples"].as_u64() >= Some(1), "{listed}");
     assert!(

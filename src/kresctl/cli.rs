@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 
-use super::flags::flag;
+use super::flags::{flag, seconds_up_to};
 use super::output::OutputFormat;
 use super::request::{MetricsFormat, Probe, ReloadScope, Run};
 use crate::config::PathChecks;
@@ -61,15 +61,6 @@ pub enum Follow {
 pub enum MetricsView {
     Raw,
     Summary,
-}
-
-/// `--interval`: seconds, more than 0 and at most an hour.
-fn interval(text: &str) -> Result<std::time::Duration, String> {
-    let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
-    if !(seconds > 0.0 && seconds <= 3600.0) {
-        return Err("seconds, more than 0 and at most 3600".to_owned());
-    }
-    Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
 /// Whether `-V` asked for the versions.
@@ -271,7 +262,7 @@ pub enum ApiCommand {
               conflicts_with_all = ["prometheus", "file"])]
         view: MetricsView,
         /// With --summary: seconds between the two scrapes.
-        #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = interval,
+        #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = seconds_up_to(std::time::Duration::from_secs(3600)),
               requires = "summary")]
         interval: std::time::Duration,
         /// With --summary: rows shown per table (the busiest first).

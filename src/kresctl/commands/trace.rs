@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueHint};
 
 use crate::kresctl::client::{ApiClient, ClientError};
-use crate::kresctl::flags::flag;
+use crate::kresctl::flags::{flag, seconds_up_to};
 use crate::kresctl::output::{self, OutputFormat};
 use crate::kresctl::request::Request;
 use crate::trace::{TraceQuery, LOG_LIMIT, MAX_TIMEOUT};
@@ -25,22 +25,13 @@ pub struct TraceArgs {
     #[arg(default_value = "A", value_hint = ValueHint::Other)]
     pub rr_type: String,
     /// Seconds to wait for the answer (at most 60).
-    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = timeout,
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds_up_to(MAX_TIMEOUT),
           value_hint = ValueHint::Other)]
     pub timeout: Duration,
     /// Print the API's JSON instead.
     #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
           value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
     pub format: OutputFormat,
-}
-
-/// `--timeout`: seconds, more than 0 and at most [`MAX_TIMEOUT`].
-fn timeout(text: &str) -> Result<Duration, String> {
-    let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
-    Duration::try_from_secs_f64(seconds)
-        .ok()
-        .filter(|d| !d.is_zero() && *d <= MAX_TIMEOUT)
-        .ok_or_else(|| format!("seconds, more than 0 and at most {}", MAX_TIMEOUT.as_secs()))
 }
 
 /// Trace the query and print it.
