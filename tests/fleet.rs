@@ -411,6 +411,46 @@ fn a_staged_rollout_halts_at_a_refusing_canary_and_else_goes_wave_by_wave() {
         text.contains(&format!("{staged}: held until its wave")),
         "{text}"
     );
+    // The status page of a held node shows the same, with nothing failing in the page.
+    let ui = common::serve_ui(&nodes[1]);
+    let browser =
+        testbed::webdriver::Browser::start(&nodes[1].dir.host("browser")).expect("browser");
+    browser.open(&ui.url).expect("page");
+    let shown = browser
+        .wait_until(
+            "the fleet on the status page",
+            CONVERGE,
+            "const r = document.getElementById('fleet-rollout'); \
+             const held = document.querySelector('#fleet tr[data-node=\"n1\"]'); \
+             const refused = document.querySelector('#fleet tr[data-node=\"n3\"]'); \
+             return r && !r.hidden && held && refused \
+               ? [r.textContent, held.textContent, refused.textContent] : null;",
+        )
+        .expect("shown");
+    assert!(
+        shown[0]
+            .as_str()
+            .is_some_and(|t| t.contains("halted: node n3 refused")),
+        "{shown}"
+    );
+    assert!(
+        shown[1]
+            .as_str()
+            .is_some_and(|t| t.contains("held until its wave")),
+        "{shown}"
+    );
+    assert!(
+        shown[2]
+            .as_str()
+            .is_some_and(|t| t.contains("injected canary failure")),
+        "{shown}"
+    );
+    assert_eq!(
+        browser.console_errors().expect("console"),
+        Vec::<String>::new()
+    );
+    drop(browser);
+    drop(ui);
 
     // Rolled back from any node: the rollout ends, every node on the document before.
     kresctl_ok(&nodes[1], &["fleet", "rollback"]);

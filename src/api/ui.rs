@@ -125,6 +125,8 @@ pub struct WhoAmI {
     events_from: String,
     /// The version of the running daemon.
     version: String,
+    /// Whether this node is in a fleet (`GET /fleet` answers then).
+    fleet: bool,
 }
 
 /// The client's role and what the status page needs to start.
@@ -154,6 +156,7 @@ pub(super) async fn whoami(
             workers: config.model.workers,
             events_from: format!("{}-0", state.events.epoch()),
             version: crate::build_version(),
+            fleet: state.fleet.is_some(),
         },
     )
 }

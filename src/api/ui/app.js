@@ -32,6 +32,7 @@ const RCODES = [['NOERROR', ['noerror', 'nodata']], ['NXDOMAIN', ['nxdomain']],
 const page = {
   token: null, // kept in memory only; never in a URL, never stored
   role: null,
+  fleet: false, // whether the node is in a fleet (/ui/whoami)
   lastEventId: null,
   processes: [],
   processTimer: null,
@@ -196,6 +197,7 @@ async function refreshIdentity(fresh) {
   page.generation = fresh ? who.generation : Math.max(page.generation, who.generation);
   $('generation').textContent = page.generation;
   page.role = who.role;
+  page.fleet = who.fleet === true;
   $('role').textContent = who.role;
   $('version').textContent = who.version;
   $('etag').textContent = who.etag;
@@ -584,13 +586,10 @@ function renderUpstreams(u) {
   $('upstreams-panel').hidden = forwards.length === 0 && rows.length === 0;
 }
 
-// The fleet this node is in (a 404: it is in none, and the panel stays hidden).
+// The fleet this node is in, asked only of a node in one (/ui/whoami says).
 async function refreshFleet() {
-  if (!page.insight || !page.insight.fleet) return;
-  const response = await api('/fleet');
-  if (response.status === 404) return;
-  if (!response.ok) throw new Error('/fleet: ' + response.status);
-  renderFleet(await response.json());
+  if (!page.fleet || !page.insight || !page.insight.fleet) return;
+  renderFleet(await json('/fleet'));
 }
 
 function renderFleet(f) {

@@ -108,8 +108,9 @@ pub struct Running {
     stop: CancellationToken,
     /// What serving needs; taken when it begins.
     to_serve: Option<ToServe>,
-    /// The API server and the file watchdog, waited for at the stop (requests in flight
-    /// finish).
+    /// Every task serving starts (the API server, the file watchdog, the RPZ secondary, the
+    /// fleet's tasks, the helpers that follow the configuration), each ending with `stop`;
+    /// waited for at the stop (requests in flight finish).
     serving: TaskTracker,
 }
 
@@ -304,8 +305,8 @@ impl Running {
         (running, sources)
     }
 
-    /// Stop: cancel everything, and wait for the API (requests in flight finish) and the
-    /// file watchdog.
+    /// Stop: cancel everything, and wait for every task serving started (requests in flight
+    /// finish).
     pub async fn stop(self) {
         self.stop.cancel();
         self.serving.close();
@@ -319,27 +320,33 @@ impl Running {
             return Ok(());
         };
         let upward = &self.parent.upward;
-        tokio::spawn(keep_config(
+        let owned = |task| until(self.stop.child_token(), task);
+        self.serving.spawn(owned(Box::pin(keep_config(
             self.parent.clone(),
             self.handle.subscribe(),
             to_serve.api.rendered.clone(),
             to_serve.kept,
             to_serve.keep_delay,
-        ));
-        tokio::spawn(report_task_health(
+        ))));
+        self.serving.spawn(owned(Box::pin(report_task_health(
             to_serve.health,
             upward.clone(),
             self.handle.clone(),
-        ));
-        tokio::spawn(report_rpz_loads(upward.clone(), self.handle.clone()));
+        ))));
+        self.serving.spawn(owned(Box::pin(report_rpz_loads(
+            upward.clone(),
+            self.handle.clone(),
+        ))));
         if let Some(bell) = to_serve.reload_bell {
-            tokio::spawn(super::super::recovery::answer_reloads(
-                bell,
-                self.handle.clone(),
-            ));
+            self.serving
+                .spawn(owned(Box::pin(super::super::recovery::answer_reloads(
+                    bell,
+                    self.handle.clone(),
+                ))));
         }
         if let Some(logging) = to_serve.logging {
-            tokio::spawn(logging.follow(self.handle.subscribe()));
+            self.serving
+                .spawn(owned(Box::pin(logging.follow(self.handle.subscribe()))));
         }
         if let Some(deadline) = to_serve.hang_timeout {
             // Ends with `stop`; nothing to wait for.
@@ -815,6 +822,18 @@ async fn keep_config(
         if config.changed().await.is_err() {
             return;
         }
+    }
+}
+
+/// `task` until `stop`: a helper that follows the configuration or the manager ends with the
+/// process's stop, which waits for it.
+async fn until(
+    stop: CancellationToken,
+    task: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+) {
+    tokio::select! {
+        () = stop.cancelled() => {}
+        () = task => {}
     }
 }
 
