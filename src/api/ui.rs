@@ -142,7 +142,7 @@ pub(super) async fn whoami(
     role: Option<Extension<Role>>,
 ) -> Response {
     let config = state.manager.config();
-    let rendered = state.rendered.get(&config);
+    let rendered = state.rendered.of(&config).await;
     let role = match role {
         Some(Extension(Role::Admin)) => Role::Admin,
         Some(Extension(Role::ReadOnly)) | None => Role::ReadOnly,
