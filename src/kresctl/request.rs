@@ -103,6 +103,16 @@ pub enum Request<'a> {
     Upgrade,
     /// The RPZ zones kept by zone transfer.
     Rpz,
+    /// The subscribed lists.
+    RpzLists,
+    /// Fetch a subscribed list (every one when none) now.
+    RpzRefresh {
+        name: Option<&'a str>,
+    },
+    /// Which subscribed list decides a name.
+    RpzCheck {
+        name: &'a str,
+    },
     /// One query traced; name and type already validated.
     Trace {
         name: &'a str,
@@ -155,6 +165,8 @@ impl Request<'_> {
             | Request::Metrics(_)
             | Request::UpgradeStatus
             | Request::Rpz
+            | Request::RpzLists
+            | Request::RpzCheck { .. }
             | Request::Trace { .. }
             | Request::QueryLog { .. }
             | Request::QueryLogStream { .. }
@@ -170,6 +182,7 @@ impl Request<'_> {
             | Request::Reload(_)
             | Request::CacheClear { .. }
             | Request::FleetRollback
+            | Request::RpzRefresh { .. }
             | Request::Upgrade => Method::POST,
         }
     }
@@ -203,6 +216,12 @@ impl Request<'_> {
             Request::CacheClear { .. } => "/cache/clear".into(),
             Request::UpgradeStatus | Request::Upgrade => "/upgrade".into(),
             Request::Rpz => "/rpz".into(),
+            Request::RpzLists => "/rpz/lists".into(),
+            Request::RpzRefresh { name: None } => "/rpz/lists/refresh".into(),
+            Request::RpzRefresh { name: Some(name) } => {
+                format!("/rpz/lists/refresh?name={}", percent_encoded(name))
+            }
+            Request::RpzCheck { name } => format!("/rpz/check?name={}", percent_encoded(name)),
             Request::Trace {
                 name,
                 rr_type,

@@ -175,20 +175,26 @@ impl Reader {
         let (Some(owner), true) = (owner, kind.eq_ignore_ascii_case("CNAME")) else {
             return Line::Skipped;
         };
-        let (Some(action), Some(owner)) = (
-            rest.next().and_then(Action::of_target),
-            self.absolute(owner),
-        ) else {
+        let Some(action) = rest.next().and_then(Action::of_target) else {
             return Line::Skipped;
         };
-        let Some(origin) = &self.origin else {
-            return Line::Skipped;
-        };
-        let Some(name) = owner
-            .strip_suffix(origin.as_str())
-            .and_then(|n| n.strip_suffix('.'))
-        else {
-            return Line::Skipped;
+        // A relative owner is the name itself (relative to the apex, whatever the apex);
+        // an absolute one must be under the origin.
+        let owner = owner.to_ascii_lowercase();
+        let name = match owner.strip_suffix('.') {
+            None if owner != "@" => owner.as_str(),
+            None => return Line::Skipped,
+            Some(absolute) => {
+                let under = self.origin.as_deref().and_then(|origin| {
+                    absolute
+                        .strip_suffix(origin)
+                        .and_then(|n| n.strip_suffix('.'))
+                });
+                match under {
+                    Some(name) => name,
+                    None => return Line::Skipped,
+                }
+            }
         };
         // IP and name-server triggers are not names
         if name.ends_with(".rpz-ip") || name.contains(".rpz-") {
