@@ -411,6 +411,40 @@ fn four_formats_and_an_allowlist_block_allow_and_refresh_conditionally() {
     assert_eq!(ask(&r, "new.blocked-by-list.net.").0, NXDOMAIN);
     assert!(sample(&r, "knot_resolver_policy_loader_duration_seconds_count") > runs);
 
+    // Two lists changed and refreshed together: one policy-loader run for both.
+    server.set(
+        "/domains.txt",
+        "domains.blocked-by-list.net\nnew.blocked-by-list.net\n",
+    );
+    server.set(
+        "/adblock.txt",
+        "||adblock.blocked-by-list.net^\n||new.blocked-by-list.net^\n",
+    );
+    let runs = sample(&r, "knot_resolver_policy_loader_duration_seconds_count");
+    let lists = refresh(&r, None);
+    assert_eq!(list(&lists, "domains")["result"], "changed");
+    assert_eq!(list(&lists, "adblock")["result"], "changed");
+    assert_eq!(list(&lists, "hosts")["result"], "unchanged");
+    assert_eq!(
+        sample(&r, "knot_resolver_policy_loader_duration_seconds_count"),
+        runs + 1.0,
+        "the refreshes are coalesced into one policy-loader run"
+    );
+    assert_eq!(
+        sample(&r, "knot_resolver_rpz_list_entries{list=\"hosts\"}"),
+        3.0
+    );
+    assert_eq!(
+        sample(&r, "knot_resolver_rpz_list_entries{list=\"adblock\"}"),
+        4.0
+    );
+    assert!(
+        sample(
+            &r,
+            "knot_resolver_rpz_list_fetches_total{list=\"hosts\",result=\"unchanged\"}"
+        ) >= 2.0
+    );
+
     let text = r.kresctl(&["rpz"]).expect("kresctl rpz");
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("hosts  hosts list"), "{text}");
@@ -503,6 +537,11 @@ fn hostile_sources_keep_the_version_in_force_and_are_reported() {
         "not taken"
     );
 
+    let failures = sample(
+        &r,
+        "knot_resolver_rpz_list_fetches_total{list=\"feed\",result=\"html\"}",
+    );
+    assert_eq!(failures, 1.0);
     let (answered, failed) = asker.finish();
     assert!(answered > 0);
     assert_eq!(failed, 0, "DNS answered throughout");
