@@ -42,6 +42,7 @@ pub(super) async fn lists(State(state): State<ApiState>) -> Response {
 
 /// Which list `?name=` names, if any.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct ListQuery {
     /// The list (every list when absent).
     name: Option<String>,
@@ -67,6 +68,7 @@ pub(super) async fn refresh(
 
 /// The name `?name=` asks about.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct CheckQuery {
     /// A domain name.
     name: String,
