@@ -388,6 +388,15 @@ fn four_formats_and_an_allowlist_block_allow_and_refresh_conditionally() {
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("allowed by the allowlist allow"), "{text}");
 
+    let text = r
+        .kresctl(&["rpz", "check", "hosts.blocked-by-list.net"])
+        .expect("kresctl");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("nxdomain by the list hosts (entry hosts.blocked-by-list.net)"),
+        "{text}"
+    );
+
     // Unchanged: one request, answered 304, and no policy-loader run.
     let runs = sample(&r, "knot_resolver_policy_loader_duration_seconds_count");
     let before = server.answers("/hosts.txt").len();
@@ -405,9 +414,14 @@ fn four_formats_and_an_allowlist_block_allow_and_refresh_conditionally() {
         "/hosts.txt",
         "0.0.0.0 hosts.blocked-by-list.net\n0.0.0.0 both.blocked-by-list.net\n0.0.0.0 new.blocked-by-list.net\n",
     );
-    let lists = refresh(&r, Some("hosts"));
-    assert_eq!(list(&lists, "hosts")["result"], "changed");
-    assert_eq!(list(&lists, "hosts")["entries"], 3);
+    let out = r.kresctl(&["rpz", "refresh", "hosts"]).expect("kresctl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains(" ago: changed\n"), "{text}");
+    assert!(
+        text.contains("  entries:      3 (0 lines skipped)"),
+        "{text}"
+    );
     assert_eq!(ask(&r, "new.blocked-by-list.net.").0, NXDOMAIN);
     assert!(sample(&r, "knot_resolver_policy_loader_duration_seconds_count") > runs);
 

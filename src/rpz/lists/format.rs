@@ -479,6 +479,24 @@ mod tests {
     }
 
     #[test]
+    fn an_rpz_list_with_no_origin_takes_relative_owners_as_names() {
+        let lines = read(
+            ListFormat::Rpz,
+            "@ SOA localhost. root.localhost. 1 3600 600 86400 300\nbad.example CNAME .\nabs.example. CNAME .\n@ CNAME .\n",
+        );
+        assert_eq!(
+            lines,
+            [
+                Line::Nothing,
+                Line::Entries(vec![entry("bad.example", false, Action::Nxdomain)]),
+                Line::Skipped,
+                Line::Skipped,
+            ],
+            "an absolute owner is under no known origin; the apex is no entry"
+        );
+    }
+
+    #[test]
     fn an_html_page_is_told_from_a_list() {
         assert!(looks_like_html(b"\n  <!DOCTYPE html><html>"));
         assert!(looks_like_html(b"<html><body>503</body></html>"));
