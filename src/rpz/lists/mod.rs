@@ -20,6 +20,7 @@
 
 mod fetch;
 pub mod format;
+pub mod schedule;
 pub mod store;
 
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use fetch::{FetchError, FetchLimits, Validators};
 use format::Action;
+use schedule::{ListAction, ListClock, ListEvent};
 use store::{AllowSet, CompileError, Counts, FileError, State};
 
 use crate::config::{KresConfig, ListFormat, LoadedConfig, RpzSchema};
@@ -43,10 +45,6 @@ use crate::wire::rpz::{RpzCheck, RpzList};
 
 /// The refresh interval when the entry gives none.
 pub const DEFAULT_REFRESH: Duration = Duration::from_secs(24 * 3600);
-
-/// The shortest interval between a failure and the next try; doubled at each failure in a
-/// row, up to the refresh interval.
-pub const FIRST_RETRY: Duration = Duration::from_secs(30);
 
 /// A new version with fewer than this share (percent) of the entries in force is refused.
 pub const MIN_KEPT_PERCENT: u64 = 50;
@@ -510,21 +508,17 @@ struct Followed {
     list: List,
     /// Its status, as published.
     status: RpzList,
-    /// When it is fetched next.
-    next: Instant,
-    /// Whether a fetch of it runs.
-    running: bool,
-    /// Failures in a row (for the backoff).
-    failures_in_row: u32,
+    /// When it is fetched next, or that a fetch runs.
+    clock: ListClock,
 }
 
-/// A random share (0 to 1/10) of `interval`.
-fn jitter(interval: Duration) -> Duration {
+/// A random share, 0 to 1 (of the jitter).
+fn random_share() -> f64 {
     let random = crate::manager::rundir::random_hex(4)
         .ok()
         .and_then(|h| u32::from_str_radix(&h, 16).ok())
         .unwrap_or(0);
-    interval.mul_f64(f64::from(random) / f64::from(u32::MAX) / 10.0)
+    f64::from(random) / f64::from(u32::MAX)
 }
 
 /// The status of `list` as its stored state says.
@@ -559,9 +553,7 @@ fn followed(cfg: &KresConfig) -> Vec<Followed> {
             Followed {
                 status: first_status(&list, state.as_ref()),
                 list,
-                next,
-                running: false,
-                failures_in_row: 0,
+                clock: ListClock::new(next),
             }
         })
         .collect()
@@ -586,7 +578,7 @@ async fn run(
     let mut allowlist_new = false;
     publish(&inbox, &lists);
     loop {
-        let wake = lists.iter().filter(|l| !l.running).map(|l| l.next).min();
+        let wake = lists.iter().filter_map(|l| l.clock.due()).min();
         tokio::select! {
             () = stop.cancelled() => return,
             changed = config.changed() => {
@@ -639,7 +631,7 @@ async fn run(
             () = sleep_until_if(wake) => {
                 let now = Instant::now();
                 for i in 0..lists.len() {
-                    if !lists[i].running && lists[i].next <= now {
+                    if lists[i].clock.due().is_some_and(|due| due <= now) {
                         start_fetch(&mut lists, i, &allow, &mut fetching);
                     }
                 }
@@ -726,10 +718,14 @@ fn start_fetch(
     let Some(followed) = lists.get_mut(i) else {
         return;
     };
-    if followed.running {
+    let interval = followed.list.refresh;
+    if followed
+        .clock
+        .on(ListEvent::FetchWanted, Instant::now(), interval)
+        != ListAction::StartFetch
+    {
         return;
     }
-    followed.running = true;
     let list = followed.list.clone();
     let allow = allow.clone();
     fetching.spawn(async move { (i, refresh(&list, allow).await) });
@@ -742,16 +738,22 @@ fn on_fetched(
     result: Result<Refreshed, ListError>,
     events: &EventLog,
 ) -> bool {
-    followed.running = false;
     let now = Instant::now();
     let list = &followed.list;
+    let event = match &result {
+        Ok(_) => ListEvent::Succeeded {
+            jitter: random_share(),
+        },
+        Err(_) => ListEvent::Failed,
+    };
+    let wait = match followed.clock.on(event, now, list.refresh) {
+        ListAction::WaitUntil(due) => due.saturating_duration_since(now),
+        ListAction::StartFetch | ListAction::Nothing => Duration::ZERO,
+    };
     let status = &mut followed.status;
     status.last_fetch = Some(unix_now());
     match result {
         Ok(refreshed) => {
-            followed.failures_in_row = 0;
-            let wait = list.refresh + jitter(list.refresh);
-            followed.next = now + wait;
             let result = if refreshed.changed {
                 "changed"
             } else {
@@ -783,11 +785,6 @@ fn on_fetched(
             refreshed.changed
         }
         Err(e) => {
-            followed.failures_in_row = followed.failures_in_row.saturating_add(1);
-            let doubled =
-                FIRST_RETRY.saturating_mul(1 << followed.failures_in_row.min(16).saturating_sub(1));
-            let wait = doubled.min(list.refresh);
-            followed.next = now + wait;
             let error = error_chain(&e);
             status.result = Some(e.reason().to_owned());
             status.error = Some(error.clone());
