@@ -389,13 +389,14 @@ fn four_formats_and_an_allowlist_block_allow_and_refresh_conditionally() {
     assert!(text.contains("allowed by the allowlist allow"), "{text}");
 
     let text = r
-        .kresctl(&["rpz", "check", "hosts.blocked-by-list.net"])
+        .kresctl(&["rpz", "check", "hosts.blocked-by-list.net", "127.0.0.1"])
         .expect("kresctl");
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
         text.contains("nxdomain by the list hosts (entry hosts.blocked-by-list.net)"),
         "{text}"
     );
+    assert!(text.contains("  for client 127.0.0.1 (tags: none)"), "{text}");
 
     // Unchanged: one request, answered 304, and no policy-loader run.
     let runs = sample(&r, "knot_resolver_policy_loader_duration_seconds_count");

@@ -72,6 +72,8 @@ pub(super) async fn refresh(
 pub(super) struct CheckQuery {
     /// A domain name.
     name: String,
+    /// A client's address: only the lists its views' tags select are consulted.
+    client: Option<String>,
 }
 
 /// Which subscribed list (or allowlist) decides a name, without a query.
@@ -88,7 +90,11 @@ pub(super) async fn check(
     State(state): State<ApiState>,
     Query(query): Query<CheckQuery>,
 ) -> Result<Response, ApiError> {
-    let answer = state.rpz_lists.check(&query.name).await.map_err(refused)?;
+    let answer = state
+        .rpz_lists
+        .check(&query.name, query.client.as_deref())
+        .await
+        .map_err(refused)?;
     Ok(json_value(StatusCode::OK, &answer))
 }
 
@@ -96,7 +102,7 @@ pub(super) async fn check(
 fn refused(e: ListsError) -> ApiError {
     match e {
         ListsError::NoSuchList(_) => ApiError::Absent(e.to_string()),
-        ListsError::BadName(_) => ApiError::BadRequest(e.to_string()),
+        ListsError::BadName(_) | ListsError::BadClient(_) => ApiError::BadRequest(e.to_string()),
         ListsError::NotRunning | ListsError::File(_) => ApiError::Conflict(e.to_string()),
     }
 }

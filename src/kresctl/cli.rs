@@ -348,6 +348,8 @@ pub enum RpzOp {
     Check {
         /// The domain name.
         name: String,
+        /// A client's address: only the lists its views' tags select count.
+        client: Option<String>,
     },
 }
 

@@ -112,6 +112,7 @@ pub enum Request<'a> {
     /// Which subscribed list decides a name.
     RpzCheck {
         name: &'a str,
+        client: Option<&'a str>,
     },
     /// One query traced; name and type already validated.
     Trace {
@@ -221,7 +222,14 @@ impl Request<'_> {
             Request::RpzRefresh { name: Some(name) } => {
                 format!("/rpz/lists/refresh?name={}", percent_encoded(name))
             }
-            Request::RpzCheck { name } => format!("/rpz/check?name={}", percent_encoded(name)),
+            Request::RpzCheck { name, client } => match client {
+                None => format!("/rpz/check?name={}", percent_encoded(name)),
+                Some(client) => format!(
+                    "/rpz/check?name={}&client={}",
+                    percent_encoded(name),
+                    percent_encoded(client)
+                ),
+            },
             Request::Trace {
                 name,
                 rr_type,

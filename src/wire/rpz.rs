@@ -107,4 +107,13 @@ pub struct RpzCheck {
     pub action: Option<String>,
     /// Blocklists that list it too but are overridden by the allowlist.
     pub overridden: Vec<String>,
+    /// The client asked for, when one was.
+    #[serde(default)]
+    pub client: Option<String>,
+    /// The tags its views give it (none when no client was asked for).
+    #[serde(default)]
+    pub client_tags: Option<Vec<String>>,
+    /// Lists not consulted: their tags are none of the client's.
+    #[serde(default)]
+    pub not_for_client: Vec<String>,
 }

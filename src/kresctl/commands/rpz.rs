@@ -45,8 +45,11 @@ pub async fn run(client: &ApiClient, op: RpzOp, format: OutputFormat) -> Result<
             };
             output::json_body(&client.call(&request).await?.ok()?)?
         }
-        RpzOp::Check { name } => {
-            let request = Request::RpzCheck { name };
+        RpzOp::Check { name, client: from } => {
+            let request = Request::RpzCheck {
+                name,
+                client: from.as_deref(),
+            };
             output::json_body(&client.call(&request).await?.ok()?)?
         }
     };
@@ -154,6 +157,29 @@ fn list_lines(list: &RpzList, now: f64) -> String {
 
 /// What an operator reads of a check.
 fn check_lines(check: &RpzCheck) -> String {
+    let mut out = check_verdict(check);
+    if let Some(client) = &check.client {
+        let tags = check.client_tags.as_deref().unwrap_or_default();
+        out.push_str(&format!(
+            "  for client {client} (tags: {})\n",
+            if tags.is_empty() {
+                "none".to_owned()
+            } else {
+                tags.join(", ")
+            }
+        ));
+        if !check.not_for_client.is_empty() {
+            out.push_str(&format!(
+                "  not consulted (their tags are none of the client's): {}\n",
+                check.not_for_client.join(", ")
+            ));
+        }
+    }
+    out
+}
+
+/// The verdict line(s) of a check.
+fn check_verdict(check: &RpzCheck) -> String {
     match (&check.list, &check.entry, &check.action) {
         (Some(list), Some(entry), Some(action)) if action == "passthru" => {
             let mut out = format!(

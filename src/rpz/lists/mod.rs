@@ -69,6 +69,8 @@ pub struct List {
     pub sha256: Option<String>,
     /// The bounds of a fetch.
     pub limits: FetchLimits,
+    /// The tags of the clients it applies to (none: every client).
+    pub tags: Option<Vec<String>>,
 }
 
 impl List {
@@ -102,6 +104,10 @@ impl List {
                 .max(Duration::from_secs(1)),
             sha256: rpz.sha256.as_ref().map(|s| s.to_ascii_lowercase()),
             limits,
+            tags: rpz
+                .tags
+                .as_ref()
+                .map(|tags| tags.iter().map(|t| t.as_str().to_owned()).collect()),
         })
     }
 }
@@ -350,15 +356,69 @@ pub fn recompile(lists: &[List], allow: &AllowSet) -> Result<(), CompileError> {
     Ok(())
 }
 
-/// Which list decides `name` (an allowlist over every blocklist), read from the stored
-/// bodies.
-pub fn check(lists: &[List], name: &str) -> Result<RpzCheck, FileError> {
+/// The tags the views of `cfg` give `client`: those of the view with the most specific
+/// subnet holding it (views that also ask for a destination or a protocol are not
+/// considered: a check has neither); none when no view holds it.
+pub fn client_tags(cfg: &KresConfig, client: std::net::IpAddr) -> Vec<String> {
+    let mut best: Option<(u8, Vec<String>)> = None;
+    for view in cfg.views.iter().flatten() {
+        if view.dst_subnet.is_some() || view.protocols.is_some() {
+            continue;
+        }
+        for net in &view.subnets {
+            if in_subnet(net, client) && best.as_ref().is_none_or(|(p, _)| net.prefix_len() > *p) {
+                let tags = view
+                    .tags
+                    .iter()
+                    .flatten()
+                    .map(|t| t.as_str().to_owned())
+                    .collect();
+                best = Some((net.prefix_len(), tags));
+            }
+        }
+    }
+    best.map(|(_, tags)| tags).unwrap_or_default()
+}
+
+/// Whether `net` holds `ip`.
+fn in_subnet(net: &crate::config::types::IpNetwork, ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    let (net_bits, ip_bits, width) = match (net.addr(), ip) {
+        (IpAddr::V4(n), IpAddr::V4(a)) => {
+            (u128::from(u32::from(n)), u128::from(u32::from(a)), 32u32)
+        }
+        (IpAddr::V6(n), IpAddr::V6(a)) => (u128::from(n), u128::from(a), 128u32),
+        _ => return false,
+    };
+    let prefix = u32::from(net.prefix_len()).min(width);
+    if prefix == 0 {
+        return true;
+    }
+    let shift = width - prefix;
+    (net_bits >> shift) == (ip_bits >> shift)
+}
+
+/// Whether `list` applies to a client with `tags` (none: every list applies).
+fn applies(list: &List, tags: Option<&[String]>) -> bool {
+    match (&list.tags, tags) {
+        (Some(wanted), Some(given)) => wanted.iter().any(|t| given.contains(t)),
+        _ => true,
+    }
+}
+
+/// Which list decides `name` (an allowlist over every blocklist) for a client with `tags`
+/// (none: whatever the client), read from the stored bodies.
+pub fn check(lists: &[List], name: &str, tags: Option<&[String]>) -> Result<RpzCheck, FileError> {
     let mut answer = RpzCheck {
         name: name.to_owned(),
         ..RpzCheck::default()
     };
     let mut blocking = None;
     for list in lists {
+        if !applies(list, tags) {
+            answer.not_for_client.push(list.name.clone());
+            continue;
+        }
         let found = store::lookup(&store::source_path(&list.file), list.format, name)?;
         let Some((entry, own)) = found else { continue };
         let action = list.action.unwrap_or(own);
@@ -395,6 +455,9 @@ pub enum ListsError {
     /// The name asked about is no DNS name.
     #[error("'{0}' is not a domain name")]
     BadName(String),
+    /// The client is no IP address.
+    #[error("'{0}' is not an IP address")]
+    BadClient(String),
     /// The task is not running (the manager is stopping).
     #[error("the subscribed lists' task is not running")]
     NotRunning,
@@ -413,6 +476,7 @@ enum Command {
     /// Which list decides a name.
     Check {
         name: String,
+        client: Option<std::net::IpAddr>,
         reply: oneshot::Sender<Result<RpzCheck, ListsError>>,
     },
 }
@@ -467,12 +531,23 @@ impl ListsHandle {
         answer.await.map_err(|_| ListsError::NotRunning)?
     }
 
-    /// Which list decides `name`.
-    pub async fn check(&self, name: &str) -> Result<RpzCheck, ListsError> {
+    /// Which list decides `name` (for `client`, by its views' tags, when given).
+    pub async fn check(&self, name: &str, client: Option<&str>) -> Result<RpzCheck, ListsError> {
         let name = format::checked_name(name).ok_or_else(|| ListsError::BadName(name.into()))?;
+        let client = match client {
+            Some(text) => Some(
+                text.parse()
+                    .map_err(|_| ListsError::BadClient(text.to_owned()))?,
+            ),
+            None => None,
+        };
         let (reply, answer) = oneshot::channel();
         self.commands
-            .send(Command::Check { name, reply })
+            .send(Command::Check {
+                name,
+                client,
+                reply,
+            })
             .await
             .map_err(|_| ListsError::NotRunning)?;
         answer.await.map_err(|_| ListsError::NotRunning)?
@@ -616,10 +691,16 @@ async fn run(
                         }
                         waiting.push(reply);
                     }
-                    Command::Check { name, reply } => {
+                    Command::Check { name, client, reply } => {
                         let snapshot: Vec<List> = lists.iter().map(|l| l.list.clone()).collect();
+                        let tags = client.map(|c| client_tags(&config.borrow().model, c));
                         tokio::spawn(async move {
-                            let answer = tokio::task::spawn_blocking(move || check(&snapshot, &name))
+                            let answer = tokio::task::spawn_blocking(move || {
+                                let mut answer = check(&snapshot, &name, tags.as_deref())?;
+                                answer.client = client.map(|c| c.to_string());
+                                answer.client_tags = tags;
+                                Ok::<_, FileError>(answer)
+                            })
                                 .await
                                 .map_err(|_| ListsError::NotRunning)
                                 .and_then(|r| r.map_err(|e| ListsError::File(e.to_string())));
@@ -831,4 +912,117 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{validate, PathChecks, ValidationContext};
+
+    fn config(raw: serde_json::Value) -> KresConfig {
+        let ctx = ValidationContext {
+            resolve_root: PathBuf::from("/etc/knot-resolver"),
+            checks: PathChecks::Lenient,
+            logtarget_arg: Default::default(),
+        };
+        validate(&raw, &ctx).expect("valid")
+    }
+
+    /// Views tagging clients `kids` and `guests`.
+    fn views() -> serde_json::Value {
+        serde_json::json!([
+            {"subnets": ["10.0.0.0/8"], "tags": ["kids"]},
+            {"subnets": ["10.1.0.0/16"], "tags": ["guests"]},
+            {"subnets": ["2001:db8::/32"], "tags": ["kids"]},
+            {"subnets": ["10.1.2.0/24"], "dst-subnet": "192.0.2.0/24", "tags": ["kids"]},
+        ])
+    }
+
+    #[test]
+    fn a_client_has_the_tags_of_its_most_specific_view() {
+        let cfg = config(serde_json::json!({"views": views(), "local-data": {"rpz": [
+            {"file": "/var/rpz/a.rpz", "url": "http://lists.example/a", "tags": ["kids", "guests"]},
+        ]}}));
+        let tags = |ip: &str| client_tags(&cfg, ip.parse().expect("an address"));
+        assert_eq!(
+            tags("10.1.2.3"),
+            ["guests"],
+            "not the view that wants a destination"
+        );
+        assert_eq!(tags("10.2.2.3"), ["kids"]);
+        assert_eq!(tags("2001:db8::1"), ["kids"]);
+        assert!(tags("192.0.2.1").is_empty());
+        assert!(tags("::ffff:10.1.2.3").is_empty(), "another family");
+    }
+
+    #[test]
+    fn a_check_consults_the_lists_for_the_client_and_the_allowlist_first() {
+        let dir = std::env::temp_dir().join(format!("kres-lists-check-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let entry = |name: &str, body: &str, extra: serde_json::Value| {
+            let file = dir.join(format!("{name}.rpz"));
+            std::fs::write(store::source_path(&file), body).expect("source");
+            let mut entry = serde_json::json!({
+                "file": file, "url": format!("http://lists.example/{name}"), "format": "domains",
+            });
+            if let (Some(entry), Some(extra)) = (entry.as_object_mut(), extra.as_object()) {
+                entry.extend(extra.clone());
+            }
+            entry
+        };
+        let cfg = config(serde_json::json!({"views": views(), "local-data": {"rpz": [
+            entry("ads", "ads.example\n", serde_json::json!({})),
+            entry("kids", "*.games.example\nads.example\n", serde_json::json!({"tags": ["kids"], "action-override": "nodata"})),
+            entry("allow", "x.games.example\n", serde_json::json!({"tags": ["guests"], "action-override": "passthru"})),
+        ]}}));
+        let lists = lists(&cfg);
+        let decided = |name: &str, tags: Option<&[String]>| {
+            let answer = check(&lists, name, tags).expect("read");
+            (
+                answer.list,
+                answer.entry,
+                answer.action,
+                answer.overridden,
+                answer.not_for_client,
+            )
+        };
+        let some = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            decided("x.games.example", None),
+            (
+                some("allow"),
+                some("x.games.example"),
+                some("passthru"),
+                vec!["kids".to_owned()],
+                vec![]
+            )
+        );
+        let kids = ["kids".to_owned()];
+        assert_eq!(
+            decided("x.games.example", Some(&kids)),
+            (
+                some("kids"),
+                some("*.games.example"),
+                some("nodata"),
+                vec![],
+                vec!["allow".to_owned()]
+            )
+        );
+        assert_eq!(
+            decided("ads.example", Some(&[])),
+            (
+                some("ads"),
+                some("ads.example"),
+                some("nxdomain"),
+                vec![],
+                vec!["kids".to_owned(), "allow".to_owned()]
+            )
+        );
+        assert_eq!(
+            decided("other.example", None),
+            (None, None, None, vec![], vec![])
+        );
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
 }
