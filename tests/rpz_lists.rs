@@ -396,7 +396,10 @@ fn four_formats_and_an_allowlist_block_allow_and_refresh_conditionally() {
         text.contains("nxdomain by the list hosts (entry hosts.blocked-by-list.net)"),
         "{text}"
     );
-    assert!(text.contains("  for client 127.0.0.1 (tags: none)"), "{text}");
+    assert!(
+        text.contains("  for client 127.0.0.1 (tags: none)"),
+        "{text}"
+    );
 
     // Unchanged: one request, answered 304, and no policy-loader run.
     let runs = sample(&r, "knot_resolver_policy_loader_duration_seconds_count");
@@ -565,6 +568,58 @@ fn hostile_sources_keep_the_version_in_force_and_are_reported() {
     assert!(
         text.contains("shrank: it shrank from 20 to 2 entries"),
         "{text}"
+    );
+    r.stop();
+}
+
+/// A memory figure of `/proc/PID/status` (`VmRSS:`, `VmHWM:`), in KiB.
+fn memory_kib(pid: i32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("status")
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("a memory figure")
+}
+
+#[test]
+fn a_large_list_is_compiled_without_the_manager_holding_it() {
+    let bed = testbed::Bed::get().expect("bed");
+    let dir = bed.test_dir("rpz-lists-large-files").expect("dir");
+    let server = ListServer::start();
+    server.set("/large.txt", "n0.blocked-by-list.net\n");
+    let rpz = entry(
+        &dir.join("large.rpz").1,
+        &server.url("/large.txt"),
+        "      format: domains\n",
+    );
+    let setup = Setup::new("rpz-lists-large").extra(&format!("local-data:\n  rpz:\n{rpz}"));
+    let r = common::start(&setup).expect("start");
+    refresh(&r, None);
+    let manager = *r.pids_named("kres-manager").first().expect("the manager");
+    let before = memory_kib(manager, "VmHWM:").max(memory_kib(manager, "VmRSS:"));
+    // 500,000 entries, 13 MB: a manager holding the list would grow by more than that.
+    const ENTRIES: usize = 500_000;
+    let body: String = (0..ENTRIES)
+        .map(|i| format!("n{i}.blocked-by-list.net\n"))
+        .collect();
+    server.set("/large.txt", &body);
+    let lists = refresh(&r, Some("large"));
+    assert_eq!(
+        list(&lists, "large")["entries"],
+        ENTRIES as u64,
+        "{lists:?}"
+    );
+    assert_eq!(ask(&r, "n499999.blocked-by-list.net.").0, NXDOMAIN);
+    let peak = memory_kib(manager, "VmHWM:");
+    eprintln!(
+        "{ENTRIES} entries ({} bytes): manager peak {before} KiB -> {peak} KiB",
+        body.len()
+    );
+    assert!(
+        peak < before + 8 * 1024,
+        "the manager's peak memory grew from {before} KiB to {peak} KiB over a {}-byte list",
+        body.len()
     );
     r.stop();
 }
