@@ -89,6 +89,9 @@ pub enum FetchError {
     /// Too many redirects (a loop, say).
     #[error("more than {0} redirects")]
     Redirects(u32),
+    /// A redirect from https to plain http.
+    #[error("a redirect from https to '{0}' (not https) is refused")]
+    Downgrade(String),
     /// The server answered with another status.
     #[error("HTTP status {0}")]
     Status(u16),
@@ -107,6 +110,7 @@ impl FetchError {
             FetchError::Timeout(_) => "timeout",
             FetchError::TooLarge(_) => "too-large",
             FetchError::Redirects(_) => "redirects",
+            FetchError::Downgrade(_) => "redirect-downgrade",
             FetchError::Status(_) => "http-status",
             FetchError::File(_) => "file",
         }
@@ -183,7 +187,7 @@ async fn follow(
                 .get(hyper::header::LOCATION)
                 .and_then(|l| l.to_str().ok())
                 .ok_or(FetchError::Status(status.as_u16()))?;
-            uri = resolve(&uri, location)?;
+            uri = next_hop(&uri, location)?;
             continue;
         }
         if status == StatusCode::NOT_MODIFIED {
@@ -214,6 +218,15 @@ async fn follow(
         }
         return body(response.into_body(), source, next, limits).await;
     }
+}
+
+/// Where a redirect from `base` to `location` leads: never from https to http.
+fn next_hop(base: &Uri, location: &str) -> Result<Uri, FetchError> {
+    let next = resolve(base, location)?;
+    if base.scheme_str() == Some("https") && next.scheme_str() != Some("https") {
+        return Err(FetchError::Downgrade(location.to_owned()));
+    }
+    Ok(next)
 }
 
 /// `location` (absolute, or a path) read against `base`.
@@ -375,5 +388,18 @@ mod tests {
         check("/other.txt", "http://127.0.0.1:8080/other.txt");
         check("new.txt", "http://127.0.0.1:8080/lists/new.txt");
         check("https://mirror.example/a", "https://mirror.example/a");
+        let secure: Uri = "https://lists.example/ads.txt".parse().expect("uri");
+        assert_eq!(
+            next_hop(&secure, "/moved.txt")
+                .expect("same scheme")
+                .to_string(),
+            "https://lists.example/moved.txt"
+        );
+        let refused = next_hop(&secure, "http://lists.example/ads.txt").expect_err("downgrade");
+        assert_eq!(refused.reason(), "redirect-downgrade");
+        assert!(
+            next_hop(&base, "https://mirror.example/a").is_ok(),
+            "an upgrade is fine"
+        );
     }
 }

@@ -233,11 +233,20 @@ fn absolute_name(text: &str) -> Option<String> {
     (!name.is_empty() && !name.contains('\\')).then_some(name)
 }
 
+/// The names [`checked_name`] takes, for the API's document (with [`MAX_NAME`]).
+pub const NAME_PATTERN: &str = r"^[A-Za-z0-9_-]{1,63}(\.[A-Za-z0-9_-]{1,63})*\.?$";
+
+/// The longest name [`checked_name`] takes, its final dot included.
+pub const MAX_NAME: usize = 253;
+
 /// `text` as a DNS name of letters, digits, `-` and `_` (lower case, no final dot), or none:
-/// labels of 1-63 octets, at most 253 octets in all.
+/// labels of 1-63 octets, at most [`MAX_NAME`] octets in all.
 pub fn checked_name(text: &str) -> Option<String> {
+    if text.len() > MAX_NAME {
+        return None;
+    }
     let text = text.strip_suffix('.').unwrap_or(text);
-    if text.is_empty() || text.len() > 253 {
+    if text.is_empty() {
         return None;
     }
     let fine = text.split('.').all(|label| {
