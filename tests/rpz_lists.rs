@@ -34,15 +34,20 @@ enum Behaviour {
 /// One list the server serves.
 #[derive(Clone, Debug)]
 struct Served {
+    /// The list's text.
     body: String,
+    /// Its ETag (a new one with every new body).
     etag: String,
+    /// What the server does when asked for it.
     behaviour: Behaviour,
 }
 
 /// The lists by path, and every answer given: (path, status).
 #[derive(Default)]
 struct ServerState {
+    /// The lists, by path.
     lists: HashMap<String, Served>,
+    /// Every answer given, in order: what the tests count requests and 304s by.
     answers: Vec<(String, u16)>,
 }
 
@@ -50,7 +55,9 @@ struct ServerState {
 /// connection.
 #[derive(Clone)]
 struct ListServer {
+    /// Where it listens (loopback, a free port).
     addr: SocketAddr,
+    /// What it serves and what it answered, shared with its threads.
     state: Arc<Mutex<ServerState>>,
 }
 
