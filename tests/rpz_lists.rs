@@ -630,3 +630,56 @@ fn a_large_list_is_compiled_without_the_manager_holding_it() {
     );
     r.stop();
 }
+
+#[test]
+fn an_allowlist_stored_after_a_blocklist_was_compiled_is_subtracted_at_the_next_start() {
+    let bed = testbed::Bed::get().expect("bed");
+    let dir = bed.test_dir("rpz-lists-restart-files").expect("dir");
+    let server = ListServer::start();
+    server.set(
+        "/block.txt",
+        "a.blocked-by-list.net\nb.blocked-by-list.net\n",
+    );
+    server.set("/allow.txt", "x.unlisted-elsewhere.net\n");
+    let (allow_host, allow_bed) = dir.join("allow.rpz");
+    let rpz = [
+        entry(
+            &dir.join("block.rpz").1,
+            &server.url("/block.txt"),
+            "      format: domains\n",
+        ),
+        entry(
+            &allow_bed,
+            &server.url("/allow.txt"),
+            "      format: domains\n      action-override: passthru\n",
+        ),
+    ];
+    let setup =
+        Setup::new("rpz-lists-restart").extra(&format!("local-data:\n  rpz:\n{}", rpz.concat()));
+    let r = common::start(&setup).expect("start");
+    refresh(&r, None);
+    assert_eq!(ask(&r, "a.blocked-by-list.net.").0, NXDOMAIN);
+    r.stop();
+    // As if the manager had stopped between storing a new allowlist and compiling the
+    // blocklist less it: the allowlist's body and zone are newer than the blocklist's zone.
+    std::fs::write(
+        allow_host.with_file_name("allow.rpz.source"),
+        "a.blocked-by-list.net\n",
+    )
+    .expect("source");
+    std::fs::write(
+        &allow_host,
+        "list.rpz. 60 IN SOA localhost. nobody.invalid. 1 86400 3600 604800 60\na.blocked-by-list.net.list.rpz. 60 IN CNAME rpz-passthru.\n",
+    )
+    .expect("zone");
+    let requests = server.answers("/block.txt").len();
+    let r = common::start(&setup).expect("start again");
+    // The task answers once it has compiled the blocklist again and renewed (no list is due:
+    // nothing is fetched).
+    let decided = check(&r, "a.blocked-by-list.net");
+    assert_eq!(decided["list"], "allow", "{decided}");
+    assert_eq!(server.answers("/block.txt").len(), requests, "no fetch");
+    assert_ne!(ask(&r, "a.blocked-by-list.net.").0, NXDOMAIN, "allowed now");
+    assert_eq!(ask(&r, "b.blocked-by-list.net.").0, NXDOMAIN);
+    r.stop();
+}

@@ -648,6 +648,12 @@ async fn run(
     let mut allow = Arc::new(load_allowed(&lists));
     let mut fetching: JoinSet<Done> = JoinSet::new();
     let mut waiting: Vec<oneshot::Sender<Result<Vec<RpzList>, ListsError>>> = Vec::new();
+    // An allowlist stored after a blocklist was compiled (the manager stopped between the
+    // two) is subtracted again at once.
+    if allowlist_newer(&lists) {
+        allow = Arc::new(recompile_all(&lists).await);
+        renew(&shared.manager).await;
+    }
     // A new version is stored: renew once the fetches running now are done.
     let mut stored_new = false;
     let mut allowlist_new = false;
@@ -732,15 +738,7 @@ async fn run(
             }
             stored_new = false;
             allowlist_new = false;
-            if let Err(e) = shared
-                .manager
-                .renew(Restart::WhenNeeded, Origin::Subscription)
-                .await
-            {
-                tracing::warn!(
-                    "the new versions of subscribed lists are stored but not in force: {e}"
-                );
-            }
+            renew(&shared.manager).await;
         }
         if fetching.is_empty() {
             for reply in waiting.drain(..) {
@@ -748,6 +746,37 @@ async fn run(
             }
         }
     }
+}
+
+/// Apply the running configuration again, so the policy-loader reads the lists stored; a
+/// refusal is logged (the manager tells it too) and the policy in force stays.
+async fn renew(manager: &ManagerHandle) {
+    if let Err(e) = manager
+        .renew(Restart::WhenNeeded, Origin::Subscription)
+        .await
+    {
+        tracing::warn!("the new versions of subscribed lists are stored but not in force: {e}");
+    }
+}
+
+/// Whether an allowlist's stored zone is newer than a blocklist's.
+fn allowlist_newer(lists: &[Followed]) -> bool {
+    let modified = |l: &Followed| {
+        std::fs::metadata(&l.list.file)
+            .and_then(|m| m.modified())
+            .ok()
+    };
+    let allowlists = lists
+        .iter()
+        .filter(|l| l.list.is_allowlist())
+        .filter_map(modified)
+        .max();
+    let oldest = lists
+        .iter()
+        .filter(|l| !l.list.is_allowlist())
+        .filter_map(modified)
+        .min();
+    matches!((allowlists, oldest), (Some(allowed), Some(blocked)) if allowed > blocked)
 }
 
 /// The entries of `cfg` with a URL, as written (what the task follows anew on a change).
