@@ -683,3 +683,72 @@ fn an_allowlist_stored_after_a_blocklist_was_compiled_is_subtracted_at_the_next_
     assert_eq!(ask(&r, "b.blocked-by-list.net.").0, NXDOMAIN);
     r.stop();
 }
+
+#[test]
+fn an_https_list_from_a_certificate_the_system_does_not_trust_is_refused() {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let dir = std::env::temp_dir().join(format!("rpz-lists-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (cert, key) = (dir.join("server.pem"), dir.join("server.key"));
+    testbed::self_signed_cert("127.0.0.1", &cert, &key).expect("a certificate");
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
+        .expect("PEM")
+        .collect::<Result<_, _>>()
+        .expect("certificates");
+    let key = PrivateKeyDer::from_pem_file(&key).expect("a key");
+    // ring's provider, as the client's (rustls deprecates it for its lack of post-quantum
+    // key exchange).
+    #[allow(deprecated)]
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("a server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let list = knot_resolver::rpz::lists::List {
+        name: "tls".into(),
+        url: String::new(),
+        file: dir.join("tls.rpz"),
+        format: knot_resolver::config::ListFormat::Domains,
+        action: None,
+        refresh: std::time::Duration::from_secs(3600),
+        sha256: None,
+        limits: knot_resolver::rpz::lists::FetchLimits::default(),
+        tags: None,
+    };
+    let (handshakes, error) = runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        // The server's side of the handshake: it ends when the client refuses the certificate.
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.expect("a connection");
+            acceptor.accept(tcp).await.is_ok()
+        });
+        let list = knot_resolver::rpz::lists::List {
+            url: format!("https://127.0.0.1:{port}/list.txt"),
+            ..list
+        };
+        let allow = std::sync::Arc::new(knot_resolver::rpz::lists::store::AllowSet::default());
+        let error = knot_resolver::rpz::lists::refresh(&list, allow)
+            .await
+            .expect_err("refused");
+        (server.await.expect("the server"), error)
+    });
+    assert!(!handshakes, "no TLS session was made");
+    assert_eq!(error.reason(), "connect", "{error}");
+    let text = error.to_string();
+    assert!(text.contains("TLS with 127.0.0.1"), "{text}");
+    assert!(text.contains("certificate"), "{text}");
+    assert!(!dir.join("tls.rpz").exists(), "nothing stored");
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
