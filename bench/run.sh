@@ -13,6 +13,9 @@
 #                                  chaos (--minutes N [--seed S]: a long soak, not in the default list),
 #                                  rpz (--sizes 10000,1000000 --runs N: RPZ by zone transfer from knotd
 #                                  against file + watchdog; not in the default list),
+#                                  lists ([ENTRIES]: a subscribed list of 3,000,000 entries by
+#                                  default, time until in force and the manager's peak memory
+#                                  growth; ours only, not in the default list),
 #                                  fleet (--sizes 5,20,50 --changes N: a record set on one node until
 #                                  every node of a fleet on etcd answers it; a node's PSS with and
 #                                  without fleet; ours only, not in the default list),

@@ -58,9 +58,10 @@ pub fn watched_files(cfg: &KresConfig, config_files: &ConfigFiles) -> BTreeMap<P
             files.insert(key.clone(), OnChange::Renew);
         }
     }
-    // A zone kept by zone transfer is renewed by its secondary once stored, not watched.
+    // A zone kept by zone transfer (or a subscribed list) is renewed by its secondary (the
+    // lists' task) once stored, not watched.
     for rpz in cfg.local_data.rpz.iter().flatten() {
-        if rpz.watchdog && rpz.transfer.is_none() {
+        if rpz.watchdog && !crate::lua::kept_by_manager(rpz) {
             files.insert(rpz.file.clone(), OnChange::Renew);
         }
     }

@@ -105,7 +105,7 @@ fn compare(reference: &Value, ours: &Value, path: &str, problems: &mut Vec<Strin
 }
 
 /// Our schema without what upstream's lacks on purpose: `local-data.rpz[].transfer` (RPZ by
-/// zone transfer), `monitoring.query-log` (the query log) and `fleet` (a fleet's shared
+/// zone transfer), `local-data.rpz[].url` and its options (subscribed lists), `monitoring.query-log` (the query log) and `fleet` (a fleet's shared
 /// configuration on etcd), extensions of ours.
 fn without_extensions(mut schema: Value) -> Value {
     if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
@@ -125,7 +125,17 @@ fn without_extensions(mut schema: Value) -> Value {
     }
     let rpz = &mut schema["properties"]["local-data"]["properties"]["rpz"]["items"];
     if let Some(props) = rpz.get_mut("properties").and_then(Value::as_object_mut) {
-        props.shift_remove("transfer");
+        for key in [
+            "transfer",
+            "url",
+            "format",
+            "refresh",
+            "max-size",
+            "sha256",
+            "action-override",
+        ] {
+            props.shift_remove(key);
+        }
     }
     schema
 }

@@ -88,6 +88,8 @@ pub struct ApiState {
     pub process_failures: Option<std::sync::Arc<crate::wire::failures::ProcessFailureRecord>>,
     /// What the resolver does, for `GET /events`.
     pub events: crate::events::EventLog,
+    /// The subscribed RPZ lists' task: their status, refreshes and checks (`/rpz/lists`).
+    pub rpz_lists: crate::rpz::lists::ListsHandle,
     /// The control plane's series for `/metrics/prometheus`, tallied from `events`.
     pub control_plane: crate::metrics::ControlPlane,
     /// The version of the kresd the workers run (`kresd --version`), once it is known.
@@ -155,6 +157,9 @@ pub fn routes(faults: fault::FaultInjection) -> OpenApiRouter<ApiState> {
         .routes(routes!(stats::metrics_prometheus))
         .routes(routes!(control::cache_clear))
         .routes(routes!(rpz::zones))
+        .routes(routes!(rpz::lists))
+        .routes(routes!(rpz::refresh))
+        .routes(routes!(rpz::check))
         .routes(routes!(trace::trace))
         .routes(routes!(query_log::query_log_entries))
         .routes(routes!(query_log::query_log_stream))

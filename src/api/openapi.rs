@@ -285,7 +285,20 @@ fn describe_query_filters(doc: &mut Value) {
         ),
         ("limit", limit),
     ];
+    // `kresctl rpz check`: a name as `rpz::lists::format::checked_name` takes it, an address
+    let check = [
+        (
+            "name",
+            json!({"type": "string", "pattern": crate::rpz::lists::format::NAME_PATTERN,
+                   "maxLength": crate::rpz::lists::format::MAX_NAME}),
+        ),
+        (
+            "client",
+            json!({"type": "string", "pattern": select::address_pattern()}),
+        ),
+    ];
     for (path, schemas) in [
+        ("/paths/~1rpz~1check/get/parameters", &check[..]),
         ("/paths/~1query-log/get/parameters", &filters[..]),
         ("/paths/~1query-log~1stream/get/parameters", &filters[..]),
         ("/paths/~1top~1{kind}/get/parameters", &top[..]),
@@ -598,7 +611,13 @@ mod tests {
             qtype in proptest::string::string_regex(&unanchored(&select::qtype_pattern())).unwrap(),
             rcode in proptest::string::string_regex(&unanchored(&select::rcode_pattern())).unwrap(),
             window in proptest::string::string_regex(&unanchored(WINDOW_PATTERN)).unwrap(),
+            checked in proptest::string::string_regex(&unanchored(crate::rpz::lists::format::NAME_PATTERN)).unwrap(),
+            address in proptest::string::string_regex(&unanchored(&select::address_pattern())).unwrap(),
         ) {
+            let fits = checked.len() <= crate::rpz::lists::format::MAX_NAME;
+            let taken = crate::rpz::lists::format::checked_name(&checked).is_some();
+            proptest::prop_assert_eq!(fits, taken, "{:?}", checked);
+            proptest::prop_assert!(address.parse::<std::net::IpAddr>().is_ok(), "{address:?}");
             proptest::prop_assert!(crate::etag::TagList::parse(&tags).is_some(), "{tags:?}");
             let name = if name.len() > 254 { "." } else { &name };
             let filter = select::Filter::parse(Some(&client), Some(name), Some(&qtype), Some(&rcode));
@@ -620,6 +639,14 @@ mod tests {
         let tags = Some(json!(crate::etag::TAG_LIST_PATTERN));
         assert_eq!(pattern("/v1/config", "If-Match"), tags);
         assert_eq!(pattern("/v1/config/{pointer}", "If-None-Match"), tags);
+        assert_eq!(
+            pattern("/rpz/check", "name"),
+            Some(json!(crate::rpz::lists::format::NAME_PATTERN))
+        );
+        assert_eq!(
+            pattern("/rpz/check", "client"),
+            Some(json!(select::address_pattern()))
+        );
         for path in ["/query-log", "/query-log/stream"] {
             assert_eq!(
                 pattern(path, "client"),

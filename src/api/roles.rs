@@ -69,6 +69,8 @@ const READ_ROUTES: &[Route] = &[
     Route::Exact("/metrics/json"),
     Route::Exact("/metrics/prometheus"),
     Route::Exact("/rpz"),
+    Route::Exact("/rpz/lists"),
+    Route::Exact("/rpz/check"),
     Route::Exact("/query-log/status"),
     Route::Below("/top/"),
     Route::Exact("/upstreams"),

@@ -300,12 +300,33 @@ pub enum ApiCommand {
         #[command(subcommand)]
         op: FleetOp,
     },
-    /// Show the RPZ zones kept by zone transfer: serial, last transfer, next refresh, expiry.
+    /// Show the RPZ zones kept by zone transfer (serial, last transfer, next refresh, expiry)
+    /// and the subscribed lists (URL, entries, last fetch, next refresh, ETag).
     Rpz {
         /// Print the API's JSON instead of a table.
         #[arg(id = "json", long = "json", action = ArgAction::SetTrue,
               value_parser = flag(OutputFormat::Json, OutputFormat::Text))]
         format: OutputFormat,
+        #[command(subcommand)]
+        op: Option<RpzOp>,
+    },
+}
+
+/// What `kresctl rpz` does beside showing.
+#[derive(Subcommand)]
+pub enum RpzOp {
+    /// Fetch a subscribed list (every list without NAME) now; returns once what came is in
+    /// force, or why it was refused.
+    Refresh {
+        /// The list (its file's name without the extension).
+        name: Option<String>,
+    },
+    /// Which subscribed list (or allowlist) decides a name, without sending a query.
+    Check {
+        /// The domain name.
+        name: String,
+        /// A client's address: only the lists its views' tags select count.
+        client: Option<String>,
     },
 }
 

@@ -127,6 +127,17 @@ pub enum Request<'a> {
     Upgrade,
     /// The RPZ zones kept by zone transfer.
     Rpz,
+    /// The subscribed lists.
+    RpzLists,
+    /// Fetch a subscribed list (every one when none) now.
+    RpzRefresh {
+        name: Option<&'a str>,
+    },
+    /// Which subscribed list decides a name.
+    RpzCheck {
+        name: &'a str,
+        client: Option<&'a str>,
+    },
     /// One query traced; name and type already validated.
     Trace {
         name: &'a str,
@@ -179,6 +190,8 @@ impl Request<'_> {
             | Request::Metrics(_)
             | Request::UpgradeStatus
             | Request::Rpz
+            | Request::RpzLists
+            | Request::RpzCheck { .. }
             | Request::Trace { .. }
             | Request::QueryLog { .. }
             | Request::QueryLogStream { .. }
@@ -194,6 +207,7 @@ impl Request<'_> {
             | Request::Reload(_)
             | Request::CacheClear { .. }
             | Request::FleetRollback
+            | Request::RpzRefresh { .. }
             | Request::Upgrade => Method::POST,
         }
     }
@@ -239,6 +253,19 @@ impl Request<'_> {
             Request::CacheClear { .. } => "/cache/clear".into(),
             Request::UpgradeStatus | Request::Upgrade => "/upgrade".into(),
             Request::Rpz => "/rpz".into(),
+            Request::RpzLists => "/rpz/lists".into(),
+            Request::RpzRefresh { name: None } => "/rpz/lists/refresh".into(),
+            Request::RpzRefresh { name: Some(name) } => {
+                format!("/rpz/lists/refresh?name={}", percent_encoded(name))
+            }
+            Request::RpzCheck { name, client } => match client {
+                None => format!("/rpz/check?name={}", percent_encoded(name)),
+                Some(client) => format!(
+                    "/rpz/check?name={}&client={}",
+                    percent_encoded(name),
+                    percent_encoded(client)
+                ),
+            },
             Request::Trace {
                 name,
                 rr_type,

@@ -27,7 +27,7 @@ mod worker;
 
 use std::path::Path;
 
-pub use policy::{render_policy_loader, render_policy_loader_with, RPZ_REPORT};
+pub use policy::{kept_by_manager, render_policy_loader, render_policy_loader_with, RPZ_REPORT};
 pub use sections::{live_logging, MAX_SCRIPT_FILE};
 pub use worker::{render_worker, render_worker_with};
 

@@ -7,8 +7,8 @@ use super::{
 };
 use crate::config::types::{IdPattern, TimeUnit};
 use crate::config::{
-    AddressPairs, KresConfig, RpzLog, RpzSchema, RuleSchema, SubtreeKind, ViewAnswer, ViewProtocol,
-    ViewSchema,
+    ActionOverride, AddressPairs, KresConfig, RpzLog, RpzSchema, RuleSchema, SubtreeKind,
+    ViewAnswer, ViewProtocol, ViewSchema,
 };
 
 /// The Lua configuration of the policy-loader. kresd runs it with `-c -`, so the rules DB is
@@ -418,7 +418,7 @@ fn local_data(out: &mut String, cfg: &KresConfig) {
     }
     chunk.end(out);
     let rpz = ld.rpz.as_deref().unwrap_or_default();
-    let transferred = rpz.iter().any(|r| r.transfer.is_some());
+    let transferred = rpz.iter().any(kept_by_manager);
     if transferred {
         rpz_checks(out);
     }
@@ -427,7 +427,12 @@ fn local_data(out: &mut String, cfg: &KresConfig) {
             tags: rpz.tags.as_deref(),
             ..defaults
         };
-        if rpz.transfer.is_some() {
+        if rpz.action_override == Some(ActionOverride::Passthru) {
+            // an allowlist: kresd 6 has no passthru; the manager leaves its names out of
+            // the other subscribed lists instead
+            continue;
+        }
+        if kept_by_manager(rpz) {
             transferred_zone(out, index, rpz, &v);
         } else {
             zonefile(out, ZoneSource::Rpz(rpz), &v, Score::Rule, Failure::Fatal);
@@ -436,6 +441,12 @@ fn local_data(out: &mut String, cfg: &KresConfig) {
     if transferred {
         rpz_report(out, &cfg.rundir.join(RPZ_REPORT));
     }
+}
+
+/// Whether the manager writes the entry's file (a zone transfer or a subscribed list): a
+/// missing file is skipped, and one kresd cannot read is left out and reported.
+pub fn kept_by_manager(rpz: &RpzSchema) -> bool {
+    rpz.transfer.is_some() || rpz.url.is_some()
 }
 
 /// Where the policy-loader lists the RPZ zones kept by zone transfer it could not load, in

@@ -68,7 +68,7 @@ pub fn reports(cfg: &KresConfig) -> bool {
             .rpz
             .iter()
             .flatten()
-            .any(|rpz| rpz.transfer.is_some())
+            .any(crate::lua::kept_by_manager)
 }
 
 /// The zones the report at `path` lists as broken, named after `cfg`'s entries. Read
@@ -108,12 +108,17 @@ fn parse_report(text: &str, cfg: &KresConfig) -> Result<BTreeMap<String, BrokenZ
             .parse::<usize>()
             .ok()
             .and_then(|index| entries.get(index));
-        let Some((rpz, transfer)) = entry.and_then(|rpz| Some((rpz, rpz.transfer.as_ref()?)))
-        else {
+        let Some(rpz) = entry.filter(|rpz| crate::lua::kept_by_manager(rpz)) else {
             return Err(i + 1);
         };
-        let written = transfer.zone.as_str();
-        let zone = crate::config::xfr::zone_name(written).unwrap_or_else(|_| written.to_owned());
+        // a subscribed list by its file, a transferred zone by its name
+        let zone = match &rpz.transfer {
+            Some(transfer) => {
+                let written = transfer.zone.as_str();
+                crate::config::xfr::zone_name(written).unwrap_or_else(|_| written.to_owned())
+            }
+            None => rpz.file.display().to_string(),
+        };
         let reason = crate::events::bounded_reason(reason.trim());
         broken.insert(
             zone,

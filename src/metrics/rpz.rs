@@ -29,6 +29,19 @@ pub(super) struct RpzTally {
     transfers: BTreeMap<(String, String, String), u64>,
     /// NOTIFYs accepted by zone and what they came to.
     notifies: BTreeMap<(String, &'static str), u64>,
+    /// Each subscribed list's figures, by name.
+    lists: BTreeMap<String, ListTally>,
+}
+
+/// What the `rpz-list-*` events said of one subscribed list.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct ListTally {
+    /// Entries of the version in force, as the last successful fetch told.
+    entries: Option<u64>,
+    /// When a fetch last succeeded (Unix time).
+    last_success: Option<f64>,
+    /// Fetches by result (`changed`, `unchanged`, or why it failed).
+    fetches: BTreeMap<String, u64>,
 }
 
 /// When the zone is refreshed next (when told) and when it expires, as an event at `now` told
@@ -136,6 +149,21 @@ impl RpzTally {
                 status.broken = Some(reason.clone());
             }
             Event::RpzZoneLoaded { zone } => self.zone(zone).broken = None,
+            Event::RpzListFetched {
+                list,
+                result,
+                entries,
+                ..
+            } => {
+                let tally = self.lists.entry(list.clone()).or_default();
+                tally.entries = Some(*entries);
+                tally.last_success = Some(now);
+                *tally.fetches.entry(result.clone()).or_default() += 1;
+            }
+            Event::RpzListFailed { list, reason, .. } => {
+                let tally = self.lists.entry(list.clone()).or_default();
+                *tally.fetches.entry(reason.clone()).or_default() += 1;
+            }
             _ => {}
         }
     }
@@ -169,8 +197,10 @@ impl RpzTally {
         self.zones.values().cloned().collect()
     }
 
-    /// The `knot_resolver_rpz_*` families (none while no zone is kept by transfer).
+    /// The `knot_resolver_rpz_*` families (none while no zone is kept by transfer and no
+    /// list is subscribed).
     pub(super) fn write(&self, out: &mut Exposition) {
+        self.write_lists(out);
         if self.zones.is_empty() {
             return;
         }
@@ -248,9 +278,98 @@ impl RpzTally {
     }
 }
 
+impl RpzTally {
+    /// The `knot_resolver_rpz_list_*` families (none while no list was fetched).
+    fn write_lists(&self, out: &mut Exposition) {
+        if self.lists.is_empty() {
+            return;
+        }
+        let list_label = |list: &str| format!("list=\"{}\"", label(list));
+        let name = "knot_resolver_rpz_list_entries";
+        let samples = out.family(
+            name,
+            "entries of the version in force of a subscribed list",
+            Kind::Gauge,
+        );
+        for (list, tally) in &self.lists {
+            if let Some(entries) = tally.entries {
+                samples.push_str(&sample_line(name, &list_label(list), entries as f64));
+            }
+        }
+        let name = "knot_resolver_rpz_list_last_success_timestamp_seconds";
+        let samples = out.family(
+            name,
+            "when a fetch of a subscribed list last succeeded, changed or not (Unix time)",
+            Kind::Gauge,
+        );
+        for (list, tally) in &self.lists {
+            if let Some(at) = tally.last_success {
+                samples.push_str(&sample_line(name, &list_label(list), at));
+            }
+        }
+        let name = "knot_resolver_rpz_list_fetches_total";
+        let samples = out.family(
+            name,
+            "fetches of subscribed lists by list and result (changed, unchanged, or why the \
+             version in force was kept: html, shrank, sha256, too-large, redirects, network and \
+             the like)",
+            Kind::Counter,
+        );
+        for (list, tally) in &self.lists {
+            for (result, n) in &tally.fetches {
+                let labels = format!("{},result=\"{}\"", list_label(list), label(result));
+                samples.push_str(&sample_line(name, &labels, *n as f64));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_events_of_a_list_make_its_series() {
+        let mut tally = RpzTally::default();
+        let fetched = |result: &str, entries| Event::RpzListFetched {
+            list: "ads".into(),
+            url: "http://lists.example/ads".into(),
+            result: result.into(),
+            entries,
+            skipped: 0,
+            bytes: 10,
+            etag: None,
+            next_refresh: 60.0,
+        };
+        tally.on(&record(100.0, fetched("changed", 7)));
+        tally.on(&record(
+            200.0,
+            Event::RpzListFailed {
+                list: "ads".into(),
+                url: "http://lists.example/ads".into(),
+                reason: "html".into(),
+                error: "an HTML page".into(),
+                next_refresh: 30.0,
+            },
+        ));
+        tally.on(&record(300.0, fetched("unchanged", 7)));
+        let mut out = Exposition::default();
+        tally.write(&mut out);
+        let text = out.render();
+        for line in [
+            "knot_resolver_rpz_list_entries{list=\"ads\"} 7",
+            "knot_resolver_rpz_list_last_success_timestamp_seconds{list=\"ads\"} 300",
+            "knot_resolver_rpz_list_fetches_total{list=\"ads\",result=\"changed\"} 1",
+            "knot_resolver_rpz_list_fetches_total{list=\"ads\",result=\"html\"} 1",
+            "knot_resolver_rpz_list_fetches_total{list=\"ads\",result=\"unchanged\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert!(
+            !text.contains("knot_resolver_rpz_serial"),
+            "no zone: {text}"
+        );
+    }
 
     fn record(time: f64, event: Event) -> Record {
         Record::at(time, event)

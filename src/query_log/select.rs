@@ -169,6 +169,22 @@ fn any_case(text: &str) -> String {
 /// The clients [`Network::parse`] takes, for the API's document: an IPv4 or IPv6 address
 /// (RFC 3986's forms, which are Rust's), optionally with a prefix length.
 pub fn client_pattern() -> String {
+    let (v4, v6) = address_patterns();
+    format!(
+        "^({v4}(/{})?|({v6})(/{})?)$",
+        decimal_up_to(32),
+        decimal_up_to(128)
+    )
+}
+
+/// An IPv4 or IPv6 address as `std::net::IpAddr` parses it, for the API's document.
+pub fn address_pattern() -> String {
+    let (v4, v6) = address_patterns();
+    format!("^({v4}|({v6}))$")
+}
+
+/// The IPv4 and the IPv6 forms of an address (RFC 3986's, which are Rust's), unanchored.
+fn address_patterns() -> (String, String) {
     let octet = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
     let v4 = format!("({octet}\\.){{3}}{octet}");
     let h16 = "[0-9A-Fa-f]{1,4}";
@@ -187,12 +203,7 @@ pub fn client_pattern() -> String {
     }
     v6.push(format!("{}::{h16}", before(6)));
     v6.push(format!("{}::", before(7)));
-    format!(
-        "^({v4}(/{})?|({})(/{})?)$",
-        decimal_up_to(32),
-        v6.join("|"),
-        decimal_up_to(128)
-    )
+    (v4, v6.join("|"))
 }
 
 /// The types [`parse_qtype`] takes, for the API's document: a number, `TYPEn`, or a

@@ -21,6 +21,7 @@
 //! written from before it is stored, else the transfer fails.
 
 mod key;
+pub mod lists;
 mod notify;
 pub mod pacing;
 mod presentation;

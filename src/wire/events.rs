@@ -185,6 +185,32 @@ pub enum Event {
     },
     /// A zone kresd could not load is loaded again.
     RpzZoneLoaded { zone: String },
+    /// A subscribed list was fetched: `result` `changed` (a new version is stored, the
+    /// policy is renewed with the others fetched with it) or `unchanged` (the server said
+    /// 304: nothing stored, no policy-loader run). `entries` and `skipped` are the stored
+    /// version's; `next_refresh` in seconds.
+    #[serde(rename_all = "kebab-case")]
+    RpzListFetched {
+        list: String,
+        url: String,
+        result: String,
+        entries: u64,
+        skipped: u64,
+        bytes: u64,
+        etag: Option<String>,
+        next_refresh: f64,
+    },
+    /// A fetch of a subscribed list failed, or what it brought was refused (`reason`: a
+    /// short label, `html`, `shrank`, `sha256`, `too-large`, `redirects`, …); the previous
+    /// version stays in force. `next_refresh` (seconds) is the retry.
+    #[serde(rename_all = "kebab-case")]
+    RpzListFailed {
+        list: String,
+        url: String,
+        reason: String,
+        error: String,
+        next_refresh: f64,
+    },
     /// To one follower only, first: events after the id it resumed from are gone.
     #[serde(rename_all = "kebab-case")]
     EventsMissed {
@@ -209,6 +235,8 @@ pub enum Origin {
     ZoneTransfer,
     /// The fleet's shared document changed (`fleet`).
     Fleet,
+    /// A fetch stored a new version of a subscribed list.
+    Subscription,
 }
 
 impl fmt::Display for Origin {
@@ -219,6 +247,7 @@ impl fmt::Display for Origin {
             Origin::WatchedFile => "a watched file changed",
             Origin::ZoneTransfer => "a zone transfer stored a new RPZ zone",
             Origin::Fleet => "the fleet's document changed",
+            Origin::Subscription => "a subscribed list changed",
         })
     }
 }
@@ -265,6 +294,8 @@ impl Event {
             Event::RpzNotifyListenFailed { .. } => "rpz-notify-listen-failed",
             Event::RpzZoneBroken { .. } => "rpz-zone-broken",
             Event::RpzZoneLoaded { .. } => "rpz-zone-loaded",
+            Event::RpzListFetched { .. } => "rpz-list-fetched",
+            Event::RpzListFailed { .. } => "rpz-list-failed",
             Event::EventsMissed { .. } => "events-missed",
             Event::EventsLagged { .. } => "events-lagged",
         }
@@ -349,7 +380,9 @@ impl fmt::Display for Event {
             | Event::RpzExpired { .. }
             | Event::RpzNotifyListenFailed { .. }
             | Event::RpzZoneBroken { .. }
-            | Event::RpzZoneLoaded { .. } => write_rpz(self, kind, f),
+            | Event::RpzZoneLoaded { .. }
+            | Event::RpzListFetched { .. }
+            | Event::RpzListFailed { .. } => write_rpz(self, kind, f),
             Event::EventsLagged { lost } => {
                 write!(
                     f,
@@ -417,6 +450,20 @@ fn write_rpz(event: &Event, kind: &str, f: &mut fmt::Formatter<'_>) -> fmt::Resu
             "{kind} {zone}: kresd cannot load {file} ({reason}); the zone is left out, the rest of the policy is in force, and it is transferred whole again"
         ),
         Event::RpzZoneLoaded { zone } => write!(f, "{kind} {zone}: loaded again"),
+        Event::RpzListFetched {
+            list,
+            result,
+            entries,
+            skipped,
+            ..
+        } => write!(
+            f,
+            "{kind} {list}: {result}, {entries} entries, {skipped} lines skipped"
+        ),
+        Event::RpzListFailed { list, error, .. } => write!(
+            f,
+            "{kind} {list}: {error}; the previous version stays in force"
+        ),
         _ => f.write_str(kind),
     }
 }

@@ -145,6 +145,7 @@ impl Fixture {
             query_log: Default::default(),
             heavy: Default::default(),
             fleet: None,
+            rpz_lists: knot_resolver::rpz::lists::ListsHandle::new().0,
         };
         Fixture {
             state,

@@ -95,6 +95,12 @@ fn rpz_entry() -> ObjectDef {
         vec![
             req("file", v(&vt::READABLE_FILE), "Path to the RPZ zone file."),
             f("transfer", opt(obj(rpz_transfer())), Value::Null, "Keep the zone up to date from its primaries by zone transfer (AXFR/IXFR, NOTIFY, TSIG); 'file' is where it is kept and need not exist yet. Not in upstream's schema."),
+            f("url", opt(Ty::Str), Value::Null, "Subscribe to a list published over HTTP(S) instead of reading a file as it is (or transferring a zone): the list is fetched, checked and kept as an RPZ zone in 'file', which need not exist yet. Not in upstream's schema."),
+            f("format", opt(Ty::Literal(LIST_FORMATS)), Value::Null, "With 'url': the list's format, 'rpz' (a zone file, the default), 'hosts' (an /etc/hosts file), 'domains' (a name per line) or 'adblock' (the '||name^' rules; others are skipped). Not in upstream's schema."),
+            f("refresh", opt(v(&vt::TIME_UNIT)), Value::Null, "With 'url': how often the list is fetched again (with a jitter of up to a tenth). Default: 24h. Not in upstream's schema."),
+            f("max-size", opt(v(&vt::SIZE_UNIT)), Value::Null, "With 'url': the most bytes the list may have; a larger one is refused and the previous one kept. Default: 256M. Not in upstream's schema."),
+            f("sha256", opt(Ty::Str), Value::Null, "With 'url': the SHA-256 (64 hex digits) the list must have; another is refused and the previous one kept. Not in upstream's schema."),
+            f("action-override", opt(Ty::Literal(ACTION_OVERRIDES)), Value::Null, "With 'url': the action of every name of the list (Unbound's names): 'nxdomain', 'nodata', or 'passthru' (an allowlist: its names are blocked by no other list). Default: an RPZ list's own actions, 'nxdomain' for the other formats. Not in upstream's schema."),
             f("watchdog", watchdog_ty(), json!("auto"), "Enables files watchdog for configured RPZ file. Requires the optional 'watchdog' dependency."),
             f("tags", opt(list(v(&vt::ID_PATTERN_TYPE))), Value::Null, "Tags to link with other policy rules."),
             f("log", opt(list(Ty::Literal(&["ip", "name"]))), Value::Null, "Enables logging information whenever this RPZ matches."),
@@ -107,16 +113,18 @@ fn rpz_entry() -> ObjectDef {
     rpz.retype = Some(|field, given| {
         // A transferred zone's file is written by the resolver: its directory must be
         // writable, the file need not exist yet.
-        (field == "file" && given.get("transfer").is_some_and(|t| !t.is_null()))
-            .then(|| v(&vt::WRITABLE_FILE_PATH))
+        let kept = |key: &str| given.get(key).is_some_and(|t| !t.is_null());
+        (field == "file" && (kept("transfer") || kept("url"))).then(|| v(&vt::WRITABLE_FILE_PATH))
     });
     rpz.validate = Some(|m, ctx, path| {
         if is_true(m, "watchdog") && !WATCHDOG_AVAILABLE {
             return fail(path, "'watchdog' is enabled, but the required 'watchdog' dependency (optional) is not installed");
         }
-        // A zone kept by transfer is read by the manager itself: a regular file or none yet
-        // (without `transfer` the file's type says it must exist and be a file).
-        let checked = ctx.checks != crate::PathChecks::Lenient && is_set(m, "transfer");
+        subscription_rules(m, path)?;
+        // A zone kept by transfer or subscription is read by the manager itself: a regular
+        // file or none yet (otherwise the file's type says it must exist and be a file).
+        let kept = is_set(m, "transfer") || is_set(m, "url");
+        let checked = ctx.checks != crate::PathChecks::Lenient && kept;
         let file = m.get("file").and_then(Value::as_str).filter(|_| checked);
         if let Some(not) = file.and_then(|f| crate::regular_file::not_regular(f.as_ref())) {
             return fail(&child_path(path, "file"), format!("file {not}"));
@@ -124,6 +132,59 @@ fn rpz_entry() -> ObjectDef {
         Ok(())
     });
     rpz
+}
+
+/// The formats a subscribed list may have.
+const LIST_FORMATS: &[&str] = &["rpz", "hosts", "domains", "adblock"];
+
+/// The actions `action-override` may name (Unbound's names kresd 6 can carry out).
+const ACTION_OVERRIDES: &[&str] = &["nxdomain", "nodata", "passthru"];
+
+/// The longest `url`.
+const MAX_URL: usize = 2048;
+
+/// The keys that only mean something beside `url`.
+const SUBSCRIPTION_KEYS: &[&str] = &["format", "refresh", "max-size", "sha256", "action-override"];
+
+/// `url` (http or https, no more than [`MAX_URL`] bytes, no spaces) excludes `transfer`;
+/// the subscription's keys need `url`; `sha256` is 64 hex digits.
+fn subscription_rules(m: &Map<String, Value>, path: &str) -> Result<(), Vec<Failure>> {
+    let Some(url) = m.get("url").and_then(Value::as_str) else {
+        for key in SUBSCRIPTION_KEYS {
+            if is_set(m, key) {
+                return fail(
+                    &child_path(path, key),
+                    format!("'{key}' is an option of a subscribed list: it needs 'url'"),
+                );
+            }
+        }
+        return Ok(());
+    };
+    let at = child_path(path, "url");
+    if is_set(m, "transfer") {
+        return fail(&at, "'url' and 'transfer' cannot both be set: a zone comes from its primaries or from a URL");
+    }
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    if !matches!(scheme.as_deref(), Some("http" | "https")) {
+        return fail(&at, format!("'{url}' is not an http:// or https:// URL"));
+    }
+    if url.len() > MAX_URL || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return fail(
+            &at,
+            format!("the URL is longer than {MAX_URL} bytes or has a space or a control character"),
+        );
+    }
+    if let Some(pin) = m.get("sha256").and_then(Value::as_str) {
+        if pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return fail(
+                &child_path(path, "sha256"),
+                format!("'{pin}' is not a SHA-256 (64 hex digits)"),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Two RPZ entries naming one file: each entry renews the policy from it, and a zone kept by
@@ -338,9 +399,48 @@ pub struct RpzSchema {
     pub file: PathBuf,
     /// Zone transfer from primaries; `file` is where the zone is kept.
     pub transfer: Option<RpzTransferSchema>,
+    /// Where a subscribed list is fetched from (an extension of ours); `file` is where it is
+    /// kept as an RPZ zone.
+    pub url: Option<String>,
+    /// The subscribed list's format (none: `rpz`).
+    pub format: Option<ListFormat>,
+    /// How often the subscribed list is fetched again.
+    pub refresh: Option<TimeUnit>,
+    /// The most bytes the subscribed list may have.
+    pub max_size: Option<SizeUnit>,
+    /// The SHA-256 the subscribed list must have (hex).
+    pub sha256: Option<String>,
+    /// The action of every name of the subscribed list.
+    pub action_override: Option<ActionOverride>,
     pub watchdog: bool,
     pub tags: Option<Vec<IdPattern>>,
     pub log: Option<Vec<RpzLog>>,
+}
+
+/// The format of a subscribed list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ListFormat {
+    /// An RPZ zone file.
+    Rpz,
+    /// An `/etc/hosts` file: the names after each address.
+    Hosts,
+    /// A name per line.
+    Domains,
+    /// Adblock rules: `||name^` blocks a name and the names under it; other rules are skipped.
+    Adblock,
+}
+
+/// The action of every name of a subscribed list (Unbound's `rpz-action-override`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ActionOverride {
+    /// The name does not exist.
+    Nxdomain,
+    /// The name exists with no data.
+    Nodata,
+    /// The list is an allowlist: its names are blocked by no other list.
+    Passthru,
 }
 
 /// Where an RPZ comes from by zone transfer (an extension of ours: upstream has no such key).

@@ -316,3 +316,58 @@ fn addresses_keep_each_names_addresses_in_document_order() {
     );
     assert_eq!(pairs.address_count(), 4);
 }
+
+#[test]
+fn a_subscribed_list_is_a_url_beside_no_transfer_and_its_options_need_the_url() {
+    let ctx = crate::ValidationContext {
+        resolve_root: "/".into(),
+        checks: crate::PathChecks::Lenient,
+        logtarget_arg: crate::LogTargetArg::Given(crate::LogTarget::Stdout),
+    };
+    let validate = |entry: serde_json::Value| {
+        crate::validate(&serde_json::json!({"local-data": {"rpz": [entry]}}), &ctx)
+    };
+    let cfg = validate(serde_json::json!({
+        "file": "/var/rpz/ads.rpz", "url": "https://lists.example/ads.txt", "format": "adblock",
+        "refresh": "1h", "max-size": "10M", "sha256": "ab".repeat(32),
+        "action-override": "nodata",
+    }))
+    .expect("valid");
+    let rpz = &cfg.local_data.rpz.expect("rpz")[0];
+    assert_eq!(rpz.url.as_deref(), Some("https://lists.example/ads.txt"));
+    assert_eq!(rpz.format, Some(super::ListFormat::Adblock));
+    assert_eq!(rpz.action_override, Some(super::ActionOverride::Nodata));
+    assert_eq!(rpz.max_size.as_ref().map(|s| s.bytes()), Some(10 << 20));
+    let refused = |entry: serde_json::Value| {
+        let errors = validate(entry).expect_err("refused").0;
+        (errors[0].path.clone(), errors[0].message.clone())
+    };
+    let (path, message) = refused(serde_json::json!({
+        "file": "/var/rpz/a.rpz", "url": "http://lists.example/a",
+        "transfer": {"zone": "a.rpz.", "primaries": ["192.0.2.53"]},
+    }));
+    assert_eq!(path, "/local-data/rpz/0/url");
+    assert!(
+        message.contains("'url' and 'transfer' cannot both be set"),
+        "{message}"
+    );
+    let (path, message) = refused(serde_json::json!({"file": "/var/rpz/a.rpz", "format": "hosts"}));
+    assert_eq!(path, "/local-data/rpz/0/format");
+    assert!(message.contains("needs 'url'"), "{message}");
+    let (path, message) =
+        refused(serde_json::json!({"file": "/var/rpz/a.rpz", "url": "ftp://x/a"}));
+    assert_eq!(path, "/local-data/rpz/0/url");
+    assert!(
+        message.contains("not an http:// or https:// URL"),
+        "{message}"
+    );
+    let (path, message) = refused(serde_json::json!({
+        "file": "/var/rpz/a.rpz", "url": "https://x/a", "sha256": "abc",
+    }));
+    assert_eq!(path, "/local-data/rpz/0/sha256");
+    assert!(message.contains("64 hex digits"), "{message}");
+    let (path, _) = refused(serde_json::json!({
+        "file": "/var/rpz/a.rpz", "url": "https://x/a", "action-override": "drop",
+    }));
+    assert_eq!(path, "/local-data/rpz/0/action-override");
+}

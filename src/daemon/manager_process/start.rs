@@ -128,6 +128,8 @@ struct ToServe {
     api: ApiState,
     /// The RPZ zones the start transferred, told to the event log by their tasks.
     transferred: FirstTransfers,
+    /// The subscribed lists' task's end of the API's handle.
+    lists: crate::rpz::lists::ListsInbox,
     heap: heap::HeapPrefault,
     /// Where the configuration last kept in the root's fd store is published (the handle's
     /// answers wait for it).
@@ -262,6 +264,7 @@ impl Running {
         let task = spawn_task(ctx, health_tx, &stop);
         let sources = task_events(task, started_rx, health_rx.clone(), &stop, &parent);
         let control_plane = crate::metrics::ControlPlane::follow(&events, stop.child_token());
+        let (rpz_lists, lists) = crate::rpz::lists::ListsHandle::new();
         let api = ApiState {
             supervisor: parent.handle.clone(),
             stop: stop.clone(),
@@ -278,6 +281,7 @@ impl Running {
             query_log,
             heavy: Default::default(),
             fleet: membership(&handle, settings.source),
+            rpz_lists,
         };
         let to_serve = ToServe {
             incarnation: restored.incarnation,
@@ -291,6 +295,7 @@ impl Running {
             management: handle.config().model.management.clone(),
             api,
             transferred,
+            lists,
             heap: settings.heap,
             kept: kept_tx,
             keep_delay: faults.keep_delay,
@@ -373,6 +378,12 @@ impl Running {
             self.handle.clone(),
             to_serve.api.events.clone(),
             to_serve.transferred,
+            self.stop.child_token(),
+        ));
+        self.serving.spawn(crate::rpz::lists::start(
+            self.handle.clone(),
+            to_serve.api.events.clone(),
+            to_serve.lists,
             self.stop.child_token(),
         ));
         let listener = to_serve

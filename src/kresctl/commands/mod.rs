@@ -234,7 +234,11 @@ pub async fn execute(client: &ApiClient, command: ApiCommand) -> Result<(), Clie
         }
         ApiCommand::Cache(CacheArgs { op: None }) => cli::print_help_to_stderr(Some("cache")),
         ApiCommand::Cache(CacheArgs { op: Some(op) }) => cache::run(client, op).await?,
-        ApiCommand::Rpz { format } => rpz::print_zones(client, format).await?,
+        ApiCommand::Rpz { format, op: None } => rpz::print_zones(client, format).await?,
+        ApiCommand::Rpz {
+            format,
+            op: Some(op),
+        } => rpz::run(client, op, format).await?,
         ApiCommand::Trace(args) => trace::run(client, args).await?,
         ApiCommand::Top(args) => query_log::top(client, args).await?,
         ApiCommand::Querylog(args) => query_log::querylog(client, args).await?,

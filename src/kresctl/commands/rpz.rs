@@ -1,13 +1,16 @@
 //! `kresctl rpz`: the RPZ zones kept by zone transfer (`GET /rpz`), one block per zone (its
 //! serial, last refresh and success, next refresh and expiry), or the API's JSON. Zones are
-//! read in one place, as `wire::rpz::RpzZone`, by `zone_lines`.
+//! read in one place, as `wire::rpz::RpzZone`, by `zone_lines`. Then the subscribed lists
+//! (`GET /rpz/lists`, `list_lines`); `kresctl rpz refresh [NAME]` fetches them now and
+//! `kresctl rpz check NAME` says which list decides a name.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::kresctl::cli::RpzOp;
 use crate::kresctl::client::{ApiClient, ClientError};
 use crate::kresctl::output::{self, OutputFormat};
 use crate::kresctl::request::Request;
-use crate::wire::rpz::RpzZone;
+use crate::wire::rpz::{RpzCheck, RpzList, RpzZone};
 
 /// `kresctl rpz`: the zones, as text or JSON.
 pub async fn print_zones(client: &ApiClient, format: OutputFormat) -> Result<(), ClientError> {
@@ -16,18 +19,196 @@ pub async fn print_zones(client: &ApiClient, format: OutputFormat) -> Result<(),
         OutputFormat::Json => output::print(&output::pretty_json(&value)?)?,
         OutputFormat::Yaml | OutputFormat::Text => {
             let zones: Vec<RpzZone> = serde_json::from_value(value)?;
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
-            if zones.is_empty() {
-                output::println("no RPZ zone is kept by zone transfer")?;
+            let now = unix_now();
+            let lists = client.call(&Request::RpzLists).await?.ok()?;
+            let lists: Vec<RpzList> = serde_json::from_value(output::json_body(&lists)?)?;
+            if zones.is_empty() && lists.is_empty() {
+                output::println("no RPZ zone is kept by zone transfer, no list is subscribed")?;
             }
             for zone in &zones {
                 output::print(&zone_lines(zone, now))?;
             }
+            for list in &lists {
+                output::print(&list_lines(list, now))?;
+            }
         }
     }
     Ok(())
+}
+
+/// `kresctl rpz refresh|check`.
+pub async fn run(client: &ApiClient, op: RpzOp, format: OutputFormat) -> Result<(), ClientError> {
+    let value = match &op {
+        RpzOp::Refresh { name } => {
+            let request = Request::RpzRefresh {
+                name: name.as_deref(),
+            };
+            output::json_body(&client.call(&request).await?.ok()?)?
+        }
+        RpzOp::Check { name, client: from } => {
+            let request = Request::RpzCheck {
+                name,
+                client: from.as_deref(),
+            };
+            output::json_body(&client.call(&request).await?.ok()?)?
+        }
+    };
+    if format == OutputFormat::Json {
+        return output::print(&output::pretty_json(&value)?).map_err(Into::into);
+    }
+    let now = unix_now();
+    match op {
+        RpzOp::Refresh { name } => {
+            let lists: Vec<RpzList> = serde_json::from_value(value)?;
+            for list in lists
+                .iter()
+                .filter(|l| name.as_ref().is_none_or(|n| *n == l.name))
+            {
+                output::print(&list_lines(list, now))?;
+            }
+        }
+        RpzOp::Check { .. } => {
+            let check: RpzCheck = serde_json::from_value(value)?;
+            output::print(&check_lines(&check))?;
+        }
+    }
+    Ok(())
+}
+
+/// Seconds since the Unix epoch, now.
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// What an operator reads of one subscribed list at `now` (Unix seconds).
+fn list_lines(list: &RpzList, now: f64) -> String {
+    let kind = match list.action.as_deref() {
+        Some("passthru") => "allowlist".to_owned(),
+        Some(action) => format!("{} list, every name {action}", list.format),
+        None => format!("{} list", list.format),
+    };
+    let count = |n: Option<u64>| n.map_or_else(|| "-".to_owned(), |n| n.to_string());
+    let ago = |t: Option<f64>| {
+        t.map_or_else(
+            || "-".to_owned(),
+            |t| format!("{} ago", span(Some(now - t))),
+        )
+    };
+    let mut out = format!(
+        "{}  {kind}
+",
+        list.name
+    );
+    out.push_str(&format!(
+        "  url:          {}
+",
+        list.url
+    ));
+    out.push_str(&format!(
+        "  file:         {}
+",
+        list.file
+    ));
+    out.push_str(&format!(
+        "  entries:      {} ({} lines skipped)
+",
+        count(list.entries),
+        count(list.skipped)
+    ));
+    let result = match (&list.result, &list.error) {
+        (Some(result), Some(error)) => {
+            format!("{result}: {error}; the previous version stays in force")
+        }
+        (Some(result), None) => result.clone(),
+        (None, _) => "-".to_owned(),
+    };
+    out.push_str(&format!(
+        "  last fetch:   {}: {result}
+",
+        ago(list.last_fetch)
+    ));
+    out.push_str(&format!(
+        "  last success: {}
+",
+        ago(list.last_success)
+    ));
+    out.push_str(&format!(
+        "  next refresh: {}
+",
+        list.next_refresh
+            .map_or_else(|| "-".to_owned(), |t| format!("in {}", span(Some(t - now))))
+    ));
+    out.push_str(&format!(
+        "  etag:         {}
+",
+        list.etag.as_deref().unwrap_or("-")
+    ));
+    if list.failures > 0 {
+        out.push_str(&format!(
+            "  failures:     {}
+",
+            list.failures
+        ));
+    }
+    out
+}
+
+/// What an operator reads of a check.
+fn check_lines(check: &RpzCheck) -> String {
+    let mut out = check_verdict(check);
+    if let Some(client) = &check.client {
+        let tags = check.client_tags.as_deref().unwrap_or_default();
+        out.push_str(&format!(
+            "  for client {client} (tags: {})\n",
+            if tags.is_empty() {
+                "none".to_owned()
+            } else {
+                tags.join(", ")
+            }
+        ));
+        if !check.not_for_client.is_empty() {
+            out.push_str(&format!(
+                "  not consulted (their tags are none of the client's): {}\n",
+                check.not_for_client.join(", ")
+            ));
+        }
+    }
+    out
+}
+
+/// The verdict line(s) of a check.
+fn check_verdict(check: &RpzCheck) -> String {
+    match (&check.list, &check.entry, &check.action) {
+        (Some(list), Some(entry), Some(action)) if action == "passthru" => {
+            let mut out = format!(
+                "{}: allowed by the allowlist {list} (entry {entry}): it resolves normally
+",
+                check.name
+            );
+            if !check.overridden.is_empty() {
+                out.push_str(&format!(
+                    "  also listed by: {} (overridden)
+",
+                    check.overridden.join(", ")
+                ));
+            }
+            out
+        }
+        (Some(list), Some(entry), Some(action)) => {
+            format!(
+                "{}: {action} by the list {list} (entry {entry})
+",
+                check.name
+            )
+        }
+        _ => format!(
+            "{}: in no subscribed list: it resolves normally
+",
+            check.name
+        ),
+    }
 }
 
 /// `seconds` as `1h02m03s` (`-` for none).
