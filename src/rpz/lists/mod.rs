@@ -406,14 +406,18 @@ fn applies(list: &List, tags: Option<&[String]>) -> bool {
     }
 }
 
-/// Which list decides `name` (an allowlist over every blocklist) for a client with `tags`
-/// (none: whatever the client), read from the stored bodies.
+/// Which list decides `name` for a client with `tags` (none: whatever the client), read from
+/// the stored bodies, as the compiled zones decide it: an allowlist lifts a blocklist's entry
+/// that it covers (the same entry, or one below an allowed wildcard), as compiling subtracts
+/// it; a blocklist's entry it does not cover (a wildcard over an allowed name) still decides,
+/// since kresd has no passthru to lift it with.
 pub fn check(lists: &[List], name: &str, tags: Option<&[String]>) -> Result<RpzCheck, FileError> {
     let mut answer = RpzCheck {
         name: name.to_owned(),
         ..RpzCheck::default()
     };
-    let mut blocking = None;
+    let mut allowed: Vec<(String, String, Action)> = Vec::new();
+    let mut blocking: Vec<(String, String, Action)> = Vec::new();
     for list in lists {
         if !applies(list, tags) {
             answer.not_for_client.push(list.name.clone());
@@ -423,27 +427,43 @@ pub fn check(lists: &[List], name: &str, tags: Option<&[String]>) -> Result<RpzC
         let Some((entry, own)) = found else { continue };
         let action = list.action.unwrap_or(own);
         if list.is_allowlist() {
-            if answer.list.is_none() {
-                answer.list = Some(list.name.clone());
-                answer.entry = Some(entry);
-                answer.action = Some(action.as_str().to_owned());
-            }
+            allowed.push((list.name.clone(), entry, action));
         } else if action != Action::Passthru {
-            if blocking.is_none() {
-                blocking = Some((list.name.clone(), entry, action));
-            }
-            answer.overridden.push(list.name.clone());
+            blocking.push((list.name.clone(), entry, action));
         }
     }
-    if answer.list.is_none() {
-        answer.overridden.clear();
-        if let Some((list, entry, action)) = blocking {
-            answer.list = Some(list);
-            answer.entry = Some(entry);
-            answer.action = Some(action.as_str().to_owned());
-        }
+    let lifted = |entry: &str| allowed.iter().any(|(_, allow, _)| lifts(allow, entry));
+    let decider = blocking
+        .iter()
+        .find(|(_, entry, _)| !lifted(entry))
+        .or(allowed.first());
+    if let Some((list, entry, action)) = decider {
+        answer.list = Some(list.clone());
+        answer.entry = Some(entry.clone());
+        answer.action = Some(action.as_str().to_owned());
+        answer.overridden = blocking
+            .iter()
+            .filter(|(_, entry, _)| lifted(entry))
+            .map(|(list, _, _)| list.clone())
+            .collect();
     }
     Ok(answer)
+}
+
+/// Whether the allowlist's entry `allow` lifts the blocklist's entry `block` (each a name, or
+/// `*.name` for the names under it), as [`store::AllowSet::covers`] subtracts it.
+fn lifts(allow: &str, block: &str) -> bool {
+    if allow == block {
+        return true;
+    }
+    let Some(allowed_under) = allow.strip_prefix("*.") else {
+        return false;
+    };
+    let blocked = block.strip_prefix("*.").unwrap_or(block);
+    blocked
+        .strip_suffix(allowed_under)
+        .is_some_and(|rest| rest.ends_with('.'))
+        || (block.starts_with("*.") && blocked == allowed_under)
 }
 
 /// Why a request to the lists' task failed.
@@ -1001,9 +1021,9 @@ mod tests {
             entry
         };
         let cfg = config(serde_json::json!({"views": views(), "local-data": {"rpz": [
-            entry("ads", "ads.example\n", serde_json::json!({})),
+            entry("ads", "ads.example\ntracker.ads.example\n", serde_json::json!({})),
             entry("kids", "*.games.example\nads.example\n", serde_json::json!({"tags": ["kids"], "action-override": "nodata"})),
-            entry("allow", "x.games.example\n", serde_json::json!({"tags": ["guests"], "action-override": "passthru"})),
+            entry("allow", "x.games.example\n*.ads.example\n", serde_json::json!({"tags": ["guests"], "action-override": "passthru"})),
         ]}}));
         let lists = lists(&cfg);
         let decided = |name: &str, tags: Option<&[String]>| {
@@ -1017,13 +1037,15 @@ mod tests {
             )
         };
         let some = |s: &str| Some(s.to_owned());
+        // The allowlist lists the name, but a blocklist's wildcard over it is not lifted (the
+        // compiled zone keeps it): the wildcard decides, as kresd does.
         assert_eq!(
             decided("x.games.example", None),
             (
-                some("allow"),
-                some("x.games.example"),
-                some("passthru"),
-                vec!["kids".to_owned()],
+                some("kids"),
+                some("*.games.example"),
+                some("nodata"),
+                vec![],
                 vec![]
             )
         );
@@ -1048,10 +1070,38 @@ mod tests {
                 vec!["kids".to_owned(), "allow".to_owned()]
             )
         );
+        // An allowed wildcard over a blocklist's name lifts it, as compiling subtracts it.
+        assert_eq!(
+            decided("tracker.ads.example", None),
+            (
+                some("allow"),
+                some("*.ads.example"),
+                some("passthru"),
+                vec!["ads".to_owned()],
+                vec![]
+            )
+        );
         assert_eq!(
             decided("other.example", None),
             (None, None, None, vec![], vec![])
         );
         std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn an_allowlist_lifts_only_the_entries_it_covers() {
+        for (allow, block, lifted) in [
+            ("good.example", "good.example", true),
+            ("*.example", "good.example", true),
+            ("*.example", "*.sub.example", true),
+            ("*.example", "*.example", true),
+            ("good.example", "*.example", false),
+            ("*.good.example", "*.example", false),
+            ("good.example", "bad.example", false),
+            ("*.example", "example", false),
+            ("*.ample", "good.example", false),
+        ] {
+            assert_eq!(lifts(allow, block), lifted, "{allow} over {block}");
+        }
     }
 }
