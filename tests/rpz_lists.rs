@@ -487,6 +487,43 @@ fn four_formats_and_an_allowlist_block_allow_and_refresh_conditionally() {
 }
 
 #[test]
+fn a_changed_list_is_in_force_after_its_refresh_time_without_being_asked() {
+    let bed = testbed::Bed::get().expect("bed");
+    let dir = bed.test_dir("rpz-lists-timer-files").expect("dir");
+    let server = ListServer::start();
+    server.set("/timed.txt", "timed.blocked-by-list.net\n");
+    let rpz = entry(
+        &dir.join("timed.rpz").1,
+        &server.url("/timed.txt"),
+        "      format: domains\n      refresh: 2s\n",
+    );
+    let r =
+        common::start(&Setup::new("rpz-lists-timer").extra(&format!("local-data:\n  rpz:\n{rpz}")))
+            .expect("start");
+    let lists = refresh(&r, None);
+    assert_eq!(list(&lists, "timed")["entries"], 1, "{lists:?}");
+    assert_eq!(ask(&r, "timed.blocked-by-list.net.").0, NXDOMAIN);
+    assert_ne!(ask(&r, "later.blocked-by-list.net.").0, NXDOMAIN);
+    let fetched = server.answers("/timed.txt").len();
+    // Changed at the server; nobody asks for a refresh: its timer fetches it.
+    server.set(
+        "/timed.txt",
+        "timed.blocked-by-list.net\nlater.blocked-by-list.net\n",
+    );
+    testbed::wait_for(
+        "the change in force by the list's timer",
+        std::time::Duration::from_secs(30),
+        || Ok((ask(&r, "later.blocked-by-list.net.").0 == NXDOMAIN).then_some(())),
+    )
+    .expect("in force");
+    assert!(
+        server.answers("/timed.txt").len() > fetched,
+        "fetched again by the timer"
+    );
+    r.stop();
+}
+
+#[test]
 fn hostile_sources_keep_the_version_in_force_and_are_reported() {
     let bed = testbed::Bed::get().expect("bed");
     let dir = bed.test_dir("rpz-lists-hostile-files").expect("dir");
