@@ -520,6 +520,31 @@ fn a_changed_list_is_in_force_after_its_refresh_time_without_being_asked() {
         server.answers("/timed.txt").len() > fetched,
         "fetched again by the timer"
     );
+    // The status page shows the list as it is in force, nothing failing in the page.
+    let ui = common::serve_ui(&r);
+    let browser = testbed::webdriver::Browser::start(&r.dir.host("browser")).expect("browser");
+    browser.open(&ui.url).expect("page");
+    let row = browser
+        .wait_until(
+            "the list on the status page",
+            std::time::Duration::from_secs(30),
+            "const r = document.querySelector('#rpz-lists tr[data-list=\"timed\"]'); \
+             return r && r.children[1].textContent === '2' \
+               ? Array.from(r.children).map((c) => c.textContent) : null;",
+        )
+        .expect("shown");
+    assert!(
+        row[3]
+            .as_str()
+            .is_some_and(|t| t.starts_with("changed at ") || t.starts_with("unchanged at ")),
+        "{row}"
+    );
+    assert_eq!(
+        browser.console_errors().expect("console"),
+        Vec::<String>::new()
+    );
+    drop(browser);
+    drop(ui);
     r.stop();
 }
 

@@ -393,6 +393,25 @@ function percentile(deltas, q) {
 
 async function refreshRpz() {
   renderRpz(await json('/rpz'));
+  renderLists(await json('/rpz/lists'));
+}
+
+// The subscribed lists: what is in force, how the last fetch went, when the next one is.
+function renderLists(lists) {
+  const rows = (Array.isArray(lists) ? lists : []).map((l) => {
+    const row = el('tr');
+    row.dataset.list = l.name;
+    // The lists' fields are kebab-case, as `GET /rpz/lists` sends them.
+    const fetched = l['last-fetch'] != null ? (l.result || '–') + ' at ' + clock(l['last-fetch'])
+      + (l.error ? ': ' + l.error : '') : '–';
+    [l.name + (l.action === 'passthru' ? ' (allowlist)' : ''), l.entries ?? '–', l.skipped ?? '–',
+      fetched, l['next-refresh'] != null ? clock(l['next-refresh']) : '–', l.failures]
+      .forEach((text, i) => row.appendChild(el('td', text, i === 0 || i === 3 ? 'text' : '')));
+    if (l.error) row.children[3].className = 'text bad';
+    return row;
+  });
+  $('rpz-lists').tBodies[0].replaceChildren(...rows);
+  $('lists-panel').hidden = rows.length === 0;
 }
 
 // How the RPZ table's cells wrap (app.css): texts from outside anywhere, times between words.
