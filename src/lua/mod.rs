@@ -11,9 +11,9 @@
 //! the sockets, whose permissions script files are read with) comes in a [`RenderContext`],
 //! given by the manager; `kresctl convert` renders with [`RenderContext::STANDALONE`].
 
-pub mod cache_marks;
 pub mod counts;
 mod policy;
+pub mod query_log;
 mod sections;
 mod worker;
 

@@ -7,7 +7,7 @@
 //! `kresctl top clients` wall time over a full ring of 100,000; and the answers' latency at
 //! 2,000 q/s (an open loop) while the reader runs, while it is stopped (SIGSTOP, 10 s), after
 //! it resumes, and after it is killed (the supervisor starts it again), with the queries lost
-//! and how long the stream takes to come back.
+//! and how long the batches take to come back.
 //!
 //! The load is the closed loop of `bench::closed_loop` on one local-data name; the ring is
 //! filled with distinct names (`fN.fill.test.`, an empty subtree of the local data), as real
@@ -247,8 +247,8 @@ fn fill_until(on: &Resolver, next: &mut u64, target: u64) -> Result<Value> {
 /// distinct answers and at 100,000 (the ring full).
 fn ring_memory(on: &Resolver) -> Result<[(u64, u64, u64); 3]> {
     let held = |s: &Value| s["held"].as_u64().unwrap_or(0);
-    let status = on.wait_log("the worker's stream", |s| {
-        s["streams"].as_u64() >= Some(1) && s["workers_counted"].as_u64() >= Some(1)
+    let status = on.wait_log("the worker's count", |s| {
+        s["workers_counted"].as_u64() >= Some(1)
     })?;
     let measure = |status: &Value| -> Result<(u64, u64, u64)> {
         let (rss, pss) = memory(on)?;
