@@ -142,9 +142,10 @@ struct Ring {
     /// Whether answers from the workers are kept: while the socket is bound (`intake`),
     /// never once the log was turned off.
     accepting: bool,
-    /// New entries, for the live followers; replaced (their streams end) when the log is
-    /// turned off.
-    live: broadcast::Sender<Arc<Entry>>,
+    /// New entries, for the live followers: made by the first follower (its backlog is
+    /// 4,096 slots, about 160 KiB, which a log nobody follows does not hold), dropped with
+    /// the last one and when the log is turned off (their streams end).
+    live: Option<broadcast::Sender<Arc<Entry>>>,
 }
 
 /// An answer in the ring.
@@ -176,8 +177,12 @@ impl Ring {
             bytes,
         });
         self.bytes += bytes;
-        if self.live.receiver_count() > 0 {
-            let _ = self.live.send(entry);
+        if let Some(live) = &self.live {
+            if live.receiver_count() == 0 {
+                self.live = None;
+            } else {
+                let _ = live.send(entry);
+            }
         }
     }
 
@@ -287,7 +292,6 @@ impl Default for QueryLog {
 
 impl QueryLog {
     pub fn new(settings: Settings) -> QueryLog {
-        let (live, _) = broadcast::channel(LIVE_BACKLOG);
         QueryLog {
             shared: Arc::new(Mutex::new(Ring {
                 entries: VecDeque::new(),
@@ -295,7 +299,7 @@ impl QueryLog {
                 settings,
                 tally: Tally::default(),
                 accepting: false,
-                live,
+                live: None,
             })),
         }
     }
@@ -324,7 +328,7 @@ impl QueryLog {
             ring.entries = VecDeque::new();
             ring.bytes = 0;
             ring.tally.dropped.clear();
-            ring.live = broadcast::channel(LIVE_BACKLOG).0;
+            ring.live = None;
             return;
         }
         let (v4, v6) = (ring.settings.ipv4_prefix, ring.settings.ipv6_prefix);
@@ -445,12 +449,18 @@ impl QueryLog {
 
     /// Every answer from now on (the stream ends when the log is turned off).
     pub fn follow(&self) -> broadcast::Receiver<Arc<Entry>> {
-        self.ring().live.subscribe()
+        self.ring()
+            .live
+            .get_or_insert_with(|| broadcast::channel(LIVE_BACKLOG).0)
+            .subscribe()
     }
 
     /// Live followers now.
     pub fn followers(&self) -> usize {
-        self.ring().live.receiver_count()
+        self.ring()
+            .live
+            .as_ref()
+            .map_or(0, broadcast::Sender::receiver_count)
     }
 
     /// Whether the configuration has the log on.
@@ -673,6 +683,19 @@ mod tests {
                 .collect();
             assert_eq!(shown, clients, "/{v4} /{v6}");
         }
+    }
+
+    #[test]
+    fn the_followers_backlog_is_held_only_while_followed() {
+        let log = QueryLog::new(on(Settings::default()));
+        let follower = log.follow();
+        assert!(log.ring().live.is_some(), "made by the first follower");
+        log.push(named("a.test."));
+        assert!(log.ring().live.is_some(), "kept while followed");
+        drop(follower);
+        log.push(named("b.test."));
+        assert!(log.ring().live.is_none(), "dropped with the last follower");
+        assert_eq!(log.followers(), 0);
     }
 
     #[test]
