@@ -226,7 +226,7 @@ fn memory(r: &Resolver) -> Result<(u64, u64)> {
     ))
 }
 
-/// Distinct names answered until the ring holds `target` entries (kresd drops what the
+/// Distinct names answered until the ring holds `target` entries (the workers drop what the
 /// reader does not take in time, so more may be asked); the status then.
 fn fill_until(on: &Resolver, next: &mut u64, target: u64) -> Result<Value> {
     let held = |s: &Value| s["held"].as_u64().unwrap_or(0);
@@ -442,7 +442,7 @@ fn stall(on: &Resolver, i: usize) -> Result<Stall> {
         .saturating_sub(missed_before);
     kill(Pid::from_raw(pid), Signal::SIGKILL)?;
     let killed = Instant::now();
-    // The stream is back when the new reader has logged an answer.
+    // The batches are back when the new reader has logged an answer.
     let mut back_after = None;
     while load.elapsed() < start + PHASE * 4 {
         if back_after.is_none() {
@@ -462,7 +462,7 @@ fn stall(on: &Resolver, i: usize) -> Result<Stall> {
         load.latency(from, from + PHASE)
     });
     eprintln!(
-        "stall run {}: {load}; missed +{missed} by the kill; stream back {back_after:.2?} after it",
+        "stall run {}: {load}; missed +{missed} by the stop; batches back {back_after:.2?} after it",
         i + 1
     );
     for (name, p) in PHASES.iter().zip(&phases) {
@@ -529,8 +529,8 @@ fn report_stalls(runs: &[Stall]) {
         })
         .collect();
     println!(
-        "  queries lost per run: {}; log entries missed (counted) by the kill: {}; stream back \
-         after the kill: {}",
+        "  queries lost per run: {}; log entries missed (counted) by the stop: \
+         {}; batches back after the kill: {}",
         lost.join(", "),
         missed.join(", "),
         back.join(", ")
@@ -607,8 +607,8 @@ fn report(
         tops.len()
     );
     println!(
-        "  query log after the bursts: received {}, missed {} (kresd drops what the reader \
-         does not take in time)",
+        "  query log after the bursts: received {}, missed {} (the workers drop what the \
+         reader does not take in time)",
         status["received"], status["missed"]
     );
 }
