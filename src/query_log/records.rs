@@ -289,27 +289,26 @@ pub async fn dropped(rundir: &Path, w: crate::service::WorkerId) -> Option<u64> 
 /// The workers' dropped counts, bounded in the workers kept.
 #[derive(Debug, Default)]
 pub struct Dropped {
-    /// Per worker, the highest count it told.
+    /// Per worker, the count its last batch told (a worker's batches come in order; a
+    /// worker started again counts from zero, and its batches say so).
     by_worker: std::collections::BTreeMap<u32, u64>,
 }
 
 impl Dropped {
-    /// Worker `w` told `n`: kept when higher (a count only grows while the worker lives).
+    /// Worker `w` told `n` in its latest batch.
     pub fn tell(&mut self, w: u32, n: u64) {
         if let Some(kept) = self.by_worker.get_mut(&w) {
-            *kept = (*kept).max(n);
+            *kept = n;
         } else if self.by_worker.len() < MAX_WORKERS {
             self.by_worker.insert(w, n);
         }
     }
 
-    /// The counts told, each raised to what `now` (read from the workers) says.
+    /// The sum of the counts, and the workers counted: what the batches told, replaced by
+    /// what `now` (read from the workers themselves) says where it says.
     pub fn merged(&self, now: &std::collections::BTreeMap<u32, u64>) -> (u64, u64) {
         let mut all = self.by_worker.clone();
-        for (w, n) in now {
-            let kept = all.entry(*w).or_default();
-            *kept = (*kept).max(*n);
-        }
+        all.extend(now);
         (all.values().sum(), all.len() as u64)
     }
 
@@ -458,14 +457,17 @@ mod tests {
     }
 
     #[test]
-    fn dropped_counts_are_bounded_and_only_grow() {
+    fn dropped_counts_are_bounded_and_the_latest_wins() {
         let mut d = Dropped::default();
         d.tell(1, 5);
+        // Worker 1 started again: it counts from zero.
         d.tell(1, 3);
+        assert_eq!(d.merged(&Default::default()), (3, 1));
         for w in 0..(MAX_WORKERS as u32 * 2) {
             d.tell(w + 10, 1);
         }
         assert_eq!(d.by_worker.len(), MAX_WORKERS);
+        // What the workers say now replaces what their batches told.
         let (sum, workers) = d.merged(&std::collections::BTreeMap::from([(1, 9)]));
         assert_eq!(
             (sum, workers),
