@@ -191,10 +191,9 @@ do
 			local q, r = {other = queries[other]}, {other = rcodes[@OTHER_RCODE@]}
 			for qtype, i in pairs(slot) do q[tostring(qtype)] = queries[i] end
 			for rcode = 0, @HIGHEST_RCODE@ do r[tostring(rcode)] = rcodes[rcode] end
-			local query_log_dropped = rawget(_G, @QL_DROPPED@)
 			return {queries = q, rcodes = r, cache = {hit = hits, miss = misses},
 				dnssec = {secure = secure, insecure = insecure, bogus = bogus},
-				query_log = query_log_dropped and {dropped = query_log_dropped()} or nil}
+				query_log = @QL_DROPPED@ and {dropped = @QL_DROPPED@()} or nil}
 		end
 		upstream_report = function()
 			local out = {}
@@ -254,7 +253,7 @@ pub fn counting_functions(out: &mut String) {
         ("@HIGHEST_RCODE@", HIGHEST_NUMBERED_RCODE.to_string()),
         ("@OTHER_RCODE@", OTHER_RCODE.to_string()),
         ("@RANK_SECURE@", RANK_SECURE.to_string()),
-        ("@QL_DROPPED@", quote(super::query_log::DROPPED_FUNCTION)),
+        ("@QL_DROPPED@", super::query_log::DROPPED_FUNCTION.to_owned()),
     ];
     let mut text = TEMPLATE.to_owned();
     for (placeholder, value) in fills {

@@ -276,7 +276,9 @@ const DROPPED_TIMEOUT: Duration = Duration::from_secs(2);
 /// Worker `w`'s own count of the records it dropped (`lua::query_log`), if it tells.
 pub async fn dropped(rundir: &Path, w: crate::service::WorkerId) -> Option<u64> {
     let f = crate::lua::query_log::DROPPED_FUNCTION;
-    let expr = format!("(rawget(_G, '{f}') and {f}() or 0)");
+    // A global of the worker's configuration: looked up as the configuration's own code
+    // would (kresd runs it in an environment of its own, not in `_G` itself).
+    let expr = format!("({f} and {f}() or 0)");
     match crate::control::command(&w.control_socket(rundir), &expr, DROPPED_TIMEOUT).await {
         Ok(v) => v.as_u64().or_else(|| v.as_f64().map(|f| f as u64)),
         Err(e) => {
