@@ -253,7 +253,10 @@ pub fn counting_functions(out: &mut String) {
         ("@HIGHEST_RCODE@", HIGHEST_NUMBERED_RCODE.to_string()),
         ("@OTHER_RCODE@", OTHER_RCODE.to_string()),
         ("@RANK_SECURE@", RANK_SECURE.to_string()),
-        ("@QL_DROPPED@", super::query_log::DROPPED_FUNCTION.to_owned()),
+        (
+            "@QL_DROPPED@",
+            super::query_log::DROPPED_FUNCTION.to_owned(),
+        ),
     ];
     let mut text = TEMPLATE.to_owned();
     for (placeholder, value) in fills {
