@@ -250,13 +250,15 @@ fn answers(
 )]
 pub(super) async fn query_log_status(State(state): State<ApiState>) -> Response {
     let rundir = state.manager.config().model.rundir.clone();
-    let mut answered = BTreeMap::new();
-    for w in state.query_log.workers_with_baseline() {
-        if let Some(n) = crate::query_log::reader::answered(&rundir, w).await {
-            answered.insert(w, n);
+    let mut dropped = BTreeMap::new();
+    if state.query_log.enabled() {
+        for w in crate::service::running_workers(&state.supervisor.snapshot()) {
+            if let Some(n) = crate::query_log::records::dropped(&rundir, w).await {
+                dropped.insert(w.0, n);
+            }
         }
     }
-    json_value(StatusCode::OK, &state.query_log.status(&answered))
+    json_value(StatusCode::OK, &state.query_log.status(&dropped))
 }
 
 /// The window and length of a top list.

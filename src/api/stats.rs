@@ -61,8 +61,8 @@ pub(super) async fn metrics_prometheus(State(state): State<ApiState>) -> Respons
     let config = state.manager.config();
     let rendered = state.rendered.get(&config);
     let snapshot = state.supervisor.snapshot();
-    let answered = crate::metrics::observed::answered(&collected.stats);
-    let query_log = state.query_log.status(&answered);
+    let dropped = crate::metrics::observed::query_log_dropped(&collected.counts);
+    let query_log = state.query_log.status(&dropped);
     let upstreams = match config.model.monitoring.metrics {
         MetricsMode::ManagerOnly => Vec::new(),
         MetricsMode::Lazy | MetricsMode::Always => super::upstreams::gather(&state).await.addresses,

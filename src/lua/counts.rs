@@ -1,6 +1,6 @@
 //! The workers' own counts of what kresd's `stats` module lacks, for the manager's labelled
 //! metrics: external queries by qtype, their answers by every rcode, cache hits and misses,
-//! DNSSEC outcomes; and, for `GET /upstreams`, per upstream address the queries sent and the
+//! DNSSEC outcomes, the query log's dropped records (`lua::query_log`); and, for `GET /upstreams`, per upstream address the queries sent and the
 //! answers received. A Lua layer at `finish` (the upstreams: `checkout` and `consume`)
 //! counts them in integer-indexed arrays held as upvalues (no string is built, no table made
 //! per query; an upstream's key is its address's bytes); the manager reads them with the
@@ -192,7 +192,8 @@ do
 			for qtype, i in pairs(slot) do q[tostring(qtype)] = queries[i] end
 			for rcode = 0, @HIGHEST_RCODE@ do r[tostring(rcode)] = rcodes[rcode] end
 			return {queries = q, rcodes = r, cache = {hit = hits, miss = misses},
-				dnssec = {secure = secure, insecure = insecure, bogus = bogus}}
+				dnssec = {secure = secure, insecure = insecure, bogus = bogus},
+				query_log = @QL_DROPPED@ and {dropped = @QL_DROPPED@()} or nil}
 		end
 		upstream_report = function()
 			local out = {}
@@ -252,6 +253,10 @@ pub fn counting_functions(out: &mut String) {
         ("@HIGHEST_RCODE@", HIGHEST_NUMBERED_RCODE.to_string()),
         ("@OTHER_RCODE@", OTHER_RCODE.to_string()),
         ("@RANK_SECURE@", RANK_SECURE.to_string()),
+        (
+            "@QL_DROPPED@",
+            super::query_log::DROPPED_FUNCTION.to_owned(),
+        ),
     ];
     let mut text = TEMPLATE.to_owned();
     for (placeholder, value) in fills {

@@ -19,9 +19,9 @@
 //! not) sent as one non-blocking datagram per 256 answers or 50 ms, dropped when it does not
 //! fit.
 
-pub mod cache_marks;
 pub mod counts;
 mod policy;
+pub mod query_log;
 mod sections;
 mod worker;
 

@@ -93,11 +93,11 @@ fn preamble(out: &mut String, cfg: &KresConfig) {
     }
 }
 
-/// `logging.dnstap` (upstream's), when the query log is off; with it on, the query log has
-/// kresd's stream and the manager process passes it on to this socket.
+/// `logging.dnstap` (upstream's): kresd's stream straight to the operator's collector, whether
+/// the query log is on or not (the log has a layer of its own, [`query_log`]).
 fn dnstap(out: &mut String, cfg: &KresConfig) {
     let dnstap = &cfg.logging.dnstap;
-    if !dnstap.enable || cfg.monitoring.query_log.enabled {
+    if !dnstap.enable {
         return;
     }
     let socket = dnstap
@@ -124,39 +124,12 @@ fn dnstap(out: &mut String, cfg: &KresConfig) {
     line!(out, "}})");
 }
 
-/// `monitoring.query-log`: kresd's dnstap module sending every answer, and the query it
-/// answers, to the manager's query-log socket, each frame carrying the worker's instance as
-/// its identity. kresd connects and shakes hands at `dnstap.config`; when that fails (no
-/// reader) the worker logs it, unloads the module and serves without it. Answers go through
-/// fstrm's queue and its own thread: a slow or stopped reader costs dropped entries, never a
-/// delayed answer. With `logging.dnstap` (upstream's) enabled too, the manager process
-/// passes the stream on to its socket (`query_log::relay`); its `log-tcp-rtt` is asked of
-/// kresd here.
+/// `monitoring.query-log`: our layer sending every answer as a record to the manager's
+/// socket (`lua::query_log`).
 fn query_log(out: &mut String, cfg: &KresConfig) {
-    if !cfg.monitoring.query_log.enabled {
-        return;
+    if cfg.monitoring.query_log.enabled {
+        super::query_log::query_log(out, &cfg.rundir.join(crate::query_log::SOCKET_FILE));
     }
-    let socket = cfg.rundir.join(crate::query_log::SOCKET_FILE);
-    let dnstap = &cfg.logging.dnstap;
-    let tcp_rtt = dnstap.enable && dnstap.log_tcp_rtt;
-    line!(out, "-- monitoring.query-log");
-    line!(out, "modules.load('dnstap')");
-    line!(out, "do");
-    line!(
-        out,
-        "\tlocal ok, err = pcall(dnstap.config, {{ socket_path = {}, identity = os.getenv('SYSTEMD_INSTANCE') or '', client = {{ log_queries = true, log_responses = true, log_tcp_rtt = {} }} }})",
-        quote_path(&socket),
-        boolean(tcp_rtt)
-    );
-    line!(out, "\tif not ok then");
-    line!(
-        out,
-        "\t\tlog_warn(ffi.C.LOG_GRP_SYSTEM, 'query log unavailable: ' .. tostring(err))"
-    );
-    line!(out, "\t\tmodules.unload('dnstap')");
-    line!(out, "\tend");
-    line!(out, "end");
-    super::cache_marks::cache_marks(out, &cfg.rundir.join(crate::query_log::marks::MARKS_FILE));
 }
 
 /// The control socket in `<rundir>/control/$SYSTEMD_INSTANCE` (the rundir from the

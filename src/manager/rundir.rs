@@ -9,11 +9,10 @@ use crate::service::WorkerId;
 /// Mode of the files the workers read: they may hold secrets (custom Lua, TLS settings).
 const GENERATED_MODE: u32 = 0o640;
 
-/// Remove the worker configurations we generated in the rundir, and the query log's sockets
+/// Remove the worker configurations we generated in the rundir, and the query log's socket
 /// (at shutdown).
 pub fn remove_generated_files(rundir: &Path) {
     remove(&rundir.join(crate::query_log::SOCKET_FILE));
-    remove(&rundir.join(crate::query_log::marks::MARKS_FILE));
     let Ok(entries) = std::fs::read_dir(rundir) else {
         return;
     };

@@ -1,6 +1,6 @@
 //! What the query log and the workers' upstreams add to the Prometheus text, with a bounded
-//! number of series whatever the traffic: the query log's counts (one series each, the relay's
-//! only when `logging.dnstap` is relayed) and, per upstream address, its round-trip time,
+//! number of series whatever the traffic: the query log's counts (one series each) and, per
+//! upstream address, its round-trip time,
 //! samples, queries sent, queries unanswered and error answers for the [`MAX_UPSTREAMS`]
 //! addresses sent the most queries (the number of all of them beside, so a cut is seen).
 
@@ -16,24 +16,22 @@ use crate::wire::upstreams::UpstreamAddress;
 /// Upstream addresses exported at most: those with the most samples (ties by address).
 pub const MAX_UPSTREAMS: usize = 20;
 
-/// Each worker's own count of the answers its dnstap module logs, as its statistics tell it
-/// (`request.total` - `request.internal`, the query log's `reader::ANSWERED_EXPR`), by worker
-/// number; workers without statistics are left out.
-pub fn answered(stats: &Map<String, Value>) -> BTreeMap<u32, u64> {
-    stats
+/// Each worker's own count of the query log's records it dropped, as its answer counts tell
+/// it (`lua::counts`), by worker number; workers without the count are left out.
+pub fn query_log_dropped(counts: &Map<String, Value>) -> BTreeMap<u32, u64> {
+    counts
         .iter()
         .filter_map(|(sid, value)| {
             let w = WorkerId::from_name(sid.strip_prefix("kresd:")?)?;
-            let total = value.get("request.total")?.as_f64()?;
-            let internal = value.get("request.internal")?.as_f64()?;
-            Some((w.0, (total - internal).max(0.0) as u64))
+            let dropped = value.get("query_log")?.get("dropped")?.as_f64()?;
+            Some((w.0, dropped.max(0.0) as u64))
         })
         .collect()
 }
 
 /// The query log's series.
 pub fn write_query_log(out: &mut Exposition, status: &QueryLogStatus) {
-    let families: [(&str, &str, Kind, u64); 10] = [
+    let families: [(&str, &str, Kind, u64); 8] = [
         (
             "knot_resolver_query_log_enabled",
             "1 if the configuration has the workers send their answers to the query log",
@@ -48,13 +46,13 @@ pub fn write_query_log(out: &mut Exposition, status: &QueryLogStatus) {
         ),
         (
             "knot_resolver_query_log_answers_missed_total",
-            "Answers the workers gave that never reached the query log (kresd drops them when the reader lags)",
+            "Answers the workers gave that never reached the query log (a worker drops them when the reader lags or is away)",
             Kind::Counter,
             status.missed,
         ),
         (
-            "knot_resolver_query_log_frames_malformed_total",
-            "Frames of the workers' streams the query log did not read",
+            "knot_resolver_query_log_datagrams_malformed_total",
+            "Datagrams of the workers, or parts of them, the query log did not read",
             Kind::Counter,
             status.malformed,
         ),
@@ -71,12 +69,6 @@ pub fn write_query_log(out: &mut Exposition, status: &QueryLogStatus) {
             status.capacity,
         ),
         (
-            "knot_resolver_query_log_streams",
-            "Workers' dnstap streams open now",
-            Kind::Gauge,
-            status.streams,
-        ),
-        (
             "knot_resolver_query_log_entries_bytes",
             "Bytes the query log's ring holds now, as it counts them toward max-memory",
             Kind::Gauge,
@@ -84,48 +76,14 @@ pub fn write_query_log(out: &mut Exposition, status: &QueryLogStatus) {
         ),
         (
             "knot_resolver_query_log_peers_refused_total",
-            "Streams and cache marks' datagrams refused because their sender did not run as the workers' user",
+            "Datagrams refused because their sender did not run as the workers' user",
             Kind::Counter,
             status.refused_peers,
-        ),
-        (
-            "knot_resolver_query_log_frames_refused_total",
-            "Answers refused because they claimed another worker than their stream's",
-            Kind::Counter,
-            status.refused_frames,
         ),
     ];
     for (name, help, kind, value) in families {
         out.family(name, help, kind)
             .push_str(&sample_line(name, "", value as f64));
-    }
-    let Some(relay) = &status.relay else {
-        return;
-    };
-    let labels = format!("socket=\"{}\"", label(&relay.socket));
-    let relay_families: [(&str, &str, Kind, u64); 3] = [
-        (
-            "knot_resolver_query_log_relay_connected",
-            "1 if the operator's dnstap consumer (logging.dnstap) accepted the stream and it is open",
-            Kind::Gauge,
-            u64::from(relay.connected),
-        ),
-        (
-            "knot_resolver_query_log_relay_frames_total",
-            "dnstap frames passed on to the operator's dnstap socket",
-            Kind::Counter,
-            relay.relayed,
-        ),
-        (
-            "knot_resolver_query_log_relay_dropped_total",
-            "dnstap frames for the operator's dnstap socket dropped because its buffer was full",
-            Kind::Counter,
-            relay.dropped,
-        ),
-    ];
-    for (name, help, kind, value) in relay_families {
-        out.family(name, help, kind)
-            .push_str(&sample_line(name, &labels, value as f64));
     }
 }
 
@@ -290,13 +248,13 @@ mod tests {
     }
 
     #[test]
-    fn answered_counts_come_from_the_statistics() {
-        let stats = json!({
-            "kresd:kresd0": {"request.total": 12.0, "request.internal": 2.0},
-            "kresd:kresd1": null,
-            "other": {"request.total": 1},
+    fn dropped_counts_come_from_the_answer_counts() {
+        let counts = json!({
+            "kresd:kresd0": {"query_log": {"dropped": 12.0}},
+            "kresd:kresd1": {"cache": {}},
+            "other": {"query_log": {"dropped": 1}},
         });
-        let stats = stats.as_object().unwrap();
-        assert_eq!(answered(stats), BTreeMap::from([(0, 10)]));
+        let counts = counts.as_object().unwrap();
+        assert_eq!(query_log_dropped(counts), BTreeMap::from([(0, 12)]));
     }
 }

@@ -1,4 +1,6 @@
-//! The dnstap messages kresd sends, decoded. The protobuf structs are written here with
+//! The dnstap messages kresd sends, decoded: what the operator's own collector gets of
+//! `logging.dnstap`, read by the tests and benchmarks that check it (the query log itself
+//! reads our own records, `records`). The protobuf structs are written here with
 //! `prost`'s derive for the few fields of `dnstap.proto` kresd fills (tags as in the schema;
 //! unknown fields are skipped by prost), which spares a protoc at build time. A message is
 //! then read as DNS with the `domain` crate: the question, the rcode, the answer count and an
@@ -6,10 +8,11 @@
 
 use std::net::IpAddr;
 
-use domain::base::iana::Rtype;
 use domain::base::opt::ExtendedError;
 use domain::base::Message;
 use prost::Message as _;
+
+pub use super::records::Transport;
 
 /// `dnstap.Dnstap`: the envelope.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -62,42 +65,6 @@ pub struct DnstapMessage {
 
 const TYPE_CLIENT_QUERY: i32 = 5;
 const TYPE_CLIENT_RESPONSE: i32 = 6;
-
-/// How the client reached the resolver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Transport {
-    Udp,
-    Tcp,
-    Dot,
-    Doh,
-    Doq,
-    Other,
-}
-
-impl Transport {
-    /// Its name in the log.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Transport::Udp => "udp",
-            Transport::Tcp => "tcp",
-            Transport::Dot => "dot",
-            Transport::Doh => "doh",
-            Transport::Doq => "doq",
-            Transport::Other => "other",
-        }
-    }
-
-    fn of(protocol: Option<i32>) -> Transport {
-        match protocol {
-            Some(1) => Transport::Udp,
-            Some(2) => Transport::Tcp,
-            Some(3) => Transport::Dot,
-            Some(4) => Transport::Doh,
-            Some(7) => Transport::Doq,
-            _ => Transport::Other,
-        }
-    }
-}
 
 /// Where a query came from, as the pairing of a query with its answer keys it: the client's
 /// address, port and the message's ID.
@@ -210,7 +177,10 @@ pub fn decode(frame: &[u8]) -> Result<Decoded, DecodeError> {
                     port,
                     id: dns.header().id(),
                 },
-                transport: Transport::of(msg.socket_protocol),
+                transport: msg
+                    .socket_protocol
+                    .and_then(|p| u8::try_from(p).ok())
+                    .map_or(Transport::Other, Transport::of),
                 time_us: time_us(msg.response_time_sec, msg.response_time_nsec).unwrap_or(0),
                 query_time_us,
                 name,
@@ -274,11 +244,6 @@ fn address(bytes: Option<&[u8]>) -> Option<IpAddr> {
 
 fn time_us(sec: Option<u64>, nsec: Option<u32>) -> Option<u64> {
     Some(sec?.saturating_mul(1_000_000) + u64::from(nsec.unwrap_or(0) / 1000))
-}
-
-/// A type's mnemonic (`A`, `TYPE65280`).
-pub fn qtype_name(qtype: u16) -> String {
-    Rtype::from_int(qtype).to_string()
 }
 
 #[cfg(test)]

@@ -1,9 +1,10 @@
 //! Frame Streams, the framing kresd's dnstap module writes through libfstrm's unix writer:
 //! both sides of the bidirectional handshake (READY → ACCEPT, START; at the end STOP →
-//! FINISH): the reader's, for the workers' streams, and the writer's, for the operator's own
-//! dnstap socket the query log passes them on to (`relay`); and the frames themselves. Written here because no maintained crate reads the
-//! bidirectional form; it is small: a frame is a 32-bit big-endian length and that many
-//! bytes, a length of zero escapes a control frame (its own length, then a type and fields).
+//! FINISH) and the frames themselves, for the tests and benchmarks that play the operator's
+//! own dnstap collector (`logging.dnstap` goes from kresd straight to it). Written here
+//! because no maintained crate reads the bidirectional form; it is small: a frame is a 32-bit
+//! big-endian length and that many bytes, a length of zero escapes a control frame (its own
+//! length, then a type and fields).
 //!
 //! Everything that comes in is bounded: a control frame at most [`CONTROL_MAX`] bytes (as
 //! libfstrm's own limit), a data frame at most [`DATA_MAX`].

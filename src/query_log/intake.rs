@@ -1,57 +1,46 @@
-//! The query log's two sockets in the rundir, `query-log.sock` (`reader`) and
-//! `query-log-marks.sock` (`marks`), and who may write to them. They exist only while the
-//! configuration has the log on: bound before any worker starts with it on (the manager's
-//! executor calls [`Intake::prepare`] before it starts workers of a new configuration, as
-//! kresd connects while its configuration loads), removed once a configuration with it off
-//! is running ([`Intake::follow`]).
+//! The query log's socket in the rundir, `query-log.sock` (`records`), and who may write to
+//! it. It exists only while the configuration has the log on: bound before any worker starts
+//! with it on (the manager's executor calls [`Intake::prepare`] before it starts workers of a
+//! new configuration), removed once a configuration with it off is running
+//! ([`Intake::follow`]); while it is off, nothing of the log is bound, spawned or allocated
+//! but this handle.
 //!
-//! What comes in is untrusted, so each socket's file is the workers' only: ours and mode
-//! 0600 when the workers run as we do, 0660 with the workers' group when they run as
-//! another user (`--worker-user`), given through `supervisor::os::bind_unix_private` as the
-//! API's socket is. A file mode admits every member of that group, so the kernel's word on
-//! each peer is checked as well: a stream's `SO_PEERCRED`, a marks datagram's
-//! `SCM_CREDENTIALS` (`SO_PASSCRED` on the socket); only the workers' uid, root and ours
-//! are let in ([`Access`](super::access::Access)). At most as many streams as the configuration has workers, and
-//! [`STREAM_MARGIN`] more, are read at once.
+//! What comes in is untrusted, so the socket's file is the workers' only: ours and mode 0600
+//! when the workers run as we do, 0660 with the workers' group when they run as another user
+//! (`--worker-user`), given through `supervisor::os::bind_unix_private` as the API's socket
+//! is. A file mode admits every member of that group, so the kernel's word on each datagram
+//! is checked as well (`SCM_CREDENTIALS`, `SO_PASSCRED` on the socket): only the workers'
+//! uid, root and ours are read ([`Access`](super::access::Access)).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
 
 use super::access::Access;
-use super::marks::MARKS_FILE;
-use super::reader::{self, Admission};
-use super::{marks, QueryLog, SOCKET_FILE};
+use super::{records, QueryLog, SOCKET_FILE};
 use crate::config::KresConfig;
 
-/// Streams read beyond the configured workers: a worker restarting and its successor, and
-/// the canary of a change, each have one for a moment.
-pub const STREAM_MARGIN: usize = 4;
-
-/// The sockets bound or not, as the configuration says; a cheap handle the manager's
-/// executor and the configuration's follower share.
+/// The socket bound or not, as the configuration says; a cheap handle the manager's executor
+/// and the configuration's follower share.
 #[derive(Clone)]
 pub struct Intake {
-    /// Where the streams and marks go.
+    /// Where the records go.
     log: QueryLog,
     /// Who may write.
     access: Access,
-    /// The daemon's stop: the readers end with it.
+    /// The daemon's stop: the reader ends with it.
     stop: CancellationToken,
-    /// The sockets while bound.
+    /// The socket while bound.
     bound: Arc<Mutex<Option<Bound>>>,
 }
 
-/// The sockets bound, and what stops their readers.
+/// The socket bound, and what stops its reader.
 struct Bound {
-    /// The rundir they are in.
+    /// The rundir it is in.
     rundir: PathBuf,
-    /// Stops the readers and every stream.
+    /// Stops the reader.
     token: CancellationToken,
-    /// The streams read at once at most (the reader reads it at each connection).
-    limit: Arc<AtomicUsize>,
 }
 
 impl Intake {
@@ -72,44 +61,40 @@ impl Intake {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Before workers of `cfg` start: the sockets bound when `cfg` has the log on. Never
+    /// Before workers of `cfg` start: the socket bound when `cfg` has the log on. Never
     /// unbinds (the workers running may still send).
     pub fn prepare(&self, cfg: &KresConfig) {
         if cfg.monitoring.query_log.enabled {
-            self.open(&cfg.rundir, cfg.workers as usize);
+            self.open(&cfg.rundir);
         }
     }
 
-    /// `cfg` runs: the sockets bound when it has the log on, removed when not (also those an
+    /// `cfg` runs: the socket bound when it has the log on, removed when not (also one an
     /// earlier manager process left).
     pub fn follow(&self, cfg: &KresConfig) {
         if cfg.monitoring.query_log.enabled {
-            self.open(&cfg.rundir, cfg.workers as usize);
+            self.open(&cfg.rundir);
         } else {
             self.close();
-            for file in [SOCKET_FILE, MARKS_FILE] {
-                remove_socket(&cfg.rundir.join(file));
-            }
+            remove_socket(&cfg.rundir.join(SOCKET_FILE));
         }
     }
 
-    /// Whether the sockets are bound.
+    /// Whether the socket is bound.
     pub fn is_bound(&self) -> bool {
         self.bound().is_some()
     }
 
-    /// Bind the sockets in `rundir` (for `workers` streams and the margin) unless they are;
-    /// a socket that cannot be bound is logged and said by the log's status.
-    fn open(&self, rundir: &Path, workers: usize) {
-        let limit = workers.saturating_add(STREAM_MARGIN);
+    /// Bind the socket in `rundir` unless it is; a socket that cannot be bound is logged and
+    /// said by the log's status.
+    fn open(&self, rundir: &Path) {
         let mut bound = self.bound();
-        if let Some(b) = bound.as_ref().filter(|b| b.rundir == rundir) {
-            b.limit.store(limit, std::sync::atomic::Ordering::Relaxed);
+        if bound.as_ref().is_some_and(|b| b.rundir == rundir) {
             return;
         }
         self.close_locked(&mut bound);
-        let listener = match reader::bind(rundir, &self.access) {
-            Ok(listener) => listener,
+        let socket = match records::bind(rundir, &self.access) {
+            Ok(socket) => socket,
             Err(e) => {
                 tracing::error!("query log: cannot bind its socket: {e}");
                 self.log
@@ -118,40 +103,21 @@ impl Intake {
             }
         };
         let token = self.stop.child_token();
-        let limit = Arc::new(AtomicUsize::new(limit));
         self.log.clear_inactive();
         self.log.set_accepting(true);
-        tokio::spawn(reader::serve(
-            listener,
+        tokio::spawn(records::serve(
+            socket,
             self.log.clone(),
-            rundir.to_owned(),
-            Admission {
-                access: self.access.clone(),
-                limit: limit.clone(),
-            },
+            self.access.clone(),
             token.clone(),
         ));
-        // The workers' cache marks; without them the answers are kept with the cache use
-        // unknown.
-        match marks::bind(rundir, &self.access) {
-            Ok(socket) => {
-                tokio::spawn(marks::serve(
-                    socket,
-                    self.log.clone(),
-                    self.access.clone(),
-                    token.clone(),
-                ));
-            }
-            Err(e) => tracing::warn!("query log: cannot bind the cache marks' socket: {e}"),
-        }
         *bound = Some(Bound {
             rundir: rundir.to_owned(),
             token,
-            limit,
         });
     }
 
-    /// Stop reading and remove the sockets' files.
+    /// Stop reading and remove the socket's file.
     fn close(&self) {
         let mut bound = self.bound();
         self.close_locked(&mut bound);
@@ -163,9 +129,7 @@ impl Intake {
         };
         self.log.set_accepting(false);
         b.token.cancel();
-        for file in [SOCKET_FILE, MARKS_FILE] {
-            remove_socket(&b.rundir.join(file));
-        }
+        remove_socket(&b.rundir.join(SOCKET_FILE));
     }
 }
 
@@ -267,7 +231,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("kres-intake-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let files = [dir.join(SOCKET_FILE), dir.join(MARKS_FILE)];
+        let files = [dir.join(SOCKET_FILE)];
         // A socket an earlier manager process left is removed while the log is off.
         drop(std::os::unix::net::UnixListener::bind(&files[0]).expect("stale"));
         let log = QueryLog::default();

@@ -1,57 +1,49 @@
-//! The query log: the answers kresd's workers send through their dnstap module, kept by the
-//! manager process in a ring for `kresctl querylog` and `kresctl top`.
+//! The query log: the answers kresd's workers tell through a Lua layer of our own
+//! (`lua::query_log`), kept by the manager process in a ring for `kresctl querylog` and
+//! `kresctl top`.
 //!
-//! The workers connect to `<rundir>/query-log.sock` ([`SOCKET_FILE`]), which the manager
-//! process binds, for the workers' user only, before any worker starts with the log on, and
-//! removes when it is turned off (`intake`). What they send is untrusted: peers are checked
-//! (`intake`), each stream is one worker's (`reader`), frames are bounded (`frames`), decoded
-//! (`dnstap`) and reduced to an [`Entry`] each; nothing of it reaches the root. kresd's side never waits for us: its dnstap module hands frames to
-//! libfstrm's queue, written by a thread of its own, and drops what does not fit when the
-//! reader lags; the answers it drops are counted here from the workers' own answer counts
-//! (`QueryLogStatus::missed`).
+//! Each worker writes a compact binary record per answer into a batch and sends the batch as
+//! one datagram to `<rundir>/query-log.sock` ([`SOCKET_FILE`]) when it is full or 50 ms old;
+//! the manager process binds that socket, for the workers' user only, before any worker
+//! starts with the log on, and removes it when the log is turned off (`intake`). What comes
+//! is untrusted: senders are checked (`access`), records are bounded and read whole
+//! (`records`) and reduced to an [`Entry`] each; nothing of it reaches the root. kresd never
+//! waits for us: the worker's socket is non-blocking, and a batch that finds no room (a slow
+//! or stopped reader) or no reader is dropped and counted by the worker itself; those counts,
+//! in each batch and read from the workers, are the log's misses (`QueryLogStatus::missed`).
 //!
 //! `select` answers the readers (filters, top lists); the ring and the live followers are in
 //! [`QueryLog`], a cheap handle the reader and the API share. The ring is bounded three ways,
 //! by the configuration: in entries, in bytes (each entry's heap estimated from its name,
-//! [`Entry::footprint`]) and in age (entries older than `max-age` are dropped on every push
-//! and read, and by the marks' task every 50 ms). Turning the log off empties it and ends the
-//! followers' streams; a narrower client prefix applies to the entries already held.
-//!
-//! Two more inputs and one output: `marks` reads the workers' cache marks from
-//! `<rundir>/query-log-marks.sock` (each datagram with its sender's credentials, `access`
-//! deciding who may write) and joins them to the answers by client, port and message ID (an
-//! answer waits at most 250 ms, both sides bounded); `relay` passes kresd's frames on to the
-//! operator's `logging.dnstap` socket as a Frame Streams writer, through a byte-bounded queue,
-//! never waiting for the consumer.
+//! [`Entry::footprint`]) and in age (entries older than `max-age` are dropped on every batch
+//! and read). Turning the log off empties it and ends the followers' streams; a narrower
+//! client prefix applies to the entries already held.
 
 pub mod access;
 pub mod dnstap;
 pub mod frames;
 pub mod intake;
-pub mod marks;
-pub mod reader;
-pub mod relay;
+pub mod records;
 pub mod select;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::IpAddr;
-use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
-use crate::config::{DnstapSchema, QueryLogSchema};
+use crate::config::QueryLogSchema;
 use crate::wire::query_log::{LoggedAnswer, QueryLogStatus};
-use dnstap::Transport;
+use records::Transport;
 
-/// The socket in the rundir the workers' dnstap module writes to.
+/// The socket in the rundir the workers send their batches of records to.
 pub const SOCKET_FILE: &str = "query-log.sock";
 
 /// Answers a live follower may fall behind by before it misses some.
 const LIVE_BACKLOG: usize = 4096;
 
-/// How often refused peers and frames are told in the log at most.
+/// How often refused peers are told in the log at most.
 const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(60);
 
 /// The bytes glibc's malloc takes for a request of `n` bytes: 8 of header, rounded up to 16,
@@ -68,7 +60,7 @@ const fn malloc_chunk(n: usize) -> usize {
 /// One answer kept: about 100 bytes and its name.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
-    /// When it was sent, microseconds since the epoch (kresd's clock).
+    /// When it was answered, microseconds since the epoch (kresd's clock).
     pub time_us: u64,
     /// The client, cut to the configured prefix.
     pub client: IpAddr,
@@ -88,7 +80,7 @@ pub struct Entry {
     pub ede: Option<u16>,
     /// The worker's number, when it said.
     pub worker: Option<u32>,
-    /// Whether the answer came from the cache, when its mark came (`marks`).
+    /// Whether the answer came from the cache, when the worker said.
     pub cached: Option<bool>,
 }
 
@@ -114,7 +106,7 @@ impl Entry {
             client: self.client.to_string(),
             transport: self.transport.as_str().to_owned(),
             name: self.name.to_string(),
-            qtype: dnstap::qtype_name(self.qtype),
+            qtype: qtype_name(self.qtype),
             rcode: select::rcode_name(self.rcode),
             latency_ms: self.latency_us.map(|us| us as f64 / 1e3),
             answers: self.answers,
@@ -125,21 +117,16 @@ impl Entry {
     }
 }
 
+/// A type's mnemonic (`A`, `TYPE65280`).
+pub fn qtype_name(qtype: u16) -> String {
+    domain::base::iana::Rtype::from_int(qtype).to_string()
+}
+
 /// The query log: the ring, its settings, its tallies and the live followers.
 #[derive(Clone)]
 pub struct QueryLog {
-    /// The ring and its tallies.
-    shared: Arc<Shared>,
-    /// The frames passed on to the operator's own dnstap socket.
-    relay: relay::Relay,
-}
-
-/// The state behind the handle.
-struct Shared {
     /// Everything, under one short-held lock.
-    ring: Mutex<Ring>,
-    /// Answers and cache marks waiting for each other (taken before `ring`, never inside).
-    join: Mutex<marks::Join>,
+    shared: Arc<Mutex<Ring>>,
 }
 
 /// What the lock guards.
@@ -152,12 +139,13 @@ struct Ring {
     settings: Settings,
     /// What was received and missed.
     tally: Tally,
-    /// Whether answers from the workers' streams and marks are kept: while the sockets are
-    /// bound (`intake`), never once the log was turned off.
+    /// Whether answers from the workers are kept: while the socket is bound (`intake`),
+    /// never once the log was turned off.
     accepting: bool,
-    /// New entries, for the live followers; replaced (their streams end) when the log is
-    /// turned off.
-    live: broadcast::Sender<Arc<Entry>>,
+    /// New entries, for the live followers: made by the first follower (its backlog is
+    /// 4,096 slots, about 160 KiB, which a log nobody follows does not hold), dropped with
+    /// the last one and when the log is turned off (their streams end).
+    live: Option<broadcast::Sender<Arc<Entry>>>,
 }
 
 /// An answer in the ring.
@@ -171,6 +159,33 @@ struct Held {
 }
 
 impl Ring {
+    /// Keep an answer (its client cut to the configured prefix) and tell the followers; the
+    /// caller prunes.
+    fn keep(&mut self, mut entry: Entry, now: Instant) {
+        let prefix = if entry.client.is_ipv4() {
+            self.settings.ipv4_prefix
+        } else {
+            self.settings.ipv6_prefix
+        };
+        entry.client = select::mask(entry.client, prefix);
+        self.tally.received += 1;
+        let bytes = Entry::footprint(entry.name.len());
+        let entry = Arc::new(entry);
+        self.entries.push_back(Held {
+            entry: entry.clone(),
+            kept: now,
+            bytes,
+        });
+        self.bytes += bytes;
+        if let Some(live) = &self.live {
+            if live.receiver_count() == 0 {
+                self.live = None;
+            } else {
+                let _ = live.send(entry);
+            }
+        }
+    }
+
     /// Drop what the settings no longer allow at `now`: entries older than `max_age`, then
     /// the oldest until the count and the bytes fit.
     fn prune(&mut self, now: Instant) {
@@ -221,22 +236,11 @@ pub struct Settings {
     pub ipv4_prefix: u8,
     /// Leading bits kept of an IPv6 client's address.
     pub ipv6_prefix: u8,
-    /// Where kresd's stream goes on to: the operator's own dnstap socket (upstream's
-    /// `logging.dnstap`), while the query log is on.
-    pub relay: Option<relay::Target>,
 }
 
 impl Settings {
-    /// The settings of a configuration (`rundir`: where a relative socket path starts).
-    pub fn of(schema: &QueryLogSchema, dnstap: &DnstapSchema, rundir: &Path) -> Settings {
-        let relay = match &dnstap.unix_socket {
-            Some(socket) if schema.enabled && dnstap.enable => Some(relay::Target {
-                socket: rundir.join(socket),
-                queries: dnstap.log_queries,
-                responses: dnstap.log_responses,
-            }),
-            _ => None,
-        };
+    /// The settings of a configuration.
+    pub fn of(schema: &QueryLogSchema) -> Settings {
         Settings {
             enabled: schema.enabled,
             capacity: schema.entries as usize,
@@ -244,7 +248,6 @@ impl Settings {
             max_memory: usize::try_from(schema.max_memory.bytes()).unwrap_or(usize::MAX),
             ipv4_prefix: schema.ipv4_prefix,
             ipv6_prefix: schema.ipv6_prefix,
-            relay,
         }
     }
 }
@@ -258,7 +261,6 @@ impl Default for Settings {
             max_memory: 64 << 20,
             ipv4_prefix: 32,
             ipv6_prefix: 128,
-            relay: None,
         }
     }
 }
@@ -268,34 +270,18 @@ impl Default for Settings {
 struct Tally {
     /// Answers kept.
     received: u64,
-    /// Frames not read.
+    /// Datagrams, or their parts, not read.
     malformed: u64,
-    /// Connections and datagrams refused for their sender's uid.
+    /// Datagrams refused for their sender's uid.
     refused_peers: u64,
-    /// Frames refused for claiming another worker than their stream's.
-    refused_frames: u64,
     /// When a refusal was last told in the log.
     refusal_told: Option<Instant>,
-    /// Workers' streams open now.
-    streams: u64,
-    /// Why no stream can come (the socket could not be bound), if so.
+    /// Why no batch can come (the socket could not be bound), if so.
     inactive_reason: Option<String>,
     /// Answers live followers fell behind by.
     followers_lagged: u64,
-    /// Per worker whose stream is open: answers received, and the baseline its misses count
-    /// from (as many as streams are open at most: freed when the worker's last one closes).
-    workers: BTreeMap<u32, WorkerTally>,
-}
-
-/// One worker's answers, received and counted by the worker itself.
-#[derive(Debug, Default, Clone, Copy)]
-struct WorkerTally {
-    /// Its streams open now.
-    streams: u32,
-    /// Answers of this worker kept.
-    received: u64,
-    /// (the worker's answer count, answers received) when the baseline was taken.
-    baseline: Option<(u64, u64)>,
+    /// The records each worker dropped, as its batches told.
+    dropped: records::Dropped,
 }
 
 impl Default for QueryLog {
@@ -306,22 +292,15 @@ impl Default for QueryLog {
 
 impl QueryLog {
     pub fn new(settings: Settings) -> QueryLog {
-        let (live, _) = broadcast::channel(LIVE_BACKLOG);
-        let relay = relay::Relay::default();
-        relay.retarget(settings.relay.clone());
         QueryLog {
-            shared: Arc::new(Shared {
-                ring: Mutex::new(Ring {
-                    entries: VecDeque::new(),
-                    bytes: 0,
-                    settings,
-                    tally: Tally::default(),
-                    accepting: false,
-                    live,
-                }),
-                join: Mutex::new(marks::Join::default()),
-            }),
-            relay,
+            shared: Arc::new(Mutex::new(Ring {
+                entries: VecDeque::new(),
+                bytes: 0,
+                settings,
+                tally: Tally::default(),
+                accepting: false,
+                live: None,
+            })),
         }
     }
 
@@ -329,32 +308,27 @@ impl QueryLog {
         // A panic while holding the lock leaves a consistent ring (every step is one push or
         // pop), so a poisoned lock is taken as it is.
         self.shared
-            .ring
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Apply a configuration's settings: a smaller ring (in entries, bytes or age) drops its
-    /// oldest entries; the client prefixes apply to the entries held; another relay target
-    /// starts with an empty queue. Turned off, the log forgets every answer, held or waiting
-    /// for its mark, and its followers' streams end.
+    /// oldest entries; the client prefixes apply to the entries held. Turned off, the log
+    /// forgets every answer and the workers' dropped counts, and its followers' streams end.
     pub fn configure(&self, settings: Settings) {
         self.configure_at(settings, Instant::now());
     }
 
     fn configure_at(&self, settings: Settings, now: Instant) {
-        self.relay.retarget(settings.relay.clone());
         let enabled = settings.enabled;
-        if !enabled {
-            self.join().clear();
-        }
         let mut ring = self.ring();
         ring.settings = settings;
         if !enabled {
             ring.accepting = false;
             ring.entries = VecDeque::new();
             ring.bytes = 0;
-            ring.live = broadcast::channel(LIVE_BACKLOG).0;
+            ring.tally.dropped.clear();
+            ring.live = None;
             return;
         }
         let (v4, v6) = (ring.settings.ipv4_prefix, ring.settings.ipv6_prefix);
@@ -370,62 +344,23 @@ impl QueryLog {
         ring.prune(now);
     }
 
-    fn join(&self) -> MutexGuard<'_, marks::Join> {
-        // Every step of the join leaves it consistent, as the ring's.
-        self.shared
-            .join
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Whether answers from the workers are kept (`intake`: while the sockets are bound).
     pub fn set_accepting(&self, accepting: bool) {
         self.ring().accepting = accepting;
     }
 
-    /// An answer from a worker's stream (`key`: its client, port and ID): kept now, or once
-    /// its cache mark comes (at most [`marks::ANSWER_WAIT`] later); dropped unless
-    /// accepting.
-    pub fn arrive(&self, key: dnstap::QueryKey, entry: Entry, now: std::time::Instant) {
-        if !self.ring().accepting {
+    /// A batch from worker `batch.worker`: its answers kept (unless the log stopped
+    /// accepting), its dropped count noted; the entries past their age are dropped.
+    pub fn on_batch(&self, batch: records::Batch, now: Instant) {
+        let mut ring = self.ring();
+        if !ring.accepting {
             return;
         }
-        let out = self.join().on_answer(key, entry, now);
-        if let Some(entry) = out {
-            self.keep(entry, now);
+        ring.tally.dropped.tell(batch.worker, batch.dropped);
+        for entry in batch.entries {
+            ring.keep(entry, now);
         }
-    }
-
-    /// Cache marks from a worker: the answers that waited for them are kept.
-    pub fn on_marks(
-        &self,
-        marks: impl Iterator<Item = (dnstap::QueryKey, bool)>,
-        now: std::time::Instant,
-    ) {
-        let out: Vec<Entry> = {
-            let mut join = self.join();
-            marks
-                .filter_map(|(key, cached)| join.on_mark(key, cached, now))
-                .collect()
-        };
-        for entry in out {
-            self.keep(entry, now);
-        }
-    }
-
-    /// The answers that waited long enough for their marks are kept, their cache use
-    /// unknown; the entries past their age are dropped.
-    pub fn expire_waiting(&self, now: std::time::Instant) {
-        let out = self.join().expire(now);
-        for entry in out {
-            self.keep(entry, now);
-        }
-        self.ring().prune(now);
-    }
-
-    /// An answer from the workers, kept unless the log stopped accepting meanwhile.
-    fn keep(&self, entry: Entry, now: Instant) {
-        self.push_if(entry, now, |ring| ring.accepting);
+        ring.prune(now);
     }
 
     /// Keep an answer (its client cut to the configured prefix) and tell the followers.
@@ -434,47 +369,21 @@ impl QueryLog {
     }
 
     /// Keep an answer at `now` when `kept` says so of the ring.
-    fn push_if(&self, mut entry: Entry, now: Instant, kept: impl FnOnce(&Ring) -> bool) {
+    fn push_if(&self, entry: Entry, now: Instant, kept: impl FnOnce(&Ring) -> bool) {
         let mut ring = self.ring();
         if !kept(&ring) {
             return;
         }
-        let settings = &ring.settings;
-        let prefix = if entry.client.is_ipv4() {
-            settings.ipv4_prefix
-        } else {
-            settings.ipv6_prefix
-        };
-        entry.client = select::mask(entry.client, prefix);
-        ring.tally.received += 1;
-        if let Some(tally) = entry.worker.and_then(|w| ring.tally.workers.get_mut(&w)) {
-            tally.received += 1;
-        }
-        let bytes = Entry::footprint(entry.name.len());
-        let entry = Arc::new(entry);
-        ring.entries.push_back(Held {
-            entry: entry.clone(),
-            kept: now,
-            bytes,
-        });
-        ring.bytes += bytes;
+        ring.keep(entry, now);
         ring.prune(now);
-        if ring.live.receiver_count() > 0 {
-            let _ = ring.live.send(entry);
-        }
     }
 
-    /// The queue to the operator's own dnstap socket.
-    pub fn relay(&self) -> &relay::Relay {
-        &self.relay
-    }
-
-    /// No stream can come, and why (the reader's socket could not be bound).
+    /// No batch can come, and why (the reader's socket could not be bound).
     pub fn set_inactive(&self, reason: String) {
         self.ring().tally.inactive_reason = Some(reason);
     }
 
-    /// Streams can come again (the socket is bound).
+    /// Batches can come again (the socket is bound).
     pub fn clear_inactive(&self) {
         self.ring().tally.inactive_reason = None;
     }
@@ -492,74 +401,14 @@ impl QueryLog {
         }
     }
 
-    /// A frame claiming another worker than its stream's was refused: counted, and told in
-    /// the log at most once a minute.
-    pub fn refuse_frame(&self, stream: &str, claimed: &str) {
-        let mut ring = self.ring();
-        ring.tally.refused_frames += 1;
-        if ring.should_tell_refusal(Instant::now()) {
-            tracing::warn!(
-                "query log: refused a frame of the stream of worker {stream:?} claiming worker {claimed:?} ({} refused so far; told at most once a minute)",
-                ring.tally.refused_frames
-            );
-        }
-    }
-
-    /// A frame that was not read.
+    /// A datagram, or a part of one, that was not read.
     pub fn count_malformed(&self) {
         self.ring().tally.malformed += 1;
-    }
-
-    /// A worker's stream opened (`1`) or closed (`-1`).
-    fn count_stream(&self, delta: i64) {
-        let mut ring = self.ring();
-        ring.tally.streams = ring.tally.streams.saturating_add_signed(delta);
     }
 
     /// Followers lagged behind by `n` answers.
     pub fn count_lagged(&self, n: u64) {
         self.ring().tally.followers_lagged += n;
-    }
-
-    /// A stream of worker `w` opened: its tally is kept while one is open.
-    pub fn open_worker(&self, w: u32) {
-        self.ring().tally.workers.entry(w).or_default().streams += 1;
-    }
-
-    /// A stream of worker `w` closed: its tally is freed with its last stream.
-    pub fn close_worker(&self, w: u32) {
-        let mut ring = self.ring();
-        if let Some(tally) = ring.tally.workers.get_mut(&w) {
-            tally.streams = tally.streams.saturating_sub(1);
-            if tally.streams == 0 {
-                ring.tally.workers.remove(&w);
-            }
-        }
-    }
-
-    /// Workers with a tally now (as many as workers' streams are open at most).
-    pub fn workers_tallied(&self) -> usize {
-        self.ring().tally.workers.len()
-    }
-
-    /// Worker `w` counted `answered` answers now: its misses count from here (nothing when
-    /// its stream closed meanwhile).
-    fn set_baseline(&self, w: u32, answered: u64) {
-        let mut ring = self.ring();
-        if let Some(tally) = ring.tally.workers.get_mut(&w) {
-            tally.baseline = Some((answered, tally.received));
-        }
-    }
-
-    /// The workers whose misses can be counted.
-    pub fn workers_with_baseline(&self) -> Vec<u32> {
-        self.ring()
-            .tally
-            .workers
-            .iter()
-            .filter(|(_, t)| t.baseline.is_some())
-            .map(|(w, _)| *w)
-            .collect()
     }
 
     /// The ring, past its age pruned.
@@ -571,7 +420,7 @@ impl QueryLog {
 
     /// Every entry, oldest first. The entries are shared with the ring: the lock is held
     /// only to pick them (a pointer each), never to count, copy or serialise them, so a
-    /// reader of a large ring does not hold up the workers' stream.
+    /// reader of a large ring does not hold up the workers' batches.
     pub fn entries(&self) -> Vec<Arc<Entry>> {
         self.pruned_ring()
             .entries
@@ -600,12 +449,18 @@ impl QueryLog {
 
     /// Every answer from now on (the stream ends when the log is turned off).
     pub fn follow(&self) -> broadcast::Receiver<Arc<Entry>> {
-        self.ring().live.subscribe()
+        self.ring()
+            .live
+            .get_or_insert_with(|| broadcast::channel(LIVE_BACKLOG).0)
+            .subscribe()
     }
 
     /// Live followers now.
     pub fn followers(&self) -> usize {
-        self.ring().live.receiver_count()
+        self.ring()
+            .live
+            .as_ref()
+            .map_or(0, broadcast::Sender::receiver_count)
     }
 
     /// Whether the configuration has the log on.
@@ -613,20 +468,12 @@ impl QueryLog {
         self.ring().settings.enabled
     }
 
-    /// The status; `answered` is each worker's own answer count now (for the misses).
-    pub fn status(&self, answered: &BTreeMap<u32, u64>) -> QueryLogStatus {
+    /// The status; `dropped` is each worker's own count of the records it dropped, as read
+    /// from it now (the batches tell it too).
+    pub fn status(&self, dropped: &BTreeMap<u32, u64>) -> QueryLogStatus {
         let ring = self.pruned_ring();
         let s = &ring.settings;
-        let missed = ring
-            .tally
-            .workers
-            .iter()
-            .filter_map(|(w, t)| {
-                let (base_answered, base_received) = t.baseline?;
-                let answered = answered.get(w)?.saturating_sub(base_answered);
-                Some(answered.saturating_sub(t.received - base_received))
-            })
-            .sum();
+        let (missed, workers_counted) = ring.tally.dropped.merged(dropped);
         let inactive_reason = ring.tally.inactive_reason.clone().filter(|_| s.enabled);
         QueryLogStatus {
             enabled: s.enabled,
@@ -639,17 +486,9 @@ impl QueryLog {
             max_memory: s.max_memory as u64,
             max_age_seconds: s.max_age.as_secs(),
             refused_peers: ring.tally.refused_peers,
-            refused_frames: ring.tally.refused_frames,
-            streams: ring.tally.streams,
             missed,
-            workers_counted: ring
-                .tally
-                .workers
-                .values()
-                .filter(|t| t.baseline.is_some())
-                .count() as u64,
+            workers_counted,
             followers_lagged: ring.tally.followers_lagged,
-            relay: self.relay.status(),
         }
     }
 }
@@ -704,20 +543,6 @@ mod tests {
         assert_eq!(log.status(&BTreeMap::new()).received, 6);
     }
 
-    #[test]
-    fn misses_count_from_the_baseline() {
-        let log = QueryLog::default();
-        log.open_worker(1);
-        log.push(entry("127.0.0.2", Some(1)));
-        log.set_baseline(1, 10);
-        for _ in 0..5 {
-            log.push(entry("127.0.0.2", Some(1)));
-        }
-        // The worker answered 8 since its baseline; 5 reached the log.
-        assert_eq!(log.status(&BTreeMap::from([(1, 18)])).missed, 3);
-        assert_eq!(log.workers_with_baseline(), vec![1]);
-    }
-
     fn named(name: &str) -> Entry {
         Entry {
             name: name.into(),
@@ -750,7 +575,7 @@ mod tests {
         ];
         for (kept, pruned, held) in rows {
             log.push_if(named("a.test."), kept, |_| true);
-            log.expire_waiting(pruned);
+            log.ring().prune(pruned);
             assert_eq!(log.ring().entries.len(), held, "pruned at {pruned:?}");
         }
         // Reads prune too: an entry kept longer ago than the age is not shown.
@@ -805,18 +630,20 @@ mod tests {
     async fn turned_off_the_log_forgets_everything_and_ends_its_followers() {
         let log = QueryLog::new(on(Settings::default()));
         log.set_accepting(true);
-        let key = dnstap::QueryKey {
-            client: "192.0.2.1".parse().unwrap(),
-            port: 53,
-            id: 1,
+        let batch = |name: &str| records::Batch {
+            worker: 0,
+            dropped: 3,
+            entries: vec![named(name)],
+            malformed: false,
         };
-        log.arrive(key, named("a.test."), Instant::now());
+        log.on_batch(batch("a.test."), Instant::now());
         let mut follower = log.follow();
-        log.arrive(key, named("b.test."), Instant::now());
-        assert_eq!(log.status(&BTreeMap::new()).held, 2);
+        log.on_batch(batch("b.test."), Instant::now());
+        let status = log.status(&BTreeMap::new());
+        assert_eq!((status.held, status.missed), (2, 3));
         log.configure(Settings::default());
         let status = log.status(&BTreeMap::new());
-        assert_eq!((status.held, status.held_bytes), (0, 0));
+        assert_eq!((status.held, status.held_bytes, status.missed), (0, 0, 0));
         // The follower gets what was sent before, then its stream ends.
         assert_eq!(
             follower.recv().await.expect("sent before").name.as_ref(),
@@ -827,8 +654,7 @@ mod tests {
             Err(broadcast::error::RecvError::Closed)
         );
         // Nothing from the workers is kept afterwards.
-        log.arrive(key, named("c.test."), Instant::now());
-        log.on_marks([(key, true)].into_iter(), Instant::now());
+        log.on_batch(batch("c.test."), Instant::now());
         assert_eq!(log.status(&BTreeMap::new()).held, 0);
     }
 
@@ -860,22 +686,16 @@ mod tests {
     }
 
     #[test]
-    fn a_workers_tally_lives_as_long_as_its_streams() {
-        let log = QueryLog::default();
-        // (step, tallies after)
-        type Step = &'static dyn Fn(&QueryLog);
-        let rows: [(Step, usize); 6] = [
-            (&|l| l.open_worker(1), 1),
-            (&|l| l.open_worker(1), 1),
-            (&|l| l.push(entry("127.0.0.2", Some(7))), 1),
-            (&|l| l.close_worker(1), 1),
-            (&|l| l.close_worker(1), 0),
-            (&|l| l.close_worker(2), 0),
-        ];
-        for (i, (step, tallies)) in rows.into_iter().enumerate() {
-            step(&log);
-            assert_eq!(log.workers_tallied(), tallies, "step {i}");
-        }
+    fn the_followers_backlog_is_held_only_while_followed() {
+        let log = QueryLog::new(on(Settings::default()));
+        let follower = log.follow();
+        assert!(log.ring().live.is_some(), "made by the first follower");
+        log.push(named("a.test."));
+        assert!(log.ring().live.is_some(), "kept while followed");
+        drop(follower);
+        log.push(named("b.test."));
+        assert!(log.ring().live.is_none(), "dropped with the last follower");
+        assert_eq!(log.followers(), 0);
     }
 
     #[test]
@@ -883,8 +703,7 @@ mod tests {
         let log = QueryLog::default();
         log.refuse_peer("a stream", &"uid 65534");
         log.refuse_peer("a stream", &"uid 65534");
-        log.refuse_frame("1", "2");
         let status = log.status(&BTreeMap::new());
-        assert_eq!((status.refused_peers, status.refused_frames), (2, 1));
+        assert_eq!(status.refused_peers, 2);
     }
 }

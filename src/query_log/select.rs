@@ -336,7 +336,7 @@ impl Key<'_> {
         match self {
             Key::Client(ip) => ip.to_string(),
             Key::Name(n) => (*n).to_owned(),
-            Key::Qtype(t) => super::dnstap::qtype_name(*t),
+            Key::Qtype(t) => super::qtype_name(*t),
         }
     }
 }
@@ -384,7 +384,7 @@ pub fn top<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query_log::dnstap::Transport;
+    use crate::query_log::records::Transport;
 
     fn entry(client: [u8; 4], name: &str, qtype: u16, rcode: u16, time_us: u64) -> Entry {
         Entry {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 /// One answer of the query log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LoggedAnswer {
-    /// When the answer was sent, seconds since the epoch (microsecond precision).
+    /// When the answer was given, seconds since the epoch (microsecond precision).
     pub time: f64,
     /// The client's address, cut to the configured prefix (`/24` keeps `192.0.2.0`).
     pub client: String,
@@ -27,8 +27,7 @@ pub struct LoggedAnswer {
     /// The worker that answered (`kresd0`), when it said.
     pub worker: Option<String>,
     /// Whether the answer came from the cache (local data too: kresd answers it as from the
-    /// cache); absent when the worker's mark of it did not come (dropped while the reader
-    /// was stopped, or a worker of an older manager).
+    /// cache), when the worker said.
     #[serde(default)]
     pub cached: Option<bool>,
 }
@@ -69,7 +68,7 @@ pub struct QueryLogStatus {
     pub held: u64,
     /// Answers received since this manager process started.
     pub received: u64,
-    /// Frames that were not dnstap answers or queries this log reads.
+    /// Datagrams, or parts of them, that were not batches of records this log reads.
     pub malformed: u64,
     /// The bytes the ring's answers take (estimated from their names' lengths).
     #[serde(default)]
@@ -80,46 +79,16 @@ pub struct QueryLogStatus {
     /// How long an answer is kept at most (`max-age`), in seconds.
     #[serde(default)]
     pub max_age_seconds: u64,
-    /// Connections to the query log's socket, and cache marks' datagrams, refused because
-    /// their sender did not run as the workers' user (nor root, nor the manager's).
+    /// Datagrams refused because their sender did not run as the workers' user (nor root,
+    /// nor the manager's).
     #[serde(default)]
     pub refused_peers: u64,
-    /// Frames refused because they claimed another worker than the one whose stream they
-    /// came on (a stream's worker is the one its first answer named).
-    #[serde(default)]
-    pub refused_frames: u64,
-    /// Workers' streams open now.
-    pub streams: u64,
-    /// Answers the workers sent that never reached the log (kresd drops an entry when the
-    /// reader lags; the answer itself is never delayed): per worker, the answers it counted
-    /// minus those received, since its stream opened (counted while the stream is open).
+    /// Answers the workers gave that never reached the log (a worker drops a batch when the
+    /// reader lags or is away; the answer itself is never delayed): the running workers' own
+    /// counts of the records they dropped, since they started.
     pub missed: u64,
-    /// Workers whose misses are counted (their answer count known since their stream began).
+    /// Workers whose dropped count is known.
     pub workers_counted: u64,
     /// Answers the live streams' followers lagged behind and did not get.
     pub followers_lagged: u64,
-    /// kresd's stream passed on to the operator's own dnstap socket (`logging.dnstap`), when
-    /// configured.
-    #[serde(default)]
-    pub relay: Option<RelayStatus>,
-}
-
-/// kresd's dnstap stream passed on to the operator's socket (`logging.dnstap.unix-socket`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct RelayStatus {
-    /// The operator's socket.
-    pub socket: String,
-    /// Whether a consumer accepted the stream and it is open now.
-    pub connected: bool,
-    /// Frames written to the consumer since this manager process started.
-    pub relayed: u64,
-    /// Frames dropped because the buffer for the consumer (2 MiB) was full: the consumer was
-    /// away, slow, or had not accepted the stream. kresd and the query log never wait for it.
-    pub dropped: u64,
-    /// Frames waiting for the consumer now.
-    pub queued: u64,
-    /// Connections the consumer accepted since this manager process started.
-    pub connections: u64,
-    /// Why the last connection failed or ended.
-    pub last_error: Option<String>,
 }

@@ -7,7 +7,7 @@
 //! `kresctl top clients` wall time over a full ring of 100,000; and the answers' latency at
 //! 2,000 q/s (an open loop) while the reader runs, while it is stopped (SIGSTOP, 10 s), after
 //! it resumes, and after it is killed (the supervisor starts it again), with the queries lost
-//! and how long the stream takes to come back.
+//! and how long the batches take to come back.
 //!
 //! The load is the closed loop of `bench::closed_loop` on one local-data name; the ring is
 //! filled with distinct names (`fN.fill.test.`, an empty subtree of the local data), as real
@@ -226,7 +226,7 @@ fn memory(r: &Resolver) -> Result<(u64, u64)> {
     ))
 }
 
-/// Distinct names answered until the ring holds `target` entries (kresd drops what the
+/// Distinct names answered until the ring holds `target` entries (the workers drop what the
 /// reader does not take in time, so more may be asked); the status then.
 fn fill_until(on: &Resolver, next: &mut u64, target: u64) -> Result<Value> {
     let held = |s: &Value| s["held"].as_u64().unwrap_or(0);
@@ -247,8 +247,8 @@ fn fill_until(on: &Resolver, next: &mut u64, target: u64) -> Result<Value> {
 /// distinct answers and at 100,000 (the ring full).
 fn ring_memory(on: &Resolver) -> Result<[(u64, u64, u64); 3]> {
     let held = |s: &Value| s["held"].as_u64().unwrap_or(0);
-    let status = on.wait_log("the worker's stream", |s| {
-        s["streams"].as_u64() >= Some(1) && s["workers_counted"].as_u64() >= Some(1)
+    let status = on.wait_log("the worker's count", |s| {
+        s["workers_counted"].as_u64() >= Some(1)
     })?;
     let measure = |status: &Value| -> Result<(u64, u64, u64)> {
         let (rss, pss) = memory(on)?;
@@ -442,7 +442,7 @@ fn stall(on: &Resolver, i: usize) -> Result<Stall> {
         .saturating_sub(missed_before);
     kill(Pid::from_raw(pid), Signal::SIGKILL)?;
     let killed = Instant::now();
-    // The stream is back when the new reader has logged an answer.
+    // The batches are back when the new reader has logged an answer.
     let mut back_after = None;
     while load.elapsed() < start + PHASE * 4 {
         if back_after.is_none() {
@@ -462,7 +462,7 @@ fn stall(on: &Resolver, i: usize) -> Result<Stall> {
         load.latency(from, from + PHASE)
     });
     eprintln!(
-        "stall run {}: {load}; missed +{missed} by the kill; stream back {back_after:.2?} after it",
+        "stall run {}: {load}; missed +{missed} by the stop; batches back {back_after:.2?} after it",
         i + 1
     );
     for (name, p) in PHASES.iter().zip(&phases) {
@@ -529,8 +529,8 @@ fn report_stalls(runs: &[Stall]) {
         })
         .collect();
     println!(
-        "  queries lost per run: {}; log entries missed (counted) by the kill: {}; stream back \
-         after the kill: {}",
+        "  queries lost per run: {}; log entries missed (counted) by the stop: \
+         {}; batches back after the kill: {}",
         lost.join(", "),
         missed.join(", "),
         back.join(", ")
@@ -607,8 +607,8 @@ fn report(
         tops.len()
     );
     println!(
-        "  query log after the bursts: received {}, missed {} (kresd drops what the reader \
-         does not take in time)",
+        "  query log after the bursts: received {}, missed {} (the workers drop what the \
+         reader does not take in time)",
         status["received"], status["missed"]
     );
 }

@@ -3,7 +3,8 @@
 //! READY, SIGINT → every process gone. Prints medians side by side.
 //!
 //! With `BENCH_SMAPS_DIR=DIR`, each control-plane process's `smaps` after READY is copied
-//! under `DIR/ours` and `DIR/upstream` (the last run's wins).
+//! under `DIR/ours` and `DIR/upstream` (the last run's wins). With `BENCH_QUERY_LOG=on`, ours
+//! runs with `monitoring.query-log` on (upstream has no such log).
 //!
 //! Usage: cargo build --release --bins && cargo run --release -p bench --bin startup [RUNS] [WORKERS]
 
@@ -21,6 +22,9 @@ use testbed::Bed;
 /// Where to copy the control plane's `/proc/PID/smaps` after READY, when set.
 const SMAPS_VAR: &str = "BENCH_SMAPS_DIR";
 
+/// `on`: our query log on.
+const QUERY_LOG_VAR: &str = "BENCH_QUERY_LOG";
+
 #[derive(Default)]
 struct Samples {
     ready_ms: Vec<f64>,
@@ -33,7 +37,13 @@ struct Samples {
 fn one_run(bed: &Bed, flavor: Flavor, workers: u32, samples: &mut Samples) -> Result<()> {
     let dir = bed.test_dir(&format!("bench-startup-{}", flavor.label()))?;
     let port = testbed::free_port()?;
-    write_config(&dir, port, workers, "")?;
+    let log_on = flavor == Flavor::Ours && std::env::var(QUERY_LOG_VAR).is_ok_and(|v| v == "on");
+    let extra = if log_on {
+        "monitoring:\n  query-log:\n    enabled: true\n"
+    } else {
+        ""
+    };
+    write_config(&dir, port, workers, extra)?;
     let server = SocketAddr::from(([127, 0, 0, 1], port));
     let t0 = Instant::now();
     let (mut launched, mut notify) = launch(bed, flavor, &dir)?;
@@ -94,7 +104,10 @@ fn main() -> Result<()> {
         }
         eprintln!("run {}/{} done", i + 1, runs);
     }
-    println!("startup benchmark: {workers} workers, {runs} runs each, alternating");
+    let log = std::env::var(QUERY_LOG_VAR).unwrap_or_else(|_| "off".to_owned());
+    println!(
+        "startup benchmark: {workers} workers, {runs} runs each, alternating; our query log {log}"
+    );
     print_header();
     print_row(
         "launch -> READY=1",

@@ -68,9 +68,9 @@ pub(super) fn monitoring() -> ObjectDef {
 fn query_log() -> ObjectDef {
     let mut d = section(
         "knot_resolver.datamodel.monitoring_schema.QueryLogSchema",
-        Some("The query log kept by the manager from kresd's dnstap stream (not in upstream's schema)."),
+        Some("The query log kept by the manager from the workers' own records of their answers (not in upstream's schema)."),
         vec![
-            f("enabled", Ty::Bool, json!(false), "Send every answer of the workers to the manager's query log (kresd's dnstap module, package knot-resolver6-module-dnstap). When 'logging.dnstap' is enabled too, kresd's one dnstap stream goes to that socket and the query log stays empty."),
+            f("enabled", Ty::Bool, json!(false), "Send every answer of the workers to the manager's query log (a Lua layer of the workers; 'logging.dnstap' is independent of it)."),
             f("entries", int("Int1_1000000", Some(1), Some(1_000_000)), json!(10000), "How many answers the ring keeps; the oldest give way."),
             f("ipv4-prefix", int("Int0_32", Some(0), Some(32)), json!(32), "How many leading bits of an IPv4 client's address are kept (24: only its /24)."),
             f("ipv6-prefix", int("Int0_128", Some(0), Some(128)), json!(128), "How many leading bits of an IPv6 client's address are kept (56: only its /56)."),

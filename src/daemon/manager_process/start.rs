@@ -447,12 +447,11 @@ impl Effects for Running {
     }
 }
 
-/// The query log: its sockets bound (when the configuration has it on) before the manager
-/// task starts any worker, for the workers' user (`run_as`, else ours); its sockets and its
-/// settings following the configuration (the manager task binds them before the workers
-/// of a configuration with the log on start, `Intake::prepare`), with the relay to the
-/// operator's own dnstap socket restarted when its target changes. A socket that cannot be
-/// bound leaves the log empty (logged, and said by its status); the workers serve without it.
+/// The query log: its socket bound (when the configuration has it on) before the manager
+/// task starts any worker, for the workers' user (`run_as`, else ours); its socket and its
+/// settings following the configuration (the manager task binds it before the workers of a
+/// configuration with the log on start, `Intake::prepare`). A socket that cannot be bound
+/// leaves the log empty (logged, and said by its status); the workers serve without it.
 fn start_query_log(
     handle: &ManagerHandle,
     stop: &CancellationToken,
@@ -461,14 +460,7 @@ fn start_query_log(
     use crate::query_log::access::Access;
     use crate::query_log::intake::Intake;
     use crate::query_log::{QueryLog, Settings};
-    let settings_of = |loaded: &LoadedConfig| {
-        let model = &loaded.model;
-        Settings::of(
-            &model.monitoring.query_log,
-            &model.logging.dnstap,
-            &model.rundir,
-        )
-    };
+    let settings_of = |loaded: &LoadedConfig| Settings::of(&loaded.model.monitoring.query_log);
     let mut configs = handle.subscribe();
     let first = configs.borrow_and_update().clone();
     let log = QueryLog::new(settings_of(&first));
@@ -478,55 +470,18 @@ fn start_query_log(
     let following = intake.clone();
     let stop = stop.child_token();
     tokio::spawn(async move {
-        let mut relay = RelayRun::default();
-        relay.follow(&follower, settings_of(&first).relay, &stop);
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 changed = configs.changed() => if changed.is_err() { return },
             }
             let loaded = configs.borrow_and_update().clone();
-            let settings = settings_of(&loaded);
-            relay.follow(&follower, settings.relay.clone(), &stop);
             // Turned off: nothing is read any more before the ring is emptied.
             following.follow(&loaded.model);
-            follower.configure(settings);
+            follower.configure(settings_of(&loaded));
         }
     });
     (log, intake)
-}
-
-/// The relay task to the operator's dnstap socket, for the target it was started with.
-#[derive(Default)]
-struct RelayRun {
-    /// The target and the token that stops its task.
-    running: Option<(crate::query_log::relay::Target, CancellationToken)>,
-}
-
-impl RelayRun {
-    /// Keep the task when the target is the same; else stop it and start one for `target`.
-    fn follow(
-        &mut self,
-        log: &crate::query_log::QueryLog,
-        target: Option<crate::query_log::relay::Target>,
-        stop: &CancellationToken,
-    ) {
-        if self.running.as_ref().map(|(t, _)| t) == target.as_ref() {
-            return;
-        }
-        if let Some((_, token)) = self.running.take() {
-            token.cancel();
-        }
-        if let Some(target) = target {
-            let token = stop.child_token();
-            tokio::spawn(crate::query_log::relay::run(
-                log.relay().clone(),
-                target.clone(),
-                token.clone(),
-            ));
-            self.running = Some((target, token));
-        }
-    }
 }
 
 /// The event log of this process, with its first events: the start, and the last upgrade
