@@ -889,7 +889,31 @@ pub struct IpNetwork {
     prefix: u8,
 }
 
+/// `ip` with all but its leading `prefix` bits cleared (an address's network).
+pub fn masked(ip: IpAddr, prefix: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let keep = u32::MAX
+                .checked_shl(32 - u32::from(prefix.min(32)))
+                .unwrap_or(0);
+            IpAddr::V4((u32::from(v4) & keep).into())
+        }
+        IpAddr::V6(v6) => {
+            let keep = u128::MAX
+                .checked_shl(128 - u32::from(prefix.min(128)))
+                .unwrap_or(0);
+            IpAddr::V6((u128::from(v6) & keep).into())
+        }
+    }
+}
+
 impl IpNetwork {
+    /// Whether `ip` is inside (an address of the other family never is).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        ip.is_ipv4() == self.addr.is_ipv4()
+            && masked(ip, self.prefix) == masked(self.addr, self.prefix)
+    }
+
     /// Parse like Python's `ipaddress.ip_network(s)` (strict: host bits must be zero; IPv4 also
     /// accepts a netmask or hostmask after `/`).
     pub fn parse(s: &str) -> Result<Self, TypeError> {
@@ -1299,6 +1323,21 @@ mod tests {
         assert!(check_ipv6_network96("64:ff9b::/96").is_ok());
         assert!(check_ipv6_network96("64:ff9b::").is_err());
         assert!(check_ipv6_network96("64:ff9b::/64").is_err());
+    }
+
+    #[test]
+    fn a_network_holds_the_addresses_of_its_family_under_its_prefix() {
+        let net = |s: &str| IpNetwork::parse(s).expect("a network");
+        let ip = |s: &str| s.parse::<IpAddr>().expect("an address");
+        assert!(net("10.1.2.0/24").contains(ip("10.1.2.255")));
+        assert!(!net("10.1.2.0/24").contains(ip("10.1.3.0")));
+        assert!(net("0.0.0.0/0").contains(ip("192.0.2.1")));
+        assert!(!net("0.0.0.0/0").contains(ip("::1")), "another family");
+        assert!(net("2001:db8::/32").contains(ip("2001:db8:ffff::1")));
+        assert!(!net("2001:db8::/32").contains(ip("2001:db9::1")));
+        assert!(net("::1").contains(ip("::1")) && !net("::1").contains(ip("::2")));
+        assert_eq!(masked(ip("192.0.2.77"), 28), ip("192.0.2.64"));
+        assert_eq!(masked(ip("2001:db8::ff"), 0), ip("::"));
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub(super) async fn metrics_json(State(state): State<ApiState>) -> Response {
 pub(super) async fn metrics_prometheus(State(state): State<ApiState>) -> Response {
     let collected = collect_stats(&state).await;
     let config = state.manager.config();
-    let rendered = state.rendered.get(&config);
+    let rendered = state.rendered.of(&config).await;
     let snapshot = state.supervisor.snapshot();
     let dropped = crate::metrics::observed::query_log_dropped(&collected.counts);
     let query_log = state.query_log.status(&dropped);

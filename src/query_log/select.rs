@@ -58,25 +58,8 @@ impl Network {
     }
 }
 
-/// `ip` with all but its leading `prefix` bits cleared.
-pub fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
-    match ip {
-        IpAddr::V4(v4) => {
-            let bits = u32::from(v4);
-            let keep = u32::MAX
-                .checked_shl(32 - u32::from(prefix.min(32)))
-                .unwrap_or(0);
-            IpAddr::V4((bits & keep).into())
-        }
-        IpAddr::V6(v6) => {
-            let bits = u128::from(v6);
-            let keep = u128::MAX
-                .checked_shl(128 - u32::from(prefix.min(128)))
-                .unwrap_or(0);
-            IpAddr::V6((bits & keep).into())
-        }
-    }
-}
+/// `ip` with all but its leading `prefix` bits cleared: the configuration's reading of it.
+pub use crate::config::types::masked as mask;
 
 /// Which answers `kresctl querylog` shows.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -366,7 +366,7 @@ pub fn client_tags(cfg: &KresConfig, client: std::net::IpAddr) -> Vec<String> {
             continue;
         }
         for net in &view.subnets {
-            if in_subnet(net, client) && best.as_ref().is_none_or(|(p, _)| net.prefix_len() > *p) {
+            if net.contains(client) && best.as_ref().is_none_or(|(p, _)| net.prefix_len() > *p) {
                 let tags = view
                     .tags
                     .iter()
@@ -378,24 +378,6 @@ pub fn client_tags(cfg: &KresConfig, client: std::net::IpAddr) -> Vec<String> {
         }
     }
     best.map(|(_, tags)| tags).unwrap_or_default()
-}
-
-/// Whether `net` holds `ip`.
-fn in_subnet(net: &crate::config::types::IpNetwork, ip: std::net::IpAddr) -> bool {
-    use std::net::IpAddr;
-    let (net_bits, ip_bits, width) = match (net.addr(), ip) {
-        (IpAddr::V4(n), IpAddr::V4(a)) => {
-            (u128::from(u32::from(n)), u128::from(u32::from(a)), 32u32)
-        }
-        (IpAddr::V6(n), IpAddr::V6(a)) => (u128::from(n), u128::from(a), 128u32),
-        _ => return false,
-    };
-    let prefix = u32::from(net.prefix_len()).min(width);
-    if prefix == 0 {
-        return true;
-    }
-    let shift = width - prefix;
-    (net_bits >> shift) == (ip_bits >> shift)
 }
 
 /// Whether `list` applies to a client with `tags` (none: every list applies).
