@@ -149,6 +149,16 @@ impl RpzTally {
                 status.broken = Some(reason.clone());
             }
             Event::RpzZoneLoaded { zone } => self.zone(zone).broken = None,
+            Event::RpzListFetched { .. } | Event::RpzListFailed { .. } => {
+                self.on_list(&record.event, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// What an `rpz-list-*` event at `now` adds.
+    fn on_list(&mut self, event: &Event, now: f64) {
+        match event {
             Event::RpzListFetched {
                 list,
                 result,

@@ -399,16 +399,11 @@ impl Running {
             router,
             self.stop.child_token(),
         ));
-        match to_serve.incarnation {
-            Incarnation::Successor => tracing::warn!(
-                incarnation = self.parent.incarnation,
-                "manager process restarted; serving the API again"
-            ),
-            Incarnation::First => tracing::info!(
-                "Manager fully initialized and running in {:.3} seconds",
-                to_serve.began.elapsed().as_secs_f64()
-            ),
-        }
+        announce_serving(
+            to_serve.incarnation,
+            self.parent.incarnation,
+            to_serve.began,
+        );
         // After an in-place upgrade, READY=1 again ends the reload it announced; at any other
         // time systemd takes it as the status it carries.
         upward.ready(&task::ready_status(
@@ -420,6 +415,21 @@ impl Running {
         drop(to_serve.heap);
         heap::release_free_heap();
         Ok(())
+    }
+}
+
+/// Say in the log that serving began: the first incarnation's start-up time, or that a
+/// successor serves the API again.
+fn announce_serving(incarnation: Incarnation, number: u32, began: std::time::Instant) {
+    match incarnation {
+        Incarnation::Successor => tracing::warn!(
+            incarnation = number,
+            "manager process restarted; serving the API again"
+        ),
+        Incarnation::First => tracing::info!(
+            "Manager fully initialized and running in {:.3} seconds",
+            began.elapsed().as_secs_f64()
+        ),
     }
 }
 

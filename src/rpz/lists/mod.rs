@@ -702,18 +702,7 @@ async fn run(
                     Command::Check { name, client, reply } => {
                         let snapshot: Vec<List> = lists.iter().map(|l| l.list.clone()).collect();
                         let tags = client.map(|c| client_tags(&config.borrow().model, c));
-                        tokio::spawn(async move {
-                            let answer = tokio::task::spawn_blocking(move || {
-                                let mut answer = check(&snapshot, &name, tags.as_deref())?;
-                                answer.client = client.map(|c| c.to_string());
-                                answer.client_tags = tags;
-                                Ok::<_, FileError>(answer)
-                            })
-                                .await
-                                .map_err(|_| ListsError::NotRunning)
-                                .and_then(|r| r.map_err(|e| ListsError::File(e.to_string())));
-                            let _ = reply.send(answer);
-                        });
+                        tokio::spawn(answer_check(snapshot, name, client, tags, reply));
                     }
                 }
             }
@@ -748,6 +737,27 @@ async fn run(
             }
         }
     }
+}
+
+/// Answer a check of `name` (for `client`, whose views give it `tags`) over the lists of
+/// `snapshot`, read from their stored bodies off the runtime's threads.
+async fn answer_check(
+    snapshot: Vec<List>,
+    name: String,
+    client: Option<std::net::IpAddr>,
+    tags: Option<Vec<String>>,
+    reply: oneshot::Sender<Result<RpzCheck, ListsError>>,
+) {
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut answer = check(&snapshot, &name, tags.as_deref())?;
+        answer.client = client.map(|c| c.to_string());
+        answer.client_tags = tags;
+        Ok::<_, FileError>(answer)
+    })
+    .await
+    .map_err(|_| ListsError::NotRunning)
+    .and_then(|r| r.map_err(|e| ListsError::File(e.to_string())));
+    let _ = reply.send(answer);
 }
 
 /// Apply the running configuration again, so the policy-loader reads the lists stored; a
