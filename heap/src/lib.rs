@@ -1,7 +1,9 @@
 //! The heap of a process made ready ahead of a burst of allocations on its main thread
 //! (reading, validating and rendering a configuration of many megabytes), and given back to
 //! the kernel once the burst's garbage is gone. Both tune glibc's allocator; with another C
-//! library they do nothing.
+//! library they do nothing. Beside the heap, the program's own text: the pages start-up
+//! mapped in (by the kernel's fault-around, 64 KiB at a time) are given back too
+//! ([`release_unused_text`]), so a long-lived process keeps what it runs.
 //!
 //! A crate of its own so that the configuration crate, which times its loads with it, and
 //! the daemon share it without either depending on the process supervisor. The allocator's
@@ -20,6 +22,49 @@ pub fn release_free_heap() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// Unmap the pages of this program's text (`r-xp` mappings of `/proc/self/exe`) that
+/// start-up faulted in, and stop the kernel's fault-around and readahead on them
+/// (`MADV_RANDOM`): from then on only the pages the process runs are mapped, one at a time,
+/// from the page cache. The file stays cached; nothing is read from disk again unless the
+/// kernel dropped it. A no-op where `/proc` cannot be read.
+pub fn release_unused_text() {
+    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+        return;
+    };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    for (start, end) in text_ranges(&maps, &exe) {
+        // SAFETY: the range is a whole mapping of our executable's text: private, read-only
+        // and never written (the kernel refuses writes to a running executable, ETXTBSY), so
+        // its pages are the file's, and a page dropped here is faulted back from the file
+        // with the same bytes when it is next run. Neither call touches any other mapping.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_RANDOM);
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+        }
+    }
+}
+
+/// The `(start, end)` of every `r-xp` mapping of `exe` in a `/proc/PID/maps` text.
+fn text_ranges(maps: &str, exe: &std::path::Path) -> Vec<(usize, usize)> {
+    maps.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let range = fields.next()?;
+            let perms = fields.next()?;
+            let path = fields.nth(3)?;
+            if perms != "r-xp" || std::path::Path::new(path) != exe {
+                return None;
+            }
+            let (start, end) = range.split_once('-')?;
+            let start = usize::from_str_radix(start, 16).ok()?;
+            let end = usize::from_str_radix(end, 16).ok()?;
+            (start < end).then_some((start, end))
+        })
+        .collect()
 }
 
 /// Heap made ready ahead of a large burst of allocations on the main thread (see
@@ -135,5 +180,55 @@ mod tests {
         let guard = prefault_heap(64 << 20);
         assert!(guard.thread.is_none());
         assert!(!guard.tuned);
+    }
+
+    #[test]
+    fn text_ranges_are_the_executables_own_text_only() {
+        let maps = "\
+55d0a0000000-55d0a0100000 r--p 00000000 fd:01 42 /usr/sbin/knot-resolver
+55d0a0100000-55d0a0900000 r-xp 00100000 fd:01 42 /usr/sbin/knot-resolver
+55d0a0900000-55d0a0a00000 rw-p 00900000 fd:01 42 /usr/sbin/knot-resolver
+7f0000000000-7f0000100000 r-xp 00000000 fd:01 7 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f0000200000-7f0000300000 r-xp 00000000 00:00 0
+";
+        assert_eq!(
+            text_ranges(maps, std::path::Path::new("/usr/sbin/knot-resolver")),
+            [(0x55d0_a010_0000, 0x55d0_a090_0000)]
+        );
+    }
+
+    #[test]
+    fn released_text_is_faulted_back_as_it_runs() {
+        fn text_rss_kib() -> u64 {
+            let exe = std::fs::read_link("/proc/self/exe").expect("exe");
+            let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+            let mut ours = false;
+            let mut kib = 0;
+            for line in smaps.lines() {
+                if line.contains('-') && line.split_whitespace().count() >= 5 {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    ours = fields.get(1) == Some(&"r-xp")
+                        && fields.get(5).map(std::path::Path::new) == Some(exe.as_path());
+                } else if let (true, Some(v)) = (ours, line.strip_prefix("Rss:")) {
+                    kib += v
+                        .trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .unwrap_or(0);
+                }
+            }
+            kib
+        }
+        let before = text_rss_kib();
+        release_unused_text();
+        let after = text_rss_kib();
+        assert!(
+            after < before,
+            "{after} KiB of text mapped after, {before} before"
+        );
+        // The program goes on running: its pages come back from the file.
+        assert_eq!(format!("{}", 6 * 7), "42");
+        assert!(text_rss_kib() > 0);
     }
 }

@@ -414,6 +414,7 @@ impl Running {
         // rendering, the API's route table) are freed by now: give their pages back.
         drop(to_serve.heap);
         heap::release_free_heap();
+        heap::release_unused_text();
         Ok(())
     }
 }

@@ -90,6 +90,7 @@ pub fn run(invocation: Invocation) -> ExitCode {
     // A configuration in another form than the plain block one is parsed whole (~60 MiB of
     // heap for 100,000 records): its pages go back to the kernel now, not at the resolver's end.
     heap::release_free_heap();
+    heap::release_unused_text();
     let api_groups = match invocation.api_groups.resolve(&management) {
         Ok(groups) => groups,
         Err(e) => {
