@@ -87,6 +87,8 @@ struct Soaking {
     at_start: Option<Answers>,
     /// The most the SERVFAIL share may rise.
     max_rise: f64,
+    /// How long it soaks (again, when the answers could not be counted).
+    period: Duration,
 }
 
 /// Follow the fleet's document until `stop`: read it and its rollout, apply it if it is newer
@@ -142,7 +144,7 @@ pub async fn follow(follower: Follower, stop: CancellationToken) {
                 () = stop.cancelled() => return,
                 () = sleep_until(soak_until) => {
                     if let Some(done) = soaking.take() {
-                        follower.judge(done).await;
+                        soaking = follower.judge(done).await;
                     }
                     continue;
                 }
@@ -270,24 +272,35 @@ impl Follower {
                 passed: None,
             });
         });
+        let period = Duration::from_secs_f64(rollout.soak_seconds.clamp(0.0, 3600.0));
         let soak = Soaking {
             revision: *revision,
-            until: tokio::time::Instant::now()
-                + Duration::from_secs_f64(rollout.soak_seconds.clamp(0.0, 3600.0)),
+            until: tokio::time::Instant::now() + period,
             at_start,
             max_rise: rollout.max_servfail_rise,
+            period,
         };
-        if rollout.soak_seconds > 0.0 {
-            *soaking = Some(soak);
+        *soaking = if period.is_zero() {
+            self.judge(soak).await
         } else {
-            self.judge(soak).await;
-        }
+            Some(soak)
+        };
     }
 
     /// The end of a soak: the share of SERVFAIL answers since the document was applied,
-    /// against the share before it (of the answers since the workers started).
-    async fn judge(&self, soak: Soaking) {
+    /// against the share before it (of the answers since the workers started). When the
+    /// workers' answers could not be counted at either end (a worker still starting), it soaks
+    /// again from the first count it has: the soak returned.
+    async fn judge(&self, soak: Soaking) -> Option<Soaking> {
         let now = (self.answers)().await;
+        if now.is_none() || soak.at_start.is_none() {
+            let again = soak.period.max(Duration::from_secs(1));
+            return Some(Soaking {
+                until: tokio::time::Instant::now() + again,
+                at_start: soak.at_start.or(now),
+                ..soak
+            });
+        }
         let before = soak.at_start.map_or(0.0, |a| share(a.servfail, a.total));
         // A worker restarted by the change counts from nought again.
         let since = match (soak.at_start, now) {
@@ -316,6 +329,7 @@ impl Follower {
                 passed: Some(passed),
             });
         });
+        None
     }
 
     /// The document `value` at `revision`: applied when newer than what the node runs and
