@@ -22,6 +22,7 @@
 //! `manager::rpz_loads`) is transferred whole at once, at the start as after any change;
 //! while it stays broken, every refresh transfers it whole (`status::Loading`).
 
+use super::error_chain;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -333,18 +334,6 @@ fn primaries_text(zone: &Zone) -> String {
         .map(|p| p.addr.to_string())
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// An error and its causes, in one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// What the tasks share.

@@ -4,6 +4,7 @@
 //! the time bounds, its SHA-256 computed on the way. Nothing here replaces a stored file;
 //! the caller checks the body and commits it.
 
+use crate::rpz::error_chain;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -358,18 +359,6 @@ async fn body(
         sha256,
         validators,
     })
-}
-
-/// An error and its causes, in one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
