@@ -5,19 +5,16 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod cache_clear;
 /// The configuration (its own crate, `config/`, built for speed: it parses and validates
 /// documents of many megabytes; the release profile in `Cargo.toml` says what that gains).
 pub use kres_config as config;
 pub mod control;
 pub mod daemon;
-pub mod document_diff;
-pub mod environment;
+pub use kres_wire::environment;
 pub mod etag;
 pub mod events;
 pub mod fleet;
-pub mod kresctl;
-pub mod lua;
+pub use kres_lua as lua;
 pub mod manager;
 pub mod metrics;
 pub mod query_log;
@@ -25,55 +22,9 @@ pub mod rpz;
 pub mod service;
 pub mod trace;
 pub mod watchdog;
-pub mod wire;
+pub use kres_wire as wire;
 
-/// The version reported by `-V`.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// Where a build's label lives in the binary: a marker, then the label (NUL-padded). Set at
-/// compile time from `KRES_BUILD_LABEL` (a distribution's revision), or written into a copy
-/// of a built binary afterwards (the upgrade tests make a "newer" binary so), which is why it
-/// is read through `black_box` instead of being folded into the code as a constant.
-#[used]
-static BUILD_LABEL: [u8; BUILD_LABEL_SIZE] = build_label();
-
-/// The marker that starts the label's area (`tests/upgrade.rs` finds it in the binary).
-pub const BUILD_LABEL_MARKER: &[u8; 18] = b"\0KRES-BUILD-LABEL\0";
-const BUILD_LABEL_SIZE: usize = 64;
-
-const fn build_label() -> [u8; BUILD_LABEL_SIZE] {
-    let mut out = [0u8; BUILD_LABEL_SIZE];
-    let mut i = 0;
-    while i < BUILD_LABEL_MARKER.len() {
-        out[i] = BUILD_LABEL_MARKER[i];
-        i += 1;
-    }
-    if let Some(label) = option_env!("KRES_BUILD_LABEL") {
-        let label = label.as_bytes();
-        let mut j = 0;
-        while j < label.len() && i < BUILD_LABEL_SIZE - 1 {
-            out[i] = label[j];
-            i += 1;
-            j += 1;
-        }
-    }
-    out
-}
-
-/// The version this binary reports to operators (`GET /`, `GET /upgrade`, `kresctl
-/// upgrade`): [`VERSION`], then `+label` when the build carries one.
-pub fn build_version() -> String {
-    let area: &[u8; BUILD_LABEL_SIZE] = std::hint::black_box(&BUILD_LABEL);
-    let label = &area[BUILD_LABEL_MARKER.len()..];
-    let end = label.iter().position(|&b| b == 0).unwrap_or(label.len());
-    let label = String::from_utf8_lossy(&label[..end]);
-    let label = label.trim();
-    if label.is_empty() {
-        VERSION.to_owned()
-    } else {
-        format!("{VERSION}+{label}")
-    }
-}
+pub use kres_wire::version::{build_version, BUILD_LABEL_MARKER, VERSION};
 
 /// Run `main` to completion on a single-threaded runtime, as every process of ours does (the
 /// blocking parts have threads of their own). Exit code 1, said on stderr as `program`, when

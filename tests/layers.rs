@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 
 /// The root crate's modules, top first, as ARCHITECTURE.md's module table lists them.
 const LAYERS: &[&str] = &[
-    "kresctl",
     "daemon",
     "api",
     "trace",
@@ -21,16 +20,15 @@ const LAYERS: &[&str] = &[
     "manager",
     "metrics",
     "events",
-    "cache_clear",
-    "lua",
     "query_log",
     "control",
     "service",
     "etag",
-    "wire",
-    "document_diff",
-    "environment",
 ];
+
+/// The crates the root crate re-exports as modules of its own (`pub use kres_wire as wire`),
+/// at the bottom of the module table.
+const REEXPORTED: &[&str] = &["lua", "wire", "environment", "config"];
 
 /// Every `.rs` file below `dir`.
 fn sources(dir: &Path) -> Vec<PathBuf> {
@@ -179,7 +177,7 @@ fn documented_layers() -> Vec<(String, BTreeSet<String>)> {
         .split("| module | what it is | uses |")
         .nth(1)
         .expect("the module table");
-    let known: BTreeSet<&str> = LAYERS.iter().copied().chain(["config"]).collect();
+    let known: BTreeSet<&str> = LAYERS.iter().chain(REEXPORTED).copied().collect();
     let quoted =
         |s: &str| -> Vec<String> { s.split('`').skip(1).step_by(2).map(str::to_owned).collect() };
     table
@@ -207,12 +205,12 @@ fn documented_layers() -> Vec<(String, BTreeSet<String>)> {
 fn the_module_table_names_what_each_module_imports() {
     let documented = documented_layers();
     let order: Vec<&str> = documented.iter().map(|(m, _)| m.as_str()).collect();
-    let layers: Vec<&str> = LAYERS.iter().copied().chain(["config"]).collect();
+    let layers: Vec<&str> = LAYERS.iter().chain(REEXPORTED).copied().collect();
     assert_eq!(
         order, layers,
         "ARCHITECTURE.md's module table and the list of layers differ"
     );
-    let graph = imports_counting(&root().join("src"), &["config"]);
+    let graph = imports_counting(&root().join("src"), REEXPORTED);
     let wrong: Vec<String> = documented
         .iter()
         .filter_map(|(module, said)| {
@@ -232,10 +230,13 @@ fn the_module_table_names_what_each_module_imports() {
 /// siblings: neither knows the other; both may make the heap ready.
 const CRATE_LAYERS: &[(&str, &str, u32)] = &[
     ("knot-resolver", ".", 0),
-    ("kres-config", "config", 1),
-    ("supervisor", "supervisor", 1),
-    ("kres-fleet", "fleet", 1),
-    ("heap", "heap", 2),
+    ("kresctl", "kresctl", 1),
+    ("kres-lua", "lua", 2),
+    ("kres-wire", "wire", 3),
+    ("kres-config", "config", 4),
+    ("supervisor", "supervisor", 4),
+    ("kres-fleet", "fleet", 4),
+    ("heap", "heap", 5),
 ];
 
 /// The crates of the workspace that `dir`'s manifest depends on (not for tests), by name.
@@ -270,13 +271,58 @@ fn every_crate_depends_only_on_crates_below_it() {
     // The check reads what it should: the root crate depends on all the others.
     assert_eq!(
         workspace_dependencies("."),
-        BTreeSet::from(["heap", "kres-config", "kres-fleet", "supervisor"].map(str::to_owned))
+        BTreeSet::from(
+            [
+                "heap",
+                "kres-config",
+                "kres-fleet",
+                "kres-lua",
+                "kres-wire",
+                "kresctl",
+                "supervisor"
+            ]
+            .map(str::to_owned)
+        )
+    );
+}
+
+/// kresctl is a client: it knows the configuration model, the wire types and the Lua of
+/// `kresctl convert`, nothing of the daemon; the daemon's library never calls it (the
+/// `kresctl` binary of the root package is its `main` alone).
+#[test]
+fn kresctl_and_the_daemon_know_each_other_only_through_the_wire() {
+    assert_eq!(
+        workspace_dependencies("kresctl"),
+        BTreeSet::from(["kres-config", "kres-lua", "kres-wire"].map(str::to_owned))
+    );
+    let bin = root().join("src/bin/kresctl.rs");
+    let mut users: Vec<String> = sources(&root().join("src"))
+        .into_iter()
+        .filter(|f| *f != bin && code(f).contains("kresctl::"))
+        .map(|f| f.display().to_string())
+        .collect();
+    users.sort();
+    assert!(
+        users.is_empty(),
+        "the daemon's library uses kresctl: {users:?}"
+    );
+    assert!(
+        code(&bin).contains("kresctl::main"),
+        "the binary is kresctl's"
     );
 }
 
 #[test]
 fn the_supervisor_and_config_crates_have_no_import_cycle() {
-    for dir in ["supervisor/src", "config/src", "heap/src", "fleet/src"] {
+    for dir in [
+        "supervisor/src",
+        "config/src",
+        "heap/src",
+        "fleet/src",
+        "wire/src",
+        "lua/src",
+        "kresctl/src",
+    ] {
         assert_eq!(
             import_cycle(&imports(&root().join(dir))),
             None,
@@ -476,6 +522,9 @@ fn no_two_files_of_any_crate_import_each_other_in_a_circle() {
         "config/src",
         "heap/src",
         "fleet/src",
+        "wire/src",
+        "lua/src",
+        "kresctl/src",
         "bench/src",
     ] {
         let graph = file_imports(&root().join(dir));

@@ -36,6 +36,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod document_diff;
 mod engine;
 pub mod kept;
 mod model;

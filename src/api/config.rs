@@ -710,7 +710,7 @@ fn fleet_edit(
         .load_local()
         .map_err(|e| ApiError::Failed(e.to_string()))?;
     let mut edited = shared.clone();
-    for difference in crate::document_diff::differences(running, &edited_running) {
+    for difference in crate::config::document_diff::differences(running, &edited_running) {
         let path = difference.path();
         if let Some(pin) = config::overlay::pinned_by(&local, path) {
             return Err(ApiError::Conflict(format!(
@@ -729,8 +729,8 @@ fn fleet_edit(
 
 /// Make `difference` in `doc`: a value set at its path (mappings made on the way, anything
 /// else there replaced), or removed from it (nothing when it is not there).
-fn carry(doc: &mut Value, difference: &crate::document_diff::Difference) {
-    use crate::document_diff::Difference;
+fn carry(doc: &mut Value, difference: &crate::config::document_diff::Difference) {
+    use crate::config::document_diff::Difference;
     let segments: Vec<String> = difference
         .path()
         .split('/')
@@ -953,7 +953,7 @@ mod tests {
         ];
         for (edited, shared, expected) in rows {
             let mut doc = shared.clone();
-            for difference in crate::document_diff::differences(&running, edited) {
+            for difference in crate::config::document_diff::differences(&running, edited) {
                 carry(&mut doc, &difference);
             }
             assert_eq!(&doc, expected, "{edited}");

@@ -179,7 +179,7 @@ everything)"
     }
     let request: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("request processing error:\n{e}")))?;
-    let clear = crate::cache_clear::CacheClear::from_json(&request).map_err(|errors| {
+    let clear = crate::lua::cache_clear::CacheClear::from_json(&request).map_err(|errors| {
         ApiError::BadRequest(format!(
             "Configuration validation error detected:\n\t{}",
             errors.join("\n\t")

@@ -11,31 +11,32 @@ use supervisor::task::TaskHealth;
 use crate::wire::failures::ProcessFailureRecord;
 use crate::wire::processes::ManagerFailures;
 
-impl ManagerFailures {
-    /// What `/processes` shows, from the root's record and the task's health.
-    pub fn of(process: Option<&ProcessFailureRecord>, task: &TaskHealth) -> ManagerFailures {
-        let seconds = |t: SystemTime| {
-            t.duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64())
-        };
-        let process_since = process.map(|p| p.since as f64);
-        let task_since = task.streak_since.map(seconds);
-        let since = match (process_since, task_since) {
-            (Some(p), Some(t)) => Some(p.min(t)),
-            (p, t) => p.or(t),
-        };
-        ManagerFailures {
-            process_failures: process.map_or(0, |p| p.failures),
-            task_failures: task.failures,
-            task_failures_total: task.total_failures,
-            since,
-            next_attempt: task.next_attempt.map(seconds),
-            last_failure: task
-                .last_failure
-                .clone()
-                .map(|f| format!("manager task {f}"))
-                .or_else(|| process.map(|p| format!("manager process: {}", p.last))),
-        }
+/// What `/processes` shows, from the root's record and the task's health.
+pub fn manager_failures(
+    process: Option<&ProcessFailureRecord>,
+    task: &TaskHealth,
+) -> ManagerFailures {
+    let seconds = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    };
+    let process_since = process.map(|p| p.since as f64);
+    let task_since = task.streak_since.map(seconds);
+    let since = match (process_since, task_since) {
+        (Some(p), Some(t)) => Some(p.min(t)),
+        (p, t) => p.or(t),
+    };
+    ManagerFailures {
+        process_failures: process.map_or(0, |p| p.failures),
+        task_failures: task.failures,
+        task_failures_total: task.total_failures,
+        since,
+        next_attempt: task.next_attempt.map(seconds),
+        last_failure: task
+            .last_failure
+            .clone()
+            .map(|f| format!("manager task {f}"))
+            .or_else(|| process.map(|p| format!("manager process: {}", p.last))),
     }
 }
 
@@ -62,7 +63,7 @@ mod tests {
             restarts: 1,
             last_exit: Some(supervisor::ExitStatus::Code(1)),
         };
-        let shown = ManagerFailures::of(Some(&process), &task);
+        let shown = manager_failures(Some(&process), &task);
         assert_eq!(
             shown,
             ManagerFailures {
@@ -74,7 +75,7 @@ mod tests {
                 last_failure: Some("manager task panicked".into()),
             }
         );
-        let healthy = ManagerFailures::of(None, &TaskHealth::default());
+        let healthy = manager_failures(None, &TaskHealth::default());
         assert_eq!(
             (
                 healthy.process_failures,

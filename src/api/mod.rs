@@ -56,7 +56,7 @@ use supervisor::SupervisorHandle;
 
 use crate::manager::ManagerHandle;
 use crate::service::{self, ServiceKind};
-use crate::wire::processes::{ManagerFailures, ProcessEntry};
+use crate::wire::processes::ProcessEntry;
 use error::ApiError;
 use params::{PathParam, PathValue};
 
@@ -240,7 +240,7 @@ fn processes_of(State(state): State<ApiState>, filter: ProcessFilter) -> Respons
     let filter = filter.kind();
     let snapshot = state.supervisor.snapshot();
     let manager_failures =
-        ManagerFailures::of(state.process_failures.as_deref(), &state.manager.health());
+        failures::manager_failures(state.process_failures.as_deref(), &state.manager.health());
     let list: Vec<ProcessEntry> = snapshot
         .processes
         .iter()

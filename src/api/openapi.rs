@@ -576,6 +576,27 @@ Error bodies are plain text ending with a newline, in upstream's words where ups
 mod tests {
     use super::*;
 
+    /// kresctl carries the document as text (`kres_wire::OPENAPI_DOCUMENT`, from
+    /// `wire/openapi.json`) without building it from the server's routes; this holds that
+    /// copy to what the server serves. `KRES_BLESS=1` writes the file anew.
+    #[test]
+    fn kresctls_copy_of_the_document_is_the_servers() {
+        let built = format!(
+            "{}\n",
+            serde_json::to_string_pretty(document()).expect("serialises")
+        );
+        if std::env::var_os("KRES_BLESS").is_some() {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/wire/openapi.json");
+            std::fs::write(path, &built).expect("writes wire/openapi.json");
+        } else {
+            assert!(
+                built == kres_wire::OPENAPI_DOCUMENT,
+                "wire/openapi.json is not the API's document: run \
+                 `KRES_BLESS=1 cargo test --lib openapi` and commit the file"
+            );
+        }
+    }
+
     #[test]
     fn nullable_enumerations_take_null() {
         let mut schema = json!({"properties": {

@@ -56,7 +56,7 @@ pub(super) async fn trace(
     Path((name, rr_type)): Path<(String, String)>,
     Query(params): Query<TraceParams>,
 ) -> Result<Response, ApiError> {
-    let query = TraceQuery::new(&name, &rr_type).map_err(refusal)?;
+    let query = TraceQuery::new(&name, &rr_type).map_err(|e| refusal(e.into()))?;
     let timeout = match params.timeout {
         None => crate::trace::DEFAULT_TIMEOUT,
         Some(s) => Duration::try_from_secs_f64(s)
@@ -87,9 +87,7 @@ pub(super) async fn trace(
 /// 504, the rest 500.
 fn refusal(e: TraceError) -> ApiError {
     match e {
-        TraceError::InvalidName { .. }
-        | TraceError::UnknownType(_)
-        | TraceError::InvalidTimeout => ApiError::BadRequest(e.to_string()),
+        TraceError::Query(_) | TraceError::InvalidTimeout => ApiError::BadRequest(e.to_string()),
         TraceError::TimedOut(_) => ApiError::TimedOut(e.to_string()),
         other => ApiError::Failed(display_chain(&other)),
     }

@@ -1,7 +1,7 @@
-//! `kresctl`: the command-line client.
+//! `kresctl`: the command-line client (the `kresctl` crate; nothing of the daemon's).
 
 fn main() -> std::process::ExitCode {
     // The environment, read here once: kresctl is given what it needs of it.
-    let env = knot_resolver::environment::Environment::from_vars(std::env::vars_os());
-    knot_resolver::kresctl::main(env)
+    let env = kres_wire::environment::Environment::from_vars(std::env::vars_os());
+    kresctl::main(env)
 }

@@ -137,37 +137,26 @@ impl Sink {
     pub fn for_target(target: LogTarget, journal_stream: Option<&OsStr>) -> Sink {
         match target {
             LogTarget::Syslog => Sink::Journal,
-            LogTarget::Stdout if connected_to_journal(io::stdout().as_fd(), journal_stream) => {
+            LogTarget::Stdout
+                if crate::environment::connected_to_journal(
+                    io::stdout().as_fd(),
+                    journal_stream,
+                ) =>
+            {
                 Sink::Journal
             }
-            LogTarget::Stderr if connected_to_journal(io::stderr().as_fd(), journal_stream) => {
+            LogTarget::Stderr
+                if crate::environment::connected_to_journal(
+                    io::stderr().as_fd(),
+                    journal_stream,
+                ) =>
+            {
                 Sink::Journal
             }
             LogTarget::Stdout => Sink::Stdout,
             LogTarget::Stderr => Sink::Stderr,
         }
     }
-}
-
-/// Whether our standard error is the journal's stream (a command run by systemd, such as
-/// `ExecReload=kresctl reload`): lines written there may carry a `<N>` priority prefix.
-/// `journal_stream` is the environment's `JOURNAL_STREAM`.
-pub fn stderr_is_journal(journal_stream: Option<&OsStr>) -> bool {
-    connected_to_journal(io::stderr().as_fd(), journal_stream)
-}
-
-/// Whether `fd` is the stream `journal_stream` (`JOURNAL_STREAM`: `<device>:<inode>`) names.
-fn connected_to_journal(fd: std::os::fd::BorrowedFd<'_>, journal_stream: Option<&OsStr>) -> bool {
-    let Some(value) = journal_stream else {
-        return false;
-    };
-    let Some((dev, ino)) = value.to_str().and_then(|v| v.split_once(':')) else {
-        return false;
-    };
-    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
-        return false;
-    };
-    nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_dev == dev && st.st_ino == ino)
 }
 
 /// The filter for a configuration level, unless `directive` (from [`LOG_OVERRIDE_VAR`](crate::environment::LOG_OVERRIDE_VAR)) parses.

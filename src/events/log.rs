@@ -7,15 +7,12 @@
 //! [`FOLLOWER_BUFFER`] events behind is told so and cut.
 
 use std::collections::VecDeque;
-use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, OwnedSemaphorePermit, Semaphore};
 
 use super::prefix;
-use crate::wire::events::Event;
+use crate::wire::events::{Event, EventId, Record};
 
 /// Events kept for clients that resume.
 pub const RING: usize = 1024;
@@ -41,87 +38,6 @@ pub enum FollowerClass {
     /// (the control plane's metrics), so clients keep every place.
     Internal,
 }
-/// Longest `Last-Event-ID` considered; a longer one is no id of ours.
-const MAX_ID: usize = 128;
-/// An event's id: which manager process produced it, and its place there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventId {
-    pub epoch: Arc<str>,
-    pub seq: u64,
-}
-
-impl EventId {
-    /// An id as [`EventId`]'s `Display` writes it; `None` for anything else.
-    pub fn parse(text: &str) -> Option<EventId> {
-        if text.len() > MAX_ID {
-            return None;
-        }
-        let (epoch, seq) = text.rsplit_once('-')?;
-        if epoch.is_empty() {
-            return None;
-        }
-        Some(EventId {
-            epoch: epoch.into(),
-            seq: seq.parse().ok()?,
-        })
-    }
-}
-
-impl fmt::Display for EventId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.epoch, self.seq)
-    }
-}
-
-impl Serialize for EventId {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for EventId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<EventId, D::Error> {
-        let text = String::deserialize(d)?;
-        EventId::parse(&text).ok_or_else(|| serde::de::Error::custom("not an event id"))
-    }
-}
-
-/// An event as followers get it (the SSE `data:` line): its id (none for a notice to one
-/// follower), when it was published (Unix seconds), and the event's own fields.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Record {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<EventId>,
-    pub time: f64,
-    #[serde(flatten)]
-    pub event: Event,
-}
-
-impl Record {
-    /// A record of `event` at `time` (seconds), with no id: what a follower's tests feed it.
-    #[cfg(test)]
-    pub fn at(time: f64, event: Event) -> Record {
-        Record {
-            id: None,
-            time,
-            event,
-        }
-    }
-
-    /// A notice to one follower: no id, published now.
-    pub fn notice(event: Event) -> Record {
-        Record::now(None, event)
-    }
-
-    fn now(id: Option<EventId>, event: Event) -> Record {
-        let time = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
-        Record { id, time, event }
-    }
-}
-
 /// Why a follower was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum TooManyFollowers {
@@ -281,7 +197,7 @@ fn resume(
         .map_or(next, |id| id.seq);
     let missed = |reason: String| {
         let notice = Event::EventsMissed {
-            last_event_id: prefix(last, MAX_ID).to_owned(),
+            last_event_id: prefix(last, crate::wire::events::MAX_ID).to_owned(),
             reason,
         };
         (Some(notice), ring.iter().cloned().collect())

@@ -13,11 +13,11 @@
 mod derive;
 mod log;
 
-pub use crate::wire::events::{Cause, Event, Origin};
+pub use crate::wire::events::{Cause, Event, EventId, Origin, Record};
 pub use derive::{follow_processes, process_events};
 pub use log::{
-    EventId, EventLog, Follower, FollowerClass, Record, TooManyFollowers, FOLLOWER_BUFFER,
-    MAX_FOLLOWERS, RESERVED_FOLLOWERS, RING,
+    EventLog, Follower, FollowerClass, TooManyFollowers, FOLLOWER_BUFFER, MAX_FOLLOWERS,
+    RESERVED_FOLLOWERS, RING,
 };
 
 /// Longest reason an event carries (a canary's output can be long); longer ones are cut.

@@ -887,7 +887,7 @@ mod tests {
 
     #[test]
     fn a_summary_tells_the_plan_and_what_its_stage_knows() {
-        use crate::wire::change::tests::names;
+        let names = |n: &[&str]| -> Vec<String> { n.iter().map(|s| (*s).to_owned()).collect() };
         let rolling = |unlink: &[SharedMemory]| ChangePlan {
             changed: vec![Section::Workers, Section::Defer],
             workers: WorkerChange::Roll(Roll {

@@ -60,13 +60,7 @@ pub fn remove_soon(path: &Path) {
     }
 }
 
-/// `n` random bytes from the kernel, as lowercase hex.
-pub fn random_hex(n: usize) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut buf = vec![0u8; n];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
-}
+pub use kres_wire::random_hex;
 
 /// A fresh name for a temporary sibling of the file `name`: `.NAME.RANDOM.TAG`, which
 /// nobody can plant a link at in advance.

@@ -287,7 +287,7 @@ fn discard_api_changes(
 /// The pointers where `running` differs from `files_before` (changes made since the files
 /// were applied) and `files_now` does not keep the running value.
 fn undone_changes(files_before: &Value, running: &Value, files_now: &Value) -> Vec<String> {
-    crate::document_diff::differences(files_before, running)
+    crate::config::document_diff::differences(files_before, running)
         .iter()
         .map(|d| d.path().to_owned())
         .filter(|path| running.pointer(path) != files_now.pointer(path))

@@ -37,8 +37,7 @@ use crate::config::QueryLogSchema;
 use crate::wire::query_log::{LoggedAnswer, QueryLogStatus};
 use records::Transport;
 
-/// The socket in the rundir the workers send their batches of records to.
-pub const SOCKET_FILE: &str = "query-log.sock";
+pub use crate::wire::query_log_format::SOCKET_FILE;
 
 /// Answers a live follower may fall behind by before it misses some.
 const LIVE_BACKLOG: usize = 4096;

@@ -22,23 +22,9 @@ use tokio_util::sync::CancellationToken;
 use super::access::Access;
 use super::{Entry, QueryLog, SOCKET_FILE};
 
-/// The first four bytes of a batch: `KQL1` read as a little-endian number (the version of
-/// this format).
-pub const MAGIC: u32 = u32::from_le_bytes(*b"KQL1");
-
-/// The bytes of a batch's header: magic, worker, records (`u32` each), 4 of padding, the
-/// worker's dropped records so far (`u64`).
-pub const BATCH_HEADER: usize = 24;
-
-/// The bytes of a record's fixed part: start (`u64`, microseconds since the epoch, 0 when
-/// unknown), latency (`u32`, microseconds, `u32::MAX` when unknown), port, qtype, rcode
-/// (extended), answers (`u16` each), EDE (`i32`, negative: none), the client's address (16,
-/// an IPv4 one in the first 4), family (4 or 6), transport (dnstap's numbers: 1 UDP, 2 TCP,
-/// 3 DoT, 4 DoH, 7 DoQ), cached (0 or 1), the name's length, 4 of padding.
-pub const RECORD_HEADER: usize = 48;
-
-/// The largest datagram a worker sends (and the reader reads): 16 KiB.
-pub const MAX_DATAGRAM: usize = 16 * 1024;
+pub use crate::wire::query_log_format::{
+    BATCH_HEADER, DROPPED_FUNCTION, MAGIC, MAX_DATAGRAM, RECORD_HEADER,
+};
 
 /// Workers whose dropped count is kept at most (a sender may claim any number).
 const MAX_WORKERS: usize = 256;
@@ -269,11 +255,6 @@ pub async fn serve(socket: UnixDatagram, log: QueryLog, access: Access, stop: Ca
         }
     }
 }
-
-/// The global function of the workers' layer (`lua::query_log`) that tells the records the
-/// worker dropped so far (absent where the log is off): part of the layer's contract with
-/// this reader, beside the record format.
-pub const DROPPED_FUNCTION: &str = "query_log_dropped";
 
 /// How long a worker may take to tell its dropped count.
 const DROPPED_TIMEOUT: Duration = Duration::from_secs(2);

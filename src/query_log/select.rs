@@ -256,25 +256,7 @@ pub fn rcode_name(rcode: u16) -> String {
         .map_or_else(|| rcode.to_string(), str::to_owned)
 }
 
-/// The top lists: one type for the API's path, kresctl's argument and the selection.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema, clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum TopKind {
-    /// Clients by answers.
-    Clients,
-    /// Names by answers.
-    Names,
-    /// Names by SERVFAIL answers.
-    Servfail,
-    /// Names by NXDOMAIN answers.
-    Nxdomain,
-    /// Names by answers that failed DNSSEC validation (an Extended DNS Error of DNSSEC).
-    Bogus,
-    /// Types by answers.
-    Qtypes,
-}
+pub use crate::wire::query_log::TopKind;
 
 /// Extended DNS Errors of a failed DNSSEC validation (RFC 8914: 6 DNSSEC Bogus … 12 NSEC
 /// Missing).
@@ -282,27 +264,13 @@ const DNSSEC_EDE: std::ops::RangeInclusive<u16> = 6..=12;
 const RCODE_SERVFAIL: u16 = 2;
 const RCODE_NXDOMAIN: u16 = 3;
 
-impl TopKind {
-    /// The list's name in paths and answers.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TopKind::Clients => "clients",
-            TopKind::Names => "names",
-            TopKind::Servfail => "servfail",
-            TopKind::Nxdomain => "nxdomain",
-            TopKind::Bogus => "bogus",
-            TopKind::Qtypes => "qtypes",
-        }
-    }
-
-    /// Whether `entry` counts in this list.
-    fn counts(self, entry: &Entry) -> bool {
-        match self {
-            TopKind::Clients | TopKind::Names | TopKind::Qtypes => true,
-            TopKind::Servfail => entry.rcode == RCODE_SERVFAIL,
-            TopKind::Nxdomain => entry.rcode == RCODE_NXDOMAIN,
-            TopKind::Bogus => entry.ede.is_some_and(|e| DNSSEC_EDE.contains(&e)),
-        }
+/// Whether `entry` counts in the list `kind`.
+fn is_counted(kind: TopKind, entry: &Entry) -> bool {
+    match kind {
+        TopKind::Clients | TopKind::Names | TopKind::Qtypes => true,
+        TopKind::Servfail => entry.rcode == RCODE_SERVFAIL,
+        TopKind::Nxdomain => entry.rcode == RCODE_NXDOMAIN,
+        TopKind::Bogus => entry.ede.is_some_and(|e| DNSSEC_EDE.contains(&e)),
     }
 }
 
@@ -336,7 +304,7 @@ pub fn top<'a>(
     let mut counts: HashMap<Key<'a>, u64> = HashMap::new();
     let mut counted = 0;
     for entry in entries {
-        if since_us.is_some_and(|s| entry.time_us < s) || !kind.counts(entry) {
+        if since_us.is_some_and(|s| entry.time_us < s) || !is_counted(kind, entry) {
             continue;
         }
         counted += 1;

@@ -1,6 +1,6 @@
 //! The files a distribution installs beside the binaries, generated from the clap definitions
 //! the binaries themselves parse (`knot_resolver::daemon::cli::Args`,
-//! `knot_resolver::kresctl::Cli`), so a manual page or a completion cannot drift from the real
+//! `kresctl::Cli`), so a manual page or a completion cannot drift from the real
 //! options:
 //! - `knot-resolver.8` and `kresctl.8` (section 8), rendered by `clap_mangen`; kresctl's page
 //!   describes every command, nested ones included, under COMMANDS (one page, as upstream's);
@@ -44,15 +44,15 @@ pub fn assets(date: &str) -> io::Result<Vec<Asset>> {
         },
         Asset {
             path: "completions/kresctl.bash",
-            contents: knot_resolver::kresctl::completion_script(Shell::Bash),
+            contents: kresctl::completion_script(Shell::Bash),
         },
         Asset {
             path: "completions/_kresctl",
-            contents: knot_resolver::kresctl::completion_script(Shell::Zsh),
+            contents: kresctl::completion_script(Shell::Zsh),
         },
         Asset {
             path: "completions/kresctl.fish",
-            contents: knot_resolver::kresctl::completion_script(Shell::Fish),
+            contents: kresctl::completion_script(Shell::Fish),
         },
     ])
 }
@@ -67,7 +67,7 @@ pub fn daemon_command() -> Command {
 /// kresctl's command line, as the pages see it: clap's own `help` subcommand is left out
 /// (`--help` stays, on every command).
 pub fn kresctl_command() -> Command {
-    let mut cmd = knot_resolver::kresctl::Cli::command().disable_help_subcommand(true);
+    let mut cmd = kresctl::Cli::command().disable_help_subcommand(true);
     cmd.build();
     cmd
 }
@@ -107,7 +107,7 @@ pub fn kresctl_page(date: &str) -> io::Result<Vec<u8>> {
     }
     if let Some(after) = cmd.get_after_long_help() {
         let after = after.to_string();
-        let heading = format!("\n\n{}\n", knot_resolver::kresctl::cli::ENVIRONMENT_HEADING);
+        let heading = format!("\n\n{}\n", kresctl::cli::ENVIRONMENT_HEADING);
         let (exit_codes, environment) = after.split_once(&heading).unwrap_or((&after, ""));
         page.add_roff(&preformatted("EXIT STATUS", exit_codes))?;
         if !environment.is_empty() {

@@ -154,7 +154,7 @@ fn the_kresctl_page_names_every_command_and_its_options_in_its_part() {
         .get_after_long_help()
         .expect("exit codes")
         .to_string();
-    let heading = format!("\n\n{}\n", knot_resolver::kresctl::cli::ENVIRONMENT_HEADING);
+    let heading = format!("\n\n{}\n", kresctl::cli::ENVIRONMENT_HEADING);
     let (exit_codes, environment) = help.split_once(&heading).expect("an environment part");
     for (title, part) in [("EXIT STATUS", exit_codes), ("ENVIRONMENT", environment)] {
         let rendered = section(title);
@@ -183,7 +183,7 @@ fn every_completion_script_knows_every_command() {
             continue;
         };
         typed.push(String::new());
-        let offered = knot_resolver::kresctl::completion::words(&root, &typed);
+        let offered = kresctl::completion::words(&root, &typed);
         assert!(
             offered.contains(&last),
             "bash: `{name}` not offered: {offered:?}"

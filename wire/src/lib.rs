@@ -1,0 +1,43 @@
+//! Boundary types: what the processes of the resolver and its clients exchange, with no
+//! behaviour of their own (serde and the OpenAPI schema only, small constructors and
+//! `Display`): the API's bodies, the query log's datagram format, the environment variables
+//! a process is started with and the programs they name, the version. Both sides depend on
+//! this crate (the daemon `knot_resolver` and `kresctl`); it depends only on the
+//! configuration model and the supervisor's snapshot types.
+
+pub mod change;
+pub mod environment;
+pub mod events;
+pub mod failures;
+pub mod fleet;
+pub mod processes;
+pub mod programs;
+pub mod query_log;
+pub mod query_log_format;
+pub mod rpz;
+pub mod trace;
+pub mod upgrade;
+pub mod upstreams;
+pub mod version;
+
+/// The management API's OpenAPI document, as the server describes itself (`GET /openapi`
+/// serves the same text; a test of the daemon's holds the two together, and
+/// `KRES_BLESS=1 cargo test --lib openapi` writes it anew after a change of the API).
+pub const OPENAPI_DOCUMENT: &str = include_str!("../openapi.json");
+
+/// A record read back as JSON text: `None` when it is longer than `max` bytes or does not
+/// parse (records come from a file descriptor another process filled).
+fn parse_bounded<T: serde::de::DeserializeOwned>(bytes: &[u8], max: usize) -> Option<T> {
+    if bytes.len() > max {
+        return None;
+    }
+    serde_json::from_slice(bytes).ok()
+}
+
+/// `n` random bytes from the kernel, as lowercase hex.
+pub fn random_hex(n: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
