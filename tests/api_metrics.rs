@@ -315,7 +315,7 @@ fn control(r: &common::Resolver, id: u32, expr: &str) -> Value {
         .build()
         .expect("runtime");
     let path = r.dir.host(&format!("run/control/{id}"));
-    rt.block_on(knot_resolver::control::command(
+    rt.block_on(kres_daemon::control::command(
         &path,
         expr,
         std::time::Duration::from_secs(10),

@@ -15,15 +15,15 @@ use std::time::SystemTime;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use knot_resolver::api::app;
-use knot_resolver::api::fault::FaultInjection;
-use knot_resolver::api::openapi::{document, document_for, METHODS};
-use knot_resolver::manager::handle::ManagerCommand;
-use knot_resolver::manager::plan::{plan, Restart};
-use knot_resolver::service::WorkerId;
-use knot_resolver::wire::failures::ProcessFailureRecord;
-use knot_resolver::wire::rpz::RpzZone;
-use knot_resolver::wire::upgrade::{UpgradeOutcome, UpgradeRecord};
+use kres_daemon::api::app;
+use kres_daemon::api::fault::FaultInjection;
+use kres_daemon::api::openapi::{document, document_for, METHODS};
+use kres_daemon::manager::handle::ManagerCommand;
+use kres_daemon::manager::plan::{plan, Restart};
+use kres_daemon::service::WorkerId;
+use kres_daemon::wire::failures::ProcessFailureRecord;
+use kres_daemon::wire::rpz::RpzZone;
+use kres_daemon::wire::upgrade::{UpgradeOutcome, UpgradeRecord};
 use serde_json::{json, Value};
 use supervisor::{ExitStatus, ProcessSnapshot, ProcessState, Snapshot};
 
@@ -159,12 +159,12 @@ async fn the_document_is_valid_openapi_3_1() {
     let served = reply.json();
     assert_eq!(&served, document(), "the document served is the one built");
     assert_eq!(served["openapi"], "3.1.0");
-    assert_eq!(served["info"]["version"], knot_resolver::build_version());
+    assert_eq!(served["info"]["version"], kres_daemon::build_version());
     assert_eq!(
         served["components"]["schemas"]["KresConfig"]["properties"]
             .as_object()
             .map(|m| m.keys().cloned().collect::<BTreeSet<_>>()),
-        knot_resolver::config::json_schema()["properties"]
+        kres_daemon::config::json_schema()["properties"]
             .as_object()
             .map(|m| m.keys().cloned().collect::<BTreeSet<_>>()),
         "the configuration's schema is embedded"
@@ -736,11 +736,11 @@ async fn answers_match_their_documented_schemas() {
 /// an unknown kind is not.
 #[tokio::test]
 async fn event_records_match_their_documented_schema() {
-    use knot_resolver::events::{Event, EventLog, Record};
+    use kres_daemon::events::{Event, EventLog, Record};
     let fixture = fixture().await;
     let log = EventLog::new("1");
     let mut follower = log
-        .follow(None, knot_resolver::events::FollowerClass::Ordinary)
+        .follow(None, kres_daemon::events::FollowerClass::Ordinary)
         .expect("a follower");
     let published = [
         Event::ProcessExited {

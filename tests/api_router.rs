@@ -8,13 +8,13 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use knot_resolver::api::app;
-use knot_resolver::api::guard::{Guard, TcpGuard};
-use knot_resolver::api::roles::{ApiGroups, UnixRoles};
-use knot_resolver::api::server::Peer;
-use knot_resolver::manager::handle::ManagerCommand;
-use knot_resolver::manager::plan::{ChangePlan, Restart};
-use knot_resolver::manager::{ApplyError, ChangeError};
+use kres_daemon::api::app;
+use kres_daemon::api::guard::{Guard, TcpGuard};
+use kres_daemon::api::roles::{ApiGroups, UnixRoles};
+use kres_daemon::api::server::Peer;
+use kres_daemon::manager::handle::ManagerCommand;
+use kres_daemon::manager::plan::{ChangePlan, Restart};
+use kres_daemon::manager::{ApplyError, ChangeError};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -412,7 +412,7 @@ async fn refused_requests() {
 #[tokio::test]
 async fn bodies_over_the_limit_get_413() {
     let f = fixture().await;
-    let big = format!("\"{}\"", "x".repeat(knot_resolver::api::server::BODY_LIMIT));
+    let big = format!("\"{}\"", "x".repeat(kres_daemon::api::server::BODY_LIMIT));
     let r = f
         .send(with_body(
             "PUT",
@@ -491,7 +491,7 @@ async fn path_parameters_outside_their_types_get_the_routes_answers() {
     assert_eq!(r.status, StatusCode::OK, "percent-decoded: {}", r.text());
     // With fault injection on, a crash kind none of the three is the route's 404 (and nothing
     // crashes); no kind at all is no route.
-    f.state.fault_injection = knot_resolver::api::fault::FaultInjection::On;
+    f.state.fault_injection = kres_daemon::api::fault::FaultInjection::On;
     for how in ["explode", "Abort"] {
         let r = f
             .send(request("POST", &format!("/debug/crash-manager/{how}")))
@@ -513,7 +513,7 @@ async fn reload_and_renew_wait_for_the_manager() {
             |command, _| match command {
                 ManagerCommand::Renew {
                     restart: Restart::Always,
-                    origin: knot_resolver::events::Origin::Api,
+                    origin: kres_daemon::events::Origin::Api,
                     reply,
                 } => {
                     let _ = reply.send(Ok(ChangePlan::default()));
@@ -552,7 +552,7 @@ async fn a_change_the_manager_never_answers_times_out() {
     let r = f.send(request("POST", "/reload")).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
     assert!(r.text().contains("no answer within"), "{}", r.text());
-    assert!(started.elapsed() >= knot_resolver::api::server::CHANGE_TIMEOUT);
+    assert!(started.elapsed() >= kres_daemon::api::server::CHANGE_TIMEOUT);
     drop(f.commands);
 }
 
@@ -588,8 +588,8 @@ fn field<'a>(message: &'a str, name: &str) -> Option<&'a str> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
 }
 
-fn removed(n: usize) -> knot_resolver::events::Event {
-    knot_resolver::events::Event::ProcessRemoved {
+fn removed(n: usize) -> kres_daemon::events::Event {
+    kres_daemon::events::Event::ProcessRemoved {
         name: format!("kresd{n}"),
     }
 }
@@ -652,7 +652,7 @@ async fn a_follower_resumes_after_its_last_event_id_and_followers_are_capped() {
     // At most MAX_FOLLOWERS at once (the one above still counts); 503 beyond.
     drop(body);
     let mut open = Vec::new();
-    for _ in 0..knot_resolver::events::MAX_FOLLOWERS {
+    for _ in 0..kres_daemon::events::MAX_FOLLOWERS {
         let (status, body) = open_events(&f, "/events", &[]).await;
         assert_eq!(status, StatusCode::OK);
         open.push(body);
@@ -679,10 +679,8 @@ async fn an_event_stream_outlives_the_request_time_limit_and_ends_at_the_stop() 
     let (status, mut body) = open_events(&f, "/events", &[]).await;
     assert_eq!(status, StatusCode::OK);
     // Past the time limit of a GET (the paused clock jumps there).
-    tokio::time::sleep(
-        knot_resolver::api::server::READ_TIMEOUT + std::time::Duration::from_secs(1),
-    )
-    .await;
+    tokio::time::sleep(kres_daemon::api::server::READ_TIMEOUT + std::time::Duration::from_secs(1))
+        .await;
     let keep_alive = next_frame(&mut body).await.expect("a keep-alive");
     assert!(keep_alive.starts_with(':'), "{keep_alive:?}");
     let id = f.state.events.publish(removed(0)).to_string();
@@ -956,7 +954,7 @@ async fn tcp_tokens_give_their_roles() {
 
 #[tokio::test]
 async fn readers_cannot_take_the_event_streams_kept_for_admins() {
-    use knot_resolver::events::{MAX_FOLLOWERS, RESERVED_FOLLOWERS};
+    use kres_daemon::events::{MAX_FOLLOWERS, RESERVED_FOLLOWERS};
     let mut f = fixture().await;
     let groups = ApiGroups {
         admin: Some(10),

@@ -30,7 +30,7 @@ fn the_resolver_keeps_answering_and_the_root_stays_in_charge_through_a_minute_of
         control_plane: ControlPlane::Ours,
         daemon: PathBuf::from(DAEMON),
         kresctl: PathBuf::from(KRESCTL),
-        build_label_marker: knot_resolver::BUILD_LABEL_MARKER.to_vec(),
+        build_label_marker: kres_daemon::BUILD_LABEL_MARKER.to_vec(),
         workers: 2,
         scaled_workers: 3,
         rate: 1000,

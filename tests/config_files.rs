@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use knot_resolver::config::{
+use kres_daemon::config::{
     load_files, parse_document, validate_command, ConfigError, LogTargetArg, ParseError, PathChecks,
 };
 
@@ -45,7 +45,7 @@ fn several_files_are_deep_merged() {
     );
     let loaded = load_files(
         &[a, b],
-        knot_resolver::config::PathChecks::Lenient,
+        kres_daemon::config::PathChecks::Lenient,
         Default::default(),
     )
     .expect("valid");
@@ -66,7 +66,7 @@ fn merge_collisions_are_errors() {
     let b = dir.write("b.yaml", "cache:\n  size-max: 20M\n");
     match load_files(
         &[a, b],
-        knot_resolver::config::PathChecks::Lenient,
+        kres_daemon::config::PathChecks::Lenient,
         Default::default(),
     ) {
         Err(ConfigError::Parse {
@@ -88,7 +88,7 @@ fn toml_files_are_supported() {
     );
     let loaded = load_files(
         &[t],
-        knot_resolver::config::PathChecks::Lenient,
+        kres_daemon::config::PathChecks::Lenient,
         Default::default(),
     )
     .expect("valid");
@@ -110,7 +110,7 @@ fn relative_paths_resolve_against_the_first_file() {
     let second = dir.write("second.yaml", "local-data:\n  addresses-files: [hosts]\n");
     let loaded = load_files(
         &[first, second],
-        knot_resolver::config::PathChecks::Lenient,
+        kres_daemon::config::PathChecks::Lenient,
         Default::default(),
     )
     .expect("valid without strict checks");
@@ -138,7 +138,7 @@ fn strict_mode_checks_paths() {
     );
     load_files(
         &[ok],
-        knot_resolver::config::PathChecks::Strict,
+        kres_daemon::config::PathChecks::Strict,
         Default::default(),
     )
     .expect("existing paths pass strict validation");
@@ -152,7 +152,7 @@ fn strict_mode_checks_paths() {
     );
     let errors = match load_files(
         std::slice::from_ref(&bad),
-        knot_resolver::config::PathChecks::Strict,
+        kres_daemon::config::PathChecks::Strict,
         Default::default(),
     ) {
         Err(ConfigError::Invalid(e)) => e,
@@ -185,7 +185,7 @@ fn strict_mode_checks_paths() {
     // the same document is fine without strict checks
     load_files(
         &[bad],
-        knot_resolver::config::PathChecks::Lenient,
+        kres_daemon::config::PathChecks::Lenient,
         Default::default(),
     )
     .expect("non-strict validation ignores the file system");

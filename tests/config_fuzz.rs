@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use knot_resolver::config::{json_schema, parse_document, validate, PathChecks, ValidationContext};
+use kres_daemon::config::{json_schema, parse_document, validate, PathChecks, ValidationContext};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use serde_json::{Map, Value};
@@ -192,7 +192,7 @@ fn weight(v: &Value) -> (usize, usize, usize) {
 
 /// Within the bounds every accepted document keeps.
 fn within_bounds(v: &Value) -> bool {
-    use knot_resolver::config::{MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES};
+    use kres_daemon::config::{MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES};
     let (nodes, bytes, depth) = weight(v);
     // Keys count as nodes for the patch budget, not for the parser's: allow both.
     nodes <= 2 * MAX_EXPANDED_NODES
@@ -282,7 +282,7 @@ proptest! {
     fn patch_sequences_never_outgrow_their_budget(ops in prop::collection::vec(patch_op(), 1..60)) {
         let ops = Value::Array(ops);
         let start = serde_json::json!({"a": [], "b": ["x"]});
-        let result = on_test_stack(move || knot_resolver::api::pointer::patch(&start, &ops));
+        let result = on_test_stack(move || kres_daemon::api::pointer::patch(&start, &ops));
         if let Ok(doc) = result {
             prop_assert!(within_bounds(&doc));
         }

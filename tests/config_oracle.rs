@@ -3,13 +3,13 @@
 
 use std::path::{Path, PathBuf};
 
-use knot_resolver::config::{load_files, ConfigError};
+use kres_daemon::config::{load_files, ConfigError};
 
 /// What `kresctl validate` prints (minus the success notice) and its exit code.
 fn transcript(file: &Path) -> String {
     match load_files(
         &[file.to_owned()],
-        knot_resolver::config::PathChecks::Lenient,
+        kres_daemon::config::PathChecks::Lenient,
         Default::default(),
     ) {
         Ok(_) => "rc=0".to_owned(),

@@ -66,7 +66,7 @@ fn sixteen_workers_on_sixteen_addresses_start_under_a_soft_limit_of_1024() {
         assert!(answers_on(addr), "no answer on {addr}");
     }
     let root_fds = testbed::procs::open_descriptors(root);
-    let needed = knot_resolver::manager::listen::descriptors_needed(16, 2 * ADDRESSES as usize);
+    let needed = kres_daemon::manager::listen::descriptors_needed(16, 2 * ADDRESSES as usize);
     eprintln!(
         "16 workers x {} sockets: the root holds {root_fds} descriptors (counted: {needed}), \
          a worker {}",

@@ -85,7 +85,7 @@ fn a_follower_sees_crashes_and_changes_and_resumes_exactly_after_its_last_id() {
     let r = common::start(
         &Setup::new("events")
             .extra("local-data:\n  addresses:\n    one.events.test: 192.0.2.1\n")
-            .env(knot_resolver::daemon::FAULT_INJECTION_VAR, "1"),
+            .env(kres_daemon::daemon::FAULT_INJECTION_VAR, "1"),
     )
     .expect("start");
     let mut first = EventStream::open(&r.api, "/events", &[]).expect("GET /events");

@@ -44,7 +44,7 @@ fn tcp_requests_need_our_host_our_origin_and_the_token() {
         &Setup::new("hostile-tcp")
             .management(&format!("  interface: 127.0.0.1@{port}\n"))
             .env(
-                knot_resolver::api::guard::TOKEN_FILE_VAR,
+                kres_daemon::api::guard::TOKEN_FILE_VAR,
                 token_dir.bed("token").to_str().expect("UTF-8"),
             ),
     )
@@ -83,7 +83,7 @@ fn tcp_requests_need_our_host_our_origin_and_the_token() {
     let url = format!("http://127.0.0.1:{port}");
     let out = std::process::Command::new(common::KRESCTL)
         .args(["-s", &url, "pids", "kresd"])
-        .env(knot_resolver::api::guard::TOKEN_FILE_VAR, &token_file)
+        .env(kres_daemon::api::guard::TOKEN_FILE_VAR, &token_file)
         .output()
         .expect("kresctl");
     assert!(out.status.success(), "{out:?}");
@@ -208,8 +208,8 @@ fn a_connection_flood_leaves_dns_and_the_root_alone() {
     for manager in r.pids_named("kres-manager") {
         let fds = testbed::procs::open_descriptors(manager);
         let (soft, _) = testbed::procs::open_files_limit(manager).expect("limits");
-        let most = knot_resolver::api::admission::connection_bound(soft)
-            + knot_resolver::api::admission::RESERVED_DESCRIPTORS as usize;
+        let most = kres_daemon::api::admission::connection_bound(soft)
+            + kres_daemon::api::admission::RESERVED_DESCRIPTORS as usize;
         eprintln!("the manager holds {fds} descriptors (at most {most})");
         assert!(fds <= most, "the manager holds {fds} descriptors");
     }
@@ -279,7 +279,7 @@ fn manager_of(r: &common::Resolver) -> i32 {
     let (soft, hard) = testbed::procs::open_files_limit(managers[0]).expect("limits");
     eprintln!(
         "the manager's descriptor limits: soft {soft}, hard {hard}; API connection bound {}",
-        knot_resolver::api::admission::connection_bound(soft)
+        kres_daemon::api::admission::connection_bound(soft)
     );
     assert_eq!(
         soft, hard,
@@ -476,7 +476,7 @@ fn two_thousand_tcp_connections_without_the_token_keep_no_probe_or_admin_out() {
         &Setup::new("hostile-idle-tcp")
             .management(&format!("  interface: 127.0.0.1@{port}\n"))
             .env(
-                knot_resolver::api::guard::TOKEN_FILE_VAR,
+                kres_daemon::api::guard::TOKEN_FILE_VAR,
                 token_dir.bed("token").to_str().expect("UTF-8"),
             ),
     )
@@ -521,7 +521,7 @@ fn two_thousand_tcp_connections_without_the_token_keep_no_probe_or_admin_out() {
             .ok_or(format!("status {status}"))
     });
     let token_env = [(
-        knot_resolver::api::guard::TOKEN_FILE_VAR,
+        kres_daemon::api::guard::TOKEN_FILE_VAR,
         token_file.as_path(),
     )];
     measure("kresctl health over TCP", PROBES, || {
@@ -558,7 +558,7 @@ fn refusals_close_their_connection() {
         &Setup::new("hostile-refusals")
             .management(&format!("  interface: 127.0.0.1@{port}\n"))
             .env(
-                knot_resolver::api::guard::TOKEN_FILE_VAR,
+                kres_daemon::api::guard::TOKEN_FILE_VAR,
                 token_dir.bed("token").to_str().expect("UTF-8"),
             ),
     )
@@ -580,7 +580,7 @@ fn refusals_close_their_connection() {
         // Keep-alive is asked for: the server closes anyway, at once (well before the head
         // deadline an idle connection would be closed after).
         let mut s = connect_tcp_from([127, 0, 0, 1], port).expect("connect");
-        s.set_read_timeout(Some(knot_resolver::api::server::HEADER_READ_TIMEOUT / 2))
+        s.set_read_timeout(Some(kres_daemon::api::server::HEADER_READ_TIMEOUT / 2))
             .expect("timeout");
         s.write_all(format!("GET /v1/config HTTP/1.1\r\n{headers}\r\n").as_bytes())
             .expect("write");
@@ -623,7 +623,7 @@ fn one_address_cannot_take_every_place_from_another() {
     .expect("start");
     let manager = manager_of(&r);
     let (soft, _) = testbed::procs::open_files_limit(manager).expect("limits");
-    let bound = knot_resolver::api::admission::connection_bound(soft);
+    let bound = kres_daemon::api::admission::connection_bound(soft);
     // 127.0.0.1 opens a few connections and sends nothing yet.
     let mut ours: Vec<std::net::TcpStream> = (0..20)
         .map(|_| connect_tcp_from([127, 0, 0, 1], port).expect("connect"))
@@ -695,7 +695,7 @@ fn one_uid_cannot_take_every_place_from_another() {
     let r = common::start(&Setup::new("hostile-uids")).expect("start");
     let manager = manager_of(&r);
     let (soft, _) = testbed::procs::open_files_limit(manager).expect("limits");
-    let bound = knot_resolver::api::admission::connection_bound(soft);
+    let bound = kres_daemon::api::admission::connection_bound(soft);
     // Root (this test) opens a few connections and sends nothing yet.
     let mut ours: Vec<std::os::unix::net::UnixStream> = (0..20)
         .map(|_| std::os::unix::net::UnixStream::connect(&r.api).expect("connect"))

@@ -198,7 +198,7 @@ fn huge_and_deep_bodies_in_every_format_are_refused() {
 fn a_hung_policy_loader_is_stopped_at_its_deadline_and_nothing_changes() {
     let setup = Setup::new("hostile-policy-loader")
         .workers(2)
-        .env(knot_resolver::manager::POLICY_LOADER_TIMEOUT_VAR, "2")
+        .env(kres_daemon::manager::POLICY_LOADER_TIMEOUT_VAR, "2")
         .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n");
     let r = common::start(&setup).expect("resolver starts");
     let b = before(&r);

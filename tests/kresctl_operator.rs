@@ -116,7 +116,7 @@ fn versions_name_ours_and_the_kresd_we_drive() {
         .last()
         .expect("kresd says its version")
         .to_owned();
-    let ours = knot_resolver::build_version();
+    let ours = kres_daemon::build_version();
 
     // kresctl -V, on the machine of the kresd.
     let line = run_in_bed(&r, Program::Ours(KRESCTL), &["-V"]);

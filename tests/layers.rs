@@ -1,4 +1,4 @@
-//! The layer rule of ARCHITECTURE.md, kept: the top-level modules of the root crate form
+//! The layer rule of ARCHITECTURE.md, kept: the top-level modules of the daemon's crate form
 //! layers, and an import (`crate::module`, outside tests and comments) only ever points down
 //! the list; ARCHITECTURE.md's module table lists them in that order and names exactly what
 //! each imports; the supervisor crate's modules import each other without a cycle; no two
@@ -69,7 +69,7 @@ fn imported(code: &str) -> BTreeSet<String> {
     };
     code.match_indices("crate::")
         .filter(|(at, _)| {
-            // `supervisor::` or `knot_resolver::` would end in `crate::` only as part of a
+            // `supervisor::` or `kres_daemon::` would end in `crate::` only as part of a
             // longer identifier; a real path starts at a boundary.
             !code[..*at]
                 .chars()
@@ -139,7 +139,7 @@ fn root() -> PathBuf {
 
 #[test]
 fn every_import_of_the_root_crate_points_down_the_layers() {
-    let graph = imports(&root().join("src"));
+    let graph = imports(&root().join("daemon/src"));
     let rank = |m: &str| LAYERS.iter().position(|l| *l == m);
     let mut wrong = Vec::new();
     for (module, uses) in &graph {
@@ -157,8 +157,8 @@ fn every_import_of_the_root_crate_points_down_the_layers() {
     }
     assert!(wrong.is_empty(), "the layer rule is broken: {wrong:#?}");
     // The list names every module there is, and nothing else.
-    let on_disk: BTreeSet<String> = std::fs::read_dir(root().join("src"))
-        .expect("src")
+    let on_disk: BTreeSet<String> = std::fs::read_dir(root().join("daemon/src"))
+        .expect("daemon/src")
         .filter_map(|e| {
             let name = e.ok()?.file_name().to_string_lossy().into_owned();
             let name = name.trim_end_matches(".rs").to_owned();
@@ -210,7 +210,7 @@ fn the_module_table_names_what_each_module_imports() {
         order, layers,
         "ARCHITECTURE.md's module table and the list of layers differ"
     );
-    let graph = imports_counting(&root().join("src"), REEXPORTED);
+    let graph = imports_counting(&root().join("daemon/src"), REEXPORTED);
     let wrong: Vec<String> = documented
         .iter()
         .filter_map(|(module, said)| {
@@ -230,6 +230,7 @@ fn the_module_table_names_what_each_module_imports() {
 /// siblings: neither knows the other; both may make the heap ready.
 const CRATE_LAYERS: &[(&str, &str, u32)] = &[
     ("knot-resolver", ".", 0),
+    ("kres-daemon", "daemon", 1),
     ("kresctl", "kresctl", 1),
     ("kres-lua", "lua", 2),
     ("kres-wire", "wire", 3),
@@ -270,7 +271,7 @@ fn every_crate_depends_only_on_crates_below_it() {
     assert!(wrong.is_empty(), "the crate layers are broken: {wrong:#?}");
     // The check reads what it should: the root crate depends on all the others.
     assert_eq!(
-        workspace_dependencies("."),
+        workspace_dependencies("daemon"),
         BTreeSet::from(
             [
                 "heap",
@@ -278,7 +279,6 @@ fn every_crate_depends_only_on_crates_below_it() {
                 "kres-fleet",
                 "kres-lua",
                 "kres-wire",
-                "kresctl",
                 "supervisor"
             ]
             .map(str::to_owned)
@@ -287,18 +287,19 @@ fn every_crate_depends_only_on_crates_below_it() {
 }
 
 /// kresctl is a client: it knows the configuration model, the wire types and the Lua of
-/// `kresctl convert`, nothing of the daemon; the daemon's library never calls it (the
-/// `kresctl` binary of the root package is its `main` alone).
+/// `kresctl convert`, nothing of the daemon, and the daemon nothing of it: the root package
+/// (the two binaries' `main`s) is the only crate that depends on both.
 #[test]
 fn kresctl_and_the_daemon_know_each_other_only_through_the_wire() {
     assert_eq!(
         workspace_dependencies("kresctl"),
         BTreeSet::from(["kres-config", "kres-lua", "kres-wire"].map(str::to_owned))
     );
+    assert!(!workspace_dependencies("daemon").contains("kresctl"));
     let bin = root().join("src/bin/kresctl.rs");
-    let mut users: Vec<String> = sources(&root().join("src"))
+    let mut users: Vec<String> = sources(&root().join("daemon/src"))
         .into_iter()
-        .filter(|f| *f != bin && code(f).contains("kresctl::"))
+        .filter(|f| code(f).contains("kresctl::"))
         .map(|f| f.display().to_string())
         .collect();
     users.sort();
@@ -365,7 +366,7 @@ fn import_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String
 
 #[test]
 fn the_import_reader_sees_what_it_should() {
-    let code = "use crate::api::x;\nlet y = crate::wire::Z; knot_resolver::crate_x; mycrate::no;\n\
+    let code = "use crate::api::x;\nlet y = crate::wire::Z; kres_daemon::crate_x; mycrate::no;\n\
                 use crate::{lua::{quote, RenderContext}, service};";
     assert_eq!(
         imported(code),
@@ -517,7 +518,7 @@ fn file_imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
 #[test]
 fn no_two_files_of_any_crate_import_each_other_in_a_circle() {
     for dir in [
-        "src",
+        "daemon/src",
         "supervisor/src",
         "config/src",
         "heap/src",
@@ -529,7 +530,7 @@ fn no_two_files_of_any_crate_import_each_other_in_a_circle() {
     ] {
         let graph = file_imports(&root().join(dir));
         assert!(
-            !graph.is_empty() || dir != "src",
+            !graph.is_empty() || dir != "daemon/src",
             "no imports read in {dir}"
         );
         assert_eq!(

@@ -31,7 +31,7 @@ fn control(r: &Resolver, id: u32, expr: &str) -> Value {
         .expect("runtime");
     let path = r.dir.host(&format!("run/control/{id}"));
     runtime
-        .block_on(knot_resolver::control::command(
+        .block_on(kres_daemon::control::command(
             &path,
             expr,
             Duration::from_secs(10),

@@ -12,8 +12,8 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use knot_resolver::config::{validate, KresConfig, ValidationContext};
-use knot_resolver::lua;
+use kres_daemon::config::{validate, KresConfig, ValidationContext};
+use kres_daemon::lua;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
@@ -245,7 +245,7 @@ fn hostile_strings_reach_lua_unchanged() {
     let dir = bed.test_dir("lua-escaping").expect("dir");
     let ctx = ValidationContext {
         resolve_root: PathBuf::from("/"),
-        checks: knot_resolver::config::PathChecks::Lenient,
+        checks: kres_daemon::config::PathChecks::Lenient,
         logtarget_arg: Default::default(),
     };
     let mut runner = TestRunner::deterministic();

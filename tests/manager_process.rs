@@ -28,7 +28,7 @@ fn manager_pid(r: &Resolver) -> i32 {
 fn a_manager_killed_in_any_way_is_replaced_and_nothing_else_changes() {
     let setup = Setup::new("manager-killed")
         .workers(2)
-        .env(knot_resolver::daemon::FAULT_INJECTION_VAR, "1")
+        .env(kres_daemon::daemon::FAULT_INJECTION_VAR, "1")
         .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n");
     let r = common::start(&setup).expect("resolver starts");
     let root = r.launched.pid();
@@ -120,7 +120,7 @@ fn a_manager_killed_in_any_way_is_replaced_and_nothing_else_changes() {
 #[test]
 fn a_manager_killed_right_after_answering_a_change_comes_back_with_it() {
     let setup = Setup::new("manager-killed-after-change")
-        .env(knot_resolver::daemon::FAULT_INJECTION_VAR, "slow-keeper")
+        .env(kres_daemon::daemon::FAULT_INJECTION_VAR, "slow-keeper")
         .extra("local-data:\n  records: |\n    kept.test. 300 A 192.0.2.9\n");
     let r = common::start(&setup).expect("resolver starts");
     let resp = r
@@ -146,7 +146,7 @@ fn a_manager_killed_right_after_answering_a_change_comes_back_with_it() {
 #[test]
 fn a_hung_manager_is_replaced_and_waiting_clients_are_answered() {
     let setup = Setup::new("manager-hung")
-        .env(knot_resolver::daemon::MANAGER_HANG_VAR, "2")
+        .env(kres_daemon::daemon::MANAGER_HANG_VAR, "2")
         .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n");
     let r = common::start(&setup).expect("resolver starts");
     let workers = r.pids_named("kresd");
@@ -265,7 +265,7 @@ fn is_stopped(pid: i32) -> bool {
 #[test]
 fn a_reload_asked_while_the_manager_is_away_is_carried_out_when_it_is_back() {
     let setup = Setup::new("manager-away-reload")
-        .env(knot_resolver::daemon::MANAGER_HANG_VAR, "2")
+        .env(kres_daemon::daemon::MANAGER_HANG_VAR, "2")
         .extra("local-data:\n  records: |\n    away.test. 300 A 192.0.2.9\n");
     let mut r = common::start(&setup).expect("resolver starts");
     let workers = r.pids_named("kresd");

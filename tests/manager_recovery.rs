@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 fn manager_panic_keeps_workers_serving_and_adopts_them() {
     let setup = Setup::new("manager-panic")
         .workers(2)
-        .env(knot_resolver::daemon::FAULT_INJECTION_VAR, "1")
+        .env(kres_daemon::daemon::FAULT_INJECTION_VAR, "1")
         .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n");
     let mut r = common::start(&setup).expect("resolver starts");
     let workers_before = r.pids_named("kresd");
@@ -162,7 +162,7 @@ fn a_crash_loop_of_the_manager_task_never_stops_the_workers() {
     const PANICS: usize = 12;
     let setup = Setup::new("manager-crash-loop")
         .workers(2)
-        .env(knot_resolver::daemon::FAULT_INJECTION_VAR, "1")
+        .env(kres_daemon::daemon::FAULT_INJECTION_VAR, "1")
         .extra("local-data:\n  records: |\n    alive.test. 300 A 192.0.2.9\n");
     let mut r = common::start(&setup).expect("resolver starts");
     let workers_before = r.pids_named("kresd");

@@ -180,12 +180,12 @@ fn installed(m: &Machine, deb: &Path, date: &str) -> Result<()> {
     // Ours in their place: the resolver upstream was running restarted on our daemon.
     assert_eq!(
         m.ok(&["/usr/bin/knot-resolver", "-V"])?,
-        format!("knot-resolver {}\n", knot_resolver::VERSION)
+        format!("knot-resolver {}\n", kres_daemon::VERSION)
     );
     // kresctl names the kresd it finds after its own version.
     let version = m.ok(&["kresctl", "--version"])?;
     assert!(
-        version.starts_with(&format!("kresctl {} ", knot_resolver::VERSION)),
+        version.starts_with(&format!("kresctl {} ", kres_daemon::VERSION)),
         "{version:?}"
     );
     assert_eq!(
@@ -381,7 +381,7 @@ fn again_while_stopped(m: &Machine) -> Result<()> {
         assert_eq!(our_diversions(m)?.len(), DIVERTED.len());
         assert_eq!(
             m.ok(&["/usr/bin/knot-resolver", "-V"])?,
-            format!("knot-resolver {}\n", knot_resolver::VERSION)
+            format!("knot-resolver {}\n", kres_daemon::VERSION)
         );
         assert_eq!(m.show(UNIT, "ActiveState")?, "inactive");
     }

@@ -347,7 +347,7 @@ fn client_addresses_can_be_kept_as_prefixes() {
 /// A batch of records as a worker sends it (`query_log::records`): worker `worker`, each
 /// record an answer to `name` (wire form) A for 192.0.2.1.
 fn batch(worker: u32, names: &[Vec<u8>]) -> Vec<u8> {
-    use knot_resolver::query_log::records::{BATCH_HEADER, MAGIC, RECORD_HEADER};
+    use kres_daemon::query_log::records::{BATCH_HEADER, MAGIC, RECORD_HEADER};
     let mut b = vec![0u8; BATCH_HEADER];
     b[0..4].copy_from_slice(&MAGIC.to_ne_bytes());
     b[4..8].copy_from_slice(&worker.to_ne_bytes());
@@ -816,7 +816,7 @@ fn answers_say_whether_they_came_from_the_cache() {
 
 #[test]
 fn the_configuration_renders_our_layer_for_the_query_log() {
-    use knot_resolver::config::{validate, PathChecks, ValidationContext};
+    use kres_daemon::config::{validate, PathChecks, ValidationContext};
     let ctx = ValidationContext {
         resolve_root: "/".into(),
         checks: PathChecks::Lenient,
@@ -824,7 +824,7 @@ fn the_configuration_renders_our_layer_for_the_query_log() {
     };
     let render = |doc: Value| {
         let cfg = validate(&doc, &ctx).expect("valid");
-        knot_resolver::lua::render_worker(&cfg)
+        kres_daemon::lua::render_worker(&cfg)
     };
     let off = render(json!({"rundir": "/run/kr"}));
     assert!(!off.contains("dnstap"), "off by default");
@@ -971,7 +971,7 @@ enum Tapped {
 /// The operator's dnstap consumer on `listener`: shakes hands with the first connection and
 /// reports every frame it reads (a frame that does not decode fails it).
 fn tap_consumer(listener: std::os::unix::net::UnixListener) -> std::sync::mpsc::Receiver<Tapped> {
-    use knot_resolver::query_log::{dnstap, frames};
+    use kres_daemon::query_log::{dnstap, frames};
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()

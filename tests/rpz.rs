@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Resolver, Setup, DNS_TIMEOUT, START_TIMEOUT};
-use knot_resolver::config::{validate, PathChecks, ValidationContext};
+use kres_daemon::config::{validate, PathChecks, ValidationContext};
 use serde_json::{json, Value};
 use testbed::dns;
 use testbed::http::EventStream;
@@ -1394,8 +1394,8 @@ fn sample(r: &Resolver, series: &str) -> u64 {
     gauge(&text, series).map_or(0, |v| v as u64)
 }
 
-/// The pacing of [`knot_resolver::rpz::pacing`]: its interval between two refreshes.
-const INTERVAL: Duration = knot_resolver::rpz::pacing::REFRESH_INTERVAL;
+/// The pacing of [`kres_daemon::rpz::pacing`]: its interval between two refreshes.
+const INTERVAL: Duration = kres_daemon::rpz::pacing::REFRESH_INTERVAL;
 
 #[test]
 fn a_flood_of_notifies_is_paced_and_dns_is_answered_throughout() {

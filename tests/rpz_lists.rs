@@ -775,15 +775,15 @@ fn an_https_list_from_a_certificate_the_system_does_not_trust_is_refused() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let list = knot_resolver::rpz::lists::List {
+    let list = kres_daemon::rpz::lists::List {
         name: "tls".into(),
         url: String::new(),
         file: dir.join("tls.rpz"),
-        format: knot_resolver::config::ListFormat::Domains,
+        format: kres_daemon::config::ListFormat::Domains,
         action: None,
         refresh: std::time::Duration::from_secs(3600),
         sha256: None,
-        limits: knot_resolver::rpz::lists::FetchLimits::default(),
+        limits: kres_daemon::rpz::lists::FetchLimits::default(),
         tags: None,
     };
     let (handshakes, error) = runtime.block_on(async move {
@@ -796,12 +796,12 @@ fn an_https_list_from_a_certificate_the_system_does_not_trust_is_refused() {
             let (tcp, _) = listener.accept().await.expect("a connection");
             acceptor.accept(tcp).await.is_ok()
         });
-        let list = knot_resolver::rpz::lists::List {
+        let list = kres_daemon::rpz::lists::List {
             url: format!("https://127.0.0.1:{port}/list.txt"),
             ..list
         };
-        let allow = std::sync::Arc::new(knot_resolver::rpz::lists::store::AllowSet::default());
-        let error = knot_resolver::rpz::lists::refresh(&list, allow)
+        let allow = std::sync::Arc::new(kres_daemon::rpz::lists::store::AllowSet::default());
+        let error = kres_daemon::rpz::lists::refresh(&list, allow)
             .await
             .expect_err("refused");
         (server.await.expect("the server"), error)

@@ -5,9 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use knot_resolver::rpz::{
-    self, Limits, NotifyListener, NotifyZone, Primary, TransferKind, TsigKey,
-};
+use kres_daemon::rpz::{self, Limits, NotifyListener, NotifyZone, Primary, TransferKind, TsigKey};
 use testbed::knot::{KeySetup, KnotPrimary, PrimarySetup};
 use tokio_util::sync::CancellationToken;
 

@@ -86,7 +86,7 @@ fn control(r: &Resolver, expr: &str) -> Value {
         .build()
         .expect("runtime");
     runtime
-        .block_on(knot_resolver::control::command(
+        .block_on(kres_daemon::control::command(
             &r.dir.host("run/control/0"),
             expr,
             Duration::from_secs(10),
@@ -184,17 +184,17 @@ fn local_data_and_forwarded_names_are_traced_and_the_workers_logging_is_untouche
     );
 
     // The log is cut at its limit, and the trace says so.
-    let query = knot_resolver::trace::TraceQuery::new("local.trace.test", "A").expect("query");
+    let query = kres_daemon::trace::TraceQuery::new("local.trace.test", "A").expect("query");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    let limits = knot_resolver::trace::TraceLimits {
+    let limits = kres_daemon::trace::TraceLimits {
         timeout: Duration::from_secs(5),
         log_bytes: 150,
     };
     let cut = runtime
-        .block_on(knot_resolver::trace::run(
+        .block_on(kres_daemon::trace::run(
             &r.dir.host("run/control/0"),
             "kresd0",
             &query,

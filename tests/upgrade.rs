@@ -5,7 +5,7 @@
 //! the old binary, which adopts everything again.
 //!
 //! The "newer" binary is a copy of the one cargo built with a build label written into it
-//! (`knot_resolver::BUILD_LABEL_MARKER`), so it reports another version.
+//! (`kres_daemon::BUILD_LABEL_MARKER`), so it reports another version.
 
 mod common;
 
@@ -19,7 +19,7 @@ const RECORDS: &str = "local-data:\n  addresses:\n    upgrade.test: 192.0.2.77\n
 /// A copy of the daemon at `to`, labelled `label` (empty: as built).
 fn install(to: &Path, label: &str) {
     let mut bytes = std::fs::read(DAEMON).expect("the daemon binary");
-    let marker = knot_resolver::BUILD_LABEL_MARKER;
+    let marker = kres_daemon::BUILD_LABEL_MARKER;
     let at = bytes
         .windows(marker.len())
         .position(|w| w == marker)
@@ -72,7 +72,7 @@ fn an_upgrade_under_load_keeps_every_process_and_loses_nothing() {
         .program(&exe)
         .env("KRES_FAULT_INJECTION", "1");
     let mut r = common::start(&setup).expect("start");
-    let built = knot_resolver::VERSION;
+    let built = kres_daemon::VERSION;
     assert_eq!(status(&r)["version"], built);
     assert!(status(&r)["last"].is_null());
     let root = r.launched.pid();
@@ -220,7 +220,7 @@ fn a_new_image_that_cannot_adopt_falls_back_to_the_old_binary() {
     let after = status(&r);
     assert_eq!(
         after["version"],
-        knot_resolver::VERSION,
+        kres_daemon::VERSION,
         "the old binary runs"
     );
     assert_eq!(after["last"]["outcome"], "failed");

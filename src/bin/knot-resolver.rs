@@ -3,17 +3,17 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use knot_resolver::config::{LogLevel, LogTarget};
-use knot_resolver::daemon::cli::Args;
-use knot_resolver::daemon::manager_process::{self, ManagerInvocation, WatchConfig};
-use knot_resolver::daemon::{logging, LogArgs};
-use knot_resolver::environment::Environment;
-use knot_resolver::manager::listen::{SocketOwner, Steering};
+use kres_daemon::config::{LogLevel, LogTarget};
+use kres_daemon::daemon::cli::Args;
+use kres_daemon::daemon::manager_process::{self, ManagerInvocation, WatchConfig};
+use kres_daemon::daemon::{logging, LogArgs};
+use kres_daemon::environment::Environment;
+use kres_daemon::manager::listen::{SocketOwner, Steering};
 
 fn main() -> ExitCode {
     let args = Args::parse_as_invoked();
     if let Some(format) = args.upgrade_probe {
-        return knot_resolver::daemon::upgrade::probe(format);
+        return kres_daemon::daemon::upgrade::probe(format);
     }
     let log = LogArgs {
         level: logging::level_from_arg(&args.loglevel).unwrap_or(LogLevel::Notice),
@@ -32,7 +32,7 @@ fn main() -> ExitCode {
         SocketOwner::Daemon(steering)
     };
     let worker_user = args.worker_user.or_else(|| env.worker_user.clone());
-    let api_groups = knot_resolver::daemon::ApiGroupNames {
+    let api_groups = kres_daemon::daemon::ApiGroupNames {
         admin: args.api_admin_group.or_else(|| env.api_admin_group.clone()),
         read_only: args
             .api_read_only_group
@@ -55,7 +55,7 @@ fn main() -> ExitCode {
             env,
         });
     }
-    knot_resolver::daemon::run(knot_resolver::daemon::Invocation {
+    kres_daemon::daemon::run(kres_daemon::daemon::Invocation {
         config_files: args.config,
         worker_user,
         api_groups,

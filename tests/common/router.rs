@@ -12,13 +12,13 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::response::Response;
 use http_body_util::BodyExt;
-use knot_resolver::api::{app, ApiState};
-use knot_resolver::config::LoadedConfig;
-use knot_resolver::events::EventLog;
-use knot_resolver::manager::handle::ManagerCommand;
-use knot_resolver::manager::ManagerHandle;
-use knot_resolver::wire::failures::ProcessFailureRecord;
-use knot_resolver::wire::upgrade::UpgradeRecord;
+use kres_daemon::api::{app, ApiState};
+use kres_daemon::config::LoadedConfig;
+use kres_daemon::events::EventLog;
+use kres_daemon::manager::handle::ManagerCommand;
+use kres_daemon::manager::ManagerHandle;
+use kres_daemon::wire::failures::ProcessFailureRecord;
+use kres_daemon::wire::upgrade::UpgradeRecord;
 use serde_json::Value;
 use supervisor::remote::{Link, Parent, ToChild};
 use supervisor::{Snapshot, Supervisor, SupervisorHandle, SupervisorOptions};
@@ -102,9 +102,9 @@ impl Fixture {
             ),
         )
         .expect("config");
-        let loaded = knot_resolver::config::load_files(
+        let loaded = kres_daemon::config::load_files(
             &[file],
-            knot_resolver::config::PathChecks::Strict,
+            kres_daemon::config::PathChecks::Strict,
             Default::default(),
         )
         .expect("valid config");
@@ -129,10 +129,10 @@ impl Fixture {
             supervisor,
             stop: CancellationToken::new(),
             manager: ManagerHandle::new(manager, config_rx),
-            fault_injection: knot_resolver::api::fault::FaultInjection::Off,
-            validation: knot_resolver::config::ValidationContext {
+            fault_injection: kres_daemon::api::fault::FaultInjection::Off,
+            validation: kres_daemon::config::ValidationContext {
                 resolve_root: dir.0.clone(),
-                checks: knot_resolver::config::PathChecks::Manager,
+                checks: kres_daemon::config::PathChecks::Manager,
                 logtarget_arg: Default::default(),
             },
             rendered: Default::default(),
@@ -145,7 +145,7 @@ impl Fixture {
             query_log: Default::default(),
             heavy: Default::default(),
             fleet: None,
-            rpz_lists: knot_resolver::rpz::lists::ListsHandle::new().0,
+            rpz_lists: kres_daemon::rpz::lists::ListsHandle::new().0,
         };
         Fixture {
             state,

@@ -22,7 +22,7 @@ pub mod version;
 
 /// The management API's OpenAPI document, as the server describes itself (`GET /openapi`
 /// serves the same text; a test of the daemon's holds the two together, and
-/// `KRES_BLESS=1 cargo test --lib openapi` writes it anew after a change of the API).
+/// `KRES_BLESS=1 cargo test -p kres-daemon --lib openapi` writes it anew after a change of the API).
 pub const OPENAPI_DOCUMENT: &str = include_str!("../openapi.json");
 
 /// A record read back as JSON text: `None` when it is longer than `max` bytes or does not

@@ -64,7 +64,7 @@ fn spec(control_plane: ControlPlane, minutes: u64, seed: u64) -> Result<ChaosSpe
         control_plane,
         daemon: our_binary("knot-resolver")?,
         kresctl: our_binary("kresctl")?,
-        build_label_marker: knot_resolver::BUILD_LABEL_MARKER.to_vec(),
+        build_label_marker: kres_daemon::BUILD_LABEL_MARKER.to_vec(),
         workers: 2,
         scaled_workers: 4,
         rate: RATE,

@@ -94,7 +94,7 @@ fn transfer_runs(bed: &Bed, entries: usize, runs: usize) -> Result<(Vec<f64>, f6
         // A zone is refreshed at most once per interval: a change sooner after the last
         // would time the pacing, not the transfer.
         if let Some(at) = changed {
-            let next = at + knot_resolver::rpz::pacing::REFRESH_INTERVAL;
+            let next = at + kres_daemon::rpz::pacing::REFRESH_INTERVAL;
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
         }
         let name = format!("transfer{run}.blocked-by-rpz.net");

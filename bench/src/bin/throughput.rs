@@ -138,15 +138,15 @@ fn set_counting(r: &Resolver, counting: Counting) -> Result<()> {
     };
     let expr = format!(
         "modules.{verb}({})",
-        knot_resolver::lua::quote(knot_resolver::lua::counts::MODULE)
+        kres_daemon::lua::quote(kres_daemon::lua::counts::MODULE)
     );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(knot_resolver::control::command(
+    rt.block_on(kres_daemon::control::command(
         &r.dir.host("run/control/0"),
         &expr,
-        knot_resolver::control::COMMAND_TIMEOUT,
+        kres_daemon::control::COMMAND_TIMEOUT,
     ))
     .with_context(|| format!("{expr} in our worker"))?;
     Ok(())

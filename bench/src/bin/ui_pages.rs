@@ -1,6 +1,6 @@
 //! What open status pages cost: the API's latency with no page and with ten pages open, and
 //! the daemon's CPU time with no page and with one. A page is simulated with the requests
-//! the page itself makes (`src/api/ui/app.js`): its files, its identity, the process table,
+//! the page itself makes (`daemon/src/api/ui/app.js`): its files, its identity, the process table,
 //! the API's description, then one `/events` stream held open, `/metrics/json` every 5 s, the
 //! four top lists and the query log every 10 s, `/processes` and `/upstreams` every 15 s.
 //! The resolver runs with the query log on and its ring filled first, so the top lists count

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{ensure, Result};
 use bench::{median, print_header, print_row};
-use knot_resolver::config::{self, ValidationContext};
+use kres_daemon::config::{self, ValidationContext};
 use testbed::Bed;
 
 /// The largest configuration among the reference examples.
@@ -33,7 +33,7 @@ fn main() -> Result<()> {
     let text = std::fs::read_to_string(&file)?;
     let ctx = ValidationContext {
         resolve_root: file.parent().unwrap_or(Path::new(".")).to_owned(),
-        checks: knot_resolver::config::PathChecks::Lenient,
+        checks: kres_daemon::config::PathChecks::Lenient,
         logtarget_arg: Default::default(),
     };
 

@@ -1,5 +1,5 @@
 //! The files a distribution installs beside the binaries, generated from the clap definitions
-//! the binaries themselves parse (`knot_resolver::daemon::cli::Args`,
+//! the binaries themselves parse (`kres_daemon::daemon::cli::Args`,
 //! `kresctl::Cli`), so a manual page or a completion cannot drift from the real
 //! options:
 //! - `knot-resolver.8` and `kresctl.8` (section 8), rendered by `clap_mangen`; kresctl's page
@@ -59,7 +59,7 @@ pub fn assets(date: &str) -> io::Result<Vec<Asset>> {
 
 /// The daemon's command line, as the pages see it.
 pub fn daemon_command() -> Command {
-    let mut cmd = knot_resolver::daemon::cli::Args::command();
+    let mut cmd = kres_daemon::daemon::cli::Args::command();
     cmd.build();
     cmd
 }

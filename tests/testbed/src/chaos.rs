@@ -64,7 +64,7 @@ pub struct ChaosSpec {
     /// Our kresctl, for `reload` and `upgrade` as an operator runs them.
     pub kresctl: PathBuf,
     /// The bytes after which a build label is written into a copy of the daemon
-    /// (`knot_resolver::BUILD_LABEL_MARKER`), so each upgrade runs a binary of another version.
+    /// (`kres_daemon::BUILD_LABEL_MARKER`), so each upgrade runs a binary of another version.
     pub build_label_marker: Vec<u8>,
     /// Workers at the start, in the configuration file, and at the end.
     pub workers: u32,
@@ -627,7 +627,7 @@ impl<'a> Soak<'a> {
         let notify_path = os(dir.bed("notify.sock"));
         let env = [
             ("NOTIFY_SOCKET", notify_path.as_os_str()),
-            // `knot_resolver::daemon::FAULT_INJECTION_VAR`: `POST /debug/panic-manager`.
+            // `kres_daemon::daemon::FAULT_INJECTION_VAR`: `POST /debug/panic-manager`.
             ("KRES_FAULT_INJECTION", std::ffi::OsStr::new("1")),
         ];
         let launched = match spec.control_plane {

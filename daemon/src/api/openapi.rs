@@ -586,13 +586,13 @@ mod tests {
             serde_json::to_string_pretty(document()).expect("serialises")
         );
         if std::env::var_os("KRES_BLESS").is_some() {
-            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/wire/openapi.json");
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../wire/openapi.json");
             std::fs::write(path, &built).expect("writes wire/openapi.json");
         } else {
             assert!(
                 built == kres_wire::OPENAPI_DOCUMENT,
                 "wire/openapi.json is not the API's document: run \
-                 `KRES_BLESS=1 cargo test --lib openapi` and commit the file"
+                 `KRES_BLESS=1 cargo test -p kres-daemon --lib openapi` and commit the file"
             );
         }
     }

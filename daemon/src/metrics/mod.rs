@@ -561,7 +561,7 @@ fn cpu_seconds() -> Option<f64> {
 
 /// The strict reader of the text format the end-to-end tests use too.
 #[cfg(test)]
-#[path = "../../tests/exposition/mod.rs"]
+#[path = "../../../tests/exposition/mod.rs"]
 mod strict;
 
 #[cfg(test)]
@@ -592,11 +592,11 @@ mod tests {
     /// Prometheus refuses; ours has each family once, with both workers' samples under it.
     #[test]
     fn the_exposition_is_strictly_valid_where_upstreams_is_not() {
-        let upstream_text = include_str!("../../tests/data/upstream/metrics-prometheus.txt");
+        let upstream_text = include_str!("../../../tests/data/upstream/metrics-prometheus.txt");
         let refused = strict::parse(upstream_text).expect_err("upstream's output is refused");
         assert!(refused.contains("resolver_response_latency"), "{refused}");
         let stats: Map<String, Value> =
-            serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
+            serde_json::from_str(include_str!("../../../tests/data/upstream/metrics.json"))
                 .expect("fixture JSON");
         let snapshot: Snapshot = serde_json::from_value(serde_json::json!({
             "processes": [
@@ -630,9 +630,9 @@ mod tests {
     /// Our names for a worker's statistics equal upstream's, taken from a real upstream scrape.
     #[test]
     fn resolver_series_names_match_upstream() {
-        let upstream_text = include_str!("../../tests/data/upstream/metrics-prometheus.txt");
+        let upstream_text = include_str!("../../../tests/data/upstream/metrics-prometheus.txt");
         let upstream_json: Map<String, Value> =
-            serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
+            serde_json::from_str(include_str!("../../../tests/data/upstream/metrics.json"))
                 .expect("fixture JSON");
         let ours = render(&upstream_json, &Snapshot::default());
         let names = |text: &str| -> std::collections::BTreeSet<String> {
@@ -662,7 +662,7 @@ mod tests {
             "missing counters make the worker not loaded"
         );
         let mut full = serde_json::from_str::<Map<String, Value>>(include_str!(
-            "../../tests/data/upstream/metrics.json"
+            "../../../tests/data/upstream/metrics.json"
         ))
         .expect("fixture");
         let w = full.get_mut("kresd:kresd0").expect("worker");

@@ -1,6 +1,8 @@
-//! Knot Resolver's control plane: configuration, Lua generation, the manager, the management
-//! API and the `kresctl` client. Process supervision lives in the `supervisor` crate; this
-//! crate knows Knot Resolver and never calls `waitpid`.
+//! The `knot-resolver` daemon: the root process, the manager process and what runs in it (the
+//! manager task, the management API, the watchdog, RPZ, the query log, the fleet node).
+//! Process supervision lives in the `supervisor` crate, the configuration in `kres-config`,
+//! the Lua in `kres-lua`, what the daemon and `kresctl` exchange in `kres-wire`; this crate
+//! knows Knot Resolver, never calls `waitpid`, and knows nothing of `kresctl`.
 
 #![forbid(unsafe_code)]
 

@@ -262,7 +262,7 @@ mod tests {
     /// One worker's statistics as upstream's fixture has them.
     fn upstream_worker() -> Value {
         let stats: serde_json::Map<String, Value> =
-            serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
+            serde_json::from_str(include_str!("../../../tests/data/upstream/metrics.json"))
                 .expect("fixture");
         stats["kresd:kresd0"].clone()
     }
@@ -307,7 +307,7 @@ mod tests {
     /// A worker's counts as kresd reported them (a real reply), with rarer rcodes added.
     fn counts() -> Value {
         let mut counts: Value =
-            serde_json::from_str(include_str!("../../tests/data/answer-counts.json"))
+            serde_json::from_str(include_str!("../../../tests/data/answer-counts.json"))
                 .expect("fixture");
         counts["rcodes"]["11"] = 2.into();
         counts["rcodes"]["15"] = 1.into();
