@@ -350,7 +350,7 @@ fn a_stopped_manager_process_ends_every_task_it_ran() {
     let log = r.launched.output.text();
     assert_eq!(exit.code(), Some(0), "{log}");
     assert!(
-        log.contains("manager process stopped: all its tasks ended"),
+        log.contains("manager process stopped: all its tasks ended ("),
         "{log}"
     );
     assert!(!log.contains("of its tasks still running"), "{log}");

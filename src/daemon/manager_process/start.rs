@@ -321,8 +321,12 @@ impl Running {
     /// Stop: cancel everything, and wait for every task of the process (requests in flight
     /// finish), within [`TASKS_STOP_BOUND`]; said in the log.
     pub async fn stop(self) {
+        let (running, began) = (self.tasks.len(), std::time::Instant::now());
         match stop_tasks(&self.stop, &self.tasks, TASKS_STOP_BOUND).await {
-            0 => tracing::info!("manager process stopped: all its tasks ended"),
+            0 => tracing::info!(
+                "manager process stopped: all its tasks ended (the last {running} within {} ms)",
+                began.elapsed().as_millis()
+            ),
             left => tracing::warn!(
                 "manager process stopping with {left} of its tasks still running {} s after \
                  the stop",
