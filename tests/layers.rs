@@ -3,8 +3,9 @@
 //! the list; ARCHITECTURE.md's module table lists them in that order and names exactly what
 //! each imports; the supervisor crate's modules import each other without a cycle; no two
 //! files of any crate import each other in a circle (the paths from `crate::`, `super::` and
-//! `self::` resolved to the file they name); and the workspace's library crates depend on
-//! each other only downwards.
+//! `self::` resolved to the file they name); the workspace's library crates depend on
+//! each other only downwards; and no task of the resolver's processes is spawned detached
+//! (each one's owner stops it and waits for it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -632,4 +633,69 @@ fn the_documented_crate_graph_is_cargos() {
         actual,
         "ARCHITECTURE.md's crate list and cargo's differ"
     );
+}
+
+/// The files of the root crate (below `src/`, as prefixes) whose code (tests aside) may spawn
+/// a task on the runtime itself rather than on a `TaskTracker` or a `JoinSet` its owner
+/// stops and waits for; each with why it is owned nonetheless. The resolver's processes
+/// (the root, the manager process) have none: everything they run is stopped and waited for
+/// at their stop.
+const DETACHED_SPAWNS_ALLOWED: &[(&str, &str)] = &[(
+    "kresctl/",
+    "the CLI, a short-lived process of its own: its HTTP connections' tasks end with their \
+     answers, or with the process",
+)];
+
+/// How many times `code` spawns a task on the runtime itself (`tokio::spawn`,
+/// `tokio::task::spawn`, `spawn_local`; a `use` of them counts too).
+fn detached_spawns(code: &str) -> usize {
+    [
+        "tokio::spawn",
+        "task::spawn(",
+        "task::spawn;",
+        "task::spawn,",
+        "spawn_local",
+    ]
+    .iter()
+    .map(|pattern| code.matches(pattern).count())
+    .sum()
+}
+
+#[test]
+fn no_task_of_the_root_crate_is_spawned_detached() {
+    let src = root().join("src");
+    let mut detached = Vec::new();
+    for file in sources(&src) {
+        let rel = file.strip_prefix(&src).expect("below the source directory");
+        let rel = rel.to_string_lossy();
+        let n = detached_spawns(&code(&file));
+        if n > 0
+            && !DETACHED_SPAWNS_ALLOWED
+                .iter()
+                .any(|(p, _)| rel.starts_with(p))
+        {
+            detached.push(format!("src/{rel}: {n}"));
+        }
+    }
+    detached.sort();
+    assert!(
+        detached.is_empty(),
+        "tasks spawned detached (spawn them on the owner's TaskTracker or JoinSet, stopped \
+         by its token and waited for at its stop): {detached:#?}"
+    );
+}
+
+#[test]
+fn the_spawn_reader_sees_what_it_should() {
+    let sample = "tokio::spawn(a);\nlet b = tokio::task::spawn(b);\nuse tokio::task::spawn;\n\
+                tokio::task::spawn_local(c);\ntracker.spawn(d); set.spawn(e);\n\
+                tokio::task::spawn_blocking(f); std::thread::spawn(g);";
+    assert_eq!(detached_spawns(sample), 4);
+    let file = std::env::temp_dir().join(format!("kres-layers-{}.rs", std::process::id()));
+    let text = "// tokio::spawn(in_a_comment);\nfn f() { tracker.spawn(x); }\n\
+                #[cfg(test)]\nmod tests { fn t() { tokio::spawn(y); } }\n";
+    std::fs::write(&file, text).expect("a temporary file");
+    let found = detached_spawns(&code(&file));
+    std::fs::remove_file(&file).ok();
+    assert_eq!(found, 0, "comments and tests are not the code");
 }

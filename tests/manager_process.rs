@@ -2,7 +2,8 @@
 //! (SIGKILL, a segmentation fault, an abort, a hang), the root stays up, the workers keep
 //! answering with unchanged pids, and the next manager process adopts them with the
 //! configuration that was running, on the API socket the root kept open. And nothing of the
-//! tree outlives the root, and two resolvers never share a rundir.
+//! tree outlives the root, and two resolvers never share a rundir. A manager process asked
+//! to stop ends every task it ran before it exits.
 
 mod common;
 
@@ -324,4 +325,33 @@ fn a_reload_asked_while_the_manager_is_away_is_carried_out_when_it_is_back() {
         .expect("STATUS upward");
     assert!(status.ends_with("workers serving"), "{status}");
     r.stop();
+}
+
+/// The manager process's stop cancels every task it runs and waits for each (the API's, the
+/// file watchdog's, the hang check's, the query log's reader and follower, the RPZ tasks',
+/// the event log's followers, the manager task's supervision): all have ended when it exits,
+/// none is cut off by the exit.
+#[test]
+fn a_stopped_manager_process_ends_every_task_it_ran() {
+    let setup = Setup::new("manager-tasks-end")
+        .arg("--watch-config")
+        .arg("--worker-hang-timeout=30")
+        .extra("monitoring:\n  query-log:\n    enabled: true\n");
+    let mut r = common::start(&setup).expect("resolver starts");
+    // The query log's reader runs (its socket bound).
+    let status = r
+        .http("GET", "/query-log/status", b"")
+        .expect("API answers");
+    let status: serde_json::Value = serde_json::from_slice(&status.body).expect("JSON");
+    assert_eq!(status["enabled"], true, "{status}");
+    assert!(status["inactive_reason"].is_null(), "{status}");
+    r.launched.signal(Signal::SIGINT).expect("SIGINT");
+    let exit = r.launched.wait(STOP_TIMEOUT).expect("the resolver stops");
+    let log = r.launched.output.text();
+    assert_eq!(exit.code(), Some(0), "{log}");
+    assert!(
+        log.contains("manager process stopped: all its tasks ended ("),
+        "{log}"
+    );
+    assert!(!log.contains("of its tasks still running"), "{log}");
 }

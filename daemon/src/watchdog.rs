@@ -126,15 +126,16 @@ impl Watching {
 }
 
 /// Start watching: the first watches are in place when this returns (call it before READY);
-/// the returned task follows configuration changes until `stop`.
+/// the returned task, for its owner to run (and wait for at its stop), follows configuration
+/// changes until `stop`.
 pub fn start(
     manager: ManagerHandle,
     config_files: ConfigFiles,
     stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let mut config = manager.subscribe();
     let first = Watching::new(&config.borrow_and_update().model, &config_files);
-    tokio::spawn(run(config, config_files, manager, stop, first))
+    run(config, config_files, manager, stop, first)
 }
 
 async fn run(

@@ -23,47 +23,45 @@ fn interval(deadline: Duration) -> Duration {
     (deadline / 2).max(Duration::from_millis(500))
 }
 
-/// Watch the workers until `stop`, killing those that hang for `deadline`.
-pub fn start(
+/// Watch the workers until `stop`, killing those that hang for `deadline` (run on the
+/// owner's tracker, which waits for it at its stop).
+pub async fn run(
     sup: SupervisorHandle,
     manager: ManagerHandle,
     deadline: Duration,
     stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(interval(deadline));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            let rundir = manager.config().model.rundir.clone();
-            let snapshot = sup.snapshot();
-            let running: Vec<(WorkerId, i32)> = snapshot
-                .processes
-                .iter()
-                .filter(|p| {
-                    ServiceKind::of(p) == Some(ServiceKind::Kresd)
-                        && p.state == ProcessState::Running
-                })
-                .filter_map(|p| Some((WorkerId::from_name(&p.name)?, p.pid?)))
-                .collect();
-            let asks = running.into_iter().map(|(worker, pid)| {
-                let path = worker.control_socket(&rundir);
-                async move { (worker, pid, control::command(&path, "1", deadline).await) }
-            });
-            let answers = tokio::select! {
-                () = stop.cancelled() => return,
-                answers = futures_util::future::join_all(asks) => answers,
-            };
-            for (worker, pid, answer) in answers {
-                if let Err(ControlError::Timeout { .. }) = answer {
-                    kill_if_same(&sup, worker, pid, deadline).await;
-                }
+) {
+    let mut tick = tokio::time::interval(interval(deadline));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let rundir = manager.config().model.rundir.clone();
+        let snapshot = sup.snapshot();
+        let running: Vec<(WorkerId, i32)> = snapshot
+            .processes
+            .iter()
+            .filter(|p| {
+                ServiceKind::of(p) == Some(ServiceKind::Kresd) && p.state == ProcessState::Running
+            })
+            .filter_map(|p| Some((WorkerId::from_name(&p.name)?, p.pid?)))
+            .collect();
+        let asks = running.into_iter().map(|(worker, pid)| {
+            let path = worker.control_socket(&rundir);
+            async move { (worker, pid, control::command(&path, "1", deadline).await) }
+        });
+        let answers = tokio::select! {
+            () = stop.cancelled() => return,
+            answers = futures_util::future::join_all(asks) => answers,
+        };
+        for (worker, pid, answer) in answers {
+            if let Err(ControlError::Timeout { .. }) = answer {
+                kill_if_same(&sup, worker, pid, deadline).await;
             }
         }
-    })
+    }
 }
 
 /// Kill `worker` if its process is still `pid` (it may have been restarted meanwhile).

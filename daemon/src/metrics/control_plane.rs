@@ -299,10 +299,14 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// Tally `events` from its first event on, until `stop`.
-    pub fn follow(events: &EventLog, stop: CancellationToken) -> ControlPlane {
+    /// Tally `events` from its first event on, on `tasks` until `stop`.
+    pub fn follow(
+        events: &EventLog,
+        tasks: &tokio_util::task::TaskTracker,
+        stop: CancellationToken,
+    ) -> ControlPlane {
         let plane = ControlPlane::default();
-        tokio::spawn(plane.clone().run(events.clone(), stop));
+        tasks.spawn(plane.clone().run(events.clone(), stop));
         plane
     }
 

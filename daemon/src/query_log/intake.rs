@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::access::Access;
 use super::{records, QueryLog, SOCKET_FILE};
@@ -31,6 +32,8 @@ pub struct Intake {
     access: Access,
     /// The daemon's stop: the reader ends with it.
     stop: CancellationToken,
+    /// Where the reader runs: the owner's tasks, waited for at its stop.
+    tasks: TaskTracker,
     /// The socket while bound.
     bound: Arc<Mutex<Option<Bound>>>,
 }
@@ -44,12 +47,18 @@ struct Bound {
 }
 
 impl Intake {
-    /// Nothing bound yet.
-    pub fn new(log: QueryLog, access: Access, stop: CancellationToken) -> Intake {
+    /// Nothing bound yet; the reader, once bound, runs on `tasks` until `stop`.
+    pub fn new(
+        log: QueryLog,
+        access: Access,
+        tasks: TaskTracker,
+        stop: CancellationToken,
+    ) -> Intake {
         Intake {
             log,
             access,
             stop,
+            tasks,
             bound: Arc::default(),
         }
     }
@@ -105,7 +114,7 @@ impl Intake {
         let token = self.stop.child_token();
         self.log.clear_inactive();
         self.log.set_accepting(true);
-        tokio::spawn(records::serve(
+        self.tasks.spawn(records::serve(
             socket,
             self.log.clone(),
             self.access.clone(),
@@ -235,9 +244,11 @@ mod tests {
         // A socket an earlier manager process left is removed while the log is off.
         drop(std::os::unix::net::UnixListener::bind(&files[0]).expect("stale"));
         let log = QueryLog::default();
+        let tasks = TaskTracker::new();
         let intake = Intake::new(
             log.clone(),
             Access::for_workers(None),
+            tasks.clone(),
             CancellationToken::new(),
         );
         let (off, on) = (config(&dir, false), config(&dir, true));
@@ -257,6 +268,10 @@ mod tests {
                 _ => intake.follow(&on),
             }
             assert_eq!(intake.is_bound(), bound, "{step}");
+            if bound {
+                // Bound again ("prepare on", then "follow on"): still the one reader.
+                assert_eq!(tasks.len(), 1, "{step}: the readers");
+            }
             for file in &files {
                 let meta = std::fs::symlink_metadata(file);
                 assert_eq!(meta.is_ok(), bound, "{step}: {}", file.display());
@@ -265,6 +280,11 @@ mod tests {
                 }
             }
         }
+        // Turned off: the reader ended.
+        tasks.close();
+        tokio::time::timeout(std::time::Duration::from_secs(10), tasks.wait())
+            .await
+            .expect("the reader ends once the log is off");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -385,19 +385,20 @@ impl SoaQueries {
 
 /// Follow the zones of the running configuration until `stop`; rebuild the tasks whenever
 /// the configuration changes what they follow. `first` are the transfers the start made.
+/// The task, for its owner to run (and wait for at its stop).
 pub fn start(
     manager: ManagerHandle,
     events: EventLog,
     first: FirstTransfers,
     stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let config = manager.subscribe();
     let shared = Shared {
         manager,
         events,
         soa_queries: SoaQueries::new(SOA_QUERIES_PER_SECOND),
     };
-    tokio::spawn(run(config, shared, first, stop))
+    run(config, shared, first, stop)
 }
 
 async fn run(

@@ -28,6 +28,7 @@ use crate::manager::listen::{Mirrored, SocketOwner, SocketTable};
 use crate::manager::rpz_loads::RpzLoads;
 use crate::manager::task::{self, ManagerContext};
 use crate::manager::{Executables, ManagerHandle};
+use crate::metrics::ControlPlane;
 use crate::rpz::secondary::{FirstTransferFailed, FirstTransfers};
 use crate::watchdog::ConfigFiles;
 
@@ -108,11 +109,18 @@ pub struct Running {
     stop: CancellationToken,
     /// What serving needs; taken when it begins.
     to_serve: Option<ToServe>,
-    /// Every task serving starts (the API server, the file watchdog, the RPZ secondary, the
-    /// fleet's tasks, the helpers that follow the configuration), each ending with `stop`;
-    /// waited for at the stop (requests in flight finish).
-    serving: TaskTracker,
+    /// Every task this process runs, each ending with `stop`: from the start (the manager
+    /// task's supervision, the event log's and the query log's followers, the mirror of the
+    /// socket table), and once serving begins (the API server, the file watchdog, the RPZ
+    /// tasks, the fleet's, the helpers that follow the configuration); waited for at the
+    /// stop (requests in flight finish), within [`TASKS_STOP_BOUND`].
+    tasks: TaskTracker,
 }
+
+/// How long the stop waits for the process's tasks: the API's grace for requests in flight
+/// and a second more (the root kills the process 5 s after asking it to stop).
+const TASKS_STOP_BOUND: std::time::Duration =
+    api::server::SHUTDOWN_GRACE.saturating_add(std::time::Duration::from_secs(1));
 
 /// What serving needs, prepared at the start.
 struct ToServe {
@@ -218,7 +226,8 @@ impl Running {
         kresd: Result<String, String>,
     ) -> (Running, impl Stream<Item = ManagerEvent> + Unpin) {
         let parent = Arc::new(restored.parent);
-        let table = mirrored_table(&parent, restored.sockets);
+        let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
+        let table = mirrored_table(&parent, restored.sockets, &tasks, &stop);
         let validation = settings.source.context();
         let faults = Faults::injected(&settings.env);
         let loaded = Arc::new(restored.loaded);
@@ -235,15 +244,14 @@ impl Running {
             .with_rpz_loads(rpz_loads.subscribe());
         let (started_tx, started_rx) =
             watch::channel(restored.incarnation == Incarnation::Successor);
-        let stop = CancellationToken::new();
-        let events = start_event_log(&parent, restored.upgrade.as_deref(), &stop);
+        let events = start_event_log(&parent, restored.upgrade.as_deref(), &tasks, &stop);
         let executables = Executables {
             run_as: checked.run_as,
             ..Executables::discover(&settings.env)
         };
         let kresd = announce(&executables, kresd, &settings.source.files, &parent);
         // Before the manager task, which starts the workers.
-        let (query_log, intake) = start_query_log(&handle, &stop, executables.run_as);
+        let (query_log, intake) = start_query_log(&handle, &tasks, &stop, executables.run_as);
         let ctx = ManagerContext {
             supervisor: parent.handle.clone(),
             executables,
@@ -261,9 +269,9 @@ impl Running {
             files_applied: Arc::new(std::sync::Mutex::new(files_applied)),
             query_log: Some(intake),
         };
-        let task = spawn_task(ctx, health_tx, &stop);
+        let task = spawn_task(ctx, health_tx, &tasks, &stop);
         let sources = task_events(task, started_rx, health_rx.clone(), &stop, &parent);
-        let control_plane = crate::metrics::ControlPlane::follow(&events, stop.child_token());
+        let control_plane = ControlPlane::follow(&events, &tasks, stop.child_token());
         let (rpz_lists, lists) = crate::rpz::lists::ListsHandle::new();
         let api = ApiState {
             supervisor: parent.handle.clone(),
@@ -305,17 +313,26 @@ impl Running {
             handle,
             stop,
             to_serve: Some(to_serve),
-            serving: TaskTracker::new(),
+            tasks,
         };
         (running, sources)
     }
 
-    /// Stop: cancel everything, and wait for every task serving started (requests in flight
-    /// finish).
+    /// Stop: cancel everything, and wait for every task of the process (requests in flight
+    /// finish), within [`TASKS_STOP_BOUND`]; said in the log.
     pub async fn stop(self) {
-        self.stop.cancel();
-        self.serving.close();
-        self.serving.wait().await;
+        let (running, began) = (self.tasks.len(), std::time::Instant::now());
+        match stop_tasks(&self.stop, &self.tasks, TASKS_STOP_BOUND).await {
+            0 => tracing::info!(
+                "manager process stopped: all its tasks ended (the last {running} within {} ms)",
+                began.elapsed().as_millis()
+            ),
+            left => tracing::warn!(
+                "manager process stopping with {left} of its tasks still running {} s after \
+                 the stop",
+                TASKS_STOP_BOUND.as_secs()
+            ),
+        }
     }
 
     /// Serve: the helpers that follow the configuration, the file watchdog, the API; then
@@ -326,61 +343,60 @@ impl Running {
         };
         let upward = &self.parent.upward;
         let owned = |task| until(self.stop.child_token(), task);
-        self.serving.spawn(owned(Box::pin(keep_config(
+        self.tasks.spawn(owned(Box::pin(keep_config(
             self.parent.clone(),
             self.handle.subscribe(),
             to_serve.api.rendered.clone(),
             to_serve.kept,
             to_serve.keep_delay,
         ))));
-        self.serving.spawn(owned(Box::pin(report_task_health(
+        self.tasks.spawn(owned(Box::pin(report_task_health(
             to_serve.health,
             upward.clone(),
             self.handle.clone(),
         ))));
-        self.serving.spawn(owned(Box::pin(report_rpz_loads(
+        self.tasks.spawn(owned(Box::pin(report_rpz_loads(
             upward.clone(),
             self.handle.clone(),
         ))));
         if let Some(bell) = to_serve.reload_bell {
-            self.serving
+            self.tasks
                 .spawn(owned(Box::pin(super::super::recovery::answer_reloads(
                     bell,
                     self.handle.clone(),
                 ))));
         }
         if let Some(logging) = to_serve.logging {
-            self.serving
+            self.tasks
                 .spawn(owned(Box::pin(logging.follow(self.handle.subscribe()))));
         }
         if let Some(deadline) = to_serve.hang_timeout {
-            // Ends with `stop`; nothing to wait for.
-            crate::manager::liveness::start(
+            self.tasks.spawn(crate::manager::liveness::run(
                 self.parent.handle.clone(),
                 self.handle.clone(),
                 deadline,
                 self.stop.child_token(),
-            );
+            ));
         }
         crate::fleet::start(
             to_serve.api.fleet.clone(),
             self.handle.clone(),
             self.parent.handle.clone(),
-            &self.serving,
+            &self.tasks,
             &self.stop,
         );
-        self.serving.spawn(crate::watchdog::start(
+        self.tasks.spawn(crate::watchdog::start(
             self.handle.clone(),
             to_serve.watched,
             self.stop.child_token(),
         ));
-        self.serving.spawn(crate::rpz::secondary::start(
+        self.tasks.spawn(crate::rpz::secondary::start(
             self.handle.clone(),
             to_serve.api.events.clone(),
             to_serve.transferred,
             self.stop.child_token(),
         ));
-        self.serving.spawn(crate::rpz::lists::start(
+        self.tasks.spawn(crate::rpz::lists::start(
             self.handle.clone(),
             to_serve.api.events.clone(),
             to_serve.lists,
@@ -394,7 +410,7 @@ impl Running {
                     .map_err(ServeFailed::Listener)
             })?;
         let router = api::app(to_serve.api);
-        self.serving.spawn(api::server::serve(
+        self.tasks.spawn(api::server::serve(
             listener,
             router,
             self.stop.child_token(),
@@ -465,6 +481,7 @@ impl Effects for Running {
 /// leaves the log empty (logged, and said by its status); the workers serve without it.
 fn start_query_log(
     handle: &ManagerHandle,
+    tasks: &TaskTracker,
     stop: &CancellationToken,
     run_as: Option<supervisor::Credentials>,
 ) -> (crate::query_log::QueryLog, crate::query_log::intake::Intake) {
@@ -475,12 +492,17 @@ fn start_query_log(
     let mut configs = handle.subscribe();
     let first = configs.borrow_and_update().clone();
     let log = QueryLog::new(settings_of(&first));
-    let intake = Intake::new(log.clone(), Access::for_workers(run_as), stop.child_token());
+    let intake = Intake::new(
+        log.clone(),
+        Access::for_workers(run_as),
+        tasks.clone(),
+        stop.child_token(),
+    );
     intake.follow(&first.model);
     let follower = log.clone();
     let following = intake.clone();
     let stop = stop.child_token();
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
@@ -527,6 +549,7 @@ impl Faults {
 fn start_event_log(
     parent: &Parent,
     upgrade: Option<&crate::wire::upgrade::UpgradeRecord>,
+    tasks: &TaskTracker,
     stop: &CancellationToken,
 ) -> EventLog {
     let events = EventLog::new(&events_epoch(parent.incarnation));
@@ -542,7 +565,7 @@ fn start_event_log(
             error: record.error.clone(),
         });
     }
-    tokio::spawn(crate::events::follow_processes(
+    tasks.spawn(crate::events::follow_processes(
         parent.handle.subscribe(),
         events.clone(),
         stop.child_token(),
@@ -563,13 +586,14 @@ fn membership(
 }
 
 /// The manager task, run with `ctx` under supervision (restarted with backoff after a panic,
-/// its health told to `health`) until `stop`.
+/// its health told to `health`) on `tasks` until `stop`.
 fn spawn_task(
     ctx: ManagerContext,
     health: watch::Sender<TaskHealth>,
+    tasks: &TaskTracker,
     stop: &CancellationToken,
 ) -> tokio::task::JoinHandle<Option<task::ManagerExit>> {
-    tokio::spawn(supervise_task(
+    tasks.spawn(supervise_task(
         "manager",
         task_backoff(),
         health,
@@ -815,16 +839,38 @@ async fn until(
 }
 
 /// The workers' sockets the root kept, as a table whose changes are mirrored into the root's
-/// fd store.
-fn mirrored_table(parent: &Arc<Parent>, sockets: Vec<(String, OwnedFd)>) -> SocketTable {
+/// fd store (on `tasks`, until `stop`).
+fn mirrored_table(
+    parent: &Arc<Parent>,
+    sockets: Vec<(String, OwnedFd)>,
+    tasks: &TaskTracker,
+    stop: &CancellationToken,
+) -> SocketTable {
     let (mirror_tx, mirror_rx) = mpsc::unbounded_channel();
-    tokio::spawn(mirror_sockets(parent.clone(), mirror_rx));
+    tasks.spawn(mirror_sockets(
+        parent.clone(),
+        mirror_rx,
+        stop.child_token(),
+    ));
     SocketTable::restore(sockets, Some(mirror_tx))
 }
 
-/// Mirror the socket table's changes into the root's fd store.
-async fn mirror_sockets(parent: Arc<Parent>, mut changes: mpsc::UnboundedReceiver<Mirrored>) {
-    while let Some(change) = changes.recv().await {
+/// Mirror the socket table's changes into the root's fd store, until the table is gone or
+/// `stop` (then the changes already made are mirrored still, and no more are waited for).
+async fn mirror_sockets(
+    parent: Arc<Parent>,
+    mut changes: mpsc::UnboundedReceiver<Mirrored>,
+    stop: CancellationToken,
+) {
+    loop {
+        let change = tokio::select! {
+            biased;
+            change = changes.recv() => change,
+            () = stop.cancelled() => changes.try_recv().ok(),
+        };
+        let Some(change) = change else {
+            return;
+        };
         let result = match &change {
             Mirrored::Keep(name, fd) => parent.store(name, fd).await,
             Mirrored::Forget(name) => parent.forget(name).await,
@@ -832,5 +878,54 @@ async fn mirror_sockets(parent: Arc<Parent>, mut changes: mpsc::UnboundedReceive
         if let Err(e) = result {
             tracing::warn!("cannot keep the listening sockets for a restart: {e}");
         }
+    }
+}
+
+/// Cancel `stop` and wait for every task on `tasks`, at most `bound`: how many are still
+/// running then.
+async fn stop_tasks(
+    stop: &CancellationToken,
+    tasks: &TaskTracker,
+    bound: std::time::Duration,
+) -> usize {
+    stop.cancel();
+    tasks.close();
+    // Those still running after the bound are told in the log and end with the process.
+    let _ = tokio::time::timeout(bound, tasks.wait()).await;
+    tasks.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stop_waits_for_the_tasks_that_end_with_it_and_counts_the_others() {
+        let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
+        let (ended_tx, mut ended) = mpsc::unbounded_channel();
+        for _ in 0..3 {
+            let (token, ended_tx) = (stop.child_token(), ended_tx.clone());
+            tasks.spawn(async move {
+                token.cancelled().await;
+                let _ = ended_tx.send(());
+            });
+        }
+        assert_eq!(stop_tasks(&stop, &tasks, TASKS_STOP_BOUND).await, 0);
+        assert!(tasks.is_closed() && tasks.is_empty());
+        drop(ended_tx);
+        let mut count = 0;
+        while ended.recv().await.is_some() {
+            count += 1;
+        }
+        assert_eq!(count, 3, "every task ran to its end");
+
+        // A task that does not heed the stop is left after the bound, and told.
+        let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
+        let token = stop.child_token();
+        tasks.spawn(async move { token.cancelled().await });
+        tasks.spawn(std::future::pending::<()>());
+        let began = tokio::time::Instant::now();
+        assert_eq!(stop_tasks(&stop, &tasks, TASKS_STOP_BOUND).await, 1);
+        assert_eq!(began.elapsed(), TASKS_STOP_BOUND);
     }
 }

@@ -15,6 +15,7 @@ use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::store::{FileError, Staged};
@@ -160,23 +161,28 @@ pub async fn fetch(
     limits: &FetchLimits,
 ) -> Result<Fetched, FetchError> {
     let deadline = Instant::now() + limits.max_duration;
-    match tokio::time::timeout_at(deadline, follow(url, validators, source, limits)).await {
+    // The connections' tasks, this fetch's own: each ends with its answer's body, and any
+    // still running ends with the fetch.
+    let mut connections = JoinSet::new();
+    let following = follow(url, validators, source, limits, &mut connections);
+    match tokio::time::timeout_at(deadline, following).await {
         Ok(result) => result,
         Err(_) => Err(FetchError::Timeout("the fetch took longer than allowed")),
     }
 }
 
-/// Ask `url`, following redirects.
+/// Ask `url`, following redirects, each connection driven on `connections`.
 async fn follow(
     url: &str,
     validators: &Validators,
     source: &Path,
     limits: &FetchLimits,
+    connections: &mut JoinSet<()>,
 ) -> Result<Fetched, FetchError> {
     let mut uri: Uri = url.parse().map_err(|_| FetchError::Url(url.to_owned()))?;
     let mut redirects = 0;
     loop {
-        let response = ask(&uri, validators, limits).await?;
+        let response = ask(&uri, validators, limits, connections).await?;
         let status = response.status();
         if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
             redirects += 1;
@@ -251,11 +257,13 @@ fn resolve(base: &Uri, location: &str) -> Result<Uri, FetchError> {
         .map_err(|_| FetchError::Url(location.to_owned()))
 }
 
-/// Send one GET for `uri`; the answer's head and its body to come.
+/// Send one GET for `uri` (its connection driven on `connections`); the answer's head and its
+/// body to come.
 async fn ask(
     uri: &Uri,
     validators: &Validators,
     limits: &FetchLimits,
+    connections: &mut JoinSet<()>,
 ) -> Result<hyper::Response<hyper::body::Incoming>, FetchError> {
     let https = match uri.scheme_str() {
         Some("https") => true,
@@ -292,7 +300,7 @@ async fn ask(
         .await
         .map_err(|_| FetchError::Timeout("no connection"))??;
     // Ends when the connection closes: after the answer, once sender and body are dropped.
-    tokio::spawn(async move {
+    connections.spawn(async move {
         let _ = connection.await;
     });
     let authority = uri

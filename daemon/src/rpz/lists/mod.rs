@@ -564,19 +564,15 @@ struct Shared {
     events: EventLog,
 }
 
-/// Follow the lists of the running configuration until `stop`, answering `inbox`.
+/// Follow the lists of the running configuration until `stop`, answering `inbox`: the task,
+/// for its owner to run (and wait for at its stop).
 pub fn start(
     manager: ManagerHandle,
     events: EventLog,
     inbox: ListsInbox,
     stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(run(
-        manager.subscribe(),
-        Shared { manager, events },
-        inbox,
-        stop,
-    ))
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    run(manager.subscribe(), Shared { manager, events }, inbox, stop)
 }
 
 /// One list's place in the task.
@@ -649,6 +645,8 @@ async fn run(
     let mut lists = followed(&config.borrow().model);
     let mut allow = Arc::new(load_allowed(&lists));
     let mut fetching: JoinSet<Done> = JoinSet::new();
+    // The checks answering (those done reaped at the next), ended with the task.
+    let mut checking: JoinSet<()> = JoinSet::new();
     let mut waiting: Vec<oneshot::Sender<Result<Vec<RpzList>, ListsError>>> = Vec::new();
     // An allowlist stored after a blocklist was compiled (the manager stopped between the
     // two) is subtracted again at once.
@@ -700,9 +698,8 @@ async fn run(
                         waiting.push(reply);
                     }
                     Command::Check { name, client, reply } => {
-                        let snapshot: Vec<List> = lists.iter().map(|l| l.list.clone()).collect();
-                        let tags = client.map(|c| client_tags(&config.borrow().model, c));
-                        tokio::spawn(answer_check(snapshot, name, client, tags, reply));
+                        let cfg = config.borrow();
+                        start_check(&mut checking, &lists, &cfg.model, name, client, reply);
                     }
                 }
             }
@@ -737,6 +734,23 @@ async fn run(
             }
         }
     }
+}
+
+/// Answer a check of `name` (for `client`, tagged as `cfg`'s views say) over `lists` on
+/// `checking`, the lists' task's own (the checks answered since the last are reaped here, the
+/// ones running end with the task).
+fn start_check(
+    checking: &mut JoinSet<()>,
+    lists: &[Followed],
+    cfg: &KresConfig,
+    name: String,
+    client: Option<std::net::IpAddr>,
+    reply: oneshot::Sender<Result<RpzCheck, ListsError>>,
+) {
+    let snapshot: Vec<List> = lists.iter().map(|l| l.list.clone()).collect();
+    let tags = client.map(|c| client_tags(cfg, c));
+    while checking.try_join_next().is_some() {}
+    checking.spawn(answer_check(snapshot, name, client, tags, reply));
 }
 
 /// Answer a check of `name` (for `client`, whose views give it `tags`) over the lists of
