@@ -635,17 +635,6 @@ fn the_documented_crate_graph_is_cargos() {
     );
 }
 
-/// The files of the root crate (below `src/`, as prefixes) whose code (tests aside) may spawn
-/// a task on the runtime itself rather than on a `TaskTracker` or a `JoinSet` its owner
-/// stops and waits for; each with why it is owned nonetheless. The resolver's processes
-/// (the root, the manager process) have none: everything they run is stopped and waited for
-/// at their stop.
-const DETACHED_SPAWNS_ALLOWED: &[(&str, &str)] = &[(
-    "kresctl/",
-    "the CLI, a short-lived process of its own: its HTTP connections' tasks end with their \
-     answers, or with the process",
-)];
-
 /// How many times `code` spawns a task on the runtime itself (`tokio::spawn`,
 /// `tokio::task::spawn`, `spawn_local`; a `use` of them counts too).
 fn detached_spawns(code: &str) -> usize {
@@ -662,19 +651,14 @@ fn detached_spawns(code: &str) -> usize {
 }
 
 #[test]
-fn no_task_of_the_root_crate_is_spawned_detached() {
-    let src = root().join("src");
+fn no_task_of_the_daemon_is_spawned_detached() {
     let mut detached = Vec::new();
-    for file in sources(&src) {
-        let rel = file.strip_prefix(&src).expect("below the source directory");
-        let rel = rel.to_string_lossy();
-        let n = detached_spawns(&code(&file));
-        if n > 0
-            && !DETACHED_SPAWNS_ALLOWED
-                .iter()
-                .any(|(p, _)| rel.starts_with(p))
-        {
-            detached.push(format!("src/{rel}: {n}"));
+    for dir in ["daemon/src", "lua/src", "wire/src"] {
+        for file in sources(&root().join(dir)) {
+            let n = detached_spawns(&code(&file));
+            if n > 0 {
+                detached.push(format!("{}: {n}", file.display()));
+            }
         }
     }
     detached.sort();

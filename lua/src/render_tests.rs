@@ -388,3 +388,52 @@ fn fleet_membership_renders_nothing() {
         assert_eq!(render(&cfg(alone)), render(&cfg(&member)));
     }
 }
+
+/// Everything we write in Lua parses (full_moon, Lua 5.1, LuaJIT's language): the layers'
+/// templates as filled in (`counts.lua`, `query_log.lua`) and the worker's and
+/// policy-loader's configurations of every reference configuration and of the sections'
+/// test files. kresd itself loads them in `tests/lua_*.rs`; this names the line at fault
+/// without starting one.
+#[test]
+fn every_lua_we_write_parses() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut texts = Vec::new();
+    let mut counting = String::new();
+    super::counts::counting_functions(&mut counting);
+    super::counts::load_at_start(&mut counting);
+    texts.push(("counts.lua".to_owned(), counting));
+    let mut log = String::new();
+    super::query_log::query_log(&mut log, Path::new("/run/knot-resolver/query-log.sock"));
+    texts.push(("query_log.lua".to_owned(), log));
+    let mut files: Vec<_> = std::fs::read_dir(root.join("tests/data/reference-configs"))
+        .expect("the reference configurations")
+        .map(|e| e.expect("an entry").path())
+        .collect();
+    files.extend(
+        [
+            "worker-sections.yaml",
+            "policy-sections.yaml",
+            "script-only.yaml",
+        ]
+        .map(|f| root.join("tests/data/lua").join(f)),
+    );
+    files.sort();
+    for file in &files {
+        let yaml = std::fs::read_to_string(file).expect("a readable configuration");
+        let cfg = cfg(&yaml);
+        let name = file.display();
+        texts.push((format!("{name} (worker)"), render_worker(&cfg)));
+        texts.push((
+            format!("{name} (policy-loader)"),
+            render_policy_loader(&cfg),
+        ));
+    }
+    for (name, text) in &texts {
+        if let Err(errors) = full_moon::parse(text) {
+            panic!("{name} is not Lua: {errors:?}\n{text}");
+        }
+    }
+    assert!(texts.len() >= 2 + 2 * 8, "{} texts", texts.len());
+    // The check can fail: a cut-off statement does not parse.
+    assert!(full_moon::parse("local x = ").is_err());
+}
