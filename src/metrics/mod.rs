@@ -863,6 +863,94 @@ mod tests {
         assert_eq!(silent, [WorkerId(0), WorkerId(1), WorkerId(2), WorkerId(3)]);
     }
 
+    /// A fake worker's control socket on `listener`: for every connection, the prompt, then,
+    /// once the two lines (`__json` and the command) are read, `reply` as kresd frames it
+    /// (`length` in place of its own length when given). Counts its connections.
+    async fn fake_worker(
+        listener: tokio::net::UnixListener,
+        reply: Vec<u8>,
+        length: Option<u32>,
+        connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            connections.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut stream = BufReader::new(stream);
+            let _ = stream.get_mut().write_all(b"> ").await;
+            let mut line = String::new();
+            for _ in 0..2 {
+                line.clear();
+                let _ = stream.read_line(&mut line).await;
+            }
+            let len = length.unwrap_or(reply.len() as u32);
+            let _ = stream.get_mut().write_all(&len.to_be_bytes()).await;
+            let _ = stream.get_mut().write_all(&reply).await;
+        }
+    }
+
+    /// One collection connects to each worker once; a worker that is not there, one whose
+    /// reply is oversize and one that answers a Lua error each get an error of their own,
+    /// and the one that answers well is read.
+    #[tokio::test]
+    async fn a_collection_asks_each_worker_once_and_keeps_each_failure_apart() {
+        let rundir = std::env::temp_dir().join(format!("kres-collect-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&rundir);
+        std::fs::create_dir_all(rundir.join("control")).expect("dir");
+        let stats: Map<String, Value> =
+            serde_json::from_str(include_str!("../../tests/data/upstream/metrics.json"))
+                .expect("fixture JSON");
+        let good = serde_json::json!({"stats": stats["kresd:kresd0"],
+            "upstreams": {"rtt": {"192.0.2.1": [3]}, "tallies": [], "since": 5}});
+        let lua_error = b"[string]:1: attempt to call a nil value".to_vec();
+        let oversize = (reply::MAX_REPLY + 1) as u32;
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let workers = [
+            (0, good.to_string().into_bytes(), None),
+            (1, lua_error, None),
+            (2, b"{}".to_vec(), Some(oversize)),
+        ];
+        for (n, reply, length) in workers {
+            let path = WorkerId(n).control_socket(&rundir);
+            let listener = tokio::net::UnixListener::bind(&path).expect("bind");
+            tokio::spawn(fake_worker(listener, reply, length, connections.clone()));
+        }
+        let ids = [WorkerId(0), WorkerId(1), WorkerId(2), WorkerId(3)];
+        let collected = collect(&rundir, &ids, MetricsMode::Lazy).await;
+        assert_eq!(
+            connections.load(std::sync::atomic::Ordering::SeqCst),
+            3,
+            "one connection to each worker that listens"
+        );
+        let errors: Vec<String> = collected
+            .workers
+            .iter()
+            .map(|(_, r)| r.as_ref().err().map(|e| error_chain(e)).unwrap_or_default())
+            .collect();
+        assert_eq!(errors[0], "");
+        assert_eq!(
+            errors[1],
+            "the worker answered no statistics: [string]:1: attempt to call a nil value"
+        );
+        assert!(
+            errors[2].ends_with(&format!("sent an oversize reply ({oversize} bytes)")),
+            "{}",
+            errors[2]
+        );
+        assert!(errors[3].starts_with("cannot talk to "), "{}", errors[3]);
+        let upstreams = collected.upstreams(Vec::new());
+        assert_eq!(upstreams.addresses.len(), 1);
+        assert_eq!(upstreams.workers_silent, ["kresd1", "kresd2", "kresd3"]);
+        assert_eq!(upstreams.counted_since, Some(5.0));
+        assert_eq!(
+            collected.stats_json()["kresd:kresd0"],
+            stats["kresd:kresd0"]
+        );
+        let _ = std::fs::remove_dir_all(&rundir);
+    }
+
     #[test]
     fn dropped_counts_come_from_the_answer_counts() {
         let mut counts: Value =
