@@ -323,6 +323,57 @@ fn control(r: &common::Resolver, id: u32, expr: &str) -> Value {
     .expect("control command")
 }
 
+/// Lua that makes a worker count the control commands it evaluates (kresd hands each to the
+/// global `eval_cmd`), leaving out the manager's liveness probe (`1`) and this test's own
+/// commands (which name the count).
+const COUNT_COMMANDS: &str = "(function() if commands_counted == nil then \
+    commands_counted = 0; local eval = eval_cmd; \
+    eval_cmd = function(line, mode) \
+    if line ~= '1' and not line:find('commands_counted', 1, true) then \
+    commands_counted = commands_counted + 1 end; return eval(line, mode) end end; \
+    return commands_counted end)()";
+
+/// Every read of the workers' statistics is one control-socket round: each worker is asked
+/// once per scrape, whatever the scrape shows (the statistics, their labelled families, the
+/// upstreams' samples and tallies).
+#[test]
+fn each_scrape_asks_each_worker_once() {
+    const WORKERS: u32 = 2;
+    let r = common::start(&Setup::new("metrics-rounds").workers(WORKERS).extra(RECORDS))
+        .expect("resolver starts");
+    let counted = |r: &common::Resolver| -> Vec<u64> {
+        (0..WORKERS)
+            .map(|id| control(r, id, COUNT_COMMANDS).as_u64().expect("a count"))
+            .collect()
+    };
+    assert_eq!(counted(&r), [0, 0], "nothing counted before");
+    for path in [
+        "/metrics/prometheus",
+        "/metrics/json",
+        "/upstreams",
+        "/metrics/prometheus",
+    ] {
+        let before = counted(&r);
+        let resp = r.http("GET", path, b"").expect("scrape");
+        assert_eq!(resp.status, 200, "{path}: {}", resp.text());
+        let after = counted(&r);
+        let asked: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        assert_eq!(asked, [1, 1], "commands per worker for GET {path}");
+    }
+    // The one round brought everything: the statistics and the upstream tallies.
+    let text = r
+        .http("GET", "/metrics/prometheus", b"")
+        .expect("scrape")
+        .text();
+    assert!(
+        text.contains("resolver_metrics_loaded{instance_id=\"kresd:kresd1\"} 1.0"),
+        "{text}"
+    );
+    assert!(text.contains("knot_resolver_dns_queries_total{"), "{text}");
+    assert!(text.contains("knot_resolver_upstream_addresses "), "{text}");
+    r.stop();
+}
+
 /// Put an A record for `name` into the shared cache through worker 0.
 fn insert(r: &common::Resolver, name: &str) {
     let expr = format!(

@@ -467,13 +467,13 @@ pub(crate) fn map_value(
             }
             _ => fail(format!("expected int, found {}", py_type(v, container))),
         },
-        Ty::Str => map_str(v, container).or_else(fail),
+        Ty::Str => map_str(v, container).or_else(|e| fail(e.to_string())),
         Ty::Bool => match v {
             Value::Bool(_) => Ok(v.clone()),
             _ => fail(format!("expected bool, found {}", py_type(v, container))),
         },
-        Ty::Literal(options) => map_literal(options, v).or_else(fail),
-        Ty::Int(range) => map_int(range, v, container).map_err(|m| vec![Failure::new(path, m)]),
+        Ty::Literal(options) => map_literal(options, v).or_else(|e| fail(e.to_string())),
+        Ty::Int(range) => map_int(range, v, container).or_else(|e| fail(e.to_string())),
         Ty::Dict(kt, vt) => map_dict(kt, vt, v, path, ctx),
         Ty::List(inner) => map_list(inner, v, container, path, ctx),
         Ty::ListOrItem(inner) => {
@@ -522,24 +522,54 @@ fn map_union(variants: &[Ty], path: &str, same_value: &dyn Fn(&Ty) -> Outcome) -
     }])
 }
 
+/// Why a value is not of a scalar type, in upstream's words.
+#[derive(Debug, thiserror::Error)]
+enum ScalarMismatch {
+    #[error(
+        "Expected str, found bool. Be careful, that YAML parsers consider even \"no\" and \
+         \"yes\" as a bool. Search for the Norway Problem for more details. And please use \
+         quotes explicitly."
+    )]
+    BoolForStr,
+    #[error("expected str (or number that would be cast to string), but found type {found}")]
+    NotStr { found: &'static str },
+    #[error("'{value}' does not match any of the expected values {tuple}")]
+    NotLiteral { value: String, tuple: String },
+    #[error(
+        "Unexpected value for '<class 'knot_resolver.datamodel.types.types.{class}'>'. Expected \
+         integer, got '{value}' with type '{found}'"
+    )]
+    NotInt {
+        class: &'static str,
+        value: String,
+        found: &'static str,
+    },
+    #[error("value {value} is lower than the minimum {min}.")]
+    BelowMinimum { value: String, min: i64 },
+    #[error("value {value} is higher than the maximum {max}")]
+    AboveMaximum { value: String, max: i64 },
+}
+
 /// Python `str`: a string, or a number converted; never a boolean.
-fn map_str(v: &Value, container: Container) -> Result<Value, String> {
+fn map_str(v: &Value, container: Container) -> Result<Value, ScalarMismatch> {
     match v {
         Value::String(_) => Ok(v.clone()),
         Value::Number(n) => Ok(Value::String(py_str(&Value::Number(n.clone())))),
-        Value::Object(_) if big_int(v).is_some() => Ok(Value::String(big_int(v).unwrap_or_default().to_owned())),
-        Value::Object(_) if py_special_float(v).is_some() => Ok(Value::String(py_special_float(v).unwrap_or_default().to_owned())),
-        Value::Bool(_) => Err(
-            "Expected str, found bool. Be careful, that YAML parsers consider even \"no\" and \"yes\" as a bool. \
-             Search for the Norway Problem for more details. And please use quotes explicitly."
-                .into(),
-        ),
-        _ => Err(format!("expected str (or number that would be cast to string), but found type {}", py_type(v, container))),
+        Value::Object(_) if big_int(v).is_some() => {
+            Ok(Value::String(big_int(v).unwrap_or_default().to_owned()))
+        }
+        Value::Object(_) if py_special_float(v).is_some() => Ok(Value::String(
+            py_special_float(v).unwrap_or_default().to_owned(),
+        )),
+        Value::Bool(_) => Err(ScalarMismatch::BoolForStr),
+        _ => Err(ScalarMismatch::NotStr {
+            found: py_type(v, container),
+        }),
     }
 }
 
 /// One of the given strings.
-fn map_literal(options: &[&str], v: &Value) -> Result<Value, String> {
+fn map_literal(options: &[&str], v: &Value) -> Result<Value, ScalarMismatch> {
     match v {
         Value::String(s) if options.contains(&s.as_str()) => Ok(v.clone()),
         _ => {
@@ -549,10 +579,10 @@ fn map_literal(options: &[&str], v: &Value) -> Result<Value, String> {
             } else {
                 format!("({})", items.join(", "))
             };
-            Err(format!(
-                "'{}' does not match any of the expected values {tuple}",
-                py_str(v)
-            ))
+            Err(ScalarMismatch::NotLiteral {
+                value: py_str(v),
+                tuple,
+            })
         }
     }
 }
@@ -601,36 +631,38 @@ fn map_dict(kt: &Ty, vt: &Ty, v: &Value, path: &str, ctx: &Ctx) -> Outcome {
     Ok(Value::Array(pairs))
 }
 
-fn map_int(range: &IntRange, v: &Value, container: Container) -> Result<Value, String> {
+fn map_int(range: &IntRange, v: &Value, container: Container) -> Result<Value, ScalarMismatch> {
     if let Some(d) = big_int(v) {
         // beyond 64 bits: above every maximum (below every minimum when negative)
+        let value = d.to_owned();
         return match (d.starts_with('-'), range.min, range.max) {
-            (true, Some(min), _) => Err(format!("value {d} is lower than the minimum {min}.")),
-            (false, _, Some(max)) => Err(format!("value {d} is higher than the maximum {max}")),
+            (true, Some(min), _) => Err(ScalarMismatch::BelowMinimum { value, min }),
+            (false, _, Some(max)) => Err(ScalarMismatch::AboveMaximum { value, max }),
             _ => Ok(saturated(d)),
         };
     }
     let n = match v {
         Value::Number(n) if !n.is_f64() => n,
         other => {
-            return Err(format!(
-                "Unexpected value for '<class 'knot_resolver.datamodel.types.types.{}'>'. Expected integer, got '{}' with type '{}'",
-                range.class,
-                py_str(other),
-                py_type(other, container)
-            ))
+            return Err(ScalarMismatch::NotInt {
+                class: range.class,
+                value: py_str(other),
+                found: py_type(other, container),
+            })
         }
     };
     // numbers beyond i64 are above every maximum we have; below every minimum when negative
     let value = n.as_i64().unwrap_or(i64::MAX);
     if let Some(min) = range.min {
         if value < min {
-            return Err(format!("value {n} is lower than the minimum {min}."));
+            let value = n.to_string();
+            return Err(ScalarMismatch::BelowMinimum { value, min });
         }
     }
     if let Some(max) = range.max {
         if value > max {
-            return Err(format!("value {n} is higher than the maximum {max}"));
+            let value = n.to_string();
+            return Err(ScalarMismatch::AboveMaximum { value, max });
         }
     }
     Ok(v.clone())

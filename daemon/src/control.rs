@@ -12,8 +12,8 @@ use tokio::net::UnixStream;
 
 use crate::service::WorkerId;
 
-/// Largest reply we accept from a worker.
-const MAX_REPLY: usize = 64 * 1024 * 1024;
+/// Largest reply we accept from a worker, unless the caller sets a smaller bound.
+pub const MAX_REPLY: usize = 64 * 1024 * 1024;
 
 /// How long one command may take, connection included.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -36,6 +36,16 @@ pub enum ControlError {
 /// Evaluate `expr` in the worker behind `path`. The reply is JSON when kresd could encode the
 /// result, otherwise its text (an error message, for instance).
 pub async fn command(path: &Path, expr: &str, timeout: Duration) -> Result<Value, ControlError> {
+    command_within(path, expr, timeout, MAX_REPLY).await
+}
+
+/// [`command`], refusing a reply longer than `max_reply` bytes (before reading it).
+pub async fn command_within(
+    path: &Path,
+    expr: &str,
+    timeout: Duration,
+    max_reply: usize,
+) -> Result<Value, ControlError> {
     if expr.contains('\n') {
         return Err(ControlError::MultiLine);
     }
@@ -55,7 +65,7 @@ pub async fn command(path: &Path, expr: &str, timeout: Duration) -> Result<Value
         let mut len = [0u8; 4];
         s.read_exact(&mut len).await.map_err(io)?;
         let len = u32::from_be_bytes(len) as usize;
-        if len > MAX_REPLY {
+        if len > max_reply {
             return Err(ControlError::Oversize {
                 path: path.to_owned(),
                 len,
@@ -83,9 +93,22 @@ pub async fn command_all(
     ids: &[WorkerId],
     expr: &str,
 ) -> Vec<(WorkerId, Result<Value, ControlError>)> {
+    command_all_within(rundir, ids, expr, MAX_REPLY).await
+}
+
+/// [`command_all`], each reply at most `max_reply` bytes.
+pub async fn command_all_within(
+    rundir: &Path,
+    ids: &[WorkerId],
+    expr: &str,
+    max_reply: usize,
+) -> Vec<(WorkerId, Result<Value, ControlError>)> {
     let calls = ids.iter().map(|&id| {
         let path = id.control_socket(rundir);
-        async move { (id, command(&path, expr, COMMAND_TIMEOUT).await) }
+        async move {
+            let reply = command_within(&path, expr, COMMAND_TIMEOUT, max_reply).await;
+            (id, reply)
+        }
     });
     futures_util::future::join_all(calls).await
 }

@@ -115,13 +115,7 @@ do
 			modules.load('stats')
 		end
 		@LOAD@()
-		return {stats = stats.list(), counts = report()}
-	end
-	function @UPSTREAMS@()
-		if stats == nil then
-			modules.load('stats')
-		end
-		@LOAD@()
-		return {rtt = stats.upstreams(), tallies = upstream_report(), since = counting_since}
+		return {stats = stats.list(), counts = report(),
+			upstreams = {rtt = stats.upstreams(), tallies = upstream_report(), since = counting_since}}
 	end
 end

@@ -4,13 +4,13 @@
 //! answers received. A Lua layer at `finish` (the upstreams: `checkout` and `consume`)
 //! counts them in integer-indexed arrays held as upvalues (no string is built, no table made
 //! per query; an upstream's key is its address's bytes); the manager reads them with the
-//! statistics, in one control-socket call, through [`COLLECT_FUNCTION`] (the upstreams
-//! through [`UPSTREAMS_FUNCTION`]).
+//! statistics and the upstreams' samples, in one control-socket call per scrape, through
+//! [`COLLECT_FUNCTION`].
 //!
 //! The layer is loaded as `stats` is: at the first collection (`monitoring.metrics: lazy`) or
 //! at start (`always`). Nothing runs while the worker's configuration is read but the
 //! definitions (and, with `always`, one call), so the file makes upstream's calls and
-//! assignments plus those three names.
+//! assignments plus those two names.
 
 use super::{line, quote};
 
@@ -46,16 +46,12 @@ pub const HIGHEST_NUMBERED_RCODE: u16 = 16;
 /// (10), No Zone Key Bit Set (11), NSEC Missing (12), Signature Expired before Valid (25).
 pub const VALIDATION_FAILURES: [u16; 8] = [6, 7, 8, 9, 10, 11, 12, 25];
 
-/// The global function the manager calls: `{stats = stats.list(), counts = {...}}`, loading
-/// `stats` and the counting layer first if they are not loaded yet.
+/// The global function the manager calls at every scrape: `{stats = stats.list(), counts =
+/// {...}, upstreams = {rtt = stats.upstreams(), tallies = {...}, since = ...}}`, loading
+/// `stats` and the counting layer first if they are not loaded yet. `since` is when the
+/// worker began counting (Unix seconds); a tally is keyed by the address's bytes in hex
+/// (kresd's `kr_inaddr`, no port) and holds `sent`, `answered` and `errors`.
 pub const COLLECT_FUNCTION: &str = "collect_labelled_statistics";
-
-/// The global function the manager calls for `GET /upstreams`: `{rtt = stats.upstreams(),
-/// tallies = {...}, since = ...}`, loading `stats` and the counting layer first if they are not loaded
-/// yet, and `since`, when the worker began counting (Unix seconds). A tally is keyed by the
-/// address's bytes in hex (kresd's `kr_inaddr`, no port) and holds `sent`, `answered` and
-/// `errors`.
-pub const UPSTREAMS_FUNCTION: &str = "collect_upstream_tallies";
 
 /// Upstream addresses a worker keeps tallies of; queries to any further address are not
 /// counted (a resolver iterating the whole Internet meets thousands, a forwarder a handful).
@@ -111,7 +107,6 @@ pub fn counting_functions(out: &mut String) {
     let fills = [
         ("@LOAD@", LOAD_FUNCTION.to_owned()),
         ("@COLLECT@", COLLECT_FUNCTION.to_owned()),
-        ("@UPSTREAMS@", UPSTREAMS_FUNCTION.to_owned()),
         ("@MAX_UPSTREAMS@", MAX_UPSTREAMS.to_string()),
         ("@AF_INET@", nix::libc::AF_INET.to_string()),
         ("@AF_INET6@", nix::libc::AF_INET6.to_string()),

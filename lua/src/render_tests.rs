@@ -145,7 +145,8 @@ fn answer_counters_follow_the_metrics_mode() {
             &[
                 "function load_answer_counters()",
                 "modules.load('answer_counters')",
-                "return {stats = stats.list(), counts = report()}",
+                "return {stats = stats.list(), counts = report(),",
+                "upstreams = {rtt = stats.upstreams(), tallies = upstream_report(), since = counting_since}}",
             ],
             &[],
         );

@@ -1877,7 +1877,8 @@ fn a_remote_caller_commands_the_supervisor_and_its_store_outlives_it() {
         let owner = tokio::spawn(async move {
             let first: supervisor::remote::ReexecRequest =
                 reexec_rx.recv().await.expect("a request");
-            let _ = first.reply.send(Err("the new binary is broken".into()));
+            let refused = supervisor::remote::ReexecRefused("the new binary is broken".into());
+            let _ = first.reply.send(Err(refused));
             let second = reexec_rx.recv().await.expect("a request");
             let _ = second.reply.send(Ok(()));
         });

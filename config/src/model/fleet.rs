@@ -30,7 +30,9 @@ pub(super) fn fleet() -> ObjectDef {
         ],
     );
     d.validate = Some(|m, _, path| match m.get("node").and_then(Value::as_str) {
-        Some(node) => check_node_name(node).or_else(|why| fail(&child_path(path, "node"), why)),
+        Some(node) => {
+            check_node_name(node).or_else(|why| fail(&child_path(path, "node"), why.to_string()))
+        }
         None => Ok(()),
     });
     d
@@ -75,17 +77,17 @@ fn rollout() -> ObjectDef {
             .and_then(Value::as_str)
             .map(check_node_name)
         {
-            errs.push(Failure::new(&at("canary-node"), why));
+            errs.push(Failure::new(&at("canary-node"), why.to_string()));
         }
         if let Some(Err(why)) = m.get("wave").and_then(Value::as_str).map(Wave::parse) {
-            errs.push(Failure::new(&at("wave"), why));
+            errs.push(Failure::new(&at("wave"), why.to_string()));
         }
         if let Some(Err(why)) = m
             .get("max-servfail-rise")
             .and_then(Value::as_str)
             .map(parse_percent)
         {
-            errs.push(Failure::new(&at("max-servfail-rise"), why));
+            errs.push(Failure::new(&at("max-servfail-rise"), why.to_string()));
         }
         for (field, range) in [
             ("soak", 0..=3_600_000_000),
@@ -116,6 +118,21 @@ fn rollout() -> ObjectDef {
     d
 }
 
+/// Why a value of `fleet` is not what its field asks for.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FleetValueError {
+    #[error(
+        "'{0}' is no wave: a share of the fleet from 1% to 100% ('10%') or a number of nodes ('3')"
+    )]
+    NoWave(String),
+    #[error("'{0}' is no percentage from 0% to 100% ('5%')")]
+    NoPercentage(String),
+    #[error("node name '{name}' {why}")]
+    NodeName { name: String, why: &'static str },
+    #[error("key prefix '{prefix}' {why}")]
+    KeyPrefix { prefix: String, why: &'static str },
+}
+
 /// The size of a rollout's waves after the first.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Wave {
@@ -127,7 +144,7 @@ pub enum Wave {
 
 impl Wave {
     /// `10%` or `3`.
-    pub fn parse(text: &str) -> Result<Wave, String> {
+    pub fn parse(text: &str) -> Result<Wave, FleetValueError> {
         let text = text.trim();
         if text.ends_with('%') {
             let share = parse_percent(text)?;
@@ -137,7 +154,7 @@ impl Wave {
         } else if let Ok(n @ 1..) = text.parse::<usize>() {
             return Ok(Wave::Nodes(n));
         }
-        Err(format!("'{text}' is no wave: a share of the fleet from 1% to 100% ('10%') or a number of nodes ('3')"))
+        Err(FleetValueError::NoWave(text.to_owned()))
     }
 
     /// How many of `nodes` one wave holds (at least one).
@@ -150,13 +167,13 @@ impl Wave {
 }
 
 /// `5%` as 0.05; from 0% to 100%.
-pub fn parse_percent(text: &str) -> Result<f64, String> {
+pub fn parse_percent(text: &str) -> Result<f64, FleetValueError> {
     text.trim()
         .strip_suffix('%')
         .and_then(|n| n.trim().parse::<f64>().ok())
         .filter(|n| (0.0..=100.0).contains(n))
         .map(|n| n / 100.0)
-        .ok_or_else(|| format!("'{text}' is no percentage from 0% to 100% ('5%')"))
+        .ok_or_else(|| FleetValueError::NoPercentage(text.to_owned()))
 }
 
 /// `fleet.etcd`'s rules, every broken one reported at the field it names: the endpoints
@@ -203,7 +220,7 @@ fn check_etcd(m: &mut Map<String, Value>, _: &Ctx, path: &str) -> Result<(), Vec
     }
     if let Some(prefix) = m.get("prefix").and_then(Value::as_str) {
         if let Err(why) = check_prefix(prefix) {
-            errs.push(Failure::new(&at("prefix"), why));
+            errs.push(Failure::new(&at("prefix"), why.to_string()));
         }
     }
     let timeout = m
@@ -248,7 +265,7 @@ fn check_etcd(m: &mut Map<String, Value>, _: &Ctx, path: &str) -> Result<(), Vec
 }
 
 /// Whether `name` can name a node: the text saying why not.
-pub(super) fn check_node_name(name: &str) -> Result<(), String> {
+pub(super) fn check_node_name(name: &str) -> Result<(), FleetValueError> {
     let why = if name.is_empty() {
         "must not be empty"
     } else if name.len() > MAX_NODE_NAME_LEN {
@@ -263,11 +280,14 @@ pub(super) fn check_node_name(name: &str) -> Result<(), String> {
     } else {
         return Ok(());
     };
-    Err(format!("node name '{name}' {why}"))
+    Err(FleetValueError::NodeName {
+        name: name.to_owned(),
+        why,
+    })
 }
 
 /// Whether `prefix` is a key prefix: the text saying why not.
-fn check_prefix(prefix: &str) -> Result<(), String> {
+fn check_prefix(prefix: &str) -> Result<(), FleetValueError> {
     let why = if prefix.len() > MAX_ETCD_PREFIX_LEN {
         "is longer than 256 bytes"
     } else if !prefix.starts_with('/') {
@@ -288,7 +308,10 @@ fn check_prefix(prefix: &str) -> Result<(), String> {
     } else {
         return Ok(());
     };
-    Err(format!("key prefix '{prefix}' {why}"))
+    Err(FleetValueError::KeyPrefix {
+        prefix: prefix.to_owned(),
+        why,
+    })
 }
 
 /// `fleet` (ours): this node's membership of a fleet.

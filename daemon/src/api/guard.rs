@@ -63,25 +63,17 @@ impl TcpGuard {
         endpoint: Option<SocketAddr>,
         admin: Option<&std::path::Path>,
         reader: Option<&std::path::Path>,
-    ) -> Result<TcpGuard, String> {
+    ) -> Result<TcpGuard, TokenError> {
         let token = admin.map(|f| read_token(f, TOKEN_FILE_VAR)).transpose()?;
         let read_only_token = reader
             .map(|f| read_token(f, READ_ONLY_TOKEN_FILE_VAR))
             .transpose()?;
         match (&token, &read_only_token) {
-            (None, Some(_)) => {
-                return Err(format!(
-                    "{READ_ONLY_TOKEN_FILE_VAR} needs {TOKEN_FILE_VAR} too: without an admin \
-                     token anyone could change the resolver over TCP"
-                ))
-            }
+            (None, Some(_)) => return Err(TokenError::ReaderWithoutAdmin),
             (Some(admin), Some(reader))
                 if constant_time_eq(admin.as_bytes(), reader.as_bytes()) =>
             {
-                return Err(format!(
-                    "the files of {TOKEN_FILE_VAR} and {READ_ONLY_TOKEN_FILE_VAR} hold the same \
-                     token"
-                ))
+                return Err(TokenError::SameToken)
             }
             _ => {}
         }
@@ -157,23 +149,50 @@ impl TcpGuard {
 }
 
 /// Read a token file: one line of printable ASCII.
-fn read_token(path: &std::path::Path, var: &str) -> Result<Arc<str>, String> {
+/// Why the API's bearer tokens cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("cannot read the API token file {} ({var}): {source}", path.display())]
+    Unreadable {
+        path: std::path::PathBuf,
+        /// The environment variable that named the file.
+        var: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the API token file {} ({var}) must hold one token of printable characters",
+        path.display()
+    )]
+    NotAToken {
+        path: std::path::PathBuf,
+        var: &'static str,
+    },
+    #[error(
+        "{READ_ONLY_TOKEN_FILE_VAR} needs {TOKEN_FILE_VAR} too: without an admin token anyone \
+         could change the resolver over TCP"
+    )]
+    ReaderWithoutAdmin,
+    #[error("the files of {TOKEN_FILE_VAR} and {READ_ONLY_TOKEN_FILE_VAR} hold the same token")]
+    SameToken,
+}
+
+fn read_token(path: &std::path::Path, var: &'static str) -> Result<Arc<str>, TokenError> {
     use std::io::Read;
     let mut text = String::new();
     std::fs::File::open(path)
         .and_then(|f| f.take(MAX_TOKEN_FILE).read_to_string(&mut text))
-        .map_err(|e| {
-            format!(
-                "cannot read the API token file {} ({var}): {e}",
-                path.display()
-            )
+        .map_err(|source| TokenError::Unreadable {
+            path: path.to_owned(),
+            var,
+            source,
         })?;
     let token = text.trim();
     if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!(
-            "the API token file {} ({var}) must hold one token of printable characters",
-            path.display()
-        ));
+        return Err(TokenError::NotAToken {
+            path: path.to_owned(),
+            var,
+        });
     }
     Ok(Arc::from(token))
 }
@@ -553,10 +572,18 @@ mod tests {
         let reader = file("reader", "other-token\n");
         let blank = file("blank", "\n");
         assert_eq!(
-            read_token(&admin, TOKEN_FILE_VAR).as_deref(),
-            Ok("one-token")
+            read_token(&admin, TOKEN_FILE_VAR).ok().as_deref(),
+            Some("one-token")
         );
-        assert!(read_token(&blank, TOKEN_FILE_VAR).is_err());
+        let blank_refused = read_token(&blank, TOKEN_FILE_VAR).expect_err("blank");
+        assert_eq!(
+            blank_refused.to_string(),
+            format!(
+                "the API token file {} (KRES_API_TOKEN_FILE) must hold one token of printable \
+                 characters",
+                blank.display()
+            )
+        );
         assert!(read_token(&dir.join("missing"), TOKEN_FILE_VAR).is_err());
         let endpoint = Some("127.0.0.1:5000".parse().expect("addr"));
         let both = TcpGuard::from_files(endpoint, Some(&admin), Some(&reader)).expect("two tokens");

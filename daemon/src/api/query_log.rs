@@ -301,7 +301,7 @@ pub(super) async fn top_list(
         .as_deref()
         .map(parse_window)
         .transpose()
-        .map_err(ApiError::BadRequest)?;
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let since_us = window.map(|w| {
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -323,10 +323,15 @@ pub(super) async fn top_list(
     Ok(json_value(StatusCode::OK, &list))
 }
 
+/// A `window` that is not a duration.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("window: '{0}' is not a duration (30s, 5m, 1h, or seconds)")]
+pub struct BadWindow(String);
+
 /// `30s`, `5m`, `1h`, `1d`, `500ms` or plain seconds: up to 9 digits, up to 6 decimals
 /// ([`WINDOW_PATTERN`]).
-pub fn parse_window(text: &str) -> Result<Duration, String> {
-    let bad = || format!("window: '{text}' is not a duration (30s, 5m, 1h, or seconds)");
+pub fn parse_window(text: &str) -> Result<Duration, BadWindow> {
+    let bad = || BadWindow(text.to_owned());
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());

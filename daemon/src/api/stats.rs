@@ -1,8 +1,9 @@
-//! `/metrics`: the workers' statistics, collected over their control sockets
-//! (`crate::metrics`), as JSON by worker or in Prometheus's text format with the supervisor's
-//! own series, the control plane's (`crate::metrics::ControlPlane`), the query log's counts
-//! and the upstreams' round-trip times (`crate::metrics::observed`); `GET /metrics`
-//! redirects to the JSON, as upstream's does.
+//! `/metrics`: the workers' statistics, collected over their control sockets in one round
+//! per scrape (`crate::metrics::collect`), as JSON by worker or in Prometheus's text format
+//! with the supervisor's own series, the control plane's (`crate::metrics::ControlPlane`),
+//! the query log's counts and the upstreams' round-trip times (`crate::metrics::observed`),
+//! rendered off the runtime's thread; `GET /metrics` redirects to the JSON, as upstream's
+//! does.
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -28,10 +29,14 @@ pub(super) async fn metrics_redirect() -> Response {
         .into_response()
 }
 
-pub(super) async fn collect_stats(state: &ApiState) -> crate::metrics::Collected {
+/// One scrape of the running workers, as `mode` asks them.
+pub(super) async fn collect_stats(
+    state: &ApiState,
+    mode: MetricsMode,
+) -> crate::metrics::Collected {
     let cfg = state.manager.config();
     let ids = service::running_workers(&state.supervisor.snapshot());
-    crate::metrics::collect(&cfg.model.rundir, &ids, cfg.model.monitoring.metrics).await
+    crate::metrics::collect(&cfg.model.rundir, &ids, mode).await
 }
 
 /// Every running worker's statistics, by worker.
@@ -44,8 +49,9 @@ pub(super) async fn collect_stats(state: &ApiState) -> crate::metrics::Collected
 is left out.", body = Object)),
 )]
 pub(super) async fn metrics_json(State(state): State<ApiState>) -> Response {
-    let collected = collect_stats(&state).await;
-    json_value(StatusCode::OK, &collected.stats)
+    let mode = state.manager.config().model.monitoring.metrics;
+    let collected = collect_stats(&state, mode).await;
+    json_value(StatusCode::OK, &collected.stats_json())
 }
 
 /// Statistics in Prometheus's text format, with the supervisor's and the control plane's own.
@@ -57,30 +63,31 @@ pub(super) async fn metrics_json(State(state): State<ApiState>) -> Response {
                body = String, content_type = "text/plain; version=0.0.4")),
 )]
 pub(super) async fn metrics_prometheus(State(state): State<ApiState>) -> Response {
-    let collected = collect_stats(&state).await;
     let config = state.manager.config();
+    let collected = collect_stats(&state, config.model.monitoring.metrics).await;
     let rendered = state.rendered.of(&config).await;
     let snapshot = state.supervisor.snapshot();
-    let dropped = crate::metrics::observed::query_log_dropped(&collected.counts);
-    let query_log = state.query_log.status(&dropped);
-    let upstreams = match config.model.monitoring.metrics {
-        MetricsMode::ManagerOnly => Vec::new(),
-        MetricsMode::Lazy | MetricsMode::Always => super::upstreams::gather(&state).await.addresses,
-    };
+    let query_log = state.query_log.status(&collected.query_log_dropped());
     let fleet = state.fleet.as_ref().map(|fleet| {
         let running = crate::service::running_workers(&snapshot).len() as u64;
         fleet.record(running, u64::from(config.model.workers))
     });
-    let now = crate::metrics::Current {
-        snapshot: &snapshot,
-        etag: &rendered.etag,
-        workers: config.model.workers,
-        kresd_version: state.kresd_version.get().map(String::as_str),
-        query_log: Some(&query_log),
-        upstreams: &upstreams,
-        fleet: fleet.as_ref(),
-    };
-    let text = crate::metrics::render_prometheus(&collected, &state.control_plane, &now);
+    let control_plane = state.control_plane.clone();
+    let kresd_version = state.kresd_version.get().cloned();
+    let text = crate::manager::off_thread(move || {
+        let upstreams = collected.upstream_addresses();
+        let now = crate::metrics::Current {
+            snapshot: &snapshot,
+            etag: &rendered.etag,
+            workers: config.model.workers,
+            kresd_version: kresd_version.as_deref(),
+            query_log: Some(&query_log),
+            upstreams: &upstreams,
+            fleet: fleet.as_ref(),
+        };
+        crate::metrics::render_prometheus(&collected, &control_plane, &now)
+    })
+    .await;
     (
         StatusCode::OK,
         [(

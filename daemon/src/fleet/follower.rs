@@ -59,6 +59,18 @@ pub struct Answers {
 pub type CountAnswers =
     Box<dyn Fn() -> futures_util::future::BoxFuture<'static, Option<Answers>> + Send + Sync>;
 
+/// Why the fleet's document is refused before the node reloads with it.
+#[derive(Debug, thiserror::Error)]
+enum DocumentRefused {
+    #[error("the document is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("the document is not a mapping")]
+    NotAMapping,
+    /// Composed with the node's own files, it is no valid configuration.
+    #[error(transparent)]
+    Invalid(#[from] crate::config::ConfigError),
+}
+
 /// What [`follow`] needs.
 pub struct Follower {
     /// The store, the node's files (each document is composed with them), and what it runs.
@@ -349,22 +361,20 @@ impl Follower {
             return false;
         }
         let source = self.membership.source.clone();
-        let checked = crate::manager::off_thread(move || -> Result<Value, String> {
-            let document: Value = serde_json::from_slice(&value)
-                .map_err(|e| format!("the document is not JSON: {e}"))?;
+        let checked = crate::manager::off_thread(move || -> Result<Value, DocumentRefused> {
+            let document: Value =
+                serde_json::from_slice(&value).map_err(DocumentRefused::NotJson)?;
             if !document.is_object() {
-                return Err("the document is not a mapping".into());
+                return Err(DocumentRefused::NotAMapping);
             }
-            source
-                .load_with(Some(&document))
-                .map_err(|e| e.to_string())?;
+            source.load_with(Some(&document))?;
             Ok(document)
         })
         .await;
         let document = match checked {
             Ok(document) => document,
             Err(reason) => {
-                self.refuse(revision, reason);
+                self.refuse(revision, reason.to_string());
                 return false;
             }
         };

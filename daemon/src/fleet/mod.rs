@@ -347,12 +347,12 @@ async fn count_answers(
 ) -> Option<follower::Answers> {
     let collected = crate::metrics::collect(rundir, ids, crate::config::MetricsMode::Lazy).await;
     let mut sum: Option<follower::Answers> = None;
-    for stats in collected.stats.values() {
-        let count = |key: &str| stats["answer"][key].as_u64();
+    for (_, stats) in collected.statistics() {
+        let count = |key: &str| stats.answer.get(key).map(|n| n.max(0.0) as u64);
         if let (Some(total), Some(servfail)) = (count("total"), count("servfail")) {
             let sum = sum.get_or_insert_with(Default::default);
-            sum.total += total;
-            sum.servfail += servfail;
+            sum.total = sum.total.saturating_add(total);
+            sum.servfail = sum.servfail.saturating_add(servfail);
         }
     }
     sum

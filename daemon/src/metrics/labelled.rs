@@ -6,9 +6,8 @@
 //! workers' generated Lua counts (`lua::counts`), and answers and cache hits come from those
 //! counts too, so that every family counts the same answers (external queries only).
 
-use serde_json::Value;
-
 use super::exposition::{sample_line, Exposition, Kind};
+use super::reply::{AnswerCounts, Statistics};
 use crate::lua::counts::{HIGHEST_NUMBERED_RCODE, NAMED_QTYPES};
 
 /// The transports kresd's `stats` counts by address family: (stats key, `protocol` label).
@@ -45,24 +44,20 @@ pub const LATENCY_BINS: [(&str, &str); 9] = [
     ("slow", "+Inf"),
 ];
 
-fn get(stats: &Value, section: &str, key: &str) -> Option<f64> {
-    stats.get(section)?.get(key)?.as_f64()
-}
-
 /// A histogram's `_bucket`, `_count` and `_sum` lines from kresd's latency bins, each with
 /// `id` (the worker's label) first; `None` when a bin is missing.
-pub fn latency_lines(name: &str, id: &str, stats: &Value) -> Option<String> {
+pub fn latency_lines(name: &str, id: &str, stats: &Statistics) -> Option<String> {
     let mut out = String::new();
     let mut cumulative = 0.0;
     for (bin, le) in LATENCY_BINS {
-        cumulative += get(stats, "answer", bin)?;
+        cumulative += stats.answer.get(bin)?;
         out.push_str(&sample_line(
             &format!("{name}_bucket"),
             &format!("{id},le=\"{le}\""),
             cumulative,
         ));
     }
-    let sum = get(stats, "answer", "sum_ms")? / 1000.0;
+    let sum = stats.answer.get("sum_ms")? / 1000.0;
     out.push_str(&sample_line(&format!("{name}_count"), id, cumulative));
     out.push_str(&sample_line(&format!("{name}_sum"), id, sum));
     Some(out)
@@ -122,18 +117,17 @@ struct Counts {
 }
 
 impl Counts {
-    /// The counts a worker's Lua reported; `None` when one is missing or not a number.
-    fn read(counts: &Value) -> Option<Counts> {
-        let count = |section: &str, key: &str| get(counts, section, key);
+    /// The counts a worker's Lua reported; `None` when a qtype or an rcode is missing.
+    fn read(counts: &AnswerCounts) -> Option<Counts> {
         let mut queries = Vec::with_capacity(NAMED_QTYPES.len() + 1);
         for (number, name) in NAMED_QTYPES {
-            queries.push((name, count("queries", &number.to_string())?));
+            queries.push((name, counts.queries.get(&number.to_string())?));
         }
-        queries.push(("other", count("queries", "other")?));
+        queries.push(("other", counts.queries.get("other")?));
         let mut rcodes = Vec::with_capacity(RCODE_NAMES.len() + 1);
-        let mut other = count("rcodes", "other")?;
+        let mut other = counts.rcodes.get("other")?;
         for number in 0..=HIGHEST_NUMBERED_RCODE {
-            let value = count("rcodes", &number.to_string())?;
+            let value = counts.rcodes.get(&number.to_string())?;
             match RCODE_NAMES.iter().find(|(n, _)| *n == number) {
                 Some((_, name)) => rcodes.push((*name, value)),
                 None => other += value,
@@ -143,12 +137,12 @@ impl Counts {
         Some(Counts {
             queries,
             rcodes,
-            hits: count("cache", "hit")?,
-            misses: count("cache", "miss")?,
+            hits: counts.cache.hit,
+            misses: counts.cache.miss,
             dnssec: [
-                ("secure", count("dnssec", "secure")?),
-                ("insecure", count("dnssec", "insecure")?),
-                ("bogus", count("dnssec", "bogus")?),
+                ("secure", counts.dnssec.secure),
+                ("insecure", counts.dnssec.insecure),
+                ("bogus", counts.dnssec.bogus),
             ],
         })
     }
@@ -188,14 +182,14 @@ fn write_labelled(
 pub fn write_worker(
     out: &mut Exposition,
     id: &str,
-    stats: &Value,
-    counts: Option<&Value>,
+    stats: &Statistics,
+    counts: Option<&AnswerCounts>,
 ) -> Option<()> {
     write_requests(out, id, stats)?;
     let counts = counts.and_then(|c| {
         let read = Counts::read(c);
         if read.is_none() {
-            tracing::warn!(worker = %id, counts = %c, "incomplete answer counts; left out");
+            tracing::warn!(worker = %id, "incomplete answer counts; left out");
         }
         read
     });
@@ -215,12 +209,12 @@ pub fn write_worker(
 }
 
 /// Requests by transport and address family, from kresd's statistics.
-fn write_requests(out: &mut Exposition, id: &str, stats: &Value) -> Option<()> {
+fn write_requests(out: &mut Exposition, id: &str, stats: &Statistics) -> Option<()> {
     let requests = "knot_resolver_dns_requests_total";
     let mut lines = String::new();
     for (key, protocol) in PROTOCOLS {
         for (suffix, family) in FAMILIES {
-            let value = get(stats, "request", &format!("{key}{suffix}"))?;
+            let value = stats.request.get(&format!("{key}{suffix}"))?;
             lines.push_str(&sample_line(
                 requests,
                 &format!("{id},protocol=\"{protocol}\",family=\"{family}\""),
@@ -240,16 +234,16 @@ fn write_requests(out: &mut Exposition, id: &str, stats: &Value) -> Option<()> {
 
 /// Answers by rcode and cache hits as kresd's statistics count them, for a worker without
 /// answer counts.
-fn write_stats_answers(out: &mut Exposition, id: &str, stats: &Value) -> Option<()> {
+fn write_stats_answers(out: &mut Exposition, id: &str, stats: &Statistics) -> Option<()> {
     let mut rcodes = Vec::with_capacity(STATS_RCODES.len());
     for (rcode, keys) in STATS_RCODES {
         let mut value = 0.0;
         for key in keys {
-            value += get(stats, "answer", key)?;
+            value += stats.answer.get(key)?;
         }
         rcodes.push((rcode, value));
     }
-    let hits = get(stats, "answer", "cached")?;
+    let hits = stats.answer.get("cached")?;
     write_labelled(out, (ANSWERS, ANSWERS_HELP), id, "rcode", &rcodes);
     out.sample(HITS, HITS_HELP, Kind::Counter, id, hits);
     Some(())
@@ -258,6 +252,12 @@ fn write_stats_answers(out: &mut Exposition, id: &str, stats: &Value) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+
+    /// `value` as the typed part of a reply it stands for.
+    fn typed<T: serde::de::DeserializeOwned>(value: &Value) -> T {
+        serde_json::from_value(value.clone()).expect("typed")
+    }
 
     /// One worker's statistics as upstream's fixture has them.
     fn upstream_worker() -> Value {
@@ -276,7 +276,7 @@ mod tests {
         worker["answer"]["nodata"] = 2.into();
         worker["answer"]["cached"] = 4.into();
         let mut out = Exposition::default();
-        write_worker(&mut out, "instance_id=\"w\"", &worker, None).expect("complete");
+        write_worker(&mut out, "instance_id=\"w\"", &typed(&worker), None).expect("complete");
         let text = out.render();
         let parsed = super::super::strict::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let value = |name: &str, labels: &[(&str, &str)]| parsed.value(name, labels);
@@ -301,7 +301,13 @@ mod tests {
             .as_object_mut()
             .expect("object")
             .remove("doq6");
-        assert!(write_worker(&mut Exposition::default(), "i=\"w\"", &incomplete, None).is_none());
+        assert!(write_worker(
+            &mut Exposition::default(),
+            "i=\"w\"",
+            &typed(&incomplete),
+            None
+        )
+        .is_none());
     }
 
     /// A worker's counts as kresd reported them (a real reply), with rarer rcodes added.
@@ -322,7 +328,13 @@ mod tests {
         worker["answer"]["cached"] = 99.into();
         worker["answer"]["noerror"] = 99.into();
         let mut out = Exposition::default();
-        write_worker(&mut out, "instance_id=\"w\"", &worker, Some(&counts())).expect("complete");
+        write_worker(
+            &mut out,
+            "instance_id=\"w\"",
+            &typed(&worker),
+            Some(&typed(&counts())),
+        )
+        .expect("complete");
         let text = out.render();
         let parsed = super::super::strict::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let value = |name: &str, label: &str, v: &str| parsed.value(name, &[(label, v)]);
@@ -377,9 +389,10 @@ mod tests {
             .as_object_mut()
             .expect("object")
             .remove("9");
-        for counts in [None, Some(&counts), Some(&Value::from("not counts"))] {
+        let counts: AnswerCounts = typed(&counts);
+        for counts in [None, Some(&counts)] {
             let mut out = Exposition::default();
-            write_worker(&mut out, "instance_id=\"w\"", &worker, counts).expect("complete");
+            write_worker(&mut out, "instance_id=\"w\"", &typed(&worker), counts).expect("complete");
             let text = out.render();
             let parsed =
                 super::super::strict::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));

@@ -21,34 +21,48 @@ mod control_plane;
 mod exposition;
 mod labelled;
 pub mod observed;
+pub mod reply;
 mod rpz;
+pub mod upstreams;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::{Map, Value};
 use supervisor::Snapshot;
 
 use crate::config::MetricsMode;
-use crate::control;
+use crate::control::{self, ControlError};
 use crate::lua::counts;
 use crate::service::WorkerId;
 pub use control_plane::{ControlPlane, Current};
 use exposition::{label, sample_line, Exposition, Kind};
+use reply::{ReplyError, Section, Statistics, UpstreamReport, WorkerReply};
 
-/// What the workers reported at one collection, by worker (`kresd:kresd0`, …).
+/// What the workers told at one scrape: one control-socket round, every worker asked once.
 #[derive(Debug, Default)]
 pub struct Collected {
-    /// kresd's `stats` of every worker as upstream serves them (`/metrics/json`); `null` for
-    /// a worker that did not answer (or with `monitoring.metrics: manager-only`).
-    pub stats: Map<String, Value>,
-    /// The counts of the generated Lua's answer counters (`lua::counts`), for the workers that
-    /// have them (a worker still running an older configuration has none).
-    pub counts: Map<String, Value>,
+    /// Every worker of the scrape, in the order asked, with its reply or why there is none.
+    pub workers: Vec<(WorkerId, Result<WorkerReply, ScrapeError>)>,
 }
 
-/// The Lua expression a worker evaluates for its statistics: the statistics and the counts
-/// where its configuration has the counting functions, else the statistics alone (a worker
-/// adopted from an older configuration), as upstream's function for `mode` gives them.
+/// Why a worker told nothing at a scrape.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeError {
+    /// `monitoring.metrics: manager-only`: the workers are not asked.
+    #[error("not asked (monitoring.metrics: manager-only)")]
+    NotAsked,
+    /// Its control socket failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// Its reply did not read.
+    #[error(transparent)]
+    Reply(#[from] ReplyError),
+}
+
+/// The Lua expression a worker evaluates at a scrape: its statistics, answer counts and
+/// upstreams where its configuration has the counting functions, else the statistics alone (a
+/// worker adopted from an older configuration), as upstream's function for `mode` gives them.
 fn collect_expression(mode: MetricsMode) -> Option<String> {
     let fallback = match mode {
         MetricsMode::ManagerOnly => return None,
@@ -61,282 +75,352 @@ fn collect_expression(mode: MetricsMode) -> Option<String> {
     ))
 }
 
-/// A worker's reply split into its statistics and its counts, if it has them; the reply
-/// itself when it has no statistics object.
-fn split_reply(reply: Value) -> Result<(Value, Option<Value>), Value> {
-    match reply {
-        Value::Object(mut reply) if reply.get("stats").is_some_and(Value::is_object) => {
-            let stats = reply.remove("stats").unwrap_or_default();
-            let counts = reply.remove("counts").filter(Value::is_object);
-            Ok((stats, counts))
-        }
-        other => Err(other),
-    }
+/// Ask every worker of `ids`, once each and all at once, for its statistics, answer counts
+/// and upstreams. A worker that fails is logged here, once, and kept with its error.
+pub async fn collect(rundir: &Path, ids: &[WorkerId], mode: MetricsMode) -> Collected {
+    let Some(expr) = collect_expression(mode) else {
+        let workers = ids.iter().map(|&id| (id, Err(ScrapeError::NotAsked)));
+        return Collected {
+            workers: workers.collect(),
+        };
+    };
+    let replies = control::command_all_within(rundir, ids, &expr, reply::MAX_REPLY).await;
+    let workers = replies
+        .into_iter()
+        .map(|(id, result)| {
+            let reply = result
+                .map_err(ScrapeError::from)
+                .and_then(|value| WorkerReply::read(value).map_err(ScrapeError::from));
+            if let Err(e) = &reply {
+                tracing::warn!(worker = %id, "cannot collect statistics: {}", error_chain(e));
+            }
+            (id, reply)
+        })
+        .collect();
+    Collected { workers }
 }
 
-/// Ask every worker for its statistics and counts.
-pub async fn collect(rundir: &Path, ids: &[WorkerId], mode: MetricsMode) -> Collected {
-    let mut out = Collected::default();
-    let Some(expr) = collect_expression(mode) else {
-        for &id in ids {
-            out.stats.insert(id.instance_id(), Value::Null);
+/// An error and its causes, `: `-separated (as `rpz::error_chain`, which this module does not
+/// depend on).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+impl Collected {
+    /// kresd's statistics of every worker as upstream serves them (`/metrics/json`), by
+    /// `instance_id`; `null` for a worker that told none.
+    pub fn stats_json(&self) -> Map<String, Value> {
+        self.workers
+            .iter()
+            .map(|(id, reply)| {
+                let stats = match reply {
+                    Ok(reply) => Value::Object(reply.raw_stats.clone()),
+                    Err(_) => Value::Null,
+                };
+                (id.instance_id(), stats)
+            })
+            .collect()
+    }
+
+    /// The workers' typed statistics, for those whose statistics read.
+    pub fn statistics(&self) -> impl Iterator<Item = (WorkerId, &Statistics)> {
+        self.workers
+            .iter()
+            .filter_map(|(id, reply)| Some((*id, reply.as_ref().ok()?.stats.as_ref().ok()?)))
+    }
+
+    /// The workers' upstream reports, and the workers that told none (their control socket
+    /// failed, or their configuration has no upstream tallies).
+    fn upstream_reports(&self) -> (Vec<(WorkerId, &UpstreamReport)>, Vec<WorkerId>) {
+        let mut told = Vec::new();
+        let mut silent = Vec::new();
+        for (id, reply) in &self.workers {
+            match reply.as_ref().map(|r| r.upstreams.as_ref()) {
+                Ok(Some(Ok(report))) => told.push((*id, report)),
+                Ok(Some(Err(e))) => {
+                    tracing::warn!(worker = %id, "upstreams: {}", error_chain(e));
+                    silent.push(*id);
+                }
+                Ok(None) | Err(_) => silent.push(*id),
+            }
         }
-        return out;
-    };
-    for (id, result) in control::command_all(rundir, ids, &expr).await {
-        let (stats, counts) = match result.map(split_reply) {
-            Ok(Ok(split)) => split,
-            Ok(Err(other)) => {
-                tracing::warn!(worker = %id, reply = %other, "unexpected statistics reply");
-                (Value::Null, None)
-            }
-            Err(e) => {
-                tracing::warn!(worker = %id, "cannot collect statistics: {e}");
-                (Value::Null, None)
-            }
-        };
-        out.stats.insert(id.instance_id(), stats);
-        if let Some(counts) = counts {
-            out.counts.insert(id.instance_id(), counts);
+        (told, silent)
+    }
+
+    /// The upstream addresses the workers used recently, merged over them.
+    pub fn upstream_addresses(&self) -> Vec<crate::wire::upstreams::UpstreamAddress> {
+        upstreams::merge(&self.upstream_reports().0)
+    }
+
+    /// `GET /upstreams`' answer, with the configuration's `forwards`.
+    pub fn upstreams(
+        &self,
+        forwards: Vec<crate::wire::upstreams::ForwardTarget>,
+    ) -> crate::wire::upstreams::Upstreams {
+        let (told, silent) = self.upstream_reports();
+        crate::wire::upstreams::Upstreams {
+            forwards,
+            addresses: upstreams::merge(&told),
+            workers_silent: silent.into_iter().map(WorkerId::name).collect(),
+            counted_since: upstreams::counted_since(&told),
         }
     }
-    out
+
+    /// Each worker's own count of the query log's records it dropped, as its answer counts
+    /// tell it (`lua::counts`), by worker number; workers without the count are left out.
+    pub fn query_log_dropped(&self) -> BTreeMap<u32, u64> {
+        self.workers
+            .iter()
+            .filter_map(|(id, reply)| {
+                let counts = reply.as_ref().ok()?.counts.as_ref()?.as_ref().ok()?;
+                let dropped = counts.query_log.as_ref()?.dropped;
+                Some((id.0, dropped.max(0.0) as u64))
+            })
+            .collect()
+    }
 }
 
 /// (name, help, section, key) of every counter upstream exports, in upstream's order.
-const COUNTERS: &[(&str, &str, &str, &str)] = &[
+const COUNTERS: &[(&str, &str, Section, &str)] = &[
     (
         "resolver_request_total",
         "total number of DNS requests (including internal client requests)",
-        "request",
+        Section::Request,
         "total",
     ),
     (
         "resolver_request_total4",
         "total number of IPv4 DNS requests",
-        "request",
+        Section::Request,
         "total4",
     ),
     (
         "resolver_request_total6",
         "total number of IPv6 DNS requests",
-        "request",
+        Section::Request,
         "total6",
     ),
     (
         "resolver_request_internal",
         "number of internal requests generated by Knot Resolver (e.g. DNSSEC trust anchor updates)",
-        "request",
+        Section::Request,
         "internal",
     ),
     (
         "resolver_request_udp",
         "number of external requests received over plain UDP (RFC 1035)",
-        "request",
+        Section::Request,
         "udp",
     ),
     (
         "resolver_request_udp4",
         "number of external requests received over IPv4 plain UDP (RFC 1035)",
-        "request",
+        Section::Request,
         "udp4",
     ),
     (
         "resolver_request_udp6",
         "number of external requests received over IPv6 plain UDP (RFC 1035)",
-        "request",
+        Section::Request,
         "udp6",
     ),
     (
         "resolver_request_tcp",
         "number of external requests received over plain TCP (RFC 1035)",
-        "request",
+        Section::Request,
         "tcp",
     ),
     (
         "resolver_request_tcp4",
         "number of external requests received over IPv4 plain TCP (RFC 1035)",
-        "request",
+        Section::Request,
         "tcp4",
     ),
     (
         "resolver_request_tcp6",
         "number of external requests received over IPv6 plain TCP (RFC 1035)",
-        "request",
+        Section::Request,
         "tcp6",
     ),
     (
         "resolver_request_dot",
         "number of external requests received over DNS-over-TLS (RFC 7858)",
-        "request",
+        Section::Request,
         "dot",
     ),
     (
         "resolver_request_dot4",
         "number of external requests received over IPv4 DNS-over-TLS (RFC 7858)",
-        "request",
+        Section::Request,
         "dot4",
     ),
     (
         "resolver_request_dot6",
         "number of external requests received over IPv6 DNS-over-TLS (RFC 7858)",
-        "request",
+        Section::Request,
         "dot6",
     ),
     (
         "resolver_request_doh",
         "number of external requests received over DNS-over-HTTP (RFC 8484)",
-        "request",
+        Section::Request,
         "doh",
     ),
     (
         "resolver_request_doh4",
         "number of external requests received over IPv4 DNS-over-HTTP (RFC 8484)",
-        "request",
+        Section::Request,
         "doh4",
     ),
     (
         "resolver_request_doh6",
         "number of external requests received over IPv6 DNS-over-HTTP (RFC 8484)",
-        "request",
+        Section::Request,
         "doh6",
     ),
     (
         "resolver_request_xdp",
         "number of external requests received over plain UDP via an AF_XDP socket",
-        "request",
+        Section::Request,
         "xdp",
     ),
     (
         "resolver_request_xdp4",
         "number of external requests received over IPv4 plain UDP via an AF_XDP socket",
-        "request",
+        Section::Request,
         "xdp4",
     ),
     (
         "resolver_request_xdp6",
         "number of external requests received over IPv6 plain UDP via an AF_XDP socket",
-        "request",
+        Section::Request,
         "xdp6",
     ),
     (
         "resolver_request_doq",
         "number of external requests received over DNS-over-QUIC (RFC 9250)",
-        "request",
+        Section::Request,
         "doq",
     ),
     (
         "resolver_request_doq4",
         "number of external requests received over IPv4 DNS-over-QUIC (RFC 9250)",
-        "request",
+        Section::Request,
         "doq4",
     ),
     (
         "resolver_request_doq6",
         "number of external requests received over IPv6 DNS-over-QUIC (RF 9250)",
-        "request",
+        Section::Request,
         "doq6",
     ),
     (
         "resolver_answer_total",
         "total number of answered queries",
-        "answer",
+        Section::Answer,
         "total",
     ),
     (
         "resolver_answer_cached",
         "number of queries answered from cache",
-        "answer",
+        Section::Answer,
         "cached",
     ),
     (
         "resolver_answer_stale",
         "number of queries that utilized stale data",
-        "answer",
+        Section::Answer,
         "stale",
     ),
     (
         "resolver_answer_rcode_noerror",
         "number of NOERROR answers",
-        "answer",
+        Section::Answer,
         "noerror",
     ),
     (
         "resolver_answer_rcode_nodata",
         "number of NOERROR answers without any data",
-        "answer",
+        Section::Answer,
         "nodata",
     ),
     (
         "resolver_answer_rcode_nxdomain",
         "number of NXDOMAIN answers",
-        "answer",
+        Section::Answer,
         "nxdomain",
     ),
     (
         "resolver_answer_rcode_servfail",
         "number of SERVFAIL answers",
-        "answer",
+        Section::Answer,
         "servfail",
     ),
     (
         "resolver_answer_flag_aa",
         "number of authoritative answers",
-        "answer",
+        Section::Answer,
         "aa",
     ),
     (
         "resolver_answer_flag_tc",
         "number of truncated answers",
-        "answer",
+        Section::Answer,
         "tc",
     ),
     (
         "resolver_answer_flag_ra",
         "number of answers with recursion available flag",
-        "answer",
+        Section::Answer,
         "ra",
     ),
     (
         "resolver_answer_flag_rd",
         "number of recursion desired (in answer!)",
-        "answer",
+        Section::Answer,
         "rd",
     ),
     (
         "resolver_answer_flag_ad",
         "number of authentic data (DNSSEC) answers",
-        "answer",
+        Section::Answer,
         "ad",
     ),
     (
         "resolver_answer_flag_cd",
         "number of checking disabled (DNSSEC) answers",
-        "answer",
+        Section::Answer,
         "cd",
     ),
     (
         "resolver_answer_flag_do",
         "number of DNSSEC answer OK",
-        "answer",
+        Section::Answer,
         "do",
     ),
     (
         "resolver_answer_flag_edns0",
         "number of answers with EDNS0 present",
-        "answer",
+        Section::Answer,
         "edns0",
     ),
     (
         "resolver_query_edns",
         "number of queries with EDNS present",
-        "query",
+        Section::Query,
         "edns",
     ),
     (
         "resolver_query_dnssec",
         "number of queries with DNSSEC DO=1",
-        "query",
+        Section::Query,
         "dnssec",
     ),
 ];
@@ -368,14 +452,14 @@ fn counter_name(name: &str) -> String {
     }
 }
 
-fn get(stats: &Value, section: &str, key: &str) -> Option<f64> {
-    stats.get(section)?.get(key)?.as_f64()
-}
-
 /// One worker's `resolver_*` samples and labelled families (with its answer `counts`, if it
 /// has them), by family; `None` when a statistic is missing (the loaded gauge is 0 and none of
 /// its samples is written).
-fn worker_families(sid: &str, stats: &Value, counts: Option<&Value>) -> Option<Exposition> {
+fn worker_families(
+    sid: &str,
+    stats: &Statistics,
+    counts: Option<&reply::AnswerCounts>,
+) -> Option<Exposition> {
     let mut out = Exposition::default();
     let id = format!("instance_id=\"{}\"", label(sid));
     let hist = labelled::latency_lines("resolver_response_latency", &id, stats)?;
@@ -386,15 +470,15 @@ fn worker_families(sid: &str, stats: &Value, counts: Option<&Value>) -> Option<E
     )
     .push_str(&hist);
     for (name, help, section, key) in COUNTERS {
-        let value = get(stats, section, key)?;
+        let value = stats.section(*section).get(key)?;
         out.sample(&counter_name(name), help, Kind::Counter, &id, value);
     }
-    if let Some(predict) = stats.get("predict") {
+    if let Some(predict) = &stats.predict {
         for (name, help, key) in PREDICT {
             if *key == "epoch" && predict.get("epoch").is_none() {
                 continue;
             }
-            let value = predict.get(key)?.as_f64()?;
+            let value = predict.get(key)?;
             out.sample(&counter_name(name), help, Kind::Counter, &id, value);
         }
     }
@@ -428,16 +512,13 @@ pub fn render_prometheus(
 /// then whether each worker's statistics were loaded.
 fn write_workers(out: &mut Exposition, collected: &Collected) {
     let mut loaded = Vec::new();
-    for (sid, value) in &collected.stats {
-        let families = if value.is_null() {
-            None
-        } else {
-            worker_families(sid, value, collected.counts.get(sid))
+    for (id, reply) in &collected.workers {
+        let sid = id.instance_id();
+        let families = match reply {
+            Err(_) => None,
+            Ok(reply) => worker_reply_families(&sid, reply),
         };
-        if families.is_none() && !value.is_null() {
-            tracing::warn!(worker = %sid, "statistics incomplete; metrics not loaded");
-        }
-        loaded.push((sid.as_str(), families.is_some()));
+        loaded.push((sid, families.is_some()));
         if let Some(families) = families {
             out.merge(families);
         }
@@ -450,10 +531,35 @@ fn write_workers(out: &mut Exposition, collected: &Collected) {
     for (sid, ok) in loaded {
         samples.push_str(&sample_line(
             "resolver_metrics_loaded",
-            &format!("instance_id=\"{}\"", label(sid)),
+            &format!("instance_id=\"{}\"", label(&sid)),
             f64::from(u8::from(ok)),
         ));
     }
+}
+
+/// The families of a worker that replied; `None` (logged) when its statistics do not read
+/// or lack a counter.
+fn worker_reply_families(sid: &str, reply: &WorkerReply) -> Option<Exposition> {
+    let stats = match &reply.stats {
+        Ok(stats) => stats,
+        Err(e) => {
+            tracing::warn!(worker = %sid, "{}; metrics not loaded", error_chain(e));
+            return None;
+        }
+    };
+    let counts = match &reply.counts {
+        Some(Ok(counts)) => Some(counts),
+        Some(Err(e)) => {
+            tracing::warn!(worker = %sid, "{}; answer counts left out", error_chain(e));
+            None
+        }
+        None => None,
+    };
+    let families = worker_families(sid, stats, counts);
+    if families.is_none() {
+        tracing::warn!(worker = %sid, "statistics incomplete; metrics not loaded");
+    }
+    families
 }
 
 /// (name, help, type, value of one process) of a supervisor series.
@@ -580,11 +686,22 @@ mod tests {
             upstreams: &[],
             fleet: None,
         };
-        let collected = Collected {
-            stats: stats.clone(),
-            counts: Map::new(),
-        };
-        render_prometheus(&collected, &ControlPlane::default(), &now)
+        render_prometheus(&collected(stats), &ControlPlane::default(), &now)
+    }
+
+    /// What workers replying `stats` (by `instance_id`) with their statistics alone make.
+    fn collected(stats: &Map<String, Value>) -> Collected {
+        let workers = stats.iter().map(|(sid, stats)| {
+            let id = sid
+                .strip_prefix("kresd:")
+                .and_then(WorkerId::from_name)
+                .expect("a worker's instance_id");
+            let reply = WorkerReply::read(serde_json::json!({ "stats": stats }));
+            (id, reply.map_err(ScrapeError::from))
+        });
+        Collected {
+            workers: workers.collect(),
+        }
     }
     use super::*;
 
@@ -653,9 +770,11 @@ mod tests {
 
     #[test]
     fn histogram_buckets_are_cumulative() {
-        let stats: Value = serde_json::json!({
+        let stats: Statistics = serde_json::from_value(serde_json::json!({
             "answer": {"1ms": 1, "10ms": 2, "50ms": 0, "100ms": 0, "250ms": 0, "500ms": 0, "1000ms": 0, "1500ms": 0, "slow": 3, "sum_ms": 2500},
-        });
+            "request": {}, "query": []
+        }))
+        .expect("typed");
         let families = worker_families("w", &stats, None);
         assert!(
             families.is_none(),
@@ -684,10 +803,10 @@ mod tests {
         assert!(text.contains("resolver_metrics_loaded{instance_id=\"kresd:kresd0\"} 1.0"));
     }
 
-    /// A worker of our configuration answers both; one of an older configuration (adopted by
-    /// this manager) the statistics alone, as upstream's function gives them.
+    /// A worker of our configuration answers everything; one of an older configuration
+    /// (adopted by this manager) the statistics alone, as upstream's function gives them.
     #[test]
-    fn replies_split_into_statistics_and_counts() {
+    fn one_expression_asks_for_everything() {
         assert_eq!(
             collect_expression(MetricsMode::Lazy).as_deref(),
             Some(
@@ -698,22 +817,165 @@ mod tests {
         assert!(collect_expression(MetricsMode::Always)
             .is_some_and(|e| e.ends_with("{stats = collect_statistics()}")));
         assert_eq!(collect_expression(MetricsMode::ManagerOnly), None);
-        let stats = serde_json::json!({"answer": {"total": 1}});
-        let counts = serde_json::json!({"cache": {"hit": 1, "miss": 0}});
+    }
+
+    /// The JSON serves what the workers sent, `null` for a worker that sent nothing that
+    /// reads; the Prometheus text has it not loaded.
+    #[test]
+    fn a_worker_without_statistics_is_null_and_not_loaded() {
+        let stats: Map<String, Value> =
+            serde_json::from_str(include_str!("../../../tests/data/upstream/metrics.json"))
+                .expect("fixture JSON");
+        let mut collected = collected(&stats);
+        let error = WorkerReply::read(Value::from("[string]:1: attempt to call a nil value"));
+        collected
+            .workers
+            .push((WorkerId(2), error.map_err(ScrapeError::from)));
+        collected
+            .workers
+            .push((WorkerId(3), Err(ScrapeError::NotAsked)));
+        let json = collected.stats_json();
+        assert_eq!(json["kresd:kresd0"], stats["kresd:kresd0"]);
         assert_eq!(
-            split_reply(serde_json::json!({"stats": stats, "counts": counts})),
-            Ok((stats.clone(), Some(counts)))
+            (&json["kresd:kresd2"], &json["kresd:kresd3"]),
+            (&Value::Null, &Value::Null)
         );
+        let text = render_prometheus(
+            &collected,
+            &ControlPlane::default(),
+            &Current {
+                snapshot: &Snapshot::default(),
+                etag: "\"tag\"",
+                workers: 4,
+                kresd_version: None,
+                query_log: None,
+                upstreams: &[],
+                fleet: None,
+            },
+        );
+        for (worker, loaded) in [(0, "1.0"), (2, "0.0"), (3, "0.0")] {
+            let line =
+                format!("resolver_metrics_loaded{{instance_id=\"kresd:kresd{worker}\"}} {loaded}");
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
+        let (told, silent) = collected.upstream_reports();
+        assert!(told.is_empty());
+        assert_eq!(silent, [WorkerId(0), WorkerId(1), WorkerId(2), WorkerId(3)]);
+    }
+
+    /// A fake worker's control socket on `listener`: for every connection, the prompt, then,
+    /// once the two lines (`__json` and the command) are read, `reply` as kresd frames it
+    /// (`length` in place of its own length when given). Counts its connections.
+    async fn fake_worker(
+        listener: tokio::net::UnixListener,
+        reply: Vec<u8>,
+        length: Option<u32>,
+        connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            connections.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut stream = BufReader::new(stream);
+            let _ = stream.get_mut().write_all(b"> ").await;
+            let mut line = String::new();
+            for _ in 0..2 {
+                line.clear();
+                let _ = stream.read_line(&mut line).await;
+            }
+            let len = length.unwrap_or(reply.len() as u32);
+            let _ = stream.get_mut().write_all(&len.to_be_bytes()).await;
+            let _ = stream.get_mut().write_all(&reply).await;
+        }
+    }
+
+    /// One collection connects to each worker once; a worker that is not there, one whose
+    /// reply is oversize and one that answers a Lua error each get an error of their own,
+    /// and the one that answers well is read.
+    #[tokio::test]
+    async fn a_collection_asks_each_worker_once_and_keeps_each_failure_apart() {
+        let rundir = std::env::temp_dir().join(format!("kres-collect-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&rundir);
+        std::fs::create_dir_all(rundir.join("control")).expect("dir");
+        let stats: Map<String, Value> =
+            serde_json::from_str(include_str!("../../../tests/data/upstream/metrics.json"))
+                .expect("fixture JSON");
+        let good = serde_json::json!({"stats": stats["kresd:kresd0"],
+            "upstreams": {"rtt": {"192.0.2.1": [3]}, "tallies": [], "since": 5}});
+        let lua_error = b"[string]:1: attempt to call a nil value".to_vec();
+        let oversize = (reply::MAX_REPLY + 1) as u32;
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let workers = [
+            (0, good.to_string().into_bytes(), None),
+            (1, lua_error, None),
+            (2, b"{}".to_vec(), Some(oversize)),
+        ];
+        for (n, reply, length) in workers {
+            let path = WorkerId(n).control_socket(&rundir);
+            let listener = tokio::net::UnixListener::bind(&path).expect("bind");
+            tokio::spawn(fake_worker(listener, reply, length, connections.clone()));
+        }
+        let ids = [WorkerId(0), WorkerId(1), WorkerId(2), WorkerId(3)];
+        let collected = collect(&rundir, &ids, MetricsMode::Lazy).await;
         assert_eq!(
-            split_reply(serde_json::json!({"stats": stats})),
-            Ok((stats.clone(), None))
+            connections.load(std::sync::atomic::Ordering::SeqCst),
+            3,
+            "one connection to each worker that listens"
         );
+        let errors: Vec<String> = collected
+            .workers
+            .iter()
+            .map(|(_, r)| r.as_ref().err().map(|e| error_chain(e)).unwrap_or_default())
+            .collect();
+        assert_eq!(errors[0], "");
         assert_eq!(
-            split_reply(serde_json::json!({"stats": stats, "counts": "x"})),
-            Ok((stats.clone(), None))
+            errors[1],
+            "the worker answered no statistics: [string]:1: attempt to call a nil value"
         );
-        let error = Value::from("[string]:1: attempt to call a nil value");
-        assert_eq!(split_reply(error.clone()), Err(error));
-        assert!(split_reply(serde_json::json!({"stats": []})).is_err());
+        assert!(
+            errors[2].ends_with(&format!("sent an oversize reply ({oversize} bytes)")),
+            "{}",
+            errors[2]
+        );
+        assert!(errors[3].starts_with("cannot talk to "), "{}", errors[3]);
+        let upstreams = collected.upstreams(Vec::new());
+        assert_eq!(upstreams.addresses.len(), 1);
+        assert_eq!(upstreams.workers_silent, ["kresd1", "kresd2", "kresd3"]);
+        assert_eq!(upstreams.counted_since, Some(5.0));
+        assert_eq!(
+            collected.stats_json()["kresd:kresd0"],
+            stats["kresd:kresd0"]
+        );
+        let _ = std::fs::remove_dir_all(&rundir);
+    }
+
+    #[test]
+    fn dropped_counts_come_from_the_answer_counts() {
+        let mut counts: Value =
+            serde_json::from_str(include_str!("../../../tests/data/answer-counts.json"))
+                .expect("fixture");
+        counts["query_log"] = serde_json::json!({"dropped": 12.0});
+        let stats: Map<String, Value> =
+            serde_json::from_str(include_str!("../../../tests/data/upstream/metrics.json"))
+                .expect("fixture JSON");
+        let reply = |counts: Value| {
+            let reply = serde_json::json!({"stats": stats["kresd:kresd0"], "counts": counts});
+            WorkerReply::read(reply).map_err(ScrapeError::from)
+        };
+        let without = {
+            let mut c = counts.clone();
+            c.as_object_mut().expect("object").remove("query_log");
+            c
+        };
+        let collected = Collected {
+            workers: vec![
+                (WorkerId(0), reply(counts)),
+                (WorkerId(1), reply(without)),
+                (WorkerId(2), reply(serde_json::json!({"cache": {}}))),
+            ],
+        };
+        assert_eq!(collected.query_log_dropped(), BTreeMap::from([(0, 12)]));
     }
 }

@@ -4,30 +4,12 @@
 //! samples, queries sent, queries unanswered and error answers for the [`MAX_UPSTREAMS`]
 //! addresses sent the most queries (the number of all of them beside, so a cut is seen).
 
-use std::collections::BTreeMap;
-
-use serde_json::{Map, Value};
-
 use super::exposition::{label, sample_line, Exposition, Kind};
-use crate::service::WorkerId;
 use crate::wire::query_log::QueryLogStatus;
 use crate::wire::upstreams::UpstreamAddress;
 
 /// Upstream addresses exported at most: those with the most samples (ties by address).
 pub const MAX_UPSTREAMS: usize = 20;
-
-/// Each worker's own count of the query log's records it dropped, as its answer counts tell
-/// it (`lua::counts`), by worker number; workers without the count are left out.
-pub fn query_log_dropped(counts: &Map<String, Value>) -> BTreeMap<u32, u64> {
-    counts
-        .iter()
-        .filter_map(|(sid, value)| {
-            let w = WorkerId::from_name(sid.strip_prefix("kresd:")?)?;
-            let dropped = value.get("query_log")?.get("dropped")?.as_f64()?;
-            Some((w.0, dropped.max(0.0) as u64))
-        })
-        .collect()
-}
 
 /// The query log's series.
 pub fn write_query_log(out: &mut Exposition, status: &QueryLogStatus) {
@@ -195,7 +177,6 @@ pub fn write_fleet(out: &mut Exposition, node: &crate::wire::fleet::FleetNode) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn upstream(address: &str, queries: u64) -> UpstreamAddress {
         UpstreamAddress {
@@ -245,16 +226,5 @@ mod tests {
         assert!(!text.contains("knot_resolver_upstream_rtt_seconds{address=\"192.0.2.29\"}"));
         assert!(text.contains("knot_resolver_upstream_rtt_seconds{address=\"192.0.2.10\"} 0.0025"));
         assert!(!text.contains("\"192.0.2.9\""), "{text}");
-    }
-
-    #[test]
-    fn dropped_counts_come_from_the_answer_counts() {
-        let counts = json!({
-            "kresd:kresd0": {"query_log": {"dropped": 12.0}},
-            "kresd:kresd1": {"cache": {}},
-            "other": {"query_log": {"dropped": 1}},
-        });
-        let counts = counts.as_object().unwrap();
-        assert_eq!(query_log_dropped(counts), BTreeMap::from([(0, 12)]));
     }
 }

@@ -41,6 +41,17 @@ pub use key::{KeyFileError, TsigKey};
 pub use notify::{Notified, NotifyListener, NotifyZone};
 pub use xfr::{refresh, refresh_whole};
 
+/// How a stored zone file differs from what an IXFR expects of it.
+#[derive(Debug, thiserror::Error)]
+pub enum Divergence {
+    /// A line the IXFR may touch does not read as a record.
+    #[error(transparent)]
+    Line(#[from] presentation::LineError),
+    /// Records the IXFR deletes are not in the file.
+    #[error("{missing} of the {deleted} records the transfer deletes are not in the file")]
+    NotInFile { missing: usize, deleted: usize },
+}
+
 /// An error and its causes, in one line.
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
@@ -248,7 +259,7 @@ pub enum TransferError {
     Unstorable(String),
     /// The stored file does not hold what an IXFR deletes (it must be transferred whole).
     #[error("the stored file does not match the transfer: {0}")]
-    Diverged(String),
+    Diverged(Divergence),
     /// The zone file could not be read or written.
     #[error("cannot write the zone file {path}")]
     File {

@@ -248,15 +248,33 @@ fn canonical_generic(rtype: Rtype, wire: &[u8], key: &mut Vec<u8>) {
     }
 }
 
+/// Why a line of a stored file is no record (the line quoted, as the file has it).
+#[derive(Debug, thiserror::Error)]
+pub enum LineError {
+    /// A directive or an empty line where a record should be.
+    #[error("'{line}' is no record")]
+    NoRecord { line: String },
+    /// Text the zone file reader refused (its position and reason in `error`).
+    #[error("'{line}': {error}")]
+    Unreadable {
+        line: String,
+        error: domain::zonefile::inplace::Error,
+    },
+}
+
 /// One line of a stored file, parsed.
-pub(crate) fn parse_line(line: &str) -> Result<ScannedRecord, String> {
+pub(crate) fn parse_line(line: &str) -> Result<ScannedRecord, LineError> {
     let mut zone = Zonefile::with_capacity(line.len() + 1);
     zone.extend_from_slice(line.as_bytes());
     zone.extend_from_slice(b"\n");
+    let quoted = || line.trim_end().to_owned();
     match zone.next_entry() {
         Ok(Some(Entry::Record(record))) => Ok(record),
-        Ok(_) => Err(format!("'{}' is no record", line.trim_end())),
-        Err(e) => Err(format!("'{}': {e}", line.trim_end())),
+        Ok(_) => Err(LineError::NoRecord { line: quoted() }),
+        Err(error) => Err(LineError::Unreadable {
+            line: quoted(),
+            error,
+        }),
     }
 }
 

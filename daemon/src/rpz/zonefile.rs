@@ -24,7 +24,7 @@ use nix::unistd::UnlinkatFlags;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use super::presentation::{parse_line, record_key};
-use super::{SoaTimers, TransferError};
+use super::{Divergence, SoaTimers, TransferError};
 use crate::manager::rundir;
 
 /// How the first line of a file written here starts; a file without it was written by
@@ -407,7 +407,8 @@ pub(crate) async fn apply(
             continue;
         }
         if diff.may_touch(&owner) {
-            let record = parse_line(&line).map_err(TransferError::Diverged)?;
+            let record =
+                parse_line(&line).map_err(|e| TransferError::Diverged(Divergence::Line(e)))?;
             let key = record_key(record.owner(), record.class(), record.data());
             if let Some(first) = diff.find_deleted(&key) {
                 found += usize::from(first);
@@ -422,10 +423,10 @@ pub(crate) async fn apply(
     }
     let deleted = diff.deleted_count();
     if found != deleted {
-        return Err(TransferError::Diverged(format!(
-            "{} of the {deleted} records the transfer deletes are not in the file",
-            deleted.saturating_sub(found),
-        )));
+        return Err(TransferError::Diverged(Divergence::NotInFile {
+            missing: deleted.saturating_sub(found),
+            deleted,
+        }));
     }
     for line in diff.added_lines() {
         out.write(line).await?;

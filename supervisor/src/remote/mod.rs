@@ -31,7 +31,7 @@ mod wire;
 pub use child_side::Parent;
 pub use fd_store::{FdStore, StoreRefused};
 pub use parent_side::{
-    serve_child, ChildEnd, ChildService, LinkFailure, Misbehaviour, ReexecRequest,
+    serve_child, ChildEnd, ChildService, LinkFailure, Misbehaviour, ReexecRefused, ReexecRequest,
 };
 pub use policy::{ChildPolicy, EnvironmentPolicy, MAX_EXTENSION};
 pub use table::{table_messages, TableAssembly};

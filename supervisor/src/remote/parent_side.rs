@@ -94,8 +94,13 @@ pub struct ChildService<'a> {
 /// A directing child's request that the parent re-execute itself: `reply` says whether it
 /// begins (the child is stopped in the course of it) or why not.
 pub struct ReexecRequest {
-    pub reply: oneshot::Sender<Result<(), String>>,
+    pub reply: oneshot::Sender<Result<(), ReexecRefused>>,
 }
+
+/// Why the parent's owner will not re-execute, in its own words (the child is told them).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct ReexecRefused(pub String);
 
 /// Serve one incarnation of a directing child on `link`: welcome it with `store`, execute
 /// its calls (several at once), keep its descriptors, pass its notifications upward, push
@@ -309,7 +314,7 @@ async fn request_reexec(
     let to = to.ok_or_else(|| SupervisorError::Refused("re-executing is not offered".into()))?;
     match crate::call::ask(&to, |reply| ReexecRequest { reply }).await? {
         Ok(()) => Ok(Answer::Done),
-        Err(why) => Err(SupervisorError::Refused(why)),
+        Err(ReexecRefused(why)) => Err(SupervisorError::Refused(why)),
     }
 }
 

@@ -82,7 +82,7 @@ pub enum StartFailed {
     WorkerUser(#[source] LookupError),
     /// The API's bearer tokens cannot be read.
     #[error("{0}")]
-    Guard(String),
+    Guard(#[source] api::guard::TokenError),
     /// The groups of the API's roles cannot be used.
     #[error("{0}")]
     Groups(#[source] ApiGroupsError),
@@ -223,7 +223,7 @@ impl Running {
         settings: Settings,
         checked: Checked,
         transferred: FirstTransfers,
-        kresd: Result<String, String>,
+        kresd: Result<String, KresdVersionError>,
     ) -> (Running, impl Stream<Item = ManagerEvent> + Unpin) {
         let parent = Arc::new(restored.parent);
         let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
@@ -653,16 +653,17 @@ fn task_events(
 /// manager process learned, else `kresd --version`, run here once (on a thread of its own,
 /// bounded in time and output) before anything else starts, and kept in the root's fd store
 /// for the successors, so no incarnation but the first runs it.
-pub async fn learn_kresd_version(restored: &Restored, env: &Environment) -> Result<String, String> {
+pub async fn learn_kresd_version(
+    restored: &Restored,
+    env: &Environment,
+) -> Result<String, KresdVersionError> {
     if let Some(version) = &restored.kresd_version {
         return Ok(version.clone());
     }
     let program = Executables::discover(env).kresd;
     let version =
         tokio::task::spawn_blocking(move || crate::manager::executables::kresd_version(&program))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+            .await??;
     match supervisor::os::sealed_memfd("knot-resolver-kresd-version", version.as_bytes()) {
         Ok(fd) => {
             if let Err(e) = restored
@@ -678,11 +679,22 @@ pub async fn learn_kresd_version(restored: &Restored, env: &Environment) -> Resu
     Ok(version)
 }
 
+/// Why kresd's version is unknown.
+#[derive(Debug, thiserror::Error)]
+pub enum KresdVersionError {
+    /// `kresd --version` did not tell it.
+    #[error(transparent)]
+    Asked(#[from] crate::manager::executables::VersionError),
+    /// The thread that asked was lost (the runtime stops).
+    #[error(transparent)]
+    Lost(#[from] tokio::task::JoinError),
+}
+
 /// Say, in one line, what runs: our version and kresd's, the configuration files, and who
 /// the manager process and the workers run as. kresd's version, for the API, once known.
 fn announce(
     executables: &Executables,
-    kresd: Result<String, String>,
+    kresd: Result<String, KresdVersionError>,
     files: &[std::path::PathBuf],
     parent: &Parent,
 ) -> Arc<std::sync::OnceLock<String>> {

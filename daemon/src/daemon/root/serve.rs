@@ -4,6 +4,7 @@
 
 use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
+use supervisor::remote::ReexecRefused;
 use supervisor::SupervisorHandle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -47,7 +48,7 @@ impl Drain {
 struct Probing<'a> {
     probe: Option<BoxFuture<'a, Result<(), ProbeError>>>,
     /// The replies owed to `Reexec` calls of the manager.
-    waiting: Vec<oneshot::Sender<Result<(), String>>>,
+    waiting: Vec<oneshot::Sender<Result<(), ReexecRefused>>>,
 }
 
 impl<'a> Probing<'a> {
@@ -76,7 +77,7 @@ impl<'a> Probing<'a> {
     /// The probe ended: every request waiting is told; `Some` when the upgrade begins.
     fn ended(&mut self, outcome: Result<(), ProbeError>) -> Option<Served> {
         self.probe = None;
-        let answer = outcome.map_err(|e| e.to_string());
+        let answer = outcome.map_err(|e| ReexecRefused(e.to_string()));
         for reply in self.waiting.drain(..) {
             let _ = reply.send(answer.clone());
         }
@@ -97,7 +98,8 @@ impl<'a> Probing<'a> {
         }
         tracing::warn!("the upgrade probe is cancelled: the resolver stops");
         for reply in self.waiting.drain(..) {
-            let _ = reply.send(Err("cancelled: the resolver stops".to_owned()));
+            let refused = ReexecRefused("cancelled: the resolver stops".to_owned());
+            let _ = reply.send(Err(refused));
         }
         let _ = sup.remove(service::UPGRADE_PROBE).await;
     }
