@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Run the benchmarks against upstream's manager in the same run (as root, for the rootfs).
 #   bash bench/run.sh              all of them, with their default run counts
-#   bash bench/run.sh NAME [ARGS]  one of: startup, worker_crash, api, validate, supervisor_scale,
+#   bash bench/run.sh NAME [ARGS]  one of: startup ([RUNS] [WORKERS]: READY, first answer and
+#                                  the control plane's PSS with the query log off, on, and on with
+#                                  its ring full), worker_crash, api, validate, supervisor_scale,
 #                                  throughput ([RUNS] [SECONDS]: DNS answers per second and kresd
 #                                  CPU per answer, ours with the answer counting against upstream),
 #                                  query_log ([RUNS] [SECONDS] [STALLS]: throughput with the query log

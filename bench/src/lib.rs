@@ -182,3 +182,89 @@ fn control_plane(launched: &Launched, measure: fn(i32) -> Option<u64>) -> u64 {
         .filter_map(|p| measure(p.pid))
         .sum()
 }
+
+/// Local data beside `bench.test.` (it continues [`write_config`]'s `local-data`): an empty
+/// subtree whose names (`fN.fill.test.`) fill the query log's ring with distinct names, as
+/// real traffic would.
+pub const FILL_RULES: &str = "  rules:\n    - name: [fill.test]\n      subtree: empty\n";
+
+/// Ask `from..to` distinct names under `fill.test.` (a window of [`closed_loop::WINDOW`] in
+/// flight; after a wait with no answer the ones in flight are given up).
+pub fn fill_names(server: std::net::SocketAddr, from: u64, to: u64) -> Result<()> {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    sock.connect(server)?;
+    sock.set_read_timeout(Some(Duration::from_millis(500)))?;
+    let send = |i: u64| -> Result<()> {
+        let name = format!("f{i}.fill.test.");
+        let mut q = testbed::dns::encode_query(0, &name, testbed::dns::TYPE_A, false)?;
+        q[..2].copy_from_slice(&((i % 65_536) as u16).to_be_bytes());
+        sock.send(&q)?;
+        Ok(())
+    };
+    let window = closed_loop::WINDOW as u64;
+    let (mut next, mut done) = (from, from);
+    let mut buf = [0u8; 512];
+    while done < to {
+        while next < to && next - done < window {
+            send(next)?;
+            next += 1;
+        }
+        match sock.recv(&mut buf) {
+            Ok(_) => done += 1,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                done = next;
+            }
+            Err(e) => return Err(e).context("recv"),
+        }
+    }
+    Ok(())
+}
+
+/// `GET /query-log/status` on the API socket `api`.
+pub fn query_log_status(api: &Path) -> Result<serde_json::Value> {
+    let resp = testbed::http::request(api, "GET", "/query-log/status", &[], b"")?;
+    anyhow::ensure!(resp.status == 200, "/query-log/status: {}", resp.text());
+    Ok(serde_json::from_slice(&resp.body)?)
+}
+
+/// Distinct names asked of `server` from `*next` on until the query log behind `api` holds
+/// `target` entries (the workers drop what the reader does not take in time, so more may be
+/// asked), each round waiting until every answer is received or counted as missed; the
+/// status then.
+pub fn fill_query_log(
+    server: std::net::SocketAddr,
+    api: &Path,
+    next: &mut u64,
+    target: u64,
+) -> Result<serde_json::Value> {
+    let held = |s: &serde_json::Value| s["held"].as_u64().unwrap_or(0);
+    let seen = |s: &serde_json::Value| {
+        s["received"].as_u64().unwrap_or(0) + s["missed"].as_u64().unwrap_or(0)
+    };
+    let mut status = query_log_status(api)?;
+    while held(&status) < target {
+        let n = target - held(&status);
+        let before = seen(&status);
+        fill_names(server, *next, *next + n)?;
+        *next += n;
+        // Until every answer is either received or counted as missed (within one).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            status = query_log_status(api)?;
+            if seen(&status) + 1 >= before + n {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the answers accounted for: {status}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(status)
+}

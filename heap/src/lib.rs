@@ -1,9 +1,9 @@
 //! The heap of a process made ready ahead of a burst of allocations on its main thread
 //! (reading, validating and rendering a configuration of many megabytes), and given back to
 //! the kernel once the burst's garbage is gone. Both tune glibc's allocator; with another C
-//! library they do nothing. Beside the heap, the program's own text: the pages start-up
-//! mapped in (by the kernel's fault-around, 64 KiB at a time) are given back too
-//! ([`release_unused_text`]), so a long-lived process keeps what it runs.
+//! library they do nothing. Beside the heap, the program's own text and read-only data: the
+//! pages start-up mapped in (by the kernel's fault-around, 64 KiB at a time) are given back
+//! too ([`release_unused_text`]), so a long-lived process keeps what it runs and reads.
 //!
 //! A crate of its own so that the configuration crate, which times its loads with it, and
 //! the daemon share it without either depending on the process supervisor. The allocator's
@@ -24,23 +24,30 @@ pub fn release_free_heap() {
     }
 }
 
-/// Unmap the pages of this program's text (`r-xp` mappings of `/proc/self/exe`) that
-/// start-up faulted in, and stop the kernel's fault-around and readahead on them
-/// (`MADV_RANDOM`): from then on only the pages the process runs are mapped, one at a time,
-/// from the page cache. The file stays cached; nothing is read from disk again unless the
-/// kernel dropped it. A no-op where `/proc` cannot be read.
+/// Unmap the pages of this program's text and read-only data (`r-xp` and `r--p` mappings of
+/// `/proc/self/exe` holding no page of their own, `Anonymous: 0 kB` in `/proc/self/smaps`)
+/// that start-up faulted in, and stop the kernel's readahead on them (`MADV_RANDOM`): from
+/// then on only the pages the process runs or reads are mapped again, from the page cache.
+/// The kernel's fault-around still maps the cached pages of the 64 KiB around each page
+/// faulted in (Linux 6.18 does so despite `MADV_RANDOM`), so code run for the first time
+/// after this costs up to 64 KiB a function. The file stays cached; nothing is read from
+/// disk again unless the kernel dropped it. The read-only data the loader relocated (`RELRO`: written
+/// once, then made read-only) holds pages of its own and is left alone. A no-op where
+/// `/proc` cannot be read.
 pub fn release_unused_text() {
     let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
         return;
     };
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
         return;
     };
-    for (start, end) in text_ranges(&maps, &exe) {
-        // SAFETY: the range is a whole mapping of our executable's text: private, read-only
-        // and never written (the kernel refuses writes to a running executable, ETXTBSY), so
-        // its pages are the file's, and a page dropped here is faulted back from the file
-        // with the same bytes when it is next run. Neither call touches any other mapping.
+    for (start, end) in text_ranges(&smaps, &exe) {
+        // SAFETY: the range is a whole mapping of our executable: private, read-only, and
+        // with no page of its own (no page of it was ever written, by the loader's
+        // relocations or anyone: its pages are the file's, and the kernel refuses writes to
+        // a running executable, ETXTBSY), so a page dropped here is faulted back from the
+        // file with the same bytes when it is next run or read. Neither call touches any
+        // other mapping.
         unsafe {
             libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_RANDOM);
             libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
@@ -48,23 +55,42 @@ pub fn release_unused_text() {
     }
 }
 
-/// The `(start, end)` of every `r-xp` mapping of `exe` in a `/proc/PID/maps` text.
-fn text_ranges(maps: &str, exe: &std::path::Path) -> Vec<(usize, usize)> {
-    maps.lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let range = fields.next()?;
-            let perms = fields.next()?;
-            let path = fields.nth(3)?;
-            if perms != "r-xp" || std::path::Path::new(path) != exe {
-                return None;
+/// The `(start, end)` of every `r-xp` and `r--p` mapping of `exe` with no anonymous page
+/// (`Anonymous: 0 kB`) in a `/proc/PID/smaps` text; a mapping whose count is missing is left
+/// out.
+fn text_ranges(smaps: &str, exe: &std::path::Path) -> Vec<(usize, usize)> {
+    let mut ranges = Vec::new();
+    // The mapping being read, while it is one of ours.
+    let mut current: Option<(usize, usize)> = None;
+    for line in smaps.lines() {
+        if let Some(kib) = line.strip_prefix("Anonymous:") {
+            let clean = kib.trim().trim_end_matches("kB").trim() == "0";
+            if let (Some(range), true) = (current.take(), clean) {
+                ranges.push(range);
             }
-            let (start, end) = range.split_once('-')?;
-            let start = usize::from_str_radix(start, 16).ok()?;
-            let end = usize::from_str_radix(end, 16).ok()?;
-            (start < end).then_some((start, end))
-        })
-        .collect()
+            continue;
+        }
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        // A mapping's first line: `start-end perms offset dev inode [path]`.
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (
+            usize::from_str_radix(start, 16),
+            usize::from_str_radix(end, 16),
+        ) else {
+            continue;
+        };
+        let ours = fields
+            .nth(3)
+            .is_some_and(|p| std::path::Path::new(p) == exe);
+        current =
+            (ours && (perms == "r-xp" || perms == "r--p") && start < end).then_some((start, end));
+    }
+    ranges
 }
 
 /// Heap made ready ahead of a large burst of allocations on the main thread (see
@@ -183,17 +209,34 @@ mod tests {
     }
 
     #[test]
-    fn text_ranges_are_the_executables_own_text_only() {
-        let maps = "\
-55d0a0000000-55d0a0100000 r--p 00000000 fd:01 42 /usr/sbin/knot-resolver
-55d0a0100000-55d0a0900000 r-xp 00100000 fd:01 42 /usr/sbin/knot-resolver
-55d0a0900000-55d0a0a00000 rw-p 00900000 fd:01 42 /usr/sbin/knot-resolver
-7f0000000000-7f0000100000 r-xp 00000000 fd:01 7 /usr/lib/x86_64-linux-gnu/libc.so.6
-7f0000200000-7f0000300000 r-xp 00000000 00:00 0
-";
+    fn text_ranges_are_the_executables_own_unwritten_pages_only() {
+        let mapping = |range: &str, perms: &str, path: &str, anonymous: &str| {
+            format!("{range} {perms} 00000000 fd:01 42 {path}\nRss: 64 kB\nAnonymous: {anonymous} kB\nVmFlags: rd mr\n")
+        };
+        let exe = "/usr/sbin/knot-resolver";
+        let smaps = [
+            mapping("55d0a0000000-55d0a0100000", "r--p", exe, "0"),
+            mapping("55d0a0100000-55d0a0900000", "r-xp", exe, "0"),
+            // Relocated read-only data (RELRO) and the writable data.
+            mapping("55d0a0900000-55d0a0980000", "r--p", exe, "512"),
+            mapping("55d0a0980000-55d0a0a00000", "rw-p", exe, "0"),
+            mapping(
+                "7f0000000000-7f0000100000",
+                "r-xp",
+                "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                "0",
+            ),
+            mapping("7f0000200000-7f0000300000", "r-xp", "", "0"),
+            // No count: left alone.
+            "7f0000400000-7f0000500000 r--p 00000000 fd:01 42 /usr/sbin/knot-resolver\n".to_owned(),
+        ]
+        .concat();
         assert_eq!(
-            text_ranges(maps, std::path::Path::new("/usr/sbin/knot-resolver")),
-            [(0x55d0_a010_0000, 0x55d0_a090_0000)]
+            text_ranges(&smaps, std::path::Path::new(exe)),
+            [
+                (0x55d0_a000_0000, 0x55d0_a010_0000),
+                (0x55d0_a010_0000, 0x55d0_a090_0000)
+            ]
         );
     }
 

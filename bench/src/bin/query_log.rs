@@ -16,14 +16,14 @@
 //! Usage: bash bench/run.sh query_log [RUNS] [SECONDS] [STALLS]   (defaults: 9 runs, 2 s
 //! bursts, 3 stalls)
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use bench::closed_loop::{self, Burst, Target, THREADS, WINDOW};
-use bench::{answers_a, launch, median, our_binary, write_config, Flavor};
+use bench::{answers_a, launch, median, our_binary, write_config, Flavor, FILL_RULES};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -35,10 +35,6 @@ const QNAME: &str = "bench.test.";
 
 /// The ring's size of the resolver with the query log on.
 const RING: u64 = 100_000;
-
-/// Local data beside `bench.test.`: an empty subtree for the ring's distinct names (it
-/// continues `write_config`'s `local-data`).
-const FILL_RULES: &str = "  rules:\n    - name: [fill.test]\n      subtree: empty\n";
 
 /// How long the log may take to hold what was answered.
 const SETTLE: Duration = Duration::from_secs(60);
@@ -181,42 +177,6 @@ fn process_cpu(pid: i32) -> Result<Duration> {
     Ok(total)
 }
 
-/// Ask `from..to` distinct names under `fill.test.` (a window of [`WINDOW`] in flight; after
-/// a wait with no answer the ones in flight are given up).
-fn fill(server: SocketAddr, from: u64, to: u64) -> Result<()> {
-    let sock = UdpSocket::bind("127.0.0.1:0")?;
-    sock.connect(server)?;
-    sock.set_read_timeout(Some(Duration::from_millis(500)))?;
-    let send = |i: u64| -> Result<()> {
-        let name = format!("f{i}.fill.test.");
-        let mut q = testbed::dns::encode_query(0, &name, testbed::dns::TYPE_A, false)?;
-        q[..2].copy_from_slice(&((i % 65_536) as u16).to_be_bytes());
-        sock.send(&q)?;
-        Ok(())
-    };
-    let (mut next, mut done) = (from, from);
-    let mut buf = [0u8; 512];
-    while done < to {
-        while next < to && next - done < WINDOW as u64 {
-            send(next)?;
-            next += 1;
-        }
-        match sock.recv(&mut buf) {
-            Ok(_) => done += 1,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                done = next;
-            }
-            Err(e) => return Err(e).context("recv"),
-        }
-    }
-    Ok(())
-}
-
 /// The manager's memory: (RSS, PSS) in KiB.
 fn memory(r: &Resolver) -> Result<(u64, u64)> {
     let pid = r.manager.context("no manager")?;
@@ -235,7 +195,7 @@ fn fill_until(on: &Resolver, next: &mut u64, target: u64) -> Result<Value> {
     while held(&status) < target {
         let n = target - held(&status);
         let before = seen(&status);
-        fill(on.server, *next, *next + n)?;
+        bench::fill_names(on.server, *next, *next + n)?;
         *next += n;
         // Until every answer is either received or counted as missed (within one).
         status = on.wait_log("the answers accounted for", |s| seen(s) + 1 >= before + n)?;

@@ -1,20 +1,23 @@
-//! Start-up and shutdown of the whole resolver, ours against upstream's, alternating runs:
-//! launch → READY=1 on the notify socket, launch → first DNS answer, control-plane RSS after
-//! READY, SIGINT → every process gone. Prints medians side by side.
+//! Start-up and shutdown of the whole resolver, ours against upstream's, in runs whose order
+//! rotates: launch → READY=1 on the notify socket, launch → first DNS answer, control-plane
+//! RSS and PSS after READY, SIGINT → every process gone. Ours runs twice a run: with the
+//! query log off, and with it on (`monitoring.query-log`, its default ring), where the PSS is
+//! measured again once the ring is full of distinct names (`fN.fill.test.`, asked until the
+//! log holds its capacity). Prints medians side by side.
 //!
-//! With `BENCH_SMAPS_DIR=DIR`, each control-plane process's `smaps` after READY is copied
-//! under `DIR/ours` and `DIR/upstream` (the last run's wins). With `BENCH_QUERY_LOG=on`, ours
-//! runs with `monitoring.query-log` on (upstream has no such log).
+//! With `BENCH_SMAPS_DIR=DIR`, each control-plane process's `smaps` after READY (after the
+//! ring is full, with the log on) is copied under `DIR/ours`, `DIR/ours-log-on` and
+//! `DIR/upstream` (the last run's wins).
 //!
-//! Usage: cargo build --release --bins && cargo run --release -p bench --bin startup [RUNS] [WORKERS]
+//! Usage: bash bench/run.sh startup [RUNS] [WORKERS]   (defaults: 5 runs, 1 worker)
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use bench::{
     answers_a, control_plane_pss_kib, control_plane_rss_kib, launch, print_header, print_row,
-    until, write_config, Flavor,
+    until, write_config, Flavor, FILL_RULES,
 };
 use nix::sys::signal::Signal;
 use testbed::Bed;
@@ -22,8 +25,34 @@ use testbed::Bed;
 /// Where to copy the control plane's `/proc/PID/smaps` after READY, when set.
 const SMAPS_VAR: &str = "BENCH_SMAPS_DIR";
 
-/// `on`: our query log on.
-const QUERY_LOG_VAR: &str = "BENCH_QUERY_LOG";
+/// The three subjects of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subject {
+    /// Ours, the query log off (the default).
+    Ours,
+    /// Ours, the query log on with its default ring.
+    OursLogOn,
+    Upstream,
+}
+
+impl Subject {
+    const ALL: [Subject; 3] = [Subject::Ours, Subject::OursLogOn, Subject::Upstream];
+
+    fn label(self) -> &'static str {
+        match self {
+            Subject::Ours => "ours",
+            Subject::OursLogOn => "ours-log-on",
+            Subject::Upstream => "upstream",
+        }
+    }
+
+    fn flavor(self) -> Flavor {
+        match self {
+            Subject::Ours | Subject::OursLogOn => Flavor::Ours,
+            Subject::Upstream => Flavor::Upstream,
+        }
+    }
+}
 
 #[derive(Default)]
 struct Samples {
@@ -31,22 +60,24 @@ struct Samples {
     first_answer_ms: Vec<f64>,
     rss_mib: Vec<f64>,
     pss_mib: Vec<f64>,
+    /// With the log on: PSS once the ring is full of distinct names.
+    full_ring_pss_mib: Vec<f64>,
+    /// With the log on: the entries the full ring held.
+    full_ring_held: Vec<f64>,
     stop_ms: Vec<f64>,
 }
 
-fn one_run(bed: &Bed, flavor: Flavor, workers: u32, samples: &mut Samples) -> Result<()> {
-    let dir = bed.test_dir(&format!("bench-startup-{}", flavor.label()))?;
+fn one_run(bed: &Bed, subject: Subject, workers: u32, samples: &mut Samples) -> Result<()> {
+    let dir = bed.test_dir(&format!("bench-startup-{}", subject.label()))?;
     let port = testbed::free_port()?;
-    let log_on = flavor == Flavor::Ours && std::env::var(QUERY_LOG_VAR).is_ok_and(|v| v == "on");
-    let extra = if log_on {
-        "monitoring:\n  query-log:\n    enabled: true\n"
-    } else {
-        ""
+    let extra = match subject {
+        Subject::OursLogOn => format!("{FILL_RULES}monitoring:\n  query-log:\n    enabled: true\n"),
+        Subject::Ours | Subject::Upstream => FILL_RULES.to_owned(),
     };
-    write_config(&dir, port, workers, extra)?;
+    write_config(&dir, port, workers, &extra)?;
     let server = SocketAddr::from(([127, 0, 0, 1], port));
     let t0 = Instant::now();
-    let (mut launched, mut notify) = launch(bed, flavor, &dir)?;
+    let (mut launched, mut notify) = launch(bed, subject.flavor(), &dir)?;
     // The first answer is polled on its own thread while this one blocks on READY=1.
     let poller = std::thread::spawn(move || {
         until(t0, Duration::from_secs(120), || {
@@ -61,8 +92,20 @@ fn one_run(bed: &Bed, flavor: Flavor, workers: u32, samples: &mut Samples) -> Re
         .map_err(|_| anyhow::anyhow!("poller panicked"))??;
     let rss = control_plane_rss_kib(&launched);
     let pss = control_plane_pss_kib(&launched);
+    if subject == Subject::OursLogOn {
+        let api = dir.host("run/kres-api.sock");
+        let capacity = bench::query_log_status(&api)?["capacity"]
+            .as_u64()
+            .context("the ring's capacity")?;
+        let status = bench::fill_query_log(server, &api, &mut 0, capacity)?;
+        let held = status["held"].as_u64().unwrap_or(0);
+        samples.full_ring_held.push(held as f64);
+        samples
+            .full_ring_pss_mib
+            .push(control_plane_pss_kib(&launched) as f64 / 1024.0);
+    }
     if let Some(into) = std::env::var_os(SMAPS_VAR) {
-        let into = std::path::Path::new(&into).join(flavor.label());
+        let into = std::path::Path::new(&into).join(subject.label());
         bench::dump_control_plane_smaps(&launched, &into)?;
     }
     let t1 = Instant::now();
@@ -83,31 +126,19 @@ fn one_run(bed: &Bed, flavor: Flavor, workers: u32, samples: &mut Samples) -> Re
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let runs: usize = bench::positional(&mut args, "RUNS", 5)?;
-    let workers: u32 = bench::positional(&mut args, "WORKERS", 2)?;
+    let workers: u32 = bench::positional(&mut args, "WORKERS", 1)?;
     let bed = Bed::get()?;
-    let mut ours = Samples::default();
-    let mut upstream = Samples::default();
+    let mut samples: [Samples; 3] = Default::default();
     for i in 0..runs {
-        // Alternate which goes first so drift affects both alike.
-        let order = if i % 2 == 0 {
-            [Flavor::Ours, Flavor::Upstream]
-        } else {
-            [Flavor::Upstream, Flavor::Ours]
-        };
-        for flavor in order {
-            let s = if flavor == Flavor::Ours {
-                &mut ours
-            } else {
-                &mut upstream
-            };
-            one_run(bed, flavor, workers, s)?;
+        // The order rotates so that drift affects every subject alike.
+        for k in 0..Subject::ALL.len() {
+            let at = (i + k) % Subject::ALL.len();
+            one_run(bed, Subject::ALL[at], workers, &mut samples[at])?;
         }
         eprintln!("run {}/{} done", i + 1, runs);
     }
-    let log = std::env::var(QUERY_LOG_VAR).unwrap_or_else(|_| "off".to_owned());
-    println!(
-        "startup benchmark: {workers} workers, {runs} runs each, alternating; our query log {log}"
-    );
+    let [ours, on, upstream] = &samples;
+    println!("startup benchmark: {workers} workers, {runs} runs each, order rotating");
     print_header();
     print_row(
         "launch -> READY=1",
@@ -128,9 +159,24 @@ fn main() -> Result<()> {
         &upstream.rss_mib,
     );
     print_row(
-        "control-plane PSS after READY",
+        "control-plane PSS after READY, log off",
         "MiB",
         &ours.pss_mib,
+        &upstream.pss_mib,
+    );
+    print_row(
+        "control-plane PSS after READY, log on",
+        "MiB",
+        &on.pss_mib,
+        &upstream.pss_mib,
+    );
+    print_row(
+        &format!(
+            "  log on, ring full ({:.0} names)",
+            bench::median(on.full_ring_held.clone())
+        ),
+        "MiB",
+        &on.full_ring_pss_mib,
         &upstream.pss_mib,
     );
     print_row(

@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::body::{Body, Bytes};
@@ -126,7 +125,7 @@ const CHUNK: usize = 64 << 10;
 /// not all fit, the newest that do; and how many older ones were left out. Each entry is
 /// written twice (once to measure, newest first, once in place) so that the list is never
 /// held twice in memory.
-fn capped_list(entries: &[Arc<Entry>], cap: usize) -> (Vec<u8>, usize) {
+fn capped_list(entries: &[Entry], cap: usize) -> (Vec<u8>, usize) {
     let mut scratch = Vec::new();
     let mut size = 2;
     let mut fitting = 0;
@@ -312,7 +311,7 @@ pub(super) async fn top_list(
     let entries = state.query_log.entries();
     let list = crate::manager::off_thread(move || {
         select::top(
-            entries.iter().map(|e| &**e),
+            entries.iter(),
             kind,
             since_us,
             window.map(|w| w.as_secs_f64()),

@@ -13,16 +13,18 @@
 //! in each batch and read from the workers, are the log's misses (`QueryLogStatus::missed`).
 //!
 //! `select` answers the readers (filters, top lists); the ring and the live followers are in
-//! [`QueryLog`], a cheap handle the reader and the API share. The ring is bounded three ways,
-//! by the configuration: in entries, in bytes (each entry's heap estimated from its name,
-//! [`Entry::footprint`]) and in age (entries older than `max-age` are dropped on every batch
-//! and read). Turning the log off empties it and ends the followers' streams; a narrower
+//! [`QueryLog`], a cheap handle the reader and the API share. The ring holds its answers
+//! packed (`packed`: a fixed record each, the names in wire form in one arena), and makes an
+//! [`Entry`] of one only for a reader. It is bounded three ways, by the configuration: in
+//! entries, in bytes (a record and its name, [`Entry::footprint`]) and in age (entries older
+//! than `max-age` are dropped on every batch and read). Turning the log off empties it and ends the followers' streams; a narrower
 //! client prefix applies to the entries already held.
 
 pub mod access;
 pub mod dnstap;
 pub mod frames;
 pub mod intake;
+pub mod packed;
 pub mod records;
 pub mod select;
 
@@ -45,18 +47,15 @@ const LIVE_BACKLOG: usize = 4096;
 /// How often refused peers are told in the log at most.
 const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(60);
 
-/// The bytes glibc's malloc takes for a request of `n` bytes: 8 of header, rounded up to 16,
-/// at least 32.
-const fn malloc_chunk(n: usize) -> usize {
-    let chunk = (n + 8 + 15) & !15;
-    if chunk < 32 {
-        32
-    } else {
-        chunk
-    }
-}
+/// The fewest bytes the ring's names' arena grows by.
+const MIN_GROWTH: usize = 256;
 
-/// One answer kept: about 100 bytes and its name.
+/// The bytes of names the arena first makes room for, per slot of the ring: a little less
+/// than a short name takes (`www.example.com.` takes 17), so that it grows once or twice by
+/// a quarter rather than keeps room it does not use.
+const NAME_ROOM: usize = 16;
+
+/// One answer, as readers and followers see it (the ring holds it packed, `packed`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     /// When it was answered, microseconds since the epoch (kresd's clock).
@@ -84,18 +83,11 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The bytes an entry with a name of `name_len` bytes takes in the ring: its slot in the
-    /// ring, its shared allocation (two counters and the entry) and its name's, each as
-    /// malloc rounds it. An estimate, never below the truth for the ring itself; the live
-    /// followers' queue and the lists made for a request come on top.
-    pub fn footprint(name_len: usize) -> usize {
-        std::mem::size_of::<Held>()
-            + malloc_chunk(2 * std::mem::size_of::<usize>() + std::mem::size_of::<Entry>())
-            + if name_len == 0 {
-                0
-            } else {
-                malloc_chunk(name_len)
-            }
+    /// The bytes an entry whose name takes `wire_len` bytes in wire form takes in the ring:
+    /// its record and its name in the arena. The room the ring's buffers keep for growth,
+    /// the live followers' queue and the lists made for a request come on top.
+    pub fn footprint(wire_len: usize) -> usize {
+        std::mem::size_of::<packed::Packed>() + wire_len
     }
 
     /// As the API shows it.
@@ -131,7 +123,11 @@ pub struct QueryLog {
 /// What the lock guards.
 struct Ring {
     /// The newest answers, oldest first.
-    entries: VecDeque<Held>,
+    records: VecDeque<packed::Packed>,
+    /// Their names in wire form, one after the other in the records' order.
+    names: VecDeque<u8>,
+    /// What the records' `kept_ns` count from.
+    epoch: Instant,
     /// The sum of the entries' footprints.
     bytes: usize,
     /// What the configuration sets.
@@ -147,40 +143,56 @@ struct Ring {
     live: Option<broadcast::Sender<Arc<Entry>>>,
 }
 
-/// An answer in the ring.
-struct Held {
-    /// The answer, shared with the live followers.
-    entry: Arc<Entry>,
-    /// When it was kept (our clock, so that a worker's clock cannot keep it longer).
-    kept: Instant,
-    /// Its [`Entry::footprint`].
-    bytes: usize,
+/// Nanoseconds from `epoch` to `at` (negative before it).
+fn since_epoch(epoch: Instant, at: Instant) -> i64 {
+    match at.checked_duration_since(epoch) {
+        Some(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+        None => i64::try_from(epoch.duration_since(at).as_nanos()).map_or(i64::MIN, |n| -n),
+    }
 }
 
 impl Ring {
     /// Keep an answer (its client cut to the configured prefix) and tell the followers; the
-    /// caller prunes.
-    fn keep(&mut self, mut entry: Entry, now: Instant) {
-        let prefix = if entry.client.is_ipv4() {
+    /// caller prunes. `wire` is its name, lowercase, as long as the record says.
+    fn keep(&mut self, mut record: packed::Packed, wire: &[u8], now: Instant) {
+        let client = record.client();
+        let prefix = if client.is_ipv4() {
             self.settings.ipv4_prefix
         } else {
             self.settings.ipv6_prefix
         };
-        entry.client = select::mask(entry.client, prefix);
+        record.set_client(select::mask(client, prefix));
+        record.kept_ns = since_epoch(self.epoch, now);
         self.tally.received += 1;
-        let bytes = Entry::footprint(entry.name.len());
-        let entry = Arc::new(entry);
-        self.entries.push_back(Held {
-            entry: entry.clone(),
-            kept: now,
-            bytes,
-        });
-        self.bytes += bytes;
+        // A full ring makes room first, so that it never grows past its capacity.
+        while self.records.len() >= self.settings.capacity.max(1) {
+            self.drop_oldest();
+        }
+        let slots = self.settings.slots();
+        if self.records.len() == self.records.capacity() {
+            // Every slot at once: a large ring is a mapping of its own whose pages come as
+            // they are written, never copied as it grows, and leaving no holes in the heap.
+            let more = slots.saturating_sub(self.records.len()).max(1);
+            self.records.reserve_exact(more);
+        }
+        if self.names.capacity() - self.names.len() < wire.len() {
+            // By a quarter rather than doubled: a full ring keeps little room it does not use.
+            let room = if self.names.capacity() == 0 {
+                slots.saturating_mul(NAME_ROOM)
+            } else {
+                self.names.len() / 4
+            };
+            self.names
+                .reserve_exact(room.max(MIN_GROWTH).max(wire.len()));
+        }
+        self.records.push_back(record);
+        self.names.extend(wire);
+        self.bytes += Entry::footprint(wire.len());
         if let Some(live) = &self.live {
             if live.receiver_count() == 0 {
                 self.live = None;
             } else {
-                let _ = live.send(entry);
+                let _ = live.send(Arc::new(record.entry(wire)));
             }
         }
     }
@@ -194,18 +206,43 @@ impl Ring {
             max_memory,
             ..
         } = self.settings;
-        while let Some(oldest) = self.entries.front() {
-            let expired = now.saturating_duration_since(oldest.kept) >= max_age;
-            if !expired && self.entries.len() <= capacity && self.bytes <= max_memory {
+        let max_age_ns = i64::try_from(max_age.as_nanos()).unwrap_or(i64::MAX);
+        let now_ns = since_epoch(self.epoch, now);
+        while let Some(oldest) = self.records.front() {
+            let expired = now_ns.saturating_sub(oldest.kept_ns) >= max_age_ns;
+            if !expired && self.records.len() <= capacity && self.bytes <= max_memory {
                 break;
             }
-            self.bytes -= oldest.bytes;
-            self.entries.pop_front();
+            self.drop_oldest();
         }
-        // The room a larger ring or a burst took is given back.
-        let kept = self.entries.len().max(1024);
-        if self.entries.capacity() > kept * 2 {
-            self.entries.shrink_to(kept);
+        // The room a larger ring (or longer names) took is given back.
+        let slots = self.settings.slots();
+        if self.records.capacity() > slots.max(self.records.len()) {
+            self.records.shrink_to(slots.max(self.records.len()));
+        }
+        let names = self.names.len();
+        if self.names.capacity() > (names * 2).max(slots.saturating_mul(NAME_ROOM)) {
+            self.names.shrink_to(names + names / 4);
+        }
+    }
+
+    /// Drop the oldest record and its name.
+    fn drop_oldest(&mut self) {
+        if let Some(oldest) = self.records.pop_front() {
+            self.bytes -= Entry::footprint(oldest.name_len());
+            self.names.drain(..oldest.name_len().min(self.names.len()));
+        }
+    }
+
+    /// The records and their names, copied out (the lock is held only for the copy).
+    fn snapshot(&self) -> packed::Snapshot {
+        let (front, back) = self.names.as_slices();
+        let mut names = Vec::with_capacity(self.names.len());
+        names.extend_from_slice(front);
+        names.extend_from_slice(back);
+        packed::Snapshot {
+            records: self.records.iter().copied().collect(),
+            names,
         }
     }
 
@@ -238,6 +275,13 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The records the ring holds at most: its capacity, or fewer when its memory cannot
+    /// hold that many of the shortest.
+    fn slots(&self) -> usize {
+        let by_memory = self.max_memory / Entry::footprint(1);
+        self.capacity.min(by_memory).max(1)
+    }
+
     /// The settings of a configuration.
     pub fn of(schema: &QueryLogSchema) -> Settings {
         Settings {
@@ -293,7 +337,9 @@ impl QueryLog {
     pub fn new(settings: Settings) -> QueryLog {
         QueryLog {
             shared: Arc::new(Mutex::new(Ring {
-                entries: VecDeque::new(),
+                records: VecDeque::new(),
+                names: VecDeque::new(),
+                epoch: Instant::now(),
                 bytes: 0,
                 settings,
                 tally: Tally::default(),
@@ -324,21 +370,18 @@ impl QueryLog {
         ring.settings = settings;
         if !enabled {
             ring.accepting = false;
-            ring.entries = VecDeque::new();
+            ring.records = VecDeque::new();
+            ring.names = VecDeque::new();
             ring.bytes = 0;
             ring.tally.dropped.clear();
             ring.live = None;
             return;
         }
         let (v4, v6) = (ring.settings.ipv4_prefix, ring.settings.ipv6_prefix);
-        for held in &mut ring.entries {
-            let prefix = if held.entry.client.is_ipv4() { v4 } else { v6 };
-            let masked = select::mask(held.entry.client, prefix);
-            if masked != held.entry.client {
-                let mut entry = (*held.entry).clone();
-                entry.client = masked;
-                held.entry = Arc::new(entry);
-            }
+        for record in &mut ring.records {
+            let client = record.client();
+            let prefix = if client.is_ipv4() { v4 } else { v6 };
+            record.set_client(select::mask(client, prefix));
         }
         ring.prune(now);
     }
@@ -350,30 +393,34 @@ impl QueryLog {
 
     /// A batch from worker `batch.worker`: its answers kept (unless the log stopped
     /// accepting), its dropped count noted; the entries past their age are dropped.
-    pub fn on_batch(&self, batch: records::Batch, now: Instant) {
+    pub fn on_batch(&self, batch: &records::Batch, now: Instant) {
         let mut ring = self.ring();
         if !ring.accepting {
             return;
         }
         ring.tally.dropped.tell(batch.worker, batch.dropped);
-        for entry in batch.entries {
-            ring.keep(entry, now);
+        let mut at = 0;
+        for record in &batch.records {
+            let end = at + record.name_len();
+            ring.keep(*record, batch.names.get(at..end).unwrap_or_default(), now);
+            at = end;
         }
         ring.prune(now);
     }
 
-    /// Keep an answer (its client cut to the configured prefix) and tell the followers.
+    /// Keep an answer (its client cut to the configured prefix) and tell the followers; one
+    /// whose name does not read as a name is not kept.
     pub fn push(&self, entry: Entry) {
-        self.push_if(entry, Instant::now(), |_| true);
+        self.push_at(&entry, Instant::now());
     }
 
-    /// Keep an answer at `now` when `kept` says so of the ring.
-    fn push_if(&self, entry: Entry, now: Instant, kept: impl FnOnce(&Ring) -> bool) {
-        let mut ring = self.ring();
-        if !kept(&ring) {
+    /// Keep an answer at `now`.
+    fn push_at(&self, entry: &Entry, now: Instant) {
+        let Some((record, wire)) = packed::Packed::of(entry) else {
             return;
-        }
-        ring.keep(entry, now);
+        };
+        let mut ring = self.ring();
+        ring.keep(record, &wire, now);
         ring.prune(now);
     }
 
@@ -417,31 +464,23 @@ impl QueryLog {
         ring
     }
 
-    /// Every entry, oldest first. The entries are shared with the ring: the lock is held
-    /// only to pick them (a pointer each), never to count, copy or serialise them, so a
-    /// reader of a large ring does not hold up the workers' batches.
-    pub fn entries(&self) -> Vec<Arc<Entry>> {
-        self.pruned_ring()
-            .entries
-            .iter()
-            .map(|h| h.entry.clone())
-            .collect()
+    /// Every entry, oldest first. The lock is held only to copy the packed records and
+    /// names out (a few bytes each), never to make entries of them, count or serialise
+    /// them, so a reader of a large ring does not hold up the workers' batches.
+    pub fn entries(&self) -> Vec<Entry> {
+        let snapshot = self.pruned_ring().snapshot();
+        snapshot.entries()
     }
 
-    /// The newest `limit` entries that `filter` passes, oldest first, shared with the ring
-    /// as [`QueryLog::entries`].
-    pub fn newest(&self, filter: &select::Filter, limit: usize) -> Vec<Arc<Entry>> {
-        let mut out: Vec<Arc<Entry>> = {
-            let ring = self.pruned_ring();
-            ring.entries
-                .iter()
-                .rev()
-                .map(|h| &h.entry)
-                .filter(|e| filter.matches(e))
-                .take(limit)
-                .cloned()
-                .collect()
-        };
+    /// The newest `limit` entries that `filter` passes, oldest first, read as
+    /// [`QueryLog::entries`].
+    pub fn newest(&self, filter: &select::Filter, limit: usize) -> Vec<Entry> {
+        let snapshot = self.pruned_ring().snapshot();
+        let mut out: Vec<Entry> = snapshot
+            .newest_first()
+            .filter(|e| filter.matches(e))
+            .take(limit)
+            .collect();
         out.reverse();
         out
     }
@@ -478,7 +517,7 @@ impl QueryLog {
             enabled: s.enabled,
             inactive_reason,
             capacity: s.capacity as u64,
-            held: ring.entries.len() as u64,
+            held: ring.records.len() as u64,
             received: ring.tally.received,
             malformed: ring.tally.malformed,
             held_bytes: ring.bytes as u64,
@@ -573,20 +612,24 @@ mod tests {
             (t0 + Duration::from_secs(8), t0 + Duration::from_secs(30), 0),
         ];
         for (kept, pruned, held) in rows {
-            log.push_if(named("a.test."), kept, |_| true);
+            log.push_at(&named("a.test."), kept);
             log.ring().prune(pruned);
-            assert_eq!(log.ring().entries.len(), held, "pruned at {pruned:?}");
+            assert_eq!(log.ring().records.len(), held, "pruned at {pruned:?}");
         }
         // Reads prune too: an entry kept longer ago than the age is not shown.
         let long_ago = Instant::now().checked_sub(age * 2).expect("uptime");
-        log.push_if(named("old.test."), long_ago, |_| true);
+        log.push_at(&named("old.test."), long_ago);
         assert!(log.newest(&select::Filter::default(), 10).is_empty());
         assert_eq!(log.status(&BTreeMap::new()).held, 0);
     }
 
     #[test]
     fn the_ring_is_bounded_in_bytes() {
-        let hostile = "\\255".repeat(255);
+        // The longest name there is (255 bytes in wire form), every byte escaped as text.
+        let label = |n: usize| "\\255".repeat(n);
+        let hostile = format!("{}.{}.{}.{}.", label(63), label(63), label(63), label(61));
+        let wire_len = |name: &str| packed::Packed::of(&named(name)).expect("a name").1.len();
+        assert_eq!(wire_len(&hostile), 255);
         // (names pushed, max-memory in footprints of the longest, entries held)
         let rows: [(&[&str], usize, usize); 3] = [
             (&["a.test.", "b.test.", "c.test."], 3, 3),
@@ -594,7 +637,7 @@ mod tests {
             (&["a.test.", &hostile, &hostile, "b.test."], 2, 2),
         ];
         for (names, footprints, held) in rows {
-            let longest = names.iter().map(|n| n.len()).max().unwrap_or(0);
+            let longest = names.iter().map(|n| wire_len(n)).max().unwrap_or(0);
             let log = QueryLog::new(on(Settings {
                 max_memory: Entry::footprint(longest) * footprints,
                 ..Settings::default()
@@ -606,7 +649,7 @@ mod tests {
             assert_eq!(status.held, held as u64, "{names:?}");
             let bytes: usize = names[names.len() - held..]
                 .iter()
-                .map(|n| Entry::footprint(n.len()))
+                .map(|n| Entry::footprint(wire_len(n)))
                 .sum();
             assert_eq!(status.held_bytes, bytes as u64, "{names:?}");
             assert!(status.held_bytes <= status.max_memory);
@@ -614,14 +657,24 @@ mod tests {
     }
 
     #[test]
-    fn an_entrys_footprint_is_at_least_its_parts() {
-        for len in [0, 1, 7, 24, 255, 1020] {
-            let footprint = Entry::footprint(len);
-            assert!(
-                footprint >= len + std::mem::size_of::<Entry>() + std::mem::size_of::<Held>(),
-                "{len}: {footprint}"
-            );
-            assert!(footprint <= len + 256, "{len}: {footprint}");
+    fn a_full_ring_keeps_little_room_it_does_not_use() {
+        // (capacity, answers pushed)
+        let rows = [(10_000, 10_000), (10_000, 25_000), (300, 1000), (1, 3)];
+        for (capacity, pushed) in rows {
+            let log = QueryLog::new(on(Settings {
+                capacity,
+                ..Settings::default()
+            }));
+            for i in 0..pushed {
+                log.push(named(&format!("f{i}.fill.test.")));
+            }
+            let ring = log.ring();
+            assert_eq!(ring.records.len(), capacity);
+            assert_eq!(ring.records.capacity(), capacity, "{capacity}");
+            let names: usize = ring.records.iter().map(|r| r.name_len()).sum();
+            assert_eq!(ring.names.len(), names);
+            assert!(ring.names.capacity() <= names + names / 4 + MIN_GROWTH);
+            assert_eq!(ring.bytes, capacity * 56 + names);
         }
     }
 
@@ -629,15 +682,19 @@ mod tests {
     async fn turned_off_the_log_forgets_everything_and_ends_its_followers() {
         let log = QueryLog::new(on(Settings::default()));
         log.set_accepting(true);
-        let batch = |name: &str| records::Batch {
-            worker: 0,
-            dropped: 3,
-            entries: vec![named(name)],
-            malformed: false,
+        let batch = |name: &str| {
+            let (record, names) = packed::Packed::of(&named(name)).expect("a name");
+            records::Batch {
+                worker: 0,
+                dropped: 3,
+                records: vec![record],
+                names,
+                malformed: false,
+            }
         };
-        log.on_batch(batch("a.test."), Instant::now());
+        log.on_batch(&batch("a.test."), Instant::now());
         let mut follower = log.follow();
-        log.on_batch(batch("b.test."), Instant::now());
+        log.on_batch(&batch("b.test."), Instant::now());
         let status = log.status(&BTreeMap::new());
         assert_eq!((status.held, status.missed), (2, 3));
         log.configure(Settings::default());
@@ -653,7 +710,7 @@ mod tests {
             Err(broadcast::error::RecvError::Closed)
         );
         // Nothing from the workers is kept afterwards.
-        log.on_batch(batch("c.test."), Instant::now());
+        log.on_batch(&batch("c.test."), Instant::now());
         assert_eq!(log.status(&BTreeMap::new()).held, 0);
     }
 

@@ -9,7 +9,8 @@
 //! the host). Datagrams are untrusted: only the workers' user, root and ours are read
 //! (`SCM_CREDENTIALS`, [`Access`]), descriptors passed with one are never installed, and a
 //! record is read only when whole, its name a valid one; anything else ends the datagram's
-//! reading and is counted as malformed.
+//! reading and is counted as malformed. A record is read into the ring's packed form
+//! (`packed`): its name stays in wire form, lowercased, with the batch's other names.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
@@ -20,7 +21,8 @@ use tokio::net::UnixDatagram;
 use tokio_util::sync::CancellationToken;
 
 use super::access::Access;
-use super::{Entry, QueryLog, SOCKET_FILE};
+use super::packed::{Fields, Packed};
+use super::{QueryLog, SOCKET_FILE};
 
 pub use crate::wire::query_log_format::{
     BATCH_HEADER, DROPPED_FUNCTION, MAGIC, MAX_DATAGRAM, RECORD_HEADER,
@@ -31,6 +33,7 @@ const MAX_WORKERS: usize = 256;
 
 /// How a client reached the resolver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum Transport {
     Udp,
     Tcp,
@@ -67,14 +70,16 @@ impl Transport {
 }
 
 /// A batch, read.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Default, PartialEq)]
 pub struct Batch {
     /// The worker that sent it.
     pub worker: u32,
     /// The records the worker dropped so far (its own count).
     pub dropped: u64,
     /// The records read, in order.
-    pub entries: Vec<Entry>,
+    pub records: Vec<Packed>,
+    /// Their names in wire form, lowercase, one after the other in the records' order.
+    pub names: Vec<u8>,
     /// Whether something past the header was not read (a short or bad record).
     pub malformed: bool,
 }
@@ -105,6 +110,16 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 /// Read a datagram. At most as many records as its header says, each whole with a valid name;
 /// the first that is not ends the reading (`malformed`).
 pub fn read(datagram: &[u8]) -> Result<Batch, BatchError> {
+    let mut batch = Batch::default();
+    read_into(datagram, &mut batch)?;
+    Ok(batch)
+}
+
+/// [`read`] into `batch`, whose buffers are used again (the reader reads every datagram
+/// into one: nothing is allocated per datagram once they are large enough).
+pub fn read_into(datagram: &[u8], batch: &mut Batch) -> Result<(), BatchError> {
+    batch.records.clear();
+    batch.names.clear();
     if datagram.len() < BATCH_HEADER {
         return Err(BatchError::Short(datagram.len()));
     }
@@ -116,12 +131,11 @@ pub fn read(datagram: &[u8]) -> Result<Batch, BatchError> {
     let count = u32_at(datagram, 8) as usize;
     let dropped = u64_at(datagram, 16);
     let mut rest = &datagram[BATCH_HEADER..];
-    let mut entries = Vec::with_capacity(count.min(rest.len() / RECORD_HEADER));
     let mut malformed = false;
-    while entries.len() < count {
-        match record(rest, worker) {
-            Some((entry, len)) => {
-                entries.push(entry);
+    while batch.records.len() < count {
+        match record(rest, worker, &mut batch.names) {
+            Some((packed, len)) => {
+                batch.records.push(packed);
                 rest = rest.get(len..).unwrap_or_default();
             }
             None => {
@@ -130,17 +144,32 @@ pub fn read(datagram: &[u8]) -> Result<Batch, BatchError> {
             }
         }
     }
-    Ok(Batch {
-        worker,
-        dropped,
-        entries,
-        malformed: malformed || !rest.is_empty(),
-    })
+    batch.worker = worker;
+    batch.dropped = dropped;
+    batch.malformed = malformed || !rest.is_empty();
+    Ok(())
 }
 
-/// One record at the front of `b`: its entry and its length with padding; `None` when it is
-/// not whole or says what no answer says.
-fn record(b: &[u8], worker: u32) -> Option<(Entry, usize)> {
+impl Batch {
+    /// Its entries, in order.
+    pub fn entries(&self) -> Vec<super::Entry> {
+        let mut at = 0;
+        self.records
+            .iter()
+            .map(|r| {
+                let end = at + r.name_len();
+                let entry = r.entry(self.names.get(at..end).unwrap_or_default());
+                at = end;
+                entry
+            })
+            .collect()
+    }
+}
+
+/// One record at the front of `b`: it packed, its name (lowercase) added to `names`, and its
+/// length with padding; `None` (and `names` as it was) when it is not whole or says what no
+/// answer says.
+fn record(b: &[u8], worker: u32, names: &mut Vec<u8>) -> Option<(Packed, usize)> {
     let fixed = b.get(..RECORD_HEADER)?;
     let name_len = usize::from(fixed[43]);
     let len = (RECORD_HEADER + name_len).next_multiple_of(8);
@@ -154,11 +183,12 @@ fn record(b: &[u8], worker: u32) -> Option<(Entry, usize)> {
     let latency = u32_at(fixed, 8);
     let latency_us = (start != 0 && latency != u32::MAX).then_some(u64::from(latency));
     let ede = i32::from_ne_bytes([fixed[20], fixed[21], fixed[22], fixed[23]]);
-    let entry = Entry {
+    // A valid uncompressed name (no label past its end, no compression pointer).
+    Name::from_slice(wire).ok()?;
+    let fields = Fields {
         time_us: start.saturating_add(latency_us.unwrap_or(0)),
         client,
         transport: Transport::of(fixed[41]),
-        name: name_text(wire)?.into_boxed_str(),
         qtype: u16_at(fixed, 14),
         rcode: u16_at(fixed, 16),
         latency_us,
@@ -171,19 +201,10 @@ fn record(b: &[u8], worker: u32) -> Option<(Entry, usize)> {
             _ => None,
         },
     };
-    Some((entry, len))
-}
-
-/// A name in wire form as the log shows it (as `domain` writes a name): lowercase, absolute,
-/// a byte that is not printable written `\DDD`, a dot within a label `\.`; `None` when it is
-/// no valid uncompressed name.
-fn name_text(wire: &[u8]) -> Option<String> {
-    let name = Name::from_slice(wire).ok()?;
-    let mut text = name.to_string().to_ascii_lowercase();
-    if !text.ends_with('.') {
-        text.push('.');
-    }
-    Some(text)
+    let at = names.len();
+    names.extend_from_slice(wire);
+    names[at..].make_ascii_lowercase();
+    Some((Packed::new(&fields, fixed[43]), len))
 }
 
 /// Bind `<rundir>/query-log.sock` with `access` (replacing a socket or a link left by an
@@ -226,21 +247,29 @@ fn receive(socket: &UnixDatagram, buf: &mut [u8]) -> std::io::Result<(usize, Opt
 pub async fn serve(socket: UnixDatagram, log: QueryLog, access: Access, stop: CancellationToken) {
     // One byte more than a batch may be: a longer datagram is seen as cut.
     let mut buf = vec![0u8; MAX_DATAGRAM + 1];
+    // Every datagram is read into this one (its buffers grow to a datagram's worth once).
+    let mut batch = Batch {
+        records: Vec::with_capacity(MAX_DATAGRAM / RECORD_HEADER),
+        names: Vec::with_capacity(MAX_DATAGRAM),
+        ..Batch::default()
+    };
     loop {
         let received = tokio::select! {
             () = stop.cancelled() => return,
             received = socket.async_io(tokio::io::Interest::READABLE, || receive(&socket, &mut buf)) => received,
         };
         match received {
-            Ok((n, Some(uid))) if access.admits(uid) => match read(&buf[..n.min(MAX_DATAGRAM)]) {
-                Ok(batch) => {
-                    if batch.malformed || n > MAX_DATAGRAM {
-                        log.count_malformed();
+            Ok((n, Some(uid))) if access.admits(uid) => {
+                match read_into(&buf[..n.min(MAX_DATAGRAM)], &mut batch) {
+                    Ok(()) => {
+                        if batch.malformed || n > MAX_DATAGRAM {
+                            log.count_malformed();
+                        }
+                        log.on_batch(&batch, Instant::now());
                     }
-                    log.on_batch(batch, Instant::now());
+                    Err(_) => log.count_malformed(),
                 }
-                Err(_) => log.count_malformed(),
-            },
+            }
             Ok((_, uid)) => log.refuse_peer(
                 "a datagram",
                 &uid.map_or_else(|| "an unknown sender".to_owned(), |u| format!("uid {u}")),
@@ -386,7 +415,8 @@ mod tests {
         ];
         let read = read(&batch(3, 2, &records)).expect("a batch");
         assert_eq!((read.worker, read.dropped, read.malformed), (3, 7, false));
-        let e = &read.entries[0];
+        let entries = read.entries();
+        let e = &entries[0];
         assert_eq!(e.client, "127.0.0.2".parse::<IpAddr>().unwrap());
         assert_eq!(e.name.as_ref(), "a.test.");
         assert_eq!((e.qtype, e.rcode, e.answers, e.ede), (28, 16, 2, None));
@@ -395,7 +425,14 @@ mod tests {
             (e.transport, e.cached, e.worker),
             (Transport::Dot, Some(true), Some(3))
         );
-        let e = &read.entries[1];
+        // A batch read into again holds the new datagram's records only.
+        let mut again = super::read(&batch(3, 2, &records)).expect("a batch");
+        read_into(&batch(5, 1, &records[1..]), &mut again).expect("a batch");
+        assert_eq!(
+            again,
+            super::read(&batch(5, 1, &records[1..])).expect("a batch")
+        );
+        let e = &entries[1];
         assert_eq!(e.client, "::1".parse::<IpAddr>().unwrap());
         assert_eq!(e.name.as_ref(), "a\\000\\.\\255.");
         assert_eq!((e.latency_us, e.cached), (None, Some(false)));
@@ -435,7 +472,7 @@ mod tests {
         for (i, (records, count, entries, malformed)) in rows.into_iter().enumerate() {
             let read = read(&batch(0, count, &records)).expect("a batch");
             assert_eq!(
-                (read.entries.len(), read.malformed),
+                (read.records.len(), read.malformed),
                 (entries, malformed),
                 "row {i}"
             );

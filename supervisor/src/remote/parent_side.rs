@@ -247,7 +247,16 @@ impl Session<'_, '_> {
                 }
                 store.forget(&name);
             }
-            ToParent::Upward(note) => upward.send_upward(&self.service.policy.passed_upward(&note)),
+            ToParent::Upward(note) => {
+                if matches!(note, crate::upward::Upward::Ready(_)) {
+                    // The child's start (or reload) is done, and so is ours: the heap and
+                    // program text it took are given back before the service manager hears
+                    // of it, so that what runs on is what is counted from then on.
+                    heap::release_free_heap();
+                    heap::release_unused_text();
+                }
+                upward.send_upward(&self.service.policy.passed_upward(&note))
+            }
             ToParent::Exit { code } => return Err(ChildEnd::Exit(code)),
             ToParent::Pong { seq } => {
                 if seq == self.seq {

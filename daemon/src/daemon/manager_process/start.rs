@@ -420,17 +420,18 @@ impl Running {
             self.parent.incarnation,
             to_serve.began,
         );
+        // Start-up's temporary allocations (the first configuration's parse, validation and
+        // rendering, the API's route table) are freed by now: their pages are given back
+        // before READY=1, so that the memory counted from then on is what runs on.
+        drop(to_serve.heap);
+        heap::release_free_heap();
+        heap::release_unused_text();
         // After an in-place upgrade, READY=1 again ends the reload it announced; at any other
         // time systemd takes it as the status it carries.
         upward.ready(&task::ready_status(
             &self.handle.config(),
             &self.handle.rpz_loads().borrow(),
         ));
-        // Start-up's temporary allocations (the first configuration's parse, validation and
-        // rendering, the API's route table) are freed by now: give their pages back.
-        drop(to_serve.heap);
-        heap::release_free_heap();
-        heap::release_unused_text();
         Ok(())
     }
 }
