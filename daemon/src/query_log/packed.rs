@@ -12,7 +12,6 @@ use std::net::{IpAddr, Ipv6Addr};
 
 use domain::base::Name;
 
-use super::records::Transport;
 use super::Entry;
 
 /// One answer in the ring (or in a batch), its name apart. What [`Entry`] holds, packed:
@@ -226,6 +225,44 @@ impl Snapshot {
             end = at;
             entry
         })
+    }
+}
+
+/// How a client reached the resolver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Transport {
+    Udp,
+    Tcp,
+    Dot,
+    Doh,
+    Doq,
+    Other,
+}
+
+impl Transport {
+    /// Its name in the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+            Transport::Dot => "dot",
+            Transport::Doh => "doh",
+            Transport::Doq => "doq",
+            Transport::Other => "other",
+        }
+    }
+
+    /// From dnstap's `SocketProtocol` number, which the records use.
+    pub fn of(protocol: u8) -> Transport {
+        match protocol {
+            1 => Transport::Udp,
+            2 => Transport::Tcp,
+            3 => Transport::Dot,
+            4 => Transport::Doh,
+            7 => Transport::Doq,
+            _ => Transport::Other,
+        }
     }
 }
 

@@ -31,43 +31,7 @@ pub use crate::wire::query_log_format::{
 /// Workers whose dropped count is kept at most (a sender may claim any number).
 const MAX_WORKERS: usize = 256;
 
-/// How a client reached the resolver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Transport {
-    Udp,
-    Tcp,
-    Dot,
-    Doh,
-    Doq,
-    Other,
-}
-
-impl Transport {
-    /// Its name in the log.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Transport::Udp => "udp",
-            Transport::Tcp => "tcp",
-            Transport::Dot => "dot",
-            Transport::Doh => "doh",
-            Transport::Doq => "doq",
-            Transport::Other => "other",
-        }
-    }
-
-    /// From dnstap's `SocketProtocol` number, which the records use.
-    pub fn of(protocol: u8) -> Transport {
-        match protocol {
-            1 => Transport::Udp,
-            2 => Transport::Tcp,
-            3 => Transport::Dot,
-            4 => Transport::Doh,
-            7 => Transport::Doq,
-            _ => Transport::Other,
-        }
-    }
-}
+pub use super::packed::Transport;
 
 /// A batch, read.
 #[derive(Debug, Default, PartialEq)]
