@@ -475,7 +475,7 @@ impl Store {
         endpoint: usize,
         path: &str,
         body: Bytes,
-    ) -> Result<hyper::body::Incoming, AttemptError> {
+    ) -> Result<transport::Answer, AttemptError> {
         let settings = &self.inner.settings;
         let member = &settings.endpoints[endpoint];
         let token = self.token(endpoint).await?;

@@ -6,8 +6,8 @@
 //! gRPC code and message), or the answer is refused here (too large, malformed).
 //!
 //! Every exchange has a connection of its own (no pool): a fleet's calls are few, and a
-//! connection dies with its call. hyper's connection task is spawned and ends with the
-//! connection, when the call's sender and body are dropped.
+//! connection dies with its call. hyper's connection task is owned by the call's [`Answer`]:
+//! it ends with the connection, and is aborted when the answer is dropped, read or not.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -18,6 +18,7 @@ use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::{Endpoint, Scheme, Settings};
 use crate::error::Error;
@@ -47,7 +48,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 async fn connect(
     settings: &Settings,
     endpoint: &Endpoint,
-) -> Result<SendRequest<Full<Bytes>>, AttemptError> {
+) -> Result<(SendRequest<Full<Bytes>>, AbortOnDropHandle<()>), AttemptError> {
     let tcp = TcpStream::connect((endpoint.host.as_str(), endpoint.port))
         .await
         .map_err(|e| AttemptError::Connect(chain(&e)))?;
@@ -78,11 +79,25 @@ async fn connect(
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| AttemptError::Connect(chain(&e)))?;
-    // Ends when the connection closes: after the answer, once sender and body are dropped.
-    tokio::spawn(async move {
+    // Ends when the connection closes: after the answer, once sender and body are dropped;
+    // aborted when its owner, the answer, is dropped first.
+    let connection = AbortOnDropHandle::new(tokio::spawn(async move {
         let _ = connection.await;
-    });
-    Ok(sender)
+    }));
+    Ok((sender, connection))
+}
+
+/// An answer's body, with the task that drives its connection (aborted when this is dropped).
+pub(crate) struct Answer {
+    body: Incoming,
+    _connection: AbortOnDropHandle<()>,
+}
+
+impl Answer {
+    /// The body's next frame, `None` at its end.
+    async fn frame(&mut self) -> Option<Result<hyper::body::Frame<Bytes>, hyper::Error>> {
+        self.body.frame().await
+    }
 }
 
 /// What to send: the gateway's path, the JSON body and the headers beside it.
@@ -98,8 +113,8 @@ pub(crate) async fn send(
     settings: &Settings,
     endpoint: &Endpoint,
     call: &Call<'_>,
-) -> Result<Incoming, AttemptError> {
-    let mut sender = connect(settings, endpoint).await?;
+) -> Result<Answer, AttemptError> {
+    let (mut sender, connection) = connect(settings, endpoint).await?;
     let mut request = Request::post(call.path)
         .header(hyper::header::HOST, host_header(endpoint))
         .header(hyper::header::CONTENT_TYPE, "application/json")
@@ -117,7 +132,10 @@ pub(crate) async fn send(
         .await
         .map_err(|e| AttemptError::Interrupted(chain(&e)))?;
     let status = response.status();
-    let body = response.into_body();
+    let body = Answer {
+        body: response.into_body(),
+        _connection: connection,
+    };
     if status == StatusCode::OK {
         return Ok(body);
     }
@@ -151,7 +169,7 @@ fn host_header(endpoint: &Endpoint) -> String {
 
 /// The whole body, refused past `limit` bytes (read no further than that).
 pub(crate) async fn read_to_end(
-    mut body: Incoming,
+    mut body: Answer,
     limit: usize,
     what: &str,
 ) -> Result<Vec<u8>, AttemptError> {
@@ -174,7 +192,7 @@ pub(crate) async fn read_to_end(
 /// A streamed answer read line by line (grpc-gateway writes one JSON message a line), each
 /// line bounded.
 pub(crate) struct Lines {
-    body: Incoming,
+    body: Answer,
     /// Bytes read and not yet returned (at most one line and what followed it in a frame).
     buffered: Vec<u8>,
     /// How much of `buffered` is known to hold no line end.
@@ -186,7 +204,7 @@ pub(crate) struct Lines {
 }
 
 impl Lines {
-    pub(crate) fn new(body: Incoming, limit: usize, what: String) -> Lines {
+    pub(crate) fn new(body: Answer, limit: usize, what: String) -> Lines {
         Lines {
             body,
             buffered: Vec::new(),
