@@ -69,12 +69,13 @@ where
     let mut number = 0u32;
     loop {
         let began = Instant::now();
-        let handle = tokio::spawn(make(Incarnation { number }));
-        let abort = handle.abort_handle();
+        // Owned here: awaited whatever happens, aborted and awaited (dropped) on cancel.
+        let mut handle = tokio::spawn(make(Incarnation { number }));
         let outcome = tokio::select! {
-            r = handle => r,
+            r = &mut handle => r,
             () = cancel.cancelled() => {
-                abort.abort();
+                handle.abort();
+                let _ = handle.await;
                 return None;
             }
         };
@@ -250,15 +251,31 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn cancellation_ends_supervision() {
+    async fn cancellation_ends_supervision_and_the_running_incarnation_with_it() {
+        /// Says when the incarnation's future is dropped.
+        struct Dropped(Arc<AtomicU32>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         let cancel = CancellationToken::new();
         let c = cancel.clone();
+        let dropped = Arc::new(AtomicU32::new(0));
+        let d = dropped.clone();
         let (health, _seen) = watch::channel(TaskHealth::default());
         let out: Option<()> = supervise_task("t", quick(), health, cancel, move |_| {
-            c.cancel();
-            async { std::future::pending::<Result<(), String>>().await }
+            let guard = Dropped(d.clone());
+            let c = c.clone();
+            async move {
+                let _guard = guard;
+                c.cancel();
+                std::future::pending::<Result<(), String>>().await
+            }
         })
         .await;
         assert!(out.is_none());
+        // The incarnation is gone when supervision returns, not at some later poll.
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
     }
 }
