@@ -9,6 +9,7 @@
 //! Also the configuration (`monitoring.query-log`) and the Lua it renders, without a bed.
 
 mod common;
+mod dnstap;
 mod exposition;
 
 use std::io::{Read, Write};
@@ -971,7 +972,7 @@ enum Tapped {
 /// The operator's dnstap consumer on `listener`: shakes hands with the first connection and
 /// reports every frame it reads (a frame that does not decode fails it).
 fn tap_consumer(listener: std::os::unix::net::UnixListener) -> std::sync::mpsc::Receiver<Tapped> {
-    use kres_daemon::query_log::{dnstap, frames};
+    use dnstap::{frames, message};
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -987,9 +988,9 @@ fn tap_consumer(listener: std::os::unix::net::UnixListener) -> std::sync::mpsc::
                 match frame {
                     frames::Frame::Data(data) => {
                         assert!(!data.is_empty(), "an empty frame");
-                        let tapped = match dnstap::decode(&data).expect("a dnstap message") {
-                            dnstap::Decoded::Query { key, .. } => Tapped::Query(key.client),
-                            dnstap::Decoded::Response(r) => Tapped::Answer(r.key.client, r.name),
+                        let tapped = match message::decode(&data).expect("a dnstap message") {
+                            message::Decoded::Query { key, .. } => Tapped::Query(key.client),
+                            message::Decoded::Response(r) => Tapped::Answer(r.key.client, r.name),
                         };
                         if tx.send(tapped).is_err() {
                             return;

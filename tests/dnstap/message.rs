@@ -1,6 +1,6 @@
 //! The dnstap messages kresd sends, decoded: what the operator's own collector gets of
-//! `logging.dnstap`, read by the tests and benchmarks that check it (the query log itself
-//! reads our own records, `records`). The protobuf structs are written here with
+//! `logging.dnstap`, read by the tests that check it (the query log itself reads our own
+//! records). The protobuf structs are written here with
 //! `prost`'s derive for the few fields of `dnstap.proto` kresd fills (tags as in the schema;
 //! unknown fields are skipped by prost), which spares a protoc at build time. A message is
 //! then read as DNS with the `domain` crate: the question, the rcode, the answer count and an
@@ -11,8 +11,6 @@ use std::net::IpAddr;
 use domain::base::opt::ExtendedError;
 use domain::base::Message;
 use prost::Message as _;
-
-pub use super::records::Transport;
 
 /// `dnstap.Dnstap`: the envelope.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -94,8 +92,9 @@ pub struct Response {
     pub worker: Option<String>,
     /// Its query's client, port and ID.
     pub key: QueryKey,
-    /// How the client asked.
-    pub transport: Transport,
+    /// How the client asked: dnstap's `SocketProtocol` number (1 UDP, 2 TCP, 3 DoT, 4 DoH,
+    /// 7 DoQ), when the frame said.
+    pub transport: Option<i32>,
     /// When it was sent, microseconds since the epoch.
     pub time_us: u64,
     /// When its query arrived, if the frame said.
@@ -177,10 +176,7 @@ pub fn decode(frame: &[u8]) -> Result<Decoded, DecodeError> {
                     port,
                     id: dns.header().id(),
                 },
-                transport: msg
-                    .socket_protocol
-                    .and_then(|p| u8::try_from(p).ok())
-                    .map_or(Transport::Other, Transport::of),
+                transport: msg.socket_protocol,
                 time_us: time_us(msg.response_time_sec, msg.response_time_nsec).unwrap_or(0),
                 query_time_us,
                 name,
@@ -304,7 +300,7 @@ mod tests {
         assert_eq!((r.key.port, r.key.id), (5353, 0x1234));
         assert_eq!(r.name, "example.com.");
         assert_eq!((r.qtype, r.rcode, r.answers), (1, 0, 1));
-        assert_eq!(r.transport, Transport::Udp);
+        assert_eq!(r.transport, Some(1));
         assert_eq!(r.time_us, 11_000_000);
         let decoded = decode(&frame(TYPE_CLIENT_RESPONSE, None, Some(answer(2)))).unwrap();
         assert!(matches!(decoded, Decoded::Response(r) if r.rcode == 2 && r.answers == 0));

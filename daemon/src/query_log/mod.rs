@@ -21,8 +21,6 @@
 //! client prefix applies to the entries already held.
 
 pub mod access;
-pub mod dnstap;
-pub mod frames;
 pub mod intake;
 pub mod packed;
 pub mod records;
