@@ -89,17 +89,6 @@ fn refusal(e: TraceError) -> ApiError {
     match e {
         TraceError::Query(_) | TraceError::InvalidTimeout => ApiError::BadRequest(e.to_string()),
         TraceError::TimedOut(_) => ApiError::TimedOut(e.to_string()),
-        other => ApiError::Failed(display_chain(&other)),
+        other => ApiError::Failed(crate::wire::error_line(&other)),
     }
-}
-
-/// An error and its causes, as one line.
-fn display_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    text
 }

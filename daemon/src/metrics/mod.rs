@@ -92,25 +92,12 @@ pub async fn collect(rundir: &Path, ids: &[WorkerId], mode: MetricsMode) -> Coll
                 .map_err(ScrapeError::from)
                 .and_then(|value| WorkerReply::read(value).map_err(ScrapeError::from));
             if let Err(e) = &reply {
-                tracing::warn!(worker = %id, "cannot collect statistics: {}", error_chain(e));
+                tracing::warn!(worker = %id, "cannot collect statistics: {}", crate::wire::error_line(e));
             }
             (id, reply)
         })
         .collect();
     Collected { workers }
-}
-
-/// An error and its causes, `: `-separated (as `rpz::error_chain`, which this module does not
-/// depend on).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 impl Collected {
@@ -145,7 +132,7 @@ impl Collected {
             match reply.as_ref().map(|r| r.upstreams.as_ref()) {
                 Ok(Some(Ok(report))) => told.push((*id, report)),
                 Ok(Some(Err(e))) => {
-                    tracing::warn!(worker = %id, "upstreams: {}", error_chain(e));
+                    tracing::warn!(worker = %id, "upstreams: {}", crate::wire::error_line(e));
                     silent.push(*id);
                 }
                 Ok(None) | Err(_) => silent.push(*id),
@@ -543,14 +530,14 @@ fn worker_reply_families(sid: &str, reply: &WorkerReply) -> Option<Exposition> {
     let stats = match &reply.stats {
         Ok(stats) => stats,
         Err(e) => {
-            tracing::warn!(worker = %sid, "{}; metrics not loaded", error_chain(e));
+            tracing::warn!(worker = %sid, "{}; metrics not loaded", crate::wire::error_line(e));
             return None;
         }
     };
     let counts = match &reply.counts {
         Some(Ok(counts)) => Some(counts),
         Some(Err(e)) => {
-            tracing::warn!(worker = %sid, "{}; answer counts left out", error_chain(e));
+            tracing::warn!(worker = %sid, "{}; answer counts left out", crate::wire::error_line(e));
             None
         }
         None => None,
@@ -927,7 +914,12 @@ mod tests {
         let errors: Vec<String> = collected
             .workers
             .iter()
-            .map(|(_, r)| r.as_ref().err().map(|e| error_chain(e)).unwrap_or_default())
+            .map(|(_, r)| {
+                r.as_ref()
+                    .err()
+                    .map(|e| crate::wire::error_line(e))
+                    .unwrap_or_default()
+            })
             .collect();
         assert_eq!(errors[0], "");
         assert_eq!(

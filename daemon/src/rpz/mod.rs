@@ -52,18 +52,6 @@ pub enum Divergence {
     NotInFile { missing: usize, deleted: usize },
 }
 
-/// An error and its causes, in one line.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 /// The port of a primary or a listener when the text names none.
 const DNS_PORT: u16 = 53;
 

@@ -22,7 +22,6 @@
 //! `manager::rpz_loads`) is transferred whole at once, at the start as after any change;
 //! while it stays broken, every refresh transfers it whole (`status::Loading`).
 
-use super::error_chain;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -312,7 +311,7 @@ pub async fn first_transfers(cfg: &KresConfig) -> Result<FirstTransfers, FirstTr
 fn first_failure(zone: &Zone, failures: &[(Primary, TransferError)]) -> FirstTransferFailed {
     let why = failures
         .iter()
-        .map(|(p, e)| format!("{}: {}", p.addr, error_chain(e)))
+        .map(|(p, e)| format!("{}: {}", p.addr, crate::wire::error_line(e)))
         .collect::<Vec<_>>()
         .join("; ");
     FirstTransferFailed {
@@ -458,7 +457,7 @@ async fn follow_all(
         let zone = match zone_of(rpz) {
             Some(Ok(zone)) => zone,
             Some(Err(e)) => {
-                tracing::error!("{}; the zone is not refreshed", error_chain(&e));
+                tracing::error!("{}; the zone is not refreshed", crate::wire::error_line(&e));
                 continue;
             }
             None => continue,
@@ -805,7 +804,7 @@ async fn carry_out(
     };
     let last = attempt.failures.len();
     for (i, (primary, e)) in attempt.failures.iter().enumerate() {
-        let error = error_chain(e);
+        let error = crate::wire::error_line(e);
         tracing::warn!(zone = %zone.name, primary = %primary.addr, "RPZ refresh failed: {error}; the running policy is kept");
         let told_next = attempt.success.is_none() && i + 1 == last;
         shared.events.publish(Event::RpzTransferFailed {

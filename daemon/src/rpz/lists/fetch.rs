@@ -4,7 +4,6 @@
 //! the time bounds, its SHA-256 computed on the way. Nothing here replaces a stored file;
 //! the caller checks the body and commits it.
 
-use crate::rpz::error_chain;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -342,7 +341,7 @@ async fn body(
             .await
             .map_err(|_| FetchError::Timeout("the body stalled"))?;
         let Some(frame) = frame else { break };
-        let frame = frame.map_err(|e| FetchError::Network(error_chain(&e)))?;
+        let frame = frame.map_err(|e| FetchError::Network(crate::wire::error_line(&e)))?;
         let Ok(data) = frame.into_data() else {
             continue;
         };

@@ -921,7 +921,7 @@ fn on_fetched(
             refreshed.changed
         }
         Err(e) => {
-            let error = error_chain(&e);
+            let error = crate::wire::error_line(&e);
             status.result = Some(e.reason().to_owned());
             status.error = Some(error.clone());
             status.failures += 1;
@@ -952,21 +952,6 @@ async fn sleep_until_if(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-/// An error and its causes, in one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
