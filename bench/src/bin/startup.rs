@@ -2,7 +2,7 @@
 //! rotates: launch → READY=1 on the notify socket, launch → first DNS answer, control-plane
 //! RSS and PSS after READY, SIGINT → every process gone. Ours runs twice a run: with the
 //! query log off, and with it on (`monitoring.query-log`, its default ring), where the PSS is
-//! measured again once the ring is full of distinct names (`fN.fill.test.`, asked until the
+//! measured again after the API's first request and once the ring is full of distinct names (`fN.fill.test.`, asked until the
 //! log holds its capacity). Prints medians side by side.
 //!
 //! With `BENCH_SMAPS_DIR=DIR`, each control-plane process's `smaps` after READY (after the
@@ -60,6 +60,9 @@ struct Samples {
     first_answer_ms: Vec<f64>,
     rss_mib: Vec<f64>,
     pss_mib: Vec<f64>,
+    /// With the log on: PSS after the API's first request (`GET /query-log/status`), the ring
+    /// still empty: what serving one request maps of the program's text.
+    first_request_pss_mib: Vec<f64>,
     /// With the log on: PSS once the ring is full of distinct names.
     full_ring_pss_mib: Vec<f64>,
     /// With the log on: the entries the full ring held.
@@ -97,6 +100,9 @@ fn one_run(bed: &Bed, subject: Subject, workers: u32, samples: &mut Samples) -> 
         let capacity = bench::query_log_status(&api)?["capacity"]
             .as_u64()
             .context("the ring's capacity")?;
+        samples
+            .first_request_pss_mib
+            .push(control_plane_pss_kib(&launched) as f64 / 1024.0);
         let status = bench::fill_query_log(server, &api, &mut 0, capacity)?;
         let held = status["held"].as_u64().unwrap_or(0);
         samples.full_ring_held.push(held as f64);
@@ -168,6 +174,12 @@ fn main() -> Result<()> {
         "control-plane PSS after READY, log on",
         "MiB",
         &on.pss_mib,
+        &upstream.pss_mib,
+    );
+    print_row(
+        "  log on, after the API's first request",
+        "MiB",
+        &on.first_request_pss_mib,
         &upstream.pss_mib,
     );
     print_row(

@@ -672,7 +672,7 @@ mod tests {
             let names: usize = ring.records.iter().map(|r| r.name_len()).sum();
             assert_eq!(ring.names.len(), names);
             assert!(ring.names.capacity() <= names + names / 4 + MIN_GROWTH);
-            assert_eq!(ring.bytes, capacity * 56 + names);
+            assert_eq!(ring.bytes, capacity * 48 + names);
         }
     }
 
