@@ -195,6 +195,21 @@ pub fn name_text(wire: &[u8]) -> Option<String> {
     Some(text)
 }
 
+/// The entries of `records` in order, whose names are `names` one after the other (a
+/// snapshot's, a batch's).
+pub fn entries(records: &[Packed], names: &[u8]) -> Vec<Entry> {
+    let mut at = 0;
+    records
+        .iter()
+        .map(|r| {
+            let end = at + r.name_len();
+            let entry = r.entry(names.get(at..end).unwrap_or_default());
+            at = end;
+            entry
+        })
+        .collect()
+}
+
 /// Records and their names, in order, copied out of the ring to be read without its lock.
 #[derive(Debug, Default)]
 pub struct Snapshot {
@@ -207,16 +222,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// Every entry, oldest first.
     pub fn entries(&self) -> Vec<Entry> {
-        let mut at = 0;
-        self.records
-            .iter()
-            .map(|r| {
-                let end = at + r.name_len();
-                let entry = r.entry(self.names.get(at..end).unwrap_or_default());
-                at = end;
-                entry
-            })
-            .collect()
+        entries(&self.records, &self.names)
     }
 
     /// The entries, newest first.

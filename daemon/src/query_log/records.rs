@@ -117,16 +117,7 @@ pub fn read_into(datagram: &[u8], batch: &mut Batch) -> Result<(), BatchError> {
 impl Batch {
     /// Its entries, in order.
     pub fn entries(&self) -> Vec<super::Entry> {
-        let mut at = 0;
-        self.records
-            .iter()
-            .map(|r| {
-                let end = at + r.name_len();
-                let entry = r.entry(self.names.get(at..end).unwrap_or_default());
-                at = end;
-                entry
-            })
-            .collect()
+        super::packed::entries(&self.records, &self.names)
     }
 }
 
