@@ -302,7 +302,7 @@ quit()
 /// Effects of the control-socket and statistics block, where we differ on purpose: the
 /// configured rundir instead of the working directory, no warning-level log of the path, the
 /// block kept with `lua.script-only`, and the answer counters of the labelled metrics and the
-/// upstreams (two functions defined; with `monitoring.metrics: always` the loading one called, as `stats` is
+/// upstreams (three functions defined; with `monitoring.metrics: always` the loading one called, as `stats` is
 /// loaded: everything else they do happens inside those calls, which the stubs do not run).
 const CONTROL_SOCKET_EFFECTS: &[&str] = &[
     "/control/",
@@ -312,6 +312,7 @@ const CONTROL_SOCKET_EFFECTS: &[&str] = &[
     "collect_lazy_statistics=function",
     "collect_statistics=function",
     "collect_labelled_statistics=function",
+    "attach_query_log=function",
     "load_answer_counters=function",
     "load_answer_counters()",
 ];

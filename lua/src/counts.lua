@@ -2,6 +2,13 @@
 -- answers by rcode, cache hits and misses, DNSSEC outcomes (a layer at finish)
 do
 	local report, upstream_report, counting_since
+	-- the query log's recorder while the log is on (lua::query_log): called from this layer's
+	-- finish with what it already read, so a logged answer costs no second layer
+	local record
+	function @ATTACH@(recorder)
+		record = recorder
+		@LOAD@()
+	end
 	function @LOAD@()
 		if package.loaded[@MODULE_KEY@] ~= nil then return end
 		counting_since = os.time()
@@ -67,21 +74,19 @@ do
 			if answer == nil then return state end
 			local rcode = answer:rcode()
 			local opt = answer.opt_rr
-			if opt ~= nil then
-				local ext = rshift(opt._ttl, 24)
-				if ext ~= 0 then
-					rcode = ext * 16 + rcode
-					if rcode > @HIGHEST_RCODE@ then rcode = @OTHER_RCODE@ end
-				end
-			end
-			rcodes[rcode] = rcodes[rcode] + 1
+			if opt ~= nil then rcode = rshift(opt._ttl, 24) * 16 + rcode end
+			local cached = false
 			local rplan = req.rplan
 			local resolved = tonumber(rplan.resolved.len)
 			if resolved > 0 then
 				local pending = tonumber(rplan.pending.len)
 				local last = pending > 0 and rplan.pending.at[pending - 1] or rplan.resolved.at[resolved - 1]
-				if last.flags.CACHED then hits = hits + 1 else misses = misses + 1 end
+				cached = last.flags.CACHED
+				if cached then hits = hits + 1 else misses = misses + 1 end
 			end
+			if record ~= nil and size ~= 0 then record(req, query, answer, rcode, cached) end
+			if rcode > @HIGHEST_RCODE@ then rcode = @OTHER_RCODE@ end
+			rcodes[rcode] = rcodes[rcode] + 1
 			if req.rank == @RANK_SECURE@ then
 				secure = secure + 1
 			elseif rcode == 2 and (failed[req.extended_error.info_code] or bogus_in(rplan.resolved) or bogus_in(rplan.pending)) then

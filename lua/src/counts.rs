@@ -8,9 +8,10 @@
 //! [`COLLECT_FUNCTION`].
 //!
 //! The layer is loaded as `stats` is: at the first collection (`monitoring.metrics: lazy`) or
-//! at start (`always`). Nothing runs while the worker's configuration is read but the
-//! definitions (and, with `always`, one call), so the file makes upstream's calls and
-//! assignments plus those two names.
+//! at start (`always`), and at start when the query log is on, whose recorder it calls
+//! ([`ATTACH_FUNCTION`]). Without the log, nothing runs while the worker's configuration is
+//! read but the definitions (and, with `always`, one call), so the file makes upstream's calls
+//! and assignments plus these three names.
 
 use super::{line, quote};
 
@@ -60,8 +61,15 @@ pub const MAX_UPSTREAMS: usize = 512;
 /// The global function that loads the counting layer (once; later calls do nothing).
 pub const LOAD_FUNCTION: &str = "load_answer_counters";
 
+/// The global function the query log (`lua::query_log`) hands its recorder to: the counting
+/// layer is loaded if it is not yet, and its `finish` calls the recorder for every answer to
+/// a client with a question, with the rcode (extended bits included) and cache use it has
+/// read for its own counts. One layer for both: a second Lua layer would cost a call from C
+/// into Lua per answer of its own.
+pub const ATTACH_FUNCTION: &str = "attach_query_log";
+
 /// The name of the kresd module the layer is loaded as (`modules.unload` of it stops the
-/// counting, `modules.load` resumes it with the same counts).
+/// counting and the query log's records, `modules.load` resumes both with the same counts).
 pub const MODULE: &str = "answer_counters";
 
 /// The slot of the extended rcodes above [`HIGHEST_NUMBERED_RCODE`].
@@ -106,6 +114,7 @@ pub fn counting_functions(out: &mut String) {
         .collect();
     let fills = [
         ("@LOAD@", LOAD_FUNCTION.to_owned()),
+        ("@ATTACH@", ATTACH_FUNCTION.to_owned()),
         ("@COLLECT@", COLLECT_FUNCTION.to_owned()),
         ("@MAX_UPSTREAMS@", MAX_UPSTREAMS.to_string()),
         ("@AF_INET@", nix::libc::AF_INET.to_string()),

@@ -1,4 +1,5 @@
--- monitoring.query-log: every answer as a record, sent to the manager in batches
+-- monitoring.query-log: every answer as a record, sent to the manager in batches; written
+-- from the answer counters' layer (lua::counts), which reads the rcode and cache use for both
 do
 	local ffi = require('ffi')
 	local bit = require('bit')
@@ -17,10 +18,10 @@ do
 		};
 		struct kres_query_log_sun { unsigned short family; char path[108]; };
 	]])
-	local dropped = 0
+	local dropped, loaded = 0, false
 	function @DROPPED@() return dropped end
 	function @LOAD@()
-		if package.loaded[@MODULE_KEY@] ~= nil then return end
+		if loaded then return end
 		local size = ffi.sizeof('struct kres_query_log_record')
 		if ffi.sizeof('struct kres_query_log_batch') ~= @BATCH_HEADER@ or size ~= @RECORD_HEADER@ then
 			log_warn(C.LOG_GRP_SYSTEM, 'query log unavailable: a record is ' .. size .. ' bytes')
@@ -33,7 +34,7 @@ do
 		header.worker = tonumber(os.getenv('SYSTEMD_INSTANCE') or '') or 0
 		local record_t = ffi.typeof('struct kres_query_log_record *')
 		local last = capacity - size - 263
-		local band, rshift = bit.band, bit.rshift
+		local band = bit.band
 		local sun = ffi.new('struct kres_query_log_sun')
 		sun.family = @AF_UNIX@
 		ffi.copy(sun.path, @PATH@)
@@ -59,17 +60,14 @@ do
 			end
 			pos, n = @BATCH_HEADER@, 0
 		end
-		local function finish(state, req, answer)
+		local function record(req, query, answer, rcode, cached)
 			local qsource = req.qsource
-			local client, query = qsource.addr, qsource.packet
-			if qsource.dst_addr == nil or client == nil or query == nil or answer == nil then
-				return state
-			end
-			local name_len = query.qname_size
+			local client = qsource.addr
 			local wire = answer.wire
-			if name_len == 0 or wire == nil or answer.size < 12 then return state end
+			if client == nil or wire == nil or answer.size < 12 then return end
 			local len = C.kr_inaddr_len(client)
-			if len ~= 4 and len ~= 16 then return state end
+			if len ~= 4 and len ~= 16 then return end
+			local name_len = query.qname_size
 			if pos > last then flush() end
 			local r = ffi.cast(record_t, buf + pos)
 			ffi.copy(r.addr, C.kr_inaddr(client), len)
@@ -81,28 +79,13 @@ do
 			r.qtype = q[name_len] * 256 + q[name_len + 1]
 			ffi.copy(buf + pos + size, q, name_len)
 			r.name_len = name_len
-			local rcode = band(wire[3], 15)
-			local opt = answer.opt_rr
-			if opt ~= nil then
-				rcode = rshift(opt._ttl, 24) * 16 + rcode
-				r.ede = req.extended_error.info_code
-			else
-				r.ede = -1
-			end
+			r.ede = answer.opt_rr ~= nil and req.extended_error.info_code or -1
 			r.rcode = rcode
 			r.answers = wire[6] * 256 + wire[7]
-			local cached = 0
-			local rplan = req.rplan
-			local resolved = tonumber(rplan.resolved.len)
-			if resolved > 0 then
-				local pending = tonumber(rplan.pending.len)
-				local last_query = pending > 0 and rplan.pending.at[pending - 1] or rplan.resolved.at[resolved - 1]
-				if last_query.flags.CACHED then cached = 1 end
-			end
-			r.cached = cached
+			r.cached = cached and 1 or 0
 			C.gettimeofday(now, nil)
 			local now_us = tonumber(now.tv_sec) * 1000000 + tonumber(now.tv_usec)
-			local initial = rplan.initial
+			local initial = req.rplan.initial
 			if initial ~= nil then
 				local ts = initial.timestamp
 				local start = tonumber(ts.tv_sec) * 1000000 + tonumber(ts.tv_usec)
@@ -116,11 +99,10 @@ do
 			end
 			pos = pos + band(size + name_len + 7, -8)
 			n = n + 1
-			return state
 		end
-		package.loaded[@MODULE_KEY@] = {layer = {finish = finish}}
-		modules.load(@MODULE@)
+		loaded = true
 		event.recurrent(@FLUSH_MS@, flush)
+		@ATTACH@(record)
 	end
 	@LOAD@()
 end

@@ -1,5 +1,7 @@
-//! The query log's layer in every worker (`monitoring.query-log` on): at `finish`, one
-//! compact binary record per answer to a client (`query_log::records` reads them), written
+//! The query log's recorder in every worker (`monitoring.query-log` on): one compact binary
+//! record per answer to a client (`query_log::records` reads them), made in the answer
+//! counters' layer at `finish` (`lua::counts`, loaded with the log, hands it the rcode and
+//! cache use it has read: one Lua layer for both, one call from C into Lua per answer), written
 //! into a preallocated buffer and sent as one datagram to `<rundir>/query-log.sock` when the
 //! buffer is full or at the next tick of a [`FLUSH_MS`] timer: no string is built, no table
 //! made per answer, one `send` per batch. Everything the record holds is read from kresd's
@@ -15,15 +17,12 @@
 
 use std::path::Path;
 
-use super::{line, quote, quote_path};
+use super::{line, quote_path};
 pub use kres_wire::query_log_format::DROPPED_FUNCTION;
 use kres_wire::query_log_format::{BATCH_HEADER, MAGIC, MAX_DATAGRAM, RECORD_HEADER};
 
 /// The global function that loads the layer (once; later calls do nothing).
 pub const LOAD_FUNCTION: &str = "load_query_log";
-
-/// The kresd module the layer is loaded as.
-pub const MODULE: &str = "query_log";
 
 /// Milliseconds between two sends of a batch not yet full: an answer reaches the manager
 /// within this (and `kresctl querylog --follow` within twice this).
@@ -53,8 +52,7 @@ pub fn query_log(out: &mut String, socket: &Path) {
     let fills = [
         ("@LOAD@", LOAD_FUNCTION.to_owned()),
         ("@DROPPED@", DROPPED_FUNCTION.to_owned()),
-        ("@MODULE_KEY@", quote(&format!("kres_modules.{MODULE}"))),
-        ("@MODULE@", quote(MODULE)),
+        ("@ATTACH@", super::counts::ATTACH_FUNCTION.to_owned()),
         ("@BATCH_HEADER@", BATCH_HEADER.to_string()),
         ("@RECORD_HEADER@", RECORD_HEADER.to_string()),
         ("@MAX_DATAGRAM@", MAX_DATAGRAM.to_string()),

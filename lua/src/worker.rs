@@ -36,12 +36,12 @@ pub fn render_worker_with(cfg: &KresConfig, ctx: &RenderContext) -> String {
         sections::logging(&mut out, cfg, "kresd");
         dnstap(&mut out, cfg);
         section(&mut out, "MONITORING");
-        query_log(&mut out, cfg);
         control_socket(&mut out, cfg);
         if cfg.monitoring.metrics == MetricsMode::Always {
             line!(&mut out, "modules.load('stats')");
         }
         statistics_functions(&mut out);
+        query_log(&mut out, cfg);
         if cfg.monitoring.metrics == MetricsMode::Always {
             counts::load_at_start(&mut out);
         }
@@ -124,8 +124,8 @@ fn dnstap(out: &mut String, cfg: &KresConfig) {
     line!(out, "}})");
 }
 
-/// `monitoring.query-log`: our layer sending every answer as a record to the manager's
-/// socket (`lua::query_log`).
+/// `monitoring.query-log`: our recorder sending every answer as a record to the manager's
+/// socket (`lua::query_log`), attached to the answer counters' layer (defined before it).
 fn query_log(out: &mut String, cfg: &KresConfig) {
     if cfg.monitoring.query_log.enabled {
         super::query_log::query_log(

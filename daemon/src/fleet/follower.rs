@@ -91,6 +91,12 @@ struct Seen {
     rollout: Option<(Rollout, i64)>,
 }
 
+/// The fewest answers over a soak that its SERVFAIL share is judged by: a share of a
+/// handful (a node nobody asks, or one asked a few names while it restarted) says nothing of
+/// the change, and two SERVFAILs of two would halt a sound rollout. A soak with fewer passes;
+/// the node's record says how many it counted (`answers_after`).
+pub const MIN_JUDGED_ANSWERS: u64 = 20;
+
 /// A staged document applied, its answers being watched.
 struct Soaking {
     revision: i64,
@@ -323,8 +329,14 @@ impl Follower {
             (_, now) => now.unwrap_or_default(),
         };
         let after = share(since.servfail, since.total);
-        let passed = after <= before + soak.max_rise;
-        if !passed {
+        let passed = soak_passed(before, since, soak.max_rise);
+        if since.total < MIN_JUDGED_ANSWERS {
+            tracing::info!(
+                "fleet: {} answers over the soak of revision {}, too few to judge a SERVFAIL share by; passed",
+                since.total,
+                soak.revision
+            );
+        } else if !passed {
             tracing::warn!(
                 "fleet: SERVFAIL share rose from {:.1}% to {:.1}% over the soak of revision {}",
                 before * 100.0,
@@ -429,6 +441,12 @@ impl Follower {
 }
 
 /// `part` of `whole` (nought of nothing).
+/// Whether a soak of `since` passes: its SERVFAIL share rose by at most `max_rise` over the
+/// share `before`, or it counted too few answers to judge by ([`MIN_JUDGED_ANSWERS`]).
+fn soak_passed(before: f64, since: Answers, max_rise: f64) -> bool {
+    since.total < MIN_JUDGED_ANSWERS || share(since.servfail, since.total) <= before + max_rise
+}
+
 fn share(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
@@ -515,5 +533,23 @@ impl Publisher {
     fn record(&self) -> FleetNode {
         let (workers_running, workers) = (self.workers)();
         self.membership.record(workers_running, workers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_soak_is_judged_by_its_share_from_enough_answers_only() {
+        let answers = |total, servfail| Answers { total, servfail };
+        // Two SERVFAILs of two answers say nothing of the change.
+        assert!(soak_passed(0.0, answers(2, 2), 0.05));
+        assert!(soak_passed(0.0, answers(MIN_JUDGED_ANSWERS - 1, 19), 0.05));
+        // From the minimum on, the share rules.
+        assert!(!soak_passed(0.0, answers(MIN_JUDGED_ANSWERS, 2), 0.05));
+        assert!(soak_passed(0.0, answers(MIN_JUDGED_ANSWERS, 1), 0.05));
+        assert!(soak_passed(0.10, answers(200, 30), 0.05));
+        assert!(!soak_passed(0.10, answers(200, 31), 0.05));
     }
 }
