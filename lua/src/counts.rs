@@ -1,6 +1,7 @@
 //! The workers' own counts of what kresd's `stats` module lacks, for the manager's labelled
 //! metrics: external queries by qtype, their answers by every rcode, cache hits and misses,
-//! DNSSEC outcomes, the query log's dropped records (`lua::query_log`); and, for `GET /upstreams`, per upstream address the queries sent and the
+//! DNSSEC outcomes, the query log's dropped records (`lua::query_log`); and, for `GET
+//! /upstreams`, per upstream address the queries sent and the
 //! answers received. A Lua layer at `finish` (the upstreams: `checkout` and `consume`)
 //! counts them in integer-indexed arrays held as upvalues (no string is built, no table made
 //! per query; an upstream's key is its address's bytes); the manager reads them with the
@@ -131,7 +132,7 @@ pub fn counting_functions(out: &mut String) {
         ("@RANK_SECURE@", RANK_SECURE.to_string()),
         (
             "@QL_DROPPED@",
-            super::query_log::DROPPED_FUNCTION.to_owned(),
+            kres_wire::query_log_format::DROPPED_FUNCTION.to_owned(),
         ),
     ];
     let mut text = TEMPLATE.to_owned();
