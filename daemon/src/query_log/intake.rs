@@ -19,7 +19,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::access::Access;
-use super::{records, QueryLog, SOCKET_FILE};
+use super::records::{self, WorkerOf};
+use super::{QueryLog, SOCKET_FILE};
 use crate::config::KresConfig;
 
 /// The socket bound or not, as the configuration says; a cheap handle the manager's executor
@@ -30,6 +31,8 @@ pub struct Intake {
     log: QueryLog,
     /// Who may write.
     access: Access,
+    /// Which worker a sender is.
+    worker_of: WorkerOf,
     /// The daemon's stop: the reader ends with it.
     stop: CancellationToken,
     /// Where the reader runs: the owner's tasks, waited for at its stop.
@@ -47,16 +50,19 @@ struct Bound {
 }
 
 impl Intake {
-    /// Nothing bound yet; the reader, once bound, runs on `tasks` until `stop`.
+    /// Nothing bound yet; the reader, once bound, runs on `tasks` until `stop`, and tells
+    /// each batch's worker by `worker_of`.
     pub fn new(
         log: QueryLog,
         access: Access,
+        worker_of: WorkerOf,
         tasks: TaskTracker,
         stop: CancellationToken,
     ) -> Intake {
         Intake {
             log,
             access,
+            worker_of,
             stop,
             tasks,
             bound: Arc::default(),
@@ -118,6 +124,7 @@ impl Intake {
             socket,
             self.log.clone(),
             self.access.clone(),
+            self.worker_of.clone(),
             token.clone(),
         ));
         *bound = Some(Bound {
@@ -248,6 +255,7 @@ mod tests {
         let intake = Intake::new(
             log.clone(),
             Access::for_workers(None),
+            Arc::new(|_| None),
             tasks.clone(),
             CancellationToken::new(),
         );

@@ -390,13 +390,16 @@ impl QueryLog {
     }
 
     /// A batch from worker `batch.worker`: its answers kept (unless the log stopped
-    /// accepting), its dropped count noted; the entries past their age are dropped.
+    /// accepting), its dropped count noted (a worker's only); the entries past their age are
+    /// dropped.
     pub fn on_batch(&self, batch: &records::Batch, now: Instant) {
         let mut ring = self.ring();
         if !ring.accepting {
             return;
         }
-        ring.tally.dropped.tell(batch.worker, batch.dropped);
+        if let Some(worker) = batch.worker {
+            ring.tally.dropped.tell(worker, batch.dropped);
+        }
         let mut at = 0;
         for record in &batch.records {
             let end = at + record.name_len();
@@ -683,7 +686,7 @@ mod tests {
         let batch = |name: &str| {
             let (record, names) = packed::Packed::of(&named(name)).expect("a name");
             records::Batch {
-                worker: 0,
+                worker: Some(0),
                 dropped: 3,
                 records: vec![record],
                 names,

@@ -9,7 +9,10 @@
 //! the host). Datagrams are untrusted: only the workers' user, root and ours are read
 //! (`SCM_CREDENTIALS`, [`Access`]), descriptors passed with one are never installed, and a
 //! record is read only when whole, its name a valid one; anything else ends the datagram's
-//! reading and is counted as malformed. A record is read into the ring's packed form
+//! reading and is counted as malformed. Which worker sent a batch is the kernel's word, not
+//! the batch's: the sender's pid looked up in the supervisor's table ([`WorkerOf`]). A batch
+//! from a process that is no worker (any process of the workers' user can send) is logged
+//! with no worker, and the dropped count it claims is not taken. A record is read into the ring's packed form
 //! (`packed`): its name stays in wire form, lowercased, with the batch's other names.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -28,16 +31,19 @@ pub use crate::wire::query_log_format::{
     BATCH_HEADER, DROPPED_FUNCTION, MAGIC, MAX_DATAGRAM, RECORD_HEADER,
 };
 
-/// Workers whose dropped count is kept at most (a sender may claim any number).
+/// Workers whose dropped count is kept at most.
 const MAX_WORKERS: usize = 256;
+
+/// The worker a process is, by its pid (`None`: no worker), from the supervisor's table.
+pub type WorkerOf = std::sync::Arc<dyn Fn(i32) -> Option<u32> + Send + Sync>;
 
 pub use super::packed::Transport;
 
 /// A batch, read.
 #[derive(Debug, Default, PartialEq)]
 pub struct Batch {
-    /// The worker that sent it.
-    pub worker: u32,
+    /// The worker that sent it, as the kernel tells the sender (`None`: no worker).
+    pub worker: Option<u32>,
     /// The records the worker dropped so far (its own count).
     pub dropped: u64,
     /// The records read, in order.
@@ -73,15 +79,21 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// Read a datagram. At most as many records as its header says, each whole with a valid name;
 /// the first that is not ends the reading (`malformed`).
-pub fn read(datagram: &[u8]) -> Result<Batch, BatchError> {
+pub fn read(datagram: &[u8], sender: Option<u32>) -> Result<Batch, BatchError> {
     let mut batch = Batch::default();
-    read_into(datagram, &mut batch)?;
+    read_into(datagram, &mut batch, sender)?;
     Ok(batch)
 }
 
 /// [`read`] into `batch`, whose buffers are used again (the reader reads every datagram
-/// into one: nothing is allocated per datagram once they are large enough).
-pub fn read_into(datagram: &[u8], batch: &mut Batch) -> Result<(), BatchError> {
+/// into one: nothing is allocated per datagram once they are large enough). `sender` is the
+/// worker that sent it (`None`: a process that is no worker); the number the batch claims
+/// is not taken.
+pub fn read_into(
+    datagram: &[u8],
+    batch: &mut Batch,
+    sender: Option<u32>,
+) -> Result<(), BatchError> {
     batch.records.clear();
     batch.names.clear();
     if datagram.len() < BATCH_HEADER {
@@ -91,13 +103,12 @@ pub fn read_into(datagram: &[u8], batch: &mut Batch) -> Result<(), BatchError> {
     if magic != MAGIC {
         return Err(BatchError::Magic(magic));
     }
-    let worker = u32_at(datagram, 4);
     let count = u32_at(datagram, 8) as usize;
     let dropped = u64_at(datagram, 16);
     let mut rest = &datagram[BATCH_HEADER..];
     let mut malformed = false;
     while batch.records.len() < count {
-        match record(rest, worker, &mut batch.names) {
+        match record(rest, sender, &mut batch.names) {
             Some((packed, len)) => {
                 batch.records.push(packed);
                 rest = rest.get(len..).unwrap_or_default();
@@ -108,7 +119,7 @@ pub fn read_into(datagram: &[u8], batch: &mut Batch) -> Result<(), BatchError> {
             }
         }
     }
-    batch.worker = worker;
+    batch.worker = sender;
     batch.dropped = dropped;
     batch.malformed = malformed || !rest.is_empty();
     Ok(())
@@ -124,7 +135,7 @@ impl Batch {
 /// One record at the front of `b`: it packed, its name (lowercase) added to `names`, and its
 /// length with padding; `None` (and `names` as it was) when it is not whole or says what no
 /// answer says.
-fn record(b: &[u8], worker: u32, names: &mut Vec<u8>) -> Option<(Packed, usize)> {
+fn record(b: &[u8], worker: Option<u32>, names: &mut Vec<u8>) -> Option<(Packed, usize)> {
     let fixed = b.get(..RECORD_HEADER)?;
     let name_len = usize::from(fixed[43]);
     let len = (RECORD_HEADER + name_len).next_multiple_of(8);
@@ -149,7 +160,7 @@ fn record(b: &[u8], worker: u32, names: &mut Vec<u8>) -> Option<(Packed, usize)>
         latency_us,
         answers: u16_at(fixed, 18),
         ede: u16::try_from(ede).ok(),
-        worker: Some(worker),
+        worker,
         cached: match fixed[42] {
             0 => Some(false),
             1 => Some(true),
@@ -174,11 +185,11 @@ pub fn bind(rundir: &Path, access: &Access) -> std::io::Result<UnixDatagram> {
     UnixDatagram::from_std(socket)
 }
 
-/// One datagram into `buf`: its length and its sender's uid (from the kernel; `None` when
-/// it gave none). Room is made for the credentials alone: descriptors a sender passes with
-/// a datagram are then never installed here (the kernel closes them and says the control
-/// data was cut, which reads as no credentials).
-fn receive(socket: &UnixDatagram, buf: &mut [u8]) -> std::io::Result<(usize, Option<u32>)> {
+/// One datagram into `buf`: its length and its sender's uid and pid (from the kernel; `None`
+/// when it gave none). Room is made for the credentials alone: descriptors a sender passes
+/// with a datagram are then never installed here (the kernel closes them and says the
+/// control data was cut, which reads as no credentials).
+fn receive(socket: &UnixDatagram, buf: &mut [u8]) -> std::io::Result<(usize, Option<(u32, i32)>)> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixCredentials};
     use std::os::fd::AsRawFd;
     let mut space = nix::cmsg_space!(UnixCredentials);
@@ -189,17 +200,24 @@ fn receive(socket: &UnixDatagram, buf: &mut [u8]) -> std::io::Result<(usize, Opt
         Some(&mut space),
         MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
     )?;
-    let uid = msg.cmsgs().ok().and_then(|mut cmsgs| {
+    let peer = msg.cmsgs().ok().and_then(|mut cmsgs| {
         cmsgs.find_map(|c| match c {
-            ControlMessageOwned::ScmCredentials(cred) => Some(cred.uid()),
+            ControlMessageOwned::ScmCredentials(cred) => Some((cred.uid(), cred.pid())),
             _ => None,
         })
     });
-    Ok((msg.bytes, uid))
+    Ok((msg.bytes, peer))
 }
 
-/// Read the workers' batches into `log` (those of a sender `access` admits) until `stop`.
-pub async fn serve(socket: UnixDatagram, log: QueryLog, access: Access, stop: CancellationToken) {
+/// Read the workers' batches into `log` (those of a sender `access` admits, each worker's
+/// told by `worker_of`) until `stop`.
+pub async fn serve(
+    socket: UnixDatagram,
+    log: QueryLog,
+    access: Access,
+    worker_of: WorkerOf,
+    stop: CancellationToken,
+) {
     // One byte more than a batch may be: a longer datagram is seen as cut.
     let mut buf = vec![0u8; MAX_DATAGRAM + 1];
     // Every datagram is read into this one (its buffers grow to a datagram's worth once).
@@ -214,8 +232,8 @@ pub async fn serve(socket: UnixDatagram, log: QueryLog, access: Access, stop: Ca
             received = socket.async_io(tokio::io::Interest::READABLE, || receive(&socket, &mut buf)) => received,
         };
         match received {
-            Ok((n, Some(uid))) if access.admits(uid) => {
-                match read_into(&buf[..n.min(MAX_DATAGRAM)], &mut batch) {
+            Ok((n, Some((uid, pid)))) if access.admits(uid) => {
+                match read_into(&buf[..n.min(MAX_DATAGRAM)], &mut batch, worker_of(pid)) {
                     Ok(()) => {
                         if batch.malformed || n > MAX_DATAGRAM {
                             log.count_malformed();
@@ -225,9 +243,12 @@ pub async fn serve(socket: UnixDatagram, log: QueryLog, access: Access, stop: Ca
                     Err(_) => log.count_malformed(),
                 }
             }
-            Ok((_, uid)) => log.refuse_peer(
+            Ok((_, peer)) => log.refuse_peer(
                 "a datagram",
-                &uid.map_or_else(|| "an unknown sender".to_owned(), |u| format!("uid {u}")),
+                &peer.map_or_else(
+                    || "an unknown sender".to_owned(),
+                    |(u, _)| format!("uid {u}"),
+                ),
             ),
             Err(e) => {
                 tracing::debug!("query log: reading the workers' records: {e}");
@@ -368,8 +389,11 @@ mod tests {
             }
             .bytes(),
         ];
-        let read = read(&batch(3, 2, &records)).expect("a batch");
-        assert_eq!((read.worker, read.dropped, read.malformed), (3, 7, false));
+        let read = read(&batch(3, 2, &records), Some(3)).expect("a batch");
+        assert_eq!(
+            (read.worker, read.dropped, read.malformed),
+            (Some(3), 7, false)
+        );
         let entries = read.entries();
         let e = &entries[0];
         assert_eq!(e.client, "127.0.0.2".parse::<IpAddr>().unwrap());
@@ -381,16 +405,34 @@ mod tests {
             (Transport::Dot, Some(true), Some(3))
         );
         // A batch read into again holds the new datagram's records only.
-        let mut again = super::read(&batch(3, 2, &records)).expect("a batch");
-        read_into(&batch(5, 1, &records[1..]), &mut again).expect("a batch");
+        let mut again = super::read(&batch(3, 2, &records), Some(3)).expect("a batch");
+        read_into(&batch(5, 1, &records[1..]), &mut again, Some(5)).expect("a batch");
         assert_eq!(
             again,
-            super::read(&batch(5, 1, &records[1..])).expect("a batch")
+            super::read(&batch(5, 1, &records[1..]), Some(5)).expect("a batch")
         );
         let e = &entries[1];
         assert_eq!(e.client, "::1".parse::<IpAddr>().unwrap());
         assert_eq!(e.name.as_ref(), "a\\000\\.\\255.");
         assert_eq!((e.latency_us, e.cached), (None, Some(false)));
+    }
+
+    /// The worker is who sent the batch, not who it says it is: a batch claiming worker 3
+    /// from worker 1 is worker 1's, from a process that is no worker no one's.
+    #[test]
+    fn a_batch_is_the_senders_whatever_number_it_claims() {
+        let claims_3 = batch(3, 1, &[good().bytes()]);
+        let from_1 = read(&claims_3, Some(1)).expect("a batch");
+        assert_eq!(from_1.worker, Some(1));
+        assert_eq!(from_1.entries()[0].worker, Some(1));
+        let from_another = read(&claims_3, None).expect("a batch");
+        assert_eq!(from_another.worker, None);
+        assert_eq!(from_another.entries()[0].worker, None);
+        assert_eq!(
+            from_another.records.len(),
+            1,
+            "its answers are still logged"
+        );
     }
 
     #[test]
@@ -425,15 +467,15 @@ mod tests {
             (vec![good.clone()], u32::MAX, 1, true),
         ];
         for (i, (records, count, entries, malformed)) in rows.into_iter().enumerate() {
-            let read = read(&batch(0, count, &records)).expect("a batch");
+            let read = read(&batch(0, count, &records), Some(0)).expect("a batch");
             assert_eq!(
                 (read.records.len(), read.malformed),
                 (entries, malformed),
                 "row {i}"
             );
         }
-        assert_eq!(read(&[0u8; 10]), Err(BatchError::Short(10)));
-        assert_eq!(read(&[0u8; 30]), Err(BatchError::Magic(0)));
+        assert_eq!(read(&[0u8; 10], Some(0)), Err(BatchError::Short(10)));
+        assert_eq!(read(&[0u8; 30], Some(0)), Err(BatchError::Magic(0)));
     }
 
     #[test]
@@ -472,13 +514,15 @@ mod tests {
         let sent = batch(0, 1, &[good().bytes()]);
         sender.send_to(&sent, &path).expect("send");
         let mut buf = vec![0u8; MAX_DATAGRAM];
-        let (n, uid) = socket
+        let (n, peer) = socket
             .async_io(tokio::io::Interest::READABLE, || receive(&socket, &mut buf))
             .await
             .expect("receive");
         assert_eq!(n, sent.len());
-        assert_eq!(uid, Some(nix::unistd::geteuid().as_raw()));
-        assert!(access.admits(uid.unwrap()));
+        let (uid, pid) = peer.expect("credentials");
+        assert_eq!(uid, nix::unistd::geteuid().as_raw());
+        assert_eq!(pid, i32::try_from(std::process::id()).expect("a pid"));
+        assert!(access.admits(uid));
         std::fs::remove_dir_all(&dir).ok();
     }
 }

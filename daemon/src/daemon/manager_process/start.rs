@@ -251,7 +251,8 @@ impl Running {
         };
         let kresd = announce(&executables, kresd, &settings.source.files, &parent);
         // Before the manager task, which starts the workers.
-        let (query_log, intake) = start_query_log(&handle, &tasks, &stop, executables.run_as);
+        let (query_log, intake) =
+            start_query_log(&handle, &parent, &tasks, &stop, executables.run_as);
         let ctx = ManagerContext {
             supervisor: parent.handle.clone(),
             executables,
@@ -482,6 +483,7 @@ impl Effects for Running {
 /// leaves the log empty (logged, and said by its status); the workers serve without it.
 fn start_query_log(
     handle: &ManagerHandle,
+    parent: &Parent,
     tasks: &TaskTracker,
     stop: &CancellationToken,
     run_as: Option<supervisor::Credentials>,
@@ -493,9 +495,17 @@ fn start_query_log(
     let mut configs = handle.subscribe();
     let first = configs.borrow_and_update().clone();
     let log = QueryLog::new(settings_of(&first));
+    // A batch's worker is its sender's, by the pid the kernel tells, in the process table.
+    let table = parent.handle.subscribe();
+    let worker_of = move |pid: i32| {
+        let table = table.borrow();
+        let process = table.processes.iter().find(|p| p.pid == Some(pid))?;
+        crate::service::WorkerId::from_name(&process.name).map(|w| w.0)
+    };
     let intake = Intake::new(
         log.clone(),
         Access::for_workers(run_as),
+        Arc::new(worker_of),
         tasks.clone(),
         stop.child_token(),
     );
