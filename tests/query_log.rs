@@ -104,15 +104,11 @@ fn scrape(r: &Resolver) -> exposition::Parsed {
 
 /// Poll the log's status until `done` accepts it (within [`SETTLE`]).
 fn wait_status(r: &Resolver, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + SETTLE;
-    loop {
+    testbed::wait_for(what, SETTLE, || {
         let status = get(r, "/query-log/status");
-        if done(&status) {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "{what}: {status}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        Ok(done(&status).then_some(status))
+    })
+    .unwrap_or_else(|e| panic!("{e}: {}", get(r, "/query-log/status")))
 }
 
 /// A top list as (key, count) pairs.
@@ -627,14 +623,14 @@ fn a_stopped_reader_costs_log_entries_never_answers() {
 
     // The batches come back: an answer after the load reaches the log.
     ask(&r, client(3), "marker.qlog.test.", dns::TYPE_A);
-    let deadline = Instant::now() + SETTLE;
-    while kresctl_json(&r, &["querylog", "--json", "--name", "marker.qlog.test"])
-        .as_array()
-        .is_none_or(Vec::is_empty)
-    {
-        assert!(Instant::now() < deadline, "the log never showed the marker");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    testbed::wait_for("the log to show the marker", SETTLE, || {
+        let logged = kresctl_json(&r, &["querylog", "--json", "--name", "marker.qlog.test"]);
+        Ok(logged
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+            .then_some(()))
+    })
+    .expect("the marker logged");
     // Every answer is either received or counted as missed by the worker.
     let total = report.answered + 2;
     let status = wait_status(&r, "received + missed = answered", |s| {
@@ -740,28 +736,25 @@ fn a_killed_reader_costs_log_entries_never_answers() {
         .expect("a new manager process");
     assert_ne!(r.pids_named("kres-manager"), [manager]);
     assert_eq!(r.pids_named("kresd"), workers, "the workers stay");
-    let deadline = Instant::now() + SETTLE;
     let mut asked = 0u64;
-    loop {
-        let answer = ask(&r, client(3), "marker.qlog.test.", dns::TYPE_A);
-        assert_eq!(answer.rcode, dns::RCODE_NOERROR);
-        asked += 1;
-        let out = r.kresctl(&["querylog", "--json", "--name", "marker.qlog.test"]);
-        let marked = out.ok().filter(|o| o.status.success()).is_some_and(|o| {
-            serde_json::from_slice::<Value>(&o.stdout)
-                .ok()
-                .and_then(|v| v.as_array().cloned())
-                .is_some_and(|a| a.iter().any(|e| e["cached"].is_boolean()))
-        });
-        if marked {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the new reader never logged the marker with its mark ({asked} asked)"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    testbed::wait_for(
+        "the new reader to log the marker with its mark",
+        SETTLE,
+        || {
+            let answer = ask(&r, client(3), "marker.qlog.test.", dns::TYPE_A);
+            assert_eq!(answer.rcode, dns::RCODE_NOERROR);
+            asked += 1;
+            let out = r.kresctl(&["querylog", "--json", "--name", "marker.qlog.test"]);
+            let marked = out.ok().filter(|o| o.status.success()).is_some_and(|o| {
+                serde_json::from_slice::<Value>(&o.stdout)
+                    .ok()
+                    .and_then(|v| v.as_array().cloned())
+                    .is_some_and(|a| a.iter().any(|e| e["cached"].is_boolean()))
+            });
+            Ok(marked.then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e} ({asked} asked)"));
     eprintln!("the batches were back after {asked} answers");
     r.stop();
 }
@@ -785,16 +778,14 @@ fn answers_say_whether_they_came_from_the_cache() {
         assert_eq!(a.a(), [std::net::Ipv4Addr::new(192, 0, 2, 7)]);
     }
     ask(&r, client(4), "a.qlog.test.", dns::TYPE_A);
-    let deadline = Instant::now() + SETTLE;
-    let logged = loop {
+    let logged = testbed::wait_for("the three answers logged", SETTLE, || {
         let logged = kresctl_json(&r, &["querylog", "--json", "--client", "127.0.0.4"]);
-        let n = logged.as_array().map_or(0, Vec::len);
-        if n == 3 {
-            break logged;
-        }
-        assert!(Instant::now() < deadline, "{logged:#}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        Ok((logged.as_array().map_or(0, Vec::len) == 3).then_some(logged))
+    })
+    .unwrap_or_else(|e| {
+        let logged = kresctl_json(&r, &["querylog", "--json", "--client", "127.0.0.4"]);
+        panic!("{e}: {logged:#}")
+    });
     eprintln!("{logged:#}");
     let cached: Vec<(String, Value)> = logged
         .as_array()
