@@ -131,7 +131,7 @@ pub fn counting_functions(out: &mut String) {
         ("@RANK_SECURE@", RANK_SECURE.to_string()),
         (
             "@QL_DROPPED@",
-            super::query_log::DROPPED_FUNCTION.to_owned(),
+            kres_wire::query_log_format::DROPPED_FUNCTION.to_owned(),
         ),
     ];
     let mut text = TEMPLATE.to_owned();
