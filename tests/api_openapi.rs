@@ -21,9 +21,9 @@ use kres_daemon::api::openapi::{document, document_for, METHODS};
 use kres_daemon::manager::handle::ManagerCommand;
 use kres_daemon::manager::plan::{plan, Restart};
 use kres_daemon::service::WorkerId;
-use kres_daemon::wire::failures::ProcessFailureRecord;
-use kres_daemon::wire::rpz::RpzZone;
-use kres_daemon::wire::upgrade::{UpgradeOutcome, UpgradeRecord};
+use kres_wire::failures::ProcessFailureRecord;
+use kres_wire::rpz::RpzZone;
+use kres_wire::upgrade::{UpgradeOutcome, UpgradeRecord};
 use serde_json::{json, Value};
 use supervisor::{ExitStatus, ProcessSnapshot, ProcessState, Snapshot};
 
@@ -164,7 +164,7 @@ async fn the_document_is_valid_openapi_3_1() {
         served["components"]["schemas"]["KresConfig"]["properties"]
             .as_object()
             .map(|m| m.keys().cloned().collect::<BTreeSet<_>>()),
-        kres_daemon::config::json_schema()["properties"]
+        kres_config::json_schema()["properties"]
             .as_object()
             .map(|m| m.keys().cloned().collect::<BTreeSet<_>>()),
         "the configuration's schema is embedded"

@@ -28,7 +28,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use kres_daemon::config::{load_files, ConfigError, ValidationError};
+use kres_config::{load_files, ConfigError, ValidationError};
 use serde_json::Value;
 
 /// What our validator said about one case.
@@ -66,7 +66,7 @@ fn flatten(e: &ValidationError, out: &mut Vec<String>) {
 fn ours(file: &Path) -> Verdict {
     match load_files(
         &[file.to_owned()],
-        kres_daemon::config::PathChecks::Lenient,
+        kres_config::PathChecks::Lenient,
         Default::default(),
     ) {
         Ok(_) => Verdict::Valid,

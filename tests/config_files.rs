@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kres_daemon::config::{
+use kres_config::{
     load_files, parse_document, validate_command, ConfigError, LogTargetArg, ParseError, PathChecks,
 };
 
@@ -45,7 +45,7 @@ fn several_files_are_deep_merged() {
     );
     let loaded = load_files(
         &[a, b],
-        kres_daemon::config::PathChecks::Lenient,
+        kres_config::PathChecks::Lenient,
         Default::default(),
     )
     .expect("valid");
@@ -66,7 +66,7 @@ fn merge_collisions_are_errors() {
     let b = dir.write("b.yaml", "cache:\n  size-max: 20M\n");
     match load_files(
         &[a, b],
-        kres_daemon::config::PathChecks::Lenient,
+        kres_config::PathChecks::Lenient,
         Default::default(),
     ) {
         Err(ConfigError::Parse {
@@ -86,12 +86,8 @@ fn toml_files_are_supported() {
         "c.toml",
         "workers = 3\n[network]\ndo-ipv6 = false\n[[network.listen]]\ninterface = '::1@5353'\n",
     );
-    let loaded = load_files(
-        &[t],
-        kres_daemon::config::PathChecks::Lenient,
-        Default::default(),
-    )
-    .expect("valid");
+    let loaded =
+        load_files(&[t], kres_config::PathChecks::Lenient, Default::default()).expect("valid");
     assert_eq!(loaded.model.workers, 3);
     assert!(!loaded.model.network.do_ipv6);
     let listen = &loaded.model.network.listen[0];
@@ -110,7 +106,7 @@ fn relative_paths_resolve_against_the_first_file() {
     let second = dir.write("second.yaml", "local-data:\n  addresses-files: [hosts]\n");
     let loaded = load_files(
         &[first, second],
-        kres_daemon::config::PathChecks::Lenient,
+        kres_config::PathChecks::Lenient,
         Default::default(),
     )
     .expect("valid without strict checks");
@@ -136,12 +132,8 @@ fn strict_mode_checks_paths() {
         "ok.yaml",
         &format!("rundir: {root}\ncache:\n  storage: {root}\nmanagement:\n  unix-socket: {root}/api.sock\n"),
     );
-    load_files(
-        &[ok],
-        kres_daemon::config::PathChecks::Strict,
-        Default::default(),
-    )
-    .expect("existing paths pass strict validation");
+    load_files(&[ok], kres_config::PathChecks::Strict, Default::default())
+        .expect("existing paths pass strict validation");
 
     let bad = dir.write(
         "bad.yaml",
@@ -152,7 +144,7 @@ fn strict_mode_checks_paths() {
     );
     let errors = match load_files(
         std::slice::from_ref(&bad),
-        kres_daemon::config::PathChecks::Strict,
+        kres_config::PathChecks::Strict,
         Default::default(),
     ) {
         Err(ConfigError::Invalid(e)) => e,
@@ -183,12 +175,8 @@ fn strict_mode_checks_paths() {
     ];
     assert_eq!(got, want);
     // the same document is fine without strict checks
-    load_files(
-        &[bad],
-        kres_daemon::config::PathChecks::Lenient,
-        Default::default(),
-    )
-    .expect("non-strict validation ignores the file system");
+    load_files(&[bad], kres_config::PathChecks::Lenient, Default::default())
+        .expect("non-strict validation ignores the file system");
 }
 
 #[test]

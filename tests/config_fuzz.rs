@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kres_daemon::config::{json_schema, parse_document, validate, PathChecks, ValidationContext};
+use kres_config::{json_schema, parse_document, validate, PathChecks, ValidationContext};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use serde_json::{Map, Value};
@@ -192,7 +192,7 @@ fn weight(v: &Value) -> (usize, usize, usize) {
 
 /// Within the bounds every accepted document keeps.
 fn within_bounds(v: &Value) -> bool {
-    use kres_daemon::config::{MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES};
+    use kres_config::{MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES};
     let (nodes, bytes, depth) = weight(v);
     // Keys count as nodes for the patch budget, not for the parser's: allow both.
     nodes <= 2 * MAX_EXPANDED_NODES

@@ -3,13 +3,13 @@
 
 use std::path::{Path, PathBuf};
 
-use kres_daemon::config::{load_files, ConfigError};
+use kres_config::{load_files, ConfigError};
 
 /// What `kresctl validate` prints (minus the success notice) and its exit code.
 fn transcript(file: &Path) -> String {
     match load_files(
         &[file.to_owned()],
-        kres_daemon::config::PathChecks::Lenient,
+        kres_config::PathChecks::Lenient,
         Default::default(),
     ) {
         Ok(_) => "rc=0".to_owned(),

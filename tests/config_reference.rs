@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use kres_daemon::config::{load_files, validate, ValidationContext};
+use kres_config::{load_files, validate, ValidationContext};
 
 fn reference_configs() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference-configs");
@@ -23,7 +23,7 @@ fn every_reference_config_is_accepted() {
     for file in files {
         if let Err(e) = load_files(
             std::slice::from_ref(&file),
-            kres_daemon::config::PathChecks::Lenient,
+            kres_config::PathChecks::Lenient,
             Default::default(),
         ) {
             panic!("{} rejected:\n{e}", file.display());
@@ -37,7 +37,7 @@ fn reference_configs_keep_their_raw_form() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference-configs/config.dev.yaml");
     let loaded = load_files(
         &[file],
-        kres_daemon::config::PathChecks::Lenient,
+        kres_config::PathChecks::Lenient,
         Default::default(),
     )
     .expect("valid");
@@ -61,10 +61,10 @@ pub fn validate_largest_example(rounds: u32) -> std::time::Duration {
         .max_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
         .expect("at least one config");
     let text = std::fs::read_to_string(&largest).expect("readable");
-    let raw = kres_daemon::config::parse_document(&text, &largest).expect("parses");
+    let raw = kres_config::parse_document(&text, &largest).expect("parses");
     let ctx = ValidationContext {
         resolve_root: largest.parent().expect("has a parent").to_owned(),
-        checks: kres_daemon::config::PathChecks::Lenient,
+        checks: kres_config::PathChecks::Lenient,
         logtarget_arg: Default::default(),
     };
     let start = Instant::now();
@@ -85,13 +85,13 @@ fn validation_is_deterministic_and_models_compare() {
     for file in reference_configs() {
         let a = load_files(
             std::slice::from_ref(&file),
-            kres_daemon::config::PathChecks::Lenient,
+            kres_config::PathChecks::Lenient,
             Default::default(),
         )
         .expect("valid");
         let b = load_files(
             std::slice::from_ref(&file),
-            kres_daemon::config::PathChecks::Lenient,
+            kres_config::PathChecks::Lenient,
             Default::default(),
         )
         .expect("valid");

@@ -4,14 +4,12 @@
 
 use std::path::PathBuf;
 
-use kres_daemon::config::{
-    parse_document, validate, KresConfig, ValidationContext, ValidationErrors,
-};
+use kres_config::{parse_document, validate, KresConfig, ValidationContext, ValidationErrors};
 
 fn ctx() -> ValidationContext {
     ValidationContext {
         resolve_root: PathBuf::from("/etc/knot-resolver"),
-        checks: kres_daemon::config::PathChecks::Lenient,
+        checks: kres_config::PathChecks::Lenient,
         logtarget_arg: Default::default(),
     }
 }
@@ -390,8 +388,8 @@ fn cross_field_rules() {
     for (yaml, path, message) in cases {
         check(yaml, Err(&[(path, message)]));
     }
-    let workers = format!("workers: {}", kres_daemon::config::workers_max_count() + 1);
-    let max = kres_daemon::config::workers_max_count();
+    let workers = format!("workers: {}", kres_config::workers_max_count() + 1);
+    let max = kres_config::workers_max_count();
     let message =
         format!("can't run with more workers than the recommended maximum {max} or hardcoded 256");
     let e = run(&workers).expect_err("too many workers");
@@ -482,7 +480,7 @@ fn defaults_and_auto_are_resolved() {
     assert_eq!(cfg.dns64.prefix.to_string(), "64:ff9b::/96");
 
     let cfg = run("workers: auto").expect("valid");
-    assert_eq!(Some(cfg.workers), kres_daemon::config::usable_cpus());
+    assert_eq!(Some(cfg.workers), kres_config::usable_cpus());
 
     let ports = run("network:\n  listen:\n    - interface: 127.0.0.1\n      kind: dot\n    - interface: ::1\n      kind: doh2\n    - interface: lo\n      kind: doh2-insecure\n    - unix-socket: x.sock")
         .expect("valid");

@@ -142,7 +142,7 @@ fn without_extensions(mut schema: Value) -> Value {
 
 #[test]
 fn schema_matches_the_reference() {
-    let ours = without_extensions(kres_daemon::config::json_schema());
+    let ours = without_extensions(kres_config::json_schema());
     let mut problems = Vec::new();
     compare(&reference(), &ours, "", &mut problems);
     assert!(
@@ -155,7 +155,7 @@ fn schema_matches_the_reference() {
 
 #[test]
 fn schema_top_level_metadata() {
-    let ours = kres_daemon::config::json_schema();
+    let ours = kres_config::json_schema();
     let reference = reference();
     for key in ["$schema", "$id", "title", "description", "type"] {
         assert_eq!(ours.get(key), reference.get(key), "{key}");
@@ -171,7 +171,7 @@ fn without_watchdog_defaults(mut schema: Value) -> Value {
 
 #[test]
 fn schema_is_identical_to_the_reference_apart_from_the_watchdog() {
-    let ours = without_watchdog_defaults(without_extensions(kres_daemon::config::json_schema()));
+    let ours = without_watchdog_defaults(without_extensions(kres_config::json_schema()));
     let reference = without_watchdog_defaults(reference());
     assert_eq!(
         serde_json::to_string_pretty(&ours).expect("serializable"),
@@ -181,7 +181,7 @@ fn schema_is_identical_to_the_reference_apart_from_the_watchdog() {
 
 #[test]
 fn machine_dependent_defaults_differ_only_in_the_watchdog() {
-    let ours = kres_daemon::config::json_schema();
+    let ours = kres_config::json_schema();
     let mut reference_network = reference()["properties"]["network"]["default"].clone();
     let mut our_network = ours["properties"]["network"]["default"].clone();
     reference_network["tls"]["watchdog"] = Value::Null;

@@ -225,7 +225,7 @@ fn checkov(target: &Path) -> (u64, Vec<String>) {
 
 /// The configuration the ConfigMap carries, validated as the daemon would (paths unchecked:
 /// they exist only in the pod).
-fn configuration(objects: &[Yaml]) -> kres_daemon::config::KresConfig {
+fn configuration(objects: &[Yaml]) -> kres_config::KresConfig {
     let cm = objects
         .iter()
         .find(|d| kind_of(d) == "ConfigMap" && d["data"]["config.yaml"].as_str().is_some())
@@ -233,9 +233,9 @@ fn configuration(objects: &[Yaml]) -> kres_daemon::config::KresConfig {
     let text = cm["data"]["config.yaml"].as_str().expect("config.yaml");
     let file = scratch().join("config.yaml");
     std::fs::write(&file, text).expect("write");
-    kres_daemon::config::load_files(
+    kres_config::load_files(
         &[file],
-        kres_daemon::config::PathChecks::Lenient,
+        kres_config::PathChecks::Lenient,
         Default::default(),
     )
     .expect("the ConfigMap's configuration is valid")

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use kres_daemon::config::parse_document;
+use kres_config::parse_document;
 use serde_json::Value;
 
 const KRESCTL: &str = env!("CARGO_BIN_EXE_kresctl");

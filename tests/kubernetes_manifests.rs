@@ -46,16 +46,16 @@ fn strings(node: &Yaml) -> Vec<String> {
 
 /// The ConfigMap's configuration, validated as the daemon would (paths not checked: they
 /// exist only in the pod).
-fn configuration() -> kres_daemon::config::KresConfig {
+fn configuration() -> kres_config::KresConfig {
     let cm = load("configmap.yaml");
     let text = text(&cm, &["data", "config.yaml"]);
     let dir = std::env::temp_dir().join(format!("kres-k8s-manifests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let file = dir.join("config.yaml");
     std::fs::write(&file, text).expect("write");
-    let loaded = kres_daemon::config::load_files(
+    let loaded = kres_config::load_files(
         &[file],
-        kres_daemon::config::PathChecks::Lenient,
+        kres_config::PathChecks::Lenient,
         Default::default(),
     );
     let _ = std::fs::remove_dir_all(&dir);

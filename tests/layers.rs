@@ -1,7 +1,7 @@
 //! The layer rule of ARCHITECTURE.md, kept: the top-level modules of the daemon's crate form
 //! layers, and an import (`crate::module`, outside tests and comments) only ever points down
-//! the list; ARCHITECTURE.md's module table lists them in that order and names exactly what
-//! each imports; the supervisor crate's modules import each other without a cycle; no two
+//! the list; ARCHITECTURE.md's module table lists them in that order, the sibling crates the
+//! daemon imports (`kres_wire::…`) below them, and names exactly what each imports; the supervisor crate's modules import each other without a cycle; no two
 //! files of any crate import each other in a circle (the paths from `crate::`, `super::` and
 //! `self::` resolved to the file they name); the workspace's library crates depend on
 //! each other only downwards; and no task of the resolver's processes is spawned detached
@@ -27,9 +27,24 @@ const LAYERS: &[&str] = &[
     "etag",
 ];
 
-/// The crates the root crate re-exports as modules of its own (`pub use kres_wire as wire`),
-/// at the bottom of the module table.
-const REEXPORTED: &[&str] = &["lua", "wire", "environment", "config"];
+/// The sibling crates the daemon's code imports by their own names, at the bottom of the
+/// module table: each row's name and the path it stands for (`kres_wire::environment` has a
+/// row apart from the rest of `kres_wire`).
+const SIBLINGS: &[(&str, &str)] = &[
+    ("lua", "kres_lua"),
+    ("wire", "kres_wire"),
+    ("environment", "kres_wire::environment"),
+    ("config", "kres_config"),
+];
+
+/// The module table's rows, top first.
+fn rows() -> Vec<&'static str> {
+    LAYERS
+        .iter()
+        .copied()
+        .chain(SIBLINGS.iter().map(|(row, _)| *row))
+        .collect()
+}
 
 /// Every `.rs` file below `dir`.
 fn sources(dir: &Path) -> Vec<PathBuf> {
@@ -62,23 +77,49 @@ fn code(path: &Path) -> String {
 /// The names following each `crate::` in `code`, each of a group (`crate::{a, b::c}`)
 /// included.
 fn imported(code: &str) -> BTreeSet<String> {
+    names_after(code, "crate::").into_iter().collect()
+}
+
+/// The sibling crates `code` imports, by their rows in the module table: `kres_wire::X` is
+/// `environment` if X is `environment`, else `wire`.
+fn imported_siblings(code: &str) -> BTreeSet<String> {
+    let row = |path: &str| SIBLINGS.iter().find(|(_, p)| *p == path).map(|(r, _)| *r);
+    let crates: BTreeSet<&str> = SIBLINGS
+        .iter()
+        .filter_map(|(_, p)| p.split("::").next())
+        .collect();
+    crates
+        .into_iter()
+        .flat_map(|krate| {
+            names_after(code, &format!("{krate}::"))
+                .into_iter()
+                .filter_map(move |name| row(&format!("{krate}::{name}")).or(row(krate)))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The first name after each `start` (`crate::`) in `code` that begins a path, each entry's
+/// of a group (`crate::{a, b::c}`).
+fn names_after(code: &str, start: &str) -> Vec<String> {
     let word = |s: &str| -> String {
         s.trim_start()
             .chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_')
             .collect()
     };
-    code.match_indices("crate::")
+    code.match_indices(start)
         .filter(|(at, _)| {
             // `supervisor::` or `kres_daemon::` would end in `crate::` only as part of a
-            // longer identifier; a real path starts at a boundary.
+            // longer identifier (`mykres_wire::` in `kres_wire::`); a real path starts at a
+            // boundary.
             !code[..*at]
                 .chars()
                 .next_back()
                 .is_some_and(|c| c.is_alphanumeric() || c == '_')
         })
         .flat_map(|(at, _)| {
-            let rest = &code[at + "crate::".len()..];
+            let rest = &code[at + start.len()..];
             match rest.strip_prefix('{') {
                 // The first name of each entry at the group's own depth.
                 Some(group) => {
@@ -105,11 +146,11 @@ fn imported(code: &str) -> BTreeSet<String> {
 /// Top-level module → the top-level modules it imports, for the crate whose sources are in
 /// `src`.
 fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    imports_counting(src, &[])
+    imports_counting(src, false)
 }
 
-/// [`imports`], counting the names in `also` (re-exported crates) as modules too.
-fn imports_counting(src: &Path, also: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
+/// [`imports`], with the daemon's [`SIBLINGS`] among what a module imports if `siblings`.
+fn imports_counting(src: &Path, siblings: bool) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in sources(src) {
         let rel = file.strip_prefix(src).expect("below the source directory");
@@ -122,13 +163,17 @@ fn imports_counting(src: &Path, also: &[&str]) -> BTreeMap<String, BTreeSet<Stri
         if matches!(module.as_str(), "lib" | "main" | "bin") {
             continue;
         }
-        let is_module = |m: &str| {
-            also.contains(&m) || src.join(format!("{m}.rs")).is_file() || src.join(m).is_dir()
-        };
-        for m in imported(&code(&file)) {
-            if m != module && is_module(&m) {
-                graph.entry(module.clone()).or_default().insert(m);
-            }
+        let is_module = |m: &str| src.join(format!("{m}.rs")).is_file() || src.join(m).is_dir();
+        let code = code(&file);
+        let mut uses: BTreeSet<String> = imported(&code)
+            .into_iter()
+            .filter(|m| *m != module && is_module(m))
+            .collect();
+        if siblings {
+            uses.extend(imported_siblings(&code));
+        }
+        if !uses.is_empty() {
+            graph.entry(module.clone()).or_default().extend(uses);
         }
     }
     graph
@@ -171,14 +216,14 @@ fn every_import_of_the_root_crate_points_down_the_layers() {
 }
 
 /// The rows of ARCHITECTURE.md's module table in order: each row's module, and the modules
-/// its last column names (backquoted names that are modules of the root crate, or `config`).
+/// its last column names (backquoted names that are rows of the table).
 fn documented_layers() -> Vec<(String, BTreeSet<String>)> {
     let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
     let table = text
         .split("| module | what it is | uses |")
         .nth(1)
         .expect("the module table");
-    let known: BTreeSet<&str> = LAYERS.iter().chain(REEXPORTED).copied().collect();
+    let known: BTreeSet<&str> = rows().into_iter().collect();
     let quoted =
         |s: &str| -> Vec<String> { s.split('`').skip(1).step_by(2).map(str::to_owned).collect() };
     table
@@ -206,12 +251,12 @@ fn documented_layers() -> Vec<(String, BTreeSet<String>)> {
 fn the_module_table_names_what_each_module_imports() {
     let documented = documented_layers();
     let order: Vec<&str> = documented.iter().map(|(m, _)| m.as_str()).collect();
-    let layers: Vec<&str> = LAYERS.iter().chain(REEXPORTED).copied().collect();
     assert_eq!(
-        order, layers,
+        order,
+        rows(),
         "ARCHITECTURE.md's module table and the list of layers differ"
     );
-    let graph = imports_counting(&root().join("daemon/src"), REEXPORTED);
+    let graph = imports_counting(&root().join("daemon/src"), true);
     let wrong: Vec<String> = documented
         .iter()
         .filter_map(|(module, said)| {
@@ -367,12 +412,20 @@ fn import_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String
 
 #[test]
 fn the_import_reader_sees_what_it_should() {
-    let code = "use crate::api::x;\nlet y = crate::wire::Z; kres_daemon::crate_x; mycrate::no;\n\
-                use crate::{lua::{quote, RenderContext}, service};";
+    let code = "use crate::api::x;\nlet y = crate::rpz::Z; kres_daemon::crate_x; mycrate::no;\n\
+                use crate::{trace::{a, b}, service};";
     assert_eq!(
         imported(code),
-        BTreeSet::from(["api", "lua", "service", "wire"].map(str::to_owned))
+        BTreeSet::from(["api", "rpz", "service", "trace"].map(str::to_owned))
     );
+    let siblings = |code: &str| -> Vec<String> { imported_siblings(code).into_iter().collect() };
+    assert_eq!(siblings("kres_lua::quote(x); mykres_config::no;"), ["lua"]);
+    assert_eq!(siblings("use kres_wire::environment::E;"), ["environment"]);
+    assert_eq!(
+        siblings("use kres_wire::{environment::E, rpz::Z};\nkres_config::X;"),
+        ["config", "environment", "wire"]
+    );
+    assert!(siblings("use crate::lua; kres_daemon::wire::X;").is_empty());
 }
 
 /// Every path of `code` that starts at `crate::`, `super::` or `self::`, as its segments

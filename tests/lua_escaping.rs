@@ -12,8 +12,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kres_daemon::config::{validate, KresConfig, ValidationContext};
-use kres_daemon::lua;
+use kres_config::{validate, KresConfig, ValidationContext};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
@@ -245,7 +244,7 @@ fn hostile_strings_reach_lua_unchanged() {
     let dir = bed.test_dir("lua-escaping").expect("dir");
     let ctx = ValidationContext {
         resolve_root: PathBuf::from("/"),
-        checks: kres_daemon::config::PathChecks::Lenient,
+        checks: kres_config::PathChecks::Lenient,
         logtarget_arg: Default::default(),
     };
     let mut runner = TestRunner::deterministic();
@@ -260,8 +259,8 @@ fn hostile_strings_reach_lua_unchanged() {
         };
         let n = cases.len();
         for (kind, text) in [
-            ("worker", lua::render_worker(&cfg)),
-            ("policy-loader", lua::render_policy_loader(&cfg)),
+            ("worker", kres_lua::render_worker(&cfg)),
+            ("policy-loader", kres_lua::render_policy_loader(&cfg)),
         ] {
             let name = format!("{n}-{kind}.lua");
             std::fs::write(dir.host(&name), text).expect("write Lua");
@@ -272,8 +271,8 @@ fn hostile_strings_reach_lua_unchanged() {
     testbed::write(&dir.host("files.txt"), &list).expect("list");
     let harness = format!(
         "HARNESS_LIST = {}\nHARNESS_OUT = {}\n{HARNESS}",
-        lua::quote(&dir.bed("files.txt").display().to_string()),
-        lua::quote(&dir.bed("seen.bin").display().to_string()),
+        kres_lua::quote(&dir.bed("files.txt").display().to_string()),
+        kres_lua::quote(&dir.bed("seen.bin").display().to_string()),
     );
     testbed::write(&dir.host("harness.lua"), &harness).expect("harness");
 

@@ -65,7 +65,7 @@ fn roll_back_under_load(name: &'static str, size_max: &str) {
         .extra(&format!("{RECORDS}lua:\n  script: |\n{indented}"));
     let yaml = config_yaml(&r.dir, r.port, &tried)
         .replace("size-max: 10M", &format!("size-max: {size_max}"));
-    let body = kres_daemon::config::parse_document(&yaml, std::path::Path::new("tried.yaml"))
+    let body = kres_config::parse_document(&yaml, std::path::Path::new("tried.yaml"))
         .expect("the tried configuration parses")
         .to_string();
 

@@ -824,7 +824,7 @@ fn answers_say_whether_they_came_from_the_cache() {
 
 #[test]
 fn the_configuration_renders_our_layer_for_the_query_log() {
-    use kres_daemon::config::{validate, PathChecks, ValidationContext};
+    use kres_config::{validate, PathChecks, ValidationContext};
     let ctx = ValidationContext {
         resolve_root: "/".into(),
         checks: PathChecks::Lenient,
@@ -832,7 +832,7 @@ fn the_configuration_renders_our_layer_for_the_query_log() {
     };
     let render = |doc: Value| {
         let cfg = validate(&doc, &ctx).expect("valid");
-        kres_daemon::lua::render_worker(&cfg)
+        kres_lua::render_worker(&cfg)
     };
     let off = render(json!({"rundir": "/run/kr"}));
     assert!(!off.contains("dnstap"), "off by default");

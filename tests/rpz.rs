@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Resolver, Setup, DNS_TIMEOUT, START_TIMEOUT};
-use kres_daemon::config::{validate, PathChecks, ValidationContext};
+use kres_config::{validate, PathChecks, ValidationContext};
 use serde_json::{json, Value};
 use testbed::dns;
 use testbed::http::EventStream;

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::{Resolver, Setup};
-use kres_daemon::config::{validate, PathChecks, ValidationContext};
+use kres_config::{validate, PathChecks, ValidationContext};
 use serde_json::{json, Value};
 
 /// How long a request may take before the test calls the manager stalled.

@@ -779,7 +779,7 @@ fn an_https_list_from_a_certificate_the_system_does_not_trust_is_refused() {
         name: "tls".into(),
         url: String::new(),
         file: dir.join("tls.rpz"),
-        format: kres_daemon::config::ListFormat::Domains,
+        format: kres_config::ListFormat::Domains,
         action: None,
         refresh: std::time::Duration::from_secs(3600),
         sha256: None,

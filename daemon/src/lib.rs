@@ -7,16 +7,11 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
-/// The configuration (its own crate, `config/`, built for speed: it parses and validates
-/// documents of many megabytes; the release profile in `Cargo.toml` says what that gains).
-pub use kres_config as config;
 pub mod control;
 pub mod daemon;
-pub use kres_wire::environment;
 pub mod etag;
 pub mod events;
 pub mod fleet;
-pub use kres_lua as lua;
 pub mod manager;
 pub mod metrics;
 pub mod query_log;
@@ -24,7 +19,6 @@ pub mod rpz;
 pub mod service;
 pub mod trace;
 pub mod watchdog;
-pub use kres_wire as wire;
 
 pub use kres_wire::version::{build_version, BUILD_LABEL_MARKER, VERSION};
 

@@ -19,7 +19,7 @@ use kres_lua::trace::{render_forget, render_poll};
 pub use kres_lua::trace::{QueryError, TraceQuery, LOG_LIMIT, MAX_TIMEOUT};
 
 use crate::control::{self, ControlError};
-use crate::wire::trace::Trace;
+use kres_wire::trace::Trace;
 
 /// How long a trace may take when the caller gives no timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);

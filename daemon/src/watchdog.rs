@@ -23,10 +23,10 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{KresConfig, LoadedConfig};
 use crate::events::Origin;
 use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
+use kres_config::{KresConfig, LoadedConfig};
 
 /// Quiet time after the last change before the renew is sent.
 pub const DEBOUNCE: Duration = Duration::from_millis(500);
@@ -61,7 +61,7 @@ pub fn watched_files(cfg: &KresConfig, config_files: &ConfigFiles) -> BTreeMap<P
     // A zone kept by zone transfer (or a subscribed list) is renewed by its secondary (the
     // lists' task) once stored, not watched.
     for rpz in cfg.local_data.rpz.iter().flatten() {
-        if rpz.watchdog && !crate::lua::kept_by_manager(rpz) {
+        if rpz.watchdog && !kres_lua::kept_by_manager(rpz) {
             files.insert(rpz.file.clone(), OnChange::Renew);
         }
     }
@@ -386,12 +386,12 @@ mod tests {
             {"file": "/srv/rpz/transferred.rpz", "watchdog": true,
              "transfer": {"zone": "transferred.rpz.", "primaries": ["192.0.2.53"]}},
         ]}});
-        let ctx = crate::config::ValidationContext {
+        let ctx = kres_config::ValidationContext {
             resolve_root: PathBuf::from("/etc/knot-resolver"),
-            checks: crate::config::PathChecks::Lenient,
+            checks: kres_config::PathChecks::Lenient,
             logtarget_arg: Default::default(),
         };
-        let cfg = crate::config::validate(&raw, &ctx).expect("valid");
+        let cfg = kres_config::validate(&raw, &ctx).expect("valid");
         let watched: Vec<PathBuf> = watched_files(&cfg, &ConfigFiles::Unwatched)
             .into_keys()
             .collect();

@@ -3,12 +3,12 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use kres_daemon::config::{LogLevel, LogTarget};
+use kres_config::{LogLevel, LogTarget};
 use kres_daemon::daemon::cli::Args;
 use kres_daemon::daemon::manager_process::{self, ManagerInvocation, WatchConfig};
 use kres_daemon::daemon::{logging, LogArgs};
-use kres_daemon::environment::Environment;
 use kres_daemon::manager::listen::{SocketOwner, Steering};
+use kres_wire::environment::Environment;
 
 fn main() -> ExitCode {
     let args = Args::parse_as_invoked();

@@ -12,13 +12,13 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::response::Response;
 use http_body_util::BodyExt;
+use kres_config::LoadedConfig;
 use kres_daemon::api::{app, ApiState};
-use kres_daemon::config::LoadedConfig;
 use kres_daemon::events::EventLog;
 use kres_daemon::manager::handle::ManagerCommand;
 use kres_daemon::manager::ManagerHandle;
-use kres_daemon::wire::failures::ProcessFailureRecord;
-use kres_daemon::wire::upgrade::UpgradeRecord;
+use kres_wire::failures::ProcessFailureRecord;
+use kres_wire::upgrade::UpgradeRecord;
 use serde_json::Value;
 use supervisor::remote::{Link, Parent, ToChild};
 use supervisor::{Snapshot, Supervisor, SupervisorHandle, SupervisorOptions};
@@ -102,12 +102,9 @@ impl Fixture {
             ),
         )
         .expect("config");
-        let loaded = kres_daemon::config::load_files(
-            &[file],
-            kres_daemon::config::PathChecks::Strict,
-            Default::default(),
-        )
-        .expect("valid config");
+        let loaded =
+            kres_config::load_files(&[file], kres_config::PathChecks::Strict, Default::default())
+                .expect("valid config");
         let (supervisor, keeper) = match supervision {
             Supervision::Local => {
                 let (supervisor, _task) = Supervisor::start(SupervisorOptions {
@@ -130,9 +127,9 @@ impl Fixture {
             stop: CancellationToken::new(),
             manager: ManagerHandle::new(manager, config_rx),
             fault_injection: kres_daemon::api::fault::FaultInjection::Off,
-            validation: kres_daemon::config::ValidationContext {
+            validation: kres_config::ValidationContext {
                 resolve_root: dir.0.clone(),
-                checks: kres_daemon::config::PathChecks::Manager,
+                checks: kres_config::PathChecks::Manager,
                 logtarget_arg: Default::default(),
             },
             rendered: Default::default(),

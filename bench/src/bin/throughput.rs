@@ -138,7 +138,7 @@ fn set_counting(r: &Resolver, counting: Counting) -> Result<()> {
     };
     let expr = format!(
         "modules.{verb}({})",
-        kres_daemon::lua::quote(kres_daemon::lua::counts::MODULE)
+        kres_lua::quote(kres_lua::counts::MODULE)
     );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

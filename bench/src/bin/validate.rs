@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{ensure, Result};
 use bench::{median, print_header, print_row};
-use kres_daemon::config::{self, ValidationContext};
+use kres_config::ValidationContext;
 use testbed::Bed;
 
 /// The largest configuration among the reference examples.
@@ -33,7 +33,7 @@ fn main() -> Result<()> {
     let text = std::fs::read_to_string(&file)?;
     let ctx = ValidationContext {
         resolve_root: file.parent().unwrap_or(Path::new(".")).to_owned(),
-        checks: kres_daemon::config::PathChecks::Lenient,
+        checks: kres_config::PathChecks::Lenient,
         logtarget_arg: Default::default(),
     };
 
@@ -43,9 +43,9 @@ fn main() -> Result<()> {
     for _ in 0..runs {
         let t0 = Instant::now();
         for _ in 0..ROUNDS {
-            let raw = config::parse_document(&text, &file)?;
+            let raw = kres_config::parse_document(&text, &file)?;
             ensure!(
-                config::validate(&raw, &ctx).is_ok(),
+                kres_config::validate(&raw, &ctx).is_ok(),
                 "example must be valid"
             );
         }

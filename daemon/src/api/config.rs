@@ -19,12 +19,12 @@ use super::openapi::ConfigDocument;
 use super::pointer;
 use super::responses::{ConfigConditions, ConfigDelete, ConfigDeleteAll, ConfigPatch, ConfigPut};
 use super::ApiState;
-use crate::config::{self, LoadedConfig};
 use crate::etag::{etag, tag_list, TagList};
 use crate::manager::handle::Base;
 use crate::manager::plan::Stage;
 use crate::manager::ChangeError;
-use crate::wire::change::DryRun;
+use kres_config::LoadedConfig;
+use kres_wire::change::DryRun;
 
 /// How many times a change without `If-Match` is recomputed when another change won the race.
 const CONFLICT_RETRIES: usize = 3;
@@ -532,7 +532,7 @@ type Edit = dyn Fn(&Value) -> Result<Value, ApiError> + Send + Sync;
 const FLEET_APPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// [`change`] on a node of a fleet: the edit is made to the fleet's document (not to what this
-/// node runs), refused where the node's own file decides (`config::overlay::pinned_by`),
+/// node runs), refused where the node's own file decides (`kres_config::overlay::pinned_by`),
 /// validated composed with the node's files and dry-run here, then written to the store as a
 /// compare-and-swap on the revision read (a race with another writer computes it again, up to
 /// [`CONFLICT_RETRIES`] times); the answer comes once this node applied it. Every node of the
@@ -594,7 +594,7 @@ async fn fleet_change(
             Err(e) => return Err(store_error(e)),
         };
         if let Some(rollout) = rollout {
-            let staged = crate::wire::fleet::Staged {
+            let staged = kres_wire::fleet::Staged {
                 revision: written,
                 waves: rollout.waves,
             };
@@ -633,8 +633,8 @@ async fn staged_rollout(
     fleet: &crate::fleet::Membership,
     query: &ChangeQuery,
     previous: Option<i64>,
-) -> Result<Option<crate::wire::fleet::Rollout>, ApiError> {
-    use crate::wire::fleet::{Rollout, RolloutState};
+) -> Result<Option<kres_wire::fleet::Rollout>, ApiError> {
+    use kres_wire::fleet::{Rollout, RolloutState};
     let policy = state
         .manager
         .config()
@@ -650,7 +650,7 @@ async fn staged_rollout(
         .clone()
         .or_else(|| policy.as_ref().map(|p| p.wave.clone()))
         .unwrap_or_else(|| "25%".into());
-    let wave = config::Wave::parse(&wave_text)
+    let wave = kres_config::Wave::parse(&wave_text)
         .map_err(|why| ApiError::BadRequest(format!("wave: {why}")))?;
     let canary = query
         .canary_node
@@ -671,7 +671,7 @@ async fn staged_rollout(
     let (soak, rise, timeout) = match &policy {
         Some(p) => (
             p.soak.duration().as_secs_f64(),
-            config::parse_percent(&p.max_servfail_rise).unwrap_or(0.05),
+            kres_config::parse_percent(&p.max_servfail_rise).unwrap_or(0.05),
             p.wave_timeout.duration().as_secs_f64(),
         ),
         None => (30.0, 0.05, 300.0),
@@ -710,9 +710,9 @@ fn fleet_edit(
         .load_local()
         .map_err(|e| ApiError::Failed(e.to_string()))?;
     let mut edited = shared.clone();
-    for difference in crate::config::document_diff::differences(running, &edited_running) {
+    for difference in kres_config::document_diff::differences(running, &edited_running) {
         let path = difference.path();
-        if let Some(pin) = config::overlay::pinned_by(&local, path) {
+        if let Some(pin) = kres_config::overlay::pinned_by(&local, path) {
             return Err(ApiError::Conflict(format!(
                 "{path} is this node's own in the fleet ({pin} is set by its file or always \
                  the node's): change it in the node's file"
@@ -721,7 +721,7 @@ fn fleet_edit(
         carry(&mut edited, &difference);
     }
     let loaded = fleet.source.load_with(Some(&edited)).map_err(|e| match e {
-        config::ConfigError::Invalid(errors) => ApiError::Invalid(errors),
+        kres_config::ConfigError::Invalid(errors) => ApiError::Invalid(errors),
         other => ApiError::Failed(other.to_string()),
     })?;
     Ok((edited, loaded))
@@ -729,8 +729,8 @@ fn fleet_edit(
 
 /// Make `difference` in `doc`: a value set at its path (mappings made on the way, anything
 /// else there replaced), or removed from it (nothing when it is not there).
-fn carry(doc: &mut Value, difference: &crate::config::document_diff::Difference) {
-    use crate::config::document_diff::Difference;
+fn carry(doc: &mut Value, difference: &kres_config::document_diff::Difference) {
+    use kres_config::document_diff::Difference;
     let segments: Vec<String> = difference
         .path()
         .split('/')
@@ -777,12 +777,12 @@ async fn blocking<T: Send + 'static>(
 /// Validate `doc` and hash its ETag, both at once on the blocking pool (they only read it).
 async fn validate_and_tag(
     doc: Value,
-    ctx: &config::ValidationContext,
+    ctx: &kres_config::ValidationContext,
 ) -> Result<(LoadedConfig, String), ApiError> {
     let doc = Arc::new(doc);
     let validated = {
         let (doc, ctx) = (doc.clone(), ctx.clone());
-        blocking(move || config::validate(&doc, &ctx))
+        blocking(move || kres_config::validate(&doc, &ctx))
     };
     let tagged = {
         let doc = doc.clone();
@@ -918,7 +918,7 @@ pub fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, BodyError> 
     if origin == "request.json" {
         return serde_json::from_str(text).map_err(|e| BodyError::Parse(e.to_string()));
     }
-    config::parse_document(text, std::path::Path::new(origin))
+    kres_config::parse_document(text, std::path::Path::new(origin))
         .map_err(|e| BodyError::Parse(e.to_string()))
 }
 
@@ -953,7 +953,7 @@ mod tests {
         ];
         for (edited, shared, expected) in rows {
             let mut doc = shared.clone();
-            for difference in crate::config::document_diff::differences(&running, edited) {
+            for difference in kres_config::document_diff::differences(&running, edited) {
                 carry(&mut doc, &difference);
             }
             assert_eq!(&doc, expected, "{edited}");

@@ -14,7 +14,7 @@ use super::{json_value, responses, ApiState};
 use crate::events::Origin;
 use crate::manager::plan::{Restart, Stage};
 use crate::service;
-use crate::wire::change::ReloadSummary;
+use kres_wire::change::ReloadSummary;
 
 /// Read the configuration files again and apply them.
 ///
@@ -179,7 +179,7 @@ everything)"
     }
     let request: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("request processing error:\n{e}")))?;
-    let clear = crate::lua::cache_clear::CacheClear::from_json(&request).map_err(|errors| {
+    let clear = kres_lua::cache_clear::CacheClear::from_json(&request).map_err(|errors| {
         ApiError::BadRequest(format!(
             "Configuration validation error detected:\n\t{}",
             errors.join("\n\t")

@@ -6,8 +6,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::pointer::{PatchError, PointerError};
-use crate::config::ValidationErrors;
 use crate::manager::{ApplyError, ChangeError};
+use kres_config::ValidationErrors;
 
 /// Why a request body was not accepted.
 #[derive(Debug, thiserror::Error)]

@@ -8,8 +8,8 @@ use std::time::SystemTime;
 
 use supervisor::task::TaskHealth;
 
-use crate::wire::failures::ProcessFailureRecord;
-use crate::wire::processes::ManagerFailures;
+use kres_wire::failures::ProcessFailureRecord;
+use kres_wire::processes::ManagerFailures;
 
 /// What `/processes` shows, from the root's record and the task's health.
 pub fn manager_failures(

@@ -8,8 +8,7 @@ use axum::response::Response;
 
 use super::error::ApiError;
 use super::{json_value, ApiState};
-use crate::config;
-use crate::wire::fleet::{FleetStatus, RolledBack, MAX_EXPLAINED};
+use kres_wire::fleet::{FleetStatus, RolledBack, MAX_EXPLAINED};
 
 /// The node's membership of its fleet, or the 404 of a node in none.
 fn membership(state: &ApiState) -> Result<std::sync::Arc<crate::fleet::Membership>, ApiError> {
@@ -46,8 +45,8 @@ pub(super) async fn fleet(State(state): State<ApiState>) -> Result<Response, Api
         crate::manager::off_thread(move || membership.source.load_local()).await
     }
     .map_err(|e| ApiError::Failed(e.to_string()))?;
-    status.own = config::overlay::set_by(&local, MAX_EXPLAINED);
-    status.shadowed = config::overlay::shadowed(&shared, &local);
+    status.own = kres_config::overlay::set_by(&local, MAX_EXPLAINED);
+    status.shadowed = kres_config::overlay::shadowed(&shared, &local);
     status.shadowed.truncate(MAX_EXPLAINED);
     Ok(json_value(StatusCode::OK, &status))
 }
@@ -96,7 +95,7 @@ pub(super) async fn rollback(State(state): State<ApiState>) -> Result<Response, 
         crate::manager::off_thread(move || fleet.source.load_with(Some(&previous))).await
     };
     checked.map_err(|e| match e {
-        crate::config::ConfigError::Invalid(errors) => ApiError::Invalid(errors),
+        kres_config::ConfigError::Invalid(errors) => ApiError::Invalid(errors),
         other => ApiError::Failed(other.to_string()),
     })?;
     let revision = match fleet.write(&previous, Some(current), None).await {

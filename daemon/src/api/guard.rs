@@ -23,11 +23,11 @@ use super::server::Peer;
 
 /// Environment variable naming a file whose content (trimmed) is the bearer token of the
 /// admin role over TCP (`Authorization: Bearer …`).
-pub use crate::environment::TOKEN_FILE_VAR;
+pub use kres_wire::environment::TOKEN_FILE_VAR;
 
 /// Environment variable naming a file whose content (trimmed) is the bearer token of the
 /// read-only role over TCP. Needs [`TOKEN_FILE_VAR`] too.
-pub use crate::environment::READ_ONLY_TOKEN_FILE_VAR;
+pub use kres_wire::environment::READ_ONLY_TOKEN_FILE_VAR;
 
 /// The largest token file read.
 const MAX_TOKEN_FILE: u64 = 4096;

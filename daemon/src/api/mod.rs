@@ -56,8 +56,8 @@ use supervisor::SupervisorHandle;
 
 use crate::manager::ManagerHandle;
 use crate::service::{self, ServiceKind};
-use crate::wire::processes::ProcessEntry;
 use error::ApiError;
+use kres_wire::processes::ProcessEntry;
 use params::{PathParam, PathValue};
 
 /// What the handlers can see and do.
@@ -75,17 +75,17 @@ pub struct ApiState {
     pub fault_injection: fault::FaultInjection,
     /// How configurations sent to the API are validated: relative paths resolve against the
     /// first configuration file's directory.
-    pub validation: crate::config::ValidationContext,
+    pub validation: kres_config::ValidationContext,
     /// The ETag and JSON text of the current configuration, computed once per version.
     pub rendered: config::RenderedCache,
     /// What every request is checked against: the client's role (by unix peer credentials
     /// or bearer token) and, over TCP, Host and Origin.
     pub guard: std::sync::Arc<guard::Guard>,
     /// How the last in-place upgrade of the daemon ended, as the root told this manager.
-    pub upgrade: Option<std::sync::Arc<crate::wire::upgrade::UpgradeRecord>>,
+    pub upgrade: Option<std::sync::Arc<kres_wire::upgrade::UpgradeRecord>>,
     /// The manager process's failures before this incarnation, as the root recorded them
     /// (shown on the manager's entry of `/processes`).
-    pub process_failures: Option<std::sync::Arc<crate::wire::failures::ProcessFailureRecord>>,
+    pub process_failures: Option<std::sync::Arc<kres_wire::failures::ProcessFailureRecord>>,
     /// What the resolver does, for `GET /events`.
     pub events: crate::events::EventLog,
     /// The subscribed RPZ lists' task: their status, refreshes and checks (`/rpz/lists`).
@@ -263,7 +263,7 @@ fn processes_of(State(state): State<ApiState>, filter: ProcessFilter) -> Respons
 /// incarnations before it, as the root recorded them.
 fn with_failures(
     process: &supervisor::ProcessSnapshot,
-    record: Option<&crate::wire::failures::ProcessFailureRecord>,
+    record: Option<&kres_wire::failures::ProcessFailureRecord>,
 ) -> supervisor::ProcessSnapshot {
     let mut process = process.clone();
     if let (Some(ServiceKind::Manager), Some(record)) = (ServiceKind::of(&process), record) {

@@ -4,7 +4,7 @@
 //! describes it, so the router cannot serve a route the document lacks. This module adds
 //! what the layers around every route do (the TCP guard's 401/403/421, the time limit's 503,
 //! `HEAD` beside every `GET`), the security scheme, the configuration's JSON schema
-//! (`crate::config::json_schema()`, the one `/schema` serves) as the schema of
+//! (`kres_config::json_schema()`, the one `/schema` serves) as the schema of
 //! `/v1/config` bodies, the schema of one message of each event stream, and the patterns of
 //! the query log's filters (built from the parsers' tables, too long for an annotation).
 
@@ -29,7 +29,7 @@ use crate::query_log::select;
 pub const CONFIG_SCHEMA: &str = "KresConfig";
 
 /// The configuration document, as bodies of `/v1/config` name it. Its schema in the document
-/// is `crate::config::json_schema()`, put in place by [`document`]; what utoipa sees is a
+/// is `kres_config::json_schema()`, put in place by [`document`]; what utoipa sees is a
 /// placeholder of the same name, so every body refers to `#/components/schemas/KresConfig`.
 pub struct ConfigDocument;
 
@@ -52,11 +52,11 @@ impl utoipa::ToSchema for ConfigDocument {
 #[openapi(
     // The answers of changes, which the change routes' families of answers refer to by name.
     components(schemas(
-        crate::wire::change::DryRun,
-        crate::wire::change::ChangeSummary,
-        crate::wire::change::ReloadSummary,
-        crate::wire::fleet::Staged,
-        crate::wire::events::Event
+        kres_wire::change::DryRun,
+        kres_wire::change::ChangeSummary,
+        kres_wire::change::ReloadSummary,
+        kres_wire::fleet::Staged,
+        kres_wire::events::Event
     )),
     info(
         title = "Knot Resolver management API",
@@ -196,7 +196,7 @@ fn add_required_role(op: &mut Value, method: &str, path: &str) {
 /// What the event streams' messages carry, as the schema of one message (`event`, `id`,
 /// `data`: OpenAPI 3.1 has no keyword for the items of a stream; 3.2's `itemSchema` has this
 /// form): on `/events` the `data:` line is an `EventRecord` (an
-/// [`crate::wire::events::Event`] with its id and time), on `/query-log/stream` an answer.
+/// [`kres_wire::events::Event`] with its id and time), on `/query-log/stream` an answer.
 fn describe_event_stream(doc: &mut Value) {
     doc["components"]["schemas"]["EventRecord"] = json!({
         "description": "One event as `GET /events` sends it: the JSON of an SSE message's \
@@ -325,7 +325,7 @@ fn describe_query_filters(doc: &mut Value) {
 /// "default": null}` refuses its own default (the configuration's validator accepts `null`
 /// there); OpenAPI validators check defaults against their schemas.
 fn config_schema() -> Value {
-    let mut schema = crate::config::json_schema();
+    let mut schema = kres_config::json_schema();
     if let Value::Object(m) = &mut schema {
         m.shift_remove("$id");
     }

@@ -243,7 +243,7 @@ impl Budget {
         added: Weight,
         removed: Weight,
     ) -> Result<(), PatchError> {
-        use crate::config::{MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES};
+        use kres_config::{MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES};
         let too_large = |bound: String| PatchError::TooLarge { index, bound };
         let depth = pointer.matches('/').count() + added.height;
         if depth > MAX_DEPTH {

@@ -26,7 +26,7 @@ use super::params::{PathParam, PathValue};
 use super::{json_value, ApiState};
 use crate::query_log::select::{self, Filter, TopKind};
 use crate::query_log::Entry;
-use crate::wire::query_log::{LoggedAnswer, QueryLogStatus, TopList};
+use kres_wire::query_log::{LoggedAnswer, QueryLogStatus, TopList};
 
 /// Answers `GET /query-log` gives at most.
 const MAX_LIMIT: usize = 100_000;

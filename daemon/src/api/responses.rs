@@ -11,8 +11,8 @@ use utoipa::openapi::{
     ContentBuilder, HeaderBuilder, ObjectBuilder, Ref, RefOr, Response, ResponseBuilder, Type,
 };
 
-use crate::wire::change::{ChangeSummary, DryRun, ReloadSummary};
-use crate::wire::fleet::Staged;
+use kres_wire::change::{ChangeSummary, DryRun, ReloadSummary};
+use kres_wire::fleet::Staged;
 
 /// One documented answer.
 pub struct Answer {

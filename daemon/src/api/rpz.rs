@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::{json_value, ApiError, ApiState};
 use crate::rpz::lists::ListsError;
-use crate::wire::rpz::{RpzCheck, RpzList, RpzZone};
+use kres_wire::rpz::{RpzCheck, RpzList, RpzZone};
 
 /// The RPZ zones kept by zone transfer, by name.
 #[utoipa::path(

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 configuration; the same as `#/components/schemas/KresConfig` of this document.", body = Object)),
 )]
 pub(super) async fn schema() -> Response {
-    let text = serde_json::to_string_pretty(&crate::config::json_schema()).unwrap_or_default();
+    let text = serde_json::to_string_pretty(&kres_config::json_schema()).unwrap_or_default();
     (
         StatusCode::OK,
         [

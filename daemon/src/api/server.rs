@@ -24,7 +24,7 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use super::admission::{self, Admission, PeerKey, RequestMark, RequestOutcome, Ticket};
-use crate::config::ManagementSchema;
+use kres_config::ManagementSchema;
 
 /// Largest request body accepted; larger ones get 413. A whole configuration with inline
 /// zone data fits easily.

@@ -10,8 +10,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::{json_value, ApiState};
-use crate::config::MetricsMode;
 use crate::service;
+use kres_config::MetricsMode;
 
 /// Upstream's metrics path: redirects to `/metrics/json`.
 #[utoipa::path(

@@ -13,7 +13,7 @@ use super::error::ApiError;
 use super::{json_value, ApiState};
 use crate::service;
 use crate::trace::{TraceError, TraceQuery};
-use crate::wire::trace::Trace;
+use kres_wire::trace::Trace;
 
 /// The query of a trace.
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
@@ -89,6 +89,6 @@ fn refusal(e: TraceError) -> ApiError {
     match e {
         TraceError::Query(_) | TraceError::InvalidTimeout => ApiError::BadRequest(e.to_string()),
         TraceError::TimedOut(_) => ApiError::TimedOut(e.to_string()),
-        other => ApiError::Failed(crate::wire::error_line(&other)),
+        other => ApiError::Failed(kres_wire::error_line(&other)),
     }
 }

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::error::ApiError;
 use super::{json_value, ApiState};
-use crate::wire::upgrade::UpgradeRecord;
+use kres_wire::upgrade::UpgradeRecord;
 
 /// What `GET /upgrade` answers.
 #[derive(Serialize, utoipa::ToSchema)]

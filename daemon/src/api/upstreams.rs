@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::{json_value, ApiState};
-use crate::config::{ForwardServer, KresConfig, MetricsMode};
-use crate::wire::upstreams::{ForwardTarget, Upstreams};
+use kres_config::{ForwardServer, KresConfig, MetricsMode};
+use kres_wire::upstreams::{ForwardTarget, Upstreams};
 
 /// The forward targets and the upstreams used recently, with their round-trip times.
 #[utoipa::path(

@@ -28,8 +28,8 @@ use tracing_subscriber::{fmt, reload, EnvFilter, Layer, Registry};
 
 use supervisor::output::OutputLevel;
 
-use crate::config::{LoadedConfig, LogLevel, LogTarget, LoggingSchema};
-use crate::environment::Environment;
+use kres_config::{LoadedConfig, LogLevel, LogTarget, LoggingSchema};
+use kres_wire::environment::Environment;
 
 /// The supervisor's target for lines its children wrote.
 const CHILD_TARGET: &str = "child";
@@ -138,7 +138,7 @@ impl Sink {
         match target {
             LogTarget::Syslog => Sink::Journal,
             LogTarget::Stdout
-                if crate::environment::connected_to_journal(
+                if kres_wire::environment::connected_to_journal(
                     io::stdout().as_fd(),
                     journal_stream,
                 ) =>
@@ -146,7 +146,7 @@ impl Sink {
                 Sink::Journal
             }
             LogTarget::Stderr
-                if crate::environment::connected_to_journal(
+                if kres_wire::environment::connected_to_journal(
                     io::stderr().as_fd(),
                     journal_stream,
                 ) =>
@@ -159,7 +159,7 @@ impl Sink {
     }
 }
 
-/// The filter for a configuration level, unless `directive` (from [`LOG_OVERRIDE_VAR`](crate::environment::LOG_OVERRIDE_VAR)) parses.
+/// The filter for a configuration level, unless `directive` (from [`LOG_OVERRIDE_VAR`](kres_wire::environment::LOG_OVERRIDE_VAR)) parses.
 fn filter(level: LogLevel, directive: Option<&str>) -> EnvFilter {
     let level = match level {
         LogLevel::Crit | LogLevel::Err => "error",
@@ -175,7 +175,7 @@ fn filter(level: LogLevel, directive: Option<&str>) -> EnvFilter {
 /// The installed logging: its level and sink can change once the configuration is known.
 pub struct Logging {
     filter: reload::Handle<EnvFilter, Registry>,
-    /// The [`LOG_OVERRIDE_VAR`](crate::environment::LOG_OVERRIDE_VAR) directive, read once at the start.
+    /// The [`LOG_OVERRIDE_VAR`](kres_wire::environment::LOG_OVERRIDE_VAR) directive, read once at the start.
     directive: Option<String>,
     /// Whether journald's socket answered when the sinks were built.
     journal_available: bool,
@@ -187,7 +187,7 @@ static SINK: AtomicU8 = AtomicU8::new(Sink::Stderr as u8);
 
 impl Logging {
     /// Install the process's logging, once. `identifier` is the process's name in the journal;
-    /// `env` gives the [`LOG_OVERRIDE_VAR`](crate::environment::LOG_OVERRIDE_VAR) directive and the journal stream. Later calls return
+    /// `env` gives the [`LOG_OVERRIDE_VAR`](kres_wire::environment::LOG_OVERRIDE_VAR) directive and the journal stream. Later calls return
     /// `None` and change nothing.
     pub fn init(
         level: LogLevel,

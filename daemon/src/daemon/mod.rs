@@ -31,27 +31,27 @@ pub use root::{run, Invocation};
 pub const DEFAULT_CONFIG: &str = "/etc/knot-resolver/config.yaml";
 
 /// Set (to anything) to enable `POST /debug/panic-manager`, for tests of manager recovery.
-pub use crate::environment::FAULT_INJECTION_VAR;
+pub use kres_wire::environment::FAULT_INJECTION_VAR;
 
 /// Set (to anything but `0` or empty) to let kresd bind its own listening sockets, like the
 /// `--kresd-binds-sockets` flag.
-pub use crate::environment::KRESD_BINDS_SOCKETS_VAR;
+pub use kres_wire::environment::KRESD_BINDS_SOCKETS_VAR;
 
 /// Set (to anything but `0` or empty) to leave the workers' reuseport groups to the kernel's
 /// hash, like the `--no-steering` flag.
-pub use crate::environment::NO_STEERING_VAR;
+pub use kres_wire::environment::NO_STEERING_VAR;
 
 /// Environment form of `--worker-user`.
-pub use crate::environment::WORKER_USER_VAR;
+pub use kres_wire::environment::WORKER_USER_VAR;
 
 /// Environment form of `--api-admin-group`.
-pub use crate::environment::API_ADMIN_GROUP_VAR;
+pub use kres_wire::environment::API_ADMIN_GROUP_VAR;
 
 /// Environment form of `--api-read-only-group`.
-pub use crate::environment::API_READ_ONLY_GROUP_VAR;
+pub use kres_wire::environment::API_READ_ONLY_GROUP_VAR;
 
 /// Seconds without an answer after which the manager counts as hung.
-pub use crate::environment::MANAGER_HANG_VAR;
+pub use kres_wire::environment::MANAGER_HANG_VAR;
 
 /// The hidden command-line flag that makes `knot-resolver` the manager process.
 pub const MANAGER_FLAG: &str = "--manager-process";
@@ -68,8 +68,8 @@ pub const STORED_CONFIG: &str = "config";
 /// The logging options of the command line (`--loglevel`, `--logtarget`).
 #[derive(Debug, Clone, Copy)]
 pub struct LogArgs {
-    pub level: crate::config::LogLevel,
-    pub target: crate::config::LogTarget,
+    pub level: kres_config::LogLevel,
+    pub target: kres_config::LogTarget,
 }
 
 /// Why a user or a group could not be found.
@@ -155,7 +155,7 @@ impl ApiGroupNames {
     /// less protection than the operator asked for.
     pub fn resolve(
         &self,
-        management: &crate::config::ManagementSchema,
+        management: &kres_config::ManagementSchema,
     ) -> Result<crate::api::roles::ApiGroups, ApiGroupsError> {
         let gid = |option: &'static str, name: &Option<String>| {
             name.as_deref()

@@ -16,7 +16,7 @@ use std::os::fd::OwnedFd;
 use crate::events::Origin;
 use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
-use crate::wire::failures::ProcessFailureRecord;
+use kres_wire::failures::ProcessFailureRecord;
 
 /// Fd store name of the version of the kresd the workers run (its text in a sealed memfd):
 /// `kresd --version` runs once, in the first manager process, and its successors read it.

@@ -19,8 +19,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use supervisor::handover::SupervisorImage;
 
-use crate::config::{LogLevel, LogTarget};
-use crate::environment::Environment;
+use kres_config::{LogLevel, LogTarget};
+use kres_wire::environment::Environment;
 
 /// The environment variable that tells a new image where its state is: `STATE:FALLBACK`, the
 /// descriptor of the image's memfd and that of the old binary (`-` when there is none to fall
@@ -310,7 +310,7 @@ pub fn take_back(fd: RawFd) -> io::Result<OwnedFd> {
 }
 
 /// A record of how an upgrade ended, as a sealed memfd for the fd store.
-pub fn record(record: &crate::wire::upgrade::UpgradeRecord) -> io::Result<OwnedFd> {
+pub fn record(record: &kres_wire::upgrade::UpgradeRecord) -> io::Result<OwnedFd> {
     let text = serde_json::to_vec(record).map_err(io::Error::other)?;
     supervisor::os::sealed_memfd("knot-resolver-upgrade-record", &text)
 }

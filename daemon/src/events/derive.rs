@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::{bounded_reason, EventLog};
-use crate::wire::events::Event;
+use kres_wire::events::Event;
 
 /// What happened between two process tables, in the order it happened for each service.
 /// Tables arrive coalesced, so steps in between may be missing: a new pid means the old

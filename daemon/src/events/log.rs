@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, OwnedSemaphorePermit, Semaphore};
 
 use super::prefix;
-use crate::wire::events::{Event, EventId, Record};
+use kres_wire::events::{Event, EventId, Record};
 
 /// Events kept for clients that resume.
 pub const RING: usize = 1024;
@@ -197,7 +197,7 @@ fn resume(
         .map_or(next, |id| id.seq);
     let missed = |reason: String| {
         let notice = Event::EventsMissed {
-            last_event_id: prefix(last, crate::wire::events::MAX_ID).to_owned(),
+            last_event_id: prefix(last, kres_wire::events::MAX_ID).to_owned(),
             reason,
         };
         (Some(notice), ring.iter().cloned().collect())
@@ -267,8 +267,8 @@ impl Follower {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::change::{ChangeSummary, GcAction, WorkersAction};
-    use crate::wire::events::{Cause, Origin};
+    use kres_wire::change::{ChangeSummary, GcAction, WorkersAction};
+    use kres_wire::events::{Cause, Origin};
     use supervisor::ExitStatus;
 
     fn s(v: &str) -> String {

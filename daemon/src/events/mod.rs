@@ -2,7 +2,7 @@
 //! events`, `kresctl processes --watch`), so operators and tools see crashes, restarts, hangs
 //! and configuration changes as they happen instead of polling the process table.
 //!
-//! - The events themselves are boundary types ([`crate::wire::events`]): this module only
+//! - The events themselves are boundary types ([`kres_wire::events`]): this module only
 //!   produces and keeps them.
 //! - Process events are derived from successive process tables by one pure function,
 //!   [`process_events`] (tables arrive coalesced: it infers what happened between any two);
@@ -13,8 +13,8 @@
 mod derive;
 mod log;
 
-pub use crate::wire::events::{Cause, Event, EventId, Origin, Record};
 pub use derive::{follow_processes, process_events};
+pub use kres_wire::events::{Cause, Event, EventId, Origin, Record};
 pub use log::{
     EventLog, Follower, FollowerClass, TooManyFollowers, FOLLOWER_BUFFER, MAX_FOLLOWERS,
     RESERVED_FOLLOWERS, RING,

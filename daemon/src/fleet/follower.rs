@@ -11,11 +11,11 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Membership;
-use crate::config::kept::{self, Kept};
 use crate::events::Origin;
 use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
-use crate::wire::fleet::{FleetNode, RefusedRevision, Rollout, RolloutState, Soak};
+use kres_config::kept::{self, Kept};
+use kres_wire::fleet::{FleetNode, RefusedRevision, Rollout, RolloutState, Soak};
 
 /// Pauses after the store failed, growing to the longest.
 const FIRST_PAUSE: Duration = Duration::from_millis(200);
@@ -68,7 +68,7 @@ enum DocumentRefused {
     NotAMapping,
     /// Composed with the node's own files, it is no valid configuration.
     #[error(transparent)]
-    Invalid(#[from] crate::config::ConfigError),
+    Invalid(#[from] kres_config::ConfigError),
 }
 
 /// What [`follow`] needs.

@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use kres_fleet::{Credentials, Store, StoreOptions, TlsOptions};
 
-use crate::config::FleetSchema;
-use crate::wire::fleet::{FleetNode, FleetStatus, Rollout};
+use kres_config::FleetSchema;
+use kres_wire::fleet::{FleetNode, FleetStatus, Rollout};
 
 /// The most nodes `GET /fleet` lists.
 pub const MAX_NODES: usize = 4096;
@@ -39,7 +39,7 @@ pub struct Membership {
     /// `fleet.etcd.prefix`.
     pub prefix: String,
     /// The node's own files, which every document is composed with.
-    pub source: crate::config::ConfigSource,
+    pub source: kres_config::ConfigSource,
     /// What the node runs of the fleet's documents (the follower tells).
     pub following: tokio::sync::watch::Sender<follower::Following>,
     /// The fleet's rollout record as the follower last read it, with its modification
@@ -65,7 +65,7 @@ impl Membership {
     /// `source` reads.
     pub fn of(
         fleet: &FleetSchema,
-        source: crate::config::ConfigSource,
+        source: kres_config::ConfigSource,
     ) -> Result<Arc<Membership>, String> {
         let etcd = &fleet.etcd;
         let mut options = StoreOptions::new(
@@ -300,7 +300,7 @@ pub fn start(
     };
     let config = manager.config();
     let Some(kept_path) =
-        crate::config::kept::kept_path(&config.raw, &membership.source.context().resolve_root)
+        kres_config::kept::kept_path(&config.raw, &membership.source.context().resolve_root)
     else {
         return;
     };
@@ -345,7 +345,7 @@ async fn count_answers(
     rundir: &std::path::Path,
     ids: &[crate::service::WorkerId],
 ) -> Option<follower::Answers> {
-    let collected = crate::metrics::collect(rundir, ids, crate::config::MetricsMode::Lazy).await;
+    let collected = crate::metrics::collect(rundir, ids, kres_config::MetricsMode::Lazy).await;
     let mut sum: Option<follower::Answers> = None;
     for (_, stats) in collected.statistics() {
         let count = |key: &str| stats.answer.get(key).map(|n| n.max(0.0) as u64);

@@ -16,8 +16,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::Membership;
-use crate::config::Wave;
-use crate::wire::fleet::{FleetNode, Rollout, RolloutState};
+use kres_config::Wave;
+use kres_wire::fleet::{FleetNode, Rollout, RolloutState};
 
 /// How often a driver reads the nodes' records while its rollout rolls.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
@@ -205,7 +205,7 @@ async fn step(membership: &Membership, record: &Rollout, mod_revision: i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::fleet::{RefusedRevision, Soak};
+    use kres_wire::fleet::{RefusedRevision, Soak};
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| (*s).to_owned()).collect()

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 pub use kres_wire::programs::{self, kresd_version, version_of, VersionError, VERSION_TIMEOUT};
 
-use crate::environment::Environment;
+use kres_wire::environment::Environment;
 
 #[derive(Debug, Clone)]
 pub struct Executables {

@@ -12,8 +12,8 @@ use tokio::sync::watch;
 use super::plan::{self, ChangePlan, GcChange, Live, Restart, Roll, RulesChange, WorkerChange};
 use super::processes::{PreparedSockets, Processes, ProcessesSetup};
 use super::{rundir, worker_control, ApplyError};
-use crate::config::{KresConfig, LoadedConfig};
 use crate::service::WorkerId;
+use kres_config::{KresConfig, LoadedConfig};
 
 /// Remove the shared-memory files `roll` says are stale, where the workers of `cfg` open them.
 fn unlink_shared_memory(cfg: &KresConfig, roll: &Roll) {

@@ -14,8 +14,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::plan::{ChangePlan, Restart};
 use super::rpz_loads::RpzLoads;
 use super::ApplyError;
-use crate::config::{ConfigError, LoadedConfig};
 use crate::events::Origin;
+use kres_config::{ConfigError, LoadedConfig};
 
 /// Why a change was not applied.
 #[derive(Debug, thiserror::Error)]

@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::config::types::InterfaceHost;
-use crate::config::NetworkSchema;
+use kres_config::types::InterfaceHost;
+use kres_config::NetworkSchema;
 
 /// Receive buffer of a UDP socket: room for a few seconds of queries while its worker
 /// restarts (the kernel's default of ~200 KiB holds a fraction of a second at a few thousand
@@ -189,7 +189,7 @@ pub fn wanted(network: &NetworkSchema) -> Result<Vec<SocketKey>, ListenError> {
             }
             let port = iface.port().or(listen.port).unwrap_or(53);
             let transports: &[Transport] = match listen.kind {
-                crate::config::ListenKind::Dot => &[Transport::Tls],
+                kres_config::ListenKind::Dot => &[Transport::Tls],
                 _ => &[Transport::Udp, Transport::Tcp],
             };
             let addrs = match iface.host() {

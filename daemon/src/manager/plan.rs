@@ -18,9 +18,9 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::config::KresConfig;
 use crate::service::WorkerId;
-use crate::wire::change::{ChangeSummary, GcAction, WorkersAction};
+use kres_config::KresConfig;
+use kres_wire::change::{ChangeSummary, GcAction, WorkersAction};
 
 /// What a change of a section requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -405,7 +405,7 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::config::{validate, ValidationContext};
+    use kres_config::{validate, ValidationContext};
 
     /// The configuration every row starts from: two workers, GC on, nothing else set.
     fn base() -> Value {
@@ -420,7 +420,7 @@ mod tests {
     fn typed(raw: &Value) -> KresConfig {
         let ctx = ValidationContext {
             resolve_root: Path::new("/etc/knot-resolver").into(),
-            checks: crate::config::PathChecks::Lenient,
+            checks: kres_config::PathChecks::Lenient,
             logtarget_arg: Default::default(),
         };
         validate(raw, &ctx).unwrap_or_else(|e| panic!("invalid row config {raw}: {e}"))
@@ -661,7 +661,7 @@ mod tests {
 
     #[test]
     fn every_top_level_key_of_the_schema_is_a_section() {
-        let schema = crate::config::json_schema();
+        let schema = kres_config::json_schema();
         let properties = schema["properties"].as_object().expect("schema properties");
         let keys: Vec<&str> = Section::ALL.iter().map(|s| s.key()).collect();
         for key in properties.keys().filter(|k| *k != "version") {

@@ -18,17 +18,16 @@ use super::listen::{self, SocketOwner, SocketTable, Steering};
 use super::rpz_loads::{self, RpzLoads};
 use super::specs::{self, Specs};
 use super::{rundir, ApplyError, Executables};
-use crate::config::{KresConfig, LoadedConfig};
 use crate::events::{Event, EventLog};
-use crate::lua;
 use crate::service::{self, WorkerId};
+use kres_config::{KresConfig, LoadedConfig};
 
 /// How long the policy-loader may run before it is stopped and the change refused: generous,
 /// for RPZ files of millions of rules. Overridden by [`POLICY_LOADER_TIMEOUT_VAR`] (seconds).
 pub const POLICY_LOADER_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Environment variable overriding [`POLICY_LOADER_TIMEOUT`], in seconds.
-pub use crate::environment::POLICY_LOADER_TIMEOUT_VAR;
+pub use kres_wire::environment::POLICY_LOADER_TIMEOUT_VAR;
 
 /// While a policy-loader runs, systemd is told every [`EXTEND_TIMEOUT_EVERY`] (the first
 /// time after [`EXTEND_TIMEOUT_AFTER`]) to wait [`EXTEND_TIMEOUT_BY`] longer.
@@ -57,7 +56,7 @@ pub struct ProcessesSetup {
 }
 
 /// The policy-loader's time limit `env` sets, else [`POLICY_LOADER_TIMEOUT`].
-pub fn policy_loader_timeout(env: &crate::environment::Environment) -> Duration {
+pub fn policy_loader_timeout(env: &kres_wire::environment::Environment) -> Duration {
     env.policy_loader_timeout.unwrap_or(POLICY_LOADER_TIMEOUT)
 }
 
@@ -132,12 +131,12 @@ impl Processes {
 
     /// What the Lua is rendered for: how it treats the sockets the daemon can bind, and whose
     /// permissions script files are read with.
-    fn render_context(&self) -> lua::RenderContext {
+    fn render_context(&self) -> kres_lua::RenderContext {
         let binding = match self.owner {
-            SocketOwner::Daemon(_) => lua::SocketBinding::Daemon,
-            SocketOwner::Kresd => lua::SocketBinding::Kresd,
+            SocketOwner::Daemon(_) => kres_lua::SocketBinding::Daemon,
+            SocketOwner::Kresd => kres_lua::SocketBinding::Kresd,
         };
-        lua::RenderContext {
+        kres_lua::RenderContext {
             binding,
             read_as: self.specs.workers_user(),
         }
@@ -319,8 +318,8 @@ impl Processes {
         );
         super::off_thread(move || {
             let text = match lua {
-                Lua::Worker => lua::render_worker_with(&loaded.model, &ctx),
-                Lua::PolicyLoader => lua::render_policy_loader_with(&loaded.model, &ctx),
+                Lua::Worker => kres_lua::render_worker_with(&loaded.model, &ctx),
+                Lua::PolicyLoader => kres_lua::render_policy_loader_with(&loaded.model, &ctx),
             };
             for path in paths {
                 rundir::write_file_as(&path, &text, group)
@@ -334,7 +333,7 @@ impl Processes {
     /// Run the policy-loader to completion; anything but exit code 0 is an error.
     pub async fn run_policy_loader(&self, loaded: &Arc<LoadedConfig>) -> Result<(), ApplyError> {
         let cfg = &loaded.model;
-        let report = cfg.rundir.join(lua::RPZ_REPORT);
+        let report = cfg.rundir.join(kres_lua::RPZ_REPORT);
         // What an earlier run reported is no report of this one.
         rundir::remove(&report);
         let path = cfg.rundir.join(specs::POLICY_LOADER_CONF);
@@ -445,7 +444,7 @@ impl Processes {
             .iter()
             .flatten()
             .filter_map(|rpz| rpz.transfer.as_ref())
-            .filter_map(|t| crate::config::xfr::zone_name(t.zone.as_str()).ok())
+            .filter_map(|t| kres_config::xfr::zone_name(t.zone.as_str()).ok())
             .collect();
         for zone in before.keys() {
             if !broken.contains_key(zone) && kept.contains(zone) {

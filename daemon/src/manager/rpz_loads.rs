@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::config::KresConfig;
+use kres_config::KresConfig;
 
 /// The longest report read: a line per zone kept by zone transfer, each a short reason.
 const MAX_REPORT: u64 = 1 << 20;
@@ -68,7 +68,7 @@ pub fn reports(cfg: &KresConfig) -> bool {
             .rpz
             .iter()
             .flatten()
-            .any(crate::lua::kept_by_manager)
+            .any(kres_lua::kept_by_manager)
 }
 
 /// The zones the report at `path` lists as broken, named after `cfg`'s entries. Read
@@ -108,14 +108,14 @@ fn parse_report(text: &str, cfg: &KresConfig) -> Result<BTreeMap<String, BrokenZ
             .parse::<usize>()
             .ok()
             .and_then(|index| entries.get(index));
-        let Some(rpz) = entry.filter(|rpz| crate::lua::kept_by_manager(rpz)) else {
+        let Some(rpz) = entry.filter(|rpz| kres_lua::kept_by_manager(rpz)) else {
             return Err(i + 1);
         };
         // a subscribed list by its file, a transferred zone by its name
         let zone = match &rpz.transfer {
             Some(transfer) => {
                 let written = transfer.zone.as_str();
-                crate::config::xfr::zone_name(written).unwrap_or_else(|_| written.to_owned())
+                kres_config::xfr::zone_name(written).unwrap_or_else(|_| written.to_owned())
             }
             None => rpz.file.display().to_string(),
         };
@@ -157,7 +157,7 @@ pub fn status_suffix(loads: &RpzLoads) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{validate, PathChecks, ValidationContext};
+    use kres_config::{validate, PathChecks, ValidationContext};
 
     fn cfg() -> KresConfig {
         let raw = serde_json::json!({"local-data": {"rpz": [

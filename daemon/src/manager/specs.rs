@@ -9,9 +9,9 @@ use std::time::Duration;
 use supervisor::command_line::{Arg, CommandLine};
 use supervisor::{Readiness, RestartPolicy, ServiceSpec};
 
-use crate::config::{KresConfig, LogLevel};
-use crate::environment::Environment;
 use crate::service::{self, ServiceKind, WorkerId};
+use kres_config::{KresConfig, LogLevel};
+use kres_wire::environment::Environment;
 
 use super::Executables;
 
@@ -236,7 +236,7 @@ pub fn cache_gc_verbose(cfg: &KresConfig) -> bool {
 
 /// Where a new image of the daemon finds its state after an in-place upgrade
 /// (`daemon::upgrade`); never passed to a child.
-pub use crate::environment::UPGRADE_STATE_VAR;
+pub use kres_wire::environment::UPGRADE_STATE_VAR;
 
 /// The variables a spec adds to [`child_base_env`] (the root lets specs add no other).
 pub(crate) const ADDED_VARIABLES: &[&str] = &[INSTANCE_VAR, NO_LISTEN_VAR];

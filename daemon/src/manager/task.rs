@@ -17,9 +17,9 @@ use super::plan::{ChangePlan, Restart, Stage};
 use super::repairs::{GaveUp, Repairs};
 use super::rpz_loads::{self, RpzLoads};
 use super::{ApplyError, Executables, Manager, ProcessesSetup};
-use crate::config::{self, LoadedConfig};
 use crate::events::{self, Cause, Event, EventLog, Origin};
 use crate::service;
+use kres_config::LoadedConfig;
 use serde_json::Value;
 
 /// What outlives any one incarnation of the manager task.
@@ -33,7 +33,7 @@ pub struct ManagerContext {
     pub policy_loader_timeout: std::time::Duration,
     /// The configuration files given on the command line and how they are validated (for
     /// reloads).
-    pub source: config::ConfigSource,
+    pub source: kres_config::ConfigSource,
     /// The configuration currently applied: written by the incarnation's `Manager` only;
     /// the API and the file watcher hold receivers.
     pub config: watch::Sender<Arc<LoadedConfig>>,
@@ -95,7 +95,7 @@ pub enum ManagerExit {
 }
 
 /// What systemd shows as the service's status while it serves `config`.
-pub fn ready_status(config: &crate::config::LoadedConfig, loads: &RpzLoads) -> String {
+pub fn ready_status(config: &kres_config::LoadedConfig, loads: &RpzLoads) -> String {
     let workers = config.model.workers;
     let plural = if workers == 1 { "" } else { "s" };
     let zones = rpz_loads::status_suffix(loads);
@@ -287,7 +287,7 @@ fn discard_api_changes(
 /// The pointers where `running` differs from `files_before` (changes made since the files
 /// were applied) and `files_now` does not keep the running value.
 fn undone_changes(files_before: &Value, running: &Value, files_now: &Value) -> Vec<String> {
-    crate::config::document_diff::differences(files_before, running)
+    kres_config::document_diff::differences(files_before, running)
         .iter()
         .map(|d| d.path().to_owned())
         .filter(|path| running.pointer(path) != files_now.pointer(path))
@@ -382,8 +382,8 @@ mod tests {
     use crate::manager::ManagerHandle;
     use crate::manager::PolicyLoaderFailure;
     use crate::service::WorkerId;
-    use crate::wire::change::{ChangeSummary, GcAction, WorkersAction};
     use futures_util::FutureExt;
+    use kres_wire::change::{ChangeSummary, GcAction, WorkersAction};
 
     /// The manager task serving commands without kresd: a real supervisor, programs that do
     /// not exist, a configuration in a directory of its own; asked through a real handle.
@@ -421,9 +421,9 @@ mod tests {
                     base_env: Vec::new(),
                 },
                 policy_loader_timeout: crate::manager::POLICY_LOADER_TIMEOUT,
-                source: config::ConfigSource {
+                source: kres_config::ConfigSource {
                     files: vec![dir.join("config.yaml")],
-                    checks: config::PathChecks::Manager,
+                    checks: kres_config::PathChecks::Manager,
                     logtarget_arg: Default::default(),
                 },
                 config: watch::channel(Arc::new(loaded)).0,
@@ -483,7 +483,7 @@ mod tests {
             ),
         )
         .expect("a configuration file");
-        config::load_files(&[file], config::PathChecks::Strict, Default::default())
+        kres_config::load_files(&[file], kres_config::PathChecks::Strict, Default::default())
             .expect("a valid configuration")
     }
 

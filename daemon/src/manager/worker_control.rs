@@ -8,16 +8,15 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::rundir;
-use crate::config::KresConfig;
 use crate::control::{self, ControlError};
-use crate::lua;
 use crate::service::WorkerId;
+use kres_config::KresConfig;
 
 /// Give every worker of `workers` the logging of `cfg`. Returns the workers that did not take
 /// it: their socket failed, they did not answer in time, or they answered anything but the
 /// new level.
 pub async fn set_logging(cfg: &KresConfig, workers: &[WorkerId]) -> Vec<WorkerId> {
-    let (expr, level) = lua::live_logging(cfg);
+    let (expr, level) = kres_lua::live_logging(cfg);
     let mut failed = Vec::new();
     for (id, result) in control::command_all(&cfg.rundir, workers, &expr).await {
         match took_level(&result, level) {
@@ -98,8 +97,8 @@ pub async fn reload_tls_files(cfg: &KresConfig, workers: &[WorkerId]) {
     tracing::info!("TLS cert files reload triggered");
     let expr = format!(
         "net.tls({}, {})",
-        lua::quote_path(cert),
-        lua::quote_path(key)
+        kres_lua::quote_path(cert),
+        kres_lua::quote_path(key)
     );
     for (id, result) in control::command_all(&cfg.rundir, workers, &expr).await {
         if let Err(e) = result {

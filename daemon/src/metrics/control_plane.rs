@@ -24,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 use super::exposition::{label, sample_line, Exposition, Kind};
 use crate::events::{EventLog, FollowerClass, Record};
 use crate::service::{self, ServiceKind, WorkerId};
-use crate::wire::change::WorkersAction;
-use crate::wire::events::{Cause, Event};
+use kres_wire::change::WorkersAction;
+use kres_wire::events::{Cause, Event};
 
 /// Upper bounds of the duration histograms, in seconds: a live change takes milliseconds, a
 /// rolling restart of many workers or a large RPZ minutes.
@@ -284,11 +284,11 @@ pub struct Current<'a> {
     /// The version of the kresd the workers run, when it is known.
     pub kresd_version: Option<&'a str>,
     /// The query log's state, when the scrape has it.
-    pub query_log: Option<&'a crate::wire::query_log::QueryLogStatus>,
+    pub query_log: Option<&'a kres_wire::query_log::QueryLogStatus>,
     /// The upstream addresses the workers used recently.
-    pub upstreams: &'a [crate::wire::upstreams::UpstreamAddress],
+    pub upstreams: &'a [kres_wire::upstreams::UpstreamAddress],
     /// This node's record in its fleet, when it is in one.
-    pub fleet: Option<&'a crate::wire::fleet::FleetNode>,
+    pub fleet: Option<&'a kres_wire::fleet::FleetNode>,
 }
 
 /// The control plane's series: a tally of the event log, shared by its follower and the
@@ -355,7 +355,7 @@ impl ControlPlane {
     }
 
     /// The RPZ zones kept by zone transfer, as the events told them (`GET /rpz`).
-    pub fn rpz_zones(&self) -> Vec<crate::wire::rpz::RpzZone> {
+    pub fn rpz_zones(&self) -> Vec<kres_wire::rpz::RpzZone> {
         self.tally().rpz.zones()
     }
 }
@@ -491,7 +491,7 @@ fn write_tally(out: &mut Exposition, tally: &Tally) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::change::{ChangeSummary, GcAction};
+    use kres_wire::change::{ChangeSummary, GcAction};
 
     fn record(time: f64, event: Event) -> Record {
         Record::at(time, event)
@@ -537,7 +537,7 @@ mod tests {
                 2.0,
                 Event::ConfigReloading {
                     force: false,
-                    origin: crate::wire::events::Origin::Signal,
+                    origin: kres_wire::events::Origin::Signal,
                 },
             ),
             (2.5, applied(Cause::Reload, &[], WorkersAction::RulesReset)),
@@ -553,7 +553,7 @@ mod tests {
                 4.0,
                 Event::ConfigRenewing {
                     force: true,
-                    origin: crate::wire::events::Origin::Api,
+                    origin: kres_wire::events::Origin::Api,
                 },
             ),
             (
@@ -695,7 +695,7 @@ mod tests {
                 1.0,
                 Event::ConfigReloading {
                     force: false,
-                    origin: crate::wire::events::Origin::Api,
+                    origin: kres_wire::events::Origin::Api,
                 },
             ),
             (

@@ -8,7 +8,7 @@
 
 use super::exposition::{sample_line, Exposition, Kind};
 use super::reply::{AnswerCounts, Statistics};
-use crate::lua::counts::{HIGHEST_NUMBERED_RCODE, NAMED_QTYPES};
+use kres_lua::counts::{HIGHEST_NUMBERED_RCODE, NAMED_QTYPES};
 
 /// The transports kresd's `stats` counts by address family: (stats key, `protocol` label).
 const PROTOCOLS: [(&str, &str); 6] = [

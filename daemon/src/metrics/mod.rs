@@ -31,12 +31,12 @@ use std::path::Path;
 use serde_json::{Map, Value};
 use supervisor::Snapshot;
 
-use crate::config::MetricsMode;
 use crate::control::{self, ControlError};
-use crate::lua::counts;
 use crate::service::WorkerId;
 pub use control_plane::{ControlPlane, Current};
 use exposition::{label, sample_line, Exposition, Kind};
+use kres_config::MetricsMode;
+use kres_lua::counts;
 use reply::{ReplyError, Section, Statistics, UpstreamReport, WorkerReply};
 
 /// What the workers told at one scrape: one control-socket round, every worker asked once.
@@ -92,7 +92,7 @@ pub async fn collect(rundir: &Path, ids: &[WorkerId], mode: MetricsMode) -> Coll
                 .map_err(ScrapeError::from)
                 .and_then(|value| WorkerReply::read(value).map_err(ScrapeError::from));
             if let Err(e) = &reply {
-                tracing::warn!(worker = %id, "cannot collect statistics: {}", crate::wire::error_line(e));
+                tracing::warn!(worker = %id, "cannot collect statistics: {}", kres_wire::error_line(e));
             }
             (id, reply)
         })
@@ -132,7 +132,7 @@ impl Collected {
             match reply.as_ref().map(|r| r.upstreams.as_ref()) {
                 Ok(Some(Ok(report))) => told.push((*id, report)),
                 Ok(Some(Err(e))) => {
-                    tracing::warn!(worker = %id, "upstreams: {}", crate::wire::error_line(e));
+                    tracing::warn!(worker = %id, "upstreams: {}", kres_wire::error_line(e));
                     silent.push(*id);
                 }
                 Ok(None) | Err(_) => silent.push(*id),
@@ -142,17 +142,17 @@ impl Collected {
     }
 
     /// The upstream addresses the workers used recently, merged over them.
-    pub fn upstream_addresses(&self) -> Vec<crate::wire::upstreams::UpstreamAddress> {
+    pub fn upstream_addresses(&self) -> Vec<kres_wire::upstreams::UpstreamAddress> {
         upstreams::merge(&self.upstream_reports().0)
     }
 
     /// `GET /upstreams`' answer, with the configuration's `forwards`.
     pub fn upstreams(
         &self,
-        forwards: Vec<crate::wire::upstreams::ForwardTarget>,
-    ) -> crate::wire::upstreams::Upstreams {
+        forwards: Vec<kres_wire::upstreams::ForwardTarget>,
+    ) -> kres_wire::upstreams::Upstreams {
         let (told, silent) = self.upstream_reports();
-        crate::wire::upstreams::Upstreams {
+        kres_wire::upstreams::Upstreams {
             forwards,
             addresses: upstreams::merge(&told),
             workers_silent: silent.into_iter().map(WorkerId::name).collect(),
@@ -530,14 +530,14 @@ fn worker_reply_families(sid: &str, reply: &WorkerReply) -> Option<Exposition> {
     let stats = match &reply.stats {
         Ok(stats) => stats,
         Err(e) => {
-            tracing::warn!(worker = %sid, "{}; metrics not loaded", crate::wire::error_line(e));
+            tracing::warn!(worker = %sid, "{}; metrics not loaded", kres_wire::error_line(e));
             return None;
         }
     };
     let counts = match &reply.counts {
         Some(Ok(counts)) => Some(counts),
         Some(Err(e)) => {
-            tracing::warn!(worker = %sid, "{}; answer counts left out", crate::wire::error_line(e));
+            tracing::warn!(worker = %sid, "{}; answer counts left out", kres_wire::error_line(e));
             None
         }
         None => None,
@@ -917,7 +917,7 @@ mod tests {
             .map(|(_, r)| {
                 r.as_ref()
                     .err()
-                    .map(|e| crate::wire::error_line(e))
+                    .map(|e| kres_wire::error_line(e))
                     .unwrap_or_default()
             })
             .collect();

@@ -5,8 +5,8 @@
 //! addresses sent the most queries (the number of all of them beside, so a cut is seen).
 
 use super::exposition::{label, sample_line, Exposition, Kind};
-use crate::wire::query_log::QueryLogStatus;
-use crate::wire::upstreams::UpstreamAddress;
+use kres_wire::query_log::QueryLogStatus;
+use kres_wire::upstreams::UpstreamAddress;
 
 /// Upstream addresses exported at most: those with the most samples (ties by address).
 pub const MAX_UPSTREAMS: usize = 20;
@@ -140,7 +140,7 @@ pub fn write_upstreams(out: &mut Exposition, addresses: &[UpstreamAddress]) {
 /// A fleet node's series: the document revision it runs and the newest it saw (their
 /// difference: how far behind it is), the newest it refused, whether it reads the store, and
 /// how many nodes it saw.
-pub fn write_fleet(out: &mut Exposition, node: &crate::wire::fleet::FleetNode) {
+pub fn write_fleet(out: &mut Exposition, node: &kres_wire::fleet::FleetNode) {
     let revision = |r: Option<i64>| r.map_or(0.0, |r| r as f64);
     let families: [(&str, &str, f64); 5] = [
         (

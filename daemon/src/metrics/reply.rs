@@ -1,5 +1,5 @@
 //! One worker's reply to a scrape, typed: the one JSON object its
-//! [`COLLECT_FUNCTION`](crate::lua::counts::COLLECT_FUNCTION) returns, with kresd's
+//! [`COLLECT_FUNCTION`](kres_lua::counts::COLLECT_FUNCTION) returns, with kresd's
 //! statistics, the generated Lua's answer counts and its upstreams' samples and tallies
 //! (`lua::counts`). A worker is another process: its reply is bounded in size
 //! ([`MAX_REPLY`]), and one that does not read is an error naming what was wrong, never a
@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// Largest reply we read from a worker at a scrape: kresd's statistics, a few dozen counts
-/// and at most [`MAX_UPSTREAMS`](crate::lua::counts::MAX_UPSTREAMS) tallies make a few
+/// and at most [`MAX_UPSTREAMS`](kres_lua::counts::MAX_UPSTREAMS) tallies make a few
 /// tens of KiB.
 pub const MAX_REPLY: usize = 4 * 1024 * 1024;
 

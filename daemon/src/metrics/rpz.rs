@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::exposition::{label, sample_line, Exposition, Kind};
 use crate::events::{Event, Record};
-use crate::wire::rpz::{RpzTransfer, RpzZone};
+use kres_wire::rpz::{RpzTransfer, RpzZone};
 
 /// The label of a successful refresh in `knot_resolver_rpz_transfers_total`.
 const SUCCESS: &str = "success";

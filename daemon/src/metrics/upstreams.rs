@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use super::reply::UpstreamReport;
 use crate::service::WorkerId;
-use crate::wire::upstreams::UpstreamAddress;
+use kres_wire::upstreams::UpstreamAddress;
 
 /// One address merged over the workers.
 #[derive(Default)]

@@ -21,7 +21,7 @@ use tokio_util::task::TaskTracker;
 use super::access::Access;
 use super::records::{self, WorkerOf};
 use super::{QueryLog, SOCKET_FILE};
-use crate::config::KresConfig;
+use kres_config::KresConfig;
 
 /// The socket bound or not, as the configuration says; a cheap handle the manager's executor
 /// and the configuration's follower share.
@@ -234,12 +234,12 @@ mod tests {
             "rundir": rundir,
             "monitoring": {"query-log": {"enabled": enabled}},
         });
-        let ctx = crate::config::ValidationContext {
+        let ctx = kres_config::ValidationContext {
             resolve_root: "/".into(),
-            checks: crate::config::PathChecks::Lenient,
+            checks: kres_config::PathChecks::Lenient,
             logtarget_arg: Default::default(),
         };
-        crate::config::validate(&raw, &ctx).expect("valid")
+        kres_config::validate(&raw, &ctx).expect("valid")
     }
 
     #[tokio::test]

@@ -33,11 +33,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
-use crate::config::QueryLogSchema;
-use crate::wire::query_log::{LoggedAnswer, QueryLogStatus};
+use kres_config::QueryLogSchema;
+use kres_wire::query_log::{LoggedAnswer, QueryLogStatus};
 use records::Transport;
 
-pub use crate::wire::query_log_format::SOCKET_FILE;
+pub use kres_wire::query_log_format::SOCKET_FILE;
 
 /// Answers a live follower may fall behind by before it misses some.
 const LIVE_BACKLOG: usize = 4096;

@@ -27,7 +27,7 @@ use super::access::Access;
 use super::packed::{Fields, Packed};
 use super::{QueryLog, SOCKET_FILE};
 
-pub use crate::wire::query_log_format::{
+pub use kres_wire::query_log_format::{
     BATCH_HEADER, DROPPED_FUNCTION, MAGIC, MAX_DATAGRAM, RECORD_HEADER,
 };
 

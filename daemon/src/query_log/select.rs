@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use domain::base::iana::{Rcode, Rtype};
 
 use super::Entry;
-use crate::wire::query_log::{TopEntry, TopList};
+use kres_wire::query_log::{TopEntry, TopList};
 
 /// A bad filter or list, named.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -59,7 +59,7 @@ impl Network {
 }
 
 /// `ip` with all but its leading `prefix` bits cleared: the configuration's reading of it.
-pub use crate::config::types::masked as mask;
+pub use kres_config::types::masked as mask;
 
 /// Which answers `kresctl querylog` shows.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -256,7 +256,7 @@ pub fn rcode_name(rcode: u16) -> String {
         .map_or_else(|| rcode.to_string(), str::to_owned)
 }
 
-pub use crate::wire::query_log::TopKind;
+pub use kres_wire::query_log::TopKind;
 
 /// Extended DNS Errors of a failed DNSSEC validation (RFC 8914: 6 DNSSEC Bogus … 12 NSEC
 /// Missing).

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use domain::tsig;
 
-pub use crate::config::xfr::KeyFileError;
-use crate::config::xfr::{self, Algorithm, KeyText};
+pub use kres_config::xfr::KeyFileError;
+use kres_config::xfr::{self, Algorithm, KeyText};
 
 /// A TSIG key: its file's checked text (name, algorithm, secret; `Debug` hides the secret)
 /// and the library's key made from it.

@@ -36,8 +36,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use crate::config::xfr::{zone_name, ZoneNameError};
 pub use key::{KeyFileError, TsigKey};
+pub use kres_config::xfr::{zone_name, ZoneNameError};
 pub use notify::{Notified, NotifyListener, NotifyZone};
 pub use xfr::{refresh, refresh_whole};
 

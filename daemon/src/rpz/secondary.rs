@@ -46,11 +46,11 @@ use super::{
     NotifyListener, NotifyZone, Primary, TransferError, TransferKind, TransferReport, TsigKey,
     ZoneNameError,
 };
-use crate::config::{KresConfig, LoadedConfig, RpzSchema};
 use crate::events::{Event, EventLog, Origin};
 use crate::manager::plan::Restart;
 use crate::manager::rpz_loads::RpzLoads;
 use crate::manager::ManagerHandle;
+use kres_config::{KresConfig, LoadedConfig, RpzSchema};
 
 /// One zone to follow, from its configuration entry.
 #[derive(Clone)]
@@ -311,7 +311,7 @@ pub async fn first_transfers(cfg: &KresConfig) -> Result<FirstTransfers, FirstTr
 fn first_failure(zone: &Zone, failures: &[(Primary, TransferError)]) -> FirstTransferFailed {
     let why = failures
         .iter()
-        .map(|(p, e)| format!("{}: {}", p.addr, crate::wire::error_line(e)))
+        .map(|(p, e)| format!("{}: {}", p.addr, kres_wire::error_line(e)))
         .collect::<Vec<_>>()
         .join("; ");
     FirstTransferFailed {
@@ -457,7 +457,7 @@ async fn follow_all(
         let zone = match zone_of(rpz) {
             Some(Ok(zone)) => zone,
             Some(Err(e)) => {
-                tracing::error!("{}; the zone is not refreshed", crate::wire::error_line(&e));
+                tracing::error!("{}; the zone is not refreshed", kres_wire::error_line(&e));
                 continue;
             }
             None => continue,
@@ -548,7 +548,7 @@ fn current_for(file: &Path) -> Option<Duration> {
 /// for the expire time at the next start.
 fn mark_current(file: &Path) {
     // A regular file (the owner sets its times): a FIFO put there meanwhile is not waited on.
-    let marked = crate::config::regular_file::open_regular(file)
+    let marked = kres_config::regular_file::open_regular(file)
         .map_err(std::io::Error::other)
         .and_then(|f| f.set_modified(SystemTime::now()));
     if let Err(e) = marked {
@@ -804,7 +804,7 @@ async fn carry_out(
     };
     let last = attempt.failures.len();
     for (i, (primary, e)) in attempt.failures.iter().enumerate() {
-        let error = crate::wire::error_line(e);
+        let error = kres_wire::error_line(e);
         tracing::warn!(zone = %zone.name, primary = %primary.addr, "RPZ refresh failed: {error}; the running policy is kept");
         let told_next = attempt.success.is_none() && i + 1 == last;
         shared.events.publish(Event::RpzTransferFailed {
@@ -882,7 +882,7 @@ async fn renew(zone: &Zone, manager: &ManagerHandle) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{validate, PathChecks, ValidationContext};
+    use kres_config::{validate, PathChecks, ValidationContext};
 
     fn config(transfer: serde_json::Value) -> KresConfig {
         let raw = serde_json::json!({"local-data": {"rpz": [

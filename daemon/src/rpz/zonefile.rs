@@ -72,7 +72,7 @@ pub(crate) fn timers<N>(soa: &Soa<N>) -> SoaTimers {
 /// a FIFO or a device is not opened in a way that waits on it, nor read).
 pub(crate) fn stored_soa(file: &Path) -> Option<StoredSoa> {
     let mut prefix = Vec::with_capacity(SOA_PREFIX);
-    crate::config::regular_file::open_regular(file)
+    kres_config::regular_file::open_regular(file)
         .ok()?
         .take(SOA_PREFIX as u64)
         .read_to_end(&mut prefix)

@@ -23,9 +23,9 @@ use futures_util::stream;
 
 use super::logging::Logging;
 use super::{LogArgs, LINK_FD, MANAGER_FLAG};
-use crate::environment::Environment;
 use crate::manager::listen::SocketOwner;
 use crate::watchdog::ConfigFiles;
+use kres_wire::environment::Environment;
 pub use lifecycle::{ManagerEvent, START_MAX_FAILURES};
 use restore::{Incarnation, NotRestored, Restored};
 use start::{Running, Settings};
@@ -86,16 +86,16 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
         .collect();
     // A large configuration's start allocates in one burst: its heap is made ready on the
     // second core meanwhile.
-    let heap = heap::prefault_heap(crate::config::load_heap_bytes(&files));
+    let heap = heap::prefault_heap(kres_config::load_heap_bytes(&files));
     let settings = Settings {
         watched: match invocation.watch_config {
             WatchConfig::On => ConfigFiles::Watched(files.clone()),
             WatchConfig::Off => ConfigFiles::Unwatched,
         },
-        source: crate::config::ConfigSource {
+        source: kres_config::ConfigSource {
             files,
-            checks: crate::config::PathChecks::Manager,
-            logtarget_arg: crate::config::LogTargetArg::Given(log.target),
+            checks: kres_config::PathChecks::Manager,
+            logtarget_arg: kres_config::LogTargetArg::Given(log.target),
         },
         hang_timeout: invocation.worker_hang_timeout,
         socket_owner: invocation.socket_owner,
@@ -188,7 +188,7 @@ fn limit_resources(memory_max_mib: Option<u64>) {
 const DEFAULT_MEMORY_MAX_MIB: u64 = 4096;
 
 /// Environment variable overriding [`DEFAULT_MEMORY_MAX_MIB`].
-pub use crate::environment::MEMORY_MAX_VAR;
+pub use kres_wire::environment::MEMORY_MAX_VAR;
 
 /// The manager's OOM score adjustment: the OOM killer takes it before any worker.
 const OOM_SCORE_ADJ: &str = "500";

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use supervisor::remote::{Link, Parent};
 
 use super::super::{recovery, upgrade, STORED_API, STORED_CONFIG};
-use crate::config::{self, LoadedConfig, ValidationContext};
 use crate::manager::listen::STORED_PREFIX;
+use kres_config::{LoadedConfig, ValidationContext};
 
 /// The largest stored configuration read back.
 const MAX_STORED_CONFIG: u64 = 512 << 20;
@@ -37,7 +37,7 @@ pub enum RestoreError {
     #[error("the stored configuration is damaged: {0}")]
     Damaged(#[source] serde_json::Error),
     #[error(transparent)]
-    Invalid(#[from] config::ValidationErrors),
+    Invalid(#[from] kres_config::ValidationErrors),
 }
 
 /// What the manager process takes back at its start.
@@ -50,9 +50,9 @@ pub struct Restored {
     /// The API's listening socket, which the root bound and keeps.
     pub api_socket: Option<OwnedFd>,
     /// How the last upgrade ended, if one was tried.
-    pub upgrade: Option<Arc<crate::wire::upgrade::UpgradeRecord>>,
+    pub upgrade: Option<Arc<kres_wire::upgrade::UpgradeRecord>>,
     /// The record of this process's failures before us.
-    pub process_failures: Option<Arc<crate::wire::failures::ProcessFailureRecord>>,
+    pub process_failures: Option<Arc<kres_wire::failures::ProcessFailureRecord>>,
     /// The read end of the root's reload doorbell.
     pub reload_bell: Option<OwnedFd>,
     /// The version of kresd an earlier manager process learned (`kresd --version`).
@@ -69,7 +69,7 @@ pub async fn connect(link: OwnedFd) -> std::io::Result<Parent> {
 /// No configuration could be read: the root, and why.
 pub struct NotRestored {
     pub parent: Parent,
-    pub error: config::ConfigError,
+    pub error: kres_config::ConfigError,
 }
 
 impl Restored {
@@ -77,7 +77,7 @@ impl Restored {
     /// `source`'s files when none is stored (or the stored one cannot be read).
     pub fn take(
         mut parent: Parent,
-        source: &config::ConfigSource,
+        source: &kres_config::ConfigSource,
     ) -> Result<Restored, Box<NotRestored>> {
         let mut stored: BTreeMap<String, OwnedFd> =
             std::mem::take(&mut parent.stored).into_iter().collect();
@@ -103,13 +103,13 @@ impl Restored {
             api_socket: stored.remove(STORED_API),
             upgrade: stored
                 .remove(upgrade::STORED_UPGRADE)
-                .and_then(|fd| read_record(fd, crate::wire::upgrade::MAX_RECORD))
-                .and_then(|bytes| crate::wire::upgrade::UpgradeRecord::parse(&bytes))
+                .and_then(|fd| read_record(fd, kres_wire::upgrade::MAX_RECORD))
+                .and_then(|bytes| kres_wire::upgrade::UpgradeRecord::parse(&bytes))
                 .map(Arc::new),
             process_failures: stored
                 .remove(recovery::STORED_FAILURES)
-                .and_then(|fd| read_record(fd, crate::wire::failures::MAX_RECORD))
-                .and_then(|bytes| crate::wire::failures::ProcessFailureRecord::parse(&bytes))
+                .and_then(|fd| read_record(fd, kres_wire::failures::MAX_RECORD))
+                .and_then(|bytes| kres_wire::failures::ProcessFailureRecord::parse(&bytes))
                 .map(Arc::new),
             reload_bell: stored.remove(recovery::STORED_RELOAD),
             kresd_version: stored
@@ -142,7 +142,7 @@ impl Incarnation {
 /// checked again (a file that vanished meanwhile must not stop the adoption).
 fn restore_config(
     fd: OwnedFd,
-    source: &config::ConfigSource,
+    source: &kres_config::ConfigSource,
 ) -> Result<LoadedConfig, RestoreError> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::from(fd);
@@ -158,10 +158,10 @@ fn restore_config(
     let text = String::from_utf8(bytes).map_err(RestoreError::NotText)?;
     let raw: serde_json::Value = serde_json::from_str(&text).map_err(RestoreError::Damaged)?;
     let ctx = ValidationContext {
-        checks: config::PathChecks::Lenient,
+        checks: kres_config::PathChecks::Lenient,
         ..source.context()
     };
-    let model = config::validate(&raw, &ctx)?;
+    let model = kres_config::validate(&raw, &ctx)?;
     Ok(LoadedConfig { raw, model })
 }
 

@@ -21,8 +21,6 @@ use super::super::{resolve_user, ApiGroupNames, ApiGroupsError, LookupError, STO
 use super::lifecycle::{Action, Effects, ManagerEvent, TaskEnd, START_MAX_FAILURES};
 use super::restore::{Incarnation, Restored};
 use crate::api::{self, ApiState};
-use crate::config::{LoadedConfig, ManagementSchema};
-use crate::environment::Environment;
 use crate::events::EventLog;
 use crate::manager::listen::{Mirrored, SocketOwner, SocketTable};
 use crate::manager::rpz_loads::RpzLoads;
@@ -31,6 +29,8 @@ use crate::manager::{Executables, ManagerHandle};
 use crate::metrics::ControlPlane;
 use crate::rpz::secondary::{FirstTransferFailed, FirstTransfers};
 use crate::watchdog::ConfigFiles;
+use kres_config::{LoadedConfig, ManagementSchema};
+use kres_wire::environment::Environment;
 
 /// How the manager task is restarted: at once after its first failure, then 200 ms doubling
 /// up to 30 s; 60 s of running (as for the manager process) forgive the failures before.
@@ -48,7 +48,7 @@ fn task_backoff() -> Backoff {
 /// What the manager process is set up with, besides what it restored.
 pub struct Settings {
     /// The configuration files (absolute), and how they are validated.
-    pub source: crate::config::ConfigSource,
+    pub source: kres_config::ConfigSource,
     /// The files watched for changes, if any.
     pub watched: ConfigFiles,
     /// How long a worker may leave its control socket unanswered; `None`: never checked.
@@ -559,7 +559,7 @@ impl Faults {
 /// incarnation's followers can resume into its start-up.
 fn start_event_log(
     parent: &Parent,
-    upgrade: Option<&crate::wire::upgrade::UpgradeRecord>,
+    upgrade: Option<&kres_wire::upgrade::UpgradeRecord>,
     tasks: &TaskTracker,
     stop: &CancellationToken,
 ) -> EventLog {
@@ -588,7 +588,7 @@ fn start_event_log(
 /// cannot be read leaves it out of the fleet, said in the log).
 fn membership(
     handle: &ManagerHandle,
-    source: crate::config::ConfigSource,
+    source: kres_config::ConfigSource,
 ) -> Option<Arc<crate::fleet::Membership>> {
     let fleet = handle.config().model.fleet.clone()?;
     crate::fleet::Membership::of(&fleet, source)

@@ -194,11 +194,11 @@ async fn settle_and_hand_over(
 /// Record how an upgrade ended in the fd store, for every manager incarnation to come.
 pub(super) fn record_upgrade(started: &mut Started, from: &str, failed: Option<String>) {
     started.generation += 1;
-    let record = crate::wire::upgrade::UpgradeRecord {
+    let record = kres_wire::upgrade::UpgradeRecord {
         generation: started.generation,
         outcome: match failed {
-            None => crate::wire::upgrade::UpgradeOutcome::Upgraded,
-            Some(_) => crate::wire::upgrade::UpgradeOutcome::Failed,
+            None => kres_wire::upgrade::UpgradeOutcome::Upgraded,
+            Some(_) => kres_wire::upgrade::UpgradeOutcome::Failed,
         },
         from: from.to_owned(),
         to: crate::build_version(),

@@ -22,7 +22,7 @@ use super::start::keeps_upward;
 use super::{keep_in, Root, Stop};
 use crate::manager::Executables;
 use crate::service::{self, ServiceKind};
-use crate::wire::failures::ProcessFailureRecord;
+use kres_wire::failures::ProcessFailureRecord;
 
 /// A manager process that ran this long before it failed has its failure streak forgiven.
 const MANAGER_STABLE_AFTER: Duration = Duration::from_secs(60);
@@ -364,10 +364,10 @@ mod tests {
     use supervisor::upward::Upward;
 
     use super::*;
-    use crate::config::{validate, KresConfig, PathChecks, ValidationContext};
     use crate::manager::listen::{wanted, SocketTable};
     use crate::manager::specs::Specs;
     use crate::service::WorkerId;
+    use kres_config::{validate, KresConfig, PathChecks, ValidationContext};
 
     const RUNDIR: &str = "/run/knot-resolver";
 

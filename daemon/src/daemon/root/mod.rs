@@ -34,9 +34,9 @@ use supervisor::upward::UpwardNotifier;
 use supervisor::SupervisorHandle;
 
 use super::{recovery, LogArgs};
-use crate::config::ManagementSchema;
-use crate::environment::Environment;
 use handover::{record_upgrade, PROBE_TIMEOUT};
+use kres_config::ManagementSchema;
+use kres_wire::environment::Environment;
 use lock::RundirLock;
 pub use start::run;
 use start::Adopted;
@@ -113,7 +113,7 @@ struct Root {
     exe: PathBuf,
     argv: Vec<OsString>,
     /// The log level and target the configuration set at start-up.
-    log: (crate::config::LogLevel, crate::config::LogTarget),
+    log: (kres_config::LogLevel, kres_config::LogTarget),
     /// How long the new binary may take to answer its upgrade probe ([`PROBE_TIMEOUT`]).
     probe_timeout: Duration,
     /// The environment we were started with: what the manager process and an upgrade's new
@@ -285,10 +285,7 @@ mod tests {
             manager_cwd: None,
             exe: PathBuf::from("/nonexistent"),
             argv: Vec::new(),
-            log: (
-                crate::config::LogLevel::Info,
-                crate::config::LogTarget::Stderr,
-            ),
+            log: (kres_config::LogLevel::Info, kres_config::LogTarget::Stderr),
             probe_timeout: PROBE_TIMEOUT,
             env: Default::default(),
         }

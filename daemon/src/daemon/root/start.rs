@@ -19,7 +19,7 @@ use super::{
     keep_in, record_upgrade, signal_events, Begin, DaemonError, Invocation, KeepError, Root,
     Started, NOTIFY_SOCKET_NAME, PROBE_TIMEOUT,
 };
-use crate::config::{self, ManagementSchema};
+use kres_config::ManagementSchema;
 
 /// Why the root's start failed.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +73,10 @@ pub fn run(invocation: Invocation) -> ExitCode {
         .collect();
     // Only what the root needs; the manager validates the whole configuration (and a
     // failure there stops the resolver before anything serves).
-    let view = match load_root_view(&files, config::LogTargetArg::Given(invocation.log.target)) {
+    let view = match load_root_view(
+        &files,
+        kres_config::LogTargetArg::Given(invocation.log.target),
+    ) {
         Ok(view) => view,
         Err(e) => {
             tracing::error!("{e}");
@@ -84,7 +87,7 @@ pub fn run(invocation: Invocation) -> ExitCode {
         logging.configure(view.logging.level, view.logging.target);
     }
     let log = (view.logging.level, view.logging.target);
-    let config::RootView {
+    let kres_config::RootView {
         rundir, management, ..
     } = view;
     // A configuration in another form than the plain block one is parsed whole (~60 MiB of
@@ -159,15 +162,15 @@ pub fn run(invocation: Invocation) -> ExitCode {
 /// umask (podman `--read-only` gives 1750, which no other UID can write).
 fn load_root_view(
     files: &[PathBuf],
-    target: config::LogTargetArg,
-) -> Result<config::RootView, config::ConfigError> {
-    let load = |checks| config::load_root_view(files, checks, target.clone());
-    let checked = load(config::PathChecks::Strict);
+    target: kres_config::LogTargetArg,
+) -> Result<kres_config::RootView, kres_config::ConfigError> {
+    let load = |checks| kres_config::load_root_view(files, checks, target.clone());
+    let checked = load(kres_config::PathChecks::Strict);
     if checked.is_ok() {
         return checked;
     }
-    match load(config::PathChecks::Lenient) {
-        Ok(view) if make_missing_rundir(&view.rundir) => load(config::PathChecks::Strict),
+    match load(kres_config::PathChecks::Lenient) {
+        Ok(view) if make_missing_rundir(&view.rundir) => load(kres_config::PathChecks::Strict),
         _ => checked,
     }
 }

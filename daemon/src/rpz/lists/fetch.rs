@@ -341,7 +341,7 @@ async fn body(
             .await
             .map_err(|_| FetchError::Timeout("the body stalled"))?;
         let Some(frame) = frame else { break };
-        let frame = frame.map_err(|e| FetchError::Network(crate::wire::error_line(&e)))?;
+        let frame = frame.map_err(|e| FetchError::Network(kres_wire::error_line(&e)))?;
         let Ok(data) = frame.into_data() else {
             continue;
         };

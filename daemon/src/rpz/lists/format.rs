@@ -9,7 +9,7 @@
 //! element rules, an RPZ IP trigger or a redirect), or a name that is no DNS name. Skipped
 //! lines are counted, never silently lost.
 
-use crate::config::{ActionOverride, ListFormat};
+use kres_config::{ActionOverride, ListFormat};
 
 /// The longest line read; a longer one is skipped whole.
 pub const MAX_LINE: usize = 4096;

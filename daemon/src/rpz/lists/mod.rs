@@ -37,11 +37,11 @@ use format::Action;
 use schedule::{ListAction, ListClock, ListEvent};
 use store::{AllowSet, CompileError, Counts, FileError, State};
 
-use crate::config::{KresConfig, ListFormat, LoadedConfig, RpzSchema};
 use crate::events::{Event, EventLog, Origin};
 use crate::manager::plan::Restart;
 use crate::manager::ManagerHandle;
-use crate::wire::rpz::{RpzCheck, RpzList};
+use kres_config::{KresConfig, ListFormat, LoadedConfig, RpzSchema};
+use kres_wire::rpz::{RpzCheck, RpzList};
 
 /// The refresh interval when the entry gives none.
 pub const DEFAULT_REFRESH: Duration = Duration::from_secs(24 * 3600);
@@ -921,7 +921,7 @@ fn on_fetched(
             refreshed.changed
         }
         Err(e) => {
-            let error = crate::wire::error_line(&e);
+            let error = kres_wire::error_line(&e);
             status.result = Some(e.reason().to_owned());
             status.error = Some(error.clone());
             status.failures += 1;
@@ -957,7 +957,7 @@ async fn sleep_until_if(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{validate, PathChecks, ValidationContext};
+    use kres_config::{validate, PathChecks, ValidationContext};
 
     fn config(raw: serde_json::Value) -> KresConfig {
         let ctx = ValidationContext {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::format::{Action, Entry, Line, Reader, MAX_LINE};
-use crate::config::ListFormat;
+use kres_config::ListFormat;
 
 /// The most names an allowlist may hold.
 pub const MAX_ALLOWED: usize = 100_000;
