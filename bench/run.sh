@@ -24,6 +24,8 @@
 #                                  ui_pages (--pages N --requests N --cpu-seconds S --fill N: the API's
 #                                  latency with 0 and N open status pages, the daemon's CPU with one;
 #                                  ours only, not in the default list)
+#   bash bench/query_log_instructions.sh [RUNS] [ANSWERS]   kresd's instructions per answer with
+#                                  the query log off and on, under callgrind (a script of its own)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bins -p knot-resolver -p bench -p supervisor
