@@ -94,7 +94,7 @@ fn preamble(out: &mut String, cfg: &KresConfig) {
 }
 
 /// `logging.dnstap` (upstream's): kresd's stream straight to the operator's collector, whether
-/// the query log is on or not (the log has a layer of its own, [`query_log`]).
+/// the query log is on or not (the log is written by our answer counters, [`query_log`]).
 fn dnstap(out: &mut String, cfg: &KresConfig) {
     let dnstap = &cfg.logging.dnstap;
     if !dnstap.enable {
