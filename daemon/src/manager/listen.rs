@@ -553,12 +553,23 @@ mod tests {
         }
     }
 
+    /// A port free, when asked, for everything these tests bind on it: UDP and TCP on
+    /// 127.0.0.1, TCP on ::1. A port free for UDP alone may be the local port of another
+    /// test's TCP connection, and a listener could not bind it.
     fn free_udp_port() -> u16 {
-        std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
+        for _ in 0..1000 {
+            let port = std::net::UdpSocket::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let tcp_v4 = std::net::TcpListener::bind(("127.0.0.1", port));
+            let tcp_v6 = std::net::TcpListener::bind(("::1", port));
+            if tcp_v4.is_ok() && tcp_v6.is_ok() {
+                return port;
+            }
+        }
+        panic!("no port free for UDP and TCP on 127.0.0.1 and TCP on ::1 in 1000 tries");
     }
 
     #[test]
