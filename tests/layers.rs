@@ -4,8 +4,8 @@
 //! daemon imports (`kres_wire::…`) below them, and names exactly what each imports; the supervisor crate's modules import each other without a cycle; no two
 //! files of any crate import each other in a circle (the paths from `crate::`, `super::` and
 //! `self::` resolved to the file they name); the workspace's library crates depend on
-//! each other only downwards; and no task of the resolver's processes is spawned detached
-//! (each one's owner stops it and waits for it).
+//! each other only downwards; no task of the resolver's processes is spawned detached
+//! (each one's owner stops it and waits for it); and none of their errors is a bare string.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -595,6 +595,69 @@ fn no_two_files_of_any_crate_import_each_other_in_a_circle() {
     }
 }
 
+/// Every crate's source folder (the crates' own `src/`, the workspace root's binaries).
+const CRATE_SOURCES: &[&str] = &[
+    "src",
+    "daemon/src",
+    "supervisor/src",
+    "config/src",
+    "heap/src",
+    "fleet/src",
+    "wire/src",
+    "lua/src",
+    "kresctl/src",
+    "bench/src",
+    "dist/gen/src",
+];
+
+/// Every module says what it owns, first thing: its file opens with a `//!` comment (test
+/// files aside, which say it on each test).
+#[test]
+fn every_module_opens_with_what_it_owns() {
+    let mut silent = Vec::new();
+    for dir in CRATE_SOURCES {
+        let files = sources(&root().join(dir));
+        assert!(!files.is_empty(), "no sources in {dir}");
+        for file in files {
+            if file.file_name().is_some_and(|n| n == "tests.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).expect("a readable source file");
+            let first = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or_default();
+            if !first.starts_with("//!") {
+                silent.push(file.display().to_string());
+            }
+        }
+    }
+    silent.sort();
+    assert!(
+        silent.is_empty(),
+        "modules without a doc comment saying what they own: {silent:#?}"
+    );
+}
+
+/// The three documents a newcomer reads first stay the size of one sitting: the map
+/// (ARCHITECTURE.md), what each version changed (CHANGELOG.md) and the front door (README).
+#[test]
+fn the_map_the_changelog_and_the_readme_stay_short() {
+    for (file, most) in [
+        ("ARCHITECTURE.md", 25_000),
+        ("CHANGELOG.md", 30_000),
+        ("README.md", 12_000),
+    ] {
+        let bytes = std::fs::metadata(root().join(file))
+            .expect("the document exists")
+            .len();
+        assert!(
+            bytes <= most,
+            "{file} is {bytes} bytes, over {most}: the details belong in docs/ or the modules"
+        );
+    }
+}
+
 #[test]
 fn the_file_import_reader_resolves_paths_from_where_they_start() {
     let code = "use super::{a, b::{c, d}};\nlet x = crate::kresctl::client::ClientError::Io;\n\
@@ -689,9 +752,11 @@ fn the_documented_crate_graph_is_cargos() {
 }
 
 /// How many times `code` spawns a task on the runtime itself (`tokio::spawn`,
-/// `tokio::task::spawn`, `spawn_local`; a `use` of them counts too).
+/// `tokio::task::spawn`, `spawn_local`; a `use` of them counts too), but for a spawn whose
+/// handle aborts the task when dropped (`AbortOnDropHandle::new(tokio::spawn(…))`): whoever
+/// holds that handle owns the task.
 fn detached_spawns(code: &str) -> usize {
-    [
+    let spawns: usize = [
         "tokio::spawn",
         "task::spawn(",
         "task::spawn;",
@@ -700,13 +765,27 @@ fn detached_spawns(code: &str) -> usize {
     ]
     .iter()
     .map(|pattern| code.matches(pattern).count())
-    .sum()
+    .sum();
+    spawns - code.matches("AbortOnDropHandle::new(tokio::spawn(").count()
 }
 
+/// The crates whose code runs in the resolver's processes (the root, the manager), by their
+/// source folders: the root crate's `main`, the daemon and every crate it links.
+const PROCESS_CRATES: &[&str] = &[
+    "src",
+    "daemon/src",
+    "supervisor/src",
+    "config/src",
+    "fleet/src",
+    "heap/src",
+    "lua/src",
+    "wire/src",
+];
+
 #[test]
-fn no_task_of_the_daemon_is_spawned_detached() {
+fn no_task_of_the_resolver_is_spawned_detached() {
     let mut detached = Vec::new();
-    for dir in ["daemon/src", "lua/src", "wire/src"] {
+    for dir in PROCESS_CRATES {
         for file in sources(&root().join(dir)) {
             let n = detached_spawns(&code(&file));
             if n > 0 {
@@ -722,12 +801,54 @@ fn no_task_of_the_daemon_is_spawned_detached() {
     );
 }
 
+/// The lines of `code` that return a bare string as an error (`Result<…, String>`).
+fn string_errors(code: &str) -> Vec<String> {
+    code.lines()
+        .filter(|l| l.contains("Result<") && l.contains(", String>"))
+        .map(|l| l.trim().to_owned())
+        .collect()
+}
+
+/// Errors are types that say what failed (and carry its source), not strings made where
+/// they happen: in every crate of the resolver's processes and in `kresctl`, test files
+/// aside.
+#[test]
+fn no_error_of_the_resolver_is_a_bare_string() {
+    let mut found = Vec::new();
+    for dir in PROCESS_CRATES.iter().chain(&["kresctl/src"]) {
+        for file in sources(&root().join(dir)) {
+            if file.file_name().is_some_and(|n| n == "tests.rs") {
+                continue;
+            }
+            for line in string_errors(&code(&file)) {
+                found.push(format!("{}: {line}", file.display()));
+            }
+        }
+    }
+    found.sort();
+    assert!(
+        found.is_empty(),
+        "errors typed as String (give them an error type): {found:#?}"
+    );
+    assert_eq!(
+        string_errors("fn a() -> Result<(), String> {}\nfn b() -> Result<u8, Error> {}"),
+        ["fn a() -> Result<(), String> {}"],
+        "the reader sees what it should"
+    );
+}
+
 #[test]
 fn the_spawn_reader_sees_what_it_should() {
     let sample = "tokio::spawn(a);\nlet b = tokio::task::spawn(b);\nuse tokio::task::spawn;\n\
                 tokio::task::spawn_local(c);\ntracker.spawn(d); set.spawn(e);\n\
                 tokio::task::spawn_blocking(f); std::thread::spawn(g);";
     assert_eq!(detached_spawns(sample), 4);
+    let owned = "let a = AbortOnDropHandle::new(tokio::spawn(a));\nlet b = tokio::spawn(b);";
+    assert_eq!(
+        detached_spawns(owned),
+        1,
+        "a handle that aborts on drop owns its task"
+    );
     let file = std::env::temp_dir().join(format!("kres-layers-{}.rs", std::process::id()));
     let text = "// tokio::spawn(in_a_comment);\nfn f() { tracker.spawn(x); }\n\
                 #[cfg(test)]\nmod tests { fn t() { tokio::spawn(y); } }\n";

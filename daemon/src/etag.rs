@@ -149,10 +149,17 @@ impl TagList {
     }
 }
 
+/// A precondition header's values that are not `*` or a list of entity tags (or not text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not * or a list of entity tags (\"…\", W/\"…\")")]
+pub struct NotTags(
+    /// The values as received, joined with commas (cut to 200 characters).
+    pub String,
+);
+
 /// The values of a precondition header (`If-Match` / `If-None-Match`, possibly repeated), as
-/// one list. `Ok(None)` when the header is absent; `Err` with the values when they are not
-/// `*` or a list of entity tags (or not text).
-pub fn tag_list(headers: &HeaderMap, name: HeaderName) -> Result<Option<TagList>, String> {
+/// one list. `Ok(None)` when the header is absent.
+pub fn tag_list(headers: &HeaderMap, name: HeaderName) -> Result<Option<TagList>, NotTags> {
     let values = headers.get_all(name);
     if values.iter().next().is_none() {
         return Ok(None);
@@ -165,7 +172,7 @@ pub fn tag_list(headers: &HeaderMap, name: HeaderName) -> Result<Option<TagList>
         .join(",");
     match TagList::parse(&joined) {
         Some(list) if text => Ok(Some(list)),
-        _ => Err(joined),
+        _ => Err(NotTags(joined.chars().take(200).collect())),
     }
 }
 

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -69,21 +70,22 @@ where
     let mut number = 0u32;
     loop {
         let began = Instant::now();
-        // Owned here: awaited whatever happens, aborted and awaited (dropped) on cancel.
-        let mut handle = tokio::spawn(make(Incarnation { number }));
+        // Owned here: awaited whatever happens; aborted and awaited on cancel, and aborted
+        // when this supervision is dropped (a set of one).
+        let mut running = JoinSet::new();
+        running.spawn(make(Incarnation { number }));
         let outcome = tokio::select! {
-            r = &mut handle => r,
+            r = running.join_next() => r,
             () = cancel.cancelled() => {
-                handle.abort();
-                let _ = handle.await;
+                running.shutdown().await;
                 return None;
             }
         };
         let failure = match outcome {
-            Ok(Ok(value)) => return Some(value),
-            Ok(Err(e)) => format!("failed: {e}"),
-            Err(join) if join.is_panic() => "panicked".to_owned(),
-            Err(_) => return None,
+            Some(Ok(Ok(value))) => return Some(value),
+            Some(Ok(Err(e))) => format!("failed: {e}"),
+            Some(Err(join)) if join.is_panic() => "panicked".to_owned(),
+            Some(Err(_)) | None => return None,
         };
         let stable = began.elapsed() >= backoff.stable_after();
         let mut failures = 0;
@@ -277,5 +279,44 @@ mod tests {
         assert!(out.is_none());
         // The incarnation is gone when supervision returns, not at some later poll.
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    }
+
+    /// Whoever drops the supervision (its owner's task aborted, a `select!` lost) drops the
+    /// running incarnation with it: nothing runs on detached.
+    #[tokio::test]
+    async fn dropping_the_supervision_drops_the_running_incarnation() {
+        /// Tells when the incarnation's future is dropped.
+        struct Dropped(Option<tokio::sync::oneshot::Sender<()>>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                if let Some(tx) = self.0.take() {
+                    let _ = tx.send(());
+                }
+            }
+        }
+        let (running_tx, running) = tokio::sync::oneshot::channel::<()>();
+        let (dropped_tx, dropped) = tokio::sync::oneshot::channel::<()>();
+        let mut hooks = Some((running_tx, dropped_tx));
+        let (health, _seen) = watch::channel(TaskHealth::default());
+        let supervision =
+            supervise_task("t", quick(), health, CancellationToken::new(), move |_| {
+                let hooks = hooks.take();
+                async move {
+                    let Some((running, dropped)) = hooks else {
+                        return Err("a second incarnation".to_owned());
+                    };
+                    let _guard = Dropped(Some(dropped));
+                    let _ = running.send(());
+                    std::future::pending::<Result<(), String>>().await
+                }
+            });
+        tokio::select! {
+            _ = supervision => panic!("the incarnation never ends by itself"),
+            started = running => started.expect("the incarnation runs"),
+        }
+        tokio::time::timeout(Duration::from_secs(10), dropped)
+            .await
+            .expect("the incarnation is dropped with its supervision")
+            .expect("dropped, not leaked");
     }
 }

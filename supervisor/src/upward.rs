@@ -291,18 +291,20 @@ impl UpwardNotifier {
     }
 
     /// Send `WATCHDOG=1` every half interval, if the service manager asked for it, until the
-    /// returned task is aborted.
-    pub fn spawn_watchdog(&self) -> Option<tokio::task::JoinHandle<()>> {
+    /// returned task is aborted or dropped.
+    pub fn spawn_watchdog(&self) -> Option<tokio_util::task::AbortOnDropHandle<()>> {
         let interval = self.watchdog?;
         self.target.as_ref()?;
         let me = self.clone();
-        Some(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval / 2);
-            loop {
-                tick.tick().await;
-                me.send(&[NotifyState::Watchdog]);
-            }
-        }))
+        Some(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+            async move {
+                let mut tick = tokio::time::interval(interval / 2);
+                loop {
+                    tick.tick().await;
+                    me.send(&[NotifyState::Watchdog]);
+                }
+            },
+        )))
     }
 }
 

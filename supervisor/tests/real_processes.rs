@@ -718,7 +718,7 @@ fn a_handed_over_table_is_adopted_without_restarting_anything() {
         let claimed =
             supervisor::handover::Handover::claim(serde_json::from_str(&text).expect("parse"))
                 .expect("claim");
-        let (sup, _actor) =
+        let (sup, actor) =
             Supervisor::adopt(claimed, supervisor::output::levels_by_stream).expect("adopt");
         env.sup = sup;
 
@@ -740,6 +740,12 @@ fn a_handed_over_table_is_adopted_without_restarting_anything() {
             listing.lines().any(|l| l.starts_with(&format!("{at} "))),
             "descriptor {at} handed after the adoption: {listing}"
         );
+        // The adopted actor is this scenario's: it stops its children and ends here.
+        env.sup.shutdown().await.expect("shutdown");
+        tokio::time::timeout(TIMEOUT, actor)
+            .await
+            .expect("the adopted actor ends")
+            .expect("the adopted actor did not panic");
     });
 }
 
@@ -1059,11 +1065,37 @@ fn a_notify_flood_from_many_processes_costs_a_bounded_log_and_starves_nothing() 
     });
 }
 
+/// The directing child's side of a link whose other end is `theirs`, once welcomed.
+async fn welcomed(theirs: std::os::fd::OwnedFd) -> supervisor::remote::Parent {
+    let link = supervisor::remote::Link::from_fd(theirs).expect("link");
+    supervisor::remote::Parent::connect(link)
+        .await
+        .expect("welcome")
+}
+
+/// How these tests serve a directing child: its calls on `sup` within `policy`, its
+/// notifications to `upward`, its re-execution requests to `reexec`; hung after [`TIMEOUT`]
+/// without an answer to pings; none of its descriptors kept upward.
+fn child_service<'a>(
+    sup: &'a supervisor::SupervisorHandle,
+    policy: &'a supervisor::remote::ChildPolicy,
+    upward: &'a supervisor::upward::UpwardNotifier,
+    reexec: Option<&'a tokio::sync::mpsc::UnboundedSender<supervisor::remote::ReexecRequest>>,
+) -> supervisor::remote::ChildService<'a> {
+    supervisor::remote::ChildService {
+        sup,
+        policy,
+        upward,
+        hang_after: TIMEOUT,
+        reexec,
+        keep_upward: |_| false,
+    }
+}
+
 #[test]
 fn a_table_of_256_services_with_hostile_statuses_reaches_the_directing_child() {
     use supervisor::remote::{
-        table_messages, ChildEnd, ChildPolicy, ChildService, FdStore, Link, Parent, MAX_STATUS,
-        TABLE_PART,
+        table_messages, ChildEnd, ChildPolicy, FdStore, Link, MAX_STATUS, TABLE_PART,
     };
     use supervisor::upward::UpwardNotifier;
     const SERVICES: usize = 256;
@@ -1072,14 +1104,7 @@ fn a_table_of_256_services_with_hostile_statuses_reaches_the_directing_child() {
         let policy = ChildPolicy::programs(vec![PathBuf::from(HELPER)]);
         let upward = UpwardNotifier::disabled();
         let sup = env.sup.clone();
-        let service = ChildService {
-            sup: &sup,
-            policy: &policy,
-            upward: &upward,
-            hang_after: TIMEOUT,
-            reexec: None,
-            keep_upward: |_| false,
-        };
+        let service = child_service(&sup, &policy, &upward, None);
         // A whole datagram: 4,080 control bytes of status, then READY=1 (the helper's `notify`
         // turns the two characters `\n` into a newline).
         let hostile: String = (1u8..0x20)
@@ -1094,9 +1119,7 @@ fn a_table_of_256_services_with_hostile_statuses_reaches_the_directing_child() {
         let (ours, theirs) = Link::pair().expect("link");
         let stop = tokio_util::sync::CancellationToken::new();
         let child = async {
-            let parent = Parent::connect(Link::from_fd(theirs).expect("link"))
-                .await
-                .expect("welcome");
+            let parent = welcomed(theirs).await;
             let calls = (0..SERVICES).map(|i| {
                 let spec = env.notify_spec(&name(i), &["notify", &text, "wait"], TIMEOUT);
                 let handle = parent.handle.clone();
@@ -1174,21 +1197,14 @@ fn a_table_of_256_services_with_hostile_statuses_reaches_the_directing_child() {
 
 #[test]
 fn tables_go_in_parts_that_fit_a_small_link_and_a_message_it_cannot_carry_ends_serving() {
-    use supervisor::remote::{ChildEnd, ChildPolicy, ChildService, FdStore, Link, Parent};
+    use supervisor::remote::{ChildEnd, ChildPolicy, FdStore, Link};
     use supervisor::upward::UpwardNotifier;
     scenario("info,child=off", async |env| {
         let mut store = FdStore::default();
         let policy = ChildPolicy::programs(vec![PathBuf::from(HELPER)]);
         let upward = UpwardNotifier::disabled();
         let sup = env.sup.clone();
-        let service = ChildService {
-            sup: &sup,
-            policy: &policy,
-            upward: &upward,
-            hang_after: TIMEOUT,
-            reexec: None,
-            keep_upward: |_| false,
-        };
+        let service = child_service(&sup, &policy, &upward, None);
         // A link whose send buffer takes far less than a part of a table (as with
         // net.core.wmem_max set low, for a root without privileges).
         let (ours, theirs) = supervisor::os::seqpacket_pair().expect("socket pair");
@@ -1200,9 +1216,7 @@ fn tables_go_in_parts_that_fit_a_small_link_and_a_message_it_cannot_carry_ends_s
         let stop = tokio_util::sync::CancellationToken::new();
         const REGISTERED: usize = 100;
         let child = async {
-            let parent = Parent::connect(Link::from_fd(theirs).expect("link"))
-                .await
-                .expect("welcome");
+            let parent = welcomed(theirs).await;
             // Registered services with long names: the table outgrows the link many times
             // over, and still reaches the child, in parts.
             for i in 0..REGISTERED {
@@ -1259,7 +1273,7 @@ fn tables_go_in_parts_that_fit_a_small_link_and_a_message_it_cannot_carry_ends_s
 fn a_directing_child_gets_only_its_command_lines_run_and_its_extensions_cut() {
     use supervisor::command_line::{Arg, CommandLine};
     use supervisor::remote::MAX_EXTENSION;
-    use supervisor::remote::{ChildEnd, ChildPolicy, ChildService, FdStore, Link, Parent};
+    use supervisor::remote::{ChildEnd, ChildPolicy, FdStore, Link};
     use supervisor::upward::{Upward, UpwardNotifier};
     scenario("info,child=off", async |env| {
         let mut store = FdStore::default();
@@ -1277,20 +1291,11 @@ fn a_directing_child_gets_only_its_command_lines_run_and_its_extensions_cut() {
         let (passed_tx, mut passed) = tokio::sync::mpsc::unbounded_channel();
         let upward = UpwardNotifier::forwarding(passed_tx);
         let sup = env.sup.clone();
-        let service = ChildService {
-            sup: &sup,
-            policy: &policy,
-            upward: &upward,
-            hang_after: TIMEOUT,
-            reexec: None,
-            keep_upward: |_| false,
-        };
+        let service = child_service(&sup, &policy, &upward, None);
         let (ours, theirs) = Link::pair().expect("link");
         let stop = tokio_util::sync::CancellationToken::new();
         let child = async {
-            let parent = Parent::connect(Link::from_fd(theirs).expect("link"))
-                .await
-                .expect("welcome");
+            let parent = welcomed(theirs).await;
             type Edit = fn(&mut Vec<OsString>);
             let rows: [(&str, Edit, bool); 5] = [
                 ("its own shape", |_| {}, true),
@@ -1338,6 +1343,54 @@ fn a_directing_child_gets_only_its_command_lines_run_and_its_extensions_cut() {
         let serving = supervisor::remote::serve_child(ours, 1, &service, &mut store, stop.clone());
         let (end, ()) = tokio::join!(serving, child);
         assert!(matches!(end, ChildEnd::Gone), "{end:?}");
+    });
+}
+
+/// Both ends of a link own their tasks. The child stops its link's task and waits for it:
+/// a call still waiting is answered `Gone`. The parent's serving ends with the child, and so
+/// does the task of a call that was never answered (here a re-execution request nobody
+/// answers): when serving returns, that task has let go of what it waited on.
+#[test]
+fn each_side_of_a_link_ends_its_own_tasks() {
+    use supervisor::remote::{ChildEnd, ChildPolicy, FdStore, Link};
+    use supervisor::upward::UpwardNotifier;
+    scenario("info,child=off", async |env| {
+        let mut store = FdStore::default();
+        let policy = ChildPolicy::programs(vec![PathBuf::from(HELPER)]);
+        let upward = UpwardNotifier::forwarding(tokio::sync::mpsc::unbounded_channel().0);
+        let (reexec_tx, mut reexec_rx) = tokio::sync::mpsc::unbounded_channel();
+        let sup = env.sup.clone();
+        let service = child_service(&sup, &policy, &upward, Some(&reexec_tx));
+        let (ours, theirs) = Link::pair().expect("link");
+        let stop = tokio_util::sync::CancellationToken::new();
+        let child = async {
+            let parent = welcomed(theirs).await;
+            let link = parent.link_task();
+            let handle = parent.handle.clone();
+            let asked = handle.request_reexec();
+            tokio::pin!(asked);
+            let request = tokio::select! {
+                answered = &mut asked => panic!("answered before anyone decided: {answered:?}"),
+                request = reexec_rx.recv() => request.expect("the request reaches the parent"),
+            };
+            tokio::time::timeout(TIMEOUT, link.stop())
+                .await
+                .expect("the link's task ends when its owner stops it");
+            assert!(
+                matches!(asked.await, Err(SupervisorError::Gone)),
+                "a call waiting when the link stopped is answered Gone"
+            );
+            assert!(parent.gone.is_cancelled(), "the link is gone");
+            drop(parent);
+            request
+        };
+        let serving = supervisor::remote::serve_child(ours, 1, &service, &mut store, stop.clone());
+        let (end, request) = tokio::join!(serving, child);
+        assert!(matches!(end, ChildEnd::Gone), "{end:?}");
+        assert!(
+            request.reply.is_closed(),
+            "the call's task ended with serving, not left waiting for an answer"
+        );
     });
 }
 
@@ -1857,7 +1910,7 @@ fn shutdown_refuses_new_work_and_kill_all_kills_at_once() {
 #[test]
 fn a_remote_caller_commands_the_supervisor_and_its_store_outlives_it() {
     use std::os::fd::AsRawFd;
-    use supervisor::remote::{ChildEnd, ChildPolicy, ChildService, FdStore, Link, Parent};
+    use supervisor::remote::{ChildEnd, ChildPolicy, FdStore, Link};
     use supervisor::upward::UpwardNotifier;
     scenario("debug,child=info", async |env| {
         let mut store = FdStore::default();
@@ -1865,14 +1918,7 @@ fn a_remote_caller_commands_the_supervisor_and_its_store_outlives_it() {
         let upward = UpwardNotifier::disabled();
         let sup = env.sup.clone();
         let (reexec_tx, mut reexec_rx) = tokio::sync::mpsc::unbounded_channel();
-        let service = ChildService {
-            sup: &sup,
-            policy: &policy,
-            upward: &upward,
-            hang_after: TIMEOUT,
-            reexec: Some(&reexec_tx),
-            keep_upward: |_| false,
-        };
+        let service = child_service(&sup, &policy, &upward, Some(&reexec_tx));
         // The parent's owner answers re-execution requests: the first is refused, with why.
         let owner = tokio::spawn(async move {
             let first: supervisor::remote::ReexecRequest =
@@ -1887,9 +1933,7 @@ fn a_remote_caller_commands_the_supervisor_and_its_store_outlives_it() {
         let (ours, theirs) = Link::pair().expect("link");
         let stop = tokio_util::sync::CancellationToken::new();
         let child = async {
-            let parent = Parent::connect(Link::from_fd(theirs).expect("link"))
-                .await
-                .expect("welcome");
+            let parent = welcomed(theirs).await;
             assert_eq!(parent.incarnation, 1);
             assert!(parent.stored.is_empty());
             let (read, _write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
@@ -1949,9 +1993,7 @@ fn a_remote_caller_commands_the_supervisor_and_its_store_outlives_it() {
         assert_eq!(store.len(), 1);
         let (ours, theirs) = Link::pair().expect("link");
         let child = async {
-            let parent = Parent::connect(Link::from_fd(theirs).expect("link"))
-                .await
-                .expect("welcome");
+            let parent = welcomed(theirs).await;
             assert_eq!(parent.incarnation, 2);
             let names: Vec<&str> = parent.stored.iter().map(|(n, _)| n.as_str()).collect();
             assert_eq!(names, ["kept"]);

@@ -62,8 +62,8 @@ pub enum Supervision {
 
 /// What keeps the state's `SupervisorHandle` answering.
 enum Keeper {
-    /// The supervisor itself.
-    Local(SupervisorHandle),
+    /// The supervisor itself, and its actor.
+    Local(SupervisorHandle, supervisor::runner::ActorTask),
     /// The root's end of the link, and the manager's end the handle talks through.
     Remote(Link, Parent),
 }
@@ -107,13 +107,13 @@ impl Fixture {
                 .expect("valid config");
         let (supervisor, keeper) = match supervision {
             Supervision::Local => {
-                let (supervisor, _task) = Supervisor::start(SupervisorOptions {
+                let (supervisor, actor) = Supervisor::start(SupervisorOptions {
                     notify_socket: dir.0.join("notify"),
                     notify_senders: None,
                     line_levels: supervisor::output::levels_by_stream,
                 })
                 .expect("supervisor");
-                (supervisor.clone(), Keeper::Local(supervisor))
+                (supervisor.clone(), Keeper::Local(supervisor, actor))
             }
             Supervision::Remote(table) => {
                 let (root, parent) = remote(&dir, table).await;

@@ -59,12 +59,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Preconditions {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         let list = |name: header::HeaderName, shown: &str| {
-            tag_list(&parts.headers, name).map_err(|value| {
-                let value: String = value.chars().take(200).collect();
-                ApiError::BadRequest(format!(
-                    "{shown}: '{value}' is not * or a list of entity tags (\"…\", W/\"…\")"
-                ))
-            })
+            tag_list(&parts.headers, name)
+                .map_err(|not_tags| ApiError::BadRequest(format!("{shown}: {not_tags}")))
         };
         Ok(Preconditions {
             if_match: list(header::IF_MATCH, "If-Match")?,

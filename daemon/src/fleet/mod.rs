@@ -47,6 +47,19 @@ pub struct Membership {
     pub rollout: tokio::sync::watch::Sender<Option<(Rollout, i64)>>,
 }
 
+/// Why a node cannot take its place in the fleet its configuration names.
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    #[error("/fleet/etcd/password-file {}: {source}", .path.display())]
+    PasswordFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("/fleet/etcd: {0}")]
+    Store(#[from] kres_fleet::ConfigError),
+}
+
 /// Why a change of the fleet's document through this node did not reach it.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -66,7 +79,7 @@ impl Membership {
     pub fn of(
         fleet: &FleetSchema,
         source: kres_config::ConfigSource,
-    ) -> Result<Arc<Membership>, String> {
+    ) -> Result<Arc<Membership>, MembershipError> {
         let etcd = &fleet.etcd;
         let mut options = StoreOptions::new(
             etcd.endpoints
@@ -76,8 +89,11 @@ impl Membership {
         );
         options.timeout = etcd.timeout.duration();
         if let (Some(username), Some(file)) = (&etcd.username, &etcd.password_file) {
-            let password = std::fs::read_to_string(file)
-                .map_err(|e| format!("/fleet/etcd/password-file {}: {e}", file.display()))?;
+            let password =
+                std::fs::read_to_string(file).map_err(|source| MembershipError::PasswordFile {
+                    path: file.clone(),
+                    source,
+                })?;
             options.auth = Some(Credentials {
                 username: username.clone(),
                 password: password.trim_end_matches(['\r', '\n']).to_owned(),
@@ -96,7 +112,7 @@ impl Membership {
                 server_name: None,
             });
         }
-        let store = Store::new(&options).map_err(|e| format!("/fleet/etcd: {e}"))?;
+        let store = Store::new(&options)?;
         Ok(Arc::new(Membership {
             store,
             node: fleet.node.clone(),

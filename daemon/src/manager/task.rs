@@ -396,6 +396,8 @@ mod tests {
         upward: mpsc::UnboundedReceiver<supervisor::upward::Upward>,
         /// Every event published since the world was made.
         follower: events::Follower,
+        /// The supervisor's actor, ended with the world.
+        _actor: supervisor::runner::ActorTask,
     }
 
     impl World {
@@ -403,7 +405,7 @@ mod tests {
             let dir = std::env::temp_dir().join(format!("kres-task-{name}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             let loaded = write_config(&dir);
-            let (supervisor, _actor) =
+            let (supervisor, actor) =
                 supervisor::Supervisor::start(supervisor::SupervisorOptions {
                     notify_socket: dir.join("notify"),
                     notify_senders: None,
@@ -452,6 +454,7 @@ mod tests {
                 dir,
                 upward,
                 follower,
+                _actor: actor,
             }
         }
 

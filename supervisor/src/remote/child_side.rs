@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::{Link, TableAssembly, ToChild, ToParent, MAX_STORED};
 use crate::call::{Call, Reply, SupervisorError};
@@ -29,8 +30,28 @@ pub struct Parent {
     /// Fires when the link is gone (the parent died or closed it).
     pub gone: CancellationToken,
     link: Arc<Link>,
+    /// The task carrying the link's messages.
+    proxy: LinkTask,
     /// Dropping the parent closes the link (the proxy task lets go of it).
     _close: tokio_util::sync::DropGuard,
+}
+
+/// The task that carries a [`Parent`]'s link, as its owner holds it: the process that
+/// connected stops it, and waits for it, once nothing calls the parent any more.
+#[derive(Clone)]
+pub struct LinkTask {
+    tracker: TaskTracker,
+    close: CancellationToken,
+}
+
+impl LinkTask {
+    /// Close the link and wait for its task to end: calls still waiting are answered
+    /// [`SupervisorError::Gone`], and [`Parent::gone`] fires.
+    pub async fn stop(&self) {
+        self.close.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
 }
 
 /// How long the child waits for its welcome.
@@ -86,7 +107,13 @@ impl Parent {
             upward: upward_rx,
             snapshot: snapshot_tx,
         };
-        tokio::spawn(proxy(link.clone(), ends, gone.clone(), close.clone()));
+        let proxy_task = LinkTask {
+            tracker: TaskTracker::new(),
+            close: close.clone(),
+        };
+        proxy_task
+            .tracker
+            .spawn(proxy(link.clone(), ends, gone.clone(), close.clone()));
         Ok(Parent {
             handle: SupervisorHandle {
                 commands: commands_tx,
@@ -98,8 +125,14 @@ impl Parent {
             upward: UpwardNotifier::forwarding(upward_tx),
             gone,
             link,
+            proxy: proxy_task,
             _close: close.drop_guard(),
         })
+    }
+
+    /// The task carrying the link, for the owner to stop at its end ([`LinkTask::stop`]).
+    pub fn link_task(&self) -> LinkTask {
+        self.proxy.clone()
     }
 
     /// Keep `fd` under `name` in the parent for later incarnations.

@@ -28,7 +28,7 @@ mod policy;
 mod table;
 mod wire;
 
-pub use child_side::Parent;
+pub use child_side::{LinkTask, Parent};
 pub use fd_store::{FdStore, StoreRefused};
 pub use parent_side::{
     serve_child, ChildEnd, ChildService, LinkFailure, Misbehaviour, ReexecRefused, ReexecRequest,

@@ -5,13 +5,14 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::call::{Answer, Call, SupervisorError};
 use crate::runner::SupervisorHandle;
@@ -105,6 +106,10 @@ pub struct ReexecRefused(pub String);
 /// Serve one incarnation of a directing child on `link`: welcome it with `store`, execute
 /// its calls (several at once), keep its descriptors, pass its notifications upward, push
 /// every new process table, and ping it; one that does not answer in time is hung.
+///
+/// Its tasks (the writer, a task a call) are its own: when it returns, they have ended. A
+/// call still waiting then is dropped unanswered; what it asked of the supervisor, if it got
+/// there, is done all the same.
 pub async fn serve_child(
     link: Link,
     incarnation: u32,
@@ -120,7 +125,8 @@ pub async fn serve_child(
     // Everything we send goes through one writer, so that reading never waits on a child
     // that does not read: replies queue (bounded by the calls in flight), snapshots coalesce.
     let (out_tx, out_rx) = mpsc::unbounded_channel::<ToChild>();
-    let mut writer = tokio::spawn(write_to_child(link.clone(), out_rx, snapshots));
+    let mut writer = JoinSet::new();
+    writer.spawn(write_to_child(link.clone(), out_rx, snapshots));
     // Set once the writer ended without an error (the supervisor is gone): nothing more to
     // send, and a finished task must not be polled again.
     let mut writer_ended = false;
@@ -128,14 +134,14 @@ pub async fn serve_child(
     let mut session = Session {
         service,
         out: out_tx,
-        in_flight: Arc::new(AtomicUsize::new(0)),
+        calls: Calls::default(),
         seq: 0,
         answered: Instant::now(),
     };
     let end = loop {
         tokio::select! {
             () = stop.cancelled() => break ChildEnd::Stopped,
-            written = &mut writer, if !writer_ended => match written {
+            Some(written) = writer.join_next(), if !writer_ended => match written {
                 Ok(Ok(())) => writer_ended = true,
                 Ok(Err(e)) => break unsent(e.error, e.what),
                 Err(e) => break ChildEnd::LinkFailed(LinkFailure::WriterEnded(e)),
@@ -159,15 +165,32 @@ pub async fn serve_child(
             }
         }
     };
-    if matches!(end, ChildEnd::Stopped) && !writer.is_finished() {
+    let calls = session.calls.clone();
+    drop(session);
+    calls.tasks.close();
+    if matches!(end, ChildEnd::Stopped) && !writer.is_empty() {
         // The child lives on for a moment (it is stopped next): answers on their way, such
-        // as a re-execution's go-ahead, still reach it. Calls that take longer finish on the
-        // supervisor unanswered.
-        drop(session);
-        let _ = tokio::time::timeout(FLUSH_ON_STOP, &mut writer).await;
+        // as a re-execution's go-ahead, still reach it. Calls that take longer are dropped
+        // unanswered (what they asked is done on the supervisor all the same).
+        let _ = tokio::time::timeout(FLUSH_ON_STOP, async {
+            calls.tasks.wait().await;
+            writer.join_next().await
+        })
+        .await;
     }
-    writer.abort();
+    calls.end.cancel();
+    calls.tasks.wait().await;
+    writer.shutdown().await;
     end
+}
+
+/// The calls of one incarnation executing now, each a task of its own: counted (at most
+/// [`MAX_IN_FLIGHT`]), and ended with serving.
+#[derive(Clone, Default)]
+struct Calls {
+    tasks: TaskTracker,
+    /// Fires when serving ends: a call still waiting is dropped.
+    end: CancellationToken,
 }
 
 /// Send the first messages of an incarnation: the welcome, the stored descriptors, the
@@ -206,7 +229,7 @@ struct Session<'s, 'a> {
     /// To the writer: replies and pings.
     out: mpsc::UnboundedSender<ToChild>,
     /// Calls executing now.
-    in_flight: Arc<AtomicUsize>,
+    calls: Calls,
     /// The last ping sent.
     seq: u64,
     /// When the last ping was answered.
@@ -269,18 +292,21 @@ impl Session<'_, '_> {
 
     /// Execute a call in a task of its own, its answer sent when it comes.
     fn execute(&self, id: u64, call: Call, fds: Vec<OwnedFd>) -> Result<(), ChildEnd> {
-        if self.in_flight.fetch_add(1, Ordering::Relaxed) >= MAX_IN_FLIGHT {
+        if self.calls.tasks.len() >= MAX_IN_FLIGHT {
             return Err(ChildEnd::Misbehaved(Misbehaviour::TooManyCalls));
         }
         let sup = self.service.sup.clone();
         let policy = self.service.policy.clone();
         let reexec = self.service.reexec.cloned();
         let out = self.out.clone();
-        let in_flight = self.in_flight.clone();
-        tokio::spawn(async move {
-            let result = execute(&sup, &policy, reexec, call, fds).await;
-            in_flight.fetch_sub(1, Ordering::Relaxed);
-            let _ = out.send(ToChild::Reply { id, result });
+        let end = self.calls.end.clone();
+        self.calls.tasks.spawn(async move {
+            tokio::select! {
+                result = execute(&sup, &policy, reexec, call, fds) => {
+                    let _ = out.send(ToChild::Reply { id, result });
+                }
+                () = end.cancelled() => {}
+            }
         });
         Ok(())
     }

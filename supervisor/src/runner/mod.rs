@@ -27,7 +27,7 @@ use signal_hook_tokio::Signals;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 use crate::machine::State;
 use crate::notify::{Datagram, DescriptorCloser, NoiseLog, NotifySocket};
@@ -48,6 +48,10 @@ mod takeover;
 
 pub(crate) use handle::Command;
 pub use handle::{ShutdownReport, SupervisorHandle};
+
+/// The supervisor's actor as a task its caller holds: awaited for its end, aborted when
+/// dropped.
+pub type ActorTask = AbortOnDropHandle<()>;
 use service::Service;
 
 /// Notifications read before reaping, at most; a flood beyond waits for the next pass.
@@ -156,14 +160,13 @@ const FORGOTTEN_TAILS: usize = 8;
 
 impl Supervisor {
     /// Bind the notify socket, become a subreaper, install the SIGCHLD handler and spawn the
-    /// actor on the current tokio runtime. Must be called before any child is spawned.
-    pub fn start(
-        options: SupervisorOptions,
-    ) -> io::Result<(SupervisorHandle, tokio::task::JoinHandle<()>)> {
+    /// actor on the current tokio runtime. Must be called before any child is spawned. The
+    /// actor is its caller's: it ends when the handle returned is dropped.
+    pub fn start(options: SupervisorOptions) -> io::Result<(SupervisorHandle, ActorTask)> {
         os::become_subreaper()?;
         let notify = NotifySocket::bind(&options.notify_socket, options.notify_senders)?;
         let (sup, handle) = Supervisor::new(notify, options.line_levels)?;
-        Ok((handle, tokio::spawn(sup.run())))
+        Ok((handle, AbortOnDropHandle::new(tokio::spawn(sup.run()))))
     }
 
     fn new(

@@ -7,6 +7,7 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use nix::unistd::Pid;
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::handover::{self, Handover, ServiceImage, SupervisorImage};
 use crate::machine::{ServiceMachine, State};
@@ -14,7 +15,7 @@ use crate::notify::NotifySocket;
 use crate::os::{self, FdPass};
 use crate::output;
 
-use super::{Phase, Service, Supervisor, SupervisorHandle};
+use super::{ActorTask, Phase, Service, Supervisor, SupervisorHandle};
 use crate::call::SupervisorError;
 
 impl Supervisor {
@@ -27,7 +28,7 @@ impl Supervisor {
     pub fn adopt(
         handover: Handover,
         line_levels: output::LineLevels,
-    ) -> io::Result<(SupervisorHandle, tokio::task::JoinHandle<()>)> {
+    ) -> io::Result<(SupervisorHandle, ActorTask)> {
         os::become_subreaper()?;
         let (image, mut fds) = handover.into_parts();
         let mut take = |fd: RawFd| {
@@ -80,7 +81,7 @@ impl Supervisor {
         sup.reap();
         sup.steer();
         sup.publish();
-        Ok((handle, tokio::spawn(sup.run())))
+        Ok((handle, AbortOnDropHandle::new(tokio::spawn(sup.run()))))
     }
 
     /// Give up the table (see [`SupervisorHandle::hand_over`]); the actor ends after this pass.

@@ -29,6 +29,7 @@ use kres_wire::environment::Environment;
 pub use lifecycle::{ManagerEvent, START_MAX_FAILURES};
 use restore::{Incarnation, NotRestored, Restored};
 use start::{Running, Settings};
+use supervisor::remote::Parent;
 
 /// The manager process's name (`comm`).
 pub const PROCESS_NAME: &std::ffi::CStr = c"kres-manager";
@@ -114,53 +115,63 @@ pub fn run(invocation: ManagerInvocation) -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        let restored = match Restored::take(parent, &settings.source) {
-            Ok(restored) => restored,
-            Err(not) => {
-                let NotRestored { parent, error } = *not;
-                eprintln!("knot-resolver: {error}");
-                if Incarnation::of(&parent) == Incarnation::First {
-                    // Nothing runs yet: the resolver cannot start.
-                    let _ = parent.exit(1).await;
-                }
-                return ExitCode::from(1);
-            }
-        };
-        if let Some(logging) = logging {
-            logging.configure_manager(&restored.loaded.model.logging);
-        }
-        let signals = match lifecycle::signal_events() {
-            Ok(signals) => signals,
-            Err(e) => {
-                tracing::error!("cannot install signal handlers: {e}");
-                return ExitCode::from(1);
-            }
-        };
-        let checked = match start::check(&restored, &settings) {
-            Ok(checked) => checked,
-            Err(e) => {
-                tracing::error!("{e}");
-                if e.stops_the_resolver(restored.incarnation) {
-                    let _ = restored.parent.exit(1).await;
-                }
-                return ExitCode::from(1);
-            }
-        };
-        let transferred = match start::first_transfers(&restored).await {
-            Ok(transferred) => transferred,
-            Err(e) => {
-                tracing::error!("{e}");
-                let _ = restored.parent.exit(1).await;
-                return ExitCode::from(1);
-            }
-        };
-        let kresd = start::learn_kresd_version(&restored, &settings.env).await;
-        let (mut running, sources) =
-            Running::start(restored, settings, checked, transferred, kresd);
-        let exit = lifecycle::serve(stream::select(signals, sources), &mut running).await;
-        running.stop().await;
-        ExitCode::from(exit)
+        // The link's task is the process's: it outlives every other task, and the process
+        // ends once it has.
+        let link = parent.link_task();
+        let exit = manage(parent, settings).await;
+        link.stop().await;
+        exit
     })
+}
+
+/// The manager process once its parent welcomed it: restore what the last incarnation left,
+/// start, serve until stopped, stop. Returns the exit code.
+async fn manage(parent: Parent, settings: Settings) -> ExitCode {
+    let restored = match Restored::take(parent, &settings.source) {
+        Ok(restored) => restored,
+        Err(not) => {
+            let NotRestored { parent, error } = *not;
+            eprintln!("knot-resolver: {error}");
+            if Incarnation::of(&parent) == Incarnation::First {
+                // Nothing runs yet: the resolver cannot start.
+                let _ = parent.exit(1).await;
+            }
+            return ExitCode::from(1);
+        }
+    };
+    if let Some(logging) = settings.logging {
+        logging.configure_manager(&restored.loaded.model.logging);
+    }
+    let signals = match lifecycle::signal_events() {
+        Ok(signals) => signals,
+        Err(e) => {
+            tracing::error!("cannot install signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let checked = match start::check(&restored, &settings) {
+        Ok(checked) => checked,
+        Err(e) => {
+            tracing::error!("{e}");
+            if e.stops_the_resolver(restored.incarnation) {
+                let _ = restored.parent.exit(1).await;
+            }
+            return ExitCode::from(1);
+        }
+    };
+    let transferred = match start::first_transfers(&restored).await {
+        Ok(transferred) => transferred,
+        Err(e) => {
+            tracing::error!("{e}");
+            let _ = restored.parent.exit(1).await;
+            return ExitCode::from(1);
+        }
+    };
+    let kresd = start::learn_kresd_version(&restored, &settings.env).await;
+    let (mut running, sources) = Running::start(restored, settings, checked, transferred, kresd);
+    let exit = lifecycle::serve(stream::select(signals, sources), &mut running).await;
+    running.stop().await;
+    ExitCode::from(exit)
 }
 
 /// Bound what a runaway manager can take from the machine: its address space (an allocation

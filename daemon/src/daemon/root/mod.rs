@@ -160,7 +160,7 @@ fn signal_events() -> std::io::Result<impl Stream<Item = RootEvent> + Unpin> {
 /// What the start phase set up and the others use.
 struct Started {
     sup: SupervisorHandle,
-    sup_task: tokio::task::JoinHandle<()>,
+    sup_task: supervisor::runner::ActorTask,
     /// What the root keeps for the manager's incarnations (the API socket, the
     /// configuration, the workers' listening sockets).
     store: FdStore,
