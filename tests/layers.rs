@@ -571,17 +571,7 @@ fn file_imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
 
 #[test]
 fn no_two_files_of_any_crate_import_each_other_in_a_circle() {
-    for dir in [
-        "daemon/src",
-        "supervisor/src",
-        "config/src",
-        "heap/src",
-        "fleet/src",
-        "wire/src",
-        "lua/src",
-        "kresctl/src",
-        "bench/src",
-    ] {
+    for dir in crate_sources(None) {
         let graph = file_imports(&root().join(dir));
         assert!(
             !graph.is_empty() || dir != "daemon/src",
@@ -595,27 +585,44 @@ fn no_two_files_of_any_crate_import_each_other_in_a_circle() {
     }
 }
 
-/// Every crate's source folder (the crates' own `src/`, the workspace root's binaries).
-const CRATE_SOURCES: &[&str] = &[
-    "src",
-    "daemon/src",
-    "supervisor/src",
-    "config/src",
-    "heap/src",
-    "fleet/src",
-    "wire/src",
-    "lua/src",
-    "kresctl/src",
-    "bench/src",
-    "dist/gen/src",
+/// Every crate's source folder (the crates' own `src/`, the workspace root's binaries), and
+/// whether its code runs in the resolver's processes (the root, the manager): the root
+/// crate's `main`, the daemon and every crate it links.
+const CRATE_SOURCES: &[(&str, Runs)] = &[
+    ("src", Runs::InTheResolver),
+    ("daemon/src", Runs::InTheResolver),
+    ("supervisor/src", Runs::InTheResolver),
+    ("config/src", Runs::InTheResolver),
+    ("heap/src", Runs::InTheResolver),
+    ("fleet/src", Runs::InTheResolver),
+    ("wire/src", Runs::InTheResolver),
+    ("lua/src", Runs::InTheResolver),
+    ("kresctl/src", Runs::Elsewhere),
+    ("bench/src", Runs::Elsewhere),
+    ("dist/gen/src", Runs::Elsewhere),
 ];
+
+/// Where a crate's code runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Runs {
+    InTheResolver,
+    Elsewhere,
+}
+
+/// The source folders of the crates whose code runs `where_`, or of all of them.
+fn crate_sources(where_: Option<Runs>) -> impl Iterator<Item = &'static str> {
+    CRATE_SOURCES
+        .iter()
+        .filter(move |(_, runs)| where_.is_none_or(|w| w == *runs))
+        .map(|(dir, _)| *dir)
+}
 
 /// Every module says what it owns, first thing: its file opens with a `//!` comment (test
 /// files aside, which say it on each test).
 #[test]
 fn every_module_opens_with_what_it_owns() {
     let mut silent = Vec::new();
-    for dir in CRATE_SOURCES {
+    for dir in crate_sources(None) {
         let files = sources(&root().join(dir));
         assert!(!files.is_empty(), "no sources in {dir}");
         for file in files {
@@ -769,23 +776,10 @@ fn detached_spawns(code: &str) -> usize {
     spawns - code.matches("AbortOnDropHandle::new(tokio::spawn(").count()
 }
 
-/// The crates whose code runs in the resolver's processes (the root, the manager), by their
-/// source folders: the root crate's `main`, the daemon and every crate it links.
-const PROCESS_CRATES: &[&str] = &[
-    "src",
-    "daemon/src",
-    "supervisor/src",
-    "config/src",
-    "fleet/src",
-    "heap/src",
-    "lua/src",
-    "wire/src",
-];
-
 #[test]
 fn no_task_of_the_resolver_is_spawned_detached() {
     let mut detached = Vec::new();
-    for dir in PROCESS_CRATES {
+    for dir in crate_sources(Some(Runs::InTheResolver)) {
         for file in sources(&root().join(dir)) {
             let n = detached_spawns(&code(&file));
             if n > 0 {
@@ -815,7 +809,7 @@ fn string_errors(code: &str) -> Vec<String> {
 #[test]
 fn no_error_of_the_resolver_is_a_bare_string() {
     let mut found = Vec::new();
-    for dir in PROCESS_CRATES.iter().chain(&["kresctl/src"]) {
+    for dir in crate_sources(Some(Runs::InTheResolver)).chain(["kresctl/src"]) {
         for file in sources(&root().join(dir)) {
             if file.file_name().is_some_and(|n| n == "tests.rs") {
                 continue;
