@@ -284,6 +284,7 @@ const CRATE_LAYERS: &[(&str, &str, u32)] = &[
     ("supervisor", "supervisor", 4),
     ("kres-fleet", "fleet", 4),
     ("heap", "heap", 5),
+    ("supervisor-types", "supervisor-types", 5),
 ];
 
 /// The crates of the workspace that `dir`'s manifest depends on (not for tests), by name.
@@ -592,6 +593,7 @@ const CRATE_SOURCES: &[(&str, Runs)] = &[
     ("src", Runs::InTheResolver),
     ("daemon/src", Runs::InTheResolver),
     ("supervisor/src", Runs::InTheResolver),
+    ("supervisor-types/src", Runs::InTheResolver),
     ("config/src", Runs::InTheResolver),
     ("heap/src", Runs::InTheResolver),
     ("fleet/src", Runs::InTheResolver),

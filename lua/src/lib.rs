@@ -43,7 +43,7 @@ pub struct RenderContext {
     /// with: the workers' user when the children run as another user than the renderer
     /// (`--worker-user`), so that a configuration cannot have the daemon read (and hand to
     /// the workers) a file that user could not read itself; `None`: the renderer's own.
-    pub read_as: Option<supervisor::Credentials>,
+    pub read_as: Option<supervisor_types::Credentials>,
 }
 
 impl RenderContext {

@@ -332,7 +332,7 @@ fn script_files_are_read_with_the_permissions_of_the_user_given() {
     let other = owner + 1;
     let as_user = |uid: u32| RenderContext {
         binding: SocketBinding::Kresd,
-        read_as: Some(supervisor::Credentials { uid, gid: uid }),
+        read_as: Some(supervisor_types::Credentials { uid, gid: uid }),
     };
     // as quoted in the generated `error(...)`
     let refused = format!("not readable by the workers\\' user (uid {other})");

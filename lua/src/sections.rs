@@ -198,7 +198,7 @@ pub const MAX_SCRIPT_FILE: u64 = 10 << 20;
 
 /// Whether the file's owner, group and mode let `user` read it (supplementary groups and ACLs
 /// are not consulted: a file readable only through them is refused, never wrongly allowed).
-fn readable_by(meta: &std::fs::Metadata, user: supervisor::Credentials) -> bool {
+fn readable_by(meta: &std::fs::Metadata, user: supervisor_types::Credentials) -> bool {
     use std::os::unix::fs::MetadataExt;
     let mode = meta.mode();
     user.uid == 0
@@ -209,7 +209,10 @@ fn readable_by(meta: &std::fs::Metadata, user: supervisor::Credentials) -> bool 
 
 /// A script file's text: a regular file of at most [`MAX_SCRIPT_FILE`] bytes, readable by
 /// `read_as` when given (see [`super::RenderContext::read_as`]).
-fn read_script(path: &Path, read_as: Option<supervisor::Credentials>) -> std::io::Result<String> {
+fn read_script(
+    path: &Path,
+    read_as: Option<supervisor_types::Credentials>,
+) -> std::io::Result<String> {
     use std::io::Read;
     let file = std::fs::File::open(path)?;
     let meta = file.metadata()?;
@@ -242,7 +245,7 @@ pub(super) fn custom_lua(
     out: &mut String,
     script: Option<&str>,
     script_file: Option<&Path>,
-    read_as: Option<supervisor::Credentials>,
+    read_as: Option<supervisor_types::Credentials>,
 ) {
     line!(out, "-- LUA section --------------------------------------");
     line!(out, "-- Custom Lua code cannot be validated");

@@ -10,6 +10,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::backoff::Backoff;
+pub use supervisor_types::{Credentials, ExitStatus};
 
 /// Everything needed to start, watch and stop one service.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -78,13 +79,6 @@ pub enum KeptCapabilities {
     /// `CAP_NET_BIND_SERVICE` alone: a child that binds its own workers' listening sockets on
     /// ports below 1024 (the resolver's manager process).
     BindServicePorts,
-}
-
-/// A user and group id to run a child as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Credentials {
-    pub uid: u32,
-    pub gid: u32,
 }
 
 impl ServiceSpec {
@@ -170,38 +164,6 @@ impl Default for StopPolicy {
         StopPolicy {
             signal: Signal::SIGTERM,
             timeout: Duration::from_secs(10),
-        }
-    }
-}
-
-/// How a process ended. Death by signal is kept apart from exit codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "kebab-case")]
-pub enum ExitStatus {
-    /// Exited with this code.
-    Code(i32),
-    /// Killed by this signal number.
-    Signaled { signal: i32, core_dumped: bool },
-}
-
-impl std::fmt::Display for ExitStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ExitStatus::Code(code) => write!(f, "exit code {code}"),
-            ExitStatus::Signaled {
-                signal,
-                core_dumped,
-            } => {
-                let name = Signal::try_from(*signal)
-                    .map(|s| s.as_str())
-                    .unwrap_or("unknown signal");
-                write!(f, "killed by {name} ({signal})")?;
-                if *core_dumped {
-                    write!(f, ", core dumped")?;
-                }
-                Ok(())
-            }
         }
     }
 }

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use sd_notify::NotifyState;
+pub use supervisor_types::ServiceManagerVars;
 
 /// One notification for the service manager, as a process that is not the main one (the
 /// resolver's manager) hands it to the main process to send.
@@ -46,41 +47,6 @@ pub struct UpwardNotifier {
     /// How many descriptors the service manager keeps for us across restarts (`FDSTORE`,
     /// set by systemd ≥ 254 from `FileDescriptorStoreMax=`); 0 when it keeps none.
     fd_store: usize,
-}
-
-/// What the service manager tells us through the environment: where to notify
-/// (`NOTIFY_SOCKET`), the watchdog (`WATCHDOG_USEC`, meant for us when `WATCHDOG_PID` is
-/// unset or ours), how many descriptors it keeps (`FDSTORE`) and the descriptors it passed
-/// (`LISTEN_PID`, `LISTEN_FDS`, `LISTEN_FDNAMES`). Read once by the binary; the library
-/// never reads the environment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ServiceManagerVars {
-    pub notify_socket: Option<std::ffi::OsString>,
-    pub watchdog: Option<Duration>,
-    pub fd_store: usize,
-    pub listen_pid: Option<u32>,
-    pub listen_fds: i32,
-    pub listen_fdnames: String,
-}
-
-impl ServiceManagerVars {
-    /// The variables found by `get` (the first of a name, as getenv(3) finds it), for the
-    /// process `pid`.
-    pub fn read(get: impl Fn(&str) -> Option<std::ffi::OsString>, pid: u32) -> Self {
-        let text = |name: &str| get(name).and_then(|v| v.into_string().ok());
-        let number = |name: &str| text(name).and_then(|v| v.parse::<u64>().ok());
-        let watchdog_for_us = number("WATCHDOG_PID").is_none_or(|p| p == u64::from(pid));
-        ServiceManagerVars {
-            notify_socket: get("NOTIFY_SOCKET").filter(|s| !s.is_empty()),
-            watchdog: number("WATCHDOG_USEC")
-                .filter(|&usec| usec > 0 && watchdog_for_us)
-                .map(Duration::from_micros),
-            fd_store: text("FDSTORE").and_then(|n| n.parse().ok()).unwrap_or(0),
-            listen_pid: text("LISTEN_PID").and_then(|p| p.parse().ok()),
-            listen_fds: text("LISTEN_FDS").and_then(|n| n.parse().ok()).unwrap_or(0),
-            listen_fdnames: text("LISTEN_FDNAMES").unwrap_or_default(),
-        }
-    }
 }
 
 impl UpwardNotifier {
@@ -460,57 +426,6 @@ mod tests {
     use std::os::unix::net::{SocketAddr, UnixDatagram};
 
     use super::*;
-
-    fn vars(pairs: &[(&str, &str)], pid: u32) -> ServiceManagerVars {
-        ServiceManagerVars::read(
-            |name| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| std::ffi::OsString::from(v))
-            },
-            pid,
-        )
-    }
-
-    #[test]
-    fn the_service_managers_variables_are_read_as_systemd_means_them() {
-        assert_eq!(vars(&[], 7), ServiceManagerVars::default());
-        let v = vars(
-            &[
-                ("NOTIFY_SOCKET", "@sd"),
-                ("WATCHDOG_USEC", "4000000"),
-                ("FDSTORE", "12"),
-                ("LISTEN_PID", "7"),
-                ("LISTEN_FDS", "2"),
-                ("LISTEN_FDNAMES", "api:dns"),
-            ],
-            7,
-        );
-        assert_eq!(
-            v.notify_socket.as_deref(),
-            Some(std::ffi::OsStr::new("@sd"))
-        );
-        assert_eq!(v.watchdog, Some(Duration::from_secs(4)));
-        assert_eq!((v.fd_store, v.listen_pid, v.listen_fds), (12, Some(7), 2));
-        assert_eq!(v.listen_fdnames, "api:dns");
-        // a watchdog meant for another process, an empty socket, junk numbers
-        let v = vars(
-            &[
-                ("NOTIFY_SOCKET", ""),
-                ("WATCHDOG_USEC", "4000000"),
-                ("WATCHDOG_PID", "8"),
-                ("FDSTORE", "many"),
-            ],
-            7,
-        );
-        assert_eq!((v.notify_socket, v.watchdog, v.fd_store), (None, None, 0));
-        assert_eq!(vars(&[("WATCHDOG_USEC", "0")], 7).watchdog, None);
-        assert_eq!(
-            vars(&[("WATCHDOG_USEC", "1000"), ("WATCHDOG_PID", "7")], 7).watchdog,
-            Some(Duration::from_millis(1))
-        );
-    }
 
     fn receive(socket: &UnixDatagram) -> String {
         socket

@@ -87,7 +87,7 @@ pub struct Environment {
     pub logtarget: Option<String>,
     /// What the service manager (systemd) passes: `NOTIFY_SOCKET`, `WATCHDOG_*`, `FDSTORE`,
     /// `LISTEN_*`.
-    pub service_manager: supervisor::upward::ServiceManagerVars,
+    pub service_manager: supervisor_types::ServiceManagerVars,
 }
 
 impl Environment {
@@ -128,7 +128,7 @@ impl Environment {
             path: raw("PATH").map(OsStr::to_owned),
             journal_stream: raw(JOURNAL_STREAM_VAR).map(OsStr::to_owned),
             logtarget: text(kres_config::LOGTARGET_ENV_VAR),
-            service_manager: supervisor::upward::ServiceManagerVars::read(
+            service_manager: supervisor_types::ServiceManagerVars::read(
                 |name| raw(name).map(OsStr::to_owned),
                 std::process::id(),
             ),

@@ -6,7 +6,7 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use supervisor::ExitStatus;
+use supervisor_types::ExitStatus;
 
 use super::change::ChangeSummary;
 use super::upgrade::UpgradeOutcome;

@@ -24,7 +24,7 @@ pub struct ProcessFailureRecord {
     /// The last failed process's exit status, when it was reaped (a death by signal keeps
     /// its signal).
     #[serde(default)]
-    pub last_exit: Option<supervisor::ExitStatus>,
+    pub last_exit: Option<supervisor_types::ExitStatus>,
 }
 
 /// The largest record read back.
@@ -48,7 +48,7 @@ mod tests {
             since: 1_700_000_000,
             last: "killed by SIGKILL".into(),
             restarts: 4,
-            last_exit: Some(supervisor::ExitStatus::Signaled {
+            last_exit: Some(supervisor_types::ExitStatus::Signaled {
                 signal: 9,
                 core_dumped: false,
             }),

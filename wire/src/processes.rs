@@ -3,7 +3,7 @@
 //! API serves it (`api`), `kresctl processes` reads it back.
 
 use serde::{Deserialize, Serialize};
-pub use supervisor::{ExitStatus, ProcessSnapshot, ProcessState};
+pub use supervisor_types::{ExitStatus, ProcessSnapshot, ProcessState};
 
 /// One process of `GET /processes`: the supervisor's snapshot with upstream's `type` and
 /// `status`.

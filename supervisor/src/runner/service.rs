@@ -68,8 +68,8 @@ impl Service {
 
     /// Anchor the wall-clock times of the snapshot to a change of its state from `before`.
     pub(super) fn note_change(&mut self, before: &State) {
-        let now = ProcessState::of(self.machine.state());
-        if ProcessState::of(before) != now {
+        let now = crate::snapshot::shown(self.machine.state());
+        if crate::snapshot::shown(before) != now {
             self.since_wall = Some(SystemTime::now());
             if now == ProcessState::Running {
                 self.ready_wall = self.since_wall;
@@ -81,7 +81,7 @@ impl Service {
     /// steering's to say.
     pub(super) fn snapshot(&self, name: &str) -> ProcessSnapshot {
         let m = &self.machine;
-        let state = ProcessState::of(m.state());
+        let state = crate::snapshot::shown(m.state());
         let failure = match m.state() {
             State::Failed { reason, .. } => Some(reason.to_string()),
             _ => None,
