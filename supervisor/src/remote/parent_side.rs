@@ -127,9 +127,6 @@ pub async fn serve_child(
     let (out_tx, out_rx) = mpsc::unbounded_channel::<ToChild>();
     let mut writer = JoinSet::new();
     writer.spawn(write_to_child(link.clone(), out_rx, snapshots));
-    // Set once the writer ended without an error (the supervisor is gone): nothing more to
-    // send, and a finished task must not be polled again.
-    let mut writer_ended = false;
     let mut ping = tokio::time::interval_at(Instant::now() + PING_INTERVAL, PING_INTERVAL);
     let mut session = Session {
         service,
@@ -141,8 +138,10 @@ pub async fn serve_child(
     let end = loop {
         tokio::select! {
             () = stop.cancelled() => break ChildEnd::Stopped,
-            Some(written) = writer.join_next(), if !writer_ended => match written {
-                Ok(Ok(())) => writer_ended = true,
+            // A writer that ended without an error (the supervisor is gone) has nothing more
+            // to send; the set is empty from then on, and this branch stays off.
+            Some(written) = writer.join_next() => match written {
+                Ok(Ok(())) => {}
                 Ok(Err(e)) => break unsent(e.error, e.what),
                 Err(e) => break ChildEnd::LinkFailed(LinkFailure::WriterEnded(e)),
             },
@@ -165,6 +164,7 @@ pub async fn serve_child(
             }
         }
     };
+    // The session's sender goes with it: the writer ends once the calls' answers are sent.
     let calls = session.calls.clone();
     drop(session);
     calls.tasks.close();
